@@ -1,0 +1,37 @@
+# Entry points: `make demo` (set up, build, run the main job) and `make test` (every test).
+BUILD_DIR ?= build
+JOBS ?= 2
+DEMO_MODEL ?= gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128
+
+CMAKE_ARGS = -G Ninja -DCMAKE_BUILD_TYPE=Release \
+             -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+
+.PHONY: all setup configure build demo test bench clean
+
+all: build
+
+setup:
+	@scripts/bootstrap.sh --check >/dev/null 2>&1 || scripts/bootstrap.sh
+
+$(BUILD_DIR)/build.ninja: | setup
+	cmake -S . -B $(BUILD_DIR) $(CMAKE_ARGS)
+
+configure: setup $(BUILD_DIR)/build.ninja
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+demo: build
+	$(BUILD_DIR)/bin/megac import --model $(DEMO_MODEL) -o $(BUILD_DIR)/demo-gpt.mlir
+	@echo "wrote $(BUILD_DIR)/demo-gpt.mlir"
+	$(BUILD_DIR)/bin/megac describe $(BUILD_DIR)/demo-gpt.mlir
+	$(BUILD_DIR)/bin/megac describe --model gpt:layers=96,hidden=12288,heads=96,seq=2048,vocab=50257
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+bench: build
+	$(BUILD_DIR)/bin/bench-model-build
+
+clean:
+	rm -rf $(BUILD_DIR)

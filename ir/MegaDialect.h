@@ -1,0 +1,25 @@
+// The `mega` dialect, its enums and attributes (mesh, sharding, init).
+#pragma once
+
+#include "mlir/IR/Attributes.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/TensorEncoding.h"
+
+#include "ir/MegaDialect.h.inc"
+#include "ir/MegaEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "ir/MegaAttrs.h.inc"
+
+namespace mega {
+
+/// Argument attribute names of a model function: `mega.param` holds a parameter's name and
+/// `mega.init` its #mega.init; `mega.input` names a data input; `mega.output` a result.
+inline constexpr const char *kParamAttr = "mega.param";
+inline constexpr const char *kInitAttr = "mega.init";
+inline constexpr const char *kInputAttr = "mega.input";
+inline constexpr const char *kOutputAttr = "mega.output";
+
+} // namespace mega

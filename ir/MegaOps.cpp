@@ -1,0 +1,545 @@
+// Verifiers, result-shape inference and costs of the mega ops.
+#include "ir/MegaOps.h"
+#include "ir/ShapeRules.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/SmallSet.h"
+
+using namespace mlir;
+using namespace mega;
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+shape::Dims dimsOf(Type type) {
+  auto t = cast<RankedTensorType>(type);
+  return {t.getShape().data(), t.getShape().size()};
+}
+shape::Dims dimsOf(Value v) { return dimsOf(v.getType()); }
+shape::Dims span(ArrayRef<int64_t> a) { return {a.data(), a.size()}; }
+
+/// True when every value is a ranked tensor: inference may run on unverified operands while
+/// parsing, and must fail (not crash) on anything else.
+bool allRanked(ValueRange values) {
+  return llvm::all_of(values, [](Value v) { return v && isa<RankedTensorType>(v.getType()); });
+}
+
+LogicalResult notRanked(std::optional<Location> loc) {
+  return emitOptionalError(loc, "operands must be ranked tensors");
+}
+
+LogicalResult pushInferred(std::optional<Location> loc, const shape::Result &r, Type element,
+                           SmallVectorImpl<Type> &out) {
+  if (!r.ok())
+    return emitOptionalError(loc, r.error);
+  out.push_back(RankedTensorType::get(r.shape, element));
+  return success();
+}
+
+std::optional<shape::Shape> optionalShape(Value v) {
+  if (!v)
+    return std::nullopt;
+  auto d = dimsOf(v);
+  return shape::Shape(d.begin(), d.end());
+}
+
+Type elementOf(Value v) { return cast<RankedTensorType>(v.getType()).getElementType(); }
+
+/// Checks that `axes` names distinct axes of `mesh`.
+LogicalResult verifyMeshAxes(std::optional<Location> loc, MeshAttr mesh, ArrayAttr axes) {
+  if (axes.empty())
+    return emitOptionalError(loc, "a collective needs at least one mesh axis");
+  llvm::SmallSet<StringRef, 4> seen;
+  for (Attribute a : axes) {
+    StringRef name = cast<StringAttr>(a).getValue();
+    if (!mesh.findAxis(name))
+      return emitOptionalError(loc, "mesh axis '", name, "' is not in the mesh");
+    if (!seen.insert(name).second)
+      return emitOptionalError(loc, "mesh axis '", name, "' is listed twice");
+  }
+  return success();
+}
+
+SmallVector<StringAttr> axisNames(ArrayAttr axes) {
+  SmallVector<StringAttr> names;
+  for (Attribute a : axes)
+    names.push_back(cast<StringAttr>(a));
+  return names;
+}
+
+int64_t elems(Value v) { return cost::numElements(v.getType()); }
+
+} // namespace
+
+bool mega::sameShapesAndElementTypes(TypeRange lhs, TypeRange rhs) {
+  if (lhs.size() != rhs.size())
+    return false;
+  for (auto [l, r] : llvm::zip(lhs, rhs)) {
+    auto lt = dyn_cast<RankedTensorType>(l), rt = dyn_cast<RankedTensorType>(r);
+    if (!lt || !rt) {
+      if (l != r)
+        return false;
+      continue;
+    }
+    if (lt.getShape() != rt.getShape() || lt.getElementType() != rt.getElementType())
+      return false;
+  }
+  return true;
+}
+
+//===----------------------------------------------------------------------===//
+// Cost defaults
+//===----------------------------------------------------------------------===//
+
+int64_t cost::numElements(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  return t && t.hasStaticShape() ? t.getNumElements() : 0;
+}
+
+int64_t cost::numBytes(Type type) {
+  auto t = dyn_cast<RankedTensorType>(type);
+  if (!t)
+    return 0;
+  int64_t bits = t.getElementType().getIntOrFloatBitWidth();
+  return numElements(type) * std::max<int64_t>(1, bits / 8);
+}
+
+int64_t cost::defaultFlops(Operation *op) {
+  int64_t n = 0;
+  for (Type t : op->getResultTypes())
+    n += numElements(t);
+  return n;
+}
+
+int64_t cost::operandBytes(Operation *op) {
+  int64_t n = 0;
+  for (Type t : op->getOperandTypes())
+    n += numBytes(t);
+  return n;
+}
+
+int64_t cost::resultBytes(Operation *op) {
+  int64_t n = 0;
+  for (Type t : op->getResultTypes())
+    n += numBytes(t);
+  return n;
+}
+
+//===----------------------------------------------------------------------===//
+// Low level
+//===----------------------------------------------------------------------===//
+
+LogicalResult ConstantOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                           Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  auto value = adaptor.getValue();
+  if (!value)
+    return emitOptionalError(loc, "constant needs a value");
+  out.push_back(value.getType());
+  return success();
+}
+OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
+int64_t ConstantOp::getFlops() { return 0; }
+
+LogicalResult CompareOp::inferReturnTypes(MLIRContext *ctx, std::optional<Location> loc,
+                                          Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getLhs()}))
+    return notRanked(loc);
+  auto lhs = cast<RankedTensorType>(adaptor.getLhs().getType());
+  out.push_back(RankedTensorType::get(lhs.getShape(), IntegerType::get(ctx, 1),
+                                      lhs.getEncoding()));
+  return success();
+}
+
+LogicalResult WhereOp::verify() {
+  auto cond = getCond().getType(), value = getTrueValue().getType();
+  if (cond.getShape() != value.getShape())
+    return emitOpError() << "condition shape " << shape::str(span(cond.getShape()))
+                         << " differs from the value shape " << shape::str(span(value.getShape()))
+                         << "; broadcast it first";
+  return success();
+}
+
+LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getLhs(), adaptor.getRhs()}))
+    return notRanked(loc);
+  if (elementOf(adaptor.getLhs()) != elementOf(adaptor.getRhs()))
+    return emitOptionalError(loc, "matmul operands have different element types");
+  return pushInferred(loc, shape::matmul(dimsOf(adaptor.getLhs()), dimsOf(adaptor.getRhs())),
+                      elementOf(adaptor.getLhs()), out);
+}
+int64_t MatmulOp::getMatmulFlops() {
+  return 2 * elems(getResult()) * getLhs().getType().getShape().back();
+}
+int64_t MatmulOp::getFlops() { return getMatmulFlops(); }
+
+LogicalResult GatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getData(), adaptor.getIndices()}))
+    return notRanked(loc);
+  return pushInferred(loc,
+                      shape::gather(dimsOf(adaptor.getData()), dimsOf(adaptor.getIndices()),
+                                    static_cast<int64_t>(adaptor.getAxis())),
+                      elementOf(adaptor.getData()), out);
+}
+int64_t GatherOp::getFlops() { return 0; }
+
+LogicalResult ReduceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getInput()}))
+    return notRanked(loc);
+  return pushInferred(
+      loc, shape::reduce(dimsOf(adaptor.getInput()), span(adaptor.getAxes()), adaptor.getKeepDims()),
+      elementOf(adaptor.getInput()), out);
+}
+int64_t ReduceOp::getFlops() { return elems(getInput()); }
+
+LogicalResult SoftmaxOp::verify() {
+  int64_t rank = getType().getRank();
+  if (!shape::normalizeAxis(getAxis(), rank))
+    return emitOpError() << "axis " << getAxis() << " is out of range for rank " << rank;
+  return success();
+}
+// max, subtract, exp, sum, divide.
+int64_t SoftmaxOp::getFlops() { return 5 * elems(getResult()); }
+
+LogicalResult ReshapeOp::verify() {
+  auto in = getInput().getType(), out = getResult().getType();
+  if (in.getElementType() != out.getElementType())
+    return emitOpError() << "cannot change the element type; use mega.cast";
+  if (in.getNumElements() != out.getNumElements())
+    return emitOpError() << "cannot reshape " << shape::str(span(in.getShape())) << " ("
+                         << in.getNumElements() << " elements) to "
+                         << shape::str(span(out.getShape())) << " (" << out.getNumElements()
+                         << " elements)";
+  return success();
+}
+int64_t ReshapeOp::getFlops() { return 0; }
+
+LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getInput()}))
+    return notRanked(loc);
+  return pushInferred(loc, shape::transpose(dimsOf(adaptor.getInput()), span(adaptor.getPerm())),
+                      elementOf(adaptor.getInput()), out);
+}
+int64_t TransposeOp::getFlops() { return 0; }
+
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                        Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getInput()}))
+    return notRanked(loc);
+  return pushInferred(loc,
+                      shape::slice(dimsOf(adaptor.getInput()), span(adaptor.getStarts()),
+                                   span(adaptor.getLimits()), span(adaptor.getStrides())),
+                      elementOf(adaptor.getInput()), out);
+}
+int64_t SliceOp::getFlops() { return 0; }
+
+LogicalResult ConcatOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (adaptor.getInputs().empty())
+    return emitOptionalError(loc, "concat needs at least one input");
+  if (!allRanked(adaptor.getInputs()))
+    return notRanked(loc);
+  std::vector<shape::Shape> shapes;
+  for (Value v : adaptor.getInputs()) {
+    auto d = dimsOf(v);
+    shapes.emplace_back(d.begin(), d.end());
+  }
+  return pushInferred(loc, shape::concat(shapes, static_cast<int64_t>(adaptor.getAxis())),
+                      elementOf(adaptor.getInputs().front()), out);
+}
+int64_t ConcatOp::getFlops() { return 0; }
+
+LogicalResult BroadcastOp::verify() {
+  auto in = getInput().getType(), out = getResult().getType();
+  if (in.getElementType() != out.getElementType())
+    return emitOpError() << "cannot change the element type; use mega.cast";
+  std::string why = shape::checkBroadcastsTo(span(in.getShape()), span(out.getShape()));
+  if (!why.empty())
+    return emitOpError() << why;
+  return success();
+}
+int64_t BroadcastOp::getFlops() { return 0; }
+
+LogicalResult CastOp::verify() {
+  auto in = getInput().getType(), out = getResult().getType();
+  if (in.getShape() != out.getShape())
+    return emitOpError() << "cannot change the shape (" << shape::str(span(in.getShape()))
+                         << " to " << shape::str(span(out.getShape())) << "); use mega.reshape";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Coarse ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                         Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getInput(), adaptor.getWeight()}) ||
+      (adaptor.getBias() && !allRanked({adaptor.getBias()})))
+    return notRanked(loc);
+  return pushInferred(loc,
+                      shape::linear(dimsOf(adaptor.getInput()), dimsOf(adaptor.getWeight()),
+                                    optionalShape(adaptor.getBias())),
+                      elementOf(adaptor.getInput()), out);
+}
+int64_t LinearOp::getMatmulFlops() {
+  return 2 * elems(getResult()) * getWeight().getType().getShape()[1];
+}
+int64_t LinearOp::getFlops() {
+  return getMatmulFlops() + (getBias() ? elems(getResult()) : 0);
+}
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getTable(), adaptor.getIds()}))
+    return notRanked(loc);
+  return pushInferred(loc, shape::embedding(dimsOf(adaptor.getTable()), dimsOf(adaptor.getIds())),
+                      elementOf(adaptor.getTable()), out);
+}
+int64_t EmbeddingOp::getFlops() { return 0; }
+
+LogicalResult LayerNormOp::verify() {
+  std::string why = shape::checkNormParams("layer_norm", dimsOf(getInput()), dimsOf(getWeight()),
+                                           optionalShape(getBias()));
+  if (!why.empty())
+    return emitOpError() << why;
+  if (getEpsilon().convertToDouble() <= 0)
+    return emitOpError() << "epsilon must be > 0";
+  return success();
+}
+// mean, subtract, square, variance, rsqrt-scale, weight, bias.
+int64_t LayerNormOp::getFlops() { return 8 * elems(getResult()); }
+
+LogicalResult RmsNormOp::verify() {
+  std::string why =
+      shape::checkNormParams("rms_norm", dimsOf(getInput()), dimsOf(getWeight()), std::nullopt);
+  if (!why.empty())
+    return emitOpError() << why;
+  if (getEpsilon().convertToDouble() <= 0)
+    return emitOpError() << "epsilon must be > 0";
+  return success();
+}
+// square, sum, rsqrt-scale, weight.
+int64_t RmsNormOp::getFlops() { return 4 * elems(getResult()); }
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()}) ||
+      (adaptor.getMask() && !allRanked({adaptor.getMask()})))
+    return notRanked(loc);
+  if (auto scale = adaptor.getScale(); scale && !(scale->convertToDouble() > 0))
+    return emitOptionalError(loc, "attention scale must be > 0");
+  return pushInferred(loc,
+                      shape::attention(dimsOf(adaptor.getQuery()), dimsOf(adaptor.getKey()),
+                                       dimsOf(adaptor.getValue()),
+                                       optionalShape(adaptor.getMask())),
+                      elementOf(adaptor.getQuery()), out);
+}
+// Full s x t score matrices, causal or not: the convention of Megatron's FLOP formulas
+// (REFERENCE.md: 4 B s^2 h per layer), so MFU is comparable.
+int64_t AttentionOp::getMatmulFlops() {
+  auto q = getQuery().getType().getShape(), k = getKey().getType().getShape();
+  auto v = getValue().getType().getShape();
+  int64_t pairs = q[0] * q[2] * q[1] * k[1]; // b * h * s * t
+  return 2 * pairs * q[3] + 2 * pairs * v[3];
+}
+// Plus scale, mask and softmax on the b * h * s * t scores.
+int64_t AttentionOp::getFlops() {
+  auto q = getQuery().getType().getShape(), k = getKey().getType().getShape();
+  return getMatmulFlops() + 7 * q[0] * q[2] * q[1] * k[1];
+}
+
+// Erf or tanh polynomial, products and sums: about 8 per element.
+int64_t GeluOp::getFlops() { return 8 * elems(getResult()); }
+
+LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                               Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getLogits(), adaptor.getLabels()}))
+    return notRanked(loc);
+  return pushInferred(loc,
+                      shape::crossEntropy(dimsOf(adaptor.getLogits()), dimsOf(adaptor.getLabels())),
+                      elementOf(adaptor.getLogits()), out);
+}
+// max, subtract, exp, sum over the vocab; log and pick per token.
+int64_t CrossEntropyOp::getFlops() { return 4 * elems(getLogits()) + 2 * elems(getResult()); }
+
+LogicalResult DropoutOp::verify() {
+  double ratio = getRatio().convertToDouble();
+  if (!(ratio >= 0.0 && ratio < 1.0))
+    return emitOpError() << "ratio must be in [0, 1), got " << ratio;
+  return success();
+}
+// Compare against the threshold and scale.
+int64_t DropoutOp::getFlops() { return 2 * elems(getResult()); }
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+LogicalResult AdamWUpdateOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                              Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  Value tensors[] = {adaptor.getParam(), adaptor.getGrad(), adaptor.getExpAvg(),
+                     adaptor.getExpAvgSq()};
+  if (!allRanked(tensors))
+    return notRanked(loc);
+  auto shape = dimsOf(adaptor.getParam());
+  for (Value v : tensors)
+    if (!std::ranges::equal(dimsOf(v), shape))
+      return emitOptionalError(loc, "adamw_update: param, grad and moments must share one shape; "
+                                    "param is ",
+                               shape::str(shape), ", another is ", shape::str(dimsOf(v)));
+  auto inRange = [](const APFloat &x) {
+    double d = x.convertToDouble();
+    return d >= 0.0 && d < 1.0;
+  };
+  if (!inRange(adaptor.getBeta1()) || !inRange(adaptor.getBeta2()))
+    return emitOptionalError(loc, "adamw_update: beta1 and beta2 must be in [0, 1)");
+  if (!(adaptor.getEps().convertToDouble() > 0) || adaptor.getWeightDecay().convertToDouble() < 0)
+    return emitOptionalError(loc, "adamw_update: eps must be > 0 and weight_decay >= 0");
+  out.push_back(adaptor.getParam().getType());
+  out.push_back(adaptor.getExpAvg().getType());
+  out.push_back(adaptor.getExpAvgSq().getType());
+  return success();
+}
+// Moments (5), bias corrections, sqrt, divide, decay and update: about 16 per element.
+int64_t AdamWUpdateOp::getFlops() { return 16 * elems(getParam()); }
+
+LogicalResult GlobalNormOp::inferReturnTypes(MLIRContext *ctx, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked(adaptor.getInputs()))
+    return notRanked(loc);
+  bool allF64 = llvm::all_of(adaptor.getInputs(), [](Value v) { return elementOf(v).isF64(); });
+  out.push_back(RankedTensorType::get(
+      {}, allF64 ? Type(Float64Type::get(ctx)) : Type(Float32Type::get(ctx))));
+  return success();
+}
+LogicalResult GlobalNormOp::verify() {
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one input";
+  return success();
+}
+// Square and add per element.
+int64_t GlobalNormOp::getFlops() {
+  int64_t n = 0;
+  for (Value v : getInputs())
+    n += 2 * elems(v);
+  return n;
+}
+
+LogicalResult ClipByNormOp::verify() {
+  if (!(getMaxNorm().convertToDouble() > 0))
+    return emitOpError() << "max_norm must be > 0";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Distribution
+//===----------------------------------------------------------------------===//
+
+LogicalResult AllReduceOp::verify() { return verifyMeshAxes(getLoc(), getMesh(), getAxes()); }
+
+LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getInput()}))
+    return notRanked(loc);
+  if (failed(verifyMeshAxes(loc, adaptor.getMesh(), adaptor.getAxes())))
+    return failure();
+  auto in = dimsOf(adaptor.getInput());
+  auto dim = shape::normalizeAxis(static_cast<int64_t>(adaptor.getDim()), in.size());
+  if (!dim)
+    return emitOptionalError(loc, "all_gather dim ", adaptor.getDim(), " is out of range for ",
+                             shape::str(in));
+  shape::Shape result(in.begin(), in.end());
+  result[*dim] *= adaptor.getMesh().getGroupSize(axisNames(adaptor.getAxes()));
+  return pushInferred(loc, {result, {}}, elementOf(adaptor.getInput()), out);
+}
+
+LogicalResult ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getInput()}))
+    return notRanked(loc);
+  if (failed(verifyMeshAxes(loc, adaptor.getMesh(), adaptor.getAxes())))
+    return failure();
+  auto in = dimsOf(adaptor.getInput());
+  auto dim = shape::normalizeAxis(static_cast<int64_t>(adaptor.getDim()), in.size());
+  if (!dim)
+    return emitOptionalError(loc, "reduce_scatter dim ", adaptor.getDim(),
+                             " is out of range for ", shape::str(in));
+  int64_t group = adaptor.getMesh().getGroupSize(axisNames(adaptor.getAxes()));
+  if (in[*dim] % group != 0)
+    return emitOptionalError(loc, "reduce_scatter dim ", *dim, " of size ", in[*dim],
+                             " is not divisible by the group size ", group);
+  shape::Shape result(in.begin(), in.end());
+  result[*dim] /= group;
+  return pushInferred(loc, {result, {}}, elementOf(adaptor.getInput()), out);
+}
+
+LogicalResult AllToAllOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                           Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getInput()}))
+    return notRanked(loc);
+  if (failed(verifyMeshAxes(loc, adaptor.getMesh(), adaptor.getAxes())))
+    return failure();
+  auto in = dimsOf(adaptor.getInput());
+  auto split = shape::normalizeAxis(static_cast<int64_t>(adaptor.getSplitDim()), in.size());
+  auto concat = shape::normalizeAxis(static_cast<int64_t>(adaptor.getConcatDim()), in.size());
+  if (!split || !concat)
+    return emitOptionalError(loc, "all_to_all split/concat dims are out of range for ",
+                             shape::str(in));
+  int64_t group = adaptor.getMesh().getGroupSize(axisNames(adaptor.getAxes()));
+  if (in[*split] % group != 0)
+    return emitOptionalError(loc, "all_to_all split dim ", *split, " of size ", in[*split],
+                             " is not divisible by the group size ", group);
+  shape::Shape result(in.begin(), in.end());
+  result[*split] /= group;
+  result[*concat] *= group;
+  return pushInferred(loc, {result, {}}, elementOf(adaptor.getInput()), out);
+}
+
+namespace {
+LogicalResult verifyPeer(Operation *op, MeshAttr mesh, StringRef axis, int64_t shift,
+                         int64_t tag) {
+  auto index = mesh.findAxis(axis);
+  if (!index)
+    return op->emitOpError() << "mesh axis '" << axis << "' is not in the mesh";
+  int64_t size = mesh.getAxisSizes()[*index];
+  if (shift == 0 || shift <= -size || shift >= size)
+    return op->emitOpError() << "shift " << shift << " must be non-zero and within the "
+                             << size << " devices of axis '" << axis << "'";
+  if (tag < 0)
+    return op->emitOpError() << "tag must be >= 0";
+  return success();
+}
+} // namespace
+
+LogicalResult SendOp::verify() {
+  return verifyPeer(*this, getMesh(), getAxis(), getShift(), getTag());
+}
+int64_t SendOp::getFlops() { return 0; }
+
+LogicalResult RecvOp::verify() {
+  return verifyPeer(*this, getMesh(), getAxis(), getShift(), getTag());
+}
+int64_t RecvOp::getFlops() { return 0; }
+
+LogicalResult ReshardOp::verify() {
+  auto in = getInput().getType(), out = getResult().getType();
+  if (in.getShape() != out.getShape() || in.getElementType() != out.getElementType())
+    return emitOpError() << "changes only the layout: the global shape and element type must "
+                            "stay the same";
+  return success();
+}
+int64_t ReshardOp::getFlops() { return 0; }
+
+#define GET_OP_CLASSES
+#include "ir/MegaOps.cpp.inc"
+
+#include "ir/MegaInterfaces.cpp.inc"

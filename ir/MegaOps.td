@@ -1,0 +1,633 @@
+// Operations of the `mega` dialect, from ONNX-level elementwise ops to collectives.
+#ifndef MEGA_OPS_TD
+#define MEGA_OPS_TD
+
+include "ir/MegaDialect.td"
+include "ir/MegaAttrs.td"
+include "ir/MegaInterfaces.td"
+include "mlir/IR/OpBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+// Result shapes are inferred; encodings (layouts) are not, they come from sharding propagation,
+// so an inferred type is compatible with the declared one when shape and element type agree.
+def Mega_InferShape : InferTypeOpAdaptorBase<[{
+  static bool isCompatibleReturnTypes(::mlir::TypeRange l, ::mlir::TypeRange r) {
+    return ::mega::sameShapesAndElementTypes(l, r);
+  }
+}]>;
+
+// Every op reports its cost; `costOverrides` names the methods it computes itself.
+class Mega_CostedOp<string mnemonic, list<Trait> traits = [], list<string> costOverrides = []>
+    : Mega_Op<mnemonic, !listconcat(traits,
+        [DeclareOpInterfaceMethods<Mega_CostOpInterface, costOverrides>])>;
+
+//===----------------------------------------------------------------------===//
+// Low level: constants and elementwise ops
+//===----------------------------------------------------------------------===//
+
+def Mega_ConstantOp : Mega_CostedOp<"constant",
+    [ConstantLike, Pure, Mega_InferShape], ["getFlops"]> {
+  let summary = "a tensor constant";
+  let description = [{
+    A constant tensor (folded shape arithmetic, masks, small tables). Parameters are function
+    arguments, not constants: weights never appear in textual IR.
+
+    ```mlir
+    %c = mega.constant dense<[1.0, 2.0]> : tensor<2xf32>
+    ```
+  }];
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$value attr-dict";
+  let hasFolder = 1;
+}
+
+class Mega_UnaryOp<string mnemonic, string what, TypeConstraint type = Mega_FloatTensor>
+    : Mega_CostedOp<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = "elementwise " # what;
+  let description = "Elementwise " # what # " of a tensor; the result has the operand's type."
+      # "\n\n```mlir\n%y = mega." # mnemonic # " %x : tensor<4x8xf32>\n```";
+  let arguments = (ins type:$input);
+  let results = (outs type:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Mega_NegOp : Mega_UnaryOp<"neg", "negation", Mega_NumTensor>;
+def Mega_AbsOp : Mega_UnaryOp<"abs", "absolute value", Mega_NumTensor>;
+def Mega_ExpOp : Mega_UnaryOp<"exp", "exponential e^x">;
+def Mega_LogOp : Mega_UnaryOp<"log", "natural logarithm">;
+def Mega_TanhOp : Mega_UnaryOp<"tanh", "hyperbolic tangent">;
+def Mega_ErfOp : Mega_UnaryOp<"erf", "error function">;
+def Mega_SigmoidOp : Mega_UnaryOp<"sigmoid", "logistic sigmoid 1 / (1 + e^-x)">;
+def Mega_ReluOp : Mega_UnaryOp<"relu", "rectifier max(x, 0)">;
+def Mega_SqrtOp : Mega_UnaryOp<"sqrt", "square root">;
+def Mega_RsqrtOp : Mega_UnaryOp<"rsqrt", "reciprocal square root 1 / sqrt(x)">;
+
+class Mega_BinaryOp<string mnemonic, string what, TypeConstraint type = Mega_NumTensor>
+    : Mega_CostedOp<mnemonic, [Pure, SameOperandsAndResultType]> {
+  let summary = "elementwise " # what;
+  let description = "Elementwise " # what # " of two tensors of the same type. Broadcasting "
+      # "is explicit (`mega.broadcast`): the importer and the DSL insert it."
+      # "\n\n```mlir\n%z = mega." # mnemonic # " %x, %y : tensor<4x8xf32>\n```";
+  let arguments = (ins type:$lhs, type:$rhs);
+  let results = (outs type:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def Mega_AddOp : Mega_BinaryOp<"add", "sum x + y">;
+def Mega_SubOp : Mega_BinaryOp<"sub", "difference x - y">;
+def Mega_MulOp : Mega_BinaryOp<"mul", "product x * y">;
+def Mega_DivOp : Mega_BinaryOp<"div", "quotient x / y">;
+def Mega_PowOp : Mega_BinaryOp<"pow", "power x ^ y", Mega_FloatTensor>;
+def Mega_MinOp : Mega_BinaryOp<"min", "minimum">;
+def Mega_MaxOp : Mega_BinaryOp<"max", "maximum">;
+
+def Mega_CompareOp : Mega_CostedOp<"compare", [Pure, SameTypeOperands, Mega_InferShape]> {
+  let summary = "elementwise comparison, giving i1";
+  let description = [{
+    Compares two tensors of the same type elementwise; the result has their shape (and
+    encoding) with element type i1.
+
+    ```mlir
+    %m = mega.compare lt %x, %y : tensor<4x8xf32>
+    ```
+  }];
+  let arguments = (ins Mega_ComparePredicate:$predicate, Mega_NumTensor:$lhs,
+                       Mega_NumTensor:$rhs);
+  let results = (outs Mega_BoolTensor:$result);
+  let assemblyFormat = "$predicate $lhs `,` $rhs attr-dict `:` type($lhs)";
+}
+
+def Mega_NotOp : Mega_UnaryOp<"not", "logical negation", Mega_BoolTensor>;
+def Mega_AndOp : Mega_BinaryOp<"and", "logical and", Mega_BoolTensor>;
+def Mega_OrOp : Mega_BinaryOp<"or", "logical or", Mega_BoolTensor>;
+
+def Mega_WhereOp : Mega_CostedOp<"where",
+    [Pure, AllTypesMatch<["true_value", "false_value", "result"]>]> {
+  let summary = "elementwise select";
+  let description = [{
+    `result[i] = cond[i] ? true_value[i] : false_value[i]`; all three have the same shape.
+
+    ```mlir
+    %y = mega.where %mask, %x, %neg_inf : tensor<8x8xi1>, tensor<8x8xf32>
+    ```
+  }];
+  let arguments = (ins Mega_BoolTensor:$cond, Mega_Tensor:$true_value, Mega_Tensor:$false_value);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat =
+      "$cond `,` $true_value `,` $false_value attr-dict `:` type($cond) `,` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Low level: contraction, indexing, reduction, shape
+//===----------------------------------------------------------------------===//
+
+def Mega_MatmulOp : Mega_CostedOp<"matmul", [Pure, Mega_InferShape],
+    ["getFlops", "getMatmulFlops"]> {
+  let summary = "batched matrix product with broadcasting batch dims";
+  let description = [{
+    `[..., m, k] x [..., k, n] -> [..., m, n]`, both operands of rank >= 2; batch dims
+    broadcast as in numpy. Element types match.
+
+    ```mlir
+    %s = mega.matmul %q, %kt : tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$lhs, Mega_FloatTensor:$rhs);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)";
+}
+
+def Mega_GatherOp : Mega_CostedOp<"gather", [Pure, Mega_InferShape], ["getFlops"]> {
+  let summary = "gather slices of `data` along `axis` (ONNX Gather)";
+  let description = [{
+    Result shape `data.shape[:axis] + indices.shape + data.shape[axis+1:]`.
+
+    ```mlir
+    %r = mega.gather %table[%ids] axis 0 : tensor<128x64xf32>, tensor<2x8xi64> -> tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$data, Mega_IntTensor:$indices, I64Attr:$axis);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$data `[` $indices `]` `axis` $axis attr-dict `:` type($data) `,` "
+                       "type($indices) `->` type($result)";
+}
+
+def Mega_ReduceOp : Mega_CostedOp<"reduce", [Pure, Mega_InferShape], ["getFlops"]> {
+  let summary = "reduce over axes (sum, mean, max, min)";
+  let description = [{
+    Reduces `input` over the listed axes (unique, in range); with `keep_dims` the reduced
+    axes stay as size 1.
+
+    ```mlir
+    %m = mega.reduce mean %x over [2] keep_dims : tensor<2x8x64xf32> -> tensor<2x8x1xf32>
+    ```
+  }];
+  let arguments = (ins Mega_ReduceKind:$kind, Mega_NumTensor:$input,
+                       DenseI64ArrayAttr:$axes, UnitAttr:$keep_dims);
+  let results = (outs Mega_NumTensor:$result);
+  let assemblyFormat = "$kind $input `over` $axes (`keep_dims` $keep_dims^)? attr-dict `:` "
+                       "type($input) `->` type($result)";
+}
+
+def Mega_SoftmaxOp : Mega_CostedOp<"softmax", [Pure, SameOperandsAndResultType],
+    ["getFlops"]> {
+  let summary = "softmax along one axis";
+  let description = [{
+    `exp(x - max(x)) / sum(exp(x - max(x)))` along `axis` (negative counts from the end).
+
+    ```mlir
+    %p = mega.softmax %s axis -1 : tensor<2x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$input, I64Attr:$axis);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$input `axis` $axis attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Mega_ReshapeOp : Mega_CostedOp<"reshape", [Pure], ["getFlops"]> {
+  let summary = "reshape to the same number of elements";
+  let description = [{
+    Row-major reinterpretation; element types match and element counts are equal.
+
+    ```mlir
+    %h = mega.reshape %x : tensor<2x8x64xf32> -> tensor<2x8x4x16xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Mega_TransposeOp : Mega_CostedOp<"transpose", [Pure, Mega_InferShape], ["getFlops"]> {
+  let summary = "permute dims";
+  let description = [{
+    `result.shape[i] = input.shape[perm[i]]`; `perm` is a permutation of the dims.
+
+    ```mlir
+    %t = mega.transpose %x [0, 2, 1, 3] : tensor<2x8x4x16xf32> -> tensor<2x4x8x16xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input, DenseI64ArrayAttr:$perm);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$input $perm attr-dict `:` type($input) `->` type($result)";
+}
+
+def Mega_SliceOp : Mega_CostedOp<"slice", [Pure, Mega_InferShape], ["getFlops"]> {
+  let summary = "static strided slice";
+  let description = [{
+    Per dim, elements `starts[d], starts[d] + strides[d], ...` below `limits[d]`;
+    `0 <= starts <= limits <= size`, strides >= 1.
+
+    ```mlir
+    %q = mega.slice %qkv [0, 0, 0] to [2, 8, 64] step [1, 1, 1]
+        : tensor<2x8x192xf32> -> tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input, DenseI64ArrayAttr:$starts,
+                       DenseI64ArrayAttr:$limits, DenseI64ArrayAttr:$strides);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$input $starts `to` $limits `step` $strides attr-dict `:` type($input) "
+                       "`->` type($result)";
+}
+
+def Mega_ConcatOp : Mega_CostedOp<"concat", [Pure, SameOperandsElementType,
+    Mega_InferShape], ["getFlops"]> {
+  let summary = "concatenate along an axis";
+  let description = [{
+    All inputs have the same rank and sizes except along `axis`.
+
+    ```mlir
+    %c = mega.concat %a, %b axis 1 : (tensor<2x3xf32>, tensor<2x5xf32>) -> tensor<2x8xf32>
+    ```
+  }];
+  let arguments = (ins Variadic<Mega_Tensor>:$inputs, I64Attr:$axis);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$inputs `axis` $axis attr-dict `:` functional-type($inputs, $result)";
+}
+
+def Mega_BroadcastOp : Mega_CostedOp<"broadcast", [Pure], ["getFlops"]> {
+  let summary = "numpy-style broadcast to a larger shape";
+  let description = [{
+    Aligns shapes from the right; each input dim equals the result dim or is 1. The only way
+    shapes grow implicitly elsewhere (ONNX, the DSL's `x + b`) is through this op.
+
+    ```mlir
+    %b2 = mega.broadcast %b : tensor<64xf32> -> tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Mega_CastOp : Mega_CostedOp<"cast", [Pure]> {
+  let summary = "convert element type";
+  let description = [{
+    Same shape, another element type (float <-> float rounds to nearest even; float -> int
+    truncates toward zero; i1 -> number gives 0 or 1).
+
+    ```mlir
+    %h = mega.cast %x : tensor<2x8x64xf32> -> tensor<2x8x64xbf16>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Coarse ops: where the parallelism lives
+//===----------------------------------------------------------------------===//
+
+def Mega_LinearOp : Mega_CostedOp<"linear", [Pure, Mega_InferShape],
+    ["getFlops", "getMatmulFlops"]> {
+  let summary = "affine map x W^T + b (PyTorch's nn.Linear)";
+  let description = [{
+    `input [..., in]`, `weight [out, in]` (PyTorch's and Megatron's layout), optional
+    `bias [out]` -> `[..., out]`. Splitting `weight` on dim 0 is Megatron's column-parallel
+    linear, on dim 1 its row-parallel linear.
+
+    ```mlir
+    %y = mega.linear %x, %w, %b : (tensor<2x8x64xf32>, tensor<256x64xf32>, tensor<256xf32>) -> tensor<2x8x256xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$input, Mega_FloatTensor:$weight,
+                       Optional<Mega_FloatTensor>:$bias);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $weight (`,` $bias^)? attr-dict `:` "
+                       "functional-type(operands, results)";
+}
+
+def Mega_EmbeddingOp : Mega_CostedOp<"embedding", [Pure, Mega_InferShape], ["getFlops"]> {
+  let summary = "look up rows of a table by token id";
+  let description = [{
+    `table [V, h]`, `ids [...]` (i32 or i64, in [0, V)) -> `[..., h]`. Splitting the table on
+    dim 0 is Megatron's vocab-parallel embedding.
+
+    ```mlir
+    %e = mega.embedding %wte[%ids] : tensor<128x64xf32>, tensor<2x8xi64> -> tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$table, Mega_IntTensor:$ids);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$table `[` $ids `]` attr-dict `:` type($table) `,` type($ids) `->` "
+                       "type($result)";
+}
+
+def Mega_LayerNormOp : Mega_CostedOp<"layer_norm", [Pure, AllTypesMatch<["input", "result"]>],
+    ["getFlops"]> {
+  let summary = "layer normalization over the last dim";
+  let description = [{
+    `(x - mean) / sqrt(var + epsilon) * weight + bias` with the biased variance over the last
+    dim; `weight` and the optional `bias` have shape `[h]`. Statistics are computed in at least
+    fp32 whatever the storage type.
+
+    ```mlir
+    %y = mega.layer_norm %x, %g, %b eps 1.0e-05 : (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$input, Mega_FloatTensor:$weight,
+                       Optional<Mega_FloatTensor>:$bias,
+                       DefaultValuedAttr<F64Attr, "1.0e-5">:$epsilon);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $weight (`,` $bias^)? `eps` $epsilon attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mega_RmsNormOp : Mega_CostedOp<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>],
+    ["getFlops"]> {
+  let summary = "root-mean-square normalization over the last dim";
+  let description = [{
+    `x / sqrt(mean(x^2) + epsilon) * weight` over the last dim; `weight` has shape `[h]`.
+
+    ```mlir
+    %y = mega.rms_norm %x, %g eps 1.0e-06 : (tensor<2x8x64xf32>, tensor<64xf32>) -> tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$input, Mega_FloatTensor:$weight,
+                       DefaultValuedAttr<F64Attr, "1.0e-6">:$epsilon);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $weight `eps` $epsilon attr-dict `:` "
+                       "functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Mega_AttentionOp : Mega_CostedOp<"attention", [Pure, Mega_InferShape],
+    ["getFlops", "getMatmulFlops"]> {
+  let summary = "scaled dot-product attention over heads";
+  let description = [{
+    `query [b, s, h, d]`, `key [b, t, hk, d]`, `value [b, t, hk, dv]` -> `[b, s, h, dv]`:
+    `softmax(scale * q k^T + mask) v` per head, with `scale` = 1/sqrt(d) unless given. Key/value
+    heads `hk` divide `h` (grouped-query attention when hk < h). `causal` masks key positions
+    after the query's (query i sees keys j <= i + t - s). The optional additive `mask` (padding
+    mask, relative position bias) broadcasts to `[b, h, s, t]`. Splitting the heads dim is
+    Megatron's head-parallel attention.
+
+    ```mlir
+    %o = mega.attention %q, %k, %v causal : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xf32>
+    %o2 = mega.attention %q, %k, %v mask %m : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x1x1x8xf32>) -> tensor<2x8x4x16xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$query, Mega_FloatTensor:$key, Mega_FloatTensor:$value,
+                       Optional<Mega_FloatTensor>:$mask, UnitAttr:$causal,
+                       OptionalAttr<F64Attr>:$scale);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$query `,` $key `,` $value (`mask` $mask^)? (`causal` $causal^)? "
+                       "attr-dict `:` functional-type(operands, results)";
+}
+
+def Mega_GeluOp : Mega_CostedOp<"gelu", [Pure, SameOperandsAndResultType], ["getFlops"]> {
+  let summary = "Gaussian error linear unit";
+  let description = [{
+    `none`: `x * 0.5 * (1 + erf(x / sqrt(2)))`; `tanh`:
+    `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`.
+
+    ```mlir
+    %y = mega.gelu none %x : tensor<2x8x256xf32>
+    ```
+  }];
+  let arguments = (ins Mega_GeluApproximation:$approximation, Mega_FloatTensor:$input);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$approximation $input attr-dict `:` type($result)";
+}
+
+def Mega_CrossEntropyOp : Mega_CostedOp<"cross_entropy", [Pure, Mega_InferShape],
+    ["getFlops"]> {
+  let summary = "per-token softmax cross-entropy";
+  let description = [{
+    `logits [..., V]`, `labels [...]` (i32/i64) -> per-token loss `[...]`
+    `logsumexp(logits) - logits[label]`, in the logits' element type. Tokens whose label is
+    `ignore_index` get loss 0. Reduction to a mean is a separate op, so that gradient
+    accumulation can average over the global batch. Splitting V is Megatron's vocab-parallel
+    cross-entropy (max and sum all-reduces; no rank holds full logits).
+
+    ```mlir
+    %l = mega.cross_entropy %logits, %labels : tensor<2x8x128xf32>, tensor<2x8xi64> -> tensor<2x8xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$logits, Mega_IntTensor:$labels,
+                       OptionalAttr<I64Attr>:$ignore_index);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$logits `,` $labels attr-dict `:` type($logits) `,` type($labels) `->` "
+                       "type($result)";
+}
+
+def Mega_DropoutOp : Mega_CostedOp<"dropout", [Pure, AllTypesMatch<["input", "result"]>],
+    ["getFlops"]> {
+  let summary = "seeded, layout-independent dropout";
+  let description = [{
+    Zeroes each element with probability `ratio` and scales the rest by 1/(1 - ratio). Whether
+    element i is dropped is a hash of (`seed`, `stream`, the element's global index), so the
+    same elements drop however the tensor is split. `seed` is a 0-d i64 tensor (the run seed
+    mixed with the step); `stream` tells dropout sites apart.
+
+    ```mlir
+    %y = mega.dropout %x, %seed ratio 1.0e-01 stream 3 : tensor<2x8x64xf32>, tensor<i64>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$input, Mega_ScalarI64:$seed, F64Attr:$ratio,
+                       I64Attr:$stream);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $seed `ratio` $ratio `stream` $stream attr-dict `:` "
+                       "type($input) `,` type($seed)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+def Mega_AdamWUpdateOp : Mega_CostedOp<"adamw_update", [Pure, Mega_InferShape],
+    ["getFlops"]> {
+  let summary = "one AdamW step for one parameter (torch.optim.AdamW)";
+  let description = [{
+    With t = `step` (>= 1) and lr = `lr`:
+    `m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p = p - lr wd p - lr (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps)`.
+    Returns the new parameter, first and second moments; all four tensors share one shape.
+
+    ```mlir
+    %p2, %m2, %v2 = mega.adamw_update %p, %g, %m, %v, %lr, %step
+        {beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.1}
+        : (tensor<64x64xf32>, tensor<64x64xf32>, tensor<64x64xf32>, tensor<64x64xf32>, tensor<f32>, tensor<i64>)
+        -> (tensor<64x64xf32>, tensor<64x64xf32>, tensor<64x64xf32>)
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$param, Mega_FloatTensor:$grad,
+                       Mega_FloatTensor:$exp_avg, Mega_FloatTensor:$exp_avg_sq,
+                       Mega_ScalarFloat:$lr, Mega_ScalarI64:$step,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps, F64Attr:$weight_decay);
+  let results = (outs Mega_FloatTensor:$new_param, Mega_FloatTensor:$new_exp_avg,
+                      Mega_FloatTensor:$new_exp_avg_sq);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+}
+
+def Mega_GlobalNormOp : Mega_CostedOp<"global_norm", [Pure, Mega_InferShape],
+    ["getFlops"]> {
+  let summary = "L2 norm of all elements of all inputs";
+  let description = [{
+    `sqrt(sum_i sum(x_i^2))`, accumulated in f64 for f64 inputs and f32 otherwise; the
+    result is a 0-d tensor of that type.
+
+    ```mlir
+    %n = mega.global_norm %g0, %g1 : (tensor<64x64xf32>, tensor<64xf32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins Variadic<Mega_FloatTensor>:$inputs);
+  let results = (outs Mega_ScalarFloat:$result);
+  let assemblyFormat = "$inputs attr-dict `:` functional-type($inputs, $result)";
+  let hasVerifier = 1;
+}
+
+def Mega_ClipByNormOp : Mega_CostedOp<"clip_by_norm",
+    [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "scale a gradient so the global norm is at most max_norm";
+  let description = [{
+    `x * min(1, max_norm / (norm + 1e-6))` where `norm` is a `global_norm` result (PyTorch's
+    clip_grad_norm_ and Megatron's clip_grads).
+
+    ```mlir
+    %c = mega.clip_by_norm %g, %n max 1.0 : tensor<64x64xf32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$input, Mega_ScalarFloat:$norm, F64Attr:$max_norm);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $norm `max` $max_norm attr-dict `:` type($input) `,` type($norm)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Distribution: collectives, pipeline transfers, reshard
+//===----------------------------------------------------------------------===//
+
+class Mega_CollectiveOp<string mnemonic, list<Trait> traits = []>
+    : Mega_CostedOp<mnemonic, !listconcat([Pure], traits)>;
+
+def Mega_AllReduceOp : Mega_CollectiveOp<"all_reduce", [SameOperandsAndResultType]> {
+  let summary = "reduce a per-device tensor over the devices of some mesh axes";
+  let description = [{
+    Every device in the group spanned by `axes` (the devices whose coordinates differ only on
+    those axes) gets the reduction of all their inputs. Operates on local shapes.
+
+    ```mlir
+    %s = mega.all_reduce sum %x on #mega.mesh<dp = 2, tp = 4> axes [tp] : tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_ReduceKind:$kind, Mega_NumTensor:$input, Mega_MeshAttr:$mesh,
+                       StrArrayAttr:$axes);
+  let results = (outs Mega_NumTensor:$result);
+  let assemblyFormat = "$kind $input `on` $mesh `axes` $axes attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Mega_AllGatherOp : Mega_CollectiveOp<"all_gather", [Mega_InferShape]> {
+  let summary = "concatenate per-device tensors along a dim over some mesh axes";
+  let description = [{
+    The result's `dim` is the input's times the group size; pieces are ordered by the
+    devices' index in the group (major axis first).
+
+    ```mlir
+    %g = mega.all_gather %x on #mega.mesh<tp = 4> axes [tp] dim 1 : tensor<2x8x16xf32> -> tensor<2x32x16xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input, Mega_MeshAttr:$mesh, StrArrayAttr:$axes,
+                       I64Attr:$dim);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$input `on` $mesh `axes` $axes `dim` $dim attr-dict `:` type($input) "
+                       "`->` type($result)";
+}
+
+def Mega_ReduceScatterOp : Mega_CollectiveOp<"reduce_scatter", [Mega_InferShape]> {
+  let summary = "reduce over some mesh axes, each device keeping one slice along a dim";
+  let description = [{
+    The input's `dim` is divisible by the group size; device i of the group gets slice i of
+    the reduction.
+
+    ```mlir
+    %r = mega.reduce_scatter sum %x on #mega.mesh<tp = 4> axes [tp] dim 1 : tensor<2x32x16xf32> -> tensor<2x8x16xf32>
+    ```
+  }];
+  let arguments = (ins Mega_ReduceKind:$kind, Mega_NumTensor:$input, Mega_MeshAttr:$mesh,
+                       StrArrayAttr:$axes, I64Attr:$dim);
+  let results = (outs Mega_NumTensor:$result);
+  let assemblyFormat = "$kind $input `on` $mesh `axes` $axes `dim` $dim attr-dict `:` "
+                       "type($input) `->` type($result)";
+}
+
+def Mega_AllToAllOp : Mega_CollectiveOp<"all_to_all", [Mega_InferShape]> {
+  let summary = "split along one dim, exchange, concatenate along another";
+  let description = [{
+    Each device splits its input into group-size pieces along `split_dim`, sends piece i to
+    device i of the group, and concatenates what it receives along `concat_dim`.
+
+    ```mlir
+    %a = mega.all_to_all %x on #mega.mesh<tp = 4> axes [tp] split 2 concat 1 : tensor<2x8x64xf32> -> tensor<2x32x16xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input, Mega_MeshAttr:$mesh, StrArrayAttr:$axes,
+                       I64Attr:$split_dim, I64Attr:$concat_dim);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$input `on` $mesh `axes` $axes `split` $split_dim `concat` $concat_dim "
+                       "attr-dict `:` type($input) `->` type($result)";
+}
+
+def Mega_SendOp : Mega_CostedOp<"send", [MemoryEffects<[MemWrite]>], ["getFlops"]> {
+  let summary = "send a tensor to the device `shift` steps along a mesh axis";
+  let description = [{
+    Point-to-point transfer between pipeline stages: the peer is this device with its
+    coordinate on `axis` moved by `shift` (non-zero, the peer inside the mesh). The matching
+    `recv` on the peer has the opposite shift and the same `tag`.
+
+    ```mlir
+    mega.send %act on #mega.mesh<pp = 4, tp = 2> along pp shift 1 tag 7 : tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input, Mega_MeshAttr:$mesh, StrAttr:$axis, I64Attr:$shift,
+                       I64Attr:$tag);
+  let assemblyFormat = "$input `on` $mesh `along` $axis `shift` $shift `tag` $tag attr-dict `:` "
+                       "type($input)";
+  let hasVerifier = 1;
+}
+
+def Mega_RecvOp : Mega_CostedOp<"recv", [MemoryEffects<[MemRead]>], ["getFlops"]> {
+  let summary = "receive a tensor from the device `shift` steps along a mesh axis";
+  let description = [{
+    The counterpart of `send`: the peer's coordinate on `axis` is this device's plus `shift`.
+
+    ```mlir
+    %act = mega.recv on #mega.mesh<pp = 4, tp = 2> along pp shift -1 tag 7 : tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_MeshAttr:$mesh, StrAttr:$axis, I64Attr:$shift, I64Attr:$tag);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "`on` $mesh `along` $axis `shift` $shift `tag` $tag attr-dict `:` "
+                       "type($result)";
+  let hasVerifier = 1;
+}
+
+def Mega_ReshardOp : Mega_CostedOp<"reshard", [Pure], ["getFlops"]> {
+  let summary = "change a tensor's sharding";
+  let description = [{
+    The only op that changes a layout: same global shape and element type, another
+    `#mega.sharding` encoding (or none, meaning replicated). spmdize lowers it to the cheapest
+    collective (all_gather, reduce_scatter, all_reduce, all_to_all) or to nothing.
+
+    ```mlir
+    #mesh = #mega.mesh<tp = 4>
+    %r = mega.reshard %x : tensor<8x64xf32, #mega.sharding<#mesh, [[], [tp]]>> -> tensor<8x64xf32, #mega.sharding<#mesh, [[], []]>>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+#endif // MEGA_OPS_TD

@@ -1,0 +1,243 @@
+// Shape rules of the mega ops, in plain C++.
+#include "ir/ShapeRules.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace mega::shape {
+
+std::string str(Dims shape) {
+  std::ostringstream os;
+  os << '[';
+  for (size_t i = 0; i < shape.size(); ++i)
+    os << (i ? ", " : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+int64_t numElements(Dims shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+std::optional<int64_t> normalizeAxis(int64_t axis, int64_t rank) {
+  if (axis < -rank || axis >= rank)
+    return std::nullopt;
+  return axis < 0 ? axis + rank : axis;
+}
+
+Result broadcast(Dims a, Dims b) {
+  size_t rank = std::max(a.size(), b.size());
+  Shape out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return Result::fail("shapes " + str(a) + " and " + str(b) +
+                          " do not broadcast (dim " + std::to_string(i) + ": " +
+                          std::to_string(da) + " vs " + std::to_string(db) + ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return {out, {}};
+}
+
+std::string checkBroadcastsTo(Dims from, Dims to) {
+  if (from.size() > to.size())
+    return "cannot broadcast " + str(from) + " to lower rank " + str(to);
+  size_t offset = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[i + offset])
+      return "cannot broadcast " + str(from) + " to " + str(to) + " (dim " +
+             std::to_string(i) + " is " + std::to_string(from[i]) + ", not 1 or " +
+             std::to_string(to[i + offset]) + ")";
+  return {};
+}
+
+Result matmul(Dims lhs, Dims rhs) {
+  if (lhs.size() < 2 || rhs.size() < 2)
+    return Result::fail("matmul operands need rank >= 2, got " + str(lhs) + " and " + str(rhs));
+  int64_t k = lhs.back(), k2 = rhs[rhs.size() - 2];
+  if (k != k2)
+    return Result::fail("matmul contraction dims differ: " + str(lhs) + " has k = " +
+                        std::to_string(k) + ", " + str(rhs) + " has k = " + std::to_string(k2));
+  Result batch = broadcast(lhs.subspan(0, lhs.size() - 2), rhs.subspan(0, rhs.size() - 2));
+  if (!batch.ok())
+    return Result::fail("matmul batch dims: " + batch.error);
+  batch.shape.push_back(lhs[lhs.size() - 2]);
+  batch.shape.push_back(rhs.back());
+  return batch;
+}
+
+Result gather(Dims data, Dims indices, int64_t axis) {
+  auto a = normalizeAxis(axis, data.size());
+  if (!a)
+    return Result::fail("gather axis " + std::to_string(axis) + " is out of range for " +
+                        str(data));
+  Shape out(data.begin(), data.begin() + *a);
+  out.insert(out.end(), indices.begin(), indices.end());
+  out.insert(out.end(), data.begin() + *a + 1, data.end());
+  return {out, {}};
+}
+
+Result reduce(Dims input, Dims axes, bool keepDims) {
+  if (axes.empty())
+    return Result::fail("reduce needs at least one axis");
+  std::vector<bool> reduced(input.size(), false);
+  for (int64_t axis : axes) {
+    auto a = normalizeAxis(axis, input.size());
+    if (!a)
+      return Result::fail("reduce axis " + std::to_string(axis) + " is out of range for " +
+                          str(input));
+    if (reduced[*a])
+      return Result::fail("reduce axis " + std::to_string(axis) + " is listed twice");
+    reduced[*a] = true;
+  }
+  Shape out;
+  for (size_t i = 0; i < input.size(); ++i) {
+    if (!reduced[i])
+      out.push_back(input[i]);
+    else if (keepDims)
+      out.push_back(1);
+  }
+  return {out, {}};
+}
+
+Result transpose(Dims input, Dims perm) {
+  if (perm.size() != input.size())
+    return Result::fail("transpose permutation " + str(perm) + " has " +
+                        std::to_string(perm.size()) + " entries for rank " +
+                        std::to_string(input.size()));
+  std::vector<bool> seen(input.size(), false);
+  Shape out;
+  for (int64_t p : perm) {
+    if (p < 0 || p >= (int64_t)input.size() || seen[p])
+      return Result::fail("transpose permutation " + str(perm) + " is not a permutation of 0.." +
+                          std::to_string(input.size() - 1));
+    seen[p] = true;
+    out.push_back(input[p]);
+  }
+  return {out, {}};
+}
+
+Result slice(Dims input, Dims starts, Dims limits, Dims strides) {
+  size_t rank = input.size();
+  if (starts.size() != rank || limits.size() != rank || strides.size() != rank)
+    return Result::fail("slice starts/limits/strides need " + std::to_string(rank) +
+                        " entries each for " + str(input));
+  Shape out;
+  for (size_t d = 0; d < rank; ++d) {
+    if (strides[d] < 1)
+      return Result::fail("slice stride " + std::to_string(strides[d]) + " on dim " +
+                          std::to_string(d) + " must be >= 1");
+    if (starts[d] < 0 || starts[d] > limits[d] || limits[d] > input[d])
+      return Result::fail("slice dim " + std::to_string(d) + " needs 0 <= start (" +
+                          std::to_string(starts[d]) + ") <= limit (" +
+                          std::to_string(limits[d]) + ") <= size (" + std::to_string(input[d]) +
+                          ")");
+    out.push_back((limits[d] - starts[d] + strides[d] - 1) / strides[d]);
+  }
+  return {out, {}};
+}
+
+Result concat(const std::vector<Shape> &inputs, int64_t axis) {
+  if (inputs.empty())
+    return Result::fail("concat needs at least one input");
+  const Shape &first = inputs.front();
+  auto a = normalizeAxis(axis, first.size());
+  if (!a)
+    return Result::fail("concat axis " + std::to_string(axis) + " is out of range for " +
+                        str(first));
+  Shape out = first;
+  out[*a] = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Shape &s = inputs[i];
+    if (s.size() != first.size())
+      return Result::fail("concat input " + std::to_string(i) + " " + str(s) +
+                          " has another rank than " + str(first));
+    for (size_t d = 0; d < s.size(); ++d)
+      if ((int64_t)d != *a && s[d] != first[d])
+        return Result::fail("concat input " + std::to_string(i) + " " + str(s) +
+                            " differs from " + str(first) + " on dim " + std::to_string(d) +
+                            ", which is not the concat axis");
+    out[*a] += s[*a];
+  }
+  return {out, {}};
+}
+
+Result linear(Dims input, Dims weight, std::optional<Shape> bias) {
+  if (input.empty())
+    return Result::fail("linear input must have rank >= 1");
+  if (weight.size() != 2)
+    return Result::fail("linear weight must be [out, in], got " + str(weight));
+  if (weight[1] != input.back())
+    return Result::fail("linear weight " + str(weight) + " expects in = " +
+                        std::to_string(weight[1]) + " but the input " + str(input) +
+                        " has last dim " + std::to_string(input.back()));
+  if (bias && (bias->size() != 1 || (*bias)[0] != weight[0]))
+    return Result::fail("linear bias " + str(*bias) + " must be [" + std::to_string(weight[0]) +
+                        "] to match weight " + str(weight));
+  Shape out(input.begin(), input.end());
+  out.back() = weight[0];
+  return {out, {}};
+}
+
+Result embedding(Dims table, Dims ids) {
+  if (table.size() != 2)
+    return Result::fail("embedding table must be [vocab, hidden], got " + str(table));
+  Shape out(ids.begin(), ids.end());
+  out.push_back(table[1]);
+  return {out, {}};
+}
+
+std::string checkNormParams(const char *op, Dims input, Dims weight, std::optional<Shape> bias) {
+  if (input.empty())
+    return std::string(op) + " input must have rank >= 1";
+  Shape expected{input.back()};
+  if (weight.size() != 1 || weight[0] != input.back())
+    return std::string(op) + " weight " + str(weight) + " must be " + str(expected) +
+           " to match the last dim of " + str(input);
+  if (bias && (bias->size() != 1 || (*bias)[0] != input.back()))
+    return std::string(op) + " bias " + str(*bias) + " must be " + str(expected) +
+           " to match the last dim of " + str(input);
+  return {};
+}
+
+Result attention(Dims q, Dims k, Dims v, std::optional<Shape> mask) {
+  if (q.size() != 4 || k.size() != 4 || v.size() != 4)
+    return Result::fail("attention query/key/value must be [batch, seq, heads, head_dim], got " +
+                        str(q) + ", " + str(k) + ", " + str(v));
+  if (k[0] != q[0] || v[0] != q[0])
+    return Result::fail("attention batch sizes differ: query " + str(q) + ", key " + str(k) +
+                        ", value " + str(v));
+  if (k[1] != v[1] || k[2] != v[2])
+    return Result::fail("attention key " + str(k) + " and value " + str(v) +
+                        " differ in sequence length or heads");
+  if (k[3] != q[3])
+    return Result::fail("attention query " + str(q) + " and key " + str(k) +
+                        " differ in head_dim");
+  if (k[2] < 1 || q[2] % k[2] != 0)
+    return Result::fail("attention key/value heads (" + std::to_string(k[2]) +
+                        ") must divide query heads (" + std::to_string(q[2]) + ")");
+  if (mask) {
+    Shape scores{q[0], q[2], q[1], k[1]};
+    std::string why = checkBroadcastsTo(*mask, scores);
+    if (!why.empty())
+      return Result::fail("attention mask must broadcast to [batch, heads, seq, kv_seq] = " +
+                          str(scores) + ": " + why);
+  }
+  return {{q[0], q[1], q[2], v[3]}, {}};
+}
+
+Result crossEntropy(Dims logits, Dims labels) {
+  if (logits.empty())
+    return Result::fail("cross_entropy logits must have rank >= 1");
+  if (labels.size() + 1 != logits.size() ||
+      !std::equal(labels.begin(), labels.end(), logits.begin()))
+    return Result::fail("cross_entropy labels " + str(labels) + " must be the logits " +
+                        str(logits) + " without the vocab dim");
+  return {Shape(labels.begin(), labels.end()), {}};
+}
+
+} // namespace mega::shape

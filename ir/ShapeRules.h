@@ -1,0 +1,48 @@
+// Shape rules of the mega ops, in plain C++: shared by the op verifiers and the graph DSL.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mega::shape {
+
+using Shape = std::vector<int64_t>;
+using Dims = std::span<const int64_t>;
+
+/// A result shape, or why there is none (a message without location, naming the op).
+struct Result {
+  Shape shape;
+  std::string error;
+  bool ok() const { return error.empty(); }
+  static Result fail(std::string message) { return {{}, std::move(message)}; }
+};
+
+/// "[2, 8, 64]".
+std::string str(Dims shape);
+int64_t numElements(Dims shape);
+/// Maps a possibly negative axis into [0, rank), or nullopt when out of range.
+std::optional<int64_t> normalizeAxis(int64_t axis, int64_t rank);
+
+/// numpy broadcasting of two shapes.
+Result broadcast(Dims a, Dims b);
+/// Empty when `from` broadcasts to `to` (aligned from the right), else why not.
+std::string checkBroadcastsTo(Dims from, Dims to);
+
+Result matmul(Dims lhs, Dims rhs);
+Result gather(Dims data, Dims indices, int64_t axis);
+Result reduce(Dims input, Dims axes, bool keepDims);
+Result transpose(Dims input, Dims perm);
+Result slice(Dims input, Dims starts, Dims limits, Dims strides);
+Result concat(const std::vector<Shape> &inputs, int64_t axis);
+
+Result linear(Dims input, Dims weight, std::optional<Shape> bias);
+Result embedding(Dims table, Dims ids);
+/// Empty when `weight` (and `bias`) fit a norm over the last dim of `input`.
+std::string checkNormParams(const char *op, Dims input, Dims weight, std::optional<Shape> bias);
+Result attention(Dims query, Dims key, Dims value, std::optional<Shape> mask);
+Result crossEntropy(Dims logits, Dims labels);
+
+} // namespace mega::shape

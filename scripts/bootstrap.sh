@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs every system package megac needs on Debian 12, idempotently; says what it installs.
+set -euo pipefail
+
+# One line per package, grouped by what needs it.
+PACKAGES=(
+  # toolchain
+  g++ make cmake ninja-build ccache python3
+  # compiler: MLIR/LLVM 22 (lit, FileCheck and not come with llvm-22-tools)
+  libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
+  # unit tests
+  libgtest-dev googletest
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ "${1:-}" = "--check" ]; then
+  if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
+  echo "bootstrap: missing packages: ${missing[*]}"
+  exit 1
+fi
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "bootstrap: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "bootstrap: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "bootstrap: done"
