@@ -1,0 +1,704 @@
+// The graph DSL: builds mega IR, checking shapes with ir/ShapeRules before each op is made.
+#include "frontends/dsl/GraphBuilder.h"
+
+#include "ir/MegaOps.h"
+#include "ir/ShapeRules.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+
+#include <cmath>
+
+using namespace mlir;
+namespace rules = mega::shape;
+
+namespace megac::dsl {
+
+const char *dtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::f64: return "f64";
+  case DType::f32: return "f32";
+  case DType::bf16: return "bf16";
+  case DType::f16: return "f16";
+  case DType::i64: return "i64";
+  case DType::i32: return "i32";
+  case DType::i1: return "i1";
+  }
+  return "?";
+}
+
+namespace {
+bool isFloat(DType t) {
+  return t == DType::f64 || t == DType::f32 || t == DType::bf16 || t == DType::f16;
+}
+bool isInt(DType t) { return t == DType::i64 || t == DType::i32; }
+rules::Dims dims(const Shape &s) { return {s.data(), s.size()}; }
+} // namespace
+
+struct GraphBuilder::Impl {
+  GraphBuilder &self;
+  MLIRContext &ctx;
+  OpBuilder b;
+  OwningOpRef<ModuleOp> module;
+  func::FuncOp func;
+  std::vector<std::string> scopes;
+  std::vector<Type> argTypes;
+  std::vector<DictionaryAttr> argAttrs;
+  std::vector<Value> outputs;
+  std::vector<DictionaryAttr> outputAttrs;
+  std::vector<std::string> argNames;
+  std::string error;
+
+  Impl(GraphBuilder &self, MLIRContext &ctx, std::string_view name)
+      : self(self), ctx(ctx), b(&ctx) {
+    ctx.loadDialect<mega::MegaDialect, func::FuncDialect>();
+    module = ModuleOp::create(UnknownLoc::get(&ctx));
+    b.setInsertionPointToEnd(module->getBody());
+    func = func::FuncOp::create(b, UnknownLoc::get(&ctx), name, b.getFunctionType({}, {}));
+    b.setInsertionPointToEnd(func.addEntryBlock());
+  }
+
+  Type elementType(DType t) {
+    switch (t) {
+    case DType::f64: return b.getF64Type();
+    case DType::f32: return b.getF32Type();
+    case DType::bf16: return b.getBF16Type();
+    case DType::f16: return b.getF16Type();
+    case DType::i64: return b.getI64Type();
+    case DType::i32: return b.getI32Type();
+    case DType::i1: return b.getI1Type();
+    }
+    return {};
+  }
+  RankedTensorType tensorType(const Shape &shape, DType t) {
+    return RankedTensorType::get(shape, elementType(t));
+  }
+
+  /// file:line:col of the DSL call, named by the scope path.
+  Location location(const Loc &loc) {
+    Location fileLoc = FileLineColLoc::get(&ctx, loc.file_name(), loc.line(), loc.column());
+    std::string path = self.scopePath();
+    return path.empty() ? fileLoc : Location(NameLoc::get(StringAttr::get(&ctx, path), fileLoc));
+  }
+
+  void fail(const std::string &message, const Loc &loc) {
+    if (!error.empty())
+      return;
+    std::string file = loc.file_name();
+    std::string path = self.scopePath();
+    error = file + ":" + std::to_string(loc.line()) + ": " +
+            (path.empty() ? "" : "in " + path + ": ") + message;
+  }
+
+  /// True when all tensors are usable; records an error for ones from another builder.
+  bool usable(std::initializer_list<const Tensor *> tensors, const Loc &loc) {
+    if (!error.empty())
+      return false;
+    for (const Tensor *t : tensors) {
+      if (!t->valid()) {
+        fail("an operand is an invalid (default-constructed) tensor", loc);
+        return false;
+      }
+      if (t->builder_ != &self) {
+        fail("an operand belongs to another GraphBuilder", loc);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  Value value(const Tensor &t) { return Value::getFromOpaquePointer(t.value_); }
+
+  Tensor wrap(Value v, const Shape &shape, DType dtype) {
+    Tensor t;
+    t.builder_ = &self;
+    t.value_ = v.getAsOpaquePointer();
+    t.shape_ = shape;
+    t.dtype_ = dtype;
+    return t;
+  }
+  Tensor wrap(Value v, DType dtype) {
+    auto type = mlir::cast<RankedTensorType>(v.getType());
+    return wrap(v, Shape(type.getShape().begin(), type.getShape().end()), dtype);
+  }
+
+  /// Uses a shape rule's answer, or records its error.
+  bool check(const rules::Result &r, const Loc &loc) {
+    if (!r.ok())
+      fail(r.error, loc);
+    return r.ok();
+  }
+  bool check(const std::string &why, const Loc &loc) {
+    if (!why.empty())
+      fail(why, loc);
+    return why.empty();
+  }
+
+  /// Brings `a` and `b` to their common broadcast shape.
+  bool broadcastPair(Tensor &a, Tensor &b, const char *op, const Loc &loc) {
+    if (a.dtype() != b.dtype()) {
+      fail(std::string(op) + ": element types differ (" + dtypeName(a.dtype()) + " vs " +
+               dtypeName(b.dtype()) + "); cast one first",
+           loc);
+      return false;
+    }
+    rules::Result r = rules::broadcast(dims(a.shape()), dims(b.shape()));
+    if (!check(r.ok() ? r : rules::Result::fail(std::string(op) + ": " + r.error), loc))
+      return false;
+    if (a.shape() != r.shape)
+      a = self.broadcast(a, r.shape, loc);
+    if (b.shape() != r.shape)
+      b = self.broadcast(b, r.shape, loc);
+    return error.empty();
+  }
+
+  template <typename OpTy>
+  Tensor binary(Tensor a, Tensor b, const char *op, const Loc &loc, bool floatOnly = false) {
+    if (!usable({&a, &b}, loc) || !broadcastPair(a, b, op, loc))
+      return {};
+    if (floatOnly && !isFloat(a.dtype()))
+      return fail(std::string(op) + " needs floating-point operands", loc), Tensor{};
+    if (a.dtype() == DType::i1)
+      return fail(std::string(op) + " does not take i1 operands", loc), Tensor{};
+    auto op_ = OpTy::create(this->b, location(loc), value(a), value(b));
+    return wrap(op_.getResult(), a.shape(), a.dtype());
+  }
+
+  template <typename OpTy> Tensor unary(const Tensor &x, const char *op, const Loc &loc) {
+    if (!usable({&x}, loc))
+      return {};
+    if (!isFloat(x.dtype()) && !std::is_same_v<OpTy, mega::NegOp>)
+      return fail(std::string(op) + " needs a floating-point operand", loc), Tensor{};
+    auto op_ = OpTy::create(b, location(loc), value(x));
+    return wrap(op_.getResult(), x.shape(), x.dtype());
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Scopes, signature, errors
+//===----------------------------------------------------------------------===//
+
+GraphBuilder::GraphBuilder(MLIRContext &ctx, std::string_view functionName)
+    : impl_(new Impl(*this, ctx, functionName)) {}
+GraphBuilder::~GraphBuilder() { delete impl_; }
+
+GraphBuilder::Scope GraphBuilder::scope(std::string_view name) {
+  impl_->scopes.emplace_back(name);
+  return Scope(this);
+}
+GraphBuilder::Scope::~Scope() {
+  if (builder_)
+    builder_->impl_->scopes.pop_back();
+}
+GraphBuilder::Scope::Scope(Scope &&other) noexcept : builder_(other.builder_) {
+  other.builder_ = nullptr;
+}
+
+std::string GraphBuilder::scopePath() const {
+  std::string path;
+  for (const std::string &s : impl_->scopes)
+    path += (path.empty() ? "" : ".") + s;
+  return path;
+}
+
+bool GraphBuilder::failed() const { return !impl_->error.empty(); }
+const std::string &GraphBuilder::error() const { return impl_->error; }
+void GraphBuilder::fail(std::string message, Loc loc) { impl_->fail(message, loc); }
+
+Tensor GraphBuilder::parameter(std::string_view name, Shape shape, DType dtype, Init init,
+                               Loc loc) {
+  Impl &I = *impl_;
+  if (failed())
+    return {};
+  std::string path = scopePath();
+  std::string full = path.empty() ? std::string(name) : path + "." + std::string(name);
+  if (!isFloat(dtype))
+    return I.fail("parameter " + full + " must have a floating-point type", loc), Tensor{};
+  for (int64_t d : shape)
+    if (d < 1)
+      return I.fail("parameter " + full + " has non-positive dim in " + rules::str(dims(shape)),
+                    loc),
+             Tensor{};
+  for (const std::string &existing : I.argNames)
+    if (existing == full)
+      return I.fail("parameter " + full + " is declared twice", loc), Tensor{};
+  if (init.kind == Init::Kind::normal && !(init.stddev > 0))
+    return I.fail("parameter " + full + " needs a positive init std", loc), Tensor{};
+  auto kind = init.kind == Init::Kind::normal  ? mega::InitKind::normal
+              : init.kind == Init::Kind::zeros ? mega::InitKind::zeros
+                                               : mega::InitKind::ones;
+  auto initAttr = mega::InitAttr::get(&I.ctx, kind, llvm::APFloat(init.stddev));
+  Type type = I.tensorType(shape, dtype);
+  Value arg = I.func.getBody().front().addArgument(type, I.location(loc));
+  I.argTypes.push_back(type);
+  I.argNames.push_back(full);
+  I.argAttrs.push_back(I.b.getDictionaryAttr(
+      {I.b.getNamedAttr(mega::kParamAttr, I.b.getStringAttr(full)),
+       I.b.getNamedAttr(mega::kInitAttr, initAttr)}));
+  return I.wrap(arg, shape, dtype);
+}
+
+Tensor GraphBuilder::input(std::string_view name, Shape shape, DType dtype, Loc loc) {
+  Impl &I = *impl_;
+  if (failed())
+    return {};
+  for (int64_t d : shape)
+    if (d < 1)
+      return I.fail("input " + std::string(name) + " has non-positive dim in " +
+                        rules::str(dims(shape)),
+                    loc),
+             Tensor{};
+  Type type = I.tensorType(shape, dtype);
+  Value arg = I.func.getBody().front().addArgument(type, I.location(loc));
+  I.argTypes.push_back(type);
+  I.argNames.push_back(std::string(name));
+  I.argAttrs.push_back(
+      I.b.getDictionaryAttr({I.b.getNamedAttr(mega::kInputAttr, I.b.getStringAttr(name))}));
+  return I.wrap(arg, shape, dtype);
+}
+
+void GraphBuilder::output(std::string_view name, const Tensor &value, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&value}, loc))
+    return;
+  I.outputs.push_back(I.value(value));
+  I.outputAttrs.push_back(
+      I.b.getDictionaryAttr({I.b.getNamedAttr(mega::kOutputAttr, I.b.getStringAttr(name))}));
+}
+
+Operation *GraphBuilder::finish() {
+  Impl &I = *impl_;
+  if (failed())
+    return nullptr;
+  if (I.outputs.empty()) {
+    I.fail("the graph has no outputs; call output()", Loc::current());
+    return nullptr;
+  }
+  func::ReturnOp::create(I.b, I.func.getLoc(), I.outputs);
+  SmallVector<Type> resultTypes;
+  for (Value v : I.outputs)
+    resultTypes.push_back(v.getType());
+  I.func.setFunctionType(I.b.getFunctionType(I.argTypes, resultTypes));
+  I.func.setAllArgAttrs(I.argAttrs);
+  I.func.setAllResultAttrs(I.outputAttrs);
+
+  // The shape rules ran before each op; this catches what only a verifier sees.
+  std::string diagnostics;
+  {
+    ScopedDiagnosticHandler handler(&I.ctx, [&](Diagnostic &diag) {
+      llvm::raw_string_ostream os(diagnostics);
+      os << diag.getLocation() << ": " << diag.str();
+      return success();
+    });
+    if (mlir::failed(verify(*I.module))) {
+      I.error = "the built graph does not verify: " + diagnostics;
+      return nullptr;
+    }
+  }
+  return I.module.release().getOperation();
+}
+
+//===----------------------------------------------------------------------===//
+// Constants and elementwise
+//===----------------------------------------------------------------------===//
+
+Tensor GraphBuilder::splat(double value, Shape shape, DType dtype, Loc loc) {
+  Impl &I = *impl_;
+  if (failed())
+    return {};
+  RankedTensorType type = I.tensorType(shape, dtype);
+  Attribute element;
+  if (isFloat(dtype))
+    element = FloatAttr::get(type.getElementType(), value);
+  else
+    element = IntegerAttr::get(type.getElementType(), static_cast<int64_t>(value));
+  auto op = mega::ConstantOp::create(I.b, I.location(loc), DenseElementsAttr::get(type, element));
+  return I.wrap(op.getResult(), shape, dtype);
+}
+
+Tensor GraphBuilder::constant(const std::vector<int64_t> &values, Shape shape, DType dtype,
+                              Loc loc) {
+  Impl &I = *impl_;
+  if (failed())
+    return {};
+  if (!isInt(dtype))
+    return I.fail("integer constants need an integer type", loc), Tensor{};
+  if (static_cast<int64_t>(values.size()) != rules::numElements(dims(shape)))
+    return I.fail("constant has " + std::to_string(values.size()) + " values for shape " +
+                      rules::str(dims(shape)),
+                  loc),
+           Tensor{};
+  RankedTensorType type = I.tensorType(shape, dtype);
+  SmallVector<APInt> ints;
+  unsigned width = type.getElementType().getIntOrFloatBitWidth();
+  for (int64_t v : values)
+    ints.emplace_back(width, static_cast<uint64_t>(v), /*isSigned=*/true);
+  auto op = mega::ConstantOp::create(I.b, I.location(loc), DenseElementsAttr::get(type, ints));
+  return I.wrap(op.getResult(), shape, dtype);
+}
+
+Tensor GraphBuilder::add(const Tensor &a, const Tensor &b, Loc loc) {
+  return impl_->binary<mega::AddOp>(a, b, "add", loc);
+}
+Tensor GraphBuilder::sub(const Tensor &a, const Tensor &b, Loc loc) {
+  return impl_->binary<mega::SubOp>(a, b, "sub", loc);
+}
+Tensor GraphBuilder::mul(const Tensor &a, const Tensor &b, Loc loc) {
+  return impl_->binary<mega::MulOp>(a, b, "mul", loc);
+}
+Tensor GraphBuilder::div(const Tensor &a, const Tensor &b, Loc loc) {
+  return impl_->binary<mega::DivOp>(a, b, "div", loc);
+}
+Tensor GraphBuilder::pow(const Tensor &a, const Tensor &b, Loc loc) {
+  return impl_->binary<mega::PowOp>(a, b, "pow", loc, /*floatOnly=*/true);
+}
+Tensor GraphBuilder::minimum(const Tensor &a, const Tensor &b, Loc loc) {
+  return impl_->binary<mega::MinOp>(a, b, "min", loc);
+}
+Tensor GraphBuilder::maximum(const Tensor &a, const Tensor &b, Loc loc) {
+  return impl_->binary<mega::MaxOp>(a, b, "max", loc);
+}
+Tensor GraphBuilder::neg(const Tensor &x, Loc loc) {
+  return impl_->unary<mega::NegOp>(x, "neg", loc);
+}
+Tensor GraphBuilder::exp(const Tensor &x, Loc loc) {
+  return impl_->unary<mega::ExpOp>(x, "exp", loc);
+}
+Tensor GraphBuilder::log(const Tensor &x, Loc loc) {
+  return impl_->unary<mega::LogOp>(x, "log", loc);
+}
+Tensor GraphBuilder::tanh(const Tensor &x, Loc loc) {
+  return impl_->unary<mega::TanhOp>(x, "tanh", loc);
+}
+Tensor GraphBuilder::sqrt(const Tensor &x, Loc loc) {
+  return impl_->unary<mega::SqrtOp>(x, "sqrt", loc);
+}
+Tensor GraphBuilder::relu(const Tensor &x, Loc loc) {
+  return impl_->unary<mega::ReluOp>(x, "relu", loc);
+}
+Tensor GraphBuilder::sigmoid(const Tensor &x, Loc loc) {
+  return impl_->unary<mega::SigmoidOp>(x, "sigmoid", loc);
+}
+
+Tensor GraphBuilder::compare(Compare predicate, const Tensor &a0, const Tensor &b0, Loc loc) {
+  Impl &I = *impl_;
+  Tensor a = a0, b = b0;
+  if (!I.usable({&a, &b}, loc) || !I.broadcastPair(a, b, "compare", loc))
+    return {};
+  auto op = mega::CompareOp::create(I.b, I.location(loc), static_cast<mega::ComparePredicate>(predicate),
+                                    I.value(a), I.value(b));
+  return I.wrap(op.getResult(), a.shape(), DType::i1);
+}
+
+Tensor GraphBuilder::where(const Tensor &cond0, const Tensor &a0, const Tensor &b0, Loc loc) {
+  Impl &I = *impl_;
+  Tensor cond = cond0, a = a0, b = b0;
+  if (!I.usable({&cond, &a, &b}, loc) || !I.broadcastPair(a, b, "where", loc))
+    return {};
+  if (cond.dtype() != DType::i1)
+    return I.fail("where: the condition must be i1", loc), Tensor{};
+  rules::Result r = rules::broadcast(dims(cond.shape()), dims(a.shape()));
+  if (!I.check(r, loc))
+    return {};
+  if (cond.shape() != r.shape)
+    cond = broadcast(cond, r.shape, loc);
+  if (a.shape() != r.shape) {
+    a = broadcast(a, r.shape, loc);
+    b = broadcast(b, r.shape, loc);
+  }
+  if (failed())
+    return {};
+  auto op = mega::WhereOp::create(I.b, I.location(loc), I.value(cond), I.value(a), I.value(b));
+  return I.wrap(op.getResult(), r.shape, a.dtype());
+}
+
+//===----------------------------------------------------------------------===//
+// Shapes and data movement
+//===----------------------------------------------------------------------===//
+
+Tensor GraphBuilder::matmul(const Tensor &a, const Tensor &b, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&a, &b}, loc))
+    return {};
+  if (a.dtype() != b.dtype() || !isFloat(a.dtype()))
+    return I.fail("matmul needs two floating-point operands of one type", loc), Tensor{};
+  rules::Result r = rules::matmul(dims(a.shape()), dims(b.shape()));
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::MatmulOp::create(I.b, I.location(loc), I.tensorType(r.shape, a.dtype()),
+                                   I.value(a), I.value(b));
+  return I.wrap(op.getResult(), r.shape, a.dtype());
+}
+
+Tensor GraphBuilder::reshape(const Tensor &x, Shape shape, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x}, loc))
+    return {};
+  if (rules::numElements(dims(shape)) != rules::numElements(dims(x.shape())))
+    return I.fail("cannot reshape " + rules::str(dims(x.shape())) + " to " +
+                      rules::str(dims(shape)) + ": element counts differ",
+                  loc),
+           Tensor{};
+  auto op = mega::ReshapeOp::create(I.b, I.location(loc), I.tensorType(shape, x.dtype()), I.value(x));
+  return I.wrap(op.getResult(), shape, x.dtype());
+}
+
+Tensor GraphBuilder::transpose(const Tensor &x, std::vector<int64_t> perm, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x}, loc))
+    return {};
+  rules::Result r = rules::transpose(dims(x.shape()), dims(perm));
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::TransposeOp::create(I.b, I.location(loc), I.tensorType(r.shape, x.dtype()),
+                                      I.value(x), perm);
+  return I.wrap(op.getResult(), r.shape, x.dtype());
+}
+
+Tensor GraphBuilder::slice(const Tensor &x, std::vector<int64_t> starts,
+                           std::vector<int64_t> limits, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x}, loc))
+    return {};
+  std::vector<int64_t> strides(x.rank(), 1);
+  rules::Result r = rules::slice(dims(x.shape()), dims(starts), dims(limits), dims(strides));
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::SliceOp::create(I.b, I.location(loc), I.tensorType(r.shape, x.dtype()),
+                                  I.value(x), starts, limits, strides);
+  return I.wrap(op.getResult(), r.shape, x.dtype());
+}
+
+Tensor GraphBuilder::concat(const std::vector<Tensor> &inputs, int64_t axis, Loc loc) {
+  Impl &I = *impl_;
+  if (inputs.empty())
+    return I.fail("concat needs at least one input", loc), Tensor{};
+  std::vector<rules::Shape> shapes;
+  SmallVector<Value> values;
+  for (const Tensor &t : inputs) {
+    if (!I.usable({&t}, loc))
+      return {};
+    if (t.dtype() != inputs.front().dtype())
+      return I.fail("concat inputs have different element types", loc), Tensor{};
+    shapes.push_back(t.shape());
+    values.push_back(I.value(t));
+  }
+  rules::Result r = rules::concat(shapes, axis);
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::ConcatOp::create(I.b, I.location(loc),
+                                   I.tensorType(r.shape, inputs.front().dtype()), values, axis);
+  return I.wrap(op.getResult(), r.shape, inputs.front().dtype());
+}
+
+Tensor GraphBuilder::broadcast(const Tensor &x, Shape shape, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x}, loc))
+    return {};
+  if (!I.check(rules::checkBroadcastsTo(dims(x.shape()), dims(shape)), loc))
+    return {};
+  auto op = mega::BroadcastOp::create(I.b, I.location(loc), I.tensorType(shape, x.dtype()), I.value(x));
+  return I.wrap(op.getResult(), shape, x.dtype());
+}
+
+Tensor GraphBuilder::cast(const Tensor &x, DType dtype, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x}, loc))
+    return {};
+  if (x.dtype() == dtype)
+    return x;
+  auto op = mega::CastOp::create(I.b, I.location(loc), I.tensorType(x.shape(), dtype), I.value(x));
+  return I.wrap(op.getResult(), x.shape(), dtype);
+}
+
+Tensor GraphBuilder::gather(const Tensor &data, const Tensor &indices, int64_t axis, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&data, &indices}, loc))
+    return {};
+  if (!isInt(indices.dtype()))
+    return I.fail("gather indices must be i32 or i64", loc), Tensor{};
+  rules::Result r = rules::gather(dims(data.shape()), dims(indices.shape()), axis);
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::GatherOp::create(I.b, I.location(loc), I.tensorType(r.shape, data.dtype()),
+                                   I.value(data), I.value(indices), axis);
+  return I.wrap(op.getResult(), r.shape, data.dtype());
+}
+
+Tensor GraphBuilder::reduce(ReduceKind kind, const Tensor &x, std::vector<int64_t> axes,
+                            bool keepDims, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x}, loc))
+    return {};
+  rules::Result r = rules::reduce(dims(x.shape()), dims(axes), keepDims);
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::ReduceOp::create(I.b, I.location(loc), I.tensorType(r.shape, x.dtype()),
+                                   static_cast<mega::ReduceKind>(kind), I.value(x), axes,
+                                   keepDims);
+  return I.wrap(op.getResult(), r.shape, x.dtype());
+}
+
+Tensor GraphBuilder::softmax(const Tensor &x, int64_t axis, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x}, loc))
+    return {};
+  if (!rules::normalizeAxis(axis, x.rank()))
+    return I.fail("softmax axis " + std::to_string(axis) + " is out of range for " +
+                      rules::str(dims(x.shape())),
+                  loc),
+           Tensor{};
+  auto op = mega::SoftmaxOp::create(I.b, I.location(loc), I.value(x), axis);
+  return I.wrap(op.getResult(), x.shape(), x.dtype());
+}
+
+//===----------------------------------------------------------------------===//
+// Coarse ops
+//===----------------------------------------------------------------------===//
+
+Tensor GraphBuilder::linear(const Tensor &x, const Tensor &weight, std::optional<Tensor> bias,
+                            Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x, &weight}, loc) || (bias && !I.usable({&*bias}, loc)))
+    return {};
+  std::optional<rules::Shape> biasShape;
+  if (bias)
+    biasShape = bias->shape();
+  rules::Result r = rules::linear(dims(x.shape()), dims(weight.shape()), biasShape);
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::LinearOp::create(I.b, I.location(loc), I.tensorType(r.shape, x.dtype()),
+                                   I.value(x), I.value(weight),
+                                   bias ? I.value(*bias) : Value());
+  return I.wrap(op.getResult(), r.shape, x.dtype());
+}
+
+Tensor GraphBuilder::embedding(const Tensor &table, const Tensor &ids, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&table, &ids}, loc))
+    return {};
+  if (!isInt(ids.dtype()))
+    return I.fail("embedding ids must be i32 or i64", loc), Tensor{};
+  rules::Result r = rules::embedding(dims(table.shape()), dims(ids.shape()));
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::EmbeddingOp::create(I.b, I.location(loc), I.tensorType(r.shape, table.dtype()),
+                                      I.value(table), I.value(ids));
+  return I.wrap(op.getResult(), r.shape, table.dtype());
+}
+
+Tensor GraphBuilder::layerNorm(const Tensor &x, const Tensor &weight, std::optional<Tensor> bias,
+                               double epsilon, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x, &weight}, loc) || (bias && !I.usable({&*bias}, loc)))
+    return {};
+  std::optional<rules::Shape> biasShape;
+  if (bias)
+    biasShape = bias->shape();
+  if (!I.check(rules::checkNormParams("layer_norm", dims(x.shape()), dims(weight.shape()), biasShape),
+               loc))
+    return {};
+  auto op = mega::LayerNormOp::create(I.b, I.location(loc), I.value(x).getType(), I.value(x),
+                                      I.value(weight), bias ? I.value(*bias) : Value(),
+                                      I.b.getF64FloatAttr(epsilon));
+  return I.wrap(op.getResult(), x.shape(), x.dtype());
+}
+
+Tensor GraphBuilder::rmsNorm(const Tensor &x, const Tensor &weight, double epsilon, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x, &weight}, loc))
+    return {};
+  if (!I.check(rules::checkNormParams("rms_norm", dims(x.shape()), dims(weight.shape()),
+                                      std::nullopt),
+               loc))
+    return {};
+  auto op = mega::RmsNormOp::create(I.b, I.location(loc), I.value(x).getType(), I.value(x),
+                                    I.value(weight), I.b.getF64FloatAttr(epsilon));
+  return I.wrap(op.getResult(), x.shape(), x.dtype());
+}
+
+Tensor GraphBuilder::attention(const Tensor &q, const Tensor &k, const Tensor &v,
+                               const AttentionOptions &options, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&q, &k, &v}, loc) || (options.mask && !I.usable({&*options.mask}, loc)))
+    return {};
+  std::optional<rules::Shape> maskShape;
+  if (options.mask)
+    maskShape = options.mask->shape();
+  rules::Result r = rules::attention(dims(q.shape()), dims(k.shape()), dims(v.shape()), maskShape);
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::AttentionOp::create(
+      I.b, I.location(loc), I.tensorType(r.shape, q.dtype()), I.value(q), I.value(k), I.value(v),
+      options.mask ? I.value(*options.mask) : Value(),
+      options.causal ? I.b.getUnitAttr() : UnitAttr(),
+      options.scale ? I.b.getF64FloatAttr(*options.scale) : FloatAttr());
+  return I.wrap(op.getResult(), r.shape, q.dtype());
+}
+
+Tensor GraphBuilder::gelu(const Tensor &x, Gelu approximation, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x}, loc))
+    return {};
+  if (!isFloat(x.dtype()))
+    return I.fail("gelu needs a floating-point operand", loc), Tensor{};
+  auto op = mega::GeluOp::create(I.b, I.location(loc),
+                                 approximation == Gelu::tanh ? mega::GeluApproximation::tanh
+                                                             : mega::GeluApproximation::none,
+                                 I.value(x));
+  return I.wrap(op.getResult(), x.shape(), x.dtype());
+}
+
+Tensor GraphBuilder::crossEntropy(const Tensor &logits, const Tensor &labels, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&logits, &labels}, loc))
+    return {};
+  if (!isInt(labels.dtype()))
+    return I.fail("cross_entropy labels must be i32 or i64", loc), Tensor{};
+  rules::Result r = rules::crossEntropy(dims(logits.shape()), dims(labels.shape()));
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::CrossEntropyOp::create(I.b, I.location(loc), I.tensorType(r.shape, logits.dtype()),
+                                         I.value(logits), I.value(labels), IntegerAttr());
+  return I.wrap(op.getResult(), r.shape, logits.dtype());
+}
+
+//===----------------------------------------------------------------------===//
+// Operators
+//===----------------------------------------------------------------------===//
+
+namespace {
+GraphBuilder *builderOf(const Tensor &a, const Tensor &b) {
+  return a.builder() ? a.builder() : b.builder();
+}
+Tensor scalarLike(const Tensor &x, double s) {
+  return x.builder() ? x.builder()->splat(s, {}, x.dtype()) : Tensor{};
+}
+} // namespace
+
+Tensor operator+(const Tensor &a, const Tensor &b) {
+  GraphBuilder *g = builderOf(a, b);
+  return g ? g->add(a, b) : Tensor{};
+}
+Tensor operator-(const Tensor &a, const Tensor &b) {
+  GraphBuilder *g = builderOf(a, b);
+  return g ? g->sub(a, b) : Tensor{};
+}
+Tensor operator*(const Tensor &a, const Tensor &b) {
+  GraphBuilder *g = builderOf(a, b);
+  return g ? g->mul(a, b) : Tensor{};
+}
+Tensor operator/(const Tensor &a, const Tensor &b) {
+  GraphBuilder *g = builderOf(a, b);
+  return g ? g->div(a, b) : Tensor{};
+}
+Tensor operator-(const Tensor &x) { return x.builder() ? x.builder()->neg(x) : Tensor{}; }
+Tensor operator*(const Tensor &x, double s) { return x * scalarLike(x, s); }
+Tensor operator*(double s, const Tensor &x) { return scalarLike(x, s) * x; }
+Tensor operator+(const Tensor &x, double s) { return x + scalarLike(x, s); }
+Tensor operator-(double s, const Tensor &x) { return scalarLike(x, s) - x; }
+
+} // namespace megac::dsl

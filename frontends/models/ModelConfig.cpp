@@ -1,0 +1,158 @@
+// Parsing and validation of model spec strings.
+#include "frontends/models/ModelConfig.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <set>
+#include <vector>
+
+namespace megac::models {
+
+const char *archName(Arch arch) {
+  switch (arch) {
+  case Arch::gpt: return "gpt";
+  case Arch::bert: return "bert";
+  case Arch::t5: return "t5";
+  }
+  return "?";
+}
+
+namespace {
+
+const std::vector<std::string> &keysOf(Arch arch) {
+  static const std::vector<std::string> gpt = {"layers", "hidden", "heads", "ffn",   "seq",
+                                               "vocab",  "batch",  "tied",  "gelu", "dtype"};
+  static const std::vector<std::string> t5 = {"layers", "enc_layers", "dec_layers", "hidden",
+                                              "heads",  "ffn",        "seq",        "dec_seq",
+                                              "vocab",  "batch",      "tied",       "dtype"};
+  return arch == Arch::t5 ? t5 : gpt;
+}
+
+std::string join(const std::vector<std::string> &items) {
+  std::string out;
+  for (const std::string &s : items)
+    out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+ConfigResult fail(std::string message) { return {std::nullopt, std::move(message)}; }
+
+} // namespace
+
+ConfigResult parseModelSpec(std::string_view spec) {
+  auto colon = spec.find(':');
+  std::string archText(spec.substr(0, colon));
+  ModelConfig c;
+  if (archText == "gpt")
+    c.arch = Arch::gpt;
+  else if (archText == "bert")
+    c.arch = Arch::bert;
+  else if (archText == "t5")
+    c.arch = Arch::t5;
+  else
+    return fail("unknown model '" + archText + "' in spec '" + std::string(spec) +
+                "'; expected gpt, bert or t5 (e.g. gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128)");
+
+  const std::vector<std::string> &known = keysOf(c.arch);
+  std::map<std::string, std::string> values;
+  std::string_view rest = colon == std::string_view::npos ? "" : spec.substr(colon + 1);
+  while (!rest.empty()) {
+    auto comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
+    auto eq = item.find('=');
+    if (eq == std::string_view::npos || eq == 0)
+      return fail("model spec item '" + std::string(item) + "' is not key=value");
+    std::string key(item.substr(0, eq)), value(item.substr(eq + 1));
+    if (std::find(known.begin(), known.end(), key) == known.end())
+      return fail("unknown key '" + key + "' for " + archText + "; known keys: " + join(known));
+    if (values.count(key))
+      return fail("key '" + key + "' is given twice");
+    values[key] = value;
+  }
+
+  std::string error;
+  auto integer = [&](const char *key, int64_t fallback) -> int64_t {
+    auto it = values.find(key);
+    if (it == values.end())
+      return fallback;
+    int64_t v = 0;
+    const std::string &text = it->second;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if ((ec != std::errc() || end != text.data() + text.size() || v < 1) && error.empty())
+      error = "key '" + std::string(key) + "' needs a positive integer, got '" + text + "'";
+    return v;
+  };
+  c.layers = integer("layers", 0);
+  c.hidden = integer("hidden", 0);
+  c.heads = integer("heads", 0);
+  c.seq = integer("seq", 0);
+  c.vocab = integer("vocab", 0);
+  c.batch = integer("batch", 1);
+  c.ffn = integer("ffn", 4 * c.hidden);
+  if (c.arch == Arch::t5) {
+    c.encLayers = integer("enc_layers", c.layers);
+    c.decLayers = integer("dec_layers", c.layers);
+    c.decSeq = integer("dec_seq", c.seq);
+    c.layers = 0;
+  }
+  if (!error.empty())
+    return fail(error);
+
+  if (auto it = values.find("tied"); it != values.end()) {
+    if (it->second != "0" && it->second != "1")
+      return fail("key 'tied' needs 0 or 1, got '" + it->second + "'");
+    c.tied = it->second == "1";
+  }
+  if (auto it = values.find("gelu"); it != values.end()) {
+    if (it->second != "erf" && it->second != "tanh")
+      return fail("key 'gelu' needs erf or tanh, got '" + it->second + "'");
+    c.gelu = it->second == "tanh" ? dsl::Gelu::tanh : dsl::Gelu::erf;
+  }
+  if (auto it = values.find("dtype"); it != values.end()) {
+    static const std::map<std::string, dsl::DType> dtypes = {
+        {"f64", dsl::DType::f64}, {"f32", dsl::DType::f32},
+        {"bf16", dsl::DType::bf16}, {"f16", dsl::DType::f16}};
+    auto d = dtypes.find(it->second);
+    if (d == dtypes.end())
+      return fail("key 'dtype' needs f64, f32, bf16 or f16, got '" + it->second + "'");
+    c.dtype = d->second;
+  }
+
+  // Required keys, then consistency.
+  std::vector<std::string> required = {"hidden", "heads", "seq", "vocab"};
+  if (c.arch == Arch::t5) {
+    if (!values.count("layers") && (!values.count("enc_layers") || !values.count("dec_layers")))
+      return fail("t5 needs enc_layers and dec_layers (or layers for both)");
+  } else {
+    required.insert(required.begin(), "layers");
+  }
+  for (const std::string &key : required)
+    if (!values.count(key))
+      return fail("missing key '" + key + "' for " + archText);
+  if (c.hidden % c.heads != 0)
+    return fail("key 'hidden' (" + std::to_string(c.hidden) + ") is not divisible by key 'heads' (" +
+                std::to_string(c.heads) + ")");
+  return {c, {}};
+}
+
+std::string ModelConfig::spec() const {
+  std::string s = std::string(archName(arch)) + ":";
+  if (arch == Arch::t5)
+    s += "enc_layers=" + std::to_string(encLayers) + ",dec_layers=" + std::to_string(decLayers);
+  else
+    s += "layers=" + std::to_string(layers);
+  s += ",hidden=" + std::to_string(hidden) + ",heads=" + std::to_string(heads) +
+       ",ffn=" + std::to_string(ffn) + ",seq=" + std::to_string(seq);
+  if (arch == Arch::t5)
+    s += ",dec_seq=" + std::to_string(decSeq);
+  s += ",vocab=" + std::to_string(vocab) + ",batch=" + std::to_string(batch) +
+       ",tied=" + (tied ? "1" : "0");
+  if (arch != Arch::t5)
+    s += std::string(",gelu=") + (gelu == dsl::Gelu::tanh ? "tanh" : "erf");
+  s += std::string(",dtype=") + dsl::dtypeName(dtype);
+  return s;
+}
+
+} // namespace megac::models

@@ -1,0 +1,57 @@
+// Model configurations of the zoo and the spec strings that select them from the CLI.
+//
+//   gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128
+//   bert:layers=2,hidden=64,heads=4,seq=32,vocab=128
+//   t5:enc_layers=2,dec_layers=2,hidden=64,heads=4,seq=32,vocab=128
+//
+// Keys: layers (gpt, bert; for t5 it sets both enc_layers and dec_layers), enc_layers and
+// dec_layers (t5), hidden, heads, seq (max positions = the built sequence length), dec_seq (t5,
+// default seq), vocab, ffn (default 4*hidden), tied=0|1 (default 1), gelu=erf|tanh (gpt and bert;
+// default erf), batch (the micro-batch the IR is built for, default 1), dtype=f32|f64|bf16|f16
+// (default f32).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "frontends/dsl/GraphBuilder.h"
+
+namespace megac::models {
+
+enum class Arch { gpt, bert, t5 };
+const char *archName(Arch arch);
+
+struct ModelConfig {
+  Arch arch = Arch::gpt;
+  int64_t layers = 0;    // gpt, bert
+  int64_t encLayers = 0; // t5
+  int64_t decLayers = 0; // t5
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t ffn = 0;
+  int64_t seq = 0;
+  int64_t decSeq = 0; // t5
+  int64_t vocab = 0;
+  int64_t batch = 1;
+  bool tied = true;
+  dsl::Gelu gelu = dsl::Gelu::erf;
+  dsl::DType dtype = dsl::DType::f32;
+
+  int64_t headDim() const { return hidden / heads; }
+  /// Transformer layers in total (encoder plus decoder for t5).
+  int64_t totalLayers() const { return arch == Arch::t5 ? encLayers + decLayers : layers; }
+  /// "gpt:layers=2,hidden=64,...": a spec that parses back to this config.
+  std::string spec() const;
+};
+
+/// A parsed config, or a one-line error naming the key.
+struct ConfigResult {
+  std::optional<ModelConfig> config;
+  std::string error;
+};
+
+ConfigResult parseModelSpec(std::string_view spec);
+
+} // namespace megac::models

@@ -1,0 +1,96 @@
+// Parameter counts, FLOPs and op histograms of a forward graph.
+#include "planner/ModelStats.h"
+
+#include "ir/MegaOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace megac::planner {
+
+ModelStatsResult computeModelStats(mlir::ModuleOp module, std::string_view name) {
+  mlir::func::FuncOp func;
+  int functions = 0;
+  for (auto f : module.getOps<mlir::func::FuncOp>()) {
+    ++functions;
+    if (name.empty() ? !func : f.getSymName() == llvm::StringRef(name.data(), name.size()))
+      func = f;
+  }
+  if (!func)
+    return {std::nullopt, name.empty() ? std::string("the module has no function")
+                                       : "the module has no function @" + std::string(name)};
+  if (name.empty() && functions > 1)
+    return {std::nullopt, "the module has " + std::to_string(functions) +
+                              " functions; name the one to describe"};
+
+  ModelStats s;
+  s.function = func.getSymName().str();
+  int64_t firstIntInput = 0;
+  for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+    mlir::Type type = func.getArgument(i).getType();
+    if (func.getArgAttr(i, mega::kParamAttr)) {
+      ++s.parameterTensors;
+      s.parameters += mega::cost::numElements(type);
+      s.parameterBytes += mega::cost::numBytes(type);
+    } else if (auto input = func.getArgAttrOfType<mlir::StringAttr>(i, mega::kInputAttr)) {
+      auto tensor = mlir::dyn_cast<mlir::RankedTensorType>(type);
+      bool isInt = tensor && mlir::isa<mlir::IntegerType>(tensor.getElementType()) &&
+                   tensor.getElementType().getIntOrFloatBitWidth() > 1;
+      if (input.getValue() == "input_ids")
+        s.tokens = mega::cost::numElements(type);
+      else if (isInt && !firstIntInput)
+        firstIntInput = mega::cost::numElements(type);
+    }
+  }
+  if (!s.tokens)
+    s.tokens = firstIntInput;
+
+  func.walk([&](mlir::Operation *op) {
+    if (op == func.getOperation())
+      return;
+    ++s.opHistogram[op->getName().getStringRef().str()];
+    if (auto cost = mlir::dyn_cast<mega::CostOpInterface>(op)) {
+      s.forwardFlops += cost.getFlops();
+      s.forwardMatmulFlops += cost.getMatmulFlops();
+      s.forwardBytes += cost.getBytesRead() + cost.getBytesWritten();
+    }
+  });
+  return {s, {}};
+}
+
+std::string withCommas(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0)
+      out += ',';
+    out += digits[i];
+  }
+  return (n < 0 ? "-" : "") + out;
+}
+
+namespace {
+std::string scaled(double n, const char *const *prefixes, int count) {
+  int i = 0;
+  while (std::fabs(n) >= 1000.0 && i < count - 1) {
+    n /= 1000.0;
+    ++i;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, i ? "%.1f%s" : "%.0f%s", n, prefixes[i]);
+  return buf;
+}
+} // namespace
+
+std::string humanCount(double n) {
+  static const char *prefixes[] = {"", "K", "M", "G", "T", "P", "E"};
+  return scaled(n, prefixes, 7);
+}
+
+std::string humanParams(double n) {
+  static const char *prefixes[] = {"", "K", "M", "B", "T"};
+  return scaled(n, prefixes, 5);
+}
+
+} // namespace megac::planner

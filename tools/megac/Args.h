@@ -1,0 +1,28 @@
+// A small command-line parser for megac's subcommands: --key value, --key=value, flags, files.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace megac::cli {
+
+class Args {
+public:
+  /// Parses argv[first..]; `valued` options take a value, `flags` don't. Returns an error
+  /// message ("unknown option --x") or empty.
+  std::string parse(int argc, char **argv, int first, const std::set<std::string> &valued,
+                    const std::set<std::string> &flags);
+  std::optional<std::string> get(const std::string &name) const;
+  bool has(const std::string &name) const;
+  const std::vector<std::string> &positional() const { return positional_; }
+
+private:
+  std::map<std::string, std::string> values_;
+  std::set<std::string> flags_;
+  std::vector<std::string> positional_;
+};
+
+} // namespace megac::cli

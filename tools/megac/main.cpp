@@ -1,0 +1,37 @@
+// megac: the compiler driver. `megac <command> [options]`.
+#include "tools/megac/Commands.h"
+
+#include <cstdio>
+#include <cstring>
+
+namespace {
+const char *kUsage = R"(megac: a compiler for distributed training of transformer language models
+
+usage: megac <command> [options]
+
+commands:
+  import    --model SPEC -o FILE.mlir      write a zoo model's forward graph as mega IR
+  describe  --model SPEC | FILE.mlir       parameter count, FLOPs per token, op histogram
+
+model specs:
+  gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128
+  bert:layers=2,hidden=64,heads=4,seq=32,vocab=128
+  t5:enc_layers=2,dec_layers=2,hidden=64,heads=4,seq=32,vocab=128
+  other keys: ffn= (default 4*hidden), tied=0|1, gelu=erf|tanh, batch=, dtype=f32|f64|bf16|f16,
+  dec_seq= (t5)
+)";
+} // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") ||
+      !std::strcmp(argv[1], "-h")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "import"))
+    return megac::cli::importCommand(argc, argv);
+  if (!std::strcmp(argv[1], "describe"))
+    return megac::cli::describeCommand(argc, argv);
+  std::fprintf(stderr, "megac: error: unknown command '%s'; run `megac help`\n", argv[1]);
+  return 2;
+}
