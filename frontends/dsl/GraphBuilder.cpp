@@ -77,9 +77,13 @@ struct GraphBuilder::Impl {
     return RankedTensorType::get(shape, elementType(t));
   }
 
-  /// file:line:col of the DSL call, named by the scope path.
+  /// file:line:col of the DSL call, named by the scope path. Operators (x + y) cannot see
+  /// their caller, so their ops carry the scope path alone.
   Location location(const Loc &loc) {
-    Location fileLoc = FileLineColLoc::get(&ctx, loc.file_name(), loc.line(), loc.column());
+    bool fromOperator = std::string_view(loc.file_name()) == __FILE__;
+    Location fileLoc = fromOperator ? Location(UnknownLoc::get(&ctx))
+                                    : FileLineColLoc::get(&ctx, loc.file_name(), loc.line(),
+                                                          loc.column());
     std::string path = self.scopePath();
     return path.empty() ? fileLoc : Location(NameLoc::get(StringAttr::get(&ctx, path), fileLoc));
   }

@@ -6,6 +6,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Parser/Parser.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/Support/SourceMgr.h"
 
 #include <chrono>
 #include <cstdio>
@@ -35,8 +37,10 @@ std::optional<LoadedModel> loadModel(mlir::MLIRContext &ctx, const std::optional
     }
     loaded.description = config.config->spec();
   } else {
-    // Parse errors are reported with their location by MLIR's diagnostic handler.
-    loaded.module = mlir::parseSourceFile<mlir::ModuleOp>(*file, &ctx);
+    // Parse and verifier errors are printed as file:line:col with the offending line.
+    llvm::SourceMgr sourceMgr;
+    mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
+    loaded.module = mlir::parseSourceFile<mlir::ModuleOp>(*file, sourceMgr, &ctx);
     if (!loaded.module) {
       std::fprintf(stderr, "megac: error: cannot load %s\n", file->c_str());
       return std::nullopt;
