@@ -24,6 +24,9 @@ void MegaDialect::registerAttributes() {
 // MeshAttr
 //===----------------------------------------------------------------------===//
 
+/// 2^31 devices: far beyond any cluster, small enough that shape arithmetic cannot overflow.
+static constexpr int64_t kMaxMeshDevices = int64_t(1) << 31;
+
 // <dp = 2, pp = 2, tp = 4>
 Attribute MeshAttr::parse(AsmParser &parser, Type) {
   SmallVector<StringAttr> names;
@@ -46,7 +49,11 @@ Attribute MeshAttr::parse(AsmParser &parser, Type) {
 void MeshAttr::print(AsmPrinter &printer) const {
   printer << '<';
   for (auto [i, name, size] : llvm::enumerate(getAxisNames(), getAxisSizes()))
-    printer << (i ? ", " : "") << name.getValue() << " = " << size;
+  {
+    printer << (i ? ", " : "");
+    printer.printKeywordOrString(name.getValue());
+    printer << " = " << size;
+  }
   printer << '>';
 }
 
@@ -58,6 +65,7 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return emitError() << "mesh has " << names.size() << " axis names but " << sizes.size()
                        << " sizes";
   llvm::SmallSet<StringRef, 4> seen;
+  int64_t devices = 1;
   for (auto [name, size] : llvm::zip(names, sizes)) {
     if (name.getValue().empty())
       return emitError() << "mesh axis names must not be empty";
@@ -66,6 +74,10 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     if (size < 1)
       return emitError() << "mesh axis '" << name.getValue() << "' has size " << size
                          << "; sizes must be >= 1";
+    // Keeps every group size (a product of axis sizes) far from int64 overflow.
+    if (size > kMaxMeshDevices / devices)
+      return emitError() << "mesh has more than " << kMaxMeshDevices << " devices";
+    devices *= size;
   }
   return success();
 }
@@ -160,15 +172,19 @@ void ShardingAttr::print(AsmPrinter &printer) const {
   printer << ", [";
   for (auto [i, dim] : llvm::enumerate(getDimAxes())) {
     printer << (i ? ", " : "") << '[';
-    for (auto [j, axis] : llvm::enumerate(cast<ArrayAttr>(dim)))
-      printer << (j ? ", " : "") << cast<StringAttr>(axis).getValue();
+    for (auto [j, axis] : llvm::enumerate(cast<ArrayAttr>(dim))) {
+      printer << (j ? ", " : "");
+      printer.printKeywordOrString(cast<StringAttr>(axis).getValue());
+    }
     printer << ']';
   }
   printer << ']';
   if (!getPartialAxes().empty()) {
     printer << ", partial = " << stringifyReduceKind(getPartialKind()) << '(';
-    for (auto [i, axis] : llvm::enumerate(getPartialAxes()))
-      printer << (i ? ", " : "") << axis.getValue();
+    for (auto [i, axis] : llvm::enumerate(getPartialAxes())) {
+      printer << (i ? ", " : "");
+      printer.printKeywordOrString(axis.getValue());
+    }
     printer << ')';
   }
   printer << '>';
@@ -200,6 +216,9 @@ LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   for (StringAttr axis : partialAxes)
     if (failed(use(axis, "partial")))
       return failure();
+  if (partialAxes.empty() && partialKind != ReduceKind::sum)
+    return emitError() << "sharding has partial kind '" << stringifyReduceKind(partialKind)
+                       << "' but no partial axes";
   return success();
 }
 

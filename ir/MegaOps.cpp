@@ -50,19 +50,24 @@ std::optional<shape::Shape> optionalShape(Value v) {
 
 Type elementOf(Value v) { return cast<RankedTensorType>(v.getType()).getElementType(); }
 
-/// Checks that `axes` names distinct axes of `mesh`.
-LogicalResult verifyMeshAxes(std::optional<Location> loc, MeshAttr mesh, ArrayAttr axes) {
+/// Why `axes` does not name distinct axes of `mesh`, or empty.
+std::string meshAxesError(MeshAttr mesh, ArrayAttr axes) {
   if (axes.empty())
-    return emitOptionalError(loc, "a collective needs at least one mesh axis");
+    return "a collective needs at least one mesh axis";
   llvm::SmallSet<StringRef, 4> seen;
   for (Attribute a : axes) {
     StringRef name = cast<StringAttr>(a).getValue();
     if (!mesh.findAxis(name))
-      return emitOptionalError(loc, "mesh axis '", name, "' is not in the mesh");
+      return "mesh axis '" + name.str() + "' is not in the mesh";
     if (!seen.insert(name).second)
-      return emitOptionalError(loc, "mesh axis '", name, "' is listed twice");
+      return "mesh axis '" + name.str() + "' is listed twice";
   }
-  return success();
+  return {};
+}
+
+LogicalResult verifyMeshAxes(std::optional<Location> loc, MeshAttr mesh, ArrayAttr axes) {
+  std::string why = meshAxesError(mesh, axes);
+  return why.empty() ? success() : emitOptionalError(loc, why);
 }
 
 SmallVector<StringAttr> axisNames(ArrayAttr axes) {
@@ -200,9 +205,9 @@ LogicalResult ReduceOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 int64_t ReduceOp::getFlops() { return elems(getInput()); }
 
 LogicalResult SoftmaxOp::verify() {
-  int64_t rank = getType().getRank();
-  if (!shape::normalizeAxis(getAxis(), rank))
-    return emitOpError() << "axis " << getAxis() << " is out of range for rank " << rank;
+  int64_t rank = getType().getRank(), axis = static_cast<int64_t>(getAxis());
+  if (!shape::normalizeAxis(axis, rank))
+    return emitOpError() << "axis " << axis << " is out of range for rank " << rank;
   return success();
 }
 // max, subtract, exp, sum, divide.
@@ -285,6 +290,11 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   if (!allRanked({adaptor.getInput(), adaptor.getWeight()}) ||
       (adaptor.getBias() && !allRanked({adaptor.getBias()})))
     return notRanked(loc);
+  Type element = elementOf(adaptor.getInput());
+  if (elementOf(adaptor.getWeight()) != element ||
+      (adaptor.getBias() && elementOf(adaptor.getBias()) != element))
+    return emitOptionalError(loc, "linear input, weight and bias must share one element type; "
+                                  "cast first (mixed precision inserts mega.cast)");
   return pushInferred(loc,
                       shape::linear(dimsOf(adaptor.getInput()), dimsOf(adaptor.getWeight()),
                                     optionalShape(adaptor.getBias())),
@@ -311,7 +321,7 @@ LogicalResult LayerNormOp::verify() {
                                            optionalShape(getBias()));
   if (!why.empty())
     return emitOpError() << why;
-  if (getEpsilon().convertToDouble() <= 0)
+  if (!(getEpsilon().convertToDouble() > 0))
     return emitOpError() << "epsilon must be > 0";
   return success();
 }
@@ -323,7 +333,7 @@ LogicalResult RmsNormOp::verify() {
       shape::checkNormParams("rms_norm", dimsOf(getInput()), dimsOf(getWeight()), std::nullopt);
   if (!why.empty())
     return emitOpError() << why;
-  if (getEpsilon().convertToDouble() <= 0)
+  if (!(getEpsilon().convertToDouble() > 0))
     return emitOpError() << "epsilon must be > 0";
   return success();
 }
@@ -335,6 +345,11 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   if (!allRanked({adaptor.getQuery(), adaptor.getKey(), adaptor.getValue()}) ||
       (adaptor.getMask() && !allRanked({adaptor.getMask()})))
     return notRanked(loc);
+  Type element = elementOf(adaptor.getQuery());
+  if (elementOf(adaptor.getKey()) != element || elementOf(adaptor.getValue()) != element ||
+      (adaptor.getMask() && elementOf(adaptor.getMask()) != element))
+    return emitOptionalError(loc, "attention query, key, value and mask must share one element "
+                                  "type; cast first");
   if (auto scale = adaptor.getScale(); scale && !(scale->convertToDouble() > 0))
     return emitOptionalError(loc, "attention scale must be > 0");
   return pushInferred(loc,
@@ -396,13 +411,19 @@ LogicalResult AdamWUpdateOp::inferReturnTypes(MLIRContext *, std::optional<Locat
       return emitOptionalError(loc, "adamw_update: param, grad and moments must share one shape; "
                                     "param is ",
                                shape::str(shape), ", another is ", shape::str(dimsOf(v)));
+  // The gradient may be stored in another precision than the fp32 master weights and moments.
+  if (elementOf(adaptor.getExpAvg()) != elementOf(adaptor.getParam()) ||
+      elementOf(adaptor.getExpAvgSq()) != elementOf(adaptor.getParam()))
+    return emitOptionalError(loc, "adamw_update: the moments must have the parameter's element "
+                                  "type");
   auto inRange = [](const APFloat &x) {
     double d = x.convertToDouble();
     return d >= 0.0 && d < 1.0;
   };
   if (!inRange(adaptor.getBeta1()) || !inRange(adaptor.getBeta2()))
     return emitOptionalError(loc, "adamw_update: beta1 and beta2 must be in [0, 1)");
-  if (!(adaptor.getEps().convertToDouble() > 0) || adaptor.getWeightDecay().convertToDouble() < 0)
+  if (!(adaptor.getEps().convertToDouble() > 0) ||
+      !(adaptor.getWeightDecay().convertToDouble() >= 0))
     return emitOptionalError(loc, "adamw_update: eps must be > 0 and weight_decay >= 0");
   out.push_back(adaptor.getParam().getType());
   out.push_back(adaptor.getExpAvg().getType());
@@ -444,7 +465,12 @@ LogicalResult ClipByNormOp::verify() {
 // Distribution
 //===----------------------------------------------------------------------===//
 
-LogicalResult AllReduceOp::verify() { return verifyMeshAxes(getLoc(), getMesh(), getAxes()); }
+LogicalResult AllReduceOp::verify() {
+  std::string why = meshAxesError(getMesh(), getAxes());
+  if (!why.empty())
+    return emitOpError() << why;
+  return success();
+}
 
 LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                             Adaptor adaptor, SmallVectorImpl<Type> &out) {
@@ -455,7 +481,8 @@ LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   auto in = dimsOf(adaptor.getInput());
   auto dim = shape::normalizeAxis(static_cast<int64_t>(adaptor.getDim()), in.size());
   if (!dim)
-    return emitOptionalError(loc, "all_gather dim ", adaptor.getDim(), " is out of range for ",
+    return emitOptionalError(loc, "all_gather dim ", static_cast<int64_t>(adaptor.getDim()),
+                             " is out of range for ",
                              shape::str(in));
   shape::Shape result(in.begin(), in.end());
   result[*dim] *= adaptor.getMesh().getGroupSize(axisNames(adaptor.getAxes()));
@@ -471,7 +498,7 @@ LogicalResult ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Loc
   auto in = dimsOf(adaptor.getInput());
   auto dim = shape::normalizeAxis(static_cast<int64_t>(adaptor.getDim()), in.size());
   if (!dim)
-    return emitOptionalError(loc, "reduce_scatter dim ", adaptor.getDim(),
+    return emitOptionalError(loc, "reduce_scatter dim ", static_cast<int64_t>(adaptor.getDim()),
                              " is out of range for ", shape::str(in));
   int64_t group = adaptor.getMesh().getGroupSize(axisNames(adaptor.getAxes()));
   if (in[*dim] % group != 0)

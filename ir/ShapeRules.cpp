@@ -136,7 +136,8 @@ Result slice(Dims input, Dims starts, Dims limits, Dims strides) {
                           std::to_string(starts[d]) + ") <= limit (" +
                           std::to_string(limits[d]) + ") <= size (" + std::to_string(input[d]) +
                           ")");
-    out.push_back((limits[d] - starts[d] + strides[d] - 1) / strides[d]);
+    // ceil((limit - start) / stride), without overflowing for huge strides.
+    out.push_back(limits[d] == starts[d] ? 0 : (limits[d] - starts[d] - 1) / strides[d] + 1);
   }
   return {out, {}};
 }

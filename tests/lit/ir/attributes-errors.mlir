@@ -154,3 +154,11 @@ func.func @init_zeros_with_std(%w: tensor<4xf32> {mega.init = #mega.init<zeros, 
 func.func @init_keyword(%w: tensor<4xf32> {mega.init = #mega.init<normal, sigma = 0.02>}) {
   return
 }
+
+// -----
+
+// A partial kind needs partial axes (it would otherwise print like a sharding without one).
+// expected-error @+1 {{sharding has partial kind 'max' but no partial axes}}
+func.func @partial_kind_without_axes(%x: tensor<8xf32, #mega.sharding<#mega.mesh<tp = 2>, [[]], partial = max()>>) {
+  return
+}

@@ -247,3 +247,21 @@ func.func @dropout_seed(%x: tensor<4xf32>, %seed: tensor<1xi64>) -> tensor<4xf32
   %y = mega.dropout %x, %seed ratio 0.1 stream 0 : tensor<4xf32>, tensor<1xi64>
   return %y : tensor<4xf32>
 }
+
+// -----
+
+func.func @linear_mixed_types(%x: tensor<2x64xf32>, %w: tensor<32x64xbf16>) -> tensor<2x32xf32> {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{linear input, weight and bias must share one element type}}
+  %y = mega.linear %x, %w : (tensor<2x64xf32>, tensor<32x64xbf16>) -> tensor<2x32xf32>
+  return %y : tensor<2x32xf32>
+}
+
+// -----
+
+func.func @attention_mixed_types(%q: tensor<1x8x2x16xf32>, %k: tensor<1x8x2x16xbf16>) -> tensor<1x8x2x16xf32> {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{attention query, key, value and mask must share one element type}}
+  %o = mega.attention %q, %k, %k : (tensor<1x8x2x16xf32>, tensor<1x8x2x16xbf16>, tensor<1x8x2x16xbf16>) -> tensor<1x8x2x16xf32>
+  return %o : tensor<1x8x2x16xf32>
+}

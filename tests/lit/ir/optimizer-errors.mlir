@@ -156,3 +156,15 @@ func.func @clip_norm_not_scalar(%g: tensor<64xf32>, %n: tensor<64xf32>) -> tenso
   %c = mega.clip_by_norm %g, %n max 1.0 : tensor<64xf32>, tensor<64xf32>
   return %c : tensor<64xf32>
 }
+
+// -----
+
+func.func @moments_in_another_type(%p: tensor<128xbf16>, %g: tensor<128xbf16>, %m: tensor<128xf32>, %v: tensor<128xf32>, %lr: tensor<f32>, %step: tensor<i64>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{adamw_update: the moments must have the parameter's element type}}
+  %p2, %m2, %v2 = mega.adamw_update %p, %g, %m, %v, %lr, %step
+      {beta1 = 0.9, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.0}
+      : (tensor<128xbf16>, tensor<128xbf16>, tensor<128xf32>, tensor<128xf32>, tensor<f32>, tensor<i64>)
+      -> (tensor<128xbf16>, tensor<128xf32>, tensor<128xf32>)
+  return
+}

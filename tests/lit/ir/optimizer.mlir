@@ -13,15 +13,15 @@ func.func @adamw_update(%p: tensor<64x64xf32>, %g: tensor<64x64xf32>, %m: tensor
   return
 }
 
-// bf16 parameters with f32 moments and an f64 learning rate; beta1 = 0 and no weight decay
-// are allowed.
+// fp32 master weights and moments with a bf16 gradient and an f64 learning rate; beta1 = 0 and
+// no weight decay are allowed.
 // CHECK-LABEL: func.func @adamw_update_mixed
-// CHECK: %new_param, %new_exp_avg, %new_exp_avg_sq = mega.adamw_update %arg0, %arg1, %arg2, %arg3, %arg4, %arg5 {beta1 = 0.000000e+00 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, weight_decay = 0.000000e+00 : f64} : (tensor<128xbf16>, tensor<128xbf16>, tensor<128xf32>, tensor<128xf32>, tensor<f64>, tensor<i64>) -> (tensor<128xbf16>, tensor<128xf32>, tensor<128xf32>)
-func.func @adamw_update_mixed(%p: tensor<128xbf16>, %g: tensor<128xbf16>, %m: tensor<128xf32>, %v: tensor<128xf32>, %lr: tensor<f64>, %step: tensor<i64>) {
+// CHECK: %new_param, %new_exp_avg, %new_exp_avg_sq = mega.adamw_update %arg0, %arg1, %arg2, %arg3, %arg4, %arg5 {beta1 = 0.000000e+00 : f64, beta2 = 0.99899999999999999 : f64, eps = 1.000000e-08 : f64, weight_decay = 0.000000e+00 : f64} : (tensor<128xf32>, tensor<128xbf16>, tensor<128xf32>, tensor<128xf32>, tensor<f64>, tensor<i64>) -> (tensor<128xf32>, tensor<128xf32>, tensor<128xf32>)
+func.func @adamw_update_mixed(%p: tensor<128xf32>, %g: tensor<128xbf16>, %m: tensor<128xf32>, %v: tensor<128xf32>, %lr: tensor<f64>, %step: tensor<i64>) {
   %p2, %m2, %v2 = mega.adamw_update %p, %g, %m, %v, %lr, %step
       {beta1 = 0.0, beta2 = 0.999, eps = 1.0e-08, weight_decay = 0.0}
-      : (tensor<128xbf16>, tensor<128xbf16>, tensor<128xf32>, tensor<128xf32>, tensor<f64>, tensor<i64>)
-      -> (tensor<128xbf16>, tensor<128xf32>, tensor<128xf32>)
+      : (tensor<128xf32>, tensor<128xbf16>, tensor<128xf32>, tensor<128xf32>, tensor<f64>, tensor<i64>)
+      -> (tensor<128xf32>, tensor<128xf32>, tensor<128xf32>)
   return
 }
 
