@@ -52,7 +52,7 @@ func.func @all_reduce_not_a_mesh(%x: tensor<4xf32>) -> tensor<4xf32> {
 
 func.func @all_gather_no_axes(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
   // expected-error @+2 {{failed to infer returned types}}
-  // expected-error @+1 {{'mega.all_reduce' op a collective needs at least one mesh axis}}
+  // expected-error @+1 {{a collective needs at least one mesh axis}}
   %y = mega.all_gather %x on #mega.mesh<tp = 4> axes [] dim 0 : tensor<2x8xf32> -> tensor<2x8xf32>
   return %y : tensor<2x8xf32>
 }
