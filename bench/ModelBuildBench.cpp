@@ -24,8 +24,7 @@ int main() {
       {"gpt-1t", "gpt:layers=128,hidden=25600,heads=160,seq=2048,vocab=51200"},
   };
   const int repeats = 5;
-  std::printf("%-12s %18s %10s %12s %12s\n", "model", "parameters", "ops", "build ms",
-              "stats ms");
+  std::printf("%-12s %18s %10s %12s %12s\n", "model", "parameters", "ops", "build ms", "stats ms");
   for (const Case &c : cases) {
     auto config = models::parseModelSpec(c.spec);
     if (!config.config) {
@@ -56,10 +55,9 @@ int main() {
     for (const auto &[name, count] : last.opHistogram)
       ops += count;
     std::printf("%-12s %18s %10lld %12.2f %12.2f\n", c.name,
-                planner::withCommas(last.parameters).c_str(), (long long)ops,
-                build[repeats / 2], stats[repeats / 2]);
+                planner::withCommas(last.parameters).c_str(), (long long)ops, build[repeats / 2],
+                stats[repeats / 2]);
   }
-  std::printf("(median of %d runs; build includes MLIR context setup and verification)\n",
-              repeats);
+  std::printf("(median of %d runs; build includes MLIR context setup and verification)\n", repeats);
   return 0;
 }

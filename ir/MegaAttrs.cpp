@@ -48,8 +48,7 @@ Attribute MeshAttr::parse(AsmParser &parser, Type) {
 
 void MeshAttr::print(AsmPrinter &printer) const {
   printer << '<';
-  for (auto [i, name, size] : llvm::enumerate(getAxisNames(), getAxisSizes()))
-  {
+  for (auto [i, name, size] : llvm::enumerate(getAxisNames(), getAxisSizes())) {
     printer << (i ? ", " : "");
     printer.printKeywordOrString(name.getValue());
     printer << " = " << size;
@@ -225,8 +224,8 @@ LogicalResult ShardingAttr::verify(function_ref<InFlightDiagnostic()> emitError,
 LogicalResult ShardingAttr::verifyEncoding(ArrayRef<int64_t> shape, Type,
                                            function_ref<InFlightDiagnostic()> emitError) const {
   if (shape.size() != getDimAxes().size())
-    return emitError() << "sharding lists " << getDimAxes().size()
-                       << " dims for a tensor of rank " << shape.size();
+    return emitError() << "sharding lists " << getDimAxes().size() << " dims for a tensor of rank "
+                       << shape.size();
   for (unsigned d = 0; d < shape.size(); ++d) {
     SmallVector<StringAttr> axes = getAxesOfDim(d);
     int64_t parts = getMesh().getGroupSize(axes);

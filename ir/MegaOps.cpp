@@ -155,8 +155,7 @@ LogicalResult CompareOp::inferReturnTypes(MLIRContext *ctx, std::optional<Locati
   if (!allRanked({adaptor.getLhs()}))
     return notRanked(loc);
   auto lhs = cast<RankedTensorType>(adaptor.getLhs().getType());
-  out.push_back(RankedTensorType::get(lhs.getShape(), IntegerType::get(ctx, 1),
-                                      lhs.getEncoding()));
+  out.push_back(RankedTensorType::get(lhs.getShape(), IntegerType::get(ctx, 1), lhs.getEncoding()));
   return success();
 }
 
@@ -199,7 +198,8 @@ LogicalResult ReduceOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
   if (!allRanked({adaptor.getInput()}))
     return notRanked(loc);
   return pushInferred(
-      loc, shape::reduce(dimsOf(adaptor.getInput()), span(adaptor.getAxes()), adaptor.getKeepDims()),
+      loc,
+      shape::reduce(dimsOf(adaptor.getInput()), span(adaptor.getAxes()), adaptor.getKeepDims()),
       elementOf(adaptor.getInput()), out);
 }
 int64_t ReduceOp::getFlops() { return elems(getInput()); }
@@ -235,8 +235,8 @@ LogicalResult TransposeOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
 }
 int64_t TransposeOp::getFlops() { return 0; }
 
-LogicalResult SliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                        Adaptor adaptor, SmallVectorImpl<Type> &out) {
+LogicalResult SliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc, Adaptor adaptor,
+                                        SmallVectorImpl<Type> &out) {
   if (!allRanked({adaptor.getInput()}))
     return notRanked(loc);
   return pushInferred(loc,
@@ -276,8 +276,8 @@ int64_t BroadcastOp::getFlops() { return 0; }
 LogicalResult CastOp::verify() {
   auto in = getInput().getType(), out = getResult().getType();
   if (in.getShape() != out.getShape())
-    return emitOpError() << "cannot change the shape (" << shape::str(span(in.getShape()))
-                         << " to " << shape::str(span(out.getShape())) << "); use mega.reshape";
+    return emitOpError() << "cannot change the shape (" << shape::str(span(in.getShape())) << " to "
+                         << shape::str(span(out.getShape())) << "); use mega.reshape";
   return success();
 }
 
@@ -303,9 +303,7 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 int64_t LinearOp::getMatmulFlops() {
   return 2 * elems(getResult()) * getWeight().getType().getShape()[1];
 }
-int64_t LinearOp::getFlops() {
-  return getMatmulFlops() + (getBias() ? elems(getResult()) : 0);
-}
+int64_t LinearOp::getFlops() { return getMatmulFlops() + (getBias() ? elems(getResult()) : 0); }
 
 LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                             Adaptor adaptor, SmallVectorImpl<Type> &out) {
@@ -408,8 +406,9 @@ LogicalResult AdamWUpdateOp::inferReturnTypes(MLIRContext *, std::optional<Locat
   auto shape = dimsOf(adaptor.getParam());
   for (Value v : tensors)
     if (!std::ranges::equal(dimsOf(v), shape))
-      return emitOptionalError(loc, "adamw_update: param, grad and moments must share one shape; "
-                                    "param is ",
+      return emitOptionalError(loc,
+                               "adamw_update: param, grad and moments must share one shape; "
+                               "param is ",
                                shape::str(shape), ", another is ", shape::str(dimsOf(v)));
   // The gradient may be stored in another precision than the fp32 master weights and moments.
   if (elementOf(adaptor.getExpAvg()) != elementOf(adaptor.getParam()) ||
@@ -438,8 +437,8 @@ LogicalResult GlobalNormOp::inferReturnTypes(MLIRContext *ctx, std::optional<Loc
   if (!allRanked(adaptor.getInputs()))
     return notRanked(loc);
   bool allF64 = llvm::all_of(adaptor.getInputs(), [](Value v) { return elementOf(v).isF64(); });
-  out.push_back(RankedTensorType::get(
-      {}, allF64 ? Type(Float64Type::get(ctx)) : Type(Float32Type::get(ctx))));
+  out.push_back(RankedTensorType::get({}, allF64 ? Type(Float64Type::get(ctx))
+                                                 : Type(Float32Type::get(ctx))));
   return success();
 }
 LogicalResult GlobalNormOp::verify() {
@@ -482,8 +481,7 @@ LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   auto dim = shape::normalizeAxis(static_cast<int64_t>(adaptor.getDim()), in.size());
   if (!dim)
     return emitOptionalError(loc, "all_gather dim ", static_cast<int64_t>(adaptor.getDim()),
-                             " is out of range for ",
-                             shape::str(in));
+                             " is out of range for ", shape::str(in));
   shape::Shape result(in.begin(), in.end());
   result[*dim] *= adaptor.getMesh().getGroupSize(axisNames(adaptor.getAxes()));
   return pushInferred(loc, {result, {}}, elementOf(adaptor.getInput()), out);
@@ -532,15 +530,14 @@ LogicalResult AllToAllOp::inferReturnTypes(MLIRContext *, std::optional<Location
 }
 
 namespace {
-LogicalResult verifyPeer(Operation *op, MeshAttr mesh, StringRef axis, int64_t shift,
-                         int64_t tag) {
+LogicalResult verifyPeer(Operation *op, MeshAttr mesh, StringRef axis, int64_t shift, int64_t tag) {
   auto index = mesh.findAxis(axis);
   if (!index)
     return op->emitOpError() << "mesh axis '" << axis << "' is not in the mesh";
   int64_t size = mesh.getAxisSizes()[*index];
   if (shift == 0 || shift <= -size || shift >= size)
-    return op->emitOpError() << "shift " << shift << " must be non-zero and within the "
-                             << size << " devices of axis '" << axis << "'";
+    return op->emitOpError() << "shift " << shift << " must be non-zero and within the " << size
+                             << " devices of axis '" << axis << "'";
   if (tag < 0)
     return op->emitOpError() << "tag must be >= 0";
   return success();

@@ -35,9 +35,9 @@ Result broadcast(Dims a, Dims b) {
     int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
     int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
     if (da != db && da != 1 && db != 1)
-      return Result::fail("shapes " + str(a) + " and " + str(b) +
-                          " do not broadcast (dim " + std::to_string(i) + ": " +
-                          std::to_string(da) + " vs " + std::to_string(db) + ")");
+      return Result::fail("shapes " + str(a) + " and " + str(b) + " do not broadcast (dim " +
+                          std::to_string(i) + ": " + std::to_string(da) + " vs " +
+                          std::to_string(db) + ")");
     out[i] = da == 1 ? db : da;
   }
   return {out, {}};
@@ -49,9 +49,9 @@ std::string checkBroadcastsTo(Dims from, Dims to) {
   size_t offset = to.size() - from.size();
   for (size_t i = 0; i < from.size(); ++i)
     if (from[i] != 1 && from[i] != to[i + offset])
-      return "cannot broadcast " + str(from) + " to " + str(to) + " (dim " +
-             std::to_string(i) + " is " + std::to_string(from[i]) + ", not 1 or " +
-             std::to_string(to[i + offset]) + ")";
+      return "cannot broadcast " + str(from) + " to " + str(to) + " (dim " + std::to_string(i) +
+             " is " + std::to_string(from[i]) + ", not 1 or " + std::to_string(to[i + offset]) +
+             ")";
   return {};
 }
 
@@ -133,9 +133,8 @@ Result slice(Dims input, Dims starts, Dims limits, Dims strides) {
                           std::to_string(d) + " must be >= 1");
     if (starts[d] < 0 || starts[d] > limits[d] || limits[d] > input[d])
       return Result::fail("slice dim " + std::to_string(d) + " needs 0 <= start (" +
-                          std::to_string(starts[d]) + ") <= limit (" +
-                          std::to_string(limits[d]) + ") <= size (" + std::to_string(input[d]) +
-                          ")");
+                          std::to_string(starts[d]) + ") <= limit (" + std::to_string(limits[d]) +
+                          ") <= size (" + std::to_string(input[d]) + ")");
     // ceil((limit - start) / stride), without overflowing for huge strides.
     out.push_back(limits[d] == starts[d] ? 0 : (limits[d] - starts[d] - 1) / strides[d] + 1);
   }
@@ -159,8 +158,8 @@ Result concat(const std::vector<Shape> &inputs, int64_t axis) {
                           " has another rank than " + str(first));
     for (size_t d = 0; d < s.size(); ++d)
       if ((int64_t)d != *a && s[d] != first[d])
-        return Result::fail("concat input " + std::to_string(i) + " " + str(s) +
-                            " differs from " + str(first) + " on dim " + std::to_string(d) +
+        return Result::fail("concat input " + std::to_string(i) + " " + str(s) + " differs from " +
+                            str(first) + " on dim " + std::to_string(d) +
                             ", which is not the concat axis");
     out[*a] += s[*a];
   }
@@ -173,9 +172,9 @@ Result linear(Dims input, Dims weight, std::optional<Shape> bias) {
   if (weight.size() != 2)
     return Result::fail("linear weight must be [out, in], got " + str(weight));
   if (weight[1] != input.back())
-    return Result::fail("linear weight " + str(weight) + " expects in = " +
-                        std::to_string(weight[1]) + " but the input " + str(input) +
-                        " has last dim " + std::to_string(input.back()));
+    return Result::fail("linear weight " + str(weight) +
+                        " expects in = " + std::to_string(weight[1]) + " but the input " +
+                        str(input) + " has last dim " + std::to_string(input.back()));
   if (bias && (bias->size() != 1 || (*bias)[0] != weight[0]))
     return Result::fail("linear bias " + str(*bias) + " must be [" + std::to_string(weight[0]) +
                         "] to match weight " + str(weight));
@@ -216,8 +215,7 @@ Result attention(Dims q, Dims k, Dims v, std::optional<Shape> mask) {
     return Result::fail("attention key " + str(k) + " and value " + str(v) +
                         " differ in sequence length or heads");
   if (k[3] != q[3])
-    return Result::fail("attention query " + str(q) + " and key " + str(k) +
-                        " differ in head_dim");
+    return Result::fail("attention query " + str(q) + " and key " + str(k) + " differ in head_dim");
   if (k[2] < 1 || q[2] % k[2] != 0)
     return Result::fail("attention key/value heads (" + std::to_string(k[2]) +
                         ") must divide query heads (" + std::to_string(q[2]) + ")");

@@ -22,8 +22,8 @@ ModelStatsResult computeModelStats(mlir::ModuleOp module, std::string_view name)
     return {std::nullopt, name.empty() ? std::string("the module has no function")
                                        : "the module has no function @" + std::string(name)};
   if (name.empty() && functions > 1)
-    return {std::nullopt, "the module has " + std::to_string(functions) +
-                              " functions; name the one to describe"};
+    return {std::nullopt,
+            "the module has " + std::to_string(functions) + " functions; name the one to describe"};
 
   ModelStats s;
   s.function = func.getSymName().str();

@@ -12,13 +12,13 @@ namespace megac::planner {
 
 struct ModelStats {
   std::string function;
-  int64_t parameters = 0;      // elements over all mega.param arguments (a tied weight once)
+  int64_t parameters = 0; // elements over all mega.param arguments (a tied weight once)
   int64_t parameterTensors = 0;
   int64_t parameterBytes = 0;
-  int64_t tokens = 0;          // elements of the token input (input_ids, else the first int input)
-  int64_t forwardFlops = 0;    // all ops' CostOpInterface::getFlops
+  int64_t tokens = 0;       // elements of the token input (input_ids, else the first int input)
+  int64_t forwardFlops = 0; // all ops' CostOpInterface::getFlops
   int64_t forwardMatmulFlops = 0;
-  int64_t forwardBytes = 0;    // bytes read plus written, op by op (no fusion)
+  int64_t forwardBytes = 0;                   // bytes read plus written, op by op (no fusion)
   std::map<std::string, int64_t> opHistogram; // "mega.linear" -> count
 
   /// Model FLOPs of one training step (forward + backward = 3x forward, no recompute), the

@@ -19,13 +19,20 @@ namespace megac::dsl {
 
 const char *dtypeName(DType dtype) {
   switch (dtype) {
-  case DType::f64: return "f64";
-  case DType::f32: return "f32";
-  case DType::bf16: return "bf16";
-  case DType::f16: return "f16";
-  case DType::i64: return "i64";
-  case DType::i32: return "i32";
-  case DType::i1: return "i1";
+  case DType::f64:
+    return "f64";
+  case DType::f32:
+    return "f32";
+  case DType::bf16:
+    return "bf16";
+  case DType::f16:
+    return "f16";
+  case DType::i64:
+    return "i64";
+  case DType::i32:
+    return "i32";
+  case DType::i1:
+    return "i1";
   }
   return "?";
 }
@@ -63,13 +70,20 @@ struct GraphBuilder::Impl {
 
   Type elementType(DType t) {
     switch (t) {
-    case DType::f64: return b.getF64Type();
-    case DType::f32: return b.getF32Type();
-    case DType::bf16: return b.getBF16Type();
-    case DType::f16: return b.getF16Type();
-    case DType::i64: return b.getI64Type();
-    case DType::i32: return b.getI32Type();
-    case DType::i1: return b.getI1Type();
+    case DType::f64:
+      return b.getF64Type();
+    case DType::f32:
+      return b.getF32Type();
+    case DType::bf16:
+      return b.getBF16Type();
+    case DType::f16:
+      return b.getF16Type();
+    case DType::i64:
+      return b.getI64Type();
+    case DType::i32:
+      return b.getI32Type();
+    case DType::i1:
+      return b.getI1Type();
     }
     return {};
   }
@@ -81,9 +95,9 @@ struct GraphBuilder::Impl {
   /// their caller, so their ops carry the scope path alone.
   Location location(const Loc &loc) {
     bool fromOperator = std::string_view(loc.file_name()) == __FILE__;
-    Location fileLoc = fromOperator ? Location(UnknownLoc::get(&ctx))
-                                    : FileLineColLoc::get(&ctx, loc.file_name(), loc.line(),
-                                                          loc.column());
+    Location fileLoc = fromOperator
+                           ? Location(UnknownLoc::get(&ctx))
+                           : FileLineColLoc::get(&ctx, loc.file_name(), loc.line(), loc.column());
     std::string path = self.scopePath();
     return path.empty() ? fileLoc : Location(NameLoc::get(StringAttr::get(&ctx, path), fileLoc));
   }
@@ -239,9 +253,9 @@ Tensor GraphBuilder::parameter(std::string_view name, Shape shape, DType dtype, 
   Value arg = I.func.getBody().front().addArgument(type, I.location(loc));
   I.argTypes.push_back(type);
   I.argNames.push_back(full);
-  I.argAttrs.push_back(I.b.getDictionaryAttr(
-      {I.b.getNamedAttr(mega::kParamAttr, I.b.getStringAttr(full)),
-       I.b.getNamedAttr(mega::kInitAttr, initAttr)}));
+  I.argAttrs.push_back(
+      I.b.getDictionaryAttr({I.b.getNamedAttr(mega::kParamAttr, I.b.getStringAttr(full)),
+                             I.b.getNamedAttr(mega::kInitAttr, initAttr)}));
   return I.wrap(arg, shape, dtype);
 }
 
@@ -392,8 +406,8 @@ Tensor GraphBuilder::compare(Compare predicate, const Tensor &a0, const Tensor &
   Tensor a = a0, b = b0;
   if (!I.usable({&a, &b}, loc) || !I.broadcastPair(a, b, "compare", loc))
     return {};
-  auto op = mega::CompareOp::create(I.b, I.location(loc), static_cast<mega::ComparePredicate>(predicate),
-                                    I.value(a), I.value(b));
+  auto op = mega::CompareOp::create(
+      I.b, I.location(loc), static_cast<mega::ComparePredicate>(predicate), I.value(a), I.value(b));
   return I.wrap(op.getResult(), a.shape(), DType::i1);
 }
 
@@ -446,7 +460,8 @@ Tensor GraphBuilder::reshape(const Tensor &x, Shape shape, Loc loc) {
                       rules::str(dims(shape)) + ": element counts differ",
                   loc),
            Tensor{};
-  auto op = mega::ReshapeOp::create(I.b, I.location(loc), I.tensorType(shape, x.dtype()), I.value(x));
+  auto op =
+      mega::ReshapeOp::create(I.b, I.location(loc), I.tensorType(shape, x.dtype()), I.value(x));
   return I.wrap(op.getResult(), shape, x.dtype());
 }
 
@@ -504,7 +519,8 @@ Tensor GraphBuilder::broadcast(const Tensor &x, Shape shape, Loc loc) {
     return {};
   if (!I.check(rules::checkBroadcastsTo(dims(x.shape()), dims(shape)), loc))
     return {};
-  auto op = mega::BroadcastOp::create(I.b, I.location(loc), I.tensorType(shape, x.dtype()), I.value(x));
+  auto op =
+      mega::BroadcastOp::create(I.b, I.location(loc), I.tensorType(shape, x.dtype()), I.value(x));
   return I.wrap(op.getResult(), shape, x.dtype());
 }
 
@@ -541,8 +557,7 @@ Tensor GraphBuilder::reduce(ReduceKind kind, const Tensor &x, std::vector<int64_
   if (!I.check(r, loc))
     return {};
   auto op = mega::ReduceOp::create(I.b, I.location(loc), I.tensorType(r.shape, x.dtype()),
-                                   static_cast<mega::ReduceKind>(kind), I.value(x), axes,
-                                   keepDims);
+                                   static_cast<mega::ReduceKind>(kind), I.value(x), axes, keepDims);
   return I.wrap(op.getResult(), r.shape, x.dtype());
 }
 
@@ -575,8 +590,7 @@ Tensor GraphBuilder::linear(const Tensor &x, const Tensor &weight, std::optional
   if (!I.check(r, loc))
     return {};
   auto op = mega::LinearOp::create(I.b, I.location(loc), I.tensorType(r.shape, x.dtype()),
-                                   I.value(x), I.value(weight),
-                                   bias ? I.value(*bias) : Value());
+                                   I.value(x), I.value(weight), bias ? I.value(*bias) : Value());
   return I.wrap(op.getResult(), r.shape, x.dtype());
 }
 
@@ -602,8 +616,9 @@ Tensor GraphBuilder::layerNorm(const Tensor &x, const Tensor &weight, std::optio
   std::optional<rules::Shape> biasShape;
   if (bias)
     biasShape = bias->shape();
-  if (!I.check(rules::checkNormParams("layer_norm", dims(x.shape()), dims(weight.shape()), biasShape),
-               loc))
+  if (!I.check(
+          rules::checkNormParams("layer_norm", dims(x.shape()), dims(weight.shape()), biasShape),
+          loc))
     return {};
   auto op = mega::LayerNormOp::create(I.b, I.location(loc), I.value(x).getType(), I.value(x),
                                       I.value(weight), bias ? I.value(*bias) : Value(),
@@ -615,9 +630,9 @@ Tensor GraphBuilder::rmsNorm(const Tensor &x, const Tensor &weight, double epsil
   Impl &I = *impl_;
   if (!I.usable({&x, &weight}, loc))
     return {};
-  if (!I.check(rules::checkNormParams("rms_norm", dims(x.shape()), dims(weight.shape()),
-                                      std::nullopt),
-               loc))
+  if (!I.check(
+          rules::checkNormParams("rms_norm", dims(x.shape()), dims(weight.shape()), std::nullopt),
+          loc))
     return {};
   auto op = mega::RmsNormOp::create(I.b, I.location(loc), I.value(x).getType(), I.value(x),
                                     I.value(weight), I.b.getF64FloatAttr(epsilon));
@@ -665,8 +680,9 @@ Tensor GraphBuilder::crossEntropy(const Tensor &logits, const Tensor &labels, Lo
   rules::Result r = rules::crossEntropy(dims(logits.shape()), dims(labels.shape()));
   if (!I.check(r, loc))
     return {};
-  auto op = mega::CrossEntropyOp::create(I.b, I.location(loc), I.tensorType(r.shape, logits.dtype()),
-                                         I.value(logits), I.value(labels), IntegerAttr());
+  auto op =
+      mega::CrossEntropyOp::create(I.b, I.location(loc), I.tensorType(r.shape, logits.dtype()),
+                                   I.value(logits), I.value(labels), IntegerAttr());
   return I.wrap(op.getResult(), r.shape, logits.dtype());
 }
 

@@ -2,8 +2,8 @@
 //
 //   GraphBuilder b(ctx, "gpt");
 //   Tensor ids = b.input("input_ids", {batch, seq}, DType::i64);
-//   Tensor x = b.embedding(b.parameter("wte", {vocab, hidden}, DType::f32, Init::normal(0.02)), ids);
-//   { auto s = b.scope("h0"); x = x + b.attention(q, k, v, {.causal = true}); }
+//   Tensor x = b.embedding(b.parameter("wte", {vocab, hidden}, DType::f32, Init::normal(0.02)),
+//   ids); { auto s = b.scope("h0"); x = x + b.attention(q, k, v, {.causal = true}); }
 //   b.output("logits", logits);
 //   mlir::Operation *module = b.finish();   // nullptr and b.error() on failure
 //
@@ -99,13 +99,15 @@ public:
   std::string scopePath() const;
 
   // Function signature.
-  Tensor parameter(std::string_view name, Shape shape, DType dtype, Init init, Loc loc = Loc::current());
+  Tensor parameter(std::string_view name, Shape shape, DType dtype, Init init,
+                   Loc loc = Loc::current());
   Tensor input(std::string_view name, Shape shape, DType dtype, Loc loc = Loc::current());
   void output(std::string_view name, const Tensor &value, Loc loc = Loc::current());
 
   // Constants.
   Tensor splat(double value, Shape shape, DType dtype, Loc loc = Loc::current());
-  Tensor constant(const std::vector<int64_t> &values, Shape shape, DType dtype, Loc loc = Loc::current());
+  Tensor constant(const std::vector<int64_t> &values, Shape shape, DType dtype,
+                  Loc loc = Loc::current());
 
   // Elementwise. Operands of different shapes are broadcast (explicitly, in the IR).
   Tensor add(const Tensor &a, const Tensor &b, Loc loc = Loc::current());

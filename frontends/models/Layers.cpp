@@ -24,8 +24,7 @@ Tensor layerNormLayer(dsl::GraphBuilder &b, std::string_view name, const Tensor 
   return b.layerNorm(x, w, bias, epsilon);
 }
 
-Tensor rmsNormLayer(dsl::GraphBuilder &b, std::string_view name, const Tensor &x,
-                    double epsilon) {
+Tensor rmsNormLayer(dsl::GraphBuilder &b, std::string_view name, const Tensor &x, double epsilon) {
   auto s = b.scope(name);
   Tensor w = b.parameter("weight", {x.dim(-1)}, x.dtype(), Init::ones());
   return b.rmsNorm(x, w, epsilon);
@@ -47,15 +46,21 @@ Tensor attentionLayer(dsl::GraphBuilder &b, std::string_view name, const ModelCo
   return linearLayer(b, "proj", o, c.hidden, options.bias, std.output);
 }
 
-Tensor mlpLayer(dsl::GraphBuilder &b, std::string_view name, const ModelConfig &c,
-                const Tensor &x, Activation activation, bool bias) {
+Tensor mlpLayer(dsl::GraphBuilder &b, std::string_view name, const ModelConfig &c, const Tensor &x,
+                Activation activation, bool bias) {
   auto s = b.scope(name);
   InitStd std(c);
   Tensor h = linearLayer(b, "fc", x, c.ffn, bias, std.base);
   switch (activation) {
-  case Activation::gelu_erf: h = b.gelu(h, dsl::Gelu::erf); break;
-  case Activation::gelu_tanh: h = b.gelu(h, dsl::Gelu::tanh); break;
-  case Activation::relu: h = b.relu(h); break;
+  case Activation::gelu_erf:
+    h = b.gelu(h, dsl::Gelu::erf);
+    break;
+  case Activation::gelu_tanh:
+    h = b.gelu(h, dsl::Gelu::tanh);
+    break;
+  case Activation::relu:
+    h = b.relu(h);
+    break;
   }
   return linearLayer(b, "proj", h, c.hidden, bias, std.output);
 }

@@ -29,7 +29,7 @@ dsl::Tensor rmsNormLayer(dsl::GraphBuilder &b, std::string_view name, const dsl:
                          double epsilon = 1e-6);
 
 struct AttentionBlock {
-  bool bias = true;        // biases on q, k, v and the output projection
+  bool bias = true; // biases on q, k, v and the output projection
   bool causal = false;
   std::optional<dsl::Tensor> mask; // additive, broadcastable to [b, heads, s, t]
   std::optional<double> scale;     // default 1/sqrt(head_dim)

@@ -11,9 +11,12 @@ namespace megac::models {
 
 const char *archName(Arch arch) {
   switch (arch) {
-  case Arch::gpt: return "gpt";
-  case Arch::bert: return "bert";
-  case Arch::t5: return "t5";
+  case Arch::gpt:
+    return "gpt";
+  case Arch::bert:
+    return "bert";
+  case Arch::t5:
+    return "t5";
   }
   return "?";
 }
@@ -21,7 +24,7 @@ const char *archName(Arch arch) {
 namespace {
 
 const std::vector<std::string> &keysOf(Arch arch) {
-  static const std::vector<std::string> gpt = {"layers", "hidden", "heads", "ffn",   "seq",
+  static const std::vector<std::string> gpt = {"layers", "hidden", "heads", "ffn",  "seq",
                                                "vocab",  "batch",  "tied",  "gelu", "dtype"};
   static const std::vector<std::string> t5 = {"layers", "enc_layers", "dec_layers", "hidden",
                                               "heads",  "ffn",        "seq",        "dec_seq",
@@ -51,8 +54,9 @@ ConfigResult parseModelSpec(std::string_view spec) {
   else if (archText == "t5")
     c.arch = Arch::t5;
   else
-    return fail("unknown model '" + archText + "' in spec '" + std::string(spec) +
-                "'; expected gpt, bert or t5 (e.g. gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128)");
+    return fail(
+        "unknown model '" + archText + "' in spec '" + std::string(spec) +
+        "'; expected gpt, bert or t5 (e.g. gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128)");
 
   const std::vector<std::string> &known = keysOf(c.arch);
   std::map<std::string, std::string> values;
@@ -111,9 +115,10 @@ ConfigResult parseModelSpec(std::string_view spec) {
     c.gelu = it->second == "tanh" ? dsl::Gelu::tanh : dsl::Gelu::erf;
   }
   if (auto it = values.find("dtype"); it != values.end()) {
-    static const std::map<std::string, dsl::DType> dtypes = {
-        {"f64", dsl::DType::f64}, {"f32", dsl::DType::f32},
-        {"bf16", dsl::DType::bf16}, {"f16", dsl::DType::f16}};
+    static const std::map<std::string, dsl::DType> dtypes = {{"f64", dsl::DType::f64},
+                                                             {"f32", dsl::DType::f32},
+                                                             {"bf16", dsl::DType::bf16},
+                                                             {"f16", dsl::DType::f16}};
     auto d = dtypes.find(it->second);
     if (d == dtypes.end())
       return fail("key 'dtype' needs f64, f32, bf16 or f16, got '" + it->second + "'");
@@ -132,8 +137,8 @@ ConfigResult parseModelSpec(std::string_view spec) {
     if (!values.count(key))
       return fail("missing key '" + key + "' for " + archText);
   if (c.hidden % c.heads != 0)
-    return fail("key 'hidden' (" + std::to_string(c.hidden) + ") is not divisible by key 'heads' (" +
-                std::to_string(c.heads) + ")");
+    return fail("key 'hidden' (" + std::to_string(c.hidden) +
+                ") is not divisible by key 'heads' (" + std::to_string(c.heads) + ")");
   return {c, {}};
 }
 

@@ -9,9 +9,15 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext &ctx, const Model
                                              std::string &error) {
   dsl::GraphBuilder b(ctx, archName(config.arch));
   switch (config.arch) {
-  case Arch::gpt: buildGpt(b, config); break;
-  case Arch::bert: buildBert(b, config); break;
-  case Arch::t5: buildT5(b, config); break;
+  case Arch::gpt:
+    buildGpt(b, config);
+    break;
+  case Arch::bert:
+    buildBert(b, config);
+    break;
+  case Arch::t5:
+    buildT5(b, config);
+    break;
   }
   mlir::Operation *module = b.finish();
   if (!module) {

@@ -45,8 +45,8 @@ Tensor relativePositionBias(dsl::GraphBuilder &b, const ModelConfig &c, std::str
   for (int64_t i = 0; i < q; ++i)
     for (int64_t j = 0; j < k; ++j)
       buckets.push_back(relativeBucket(j - i, bidirectional));
-  Tensor table = b.parameter(name, {kNumBuckets, c.heads}, c.dtype,
-                             dsl::Init::normal(InitStd(c).base));
+  Tensor table =
+      b.parameter(name, {kNumBuckets, c.heads}, c.dtype, dsl::Init::normal(InitStd(c).base));
   Tensor index = b.constant(buckets, {q, k}, dsl::DType::i64);
   Tensor bias = b.transpose(b.gather(table, index, 0), {2, 0, 1}); // [heads, q, k]
   return b.reshape(bias, {1, c.heads, q, k});
@@ -93,8 +93,8 @@ void buildT5(dsl::GraphBuilder &b, const ModelConfig &c) {
     x = x * (1.0 / std::sqrt(static_cast<double>(c.hidden)));
     b.output("logits", b.linear(x, shared, std::nullopt));
   } else {
-    Tensor head = b.parameter("lm_head.weight", {c.vocab, c.hidden}, c.dtype,
-                              dsl::Init::normal(std.base));
+    Tensor head =
+        b.parameter("lm_head.weight", {c.vocab, c.hidden}, c.dtype, dsl::Init::normal(std.base));
     b.output("logits", b.linear(x, head, std::nullopt));
   }
 }

@@ -66,9 +66,12 @@ double standardNormal(uint64_t key64, uint64_t index) {
 
 double initialValue(const InitSpec &spec, uint64_t seed, std::string_view name, uint64_t index) {
   switch (spec.kind) {
-  case InitKind::zeros: return 0.0;
-  case InitKind::ones: return 1.0;
-  case InitKind::normal: return spec.stddev * standardNormal(mix(seed) ^ hashName(name), index);
+  case InitKind::zeros:
+    return 0.0;
+  case InitKind::ones:
+    return 1.0;
+  case InitKind::normal:
+    return spec.stddev * standardNormal(mix(seed) ^ hashName(name), index);
   }
   return 0.0;
 }

@@ -18,8 +18,8 @@ struct DialectTest : ::testing::Test {
 } // namespace
 
 TEST_F(DialectTest, MeshAndShardingArithmetic) {
-  auto sharding = dyn_cast_or_null<mega::ShardingAttr>(parseAttribute(
-      "#mega.sharding<#mega.mesh<pp = 2, dp = 2, tp = 4>, [[dp], [], [tp]]>", &ctx));
+  auto sharding = dyn_cast_or_null<mega::ShardingAttr>(
+      parseAttribute("#mega.sharding<#mega.mesh<pp = 2, dp = 2, tp = 4>, [[dp], [], [tp]]>", &ctx));
   ASSERT_TRUE(sharding);
   mega::MeshAttr mesh = sharding.getMesh();
   EXPECT_EQ(mesh.getNumDevices(), 16);

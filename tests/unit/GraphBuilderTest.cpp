@@ -51,9 +51,8 @@ TEST(GraphBuilder, OperatorsBroadcastExplicitly) {
   mlir::OwningOpRef<mlir::ModuleOp> module(mlir::cast<mlir::ModuleOp>(b.finish()));
   ASSERT_TRUE(module) << b.error();
   int broadcasts = 0;
-  module->walk([&](mlir::Operation *op) {
-    broadcasts += op->getName().getStringRef() == "mega.broadcast";
-  });
+  module->walk(
+      [&](mlir::Operation *op) { broadcasts += op->getName().getStringRef() == "mega.broadcast"; });
   EXPECT_EQ(broadcasts, 3); // bias, 0.5 and 1.0
 }
 
@@ -70,8 +69,7 @@ TEST(GraphBuilder, RejectsDuplicateParametersAndMismatchedTypes) {
     Tensor a = b.input("a", {4}, DType::f32);
     Tensor c = b.input("c", {4}, DType::bf16);
     EXPECT_FALSE((a + c).valid());
-    EXPECT_NE(b.error().find("element types differ (f32 vs bf16)"), std::string::npos)
-        << b.error();
+    EXPECT_NE(b.error().find("element types differ (f32 vs bf16)"), std::string::npos) << b.error();
   }
   {
     GraphBuilder b(ctx, "f");

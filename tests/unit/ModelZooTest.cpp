@@ -41,7 +41,9 @@ std::string gptSpec(int64_t l, int64_t h, int64_t a, int64_t s, int64_t v, int64
 
 // 12 l h^2 + 13 l h + (V + s) h + 2 h: pre-LN with a final LayerNorm, biases, tied embedding.
 TEST(ModelZoo, GptParameterCountMatchesTheFormula) {
-  struct C { int64_t l, h, a, s, v; };
+  struct C {
+    int64_t l, h, a, s, v;
+  };
   for (C c : {C{2, 64, 4, 32, 128}, C{12, 768, 12, 1024, 50257}, C{24, 1024, 16, 2048, 50304},
               C{96, 12288, 96, 2048, 50257}}) {
     planner::ModelStats s = statsOf(gptSpec(c.l, c.h, c.a, c.s, c.v));
@@ -60,7 +62,9 @@ TEST(ModelZoo, UntiedHeadAddsVocabTimesHidden) {
 
 // 24 B s l h^2 + 4 B s^2 l h + 2 B s h V (full s^2 attention), from the cost interface.
 TEST(ModelZoo, GptMatmulFlopsMatchTheFormula) {
-  struct C { int64_t l, h, a, s, v, b; };
+  struct C {
+    int64_t l, h, a, s, v, b;
+  };
   for (C c : {C{2, 64, 4, 32, 128, 1}, C{3, 96, 6, 48, 200, 4}, C{12, 768, 12, 1024, 50257, 8}}) {
     planner::ModelStats s = statsOf(gptSpec(c.l, c.h, c.a, c.s, c.v, c.b));
     int64_t B = c.b, S = c.s, L = c.l, H = c.h, V = c.v;
@@ -113,7 +117,8 @@ TEST(ModelSpec, ErrorsNameTheKey) {
 }
 
 TEST(ModelSpec, SpecRoundTrips) {
-  auto c = models::parseModelSpec("t5:layers=3,hidden=64,heads=4,seq=32,dec_seq=16,vocab=128,tied=0");
+  auto c =
+      models::parseModelSpec("t5:layers=3,hidden=64,heads=4,seq=32,dec_seq=16,vocab=128,tied=0");
   ASSERT_TRUE(c.config) << c.error;
   EXPECT_EQ(c.config->encLayers, 3);
   EXPECT_EQ(c.config->decLayers, 3);

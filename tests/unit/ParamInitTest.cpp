@@ -30,8 +30,8 @@ TEST(ParamInit, ShardIsTheSliceOfTheWhole) {
   InitSpec spec{InitKind::normal, 0.02};
   std::vector<int64_t> global{12, 10};
   std::vector<float> whole(120);
-  ASSERT_TRUE(fillShard(spec, 1234, "h0.attn.q.weight", global, std::vector<int64_t>{0, 0},
-                        global, whole));
+  ASSERT_TRUE(
+      fillShard(spec, 1234, "h0.attn.q.weight", global, std::vector<int64_t>{0, 0}, global, whole));
   // A column-parallel shard (rows 4..8) and a row-parallel one (columns 5..10).
   std::vector<float> rows(4 * 10), cols(12 * 5);
   ASSERT_TRUE(fillShard(spec, 1234, "h0.attn.q.weight", global, std::vector<int64_t>{4, 0},

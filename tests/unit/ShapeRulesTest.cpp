@@ -27,7 +27,8 @@ TEST(ShapeRules, MatmulBroadcastsBatchDims) {
   EXPECT_EQ(r.shape, (Shape{2, 4, 16, 32}));
   Shape bad{4, 7, 32};
   Result e = matmul(d(a), d(bad));
-  EXPECT_EQ(e.error, "matmul contraction dims differ: [2, 1, 16, 8] has k = 8, [4, 7, 32] has k = 7");
+  EXPECT_EQ(e.error,
+            "matmul contraction dims differ: [2, 1, 16, 8] has k = 8, [4, 7, 32] has k = 7");
 }
 
 TEST(ShapeRules, GatherReduceTransposeSliceConcat) {

@@ -43,8 +43,6 @@ std::optional<std::string> Args::get(const std::string &name) const {
   return it->second;
 }
 
-bool Args::has(const std::string &name) const {
-  return flags_.count(name) || values_.count(name);
-}
+bool Args::has(const std::string &name) const { return flags_.count(name) || values_.count(name); }
 
 } // namespace megac::cli
