@@ -31,16 +31,12 @@ class Mega_Op<string mnemonic, list<Trait> traits = []> :
     Op<Mega_Dialect, mnemonic, traits>;
 
 // Element types megac computes in: f64 is the reference precision for equivalence tests.
-def Mega_Float : AnyTypeOf<[F64, F32, BF16, F16]>;
-def Mega_Int : AnyTypeOf<[I64, I32]>;
-def Mega_Elem : AnyTypeOf<[F64, F32, BF16, F16, I64, I32, I1]>;
 
 def Mega_FloatTensor : StaticShapeTensorOf<[F64, F32, BF16, F16]>;
 def Mega_IntTensor : StaticShapeTensorOf<[I64, I32]>;
 def Mega_BoolTensor : StaticShapeTensorOf<[I1]>;
 def Mega_Tensor : StaticShapeTensorOf<[F64, F32, BF16, F16, I64, I32, I1]>;
 def Mega_NumTensor : StaticShapeTensorOf<[F64, F32, BF16, F16, I64, I32]>;
-def Mega_ScalarF32 : 0DTensorOf<[F32]>;
 def Mega_ScalarFloat : 0DTensorOf<[F64, F32]>;
 def Mega_ScalarI64 : 0DTensorOf<[I64]>;
 
