@@ -8,8 +8,14 @@ PACKAGES=(
   g++ make cmake ninja-build ccache python3
   # compiler: MLIR/LLVM 22 (lit, FileCheck and not come with llvm-22-tools)
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
+  # ONNX frontend (libonnx + protobuf) and the ONNX backend node tests
+  libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
+  # plans (FlatBuffers) and the CPU runtime (OpenBLAS)
+  libflatbuffers-dev flatbuffers-compiler libopenblas-dev
   # unit tests
   libgtest-dev googletest
+  # test oracles: PyTorch and onnx for /usr/bin/python3
+  python3-torch python3-onnx python3-numpy
 )
 
 missing=()

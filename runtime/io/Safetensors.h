@@ -1,0 +1,19 @@
+// safetensors files (the format the ecosystem reads): an 8-byte little-endian header length,
+// a JSON header {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
+// "__metadata__": {...}}, then the tensor bytes.
+#pragma once
+
+#include "runtime/Status.h"
+#include "runtime/io/HostTensor.h"
+
+#include <map>
+#include <string>
+
+namespace megac::runtime {
+
+StatusOr<TensorMap> readSafetensors(const std::string &path);
+/// Writes atomically: to `path`.tmp, fsync, then rename.
+Status writeSafetensors(const std::string &path, const TensorMap &tensors,
+                        const std::map<std::string, std::string> &metadata = {});
+
+} // namespace megac::runtime

@@ -1,0 +1,34 @@
+// Loading a plan: read the bytes, verify the FlatBuffer and every index, size and attribute,
+// and reject another format version, so the executor can trust what it reads.
+#pragma once
+
+#include "runtime/Status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace megac::plan {
+struct Plan;
+} // namespace megac::plan
+
+namespace megac::runtime {
+
+/// A verified plan; owns its bytes.
+class LoadedPlan {
+public:
+  const megac::plan::Plan &plan() const;
+  const std::vector<uint8_t> &bytes() const { return bytes_; }
+  /// The file the plan came from (empty if from memory): weights_file is relative to it.
+  const std::string &path() const { return path_; }
+
+private:
+  friend StatusOr<LoadedPlan> loadPlanFromBytes(std::vector<uint8_t> bytes, std::string path);
+  std::vector<uint8_t> bytes_;
+  std::string path_;
+};
+
+StatusOr<LoadedPlan> loadPlanFromBytes(std::vector<uint8_t> bytes, std::string path = {});
+StatusOr<LoadedPlan> loadPlanFile(const std::string &path);
+
+} // namespace megac::runtime
