@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -16,11 +17,13 @@ enum class DType : uint8_t { f64 = 0, f32, bf16, f16, i64, i32, i1 };
 size_t dtypeSize(DType dtype);
 /// "f32", "bf16", ...
 const char *dtypeName(DType dtype);
+/// "[2, 3]" (a scalar is "[]"), for error messages.
+std::string shapeString(std::span<const int64_t> shape);
 
 struct HostTensor {
   DType dtype = DType::f32;
-  std::vector<int64_t> shape;  // row-major; empty for a scalar
-  std::vector<uint8_t> bytes;  // numElements() * dtypeSize(dtype), little-endian
+  std::vector<int64_t> shape; // row-major; empty for a scalar
+  std::vector<uint8_t> bytes; // numElements() * dtypeSize(dtype), little-endian
 
   int64_t numElements() const;
   /// A zero-filled tensor.

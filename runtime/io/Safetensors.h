@@ -12,6 +12,14 @@
 namespace megac::runtime {
 
 StatusOr<TensorMap> readSafetensors(const std::string &path);
+
+/// A whole safetensors file: tensors and the string map under "__metadata__".
+struct SafetensorsFile {
+  TensorMap tensors;
+  std::map<std::string, std::string> metadata;
+};
+StatusOr<SafetensorsFile> readSafetensorsFile(const std::string &path);
+
 /// Writes atomically: to `path`.tmp, fsync, then rename.
 Status writeSafetensors(const std::string &path, const TensorMap &tensors,
                         const std::map<std::string, std::string> &metadata = {});

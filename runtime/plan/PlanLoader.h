@@ -10,6 +10,7 @@
 
 namespace megac::plan {
 struct Plan;
+struct Program;
 } // namespace megac::plan
 
 namespace megac::runtime {
@@ -30,5 +31,11 @@ private:
 
 StatusOr<LoadedPlan> loadPlanFromBytes(std::vector<uint8_t> bytes, std::string path = {});
 StatusOr<LoadedPlan> loadPlanFile(const std::string &path);
+
+/// How errors name a program: "program 'stage0'" ("program 2" when it has no name).
+std::string describeProgram(const megac::plan::Program &program, size_t programIndex);
+/// How errors name an instruction: "program 'stage0', instruction 3 (Linear at 'h0.fc1')".
+std::string describeInstruction(const megac::plan::Program &program, size_t programIndex,
+                                size_t instructionIndex);
 
 } // namespace megac::runtime

@@ -1,5 +1,6 @@
 // megac-opt: runs mega passes over .mlir files (MlirOptMain), for lit tests and debugging.
 #include "ir/MegaDialect.h"
+#include "passes/input/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -11,6 +12,7 @@ int main(int argc, char **argv) {
   registry.insert<mega::MegaDialect, mlir::func::FuncDialect>();
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
+  megac::passes::registerMegaInputPasses();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "megac optimizer driver\n", registry));
 }

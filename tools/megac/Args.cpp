@@ -29,6 +29,7 @@ std::string Args::parse(int argc, char **argv, int first, const std::set<std::st
         value = argv[++i];
       }
       values_[name] = value;
+      allValues_[name].push_back(value);
     } else {
       return "unknown option " + arg;
     }
@@ -41,6 +42,11 @@ std::optional<std::string> Args::get(const std::string &name) const {
   if (it == values_.end())
     return std::nullopt;
   return it->second;
+}
+
+std::vector<std::string> Args::getAll(const std::string &name) const {
+  auto it = allValues_.find(name);
+  return it == allValues_.end() ? std::vector<std::string>{} : it->second;
 }
 
 bool Args::has(const std::string &name) const { return flags_.count(name) || values_.count(name); }

@@ -5,5 +5,7 @@ namespace megac::cli {
 
 int importCommand(int argc, char **argv);
 int describeCommand(int argc, char **argv);
+int compileCommand(int argc, char **argv);
+int runCommand(int argc, char **argv);
 
 } // namespace megac::cli

@@ -12,6 +12,12 @@ usage: megac <command> [options]
 commands:
   import    --model SPEC -o FILE.mlir      write a zoo model's forward graph as mega IR
   describe  --model SPEC | FILE.mlir       parameter count, FLOPs per token, op histogram
+  compile   MODEL -o FILE.mplan [--seed N]
+                                           lower a model to a single-rank plan
+  run       (MODEL | FILE.mplan) --input NAME=FILE.npy ... --output-dir DIR [--seed N]
+                                           one forward pass on the CPU; outputs as DIR/NAME.npy
+
+MODEL: --model SPEC, FILE.mlir or FILE.onnx
 
 model specs:
   gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128
@@ -32,6 +38,10 @@ int main(int argc, char **argv) {
     return megac::cli::importCommand(argc, argv);
   if (!std::strcmp(argv[1], "describe"))
     return megac::cli::describeCommand(argc, argv);
+  if (!std::strcmp(argv[1], "compile"))
+    return megac::cli::compileCommand(argc, argv);
+  if (!std::strcmp(argv[1], "run"))
+    return megac::cli::runCommand(argc, argv);
   std::fprintf(stderr, "megac: error: unknown command '%s'; run `megac help`\n", argv[1]);
   return 2;
 }

@@ -1,0 +1,619 @@
+// The ONNX graph importer: classifies initializers (weights vs constants), walks the nodes
+// folding constant subgraphs and converting the rest, and builds the mega function.
+#include "frontends/onnx/OnnxGraph.h"
+
+#include "ir/MegaDialect.h"
+#include "ir/MegaOps.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+
+using namespace mlir;
+
+namespace megac::onnx_import {
+
+namespace {
+
+bool isDefaultDomain(const std::string &domain) { return domain.empty() || domain == "ai.onnx"; }
+
+/// Ops whose output carries none of the float data of its inputs (for finding weights).
+bool dropsFloatData(const onnx::NodeProto &node) {
+  static const std::set<std::string> kOps = {
+      "Shape", "Size",  "Equal", "Less",   "Greater", "LessOrEqual", "GreaterOrEqual",
+      "Not",   "And",   "Or",    "Xor",    "ArgMax",  "ArgMin",      "IsNaN",
+      "IsInf", "NonZero"};
+  if (kOps.count(node.op_type()))
+    return true;
+  if (node.op_type() == "Cast")
+    for (const auto &a : node.attribute())
+      if (a.name() == "to")
+        return !isFloatType(ElemType(a.i()));
+  return false;
+}
+
+/// The inputs whose float data flows into the node's outputs.
+std::vector<int> dataInputs(const onnx::NodeProto &node) {
+  static const std::set<std::string> kFirstOnly = {
+      "Gather", "Reshape", "Expand",   "Tile",  "Slice", "Squeeze",
+      "Unsqueeze", "Split", "Transpose", "Flatten", "Trilu", "Dropout"};
+  if (node.op_type() == "Where")
+    return {1, 2};
+  if (kFirstOnly.count(node.op_type()))
+    return {0};
+  std::vector<int> all(node.input_size());
+  for (int i = 0; i < node.input_size(); ++i)
+    all[i] = i;
+  return all;
+}
+
+std::string sanitizeSymbol(const std::string &name) {
+  std::string s;
+  for (char c : name)
+    s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0])))
+    s = "main";
+  return s;
+}
+
+} // namespace
+
+Location nodeLocation(MLIRContext &ctx, const onnx::NodeProto &node, int64_t index) {
+  std::string name =
+      node.name().empty() ? node.op_type() + "#" + std::to_string(index) : node.name();
+  return NameLoc::get(StringAttr::get(&ctx, name),
+                      NameLoc::get(StringAttr::get(&ctx, node.op_type())));
+}
+
+//===----------------------------------------------------------------------===//
+// NodeContext
+//===----------------------------------------------------------------------===//
+
+NodeContext::NodeContext(GraphImporter &g, const onnx::NodeProto &node, int64_t index,
+                         int64_t opset)
+    : g_(g), node_(node), opset_(opset), loc_(nodeLocation(g.ctx, node, index)) {}
+
+OpBuilder &NodeContext::builder() { return g_.builder; }
+MLIRContext *NodeContext::context() { return &g_.ctx; }
+
+LogicalResult NodeContext::fail(const Twine &message) {
+  failed_ = true;
+  std::string name = node_.name().empty() ? "<unnamed>" : node_.name();
+  emitError(loc_) << opType() << " (node '" << name << "', opset " << opset_
+                  << "): " << message;
+  return failure();
+}
+
+bool NodeContext::hasInput(int i) const {
+  return i >= 0 && i < node_.input_size() && !node_.input(i).empty();
+}
+
+ValueInfo &NodeContext::input(int i) { return g_.values.at(node_.input(i)); }
+
+const ConstTensor *NodeContext::constant(int i) {
+  if (!hasInput(i))
+    return nullptr;
+  ValueInfo &info = input(i);
+  if (!info.isConstant())
+    return nullptr;
+  const ConstTensor *c = g_.constantOf(info, loc_, node_.input(i));
+  if (!c)
+    failed_ = true;
+  return c;
+}
+
+FailureOr<Value> NodeContext::value(int i) {
+  if (!hasInput(i))
+    return fail("input " + Twine(i) + " is missing");
+  auto v = g_.materializeValue(input(i), loc_, node_.input(i));
+  if (mlir::failed(v))
+    failed_ = true;
+  return v;
+}
+
+FailureOr<Value> NodeContext::valueAs(int i, const Shape &shape) {
+  if (!hasInput(i))
+    return fail("input " + Twine(i) + " is missing");
+  ValueInfo &info = input(i);
+  if (info.isConstant() && isMegaElemType(info.type) && info.shape != shape) {
+    const ConstTensor *c = constant(i);
+    if (!c)
+      return failure();
+    if (c->isSplat())
+      return splat(c->getDouble(0), c->type, shape);
+  }
+  auto v = value(i);
+  if (mlir::failed(v))
+    return failure();
+  return broadcast(*v, shape);
+}
+
+FailureOr<std::vector<int64_t>> NodeContext::intsInput(int i, const char *what) {
+  if (!hasInput(i))
+    return fail(Twine("the '") + what + "' input is missing");
+  const ConstTensor *c = constant(i);
+  if (failed_)
+    return failure();
+  if (!c)
+    return fail(Twine("the '") + what + "' input ('" + node_.input(i) +
+                "') must be a constant; it is computed at run time");
+  if (c->isFloat() || c->type == ElemType::boolean)
+    return fail(Twine("the '") + what + "' input must be an integer tensor, not " +
+                elemTypeName(int(c->type)));
+  return c->ints;
+}
+
+FailureOr<double> NodeContext::scalarInput(int i, const char *what) {
+  if (!hasInput(i))
+    return fail(Twine("the '") + what + "' input is missing");
+  const ConstTensor *c = constant(i);
+  if (failed_)
+    return failure();
+  if (!c)
+    return fail(Twine("the '") + what + "' input ('" + node_.input(i) +
+                "') must be a constant; it is computed at run time");
+  if (c->numElements() != 1)
+    return fail(Twine("the '") + what + "' input must have one element, it has shape " +
+                shapeStr(c->shape));
+  return c->getDouble(0);
+}
+
+const onnx::AttributeProto *NodeContext::attr(const std::string &name) const {
+  for (const auto &a : node_.attribute())
+    if (a.name() == name)
+      return &a;
+  return nullptr;
+}
+
+int64_t NodeContext::attrInt(const std::string &name, int64_t fallback) const {
+  const auto *a = attr(name);
+  return a && a->type() == onnx::AttributeProto::INT ? a->i() : fallback;
+}
+
+double NodeContext::attrFloat(const std::string &name, double fallback) const {
+  const auto *a = attr(name);
+  return a && a->type() == onnx::AttributeProto::FLOAT ? double(a->f()) : fallback;
+}
+
+std::optional<std::vector<int64_t>> NodeContext::attrInts(const std::string &name) const {
+  const auto *a = attr(name);
+  if (!a || a->type() != onnx::AttributeProto::INTS)
+    return std::nullopt;
+  return std::vector<int64_t>(a->ints().begin(), a->ints().end());
+}
+
+std::string NodeContext::attrString(const std::string &name, const std::string &fallback) const {
+  const auto *a = attr(name);
+  return a && a->type() == onnx::AttributeProto::STRING ? a->s() : fallback;
+}
+
+bool NodeContext::hasOutput(int i) const {
+  return i >= 0 && i < node_.output_size() && !node_.output(i).empty();
+}
+
+void NodeContext::setOutput(int i, Value v) {
+  if (!hasOutput(i))
+    return;
+  ValueInfo info;
+  auto type = mlir::cast<RankedTensorType>(v.getType());
+  info.value = v;
+  info.shape.assign(type.getShape().begin(), type.getShape().end());
+  Type e = type.getElementType();
+  info.type = e.isF32()             ? ElemType::f32
+              : e.isF64()           ? ElemType::f64
+              : e.isF16()           ? ElemType::f16
+              : e.isBF16()          ? ElemType::bf16
+              : e.isInteger(64)     ? ElemType::i64
+              : e.isInteger(32)     ? ElemType::i32
+              : e.isInteger(1)      ? ElemType::boolean
+                                    : ElemType::undefined;
+  g_.values[node_.output(i)] = std::move(info);
+}
+
+void NodeContext::setOutput(int i, ConstTensor t) {
+  if (!hasOutput(i))
+    return;
+  ValueInfo info;
+  info.type = t.type;
+  info.shape = t.shape;
+  info.constant = std::make_shared<const ConstTensor>(std::move(t));
+  g_.values[node_.output(i)] = std::move(info);
+}
+
+Type elementTypeOf(MLIRContext &ctx, ElemType t) {
+  Builder b(&ctx);
+  switch (t) {
+  case ElemType::f32:
+    return b.getF32Type();
+  case ElemType::f64:
+    return b.getF64Type();
+  case ElemType::f16:
+    return b.getF16Type();
+  case ElemType::bf16:
+    return b.getBF16Type();
+  case ElemType::i64:
+    return b.getI64Type();
+  case ElemType::i32:
+    return b.getI32Type();
+  case ElemType::boolean:
+    return b.getI1Type();
+  default:
+    return {};
+  }
+}
+
+Type NodeContext::elementType(ElemType t) { return elementTypeOf(*context(), t); }
+
+RankedTensorType NodeContext::tensorType(const Shape &shape, ElemType t) {
+  return RankedTensorType::get(shape, elementType(t));
+}
+
+namespace {
+
+/// A dense attribute for `t` (whose type the mega IR has), compact when it is a splat.
+DenseElementsAttr denseAttr(RankedTensorType type, const ConstTensor &t) {
+  Type e = type.getElementType();
+  bool splat = t.isSplat();
+  size_t n = splat ? 1 : size_t(t.numElements());
+  auto apfloats = [&](const llvm::fltSemantics &sem) {
+    SmallVector<APFloat> values;
+    for (size_t i = 0; i < n; ++i) {
+      APFloat f(t.floats[i]);
+      bool lost = false;
+      f.convert(sem, APFloat::rmNearestTiesToEven, &lost);
+      values.push_back(f);
+    }
+    return DenseElementsAttr::get(type, values);
+  };
+  if (e.isF32()) {
+    std::vector<float> values(t.floats.begin(), t.floats.begin() + n);
+    return DenseElementsAttr::get(type, ArrayRef<float>(values));
+  }
+  if (e.isF64())
+    return DenseElementsAttr::get(type, ArrayRef<double>(t.floats.data(), n));
+  if (e.isF16())
+    return apfloats(APFloat::IEEEhalf());
+  if (e.isBF16())
+    return apfloats(APFloat::BFloat());
+  if (e.isInteger(64))
+    return DenseElementsAttr::get(type, ArrayRef<int64_t>(t.ints.data(), n));
+  if (e.isInteger(32)) {
+    std::vector<int32_t> values(t.ints.begin(), t.ints.begin() + n);
+    return DenseElementsAttr::get(type, ArrayRef<int32_t>(values));
+  }
+  SmallVector<bool> values;
+  for (size_t i = 0; i < n; ++i)
+    values.push_back(t.ints[i] != 0);
+  return DenseElementsAttr::get(type, values);
+}
+
+} // namespace
+
+Value NodeContext::materialize(const ConstTensor &t) {
+  RankedTensorType type = tensorType(t.shape, t.type);
+  if (t.numElements() == 0) {
+    // An empty tensor: any element list of length 0.
+    ConstTensor empty = t;
+    return mega::ConstantOp::create(builder(), loc_, type, denseAttr(type, empty));
+  }
+  return mega::ConstantOp::create(builder(), loc_, type, denseAttr(type, t));
+}
+
+Value NodeContext::splat(double v, ElemType t, const Shape &shape) {
+  ConstTensor c;
+  c.type = t;
+  c.shape = shape;
+  if (isFloatType(t))
+    c.floats = {roundToType(t, v)};
+  else
+    c.ints = {int64_t(v)};
+  RankedTensorType type = tensorType(shape, t);
+  return mega::ConstantOp::create(builder(), loc_, type, denseAttr(type, c));
+}
+
+Value NodeContext::broadcast(Value v, const Shape &shape) {
+  auto type = mlir::cast<RankedTensorType>(v.getType());
+  if (type.getShape() == ArrayRef<int64_t>(shape))
+    return v;
+  return mega::BroadcastOp::create(builder(), loc_,
+                                   RankedTensorType::get(shape, type.getElementType()), v);
+}
+
+Value NodeContext::reshape(Value v, const Shape &shape) {
+  auto type = mlir::cast<RankedTensorType>(v.getType());
+  if (type.getShape() == ArrayRef<int64_t>(shape))
+    return v;
+  return mega::ReshapeOp::create(builder(), loc_,
+                                 RankedTensorType::get(shape, type.getElementType()), v);
+}
+
+Value NodeContext::transpose(Value v, const std::vector<int64_t> &perm) {
+  auto type = mlir::cast<RankedTensorType>(v.getType());
+  Shape shape;
+  for (int64_t p : perm)
+    shape.push_back(type.getShape()[p]);
+  return mega::TransposeOp::create(builder(), loc_,
+                                   RankedTensorType::get(shape, type.getElementType()), v,
+                                   builder().getDenseI64ArrayAttr(perm));
+}
+
+Value NodeContext::cast(Value v, ElemType to) {
+  auto type = mlir::cast<RankedTensorType>(v.getType());
+  Type e = elementType(to);
+  if (type.getElementType() == e)
+    return v;
+  return mega::CastOp::create(builder(), loc_, RankedTensorType::get(type.getShape(), e), v);
+}
+
+FailureOr<int64_t> NodeContext::normalizeAxis(int64_t axis, int64_t rank, const char *what) {
+  if (axis < -rank || axis >= rank)
+    return fail(Twine(what) + " " + Twine(axis) + " is out of range for rank " + Twine(rank));
+  return axis < 0 ? axis + rank : axis;
+}
+
+//===----------------------------------------------------------------------===//
+// GraphImporter
+//===----------------------------------------------------------------------===//
+
+GraphImporter::GraphImporter(MLIRContext &ctx, onnx::ModelProto &model, int64_t opset)
+    : ctx(ctx), builder(&ctx), graph_(*model.mutable_graph()), opset_(opset) {}
+
+const ConstTensor *GraphImporter::constantOf(ValueInfo &info, Location loc,
+                                             const std::string &name) {
+  if (info.constant)
+    return info.constant.get();
+  if (!info.initializer)
+    return nullptr;
+  auto decoded = decodeTensor(*info.initializer, NameLoc::get(StringAttr::get(&ctx, name)),
+                              "initializer '" + name + "'");
+  if (mlir::failed(decoded))
+    return nullptr;
+  info.constant = std::make_shared<const ConstTensor>(std::move(*decoded));
+  info.initializer = nullptr;
+  return info.constant.get();
+}
+
+FailureOr<Value> GraphImporter::materializeValue(ValueInfo &info, Location loc,
+                                                 const std::string &name) {
+  if (info.value)
+    return info.value;
+  if (!isMegaElemType(info.type))
+    return emitError(loc) << "value '" << name << "' has element type "
+                          << elemTypeName(int(info.type))
+                          << ", which mega IR has no run-time tensors of (it has FLOAT, DOUBLE, "
+                             "FLOAT16, BFLOAT16, INT64, INT32, BOOL)";
+  const ConstTensor *c = constantOf(info, loc, name);
+  if (!c)
+    return failure();
+  // Constants go to the top of the function so a later node's use is always dominated.
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(&func_.getBody().front());
+  RankedTensorType type = RankedTensorType::get(c->shape, elementTypeOf(ctx, c->type));
+  info.value = mega::ConstantOp::create(builder, loc, type, denseAttr(type, *c));
+  return info.value;
+}
+
+LogicalResult GraphImporter::declareValues() {
+  std::set<std::string> initializerNames;
+  for (const auto &init : graph_.initializer()) {
+    Location loc = NameLoc::get(StringAttr::get(&ctx, init.name()));
+    if (!initializerNames.insert(init.name()).second)
+      return emitError(loc) << "initializer '" << init.name() << "' is defined twice";
+    if (!isKnownElemType(init.data_type()) || init.data_type() == 0)
+      return emitError(loc) << "initializer '" << init.name() << "' has unknown element type "
+                            << init.data_type();
+    ValueInfo info;
+    info.initializer = &init;
+    info.type = ElemType(init.data_type());
+    for (int64_t d : init.dims()) {
+      if (d < 0)
+        return emitError(loc) << "initializer '" << init.name() << "' has a negative dim " << d;
+      info.shape.push_back(d);
+    }
+    if (checkedNumElements(info.shape) < 0)
+      return emitError(loc) << "initializer '" << init.name() << "' has too many elements";
+    values[init.name()] = std::move(info);
+  }
+  for (const auto &input : graph_.input()) {
+    if (initializerNames.count(input.name()))
+      continue; // an input with a default value: a constant here (IR version < 4 style)
+    Location loc = NameLoc::get(StringAttr::get(&ctx, input.name()));
+    if (!input.type().has_tensor_type())
+      return emitError(loc) << "graph input '" << input.name()
+                            << "' is not a tensor (sequence, map and optional inputs are not "
+                               "supported)";
+    const auto &tt = input.type().tensor_type();
+    ElemType type = ElemType(tt.elem_type());
+    if (!isKnownElemType(tt.elem_type()) || !isMegaElemType(type))
+      return emitError(loc) << "graph input '" << input.name() << "' has element type "
+                            << elemTypeName(tt.elem_type())
+                            << ", which mega IR does not have (it has FLOAT, DOUBLE, FLOAT16, "
+                               "BFLOAT16, INT64, INT32, BOOL)";
+    ValueInfo info;
+    info.type = type;
+    for (const auto &dim : tt.shape().dim()) {
+      if (!dim.has_dim_value() || dim.dim_value() < 0)
+        return emitError(loc) << "graph input '" << input.name() << "' has an unbound dim";
+      info.shape.push_back(dim.dim_value());
+    }
+    Type argType = RankedTensorType::get(info.shape, elementTypeOf(ctx, type));
+    info.value = func_.getBody().front().addArgument(argType, loc);
+    argTypes_.push_back(argType);
+    argAttrs_.push_back(builder.getDictionaryAttr(
+        {builder.getNamedAttr(mega::kInputAttr, builder.getStringAttr(input.name()))}));
+    values[input.name()] = std::move(info);
+  }
+  return success();
+}
+
+bool GraphImporter::nodeFolds(const onnx::NodeProto &node,
+                              const std::set<std::string> &constants) const {
+  if (!isDefaultDomain(node.domain()) || !foldHandlers().count(node.op_type()))
+    return false;
+  if (foldsOnShapes(node.op_type()))
+    return true;
+  for (const std::string &in : node.input())
+    if (!in.empty() && !constants.count(in))
+      return false;
+  return true;
+}
+
+std::set<std::string> GraphImporter::findParameters() {
+  // A float initializer is a weight when its data reaches a node evaluated at run time (or a
+  // graph output), directly or through folded ops that keep its values (Slice, Transpose,
+  // Gather, arithmetic, ...). Masks made from float buffers by a comparison stay constants.
+  // Making a weight a run-time value can stop other folds, so iterate to a fixed point.
+  std::set<std::string> params;
+  while (true) {
+    std::set<std::string> constants;
+    std::map<std::string, std::set<std::string>> sources;
+    for (const auto &[name, info] : values) {
+      if (!info.initializer || params.count(name))
+        continue;
+      constants.insert(name);
+      if (isFloatType(info.type) && checkedNumElements(info.shape) > 1)
+        sources[name] = {name};
+    }
+    std::set<std::string> next = params;
+    auto reach = [&](const std::string &name) {
+      auto it = sources.find(name);
+      if (it != sources.end())
+        next.insert(it->second.begin(), it->second.end());
+    };
+    for (const auto &node : graph_.node()) {
+      if (nodeFolds(node, constants)) {
+        std::set<std::string> flowing;
+        if (!dropsFloatData(node))
+          for (int i : dataInputs(node))
+            if (i < node.input_size()) {
+              auto it = sources.find(node.input(i));
+              if (it != sources.end())
+                flowing.insert(it->second.begin(), it->second.end());
+            }
+        for (const std::string &out : node.output()) {
+          constants.insert(out);
+          if (!flowing.empty())
+            sources[out] = flowing;
+        }
+      } else {
+        for (const std::string &in : node.input())
+          reach(in);
+      }
+    }
+    for (const auto &out : graph_.output())
+      reach(out.name());
+    if (next == params)
+      return params;
+    params = std::move(next);
+  }
+}
+
+LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int64_t index) {
+  NodeContext c(*this, node, index, opset_);
+  if (!isDefaultDomain(node.domain()))
+    return emitError(c.loc()) << "unsupported ONNX op '" << node.domain() << "."
+                              << node.op_type() << "' in node '" << node.name()
+                              << "' (opset " << opset_ << "): only the default domain is "
+                              << "supported";
+  for (const std::string &in : node.input())
+    if (!in.empty() && !values.count(in))
+      return c.fail("input '" + in + "' is not defined before this node");
+  std::set<std::string> constants;
+  for (const std::string &in : node.input())
+    if (!in.empty() && values.at(in).isConstant())
+      constants.insert(in);
+  LogicalResult result = failure();
+  if (nodeFolds(node, constants)) {
+    result = foldHandlers().at(node.op_type())(c);
+  } else if (auto it = opHandlers().find(node.op_type()); it != opHandlers().end()) {
+    result = it->second(c);
+  } else if (foldHandlers().count(node.op_type())) {
+    for (int i = 0; i < node.input_size(); ++i)
+      if (c.hasInput(i) && !constants.count(node.input(i)))
+        return c.fail("this op is supported only on constants (shape or mask arithmetic), "
+                      "but input " +
+                      Twine(i) + " ('" + node.input(i) + "') is computed at run time");
+  } else {
+    return emitError(c.loc()) << "unsupported ONNX op '" << node.op_type() << "' in node '"
+                              << node.name() << "' (opset " << opset_ << ")";
+  }
+  if (mlir::failed(result) || c.failed()) {
+    if (!c.failed())
+      return c.fail("could not be converted");
+    return failure();
+  }
+  for (int i = 0; i < node.output_size(); ++i)
+    if (c.hasOutput(i) && !values.count(node.output(i)))
+      return c.fail("output " + Twine(i) + " ('" + node.output(i) +
+                    "') is not produced by the importer for this form of the op");
+  return success();
+}
+
+FailureOr<OnnxImport> GraphImporter::run() {
+  ctx.loadDialect<mega::MegaDialect, func::FuncDialect>();
+  module_ = ModuleOp::create(UnknownLoc::get(&ctx));
+  builder.setInsertionPointToEnd(module_->getBody());
+  std::string name = sanitizeSymbol(graph_.name());
+  func_ = func::FuncOp::create(builder, NameLoc::get(builder.getStringAttr(graph_.name())), name,
+                               builder.getFunctionType({}, {}));
+  Block *body = func_.addEntryBlock();
+  builder.setInsertionPointToEnd(body);
+
+  if (mlir::failed(declareValues()))
+    return failure();
+
+  // Weights: function arguments, values on the side. One initializer is one parameter
+  // however many nodes use it (a tied embedding and head stay tied).
+  std::set<std::string> params = findParameters();
+  for (auto &init : *graph_.mutable_initializer()) {
+    if (!params.count(init.name()))
+      continue;
+    Location loc = NameLoc::get(StringAttr::get(&ctx, init.name()));
+    auto weight = decodeWeight(init, loc);
+    if (mlir::failed(weight))
+      return failure();
+    ValueInfo &info = values.at(init.name());
+    Type argType = RankedTensorType::get(info.shape, elementTypeOf(ctx, info.type));
+    info.value = body->addArgument(argType, loc);
+    info.initializer = nullptr;
+    argTypes_.push_back(argType);
+    argAttrs_.push_back(builder.getDictionaryAttr(
+        {builder.getNamedAttr(mega::kParamAttr, builder.getStringAttr(init.name()))}));
+    weights_[init.name()] = std::move(*weight);
+  }
+
+  for (int64_t i = 0; i < graph_.node_size(); ++i)
+    if (mlir::failed(importNode(graph_.node(int(i)), i)))
+      return failure();
+
+  SmallVector<Value> results;
+  SmallVector<Type> resultTypes;
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (const auto &out : graph_.output()) {
+    Location loc = NameLoc::get(StringAttr::get(&ctx, out.name()));
+    auto it = values.find(out.name());
+    if (it == values.end())
+      return emitError(loc) << "graph output '" << out.name() << "' is not produced by any node";
+    auto v = materializeValue(it->second, loc, out.name());
+    if (mlir::failed(v))
+      return failure();
+    results.push_back(*v);
+    resultTypes.push_back(v->getType());
+    resultAttrs.push_back(builder.getDictionaryAttr(
+        {builder.getNamedAttr(mega::kOutputAttr, builder.getStringAttr(out.name()))}));
+  }
+  if (results.empty())
+    return emitError(func_.getLoc()) << "the ONNX graph has no outputs";
+  func::ReturnOp::create(builder, func_.getLoc(), results);
+  func_.setFunctionType(builder.getFunctionType(argTypes_, resultTypes));
+  func_.setAllArgAttrs(argAttrs_);
+  func_.setAllResultAttrs(resultAttrs);
+  if (mlir::failed(verify(*module_)))
+    return failure();
+  OnnxImport imported;
+  imported.module = std::move(module_);
+  imported.weights = std::move(weights_);
+  return imported;
+}
+
+} // namespace megac::onnx_import

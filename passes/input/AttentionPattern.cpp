@@ -1,0 +1,211 @@
+// The attention pattern of mega-input-raise: matmul(q, k^T) -> scale -> mask -> softmax ->
+// matmul(., v) over [b, h, s, d] becomes mega.attention over [b, s, h, d].
+#include "passes/input/RaiseUtils.h"
+
+#include "ir/MegaOps.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+
+#include <cmath>
+
+using namespace mlir;
+
+namespace megac::passes {
+
+namespace {
+
+/// Fill values at or below this mask a score out (exp underflows to 0 in every float type).
+constexpr double kMaskedFill = -1e4;
+
+/// The boolean values of a constant i1 tensor, or nullopt.
+std::optional<std::vector<bool>> boolConstant(Value v) {
+  auto constant = v.getDefiningOp<mega::ConstantOp>();
+  auto dense = constant ? dyn_cast<DenseElementsAttr>(constant.getValue()) : DenseElementsAttr();
+  if (!dense || !dense.getElementType().isInteger(1))
+    return std::nullopt;
+  std::vector<bool> values;
+  for (bool b : dense.getValues<bool>())
+    values.push_back(b);
+  return values;
+}
+
+/// True when `keep` (row-major, its last two dims [s, t]) keeps exactly the keys j <= i + t - s
+/// for each query i, in every leading slice: the causal mask mega.attention's flag means.
+bool isCausal(const std::vector<bool> &keep, ArrayRef<int64_t> shape, int64_t s, int64_t t) {
+  if (shape.size() < 2 || shape[shape.size() - 2] != s || shape.back() != t)
+    return false;
+  for (size_t k = 0; k < keep.size(); ++k) {
+    int64_t j = int64_t(k) % t, i = (int64_t(k) / t) % s;
+    if (keep[k] != (j <= i + t - s))
+      return false;
+  }
+  return true;
+}
+
+/// The scores chain between matmul(q, k^T) and softmax.
+struct ScoreChain {
+  double scale = 1.0;
+  bool causal = false;
+  /// Additive mask before broadcasting (rank <= 4), or where-mask parts to build one from.
+  Value additive;
+  Value whereCond, whereFill;
+  bool whereKeepsTrue = true;
+  mega::SoftmaxOp softmax;
+};
+
+/// Follows single uses from the scores to the softmax: constant scales first, then at most one
+/// additive mask and one where-mask.
+std::optional<ScoreChain> followScores(Value scores) {
+  ScoreChain chain;
+  bool masked = false, whereSeen = false;
+  Value cur = scores;
+  while (true) {
+    if (!cur.hasOneUse())
+      return std::nullopt;
+    Operation *user = *cur.getUsers().begin();
+    if (auto softmax = dyn_cast<mega::SoftmaxOp>(user)) {
+      int64_t axis = softmax.getAxis();
+      if (axis != -1 && axis != 3)
+        return std::nullopt;
+      chain.softmax = softmax;
+      return chain;
+    }
+    if (auto mul = dyn_cast<mega::MulOp>(user)) {
+      Value other = mul.getLhs() == cur ? mul.getRhs() : mul.getLhs();
+      auto c = splatValue(other);
+      if (!c || masked || other == cur)
+        return std::nullopt;
+      chain.scale *= *c;
+    } else if (auto div = dyn_cast<mega::DivOp>(user)) {
+      auto c = div.getLhs() == cur ? splatValue(div.getRhs()) : std::nullopt;
+      if (!c || masked || *c == 0)
+        return std::nullopt;
+      chain.scale /= *c;
+    } else if (auto add = dyn_cast<mega::AddOp>(user)) {
+      Value other = add.getLhs() == cur ? add.getRhs() : add.getLhs();
+      if (chain.additive || other == cur)
+        return std::nullopt;
+      chain.additive = stripBroadcast(other);
+      masked = true;
+    } else if (auto where = dyn_cast<mega::WhereOp>(user)) {
+      if (whereSeen || where.getCond() == cur)
+        return std::nullopt;
+      chain.whereKeepsTrue = where.getTrueValue() == cur;
+      chain.whereFill = chain.whereKeepsTrue ? where.getFalseValue() : where.getTrueValue();
+      auto fill = splatValue(chain.whereFill);
+      if (!fill || !(*fill <= kMaskedFill))
+        return std::nullopt;
+      chain.whereCond = stripBroadcast(where.getCond());
+      whereSeen = masked = true;
+    } else {
+      return std::nullopt;
+    }
+    cur = user->getResult(0);
+  }
+}
+
+/// `v` reshaped to rank 4 with leading unit dims (masks broadcast to [b, h, s, t]).
+Value toRank4(PatternRewriter &rewriter, Location loc, Value v) {
+  auto type = cast<RankedTensorType>(v.getType());
+  if (type.getRank() == 4)
+    return v;
+  SmallVector<int64_t> shape(4 - type.getRank(), 1);
+  shape.append(type.getShape().begin(), type.getShape().end());
+  return mega::ReshapeOp::create(rewriter, loc, RankedTensorType::get(shape, type.getElementType()),
+                                 v);
+}
+
+struct RaiseAttention : OpRewritePattern<mega::MatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(mega::MatmulOp qk, PatternRewriter &rewriter) const override {
+    Value qh = qk.getLhs(), kt = qk.getRhs();
+    auto qs = shapeOf(qh), ks = shapeOf(kt), ss = shapeOf(qk.getResult());
+    if (qs.size() != 4 || ks.size() != 4 || qs[0] != ks[0] || qs[1] != ks[1])
+      return failure();
+    std::optional<ScoreChain> chain = followScores(qk.getResult());
+    if (!chain)
+      return failure();
+    Value probs = chain->softmax.getResult();
+    auto pv = probs.hasOneUse() ? dyn_cast<mega::MatmulOp>(*probs.getUsers().begin())
+                                : mega::MatmulOp();
+    if (!pv || pv.getLhs() != probs)
+      return failure();
+    Value vh = pv.getRhs();
+    auto vs = shapeOf(vh);
+    if (vs.size() != 4 || vs[0] != qs[0] || vs[1] != qs[1] || vs[2] != ss[3])
+      return failure();
+    int64_t s = ss[2], t = ss[3], d = qs[3];
+    if (!(chain->scale > 0))
+      return failure();
+
+    // Decide the mask before changing anything: the causal flag when the where's keep-mask
+    // is causal, else an additive mask (the where's becomes keep ? 0 : fill).
+    Type element = cast<RankedTensorType>(qk.getType()).getElementType();
+    bool whereToAdditive = false;
+    if (chain->whereCond) {
+      auto cond = boolConstant(chain->whereCond);
+      std::vector<bool> keep;
+      if (cond)
+        for (bool b : *cond)
+          keep.push_back(b == chain->whereKeepsTrue);
+      if (cond && isCausal(keep, shapeOf(chain->whereCond), s, t))
+        chain->causal = true;
+      else if (chain->additive)
+        return failure();
+      else
+        whereToAdditive = true;
+    }
+    if (chain->additive || whereToAdditive) {
+      Value source = whereToAdditive ? chain->whereCond : chain->additive;
+      auto ms = shapeOf(source);
+      if (ms.size() > 4 ||
+          (!whereToAdditive && cast<RankedTensorType>(source.getType()).getElementType() != element))
+        return failure();
+      int64_t full[4] = {qs[0], qs[1], s, t};
+      for (size_t i = 0; i < ms.size(); ++i)
+        if (ms[i] != 1 && ms[i] != full[4 - ms.size() + i])
+          return failure();
+    }
+
+    Location loc = pv.getLoc();
+    rewriter.setInsertionPoint(pv);
+    Value mask = chain->additive;
+    if (whereToAdditive) {
+      auto type = RankedTensorType::get(shapeOf(chain->whereCond), element);
+      double fill = *splatValue(chain->whereFill);
+      Value zero = mega::ConstantOp::create(
+          rewriter, loc, type, DenseElementsAttr::get(type, rewriter.getFloatAttr(element, 0)));
+      Value filled = mega::ConstantOp::create(
+          rewriter, loc, type, DenseElementsAttr::get(type, rewriter.getFloatAttr(element, fill)));
+      mask = chain->whereKeepsTrue
+                 ? mega::WhereOp::create(rewriter, loc, type, chain->whereCond, zero, filled)
+                 : mega::WhereOp::create(rewriter, loc, type, chain->whereCond, filled, zero);
+    }
+    if (mask)
+      mask = toRank4(rewriter, loc, mask);
+
+    // [b, h, s, d] -> [b, s, h, d]; k^T [b, h, d, t] -> [b, t, h, d].
+    Value q = transposeThrough(rewriter, loc, qh, {0, 2, 1, 3});
+    Value k = transposeThrough(rewriter, loc, kt, {0, 3, 1, 2});
+    Value v = transposeThrough(rewriter, loc, vh, {0, 2, 1, 3});
+    FloatAttr scaleAttr;
+    if (std::fabs(chain->scale * std::sqrt(double(d)) - 1.0) > 1e-6)
+      scaleAttr = rewriter.getF64FloatAttr(chain->scale);
+    auto outShape = shapeOf(pv.getResult());
+    auto resultType = RankedTensorType::get({outShape[0], outShape[2], outShape[1], outShape[3]},
+                                            cast<RankedTensorType>(pv.getType()).getElementType());
+    auto attention = mega::AttentionOp::create(rewriter, loc, resultType, q, k, v, mask,
+                                               chain->causal, scaleAttr);
+    rewriter.replaceOp(pv, transposeThrough(rewriter, loc, attention.getResult(), {0, 2, 1, 3}));
+    return success();
+  }
+};
+
+} // namespace
+
+void populateAttentionPattern(RewritePatternSet &patterns) {
+  patterns.add<RaiseAttention>(patterns.getContext());
+}
+
+} // namespace megac::passes

@@ -1,0 +1,438 @@
+// CPU reference kernels for elementwise ops: unary and binary math, Compare, Where, Cast, Gelu
+// and Dropout.
+#include "runtime/cpu/KernelUtil.h"
+#include "runtime/init/ParamInit.h"
+
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <type_traits>
+
+namespace megac::runtime::cpu {
+
+using namespace detail;
+
+int64_t TensorRef::numElements() const { return product(shape); }
+
+const char *unaryOpName(UnaryOp op) {
+  static const char *const kNames[] = {"Neg",     "Abs",  "Exp",  "Log",   "Tanh", "Erf",
+                                       "Sigmoid", "Relu", "Sqrt", "Rsqrt", "Not"};
+  return kNames[static_cast<int>(op)];
+}
+
+const char *binaryOpName(BinaryOp op) {
+  static const char *const kNames[] = {"Add", "Sub", "Mul", "Div", "Pow",
+                                       "Min", "Max", "And", "Or"};
+  return kNames[static_cast<int>(op)];
+}
+
+namespace {
+
+template <typename T, typename F> void mapUnary(const T *x, T *y, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = f(x[i]);
+}
+
+template <typename T, typename U, typename F>
+void mapBinary(const T *a, const T *b, U *y, int64_t n, F f) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = f(a[i], b[i]);
+}
+
+/// Two's-complement negation without signed overflow.
+template <typename T> T wrapNeg(T v) {
+  using U = std::make_unsigned_t<T>;
+  return static_cast<T>(U(0) - static_cast<U>(v));
+}
+
+template <typename T> Status unaryTyped(UnaryOp op, const T *x, T *y, int64_t n) {
+  switch (op) {
+  case UnaryOp::Neg:
+    if constexpr (std::is_integral_v<T>)
+      mapUnary(x, y, n, [](T v) { return wrapNeg(v); });
+    else
+      mapUnary(x, y, n, [](T v) { return -v; });
+    return Status::ok();
+  case UnaryOp::Abs:
+    if constexpr (std::is_integral_v<T>)
+      mapUnary(x, y, n, [](T v) { return v < 0 ? wrapNeg(v) : v; });
+    else
+      mapUnary(x, y, n, [](T v) { return std::fabs(v); });
+    return Status::ok();
+  case UnaryOp::Relu: // NaN stays NaN, as in torch.relu
+    mapUnary(x, y, n, [](T v) { return v < T(0) ? T(0) : v; });
+    return Status::ok();
+  default:
+    break;
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    switch (op) {
+    case UnaryOp::Exp:
+      mapUnary(x, y, n, [](T v) { return std::exp(v); });
+      return Status::ok();
+    case UnaryOp::Log:
+      mapUnary(x, y, n, [](T v) { return std::log(v); });
+      return Status::ok();
+    case UnaryOp::Tanh:
+      mapUnary(x, y, n, [](T v) { return std::tanh(v); });
+      return Status::ok();
+    case UnaryOp::Erf:
+      mapUnary(x, y, n, [](T v) { return std::erf(v); });
+      return Status::ok();
+    case UnaryOp::Sigmoid:
+      mapUnary(x, y, n, [](T v) { return T(1) / (T(1) + std::exp(-v)); });
+      return Status::ok();
+    case UnaryOp::Sqrt:
+      mapUnary(x, y, n, [](T v) { return std::sqrt(v); });
+      return Status::ok();
+    case UnaryOp::Rsqrt:
+      mapUnary(x, y, n, [](T v) { return T(1) / std::sqrt(v); });
+      return Status::ok();
+    default:
+      break;
+    }
+  }
+  return fail(unaryOpName(op), std::string("dtype ") +
+                                   (std::is_same_v<T, int64_t> ? "i64" : "i32") +
+                                   " is not supported (floating point only)");
+}
+
+template <typename T> Status binaryTyped(BinaryOp op, const T *a, const T *b, T *y, int64_t n) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    switch (op) {
+    case BinaryOp::Add:
+      mapBinary(a, b, y, n, [](T p, T q) { return static_cast<T>(U(p) + U(q)); });
+      return Status::ok();
+    case BinaryOp::Sub:
+      mapBinary(a, b, y, n, [](T p, T q) { return static_cast<T>(U(p) - U(q)); });
+      return Status::ok();
+    case BinaryOp::Mul:
+      mapBinary(a, b, y, n, [](T p, T q) { return static_cast<T>(U(p) * U(q)); });
+      return Status::ok();
+    case BinaryOp::Div:
+      for (int64_t i = 0; i < n; ++i)
+        if (b[i] == 0)
+          return fail("Div", "integer division by zero at element " + std::to_string(i));
+      // min / -1 overflows; it wraps to min, like the negation.
+      mapBinary(a, b, y, n, [](T p, T q) { return q == -1 ? wrapNeg(p) : T(p / q); });
+      return Status::ok();
+    default:
+      break;
+    }
+  } else {
+    switch (op) {
+    case BinaryOp::Add:
+      mapBinary(a, b, y, n, [](T p, T q) { return p + q; });
+      return Status::ok();
+    case BinaryOp::Sub:
+      mapBinary(a, b, y, n, [](T p, T q) { return p - q; });
+      return Status::ok();
+    case BinaryOp::Mul:
+      mapBinary(a, b, y, n, [](T p, T q) { return p * q; });
+      return Status::ok();
+    case BinaryOp::Div:
+      mapBinary(a, b, y, n, [](T p, T q) { return p / q; });
+      return Status::ok();
+    case BinaryOp::Pow:
+      mapBinary(a, b, y, n, [](T p, T q) { return std::pow(p, q); });
+      return Status::ok();
+    default:
+      break;
+    }
+  }
+  switch (op) {
+  case BinaryOp::Min:
+    mapBinary(a, b, y, n, [](T p, T q) { return p != p ? p : (q != q ? q : (q < p ? q : p)); });
+    return Status::ok();
+  case BinaryOp::Max:
+    mapBinary(a, b, y, n, [](T p, T q) { return p != p ? p : (q != q ? q : (q > p ? q : p)); });
+    return Status::ok();
+  default:
+    return fail(binaryOpName(op), "integer dtypes are not supported (floating point only)");
+  }
+}
+
+} // namespace
+
+Status unary(UnaryOp op, const TensorRef &x, const TensorRef &out) {
+  const char *name = unaryOpName(op);
+  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
+  RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
+  int64_t n = x.numElements();
+  if (op == UnaryOp::Not) {
+    RETURN_IF_ERROR(expectDtype(name, "input", x, DType::i1));
+    mapUnary(x.as<const uint8_t>(), out.as<uint8_t>(), n, [](uint8_t v) -> uint8_t { return !v; });
+    return Status::ok();
+  }
+  bool integerOk = op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu;
+  auto body = [&](auto tag) {
+    using T = decltype(tag);
+    return unaryTyped<T>(op, x.as<const T>(), out.as<T>(), n);
+  };
+  return integerOk ? dispatchNumeric(name, x.dtype, body) : dispatchFloat(name, x.dtype, body);
+}
+
+Status binary(BinaryOp op, const TensorRef &a, const TensorRef &b, const TensorRef &out) {
+  const char *name = binaryOpName(op);
+  RETURN_IF_ERROR(expectDtype(name, "rhs", b, a.dtype));
+  RETURN_IF_ERROR(expectDtype(name, "output", out, a.dtype));
+  RETURN_IF_ERROR(expectShape(name, "rhs", b, a.shape));
+  RETURN_IF_ERROR(expectShape(name, "output", out, a.shape));
+  int64_t n = a.numElements();
+  if (op == BinaryOp::And || op == BinaryOp::Or) {
+    RETURN_IF_ERROR(expectDtype(name, "lhs", a, DType::i1));
+    const uint8_t *p = a.as<const uint8_t>(), *q = b.as<const uint8_t>();
+    if (op == BinaryOp::And)
+      mapBinary(p, q, out.as<uint8_t>(), n,
+                [](uint8_t u, uint8_t v) -> uint8_t { return (u != 0) & (v != 0); });
+    else
+      mapBinary(p, q, out.as<uint8_t>(), n,
+                [](uint8_t u, uint8_t v) -> uint8_t { return (u != 0) | (v != 0); });
+    return Status::ok();
+  }
+  auto body = [&](auto tag) {
+    using T = decltype(tag);
+    return binaryTyped<T>(op, a.as<const T>(), b.as<const T>(), out.as<T>(), n);
+  };
+  return op == BinaryOp::Pow ? dispatchFloat(name, a.dtype, body)
+                             : dispatchNumeric(name, a.dtype, body);
+}
+
+Status compare(ComparePredicate predicate, const TensorRef &a, const TensorRef &b,
+               const TensorRef &out) {
+  const char *name = "Compare";
+  RETURN_IF_ERROR(expectDtype(name, "rhs", b, a.dtype));
+  RETURN_IF_ERROR(expectDtype(name, "output", out, DType::i1));
+  RETURN_IF_ERROR(expectShape(name, "rhs", b, a.shape));
+  RETURN_IF_ERROR(expectShape(name, "output", out, a.shape));
+  int64_t n = a.numElements();
+  auto body = [&](auto tag) {
+    using T = decltype(tag);
+    const T *p = a.as<const T>(), *q = b.as<const T>();
+    uint8_t *y = out.as<uint8_t>();
+    switch (predicate) {
+    case ComparePredicate::eq:
+      mapBinary(p, q, y, n, [](T u, T v) -> uint8_t { return u == v; });
+      break;
+    case ComparePredicate::ne:
+      mapBinary(p, q, y, n, [](T u, T v) -> uint8_t { return u != v; });
+      break;
+    case ComparePredicate::lt:
+      mapBinary(p, q, y, n, [](T u, T v) -> uint8_t { return u < v; });
+      break;
+    case ComparePredicate::le:
+      mapBinary(p, q, y, n, [](T u, T v) -> uint8_t { return u <= v; });
+      break;
+    case ComparePredicate::gt:
+      mapBinary(p, q, y, n, [](T u, T v) -> uint8_t { return u > v; });
+      break;
+    case ComparePredicate::ge:
+      mapBinary(p, q, y, n, [](T u, T v) -> uint8_t { return u >= v; });
+      break;
+    default:
+      return fail(name, "unknown predicate " + std::to_string(int(predicate)));
+    }
+    return Status::ok();
+  };
+  if (a.dtype == DType::i1) // 0/1 bytes compare as numbers
+    return body(uint8_t{});
+  return dispatchNumeric(name, a.dtype, body);
+}
+
+Status where(const TensorRef &cond, const TensorRef &a, const TensorRef &b, const TensorRef &out) {
+  const char *name = "Where";
+  RETURN_IF_ERROR(expectDtype(name, "condition", cond, DType::i1));
+  RETURN_IF_ERROR(expectDtype(name, "false value", b, a.dtype));
+  RETURN_IF_ERROR(expectDtype(name, "output", out, a.dtype));
+  RETURN_IF_ERROR(expectShape(name, "true value", a, out.shape));
+  RETURN_IF_ERROR(expectShape(name, "false value", b, out.shape));
+  RETURN_IF_ERROR(expectShape(name, "condition", cond, out.shape));
+  int64_t n = out.numElements();
+  const uint8_t *c = cond.as<const uint8_t>();
+  auto select = [&](auto tag) {
+    using T = decltype(tag);
+    const T *p = a.as<const T>(), *q = b.as<const T>();
+    T *y = out.as<T>();
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = c[i] ? p[i] : q[i];
+  };
+  switch (dtypeSize(a.dtype)) { // by bits: any dtype
+  case 1:
+    select(uint8_t{});
+    break;
+  case 2:
+    select(uint16_t{});
+    break;
+  case 4:
+    select(uint32_t{});
+    break;
+  default:
+    select(uint64_t{});
+    break;
+  }
+  return Status::ok();
+}
+
+// ---- Cast ----------------------------------------------------------------------------------
+
+namespace {
+
+/// An element of dtype D as a C++ value: float/double for floats (16-bit ones widened to
+/// float), int64_t for integers and i1.
+template <DType D> auto loadAs(const void *p, int64_t i) {
+  if constexpr (D == DType::f64)
+    return static_cast<const double *>(p)[i];
+  else if constexpr (D == DType::f32)
+    return static_cast<const float *>(p)[i];
+  else if constexpr (D == DType::bf16)
+    return bf16ToFloat(static_cast<const uint16_t *>(p)[i]);
+  else if constexpr (D == DType::f16)
+    return halfToFloat(static_cast<const uint16_t *>(p)[i]);
+  else if constexpr (D == DType::i64)
+    return static_cast<const int64_t *>(p)[i];
+  else if constexpr (D == DType::i32)
+    return static_cast<int64_t>(static_cast<const int32_t *>(p)[i]);
+  else
+    return static_cast<int64_t>(static_cast<const uint8_t *>(p)[i] != 0);
+}
+
+/// Truncates toward zero and saturates; NaN becomes 0 (C++ leaves these undefined).
+template <typename I> I truncSaturate(double v) {
+  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min()); // -2^(bits-1)
+  if (v != v)
+    return 0;
+  if (v <= lo)
+    return std::numeric_limits<I>::min();
+  if (v >= -lo)
+    return std::numeric_limits<I>::max();
+  return static_cast<I>(v);
+}
+
+template <DType D, typename V> void storeAs(void *p, int64_t i, V v) {
+  constexpr bool fromFloat = std::is_floating_point_v<V>;
+  if constexpr (D == DType::f64)
+    static_cast<double *>(p)[i] = static_cast<double>(v);
+  else if constexpr (D == DType::f32)
+    static_cast<float *>(p)[i] = static_cast<float>(v);
+  else if constexpr (D == DType::bf16)
+    static_cast<uint16_t *>(p)[i] = floatToBf16(static_cast<float>(v));
+  else if constexpr (D == DType::f16)
+    static_cast<uint16_t *>(p)[i] = floatToHalf(static_cast<float>(v));
+  else if constexpr (D == DType::i64)
+    static_cast<int64_t *>(p)[i] = fromFloat ? truncSaturate<int64_t>(v) : int64_t(v);
+  else if constexpr (D == DType::i32)
+    static_cast<int32_t *>(p)[i] = fromFloat ? truncSaturate<int32_t>(v) : int32_t(v);
+  else
+    static_cast<uint8_t *>(p)[i] = v != 0;
+}
+
+template <DType S, DType D> void castLoop(const void *x, void *y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    storeAs<D>(y, i, loadAs<S>(x, i));
+}
+
+/// Calls f(std::integral_constant<DType, d>) for the runtime dtype d.
+template <typename F> void withDtype(DType d, F &&f) {
+  switch (d) {
+  case DType::f64:
+    return f(std::integral_constant<DType, DType::f64>{});
+  case DType::f32:
+    return f(std::integral_constant<DType, DType::f32>{});
+  case DType::bf16:
+    return f(std::integral_constant<DType, DType::bf16>{});
+  case DType::f16:
+    return f(std::integral_constant<DType, DType::f16>{});
+  case DType::i64:
+    return f(std::integral_constant<DType, DType::i64>{});
+  case DType::i32:
+    return f(std::integral_constant<DType, DType::i32>{});
+  case DType::i1:
+    return f(std::integral_constant<DType, DType::i1>{});
+  }
+}
+
+bool validDtype(DType d) { return static_cast<uint8_t>(d) <= static_cast<uint8_t>(DType::i1); }
+
+} // namespace
+
+Status cast(const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(expectShape("Cast", "output", out, x.shape));
+  if (!validDtype(x.dtype) || !validDtype(out.dtype))
+    return fail("Cast", "invalid dtype");
+  int64_t n = x.numElements();
+  if (x.dtype == out.dtype) {
+    copyBytes(out.data, x.data, x.byteSize());
+    return Status::ok();
+  }
+  withDtype(x.dtype, [&](auto src) {
+    withDtype(out.dtype, [&](auto dst) { castLoop<src.value, dst.value>(x.data, out.data, n); });
+  });
+  return Status::ok();
+}
+
+// ---- Gelu and Dropout ----------------------------------------------------------------------
+
+Status gelu(const TensorRef &x, bool tanh, const TensorRef &out) {
+  RETURN_IF_ERROR(expectDtype("Gelu", "output", out, x.dtype));
+  RETURN_IF_ERROR(expectShape("Gelu", "output", out, x.shape));
+  int64_t n = x.numElements();
+  return dispatchFloat("Gelu", x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (tanh) {
+      const T kBeta = static_cast<T>(std::sqrt(2.0 / std::numbers::pi));
+      const T kKappa = static_cast<T>(0.044715);
+      mapUnary(x.as<const T>(), out.as<T>(), n, [&](T v) {
+        T inner = kBeta * (v + kKappa * v * v * v);
+        return T(0.5) * v * (T(1) + std::tanh(inner));
+      });
+    } else {
+      const T kRsqrt2 = static_cast<T>(std::numbers::sqrt2 / 2);
+      mapUnary(x.as<const T>(), out.as<T>(), n,
+               [&](T v) { return v * T(0.5) * (T(1) + std::erf(v * kRsqrt2)); });
+    }
+    return Status::ok();
+  });
+}
+
+bool dropoutKeeps(uint64_t seed, int64_t stream, uint64_t index, double ratio) {
+  uint64_t s = static_cast<uint64_t>(stream);
+  uint32_t counter[4] = {static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
+                         static_cast<uint32_t>(s), static_cast<uint32_t>(s >> 32)};
+  uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  uint32_t r[4];
+  megac::init::philox4x32(counter, key, r);
+  return static_cast<double>(r[0]) >= ratio * 4294967296.0;
+}
+
+Status dropout(const TensorRef &x, const TensorRef &seed, double ratio, int64_t stream,
+               const TensorRef &out, uint64_t firstIndex) {
+  const char *name = "Dropout";
+  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
+  RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
+  RETURN_IF_ERROR(expectIndexDtype(name, "seed", seed));
+  if (!seed.shape.empty())
+    return fail(name, "seed must be a 0-d tensor, not shape " + shapeString(seed.shape));
+  if (!(ratio >= 0.0 && ratio <= 1.0))
+    return fail(name, "ratio " + std::to_string(ratio) + " is outside [0, 1]");
+  uint64_t seedValue = static_cast<uint64_t>(loadIndex(seed, 0));
+  int64_t n = x.numElements();
+  return dispatchFloat(name, x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *in = x.as<const T>();
+    T *y = out.as<T>();
+    if (ratio == 0.0) {
+      copyBytes(y, in, x.byteSize());
+      return Status::ok();
+    }
+    // ratio 1 keeps nothing, so the infinite scale is never applied.
+    const T scale = ratio < 1.0 ? static_cast<T>(1.0 / (1.0 - ratio)) : T(0);
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = dropoutKeeps(seedValue, stream, firstIndex + static_cast<uint64_t>(i), ratio)
+                 ? in[i] * scale
+                 : T(0);
+    return Status::ok();
+  });
+}
+
+} // namespace megac::runtime::cpu

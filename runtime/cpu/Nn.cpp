@@ -1,0 +1,326 @@
+// CPU reference kernels for contractions and coarse NN ops: MatMul and Linear (OpenBLAS gemm),
+// LayerNorm, RmsNorm and Attention.
+#include "runtime/cpu/KernelUtil.h"
+
+#include <cblas.h>
+
+#include <climits>
+#include <cmath>
+#include <limits>
+
+namespace megac::runtime::cpu {
+
+using namespace detail;
+
+namespace {
+
+/// BLAS takes int dimensions.
+Status checkBlasDims(const char *op, int64_t m, int64_t n, int64_t k) {
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+    return fail(op, "a matrix dimension exceeds the BLAS int range (m=" + std::to_string(m) +
+                        ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + ")");
+  return Status::ok();
+}
+
+/// C[M,N] = A[M,K] * op(B) + beta * C, row-major; op(B) is B [K,N] or, with transB, B^T for
+/// B [N,K]. Handles the empty cases BLAS rejects (a zero leading dimension).
+template <typename T>
+void gemm(bool transB, int64_t m, int64_t n, int64_t k, const T *a, const T *b, T beta, T *c) {
+  if (m == 0 || n == 0)
+    return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m * n; ++i)
+      c[i] = beta == T(0) ? T(0) : c[i] * beta;
+    return;
+  }
+  CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
+  int ldb = static_cast<int>(transB ? k : n);
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, int(m), int(n), int(k), 1.0f, a, int(k), b, ldb,
+                beta, c, int(n));
+  else
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, tb, int(m), int(n), int(k), 1.0, a, int(k), b, ldb,
+                beta, c, int(n));
+}
+
+Status expectSameFloat(const char *op, const TensorRef &ref, const TensorRef &t, const char *what) {
+  return expectDtype(op, what, t, ref.dtype);
+}
+
+/// numpy broadcast of two shapes, or false.
+bool broadcastShapes(std::span<const int64_t> a, std::span<const int64_t> b,
+                     std::vector<int64_t> &out) {
+  size_t rank = std::max(a.size(), b.size());
+  out.assign(rank, 1);
+  for (size_t i = 0; i < rank; ++i) {
+    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
+    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
+    if (da != db && da != 1 && db != 1)
+      return false;
+    out[i] = da == 1 ? db : da;
+  }
+  return true;
+}
+
+/// Strides (in elements of `unit`) that read `shape`, right-aligned to `target`, with 0 on
+/// broadcast dims.
+std::vector<int64_t> broadcastStrides(std::span<const int64_t> shape,
+                                      std::span<const int64_t> target, int64_t unit) {
+  std::vector<int64_t> strides(target.size(), 0);
+  int64_t s = unit;
+  for (size_t i = shape.size(); i-- > 0;) {
+    size_t d = target.size() - shape.size() + i;
+    strides[d] = shape[i] == 1 ? 0 : s;
+    s *= shape[i];
+  }
+  return strides;
+}
+
+} // namespace
+
+Status matmul(const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out) {
+  const char *name = "MatMul";
+  RETURN_IF_ERROR(expectSameFloat(name, lhs, rhs, "rhs"));
+  RETURN_IF_ERROR(expectSameFloat(name, lhs, out, "output"));
+  if (lhs.shape.size() < 2 || rhs.shape.size() < 2)
+    return fail(name, "operands must have rank >= 2, got " + shapeString(lhs.shape) + " and " +
+                          shapeString(rhs.shape));
+  size_t lr = lhs.shape.size(), rr = rhs.shape.size();
+  int64_t m = lhs.shape[lr - 2], k = lhs.shape[lr - 1], n = rhs.shape[rr - 1];
+  if (rhs.shape[rr - 2] != k)
+    return fail(name, "contraction dims differ: lhs " + shapeString(lhs.shape) + ", rhs " +
+                          shapeString(rhs.shape));
+  std::span<const int64_t> lb = lhs.shape.first(lr - 2), rb = rhs.shape.first(rr - 2);
+  std::vector<int64_t> batch;
+  if (!broadcastShapes(lb, rb, batch))
+    return fail(name, "batch dims of " + shapeString(lhs.shape) + " and " + shapeString(rhs.shape) +
+                          " do not broadcast");
+  std::vector<int64_t> expected = batch;
+  expected.push_back(m);
+  expected.push_back(n);
+  RETURN_IF_ERROR(expectShape(name, "output", out, expected));
+  int64_t batches = product(batch);
+  return dispatchFloat(name, lhs.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    const T *a = lhs.as<const T>(), *b = rhs.as<const T>();
+    T *c = out.as<T>();
+    if (product(rb) == 1 && sameShape(lb, batch)) { // one rhs: fold the batch into m
+      RETURN_IF_ERROR(checkBlasDims(name, batches * m, n, k));
+      gemm<T>(false, batches * m, n, k, a, b, T(0), c);
+      return Status::ok();
+    }
+    RETURN_IF_ERROR(checkBlasDims(name, m, n, k));
+    std::vector<int64_t> ls = broadcastStrides(lb, batch, m * k);
+    std::vector<int64_t> rs = broadcastStrides(rb, batch, k * n);
+    std::vector<int64_t> index(batch.size(), 0);
+    int64_t la = 0, rbOff = 0;
+    for (int64_t i = 0; i < batches; ++i) {
+      gemm<T>(false, m, n, k, a + la, b + rbOff, T(0), c + i * m * n);
+      for (size_t d = batch.size(); d-- > 0;) {
+        la += ls[d];
+        rbOff += rs[d];
+        if (++index[d] < batch[d])
+          break;
+        la -= ls[d] * batch[d];
+        rbOff -= rs[d] * batch[d];
+        index[d] = 0;
+      }
+    }
+    return Status::ok();
+  });
+}
+
+Status linear(const TensorRef &x, const TensorRef &weight, const TensorRef *bias,
+              const TensorRef &out) {
+  const char *name = "Linear";
+  RETURN_IF_ERROR(expectSameFloat(name, x, weight, "weight"));
+  RETURN_IF_ERROR(expectSameFloat(name, x, out, "output"));
+  if (x.shape.empty() || weight.shape.size() != 2 || weight.shape[1] != x.shape.back())
+    return fail(name, "weight must be [out, in] with in = the input's last dim; got input " +
+                          shapeString(x.shape) + ", weight " + shapeString(weight.shape));
+  int64_t inF = weight.shape[1], outF = weight.shape[0];
+  int64_t rows = product(x.shape.first(x.shape.size() - 1));
+  std::vector<int64_t> expected(x.shape.begin(), x.shape.end() - 1);
+  expected.push_back(outF);
+  RETURN_IF_ERROR(expectShape(name, "output", out, expected));
+  if (bias) {
+    RETURN_IF_ERROR(expectSameFloat(name, x, *bias, "bias"));
+    RETURN_IF_ERROR(expectShape(name, "bias", *bias, std::vector<int64_t>{outF}));
+  }
+  RETURN_IF_ERROR(checkBlasDims(name, rows, outF, inF));
+  return dispatchFloat(name, x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T *y = out.as<T>();
+    if (bias)
+      for (int64_t r = 0; r < rows; ++r)
+        copyBytes(y + r * outF, bias->as<const T>(), outF * sizeof(T));
+    gemm<T>(true, rows, outF, inF, x.as<const T>(), weight.as<const T>(), bias ? T(1) : T(0), y);
+    return Status::ok();
+  });
+}
+
+namespace {
+
+template <typename T, typename RowFn>
+Status normRows(const char *name, const TensorRef &x, const TensorRef &weight,
+                const TensorRef *bias, double epsilon, const TensorRef &out, RowFn rowStats) {
+  int64_t n = x.shape.back(), rows = product(x.shape.first(x.shape.size() - 1));
+  const T *w = weight.as<const T>();
+  const T *b = bias ? bias->as<const T>() : nullptr;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *in = x.as<const T>() + r * n;
+    T *y = out.as<T>() + r * n;
+    auto [shift, rstd] = rowStats(in, n, epsilon); // y = (x - shift) * rstd * w (+ b)
+    for (int64_t j = 0; j < n; ++j) {
+      double v = (static_cast<double>(in[j]) - shift) * rstd * static_cast<double>(w[j]);
+      y[j] = static_cast<T>(b ? v + static_cast<double>(b[j]) : v);
+    }
+  }
+  return Status::ok();
+}
+
+Status checkNorm(const char *name, const TensorRef &x, const TensorRef &weight,
+                 const TensorRef *bias, double epsilon, const TensorRef &out) {
+  RETURN_IF_ERROR(expectSameFloat(name, x, weight, "weight"));
+  RETURN_IF_ERROR(expectSameFloat(name, x, out, "output"));
+  RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
+  if (x.shape.empty())
+    return fail(name, "the input needs a dim to normalize, not shape []");
+  std::vector<int64_t> last{x.shape.back()};
+  RETURN_IF_ERROR(expectShape(name, "weight", weight, last));
+  if (bias) {
+    RETURN_IF_ERROR(expectSameFloat(name, x, *bias, "bias"));
+    RETURN_IF_ERROR(expectShape(name, "bias", *bias, last));
+  }
+  if (!(epsilon >= 0.0) || std::isinf(epsilon))
+    return fail(name, "epsilon " + std::to_string(epsilon) + " must be finite and >= 0");
+  return Status::ok();
+}
+
+} // namespace
+
+Status layerNorm(const TensorRef &x, const TensorRef &weight, const TensorRef *bias, double epsilon,
+                 const TensorRef &out) {
+  RETURN_IF_ERROR(checkNorm("LayerNorm", x, weight, bias, epsilon, out));
+  return dispatchFloat("LayerNorm", x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return normRows<T>("LayerNorm", x, weight, bias, epsilon, out,
+                       [](const T *in, int64_t n, double eps) {
+                         double mean = 0.0, var = 0.0;
+                         for (int64_t j = 0; j < n; ++j)
+                           mean += static_cast<double>(in[j]);
+                         mean /= static_cast<double>(n);
+                         for (int64_t j = 0; j < n; ++j) {
+                           double d = static_cast<double>(in[j]) - mean;
+                           var += d * d;
+                         }
+                         var /= static_cast<double>(n); // biased, as torch.nn.LayerNorm
+                         return std::pair{mean, 1.0 / std::sqrt(var + eps)};
+                       });
+  });
+}
+
+Status rmsNorm(const TensorRef &x, const TensorRef &weight, double epsilon, const TensorRef &out) {
+  RETURN_IF_ERROR(checkNorm("RmsNorm", x, weight, nullptr, epsilon, out));
+  return dispatchFloat("RmsNorm", x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return normRows<T>("RmsNorm", x, weight, nullptr, epsilon, out,
+                       [](const T *in, int64_t n, double eps) {
+                         double sumSq = 0.0;
+                         for (int64_t j = 0; j < n; ++j)
+                           sumSq += static_cast<double>(in[j]) * static_cast<double>(in[j]);
+                         return std::pair{0.0, 1.0 / std::sqrt(sumSq / double(n) + eps)};
+                       });
+  });
+}
+
+Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, const TensorRef *mask,
+                 bool causal, double scale, const TensorRef &out) {
+  const char *name = "Attention";
+  RETURN_IF_ERROR(expectSameFloat(name, q, k, "k"));
+  RETURN_IF_ERROR(expectSameFloat(name, q, v, "v"));
+  RETURN_IF_ERROR(expectSameFloat(name, q, out, "output"));
+  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
+    return fail(name, "q, k, v must be [b,s,h,d], [b,t,hk,d], [b,t,hk,dv]; got " +
+                          shapeString(q.shape) + ", " + shapeString(k.shape) + ", " +
+                          shapeString(v.shape));
+  int64_t b = q.shape[0], s = q.shape[1], h = q.shape[2], d = q.shape[3];
+  int64_t t = k.shape[1], hk = k.shape[2], dv = v.shape[3];
+  if (k.shape[0] != b || k.shape[3] != d || v.shape[0] != b || v.shape[1] != t || v.shape[2] != hk)
+    return fail(name, "q " + shapeString(q.shape) + ", k " + shapeString(k.shape) + ", v " +
+                          shapeString(v.shape) + " do not agree on b, t, hk or d");
+  if (hk < 1 || h % hk != 0)
+    return fail(name, std::to_string(hk) + " kv heads do not divide " + std::to_string(h) +
+                          " query heads");
+  RETURN_IF_ERROR(expectShape(name, "output", out, std::vector<int64_t>{b, s, h, dv}));
+  if (!std::isfinite(scale))
+    return fail(name, "scale " + std::to_string(scale) + " is not finite");
+  std::vector<int64_t> full{b, h, s, t}, maskStrides(4, 0);
+  if (mask) {
+    if (mask->dtype != q.dtype && mask->dtype != DType::i1)
+      return fail(name, std::string("mask is ") + dtypeName(mask->dtype) + ", expected " +
+                            dtypeName(q.dtype) + " (added) or i1 (kept where true)");
+    std::vector<int64_t> joined;
+    if (mask->shape.size() > 4 || !broadcastShapes(mask->shape, full, joined) ||
+        !sameShape(joined, full))
+      return fail(name, "mask shape " + shapeString(mask->shape) + " does not broadcast to " +
+                            shapeString(full) + " [b,h,s,t]");
+    maskStrides = broadcastStrides(mask->shape, full, 1);
+  }
+  int64_t group = h / hk;
+  return dispatchFloat(name, q.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+    std::vector<double> scores(static_cast<size_t>(t)), acc(static_cast<size_t>(dv));
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t hi = 0; hi < h; ++hi)
+        for (int64_t i = 0; i < s; ++i) {
+          int64_t kvh = hi / group;
+          const T *qrow = q.as<const T>() + ((bi * s + i) * h + hi) * d;
+          double best = kNegInf;
+          for (int64_t j = 0; j < t; ++j) {
+            double score = kNegInf;
+            if (!causal || j <= i + (t - s)) {
+              const T *krow = k.as<const T>() + ((bi * t + j) * hk + kvh) * d;
+              double dot = 0.0;
+              for (int64_t e = 0; e < d; ++e)
+                dot += static_cast<double>(qrow[e]) * static_cast<double>(krow[e]);
+              score = scale * dot;
+              if (mask) {
+                int64_t off = bi * maskStrides[0] + hi * maskStrides[1] + i * maskStrides[2] +
+                              j * maskStrides[3];
+                if (mask->dtype == DType::i1)
+                  score = mask->as<const uint8_t>()[off] ? score : kNegInf;
+                else
+                  score += static_cast<double>(mask->as<const T>()[off]);
+              }
+            }
+            scores[j] = score;
+            if (score > best || score != score)
+              best = score;
+          }
+          T *orow = out.as<T>() + ((bi * s + i) * h + hi) * dv;
+          if (best == kNegInf) { // every key masked: zeros rather than 0/0
+            for (int64_t e = 0; e < dv; ++e)
+              orow[e] = T(0);
+            continue;
+          }
+          std::fill(acc.begin(), acc.end(), 0.0);
+          double sum = 0.0;
+          for (int64_t j = 0; j < t; ++j) {
+            double p = std::exp(scores[j] - best);
+            if (p == 0.0)
+              continue;
+            sum += p;
+            const T *vrow = v.as<const T>() + ((bi * t + j) * hk + kvh) * dv;
+            for (int64_t e = 0; e < dv; ++e)
+              acc[e] += p * static_cast<double>(vrow[e]);
+          }
+          for (int64_t e = 0; e < dv; ++e)
+            orow[e] = static_cast<T>(acc[e] / sum);
+        }
+    return Status::ok();
+  });
+}
+
+} // namespace megac::runtime::cpu

@@ -1,0 +1,212 @@
+// CPU reference kernels that reduce along dims: Reduce, Softmax and CrossEntropy.
+#include "runtime/cpu/KernelUtil.h"
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+namespace megac::runtime::cpu {
+
+using namespace detail;
+
+namespace {
+
+/// Element offsets (in x) of every index of the sub-box spanned by `dims`, row-major.
+std::vector<int64_t> offsetsOf(const std::vector<int64_t> &dims, std::span<const int64_t> shape,
+                               const std::vector<int64_t> &strides) {
+  std::vector<int64_t> sizes;
+  for (int64_t d : dims)
+    sizes.push_back(shape[d]);
+  int64_t count = product(sizes);
+  std::vector<int64_t> offsets;
+  offsets.reserve(static_cast<size_t>(count));
+  std::vector<int64_t> index(dims.size(), 0);
+  int64_t offset = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    offsets.push_back(offset);
+    for (size_t k = dims.size(); k-- > 0;) {
+      offset += strides[dims[k]];
+      if (++index[k] < sizes[k])
+        break;
+      offset -= strides[dims[k]] * sizes[k];
+      index[k] = 0;
+    }
+  }
+  return offsets;
+}
+
+/// One output element: the reduction of x[base + offset(r)] for r in [0, count).
+template <typename T, typename Offset>
+T reduceOne(ReduceKind kind, const T *x, int64_t base, int64_t count, Offset offset) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (kind == ReduceKind::sum || kind == ReduceKind::mean) {
+      double acc = 0.0;
+      for (int64_t r = 0; r < count; ++r)
+        acc += static_cast<double>(x[base + offset(r)]);
+      if (kind == ReduceKind::mean)
+        acc /= static_cast<double>(count); // 0/0 = NaN for an empty mean, as torch
+      return static_cast<T>(acc);
+    }
+    T best = x[base + offset(0)];
+    for (int64_t r = 0; r < count; ++r) {
+      T v = x[base + offset(r)];
+      if (v != v)
+        return v; // NaN propagates
+      if (kind == ReduceKind::max ? v > best : v < best)
+        best = v;
+    }
+    return best;
+  } else {
+    if (kind == ReduceKind::sum || kind == ReduceKind::mean) {
+      uint64_t acc = 0; // wraps instead of overflowing
+      for (int64_t r = 0; r < count; ++r)
+        acc += static_cast<uint64_t>(static_cast<int64_t>(x[base + offset(r)]));
+      int64_t sum = static_cast<int64_t>(acc);
+      return static_cast<T>(kind == ReduceKind::mean ? sum / count : sum);
+    }
+    T best = x[base + offset(0)];
+    for (int64_t r = 0; r < count; ++r) {
+      T v = x[base + offset(r)];
+      if (kind == ReduceKind::max ? v > best : v < best)
+        best = v;
+    }
+    return best;
+  }
+}
+
+const char *reduceKindName(ReduceKind kind) {
+  switch (kind) {
+  case ReduceKind::sum:
+    return "sum";
+  case ReduceKind::mean:
+    return "mean";
+  case ReduceKind::max:
+    return "max";
+  case ReduceKind::min:
+    return "min";
+  }
+  return "?";
+}
+
+} // namespace
+
+Status reduce(ReduceKind kind, const TensorRef &x, std::span<const int64_t> axes,
+              const TensorRef &out) {
+  const char *name = "Reduce";
+  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
+  int64_t rank = static_cast<int64_t>(x.shape.size());
+  std::vector<bool> reduced(rank, false);
+  for (int64_t a : axes) {
+    if (a < 0 || a >= rank || reduced[a])
+      return fail(name, "axes " + shapeString(axes) + " must be distinct dims of the rank-" +
+                            std::to_string(rank) + " input");
+    reduced[a] = true;
+  }
+  std::vector<int64_t> keptDims, reducedDims, keepShape, dropShape;
+  for (int64_t d = 0; d < rank; ++d) {
+    (reduced[d] ? reducedDims : keptDims).push_back(d);
+    keepShape.push_back(reduced[d] ? 1 : x.shape[d]);
+    if (!reduced[d])
+      dropShape.push_back(x.shape[d]);
+  }
+  if (!sameShape(out.shape, keepShape) && !sameShape(out.shape, dropShape))
+    return fail(name, "output shape " + shapeString(out.shape) + " is neither " +
+                          shapeString(keepShape) + " (dims kept) nor " + shapeString(dropShape) +
+                          " (dims dropped)");
+  std::vector<int64_t> strides = stridesOf(x.shape);
+  std::vector<int64_t> outer = offsetsOf(keptDims, x.shape, strides);
+  int64_t count = 1;
+  for (int64_t d : reducedDims)
+    count *= x.shape[d];
+  // Reduced dims that are the trailing ones are one contiguous run per output element (a
+  // global norm over every element, a mean over the last dim): no offset table for those.
+  bool trailing = reducedDims.empty() || reducedDims.front() == rank - int64_t(reducedDims.size());
+  std::vector<int64_t> inner;
+  if (!trailing)
+    inner = offsetsOf(reducedDims, x.shape, strides);
+  bool integral = x.dtype == DType::i64 || x.dtype == DType::i32;
+  if (count == 0 && !outer.empty() &&
+      (kind == ReduceKind::max || kind == ReduceKind::min ||
+       (integral && kind == ReduceKind::mean)))
+    return fail(name, std::string(reduceKindName(kind)) + " over an empty set of elements");
+  return dispatchNumeric(name, x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *in = x.as<const T>();
+    T *y = out.as<T>();
+    for (size_t o = 0; o < outer.size(); ++o)
+      y[o] = trailing ? reduceOne<T>(kind, in, outer[o], count, [](int64_t r) { return r; })
+                      : reduceOne<T>(kind, in, outer[o], count,
+                                     [&](int64_t r) { return inner[size_t(r)]; });
+    return Status::ok();
+  });
+}
+
+Status softmax(const TensorRef &x, int64_t axis, const TensorRef &out) {
+  RETURN_IF_ERROR(expectDtype("Softmax", "output", out, x.dtype));
+  RETURN_IF_ERROR(expectShape("Softmax", "output", out, x.shape));
+  int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (axis < 0 || axis >= rank)
+    return fail("Softmax", "axis " + std::to_string(axis) + " is out of range for rank " +
+                               std::to_string(rank));
+  int64_t outer = product(x.shape.subspan(0, axis)), n = x.shape[axis];
+  int64_t inner = product(x.shape.subspan(axis + 1));
+  return dispatchFloat("Softmax", x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const T *in = x.as<const T>() + o * n * inner + i;
+        T *y = out.as<T>() + o * n * inner + i;
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < n; ++j) {
+          double v = in[j * inner];
+          if (v > m || v != v)
+            m = v;
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < n; ++j)
+          sum += std::exp(static_cast<double>(in[j * inner]) - m);
+        double inv = 1.0 / sum;
+        for (int64_t j = 0; j < n; ++j)
+          y[j * inner] = static_cast<T>(std::exp(static_cast<double>(in[j * inner]) - m) * inv);
+      }
+    return Status::ok();
+  });
+}
+
+Status crossEntropy(const TensorRef &logits, const TensorRef &labels,
+                    std::optional<int64_t> ignoreIndex, const TensorRef &out) {
+  const char *name = "CrossEntropy";
+  RETURN_IF_ERROR(expectDtype(name, "output", out, logits.dtype));
+  RETURN_IF_ERROR(expectIndexDtype(name, "labels", labels));
+  if (logits.shape.empty())
+    return fail(name, "logits must have a class dim, not shape []");
+  std::span<const int64_t> rows = logits.shape.first(logits.shape.size() - 1);
+  RETURN_IF_ERROR(expectShape(name, "labels", labels, rows));
+  RETURN_IF_ERROR(expectShape(name, "output", out, rows));
+  int64_t vocab = logits.shape.back(), count = labels.numElements();
+  return dispatchFloat(name, logits.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t r = 0; r < count; ++r) {
+      int64_t label = loadIndex(labels, r);
+      if (ignoreIndex && label == *ignoreIndex) {
+        out.as<T>()[r] = T(0);
+        continue;
+      }
+      if (label < 0 || label >= vocab)
+        return fail(name, "label " + std::to_string(label) + " (element " + std::to_string(r) +
+                              " of the labels) is outside [0, " + std::to_string(vocab) + ")");
+      const T *row = logits.as<const T>() + r * vocab;
+      double m = -std::numeric_limits<double>::infinity();
+      for (int64_t j = 0; j < vocab; ++j)
+        if (row[j] > m || row[j] != row[j])
+          m = row[j];
+      double sum = 0.0;
+      for (int64_t j = 0; j < vocab; ++j)
+        sum += std::exp(static_cast<double>(row[j]) - m);
+      out.as<T>()[r] = static_cast<T>(m + std::log(sum) - static_cast<double>(row[label]));
+    }
+    return Status::ok();
+  });
+}
+
+} // namespace megac::runtime::cpu

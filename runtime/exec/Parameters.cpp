@@ -1,0 +1,137 @@
+// Filling parameter buffers from weights, the plan's safetensors file, or seeded init.
+#include "runtime/exec/Parameters.h"
+
+#include "runtime/cpu/Kernels.h"
+#include "runtime/init/ParamInit.h"
+#include "runtime/io/Safetensors.h"
+#include "runtime/plan/plan_generated.h"
+
+#include <optional>
+
+namespace megac::runtime {
+
+namespace fb = megac::plan;
+
+namespace {
+
+std::span<const int64_t> spanOf(const flatbuffers::Vector<int64_t> *v) {
+  if (!v)
+    return {};
+  return {v->data(), v->size()};
+}
+
+/// Copies the parameter's shard out of a whole (global) tensor.
+Status copyShard(const HostTensor &whole, const fb::Parameter &param, const cpu::TensorRef &dst,
+                 const std::string &source) {
+  std::string name = param.name()->str();
+  if (whole.dtype != dst.dtype)
+    return Status::error("parameter '" + name + "': " + source + " holds " +
+                         dtypeName(whole.dtype) + ", but the parameter is " + dtypeName(dst.dtype));
+  std::span<const int64_t> global = spanOf(param.global_shape());
+  if (!std::equal(whole.shape.begin(), whole.shape.end(), global.begin(), global.end()))
+    return Status::error("parameter '" + name + "': " + source + " holds shape " +
+                         shapeString(whole.shape) + ", but the parameter's global shape is " +
+                         shapeString(global));
+  if (whole.bytes.size() != static_cast<size_t>(whole.numElements()) * dtypeSize(whole.dtype))
+    return Status::error("parameter '" + name + "': " + source + " has " +
+                         std::to_string(whole.bytes.size()) + " bytes for shape " +
+                         shapeString(whole.shape));
+  std::vector<int64_t> ones(global.size(), 1);
+  RETURN_IF_ERROR(cpu::slice(cpu::refOf(whole), spanOf(param.shard_offset()), ones, dst))
+      << " (while copying the shard of parameter '" << name << "' from " << source << ")";
+  return Status::ok();
+}
+
+/// `searched` says where a weight was looked for, for the error when there is no init either.
+Status initShard(const fb::Parameter &param, uint64_t seed, const cpu::TensorRef &dst,
+                 const std::string &searched) {
+  std::string name = param.name()->str();
+  init::InitSpec spec;
+  switch (param.init()) {
+  case fb::InitKind::normal:
+    spec.kind = init::InitKind::normal;
+    break;
+  case fb::InitKind::zeros:
+    spec.kind = init::InitKind::zeros;
+    break;
+  case fb::InitKind::ones:
+    spec.kind = init::InitKind::ones;
+    break;
+  case fb::InitKind::none:
+    return Status::error("parameter '" + name + "' has no value: " + searched +
+                         ", and its init kind is none");
+  }
+  spec.stddev = param.init_std();
+  bool integral = dst.dtype == DType::i64 || dst.dtype == DType::i32 || dst.dtype == DType::i1;
+  if (integral && spec.kind == init::InitKind::normal)
+    return Status::error("parameter '" + name + "' of " + dtypeName(dst.dtype) +
+                         " cannot have a normal init");
+  std::vector<float> values(static_cast<size_t>(dst.numElements()));
+  if (!init::fillShard(spec, seed, name, spanOf(param.global_shape()), spanOf(param.shard_offset()),
+                       dst.shape, values))
+    return Status::error("parameter '" + name + "': the shard does not fit its global shape");
+  cpu::TensorRef src{DType::f32, dst.shape, values.data()};
+  return cpu::cast(src, dst);
+}
+
+} // namespace
+
+std::string weightsFilePath(const LoadedPlan &plan) {
+  const flatbuffers::String *file = plan.plan().weights_file();
+  if (!file || file->size() == 0)
+    return {};
+  std::string name = file->str();
+  if (name.front() == '/')
+    return name;
+  size_t slash = plan.path().find_last_of('/');
+  if (slash == std::string::npos)
+    return name;
+  return plan.path().substr(0, slash + 1) + name;
+}
+
+Status fillParameters(const LoadedPlan &plan, size_t programIndex, uint8_t *arena,
+                      const TensorMap *weights) {
+  const fb::Plan &p = plan.plan();
+  const fb::Program &program =
+      *p.programs()->Get(static_cast<flatbuffers::uoffset_t>(programIndex));
+  if (!program.parameters())
+    return Status::ok();
+  std::string filePath = weightsFilePath(plan);
+  std::optional<TensorMap> fileWeights;
+  for (const fb::Parameter *param : *program.parameters()) {
+    const fb::Buffer &buf = *program.buffers()->Get(param->buffer());
+    cpu::TensorRef dst{static_cast<DType>(buf.dtype()), spanOf(buf.shape()), arena + buf.offset()};
+    std::string name = param->name()->str();
+    if (weights) {
+      auto it = weights->find(name);
+      if (it != weights->end()) {
+        RETURN_IF_ERROR(copyShard(it->second, *param, dst, "the weights passed in"));
+        continue;
+      }
+    }
+    if (!filePath.empty()) {
+      if (!fileWeights) {
+        StatusOr<TensorMap> read = readSafetensors(filePath);
+        if (!read.isOk())
+          return Status::error(read.status().message() + " (the plan's weights_file)");
+        fileWeights = std::move(read).value();
+      }
+      auto it = fileWeights->find(name);
+      if (it != fileWeights->end()) {
+        RETURN_IF_ERROR(copyShard(it->second, *param, dst, "weights file '" + filePath + "'"));
+        continue;
+      }
+    }
+    std::string searched =
+        weights ? "it is not in the weights passed in" : "no weights were passed in";
+    if (filePath.empty())
+      searched += " and the plan has no weights file";
+    else
+      searched += (weights ? " nor in" : " and it is not in") + std::string(" weights file '") +
+                  filePath + "'";
+    RETURN_IF_ERROR(initShard(*param, p.seed(), dst, searched));
+  }
+  return Status::ok();
+}
+
+} // namespace megac::runtime

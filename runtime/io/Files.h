@@ -1,0 +1,21 @@
+// Whole-file reads and atomic writes (tmp, fsync, rename) for the runtime's file formats.
+#pragma once
+
+#include "runtime/Status.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace megac::runtime {
+
+/// The bytes of `path`; `what` names the file's role in errors ("cannot open plan file ...").
+StatusOr<std::vector<uint8_t>> readFileBytes(const std::string &path, const char *what);
+
+/// Writes the concatenation of `pieces` to `path`.tmp, fsyncs it, renames it over `path` and
+/// fsyncs the directory, so a crash leaves either the old file or the new one.
+Status writeFileAtomically(const std::string &path,
+                           std::span<const std::span<const uint8_t>> pieces);
+
+} // namespace megac::runtime

@@ -1,0 +1,68 @@
+// Element sizes and names of the runtime's dtypes, and the HostTensor helpers.
+#include "runtime/io/HostTensor.h"
+
+namespace megac::runtime {
+
+size_t dtypeSize(DType dtype) {
+  switch (dtype) {
+  case DType::f64:
+  case DType::i64:
+    return 8;
+  case DType::f32:
+  case DType::i32:
+    return 4;
+  case DType::bf16:
+  case DType::f16:
+    return 2;
+  case DType::i1:
+    return 1;
+  }
+  return 0;
+}
+
+const char *dtypeName(DType dtype) {
+  switch (dtype) {
+  case DType::f64:
+    return "f64";
+  case DType::f32:
+    return "f32";
+  case DType::bf16:
+    return "bf16";
+  case DType::f16:
+    return "f16";
+  case DType::i64:
+    return "i64";
+  case DType::i32:
+    return "i32";
+  case DType::i1:
+    return "i1";
+  }
+  return "<invalid dtype>";
+}
+
+std::string shapeString(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i)
+      s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+int64_t HostTensor::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+HostTensor HostTensor::zeros(DType dtype, std::vector<int64_t> shape) {
+  HostTensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.bytes.assign(static_cast<size_t>(t.numElements()) * dtypeSize(dtype), 0);
+  return t;
+}
+
+} // namespace megac::runtime

@@ -1,0 +1,199 @@
+// Reading and writing safetensors files, validating the header against the file's size.
+#include "runtime/io/Safetensors.h"
+
+#include "runtime/io/Files.h"
+#include "runtime/io/Json.h"
+
+#include <limits>
+
+namespace megac::runtime {
+
+namespace {
+
+/// The reference implementation's cap; a larger header is a corrupt length field.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+const char *safetensorsDtype(DType dtype) {
+  switch (dtype) {
+  case DType::f64:
+    return "F64";
+  case DType::f32:
+    return "F32";
+  case DType::bf16:
+    return "BF16";
+  case DType::f16:
+    return "F16";
+  case DType::i64:
+    return "I64";
+  case DType::i32:
+    return "I32";
+  case DType::i1:
+    return "BOOL";
+  }
+  return "";
+}
+
+bool dtypeFromSafetensors(const std::string &name, DType &out) {
+  for (DType d :
+       {DType::f64, DType::f32, DType::bf16, DType::f16, DType::i64, DType::i32, DType::i1})
+    if (name == safetensorsDtype(d)) {
+      out = d;
+      return true;
+    }
+  return false;
+}
+
+/// A non-negative integer that fits int64, or false.
+bool nonNegativeInt(const json::Value &v, int64_t &out) {
+  if (v.kind != json::Value::Kind::number || !v.isInteger || v.integer < 0)
+    return false;
+  out = v.integer;
+  return true;
+}
+
+Status parseTensor(const std::string &name, const json::Value &entry, std::span<const uint8_t> data,
+                   HostTensor &out) {
+  if (entry.kind != json::Value::Kind::object)
+    return Status::error("entry is not an object");
+  const json::Value *dtype = entry.find("dtype");
+  const json::Value *shape = entry.find("shape");
+  const json::Value *offsets = entry.find("data_offsets");
+  if (!dtype || dtype->kind != json::Value::Kind::string)
+    return Status::error("missing or non-string \"dtype\"");
+  if (!dtypeFromSafetensors(dtype->string, out.dtype))
+    return Status::error("dtype '" + dtype->string +
+                         "' is not supported (supported: F64 F32 BF16 F16 I64 I32 BOOL)");
+  if (!shape || shape->kind != json::Value::Kind::array)
+    return Status::error("missing or non-array \"shape\"");
+  uint64_t count = 1;
+  for (const json::Value &d : shape->items) {
+    int64_t dim;
+    if (!nonNegativeInt(d, dim))
+      return Status::error("shape entries must be non-negative integers");
+    if (dim != 0 && count > std::numeric_limits<uint64_t>::max() / 8 / static_cast<uint64_t>(dim))
+      return Status::error("shape is too large");
+    count *= static_cast<uint64_t>(dim);
+    out.shape.push_back(dim);
+  }
+  if (!offsets || offsets->kind != json::Value::Kind::array || offsets->items.size() != 2)
+    return Status::error("\"data_offsets\" must be an array [begin, end]");
+  int64_t begin, end;
+  if (!nonNegativeInt(offsets->items[0], begin) || !nonNegativeInt(offsets->items[1], end))
+    return Status::error("\"data_offsets\" must be non-negative integers");
+  std::string range = "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  if (begin > end || static_cast<uint64_t>(end) > data.size())
+    return Status::error("data_offsets " + range + " lie outside the data section (" +
+                         std::to_string(data.size()) + " bytes; is the file truncated?)");
+  uint64_t need = count * dtypeSize(out.dtype);
+  if (static_cast<uint64_t>(end - begin) != need)
+    return Status::error("data_offsets " + range + " hold " + std::to_string(end - begin) +
+                         " bytes, but shape " + shapeString(out.shape) + " of " + dtype->string +
+                         " needs " + std::to_string(need));
+  out.bytes.assign(data.begin() + begin, data.begin() + end);
+  if (out.dtype == DType::i1)
+    for (uint8_t &b : out.bytes)
+      b = b != 0;
+  return Status::ok();
+}
+
+StatusOr<SafetensorsFile> parseFile(const std::vector<uint8_t> &bytes) {
+  if (bytes.size() < 8)
+    return Status::error("the file has " + std::to_string(bytes.size()) +
+                         " bytes, too few for the 8-byte header length");
+  uint64_t headerLen = 0;
+  for (int i = 7; i >= 0; --i)
+    headerLen = (headerLen << 8) | bytes[i];
+  if (headerLen > kMaxHeaderBytes || headerLen > bytes.size() - 8)
+    return Status::error("header length " + std::to_string(headerLen) + " exceeds the file (" +
+                         std::to_string(bytes.size()) + " bytes; is it truncated or corrupt?)");
+  std::string_view text(reinterpret_cast<const char *>(bytes.data()) + 8, headerLen);
+  StatusOr<json::Value> header = json::parse(text);
+  if (!header.isOk())
+    return Status::error("bad header: " + header.status().message());
+  if (header->kind != json::Value::Kind::object)
+    return Status::error("bad header: not a JSON object");
+  std::span<const uint8_t> data(bytes.data() + 8 + headerLen, bytes.size() - 8 - headerLen);
+  SafetensorsFile file;
+  for (size_t i = 0; i < header->keys.size(); ++i) {
+    const std::string &name = header->keys[i];
+    const json::Value &entry = header->items[i];
+    if (name == "__metadata__") {
+      if (entry.kind != json::Value::Kind::object)
+        return Status::error("__metadata__ is not an object");
+      for (size_t j = 0; j < entry.keys.size(); ++j) {
+        if (entry.items[j].kind != json::Value::Kind::string)
+          return Status::error("__metadata__ value '" + entry.keys[j] + "' is not a string");
+        file.metadata[entry.keys[j]] = entry.items[j].string;
+      }
+      continue;
+    }
+    HostTensor t;
+    if (Status s = parseTensor(name, entry, data, t); !s.isOk())
+      return Status::error("tensor '" + name + "': " + s.message());
+    file.tensors.emplace(name, std::move(t));
+  }
+  return file;
+}
+
+} // namespace
+
+StatusOr<SafetensorsFile> readSafetensorsFile(const std::string &path) {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "safetensors file"));
+  StatusOr<SafetensorsFile> file = parseFile(bytes);
+  if (!file.isOk())
+    return Status::error("safetensors file '" + path + "': " + file.status().message());
+  return file;
+}
+
+StatusOr<TensorMap> readSafetensors(const std::string &path) {
+  ASSIGN_OR_RETURN(SafetensorsFile file, readSafetensorsFile(path));
+  return std::move(file.tensors);
+}
+
+Status writeSafetensors(const std::string &path, const TensorMap &tensors,
+                        const std::map<std::string, std::string> &metadata) {
+  std::string header = "{";
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    bool first = true;
+    for (const auto &[key, value] : metadata) {
+      header += (first ? "" : ",") + json::quote(key) + ":" + json::quote(value);
+      first = false;
+    }
+    header += "}";
+  }
+  uint64_t offset = 0;
+  for (const auto &[name, t] : tensors) {
+    if (name.empty() || name == "__metadata__")
+      return Status::error("cannot write safetensors file '" + path + "': tensor name '" + name +
+                           "' is reserved or empty");
+    int64_t n = t.numElements();
+    if (n < 0 || t.bytes.size() != static_cast<size_t>(n) * dtypeSize(t.dtype))
+      return Status::error("cannot write safetensors file '" + path + "': tensor '" + name +
+                           "' has " + std::to_string(t.bytes.size()) + " bytes, but shape " +
+                           shapeString(t.shape) + " of " + dtypeName(t.dtype) + " needs " +
+                           std::to_string(n * int64_t(dtypeSize(t.dtype))));
+    if (header.size() > 1)
+      header += ",";
+    header += json::quote(name) + ":{\"dtype\":\"" + safetensorsDtype(t.dtype) + "\",\"shape\":[";
+    for (size_t i = 0; i < t.shape.size(); ++i)
+      header += (i ? "," : "") + std::to_string(t.shape[i]);
+    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + t.bytes.size()) + "]}";
+    offset += t.bytes.size();
+  }
+  header += "}";
+  // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::vector<uint8_t> head(8);
+  for (int i = 0; i < 8; ++i)
+    head[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  head.insert(head.end(), header.begin(), header.end());
+  std::vector<std::span<const uint8_t>> pieces{head};
+  for (const auto &[name, t] : tensors)
+    pieces.emplace_back(t.bytes);
+  RETURN_IF_ERROR(writeFileAtomically(path, pieces)) << " (while writing safetensors file)";
+  return Status::ok();
+}
+
+} // namespace megac::runtime

@@ -1,0 +1,464 @@
+// Loading a plan: FlatBuffers verification, then every index, size, attribute and rank entry,
+// so the executor can index buffers and read attributes without checking again.
+#include "runtime/plan/PlanLoader.h"
+
+#include "runtime/io/Files.h"
+#include "runtime/io/HostTensor.h"
+#include "runtime/plan/plan_generated.h"
+
+#include <cmath>
+#include <set>
+
+namespace megac::runtime {
+
+namespace fb = megac::plan;
+
+const fb::Plan &LoadedPlan::plan() const { return *fb::GetPlan(bytes_.data()); }
+
+std::string describeProgram(const fb::Program &program, size_t programIndex) {
+  if (program.name() && program.name()->size())
+    return "program '" + program.name()->str() + "'";
+  return "program " + std::to_string(programIndex);
+}
+
+std::string describeInstruction(const fb::Program &program, size_t programIndex,
+                                size_t instructionIndex) {
+  std::string text =
+      describeProgram(program, programIndex) + ", instruction " + std::to_string(instructionIndex);
+  const auto *instructions = program.instructions();
+  if (!instructions || instructionIndex >= instructions->size())
+    return text;
+  const fb::Instruction *inst =
+      instructions->Get(static_cast<flatbuffers::uoffset_t>(instructionIndex));
+  const char *op = fb::EnumNameOpcode(inst->op());
+  text += " (";
+  text += *op ? op : ("opcode " + std::to_string(static_cast<int>(inst->op()))).c_str();
+  if (inst->location() && inst->location()->size())
+    text += " at '" + inst->location()->str() + "'";
+  return text + ")";
+}
+
+namespace {
+
+/// What an opcode takes: its input count range and its attrs member (NONE: no attrs).
+struct OpSignature {
+  int minInputs;
+  int maxInputs; // -1: any number
+  fb::Attrs attrs;
+};
+
+OpSignature signatureOf(fb::Opcode op) {
+  using O = fb::Opcode;
+  using A = fb::Attrs;
+  switch (op) {
+  case O::Neg:
+  case O::Abs:
+  case O::Exp:
+  case O::Log:
+  case O::Tanh:
+  case O::Erf:
+  case O::Sigmoid:
+  case O::Relu:
+  case O::Sqrt:
+  case O::Rsqrt:
+  case O::Not:
+  case O::Copy:
+  case O::Broadcast:
+  case O::Cast:
+    return {1, 1, A::NONE};
+  case O::Add:
+  case O::Sub:
+  case O::Mul:
+  case O::Div:
+  case O::Pow:
+  case O::Min:
+  case O::Max:
+  case O::And:
+  case O::Or:
+  case O::MatMul:
+  case O::Embedding:
+    return {2, 2, A::NONE};
+  case O::Compare:
+    return {2, 2, A::CompareAttrs};
+  case O::Where:
+    return {3, 3, A::NONE};
+  case O::Transpose:
+    return {1, 1, A::TransposeAttrs};
+  case O::Slice:
+    return {1, 1, A::SliceAttrs};
+  case O::Concat:
+    return {1, -1, A::AxisAttrs};
+  case O::Gather:
+    return {2, 2, A::AxisAttrs};
+  case O::Reduce:
+    return {1, 1, A::ReduceAttrs};
+  case O::Softmax:
+    return {1, 1, A::AxisAttrs};
+  case O::Linear:
+    return {2, 3, A::NONE};
+  case O::LayerNorm:
+    return {2, 3, A::NormAttrs};
+  case O::RmsNorm:
+    return {2, 2, A::NormAttrs};
+  case O::Attention:
+    return {3, 4, A::AttentionAttrs};
+  case O::Gelu:
+    return {1, 1, A::GeluAttrs};
+  case O::CrossEntropy:
+    return {2, 2, A::CrossEntropyAttrs};
+  case O::Dropout:
+    return {2, 2, A::DropoutAttrs};
+  }
+  return {-1, -1, A::NONE}; // unknown opcode
+}
+
+std::string attrsName(fb::Attrs a) {
+  return a == fb::Attrs::NONE ? "no attrs" : std::string(fb::EnumNameAttrs(a));
+}
+
+template <typename T> size_t sizeOf(const flatbuffers::Vector<T> *v) { return v ? v->size() : 0; }
+
+class Validator {
+public:
+  Validator(const fb::Plan &plan, std::string source) : plan_(plan), source_(std::move(source)) {}
+
+  Status run() {
+    if (!plan_.programs() || plan_.programs()->size() == 0)
+      return planError("it has no programs");
+    for (size_t p = 0; p < plan_.programs()->size(); ++p)
+      RETURN_IF_ERROR(program(*plan_.programs()->Get(flatbuffers::uoffset_t(p)), p));
+    return ranks();
+  }
+
+private:
+  Status planError(const std::string &what) const {
+    return Status::error("plan " + source_ + ": " + what);
+  }
+
+  Status ranks() {
+    const fb::Mesh *mesh = plan_.mesh();
+    size_t axes = mesh ? sizeOf(mesh->axis_sizes()) : 0;
+    if (mesh && sizeOf(mesh->axis_names()) != axes)
+      return planError("the mesh has " + std::to_string(sizeOf(mesh->axis_names())) +
+                       " axis names but " + std::to_string(axes) + " axis sizes");
+    int64_t positions = 1;
+    for (size_t a = 0; a < axes; ++a) {
+      int64_t size = mesh->axis_sizes()->Get(flatbuffers::uoffset_t(a));
+      if (size < 1 || __builtin_mul_overflow(positions, size, &positions))
+        return planError("mesh axis " + std::to_string(a) + " has size " + std::to_string(size));
+    }
+    size_t count = sizeOf(plan_.ranks());
+    if (count == 0)
+      return planError("the rank table is empty");
+    if (static_cast<int64_t>(count) != positions)
+      return planError("the mesh has " + std::to_string(positions) +
+                       " positions but the rank "
+                       "table has " +
+                       std::to_string(count) + " entries");
+    for (size_t r = 0; r < count; ++r) {
+      const fb::RankEntry *entry = plan_.ranks()->Get(flatbuffers::uoffset_t(r));
+      std::string which = "rank " + std::to_string(r);
+      if (entry->role() >= plan_.programs()->size())
+        return planError(which + " has role " + std::to_string(entry->role()) + ", but there are " +
+                         std::to_string(plan_.programs()->size()) + " programs");
+      if (sizeOf(entry->coords()) != axes)
+        return planError(which + " has " + std::to_string(sizeOf(entry->coords())) +
+                         " mesh coordinates, but the mesh has " + std::to_string(axes) + " axes");
+      int64_t index = 0;
+      for (size_t a = 0; a < axes; ++a) {
+        int64_t c = entry->coords()->Get(flatbuffers::uoffset_t(a));
+        int64_t size = mesh->axis_sizes()->Get(flatbuffers::uoffset_t(a));
+        if (c < 0 || c >= size)
+          return planError(which + " has coordinate " + std::to_string(c) + " on axis " +
+                           std::to_string(a) + " of size " + std::to_string(size));
+        index = index * size + c;
+      }
+      if (index != static_cast<int64_t>(r))
+        return planError(which + " has the coordinates of rank " + std::to_string(index) +
+                         " (a rank is the row-major index of its coordinates)");
+    }
+    return Status::ok();
+  }
+
+  Status program(const fb::Program &prog, size_t p) {
+    prog_ = &prog;
+    progIndex_ = p;
+    RETURN_IF_ERROR(buffers());
+    RETURN_IF_ERROR(parameters());
+    RETURN_IF_ERROR(ports(prog.inputs(), "input"));
+    RETURN_IF_ERROR(ports(prog.outputs(), "output"));
+    RETURN_IF_ERROR(constants());
+    for (size_t i = 0; i < sizeOf(prog.instructions()); ++i)
+      RETURN_IF_ERROR(instruction(*prog.instructions()->Get(flatbuffers::uoffset_t(i)), i));
+    return Status::ok();
+  }
+
+  Status progError(const std::string &what) const {
+    return planError(describeProgram(*prog_, progIndex_) + ": " + what);
+  }
+
+  std::string bufferName(size_t b) const {
+    const fb::Buffer *buf = prog_->buffers()->Get(flatbuffers::uoffset_t(b));
+    std::string name =
+        buf->name() && buf->name()->size() ? buf->name()->str() : "%" + std::to_string(b);
+    return "buffer " + std::to_string(b) + " ('" + name + "')";
+  }
+
+  /// Checks a buffer index, naming what refers to it.
+  Status bufferIndex(uint32_t b, const std::string &who) const {
+    if (b >= numBuffers_)
+      return progError(who + " refers to buffer " + std::to_string(b) + ", but the program has " +
+                       std::to_string(numBuffers_) + " buffers");
+    return Status::ok();
+  }
+
+  const fb::Buffer &buffer(uint32_t b) const { return *prog_->buffers()->Get(b); }
+  size_t rankOf(uint32_t b) const { return sizeOf(buffer(b).shape()); }
+
+  Status buffers() {
+    numBuffers_ = sizeOf(prog_->buffers());
+    uint64_t arena = prog_->arena_bytes();
+    for (size_t b = 0; b < numBuffers_; ++b) {
+      const fb::Buffer &buf = *prog_->buffers()->Get(flatbuffers::uoffset_t(b));
+      std::string which = bufferName(b);
+      if (static_cast<uint8_t>(buf.dtype()) > static_cast<uint8_t>(fb::DType::i1))
+        return progError(which + " has unknown dtype " + std::to_string(int(buf.dtype())));
+      uint64_t elements = 1;
+      for (size_t d = 0; d < sizeOf(buf.shape()); ++d) {
+        int64_t dim = buf.shape()->Get(flatbuffers::uoffset_t(d));
+        if (dim < 0 || __builtin_mul_overflow(elements, uint64_t(dim), &elements))
+          return progError(which + " has a bad shape (dim " + std::to_string(d) + " is " +
+                           std::to_string(dim) + ")");
+      }
+      uint64_t need;
+      if (__builtin_mul_overflow(elements, dtypeSize(DType(buf.dtype())), &need) ||
+          buf.bytes() != need)
+        return progError(which + " has " + std::to_string(buf.bytes()) + " bytes, but " +
+                         std::to_string(elements) + " elements of " +
+                         dtypeName(DType(buf.dtype())) + " need " + std::to_string(need));
+      if (buf.offset() % 64 != 0)
+        return progError(which + " has offset " + std::to_string(buf.offset()) +
+                         ", which is not 64-byte aligned");
+      uint64_t end;
+      if (__builtin_add_overflow(buf.offset(), buf.bytes(), &end) || end > arena)
+        return progError(which + " spans bytes [" + std::to_string(buf.offset()) + ", " +
+                         std::to_string(buf.offset() + buf.bytes()) + "), past the arena's " +
+                         std::to_string(arena) + " bytes");
+    }
+    return Status::ok();
+  }
+
+  Status parameters() {
+    std::set<std::string> names;
+    for (size_t i = 0; i < sizeOf(prog_->parameters()); ++i) {
+      const fb::Parameter &param = *prog_->parameters()->Get(flatbuffers::uoffset_t(i));
+      std::string which = "parameter " + std::to_string(i);
+      if (!param.name() || param.name()->size() == 0)
+        return progError(which + " has no name");
+      which += " ('" + param.name()->str() + "')";
+      if (!names.insert(param.name()->str()).second)
+        return progError(which + " appears twice");
+      RETURN_IF_ERROR(bufferIndex(param.buffer(), which));
+      const fb::Buffer &buf = buffer(param.buffer());
+      size_t rank = sizeOf(buf.shape());
+      if (sizeOf(param.global_shape()) != rank || sizeOf(param.shard_offset()) != rank)
+        return progError(which + ": global_shape and shard_offset must have the rank of " +
+                         bufferName(param.buffer()) + " (" + std::to_string(rank) + ")");
+      for (size_t d = 0; d < rank; ++d) {
+        int64_t global = param.global_shape()->Get(flatbuffers::uoffset_t(d));
+        int64_t offset = param.shard_offset()->Get(flatbuffers::uoffset_t(d));
+        int64_t local = buf.shape()->Get(flatbuffers::uoffset_t(d));
+        if (offset < 0 || global < 0 || offset > global || local > global - offset)
+          return progError(which + ": the shard of " + std::to_string(local) + " at offset " +
+                           std::to_string(offset) + " does not fit global dim " +
+                           std::to_string(d) + " of size " + std::to_string(global));
+      }
+      if (static_cast<uint8_t>(param.init()) > static_cast<uint8_t>(fb::InitKind::ones))
+        return progError(which + " has unknown init kind " + std::to_string(int(param.init())));
+      if (!std::isfinite(param.init_std()) || param.init_std() < 0)
+        return progError(which + " has init_std " + std::to_string(param.init_std()));
+    }
+    return Status::ok();
+  }
+
+  Status ports(const flatbuffers::Vector<flatbuffers::Offset<fb::Port>> *list, const char *kind) {
+    std::set<std::string> names;
+    for (size_t i = 0; i < sizeOf(list); ++i) {
+      const fb::Port &port = *list->Get(flatbuffers::uoffset_t(i));
+      std::string which = std::string(kind) + " " + std::to_string(i);
+      if (!port.name() || port.name()->size() == 0)
+        return progError(which + " has no name");
+      which += " ('" + port.name()->str() + "')";
+      if (!names.insert(port.name()->str()).second)
+        return progError(which + " appears twice");
+      RETURN_IF_ERROR(bufferIndex(port.buffer(), which));
+    }
+    return Status::ok();
+  }
+
+  Status constants() {
+    for (size_t i = 0; i < sizeOf(prog_->constants()); ++i) {
+      const fb::Constant &c = *prog_->constants()->Get(flatbuffers::uoffset_t(i));
+      std::string which = "constant " + std::to_string(i);
+      RETURN_IF_ERROR(bufferIndex(c.buffer(), which));
+      if (sizeOf(c.data()) != buffer(c.buffer()).bytes())
+        return progError(which + " has " + std::to_string(sizeOf(c.data())) +
+                         " bytes of data, but " + bufferName(c.buffer()) + " has " +
+                         std::to_string(buffer(c.buffer()).bytes()));
+    }
+    return Status::ok();
+  }
+
+  Status instError(size_t i, const std::string &what) const {
+    return planError(describeInstruction(*prog_, progIndex_, i) + ": " + what);
+  }
+
+  Status instruction(const fb::Instruction &inst, size_t i) {
+    OpSignature sig = signatureOf(inst.op());
+    if (sig.minInputs < 0)
+      return instError(i, "unknown opcode " + std::to_string(static_cast<int>(inst.op())));
+    int inputs = static_cast<int>(sizeOf(inst.inputs()));
+    if (inputs < sig.minInputs || (sig.maxInputs >= 0 && inputs > sig.maxInputs))
+      return instError(
+          i, "has " + std::to_string(inputs) + " inputs, expected " +
+                 std::to_string(sig.minInputs) +
+                 (sig.maxInputs == sig.minInputs
+                      ? std::string()
+                      : (sig.maxInputs < 0 ? " or more" : " to " + std::to_string(sig.maxInputs))));
+    if (sizeOf(inst.outputs()) != 1)
+      return instError(i, "has " + std::to_string(sizeOf(inst.outputs())) + " outputs, expected 1");
+    for (int k = 0; k < inputs; ++k) {
+      uint32_t b = inst.inputs()->Get(k);
+      if (b >= numBuffers_)
+        return instError(i, "input " + std::to_string(k) + " is buffer " + std::to_string(b) +
+                                ", but the program has " + std::to_string(numBuffers_) +
+                                " buffers");
+    }
+    uint32_t out = inst.outputs()->Get(0);
+    if (out >= numBuffers_)
+      return instError(i, "output 0 is buffer " + std::to_string(out) + ", but the program has " +
+                              std::to_string(numBuffers_) + " buffers");
+    if (inst.attrs_type() != sig.attrs)
+      return instError(i, "has " + attrsName(inst.attrs_type()) + ", but " +
+                              fb::EnumNameOpcode(inst.op()) + " takes " + attrsName(sig.attrs));
+    if (sig.attrs != fb::Attrs::NONE && !inst.attrs())
+      return instError(i, "its " + attrsName(sig.attrs) + " table is missing");
+    return attrs(inst, i);
+  }
+
+  /// Attribute contents that need only the buffers' ranks; kernels check the rest.
+  Status attrs(const fb::Instruction &inst, size_t i) {
+    size_t inRank = rankOf(inst.inputs()->Get(0));
+    auto axisCheck = [&](int64_t axis, size_t rank, const char *of) -> Status {
+      if (axis < 0 || axis >= static_cast<int64_t>(rank))
+        return instError(i, "axis " + std::to_string(axis) + " is out of range for " + of +
+                                " of rank " + std::to_string(rank));
+      return Status::ok();
+    };
+    switch (inst.attrs_type()) {
+    case fb::Attrs::CompareAttrs:
+      if (fb::EnumNameComparePredicate(inst.attrs_as_CompareAttrs()->predicate())[0] == 0)
+        return instError(i, "unknown compare predicate");
+      return Status::ok();
+    case fb::Attrs::TransposeAttrs:
+      if (sizeOf(inst.attrs_as_TransposeAttrs()->perm()) != inRank)
+        return instError(i, "perm has " +
+                                std::to_string(sizeOf(inst.attrs_as_TransposeAttrs()->perm())) +
+                                " entries for an input of rank " + std::to_string(inRank));
+      return Status::ok();
+    case fb::Attrs::SliceAttrs: {
+      const fb::SliceAttrs *a = inst.attrs_as_SliceAttrs();
+      if (sizeOf(a->starts()) != inRank || sizeOf(a->strides()) != inRank)
+        return instError(i,
+                         "starts and strides must have the input's rank " + std::to_string(inRank));
+      return Status::ok();
+    }
+    case fb::Attrs::AxisAttrs: {
+      int64_t axis = inst.attrs_as_AxisAttrs()->axis();
+      if (inst.op() == fb::Opcode::Concat)
+        return axisCheck(axis, rankOf(inst.outputs()->Get(0)), "the output");
+      return axisCheck(axis, inRank, "the input");
+    }
+    case fb::Attrs::ReduceAttrs: {
+      const fb::ReduceAttrs *a = inst.attrs_as_ReduceAttrs();
+      if (!a->axes())
+        return instError(i, "ReduceAttrs has no axes");
+      if (fb::EnumNameReduceKind(a->kind())[0] == 0)
+        return instError(i, "unknown reduce kind " + std::to_string(int(a->kind())));
+      for (int64_t axis : *a->axes())
+        RETURN_IF_ERROR(axisCheck(axis, inRank, "the input"));
+      return Status::ok();
+    }
+    case fb::Attrs::NormAttrs: {
+      double eps = inst.attrs_as_NormAttrs()->epsilon();
+      if (!std::isfinite(eps) || eps < 0)
+        return instError(i, "epsilon " + std::to_string(eps) + " must be finite and >= 0");
+      return Status::ok();
+    }
+    case fb::Attrs::AttentionAttrs:
+      if (!std::isfinite(inst.attrs_as_AttentionAttrs()->scale()))
+        return instError(i, "scale is not finite");
+      return Status::ok();
+    case fb::Attrs::DropoutAttrs: {
+      double ratio = inst.attrs_as_DropoutAttrs()->ratio();
+      if (!(ratio >= 0 && ratio <= 1))
+        return instError(i, "dropout ratio " + std::to_string(ratio) + " is outside [0, 1]");
+      return Status::ok();
+    }
+    default:
+      return Status::ok();
+    }
+  }
+
+  const fb::Plan &plan_;
+  std::string source_;
+  const fb::Program *prog_ = nullptr;
+  size_t progIndex_ = 0;
+  size_t numBuffers_ = 0;
+};
+
+} // namespace
+
+StatusOr<LoadedPlan> loadPlanFromBytes(std::vector<uint8_t> bytes, std::string path) {
+  std::string source = path.empty() ? "(from memory)" : "'" + path + "'";
+  auto error = [&](const std::string &what) {
+    return Status::error("plan " + source + ": " + what);
+  };
+  if (bytes.size() < 8 || !flatbuffers::BufferHasIdentifier(bytes.data(), fb::PlanIdentifier()))
+    return error("not a megac plan (no \"MPLN\" file identifier)");
+  flatbuffers::Verifier verifier(bytes.data(), bytes.size(), /*max_depth=*/64,
+                                 /*max_tables=*/10'000'000);
+  if (!fb::VerifyPlanBuffer(verifier)) {
+    // A plan of another version may not verify against this schema: say "version" rather
+    // than "corrupt" when the root table and its version field alone are in bounds.
+    flatbuffers::Verifier shallow(bytes.data(), bytes.size());
+    const fb::Plan *root = fb::GetPlan(bytes.data());
+    const auto *table = reinterpret_cast<const flatbuffers::Table *>(root);
+    if (table->VerifyTableStart(shallow) &&
+        table->VerifyField<uint32_t>(shallow, fb::Plan::VT_FORMAT_VERSION, 4) &&
+        root->format_version() != static_cast<uint32_t>(fb::FormatVersion::Current))
+      return error("plan format version " + std::to_string(root->format_version()) +
+                   " is not supported (this runtime reads version " +
+                   std::to_string(static_cast<uint32_t>(fb::FormatVersion::Current)) +
+                   "); recompile the model");
+    return error("the FlatBuffer is corrupt or truncated (verification failed)");
+  }
+  const fb::Plan *root = fb::GetPlan(bytes.data());
+  if (root->format_version() != static_cast<uint32_t>(fb::FormatVersion::Current))
+    return error("plan format version " + std::to_string(root->format_version()) +
+                 " is not supported (this runtime reads version " +
+                 std::to_string(static_cast<uint32_t>(fb::FormatVersion::Current)) +
+                 "); recompile the model");
+  RETURN_IF_ERROR(Validator(*root, source).run());
+  LoadedPlan plan;
+  plan.bytes_ = std::move(bytes);
+  plan.path_ = std::move(path);
+  return plan;
+}
+
+StatusOr<LoadedPlan> loadPlanFile(const std::string &path) {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "plan file"));
+  return loadPlanFromBytes(std::move(bytes), path);
+}
+
+} // namespace megac::runtime
