@@ -630,4 +630,6 @@ def Mega_ReshardOp : Mega_CostedOp<"reshard", [Pure], ["getFlops"]> {
   let hasVerifier = 1;
 }
 
+include "ir/MegaGradOps.td"
+
 #endif // MEGA_OPS_TD

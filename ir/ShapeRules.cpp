@@ -166,6 +166,21 @@ Result concat(const std::vector<Shape> &inputs, int64_t axis) {
   return {out, {}};
 }
 
+Result pad(Dims input, Dims low, Dims high, Dims interior) {
+  size_t rank = input.size();
+  if (low.size() != rank || high.size() != rank || interior.size() != rank)
+    return Result::fail("pad low/high/interior need " + std::to_string(rank) +
+                        " entries each for " + str(input));
+  Shape out;
+  for (size_t d = 0; d < rank; ++d) {
+    if (low[d] < 0 || high[d] < 0 || interior[d] < 0)
+      return Result::fail("pad amounts on dim " + std::to_string(d) + " must be >= 0");
+    int64_t gaps = input[d] > 0 ? input[d] - 1 : 0;
+    out.push_back(low[d] + high[d] + input[d] + gaps * interior[d]);
+  }
+  return {out, {}};
+}
+
 Result linear(Dims input, Dims weight, std::optional<Shape> bias) {
   if (input.empty())
     return Result::fail("linear input must have rank >= 1");

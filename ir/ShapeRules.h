@@ -37,6 +37,7 @@ Result reduce(Dims input, Dims axes, bool keepDims);
 Result transpose(Dims input, Dims perm);
 Result slice(Dims input, Dims starts, Dims limits, Dims strides);
 Result concat(const std::vector<Shape> &inputs, int64_t axis);
+Result pad(Dims input, Dims low, Dims high, Dims interior);
 
 Result linear(Dims input, Dims weight, std::optional<Shape> bias);
 Result embedding(Dims table, Dims ids);
