@@ -32,6 +32,8 @@ test: build
 
 bench: build
 	$(BUILD_DIR)/bin/bench-model-build
+	/usr/bin/python3 bench/gpt2_124m.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-gpt2-124m
+	/usr/bin/python3 bench/train_step.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-train-step --threads $(JOBS)
 
 clean:
 	rm -rf $(BUILD_DIR)

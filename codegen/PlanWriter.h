@@ -1,11 +1,18 @@
-// Lowers a single-rank mega function to a plan (runtime/plan/plan.fbs) and serializes it.
+// Lowers the single-rank mega functions of a module to a plan (runtime/plan/plan.fbs) and
+// serializes it: one program, one role, one rank, one plan Function per func.
 //
-// One program, one role, one rank. Every SSA value gets a buffer with a static arena offset
-// (codegen/MemoryPlanner.h); a reshape shares its input's bytes instead of copying them.
-// mega.constant becomes a Constant, `mega.param` arguments Parameters, `mega.input` arguments
-// (and unmarked ones, named "input_N") input Ports, results output Ports (named by
-// `mega.output`, else "output_N"). Every other op becomes one Instruction. Ops with no
-// single-rank lowering (collectives, send/recv, reshard, optimizer ops) are errors on the op.
+// Every SSA value gets a buffer with a static arena offset (codegen/MemoryPlanner.h); a reshape
+// shares its input's bytes instead of copying them. mega.constant becomes a Constant;
+// `mega.param` arguments Parameters and `mega.state` arguments StateBuffers, both persistent and
+// shared by name across functions (one type per name); `mega.input` arguments (and unmarked
+// ones, named "input_N", or "FUNC.input_N" in a module of several functions) input Ports;
+// results output Ports named by `mega.output` (else "output_N" / "FUNC.output_N"), unless they
+// carry only `mega.updates = NAME`: such a result replaces the parameter or state NAME (an
+// argument of the same function) in place. The instruction producing it writes the persistent
+// buffer directly when its opcode may write in place (runtime/plan/PlanRules.h), else a Copy at
+// the function's end does; a read of the old value after that write is an error on the reader.
+// Every other op becomes one Instruction. Ops with no single-rank lowering (collectives,
+// send/recv, reshard) are errors on the op. See docs/training-step.md.
 #pragma once
 
 #include "mlir/IR/BuiltinOps.h"
@@ -18,7 +25,7 @@
 namespace megac::codegen {
 
 struct CodegenOptions {
-  /// The function to lower; empty: the module's only function.
+  /// The one function to lower; empty: every function of the module.
   std::string function;
   /// Safetensors file with parameter values, relative to the plan (may be empty).
   std::string weightsFile;

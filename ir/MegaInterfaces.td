@@ -1,4 +1,4 @@
-// Op interfaces of the `mega` dialect: the cost every op reports.
+// Op interfaces of the `mega` dialect: the cost every op reports and the gradient rules.
 #ifndef MEGA_INTERFACES_TD
 #define MEGA_INTERFACES_TD
 
@@ -21,6 +21,27 @@ def Mega_CostOpInterface : OpInterface<"CostOpInterface"> {
       [{ return ::mega::cost::operandBytes($_op); }]>,
     InterfaceMethod<"Bytes of results written.", "int64_t", "getBytesWritten", (ins), "",
       [{ return ::mega::cost::resultBytes($_op); }]>,
+  ];
+}
+
+def Mega_GradientOpInterface : OpInterface<"GradientOpInterface"> {
+  let cppNamespace = "::mega";
+  let description = [{
+    The vector-Jacobian product of a differentiable op, built in mega ops: given the gradients
+    of the op's results, the gradients of its operands. Autodiff (passes/training) is a generic
+    reverse walk that calls this on every op between a parameter and the loss.
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        Appends to `operandGrads` one value per operand (in operand order): the gradient of
+        the operand, of the operand's shape and element type, or null where the operand has
+        none (integer ids, i1 conditions, seeds). `resultGrads` has one entry per result; a
+        null entry means that result's gradient is zero. `b` inserts where the gradient ops go
+        (after the forward op; forward values dominate it). Failure means a diagnostic was
+        emitted on the op (a case the rule does not cover).
+      }], "::llvm::LogicalResult", "buildGradient",
+      (ins "::mlir::OpBuilder &":$b, "::mlir::ArrayRef<::mlir::Value>":$resultGrads,
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
   ];
 }
 

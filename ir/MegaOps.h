@@ -1,10 +1,11 @@
-// The ops of the `mega` dialect and their cost interface.
+// The ops of the `mega` dialect and their cost and gradient interfaces.
 #pragma once
 
 #include "ir/MegaCost.h"
 #include "ir/MegaDialect.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"

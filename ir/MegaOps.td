@@ -17,6 +17,9 @@ def Mega_InferShape : InferTypeOpAdaptorBase<[{
   }
 }]>;
 
+// A differentiable op builds its own vector-Jacobian product (ir/GradientRules.cpp).
+def Mega_Differentiable : DeclareOpInterfaceMethods<Mega_GradientOpInterface>;
+
 // Every op reports its cost; `costOverrides` names the methods it computes itself.
 class Mega_CostedOp<string mnemonic, list<Trait> traits = [], list<string> costOverrides = []>
     : Mega_Op<mnemonic, !listconcat(traits,
@@ -43,8 +46,9 @@ def Mega_ConstantOp : Mega_CostedOp<"constant",
   let hasFolder = 1;
 }
 
-class Mega_UnaryOp<string mnemonic, string what, TypeConstraint type = Mega_FloatTensor>
-    : Mega_CostedOp<mnemonic, [Pure, SameOperandsAndResultType]> {
+class Mega_UnaryOp<string mnemonic, string what, TypeConstraint type = Mega_FloatTensor,
+                   list<Trait> extraTraits = [Mega_Differentiable]>
+    : Mega_CostedOp<mnemonic, !listconcat([Pure, SameOperandsAndResultType], extraTraits)> {
   let summary = "elementwise " # what;
   let description = "Elementwise " # what # " of a tensor; the result has the operand's type."
       # "\n\n```mlir\n%y = mega." # mnemonic # " %x : tensor<4x8xf32>\n```";
@@ -64,8 +68,9 @@ def Mega_ReluOp : Mega_UnaryOp<"relu", "rectifier max(x, 0)">;
 def Mega_SqrtOp : Mega_UnaryOp<"sqrt", "square root">;
 def Mega_RsqrtOp : Mega_UnaryOp<"rsqrt", "reciprocal square root 1 / sqrt(x)">;
 
-class Mega_BinaryOp<string mnemonic, string what, TypeConstraint type = Mega_NumTensor>
-    : Mega_CostedOp<mnemonic, [Pure, SameOperandsAndResultType]> {
+class Mega_BinaryOp<string mnemonic, string what, TypeConstraint type = Mega_NumTensor,
+                    list<Trait> extraTraits = [Mega_Differentiable]>
+    : Mega_CostedOp<mnemonic, !listconcat([Pure, SameOperandsAndResultType], extraTraits)> {
   let summary = "elementwise " # what;
   let description = "Elementwise " # what # " of two tensors of the same type. Broadcasting "
       # "is explicit (`mega.broadcast`): the importer and the DSL insert it."
@@ -99,12 +104,12 @@ def Mega_CompareOp : Mega_CostedOp<"compare", [Pure, SameTypeOperands, Mega_Infe
   let assemblyFormat = "$predicate $lhs `,` $rhs attr-dict `:` type($lhs)";
 }
 
-def Mega_NotOp : Mega_UnaryOp<"not", "logical negation", Mega_BoolTensor>;
-def Mega_AndOp : Mega_BinaryOp<"and", "logical and", Mega_BoolTensor>;
-def Mega_OrOp : Mega_BinaryOp<"or", "logical or", Mega_BoolTensor>;
+def Mega_NotOp : Mega_UnaryOp<"not", "logical negation", Mega_BoolTensor, []>;
+def Mega_AndOp : Mega_BinaryOp<"and", "logical and", Mega_BoolTensor, []>;
+def Mega_OrOp : Mega_BinaryOp<"or", "logical or", Mega_BoolTensor, []>;
 
 def Mega_WhereOp : Mega_CostedOp<"where",
-    [Pure, AllTypesMatch<["true_value", "false_value", "result"]>]> {
+    [Pure, AllTypesMatch<["true_value", "false_value", "result"]>, Mega_Differentiable]> {
   let summary = "elementwise select";
   let description = [{
     `result[i] = cond[i] ? true_value[i] : false_value[i]`; all three have the same shape.
@@ -124,7 +129,7 @@ def Mega_WhereOp : Mega_CostedOp<"where",
 // Low level: contraction, indexing, reduction, shape
 //===----------------------------------------------------------------------===//
 
-def Mega_MatmulOp : Mega_CostedOp<"matmul", [Pure, Mega_InferShape],
+def Mega_MatmulOp : Mega_CostedOp<"matmul", [Pure, Mega_InferShape, Mega_Differentiable],
     ["getFlops", "getMatmulFlops"]> {
   let summary = "batched matrix product with broadcasting batch dims";
   let description = [{
@@ -140,7 +145,8 @@ def Mega_MatmulOp : Mega_CostedOp<"matmul", [Pure, Mega_InferShape],
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)";
 }
 
-def Mega_GatherOp : Mega_CostedOp<"gather", [Pure, Mega_InferShape], ["getFlops"]> {
+def Mega_GatherOp : Mega_CostedOp<"gather", [Pure, Mega_InferShape,
+    Mega_Differentiable], ["getFlops"]> {
   let summary = "gather slices of `data` along `axis` (ONNX Gather)";
   let description = [{
     Result shape `data.shape[:axis] + indices.shape + data.shape[axis+1:]`.
@@ -155,7 +161,8 @@ def Mega_GatherOp : Mega_CostedOp<"gather", [Pure, Mega_InferShape], ["getFlops"
                        "type($indices) `->` type($result)";
 }
 
-def Mega_ReduceOp : Mega_CostedOp<"reduce", [Pure, Mega_InferShape], ["getFlops"]> {
+def Mega_ReduceOp : Mega_CostedOp<"reduce", [Pure, Mega_InferShape,
+    Mega_Differentiable], ["getFlops"]> {
   let summary = "reduce over axes (sum, mean, max, min)";
   let description = [{
     Reduces `input` over the listed axes (unique, in range); with `keep_dims` the reduced
@@ -172,7 +179,8 @@ def Mega_ReduceOp : Mega_CostedOp<"reduce", [Pure, Mega_InferShape], ["getFlops"
                        "type($input) `->` type($result)";
 }
 
-def Mega_SoftmaxOp : Mega_CostedOp<"softmax", [Pure, SameOperandsAndResultType],
+def Mega_SoftmaxOp : Mega_CostedOp<"softmax", [Pure, SameOperandsAndResultType,
+    Mega_Differentiable],
     ["getFlops"]> {
   let summary = "softmax along one axis";
   let description = [{
@@ -188,7 +196,7 @@ def Mega_SoftmaxOp : Mega_CostedOp<"softmax", [Pure, SameOperandsAndResultType],
   let hasVerifier = 1;
 }
 
-def Mega_ReshapeOp : Mega_CostedOp<"reshape", [Pure], ["getFlops"]> {
+def Mega_ReshapeOp : Mega_CostedOp<"reshape", [Pure, Mega_Differentiable], ["getFlops"]> {
   let summary = "reshape to the same number of elements";
   let description = [{
     Row-major reinterpretation; element types match and element counts are equal.
@@ -203,7 +211,8 @@ def Mega_ReshapeOp : Mega_CostedOp<"reshape", [Pure], ["getFlops"]> {
   let hasVerifier = 1;
 }
 
-def Mega_TransposeOp : Mega_CostedOp<"transpose", [Pure, Mega_InferShape], ["getFlops"]> {
+def Mega_TransposeOp : Mega_CostedOp<"transpose", [Pure, Mega_InferShape,
+    Mega_Differentiable], ["getFlops"]> {
   let summary = "permute dims";
   let description = [{
     `result.shape[i] = input.shape[perm[i]]`; `perm` is a permutation of the dims.
@@ -217,7 +226,8 @@ def Mega_TransposeOp : Mega_CostedOp<"transpose", [Pure, Mega_InferShape], ["get
   let assemblyFormat = "$input $perm attr-dict `:` type($input) `->` type($result)";
 }
 
-def Mega_SliceOp : Mega_CostedOp<"slice", [Pure, Mega_InferShape], ["getFlops"]> {
+def Mega_SliceOp : Mega_CostedOp<"slice", [Pure, Mega_InferShape,
+    Mega_Differentiable], ["getFlops"]> {
   let summary = "static strided slice";
   let description = [{
     Per dim, elements `starts[d], starts[d] + strides[d], ...` below `limits[d]`;
@@ -236,7 +246,7 @@ def Mega_SliceOp : Mega_CostedOp<"slice", [Pure, Mega_InferShape], ["getFlops"]>
 }
 
 def Mega_ConcatOp : Mega_CostedOp<"concat", [Pure, SameOperandsElementType,
-    Mega_InferShape], ["getFlops"]> {
+    Mega_InferShape, Mega_Differentiable], ["getFlops"]> {
   let summary = "concatenate along an axis";
   let description = [{
     All inputs have the same rank and sizes except along `axis`.
@@ -250,7 +260,7 @@ def Mega_ConcatOp : Mega_CostedOp<"concat", [Pure, SameOperandsElementType,
   let assemblyFormat = "$inputs `axis` $axis attr-dict `:` functional-type($inputs, $result)";
 }
 
-def Mega_BroadcastOp : Mega_CostedOp<"broadcast", [Pure], ["getFlops"]> {
+def Mega_BroadcastOp : Mega_CostedOp<"broadcast", [Pure, Mega_Differentiable], ["getFlops"]> {
   let summary = "numpy-style broadcast to a larger shape";
   let description = [{
     Aligns shapes from the right; each input dim equals the result dim or is 1. The only way
@@ -266,7 +276,7 @@ def Mega_BroadcastOp : Mega_CostedOp<"broadcast", [Pure], ["getFlops"]> {
   let hasVerifier = 1;
 }
 
-def Mega_CastOp : Mega_CostedOp<"cast", [Pure]> {
+def Mega_CastOp : Mega_CostedOp<"cast", [Pure, Mega_Differentiable]> {
   let summary = "convert element type";
   let description = [{
     Same shape, another element type (float <-> float rounds to nearest even; float -> int
@@ -286,7 +296,7 @@ def Mega_CastOp : Mega_CostedOp<"cast", [Pure]> {
 // Coarse ops: where the parallelism lives
 //===----------------------------------------------------------------------===//
 
-def Mega_LinearOp : Mega_CostedOp<"linear", [Pure, Mega_InferShape],
+def Mega_LinearOp : Mega_CostedOp<"linear", [Pure, Mega_InferShape, Mega_Differentiable],
     ["getFlops", "getMatmulFlops"]> {
   let summary = "affine map x W^T + b (PyTorch's nn.Linear)";
   let description = [{
@@ -305,7 +315,8 @@ def Mega_LinearOp : Mega_CostedOp<"linear", [Pure, Mega_InferShape],
                        "functional-type(operands, results)";
 }
 
-def Mega_EmbeddingOp : Mega_CostedOp<"embedding", [Pure, Mega_InferShape], ["getFlops"]> {
+def Mega_EmbeddingOp : Mega_CostedOp<"embedding", [Pure, Mega_InferShape,
+    Mega_Differentiable], ["getFlops"]> {
   let summary = "look up rows of a table by token id";
   let description = [{
     `table [V, h]`, `ids [...]` (i32 or i64, in [0, V)) -> `[..., h]`. Splitting the table on
@@ -321,8 +332,8 @@ def Mega_EmbeddingOp : Mega_CostedOp<"embedding", [Pure, Mega_InferShape], ["get
                        "type($result)";
 }
 
-def Mega_LayerNormOp : Mega_CostedOp<"layer_norm", [Pure, AllTypesMatch<["input", "result"]>],
-    ["getFlops"]> {
+def Mega_LayerNormOp : Mega_CostedOp<"layer_norm", [Pure, AllTypesMatch<["input", "result"]>,
+    Mega_Differentiable], ["getFlops"]> {
   let summary = "layer normalization over the last dim";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * weight + bias` with the biased variance over the last
@@ -342,8 +353,8 @@ def Mega_LayerNormOp : Mega_CostedOp<"layer_norm", [Pure, AllTypesMatch<["input"
   let hasVerifier = 1;
 }
 
-def Mega_RmsNormOp : Mega_CostedOp<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>],
-    ["getFlops"]> {
+def Mega_RmsNormOp : Mega_CostedOp<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>,
+    Mega_Differentiable], ["getFlops"]> {
   let summary = "root-mean-square normalization over the last dim";
   let description = [{
     `x / sqrt(mean(x^2) + epsilon) * weight` over the last dim; `weight` has shape `[h]`.
@@ -360,7 +371,7 @@ def Mega_RmsNormOp : Mega_CostedOp<"rms_norm", [Pure, AllTypesMatch<["input", "r
   let hasVerifier = 1;
 }
 
-def Mega_AttentionOp : Mega_CostedOp<"attention", [Pure, Mega_InferShape],
+def Mega_AttentionOp : Mega_CostedOp<"attention", [Pure, Mega_InferShape, Mega_Differentiable],
     ["getFlops", "getMatmulFlops"]> {
   let summary = "scaled dot-product attention over heads";
   let description = [{
@@ -384,7 +395,8 @@ def Mega_AttentionOp : Mega_CostedOp<"attention", [Pure, Mega_InferShape],
                        "attr-dict `:` functional-type(operands, results)";
 }
 
-def Mega_GeluOp : Mega_CostedOp<"gelu", [Pure, SameOperandsAndResultType], ["getFlops"]> {
+def Mega_GeluOp : Mega_CostedOp<"gelu", [Pure, SameOperandsAndResultType, Mega_Differentiable],
+    ["getFlops"]> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `none`: `x * 0.5 * (1 + erf(x / sqrt(2)))`; `tanh`:
@@ -399,7 +411,8 @@ def Mega_GeluOp : Mega_CostedOp<"gelu", [Pure, SameOperandsAndResultType], ["get
   let assemblyFormat = "$approximation $input attr-dict `:` type($result)";
 }
 
-def Mega_CrossEntropyOp : Mega_CostedOp<"cross_entropy", [Pure, Mega_InferShape],
+def Mega_CrossEntropyOp : Mega_CostedOp<"cross_entropy", [Pure, Mega_InferShape,
+    Mega_Differentiable],
     ["getFlops"]> {
   let summary = "per-token softmax cross-entropy";
   let description = [{
@@ -420,8 +433,8 @@ def Mega_CrossEntropyOp : Mega_CostedOp<"cross_entropy", [Pure, Mega_InferShape]
                        "type($result)";
 }
 
-def Mega_DropoutOp : Mega_CostedOp<"dropout", [Pure, AllTypesMatch<["input", "result"]>],
-    ["getFlops"]> {
+def Mega_DropoutOp : Mega_CostedOp<"dropout", [Pure, AllTypesMatch<["input", "result"]>,
+    Mega_Differentiable], ["getFlops"]> {
   let summary = "seeded, layout-independent dropout";
   let description = [{
     Zeroes each element with probability `ratio` and scales the rest by 1/(1 - ratio). Whether

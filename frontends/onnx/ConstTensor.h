@@ -83,6 +83,15 @@ struct Folded {
 /// an attack, not shape arithmetic).
 inline constexpr int64_t kMaxFoldElements = int64_t(1) << 26;
 
+/// Row-major strides of `shape`.
+std::vector<int64_t> rowMajorStrides(const Shape &shape);
+/// An empty tensor of `type` and `shape` with storage for its elements, or an error when it
+/// is too large to fold.
+Folded allocateFolded(ElemType type, const Shape &shape);
+/// For each element of `to`, the flat index of its source in `from` (numpy broadcasting,
+/// shapes aligned right).
+std::vector<int64_t> broadcastIndex(const Shape &from, const Shape &to);
+
 /// Product of dims, or -1 if a dim is negative or the product overflows kMaxFoldElements^2.
 int64_t checkedNumElements(const Shape &shape);
 /// "[2, 8, 64]".
@@ -91,8 +100,23 @@ std::string shapeStr(const Shape &shape);
 std::optional<Shape> broadcastShapes(const Shape &a, const Shape &b);
 
 enum class UnaryFn {
-  neg, abs, exp, log, sqrt, reciprocal, tanh, erf, sigmoid, relu, floor, ceil, round, sign,
-  sin, cos, identity
+  neg,
+  abs,
+  exp,
+  log,
+  sqrt,
+  reciprocal,
+  tanh,
+  erf,
+  sigmoid,
+  relu,
+  floor,
+  ceil,
+  round,
+  sign,
+  sin,
+  cos,
+  identity
 };
 enum class BinaryFn { add, sub, mul, div, pow, min, max, mod, fmod };
 enum class CompareFn { eq, lt, le, gt, ge };

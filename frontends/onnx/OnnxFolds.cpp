@@ -52,8 +52,9 @@ LogicalResult foldConstant(NodeContext &c) {
     return c.setOutput(0, ConstTensor::fromInts(ElemType::i64, {a.ints_size()},
                                                 {a.ints().begin(), a.ints().end()})),
            success();
-  return c.fail("a '" + name + "' constant is not supported (string and sparse constants are "
-                               "not tensors mega IR has)");
+  return c.fail("a '" + name +
+                "' constant is not supported (string and sparse constants are "
+                "not tensors mega IR has)");
 }
 
 LogicalResult foldConstantOfShape(NodeContext &c) {

@@ -15,14 +15,16 @@ namespace megac::onnx_import {
 
 namespace {
 
+/// Constant results with more elements than this are computed at run time when they can be.
+constexpr int64_t kRuntimeAbove = int64_t(1) << 20;
+
 bool isDefaultDomain(const std::string &domain) { return domain.empty() || domain == "ai.onnx"; }
 
 /// Ops whose output carries none of the float data of its inputs (for finding weights).
 bool dropsFloatData(const onnx::NodeProto &node) {
   static const std::set<std::string> kOps = {
-      "Shape", "Size",  "Equal", "Less",   "Greater", "LessOrEqual", "GreaterOrEqual",
-      "Not",   "And",   "Or",    "Xor",    "ArgMax",  "ArgMin",      "IsNaN",
-      "IsInf", "NonZero"};
+      "Shape", "Size", "Equal", "Less",   "Greater", "LessOrEqual", "GreaterOrEqual", "Not",
+      "And",   "Or",   "Xor",   "ArgMax", "ArgMin",  "IsNaN",       "IsInf",          "NonZero"};
   if (kOps.count(node.op_type()))
     return true;
   if (node.op_type() == "Cast")
@@ -34,9 +36,9 @@ bool dropsFloatData(const onnx::NodeProto &node) {
 
 /// The inputs whose float data flows into the node's outputs.
 std::vector<int> dataInputs(const onnx::NodeProto &node) {
-  static const std::set<std::string> kFirstOnly = {
-      "Gather", "Reshape", "Expand",   "Tile",  "Slice", "Squeeze",
-      "Unsqueeze", "Split", "Transpose", "Flatten", "Trilu", "Dropout"};
+  static const std::set<std::string> kFirstOnly = {"Gather",    "Reshape", "Expand",    "Tile",
+                                                   "Slice",     "Squeeze", "Unsqueeze", "Split",
+                                                   "Transpose", "Flatten", "Trilu",     "Dropout"};
   if (node.op_type() == "Where")
     return {1, 2};
   if (kFirstOnly.count(node.op_type()))
@@ -79,8 +81,7 @@ MLIRContext *NodeContext::context() { return &g_.ctx; }
 LogicalResult NodeContext::fail(const Twine &message) {
   failed_ = true;
   std::string name = node_.name().empty() ? "<unnamed>" : node_.name();
-  emitError(loc_) << opType() << " (node '" << name << "', opset " << opset_
-                  << "): " << message;
+  emitError(loc_) << opType() << " (node '" << name << "', opset " << opset_ << "): " << message;
   return failure();
 }
 
@@ -198,15 +199,7 @@ void NodeContext::setOutput(int i, Value v) {
   auto type = mlir::cast<RankedTensorType>(v.getType());
   info.value = v;
   info.shape.assign(type.getShape().begin(), type.getShape().end());
-  Type e = type.getElementType();
-  info.type = e.isF32()             ? ElemType::f32
-              : e.isF64()           ? ElemType::f64
-              : e.isF16()           ? ElemType::f16
-              : e.isBF16()          ? ElemType::bf16
-              : e.isInteger(64)     ? ElemType::i64
-              : e.isInteger(32)     ? ElemType::i32
-              : e.isInteger(1)      ? ElemType::boolean
-                                    : ElemType::undefined;
+  info.type = elemTypeOf(type);
   g_.values[node_.output(i)] = std::move(info);
 }
 
@@ -240,6 +233,25 @@ Type elementTypeOf(MLIRContext &ctx, ElemType t) {
   default:
     return {};
   }
+}
+
+ElemType elemTypeOf(Type tensorType) {
+  Type e = mlir::cast<RankedTensorType>(tensorType).getElementType();
+  if (e.isF32())
+    return ElemType::f32;
+  if (e.isF64())
+    return ElemType::f64;
+  if (e.isF16())
+    return ElemType::f16;
+  if (e.isBF16())
+    return ElemType::bf16;
+  if (e.isInteger(64))
+    return ElemType::i64;
+  if (e.isInteger(32))
+    return ElemType::i32;
+  if (e.isInteger(1))
+    return ElemType::boolean;
+  return ElemType::undefined;
 }
 
 Type NodeContext::elementType(ElemType t) { return elementTypeOf(*context(), t); }
@@ -402,6 +414,10 @@ LogicalResult GraphImporter::declareValues() {
     if (!isKnownElemType(init.data_type()) || init.data_type() == 0)
       return emitError(loc) << "initializer '" << init.name() << "' has unknown element type "
                             << init.data_type();
+    // Every initializer is checked, used or not: a size that does not match the dims is a
+    // broken export.
+    if (failed(checkTensor(init, loc, "initializer '" + init.name() + "'")))
+      return failure();
     ValueInfo info;
     info.initializer = &init;
     info.type = ElemType(init.data_type());
@@ -452,6 +468,14 @@ bool GraphImporter::nodeFolds(const onnx::NodeProto &node,
     return false;
   if (foldsOnShapes(node.op_type()))
     return true;
+  // A big result of constants (a mask expanded to [b, h, s, t]) is cheaper as a run-time op
+  // on its small inputs than as a constant in the IR.
+  if (opHandlers().count(node.op_type()))
+    for (const std::string &out : node.output()) {
+      auto it = inferredElements_.find(out);
+      if (it != inferredElements_.end() && it->second > kRuntimeAbove)
+        return false;
+    }
   for (const std::string &in : node.input())
     if (!in.empty() && !constants.count(in))
       return false;
@@ -511,9 +535,9 @@ std::set<std::string> GraphImporter::findParameters() {
 LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int64_t index) {
   NodeContext c(*this, node, index, opset_);
   if (!isDefaultDomain(node.domain()))
-    return emitError(c.loc()) << "unsupported ONNX op '" << node.domain() << "."
-                              << node.op_type() << "' in node '" << node.name()
-                              << "' (opset " << opset_ << "): only the default domain is "
+    return emitError(c.loc()) << "unsupported ONNX op '" << node.domain() << "." << node.op_type()
+                              << "' in node '" << node.name() << "' (opset " << opset_
+                              << "): only the default domain is "
                               << "supported";
   for (const std::string &in : node.input())
     if (!in.empty() && !values.count(in))
@@ -561,6 +585,21 @@ FailureOr<OnnxImport> GraphImporter::run() {
 
   if (mlir::failed(declareValues()))
     return failure();
+  auto record = [&](const onnx::ValueInfoProto &v) {
+    if (!v.type().has_tensor_type() || !v.type().tensor_type().has_shape())
+      return;
+    Shape shape;
+    for (const auto &d : v.type().tensor_type().shape().dim()) {
+      if (!d.has_dim_value())
+        return;
+      shape.push_back(d.dim_value());
+    }
+    inferredElements_[v.name()] = checkedNumElements(shape);
+  };
+  for (const auto &v : graph_.value_info())
+    record(v);
+  for (const auto &v : graph_.output())
+    record(v);
 
   // Weights: function arguments, values on the side. One initializer is one parameter
   // however many nodes use it (a tied embedding and head stay tied).

@@ -143,13 +143,15 @@ mlir::FailureOr<std::vector<int64_t>> tileRepeats(NodeContext &c);
 /// Checks that a Dropout node is in inference mode, where it is the identity.
 mlir::LogicalResult checkDropoutIsIdentity(NodeContext &c);
 
+/// Checks a TensorProto's type, dims and data size; errors name it as `what`.
+mlir::LogicalResult checkTensor(const onnx::TensorProto &t, mlir::Location loc,
+                                const std::string &what);
 /// ONNX TensorProto -> constant tensor (raw_data or typed fields); errors name the tensor.
 mlir::FailureOr<ConstTensor> decodeTensor(const onnx::TensorProto &t, mlir::Location loc,
                                           const std::string &what);
 /// ONNX TensorProto -> host tensor for a weight, reading raw_data directly.
 /// Releases t's raw_data once copied.
-mlir::FailureOr<megac::runtime::HostTensor> decodeWeight(onnx::TensorProto &t,
-                                                         mlir::Location loc);
+mlir::FailureOr<megac::runtime::HostTensor> decodeWeight(onnx::TensorProto &t, mlir::Location loc);
 
 class GraphImporter {
 public:
@@ -174,6 +176,8 @@ private:
 
   onnx::GraphProto &graph_;
   int64_t opset_;
+  /// Element counts of values from ONNX shape inference, where static.
+  std::map<std::string, int64_t> inferredElements_;
   mlir::OwningOpRef<mlir::ModuleOp> module_;
   mlir::func::FuncOp func_;
   std::vector<mlir::Type> argTypes_;
@@ -183,6 +187,8 @@ private:
 
 /// The MLIR element type of a mega element type (null for types mega IR does not have).
 mlir::Type elementTypeOf(mlir::MLIRContext &ctx, ElemType t);
+/// The element type of a ranked tensor type, as ONNX numbers it (undefined if not mega's).
+ElemType elemTypeOf(mlir::Type tensorType);
 
 /// The location of a node: NameLoc("<node name>"(NameLoc("<OpType>"))).
 mlir::Location nodeLocation(mlir::MLIRContext &ctx, const onnx::NodeProto &node, int64_t index);

@@ -50,8 +50,9 @@ LogicalResult bindInputShapes(MLIRContext &ctx, onnx::GraphProto &graph,
       for (const std::string &in : inputs)
         known += (known.empty() ? "" : ", ") + in;
       return emitError(modelLoc(ctx, name))
-             << "--input-shape names '" << name << "', which is not a graph input (inputs: "
-             << (known.empty() ? "none" : known) << ")";
+             << "--input-shape names '" << name
+             << "', which is not a graph input (inputs: " << (known.empty() ? "none" : known)
+             << ")";
     }
   for (auto &input : *graph.mutable_input()) {
     if (initializers.count(input.name()))
@@ -69,8 +70,8 @@ LogicalResult bindInputShapes(MLIRContext &ctx, onnx::GraphProto &graph,
           return emitError(loc) << "--input-shape " << input.name() << "=" << dimsStr(bound->second)
                                 << ": dims must be >= 0";
       if (tt->has_shape() && tt->shape().dim_size() != int(bound->second.size()))
-        return emitError(loc) << "--input-shape " << input.name() << "="
-                              << dimsStr(bound->second) << " has rank " << bound->second.size()
+        return emitError(loc) << "--input-shape " << input.name() << "=" << dimsStr(bound->second)
+                              << " has rank " << bound->second.size()
                               << ", but the model's input has rank " << tt->shape().dim_size();
       if (!tt->has_shape())
         for (size_t i = 0; i < bound->second.size(); ++i)
@@ -80,8 +81,8 @@ LogicalResult bindInputShapes(MLIRContext &ctx, onnx::GraphProto &graph,
         auto *dim = tt->mutable_shape()->mutable_dim(i);
         int64_t want = bound->second[i];
         if (dim->has_dim_value() && dim->dim_value() != want)
-          return emitError(loc) << "--input-shape " << input.name() << "="
-                                << dimsStr(bound->second) << " gives dim " << i << " as " << want
+          return emitError(loc) << "--input-shape " << input.name() << "=" << dimsStr(bound->second)
+                                << " gives dim " << i << " as " << want
                                 << ", but the model fixes it to " << dim->dim_value();
         dim->set_dim_value(want);
       }
@@ -112,6 +113,23 @@ FailureOr<int64_t> defaultOpset(MLIRContext &ctx, const onnx::ModelProto &model)
          << "the model imports no version of the default ONNX opset";
 }
 
+/// Shape inference names the failing node as "(op_type:Add, node name: add_3)": locate the
+/// error there, as the importer's own node errors are.
+Location inferenceErrorLoc(MLIRContext &ctx, std::string_view message, Location fallback) {
+  auto field = [&](std::string_view key) -> std::string_view {
+    size_t at = message.find(key);
+    if (at == std::string_view::npos)
+      return {};
+    at += key.size();
+    size_t end = message.find_first_of("),", at);
+    return end == std::string_view::npos ? std::string_view() : message.substr(at, end - at);
+  };
+  std::string_view op = field("(op_type:"), node = field("node name: ");
+  if (op.empty() || node.empty())
+    return fallback;
+  return NameLoc::get(StringAttr::get(&ctx, node), NameLoc::get(StringAttr::get(&ctx, op)));
+}
+
 /// The libonnx part: everything in it may throw.
 LogicalResult checkAndInfer(MLIRContext &ctx, onnx::ModelProto &model,
                             const OnnxImportOptions &options) {
@@ -129,7 +147,8 @@ LogicalResult checkAndInfer(MLIRContext &ctx, onnx::ModelProto &model,
   } catch (const onnx::checker::ValidationError &e) {
     return emitError(loc) << "invalid ONNX model: " << e.what();
   } catch (const std::exception &e) {
-    return emitError(loc) << "ONNX shape inference failed: " << e.what();
+    return emitError(inferenceErrorLoc(ctx, e.what(), loc))
+           << "ONNX shape inference failed: " << e.what();
   } catch (...) {
     return emitError(loc) << "libonnx failed with an unknown exception";
   }
@@ -142,7 +161,7 @@ namespace {
 
 /// Parses `bytes` into `model`, or emits why not.
 LogicalResult parseModel(MLIRContext &ctx, std::string_view bytes, onnx::ModelProto &model) {
-  Location loc = modelLoc(ctx, "onnx");
+  Location loc = UnknownLoc::get(&ctx);
   if (bytes.size() > size_t(INT_MAX))
     return emitError(loc) << "the ONNX model is " << bytes.size()
                           << " bytes; models over 2 GiB (external data) are not supported";
@@ -164,7 +183,7 @@ FailureOr<OnnxImport> importModel(MLIRContext &ctx, onnx::ModelProto &model,
     return importer.run();
   } catch (const std::exception &e) {
     // Nothing below throws by design; this catches allocation failures on absurd models.
-    return emitError(modelLoc(ctx, "onnx")) << "importing the ONNX model failed: " << e.what();
+    return emitError(UnknownLoc::get(&ctx)) << "importing the ONNX model failed: " << e.what();
   }
 }
 

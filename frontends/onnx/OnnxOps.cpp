@@ -17,17 +17,7 @@ namespace megac::onnx_import {
 // Emitter
 //===----------------------------------------------------------------------===//
 
-ElemType Emitter::typeOf(Value v) {
-  Type e = cast<RankedTensorType>(v.getType()).getElementType();
-  return e.isF32()           ? ElemType::f32
-         : e.isF64()         ? ElemType::f64
-         : e.isF16()         ? ElemType::f16
-         : e.isBF16()        ? ElemType::bf16
-         : e.isInteger(64)   ? ElemType::i64
-         : e.isInteger(32)   ? ElemType::i32
-         : e.isInteger(1)    ? ElemType::boolean
-                             : ElemType::undefined;
-}
+ElemType Emitter::typeOf(Value v) { return elemTypeOf(v.getType()); }
 
 Shape Emitter::shapeOf(Value v) {
   auto s = cast<RankedTensorType>(v.getType()).getShape();
@@ -57,8 +47,8 @@ Value Emitter::reduce(mega::ReduceKind kind, Value x, const std::vector<int64_t>
     else if (keepDims)
       out.push_back(1);
   }
-  return mega::ReduceOp::create(c.builder(), c.loc(), c.tensorType(out, typeOf(x)), kind, x,
-                                axes, keepDims);
+  return mega::ReduceOp::create(c.builder(), c.loc(), c.tensorType(out, typeOf(x)), kind, x, axes,
+                                keepDims);
 }
 
 LogicalResult requireFloat(NodeContext &c, int i) {
@@ -201,9 +191,8 @@ LogicalResult reluOp(NodeContext &c) {
 }
 
 LogicalResult reciprocalOp(NodeContext &c) {
-  return composite(c, [](Emitter &e, Value x) {
-    return e.make<mega::DivOp>(e.splatLike(1, x), x);
-  });
+  return composite(c,
+                   [](Emitter &e, Value x) { return e.make<mega::DivOp>(e.splatLike(1, x), x); });
 }
 
 LogicalResult signOp(NodeContext &c) {
@@ -214,10 +203,10 @@ LogicalResult signOp(NodeContext &c) {
     return failure();
   Emitter e{c};
   Value zero = e.splatLike(0, *x);
-  Value negative = e.select(e.compare(mega::ComparePredicate::lt, *x, zero), e.splatLike(-1, *x),
-                            zero);
-  c.setOutput(0, e.select(e.compare(mega::ComparePredicate::gt, *x, zero), e.splatLike(1, *x),
-                          negative));
+  Value negative =
+      e.select(e.compare(mega::ComparePredicate::lt, *x, zero), e.splatLike(-1, *x), zero);
+  c.setOutput(
+      0, e.select(e.compare(mega::ComparePredicate::gt, *x, zero), e.splatLike(1, *x), negative));
   return success();
 }
 
@@ -242,7 +231,8 @@ LogicalResult leakyReluOp(NodeContext &c) {
 
 LogicalResult eluOp(NodeContext &c) {
   double alpha = c.attrFloat("alpha", 1.0);
-  return composite(c, [&](Emitter &e, Value x) { return piecewise(e, x, expm1Scaled(e, x, alpha)); });
+  return composite(c,
+                   [&](Emitter &e, Value x) { return piecewise(e, x, expm1Scaled(e, x, alpha)); });
 }
 
 LogicalResult seluOp(NodeContext &c) {
@@ -273,8 +263,8 @@ LogicalResult thresholdedReluOp(NodeContext &c) {
 }
 
 Value hardSigmoid(Emitter &e, Value x, double alpha, double beta) {
-  Value y = e.make<mega::AddOp>(e.make<mega::MulOp>(x, e.splatLike(alpha, x)),
-                                e.splatLike(beta, x));
+  Value y =
+      e.make<mega::AddOp>(e.make<mega::MulOp>(x, e.splatLike(alpha, x)), e.splatLike(beta, x));
   return e.make<mega::MaxOp>(e.make<mega::MinOp>(y, e.splatLike(1, x)), e.splatLike(0, x));
 }
 
@@ -427,8 +417,7 @@ LogicalResult whereOp(NodeContext &c) {
   if (failed(requireBool(c, 0)) || failed(requireSameType(c, 1, 2)))
     return failure();
   if (!isMegaElemType(c.type(1)))
-    return c.fail("values of element type " + elemTypeName(int(c.type(1))) +
-                  " are not supported");
+    return c.fail("values of element type " + elemTypeName(int(c.type(1))) + " are not supported");
   auto shape = broadcastInputs(c, {0, 1, 2});
   if (failed(shape))
     return failure();

@@ -1,5 +1,4 @@
-// Internal to frontends/onnx: helpers shared by the op handlers of OnnxOps.cpp and
-// OnnxOpsShape.cpp.
+// Internal to frontends/onnx: helpers shared by the op handlers (OnnxOps*.cpp).
 #pragma once
 
 #include "frontends/onnx/OnnxGraph.h"
@@ -39,5 +38,6 @@ mlir::FailureOr<Shape> broadcastInputs(NodeContext &c, const std::vector<int> &i
 
 void addElementwiseHandlers(std::map<std::string, OpHandler> &handlers);
 void addShapeHandlers(std::map<std::string, OpHandler> &handlers);
+void addLossHandlers(std::map<std::string, OpHandler> &handlers);
 
 } // namespace megac::onnx_import

@@ -41,8 +41,7 @@ LogicalResult gatherOp(NodeContext &c) {
     if (c.failed())
       return failure();
     if (c.type(1) != ElemType::i64 && c.type(1) != ElemType::i32)
-      return c.fail("run-time indices must be INT64 or INT32, not " +
-                    elemTypeName(int(c.type(1))));
+      return c.fail("run-time indices must be INT64 or INT32, not " + elemTypeName(int(c.type(1))));
     auto v = c.value(1);
     if (failed(v))
       return failure();
@@ -185,8 +184,8 @@ LogicalResult layerNormOp(NodeContext &c) {
     statShape.resize(shape.size(), 1);
     Value mean = e.reduce(mega::ReduceKind::mean, xs, {last}, true);
     Value centered = e.make<mega::SubOp>(xs, c.broadcast(mean, flat));
-    Value var = e.reduce(mega::ReduceKind::mean, e.make<mega::MulOp>(centered, centered), {last},
-                         true);
+    Value var =
+        e.reduce(mega::ReduceKind::mean, e.make<mega::MulOp>(centered, centered), {last}, true);
     Value invStd = e.make<mega::RsqrtOp>(e.make<mega::AddOp>(var, e.splatLike(eps, var)));
     c.setOutput(1, c.reshape(mean, statShape));
     c.setOutput(2, c.reshape(invStd, statShape));
@@ -295,9 +294,8 @@ LogicalResult concatOp(NodeContext &c) {
     c.setOutput(0, inputs.front());
     return success();
   }
-  c.setOutput(0, mega::ConcatOp::create(c.builder(), c.loc(),
-                                        c.tensorType(r.shape, c.type(first)), inputs,
-                                        c.builder().getI64IntegerAttr(*axis)));
+  c.setOutput(0, mega::ConcatOp::create(c.builder(), c.loc(), c.tensorType(r.shape, c.type(first)),
+                                        inputs, c.builder().getI64IntegerAttr(*axis)));
   return success();
 }
 
@@ -384,6 +382,7 @@ const std::map<std::string, OpHandler> &opHandlers() {
     std::map<std::string, OpHandler> h;
     addElementwiseHandlers(h);
     addShapeHandlers(h);
+    addLossHandlers(h);
     return h;
   }();
   return handlers;

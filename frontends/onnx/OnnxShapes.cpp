@@ -82,8 +82,7 @@ FailureOr<Shape> reshapeTarget(NodeContext &c) {
   int64_t total = checkedNumElements(input);
   if (inferred >= 0) {
     if (known == 0 || total % known != 0)
-      return c.fail("cannot infer the -1 in " + shapeStr(spec) + " for input " +
-                    shapeStr(input));
+      return c.fail("cannot infer the -1 in " + shapeStr(spec) + " for input " + shapeStr(input));
     out[inferred] = total / known;
   } else if (known != total) {
     return c.fail("cannot reshape " + shapeStr(input) + " to " + shapeStr(out));
@@ -231,8 +230,7 @@ FailureOr<std::vector<SliceDim>> sliceDims(NodeContext &c) {
       axes.push_back(int64_t(i));
   if (steps.empty())
     steps.assign(starts.size(), 1);
-  if (ends.size() != starts.size() || axes.size() != starts.size() ||
-      steps.size() != starts.size())
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
     return c.fail("starts, ends, axes and steps must have the same length");
   std::vector<SliceDim> dims(rank);
   std::vector<bool> seen(rank, false);
@@ -287,8 +285,7 @@ FailureOr<std::pair<int64_t, std::vector<int64_t>>> splitSizes(NodeContext &c) {
     total += s;
   }
   if (total != dim)
-    return c.fail("split sizes " + shapeStr(sizes) + " do not add up to " +
-                  std::to_string(dim));
+    return c.fail("split sizes " + shapeStr(sizes) + " do not add up to " + std::to_string(dim));
   return std::make_pair(*axis, sizes);
 }
 

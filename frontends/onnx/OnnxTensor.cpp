@@ -46,7 +46,14 @@ template <typename T> T load(const char *p) {
   return v;
 }
 
-/// Shape checks shared by both decoders: known type, dims >= 0, not external.
+LogicalResult countMismatch(Location loc, const std::string &what, const char *field, int have,
+                            int64_t want, const Shape &shape) {
+  return emitError(loc) << what << ": " << field << " has " << have << " values, but shape "
+                        << shapeStr(shape) << " needs " << want;
+}
+
+/// Checks shared by both decoders: known type, dims >= 0, not external, and as many values
+/// (raw bytes or typed field entries) as the dims need.
 LogicalResult checkHeader(const onnx::TensorProto &t, Location loc, const std::string &what,
                           Shape &shape, int64_t &count) {
   if (t.data_location() == onnx::TensorProto::EXTERNAL || t.external_data_size() > 0)
@@ -71,17 +78,36 @@ LogicalResult checkHeader(const onnx::TensorProto &t, Location loc, const std::s
       return emitError(loc) << what << ": raw_data has " << t.raw_data().size()
                             << " bytes, but shape " << shapeStr(shape) << " of "
                             << elemTypeName(t.data_type()) << " needs " << want;
+    return success();
   }
+  // Without raw_data the values are in the typed field for the element type.
+  const char *field = "int32_data"; // int32, int16, int8, uint16, uint8, bool, float16, bfloat16
+  int have = t.int32_data_size();
+  if (type == ElemType::f32) {
+    field = "float_data";
+    have = t.float_data_size();
+  } else if (type == ElemType::f64) {
+    field = "double_data";
+    have = t.double_data_size();
+  } else if (type == ElemType::i64) {
+    field = "int64_data";
+    have = t.int64_data_size();
+  } else if (type == ElemType::u32 || type == ElemType::u64) {
+    field = "uint64_data";
+    have = t.uint64_data_size();
+  }
+  if (have != count)
+    return countMismatch(loc, what, field, have, count, shape);
   return success();
 }
 
-LogicalResult countMismatch(Location loc, const std::string &what, const char *field, int have,
-                            int64_t want, const Shape &shape) {
-  return emitError(loc) << what << ": " << field << " has " << have << " values, but shape "
-                        << shapeStr(shape) << " needs " << want;
-}
-
 } // namespace
+
+LogicalResult checkTensor(const onnx::TensorProto &t, Location loc, const std::string &what) {
+  Shape shape;
+  int64_t count = 0;
+  return checkHeader(t, loc, what, shape, count);
+}
 
 FailureOr<ConstTensor> decodeTensor(const onnx::TensorProto &t, Location loc,
                                     const std::string &what) {
@@ -90,8 +116,7 @@ FailureOr<ConstTensor> decodeTensor(const onnx::TensorProto &t, Location loc,
   if (failed(checkHeader(t, loc, what, shape, count)))
     return failure();
   if (count > kMaxFoldElements)
-    return emitError(loc) << what << " has " << count
-                          << " elements, too many to use as a constant";
+    return emitError(loc) << what << " has " << count << " elements, too many to use as a constant";
   ElemType type = ElemType(t.data_type());
   ConstTensor c = ConstTensor::zeros(type, shape);
   if (t.has_raw_data()) {
@@ -144,42 +169,30 @@ FailureOr<ConstTensor> decodeTensor(const onnx::TensorProto &t, Location loc,
   }
   switch (type) {
   case ElemType::f32:
-    if (t.float_data_size() != count)
-      return countMismatch(loc, what, "float_data", t.float_data_size(), count, shape);
     for (int64_t i = 0; i < count; ++i)
       c.floats[i] = t.float_data(int(i));
     break;
   case ElemType::f64:
-    if (t.double_data_size() != count)
-      return countMismatch(loc, what, "double_data", t.double_data_size(), count, shape);
     for (int64_t i = 0; i < count; ++i)
       c.floats[i] = t.double_data(int(i));
     break;
   case ElemType::f16:
   case ElemType::bf16:
-    if (t.int32_data_size() != count)
-      return countMismatch(loc, what, "int32_data", t.int32_data_size(), count, shape);
     for (int64_t i = 0; i < count; ++i) {
       auto bits = uint16_t(t.int32_data(int(i)));
       c.floats[i] = type == ElemType::f16 ? halfToFloat(bits) : bf16ToFloat(bits);
     }
     break;
   case ElemType::i64:
-    if (t.int64_data_size() != count)
-      return countMismatch(loc, what, "int64_data", t.int64_data_size(), count, shape);
     for (int64_t i = 0; i < count; ++i)
       c.ints[i] = t.int64_data(int(i));
     break;
   case ElemType::u32:
   case ElemType::u64:
-    if (t.uint64_data_size() != count)
-      return countMismatch(loc, what, "uint64_data", t.uint64_data_size(), count, shape);
     for (int64_t i = 0; i < count; ++i)
       c.ints[i] = wrapToType(type, int64_t(t.uint64_data(int(i))));
     break;
   default: // int32, int16, int8, uint16, uint8, bool live in int32_data
-    if (t.int32_data_size() != count)
-      return countMismatch(loc, what, "int32_data", t.int32_data_size(), count, shape);
     for (int64_t i = 0; i < count; ++i)
       c.ints[i] = wrapToType(type, t.int32_data(int(i)));
     break;
@@ -221,17 +234,13 @@ FailureOr<runtime::HostTensor> decodeWeight(onnx::TensorProto &t, Location loc) 
     return h;
   }
   h.bytes.resize(size_t(count) * elem);
+  if (h.bytes.empty())
+    return h;
   if (type == ElemType::f32) {
-    if (t.float_data_size() != count)
-      return countMismatch(loc, what, "float_data", t.float_data_size(), count, shape);
     std::memcpy(h.bytes.data(), t.float_data().data(), h.bytes.size());
   } else if (type == ElemType::f64) {
-    if (t.double_data_size() != count)
-      return countMismatch(loc, what, "double_data", t.double_data_size(), count, shape);
     std::memcpy(h.bytes.data(), t.double_data().data(), h.bytes.size());
   } else {
-    if (t.int32_data_size() != count)
-      return countMismatch(loc, what, "int32_data", t.int32_data_size(), count, shape);
     for (int64_t i = 0; i < count; ++i) {
       auto bits = uint16_t(t.int32_data(int(i)));
       std::memcpy(h.bytes.data() + 2 * i, &bits, 2);

@@ -127,8 +127,8 @@ struct RaiseAttention : OpRewritePattern<mega::MatmulOp> {
     if (!chain)
       return failure();
     Value probs = chain->softmax.getResult();
-    auto pv = probs.hasOneUse() ? dyn_cast<mega::MatmulOp>(*probs.getUsers().begin())
-                                : mega::MatmulOp();
+    auto pv =
+        probs.hasOneUse() ? dyn_cast<mega::MatmulOp>(*probs.getUsers().begin()) : mega::MatmulOp();
     if (!pv || pv.getLhs() != probs)
       return failure();
     Value vh = pv.getRhs();
@@ -159,8 +159,8 @@ struct RaiseAttention : OpRewritePattern<mega::MatmulOp> {
     if (chain->additive || whereToAdditive) {
       Value source = whereToAdditive ? chain->whereCond : chain->additive;
       auto ms = shapeOf(source);
-      if (ms.size() > 4 ||
-          (!whereToAdditive && cast<RankedTensorType>(source.getType()).getElementType() != element))
+      if (ms.size() > 4 || (!whereToAdditive &&
+                            cast<RankedTensorType>(source.getType()).getElementType() != element))
         return failure();
       int64_t full[4] = {qs[0], qs[1], s, t};
       for (size_t i = 0; i < ms.size(); ++i)

@@ -242,12 +242,85 @@ struct RaiseLayerNorm : OpRewritePattern<mega::DivOp> {
     rewriter.setInsertionPoint(last);
     if (!weight) {
       auto type = RankedTensorType::get({h}, element);
-      weight = mega::ConstantOp::create(rewriter, div.getLoc(), type,
-                                        DenseElementsAttr::get(type, rewriter.getFloatAttr(element, 1.0)));
+      weight = mega::ConstantOp::create(
+          rewriter, div.getLoc(), type,
+          DenseElementsAttr::get(type, rewriter.getFloatAttr(element, 1.0)));
     }
     auto ln = mega::LayerNormOp::create(rewriter, last->getLoc(), x.getType(), x, weight, bias,
                                         rewriter.getF64FloatAttr(*eps));
     rewriter.replaceOp(last, ln.getResult());
+    return success();
+  }
+};
+
+/// `r` is 1 / sqrt(mean(x^2) + eps) (as 1 / sqrt, or rsqrt) over the last dim of `x`; returns
+/// eps.
+std::optional<double> matchInverseRms(Value r, Value x) {
+  Value root;
+  if (auto rsqrt = r.getDefiningOp<mega::RsqrtOp>()) {
+    root = rsqrt.getInput();
+  } else if (auto div = r.getDefiningOp<mega::DivOp>(); div && isSplat(div.getLhs(), 1.0, 1e-6)) {
+    auto sqrt = div.getRhs().getDefiningOp<mega::SqrtOp>();
+    if (!sqrt)
+      return std::nullopt;
+    root = sqrt.getInput();
+  } else {
+    return std::nullopt;
+  }
+  auto add = root.getDefiningOp<mega::AddOp>();
+  if (!add)
+    return std::nullopt;
+  for (int i = 0; i < 2; ++i) {
+    auto eps = splatValue(add->getOperand(i));
+    auto mean = add->getOperand(1 - i).getDefiningOp<mega::ReduceOp>();
+    if (!eps || !(*eps > 0) || !mean)
+      continue;
+    Value squared = mean.getInput();
+    bool isSquare = false;
+    if (auto pow = squared.getDefiningOp<mega::PowOp>())
+      isSquare = pow.getLhs() == x && isSplat(pow.getRhs(), 2.0, 1e-6);
+    else if (auto mul = squared.getDefiningOp<mega::MulOp>())
+      isSquare = mul.getLhs() == x && mul.getRhs() == x;
+    if (isSquare && isLastDimMean(mean, squared))
+      return eps;
+  }
+  return std::nullopt;
+}
+
+/// x * (1 / sqrt(mean(x^2) + eps)) [* w] over the last dim (T5's norm) -> mega.rms_norm.
+struct RaiseRmsNorm : OpRewritePattern<mega::MulOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(mega::MulOp mul, PatternRewriter &rewriter) const override {
+    Value x;
+    std::optional<double> eps;
+    for (int i = 0; i < 2 && !eps; ++i) {
+      x = mul->getOperand(i);
+      if (x.getType() == mul.getType() && !shapeOf(x).empty())
+        eps = matchInverseRms(stripBroadcast(mul->getOperand(1 - i)), x);
+    }
+    if (!eps)
+      return failure();
+    int64_t h = shapeOf(x).back();
+    Type element = elementOf(x);
+    Operation *last = mul;
+    Value weight;
+    if (auto scale = singleUser<mega::MulOp>(mul.getResult())) {
+      rewriter.setInsertionPoint(scale);
+      Value other = otherOperand(scale, mul.getResult());
+      if (other && other != mul.getResult() &&
+          (weight = normParam(rewriter, scale.getLoc(), other, h, element)))
+        last = scale;
+    }
+    rewriter.setInsertionPoint(last);
+    if (!weight) {
+      auto type = RankedTensorType::get({h}, element);
+      weight = mega::ConstantOp::create(
+          rewriter, mul.getLoc(), type,
+          DenseElementsAttr::get(type, rewriter.getFloatAttr(element, 1.0)));
+    }
+    auto norm = mega::RmsNormOp::create(rewriter, last->getLoc(), x.getType(), x, weight,
+                                        rewriter.getF64FloatAttr(*eps));
+    rewriter.replaceOp(last, norm.getResult());
     return success();
   }
 };
@@ -393,8 +466,7 @@ struct RaiseLinear : OpRewritePattern<mega::MatmulOp> {
       }
     }
     rewriter.setInsertionPoint(last);
-    Value weight =
-        transposed ? t.getInput() : transposeThrough(rewriter, mm.getLoc(), w, {1, 0});
+    Value weight = transposed ? t.getInput() : transposeThrough(rewriter, mm.getLoc(), w, {1, 0});
     auto linear = mega::LinearOp::create(rewriter, last->getLoc(), mm.getType(), x, weight, bias);
     rewriter.replaceOp(last, linear.getResult());
     return success();
@@ -428,6 +500,8 @@ struct InputRaisePass : impl::InputRaiseBase<InputRaisePass> {
     patterns.add<FoldBroadcast, FoldReshape, FoldTranspose>(ctx);
     if (layerNorm)
       patterns.add<RaiseLayerNorm>(ctx);
+    if (rmsNorm)
+      patterns.add<RaiseRmsNorm>(ctx);
     if (gelu)
       patterns.add<RaiseGelu>(ctx);
     if (linear)
@@ -436,8 +510,10 @@ struct InputRaisePass : impl::InputRaiseBase<InputRaisePass> {
       patterns.add<RaiseEmbedding>(ctx);
     if (attention)
       populateAttentionPattern(patterns);
+    // Each pattern makes ops no pattern matches again, so the rewrite converges; if it stopped at
+    // the iteration limit the IR would still be valid with fewer ops raised: a warning.
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))
-      signalPassFailure();
+      getOperation().emitWarning() << "mega-input-raise stopped before raising everything";
   }
 };
 

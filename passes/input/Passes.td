@@ -13,6 +13,8 @@ def InputRaise : Pass<"mega-input-raise", "mlir::ModuleOp"> {
     - LayerNorm: `reduce mean`, `sub`, `pow 2` (or `mul` by itself), `reduce mean`, `add eps`,
       `sqrt`, `div`, then `mul` by a weight and `add` of a bias (both optional) over the last
       dim -> `mega.layer_norm` (a missing weight becomes a constant of ones).
+    - RMSNorm (T5): `x * (1 / sqrt(mean(x^2) + eps))` over the last dim, then `mul` by a
+      weight (optional) -> `mega.rms_norm`.
     - GELU: `x * 0.5 * (1 + erf(x / sqrt(2)))` -> `mega.gelu none`, and
       `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))` -> `mega.gelu tanh`, with the
       factors in any order.
@@ -55,6 +57,8 @@ def InputRaise : Pass<"mega-input-raise", "mlir::ModuleOp"> {
   let options = [
     Option<"layerNorm", "layer-norm", "bool", /*default=*/"true",
            "raise decomposed LayerNorm into mega.layer_norm">,
+    Option<"rmsNorm", "rms-norm", "bool", /*default=*/"true",
+           "raise decomposed RMSNorm into mega.rms_norm">,
     Option<"gelu", "gelu", "bool", /*default=*/"true",
            "raise erf and tanh GELU formulas into mega.gelu">,
     Option<"linear", "linear", "bool", /*default=*/"true",

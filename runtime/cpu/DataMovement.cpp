@@ -1,5 +1,5 @@
 // CPU reference kernels that move bytes without arithmetic: Copy, Transpose, Slice, Concat,
-// Broadcast, Gather and Embedding. They work on any dtype by element size.
+// Broadcast, Gather, Embedding and Pad. They work on any dtype by element size.
 #include "runtime/cpu/KernelUtil.h"
 
 namespace megac::runtime::cpu {
@@ -243,6 +243,52 @@ Status embedding(const TensorRef &table, const TensorRef &ids, const TensorRef &
                                    " of the ids) is outside the table's " + std::to_string(vocab) +
                                    " rows");
     copyBytes(out.as<uint8_t>() + j * row, table.as<const uint8_t>() + id * row, row);
+  }
+  return Status::ok();
+}
+
+Status pad(const TensorRef &x, std::span<const int64_t> low, std::span<const int64_t> high,
+           std::span<const int64_t> interior, const TensorRef &out) {
+  RETURN_IF_ERROR(expectDtype("Pad", "output", out, x.dtype));
+  size_t rank = x.shape.size();
+  if (low.size() != rank || high.size() != rank || interior.size() != rank)
+    return fail("Pad", "low " + shapeString(low) + ", high " + shapeString(high) +
+                           " and interior " + shapeString(interior) +
+                           " must have the input's rank " + std::to_string(rank));
+  std::vector<int64_t> expected(rank), dstStrides = stridesOf(out.shape);
+  for (size_t d = 0; d < rank; ++d) {
+    if (low[d] < 0 || high[d] < 0 || interior[d] < 0)
+      return fail("Pad", "dim " + std::to_string(d) + " has a negative amount (low " +
+                             std::to_string(low[d]) + ", high " + std::to_string(high[d]) +
+                             ", interior " + std::to_string(interior[d]) + ")");
+    int64_t n = x.shape[d];
+    expected[d] = low[d] + high[d] + n + (n > 0 ? (n - 1) * interior[d] : 0);
+  }
+  RETURN_IF_ERROR(expectShape("Pad", "output", out, expected));
+  if (out.byteSize())
+    std::memset(out.data, 0, out.byteSize());
+  int64_t count = x.numElements();
+  if (count == 0)
+    return Status::ok();
+  // Element (i0, i1, ...) of x lands at (low + i * (interior + 1)) per dim.
+  size_t elem = dtypeSize(x.dtype);
+  std::vector<int64_t> index(rank, 0), step(rank);
+  int64_t at = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    step[d] = (interior[d] + 1) * dstStrides[d];
+    at += low[d] * dstStrides[d];
+  }
+  const uint8_t *src = x.as<const uint8_t>();
+  uint8_t *dst = out.as<uint8_t>();
+  for (int64_t i = 0; i < count; ++i) {
+    std::memcpy(dst + at * elem, src + i * elem, elem);
+    for (size_t d = rank; d-- > 0;) {
+      at += step[d];
+      if (++index[d] < x.shape[d])
+        break;
+      at -= step[d] * x.shape[d];
+      index[d] = 0;
+    }
   }
   return Status::ok();
 }

@@ -405,8 +405,12 @@ bool dropoutKeeps(uint64_t seed, int64_t stream, uint64_t index, double ratio) {
   return static_cast<double>(r[0]) >= ratio * 4294967296.0;
 }
 
-Status dropout(const TensorRef &x, const TensorRef &seed, double ratio, int64_t stream,
-               const TensorRef &out, uint64_t firstIndex) {
+namespace {
+
+/// Dropout with element i drawing index indexOf(i).
+template <typename IndexOf>
+Status dropoutWith(const TensorRef &x, const TensorRef &seed, double ratio, int64_t stream,
+                   const TensorRef &out, IndexOf indexOf) {
   const char *name = "Dropout";
   RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
   RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
@@ -428,10 +432,56 @@ Status dropout(const TensorRef &x, const TensorRef &seed, double ratio, int64_t 
     // ratio 1 keeps nothing, so the infinite scale is never applied.
     const T scale = ratio < 1.0 ? static_cast<T>(1.0 / (1.0 - ratio)) : T(0);
     for (int64_t i = 0; i < n; ++i)
-      y[i] = dropoutKeeps(seedValue, stream, firstIndex + static_cast<uint64_t>(i), ratio)
-                 ? in[i] * scale
-                 : T(0);
+      y[i] = dropoutKeeps(seedValue, stream, indexOf(i), ratio) ? in[i] * scale : T(0);
     return Status::ok();
+  });
+}
+
+} // namespace
+
+Status dropout(const TensorRef &x, const TensorRef &seed, double ratio, int64_t stream,
+               const TensorRef &out, uint64_t firstIndex) {
+  return dropoutWith(x, seed, ratio, stream, out,
+                     [&](int64_t i) { return firstIndex + static_cast<uint64_t>(i); });
+}
+
+Status dropoutShard(const TensorRef &x, const TensorRef &seed, double ratio, int64_t stream,
+                    std::span<const int64_t> globalShape, std::span<const int64_t> shardOffset,
+                    const TensorRef &out) {
+  size_t rank = x.shape.size();
+  if (globalShape.size() != rank || shardOffset.size() != rank)
+    return fail("Dropout", "global shape " + shapeString(globalShape) + " and shard offset " +
+                               shapeString(shardOffset) + " must have the input's rank " +
+                               std::to_string(rank));
+  for (size_t d = 0; d < rank; ++d)
+    if (shardOffset[d] < 0 || globalShape[d] < 0 || shardOffset[d] > globalShape[d] ||
+        x.shape[d] > globalShape[d] - shardOffset[d])
+      return fail("Dropout", "the shard " + shapeString(x.shape) + " at offset " +
+                                 shapeString(shardOffset) + " does not fit the global shape " +
+                                 shapeString(globalShape));
+  // Global row-major strides; the shard's index walks its own shape.
+  std::vector<uint64_t> globalStrides(rank);
+  uint64_t stride = 1;
+  for (size_t d = rank; d-- > 0;) {
+    globalStrides[d] = stride;
+    stride *= static_cast<uint64_t>(globalShape[d]);
+  }
+  uint64_t base = 0;
+  for (size_t d = 0; d < rank; ++d)
+    base += static_cast<uint64_t>(shardOffset[d]) * globalStrides[d];
+  std::vector<int64_t> index(rank, 0);
+  uint64_t current = base;
+  int64_t next = 0; // the local index `current` belongs to; the kernel asks in order
+  return dropoutWith(x, seed, ratio, stream, out, [&](int64_t i) {
+    for (; next < i; ++next)
+      for (size_t d = rank; d-- > 0;) {
+        current += globalStrides[d];
+        if (++index[d] < x.shape[d])
+          break;
+        current -= globalStrides[d] * static_cast<uint64_t>(x.shape[d]);
+        index[d] = 0;
+      }
+    return current;
   });
 }
 

@@ -5,7 +5,10 @@
 // plain attributes, check every shape and dtype they rely on, and write a caller-allocated
 // output. A mismatch, an unsupported dtype or a bad index is a Status error that starts with
 // the op's name ("Linear: ..."); a kernel never reads or writes outside the refs it is given.
-// Outputs must not overlap inputs (the executor routes overlapping ones through scratch memory).
+// Outputs must not overlap inputs (the executor routes overlapping ones through scratch memory),
+// except that the elementwise kernels (unary, binary, compare, where, cast, copy, gelu,
+// geluGrad, dropout), adamw and clipByNorm may run in place: an output whose memory is exactly
+// an input's, element for element.
 //
 // Dtypes: floating kernels run on f32 and f64. bf16 and f16 are storage types for now: Cast,
 // Copy and the data-movement kernels (Transpose, Slice, Concat, Broadcast, Where, Gather,
@@ -74,6 +77,12 @@ bool dropoutKeeps(uint64_t seed, int64_t stream, uint64_t index, double ratio);
 /// caller that holds elements [a, b) of a larger tensor draw that tensor's mask.
 Status dropout(const TensorRef &x, const TensorRef &seed, double ratio, int64_t stream,
                const TensorRef &out, uint64_t firstIndex = 0);
+/// Dropout of x, the shard at `shardOffset` of a tensor of `globalShape` (both of x's rank):
+/// element i of x draws the mask of its row-major index in the global tensor, so every
+/// sharding of a tensor drops the same elements.
+Status dropoutShard(const TensorRef &x, const TensorRef &seed, double ratio, int64_t stream,
+                    std::span<const int64_t> globalShape, std::span<const int64_t> shardOffset,
+                    const TensorRef &out);
 
 // ---- Data movement (DataMovement.cpp); any dtype ------------------------------------------
 
@@ -95,6 +104,10 @@ Status broadcast(const TensorRef &x, const TensorRef &out);
 Status gather(const TensorRef &data, const TensorRef &indices, int64_t axis, const TensorRef &out);
 /// out[..., :] = table[ids[...], :]; table [V, h], ids i64/i32 in [0, V), out [..., h].
 Status embedding(const TensorRef &table, const TensorRef &ids, const TensorRef &out);
+/// Zero padding: per dim `low` zeros before, `high` after and `interior` between neighbouring
+/// elements (all >= 0); out's dims are low + high + n + max(n - 1, 0) * interior.
+Status pad(const TensorRef &x, std::span<const int64_t> low, std::span<const int64_t> high,
+           std::span<const int64_t> interior, const TensorRef &out);
 
 // ---- Reductions (Reduction.cpp) -----------------------------------------------------------
 
@@ -135,5 +148,64 @@ Status rmsNorm(const TensorRef &x, const TensorRef &weight, double epsilon, cons
 /// with max subtraction; a fully masked row gives zeros, not NaN.
 Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, const TensorRef *mask,
                  bool causal, double scale, const TensorRef &out);
+
+// ---- Backward ops (Grad.cpp), f32 and f64; every reduction accumulates in double --------------
+//
+// Each is the exact derivative of its forward kernel above, recomputing the statistics or
+// probabilities from the forward's inputs, and reduces in a fixed order (deterministic).
+
+/// LayerNorm without or with bias: dx, dweight = sum(dy * xhat) and dbias = sum(dy) over all but
+/// the last dim; biased variance, as the forward.
+Status layerNormGrad(const TensorRef &dy, const TensorRef &x, const TensorRef &weight,
+                     double epsilon, const TensorRef &dx, const TensorRef &dweight,
+                     const TensorRef &dbias);
+/// RmsNorm: dx and dweight = sum(dy * x / rms) over all but the last dim.
+Status rmsNormGrad(const TensorRef &dy, const TensorRef &x, const TensorRef &weight, double epsilon,
+                   const TensorRef &dx, const TensorRef &dweight);
+/// Attention (same contract as attention()): dq, dk, dv from the output's gradient `dout`
+/// [b,s,h,dv], probabilities recomputed; dk and dv sum over the query heads sharing a kv head.
+/// With a mask (of q's dtype: additive; an i1 mask has no gradient and is an error here),
+/// `dmask` (the mask's shape) is the gradient of the added scores summed over the dims the mask
+/// broadcast along. Fully masked rows contribute nothing.
+Status attentionGrad(const TensorRef &dout, const TensorRef &q, const TensorRef &k,
+                     const TensorRef &v, const TensorRef *mask, bool causal, double scale,
+                     const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+                     const TensorRef *dmask);
+/// dx = dy * gelu'(x) for the exact or the tanh GELU.
+Status geluGrad(const TensorRef &dy, const TensorRef &x, bool tanh, const TensorRef &dx);
+/// From y = softmax(x, axis): dx = y * (dy - sum(dy * y, axis)).
+Status softmaxGrad(const TensorRef &dy, const TensorRef &y, int64_t axis, const TensorRef &dx);
+/// dlogits[..., j] = dloss[...] * (softmax(logits)[..., j] - (j == label)); rows whose label is
+/// the ignore index are zero, and any other label outside [0, V) is an error.
+Status crossEntropyGrad(const TensorRef &dloss, const TensorRef &logits, const TensorRef &labels,
+                        std::optional<int64_t> ignoreIndex, const TensorRef &dlogits);
+/// dtable [V, h] = 0, then dtable[ids[i], :] += dy[i, :] for i in order (dy [..., h], ids
+/// [...] i64/i32). An id outside [0, V) is an error.
+Status embeddingGrad(const TensorRef &dy, const TensorRef &ids, const TensorRef &dtable);
+
+// ---- Optimizer (Optim.cpp), f32 and f64 -----------------------------------------------------
+
+struct AdamWConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.0;
+};
+
+/// One step of torch.optim.AdamW on p, g, m, v (one shape and dtype), lr a 0-d f32/f64 and step a
+/// 0-d i64/i32 >= 1:
+///   p -= lr * wd * p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+///   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+/// per element in double (bias corrections too) from the stored values, each result rounded
+/// once. The outputs may be the inputs' memory (in place).
+Status adamw(const TensorRef &p, const TensorRef &g, const TensorRef &m, const TensorRef &v,
+             const TensorRef &lr, const TensorRef &step, const AdamWConfig &config,
+             const TensorRef &pOut, const TensorRef &mOut, const TensorRef &vOut);
+/// out (0-d f32/f64) = sqrt(sum over every input of sum(x^2)), accumulated in double in input
+/// order; inputs are f32 or f64.
+Status globalNorm(std::span<const TensorRef> inputs, const TensorRef &out);
+/// out = x * min(1, maxNorm / (norm + 1e-6)) with the coefficient computed in x's dtype, as
+/// torch.nn.utils.clip_grad_norm_ does; norm is 0-d of x's dtype, maxNorm > 0.
+Status clipByNorm(const TensorRef &x, const TensorRef &norm, double maxNorm, const TensorRef &out);
 
 } // namespace megac::runtime::cpu

@@ -47,35 +47,6 @@ Status expectSameFloat(const char *op, const TensorRef &ref, const TensorRef &t,
   return expectDtype(op, what, t, ref.dtype);
 }
 
-/// numpy broadcast of two shapes, or false.
-bool broadcastShapes(std::span<const int64_t> a, std::span<const int64_t> b,
-                     std::vector<int64_t> &out) {
-  size_t rank = std::max(a.size(), b.size());
-  out.assign(rank, 1);
-  for (size_t i = 0; i < rank; ++i) {
-    int64_t da = i < rank - a.size() ? 1 : a[i - (rank - a.size())];
-    int64_t db = i < rank - b.size() ? 1 : b[i - (rank - b.size())];
-    if (da != db && da != 1 && db != 1)
-      return false;
-    out[i] = da == 1 ? db : da;
-  }
-  return true;
-}
-
-/// Strides (in elements of `unit`) that read `shape`, right-aligned to `target`, with 0 on
-/// broadcast dims.
-std::vector<int64_t> broadcastStrides(std::span<const int64_t> shape,
-                                      std::span<const int64_t> target, int64_t unit) {
-  std::vector<int64_t> strides(target.size(), 0);
-  int64_t s = unit;
-  for (size_t i = shape.size(); i-- > 0;) {
-    size_t d = target.size() - shape.size() + i;
-    strides[d] = shape[i] == 1 ? 0 : s;
-    s *= shape[i];
-  }
-  return strides;
-}
-
 } // namespace
 
 Status matmul(const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out) {

@@ -1,13 +1,17 @@
-// The CPU executor: one 64-byte aligned arena per program, constants and parameters filled at
-// creation, instructions run in order on the reference kernels (runtime/cpu).
+// The CPU executor: one 64-byte aligned arena per program, constants and parameters filled and
+// state zeroed at creation, a function's instructions run in order on the reference kernels
+// (runtime/cpu).
 #include "runtime/exec/Executor.h"
 
 #include "runtime/cpu/Kernels.h"
 #include "runtime/exec/Parameters.h"
+#include "runtime/plan/PlanRules.h"
 #include "runtime/plan/plan_generated.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <optional>
 
 namespace megac::runtime {
@@ -27,20 +31,32 @@ namespace {
 struct FreeDeleter {
   void operator()(uint8_t *p) const { std::free(p); }
 };
-using AlignedBytes = std::unique_ptr<uint8_t, FreeDeleter>;
 
-/// `bytes` zeroed bytes aligned to 64 (at least one cache line, so never null).
-AlignedBytes allocateAligned(uint64_t bytes) {
-  if (bytes > (uint64_t(1) << 62)) // no machine has that much; also keeps the rounding exact
-    return nullptr;
-  size_t size = static_cast<size_t>((bytes + 63) / 64 * 64);
-  if (size == 0)
-    size = 64;
-  auto *p = static_cast<uint8_t *>(std::aligned_alloc(64, size));
-  if (p)
-    std::memset(p, 0, size);
-  return AlignedBytes(p);
-}
+/// Zeroed bytes aligned to 64. calloc leaves large blocks to the OS's zero pages, so an arena
+/// is not touched (or committed) until the program uses it.
+class AlignedBytes {
+public:
+  AlignedBytes() = default;
+  /// `bytes` (at least one cache line, so never null), or empty when they cannot be had.
+  static AlignedBytes allocate(uint64_t bytes) {
+    AlignedBytes out;
+    if (bytes > (uint64_t(1) << 62)) // no machine has that much; also keeps the rounding exact
+      return out;
+    size_t size = static_cast<size_t>((bytes + 63) / 64 * 64);
+    out.raw_.reset(static_cast<uint8_t *>(std::calloc(size + 64, 1)));
+    if (out.raw_) {
+      uintptr_t at = reinterpret_cast<uintptr_t>(out.raw_.get());
+      out.data_ = out.raw_.get() + (64 - at % 64) % 64;
+    }
+    return out;
+  }
+  explicit operator bool() const { return data_ != nullptr; }
+  uint8_t *get() const { return data_; }
+
+private:
+  std::unique_ptr<uint8_t, FreeDeleter> raw_;
+  uint8_t *data_ = nullptr;
+};
 
 /// memcpy that accepts an empty range with null pointers (an empty tensor's data).
 void copyBytes(void *dst, const void *src, size_t n) {
@@ -52,6 +68,13 @@ std::span<const int64_t> spanOf(const flatbuffers::Vector<int64_t> *v) {
   if (!v)
     return {};
   return {v->data(), v->size()};
+}
+
+std::string joinNames(const std::vector<std::string> &names) {
+  std::string out;
+  for (const std::string &name : names)
+    out += (out.empty() ? "" : ", ") + name;
+  return out.empty() ? "none" : out;
 }
 
 struct BufferInfo {
@@ -66,45 +89,92 @@ struct Port {
   uint32_t buffer;
 };
 
+struct Function {
+  std::string name;
+  const fb::Function *plan;
+  std::vector<Port> inputs, outputs;
+};
+
+/// A value set by setInput, shared by every function with an input of that name.
+struct InputSlot {
+  uint32_t buffer; // the first port's buffer: its dtype and shape are the input's
+  std::optional<HostTensor> value;
+};
+
+/// A parameter or state buffer.
+struct Named {
+  std::string name;
+  uint32_t buffer;
+};
+
 class CpuExecutor final : public Executor {
 public:
   Status init(const LoadedPlan &plan, const ExecutorOptions &options);
 
   Status setInput(std::string_view name, const HostTensor &value) override;
+  Status run(std::string_view function) override;
   Status run() override;
   StatusOr<HostTensor> output(std::string_view name) const override;
-  std::vector<std::string> inputNames() const override { return names(inputs_); }
-  std::vector<std::string> outputNames() const override { return names(outputs_); }
+  std::vector<std::string> functionNames() const override;
+  std::vector<std::string> inputNames(std::string_view function = {}) const override;
+  std::vector<std::string> outputNames(std::string_view function = {}) const override;
+  StatusOr<TensorInfo> inputInfo(std::string_view name) const override;
+  std::vector<std::string> parameterNames() const override { return names(params_); }
+  std::vector<std::string> stateNames() const override { return names(state_); }
+  StatusOr<HostTensor> parameter(std::string_view name) const override;
+  StatusOr<HostTensor> state(std::string_view name) const override;
+  Status setParameter(std::string_view name, const HostTensor &value) override;
+  Status setState(std::string_view name, const HostTensor &value) override;
+  Status zeroState(std::string_view prefix) override;
   uint64_t arenaBytes() const override { return program_->arena_bytes(); }
 
 private:
-  static std::vector<std::string> names(const std::vector<Port> &ports) {
+  static std::vector<std::string> names(const std::vector<Named> &list) {
     std::vector<std::string> out;
-    for (const Port &p : ports)
-      out.push_back(p.name);
+    for (const Named &n : list)
+      out.push_back(n.name);
     return out;
   }
-  cpu::TensorRef ref(uint32_t buffer, uint8_t *base) const {
-    const BufferInfo &b = buffers_[buffer];
-    return {b.dtype, b.shape, base + b.offset};
+  static const Named *find(const std::vector<Named> &list, std::string_view name) {
+    for (const Named &n : list)
+      if (n.name == name)
+        return &n;
+    return nullptr;
   }
+  cpu::TensorRef ref(uint32_t buffer) const {
+    const BufferInfo &b = buffers_[buffer];
+    return {b.dtype, b.shape, arena_.get() + b.offset};
+  }
+  HostTensor copyOut(uint32_t buffer) const;
+  Status copyIn(uint32_t buffer, const HostTensor &value, const std::string &what);
   bool overlaps(uint32_t a, uint32_t b) const {
     const BufferInfo &x = buffers_[a], &y = buffers_[b];
     return x.bytes && y.bytes && x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
   }
+  bool sameBytes(uint32_t a, uint32_t b) const {
+    return buffers_[a].offset == buffers_[b].offset && buffers_[a].bytes == buffers_[b].bytes;
+  }
+  const Function *findFunction(std::string_view name) const {
+    for (const Function &f : functions_)
+      if (f.name == name)
+        return &f;
+    return nullptr;
+  }
+  Status runFunction(size_t index);
   Status execute(const fb::Instruction &inst);
   Status dispatch(const fb::Instruction &inst, const std::vector<cpu::TensorRef> &in,
-                  const cpu::TensorRef &out);
+                  const std::vector<cpu::TensorRef> &out);
 
   LoadedPlan plan_; // a copy: the executor may outlive the caller's plan
   const fb::Program *program_ = nullptr;
   size_t programIndex_ = 0;
   std::vector<BufferInfo> buffers_;
   AlignedBytes arena_;
-  std::vector<Port> inputs_, outputs_;
-  std::vector<std::optional<HostTensor>> inputValues_; // copied into the arena by each run()
-  std::vector<uint64_t> scratch_;                      // for outputs that overlap an input
-  bool ran_ = false;
+  std::vector<Function> functions_;
+  std::map<std::string, InputSlot, std::less<>> inputs_;
+  std::vector<Named> params_, state_;
+  std::vector<std::vector<uint64_t>> scratch_; // per output, for outputs that overlap an input
+  std::optional<size_t> lastRun_;              // the function whose outputs are in the arena
 };
 
 Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options) {
@@ -121,7 +191,7 @@ Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options)
     for (const fb::Buffer *b : *program_->buffers())
       buffers_.push_back(
           {static_cast<DType>(b->dtype()), spanOf(b->shape()), b->offset(), b->bytes()});
-  arena_ = allocateAligned(program_->arena_bytes());
+  arena_ = AlignedBytes::allocate(program_->arena_bytes());
   if (!arena_)
     return Status::error("plan " + source + ": cannot allocate the " +
                          describeProgram(*program_, programIndex_) + " arena of " +
@@ -133,98 +203,231 @@ Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options)
                   c->data()->size());
   RETURN_IF_ERROR(fillParameters(plan_, programIndex_, arena_.get(), options.weights))
       << " (plan " << source << ", " << describeProgram(*program_, programIndex_) << ")";
-  if (program_->inputs())
-    for (const fb::Port *port : *program_->inputs())
-      inputs_.push_back({port->name()->str(), port->buffer()});
-  if (program_->outputs())
-    for (const fb::Port *port : *program_->outputs())
-      outputs_.push_back({port->name()->str(), port->buffer()});
-  inputValues_.resize(inputs_.size());
+  if (program_->parameters())
+    for (const fb::Parameter *param : *program_->parameters())
+      params_.push_back({param->name()->str(), param->buffer()});
+  if (program_->state())
+    for (const fb::StateBuffer *st : *program_->state())
+      state_.push_back({st->name()->str(), st->buffer()});
+  RETURN_IF_ERROR(zeroState(""));
+  for (const fb::Function *fn : *program_->functions()) {
+    Function f{fn->name()->str(), fn, {}, {}};
+    if (fn->inputs())
+      for (const fb::Port *port : *fn->inputs()) {
+        f.inputs.push_back({port->name()->str(), port->buffer()});
+        inputs_.try_emplace(port->name()->str(), InputSlot{port->buffer(), std::nullopt});
+      }
+    if (fn->outputs())
+      for (const fb::Port *port : *fn->outputs())
+        f.outputs.push_back({port->name()->str(), port->buffer()});
+    functions_.push_back(std::move(f));
+  }
+  return Status::ok();
+}
+
+HostTensor CpuExecutor::copyOut(uint32_t buffer) const {
+  const BufferInfo &b = buffers_[buffer];
+  HostTensor t;
+  t.dtype = b.dtype;
+  t.shape.assign(b.shape.begin(), b.shape.end());
+  t.bytes.assign(arena_.get() + b.offset, arena_.get() + b.offset + b.bytes);
+  return t;
+}
+
+Status CpuExecutor::copyIn(uint32_t buffer, const HostTensor &value, const std::string &what) {
+  const BufferInfo &b = buffers_[buffer];
+  if (value.dtype != b.dtype ||
+      !std::equal(value.shape.begin(), value.shape.end(), b.shape.begin(), b.shape.end()))
+    return Status::error(what + " must be " + dtypeName(b.dtype) + " " + shapeString(b.shape) +
+                         ", got " + dtypeName(value.dtype) + " " + shapeString(value.shape));
+  if (value.bytes.size() != b.bytes)
+    return Status::error(what + " has " + std::to_string(value.bytes.size()) + " bytes, expected " +
+                         std::to_string(b.bytes));
+  copyBytes(arena_.get() + b.offset, value.bytes.data(), b.bytes);
   return Status::ok();
 }
 
 Status CpuExecutor::setInput(std::string_view name, const HostTensor &value) {
-  for (size_t i = 0; i < inputs_.size(); ++i) {
-    if (inputs_[i].name != name)
-      continue;
-    const BufferInfo &b = buffers_[inputs_[i].buffer];
-    if (value.dtype != b.dtype ||
-        !std::equal(value.shape.begin(), value.shape.end(), b.shape.begin(), b.shape.end()))
-      return Status::error("input '" + std::string(name) + "' must be " + dtypeName(b.dtype) + " " +
-                           shapeString(b.shape) + ", got " + dtypeName(value.dtype) + " " +
-                           shapeString(value.shape));
-    if (value.bytes.size() != b.bytes)
-      return Status::error("input '" + std::string(name) + "' has " +
-                           std::to_string(value.bytes.size()) + " bytes, expected " +
-                           std::to_string(b.bytes));
-    inputValues_[i] = value;
-    return Status::ok();
-  }
-  std::string known;
-  for (const Port &p : inputs_)
-    known += (known.empty() ? "" : ", ") + p.name;
-  return Status::error("the program has no input '" + std::string(name) +
-                       "' (inputs: " + (known.empty() ? "none" : known) + ")");
+  auto it = inputs_.find(name);
+  if (it == inputs_.end())
+    return Status::error("the program has no input '" + std::string(name) +
+                         "' (inputs: " + joinNames(inputNames()) + ")");
+  const BufferInfo &b = buffers_[it->second.buffer];
+  std::string what = "input '" + std::string(name) + "'";
+  if (value.dtype != b.dtype ||
+      !std::equal(value.shape.begin(), value.shape.end(), b.shape.begin(), b.shape.end()))
+    return Status::error(what + " must be " + dtypeName(b.dtype) + " " + shapeString(b.shape) +
+                         ", got " + dtypeName(value.dtype) + " " + shapeString(value.shape));
+  if (value.bytes.size() != b.bytes)
+    return Status::error(what + " has " + std::to_string(value.bytes.size()) + " bytes, expected " +
+                         std::to_string(b.bytes));
+  it->second.value = value;
+  return Status::ok();
 }
 
 Status CpuExecutor::run() {
-  ran_ = false;
+  if (functions_.size() == 1)
+    return runFunction(0);
+  for (size_t f = 0; f < functions_.size(); ++f)
+    if (functions_[f].name == "forward")
+      return runFunction(f);
+  return Status::error("run() without a function name needs a program with one function or a "
+                       "'forward' function; this one has: " +
+                       joinNames(functionNames()));
+}
+
+Status CpuExecutor::run(std::string_view function) {
+  for (size_t f = 0; f < functions_.size(); ++f)
+    if (functions_[f].name == function)
+      return runFunction(f);
+  return Status::error("the program has no function '" + std::string(function) +
+                       "' (functions: " + joinNames(functionNames()) + ")");
+}
+
+Status CpuExecutor::runFunction(size_t index) {
+  lastRun_.reset();
+  const Function &fn = functions_[index];
   // Inputs are copied in on every run: the memory plan may reuse their bytes once they are dead.
-  for (size_t i = 0; i < inputs_.size(); ++i) {
-    if (!inputValues_[i])
-      return Status::error("input '" + inputs_[i].name + "' was not set before run()");
-    const BufferInfo &b = buffers_[inputs_[i].buffer];
-    copyBytes(arena_.get() + b.offset, inputValues_[i]->bytes.data(), b.bytes);
+  for (const Port &port : fn.inputs) {
+    const InputSlot &slot = inputs_.at(port.name);
+    if (!slot.value)
+      return Status::error("input '" + port.name + "' was not set before running function '" +
+                           fn.name + "'");
+    copyBytes(arena_.get() + buffers_[port.buffer].offset, slot.value->bytes.data(),
+              buffers_[port.buffer].bytes);
   }
-  if (program_->instructions())
-    for (size_t i = 0; i < program_->instructions()->size(); ++i) {
-      Status s = execute(*program_->instructions()->Get(static_cast<flatbuffers::uoffset_t>(i)));
+  if (fn.plan->instructions())
+    for (size_t i = 0; i < fn.plan->instructions()->size(); ++i) {
+      Status s = execute(*fn.plan->instructions()->Get(static_cast<flatbuffers::uoffset_t>(i)));
       if (!s.isOk())
-        return Status::error(describeInstruction(*program_, programIndex_, i) + ": " + s.message());
+        return Status::error(describeInstruction(*program_, programIndex_, index, i) + ": " +
+                             s.message());
     }
-  ran_ = true;
+  lastRun_ = index;
   return Status::ok();
 }
 
 StatusOr<HostTensor> CpuExecutor::output(std::string_view name) const {
-  for (const Port &p : outputs_) {
-    if (p.name != name)
+  for (size_t f = 0; f < functions_.size(); ++f)
+    for (const Port &p : functions_[f].outputs) {
+      if (p.name != name)
+        continue;
+      if (lastRun_ != f)
+        return Status::error(
+            "output '" + std::string(name) + "' of function '" + functions_[f].name + "' is read " +
+            (lastRun_ ? "after a run of function '" + functions_[*lastRun_].name + "'"
+                      : std::string("before a successful run")) +
+            "; read it right after running '" + functions_[f].name + "'");
+      return copyOut(p.buffer);
+    }
+  return Status::error("the program has no output '" + std::string(name) +
+                       "' (outputs: " + joinNames(outputNames()) + ")");
+}
+
+std::vector<std::string> CpuExecutor::functionNames() const {
+  std::vector<std::string> out;
+  for (const Function &f : functions_)
+    out.push_back(f.name);
+  return out;
+}
+
+std::vector<std::string> CpuExecutor::inputNames(std::string_view function) const {
+  std::vector<std::string> out;
+  for (const Function &f : functions_) {
+    if (!function.empty() && f.name != function)
       continue;
-    if (!ran_)
-      return Status::error("output '" + std::string(name) + "' read before a successful run()");
-    const BufferInfo &b = buffers_[p.buffer];
-    HostTensor t;
-    t.dtype = b.dtype;
-    t.shape.assign(b.shape.begin(), b.shape.end());
-    t.bytes.assign(arena_.get() + b.offset, arena_.get() + b.offset + b.bytes);
-    return t;
+    for (const Port &p : f.inputs)
+      if (std::find(out.begin(), out.end(), p.name) == out.end())
+        out.push_back(p.name);
   }
-  return Status::error("the program has no output '" + std::string(name) + "'");
+  return out;
+}
+
+std::vector<std::string> CpuExecutor::outputNames(std::string_view function) const {
+  std::vector<std::string> out;
+  for (const Function &f : functions_)
+    if (function.empty() || f.name == function)
+      for (const Port &p : f.outputs)
+        out.push_back(p.name);
+  return out;
+}
+
+StatusOr<TensorInfo> CpuExecutor::inputInfo(std::string_view name) const {
+  auto it = inputs_.find(name);
+  if (it == inputs_.end())
+    return Status::error("the program has no input '" + std::string(name) +
+                         "' (inputs: " + joinNames(inputNames()) + ")");
+  const BufferInfo &b = buffers_[it->second.buffer];
+  return TensorInfo{b.dtype, std::vector<int64_t>(b.shape.begin(), b.shape.end())};
+}
+
+StatusOr<HostTensor> CpuExecutor::parameter(std::string_view name) const {
+  if (const Named *p = find(params_, name))
+    return copyOut(p->buffer);
+  return Status::error("the program has no parameter '" + std::string(name) + "'");
+}
+
+StatusOr<HostTensor> CpuExecutor::state(std::string_view name) const {
+  if (const Named *s = find(state_, name))
+    return copyOut(s->buffer);
+  return Status::error("the program has no state buffer '" + std::string(name) + "'");
+}
+
+Status CpuExecutor::setParameter(std::string_view name, const HostTensor &value) {
+  const Named *p = find(params_, name);
+  if (!p)
+    return Status::error("the program has no parameter '" + std::string(name) + "'");
+  return copyIn(p->buffer, value, "parameter '" + std::string(name) + "'");
+}
+
+Status CpuExecutor::setState(std::string_view name, const HostTensor &value) {
+  const Named *s = find(state_, name);
+  if (!s)
+    return Status::error("the program has no state buffer '" + std::string(name) + "'");
+  return copyIn(s->buffer, value, "state buffer '" + std::string(name) + "'");
+}
+
+Status CpuExecutor::zeroState(std::string_view prefix) {
+  for (const Named &s : state_)
+    if (std::string_view(s.name).starts_with(prefix) && buffers_[s.buffer].bytes)
+      std::memset(arena_.get() + buffers_[s.buffer].offset, 0, buffers_[s.buffer].bytes);
+  return Status::ok();
 }
 
 Status CpuExecutor::execute(const fb::Instruction &inst) {
-  uint32_t outBuffer = inst.outputs()->Get(0);
-  std::vector<cpu::TensorRef> in;
-  bool overlap = false;
-  for (uint32_t b : *inst.inputs()) {
-    in.push_back(ref(b, arena_.get()));
-    overlap = overlap || overlaps(b, outBuffer);
+  std::vector<cpu::TensorRef> in, out;
+  for (uint32_t b : *inst.inputs())
+    in.push_back(ref(b));
+  // Kernels assume outputs do not overlap inputs, except in place (exactly an input's bytes)
+  // for the opcodes that allow it; anything else is computed into scratch and copied over.
+  bool inPlace = fb::writesInPlace(inst.op());
+  std::vector<std::pair<size_t, uint32_t>> viaScratch; // (output position, buffer)
+  scratch_.resize(std::max<size_t>(scratch_.size(), inst.outputs()->size()));
+  for (uint32_t o : *inst.outputs()) {
+    bool conflict = false;
+    for (uint32_t b : *inst.inputs())
+      conflict = conflict || (overlaps(b, o) && !(inPlace && sameBytes(b, o)));
+    if (!conflict) {
+      out.push_back(ref(o));
+      continue;
+    }
+    const BufferInfo &ob = buffers_[o];
+    std::vector<uint64_t> &scratch = scratch_[out.size()];
+    scratch.resize(std::max<size_t>(scratch.size(), (ob.bytes + 7) / 8));
+    viaScratch.emplace_back(out.size(), o);
+    out.push_back({ob.dtype, ob.shape, scratch.data()});
   }
-  if (!overlap)
-    return dispatch(inst, in, ref(outBuffer, arena_.get()));
-  // Kernels assume outputs do not alias inputs; compute into scratch and copy over.
-  const BufferInfo &ob = buffers_[outBuffer];
-  scratch_.resize(std::max<size_t>(scratch_.size(), (ob.bytes + 7) / 8));
-  cpu::TensorRef out{ob.dtype, ob.shape, scratch_.data()};
   RETURN_IF_ERROR(dispatch(inst, in, out));
-  copyBytes(arena_.get() + ob.offset, scratch_.data(), ob.bytes);
+  for (auto [position, o] : viaScratch)
+    copyBytes(arena_.get() + buffers_[o].offset, scratch_[position].data(), buffers_[o].bytes);
   return Status::ok();
 }
 
 Status CpuExecutor::dispatch(const fb::Instruction &inst, const std::vector<cpu::TensorRef> &in,
-                             const cpu::TensorRef &out) {
+                             const std::vector<cpu::TensorRef> &outs) {
   using O = fb::Opcode;
   O op = inst.op();
+  const cpu::TensorRef &out = outs[0];
   switch (op) {
   case O::Neg:
   case O::Abs:
@@ -301,8 +504,49 @@ Status CpuExecutor::dispatch(const fb::Instruction &inst, const std::vector<cpu:
   }
   case O::Dropout: {
     const fb::DropoutAttrs *a = inst.attrs_as_DropoutAttrs();
+    if (a->global_shape())
+      return cpu::dropoutShard(in[0], in[1], a->ratio(), a->stream(), spanOf(a->global_shape()),
+                               spanOf(a->shard_offset()), out);
     return cpu::dropout(in[0], in[1], a->ratio(), a->stream(), out);
   }
+  case O::Pad: {
+    const fb::PadAttrs *a = inst.attrs_as_PadAttrs();
+    return cpu::pad(in[0], spanOf(a->low()), spanOf(a->high()), spanOf(a->interior()), out);
+  }
+  case O::LayerNormGrad:
+    return cpu::layerNormGrad(in[0], in[1], in[2], inst.attrs_as_NormAttrs()->epsilon(), outs[0],
+                              outs[1], outs[2]);
+  case O::RmsNormGrad:
+    return cpu::rmsNormGrad(in[0], in[1], in[2], inst.attrs_as_NormAttrs()->epsilon(), outs[0],
+                            outs[1]);
+  case O::AttentionGrad: {
+    const fb::AttentionAttrs *a = inst.attrs_as_AttentionAttrs();
+    bool masked = in.size() > 4;
+    return cpu::attentionGrad(in[0], in[1], in[2], in[3], masked ? &in[4] : nullptr, a->causal(),
+                              a->scale(), outs[0], outs[1], outs[2], masked ? &outs[3] : nullptr);
+  }
+  case O::GeluGrad:
+    return cpu::geluGrad(in[0], in[1], inst.attrs_as_GeluAttrs()->tanh(), out);
+  case O::SoftmaxGrad:
+    return cpu::softmaxGrad(in[0], in[1], inst.attrs_as_AxisAttrs()->axis(), out);
+  case O::CrossEntropyGrad: {
+    const fb::CrossEntropyAttrs *a = inst.attrs_as_CrossEntropyAttrs();
+    std::optional<int64_t> ignore;
+    if (a->has_ignore_index())
+      ignore = a->ignore_index();
+    return cpu::crossEntropyGrad(in[0], in[1], in[2], ignore, out);
+  }
+  case O::EmbeddingGrad:
+    return cpu::embeddingGrad(in[0], in[1], out);
+  case O::AdamW: {
+    const fb::AdamWAttrs *a = inst.attrs_as_AdamWAttrs();
+    cpu::AdamWConfig config{a->beta1(), a->beta2(), a->eps(), a->weight_decay()};
+    return cpu::adamw(in[0], in[1], in[2], in[3], in[4], in[5], config, outs[0], outs[1], outs[2]);
+  }
+  case O::GlobalNorm:
+    return cpu::globalNorm(in, out);
+  case O::ClipByNorm:
+    return cpu::clipByNorm(in[0], in[1], inst.attrs_as_ClipAttrs()->max_norm(), out);
   }
   return Status::error("opcode " + std::to_string(int(op)) +
                        " is not supported by the CPU executor");

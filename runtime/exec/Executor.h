@@ -1,4 +1,10 @@
-// Executes one rank's program of a loaded plan on the CPU: one arena, instructions in order.
+// Executes one rank's program of a loaded plan on the CPU: one arena, the program's functions
+// run one at a time, instructions in order; parameters and state persist across runs.
+//
+// A training step (docs/training-step.md) drives it like this:
+//   executor->zeroState("grad.");
+//   for each micro-batch: setInput(...); run("forward_backward"); output("loss");
+//   setInput("lr", ...); setInput("step", ...); run("apply_gradients"); output("grad_norm");
 #pragma once
 
 #include "runtime/Status.h"
@@ -8,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace megac::runtime {
 
@@ -18,21 +25,52 @@ struct ExecutorOptions {
   const TensorMap *weights = nullptr;
 };
 
+/// A tensor's dtype and shape (an input's, as the plan expects it).
+struct TensorInfo {
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+};
+
 class Executor {
 public:
   static StatusOr<std::unique_ptr<Executor>> create(const LoadedPlan &plan,
                                                     const ExecutorOptions &options);
   virtual ~Executor() = default;
 
-  /// Copies `value` into the input `name`; its dtype and shape must match the plan's.
+  /// Stores `value` for the input `name` (of any function); its dtype and shape must match the
+  /// plan's. Every later run of a function with that input copies it in.
   virtual Status setInput(std::string_view name, const HostTensor &value) = 0;
-  /// Runs every instruction; an error names the instruction's opcode and location.
+  /// Runs every instruction of `function`; an error names the instruction's opcode and
+  /// location. Every input of the function must have been set. A failed run may leave
+  /// parameters and state partly updated.
+  virtual Status run(std::string_view function) = 0;
+  /// Runs the program's only function, else its function "forward".
   virtual Status run() = 0;
-  /// A copy of output `name` after run().
+  /// A copy of output `name`, valid from a successful run of its function until another
+  /// function runs (functions share arena memory).
   virtual StatusOr<HostTensor> output(std::string_view name) const = 0;
-  /// Names of the program's inputs and outputs, in plan order.
-  virtual std::vector<std::string> inputNames() const = 0;
-  virtual std::vector<std::string> outputNames() const = 0;
+
+  /// The function names, in plan order.
+  virtual std::vector<std::string> functionNames() const = 0;
+  /// Names of a function's inputs and outputs in plan order; with no function named, those of
+  /// every function (inputs shared by several functions once).
+  virtual std::vector<std::string> inputNames(std::string_view function = {}) const = 0;
+  virtual std::vector<std::string> outputNames(std::string_view function = {}) const = 0;
+  /// The dtype and shape input `name` must have.
+  virtual StatusOr<TensorInfo> inputInfo(std::string_view name) const = 0;
+
+  /// Parameters and state (gradient accumulators, optimizer moments), in plan order.
+  virtual std::vector<std::string> parameterNames() const = 0;
+  virtual std::vector<std::string> stateNames() const = 0;
+  /// A copy of this rank's value (its shard) of a parameter or state buffer.
+  virtual StatusOr<HostTensor> parameter(std::string_view name) const = 0;
+  virtual StatusOr<HostTensor> state(std::string_view name) const = 0;
+  /// Overwrites a parameter or state buffer; `value` must have its dtype and (shard) shape.
+  virtual Status setParameter(std::string_view name, const HostTensor &value) = 0;
+  virtual Status setState(std::string_view name, const HostTensor &value) = 0;
+  /// Zeroes every state buffer whose name starts with `prefix` ("grad."; "" zeroes all).
+  virtual Status zeroState(std::string_view prefix) = 0;
+
   /// The arena size (the planned peak, every buffer included).
   virtual uint64_t arenaBytes() const = 0;
 };

@@ -1,12 +1,16 @@
-// Loading a plan: FlatBuffers verification, then every index, size, attribute and rank entry,
-// so the executor can index buffers and read attributes without checking again.
+// Loading a plan: FlatBuffers verification, then every index, size, attribute, in-place write
+// and rank entry, so the executor can index buffers and read attributes without checking again.
 #include "runtime/plan/PlanLoader.h"
 
 #include "runtime/io/Files.h"
 #include "runtime/io/HostTensor.h"
+#include "runtime/plan/PlanRules.h"
 #include "runtime/plan/plan_generated.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <optional>
 #include <set>
 
 namespace megac::runtime {
@@ -21,11 +25,27 @@ std::string describeProgram(const fb::Program &program, size_t programIndex) {
   return "program " + std::to_string(programIndex);
 }
 
+std::string describeFunction(const fb::Program &program, size_t programIndex,
+                             size_t functionIndex) {
+  std::string text = describeProgram(program, programIndex);
+  const auto *functions = program.functions();
+  if (functions && functionIndex < functions->size()) {
+    const fb::Function *fn = functions->Get(static_cast<flatbuffers::uoffset_t>(functionIndex));
+    if (fn->name() && fn->name()->size())
+      return text + ", function '" + fn->name()->str() + "'";
+  }
+  return text + ", function " + std::to_string(functionIndex);
+}
+
 std::string describeInstruction(const fb::Program &program, size_t programIndex,
-                                size_t instructionIndex) {
-  std::string text =
-      describeProgram(program, programIndex) + ", instruction " + std::to_string(instructionIndex);
-  const auto *instructions = program.instructions();
+                                size_t functionIndex, size_t instructionIndex) {
+  std::string text = describeFunction(program, programIndex, functionIndex) + ", instruction " +
+                     std::to_string(instructionIndex);
+  const auto *functions = program.functions();
+  if (!functions || functionIndex >= functions->size())
+    return text;
+  const auto *instructions =
+      functions->Get(static_cast<flatbuffers::uoffset_t>(functionIndex))->instructions();
   if (!instructions || instructionIndex >= instructions->size())
     return text;
   const fb::Instruction *inst =
@@ -108,6 +128,27 @@ OpSignature signatureOf(fb::Opcode op) {
     return {2, 2, A::CrossEntropyAttrs};
   case O::Dropout:
     return {2, 2, A::DropoutAttrs};
+  case O::Pad:
+    return {1, 1, A::PadAttrs};
+  case O::LayerNormGrad:
+  case O::RmsNormGrad:
+    return {3, 3, A::NormAttrs};
+  case O::AttentionGrad:
+    return {4, 5, A::AttentionAttrs};
+  case O::GeluGrad:
+    return {2, 2, A::GeluAttrs};
+  case O::SoftmaxGrad:
+    return {2, 2, A::AxisAttrs};
+  case O::CrossEntropyGrad:
+    return {3, 3, A::CrossEntropyAttrs};
+  case O::EmbeddingGrad:
+    return {2, 2, A::NONE};
+  case O::AdamW:
+    return {6, 6, A::AdamWAttrs};
+  case O::GlobalNorm:
+    return {1, -1, A::NONE};
+  case O::ClipByNorm:
+    return {2, 2, A::ClipAttrs};
   }
   return {-1, -1, A::NONE}; // unknown opcode
 }
@@ -117,6 +158,9 @@ std::string attrsName(fb::Attrs a) {
 }
 
 template <typename T> size_t sizeOf(const flatbuffers::Vector<T> *v) { return v ? v->size() : 0; }
+
+/// What a buffer holds for the whole program, or `temporary` (a function's value).
+enum class Kind : uint8_t { temporary, parameter, state, constant };
 
 class Validator {
 public:
@@ -184,13 +228,13 @@ private:
     prog_ = &prog;
     progIndex_ = p;
     RETURN_IF_ERROR(buffers());
+    kind_.assign(numBuffers_, Kind::temporary);
+    persistentNames_.clear();
     RETURN_IF_ERROR(parameters());
-    RETURN_IF_ERROR(ports(prog.inputs(), "input"));
-    RETURN_IF_ERROR(ports(prog.outputs(), "output"));
+    RETURN_IF_ERROR(state());
     RETURN_IF_ERROR(constants());
-    for (size_t i = 0; i < sizeOf(prog.instructions()); ++i)
-      RETURN_IF_ERROR(instruction(*prog.instructions()->Get(flatbuffers::uoffset_t(i)), i));
-    return Status::ok();
+    RETURN_IF_ERROR(persistentDisjoint());
+    return functions();
   }
 
   Status progError(const std::string &what) const {
@@ -249,16 +293,16 @@ private:
   }
 
   Status parameters() {
-    std::set<std::string> names;
     for (size_t i = 0; i < sizeOf(prog_->parameters()); ++i) {
       const fb::Parameter &param = *prog_->parameters()->Get(flatbuffers::uoffset_t(i));
       std::string which = "parameter " + std::to_string(i);
       if (!param.name() || param.name()->size() == 0)
         return progError(which + " has no name");
       which += " ('" + param.name()->str() + "')";
-      if (!names.insert(param.name()->str()).second)
+      if (!persistentNames_.insert(param.name()->str()).second)
         return progError(which + " appears twice");
       RETURN_IF_ERROR(bufferIndex(param.buffer(), which));
+      RETURN_IF_ERROR(claimPersistent(param.buffer(), Kind::parameter, which));
       const fb::Buffer &buf = buffer(param.buffer());
       size_t rank = sizeOf(buf.shape());
       if (sizeOf(param.global_shape()) != rank || sizeOf(param.shard_offset()) != rank)
@@ -281,17 +325,49 @@ private:
     return Status::ok();
   }
 
-  Status ports(const flatbuffers::Vector<flatbuffers::Offset<fb::Port>> *list, const char *kind) {
-    std::set<std::string> names;
-    for (size_t i = 0; i < sizeOf(list); ++i) {
-      const fb::Port &port = *list->Get(flatbuffers::uoffset_t(i));
-      std::string which = std::string(kind) + " " + std::to_string(i);
-      if (!port.name() || port.name()->size() == 0)
+  /// Marks buffer b as persistent storage of `kind`; each buffer holds one persistent value.
+  Status claimPersistent(uint32_t b, Kind kind, const std::string &who) {
+    if (kind_[b] != Kind::temporary)
+      return progError(who + " uses " + bufferName(b) + ", which already holds a " +
+                       kindName(kind_[b]));
+    kind_[b] = kind;
+    return Status::ok();
+  }
+
+  static const char *kindName(Kind kind) {
+    switch (kind) {
+    case Kind::parameter:
+      return "parameter";
+    case Kind::state:
+      return "state buffer";
+    case Kind::constant:
+      return "constant";
+    case Kind::temporary:
+      break;
+    }
+    return "temporary";
+  }
+
+  bool overlap(uint32_t a, uint32_t b) const {
+    const fb::Buffer &x = buffer(a), &y = buffer(b);
+    return x.bytes() && y.bytes() && x.offset() < y.offset() + y.bytes() &&
+           y.offset() < x.offset() + x.bytes();
+  }
+  bool sameBytes(uint32_t a, uint32_t b) const {
+    return buffer(a).offset() == buffer(b).offset() && buffer(a).bytes() == buffer(b).bytes();
+  }
+
+  Status state() {
+    for (size_t i = 0; i < sizeOf(prog_->state()); ++i) {
+      const fb::StateBuffer &st = *prog_->state()->Get(flatbuffers::uoffset_t(i));
+      std::string which = "state buffer " + std::to_string(i);
+      if (!st.name() || st.name()->size() == 0)
         return progError(which + " has no name");
-      which += " ('" + port.name()->str() + "')";
-      if (!names.insert(port.name()->str()).second)
-        return progError(which + " appears twice");
-      RETURN_IF_ERROR(bufferIndex(port.buffer(), which));
+      which += " ('" + st.name()->str() + "')";
+      if (!persistentNames_.insert(st.name()->str()).second)
+        return progError(which + " has the name of another parameter or state buffer");
+      RETURN_IF_ERROR(bufferIndex(st.buffer(), which));
+      RETURN_IF_ERROR(claimPersistent(st.buffer(), Kind::state, which));
     }
     return Status::ok();
   }
@@ -305,12 +381,122 @@ private:
         return progError(which + " has " + std::to_string(sizeOf(c.data())) +
                          " bytes of data, but " + bufferName(c.buffer()) + " has " +
                          std::to_string(buffer(c.buffer()).bytes()));
+      RETURN_IF_ERROR(claimPersistent(c.buffer(), Kind::constant, which));
+    }
+    return Status::ok();
+  }
+
+  /// Persistent buffers keep their bytes across runs, so no two may share any.
+  Status persistentDisjoint() {
+    persistent_.clear();
+    for (uint32_t b = 0; b < numBuffers_; ++b)
+      if (kind_[b] != Kind::temporary && buffer(b).bytes())
+        persistent_.push_back(b);
+    std::stable_sort(persistent_.begin(), persistent_.end(), [&](uint32_t a, uint32_t b) {
+      return buffer(a).offset() < buffer(b).offset();
+    });
+    for (size_t i = 1; i < persistent_.size(); ++i)
+      if (overlap(persistent_[i - 1], persistent_[i]))
+        return progError("the " + std::string(kindName(kind_[persistent_[i - 1]])) + " in " +
+                         bufferName(persistent_[i - 1]) + " and the " +
+                         kindName(kind_[persistent_[i]]) + " in " + bufferName(persistent_[i]) +
+                         " share bytes");
+    return Status::ok();
+  }
+
+  /// The persistent buffer whose bytes b overlaps, if any (b itself when it is persistent).
+  std::optional<uint32_t> persistentOverlap(uint32_t b) const {
+    if (kind_[b] != Kind::temporary)
+      return b;
+    if (buffer(b).bytes() == 0)
+      return std::nullopt;
+    // persistent_ is sorted by offset and disjoint: the candidate starts before b ends.
+    uint64_t end = buffer(b).offset() + buffer(b).bytes();
+    auto it = std::lower_bound(persistent_.begin(), persistent_.end(), end,
+                               [&](uint32_t p, uint64_t at) { return buffer(p).offset() < at; });
+    if (it == persistent_.begin())
+      return std::nullopt;
+    uint32_t candidate = *std::prev(it);
+    if (overlap(candidate, b))
+      return candidate;
+    return std::nullopt;
+  }
+
+  Status functions() {
+    size_t count = sizeOf(prog_->functions());
+    if (count == 0)
+      return progError("it has no functions");
+    std::set<std::string> names, outputNames;
+    inputs_.clear();
+    for (size_t f = 0; f < count; ++f) {
+      const fb::Function &fn = *prog_->functions()->Get(flatbuffers::uoffset_t(f));
+      fnIndex_ = f;
+      if (!fn.name() || fn.name()->size() == 0)
+        return progError("function " + std::to_string(f) + " has no name");
+      if (!names.insert(fn.name()->str()).second)
+        return fnError("appears twice");
+      RETURN_IF_ERROR(inputPorts(fn));
+      RETURN_IF_ERROR(outputPorts(fn, outputNames));
+      for (size_t i = 0; i < sizeOf(fn.instructions()); ++i)
+        RETURN_IF_ERROR(instruction(*fn.instructions()->Get(flatbuffers::uoffset_t(i)), i));
+    }
+    return Status::ok();
+  }
+
+  Status fnError(const std::string &what) const {
+    return planError(describeFunction(*prog_, progIndex_, fnIndex_) + ": " + what);
+  }
+
+  /// Input names are unique in a function; one name in several functions is one input, so it
+  /// has one dtype and shape. Inputs are copied in on each run: never into persistent bytes.
+  Status inputPorts(const fb::Function &fn) {
+    std::set<std::string> names;
+    for (size_t i = 0; i < sizeOf(fn.inputs()); ++i) {
+      const fb::Port &port = *fn.inputs()->Get(flatbuffers::uoffset_t(i));
+      std::string which = "input " + std::to_string(i);
+      if (!port.name() || port.name()->size() == 0)
+        return fnError(which + " has no name");
+      std::string name = port.name()->str();
+      which += " ('" + name + "')";
+      if (!names.insert(name).second)
+        return fnError(which + " appears twice");
+      RETURN_IF_ERROR(bufferIndex(port.buffer(), which));
+      if (auto p = persistentOverlap(port.buffer()))
+        return fnError(which + " is " + bufferName(port.buffer()) +
+                       ", which shares bytes with the " + kindName(kind_[*p]) + " in " +
+                       bufferName(*p));
+      auto [it, inserted] = inputs_.emplace(name, port.buffer());
+      if (!inserted) {
+        const fb::Buffer &a = buffer(it->second), &b = buffer(port.buffer());
+        bool same = a.dtype() == b.dtype() && sizeOf(a.shape()) == sizeOf(b.shape()) &&
+                    (sizeOf(a.shape()) == 0 ||
+                     std::equal(a.shape()->begin(), a.shape()->end(), b.shape()->begin()));
+        if (!same)
+          return fnError(which + " is " + bufferName(port.buffer()) +
+                         ", whose dtype or shape differs from the input of that name in an "
+                         "earlier function (" +
+                         bufferName(it->second) + ")");
+      }
+    }
+    return Status::ok();
+  }
+
+  Status outputPorts(const fb::Function &fn, std::set<std::string> &programNames) {
+    for (size_t i = 0; i < sizeOf(fn.outputs()); ++i) {
+      const fb::Port &port = *fn.outputs()->Get(flatbuffers::uoffset_t(i));
+      std::string which = "output " + std::to_string(i);
+      if (!port.name() || port.name()->size() == 0)
+        return fnError(which + " has no name");
+      which += " ('" + port.name()->str() + "')";
+      if (!programNames.insert(port.name()->str()).second)
+        return fnError(which + " appears twice in the program");
+      RETURN_IF_ERROR(bufferIndex(port.buffer(), which));
     }
     return Status::ok();
   }
 
   Status instError(size_t i, const std::string &what) const {
-    return planError(describeInstruction(*prog_, progIndex_, i) + ": " + what);
+    return planError(describeInstruction(*prog_, progIndex_, fnIndex_, i) + ": " + what);
   }
 
   Status instruction(const fb::Instruction &inst, size_t i) {
@@ -325,8 +511,11 @@ private:
                  (sig.maxInputs == sig.minInputs
                       ? std::string()
                       : (sig.maxInputs < 0 ? " or more" : " to " + std::to_string(sig.maxInputs))));
-    if (sizeOf(inst.outputs()) != 1)
-      return instError(i, "has " + std::to_string(sizeOf(inst.outputs())) + " outputs, expected 1");
+    int outputs = static_cast<int>(sizeOf(inst.outputs()));
+    int expectedOutputs = fb::outputCount(inst.op(), inputs);
+    if (outputs != expectedOutputs)
+      return instError(i, "has " + std::to_string(outputs) + " outputs, expected " +
+                              std::to_string(expectedOutputs));
     for (int k = 0; k < inputs; ++k) {
       uint32_t b = inst.inputs()->Get(k);
       if (b >= numBuffers_)
@@ -334,16 +523,47 @@ private:
                                 ", but the program has " + std::to_string(numBuffers_) +
                                 " buffers");
     }
-    uint32_t out = inst.outputs()->Get(0);
-    if (out >= numBuffers_)
-      return instError(i, "output 0 is buffer " + std::to_string(out) + ", but the program has " +
-                              std::to_string(numBuffers_) + " buffers");
+    for (int k = 0; k < outputs; ++k) {
+      uint32_t out = inst.outputs()->Get(k);
+      if (out >= numBuffers_)
+        return instError(i, "output " + std::to_string(k) + " is buffer " + std::to_string(out) +
+                                ", but the program has " + std::to_string(numBuffers_) +
+                                " buffers");
+    }
+    RETURN_IF_ERROR(writes(inst, i));
     if (inst.attrs_type() != sig.attrs)
       return instError(i, "has " + attrsName(inst.attrs_type()) + ", but " +
                               fb::EnumNameOpcode(inst.op()) + " takes " + attrsName(sig.attrs));
     if (sig.attrs != fb::Attrs::NONE && !inst.attrs())
       return instError(i, "its " + attrsName(sig.attrs) + " table is missing");
     return attrs(inst, i);
+  }
+
+  /// What an instruction may write: never a constant; a parameter, state buffer or an input's
+  /// own buffer only in place (writesInPlace); no persistent bytes through another buffer; and
+  /// its outputs are disjoint.
+  Status writes(const fb::Instruction &inst, size_t i) {
+    bool inPlace = fb::writesInPlace(inst.op());
+    const std::string why = std::string(": only the elementwise opcodes, AdamW and ClipByNorm ") +
+                            "write in place, not " + fb::EnumNameOpcode(inst.op());
+    for (size_t k = 0; k < sizeOf(inst.outputs()); ++k) {
+      uint32_t out = inst.outputs()->Get(flatbuffers::uoffset_t(k));
+      std::string which = "output " + std::to_string(k) + " (" + bufferName(out) + ")";
+      if (kind_[out] == Kind::constant)
+        return instError(i, which + " is a constant; constants are never written");
+      if (kind_[out] != Kind::temporary && !inPlace)
+        return instError(i, which + " is a " + kindName(kind_[out]) + why);
+      if (auto p = persistentOverlap(out); p && *p != out)
+        return instError(i, which + " shares bytes with the " + kindName(kind_[*p]) + " in " +
+                                bufferName(*p));
+      for (size_t j = 0; j < sizeOf(inst.inputs()); ++j)
+        if (inst.inputs()->Get(flatbuffers::uoffset_t(j)) == out && !inPlace)
+          return instError(i, which + " is also input " + std::to_string(j) + why);
+      for (size_t j = 0; j < k; ++j)
+        if (overlap(out, inst.outputs()->Get(flatbuffers::uoffset_t(j))))
+          return instError(i, which + " shares bytes with output " + std::to_string(j));
+    }
+    return Status::ok();
   }
 
   /// Attribute contents that need only the buffers' ranks; kernels check the rest.
@@ -399,10 +619,58 @@ private:
       if (!std::isfinite(inst.attrs_as_AttentionAttrs()->scale()))
         return instError(i, "scale is not finite");
       return Status::ok();
+    case fb::Attrs::DropoutAttrs:
+    case fb::Attrs::PadAttrs:
+    case fb::Attrs::AdamWAttrs:
+    case fb::Attrs::ClipAttrs:
+      return trainingAttrs(inst, i, inRank);
+    default:
+      return Status::ok();
+    }
+  }
+
+  /// The attribute tables of the training opcodes (and Dropout's shard fields).
+  Status trainingAttrs(const fb::Instruction &inst, size_t i, size_t inRank) {
+    switch (inst.attrs_type()) {
     case fb::Attrs::DropoutAttrs: {
-      double ratio = inst.attrs_as_DropoutAttrs()->ratio();
+      const fb::DropoutAttrs *a = inst.attrs_as_DropoutAttrs();
+      double ratio = a->ratio();
       if (!(ratio >= 0 && ratio <= 1))
         return instError(i, "dropout ratio " + std::to_string(ratio) + " is outside [0, 1]");
+      if (bool(a->global_shape()) != bool(a->shard_offset()))
+        return instError(i, "DropoutAttrs has global_shape without shard_offset or the reverse");
+      if (a->global_shape() &&
+          (sizeOf(a->global_shape()) != inRank || sizeOf(a->shard_offset()) != inRank))
+        return instError(i, "global_shape and shard_offset must have the input's rank " +
+                                std::to_string(inRank));
+      return Status::ok();
+    }
+    case fb::Attrs::PadAttrs: {
+      const fb::PadAttrs *a = inst.attrs_as_PadAttrs();
+      if (sizeOf(a->low()) != inRank || sizeOf(a->high()) != inRank ||
+          sizeOf(a->interior()) != inRank)
+        return instError(i, "low, high and interior must have the input's rank " +
+                                std::to_string(inRank));
+      for (const auto *amounts : {a->low(), a->high(), a->interior()})
+        for (int64_t amount : *amounts)
+          if (amount < 0)
+            return instError(i, "pad amount " + std::to_string(amount) + " is negative");
+      return Status::ok();
+    }
+    case fb::Attrs::AdamWAttrs: {
+      const fb::AdamWAttrs *a = inst.attrs_as_AdamWAttrs();
+      if (!(a->beta1() >= 0 && a->beta1() < 1) || !(a->beta2() >= 0 && a->beta2() < 1))
+        return instError(i, "betas (" + std::to_string(a->beta1()) + ", " +
+                                std::to_string(a->beta2()) + ") must be in [0, 1)");
+      if (!(a->eps() >= 0) || !std::isfinite(a->eps()) || !std::isfinite(a->weight_decay()))
+        return instError(i, "eps " + std::to_string(a->eps()) + " and weight_decay " +
+                                std::to_string(a->weight_decay()) + " must be finite (eps >= 0)");
+      return Status::ok();
+    }
+    case fb::Attrs::ClipAttrs: {
+      double maxNorm = inst.attrs_as_ClipAttrs()->max_norm();
+      if (!(maxNorm > 0) || !std::isfinite(maxNorm))
+        return instError(i, "max_norm " + std::to_string(maxNorm) + " must be finite and > 0");
       return Status::ok();
     }
     default:
@@ -414,7 +682,12 @@ private:
   std::string source_;
   const fb::Program *prog_ = nullptr;
   size_t progIndex_ = 0;
+  size_t fnIndex_ = 0;
   size_t numBuffers_ = 0;
+  std::vector<Kind> kind_;                 // per buffer
+  std::vector<uint32_t> persistent_;       // non-empty persistent buffers, by offset
+  std::set<std::string> persistentNames_;  // parameters and state
+  std::map<std::string, uint32_t> inputs_; // input name -> its first port's buffer
 };
 
 } // namespace

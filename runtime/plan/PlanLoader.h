@@ -1,5 +1,5 @@
-// Loading a plan: read the bytes, verify the FlatBuffer and every index, size and attribute,
-// and reject another format version, so the executor can trust what it reads.
+// Loading a plan: read the bytes, verify the FlatBuffer and every index, size, attribute and
+// in-place write, and reject another format version, so the executor can trust what it reads.
 #pragma once
 
 #include "runtime/Status.h"
@@ -34,8 +34,12 @@ StatusOr<LoadedPlan> loadPlanFile(const std::string &path);
 
 /// How errors name a program: "program 'stage0'" ("program 2" when it has no name).
 std::string describeProgram(const megac::plan::Program &program, size_t programIndex);
-/// How errors name an instruction: "program 'stage0', instruction 3 (Linear at 'h0.fc1')".
+/// How errors name a function: "program 'stage0', function 'forward'".
+std::string describeFunction(const megac::plan::Program &program, size_t programIndex,
+                             size_t functionIndex);
+/// How errors name an instruction:
+/// "program 'stage0', function 'forward', instruction 3 (Linear at 'h0.fc1')".
 std::string describeInstruction(const megac::plan::Program &program, size_t programIndex,
-                                size_t instructionIndex);
+                                size_t functionIndex, size_t instructionIndex);
 
 } // namespace megac::runtime

@@ -7,6 +7,7 @@
 //
 // A crash kills the process (ctest reports it); before each run the input is written to
 // DIR/current-input when --save-crash is given, so the offending bytes survive.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -39,21 +40,36 @@ Bytes mutate(const std::vector<Bytes> &seeds, Rng &rng) {
   Bytes b = seeds[rng.below(seeds.size())];
   // Values that hit edges in protobuf varints, lengths and tensor dims.
   static const uint8_t kInteresting[] = {0x00, 0x01, 0x7f, 0x80, 0xff, 0xfe, 0x08, 0x10, 0x40};
-  int edits = 1 + int(rng.below(4));
+  // Mostly one small edit: protobuf's wire format rejects most inputs with many edits, and
+  // the importer is only reached by ones that still parse.
+  size_t r = rng.below(8);
+  int edits = r < 5 ? 1 : r < 7 ? 2 : 4;
   for (int e = 0; e < edits; ++e) {
-    switch (rng.below(6)) {
-    case 0: // flip a bit
+    switch (rng.below(16)) {
+    case 0:
+    case 1:
+    case 2:
+    case 3: // flip a bit
       if (!b.empty())
         b[rng.below(b.size())] ^= uint8_t(1u << rng.below(8));
       break;
-    case 1: // overwrite a byte with a boundary value
+    case 4:
+    case 5:
+    case 6:
+    case 7: // nudge a byte by +-1 (dims, attribute values, enum tags stay plausible)
+      if (!b.empty())
+        b[rng.below(b.size())] += rng.below(2) ? 1 : 0xff;
+      break;
+    case 8:
+    case 9: // overwrite a byte with a boundary value
       if (!b.empty())
         b[rng.below(b.size())] = kInteresting[rng.below(sizeof kInteresting)];
       break;
-    case 2: // truncate
+    case 10: // truncate
       b.resize(rng.below(b.size() + 1));
       break;
-    case 3: { // insert random bytes
+    case 11:
+    case 12: { // insert random bytes
       size_t at = rng.below(b.size() + 1), n = 1 + rng.below(8);
       Bytes extra(n);
       for (uint8_t &x : extra)
@@ -61,7 +77,7 @@ Bytes mutate(const std::vector<Bytes> &seeds, Rng &rng) {
       b.insert(b.begin() + long(at), extra.begin(), extra.end());
       break;
     }
-    case 4: { // splice: a prefix of this input, a suffix of another seed
+    case 13: { // splice: a prefix of this input, a suffix of another seed
       const Bytes &other = seeds[rng.below(seeds.size())];
       size_t cut = rng.below(b.size() + 1), from = rng.below(other.size() + 1);
       b.resize(cut);
@@ -71,7 +87,8 @@ Bytes mutate(const std::vector<Bytes> &seeds, Rng &rng) {
     default: { // duplicate a chunk (repeated fields, nested messages)
       if (b.size() < 2)
         break;
-      size_t begin = rng.below(b.size()), len = 1 + rng.below(std::min<size_t>(64, b.size() - begin));
+      size_t begin = rng.below(b.size());
+      size_t len = 1 + rng.below(std::min<size_t>(64, b.size() - begin));
       Bytes chunk(b.begin() + long(begin), b.begin() + long(begin + len));
       b.insert(b.begin() + long(rng.below(b.size() + 1)), chunk.begin(), chunk.end());
       break;

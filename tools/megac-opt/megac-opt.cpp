@@ -1,6 +1,7 @@
 // megac-opt: runs mega passes over .mlir files (MlirOptMain), for lit tests and debugging.
 #include "ir/MegaDialect.h"
 #include "passes/input/Passes.h"
+#include "passes/training/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
@@ -13,6 +14,7 @@ int main(int argc, char **argv) {
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();
   megac::passes::registerMegaInputPasses();
+  megac::passes::registerMegaTrainingPasses();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "megac optimizer driver\n", registry));
 }

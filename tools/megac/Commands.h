@@ -7,5 +7,6 @@ int importCommand(int argc, char **argv);
 int describeCommand(int argc, char **argv);
 int compileCommand(int argc, char **argv);
 int runCommand(int argc, char **argv);
+int trainCommand(int argc, char **argv);
 
 } // namespace megac::cli

@@ -168,11 +168,14 @@ int compileCommand(int argc, char **argv) {
   for (const plan::Buffer *buffer : *program->buffers())
     unplanned += (buffer->bytes() + codegen::kArenaAlignment - 1) / codegen::kArenaAlignment *
                  codegen::kArenaAlignment;
+  unsigned instructions = 0;
+  for (const plan::Function *function : *program->functions())
+    instructions += function->instructions() ? function->instructions()->size() : 0;
   std::printf("wrote %s: %u instructions, %u buffers, %u parameters, arena %llu bytes "
               "(%llu without reuse)\n",
-              planPath.string().c_str(), program->instructions()->size(),
-              program->buffers()->size(), program->parameters()->size(),
-              (unsigned long long)program->arena_bytes(), (unsigned long long)unplanned);
+              planPath.string().c_str(), instructions, program->buffers()->size(),
+              program->parameters()->size(), (unsigned long long)program->arena_bytes(),
+              (unsigned long long)unplanned);
   if (!compiled->weights.empty())
     std::printf("wrote %s: %zu tensors\n", weightsPath.string().c_str(), compiled->weights.size());
   std::printf("time: loaded in %.1f ms, compiled in %.1f ms\n", compiled->loadSeconds * 1e3,

@@ -30,7 +30,8 @@ public:
   OnnxDiagnosticPrinter(mlir::MLIRContext &ctx, std::string file)
       : handler_(&ctx, [file = std::move(file)](mlir::Diagnostic &diag) {
           std::string where;
-          if (auto name = mlir::dyn_cast<mlir::NameLoc>(diag.getLocation()))
+          if (auto name = mlir::dyn_cast<mlir::NameLoc>(diag.getLocation());
+              name && name.getName() != file)
             where = name.getName().str() + ": ";
           const char *kind = diag.getSeverity() == mlir::DiagnosticSeverity::Error     ? "error"
                              : diag.getSeverity() == mlir::DiagnosticSeverity::Warning ? "warning"

@@ -6,7 +6,6 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/io/Npy.h"
 #include "runtime/plan/PlanLoader.h"
-#include "runtime/plan/plan_generated.h"
 
 #include <algorithm>
 #include <cctype>
@@ -84,28 +83,31 @@ std::string joinNames(const std::vector<std::string> &names) {
   return out.empty() ? "(none)" : out;
 }
 
-/// Reads every input the plan has, exactly those, each with the plan's dtype and shape.
-runtime::Status setInputs(runtime::Executor &executor, const plan::Program &program,
+/// The function `megac run` runs: the plan's only one, else "forward" (Executor::run()).
+std::string runFunction(const runtime::Executor &executor) {
+  std::vector<std::string> functions = executor.functionNames();
+  return functions.size() == 1 ? functions.front() : "forward";
+}
+
+/// Reads every input of the function, exactly those, each with the plan's dtype and shape.
+runtime::Status setInputs(runtime::Executor &executor,
                           const std::map<std::string, std::string> &files) {
-  std::vector<std::string> names = executor.inputNames();
+  std::vector<std::string> names = executor.inputNames(runFunction(executor));
   for (const auto &[name, path] : files)
     if (std::find(names.begin(), names.end(), name) == names.end())
       return runtime::Status::error("unknown input '" + name +
                                     "'; the model's inputs are: " + joinNames(names));
-  for (const plan::Port *port : *program.inputs()) {
-    std::string name = port->name()->str();
+  for (const std::string &name : names) {
     auto it = files.find(name);
     if (it == files.end())
       return runtime::Status::error("missing input '" + name + "' (--input " + name + "=FILE.npy)");
     ASSIGN_OR_RETURN(runtime::HostTensor tensor, runtime::readNpy(it->second));
-    const plan::Buffer *expected = program.buffers()->Get(port->buffer());
-    std::vector<int64_t> shape(expected->shape()->begin(), expected->shape()->end());
-    auto dtype = static_cast<runtime::DType>(expected->dtype());
-    if (tensor.dtype != dtype || tensor.shape != shape)
-      return runtime::Status::error("input '" + name + "' (" + it->second + "): expected " +
-                                    runtime::dtypeName(dtype) + " " + runtime::shapeString(shape) +
-                                    ", got " + runtime::dtypeName(tensor.dtype) + " " +
-                                    runtime::shapeString(tensor.shape));
+    ASSIGN_OR_RETURN(runtime::TensorInfo expected, executor.inputInfo(name));
+    if (tensor.dtype != expected.dtype || tensor.shape != expected.shape)
+      return runtime::Status::error(
+          "input '" + name + "' (" + it->second + "): expected " +
+          runtime::dtypeName(expected.dtype) + " " + runtime::shapeString(expected.shape) +
+          ", got " + runtime::dtypeName(tensor.dtype) + " " + runtime::shapeString(tensor.shape));
     RETURN_IF_ERROR(executor.setInput(name, tensor));
   }
   return runtime::Status::ok();
@@ -120,7 +122,7 @@ runtime::Status writeOutputs(const runtime::Executor &executor, const std::strin
     return runtime::Status::error("cannot create output directory " + outputDir + ": " +
                                   ec.message());
   std::set<std::string> written;
-  for (const std::string &name : executor.outputNames()) {
+  for (const std::string &name : executor.outputNames(runFunction(executor))) {
     std::string fileName = fileNameFor(name) + ".npy";
     if (!written.insert(fileName).second)
       return runtime::Status::error("output '" + name + "' and an earlier one both map to " +
@@ -194,10 +196,7 @@ int runCommand(int argc, char **argv) {
   auto executor = runtime::Executor::create(*loaded, executorOptions);
   if (!executor.isOk())
     return fail(executor.status().message());
-  // Rank 0's program (the loader checked the rank table's indices).
-  const plan::Plan &plan = loaded->plan();
-  const plan::Program &program = *plan.programs()->Get(plan.ranks()->Get(0)->role());
-  runtime::Status status = setInputs(**executor, program, options.inputFiles);
+  runtime::Status status = setInputs(**executor, options.inputFiles);
   if (!status.isOk())
     return fail(status.message());
 

@@ -16,6 +16,8 @@ commands:
                                            lower a model to a single-rank plan
   run       (MODEL | FILE.mplan) --input NAME=FILE.npy ... --output-dir DIR [--seed N]
                                            one forward pass on the CPU; outputs as DIR/NAME.npy
+  train     MODEL --data TOKENS.npy --steps N --global-batch B --micro-batch b --lr X ...
+                                           AdamW training on the CPU (`megac train --help`)
 
 MODEL: --model SPEC, FILE.mlir or FILE.onnx
 
@@ -42,6 +44,8 @@ int main(int argc, char **argv) {
     return megac::cli::compileCommand(argc, argv);
   if (!std::strcmp(argv[1], "run"))
     return megac::cli::runCommand(argc, argv);
+  if (!std::strcmp(argv[1], "train"))
+    return megac::cli::trainCommand(argc, argv);
   std::fprintf(stderr, "megac: error: unknown command '%s'; run `megac help`\n", argv[1]);
   return 2;
 }

@@ -233,3 +233,133 @@ TEST(MemoryPlanner, RandomProgramsNeverOverlapLiveBuffers) {
   // Random programs with short lifetimes leave plenty of room for reuse.
   EXPECT_GT(reused, 200);
 }
+
+namespace {
+
+BufferRequest persistent(uint64_t bytes) {
+  BufferRequest r;
+  r.bytes = bytes;
+  r.persistent = true;
+  return r;
+}
+
+BufferRequest in(size_t function, BufferRequest r) {
+  r.function = function;
+  return r;
+}
+
+/// The root request's persistence, function and the storage's live interval decide who may
+/// share bytes: persistent storages with nobody, different functions' storages freely.
+void expectValidProgram(const std::vector<BufferRequest> &rs, const MemoryPlan &plan) {
+  ASSERT_EQ(plan.offsets.size(), rs.size());
+  auto isPersistent = [&](size_t i) { return rs[rootOf(rs, i)].persistent; };
+  for (size_t i = 0; i < rs.size(); ++i) {
+    EXPECT_EQ(plan.offsets[i] % kArenaAlignment, 0u) << "buffer " << i;
+    EXPECT_LE(plan.offsets[i] + rs[i].bytes, plan.arenaBytes) << "buffer " << i;
+    if (isPersistent(i))
+      EXPECT_LE(plan.offsets[i] + rs[i].bytes, plan.persistentBytes) << "buffer " << i;
+    else if (rs[i].bytes)
+      EXPECT_GE(plan.offsets[i], plan.persistentBytes) << "buffer " << i;
+  }
+  for (size_t i = 0; i < rs.size(); ++i)
+    for (size_t j = i + 1; j < rs.size(); ++j) {
+      if (rootOf(rs, i) == rootOf(rs, j)) {
+        EXPECT_EQ(plan.offsets[i], plan.offsets[j]) << "aliases " << i << ", " << j;
+        continue;
+      }
+      if (rs[i].bytes == 0 || rs[j].bytes == 0)
+        continue;
+      bool together = isPersistent(i) || isPersistent(j);
+      if (!together) {
+        if (rs[rootOf(rs, i)].function != rs[rootOf(rs, j)].function)
+          continue;
+        auto a = storageInterval(rs, i), b = storageInterval(rs, j);
+        together = !a || !b || (a->first <= b->second && b->first <= a->second);
+      }
+      if (!together)
+        continue;
+      bool disjoint = plan.offsets[i] + rs[i].bytes <= plan.offsets[j] ||
+                      plan.offsets[j] + rs[j].bytes <= plan.offsets[i];
+      EXPECT_TRUE(disjoint) << "buffers " << i << " and " << j << " overlap";
+    }
+}
+
+} // namespace
+
+TEST(MemoryPlanner, FunctionsShareTheBytesAbovePersistentStorage) {
+  // Two persistent buffers; function 0 needs 2 x 640 at once, function 1 one 1024 and a pinned
+  // input: the arena is the persistent region plus the larger function.
+  std::vector<BufferRequest> rs = {
+      persistent(100),         // 0: a parameter @0
+      in(0, pinned(64)),       // 1: function 0's input @192
+      in(0, temp(640, 0, 1)),  // 2
+      in(0, temp(640, 1, 2)),  // 3: live with 2 at instruction 1
+      persistent(64),          // 4: a state buffer @128
+      in(1, pinned(64)),       // 5: function 1's input, at function 0's input bytes
+      in(1, temp(1024, 0, 0)), // 6
+      in(1, temp(64, 0, 1)),   // 7: an alias of the parameter, below
+  };
+  rs[7].aliasOf = 0;
+  MemoryPlan plan = planOrFail(rs);
+  expectValidProgram(rs, plan);
+  EXPECT_EQ(plan.persistentBytes, 192u);
+  EXPECT_EQ(plan.offsets[0], 0u);
+  EXPECT_EQ(plan.offsets[4], 128u);
+  EXPECT_EQ(plan.offsets[1], 192u);
+  EXPECT_EQ(plan.offsets[5], 192u);
+  EXPECT_EQ(plan.offsets[7], 0u); // an alias of a persistent buffer is part of it
+  EXPECT_EQ(plan.pinnedBytes, 256u);
+  EXPECT_EQ(plan.arenaBytes, 256u + 2 * 640u);
+  EXPECT_EQ(plan.totalBytes, 192u + 64 + 2 * 640 + 64 + 1024);
+}
+
+TEST(MemoryPlanner, RejectsAliasesAcrossFunctions) {
+  std::vector<BufferRequest> rs = {in(0, temp(64, 0, 1)), in(1, temp(64, 0, 1))};
+  rs[1].aliasOf = 0;
+  MemoryPlanResult r = planMemory(rs);
+  EXPECT_FALSE(r.plan);
+  EXPECT_EQ(r.error, "buffer 1 of function 1 aliases buffer 0 of function 0");
+  std::vector<BufferRequest> ps = {in(0, temp(64, 0, 1)), persistent(64)};
+  ps[1].aliasOf = 0;
+  r = planMemory(ps);
+  EXPECT_FALSE(r.plan);
+  EXPECT_EQ(r.error, "buffer 1 is persistent but aliases buffer 0, which is not");
+}
+
+TEST(MemoryPlanner, RandomProgramsOfSeveralFunctionsNeverOverlapLiveBuffers) {
+  std::mt19937_64 rng(99);
+  for (int program = 0; program < 200; ++program) {
+    size_t functions = 1 + rng() % 3, count = 1 + rng() % 50;
+    std::vector<BufferRequest> rs;
+    for (size_t i = 0; i < count; ++i) {
+      uint64_t bytes = rng() % 3000;
+      size_t function = rng() % functions;
+      switch (rng() % 6) {
+      case 0:
+        rs.push_back(persistent(bytes));
+        break;
+      case 1:
+        rs.push_back(in(function, pinned(bytes)));
+        break;
+      default: {
+        int64_t def = rng() % 20;
+        rs.push_back(in(function, temp(bytes, def, def + static_cast<int64_t>(rng() % 6))));
+      }
+      }
+      // Aliases only where they are legal: of a persistent root or within the function.
+      if (i > 0 && !rs.back().persistent && rng() % 5 == 0) {
+        size_t target = rng() % i;
+        const BufferRequest &root = rs[rootOf(rs, target)];
+        if (root.persistent || root.function == rs.back().function)
+          rs.back().aliasOf = target;
+      }
+    }
+    MemoryPlanResult result = planMemory(rs);
+    ASSERT_TRUE(result.plan) << result.error;
+    expectValidProgram(rs, *result.plan);
+    if (HasFailure()) {
+      ADD_FAILURE() << "program " << program;
+      return;
+    }
+  }
+}

@@ -1,9 +1,11 @@
 // writePlan on small parsed IR and the zoo GPT: the FlatBuffer's opcodes, attributes, buffers,
 // parameters, ports and constants, memory safety of the arena, and the lowering errors.
+// (Training modules, with several functions, state and updates: TrainingPlanTest.cpp.)
 #include "codegen/PlanWriter.h"
 
 #include "frontends/models/ModelZoo.h"
 #include "ir/MegaOps.h"
+#include "runtime/plan/PlanRules.h"
 #include "runtime/plan/plan_generated.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -70,11 +72,18 @@ template <typename T> std::vector<T> constantValues(const pl::Constant *c) {
   return out;
 }
 
+/// The program's only (or i-th) function.
+const pl::Function *fnOf(const pl::Program *p, size_t i = 0) {
+  EXPECT_LT(i, p->functions()->size());
+  return p->functions()->Get(static_cast<flatbuffers::uoffset_t>(i));
+}
+
 /// Runs the program's data flow over the arena byte by byte: each buffer's bytes are tagged
-/// with the buffer that wrote them (parameters, inputs and constants when loaded, results by
-/// their instruction). Every read must find its own tag untouched, or the tag of a buffer at the
-/// same offset (the input a reshape aliases): otherwise memory planning let something clobber
-/// a live value.
+/// with the buffer that wrote them (parameters, state and constants when loaded, a function's
+/// inputs when it starts, results by their instruction). Every read must find its own tag
+/// untouched, or the tag of a buffer at the same offset (the input a reshape aliases, the
+/// parameter an update rewrote): otherwise memory planning let something clobber a live value.
+/// The functions run in order twice, so persistent buffers must survive every function.
 void expectArenaSafe(const pl::Program *p) {
   std::vector<int64_t> tags(p->arena_bytes(), -1);
   auto write = [&](uint32_t index) {
@@ -97,31 +106,48 @@ void expectArenaSafe(const pl::Program *p) {
         << where << ": buffer " << b->name()->str() << " holds "
         << (tag < 0 ? std::string("nothing") : bufferOf(p, tag)->name()->str());
   };
+  std::vector<uint32_t> persistent;
   for (const pl::Parameter *param : *p->parameters())
-    write(param->buffer());
-  for (const pl::Port *port : *p->inputs())
-    write(port->buffer());
+    persistent.push_back(param->buffer());
+  if (p->state())
+    for (const pl::StateBuffer *st : *p->state())
+      persistent.push_back(st->buffer());
   for (const pl::Constant *c : *p->constants())
-    write(c->buffer());
-  for (auto [i, inst] : llvm::enumerate(*p->instructions())) {
-    std::string where = std::string("instruction ") + std::to_string(i) + " (" +
-                        pl::EnumNameOpcode(inst->op()) + ")";
-    for (uint32_t in : *inst->inputs())
-      check(in, where);
-    // Kernels are not in place: no output shares a byte with an input.
-    for (uint32_t out : *inst->outputs())
-      for (uint32_t in : *inst->inputs()) {
-        const pl::Buffer *o = bufferOf(p, out), *b = bufferOf(p, in);
-        bool disjoint = o->offset() + o->bytes() <= b->offset() ||
-                        b->offset() + b->bytes() <= o->offset() || !o->bytes() || !b->bytes();
-        EXPECT_TRUE(disjoint) << where << ": output " << o->name()->str() << " overlaps input "
-                              << b->name()->str();
+    persistent.push_back(c->buffer());
+  for (uint32_t b : persistent)
+    write(b);
+  for (int round = 0; round < 2; ++round)
+    for (const pl::Function *fn : *p->functions()) {
+      std::string name = fn->name()->str();
+      for (uint32_t b : persistent)
+        check(b, "before function " + name);
+      for (const pl::Port *port : *fn->inputs())
+        write(port->buffer());
+      for (auto [i, inst] : llvm::enumerate(*fn->instructions())) {
+        std::string where = name + ", instruction " + std::to_string(i) + " (" +
+                            pl::EnumNameOpcode(inst->op()) + ")";
+        for (uint32_t in : *inst->inputs())
+          check(in, where);
+        // No output shares a byte with an input, except in place: exactly the same bytes, for
+        // an opcode that may write in place.
+        for (uint32_t out : *inst->outputs())
+          for (uint32_t in : *inst->inputs()) {
+            const pl::Buffer *o = bufferOf(p, out), *b = bufferOf(p, in);
+            bool disjoint = o->offset() + o->bytes() <= b->offset() ||
+                            b->offset() + b->bytes() <= o->offset() || !o->bytes() || !b->bytes();
+            bool inPlace = pl::writesInPlace(inst->op()) && o->offset() == b->offset() &&
+                           o->bytes() == b->bytes();
+            EXPECT_TRUE(disjoint || inPlace) << where << ": output " << o->name()->str()
+                                             << " overlaps input " << b->name()->str();
+          }
+        for (uint32_t out : *inst->outputs())
+          write(out);
       }
-    for (uint32_t out : *inst->outputs())
-      write(out);
-  }
-  for (const pl::Port *port : *p->outputs())
-    check(port->buffer(), "output " + port->name()->str());
+      for (const pl::Port *port : *fn->outputs())
+        check(port->buffer(), name + ", output " + port->name()->str());
+    }
+  for (uint32_t b : persistent)
+    check(b, "after every function");
 }
 
 const char *kAffine = R"mlir(
@@ -169,20 +195,21 @@ TEST_F(PlanWriterTest, AffineProgram) {
   }
   EXPECT_EQ(bufferOf(p, 0)->name()->str(), "x");
   EXPECT_EQ(p->parameters()->size(), 0u);
-  ASSERT_EQ(p->inputs()->size(), 1u);
-  EXPECT_EQ(p->inputs()->Get(0)->name()->str(), "x");
-  EXPECT_EQ(p->inputs()->Get(0)->buffer(), 0u);
-  ASSERT_EQ(p->outputs()->size(), 1u);
-  EXPECT_EQ(p->outputs()->Get(0)->name()->str(), "y");
-  EXPECT_EQ(p->outputs()->Get(0)->buffer(), 4u);
+  ASSERT_EQ(fnOf(p)->inputs()->size(), 1u);
+  EXPECT_EQ(fnOf(p)->inputs()->Get(0)->name()->str(), "x");
+  EXPECT_EQ(fnOf(p)->inputs()->Get(0)->buffer(), 0u);
+  ASSERT_EQ(fnOf(p)->outputs()->size(), 1u);
+  EXPECT_EQ(fnOf(p)->outputs()->Get(0)->name()->str(), "y");
+  EXPECT_EQ(fnOf(p)->outputs()->Get(0)->buffer(), 4u);
 
   ASSERT_EQ(p->constants()->size(), 2u);
   EXPECT_EQ(p->constants()->Get(0)->buffer(), 1u);
   EXPECT_EQ(constantValues<float>(p->constants()->Get(0)), std::vector<float>(6, 2.0f));
   EXPECT_EQ(constantValues<float>(p->constants()->Get(1)), std::vector<float>(6, 1.0f));
 
-  ASSERT_EQ(p->instructions()->size(), 2u);
-  const pl::Instruction *mul = p->instructions()->Get(0), *add = p->instructions()->Get(1);
+  ASSERT_EQ(fnOf(p)->instructions()->size(), 2u);
+  const pl::Instruction *mul = fnOf(p)->instructions()->Get(0),
+                        *add = fnOf(p)->instructions()->Get(1);
   EXPECT_EQ(mul->op(), pl::Opcode::Mul);
   EXPECT_EQ(vec(mul->inputs()), (std::vector<uint32_t>{0, 1}));
   EXPECT_EQ(vec(mul->outputs()), (std::vector<uint32_t>{3}));
@@ -272,9 +299,9 @@ func.func @ops(%x: tensor<4x5xf32> {mega.input = "x"}, %y: tensor<4x5xf32> {mega
       O::Concat,       O::Broadcast,    O::Cast,      O::Gather,    O::Reduce,    O::Softmax,
       O::MatMul,       O::Embedding,    O::LayerNorm, O::RmsNorm,   O::Linear,    O::Gelu,
       O::CrossEntropy, O::CrossEntropy, O::Dropout,   O::Attention, O::Attention};
-  ASSERT_EQ(p->instructions()->size(), expected.size());
+  ASSERT_EQ(fnOf(p)->instructions()->size(), expected.size());
   std::map<O, std::vector<const pl::Instruction *>> byOp;
-  for (auto [i, inst] : llvm::enumerate(*p->instructions())) {
+  for (auto [i, inst] : llvm::enumerate(*fnOf(p)->instructions())) {
     EXPECT_EQ(inst->op(), expected[i]) << "instruction " << i;
     byOp[inst->op()].push_back(inst);
   }
@@ -352,12 +379,12 @@ func.func @ops(%x: tensor<4x5xf32> {mega.input = "x"}, %y: tensor<4x5xf32> {mega
   EXPECT_EQ(params["w"]->init(), pl::InitKind::none);
   EXPECT_EQ(bufferOf(p, params["w"]->buffer())->name()->str(), "w");
 
-  ASSERT_EQ(p->inputs()->size(), 5u);
-  EXPECT_EQ(p->inputs()->Get(4)->name()->str(), "seed");
-  EXPECT_EQ(vec(bufferOf(p, p->inputs()->Get(4)->buffer())->shape()), std::vector<int64_t>{});
-  EXPECT_EQ(bufferOf(p, p->inputs()->Get(4)->buffer())->bytes(), 8u);
-  ASSERT_EQ(p->outputs()->size(), 15u);
-  EXPECT_EQ(p->outputs()->Get(14)->name()->str(), "output_14");
+  ASSERT_EQ(fnOf(p)->inputs()->size(), 5u);
+  EXPECT_EQ(fnOf(p)->inputs()->Get(4)->name()->str(), "seed");
+  EXPECT_EQ(vec(bufferOf(p, fnOf(p)->inputs()->Get(4)->buffer())->shape()), std::vector<int64_t>{});
+  EXPECT_EQ(bufferOf(p, fnOf(p)->inputs()->Get(4)->buffer())->bytes(), 8u);
+  ASSERT_EQ(fnOf(p)->outputs()->size(), 15u);
+  EXPECT_EQ(fnOf(p)->outputs()->Get(14)->name()->str(), "output_14");
 
   ASSERT_EQ(p->constants()->size(), 2u);
   EXPECT_EQ(constantValues<float>(p->constants()->Get(0)), (std::vector<float>{1, 2, 3, 4, 5}));
@@ -396,7 +423,7 @@ func.func @c() -> (tensor<3xi1>, tensor<2xi64>, tensor<2x2xbf16>, tensor<2xf64>,
   EXPECT_EQ(vec(bufferOf(p, p->constants()->Get(6)->buffer())->shape()), std::vector<int64_t>{});
   for (const pl::Constant *c : *p->constants())
     EXPECT_EQ(c->data()->size(), bufferOf(p, c->buffer())->bytes());
-  EXPECT_EQ(p->instructions()->size(), 0u);
+  EXPECT_EQ(fnOf(p)->instructions()->size(), 0u);
 }
 
 TEST_F(PlanWriterTest, ResourceConstantsCopyTheirBlob) {
@@ -432,36 +459,36 @@ func.func @pass(%x: tensor<2x3xf32>, %w: tensor<6xf32> {mega.param = "w", mega.i
   std::vector<uint8_t> bytes = compile(*module);
   ASSERT_FALSE(bytes.empty()) << (diagnostics.empty() ? "" : diagnostics.front());
   const pl::Program *p = pl::GetPlan(bytes.data())->programs()->Get(0);
-  EXPECT_EQ(p->instructions()->size(), 0u); // reshapes are aliases, not copies
-  ASSERT_EQ(p->inputs()->size(), 1u);
-  EXPECT_EQ(p->inputs()->Get(0)->name()->str(), "input_0"); // unmarked argument
-  ASSERT_EQ(p->outputs()->size(), 4u);
-  EXPECT_EQ(p->outputs()->Get(0)->name()->str(), "same");
-  EXPECT_EQ(p->outputs()->Get(0)->buffer(), p->inputs()->Get(0)->buffer());
-  EXPECT_EQ(p->outputs()->Get(1)->name()->str(), "output_1");
-  EXPECT_EQ(p->outputs()->Get(1)->buffer(), p->constants()->Get(0)->buffer());
-  const pl::Buffer *reshaped = bufferOf(p, p->outputs()->Get(2)->buffer());
+  EXPECT_EQ(fnOf(p)->instructions()->size(), 0u); // reshapes are aliases, not copies
+  ASSERT_EQ(fnOf(p)->inputs()->size(), 1u);
+  EXPECT_EQ(fnOf(p)->inputs()->Get(0)->name()->str(), "input_0"); // unmarked argument
+  ASSERT_EQ(fnOf(p)->outputs()->size(), 4u);
+  EXPECT_EQ(fnOf(p)->outputs()->Get(0)->name()->str(), "same");
+  EXPECT_EQ(fnOf(p)->outputs()->Get(0)->buffer(), fnOf(p)->inputs()->Get(0)->buffer());
+  EXPECT_EQ(fnOf(p)->outputs()->Get(1)->name()->str(), "output_1");
+  EXPECT_EQ(fnOf(p)->outputs()->Get(1)->buffer(), p->constants()->Get(0)->buffer());
+  const pl::Buffer *reshaped = bufferOf(p, fnOf(p)->outputs()->Get(2)->buffer());
   EXPECT_EQ(vec(reshaped->shape()), (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(reshaped->offset(), bufferOf(p, p->parameters()->Get(0)->buffer())->offset());
-  EXPECT_EQ(bufferOf(p, p->outputs()->Get(3)->buffer())->offset(),
-            bufferOf(p, p->inputs()->Get(0)->buffer())->offset());
+  EXPECT_EQ(bufferOf(p, fnOf(p)->outputs()->Get(3)->buffer())->offset(),
+            bufferOf(p, fnOf(p)->inputs()->Get(0)->buffer())->offset());
   expectArenaSafe(p);
 }
 
 TEST_F(PlanWriterTest, UnsupportedOpsAreErrorsOnTheOp) {
   auto module = parse(R"mlir(
-func.func @dist(%x: tensor<8xf32>, %g: tensor<8xf32>) -> (tensor<8xf32>, tensor<f32>) {
+func.func @dist(%x: tensor<8xf32>, %g: tensor<8xf32>) -> (tensor<8xf32>, tensor<16xf32>) {
   %s = mega.all_reduce sum %x on #mega.mesh<dp = 2> axes ["dp"] : tensor<8xf32>
-  %n = mega.global_norm %g : (tensor<8xf32>) -> tensor<f32>
+  %n = mega.all_gather %g on #mega.mesh<tp = 2> axes ["tp"] dim 0 : tensor<8xf32> -> tensor<16xf32>
   %e = mega.exp %s : tensor<8xf32>
-  return %e, %n : tensor<8xf32>, tensor<f32>
+  return %e, %n : tensor<8xf32>, tensor<16xf32>
 }
 )mlir");
   ASSERT_TRUE(module);
   EXPECT_TRUE(compile(*module).empty());
   EXPECT_EQ(diagnostics, (std::vector<std::string>{
                              "'mega.all_reduce' cannot be lowered to a single-rank plan yet",
-                             "'mega.global_norm' cannot be lowered to a single-rank plan yet"}));
+                             "'mega.all_gather' cannot be lowered to a single-rank plan yet"}));
 }
 
 TEST_F(PlanWriterTest, FunctionSelectionAndMesh) {
@@ -477,16 +504,30 @@ func.func @b(%x: tensor<4xf32>) -> tensor<4xf32> {
 )mlir";
   auto module = parse(twoFuncs);
   ASSERT_TRUE(module);
-  EXPECT_TRUE(compile(*module).empty());
-  EXPECT_EQ(diagnostics,
-            (std::vector<std::string>{"the module has 2 functions; name the one to compile"}));
+  // Every function by default: one program, a Function each, ports named after their function.
+  std::vector<uint8_t> all = compile(*module);
+  ASSERT_FALSE(all.empty()) << (diagnostics.empty() ? "" : diagnostics.front());
+  const pl::Program *both = pl::GetPlan(all.data())->programs()->Get(0);
+  EXPECT_EQ(both->name()->str(), "main");
+  ASSERT_EQ(both->functions()->size(), 2u);
+  EXPECT_EQ(fnOf(both, 0)->name()->str(), "a");
+  EXPECT_EQ(fnOf(both, 1)->name()->str(), "b");
+  EXPECT_EQ(fnOf(both, 1)->inputs()->Get(0)->name()->str(), "b.input_0");
+  EXPECT_EQ(fnOf(both, 1)->outputs()->Get(0)->name()->str(), "b.output_0");
+  EXPECT_EQ(fnOf(both, 0)->instructions()->Get(0)->op(), pl::Opcode::Exp);
+  // The two functions run one at a time: their buffers share bytes.
+  EXPECT_EQ(bufferOf(both, fnOf(both, 0)->inputs()->Get(0)->buffer())->offset(),
+            bufferOf(both, fnOf(both, 1)->inputs()->Get(0)->buffer())->offset());
+  expectArenaSafe(both);
   CodegenOptions options;
   options.function = "b";
   std::vector<uint8_t> bytes = compile(*module, options);
   ASSERT_FALSE(bytes.empty());
   const pl::Program *p = pl::GetPlan(bytes.data())->programs()->Get(0);
   EXPECT_EQ(p->name()->str(), "b");
-  EXPECT_EQ(p->instructions()->Get(0)->op(), pl::Opcode::Neg);
+  ASSERT_EQ(p->functions()->size(), 1u);
+  EXPECT_EQ(fnOf(p)->inputs()->Get(0)->name()->str(), "input_0");
+  EXPECT_EQ(fnOf(p)->instructions()->Get(0)->op(), pl::Opcode::Neg);
   options.function = "c";
   EXPECT_TRUE(compile(*module, options).empty());
   EXPECT_EQ(diagnostics, (std::vector<std::string>{"no function @c in the module"}));
@@ -556,7 +597,7 @@ TEST_F(PlanWriterTest, ZooGptPlansMemorySafely) {
   const pl::Program *p = pl::GetPlan(bytes.data())->programs()->Get(0);
 
   std::map<pl::Opcode, int> histogram;
-  for (const pl::Instruction *inst : *p->instructions()) {
+  for (const pl::Instruction *inst : *fnOf(p)->instructions()) {
     ++histogram[inst->op()];
     // The DSL's operators (x + b) carry no call site yet; its named layers do.
     if (inst->op() != pl::Opcode::Add && inst->op() != pl::Opcode::Broadcast)
@@ -572,11 +613,11 @@ TEST_F(PlanWriterTest, ZooGptPlansMemorySafely) {
   EXPECT_EQ(histogram[pl::Opcode::Embedding], 1);
   EXPECT_EQ(histogram[pl::Opcode::Broadcast], 1);
   EXPECT_EQ(histogram[pl::Opcode::Copy], 0);
-  EXPECT_EQ(p->instructions()->size(), 29u);
+  EXPECT_EQ(fnOf(p)->instructions()->size(), 29u);
   EXPECT_EQ(p->parameters()->size(), 36u);
-  ASSERT_EQ(p->outputs()->size(), 1u);
-  EXPECT_EQ(p->outputs()->Get(0)->name()->str(), "logits");
-  EXPECT_EQ(vec(bufferOf(p, p->outputs()->Get(0)->buffer())->shape()),
+  ASSERT_EQ(fnOf(p)->outputs()->size(), 1u);
+  EXPECT_EQ(fnOf(p)->outputs()->Get(0)->name()->str(), "logits");
+  EXPECT_EQ(vec(bufferOf(p, fnOf(p)->outputs()->Get(0)->buffer())->shape()),
             (std::vector<int64_t>{1, 32, 128}));
   expectArenaSafe(p);
 
@@ -586,11 +627,11 @@ TEST_F(PlanWriterTest, ZooGptPlansMemorySafely) {
   std::set<uint32_t> pinned, written;
   for (const pl::Parameter *param : *p->parameters())
     pinned.insert(param->buffer());
-  for (const pl::Port *port : *p->inputs())
+  for (const pl::Port *port : *fnOf(p)->inputs())
     pinned.insert(port->buffer());
-  for (const pl::Port *port : *p->outputs())
+  for (const pl::Port *port : *fnOf(p)->outputs())
     pinned.insert(port->buffer());
-  for (const pl::Instruction *inst : *p->instructions())
+  for (const pl::Instruction *inst : *fnOf(p)->instructions())
     written.insert(inst->outputs()->begin(), inst->outputs()->end());
   uint64_t pinnedBytes = 0, activationBytes = 0;
   for (uint32_t b : pinned)
@@ -598,7 +639,7 @@ TEST_F(PlanWriterTest, ZooGptPlansMemorySafely) {
   for (uint32_t b : written)
     if (!pinned.count(b))
       activationBytes += aligned(bufferOf(p, b)->bytes());
-  EXPECT_EQ(written.size() + p->parameters()->size() + p->inputs()->size() + 8,
+  EXPECT_EQ(written.size() + p->parameters()->size() + fnOf(p)->inputs()->size() + 8,
             p->buffers()->size()); // 8 reshapes
   uint64_t activationArena = p->arena_bytes() - pinnedBytes;
   EXPECT_LT(activationArena, activationBytes / 2); // intermediates share space

@@ -1,8 +1,8 @@
 // The ONNX importer on models built here with libonnx's protobuf classes: bad inputs give
 // located errors naming the op, node, opset, input or initializer; weights become parameters
 // (a tied one once); shape arithmetic and masks fold away.
-#include "frontends/onnx/ConstTensor.h"
 #include "frontends/onnx/OnnxImporter.h"
+#include "frontends/onnx/ConstTensor.h"
 #include "ir/MegaDialect.h"
 #include "ir/MegaOps.h"
 
@@ -170,6 +170,17 @@ TEST(OnnxImporter, UnsupportedOpNamesOpNodeAndOpset) {
   EXPECT_CONTAINS(imp.firstError(), "loc(\"my_det\"(\"Det\"))");
 }
 
+TEST(OnnxImporter, ShapeInferenceErrorsAreLocatedAtTheNode) {
+  Model m;
+  m.input("a", onnx::TensorProto::FLOAT, {2, 3});
+  m.input("b", onnx::TensorProto::FLOAT, {4, 5});
+  m.node("MatMul", {"a", "b"}, {"y"}, "bad_matmul");
+  m.output("y", onnx::TensorProto::FLOAT, 2);
+  Import imp(m.bytes());
+  ASSERT_FALSE(imp.ok());
+  EXPECT_CONTAINS(imp.firstError(), "loc(\"bad_matmul\"(\"MatMul\")): ONNX shape inference failed");
+}
+
 TEST(OnnxImporter, NonDefaultDomainIsUnsupported) {
   Model m;
   auto *op = m.proto.add_opset_import();
@@ -295,6 +306,57 @@ TEST(OnnxImporter, ShapeArithmeticAndMasksFold) {
   EXPECT_EQ(imp.func().getNumArguments(), 1u);
 }
 
+TEST(OnnxImporter, TableGatheredWithConstantIdsStaysAParameter) {
+  // T5's relative position bias: a learned table indexed by constant buckets. The table is a
+  // weight (its values reach a run-time op), so the gather is not folded into a constant.
+  Model m;
+  m.input("scores", onnx::TensorProto::FLOAT, {2, 4, 4});
+  m.floats("rel.weight", {8, 2}, std::vector<float>(16, 0.25f));
+  m.ints("buckets", {4, 4}, std::vector<int64_t>(16, 3));
+  m.node("Gather", {"rel.weight", "buckets"}, {"bias"}); // [4, 4, 2]
+  m.attrInts(m.node("Transpose", {"bias"}, {"bias_t"}), "perm", {2, 0, 1});
+  m.node("Add", {"scores", "bias_t"}, {"y"});
+  m.output("y", onnx::TensorProto::FLOAT, 3);
+  Import imp(m.bytes());
+  ASSERT_TRUE(imp.ok()) << imp.firstError();
+  EXPECT_EQ((*imp.result).weights.count("rel.weight"), 1u);
+  auto h = imp.histogram();
+  EXPECT_EQ(h["mega.gather"], 1);
+  EXPECT_EQ(h["mega.transpose"], 1);
+}
+
+TEST(OnnxImporter, LargeConstantResultsStayRunTimeOps) {
+  // Expanding a small constant mask to 2M elements: a broadcast in the IR, not a 2M constant.
+  Model m;
+  m.input("x", onnx::TensorProto::FLOAT, {2, 1, 1024, 1024});
+  auto *mask = m.graph().add_initializer();
+  mask->set_name("mask");
+  mask->set_data_type(onnx::TensorProto::BOOL);
+  mask->add_dims(1024);
+  mask->add_dims(1);
+  for (int i = 0; i < 1024; ++i)
+    mask->add_int32_data(i % 2);
+  m.ints("to", {4}, {2, 1, 1024, 1024});
+  m.floats("zero", {}, {0.0f});
+  m.node("Expand", {"mask", "to"}, {"big"});
+  m.node("Where", {"big", "x", "zero"}, {"y"});
+  m.output("y", onnx::TensorProto::FLOAT, 4);
+  Import imp(m.bytes());
+  ASSERT_TRUE(imp.ok()) << imp.firstError();
+  auto h = imp.histogram();
+  EXPECT_EQ(h["mega.broadcast"], 1);
+  mlir::DenseElementsAttr largest;
+  imp.func().walk([&](mega::ConstantOp c) {
+    auto d = mlir::cast<mlir::DenseElementsAttr>(c.getValue());
+    if (d.isSplat()) // one value stored, whatever the shape
+      return;
+    if (!largest || d.getNumElements() > largest.getNumElements())
+      largest = d;
+  });
+  ASSERT_TRUE(largest);
+  EXPECT_EQ(largest.getNumElements(), 1024);
+}
+
 TEST(OnnxImporter, RuntimeShapeInputIsAnError) {
   Model m;
   m.input("x", onnx::TensorProto::FLOAT, {2, 3});
@@ -373,12 +435,14 @@ TEST(OnnxImporter, GemmBecomesMatmulAndBroadcastAdd) {
 TEST(OnnxImporter, SupportedOpListIsSortedAndCoversTheIssue) {
   auto ops = supportedOnnxOps();
   EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
-  for (const char *op :
-       {"Gather", "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Erf", "Tanh",
-        "Relu", "Sigmoid", "Neg", "Exp", "ReduceMean", "ReduceSum", "ReduceMax", "Softmax",
-        "LayerNormalization", "Transpose", "Reshape", "Split", "Slice", "Concat", "Squeeze",
-        "Unsqueeze", "Shape", "Constant", "ConstantOfShape", "Range", "Where", "Equal", "Not",
-        "Cast", "Expand", "Trilu", "Identity", "Dropout"})
+  for (const char *op : {"Gather",     "MatMul",    "Gemm",      "Add",      "Sub",
+                         "Mul",        "Div",       "Pow",       "Sqrt",     "Erf",
+                         "Tanh",       "Relu",      "Sigmoid",   "Neg",      "Exp",
+                         "ReduceMean", "ReduceSum", "ReduceMax", "Softmax",  "LayerNormalization",
+                         "Transpose",  "Reshape",   "Split",     "Slice",    "Concat",
+                         "Squeeze",    "Unsqueeze", "Shape",     "Constant", "ConstantOfShape",
+                         "Range",      "Where",     "Equal",     "Not",      "Cast",
+                         "Expand",     "Trilu",     "Identity",  "Dropout"})
     EXPECT_TRUE(std::binary_search(ops.begin(), ops.end(), op)) << op;
   for (const std::string &op : constantOnlyOnnxOps())
     EXPECT_FALSE(std::binary_search(ops.begin(), ops.end(), op)) << op;

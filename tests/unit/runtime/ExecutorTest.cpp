@@ -293,11 +293,12 @@ TEST(Executor, RunErrorsNameTheOpcodeAndLocation) {
   ASSERT_TRUE(ex);
   Status s = ex->run();
   ASSERT_FALSE(s.isOk());
-  EXPECT_EQ(s.message(), "input 'ids' was not set before run()");
+  EXPECT_EQ(s.message(), "input 'ids' was not set before running function 'main'");
   ASSERT_TRUE(ex->setInput("ids", i64({3}, {1, 10, 2})).isOk());
   s = ex->run();
   ASSERT_FALSE(s.isOk());
-  EXPECT_NE(s.message().find("program 'main', instruction 0 (Embedding at 'gpt.py:42 wte')"),
+  EXPECT_NE(s.message().find(
+                "program 'main', function 'main', instruction 0 (Embedding at 'gpt.py:42 wte')"),
             std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("id 10 (element 1 of the ids) is outside the table's 10 rows"),

@@ -1,5 +1,6 @@
 // A test helper that builds small plans with flatbuffers::FlatBufferBuilder: buffers get
-// 64-byte aligned offsets in order, and every field can be overridden to make a bad plan.
+// 64-byte aligned offsets in order, functions are added one after another, and every field can
+// be overridden to make a bad plan.
 #pragma once
 
 #include "runtime/io/HostTensor.h"
@@ -46,13 +47,32 @@ struct ProgramSpec {
     std::string location;
   };
 
+  struct StateSpec {
+    std::string name;
+    uint32_t buffer;
+  };
+  struct FunctionSpec {
+    std::string name;
+    std::vector<PortSpec> inputs, outputs;
+    std::vector<InstSpec> instructions;
+  };
+
   std::string name = "main";
   uint64_t arenaBytes = 0; // 0: computed from the buffers
   std::vector<BufferSpec> buffers;
   std::vector<ParamSpec> params;
-  std::vector<PortSpec> inputs, outputs;
+  std::vector<StateSpec> state;
   std::vector<ConstantSpec> constants;
-  std::vector<InstSpec> instructions;
+  std::vector<FunctionSpec> functions{FunctionSpec{"main", {}, {}, {}}};
+  size_t current = 0; // the function input(), output() and inst() add to
+
+  FunctionSpec &fn() { return functions[current]; }
+  /// Starts another function: input(), output() and inst() add to it from now on.
+  FunctionSpec &function(const std::string &fnName) {
+    functions.push_back({fnName, {}, {}, {}});
+    current = functions.size() - 1;
+    return functions.back();
+  }
 
   /// A new buffer after the last one (or at `offset` to alias another).
   uint32_t buffer(const std::string &bufName, DType dtype, std::vector<int64_t> shape,
@@ -70,10 +90,16 @@ struct ProgramSpec {
   }
   uint32_t input(const std::string &portName, DType dtype, std::vector<int64_t> shape) {
     uint32_t b = buffer(portName, dtype, std::move(shape));
-    inputs.push_back({portName, b});
+    fn().inputs.push_back({portName, b});
     return b;
   }
-  void output(const std::string &portName, uint32_t b) { outputs.push_back({portName, b}); }
+  void output(const std::string &portName, uint32_t b) { fn().outputs.push_back({portName, b}); }
+  /// A state buffer (zero at load).
+  uint32_t stateBuffer(const std::string &stateName, DType dtype, std::vector<int64_t> shape) {
+    uint32_t b = buffer(stateName, dtype, std::move(shape));
+    state.push_back({stateName, b});
+    return b;
+  }
   /// An unsharded parameter.
   uint32_t param(const std::string &paramName, DType dtype, std::vector<int64_t> shape,
                  fb::InitKind init = fb::InitKind::none, double initStd = 0.0) {
@@ -91,7 +117,14 @@ struct ProgramSpec {
   }
   void inst(fb::Opcode op, std::vector<uint32_t> ins, uint32_t out, const std::string &loc = "",
             fb::Attrs attrsType = fb::Attrs::NONE, AttrsFn attrs = nullptr) {
-    instructions.push_back({op, std::move(ins), {out}, attrsType, std::move(attrs), loc});
+    fn().instructions.push_back({op, std::move(ins), {out}, attrsType, std::move(attrs), loc});
+  }
+  /// An instruction with several outputs.
+  void instN(fb::Opcode op, std::vector<uint32_t> ins, std::vector<uint32_t> outs,
+             const std::string &loc = "", fb::Attrs attrsType = fb::Attrs::NONE,
+             AttrsFn attrs = nullptr) {
+    fn().instructions.push_back(
+        {op, std::move(ins), std::move(outs), attrsType, std::move(attrs), loc});
   }
 };
 
@@ -138,6 +171,26 @@ inline AttrsFn dropoutAttrs(double ratio, int64_t stream) {
     return fb::CreateDropoutAttrs(b, ratio, stream).Union();
   };
 }
+inline AttrsFn dropoutShardAttrs(double ratio, int64_t stream, std::vector<int64_t> globalShape,
+                                 std::vector<int64_t> shardOffset) {
+  return [=](flatbuffers::FlatBufferBuilder &b) {
+    return fb::CreateDropoutAttrsDirect(b, ratio, stream, &globalShape, &shardOffset).Union();
+  };
+}
+inline AttrsFn padAttrs(std::vector<int64_t> low, std::vector<int64_t> high,
+                        std::vector<int64_t> interior) {
+  return [=](flatbuffers::FlatBufferBuilder &b) {
+    return fb::CreatePadAttrsDirect(b, &low, &high, &interior).Union();
+  };
+}
+inline AttrsFn adamwAttrs(double beta1, double beta2, double eps, double weightDecay) {
+  return [=](flatbuffers::FlatBufferBuilder &b) {
+    return fb::CreateAdamWAttrs(b, beta1, beta2, eps, weightDecay).Union();
+  };
+}
+inline AttrsFn clipAttrs(double maxNorm) {
+  return [=](flatbuffers::FlatBufferBuilder &b) { return fb::CreateClipAttrs(b, maxNorm).Union(); };
+}
 
 struct PlanSpec {
   std::vector<ProgramSpec> programs{ProgramSpec{}};
@@ -173,19 +226,26 @@ struct PlanSpec {
           out.push_back(fb::CreatePortDirect(b, port.name.c_str(), port.buffer));
         return out;
       };
-      auto ins = ports(p.inputs), outs = ports(p.outputs);
       std::vector<flatbuffers::Offset<fb::Constant>> consts;
       for (const auto &c : p.constants)
         consts.push_back(fb::CreateConstantDirect(b, c.buffer, &c.data));
-      std::vector<flatbuffers::Offset<fb::Instruction>> insts;
-      for (const auto &in : p.instructions) {
-        flatbuffers::Offset<void> attrs = in.attrs ? in.attrs(b) : 0;
-        insts.push_back(fb::CreateInstructionDirect(b, in.op, &in.inputs, &in.outputs, in.attrsType,
-                                                    attrs, in.location.c_str()));
+      std::vector<flatbuffers::Offset<fb::StateBuffer>> state;
+      for (const auto &st : p.state)
+        state.push_back(fb::CreateStateBufferDirect(b, st.name.c_str(), st.buffer));
+      std::vector<flatbuffers::Offset<fb::Function>> fns;
+      for (const auto &f : p.functions) {
+        auto ins = ports(f.inputs), outs = ports(f.outputs);
+        std::vector<flatbuffers::Offset<fb::Instruction>> insts;
+        for (const auto &in : f.instructions) {
+          flatbuffers::Offset<void> attrs = in.attrs ? in.attrs(b) : 0;
+          insts.push_back(fb::CreateInstructionDirect(b, in.op, &in.inputs, &in.outputs,
+                                                      in.attrsType, attrs, in.location.c_str()));
+        }
+        fns.push_back(fb::CreateFunctionDirect(b, f.name.c_str(), &ins, &outs, &insts));
       }
       progs.push_back(fb::CreateProgramDirect(b, p.name.c_str(),
                                               p.arenaBytes ? p.arenaBytes : arena, &bufs, &params,
-                                              &ins, &outs, &consts, &insts));
+                                              &consts, &state, &fns));
     }
     std::vector<flatbuffers::Offset<flatbuffers::String>> names;
     for (const std::string &n : axisNames)

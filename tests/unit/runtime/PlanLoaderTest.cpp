@@ -44,7 +44,8 @@ TEST(PlanLoader, AcceptsAWellFormedPlan) {
   ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
   const fb::Plan &plan = loaded->plan();
   ASSERT_EQ(plan.programs()->size(), 1u);
-  EXPECT_EQ(plan.programs()->Get(0)->instructions()->size(), 2u);
+  ASSERT_EQ(plan.programs()->Get(0)->functions()->size(), 1u);
+  EXPECT_EQ(plan.programs()->Get(0)->functions()->Get(0)->instructions()->size(), 2u);
   EXPECT_EQ(plan.producer()->str(), "megac test");
   EXPECT_TRUE(loaded->path().empty());
 }
@@ -99,24 +100,25 @@ TEST(PlanLoader, SurvivesEveryFlippedByte) {
 
 TEST(PlanLoader, RejectsAnotherFormatVersion) {
   PlanSpec plan = linearGeluPlan();
-  plan.formatVersion = 2;
-  auto loaded = loadPlanFromBytes(plan.build(), "v2.mplan");
+  plan.formatVersion = 1;
+  auto loaded = loadPlanFromBytes(plan.build(), "v1.mplan");
   ASSERT_FALSE(loaded.isOk());
   EXPECT_EQ(loaded.status().message(),
-            "plan 'v2.mplan': plan format version 2 is not supported (this runtime reads "
-            "version 1); recompile the model");
+            "plan 'v1.mplan': plan format version 1 is not supported (this runtime reads "
+            "version 2); recompile the model");
 }
 
 TEST(PlanLoader, RejectsOutOfRangeBufferIndices) {
   PlanSpec plan = linearGeluPlan();
-  plan.program().instructions[0].inputs[2] = 99;
-  expectRejected(plan, {"program 'main', instruction 0 (Linear at 'model.py:10 fc')",
-                        "input 2 is buffer 99, but the program has 5 buffers"});
+  plan.program().fn().instructions[0].inputs[2] = 99;
+  expectRejected(plan,
+                 {"program 'main', function 'main', instruction 0 (Linear at 'model.py:10 fc')",
+                  "input 2 is buffer 99, but the program has 5 buffers"});
   plan = linearGeluPlan();
-  plan.program().instructions[1].outputs[0] = 5;
+  plan.program().fn().instructions[1].outputs[0] = 5;
   expectRejected(plan, {"instruction 1 (Gelu at 'model.py:11 gelu')", "output 0 is buffer 5"});
   plan = linearGeluPlan();
-  plan.program().outputs[0].buffer = 7;
+  plan.program().fn().outputs[0].buffer = 7;
   expectRejected(plan, {"output 0 ('y')", "buffer 7"});
   plan = linearGeluPlan();
   plan.program().params[1].buffer = 5;
@@ -144,20 +146,21 @@ TEST(PlanLoader, RejectsBuffersOutsideTheArenaOrMisSized) {
 
 TEST(PlanLoader, RejectsMissingOrWrongAttrs) {
   PlanSpec plan = linearGeluPlan();
-  plan.program().instructions[1].attrsType = fb::Attrs::NONE;
-  plan.program().instructions[1].attrs = nullptr;
+  plan.program().fn().instructions[1].attrsType = fb::Attrs::NONE;
+  plan.program().fn().instructions[1].attrs = nullptr;
   expectRejected(plan, {"instruction 1 (Gelu at 'model.py:11 gelu')",
                         "has no attrs, but Gelu takes GeluAttrs"});
   plan = linearGeluPlan();
-  plan.program().instructions[1].attrsType = fb::Attrs::AxisAttrs;
-  plan.program().instructions[1].attrs = axisAttrs(0);
+  plan.program().fn().instructions[1].attrsType = fb::Attrs::AxisAttrs;
+  plan.program().fn().instructions[1].attrs = axisAttrs(0);
   expectRejected(plan, {"has AxisAttrs, but Gelu takes GeluAttrs"});
   plan = linearGeluPlan();
-  plan.program().instructions[0].attrsType = fb::Attrs::GeluAttrs;
-  plan.program().instructions[0].attrs = geluAttrs(true);
+  plan.program().fn().instructions[0].attrsType = fb::Attrs::GeluAttrs;
+  plan.program().fn().instructions[0].attrs = geluAttrs(true);
   expectRejected(plan, {"has GeluAttrs, but Linear takes no attrs"});
   plan = linearGeluPlan();
-  plan.program().instructions[1].attrs = nullptr; // the type says GeluAttrs, the table is absent
+  plan.program().fn().instructions[1].attrs =
+      nullptr; // the type says GeluAttrs, the table is absent
   expectRejected(plan, {"GeluAttrs table is missing"});
 }
 
@@ -199,12 +202,15 @@ TEST(PlanLoader, RejectsBadScalarsInAttrs) {
   uint32_t y = p.buffer("y", DType::f32, {4});
   p.inst(fb::Opcode::Dropout, {x, seed}, y, "drop", fb::Attrs::DropoutAttrs, dropoutAttrs(1.5, 0));
   expectRejected(plan, {"dropout ratio 1.5"});
-  p.instructions[0] = {fb::Opcode::Gelu, {x}, {y}, fb::Attrs::GeluAttrs, geluAttrs(false), "g"};
-  p.instructions[0].outputs = {y, y};
+  p.fn().instructions[0] = {fb::Opcode::Gelu, {x}, {y}, fb::Attrs::GeluAttrs,
+                            geluAttrs(false), "g"};
+  p.fn().instructions[0].outputs = {y, y};
   expectRejected(plan, {"has 2 outputs, expected 1"});
-  p.instructions[0] = {fb::Opcode::Gelu, {x, x}, {y}, fb::Attrs::GeluAttrs, geluAttrs(false), "g"};
+  p.fn().instructions[0] = {fb::Opcode::Gelu,     {x, x},           {y},
+                            fb::Attrs::GeluAttrs, geluAttrs(false), "g"};
   expectRejected(plan, {"has 2 inputs, expected 1"});
-  p.instructions[0] = {static_cast<fb::Opcode>(200), {x}, {y}, fb::Attrs::NONE, nullptr, "future"};
+  p.fn().instructions[0] = {
+      static_cast<fb::Opcode>(200), {x}, {y}, fb::Attrs::NONE, nullptr, "future"};
   expectRejected(plan, {"unknown opcode 200"});
 }
 
@@ -223,10 +229,10 @@ TEST(PlanLoader, RejectsBadParametersPortsAndConstants) {
   plan.program().params[0].initStd = -1;
   expectRejected(plan, {"init_std"});
   plan = linearGeluPlan();
-  plan.program().inputs.push_back({"x", 0});
+  plan.program().fn().inputs.push_back({"x", 0});
   expectRejected(plan, {"input 1 ('x') appears twice"});
   plan = linearGeluPlan();
-  plan.program().inputs[0].name = "";
+  plan.program().fn().inputs[0].name = "";
   expectRejected(plan, {"input 0 has no name"});
   plan = linearGeluPlan();
   plan.program().constant("c", DType::f32, {2}, std::vector<float>{1, 2});

@@ -350,3 +350,25 @@ func.func @trivial(%x: tensor<2x3x4xf32>, %b: tensor<4xf32>) -> (tensor<2x3x4xf3
   %9 = mega.transpose %7 [1, 0, 2] : tensor<3x2x4xf32> -> tensor<2x3x4xf32>
   return %2, %4, %6, %8, %9 : tensor<2x3x4xf32>, tensor<24xf32>, tensor<5x2x3x4xf32>, tensor<4x2x3xf32>, tensor<2x3x4xf32>
 }
+
+// -----
+
+// T5's norm: x * (1 / sqrt(mean(x^2) + eps)), then the weight.
+// CHECK-LABEL: func.func @rms_norm
+// CHECK-NEXT: %[[Y:.*]] = mega.rms_norm %arg0, %arg1 eps 9.9999999747524271E-7 : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+// CHECK-NEXT: return %[[Y]]
+func.func @rms_norm(%x: tensor<2x4x8xf32>, %w: tensor<8xf32> {mega.param = "ln.weight"}) -> tensor<2x4x8xf32> {
+  %two = mega.constant dense<2.0> : tensor<2x4x8xf32>
+  %eps = mega.constant dense<1.0e-6> : tensor<2x4x1xf32>
+  %one = mega.constant dense<1.0> : tensor<2x4x1xf32>
+  %sq = mega.pow %x, %two : tensor<2x4x8xf32>
+  %var = mega.reduce mean %sq over [2] keep_dims : tensor<2x4x8xf32> -> tensor<2x4x1xf32>
+  %ve = mega.add %var, %eps : tensor<2x4x1xf32>
+  %std = mega.sqrt %ve : tensor<2x4x1xf32>
+  %inv = mega.div %one, %std : tensor<2x4x1xf32>
+  %invb = mega.broadcast %inv : tensor<2x4x1xf32> -> tensor<2x4x8xf32>
+  %n = mega.mul %x, %invb : tensor<2x4x8xf32>
+  %wb = mega.broadcast %w : tensor<8xf32> -> tensor<2x4x8xf32>
+  %y = mega.mul %wb, %n : tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}

@@ -1,0 +1,268 @@
+// Lowering mega ops to plan instructions: the opcode and attribute table of every op.
+#include "codegen/ProgramLowering.h"
+
+#include "ir/MegaOps.h"
+#include "ir/ShapeRules.h"
+#include "runtime/plan/PlanRules.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace megac::codegen::detail {
+
+namespace {
+
+using mlir::failure;
+using mlir::LogicalResult;
+using mlir::Operation;
+using mlir::success;
+using mlir::Value;
+
+pl::ComparePredicate comparePredicate(mega::ComparePredicate predicate) {
+  switch (predicate) {
+  case mega::ComparePredicate::eq:
+    return pl::ComparePredicate::eq;
+  case mega::ComparePredicate::ne:
+    return pl::ComparePredicate::ne;
+  case mega::ComparePredicate::lt:
+    return pl::ComparePredicate::lt;
+  case mega::ComparePredicate::le:
+    return pl::ComparePredicate::le;
+  case mega::ComparePredicate::gt:
+    return pl::ComparePredicate::gt;
+  case mega::ComparePredicate::ge:
+    return pl::ComparePredicate::ge;
+  }
+  return pl::ComparePredicate::eq;
+}
+
+pl::ReduceKind reduceKind(mega::ReduceKind kind) {
+  switch (kind) {
+  case mega::ReduceKind::sum:
+    return pl::ReduceKind::sum;
+  case mega::ReduceKind::mean:
+    return pl::ReduceKind::mean;
+  case mega::ReduceKind::max:
+    return pl::ReduceKind::max;
+  case mega::ReduceKind::min:
+    return pl::ReduceKind::min;
+  }
+  return pl::ReduceKind::sum;
+}
+
+/// The attention scale: the op's, else 1/sqrt(head dim).
+double attentionScale(std::optional<llvm::APFloat> scale, Value query) {
+  int64_t headDim = mlir::cast<mlir::ShapedType>(query.getType()).getShape().back();
+  return scale ? scale->convertToDouble() : 1.0 / std::sqrt(static_cast<double>(headDim));
+}
+
+} // namespace
+
+LogicalResult ProgramLowering::emit(Operation *op, pl::Opcode opcode, pl::Attrs attrsType,
+                                    fb::Offset<void> attrs) {
+  FunctionInfo &fn = functions_.back();
+  int64_t index = fn.instructions.size();
+  InstructionInfo instruction;
+  instruction.op = opcode;
+  instruction.attrsType = attrsType;
+  instruction.attrs = attrs;
+  instruction.location = locationString(op->getLoc());
+  for (Value operand : op->getOperands())
+    instruction.inputs.push_back(use(operand, index));
+  for (Value result : op->getResults()) {
+    // A `mega.updates` result of an opcode that may write in place goes straight into the
+    // parameter's or state's buffer.
+    if (auto it = updateOf_.find(result);
+        it != updateOf_.end() && pl::writesInPlace(opcode) && !updates_[it->second].writtenAt) {
+      Update &update = updates_[it->second];
+      update.writtenAt = index;
+      update.writer = op;
+      bufferOf_[result] = update.buffer;
+      instruction.outputs.push_back(update.buffer);
+      continue;
+    }
+    auto buffer = addBuffer(result, valueName(result), op->getLoc());
+    if (failed(buffer))
+      return failure();
+    buffers_[*buffer].request.def = index;
+    buffers_[*buffer].request.lastUse = index;
+    instruction.outputs.push_back(*buffer);
+  }
+  instructionOf_[op] = index;
+  fn.instructions.push_back(std::move(instruction));
+  return success();
+}
+
+LogicalResult ProgramLowering::emitWithAxis(Operation *op, pl::Opcode opcode, int64_t axis,
+                                            int64_t rank) {
+  std::optional<int64_t> normalized = mega::shape::normalizeAxis(axis, rank);
+  if (!normalized)
+    return op->emitOpError() << "axis " << axis << " is out of range for rank " << rank;
+  auto attrs = pl::CreateAxisAttrs(fbb_, *normalized);
+  return emit(op, opcode, pl::Attrs::AxisAttrs, fb::Offset<void>(attrs.o));
+}
+
+LogicalResult ProgramLowering::lowerOp(Operation *op) {
+  using namespace mega;
+  using O = pl::Opcode;
+  using A = pl::Attrs;
+  auto asVoid = [](auto offset) { return fb::Offset<void>(offset.o); };
+  auto rankOf = [](Value value) { return mlir::cast<mlir::ShapedType>(value.getType()).getRank(); };
+  auto normAttrs = [&](llvm::APFloat eps) {
+    return asVoid(pl::CreateNormAttrs(fbb_, eps.convertToDouble()));
+  };
+  auto crossEntropyAttrs = [&](std::optional<int64_t> ignore) {
+    return asVoid(pl::CreateCrossEntropyAttrs(fbb_, ignore.has_value(), ignore.value_or(0)));
+  };
+  auto unsupported = [](Operation *unlowered) -> LogicalResult {
+    return unlowered->emitError() << "'" << unlowered->getName()
+                                  << "' cannot be lowered to a single-rank plan yet";
+  };
+  // An operand whose producer failed to lower was reported there; skip its users quietly.
+  for (Value operand : op->getOperands())
+    if (!bufferOf_.count(operand))
+      return failure();
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](ConstantOp c) { return lowerConstant(c, c.getResult(), c.getValue()); })
+      .Case([&](mlir::func::ReturnOp r) { return lowerReturn(r); })
+      .Case([&](ReshapeOp r) { return lowerReshape(r.getInput(), r.getResult(), r.getLoc()); })
+      .Case([&](NegOp) { return emit(op, O::Neg); })
+      .Case([&](AbsOp) { return emit(op, O::Abs); })
+      .Case([&](ExpOp) { return emit(op, O::Exp); })
+      .Case([&](LogOp) { return emit(op, O::Log); })
+      .Case([&](TanhOp) { return emit(op, O::Tanh); })
+      .Case([&](ErfOp) { return emit(op, O::Erf); })
+      .Case([&](SigmoidOp) { return emit(op, O::Sigmoid); })
+      .Case([&](ReluOp) { return emit(op, O::Relu); })
+      .Case([&](SqrtOp) { return emit(op, O::Sqrt); })
+      .Case([&](RsqrtOp) { return emit(op, O::Rsqrt); })
+      .Case([&](NotOp) { return emit(op, O::Not); })
+      .Case([&](AddOp) { return emit(op, O::Add); })
+      .Case([&](SubOp) { return emit(op, O::Sub); })
+      .Case([&](MulOp) { return emit(op, O::Mul); })
+      .Case([&](DivOp) { return emit(op, O::Div); })
+      .Case([&](PowOp) { return emit(op, O::Pow); })
+      .Case([&](MinOp) { return emit(op, O::Min); })
+      .Case([&](MaxOp) { return emit(op, O::Max); })
+      .Case([&](AndOp) { return emit(op, O::And); })
+      .Case([&](OrOp) { return emit(op, O::Or); })
+      .Case([&](CompareOp c) {
+        return emit(op, O::Compare, A::CompareAttrs,
+                    asVoid(pl::CreateCompareAttrs(fbb_, comparePredicate(c.getPredicate()))));
+      })
+      .Case([&](WhereOp) { return emit(op, O::Where); })
+      .Case([&](TransposeOp t) {
+        std::vector<int64_t> perm(t.getPerm().begin(), t.getPerm().end());
+        return emit(op, O::Transpose, A::TransposeAttrs,
+                    asVoid(pl::CreateTransposeAttrsDirect(fbb_, &perm)));
+      })
+      .Case([&](SliceOp s) {
+        std::vector<int64_t> starts(s.getStarts().begin(), s.getStarts().end());
+        std::vector<int64_t> strides(s.getStrides().begin(), s.getStrides().end());
+        return emit(op, O::Slice, A::SliceAttrs,
+                    asVoid(pl::CreateSliceAttrsDirect(fbb_, &starts, &strides)));
+      })
+      .Case([&](ConcatOp c) {
+        return emitWithAxis(op, O::Concat, c.getAxis(), rankOf(c.getResult()));
+      })
+      .Case([&](BroadcastOp) { return emit(op, O::Broadcast); })
+      .Case([&](CastOp) { return emit(op, O::Cast); })
+      .Case(
+          [&](GatherOp g) { return emitWithAxis(op, O::Gather, g.getAxis(), rankOf(g.getData())); })
+      .Case([&](ReduceOp r) -> LogicalResult {
+        int64_t rank = rankOf(r.getInput());
+        std::vector<int64_t> axes;
+        for (int64_t axis : r.getAxes()) {
+          std::optional<int64_t> normalized = mega::shape::normalizeAxis(axis, rank);
+          if (!normalized)
+            return r.emitOpError() << "axis " << axis << " is out of range for rank " << rank;
+          axes.push_back(*normalized);
+        }
+        std::sort(axes.begin(), axes.end());
+        return emit(op, O::Reduce, A::ReduceAttrs,
+                    asVoid(pl::CreateReduceAttrsDirect(fbb_, reduceKind(r.getKind()), &axes)));
+      })
+      .Case([&](SoftmaxOp s) {
+        return emitWithAxis(op, O::Softmax, s.getAxis(), rankOf(s.getInput()));
+      })
+      .Case([&](MatmulOp) { return emit(op, O::MatMul); })
+      .Case([&](LinearOp) { return emit(op, O::Linear); })
+      .Case([&](EmbeddingOp) { return emit(op, O::Embedding); })
+      .Case([&](LayerNormOp n) {
+        return emit(op, O::LayerNorm, A::NormAttrs, normAttrs(n.getEpsilon()));
+      })
+      .Case([&](RmsNormOp n) {
+        return emit(op, O::RmsNorm, A::NormAttrs, normAttrs(n.getEpsilon()));
+      })
+      .Case([&](AttentionOp a) {
+        double scale = attentionScale(a.getScale(), a.getQuery());
+        return emit(op, O::Attention, A::AttentionAttrs,
+                    asVoid(pl::CreateAttentionAttrs(fbb_, a.getCausal(), scale)));
+      })
+      .Case([&](GeluOp g) {
+        bool tanh = g.getApproximation() == GeluApproximation::tanh;
+        return emit(op, O::Gelu, A::GeluAttrs, asVoid(pl::CreateGeluAttrs(fbb_, tanh)));
+      })
+      .Case([&](CrossEntropyOp c) {
+        return emit(op, O::CrossEntropy, A::CrossEntropyAttrs,
+                    crossEntropyAttrs(c.getIgnoreIndex()));
+      })
+      .Case([&](DropoutOp d) {
+        return emit(
+            op, O::Dropout, A::DropoutAttrs,
+            asVoid(pl::CreateDropoutAttrs(fbb_, d.getRatio().convertToDouble(), d.getStream())));
+      })
+      // Backward ops.
+      .Case([&](PadOp p) {
+        std::vector<int64_t> low(p.getLow().begin(), p.getLow().end());
+        std::vector<int64_t> high(p.getHigh().begin(), p.getHigh().end());
+        std::vector<int64_t> interior(p.getInterior().begin(), p.getInterior().end());
+        return emit(op, O::Pad, A::PadAttrs,
+                    asVoid(pl::CreatePadAttrsDirect(fbb_, &low, &high, &interior)));
+      })
+      .Case([&](LayerNormGradOp n) {
+        return emit(op, O::LayerNormGrad, A::NormAttrs, normAttrs(n.getEpsilon()));
+      })
+      .Case([&](RmsNormGradOp n) {
+        return emit(op, O::RmsNormGrad, A::NormAttrs, normAttrs(n.getEpsilon()));
+      })
+      .Case([&](AttentionGradOp a) {
+        double scale = attentionScale(a.getScale(), a.getQuery());
+        return emit(op, O::AttentionGrad, A::AttentionAttrs,
+                    asVoid(pl::CreateAttentionAttrs(fbb_, a.getCausal(), scale)));
+      })
+      .Case([&](GeluGradOp g) {
+        bool tanh = g.getApproximation() == GeluApproximation::tanh;
+        return emit(op, O::GeluGrad, A::GeluAttrs, asVoid(pl::CreateGeluAttrs(fbb_, tanh)));
+      })
+      .Case([&](SoftmaxGradOp s) {
+        return emitWithAxis(op, O::SoftmaxGrad, s.getAxis(), rankOf(s.getResult()));
+      })
+      .Case([&](CrossEntropyGradOp c) {
+        return emit(op, O::CrossEntropyGrad, A::CrossEntropyAttrs,
+                    crossEntropyAttrs(c.getIgnoreIndex()));
+      })
+      .Case([&](EmbeddingGradOp) { return emit(op, O::EmbeddingGrad); })
+      // Optimizer ops.
+      .Case([&](AdamWUpdateOp a) {
+        return emit(op, O::AdamW, A::AdamWAttrs,
+                    asVoid(pl::CreateAdamWAttrs(
+                        fbb_, a.getBeta1().convertToDouble(), a.getBeta2().convertToDouble(),
+                        a.getEps().convertToDouble(), a.getWeightDecay().convertToDouble())));
+      })
+      .Case([&](GlobalNormOp) { return emit(op, O::GlobalNorm); })
+      .Case([&](ClipByNormOp c) {
+        return emit(op, O::ClipByNorm, A::ClipAttrs,
+                    asVoid(pl::CreateClipAttrs(fbb_, c.getMaxNorm().convertToDouble())));
+      })
+      .Case<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, SendOp, RecvOp, ReshardOp>(
+          unsupported)
+      .Default([&](Operation *op) -> LogicalResult {
+        return op->emitError() << "'" << op->getName()
+                               << "' is not a mega op; codegen lowers only mega ops";
+      });
+}
+
+} // namespace megac::codegen::detail

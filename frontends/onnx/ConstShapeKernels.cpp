@@ -1,0 +1,395 @@
+// Folding kernels of the ONNX importer that move data: reshape, expand, transpose, slice,
+// gather, concat, tile, range, trilu and reductions, with ONNX semantics on constant tensors.
+#include "frontends/onnx/ConstTensor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace megac::onnx_import {
+
+std::string normalizeSlice(int64_t dim, int64_t start, int64_t end, int64_t step, SliceDim &out) {
+  if (step == 0)
+    return "slice step must not be 0";
+  step = std::max(step, -std::numeric_limits<int64_t>::max());
+  // ONNX Slice: negative indices count from the end, then clamp (INT64 extremes mean "to the
+  // end" in exports).
+  if (start < 0)
+    start = start < -dim ? -dim - 1 : start + dim;
+  if (end < 0)
+    end = end < -dim ? -dim - 1 : end + dim;
+  int64_t count = 0;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    if (end > start)
+      count = (end - start - 1) / step + 1;
+  } else {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+    if (dim > 0 && start > end)
+      count = (start - end - 1) / (-step) + 1;
+  }
+  out = {start, step, count};
+  return {};
+}
+
+Folded reshape(const ConstTensor &x, const Shape &shape) {
+  if (checkedNumElements(shape) != x.numElements())
+    return Folded::fail("cannot reshape " + shapeStr(x.shape) + " to " + shapeStr(shape));
+  Folded r{x, {}};
+  r.tensor.shape = shape;
+  return r;
+}
+
+Folded expand(const ConstTensor &x, const Shape &shape) {
+  if (x.rank() > int64_t(shape.size()))
+    return Folded::fail("cannot broadcast " + shapeStr(x.shape) + " to " + shapeStr(shape));
+  for (size_t i = 0; i < x.shape.size(); ++i) {
+    int64_t d = x.shape[i], t = shape[shape.size() - x.shape.size() + i];
+    if (d != t && d != 1)
+      return Folded::fail("cannot broadcast " + shapeStr(x.shape) + " to " + shapeStr(shape));
+  }
+  Folded r = allocateFolded(x.type, shape);
+  if (!r.ok())
+    return r;
+  auto index = broadcastIndex(x.shape, shape);
+  for (size_t i = 0; i < index.size(); ++i) {
+    if (x.isFloat())
+      r.tensor.floats[i] = x.floats[index[i]];
+    else
+      r.tensor.ints[i] = x.ints[index[i]];
+  }
+  return r;
+}
+
+Folded transpose(const ConstTensor &x, const std::vector<int64_t> &perm) {
+  int64_t rank = x.rank();
+  if (int64_t(perm.size()) != rank)
+    return Folded::fail("perm has " + std::to_string(perm.size()) + " entries for rank " +
+                        std::to_string(rank));
+  std::vector<bool> seen(rank, false);
+  for (int64_t p : perm) {
+    if (p < 0 || p >= rank || seen[p])
+      return Folded::fail("perm is not a permutation of the dims");
+    seen[p] = true;
+  }
+  Shape outShape(rank);
+  for (int64_t d = 0; d < rank; ++d)
+    outShape[d] = x.shape[perm[d]];
+  Folded r = allocateFolded(x.type, outShape);
+  if (!r.ok())
+    return r;
+  auto inStrides = rowMajorStrides(x.shape), outStrides = rowMajorStrides(outShape);
+  int64_t n = x.numElements();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i, src = 0;
+    for (int64_t d = 0; d < rank; ++d) {
+      int64_t coord = rest / outStrides[d];
+      rest %= outStrides[d];
+      src += coord * inStrides[perm[d]];
+    }
+    if (x.isFloat())
+      r.tensor.floats[i] = x.floats[src];
+    else
+      r.tensor.ints[i] = x.ints[src];
+  }
+  return r;
+}
+
+Folded slice(const ConstTensor &x, const std::vector<SliceDim> &dims) {
+  int64_t rank = x.rank();
+  if (int64_t(dims.size()) != rank)
+    return Folded::fail("slice: one entry per dim expected");
+  Shape outShape(rank);
+  for (int64_t d = 0; d < rank; ++d)
+    outShape[d] = dims[d].count;
+  Folded r = allocateFolded(x.type, outShape);
+  if (!r.ok())
+    return r;
+  auto inStrides = rowMajorStrides(x.shape), outStrides = rowMajorStrides(outShape);
+  int64_t n = checkedNumElements(outShape);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i, src = 0;
+    for (int64_t d = 0; d < rank; ++d) {
+      int64_t coord = rest / outStrides[d];
+      rest %= outStrides[d];
+      src += (dims[d].start + coord * dims[d].step) * inStrides[d];
+    }
+    if (x.isFloat())
+      r.tensor.floats[i] = x.floats[src];
+    else
+      r.tensor.ints[i] = x.ints[src];
+  }
+  return r;
+}
+
+Folded gather(const ConstTensor &data, const ConstTensor &indices, int64_t axis) {
+  int64_t rank = data.rank();
+  if (axis < -rank || axis >= rank)
+    return Folded::fail("Gather axis " + std::to_string(axis) + " is out of range for rank " +
+                        std::to_string(rank));
+  if (axis < 0)
+    axis += rank;
+  if (indices.isFloat() || indices.type == ElemType::boolean)
+    return Folded::fail("Gather indices must be integers");
+  Shape outShape(data.shape.begin(), data.shape.begin() + axis);
+  outShape.insert(outShape.end(), indices.shape.begin(), indices.shape.end());
+  outShape.insert(outShape.end(), data.shape.begin() + axis + 1, data.shape.end());
+  Folded r = allocateFolded(data.type, outShape);
+  if (!r.ok())
+    return r;
+  int64_t outer = 1, inner = 1, dim = data.shape[axis];
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= data.shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d)
+    inner *= data.shape[d];
+  int64_t count = indices.numElements();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < count; ++k) {
+      int64_t idx = indices.ints[k];
+      if (idx < -dim || idx >= dim)
+        return Folded::fail("Gather index " + std::to_string(idx) + " is out of range for dim " +
+                            std::to_string(axis) + " of size " + std::to_string(dim));
+      if (idx < 0)
+        idx += dim;
+      for (int64_t j = 0; j < inner; ++j) {
+        int64_t dst = (o * count + k) * inner + j, src = (o * dim + idx) * inner + j;
+        if (data.isFloat())
+          r.tensor.floats[dst] = data.floats[src];
+        else
+          r.tensor.ints[dst] = data.ints[src];
+      }
+    }
+  return r;
+}
+
+Folded concat(const std::vector<const ConstTensor *> &inputs, int64_t axis) {
+  if (inputs.empty())
+    return Folded::fail("Concat needs at least one input");
+  const ConstTensor &first = *inputs.front();
+  int64_t rank = first.rank();
+  if (axis < -rank || axis >= rank)
+    return Folded::fail("Concat axis " + std::to_string(axis) + " is out of range for rank " +
+                        std::to_string(rank));
+  if (axis < 0)
+    axis += rank;
+  Shape outShape = first.shape;
+  outShape[axis] = 0;
+  for (const ConstTensor *t : inputs) {
+    if (t->type != first.type || t->rank() != rank)
+      return Folded::fail("Concat inputs differ in type or rank");
+    for (int64_t d = 0; d < rank; ++d)
+      if (d != axis && t->shape[d] != first.shape[d])
+        return Folded::fail("Concat inputs differ in dim " + std::to_string(d));
+    outShape[axis] += t->shape[axis];
+  }
+  Folded r = allocateFolded(first.type, outShape);
+  if (!r.ok())
+    return r;
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= outShape[d];
+  for (int64_t d = axis + 1; d < rank; ++d)
+    inner *= outShape[d];
+  int64_t dst = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (const ConstTensor *t : inputs) {
+      int64_t chunk = t->shape[axis] * inner;
+      for (int64_t j = 0; j < chunk; ++j, ++dst) {
+        if (first.isFloat())
+          r.tensor.floats[dst] = t->floats[o * chunk + j];
+        else
+          r.tensor.ints[dst] = t->ints[o * chunk + j];
+      }
+    }
+  return r;
+}
+
+Folded tile(const ConstTensor &x, const std::vector<int64_t> &repeats) {
+  if (int64_t(repeats.size()) != x.rank())
+    return Folded::fail("Tile needs one repeat count per dim");
+  Shape outShape = x.shape;
+  for (size_t d = 0; d < repeats.size(); ++d) {
+    if (repeats[d] < 0)
+      return Folded::fail("Tile repeats must be >= 0");
+    if (repeats[d] > 0 && outShape[d] > kMaxFoldElements / repeats[d])
+      return Folded::fail("the tiled shape " + shapeStr(outShape) + " is too large to fold");
+    outShape[d] *= repeats[d];
+  }
+  Folded r = allocateFolded(x.type, outShape);
+  if (!r.ok())
+    return r;
+  auto inStrides = rowMajorStrides(x.shape), outStrides = rowMajorStrides(outShape);
+  int64_t n = checkedNumElements(outShape);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i, src = 0;
+    for (int64_t d = 0; d < x.rank(); ++d) {
+      int64_t coord = rest / outStrides[d];
+      rest %= outStrides[d];
+      src += (coord % x.shape[d]) * inStrides[d];
+    }
+    if (x.isFloat())
+      r.tensor.floats[i] = x.floats[src];
+    else
+      r.tensor.ints[i] = x.ints[src];
+  }
+  return r;
+}
+
+Folded range(ElemType type, double start, double limit, double delta) {
+  if (delta == 0 || std::isnan(delta) || std::isnan(start) || std::isnan(limit))
+    return Folded::fail("Range delta must be non-zero and the bounds numbers");
+  if (!isFloatType(type) && (std::fabs(start) > 9e18 || std::fabs(delta) > 9e18))
+    return Folded::fail("Range bounds are out of the integer range");
+  double count = std::ceil((limit - start) / delta);
+  if (!(count <= double(kMaxFoldElements)))
+    return Folded::fail("Range would have more than " + std::to_string(kMaxFoldElements) +
+                        " elements");
+  int64_t n = std::max<int64_t>(int64_t(count), 0);
+  Folded r = allocateFolded(type, {n});
+  if (!r.ok())
+    return r;
+  for (int64_t i = 0; i < n; ++i) {
+    if (isFloatType(type))
+      r.tensor.floats[i] = roundToType(type, start + double(i) * delta);
+    else
+      r.tensor.ints[i] = wrapToType(
+          type, int64_t(uint64_t(int64_t(start)) + uint64_t(i) * uint64_t(int64_t(delta))));
+  }
+  return r;
+}
+
+Folded trilu(const ConstTensor &x, int64_t k, bool upper) {
+  if (x.rank() < 2)
+    return Folded::fail("Trilu needs a tensor of rank >= 2");
+  Folded r{x, {}};
+  int64_t rows = x.shape[x.rank() - 2], cols = x.shape.back();
+  int64_t n = x.numElements();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t col = i % cols, row = (i / cols) % rows;
+    bool keep = upper ? (col - row >= k) : (col - row <= k);
+    if (!keep) {
+      if (x.isFloat())
+        r.tensor.floats[i] = 0;
+      else
+        r.tensor.ints[i] = 0;
+    }
+  }
+  return r;
+}
+
+Folded reduce(ReduceFn fn, const ConstTensor &x, const std::vector<int64_t> &axes, bool keepDims) {
+  int64_t rank = x.rank();
+  std::vector<bool> reduced(rank, false);
+  for (int64_t a : axes) {
+    if (a < 0 || a >= rank || reduced[a])
+      return Folded::fail("reduction axes must be unique and in range");
+    reduced[a] = true;
+  }
+  Shape kept = x.shape;
+  for (int64_t d = 0; d < rank; ++d)
+    if (reduced[d])
+      kept[d] = 1;
+  if (x.numElements() == 0 && (fn == ReduceFn::max || fn == ReduceFn::min))
+    return Folded::fail("cannot fold a max/min reduction over an empty tensor");
+  Folded r = allocateFolded(x.type, kept);
+  if (!r.ok())
+    return r;
+  int64_t outN = checkedNumElements(kept);
+  std::vector<double> accF(outN, fn == ReduceFn::prod ? 1.0 : 0.0);
+  std::vector<int64_t> accI(outN, fn == ReduceFn::prod ? 1 : 0);
+  std::vector<bool> started(outN, false);
+  auto inStrides = rowMajorStrides(x.shape), outStrides = rowMajorStrides(kept);
+  int64_t n = x.numElements();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i, dst = 0;
+    for (int64_t d = 0; d < rank; ++d) {
+      int64_t coord = rest / inStrides[d];
+      rest %= inStrides[d];
+      if (!reduced[d])
+        dst += coord * outStrides[d];
+    }
+    if (x.isFloat()) {
+      double v = x.floats[i];
+      double &a = accF[dst];
+      if (fn == ReduceFn::sum || fn == ReduceFn::mean)
+        a += v;
+      else if (fn == ReduceFn::prod)
+        a *= v;
+      else if (!started[dst])
+        a = v;
+      else
+        a = fn == ReduceFn::max ? std::max(a, v) : std::min(a, v);
+    } else {
+      int64_t v = x.ints[i];
+      int64_t &a = accI[dst];
+      if (fn == ReduceFn::sum || fn == ReduceFn::mean)
+        a = int64_t(uint64_t(a) + uint64_t(v));
+      else if (fn == ReduceFn::prod)
+        a = int64_t(uint64_t(a) * uint64_t(v));
+      else if (!started[dst])
+        a = v;
+      else
+        a = fn == ReduceFn::max ? std::max(a, v) : std::min(a, v);
+    }
+    started[dst] = true;
+  }
+  int64_t count = outN ? n / outN : 0;
+  for (int64_t j = 0; j < outN; ++j) {
+    if (x.isFloat())
+      r.tensor.floats[j] =
+          roundToType(x.type, fn == ReduceFn::mean ? accF[j] / double(count) : accF[j]);
+    else
+      r.tensor.ints[j] =
+          wrapToType(x.type, fn == ReduceFn::mean && count ? accI[j] / count : accI[j]);
+  }
+  if (!keepDims) {
+    Shape squeezed;
+    for (int64_t d = 0; d < rank; ++d)
+      if (!reduced[d])
+        squeezed.push_back(x.shape[d]);
+    r.tensor.shape = squeezed;
+  }
+  return r;
+}
+
+Folded argReduce(bool isMax, const ConstTensor &x, int64_t axis, bool keepDims, bool selectLast) {
+  int64_t rank = x.rank();
+  if (axis < -rank || axis >= rank)
+    return Folded::fail("axis out of range");
+  if (axis < 0)
+    axis += rank;
+  if (x.shape[axis] == 0)
+    return Folded::fail("cannot take the arg max/min of an empty dim");
+  Shape kept = x.shape;
+  kept[axis] = 1;
+  Folded r = allocateFolded(ElemType::i64, kept);
+  if (!r.ok())
+    return r;
+  int64_t outer = 1, inner = 1, dim = x.shape[axis];
+  for (int64_t d = 0; d < axis; ++d)
+    outer *= x.shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d)
+    inner *= x.shape[d];
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t j = 0; j < inner; ++j) {
+      int64_t best = 0;
+      double bestValue = x.getDouble(o * dim * inner + j);
+      for (int64_t k = 1; k < dim; ++k) {
+        double v = x.getDouble((o * dim + k) * inner + j);
+        bool better = isMax ? (selectLast ? v >= bestValue : v > bestValue)
+                            : (selectLast ? v <= bestValue : v < bestValue);
+        if (better) {
+          best = k;
+          bestValue = v;
+        }
+      }
+      r.tensor.ints[o * inner + j] = best;
+    }
+  if (!keepDims)
+    r.tensor.shape.erase(r.tensor.shape.begin() + axis);
+  return r;
+}
+
+} // namespace megac::onnx_import

@@ -1,0 +1,113 @@
+// Gradient rules of the coarse mega ops (linear, embedding, norms, attention, gelu,
+// cross_entropy, dropout), mostly through their backward ops (ir/MegaGradOps.td).
+#include "ir/GradientEmitter.h"
+
+using namespace mlir;
+using namespace mega;
+using namespace mega::grad;
+
+//===----------------------------------------------------------------------===//
+// Coarse ops
+//===----------------------------------------------------------------------===//
+
+// y = x W^T + b with x [..., in], W [out, in]: dx = dy W (a linear with W^T, so it shards like
+// the forward), dW = dy^T x over all rows, db = the row sum of dy.
+LogicalResult LinearOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  Emitter e{b, getLoc()};
+  Value g = resultGrads[0], x = getInput(), w = getWeight();
+  int64_t out = getWeight().getType().getShape()[0], in = getWeight().getType().getShape()[1];
+  int64_t rows = shape::numElements(dims(getType().getShape().drop_back()));
+  Value wt = e.transpose(w, {1, 0});
+  operandGrads.push_back(LinearOp::create(b, getLoc(), x.getType(), g, wt, Value()));
+  Value g2 = e.reshape(g, {rows, out}), x2 = e.reshape(x, {rows, in});
+  operandGrads.push_back(e.matmul(e.transposeLast2(g2), x2));
+  if (getBias())
+    operandGrads.push_back(e.reduceSum(g2, {0}, /*keepDims=*/false));
+  return success();
+}
+
+LogicalResult EmbeddingOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  operandGrads.push_back(
+      EmbeddingGradOp::create(b, getLoc(), getTable().getType(), resultGrads[0], getIds()));
+  operandGrads.push_back(Value());
+  return success();
+}
+
+LogicalResult LayerNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  Type w = getWeight().getType();
+  auto grad = LayerNormGradOp::create(b, getLoc(), getInput().getType(), w, w, resultGrads[0],
+                                      getInput(), getWeight(), getEpsilon());
+  operandGrads.push_back(grad.getInputGrad());
+  operandGrads.push_back(grad.getWeightGrad());
+  if (getBias())
+    operandGrads.push_back(grad.getBiasGrad());
+  return success();
+}
+
+LogicalResult RmsNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  auto grad = RmsNormGradOp::create(b, getLoc(), getInput().getType(), getWeight().getType(),
+                                    resultGrads[0], getInput(), getWeight(), getEpsilon());
+  operandGrads.push_back(grad.getInputGrad());
+  operandGrads.push_back(grad.getWeightGrad());
+  return success();
+}
+
+LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  Value mask = getMask();
+  Type maskType = mask ? mask.getType() : Type();
+  auto grad = AttentionGradOp::create(b, getLoc(), getQuery().getType(), getKey().getType(),
+                                      getValue().getType(), maskType, resultGrads[0], getQuery(),
+                                      getKey(), getValue(), mask, getCausalAttr(), getScaleAttr());
+  operandGrads.push_back(grad.getQueryGrad());
+  operandGrads.push_back(grad.getKeyGrad());
+  operandGrads.push_back(grad.getValueGrad());
+  if (mask)
+    operandGrads.push_back(grad.getMaskGrad());
+  return success();
+}
+
+LogicalResult GeluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  operandGrads.push_back(
+      GeluGradOp::create(b, getLoc(), getType(), getApproximation(), resultGrads[0], getInput()));
+  return success();
+}
+
+LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                            SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  operandGrads.push_back(CrossEntropyGradOp::create(b, getLoc(), getLogits().getType(),
+                                                    resultGrads[0], getLogits(), getLabels(),
+                                                    getIgnoreIndexAttr()));
+  operandGrads.push_back(Value());
+  return success();
+}
+
+// The same elements drop (same seed and stream) and the survivors scale the same way.
+LogicalResult DropoutOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                       SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  operandGrads.push_back(DropoutOp::create(b, getLoc(), getType(), resultGrads[0], getSeed(),
+                                           getRatioAttr(), getStreamAttr()));
+  operandGrads.push_back(Value());
+  return success();
+}

@@ -1,0 +1,39 @@
+// The training phase as one call: loss, autodiff and optimizer passes, then canonicalize and
+// CSE, turning a forward model into @forward, @forward_backward and @apply_gradients.
+#pragma once
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LLVM.h"
+
+#include <cstdint>
+#include <string>
+
+namespace megac::passes {
+
+enum class LossKind { causal, mlm };
+
+/// One validated set of training-step settings (the passes' options, docs/training-step.md).
+struct TrainingOptions {
+  /// The model function; empty: the module's only function.
+  std::string function;
+  /// The mega.output name of the logits; empty: the model's only floating-point result.
+  std::string logits;
+  LossKind lossKind = LossKind::causal;
+  /// Labels with this value get no loss.
+  int64_t ignoreIndex = -100;
+  // AdamW (torch.optim.AdamW defaults); weight decay applies to parameters of rank >= 2.
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weightDecay = 0.01;
+  /// Clip the global gradient norm to this value; 0: no clipping.
+  double clipGrad = 0.0;
+};
+
+const char *lossKindName(LossKind kind);
+
+/// Runs the training phase on `module`. Errors are emitted as diagnostics on the module's
+/// context.
+mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptions &options);
+
+} // namespace megac::passes

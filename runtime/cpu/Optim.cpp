@@ -1,0 +1,129 @@
+// CPU reference kernels for the optimizer ops: AdamW (torch.optim.AdamW), GlobalNorm and
+// ClipByNorm (torch.nn.utils.clip_grad_norm_).
+#include "runtime/cpu/KernelUtil.h"
+
+#include <cmath>
+
+namespace megac::runtime::cpu {
+
+using namespace detail;
+
+namespace {
+
+/// A 0-d f32/f64 tensor's value.
+StatusOr<double> floatScalar(const char *op, const char *what, const TensorRef &t) {
+  if (!t.shape.empty())
+    return fail(op, std::string(what) + " must be a 0-d tensor, not shape " + shapeString(t.shape));
+  if (t.dtype == DType::f32)
+    return static_cast<double>(*t.as<const float>());
+  if (t.dtype == DType::f64)
+    return *t.as<const double>();
+  return fail(op, std::string(what) + " must be f32 or f64, not " + dtypeName(t.dtype));
+}
+
+} // namespace
+
+Status adamw(const TensorRef &p, const TensorRef &g, const TensorRef &m, const TensorRef &v,
+             const TensorRef &lr, const TensorRef &step, const AdamWConfig &config,
+             const TensorRef &pOut, const TensorRef &mOut, const TensorRef &vOut) {
+  const char *name = "AdamW";
+  struct Operand {
+    const TensorRef &ref;
+    const char *what;
+  };
+  for (Operand o : {Operand{g, "grad"}, Operand{m, "exp_avg"}, Operand{v, "exp_avg_sq"},
+                    Operand{pOut, "new param"}, Operand{mOut, "new exp_avg"},
+                    Operand{vOut, "new exp_avg_sq"}}) {
+    RETURN_IF_ERROR(expectDtype(name, o.what, o.ref, p.dtype));
+    RETURN_IF_ERROR(expectShape(name, o.what, o.ref, p.shape));
+  }
+  ASSIGN_OR_RETURN(double rate, floatScalar(name, "lr", lr));
+  RETURN_IF_ERROR(expectIndexDtype(name, "step", step));
+  if (!step.shape.empty())
+    return fail(name, "step must be a 0-d tensor, not shape " + shapeString(step.shape));
+  int64_t t = loadIndex(step, 0);
+  if (t < 1)
+    return fail(name, "step " + std::to_string(t) + " must be >= 1 (steps count from 1)");
+  const double b1 = config.beta1, b2 = config.beta2, eps = config.eps, wd = config.weightDecay;
+  if (!(b1 >= 0.0 && b1 < 1.0) || !(b2 >= 0.0 && b2 < 1.0) || !(eps >= 0.0) ||
+      !std::isfinite(eps) || !std::isfinite(wd))
+    return fail(name,
+                "betas must be in [0, 1) and eps, weight decay finite (eps >= 0); got beta1 " +
+                    std::to_string(b1) + ", beta2 " + std::to_string(b2) + ", eps " +
+                    std::to_string(eps) + ", weight_decay " + std::to_string(wd));
+  const double bias1 = 1.0 - std::pow(b1, static_cast<double>(t));
+  const double bias2 = 1.0 - std::pow(b2, static_cast<double>(t));
+  int64_t n = p.numElements();
+  return dispatchFloat(name, p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *ps = p.as<const T>(), *gs = g.as<const T>(), *ms = m.as<const T>();
+    const T *vs = v.as<const T>();
+    T *pd = pOut.as<T>(), *md = mOut.as<T>(), *vd = vOut.as<T>();
+    for (int64_t i = 0; i < n; ++i) {
+      // Read everything at i before writing anything: the outputs may be the inputs.
+      double pi = static_cast<double>(ps[i]), gi = static_cast<double>(gs[i]);
+      double mi = static_cast<double>(ms[i]), vi = static_cast<double>(vs[i]);
+      pi -= rate * wd * pi;
+      T mNew = static_cast<T>(b1 * mi + (1.0 - b1) * gi);
+      T vNew = static_cast<T>(b2 * vi + (1.0 - b2) * gi * gi);
+      double mHat = static_cast<double>(mNew) / bias1;
+      double vHat = static_cast<double>(vNew) / bias2;
+      pi -= rate * mHat / (std::sqrt(vHat) + eps);
+      md[i] = mNew;
+      vd[i] = vNew;
+      pd[i] = static_cast<T>(pi);
+    }
+    return Status::ok();
+  });
+}
+
+Status globalNorm(std::span<const TensorRef> inputs, const TensorRef &out) {
+  const char *name = "GlobalNorm";
+  if (!out.shape.empty())
+    return fail(name, "the output must be a 0-d tensor, not shape " + shapeString(out.shape));
+  double sumSq = 0.0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const TensorRef &x = inputs[k];
+    std::string which = "input " + std::to_string(k);
+    RETURN_IF_ERROR(dispatchFloat(name, x.dtype,
+                                  [&](auto tag) {
+                                    using T = decltype(tag);
+                                    const T *xs = x.as<const T>();
+                                    for (int64_t i = 0, n = x.numElements(); i < n; ++i)
+                                      sumSq +=
+                                          static_cast<double>(xs[i]) * static_cast<double>(xs[i]);
+                                    return Status::ok();
+                                  }))
+        << " (" << which << ")";
+  }
+  return dispatchFloat(name, out.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    *out.as<T>() = static_cast<T>(std::sqrt(sumSq));
+    return Status::ok();
+  });
+}
+
+Status clipByNorm(const TensorRef &x, const TensorRef &norm, double maxNorm, const TensorRef &out) {
+  const char *name = "ClipByNorm";
+  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
+  RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
+  RETURN_IF_ERROR(expectDtype(name, "norm", norm, x.dtype));
+  if (!norm.shape.empty())
+    return fail(name, "norm must be a 0-d tensor, not shape " + shapeString(norm.shape));
+  if (!(maxNorm > 0.0) || !std::isfinite(maxNorm))
+    return fail(name, "max_norm " + std::to_string(maxNorm) + " must be finite and > 0");
+  int64_t n = x.numElements();
+  return dispatchFloat(name, x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    // The coefficient in x's dtype, as torch computes it; read before any write (in place).
+    T coef = static_cast<T>(maxNorm) / (*norm.as<const T>() + static_cast<T>(1e-6));
+    coef = std::min(coef, T(1)); // NaN stays NaN, as torch.clamp
+    const T *xs = x.as<const T>();
+    T *ys = out.as<T>();
+    for (int64_t i = 0; i < n; ++i)
+      ys[i] = xs[i] * coef;
+    return Status::ok();
+  });
+}
+
+} // namespace megac::runtime::cpu

@@ -1,0 +1,79 @@
+// The batches of `megac train`: which token rows each step reads, split into micro-batches, with
+// shifted labels (causal LMs) or seeded masked-LM labels (BERT).
+//
+// The data is one int32 or int64 array [N, S+1]. Step i (0-based) of a global batch B reads rows
+// (i*B + j) mod N for j = 0..B-1, in order; micro-batch k of size b takes rows k*b .. k*b+b-1 of
+// that list. Causal: input_ids = row[:S], labels = row[1:]. Masked LM: the sequence is row[:S];
+// a seeded choice of round(ratio * S) positions per row (at least 1) is replaced by the mask
+// token and labelled with the original token, every other label is kIgnoreIndex. The choice
+// depends on (seed, step, j) only, so it is the same however the global batch is split.
+#pragma once
+
+#include "runtime/Status.h"
+#include "runtime/io/HostTensor.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace megac::runtime::train {
+
+/// Labels with this value get no loss and do not count as target tokens (PyTorch's default).
+inline constexpr int64_t kIgnoreIndex = -100;
+
+/// Token rows [rows, rowLength], row-major.
+struct TokenData {
+  int64_t rows = 0;
+  int64_t rowLength = 0; // S + 1
+  std::vector<int64_t> tokens;
+
+  int64_t sequenceLength() const { return rowLength - 1; }
+  int64_t at(int64_t row, int64_t col) const { return tokens[row * rowLength + col]; }
+};
+
+/// An int32 or int64 tensor [N, S+1] with N >= 1 and S >= 1.
+StatusOr<TokenData> tokenDataFromTensor(const HostTensor &tensor);
+/// Reads a .npy file and checks it as above; errors name the file.
+StatusOr<TokenData> readTokenData(const std::string &path);
+/// Every token in [0, vocab); else an error naming the first bad token's row and column.
+Status checkTokenRange(const TokenData &data, int64_t vocab);
+
+/// Global batch B and micro-batch b: B >= 1, b >= 1, B divisible by b.
+struct BatchSplit {
+  int64_t globalBatch = 0;
+  int64_t microBatch = 0;
+
+  Status validate() const;
+  int64_t microBatches() const { return globalBatch / microBatch; }
+};
+
+/// The data row of position j of step `step` (0-based): (step*B + j) mod N, without overflow.
+int64_t dataRow(int64_t step, int64_t j, int64_t globalBatch, int64_t rows);
+
+struct MlmOptions {
+  uint64_t seed = 0;
+  int64_t maskToken = 0; // megac uses vocab - 1
+  double ratio = 0.15;
+};
+
+/// The positions (sorted) masked in position j of step `step`'s global batch.
+std::vector<int64_t> mlmMaskedPositions(const MlmOptions &options, int64_t step, int64_t j,
+                                        int64_t sequenceLength);
+
+/// One micro-batch: i64 tensors [b, S].
+struct MicroBatch {
+  HostTensor inputIds;
+  HostTensor labels;
+  int64_t targetTokens = 0; // labels other than kIgnoreIndex
+};
+
+/// The micro-batches of step `step` (0-based), in order: shifted labels.
+std::vector<MicroBatch> causalStep(const TokenData &data, int64_t step, const BatchSplit &split);
+/// The same for masked-LM training.
+std::vector<MicroBatch> mlmStep(const TokenData &data, int64_t step, const BatchSplit &split,
+                                const MlmOptions &options);
+
+/// Target tokens summed over the micro-batches (the loss normalizer is its inverse).
+int64_t targetTokens(const std::vector<MicroBatch> &batches);
+
+} // namespace megac::runtime::train

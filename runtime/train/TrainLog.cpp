@@ -1,0 +1,114 @@
+// Step records as JSON lines, terminal progress lines and plain log lines.
+#include "runtime/train/TrainLog.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+namespace megac::runtime::train {
+
+namespace {
+
+std::string number(double value) {
+  if (!std::isfinite(value))
+    return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", value);
+  return buf;
+}
+
+std::string format(const char *fmt, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), fmt, value);
+  return buf;
+}
+
+} // namespace
+
+std::string stepRecordJson(const StepRecord &r) {
+  return "{\"step\": " + std::to_string(r.step) + ", \"loss\": " + number(r.loss) +
+         ", \"lr\": " + number(r.lr) + ", \"grad_norm\": " + number(r.gradNorm) +
+         ", \"loss_scale\": " + number(r.lossScale) +
+         ", \"skipped\": " + (r.skipped ? "true" : "false") +
+         ", \"tokens\": " + std::to_string(r.tokens) +
+         ", \"tokens_per_s\": " + number(r.tokensPerSecond()) +
+         ", \"step_time_s\": " + number(r.stepSeconds) + "}";
+}
+
+std::string stepLogLine(const StepRecord &r, int64_t totalSteps) {
+  std::string line = "step " + std::to_string(r.step) + "/" + std::to_string(totalSteps) +
+                     " | loss " + format("%.6g", r.loss) + " | lr " + format("%.3e", r.lr) +
+                     " | grad_norm " + format("%.4g", r.gradNorm) + " | " +
+                     format("%.1f", r.stepSeconds * 1e3) + " ms/step | " +
+                     format("%.0f", r.tokensPerSecond()) + " tok/s";
+  if (r.lossScale != 1)
+    line += " | loss_scale " + format("%g", r.lossScale);
+  if (r.skipped)
+    line += " | skipped";
+  return line;
+}
+
+std::string progressLine(const StepRecord &r, int64_t totalSteps, double etaSeconds) {
+  constexpr int kWidth = 20;
+  int done = totalSteps > 0 ? static_cast<int>(kWidth * r.step / totalSteps) : kWidth;
+  done = std::clamp(done, 0, kWidth);
+  std::string bar(static_cast<size_t>(done), '=');
+  if (done < kWidth)
+    bar += '>' + std::string(static_cast<size_t>(kWidth - done - 1), ' ');
+  return "step " + std::to_string(r.step) + "/" + std::to_string(totalSteps) + " [" + bar +
+         "] loss " + format("%.4f", r.loss) + " | " + format("%.0f", r.tokensPerSecond()) +
+         " tok/s | ETA " + formatDuration(etaSeconds);
+}
+
+std::string formatDuration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0)
+    return "?";
+  if (seconds < 1)
+    return format("%.0f ms", seconds * 1e3);
+  auto total = static_cast<long long>(std::llround(seconds));
+  char buf[48];
+  if (total < 60)
+    std::snprintf(buf, sizeof(buf), "%llds", total);
+  else if (total < 3600)
+    std::snprintf(buf, sizeof(buf), "%lldm%02llds", total / 60, total % 60);
+  else
+    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", total / 3600, total / 60 % 60);
+  return buf;
+}
+
+JsonLinesWriter::~JsonLinesWriter() {
+  if (file_)
+    std::fclose(file_);
+}
+
+Status JsonLinesWriter::open(const std::string &path) {
+  if (file_)
+    return Status::error("log file " + path_ + " is open already");
+  file_ = std::fopen(path.c_str(), "w");
+  if (!file_)
+    return Status::error("cannot create log file " + path + ": " + std::strerror(errno));
+  path_ = path;
+  return Status::ok();
+}
+
+Status JsonLinesWriter::write(const std::string &line) {
+  if (!file_)
+    return Status::error("the log file is not open");
+  if (std::fputs(line.c_str(), file_) < 0 || std::fputc('\n', file_) == EOF ||
+      std::fflush(file_) != 0)
+    return Status::error("cannot write log file " + path_ + ": " + std::strerror(errno));
+  return Status::ok();
+}
+
+Status JsonLinesWriter::close() {
+  if (!file_)
+    return Status::ok();
+  int rc = std::fclose(file_);
+  file_ = nullptr;
+  if (rc != 0)
+    return Status::error("cannot close log file " + path_ + ": " + std::strerror(errno));
+  return Status::ok();
+}
+
+} // namespace megac::runtime::train

@@ -1,0 +1,56 @@
+// What `megac train` reports per optimizer step: one JSON object per line (--log-json), a live
+// progress line on a terminal, and plain log lines otherwise.
+#pragma once
+
+#include "runtime/Status.h"
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace megac::runtime::train {
+
+struct StepRecord {
+  int64_t step = 0;     // 1-based
+  double loss = 0;      // mean over the global batch's target tokens
+  double lr = 0;        // the lr this step applied
+  double gradNorm = 0;  // global L2 norm before clipping
+  double lossScale = 1; // 1 without loss scaling (fp32, fp64)
+  bool skipped = false; // the optimizer step was skipped (overflow under loss scaling)
+  int64_t tokens = 0;   // input tokens processed (global batch x sequence)
+  double stepSeconds = 0;
+
+  double tokensPerSecond() const { return stepSeconds > 0 ? tokens / stepSeconds : 0; }
+};
+
+/// {"step": 1, "loss": ..., "lr": ..., "grad_norm": ..., "loss_scale": 1, "skipped": false,
+/// "tokens": ..., "tokens_per_s": ..., "step_time_s": ...} on one line, no newline. Numbers
+/// round-trip (%.17g); a non-finite one is written as null (JSON has no NaN).
+std::string stepRecordJson(const StepRecord &record);
+
+/// "step 3/20 | loss 4.8512 | lr 1.00e-03 | grad_norm 1.234 | 12.3 ms/step | 10400 tok/s"
+std::string stepLogLine(const StepRecord &record, int64_t totalSteps);
+/// "step 3/20 [=====>      ] loss 4.8512 | 10400 tok/s | ETA 1m05s": for a terminal line.
+std::string progressLine(const StepRecord &record, int64_t totalSteps, double etaSeconds);
+/// "850 ms", "12s", "3m05s", "1h02m".
+std::string formatDuration(double seconds);
+
+/// A JSON-lines file, flushed after every line so a killed run keeps its history.
+class JsonLinesWriter {
+public:
+  JsonLinesWriter() = default;
+  JsonLinesWriter(const JsonLinesWriter &) = delete;
+  JsonLinesWriter &operator=(const JsonLinesWriter &) = delete;
+  ~JsonLinesWriter();
+
+  /// Creates or truncates `path`.
+  Status open(const std::string &path);
+  Status write(const std::string &line);
+  Status close();
+
+private:
+  std::FILE *file_ = nullptr;
+  std::string path_;
+};
+
+} // namespace megac::runtime::train

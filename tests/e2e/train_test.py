@@ -1,0 +1,330 @@
+"""End-to-end training: `megac train` on a PyTorch-exported GPT gives PyTorch's AdamW run, step
+by step, and zoo GPT/BERT models train from the CLI.
+
+Each GPT case exports torch_models.GptModel (do_constant_folding=False, TrainingMode.TRAINING, so
+parameter names and the tied head survive; a symbolic batch dim that megac binds to the
+micro-batch), writes random tokens [N, S+1], trains N steps in PyTorch (the same row order:
+step i reads rows (i*B + j) mod N; loss = mean cross-entropy over the global batch; AdamW with
+weight decay on parameters of dim >= 2 only; the lr schedule of runtime/train/LrSchedule.h) and
+with `megac train ... --log-json --save-weights`. It checks
+  - each step's loss: |megac - torch| <= 1e-4 * |torch|  (fp32; 1e-9 in fp64),
+  - each step's grad_norm within 1e-4 relative (1e-9 in fp64) and lr equal to the schedule,
+  - each final parameter: ||megac - torch|| <= 1e-4 * ||torch|| + 1e-6 * sqrt(numel)
+    (fp64: 1e-9 and 1e-12).
+The zoo cases train a few steps on learnable token sequences and check that every loss is finite
+and the second half's mean is below the first half's. The error cases check the CLI's one-line
+errors and exit codes.
+
+usage: train_test.py --megac build/bin/megac --workdir DIR [--only NAME]
+Runs with Debian's /usr/bin/python3 (torch 1.13, onnx 1.12, numpy). Prints PASS/FAIL per case
+and ends with "N passed, M failed".
+"""
+import argparse
+import copy
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_models import GptModel  # noqa: E402
+
+LAYERS, HIDDEN, HEADS, SEQ, VOCAB = 2, 64, 4, 16, 128
+ROWS = 24  # fewer than steps * batch: the row order wraps around
+
+
+# --- a tiny safetensors reader (no new packages) ------------------------------------------------
+SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
+                      "I32": np.int32, "BOOL": np.bool_}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (header_len,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + header_len])
+    base = 8 + header_len
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        dtype = SAFETENSORS_DTYPES[info["dtype"]]
+        tensors[name] = np.frombuffer(data[base + begin:base + end], dtype=dtype).reshape(
+            info["shape"])
+    return tensors
+
+
+# --- the PyTorch reference -----------------------------------------------------------------------
+def schedule(step, total, lr, kind, warmup, min_lr):
+    """runtime/train/LrSchedule.h: the lr of 1-based step `step`."""
+    if step <= warmup:
+        return lr * step / warmup
+    if kind == "constant":
+        return lr
+    progress = (step - warmup) / (total - warmup)
+    return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def torch_train(model, tokens, c):
+    """Trains `model` in place; returns per-step losses and pre-clipping gradient norms."""
+    params = [p for p in model.parameters()]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["wd"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"])
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: schedule(i + 1, c["steps"], c["lr"], c["schedule"], c["warmup"],
+                                c["min_lr"]) / c["lr"])
+    tokens = torch.from_numpy(tokens.astype(np.int64))
+    n, s = tokens.shape[0], tokens.shape[1] - 1
+    big, micro = c["global_batch"], c["torch_micro_batch"]
+    losses, norms = [], []
+    for step in range(c["steps"]):
+        rows = [(step * big + j) % n for j in range(big)]
+        opt.zero_grad()
+        total = 0.0
+        for k in range(big // micro):
+            chunk = tokens[rows[k * micro:(k + 1) * micro]]
+            logits = model(chunk[:, :s])
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1),
+                                   reduction="sum") / (big * s)
+            loss.backward()
+            total += loss.item()
+        norm = torch.norm(torch.stack([p.grad.detach().norm() for p in params])).item()
+        if c["clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(params, c["clip"])
+        opt.step()
+        sched.step()
+        losses.append(total)
+        norms.append(norm)
+    return losses, norms
+
+
+# --- megac ---------------------------------------------------------------------------------------
+def run(argv):
+    return subprocess.run(argv, capture_output=True, text=True)
+
+
+def megac_train(megac, model_args, data, workdir, c, extra=()):
+    log = os.path.join(workdir, "log.jsonl")
+    weights = os.path.join(workdir, "final.safetensors")
+    argv = [megac, "train", *model_args, "--data", data, "--steps", str(c["steps"]),
+            "--global-batch", str(c["global_batch"]), "--micro-batch", str(c["micro_batch"]),
+            "--lr", repr(c["lr"]), "--lr-schedule", c["schedule"],
+            "--warmup-steps", str(c["warmup"]), "--adam-beta1", repr(c["beta1"]),
+            "--adam-beta2", repr(c["beta2"]), "--adam-eps", repr(c["eps"]),
+            "--weight-decay", repr(c["wd"]), "--clip-grad", repr(c["clip"]), "--seed", "0",
+            "--precision", c["precision"], "--log-json", log, "--save-weights", weights, *extra]
+    if c["schedule"] == "cosine":
+        argv += ["--min-lr", repr(c["min_lr"])]
+    result = run(argv)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}):\n"
+                           f"{result.stdout}{result.stderr}")
+    with open(log) as f:
+        records = [json.loads(line) for line in f]
+    return records, weights, result.stdout
+
+
+def check_records(records, c, want_losses, want_norms, loss_rtol, norm_rtol):
+    problems = []
+    if [r["step"] for r in records] != list(range(1, c["steps"] + 1)):
+        return [f"log has steps {[r['step'] for r in records]}, expected 1..{c['steps']}"]
+    for key in ("loss", "lr", "grad_norm", "loss_scale", "skipped", "tokens_per_s",
+                "step_time_s"):
+        if any(key not in r for r in records):
+            problems.append(f"a log record lacks '{key}'")
+    if problems:
+        return problems
+    worst = worst_norm = 0.0
+    for r, want, norm in zip(records, want_losses, want_norms):
+        rel = abs(r["loss"] - want) / abs(want)
+        worst = max(worst, rel)
+        if rel > loss_rtol:
+            problems.append(f"step {r['step']}: loss {r['loss']:.9g}, torch {want:.9g} "
+                            f"(relative {rel:.2e} > {loss_rtol})")
+        worst_norm = max(worst_norm, abs(r["grad_norm"] - norm) / abs(norm))
+        if abs(r["grad_norm"] - norm) > norm_rtol * abs(norm):
+            problems.append(f"step {r['step']}: grad_norm {r['grad_norm']:.9g}, torch {norm:.9g}")
+        lr = schedule(r["step"], c["steps"], c["lr"], c["schedule"], c["warmup"], c["min_lr"])
+        if abs(r["lr"] - lr) > 1e-12 * lr:
+            problems.append(f"step {r['step']}: lr {r['lr']!r}, schedule {lr!r}")
+        if r["loss_scale"] != 1 or r["skipped"] is not False:
+            problems.append(f"step {r['step']}: loss_scale {r['loss_scale']}, skipped "
+                            f"{r['skipped']} (expected 1, false)")
+        if not (r["tokens_per_s"] > 0 and r["step_time_s"] > 0):
+            problems.append(f"step {r['step']}: tokens_per_s {r['tokens_per_s']}, step_time_s "
+                            f"{r['step_time_s']}")
+    print(f"    losses: max relative difference {worst:.2e} over {len(records)} steps "
+          f"(first {records[0]['loss']:.6f}, last {records[-1]['loss']:.6f}); grad_norm: "
+          f"{worst_norm:.2e}")
+    return problems
+
+
+def check_params(model, weights_path, dtype, rtol, atol):
+    got = read_safetensors(weights_path)
+    problems = []
+    worst_name, worst = None, 0.0
+    names = dict(model.named_parameters())
+    if set(got) != set(names):
+        problems.append(f"saved tensors {sorted(set(got) ^ set(names))} differ from the model's "
+                        "parameters")
+    for name, p in names.items():
+        if name not in got:
+            continue
+        want = p.detach().numpy()
+        if got[name].shape != want.shape or got[name].dtype != dtype:
+            problems.append(f"{name}: saved {got[name].dtype} {got[name].shape}, expected "
+                            f"{np.dtype(dtype)} {want.shape}")
+            continue
+        diff = np.linalg.norm((got[name].astype(np.float64) - want.astype(np.float64)).ravel())
+        bound = rtol * np.linalg.norm(want.astype(np.float64).ravel()) + atol * math.sqrt(want.size)
+        if diff / bound > worst:
+            worst_name, worst = name, diff / bound
+        if diff > bound:
+            problems.append(f"{name}: ||megac - torch|| = {diff:.3g} > {bound:.3g}")
+    print(f"    parameters: worst ||dp|| / bound = {worst:.3f} ({worst_name})")
+    return problems
+
+
+def make_gpt(workdir, dtype):
+    torch.manual_seed(1234)
+    model = GptModel(layers=LAYERS, hidden=HIDDEN, heads=HEADS, seq=SEQ, vocab=VOCAB)
+    onnx_path = os.path.join(workdir, "model.onnx")
+    ids = torch.randint(0, VOCAB, (2, SEQ), dtype=torch.long)
+    torch.onnx.export(model, (ids,), onnx_path, input_names=["input_ids"],
+                      output_names=["logits"], opset_version=17, do_constant_folding=False,
+                      training=torch.onnx.TrainingMode.TRAINING,
+                      dynamic_axes={"input_ids": {0: "batch"}})
+    return model.to(dtype), onnx_path
+
+
+def gpt_case(megac, workdir, overrides):
+    c = dict(steps=20, global_batch=4, micro_batch=4, torch_micro_batch=None, lr=1e-3,
+             schedule="constant", warmup=0, min_lr=0.0, beta1=0.9, beta2=0.999, eps=1e-8,
+             wd=0.1, clip=0.0, precision="fp32", token_dtype=np.int64)
+    c.update(overrides)
+    if c["torch_micro_batch"] is None:
+        c["torch_micro_batch"] = c["micro_batch"]
+    fp64 = c["precision"] == "fp64"
+    dtype = torch.float64 if fp64 else torch.float32
+    model, onnx_path = make_gpt(workdir, dtype)
+    rng = np.random.default_rng(7)
+    tokens = rng.integers(0, VOCAB, size=(ROWS, SEQ + 1)).astype(c["token_dtype"])
+    data = os.path.join(workdir, "tokens.npy")
+    np.save(data, tokens)
+    records, weights, _ = megac_train(megac, [onnx_path], data, workdir, c)
+    reference = copy.deepcopy(model)
+    losses, norms = torch_train(reference, tokens, c)
+    problems = check_records(records, c, losses, norms, 1e-9 if fp64 else 1e-4,
+                             1e-9 if fp64 else 1e-4)
+    if c["clip"] > 0 and not any(n > c["clip"] for n in norms):
+        problems.append(f"no step's gradient norm exceeds --clip-grad {c['clip']}: the case does "
+                        "not test clipping")
+    problems += check_params(reference, weights, np.float64 if fp64 else np.float32,
+                             1e-9 if fp64 else 1e-4, 1e-12 if fp64 else 1e-6)
+    return problems
+
+
+def learnable_tokens(rows, seq, vocab, seed):
+    """Arithmetic sequences mod (vocab - 1) (vocab - 1 is BERT's mask token): learnable."""
+    rng = np.random.default_rng(seed)
+    start = rng.integers(0, vocab - 1, size=(rows, 1))
+    stride = rng.integers(1, 4, size=(rows, 1))
+    return ((start + stride * np.arange(seq + 1)) % (vocab - 1)).astype(np.int32)
+
+
+def zoo_case(megac, workdir, spec, steps=12):
+    data = os.path.join(workdir, "tokens.npy")
+    np.save(data, learnable_tokens(16, 16, 64, seed=3))
+    c = dict(steps=steps, global_batch=8, micro_batch=4, lr=3e-3, schedule="cosine", warmup=2,
+             min_lr=3e-4, beta1=0.9, beta2=0.95, eps=1e-8, wd=0.01, clip=1.0, precision="fp32")
+    records, weights, _ = megac_train(megac, ["--model", spec], data, workdir, c)
+    losses = [r["loss"] for r in records]
+    print(f"    losses: {' '.join(f'{x:.3f}' for x in losses)}")
+    problems = []
+    if len(losses) != steps or not all(math.isfinite(x) for x in losses):
+        problems.append(f"expected {steps} finite losses, got {losses}")
+    elif np.mean(losses[steps // 2:]) >= np.mean(losses[:steps // 2]):
+        problems.append("the loss does not decrease on average: second half mean "
+                        f"{np.mean(losses[steps // 2:]):.4f} >= first half "
+                        f"{np.mean(losses[:steps // 2]):.4f}")
+    if not read_safetensors(weights):
+        problems.append("--save-weights wrote no tensors")
+    return problems
+
+
+def error_case(megac, workdir, extra, expect):
+    """`megac train` with a bad setting exits non-zero with a message containing `expect`."""
+    data = os.path.join(workdir, "tokens.npy")
+    np.save(data, learnable_tokens(8, 16, 64, seed=4))
+    argv = [megac, "train", "--model", f"gpt:layers=1,hidden=32,heads=2,seq=16,vocab=64",
+            "--data", data, "--steps", "3", "--lr", "1e-3", *extra]
+    result = run(argv)
+    output = result.stdout + result.stderr
+    if result.returncode == 0:
+        return [f"exit 0, expected an error containing {expect!r}:\n{output}"]
+    if expect not in output:
+        return [f"exit {result.returncode}; the output lacks {expect!r}:\n{output}"]
+    print(f"    {output.strip().splitlines()[-1]}")
+    return []
+
+
+def cases():
+    yield "gpt-plain", lambda m, w: gpt_case(m, w, {})
+    yield "gpt-clip-cosine", lambda m, w: gpt_case(
+        m, w, dict(clip=1.0, schedule="cosine", warmup=5, lr=3e-3, min_lr=3e-4,
+                   token_dtype=np.int32))
+    yield "gpt-accumulation", lambda m, w: gpt_case(
+        m, w, dict(global_batch=8, micro_batch=2, torch_micro_batch=8))
+    yield "gpt-fp64", lambda m, w: gpt_case(m, w, dict(precision="fp64", steps=8))
+    yield "zoo-gpt", lambda m, w: zoo_case(m, w, "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=64")
+    yield "zoo-bert", lambda m, w: zoo_case(m, w,
+                                            "bert:layers=2,hidden=64,heads=4,seq=16,vocab=64")
+    yield "error-batch-split", lambda m, w: error_case(
+        m, w, ["--global-batch", "6", "--micro-batch", "4"], "not divisible by the micro-batch")
+    yield "error-bf16", lambda m, w: error_case(
+        m, w, ["--global-batch", "4", "--micro-batch", "4", "--precision", "bf16"],
+        "not supported yet")
+    yield "error-nan-loss", lambda m, w: error_case(
+        m, w, ["--global-batch", "4", "--micro-batch", "4", "--lr", "1e30"], "at step 2")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--megac", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--only")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    passed = failed = 0
+    for name, case in cases():
+        if args.only and args.only != name:
+            continue
+        workdir = os.path.join(args.workdir, name)
+        os.makedirs(workdir, exist_ok=True)
+        print(f"{name}:")
+        try:
+            problems = case(args.megac, workdir)
+        except RuntimeError as e:
+            problems = [str(e)]
+        print(f"{'PASS' if not problems else 'FAIL'}: {name}")
+        for p in problems:
+            print(f"    {p}")
+        sys.stdout.flush()
+        passed += not problems
+        failed += bool(problems)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

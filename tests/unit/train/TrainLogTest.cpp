@@ -1,0 +1,104 @@
+// Step logs: JSON lines parse back with every field, progress and log lines, durations.
+#include "runtime/train/TrainLog.h"
+
+#include "runtime/io/Json.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include <fstream>
+#include <unistd.h>
+
+using namespace megac::runtime;
+using namespace megac::runtime::train;
+
+namespace {
+StepRecord sample() {
+  StepRecord r;
+  r.step = 3;
+  r.loss = 4.851234567890123;
+  r.lr = 1e-3;
+  r.gradNorm = 1.25;
+  r.tokens = 2048;
+  r.stepSeconds = 0.5;
+  return r;
+}
+} // namespace
+
+TEST(TrainLog, JsonHasEveryFieldAndRoundTrips) {
+  auto v = json::parse(stepRecordJson(sample()));
+  ASSERT_TRUE(v.isOk()) << v.status().message();
+  EXPECT_EQ(v->find("step")->integer, 3);
+  EXPECT_EQ(v->find("loss")->number, 4.851234567890123); // exactly: %.17g round-trips
+  EXPECT_EQ(v->find("lr")->number, 1e-3);
+  EXPECT_EQ(v->find("grad_norm")->number, 1.25);
+  EXPECT_EQ(v->find("loss_scale")->number, 1.0);
+  EXPECT_EQ(v->find("skipped")->kind, json::Value::Kind::boolean);
+  EXPECT_FALSE(v->find("skipped")->boolean);
+  EXPECT_EQ(v->find("tokens")->integer, 2048);
+  EXPECT_EQ(v->find("tokens_per_s")->number, 4096.0);
+  EXPECT_EQ(v->find("step_time_s")->number, 0.5);
+  EXPECT_EQ(stepRecordJson(sample()).find('\n'), std::string::npos);
+}
+
+TEST(TrainLog, NonFiniteNumbersAreNull) {
+  StepRecord r = sample();
+  r.loss = NAN;
+  r.gradNorm = INFINITY;
+  auto v = json::parse(stepRecordJson(r));
+  ASSERT_TRUE(v.isOk()) << v.status().message();
+  EXPECT_EQ(v->find("loss")->kind, json::Value::Kind::null);
+  EXPECT_EQ(v->find("grad_norm")->kind, json::Value::Kind::null);
+}
+
+TEST(TrainLog, LogAndProgressLines) {
+  std::string line = stepLogLine(sample(), 20);
+  EXPECT_EQ(line, "step 3/20 | loss 4.85123 | lr 1.000e-03 | grad_norm 1.25 | 500.0 ms/step | "
+                  "4096 tok/s");
+  std::string progress = progressLine(sample(), 20, 125);
+  EXPECT_EQ(progress, "step 3/20 [===>                ] loss 4.8512 | 4096 tok/s | ETA 2m05s");
+  StepRecord last = sample();
+  last.step = 20;
+  EXPECT_NE(progressLine(last, 20, 0).find("[====================]"), std::string::npos);
+}
+
+TEST(TrainLog, Durations) {
+  EXPECT_EQ(formatDuration(0.25), "250 ms");
+  EXPECT_EQ(formatDuration(12.4), "12s");
+  EXPECT_EQ(formatDuration(185), "3m05s");
+  EXPECT_EQ(formatDuration(3720), "1h02m");
+  EXPECT_EQ(formatDuration(NAN), "?");
+}
+
+TEST(TrainLog, JsonLinesWriterWritesOneLinePerRecord) {
+  std::string path = (std::filesystem::temp_directory_path() /
+                      ("megac_train_log_test_" + std::to_string(::getpid()) + ".jsonl"))
+                         .string();
+  {
+    JsonLinesWriter writer;
+    ASSERT_TRUE(writer.open(path).isOk());
+    ASSERT_TRUE(writer.write(stepRecordJson(sample())).isOk());
+    StepRecord r = sample();
+    r.step = 4;
+    ASSERT_TRUE(writer.write(stepRecordJson(r)).isOk());
+    ASSERT_TRUE(writer.close().isOk());
+  }
+  std::ifstream in(path);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    auto v = json::parse(line);
+    ASSERT_TRUE(v.isOk()) << v.status().message();
+    EXPECT_EQ(v->find("step")->integer, 3 + n);
+    ++n;
+  }
+  EXPECT_EQ(n, 2);
+  std::filesystem::remove(path);
+  JsonLinesWriter bad;
+  Status s = bad.open("/nonexistent-dir/x.jsonl");
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("/nonexistent-dir/x.jsonl"), std::string::npos);
+}
