@@ -1,4 +1,4 @@
-// The training phase's passes: loss, autodiff and optimizer (docs/training-step.md).
+// The training phase's passes: precision, loss, autodiff and optimizer (docs/training-step.md).
 #pragma once
 
 #include "mlir/Pass/Pass.h"

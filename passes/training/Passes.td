@@ -63,11 +63,66 @@ def TrainingLoss : Pass<"mega-training-loss", "mlir::ModuleOp"> {
   ];
 }
 
+def TrainingPrecision : Pass<"mega-training-precision", "mlir::ModuleOp"> {
+  let summary = "the training precision: f64 everywhere, or bf16/fp16 mixed precision";
+  let description = [{
+    `precision=fp32` changes nothing. `precision=fp64` converts every f32 tensor of the module
+    (signatures, block arguments, results, constant values, rounded to nearest even) to f64; it
+    may run at any stage (buildTrainingStep runs it first, on the model).
+
+    `precision=bf16|fp16` rewrites `@forward_backward` after mega-training-loss and BEFORE
+    mega-training-autodiff, so that the backward pass autodiff builds follows the forward's
+    precisions through the `mega.cast` gradient rule (a cast's gradient is cast back):
+    - parameters stay f32 (the master weights; their accumulators, which autodiff gives the
+      parameter's type, and the Adam state are f32) and are cast to half where used, once per
+      parameter; every gradient reaching an accumulator goes through that cast's gradient,
+      so it is cast up to f32;
+    - linear, matmul, attention, gelu, embedding, elementwise ops, data movement and constants
+      compute on half tensors;
+    - layer_norm, rms_norm and softmax take f32 inputs (cast up) and give f32 results, which
+      their half users cast down: their statistics are f32 (the kernels accumulate in double);
+    - cross_entropy and everything computed from it (the loss tail: reduce, * normalizer) stay
+      f32, so the logits are cast up to f32 before the loss.
+    With fp16, `@forward_backward` also gets an input `loss_scale` (0-d f32,
+    `mega.input = "loss_scale"`): mega-training-autodiff seeds d(loss) with it instead of 1, so
+    every gradient is scaled (dynamic loss scaling); mega-training-optimizer then divides the
+    accumulated gradients by it and adds `@check_gradients` (docs/training-step.md).
+
+    Errors: an unknown precision; for bf16/fp16: no `@forward_backward` (or one without a
+    body), one that was differentiated already (state arguments), one with a `loss_scale`
+    input already, or a float argument or operand that is not f32.
+
+    Before (precision=bf16):
+    ```mlir
+    func.func @forward_backward(%w: tensor<8x4xf32> {mega.param = "w"},
+        %x: tensor<2x4xf32> {mega.input = "x"}, %labels: tensor<2xi64> {mega.input = "labels"},
+        %norm: tensor<f32> {mega.input = "loss_normalizer"}) -> (tensor<f32> {mega.output = "loss"}) {
+      %z = mega.linear %x, %w : (tensor<2x4xf32>, tensor<8x4xf32>) -> tensor<2x8xf32>
+      %ce = mega.cross_entropy %z, %labels : tensor<2x8xf32>, tensor<2xi64> -> tensor<2xf32>
+      ...
+    ```
+    After:
+    ```mlir
+      %xh = mega.cast %x : tensor<2x4xf32> -> tensor<2x4xbf16>
+      %wh = mega.cast %w : tensor<8x4xf32> -> tensor<8x4xbf16>
+      %z = mega.linear %xh, %wh : (tensor<2x4xbf16>, tensor<8x4xbf16>) -> tensor<2x8xbf16>
+      %zf = mega.cast %z : tensor<2x8xbf16> -> tensor<2x8xf32>
+      %ce = mega.cross_entropy %zf, %labels : tensor<2x8xf32>, tensor<2xi64> -> tensor<2xf32>
+    ```
+  }];
+  let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
+  let options = [
+    Option<"precision", "precision", "std::string", /*default=*/"\"fp32\"",
+           "fp32 (no change), fp64, bf16 or fp16">,
+  ];
+}
+
 def TrainingAutodiff : Pass<"mega-training-autodiff", "mlir::ModuleOp"> {
   let summary = "append the backward pass and gradient accumulation to @forward_backward";
   let description = [{
     A generic reverse walk over the function (default `@forward_backward`) from its scalar
-    result named `loss`: d(loss) = 1, and every op between a parameter (`mega.param`
+    result named `loss`: d(loss) = 1 (or, with `loss-scale=NAME` and an input of that name, the
+    input's value: the loss scale of fp16 training), and every op between a parameter (`mega.param`
     argument) and the loss builds its operands' gradients from its results' through its
     `mega::GradientOpInterface` (ir/GradientRules.cpp); a value used several times gets the sum
     of its uses' gradients. Only floating-point values carry gradients, so integer ids, masks
@@ -77,7 +132,8 @@ def TrainingAutodiff : Pass<"mega-training-autodiff", "mlir::ModuleOp"> {
     unchanged. Ops left dead (the unused half of a rule, forward results nobody reads) are
     removed.
 
-    Errors: a function or loss result that is missing or not a 0-d float, no parameters, a
+    Errors: a function or loss result that is missing or not a 0-d float, a loss-scale input
+    of another type than the loss, no parameters, a
     `mega.param` that is not a name or not on a float tensor, accumulators already present, a
     rule that does not cover its op (`gather` off axis 0), and an op on the path
     from a parameter to the loss without a gradient rule ("mega.all_reduce has no gradient
@@ -114,6 +170,9 @@ def TrainingAutodiff : Pass<"mega-training-autodiff", "mlir::ModuleOp"> {
            "the function to differentiate">,
     Option<"loss", "loss", "std::string", /*default=*/"\"loss\"",
            "the mega.output name of the scalar to differentiate">,
+    Option<"lossScale", "loss-scale", "std::string", /*default=*/"\"\"",
+           "seed d(loss) with this 0-d input (mega.input name, the loss's type) instead of 1, "
+           "when the function has it (dynamic loss scaling)">,
   ];
 }
 
@@ -130,13 +189,21 @@ def TrainingOptimizer : Pass<"mega-training-optimizer", "mlir::ModuleOp"> {
     `grad_norm = global_norm(accumulators)` (before clipping); with `clip-grad > 0` every
     gradient is `clip_by_norm`'d by it first; then one `adamw_update` per parameter
     (`torch.optim.AdamW`), with `weight-decay` on parameters of rank >= 2 and none on the
-    others (biases, norm weights). `lr` is a 0-d tensor of the parameters' float type (f64 when
+    others (biases, norm weights). With dynamic loss scaling (`@forward_backward` has an input
+    `loss_scale`, added by mega-training-precision for fp16), @apply_gradients takes that
+    input too and divides every accumulated gradient by it before the norm, clipping and
+    AdamW, and the pass adds
+
+    `@check_gradients(grad.<p> accumulators, loss_scale) -> unscaled_grad_norm`
+    (`global_norm(accumulators) / loss_scale`, `mega.output = "unscaled_grad_norm"`), which the
+    runtime runs first: a non-finite norm means the step overflowed and is skipped. `lr` is a 0-d tensor of the parameters' float type (f64 when
     every parameter is f64, else f32), `step` a 0-d i64 tensor (1-based). Parameters keep their
     `mega.param`/`mega.init` attributes: a name is the same storage in every function.
 
     Errors: hyperparameters out of range, no `@forward_backward`, one without parameters or
     with a parameter that is not a float tensor or has no accumulator (run
-    mega-training-autodiff first), an existing `@apply_gradients`.
+    mega-training-autodiff first), an existing `@apply_gradients` (or `@check_gradients` with a
+    loss scale), a loss_scale that is not a 0-d tensor of the parameters' type.
 
     ```mlir
     func.func @apply_gradients(%w: tensor<4x4xf32> {mega.param = "w"},

@@ -35,7 +35,8 @@ public:
   Differentiator(func::FuncOp f) : f_(f), block_(f.getBody().front()) {}
 
   /// Adds the accumulators and their updates; on failure a diagnostic was emitted.
-  LogicalResult run(unsigned lossIndex);
+  /// `seed`: the value of d(loss), or null for 1.
+  LogicalResult run(unsigned lossIndex, Value seed);
 
 private:
   /// Marks the float values that depend on a parameter (`varied_`) and those the loss depends
@@ -84,7 +85,7 @@ void Differentiator::accumulate(OpBuilder &b, Value v, Value grad) {
     it->second = mega::AddOp::create(b, grad.getLoc(), v.getType(), it->second, grad);
 }
 
-LogicalResult Differentiator::run(unsigned lossIndex) {
+LogicalResult Differentiator::run(unsigned lossIndex, Value seed) {
   MLIRContext *ctx = f_.getContext();
   for (BlockArgument arg : f_.getArguments()) {
     Attribute name = f_.getArgAttr(arg.getArgNumber(), mega::kParamAttr);
@@ -129,7 +130,9 @@ LogicalResult Differentiator::run(unsigned lossIndex) {
   bool lost = false;
   one.convert(cast<FloatType>(lossType.getElementType()).getFloatSemantics(),
               APFloat::rmNearestTiesToEven, &lost);
-  grads_[loss] = mega::ConstantOp::create(b, loss.getLoc(), DenseElementsAttr::get(lossType, one));
+  grads_[loss] = seed ? seed
+                      : Value(mega::ConstantOp::create(b, loss.getLoc(),
+                                                       DenseElementsAttr::get(lossType, one)));
 
   // Ops in reverse: all uses of a value come after it, so its gradient is complete when its
   // producer is reached.
@@ -221,7 +224,18 @@ struct TrainingAutodiffPass : impl::TrainingAutodiffBase<TrainingAutodiffPass> {
     if (!type || type.getRank() != 0 || !isFloatTensor(type))
       return f.emitError() << "mega-training-autodiff: the loss must be a 0-d float tensor, not "
                            << f.getResultTypes()[*lossIndex];
-    return Differentiator(f).run(*lossIndex);
+    Value seed;
+    if (!lossScale.empty())
+      for (unsigned i = 0; i < f.getNumArguments(); ++i)
+        if (auto in = f.getArgAttrOfType<StringAttr>(i, mega::kInputAttr);
+            in && in.getValue() == lossScale) {
+          if (f.getArgumentTypes()[i] != type)
+            return f.emitError() << "mega-training-autodiff: the loss scale '" << lossScale
+                                 << "' is " << f.getArgumentTypes()[i] << "; it must be " << type
+                                 << ", the loss's type";
+          seed = f.getArgument(i);
+        }
+    return Differentiator(f).run(*lossIndex, seed);
   }
 };
 

@@ -23,6 +23,8 @@ namespace {
 
 constexpr StringLiteral kForwardBackward = "forward_backward";
 constexpr StringLiteral kApplyGradients = "apply_gradients";
+constexpr StringLiteral kCheckGradients = "check_gradients";
+constexpr StringLiteral kLossScale = "loss_scale";
 
 /// One parameter of the step: its argument attributes (name, init), type and accumulator.
 struct Param {
@@ -96,6 +98,23 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     FailureOr<SmallVector<Param>> params = collectParams(fb);
     if (failed(params))
       return failure();
+    // Dynamic loss scaling (fp16): @forward_backward's gradients are scaled by loss_scale.
+    Type scaleType;
+    for (unsigned i = 0; i < fb.getNumArguments(); ++i)
+      if (auto in = fb.getArgAttrOfType<StringAttr>(i, mega::kInputAttr);
+          in && in.getValue() == kLossScale)
+        scaleType = fb.getArgumentTypes()[i];
+    if (scaleType) {
+      auto scalar = dyn_cast<RankedTensorType>(scaleType);
+      if (!scalar || scalar.getRank() != 0 || llvm::any_of(*params, [&](const Param &p) {
+            return p.type.getElementType() != scalar.getElementType();
+          }))
+        return fb.emitError() << "mega-training-optimizer: the loss_scale input is " << scaleType
+                              << "; it must be a 0-d tensor of the parameters' float type";
+      if (Operation *existing = module.lookupSymbol(kCheckGradients))
+        return existing->emitError()
+               << "mega-training-optimizer: the module already has @" << kCheckGradients;
+    }
 
     MLIRContext *ctx = module.getContext();
     OpBuilder b(ctx);
@@ -124,6 +143,10 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     argTypes.append({lrType, stepType});
     argAttrs.push_back(named(mega::kInputAttr, "lr"));
     argAttrs.push_back(named(mega::kInputAttr, "step"));
+    if (scaleType) {
+      argTypes.push_back(scaleType);
+      argAttrs.push_back(named(mega::kInputAttr, kLossScale));
+    }
     for (StringRef prefix : {"", "adam.m.", "adam.v."})
       for (const Param &p : *params) {
         resultTypes.push_back(p.type);
@@ -141,6 +164,9 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     Value lr = args[4 * n], step = args[4 * n + 1];
 
     SmallVector<Value> gradValues(grads.begin(), grads.end());
+    if (scaleType)
+      for (Value &g : gradValues)
+        g = mega::DivOp::create(b, loc, g.getType(), g, splat(b, loc, args[4 * n + 2], g));
     Value norm = mega::GlobalNormOp::create(b, loc, gradValues);
     if (clipGrad > 0)
       for (Value &g : gradValues)
@@ -169,7 +195,51 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     apply.setType(FunctionType::get(ctx, argTypes, resultTypes));
     apply.setAllArgAttrs(argAttrs);
     apply.setAllResultAttrs(resultAttrs);
+    if (scaleType)
+      buildCheckGradients(b, apply, *params, scaleType);
     return success();
+  }
+
+  /// `scalar` (0-d) broadcast to `like`'s type.
+  static Value splat(OpBuilder &b, Location loc, Value scalar, Value like) {
+    auto type = cast<RankedTensorType>(like.getType());
+    if (type.getRank() == 0)
+      return scalar;
+    auto ones =
+        RankedTensorType::get(SmallVector<int64_t>(type.getRank(), 1), type.getElementType());
+    Value r = mega::ReshapeOp::create(b, loc, ones, scalar);
+    return mega::BroadcastOp::create(b, loc, type, r);
+  }
+
+  /// @check_gradients(grad accumulators, loss_scale) -> unscaled_grad_norm: the norm the CLI
+  /// tests for overflow (inf or nan) before it runs @apply_gradients.
+  void buildCheckGradients(OpBuilder &b, func::FuncOp after, ArrayRef<Param> params,
+                           Type scaleType) {
+    MLIRContext *ctx = b.getContext();
+    Location loc = after.getLoc();
+    auto named = [&](StringRef attr, const Twine &value) {
+      return b.getDictionaryAttr(b.getNamedAttr(attr, b.getStringAttr(value)));
+    };
+    SmallVector<Type> argTypes;
+    SmallVector<DictionaryAttr> argAttrs;
+    for (const Param &p : params) {
+      argTypes.push_back(p.type);
+      argAttrs.push_back(named(kStateAttr, "grad." + p.name));
+    }
+    argTypes.push_back(scaleType);
+    argAttrs.push_back(named(mega::kInputAttr, kLossScale));
+    b.setInsertionPointAfter(after);
+    auto check = func::FuncOp::create(b, loc, kCheckGradients,
+                                      FunctionType::get(ctx, argTypes, {scaleType}));
+    Block *body = check.addEntryBlock();
+    b.setInsertionPointToStart(body);
+    SmallVector<Value> grads(body->getArguments().drop_back());
+    Value norm = mega::GlobalNormOp::create(b, loc, grads);
+    Value unscaled = mega::DivOp::create(b, loc, scaleType, norm, body->getArguments().back());
+    func::ReturnOp::create(b, loc, unscaled);
+    check.setAllArgAttrs(argAttrs);
+    check.setAllResultAttrs(
+        ArrayRef<DictionaryAttr>{named(mega::kOutputAttr, "unscaled_grad_norm")});
   }
 };
 

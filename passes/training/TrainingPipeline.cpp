@@ -17,15 +17,41 @@ const char *lossKindName(LossKind kind) {
   return "causal";
 }
 
+const char *precisionName(Precision precision) {
+  switch (precision) {
+  case Precision::fp32:
+    return "fp32";
+  case Precision::fp64:
+    return "fp64";
+  case Precision::bf16:
+    return "bf16";
+  case Precision::fp16:
+    return "fp16";
+  }
+  return "fp32";
+}
+
 mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptions &options) {
   mlir::PassManager pm(module->getContext());
+  TrainingPrecisionOptions precision;
+  precision.precision = precisionName(options.precision);
+  // fp64 converts the model itself (so @forward is f64 too); bf16/fp16 rewrite the forward half
+  // of @forward_backward before autodiff, which then follows its casts.
+  bool mixed = options.precision == Precision::bf16 || options.precision == Precision::fp16;
+  if (options.precision == Precision::fp64)
+    pm.addPass(createTrainingPrecision(precision));
   TrainingLossOptions loss;
   loss.function = options.function;
   loss.logits = options.logits;
   loss.ignoreIndex = options.ignoreIndex;
   loss.lossKind = lossKindName(options.lossKind);
   pm.addPass(createTrainingLoss(loss));
-  pm.addPass(createTrainingAutodiff());
+  if (mixed)
+    pm.addPass(createTrainingPrecision(precision));
+  TrainingAutodiffOptions autodiff;
+  if (options.precision == Precision::fp16)
+    autodiff.lossScale = "loss_scale";
+  pm.addPass(createTrainingAutodiff(autodiff));
   TrainingOptimizerOptions optimizer;
   optimizer.beta1 = options.beta1;
   optimizer.beta2 = options.beta2;

@@ -1,5 +1,6 @@
-// The training phase as one call: loss, autodiff and optimizer passes, then canonicalize and
-// CSE, turning a forward model into @forward, @forward_backward and @apply_gradients.
+// The training phase as one call: precision (fp64), loss, precision (bf16/fp16), autodiff and
+// optimizer passes, then canonicalize and CSE, turning a forward model into @forward,
+// @forward_backward and @apply_gradients (and @check_gradients for fp16).
 #pragma once
 
 #include "mlir/IR/BuiltinOps.h"
@@ -11,6 +12,9 @@
 namespace megac::passes {
 
 enum class LossKind { causal, mlm };
+/// The training precision (mega-training-precision): fp32; fp64 everywhere; bf16/fp16 mixed
+/// precision with f32 master weights (fp16 with dynamic loss scaling).
+enum class Precision { fp32, fp64, bf16, fp16 };
 
 /// One validated set of training-step settings (the passes' options, docs/training-step.md).
 struct TrainingOptions {
@@ -28,9 +32,12 @@ struct TrainingOptions {
   double weightDecay = 0.01;
   /// Clip the global gradient norm to this value; 0: no clipping.
   double clipGrad = 0.0;
+  Precision precision = Precision::fp32;
 };
 
 const char *lossKindName(LossKind kind);
+/// "fp32", "fp64", "bf16", "fp16".
+const char *precisionName(Precision precision);
 
 /// Runs the training phase on `module`. Errors are emitted as diagnostics on the module's
 /// context.

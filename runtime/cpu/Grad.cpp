@@ -1,5 +1,6 @@
 // CPU reference kernels for the backward ops: LayerNormGrad, RmsNormGrad, AttentionGrad,
 // GeluGrad, SoftmaxGrad, CrossEntropyGrad and EmbeddingGrad.
+#include "runtime/cpu/AttentionUtil.h"
 #include "runtime/cpu/KernelUtil.h"
 
 #include <cmath>
@@ -164,86 +165,57 @@ Status attentionGrad(const TensorRef &dout, const TensorRef &q, const TensorRef 
     RETURN_IF_ERROR(expectLike(name, *mask, *dmask, "dmask"));
     maskStrides = broadcastStrides(mask->shape, full, 1);
   }
-  int64_t group = h / hk;
+  AttentionShape shape{b, s, h, d, t, hk, dvDim, mask, std::move(maskStrides), causal, scale};
+  if (!shape.fitsBlas())
+    return fail(name, "a dimension exceeds the BLAS int range");
+  const std::vector<int64_t> &ms = shape.maskStrides;
   return dispatchFloat(name, q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-    std::vector<double> gq(static_cast<size_t>(q.numElements()), 0.0);
-    std::vector<double> gk(static_cast<size_t>(k.numElements()), 0.0);
-    std::vector<double> gv(static_cast<size_t>(v.numElements()), 0.0);
+    const T *qs = q.as<const T>(), *ks = k.as<const T>(), *vs = v.as<const T>();
+    const T *dos = dout.as<const T>();
+    T *gq = dq.as<T>(), *gk = dk.as<T>(), *gv = dv.as<T>();
+    // dk and dv sum over the query heads sharing a kv head (GQA); dq is written per head.
+    std::fill(gk, gk + k.numElements(), T(0));
+    std::fill(gv, gv + v.numElements(), T(0));
     std::vector<double> gm(mask ? static_cast<size_t>(mask->numElements()) : 0, 0.0);
-    std::vector<double> scores(static_cast<size_t>(t)), dp(static_cast<size_t>(t));
+    std::vector<T> p(static_cast<size_t>(s * t)), ds(static_cast<size_t>(s * t));
     for (int64_t bi = 0; bi < b; ++bi)
-      for (int64_t hi = 0; hi < h; ++hi)
+      for (int64_t hi = 0; hi < h; ++hi) {
+        const T *qh = qs + shape.qOffset(bi, hi), *kh = ks + shape.kOffset(bi, hi);
+        const T *vh = vs + shape.vOffset(bi, hi), *doh = dos + shape.oOffset(bi, hi);
+        // The forward's probabilities, exactly as attention() computes them.
+        attentionProbs<T>(shape, qs, ks, bi, hi, p.data());
+        // dV += P^T dO; dP = dO V^T.
+        gemmStrided<T>(true, false, t, dvDim, s, T(1), p.data(), t, doh, h * dvDim, T(1),
+                       gv + shape.vOffset(bi, hi), hk * dvDim);
+        gemmStrided<T>(false, true, s, t, dvDim, T(1), doh, h * dvDim, vh, hk * dvDim, T(0),
+                       ds.data(), t);
+        // dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij'); masked keys (P = 0) get exactly 0, so a
+        // fully masked row passes nothing back.
         for (int64_t i = 0; i < s; ++i) {
-          int64_t kvh = hi / group;
-          int64_t qOff = ((bi * s + i) * h + hi) * d;
-          const T *qrow = q.as<const T>() + qOff;
-          const T *dorow = dout.as<const T>() + ((bi * s + i) * h + hi) * dvDim;
-          auto maskOffset = [&](int64_t j) {
-            return bi * maskStrides[0] + hi * maskStrides[1] + i * maskStrides[2] +
-                   j * maskStrides[3];
-          };
-          // The forward's scores, exactly as attention() computes them.
-          double best = kNegInf;
-          for (int64_t j = 0; j < t; ++j) {
-            double score = kNegInf;
-            if (!causal || j <= i + (t - s)) {
-              const T *krow = k.as<const T>() + ((bi * t + j) * hk + kvh) * d;
-              double dot = 0.0;
-              for (int64_t e = 0; e < d; ++e)
-                dot += static_cast<double>(qrow[e]) * static_cast<double>(krow[e]);
-              score = scale * dot;
-              if (mask)
-                score += static_cast<double>(mask->as<const T>()[maskOffset(j)]);
-            }
-            scores[j] = score;
-            if (score > best || score != score)
-              best = score;
-          }
-          if (best == kNegInf) // fully masked: the forward wrote zeros, so nothing flows back
-            continue;
-          double sum = 0.0;
-          for (int64_t j = 0; j < t; ++j) {
-            scores[j] = std::exp(scores[j] - best);
-            sum += scores[j];
-          }
-          // p = probabilities; dp_j = dout . v_j; ds_j = p_j (dp_j - sum_k p_k dp_k).
+          const T *pr = p.data() + i * t;
+          T *dr = ds.data() + i * t;
           double pdp = 0.0;
-          for (int64_t j = 0; j < t; ++j) {
-            double p = scores[j] /= sum;
-            dp[j] = 0.0;
-            if (p == 0.0)
-              continue;
-            int64_t vOff = ((bi * t + j) * hk + kvh) * dvDim;
-            const T *vrow = v.as<const T>() + vOff;
-            double dot = 0.0;
-            for (int64_t e = 0; e < dvDim; ++e) {
-              double g = static_cast<double>(dorow[e]);
-              dot += g * static_cast<double>(vrow[e]);
-              gv[vOff + e] += p * g;
-            }
-            dp[j] = dot;
-            pdp += p * dot;
-          }
-          for (int64_t j = 0; j < t; ++j) {
-            double p = scores[j];
-            if (p == 0.0)
-              continue;
-            double ds = p * (dp[j] - pdp);
-            if (mask)
-              gm[maskOffset(j)] += ds;
-            int64_t kOff = ((bi * t + j) * hk + kvh) * d;
-            const T *krow = k.as<const T>() + kOff;
-            for (int64_t e = 0; e < d; ++e) {
-              gq[qOff + e] += scale * ds * static_cast<double>(krow[e]);
-              gk[kOff + e] += scale * ds * static_cast<double>(qrow[e]);
-            }
+          for (int64_t j = 0; j < t; ++j)
+            if (pr[j] != T(0))
+              pdp += static_cast<double>(pr[j]) * static_cast<double>(dr[j]);
+          for (int64_t j = 0; j < t; ++j)
+            dr[j] = pr[j] == T(0) ? T(0)
+                                  : static_cast<T>(static_cast<double>(pr[j]) *
+                                                   (static_cast<double>(dr[j]) - pdp));
+          if (mask) {
+            double *gmr = gm.data() + bi * ms[0] + hi * ms[1] + i * ms[2];
+            for (int64_t j = 0; j < t; ++j)
+              gmr[j * ms[3]] += static_cast<double>(dr[j]);
           }
         }
-    store<T>(gq, dq);
-    store<T>(gk, dk);
-    store<T>(gv, dv);
+        // dQ = scale dS K; dK += scale dS^T Q.
+        T sc = static_cast<T>(scale);
+        gemmStrided<T>(false, false, s, d, t, sc, ds.data(), t, kh, hk * d, T(0),
+                       gq + shape.qOffset(bi, hi), h * d);
+        gemmStrided<T>(true, false, t, d, s, sc, ds.data(), t, qh, h * d, T(1),
+                       gk + shape.kOffset(bi, hi), hk * d);
+      }
     if (mask)
       store<T>(gm, *dmask);
     return Status::ok();
@@ -259,20 +231,24 @@ Status geluGrad(const TensorRef &dy, const TensorRef &x, bool tanh, const Tensor
     using T = decltype(tag);
     const T *xs = x.as<const T>(), *dys = dy.as<const T>();
     T *out = dx.as<T>();
-    const double kBeta = std::sqrt(2.0 / std::numbers::pi), kKappa = 0.044715;
-    const double kInvSqrt2Pi = 1.0 / std::sqrt(2.0 * std::numbers::pi);
+    // In T, as gelu() computes the forward: f32 erf/exp/tanh for f32 (within a few ulps of the
+    // f64 formula), f64 for f64.
+    const T kBeta = static_cast<T>(std::sqrt(2.0 / std::numbers::pi)), kKappa = T(0.044715);
+    const T kInvSqrt2Pi = static_cast<T>(1.0 / std::sqrt(2.0 * std::numbers::pi));
+    const T kSqrt2 = std::numbers::sqrt2_v<T>;
     for (int64_t i = 0; i < n; ++i) {
-      double v = static_cast<double>(xs[i]), slope;
+      T v = xs[i], slope;
       if (tanh) {
         // d/dx 0.5 x (1 + tanh(u)), u = beta (x + kappa x^3).
-        double th = std::tanh(kBeta * (v + kKappa * v * v * v));
-        slope = 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * kBeta * (1.0 + 3.0 * kKappa * v * v);
+        T th = std::tanh(kBeta * (v + kKappa * v * v * v));
+        slope = T(0.5) * (T(1) + th) +
+                T(0.5) * v * (T(1) - th * th) * kBeta * (T(1) + T(3) * kKappa * v * v);
       } else {
         // d/dx x Phi(x) = Phi(x) + x phi(x).
-        slope = 0.5 * (1.0 + std::erf(v / std::numbers::sqrt2)) +
-                v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
+        slope =
+            T(0.5) * (T(1) + std::erf(v / kSqrt2)) + v * kInvSqrt2Pi * std::exp(T(-0.5) * v * v);
       }
-      out[i] = static_cast<T>(static_cast<double>(dys[i]) * slope);
+      out[i] = dys[i] * slope;
     }
     return Status::ok();
   });
@@ -329,6 +305,7 @@ Status crossEntropyGrad(const TensorRef &dloss, const TensorRef &logits, const T
   }
   return dispatchFloat(name, logits.dtype, [&](auto tag) {
     using T = decltype(tag);
+    std::vector<double> e(static_cast<size_t>(vocab)); // exp(logit - max), computed once
     for (int64_t r = 0; r < count; ++r) {
       int64_t label = loadIndex(labels, r);
       T *out = dlogits.as<T>() + r * vocab;
@@ -342,11 +319,13 @@ Status crossEntropyGrad(const TensorRef &dloss, const TensorRef &logits, const T
         if (row[j] > m || row[j] != row[j])
           m = row[j];
       double sum = 0.0;
-      for (int64_t j = 0; j < vocab; ++j)
-        sum += std::exp(static_cast<double>(row[j]) - m);
+      for (int64_t j = 0; j < vocab; ++j) {
+        e[j] = std::exp(static_cast<double>(row[j]) - m);
+        sum += e[j];
+      }
       double dl = static_cast<double>(dloss.as<const T>()[r]);
       for (int64_t j = 0; j < vocab; ++j) {
-        double p = std::exp(static_cast<double>(row[j]) - m) / sum;
+        double p = e[j] / sum;
         out[j] = static_cast<T>(dl * (p - (j == label ? 1.0 : 0.0)));
       }
     }

@@ -10,9 +10,10 @@
 // geluGrad, dropout), adamw and clipByNorm may run in place: an output whose memory is exactly
 // an input's, element for element.
 //
-// Dtypes: floating kernels run on f32 and f64. bf16 and f16 are storage types for now: Cast,
-// Copy and the data-movement kernels (Transpose, Slice, Concat, Broadcast, Where, Gather,
-// Embedding) handle them; arithmetic on them is an error naming the op and dtype.
+// Dtypes: floating kernels run on f32 and f64. bf16 and f16 are storage types: Cast, Copy and
+// the data-movement kernels (Transpose, Slice, Concat, Broadcast, Where, Gather, Embedding, Pad)
+// handle them; arithmetic on them is an error naming the op and dtype here, and the executor
+// runs it through computeInF32 (HalfCompute.h): the f32 kernel on widened inputs, rounded.
 #pragma once
 
 #include "runtime/Status.h"

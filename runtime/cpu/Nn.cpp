@@ -1,5 +1,6 @@
 // CPU reference kernels for contractions and coarse NN ops: MatMul and Linear (OpenBLAS gemm),
 // LayerNorm, RmsNorm and Attention.
+#include "runtime/cpu/AttentionUtil.h"
 #include "runtime/cpu/KernelUtil.h"
 
 #include <cblas.h>
@@ -238,58 +239,21 @@ Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, con
                             shapeString(full) + " [b,h,s,t]");
     maskStrides = broadcastStrides(mask->shape, full, 1);
   }
-  int64_t group = h / hk;
+  AttentionShape shape{b, s, h, d, t, hk, dv, mask, std::move(maskStrides), causal, scale};
+  if (!shape.fitsBlas())
+    return fail(name, "a dimension exceeds the BLAS int range");
   return dispatchFloat(name, q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-    std::vector<double> scores(static_cast<size_t>(t)), acc(static_cast<size_t>(dv));
+    // Per (batch, head): P = softmax(scale * Q K^T + mask) [s,t], then O = P V, both through
+    // gemm on the strided [b,s,h,d] layouts (no copies).
+    std::vector<T> p(static_cast<size_t>(s * t));
     for (int64_t bi = 0; bi < b; ++bi)
-      for (int64_t hi = 0; hi < h; ++hi)
-        for (int64_t i = 0; i < s; ++i) {
-          int64_t kvh = hi / group;
-          const T *qrow = q.as<const T>() + ((bi * s + i) * h + hi) * d;
-          double best = kNegInf;
-          for (int64_t j = 0; j < t; ++j) {
-            double score = kNegInf;
-            if (!causal || j <= i + (t - s)) {
-              const T *krow = k.as<const T>() + ((bi * t + j) * hk + kvh) * d;
-              double dot = 0.0;
-              for (int64_t e = 0; e < d; ++e)
-                dot += static_cast<double>(qrow[e]) * static_cast<double>(krow[e]);
-              score = scale * dot;
-              if (mask) {
-                int64_t off = bi * maskStrides[0] + hi * maskStrides[1] + i * maskStrides[2] +
-                              j * maskStrides[3];
-                if (mask->dtype == DType::i1)
-                  score = mask->as<const uint8_t>()[off] ? score : kNegInf;
-                else
-                  score += static_cast<double>(mask->as<const T>()[off]);
-              }
-            }
-            scores[j] = score;
-            if (score > best || score != score)
-              best = score;
-          }
-          T *orow = out.as<T>() + ((bi * s + i) * h + hi) * dv;
-          if (best == kNegInf) { // every key masked: zeros rather than 0/0
-            for (int64_t e = 0; e < dv; ++e)
-              orow[e] = T(0);
-            continue;
-          }
-          std::fill(acc.begin(), acc.end(), 0.0);
-          double sum = 0.0;
-          for (int64_t j = 0; j < t; ++j) {
-            double p = std::exp(scores[j] - best);
-            if (p == 0.0)
-              continue;
-            sum += p;
-            const T *vrow = v.as<const T>() + ((bi * t + j) * hk + kvh) * dv;
-            for (int64_t e = 0; e < dv; ++e)
-              acc[e] += p * static_cast<double>(vrow[e]);
-          }
-          for (int64_t e = 0; e < dv; ++e)
-            orow[e] = static_cast<T>(acc[e] / sum);
-        }
+      for (int64_t hi = 0; hi < h; ++hi) {
+        attentionProbs<T>(shape, q.as<const T>(), k.as<const T>(), bi, hi, p.data());
+        gemmStrided<T>(false, false, s, dv, t, T(1), p.data(), t,
+                       v.as<const T>() + shape.vOffset(bi, hi), hk * dv, T(0),
+                       out.as<T>() + shape.oOffset(bi, hi), h * dv);
+      }
     return Status::ok();
   });
 }

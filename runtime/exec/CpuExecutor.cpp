@@ -3,6 +3,7 @@
 // (runtime/cpu).
 #include "runtime/exec/Executor.h"
 
+#include "runtime/cpu/HalfCompute.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/exec/Parameters.h"
 #include "runtime/plan/PlanRules.h"
@@ -75,6 +76,26 @@ std::string joinNames(const std::vector<std::string> &names) {
   for (const std::string &name : names)
     out += (out.empty() ? "" : ", ") + name;
   return out.empty() ? "none" : out;
+}
+
+/// Opcodes whose bf16/f16 operands go through f32 (cpu::computeInF32); the data-movement ones
+/// and Cast handle half storage themselves.
+bool computesOnHalf(fb::Opcode op) {
+  switch (op) {
+  case fb::Opcode::Cast:
+  case fb::Opcode::Copy:
+  case fb::Opcode::Transpose:
+  case fb::Opcode::Slice:
+  case fb::Opcode::Concat:
+  case fb::Opcode::Broadcast:
+  case fb::Opcode::Where:
+  case fb::Opcode::Gather:
+  case fb::Opcode::Embedding:
+  case fb::Opcode::Pad:
+    return false;
+  default:
+    return true;
+  }
 }
 
 struct BufferInfo {
@@ -417,7 +438,16 @@ Status CpuExecutor::execute(const fb::Instruction &inst) {
     viaScratch.emplace_back(out.size(), o);
     out.push_back({ob.dtype, ob.shape, scratch.data()});
   }
-  RETURN_IF_ERROR(dispatch(inst, in, out));
+  if (computesOnHalf(inst.op()) && (cpu::anyHalf(in) || cpu::anyHalf(out))) {
+    // bf16/f16 arithmetic: the f32 kernel on widened inputs, its results rounded once.
+    RETURN_IF_ERROR(cpu::computeInF32(
+        in, out,
+        [&](std::span<const cpu::TensorRef> wideIn, std::span<const cpu::TensorRef> wideOut) {
+          return dispatch(inst, {wideIn.begin(), wideIn.end()}, {wideOut.begin(), wideOut.end()});
+        }));
+  } else {
+    RETURN_IF_ERROR(dispatch(inst, in, out));
+  }
   for (auto [position, o] : viaScratch)
     copyBytes(arena_.get() + buffers_[o].offset, scratch_[position].data(), buffers_[o].bytes);
   return Status::ok();

@@ -11,6 +11,11 @@ with `megac train ... --log-json --save-weights`. It checks
   - each step's grad_norm within 1e-4 relative (1e-9 in fp64) and lr equal to the schedule,
   - each final parameter: ||megac - torch|| <= 1e-4 * ||torch|| + 1e-6 * sqrt(numel)
     (fp64: 1e-9 and 1e-12).
+The mixed-precision cases train the same GPT with --precision bf16 and fp16 and check every
+step's loss against megac's fp32 run (within 2% at the last step, 3% at every step); the fp16
+overflow case starts from --initial-loss-scale 2^40 and checks that every overflowing step is
+skipped, that the scale follows Megatron's DynamicGradScaler (kept at the first overflow, halved
+from the second on), and that the clean steps after it lower the loss.
 The zoo cases train a few steps on learnable token sequences and check that every loss is finite
 and the second half's mean is below the first half's. The error cases check the CLI's one-line
 errors and exit codes.
@@ -234,6 +239,110 @@ def gpt_case(megac, workdir, overrides):
     return problems
 
 
+def gpt_run(megac, workdir, c, extra=()):
+    """megac train on the exported GPT and the random tokens of gpt_case; the log records."""
+    os.makedirs(workdir, exist_ok=True)
+    _, onnx_path = make_gpt(workdir, torch.float32)
+    rng = np.random.default_rng(7)
+    tokens = rng.integers(0, VOCAB, size=(ROWS, SEQ + 1)).astype(np.int64)
+    data = os.path.join(workdir, "tokens.npy")
+    np.save(data, tokens)
+    records, _, stdout = megac_train(megac, [onnx_path], data, workdir, c, extra)
+    return records, stdout
+
+
+def mixed_config(precision, steps=20):
+    return dict(steps=steps, global_batch=4, micro_batch=4, lr=1e-3, schedule="constant",
+                warmup=0, min_lr=0.0, beta1=0.9, beta2=0.999, eps=1e-8, wd=0.1, clip=0.0,
+                precision=precision)
+
+
+def mixed_case(megac, workdir, precision):
+    """bf16/fp16 losses stay within 2% of the fp32 run at the last step, 3% all along."""
+    reference, _ = gpt_run(megac, os.path.join(workdir, "fp32"), mixed_config("fp32"))
+    records, _ = gpt_run(megac, workdir, mixed_config(precision))
+    problems = []
+    if len(records) != len(reference):
+        return [f"{len(records)} steps logged, expected {len(reference)}"]
+    rel = [abs(r["loss"] - f["loss"]) / abs(f["loss"]) for r, f in zip(records, reference)]
+    print(f"    {precision} vs fp32 loss: step 1 {records[0]['loss']:.5f} vs "
+          f"{reference[0]['loss']:.5f}, step {len(records)} {records[-1]['loss']:.5f} vs "
+          f"{reference[-1]['loss']:.5f}; relative difference last {rel[-1]:.2e}, max "
+          f"{max(rel):.2e}; skipped steps {sum(r['skipped'] for r in records)}")
+    if rel[-1] > 0.02:
+        problems.append(f"step {len(records)}: loss {records[-1]['loss']:.6f} differs from fp32's "
+                        f"{reference[-1]['loss']:.6f} by {rel[-1]:.2%} > 2%")
+    for r, f, d in zip(records, reference, rel):
+        if d > 0.03:
+            problems.append(f"step {r['step']}: loss {r['loss']:.6f}, fp32 {f['loss']:.6f} "
+                            f"({d:.2%} > 3%)")
+    if precision == "bf16" and any(r["loss_scale"] != 1 or r["skipped"] for r in records):
+        problems.append("bf16 logged a loss scale or a skipped step")
+    if precision == "fp16" and records[0]["loss_scale"] != 65536:
+        problems.append(f"fp16 started with loss_scale {records[0]['loss_scale']}, not 65536")
+    return problems
+
+
+def megatron_scales(initial, overflows, window=1000, hysteresis=2, minimum=1.0):
+    """The scale each step uses under Megatron's DynamicGradScaler, given the overflow flags."""
+    scale, growth, tracker, out = initial, 0, hysteresis, []
+    for overflow in overflows:
+        out.append(scale)
+        if overflow:
+            growth, tracker = 0, tracker - 1
+            if tracker <= 0:
+                scale = max(scale * 0.5, minimum)
+        else:
+            growth += 1
+            if growth == window:
+                growth, tracker, scale = 0, hysteresis, scale * 2
+    return out
+
+
+def overflow_case(megac, workdir):
+    """fp16 from loss scale 2^40: overflowing steps are skipped until the scale fits."""
+    c = mixed_config("fp16", steps=45)
+    records, stdout = gpt_run(megac, workdir, c, ["--initial-loss-scale", str(2.0 ** 40)])
+    skipped = [r["skipped"] for r in records]
+    scales = [r["loss_scale"] for r in records]
+    first_clean = skipped.index(False) if False in skipped else len(skipped)
+    print(f"    {first_clean} overflowing steps skipped; scales "
+          f"{' '.join(f'2^{math.log2(x):g}' for x in scales[:first_clean + 2])}")
+    for line in stdout.splitlines():
+        if line.startswith("step ") and ("skipped" in line or line.startswith(
+                f"step {first_clean + 1}/")):
+            print(f"    | {line}")
+    problems = []
+    if first_clean < 3:
+        problems.append(f"only {first_clean} steps overflowed from 2^40; the case tests nothing")
+    if first_clean >= len(records) - 5:
+        problems.append(f"{first_clean} of {len(records)} steps overflowed: too few clean ones")
+    later = sum(skipped[first_clean:])
+    if later > (len(records) - first_clean) // 4:
+        problems.append(f"{later} steps overflowed after the first clean one: "
+                        f"{[r['step'] for r in records if r['skipped']]}")
+    # A skipped step leaves the parameters alone: the same rows give the same loss again.
+    period = ROWS // c["global_batch"]
+    for a, b in zip(records, records[period:]):
+        if a["skipped"] and b["step"] <= first_clean and a["loss"] != b["loss"]:
+            problems.append(f"steps {a['step']} and {b['step']} read the same rows after skipped "
+                            f"steps but have losses {a['loss']!r} and {b['loss']!r}")
+    want = megatron_scales(2.0 ** 40, skipped)
+    if scales != want:
+        problems.append(f"logged scales {scales} differ from Megatron's {want}")
+    if len(scales) > 2 and not (scales[1] == scales[0] and scales[2] == scales[0] / 2):
+        problems.append(f"scales {scales[:3]}: expected the first overflow to keep the scale and "
+                        "the second to halve it")
+    for r in records[:first_clean]:
+        if math.isfinite(r["grad_norm"] if r["grad_norm"] is not None else math.inf):
+            problems.append(f"step {r['step']} is skipped with a finite grad_norm")
+    clean = [r["loss"] for r in records[first_clean:] if not r["skipped"]]
+    if len(clean) >= 4 and not (np.mean(clean[len(clean) // 2:]) < np.mean(clean[:len(clean) // 2])
+                                and clean[-1] < clean[0]):
+        problems.append(f"the clean steps' loss does not decrease: {clean}")
+    return problems
+
+
 def learnable_tokens(rows, seq, vocab, seed):
     """Arithmetic sequences mod (vocab - 1) (vocab - 1 is BERT's mask token): learnable."""
     rng = np.random.default_rng(seed)
@@ -286,14 +395,17 @@ def cases():
     yield "gpt-accumulation", lambda m, w: gpt_case(
         m, w, dict(global_batch=8, micro_batch=2, torch_micro_batch=8))
     yield "gpt-fp64", lambda m, w: gpt_case(m, w, dict(precision="fp64", steps=8))
+    yield "gpt-bf16", lambda m, w: mixed_case(m, w, "bf16")
+    yield "gpt-fp16", lambda m, w: mixed_case(m, w, "fp16")
+    yield "gpt-fp16-overflow", overflow_case
     yield "zoo-gpt", lambda m, w: zoo_case(m, w, "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=64")
     yield "zoo-bert", lambda m, w: zoo_case(m, w,
                                             "bert:layers=2,hidden=64,heads=4,seq=16,vocab=64")
     yield "error-batch-split", lambda m, w: error_case(
         m, w, ["--global-batch", "6", "--micro-batch", "4"], "not divisible by the micro-batch")
-    yield "error-bf16", lambda m, w: error_case(
-        m, w, ["--global-batch", "4", "--micro-batch", "4", "--precision", "bf16"],
-        "not supported yet")
+    yield "error-loss-scale-fp32", lambda m, w: error_case(
+        m, w, ["--global-batch", "4", "--micro-batch", "4", "--initial-loss-scale", "1024"],
+        "applies to --precision fp16")
     yield "error-nan-loss", lambda m, w: error_case(
         m, w, ["--global-batch", "4", "--micro-batch", "4", "--lr", "1e30"], "at step 2")
 

@@ -4,7 +4,6 @@
 #include "tools/megac/Commands.h"
 #include "tools/megac/Compile.h"
 #include "tools/megac/ModelSource.h"
-#include "tools/megac/Precision.h"
 
 #include "frontends/models/ModelConfig.h"
 #include "ir/MegaDialect.h"
@@ -14,6 +13,7 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/PlanLoader.h"
+#include "runtime/train/LossScaler.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/TokenBatches.h"
 #include "runtime/train/TrainLog.h"
@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <unistd.h>
 
 namespace megac::cli {
@@ -42,7 +43,9 @@ constexpr const char *kHelp =
                    --global-batch B --micro-batch b --lr X
                    [--lr-schedule constant|cosine] [--warmup-steps W] [--min-lr Y]
                    [--adam-beta1 0.9] [--adam-beta2 0.999] [--adam-eps 1e-8]
-                   [--weight-decay 0.01] [--clip-grad 0] [--seed 0] [--precision fp32|fp64]
+                   [--weight-decay 0.01] [--clip-grad 0] [--seed 0]
+                   [--precision fp32|fp64|bf16|fp16] [--initial-loss-scale 65536]
+                   [--loss-scale-window 1000] [--hysteresis 2] [--min-loss-scale 1]
                    [--log-json FILE] [--logits NAME] [--save-weights FILE.safetensors]
   trains the model with AdamW (torch.optim.AdamW; weight decay on parameters of rank >= 2
   only) on one CPU rank and prints one line per step (a live progress line on a terminal).
@@ -61,8 +64,14 @@ constexpr const char *kHelp =
     cosine:   min_lr + 0.5 * (lr - min_lr) * (1 + cos(pi * (s - W) / (N - W)))
   (in PyTorch: LambdaLR(opt, lambda i: schedule(i + 1) / lr), stepped after each step).
   --clip-grad C > 0 scales the gradients by min(1, C / (norm + 1e-6)).
-  --precision fp64 converts the model (parameters and compute) to f64; bf16 and fp16 are not
-  supported yet. --seed seeds initialization (zoo models) and BERT's masks.
+  --precision fp64 converts the model (parameters and compute) to f64. bf16 and fp16 are mixed
+  precision (mega-training-precision): half compute, f32 master weights, gradient accumulators
+  and Adam state, f32 LayerNorm/RmsNorm statistics, softmax and loss. fp16 adds dynamic loss
+  scaling (Megatron's DynamicGradScaler): gradients are computed for loss * scale; a step whose
+  gradients overflow (inf/nan) is skipped (logged "skipped") and, from the hysteresis-th
+  overflow since the last growth on, halves the scale (not below --min-loss-scale); after
+  --loss-scale-window consecutive clean steps the scale doubles.
+  --seed seeds initialization (zoo models) and BERT's masks.
   --log-json writes one JSON object per step and line: step, loss, lr, grad_norm (before
   clipping), loss_scale, skipped, tokens, tokens_per_s, step_time_s.
   --save-weights writes the final parameters. A non-finite loss stops the run (exit 1).)";
@@ -73,8 +82,8 @@ struct TrainConfig {
   train::BatchSplit split;
   train::LrSchedule schedule;
   passes::TrainingOptions training;
+  train::LossScalerConfig scaler;
   uint64_t seed = 0;
-  bool fp64 = false;
   std::optional<std::string> logJson, saveWeights;
 };
 
@@ -169,11 +178,32 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
     c.seed = *value;
   }
   std::string precision = args.get("precision").value_or("fp32");
-  if (precision == "bf16" || precision == "fp16")
-    return "--precision " + precision + " is not supported yet; use fp32 or fp64";
-  if (precision != "fp32" && precision != "fp64")
-    return "--precision: '" + precision + "' is not fp32 or fp64";
-  c.fp64 = precision == "fp64";
+  if (precision == "fp32")
+    c.training.precision = passes::Precision::fp32;
+  else if (precision == "fp64")
+    c.training.precision = passes::Precision::fp64;
+  else if (precision == "bf16")
+    c.training.precision = passes::Precision::bf16;
+  else if (precision == "fp16")
+    c.training.precision = passes::Precision::fp16;
+  else
+    return "--precision: '" + precision + "' is not fp32, fp64, bf16 or fp16";
+  bool scaling = false;
+  for (const char *name :
+       {"initial-loss-scale", "loss-scale-window", "hysteresis", "min-loss-scale"})
+    scaling = scaling || args.get(name).has_value();
+  if (scaling && c.training.precision != passes::Precision::fp16)
+    return "loss scaling (--initial-loss-scale, --loss-scale-window, --hysteresis, "
+           "--min-loss-scale) applies to --precision fp16";
+  for (std::string e :
+       {numberOption(args, "initial-loss-scale", c.scaler.initialScale, positive, "a number > 0"),
+        numberOption(args, "min-loss-scale", c.scaler.minScale, positive, "a number > 0"),
+        countOption(args, "loss-scale-window", 1, c.scaler.growthInterval, false),
+        countOption(args, "hysteresis", 1, c.scaler.hysteresis, false)})
+    if (!e.empty())
+      return e;
+  if (runtime::Status s = c.scaler.validate(); !s.isOk())
+    return s.message();
   c.training.logits = args.get("logits").value_or("");
   c.logJson = args.get("log-json");
   c.saveWeights = args.get("save-weights");
@@ -243,15 +273,50 @@ int64_t vocabOf(mlir::ModuleOp module, const std::string &logits) {
   return 0;
 }
 
-/// False (after printing why) when the model's float types do not fit the precision: bf16/fp16
-/// models are not supported yet, f64 ones need --precision fp64.
+/// The float element types of every tensor the module's ops use or make ("bf16", "f32", ...).
+std::set<std::string> floatTypesIn(mlir::ModuleOp module) {
+  std::set<std::string> types;
+  auto note = [&](mlir::Type type) {
+    if (auto tensor = mlir::dyn_cast<mlir::TensorType>(type))
+      if (mlir::isa<mlir::FloatType>(tensor.getElementType())) {
+        std::string text;
+        llvm::raw_string_ostream os(text);
+        tensor.getElementType().print(os);
+        types.insert(text);
+      }
+  };
+  module.walk([&](mlir::Operation *op) {
+    for (mlir::Type type : op->getResultTypes())
+      note(type);
+    for (mlir::Region &region : op->getRegions())
+      for (mlir::Block &block : region)
+        for (mlir::BlockArgument arg : block.getArguments())
+          note(arg.getType());
+  });
+  return types;
+}
+
+/// Converts every f32 tensor of `weights` to f64 (the parameters of an fp64 run).
+void convertWeightsToF64(runtime::TensorMap &weights) {
+  for (auto &[name, tensor] : weights) {
+    if (tensor.dtype != runtime::DType::f32)
+      continue;
+    runtime::HostTensor wide = runtime::HostTensor::zeros(runtime::DType::f64, tensor.shape);
+    for (int64_t i = 0; i < tensor.numElements(); ++i)
+      wide.data<double>()[i] = tensor.data<float>()[i];
+    tensor = std::move(wide);
+  }
+}
+
+/// False (after printing why) when the model's float types do not fit the precision: models
+/// are f32 (bf16/fp16 storage models are not trained), f64 ones need --precision fp64.
 bool checkFloatTypes(mlir::ModuleOp module, bool fp64, const std::string &description) {
   std::set<std::string> floats = floatTypesIn(module);
   for (const char *narrow : {"bf16", "f16"})
     if (floats.count(narrow)) {
       std::fprintf(stderr,
-                   "%s: error: %s has %s tensors; training bf16/fp16 models is not supported "
-                   "yet\n",
+                   "%s: error: %s has %s tensors; train an f32 model with --precision "
+                   "bf16 or fp16 instead\n",
                    kCommand, description.c_str(), narrow);
       return false;
     }
@@ -293,21 +358,16 @@ std::optional<TrainModel> compileTrainingStep(const TrainConfig &c, int64_t seq)
   mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
   ctx.printOpOnDiagnostic(false);
   mlir::ModuleOp module = *model->module;
-  if (!checkFloatTypes(module, c.fp64, out.description))
+  bool fp64 = training.precision == passes::Precision::fp64;
+  if (!checkFloatTypes(module, fp64, out.description))
     return std::nullopt;
   if (mlir::failed(passes::runInputPipeline(module))) {
     std::fprintf(stderr, "%s: error: the input pipeline failed on %s\n", kCommand,
                  out.description.c_str());
     return std::nullopt;
   }
-  if (c.fp64) {
-    if (mlir::failed(convertToF64(module))) {
-      std::fprintf(stderr, "%s: error: cannot convert %s to f64\n", kCommand,
-                   out.description.c_str());
-      return std::nullopt;
-    }
+  if (fp64) // the IR is converted by mega-training-precision in buildTrainingStep
     convertWeightsToF64(out.weights);
-  }
   if (mlir::failed(passes::buildTrainingStep(module, training))) {
     std::fprintf(stderr, "%s: error: cannot build the training step of %s (see above)\n", kCommand,
                  out.description.c_str());
@@ -394,7 +454,7 @@ runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
   }
   for (const std::string &name : executor.inputNames("forward_backward"))
     if (name != "input_ids" && name != "attention_mask" && name != "labels" &&
-        name != "loss_normalizer")
+        name != "loss_normalizer" && name != "loss_scale")
       return runtime::Status::error("the model's input '" + name +
                                     "' is not one megac train feeds (input_ids, attention_mask)");
   ASSIGN_OR_RETURN(runtime::TensorInfo ids, executor.inputInfo("input_ids"));
@@ -410,7 +470,8 @@ runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
 /// non-finite loss stops before the update.
 runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
                           const train::TokenData &data, passes::LossKind kind, int64_t vocab,
-                          runtime::DType floatType, train::StepRecord &record) {
+                          runtime::DType floatType, train::LossScaler *scaler,
+                          train::StepRecord &record) {
   int64_t step = record.step - 1;
   std::vector<train::MicroBatch> batches =
       kind == passes::LossKind::mlm ? train::mlmStep(data, step, c.split, {c.seed, vocab - 1, 0.15})
@@ -428,6 +489,10 @@ runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
   }
   RETURN_IF_ERROR(executor.setInput("loss_normalizer", floatScalar(floatType, 1.0 / targets)));
   RETURN_IF_ERROR(executor.zeroState("grad."));
+  if (scaler) {
+    record.lossScale = scaler->scale();
+    RETURN_IF_ERROR(executor.setInput("loss_scale", floatScalar(floatType, scaler->scale())));
+  }
   double loss = 0;
   for (const train::MicroBatch &mb : batches) {
     RETURN_IF_ERROR(executor.setInput("input_ids", asIndexType(mb.inputIds, ids.dtype)));
@@ -444,6 +509,18 @@ runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
                                   shortNumber(record.lr) +
                                   "); stopping before the update. Lower --lr or clip the "
                                   "gradients (--clip-grad)");
+  if (scaler) {
+    // Dynamic loss scaling: an overflowing step (non-finite unscaled norm) is skipped.
+    RETURN_IF_ERROR(executor.run("check_gradients"));
+    ASSIGN_OR_RETURN(runtime::HostTensor norm, executor.output("unscaled_grad_norm"));
+    record.gradNorm = scalarValue(norm);
+    bool overflow = !std::isfinite(record.gradNorm);
+    scaler->update(overflow);
+    if (overflow) {
+      record.skipped = true;
+      return runtime::Status::ok();
+    }
+  }
   RETURN_IF_ERROR(executor.setInput("lr", floatScalar(floatType, record.lr)));
   runtime::HostTensor stepTensor = runtime::HostTensor::zeros(runtime::DType::i64, {});
   *stepTensor.data<int64_t>() = record.step;
@@ -473,6 +550,9 @@ int fail(const std::string &message) {
 /// The training loop: steps, logs, progress; returns the exit code.
 int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::TokenData &data,
               passes::LossKind kind, int64_t vocab, runtime::DType floatType) {
+  std::optional<train::LossScaler> scaler;
+  if (c.training.precision == passes::Precision::fp16)
+    scaler.emplace(c.scaler);
   train::JsonLinesWriter log;
   if (c.logJson)
     if (runtime::Status s = log.open(*c.logJson); !s.isOk())
@@ -485,7 +565,8 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
     record.step = step;
     record.tokens = c.split.globalBatch * data.sequenceLength();
     auto start = std::chrono::steady_clock::now();
-    runtime::Status status = trainStep(executor, c, data, kind, vocab, floatType, record);
+    runtime::Status status =
+        trainStep(executor, c, data, kind, vocab, floatType, scaler ? &*scaler : nullptr, record);
     if (!status.isOk()) {
       if (terminal)
         std::fputc('\n', stdout);
@@ -528,12 +609,30 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
 
 int trainCommand(int argc, char **argv) {
   Args args;
-  std::string error =
-      args.parse(argc, argv, 2,
-                 {"model", "data", "steps", "global-batch", "micro-batch", "lr", "lr-schedule",
-                  "warmup-steps", "min-lr", "adam-beta1", "adam-beta2", "adam-eps", "weight-decay",
-                  "clip-grad", "seed", "precision", "log-json", "logits", "save-weights"},
-                 {"help"});
+  const std::set<std::string> valued = {"model",
+                                        "data",
+                                        "steps",
+                                        "global-batch",
+                                        "micro-batch",
+                                        "lr",
+                                        "lr-schedule",
+                                        "warmup-steps",
+                                        "min-lr",
+                                        "adam-beta1",
+                                        "adam-beta2",
+                                        "adam-eps",
+                                        "weight-decay",
+                                        "clip-grad",
+                                        "seed",
+                                        "precision",
+                                        "initial-loss-scale",
+                                        "loss-scale-window",
+                                        "hysteresis",
+                                        "min-loss-scale",
+                                        "log-json",
+                                        "logits",
+                                        "save-weights"};
+  std::string error = args.parse(argc, argv, 2, valued, {"help"});
   if (args.has("help")) {
     std::puts(kHelp);
     return 0;
@@ -586,7 +685,7 @@ int trainCommand(int argc, char **argv) {
               model->description.c_str(), (long long)config.schedule.totalSteps,
               (long long)config.split.globalBatch, (long long)data->sequenceLength(),
               (long long)config.split.microBatch, (long long)config.split.microBatches(),
-              config.fp64 ? "fp64" : "fp32", config.schedule.lr,
+              passes::precisionName(config.training.precision), config.schedule.lr,
               train::lrDecayName(config.schedule.decay), model->compileSeconds * 1e3);
   std::fflush(stdout);
   return trainLoop(**executor, config, *data, kind, model->vocab, *floatType);

@@ -238,6 +238,19 @@ TEST(Grad, AttentionGradMatchesFiniteDifferences) {
     checkAttentionGrad(c);
 }
 
+TEST(Grad, AttentionGradOfLargerHeadsMatchesFiniteDifferences) {
+  // Sizes past the gemm kernels' register blocks (odd dims, t > s, several query heads per kv
+  // head), so the per-head gemms' edge handling and the GQA accumulation into dk/dv are covered.
+  const AttentionCase cases[] = {
+      {"grouped-query, causal, t > s, odd dims", 1, 9, 13, 4, 2, 5, 7, true, std::nullopt},
+      {"multi-query with a [s,t] mask", 2, 11, 11, 3, 1, 6, 3, false, std::vector<int64_t>{11, 11}},
+      {"causal with a padding mask", 2, 10, 10, 2, 2, 8, 8, true,
+       std::vector<int64_t>{2, 1, 1, 10}},
+  };
+  for (const AttentionCase &c : cases)
+    checkAttentionGrad(c);
+}
+
 TEST(Grad, AttentionGradOfFullyMaskedRowsIsZero) {
   // Causal with t < s: query i sees keys j <= i - 2, so rows 0 and 1 see nothing; the forward
   // gives zeros there, and no gradient flows through them.

@@ -329,6 +329,13 @@ TEST(Nn, AttentionMaskBroadcasts) {
   checkAttention({1, 3, 4, 2, 1, 4, 4, false, {1, 4}, true}, 34); // boolean, broadcast rows
 }
 
+TEST(Nn, AttentionLargerHeads) {
+  // Past the gemm kernels' register blocks: odd dims, GQA, t > s, causal and masks together.
+  checkAttention({2, 17, 23, 4, 2, 9, 11, true, {}}, 41);
+  checkAttention({1, 33, 33, 3, 1, 16, 16, true, {33, 33}}, 42);
+  checkAttention({2, 19, 21, 2, 2, 7, 5, false, {2, 1, 19, 21}, true}, 43); // boolean
+}
+
 TEST(Nn, AttentionFullyMaskedRowIsZero) {
   const double inf = std::numeric_limits<double>::infinity();
   // s = 3 > t = 2 with causal: query 0 may see keys j <= 0 + (2 - 3) = -1, i.e. none.
