@@ -16,10 +16,11 @@ def TrainingLoss : Pass<"mega-training-loss", "mlir::ModuleOp"> {
     `loss = reduce_sum(cross_entropy(logits, labels, ignore_index)) * loss_normalizer`
 
     named `mega.output = "loss"`. The logits are the result named by `logits` (default: the
-    model's only floating-point result); its other results are dropped from the copy. Both
-    loss kinds, `causal` (labels are the inputs shifted by one) and `mlm` (labels are the
-    masked tokens, `ignore_index` elsewhere), are this cross-entropy; the data side builds the
-    labels, and the kind is recorded as `mega.loss_kind` on @forward_backward.
+    model's only floating-point result); its other results are dropped from the copy. All
+    loss kinds, `causal` (labels are the inputs shifted by one), `mlm` (labels are the
+    masked tokens, `ignore_index` elsewhere) and `seq2seq` (labels are the decoder's targets,
+    its inputs shifted right), are this cross-entropy; the data side builds the labels, and the
+    kind is recorded as `mega.loss_kind` on @forward_backward.
 
     Errors: an unknown loss kind; no model function (or several and none named); a model
     without a body; an existing @forward_backward, or an @forward that is another function;
@@ -59,7 +60,8 @@ def TrainingLoss : Pass<"mega-training-loss", "mlir::ModuleOp"> {
     Option<"ignoreIndex", "ignore-index", "int64_t", /*default=*/"-100",
            "label value that gets no loss (PyTorch's ignore_index)">,
     Option<"lossKind", "loss-kind", "std::string", /*default=*/"\"causal\"",
-           "causal (next-token) or mlm (masked tokens); both are cross-entropy over the labels">,
+           "causal (next-token), mlm (masked tokens) or seq2seq (decoder targets); all are "
+           "cross-entropy over the labels">,
   ];
 }
 

@@ -95,9 +95,9 @@ struct TrainingLossPass : impl::TrainingLossBase<TrainingLossPass> {
   }
 
   LogicalResult run(ModuleOp module) {
-    if (lossKind != "causal" && lossKind != "mlm")
+    if (lossKind != "causal" && lossKind != "mlm" && lossKind != "seq2seq")
       return module.emitError() << "mega-training-loss: loss-kind '" << lossKind
-                                << "' is not supported; use causal or mlm";
+                                << "' is not supported; use causal, mlm or seq2seq";
     func::FuncOp model = findModel(module, function);
     if (!model)
       return failure();

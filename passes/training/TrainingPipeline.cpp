@@ -13,6 +13,8 @@ const char *lossKindName(LossKind kind) {
     return "causal";
   case LossKind::mlm:
     return "mlm";
+  case LossKind::seq2seq:
+    return "seq2seq";
   }
   return "causal";
 }

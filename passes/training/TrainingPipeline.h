@@ -11,7 +11,7 @@
 
 namespace megac::passes {
 
-enum class LossKind { causal, mlm };
+enum class LossKind { causal, mlm, seq2seq };
 /// The training precision (mega-training-precision): fp32; fp64 everywhere; bf16/fp16 mixed
 /// precision with f32 master weights (fp16 with dynamic loss scaling).
 enum class Precision { fp32, fp64, bf16, fp16 };

@@ -231,24 +231,20 @@ Status geluGrad(const TensorRef &dy, const TensorRef &x, bool tanh, const Tensor
     using T = decltype(tag);
     const T *xs = x.as<const T>(), *dys = dy.as<const T>();
     T *out = dx.as<T>();
-    // In T, as gelu() computes the forward: f32 erf/exp/tanh for f32 (within a few ulps of the
-    // f64 formula), f64 for f64.
-    const T kBeta = static_cast<T>(std::sqrt(2.0 / std::numbers::pi)), kKappa = T(0.044715);
-    const T kInvSqrt2Pi = static_cast<T>(1.0 / std::sqrt(2.0 * std::numbers::pi));
-    const T kSqrt2 = std::numbers::sqrt2_v<T>;
+    const double kBeta = std::sqrt(2.0 / std::numbers::pi), kKappa = 0.044715;
+    const double kInvSqrt2Pi = 1.0 / std::sqrt(2.0 * std::numbers::pi);
     for (int64_t i = 0; i < n; ++i) {
-      T v = xs[i], slope;
+      double v = static_cast<double>(xs[i]), slope;
       if (tanh) {
         // d/dx 0.5 x (1 + tanh(u)), u = beta (x + kappa x^3).
-        T th = std::tanh(kBeta * (v + kKappa * v * v * v));
-        slope = T(0.5) * (T(1) + th) +
-                T(0.5) * v * (T(1) - th * th) * kBeta * (T(1) + T(3) * kKappa * v * v);
+        double th = std::tanh(kBeta * (v + kKappa * v * v * v));
+        slope = 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * kBeta * (1.0 + 3.0 * kKappa * v * v);
       } else {
         // d/dx x Phi(x) = Phi(x) + x phi(x).
-        slope =
-            T(0.5) * (T(1) + std::erf(v / kSqrt2)) + v * kInvSqrt2Pi * std::exp(T(-0.5) * v * v);
+        slope = 0.5 * (1.0 + std::erf(v / std::numbers::sqrt2)) +
+                v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
       }
-      out[i] = dys[i] * slope;
+      out[i] = static_cast<T>(static_cast<double>(dys[i]) * slope);
     }
     return Status::ok();
   });

@@ -157,6 +157,37 @@ std::vector<MicroBatch> mlmStep(const TokenData &data, int64_t step, const Batch
   });
 }
 
+StatusOr<std::vector<MicroBatch>> seq2seqStep(const TokenData &data, int64_t step,
+                                              const BatchSplit &split, int64_t encoderLength,
+                                              int64_t decoderLength) {
+  if (encoderLength < 1 || decoderLength < 1 ||
+      encoderLength + decoderLength != data.sequenceLength())
+    return Status::error(
+        "encoder-decoder training reads rows of E + D + 1 tokens (E = " +
+        std::to_string(encoderLength) + " encoder, D = " + std::to_string(decoderLength) +
+        " decoder positions), but the rows have " + std::to_string(data.rowLength));
+  int64_t e = encoderLength, d = decoderLength, b = split.microBatch;
+  std::vector<MicroBatch> batches;
+  for (int64_t k = 0; k < split.microBatches(); ++k) {
+    MicroBatch mb;
+    mb.inputIds = HostTensor::zeros(DType::i64, {b, e});
+    mb.decoderInputIds = HostTensor::zeros(DType::i64, {b, d});
+    mb.labels = HostTensor::zeros(DType::i64, {b, d});
+    for (int64_t r = 0; r < b; ++r) {
+      int64_t row = dataRow(step, k * b + r, split.globalBatch, data.rows);
+      for (int64_t t = 0; t < e; ++t)
+        mb.inputIds.data<int64_t>()[r * e + t] = data.at(row, t);
+      for (int64_t t = 0; t < d; ++t) {
+        mb.decoderInputIds.data<int64_t>()[r * d + t] = data.at(row, e + t);
+        mb.labels.data<int64_t>()[r * d + t] = data.at(row, e + t + 1);
+      }
+    }
+    mb.targetTokens = b * d;
+    batches.push_back(std::move(mb));
+  }
+  return batches;
+}
+
 int64_t targetTokens(const std::vector<MicroBatch> &batches) {
   int64_t n = 0;
   for (const MicroBatch &mb : batches)

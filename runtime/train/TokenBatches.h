@@ -60,9 +60,10 @@ struct MlmOptions {
 std::vector<int64_t> mlmMaskedPositions(const MlmOptions &options, int64_t step, int64_t j,
                                         int64_t sequenceLength);
 
-/// One micro-batch: i64 tensors [b, S].
+/// One micro-batch: i64 tensors [b, S] (seq2seq: input_ids [b, E], the decoder's [b, D]).
 struct MicroBatch {
   HostTensor inputIds;
+  HostTensor decoderInputIds; // seq2seq only
   HostTensor labels;
   int64_t targetTokens = 0; // labels other than kIgnoreIndex
 };
@@ -72,6 +73,13 @@ std::vector<MicroBatch> causalStep(const TokenData &data, int64_t step, const Ba
 /// The same for masked-LM training.
 std::vector<MicroBatch> mlmStep(const TokenData &data, int64_t step, const BatchSplit &split,
                                 const MlmOptions &options);
+
+/// Encoder-decoder (T5) training on the same rows: with S = E + D, the encoder reads row[0:E],
+/// the decoder reads row[E:E+D] and predicts row[E+1:E+D+1] (it continues the prefix the
+/// encoder saw; its inputs are its targets shifted right by one). Errors if S != E + D.
+StatusOr<std::vector<MicroBatch>> seq2seqStep(const TokenData &data, int64_t step,
+                                              const BatchSplit &split, int64_t encoderLength,
+                                              int64_t decoderLength);
 
 /// Target tokens summed over the micro-batches (the loss normalizer is its inverse).
 int64_t targetTokens(const std::vector<MicroBatch> &batches);

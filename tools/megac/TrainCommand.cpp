@@ -55,9 +55,10 @@ constexpr const char *kHelp =
   accumulated (B must be a multiple of b). Causal models (gpt, ONNX, .mlir): input_ids =
   row[:S], labels = row[1:]. BERT (zoo): masked LM on row[:S] -- round(15% of S) seeded
   positions per row become the token vocab-1 ([MASK]) and are the only labelled ones;
-  attention_mask is all ones. The loss is the mean cross-entropy over the global batch's
-  labelled tokens. An ONNX model's input_ids is bound to [b, S]; a zoo spec's seq must be S
-  (its batch is set to b).
+  attention_mask is all ones. T5 (zoo): S = seq + dec_seq; the encoder reads row[:seq], the
+  decoder reads row[seq:S] and predicts row[seq+1:S+1]. The loss is the mean cross-entropy
+  over the global batch's labelled tokens. An ONNX model's input_ids is bound to [b, S]; a
+  zoo spec's seq must be S (t5: seq + dec_seq; its batch is set to b).
   lr schedule, for step s = 1..N (Megatron's, starting at lr/W instead of 0):
     s <= W:   lr * s / W
     constant: lr
@@ -237,9 +238,12 @@ std::optional<std::string> bindSpec(const TrainConfig &c, int64_t seq, passes::L
     models::ModelConfig &config = *parsed.config;
     bool batchGiven = c.spec->find(":batch=") != std::string::npos ||
                       c.spec->find(",batch=") != std::string::npos;
-    if (config.arch == models::Arch::t5)
-      error = "training t5 is not supported yet (gpt and bert are)";
-    else if (config.seq != seq)
+    if (config.arch == models::Arch::t5) {
+      if (config.seq + config.decSeq != seq)
+        error = "t5 trains on rows of seq + dec_seq + 1 tokens (the encoder reads the first " +
+                std::to_string(config.seq) + ", the decoder continues for " +
+                std::to_string(config.decSeq) + "), but the data's S = " + std::to_string(seq);
+    } else if (config.seq != seq)
       error = "the model's seq=" + std::to_string(config.seq) +
               " differs from the data's S = " + std::to_string(seq) +
               " (rows of S+1 = " + std::to_string(seq + 1) + " tokens)";
@@ -249,7 +253,9 @@ std::optional<std::string> bindSpec(const TrainConfig &c, int64_t seq, passes::L
     else if (config.dtype != dsl::DType::f32)
       error = "give the precision with --precision, not dtype= in the spec";
     config.batch = c.split.microBatch;
-    kind = config.arch == models::Arch::bert ? passes::LossKind::mlm : passes::LossKind::causal;
+    kind = config.arch == models::Arch::bert ? passes::LossKind::mlm
+           : config.arch == models::Arch::t5 ? passes::LossKind::seq2seq
+                                             : passes::LossKind::causal;
     if (error.empty())
       return config.spec();
   }
@@ -443,10 +449,12 @@ runtime::HostTensor ones(const runtime::TensorInfo &info) {
   return t;
 }
 
-/// The inputs of @forward_backward megac train can feed (input_ids [b, S]), and the float type
-/// of its scalars.
+/// The inputs of @forward_backward megac train can feed (input_ids [b, S]; for encoder-decoder
+/// models input_ids [b, E] and decoder_input_ids [b, D] with E + D = S), and the float type of
+/// its scalars.
 runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
-                                              const std::vector<int64_t> &idsShape) {
+                                              std::vector<int64_t> idsShape,
+                                              passes::LossKind kind) {
   for (const char *function : {"forward_backward", "apply_gradients"}) {
     std::vector<std::string> names = executor.functionNames();
     if (std::find(names.begin(), names.end(), function) == names.end())
@@ -454,9 +462,20 @@ runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
   }
   for (const std::string &name : executor.inputNames("forward_backward"))
     if (name != "input_ids" && name != "attention_mask" && name != "labels" &&
-        name != "loss_normalizer" && name != "loss_scale")
+        name != "loss_normalizer" && name != "loss_scale" &&
+        !(name == "decoder_input_ids" && kind == passes::LossKind::seq2seq))
       return runtime::Status::error("the model's input '" + name +
-                                    "' is not one megac train feeds (input_ids, attention_mask)");
+                                    "' is not one megac train feeds (input_ids, attention_mask, "
+                                    "decoder_input_ids for encoder-decoder models)");
+  if (kind == passes::LossKind::seq2seq) {
+    ASSIGN_OR_RETURN(runtime::TensorInfo dec, executor.inputInfo("decoder_input_ids"));
+    if (dec.shape.size() != 2 || dec.shape[0] != idsShape[0] || dec.shape[1] >= idsShape[1])
+      return runtime::Status::error("the model's decoder_input_ids is " +
+                                    runtime::shapeString(dec.shape) +
+                                    "; expected [b, D] with b = " + std::to_string(idsShape[0]) +
+                                    " and D < S = " + std::to_string(idsShape[1]));
+    idsShape[1] -= dec.shape[1];
+  }
   ASSIGN_OR_RETURN(runtime::TensorInfo ids, executor.inputInfo("input_ids"));
   if (ids.shape != idsShape)
     return runtime::Status::error("the model's input_ids is " + runtime::shapeString(ids.shape) +
@@ -473,9 +492,16 @@ runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
                           runtime::DType floatType, train::LossScaler *scaler,
                           train::StepRecord &record) {
   int64_t step = record.step - 1;
-  std::vector<train::MicroBatch> batches =
-      kind == passes::LossKind::mlm ? train::mlmStep(data, step, c.split, {c.seed, vocab - 1, 0.15})
-                                    : train::causalStep(data, step, c.split);
+  std::vector<train::MicroBatch> batches;
+  if (kind == passes::LossKind::seq2seq) {
+    ASSIGN_OR_RETURN(runtime::TensorInfo enc, executor.inputInfo("input_ids"));
+    ASSIGN_OR_RETURN(runtime::TensorInfo dec, executor.inputInfo("decoder_input_ids"));
+    ASSIGN_OR_RETURN(batches, train::seq2seqStep(data, step, c.split, enc.shape[1], dec.shape[1]));
+  } else {
+    batches = kind == passes::LossKind::mlm
+                  ? train::mlmStep(data, step, c.split, {c.seed, vocab - 1, 0.15})
+                  : train::causalStep(data, step, c.split);
+  }
   int64_t targets = train::targetTokens(batches);
   if (targets == 0)
     return runtime::Status::error("step " + std::to_string(record.step) +
@@ -496,6 +522,9 @@ runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
   double loss = 0;
   for (const train::MicroBatch &mb : batches) {
     RETURN_IF_ERROR(executor.setInput("input_ids", asIndexType(mb.inputIds, ids.dtype)));
+    if (kind == passes::LossKind::seq2seq)
+      RETURN_IF_ERROR(
+          executor.setInput("decoder_input_ids", asIndexType(mb.decoderInputIds, ids.dtype)));
     RETURN_IF_ERROR(executor.setInput("labels", mb.labels));
     RETURN_IF_ERROR(executor.run("forward_backward"));
     ASSIGN_OR_RETURN(runtime::HostTensor part, executor.output("loss"));
@@ -677,7 +706,7 @@ int trainCommand(int argc, char **argv) {
   if (!executor.isOk())
     return fail(executor.status().message());
   runtime::StatusOr<runtime::DType> floatType =
-      checkInputs(**executor, {config.split.microBatch, data->sequenceLength()});
+      checkInputs(**executor, {config.split.microBatch, data->sequenceLength()}, kind);
   if (!floatType.isOk())
     return fail(floatType.status().message());
   std::printf("%s: %lld steps of %lld x %lld tokens (micro-batch %lld, %lld accumulation "

@@ -177,3 +177,20 @@ TEST(TokenBatches, MlmBatchesMaskAndLabel) {
     joined.push_back(v);
   EXPECT_EQ(joined, ids);
 }
+
+TEST(TokenBatches, Seq2SeqSplitsEachRowIntoEncoderPrefixAndDecoderContinuation) {
+  // Rows of E + D + 1 = 3 + 2 + 1 tokens: row r holds 100 r + t.
+  TokenData data = labelledRows(4, 5);
+  auto mbs = seq2seqStep(data, 0, {2, 1}, 3, 2);
+  ASSERT_TRUE(mbs.isOk()) << mbs.status().message();
+  ASSERT_EQ(mbs->size(), 2u);
+  const MicroBatch &second = (*mbs)[1]; // row 1
+  EXPECT_EQ(values(second.inputIds), (std::vector<int64_t>{100, 101, 102}));
+  EXPECT_EQ(values(second.decoderInputIds), (std::vector<int64_t>{103, 104}));
+  EXPECT_EQ(values(second.labels), (std::vector<int64_t>{104, 105}));
+  EXPECT_EQ(targetTokens(*mbs), 4);
+  // E + D must be S.
+  auto bad = seq2seqStep(data, 0, {2, 1}, 3, 3);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("rows of E + D + 1 tokens"), std::string::npos);
+}

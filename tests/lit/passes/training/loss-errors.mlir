@@ -1,9 +1,9 @@
 // Every diagnostic of mega-training-loss under default options (loss-errors-named.mlir has
 // those of named functions and logits).
 // RUN: megac-opt %s --mega-training-loss --split-input-file --verify-diagnostics
-// RUN: not megac-opt %s --mega-training-loss="loss-kind=seq2seq" --split-input-file 2>&1 | FileCheck %s --check-prefix=KIND
+// RUN: not megac-opt %s --mega-training-loss="loss-kind=span" --split-input-file 2>&1 | FileCheck %s --check-prefix=KIND
 
-// KIND: loss-kind 'seq2seq' is not supported; use causal or mlm
+// KIND: loss-kind 'span' is not supported; use causal, mlm or seq2seq
 
 // expected-error@+1 {{the module has 2 functions; name the model with function=<name>}}
 module {
