@@ -145,12 +145,14 @@ Status rmsNorm(const TensorRef &x, const TensorRef &weight, double epsilon, cons
 /// Scaled dot-product attention. q [b,s,h,d], k [b,t,hk,d], v [b,t,hk,dv] -> out [b,s,h,dv];
 /// hk divides h and query head i reads kv head i / (h / hk). scores = scale * q.k + mask, the
 /// mask broadcast numpy-style to [b,h,s,t]: of q's dtype it is added, of i1 it keeps where
-/// true (PyTorch's boolean attn_mask). `causal` masks key j > i + (t - s). Softmax in double
-/// with max subtraction; a fully masked row gives zeros, not NaN.
+/// true (PyTorch's boolean attn_mask). `causal` masks key j > i + (t - s). Per (batch, head):
+/// scores and out by GEMM in the input type; softmax with max subtraction, row sums in double;
+/// a fully masked row gives zeros, not NaN.
 Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, const TensorRef *mask,
                  bool causal, double scale, const TensorRef &out);
 
-// ---- Backward ops (Grad.cpp), f32 and f64; every reduction accumulates in double --------------
+// ---- Backward ops (Grad.cpp), f32 and f64; reductions accumulate in double, except the GEMMs
+// ---- of attentionGrad (dq, dk, dv), which run in the input type inside BLAS -----------------
 //
 // Each is the exact derivative of its forward kernel above, recomputing the statistics or
 // probabilities from the forward's inputs, and reduces in a fixed order (deterministic).
