@@ -212,18 +212,8 @@ Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, con
   RETURN_IF_ERROR(expectSameFloat(name, q, k, "k"));
   RETURN_IF_ERROR(expectSameFloat(name, q, v, "v"));
   RETURN_IF_ERROR(expectSameFloat(name, q, out, "output"));
-  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
-    return fail(name, "q, k, v must be [b,s,h,d], [b,t,hk,d], [b,t,hk,dv]; got " +
-                          shapeString(q.shape) + ", " + shapeString(k.shape) + ", " +
-                          shapeString(v.shape));
-  int64_t b = q.shape[0], s = q.shape[1], h = q.shape[2], d = q.shape[3];
-  int64_t t = k.shape[1], hk = k.shape[2], dv = v.shape[3];
-  if (k.shape[0] != b || k.shape[3] != d || v.shape[0] != b || v.shape[1] != t || v.shape[2] != hk)
-    return fail(name, "q " + shapeString(q.shape) + ", k " + shapeString(k.shape) + ", v " +
-                          shapeString(v.shape) + " do not agree on b, t, hk or d");
-  if (hk < 1 || h % hk != 0)
-    return fail(name, std::to_string(hk) + " kv heads do not divide " + std::to_string(h) +
-                          " query heads");
+  ASSIGN_OR_RETURN(AttentionDims dims, attentionDims(name, q, k, v));
+  auto [b, s, h, d, t, hk, dv] = dims;
   RETURN_IF_ERROR(expectShape(name, "output", out, std::vector<int64_t>{b, s, h, dv}));
   if (!std::isfinite(scale))
     return fail(name, "scale " + std::to_string(scale) + " is not finite");
