@@ -33,6 +33,18 @@ const char *precisionName(Precision precision) {
   return "fp32";
 }
 
+const char *recomputeName(Recompute recompute) {
+  switch (recompute) {
+  case Recompute::none:
+    return "none";
+  case Recompute::selective:
+    return "selective";
+  case Recompute::full:
+    return "full";
+  }
+  return "none";
+}
+
 mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptions &options) {
   mlir::PassManager pm(module->getContext());
   TrainingPrecisionOptions precision;

@@ -1,0 +1,83 @@
+// Communication between the ranks of a plan's mesh: collectives over sub-groups named by mesh
+// axes, and point-to-point transfers between pipeline stages. Implementations: MPI (CPU ranks,
+// runtime/comm/MpiCommunicator) and a single-rank one (every group is just this rank).
+//
+// Groups: for a set of mesh axes (indices into the plan's mesh, major first), this rank's group
+// is the ranks whose coordinates equal its own except on those axes; a member's index in the
+// group is the row-major index of its coordinates on those axes. Every member must make the same
+// calls on the group in the same order.
+//
+// Errors: a call that waits longer than the timeout returns an error naming this rank, the
+// operation and the group (its mesh axes and member ranks); the caller then aborts the job.
+#pragma once
+
+#include "runtime/Status.h"
+#include "runtime/io/HostTensor.h"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace megac::runtime::comm {
+
+/// The mesh of a plan: axis names and sizes, slowest-varying first; rank = row-major index.
+struct Mesh {
+  std::vector<std::string> axisNames;
+  std::vector<int64_t> axisSizes;
+
+  int64_t size() const;
+  std::vector<int64_t> coordsOf(int64_t rank) const;
+  int64_t rankOf(std::span<const int64_t> coords) const;
+  /// The members of `rank`'s group over `axes`, in group order.
+  std::vector<int64_t> groupOf(int64_t rank, std::span<const uint32_t> axes) const;
+  /// `rank`'s index in its group over `axes`.
+  int64_t indexInGroup(int64_t rank, std::span<const uint32_t> axes) const;
+  /// "[tp] (ranks 2, 3)": for errors.
+  std::string describeGroup(int64_t rank, std::span<const uint32_t> axes) const;
+};
+
+enum class ReduceKind { sum, max };
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const Mesh &mesh() const = 0;
+
+  /// In place over `count` elements of `dtype` (f64, f32, bf16, f16; half types reduce in f32
+  /// and round once).
+  virtual Status allReduce(std::span<const uint32_t> axes, void *data, size_t count, DType dtype,
+                           ReduceKind kind) = 0;
+  /// `out` holds group-size blocks of `bytesPerRank`, in group order.
+  virtual Status allGather(std::span<const uint32_t> axes, const void *in, void *out,
+                           size_t bytesPerRank) = 0;
+  /// `in` holds group-size blocks of `countPerRank` elements; this rank gets the reduction of
+  /// block (its group index).
+  virtual Status reduceScatter(std::span<const uint32_t> axes, const void *in, void *out,
+                               size_t countPerRank, DType dtype, ReduceKind kind) = 0;
+  /// Block i of `in` (bytesPerRank each) goes to member i; block j of `out` comes from member j.
+  virtual Status allToAll(std::span<const uint32_t> axes, const void *in, void *out,
+                          size_t bytesPerRank) = 0;
+
+  /// Point to point (pipeline stages), matched by (peer, tag). send copies `data` and returns at
+  /// once (the transfer completes in the background, so 1F1B's crossing sends cannot deadlock);
+  /// recv blocks until the message is here (or the timeout).
+  virtual Status send(int peer, int tag, const void *data, size_t bytes) = 0;
+  virtual Status recv(int peer, int tag, void *data, size_t bytes) = 0;
+  /// Waits until every send of this rank has completed.
+  virtual Status flushSends() = 0;
+
+  /// Every rank of the job.
+  virtual Status barrier() = 0;
+};
+
+/// The communicator of a one-rank job (mesh of size 1).
+std::unique_ptr<Communicator> makeSelfCommunicator(Mesh mesh);
+
+} // namespace megac::runtime::comm
