@@ -11,7 +11,7 @@ PACKAGES=(
   # ONNX frontend (libonnx + protobuf) and the ONNX backend node tests
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
   # plans (FlatBuffers) and the CPU runtime (OpenBLAS)
-  libflatbuffers-dev flatbuffers-compiler libopenblas-dev
+  libflatbuffers-dev flatbuffers-compiler libopenblas-dev libopenmpi-dev openmpi-bin
   # unit tests
   libgtest-dev googletest
   # test oracles: PyTorch and onnx for /usr/bin/python3

@@ -1,0 +1,54 @@
+// The one pipeline schedule generator (docs/pipeline.md): per pipeline stage, the ordered
+// (forward|backward, chunk, micro-batch) steps of one optimizer step. Codegen writes it into the
+// plan (Program.schedule), the runtime executes it, and the planner simulates it, so the
+// predicted and the executed schedules cannot diverge. MLIR-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace megac::planner {
+
+enum class StepKind { forward, backward };
+
+struct ScheduleStep {
+  StepKind kind = StepKind::forward;
+  int64_t chunk = 0;      // global model chunk; runs on stage chunk % stages
+  int64_t microBatch = 0;
+  bool operator==(const ScheduleStep &) const = default;
+};
+
+/// gpipe: all forwards, then all backwards. oneFOneB: warm-up forwards, steady 1F1B, cool-down
+/// backwards (Megatron's non-interleaved schedule). interleaved: Megatron's interleaved 1F1B
+/// over virtualStages chunks per stage (needs microBatches % stages == 0).
+enum class ScheduleKind { gpipe, oneFOneB, interleaved };
+
+/// "gpipe", "1f1b", "interleaved-1f1b".
+const char *scheduleName(ScheduleKind kind);
+
+struct PipelineShape {
+  int64_t stages = 1;        // pp
+  int64_t virtualStages = 1; // vpp: chunks per stage
+  int64_t microBatches = 1;
+};
+
+/// The steps of every stage (index = stage). On a shape the kind cannot run (interleaved with
+/// microBatches % stages != 0, a non-positive count, virtualStages > 1 for gpipe/1f1b), returns
+/// nullopt and sets `error` to a one-line message naming the value and what it must satisfy.
+std::optional<std::vector<std::vector<ScheduleStep>>>
+buildSchedule(ScheduleKind kind, const PipelineShape &shape, std::string *error);
+
+/// Simulates the schedule with unit forward time `forwardCost` and backward time `backwardCost`
+/// per chunk (sends take no time; a step waits for its input from the neighbouring chunk).
+struct ScheduleSimulation {
+  double makespan = 0;       // time of one optimizer step's pipeline part
+  double bubbleFraction = 0; // idle time / (stages * makespan)
+  int64_t peakInFlight = 0;  // max micro-batches whose forward ran and backward did not, per stage
+};
+ScheduleSimulation simulateSchedule(const PipelineShape &shape,
+                                    const std::vector<std::vector<ScheduleStep>> &steps,
+                                    double forwardCost, double backwardCost);
+
+} // namespace megac::planner
