@@ -113,12 +113,53 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
   auto normAttrs = [&](llvm::APFloat eps) {
     return asVoid(pl::CreateNormAttrs(fbb_, eps.convertToDouble()));
   };
-  auto crossEntropyAttrs = [&](std::optional<int64_t> ignore) {
-    return asVoid(pl::CreateCrossEntropyAttrs(fbb_, ignore.has_value(), ignore.value_or(0)));
+  auto crossEntropyAttrs = [&](std::optional<int64_t> ignore,
+                               const std::vector<uint32_t> &vocab) {
+    return asVoid(pl::CreateCrossEntropyAttrsDirect(fbb_, ignore.has_value(), ignore.value_or(0),
+                                                    vocab.empty() ? nullptr : &vocab));
+  };
+  // Vocab-parallel embedding and cross-entropy: the mesh axes of the vocab split.
+  auto vocabAxes = [&](mlir::ArrayAttr names) -> mlir::FailureOr<std::vector<uint32_t>> {
+    if (!names)
+      return std::vector<uint32_t>{};
+    return meshAxes(op, names);
+  };
+  auto embedding = [&](pl::Opcode opcode, mlir::ArrayAttr names) -> LogicalResult {
+    auto vocab = vocabAxes(names);
+    if (failed(vocab))
+      return failure();
+    if (vocab->empty())
+      return emit(op, opcode);
+    return emit(op, opcode, pl::Attrs::EmbeddingAttrs,
+                asVoid(pl::CreateEmbeddingAttrsDirect(fbb_, &*vocab)));
+  };
+  auto crossEntropy = [&](pl::Opcode opcode, std::optional<int64_t> ignore,
+                          mlir::ArrayAttr names) -> LogicalResult {
+    auto vocab = vocabAxes(names);
+    if (failed(vocab))
+      return failure();
+    return emit(op, opcode, pl::Attrs::CrossEntropyAttrs, crossEntropyAttrs(ignore, *vocab));
+  };
+  auto collective = [&](pl::Opcode opcode, mlir::ArrayAttr names, mega::ReduceKind kind,
+                        int64_t dim, int64_t concatDim) -> LogicalResult {
+    auto axes = meshAxes(op, names);
+    if (failed(axes))
+      return failure();
+    return emit(op, opcode, pl::Attrs::CollectiveAttrs,
+                asVoid(pl::CreateCollectiveAttrsDirect(fbb_, &*axes, reduceKind(kind), dim,
+                                                       concatDim)));
+  };
+  auto p2p = [&](pl::Opcode opcode, llvm::StringRef axis, int64_t shift,
+                 int64_t tag) -> LogicalResult {
+    std::optional<unsigned> index = mesh_ ? mesh_.findAxis(axis) : std::nullopt;
+    if (!index)
+      return op->emitError() << "mesh axis '" << axis << "' is not an axis of the plan's mesh";
+    return emit(op, opcode, pl::Attrs::P2PAttrs,
+                asVoid(pl::CreateP2PAttrs(fbb_, *index, shift, tag)));
   };
   auto unsupported = [](Operation *unlowered) -> LogicalResult {
     return unlowered->emitError() << "'" << unlowered->getName()
-                                  << "' cannot be lowered to a single-rank plan yet";
+                                  << "' cannot be lowered to a plan (run mega-spmdize first)";
   };
   // An operand whose producer failed to lower was reported there; skip its users quietly.
   for (Value operand : op->getOperands())
@@ -189,7 +230,7 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
       })
       .Case([&](MatmulOp) { return emit(op, O::MatMul); })
       .Case([&](LinearOp) { return emit(op, O::Linear); })
-      .Case([&](EmbeddingOp) { return emit(op, O::Embedding); })
+      .Case([&](EmbeddingOp e) { return embedding(O::Embedding, e.getVocabAxesAttr()); })
       .Case([&](LayerNormOp n) {
         return emit(op, O::LayerNorm, A::NormAttrs, normAttrs(n.getEpsilon()));
       })
@@ -206,8 +247,7 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
         return emit(op, O::Gelu, A::GeluAttrs, asVoid(pl::CreateGeluAttrs(fbb_, tanh)));
       })
       .Case([&](CrossEntropyOp c) {
-        return emit(op, O::CrossEntropy, A::CrossEntropyAttrs,
-                    crossEntropyAttrs(c.getIgnoreIndex()));
+        return crossEntropy(O::CrossEntropy, c.getIgnoreIndex(), c.getVocabAxesAttr());
       })
       .Case([&](DropoutOp d) {
         return emit(
@@ -241,10 +281,9 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
         return emitWithAxis(op, O::SoftmaxGrad, s.getAxis(), rankOf(s.getResult()));
       })
       .Case([&](CrossEntropyGradOp c) {
-        return emit(op, O::CrossEntropyGrad, A::CrossEntropyAttrs,
-                    crossEntropyAttrs(c.getIgnoreIndex()));
+        return crossEntropy(O::CrossEntropyGrad, c.getIgnoreIndex(), c.getVocabAxesAttr());
       })
-      .Case([&](EmbeddingGradOp) { return emit(op, O::EmbeddingGrad); })
+      .Case([&](EmbeddingGradOp e) { return embedding(O::EmbeddingGrad, e.getVocabAxesAttr()); })
       // Optimizer ops.
       .Case([&](AdamWUpdateOp a) {
         return emit(op, O::AdamW, A::AdamWAttrs,
@@ -257,8 +296,30 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
         return emit(op, O::ClipByNorm, A::ClipAttrs,
                     asVoid(pl::CreateClipAttrs(fbb_, c.getMaxNorm().convertToDouble())));
       })
-      .Case<AllReduceOp, AllGatherOp, ReduceScatterOp, AllToAllOp, SendOp, RecvOp, ReshardOp>(
-          unsupported)
+      // Collectives and transfers (partitioned plans).
+      .Case([&](AllReduceOp c) {
+        return collective(O::AllReduce, c.getAxes(), c.getKind(), 0, 0);
+      })
+      .Case([&](AllGatherOp c) {
+        return collective(O::AllGather, c.getAxes(), ReduceKind::sum, c.getDim(), 0);
+      })
+      .Case([&](ReduceScatterOp c) {
+        return collective(O::ReduceScatter, c.getAxes(), c.getKind(), c.getDim(), 0);
+      })
+      .Case([&](AllToAllOp c) {
+        return collective(O::AllToAll, c.getAxes(), ReduceKind::sum, c.getSplitDim(),
+                          c.getConcatDim());
+      })
+      .Case([&](ShardSliceOp c) {
+        return collective(O::ShardSlice, c.getAxes(), ReduceKind::sum, c.getDim(), 0);
+      })
+      // The identity forward; its gradient (an all_reduce) is its own op after autodiff.
+      .Case([&](CopyToShardsOp c) {
+        return lowerReshape(c.getInput(), c.getResult(), c.getLoc());
+      })
+      .Case([&](SendOp s) { return p2p(O::Send, s.getAxis(), s.getShift(), s.getTag()); })
+      .Case([&](RecvOp r) { return p2p(O::Recv, r.getAxis(), r.getShift(), r.getTag()); })
+      .Case<ReshardOp>(unsupported)
       .Default([&](Operation *op) -> LogicalResult {
         return op->emitError() << "'" << op->getName()
                                << "' is not a mega op; codegen lowers only mega ops";

@@ -4,6 +4,7 @@
 
 #include "codegen/ProgramLowering.h"
 #include "ir/MegaOps.h"
+#include "planner/PipelineSchedule.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -34,50 +35,140 @@ mlir::FailureOr<llvm::SmallVector<mlir::func::FuncOp>> selectFunctions(mlir::Mod
   return funcs;
 }
 
+
+/// The nested per-stage modules of a pipelined module, by stage (empty if not pipelined).
+mlir::FailureOr<llvm::SmallVector<mlir::ModuleOp>> stageModules(mlir::ModuleOp module) {
+  llvm::SmallVector<mlir::ModuleOp> stages;
+  for (auto nested : module.getOps<mlir::ModuleOp>()) {
+    auto stage = nested->getAttrOfType<mlir::IntegerAttr>("mega.stage");
+    if (!stage)
+      continue;
+    if (stage.getInt() != static_cast<int64_t>(stages.size()))
+      return nested.emitError() << "stage modules must be in stage order; expected stage "
+                                << stages.size() << ", got " << stage.getInt();
+    stages.push_back(nested);
+  }
+  return stages;
+}
+
+/// Chunk indices of the forward.c<N> functions of a stage module.
+int64_t countChunks(mlir::ModuleOp stage) {
+  int64_t n = 0;
+  for (auto f : stage.getOps<mlir::func::FuncOp>())
+    if (f.getSymName().starts_with("forward.c"))
+      ++n;
+  return n;
+}
+
 } // namespace
 
 mlir::FailureOr<std::vector<uint8_t>> writePlan(mlir::ModuleOp module,
                                                 const CodegenOptions &options) {
-  auto funcs = selectFunctions(module, options.function);
-  if (failed(funcs))
-    return mlir::failure();
-
   std::vector<std::string> axisNames{"dp"};
   std::vector<int64_t> axisSizes{1};
+  mega::MeshAttr mesh;
   if (mlir::Attribute attr = module->getAttr(kModuleMeshAttr)) {
-    auto mesh = mlir::dyn_cast<mega::MeshAttr>(attr);
+    mesh = mlir::dyn_cast<mega::MeshAttr>(attr);
     if (!mesh)
       return module.emitError() << kModuleMeshAttr << " is not a #mega.mesh";
-    if (mesh.getNumDevices() != 1)
-      return module.emitError() << "the module's mesh has " << mesh.getNumDevices()
-                                << " devices; codegen writes single-rank plans only";
     axisNames.clear();
     axisSizes.assign(mesh.getAxisSizes().begin(), mesh.getAxisSizes().end());
     for (mlir::StringAttr axis : mesh.getAxisNames())
       axisNames.push_back(axis.str());
   }
+  auto stages = stageModules(module);
+  if (failed(stages))
+    return mlir::failure();
+  std::optional<unsigned> ppAxis = mesh ? mesh.findAxis("pp") : std::nullopt;
+  int64_t pp = ppAxis ? axisSizes[*ppAxis] : 1;
+  if (!stages->empty() && static_cast<int64_t>(stages->size()) != pp)
+    return module.emitError() << "the module has " << stages->size()
+                              << " stage modules but the mesh has pp = " << pp;
+  llvm::SmallVector<mlir::ModuleOp> containers =
+      stages->empty() ? llvm::SmallVector<mlir::ModuleOp>{module} : *stages;
+
+  // The schedule every stage runs (one generator: planner/PipelineSchedule).
+  std::vector<std::vector<planner::ScheduleStep>> schedules;
+  planner::PipelineShape shape;
+  planner::ScheduleKind kind = planner::ScheduleKind::oneFOneB;
+  if (!stages->empty()) {
+    int64_t chunks = 0;
+    for (mlir::ModuleOp stage : *stages)
+      chunks += countChunks(stage);
+    shape = {pp, chunks / pp, options.microBatches};
+    if (chunks % pp != 0)
+      return module.emitError() << chunks << " chunks do not split evenly over " << pp
+                                << " stages";
+    if (options.schedule == "gpipe")
+      kind = planner::ScheduleKind::gpipe;
+    else if (options.schedule != "1f1b")
+      return module.emitError() << "unknown pipeline schedule '" << options.schedule
+                                << "' (1f1b or gpipe)";
+    if (shape.virtualStages > 1 && kind == planner::ScheduleKind::oneFOneB)
+      kind = planner::ScheduleKind::interleaved;
+    std::string error;
+    auto built = planner::buildSchedule(kind, shape, &error);
+    if (!built)
+      return module.emitError() << "pipeline schedule: " << error;
+    schedules = std::move(*built);
+  }
 
   fb::FlatBufferBuilder fbb(1 << 16);
-  detail::ProgramLowering lowering(module, funcs->size(), fbb);
+  std::vector<fb::Offset<pl::Program>> programs;
   bool ok = true;
-  for (mlir::func::FuncOp func : *funcs)
-    ok &= succeeded(lowering.lowerFunction(func)); // every function's errors, not the first's
+  for (auto [stage, container] : llvm::enumerate(containers)) {
+    auto funcs = selectFunctions(container, options.function);
+    if (failed(funcs))
+      return mlir::failure();
+    detail::ProgramLowering lowering(container, funcs->size(), fbb, mesh);
+    for (mlir::func::FuncOp func : *funcs)
+      ok &= succeeded(lowering.lowerFunction(func)); // every function's errors, not the first's
+    if (!ok)
+      continue;
+    if (!schedules.empty()) {
+      std::vector<detail::ScheduleStepInfo> steps;
+      for (const planner::ScheduleStep &step : schedules[stage])
+        steps.push_back({step.kind == planner::StepKind::backward,
+                         static_cast<uint32_t>(step.chunk),
+                         static_cast<uint32_t>(step.microBatch)});
+      lowering.setSchedule(std::move(steps));
+    }
+    auto program = lowering.finish();
+    if (failed(program))
+      return mlir::failure();
+    programs.push_back(*program);
+  }
   if (!ok)
     return mlir::failure();
-  auto program = lowering.finish();
-  if (failed(program))
-    return mlir::failure();
 
-  std::vector<fb::Offset<pl::Program>> programs{*program};
-  std::vector<int64_t> coords(axisSizes.size(), 0);
-  std::vector<fb::Offset<pl::RankEntry>> ranks{pl::CreateRankEntryDirect(fbb, 0, &coords)};
+  // Every rank of the mesh: its coordinates (row-major) and its stage's program.
+  int64_t devices = 1;
+  for (int64_t size : axisSizes)
+    devices *= size;
+  std::vector<fb::Offset<pl::RankEntry>> ranks;
+  for (int64_t rank = 0; rank < devices; ++rank) {
+    std::vector<int64_t> coords(axisSizes.size(), 0);
+    int64_t rest = rank;
+    for (size_t a = axisSizes.size(); a-- > 0;) {
+      coords[a] = rest % axisSizes[a];
+      rest /= axisSizes[a];
+    }
+    uint32_t role = stages->empty() ? 0 : static_cast<uint32_t>(coords[*ppAxis]);
+    ranks.push_back(pl::CreateRankEntryDirect(fbb, role, &coords));
+  }
   std::vector<fb::Offset<fb::String>> axisNameOffsets;
   for (const std::string &axis : axisNames)
     axisNameOffsets.push_back(fbb.CreateString(axis));
-  auto mesh = pl::CreateMeshDirect(fbb, &axisNameOffsets, &axisSizes);
-  auto plan =
-      pl::CreatePlanDirect(fbb, static_cast<uint32_t>(pl::FormatVersion::Current), kProducer, mesh,
-                           &programs, &ranks, options.weightsFile.c_str(), options.seed);
+  auto meshTable = pl::CreateMeshDirect(fbb, &axisNameOffsets, &axisSizes);
+  fb::Offset<pl::Pipeline> pipeline;
+  if (!stages->empty())
+    pipeline = pl::CreatePipelineDirect(fbb, static_cast<uint32_t>(shape.stages),
+                                        static_cast<uint32_t>(shape.virtualStages),
+                                        static_cast<uint32_t>(shape.microBatches),
+                                        planner::scheduleName(kind));
+  auto plan = pl::CreatePlanDirect(fbb, static_cast<uint32_t>(pl::FormatVersion::Current),
+                                   kProducer, meshTable, &programs, &ranks,
+                                   options.weightsFile.c_str(), options.seed, pipeline);
   pl::FinishPlanBuffer(fbb, plan);
   return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }

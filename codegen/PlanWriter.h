@@ -1,5 +1,8 @@
-// Lowers the single-rank mega functions of a module to a plan (runtime/plan/plan.fbs) and
-// serializes it: one program, one role, one rank, one plan Function per func.
+// Lowers the mega functions of a module to a plan (runtime/plan/plan.fbs) and serializes it:
+// one plan Function per func; one program for the module, or, when the module holds one nested
+// `mega.stage` module per pipeline stage (docs/pipeline.md), one program per stage with its
+// pipeline schedule. A module-level `#mega.mesh` (mega.mesh) gives the rank table: every rank
+// of the mesh runs the program of its pipeline stage (its pp coordinate), or the only one.
 //
 // Every SSA value gets a buffer with a static arena offset (codegen/MemoryPlanner.h); a reshape
 // shares its input's bytes instead of copying them. mega.constant becomes a Constant;
@@ -31,6 +34,10 @@ struct CodegenOptions {
   std::string weightsFile;
   /// Seed for parameters that no weights file provides.
   uint64_t seed = 0;
+  /// Pipelined modules: the schedule ("1f1b", interleaved when there are several chunks per
+  /// stage, or "gpipe") and the micro-batches per optimizer step.
+  std::string schedule = "1f1b";
+  int64_t microBatches = 1;
 };
 
 /// The plan's bytes, or failure after emitting diagnostics on the offending ops.

@@ -184,9 +184,20 @@ LogicalResult ProgramLowering::lowerPersistentArgument(mlir::BlockArgument arg, 
     }
   }
 
+  auto sharding = argumentSharding(arg);
+  if (failed(sharding))
+    return failure();
+  spec.sharding = *sharding;
+
   // The same name in an earlier function is the same storage.
   llvm::StringMap<size_t> &index = isParam ? parameterIndex_ : stateIndex_;
   if (auto it = index.find(name); it != index.end()) {
+    ShardingInfo &split = isParam ? parameters_[it->second].sharding : state_[it->second].sharding;
+    if (split.globalShape.empty())
+      split.globalShape = sharding->globalShape, split.dims = sharding->dims;
+    for (uint32_t axis : sharding->partialAxes)
+      if (!llvm::is_contained(split.partialAxes, axis))
+        split.partialAxes.push_back(axis);
     mlir::Type known = isParam ? parameters_[it->second].type : state_[it->second].type;
     uint32_t buffer = isParam ? parameters_[it->second].buffer : state_[it->second].buffer;
     if (known != arg.getType())
@@ -214,9 +225,50 @@ LogicalResult ProgramLowering::lowerPersistentArgument(mlir::BlockArgument arg, 
     parameters_.push_back(std::move(spec));
   } else {
     index[name] = state_.size();
-    state_.push_back({name, *buffer, arg.getType()});
+    state_.push_back({name, *buffer, arg.getType(), spec.sharding});
   }
   return success();
+}
+
+mlir::FailureOr<std::vector<uint32_t>> ProgramLowering::meshAxes(mlir::Operation *op,
+                                                                 mlir::ArrayAttr names) {
+  std::vector<uint32_t> axes;
+  for (mlir::Attribute name : names) {
+    auto text = mlir::dyn_cast<mlir::StringAttr>(name);
+    std::optional<unsigned> index = text && mesh_ ? mesh_.findAxis(text.getValue()) : std::nullopt;
+    if (!index)
+      return op->emitError() << "mesh axis " << name << " is not an axis of the plan's mesh"
+                             << (mesh_ ? "" : " (the module has no mega.mesh)");
+    axes.push_back(*index);
+  }
+  return axes;
+}
+
+mlir::FailureOr<ShardingInfo> ProgramLowering::argumentSharding(mlir::BlockArgument arg) {
+  ShardingInfo info;
+  unsigned i = arg.getArgNumber();
+  mlir::Operation *op = func_;
+  if (auto shape = func_.getArgAttrOfType<mlir::DenseI64ArrayAttr>(i, "mega.global_shape"))
+    info.globalShape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
+  if (auto dims = func_.getArgAttrOfType<mlir::ArrayAttr>(i, "mega.dim_axes"))
+    for (auto [d, axes] : llvm::enumerate(dims)) {
+      auto names = mlir::dyn_cast<mlir::ArrayAttr>(axes);
+      if (!names)
+        return op->emitError() << "mega.dim_axes of argument " << i << " is not an array of arrays";
+      if (names.empty())
+        continue;
+      auto indices = meshAxes(op, names);
+      if (failed(indices))
+        return mlir::failure();
+      info.dims.push_back({static_cast<uint32_t>(d), *indices});
+    }
+  if (auto partial = func_.getArgAttrOfType<mlir::ArrayAttr>(i, "mega.grad_partial")) {
+    auto indices = meshAxes(op, partial);
+    if (failed(indices))
+      return mlir::failure();
+    info.partialAxes = *indices;
+  }
+  return info;
 }
 
 LogicalResult ProgramLowering::lowerArguments() {
@@ -418,7 +470,16 @@ LogicalResult ProgramLowering::lowerReturn(mlir::func::ReturnOp op) {
     }
     uint32_t buffer = bufferOf_.at(value);
     buffers_[buffer].request.pinned = true;
-    fn.outputs.push_back({text, buffer});
+    std::vector<uint32_t> partial;
+    if (auto axes = func_.getResultAttrOfType<mlir::ArrayAttr>(i, "mega.partial_axes")) {
+      auto indices = meshAxes(op, axes);
+      if (failed(indices)) {
+        ok = false;
+        continue;
+      }
+      partial = *indices;
+    }
+    fn.outputs.push_back({text, buffer, partial});
   }
   return mlir::success(ok && succeeded(checkUpdateOrder(op)));
 }
@@ -504,23 +565,41 @@ mlir::FailureOr<fb::Offset<pl::Program>> ProgramLowering::finish() {
   for (auto [i, buffer] : llvm::enumerate(buffers_))
     buffers.push_back(pl::CreateBufferDirect(fbb_, buffer.name.c_str(), buffer.dtype, &buffer.shape,
                                              memory.plan->offsets[i], buffer.request.bytes));
+  auto dimShardings = [&](const ShardingInfo &info) {
+    std::vector<fb::Offset<pl::DimSharding>> dims;
+    for (const auto &[dim, axes] : info.dims)
+      dims.push_back(pl::CreateDimShardingDirect(fbb_, dim, &axes));
+    return dims;
+  };
   std::vector<fb::Offset<pl::Parameter>> parameters;
   for (const ParameterInfo &param : parameters_) {
-    const std::vector<int64_t> &shape = buffers_[param.buffer].shape;
+    const std::vector<int64_t> &local = buffers_[param.buffer].shape;
+    const std::vector<int64_t> &shape =
+        param.sharding.globalShape.empty() ? local : param.sharding.globalShape;
     std::vector<int64_t> offset(shape.size(), 0);
+    auto dims = dimShardings(param.sharding);
     parameters.push_back(pl::CreateParameterDirect(fbb_, param.name.c_str(), param.buffer, &shape,
-                                                   &offset, param.init, param.initStd));
+                                                   &offset, param.init, param.initStd,
+                                                   dims.empty() ? nullptr : &dims));
   }
   std::vector<fb::Offset<pl::Constant>> constants;
   for (const ConstantInfo &constant : constants_)
     constants.push_back(pl::CreateConstant(fbb_, constant.buffer, constant.data));
   std::vector<fb::Offset<pl::StateBuffer>> state;
   for (const StateInfo &st : state_)
-    state.push_back(pl::CreateStateBufferDirect(fbb_, st.name.c_str(), st.buffer));
+  {
+    auto dims = dimShardings(st.sharding);
+    const std::vector<int64_t> *global =
+        st.sharding.globalShape.empty() ? nullptr : &st.sharding.globalShape;
+    state.push_back(pl::CreateStateBufferDirect(
+        fbb_, st.name.c_str(), st.buffer, global, dims.empty() ? nullptr : &dims,
+        st.sharding.partialAxes.empty() ? nullptr : &st.sharding.partialAxes));
+  }
   auto ports = [&](const std::vector<PortInfo> &infos) {
     std::vector<fb::Offset<pl::Port>> out;
     for (const PortInfo &port : infos)
-      out.push_back(pl::CreatePortDirect(fbb_, port.name.c_str(), port.buffer));
+      out.push_back(pl::CreatePortDirect(fbb_, port.name.c_str(), port.buffer,
+                                         port.partialAxes.empty() ? nullptr : &port.partialAxes));
     return out;
   };
   std::vector<fb::Offset<pl::Function>> functions;
@@ -538,8 +617,14 @@ mlir::FailureOr<fb::Offset<pl::Program>> ProgramLowering::finish() {
   std::string name = functions_.size() == 1 ? functions_.front().name
                      : module_.getSymName() ? module_.getSymName()->str()
                                             : "main";
+  std::vector<fb::Offset<pl::ScheduleStep>> schedule;
+  for (const ScheduleStepInfo &step : schedule_)
+    schedule.push_back(pl::CreateScheduleStep(
+        fbb_, step.backward ? pl::StepKind::Backward : pl::StepKind::Forward, step.chunk,
+        step.microBatch));
   return pl::CreateProgramDirect(fbb_, name.c_str(), memory.plan->arenaBytes, &buffers, &parameters,
-                                 &constants, &state, &functions);
+                                 &constants, &state, &functions,
+                                 schedule.empty() ? nullptr : &schedule);
 }
 
 } // namespace megac::codegen::detail

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "codegen/MemoryPlanner.h"
+#include "ir/MegaDialect.h"
 #include "runtime/plan/plan_generated.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -42,6 +43,14 @@ struct InstructionInfo {
   std::string location;
 };
 
+/// How a partitioned tensor is split (docs/pipeline.md): its global shape and, per split dim,
+/// the mesh axes (indices into the plan's mesh). Empty for single-rank plans.
+struct ShardingInfo {
+  std::vector<int64_t> globalShape;
+  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> dims;
+  std::vector<uint32_t> partialAxes;
+};
+
 struct ParameterInfo {
   std::string name;
   uint32_t buffer = 0;
@@ -49,17 +58,27 @@ struct ParameterInfo {
   pl::InitKind init = pl::InitKind::none;
   double initStd = 0.0;
   bool hasInit = false;
+  ShardingInfo sharding;
 };
 
 struct StateInfo {
   std::string name;
   uint32_t buffer = 0;
   mlir::Type type;
+  ShardingInfo sharding;
 };
 
 struct PortInfo {
   std::string name;
   uint32_t buffer = 0;
+  std::vector<uint32_t> partialAxes;
+};
+
+/// One step of a pipeline schedule (docs/pipeline.md).
+struct ScheduleStepInfo {
+  bool backward = false;
+  uint32_t chunk = 0;
+  uint32_t microBatch = 0;
 };
 
 struct ConstantInfo {
@@ -77,8 +96,13 @@ struct FunctionInfo {
 /// the builder as they are met, everything else is serialized by finish().
 class ProgramLowering {
 public:
-  ProgramLowering(mlir::ModuleOp module, size_t functionCount, fb::FlatBufferBuilder &fbb)
-      : module_(module), functionCount_(functionCount), fbb_(fbb) {}
+  /// `mesh`: the plan's mesh when the module is partitioned (axis names resolve to its indices).
+  ProgramLowering(mlir::ModuleOp module, size_t functionCount, fb::FlatBufferBuilder &fbb,
+                  mega::MeshAttr mesh = {})
+      : module_(module), functionCount_(functionCount), fbb_(fbb), mesh_(mesh) {}
+
+  /// The pipeline schedule of this program's role (written by finish()).
+  void setSchedule(std::vector<ScheduleStepInfo> schedule) { schedule_ = std::move(schedule); }
 
   /// Lowers one func into the next Function of the program.
   mlir::LogicalResult lowerFunction(mlir::func::FuncOp func);
@@ -93,6 +117,11 @@ public:
   /// One instruction with AxisAttrs holding `axis` made non-negative.
   mlir::LogicalResult emitWithAxis(mlir::Operation *op, pl::Opcode opcode, int64_t axis,
                                    int64_t rank);
+  /// Mesh axis indices of axis names (an array of strings); failure if a name is not an axis.
+  mlir::FailureOr<std::vector<uint32_t>> meshAxes(mlir::Operation *op, mlir::ArrayAttr names);
+  /// The sharding recorded on a function argument (mega.global_shape, mega.dim_axes,
+  /// mega.grad_partial).
+  mlir::FailureOr<ShardingInfo> argumentSharding(mlir::BlockArgument arg);
 
 private:
   /// A parameter or state argument that a `mega.updates` result replaces.
@@ -125,6 +154,8 @@ private:
   mlir::ModuleOp module_;
   size_t functionCount_;
   fb::FlatBufferBuilder &fbb_;
+  mega::MeshAttr mesh_;
+  std::vector<ScheduleStepInfo> schedule_;
 
   // The program.
   std::vector<BufferInfo> buffers_;

@@ -260,7 +260,8 @@ LogicalResult GatherOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   SmallVector<int64_t> rowShape(ids.begin(), ids.end());
   rowShape.push_back(rest);
   Value g = e.reshape(resultGrads[0], rowShape);
-  Value table = EmbeddingGradOp::create(b, getLoc(), withShape(g, {rows, rest}), g, getIndices());
+  Value table = EmbeddingGradOp::create(b, getLoc(), withShape(g, {rows, rest}), g, getIndices(),
+                                        ArrayAttr());
   operandGrads.push_back(e.reshape(table, data.getShape()));
   operandGrads.push_back(Value());
   return success();

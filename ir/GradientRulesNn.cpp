@@ -34,7 +34,8 @@ LogicalResult EmbeddingOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
   if (noIncoming(*this, resultGrads, operandGrads))
     return success();
   operandGrads.push_back(
-      EmbeddingGradOp::create(b, getLoc(), getTable().getType(), resultGrads[0], getIds()));
+      EmbeddingGradOp::create(b, getLoc(), getTable().getType(), resultGrads[0], getIds(),
+                              getVocabAxesAttr()));
   operandGrads.push_back(Value());
   return success();
 }
@@ -96,7 +97,7 @@ LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> result
     return success();
   operandGrads.push_back(CrossEntropyGradOp::create(b, getLoc(), getLogits().getType(),
                                                     resultGrads[0], getLogits(), getLabels(),
-                                                    getIgnoreIndexAttr()));
+                                                    getIgnoreIndexAttr(), getVocabAxesAttr()));
   operandGrads.push_back(Value());
   return success();
 }
@@ -109,5 +110,67 @@ LogicalResult DropoutOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads
   operandGrads.push_back(DropoutOp::create(b, getLoc(), getType(), resultGrads[0], getSeed(),
                                            getRatioAttr(), getStreamAttr()));
   operandGrads.push_back(Value());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives (docs/pipeline.md): the backward of the partitioned model
+//===----------------------------------------------------------------------===//
+
+// A sum over devices whose result every device then uses whole: each device's input
+// contributes to the result on every device, and the result's gradient is already whole.
+LogicalResult AllReduceOp::buildGradient(OpBuilder &, ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  if (getKind() != ReduceKind::sum)
+    return emitOpError() << "has no gradient rule for a " << stringifyReduceKind(getKind())
+                         << " reduction";
+  operandGrads.push_back(resultGrads[0]);
+  return success();
+}
+
+LogicalResult AllGatherOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  Type type = getInput().getType();
+  if (getGradPartial())
+    operandGrads.push_back(ReduceScatterOp::create(b, getLoc(), type, ReduceKind::sum,
+                                                   resultGrads[0], getMesh(), getAxes(),
+                                                   getDim()));
+  else
+    operandGrads.push_back(
+        ShardSliceOp::create(b, getLoc(), type, resultGrads[0], getMesh(), getAxes(), getDim()));
+  return success();
+}
+
+LogicalResult ReduceScatterOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                             SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  if (getKind() != ReduceKind::sum)
+    return emitOpError() << "has no gradient rule for a " << stringifyReduceKind(getKind())
+                         << " reduction";
+  operandGrads.push_back(AllGatherOp::create(b, getLoc(), getInput().getType(), resultGrads[0],
+                                             getMesh(), getAxes(), getDimAttr(), UnitAttr()));
+  return success();
+}
+
+LogicalResult ShardSliceOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                          SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  operandGrads.push_back(AllGatherOp::create(b, getLoc(), getInput().getType(), resultGrads[0],
+                                             getMesh(), getAxes(), getDimAttr(), UnitAttr()));
+  return success();
+}
+
+LogicalResult CopyToShardsOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                            SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  operandGrads.push_back(AllReduceOp::create(b, getLoc(), getType(), ReduceKind::sum,
+                                             resultGrads[0], getMesh(), getAxes()));
   return success();
 }

@@ -128,7 +128,8 @@ def Mega_CrossEntropyGradOp : Mega_CostedOp<"cross_entropy_grad", [Pure], ["getF
     ```
   }];
   let arguments = (ins Mega_FloatTensor:$loss_grad, Mega_FloatTensor:$logits,
-                       Mega_IntTensor:$labels, OptionalAttr<I64Attr>:$ignore_index);
+                       Mega_IntTensor:$labels, OptionalAttr<I64Attr>:$ignore_index,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes);
   let results = (outs Mega_FloatTensor:$logits_grad);
   let assemblyFormat = "$loss_grad `,` $logits `,` $labels attr-dict `:` "
                        "functional-type(operands, results)";
@@ -146,7 +147,8 @@ def Mega_EmbeddingGradOp : Mega_CostedOp<"embedding_grad", [Pure], ["getFlops"]>
     %dt = mega.embedding_grad %dy[%ids] : tensor<2x8x64xf32>, tensor<2x8xi64> -> tensor<128x64xf32>
     ```
   }];
-  let arguments = (ins Mega_FloatTensor:$result_grad, Mega_IntTensor:$ids);
+  let arguments = (ins Mega_FloatTensor:$result_grad, Mega_IntTensor:$ids,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes);
   let results = (outs Mega_FloatTensor:$table_grad);
   let assemblyFormat = "$result_grad `[` $ids `]` attr-dict `:` type($result_grad) `,` "
                        "type($ids) `->` type($table_grad)";

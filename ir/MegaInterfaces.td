@@ -45,4 +45,17 @@ def Mega_GradientOpInterface : OpInterface<"GradientOpInterface"> {
   ];
 }
 
+def Mega_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
+  let cppNamespace = "::mega";
+  let description = [{
+    How an op's operands and results decompose into factors (ir/ShardingRule.h): the one input
+    sharding propagation (passes/partition) needs. The default is the op's rule in
+    ir/ShardingRules.cpp; an op with an unusual sharded form overrides it.
+  }];
+  let methods = [
+    InterfaceMethod<"The op's sharding rule for its current shapes.", "::mega::ShardingRule",
+      "getShardingRule", (ins), "", [{ return ::mega::sharding::ruleOf($_op); }]>,
+  ];
+}
+
 #endif // MEGA_INTERFACES_TD

@@ -433,6 +433,33 @@ LogicalResult AllReduceOp::verify() {
   return success();
 }
 
+LogicalResult CopyToShardsOp::verify() {
+  std::string why = meshAxesError(getMesh(), getAxes());
+  if (!why.empty())
+    return emitOpError() << why;
+  return success();
+}
+
+LogicalResult ShardSliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  if (!allRanked({adaptor.getInput()}))
+    return notRanked(loc);
+  if (failed(verifyMeshAxes(loc, adaptor.getMesh(), adaptor.getAxes())))
+    return failure();
+  auto in = dimsOf(adaptor.getInput());
+  auto dim = shape::normalizeAxis(static_cast<int64_t>(adaptor.getDim()), in.size());
+  if (!dim)
+    return emitOptionalError(loc, "shard_slice dim ", static_cast<int64_t>(adaptor.getDim()),
+                             " is out of range for ", shape::str(in));
+  int64_t group = adaptor.getMesh().getGroupSize(axisNames(adaptor.getAxes()));
+  if (in[*dim] % group != 0)
+    return emitOptionalError(loc, "shard_slice dim ", *dim, " of size ", in[*dim],
+                             " is not divisible by the group size ", group);
+  shape::Shape result(in.begin(), in.end());
+  result[*dim] /= group;
+  return pushInferred(loc, {result, {}}, elementOf(adaptor.getInput()), out);
+}
+
 LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                             Adaptor adaptor, SmallVectorImpl<Type> &out) {
   if (!allRanked({adaptor.getInput()}))

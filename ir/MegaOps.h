@@ -3,6 +3,7 @@
 
 #include "ir/MegaCost.h"
 #include "ir/MegaDialect.h"
+#include "ir/ShardingRule.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/Builders.h"

@@ -23,7 +23,8 @@ def Mega_Differentiable : DeclareOpInterfaceMethods<Mega_GradientOpInterface>;
 // Every op reports its cost; `costOverrides` names the methods it computes itself.
 class Mega_CostedOp<string mnemonic, list<Trait> traits = [], list<string> costOverrides = []>
     : Mega_Op<mnemonic, !listconcat(traits,
-        [DeclareOpInterfaceMethods<Mega_CostOpInterface, costOverrides>])>;
+        [DeclareOpInterfaceMethods<Mega_CostOpInterface, costOverrides>,
+         Mega_ShardingRuleOpInterface])>;
 
 //===----------------------------------------------------------------------===//
 // Low level: constants and elementwise ops
@@ -326,10 +327,15 @@ def Mega_EmbeddingOp : Mega_CostedOp<"embedding", [Pure, Mega_InferShape,
     %e = mega.embedding %wte[%ids] : tensor<128x64xf32>, tensor<2x8xi64> -> tensor<2x8x64xf32>
     ```
   }];
-  let arguments = (ins Mega_FloatTensor:$table, Mega_IntTensor:$ids);
+  let arguments = (ins Mega_FloatTensor:$table, Mega_IntTensor:$ids,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes);
   let results = (outs Mega_FloatTensor:$result);
   let assemblyFormat = "$table `[` $ids `]` attr-dict `:` type($table) `,` type($ids) `->` "
                        "type($result)";
+  let extraClassDeclaration = [{
+    // After spmdize, `vocab_axes` (mesh axes of the module's mega.mesh) says the table is a
+    // vocab shard: ids outside it give zero rows, so the result is a partial sum over them.
+  }];
 }
 
 def Mega_LayerNormOp : Mega_CostedOp<"layer_norm", [Pure, AllTypesMatch<["input", "result"]>,
@@ -426,8 +432,11 @@ def Mega_CrossEntropyOp : Mega_CostedOp<"cross_entropy", [Pure, Mega_InferShape,
     %l = mega.cross_entropy %logits, %labels : tensor<2x8x128xf32>, tensor<2x8xi64> -> tensor<2x8xf32>
     ```
   }];
+  // After spmdize, `vocab_axes` (mesh axes of the module's mega.mesh) says the logits are a
+  // vocab shard; the kernel reduces over those axes and the loss is the full-vocab one.
   let arguments = (ins Mega_FloatTensor:$logits, Mega_IntTensor:$labels,
-                       OptionalAttr<I64Attr>:$ignore_index);
+                       OptionalAttr<I64Attr>:$ignore_index,
+                       OptionalAttr<StrArrayAttr>:$vocab_axes);
   let results = (outs Mega_FloatTensor:$result);
   let assemblyFormat = "$logits `,` $labels attr-dict `:` type($logits) `,` type($labels) `->` "
                        "type($result)";
@@ -523,7 +532,8 @@ def Mega_ClipByNormOp : Mega_CostedOp<"clip_by_norm",
 class Mega_CollectiveOp<string mnemonic, list<Trait> traits = []>
     : Mega_CostedOp<mnemonic, !listconcat([Pure], traits)>;
 
-def Mega_AllReduceOp : Mega_CollectiveOp<"all_reduce", [SameOperandsAndResultType]> {
+def Mega_AllReduceOp : Mega_CollectiveOp<"all_reduce", [SameOperandsAndResultType,
+    Mega_Differentiable]> {
   let summary = "reduce a per-device tensor over the devices of some mesh axes";
   let description = [{
     Every device in the group spanned by `axes` (the devices whose coordinates differ only on
@@ -540,24 +550,29 @@ def Mega_AllReduceOp : Mega_CollectiveOp<"all_reduce", [SameOperandsAndResultTyp
   let hasVerifier = 1;
 }
 
-def Mega_AllGatherOp : Mega_CollectiveOp<"all_gather", [Mega_InferShape]> {
+def Mega_AllGatherOp : Mega_CollectiveOp<"all_gather", [Mega_InferShape,
+    Mega_Differentiable]> {
   let summary = "concatenate per-device tensors along a dim over some mesh axes";
   let description = [{
     The result's `dim` is the input's times the group size; pieces are ordered by the
-    devices' index in the group (major axis first).
+    devices' index in the group (major axis first). The gradient is this device's slice of the
+    result's gradient; with `grad_partial` (the result feeds a computation split over the same
+    axes, as in sequence parallelism) the result's gradient is a partial sum and the gradient
+    is its `reduce_scatter`.
 
     ```mlir
     %g = mega.all_gather %x on #mega.mesh<tp = 4> axes [tp] dim 1 : tensor<2x8x16xf32> -> tensor<2x32x16xf32>
     ```
   }];
   let arguments = (ins Mega_Tensor:$input, Mega_MeshAttr:$mesh, StrArrayAttr:$axes,
-                       I64Attr:$dim);
+                       I64Attr:$dim, UnitAttr:$grad_partial);
   let results = (outs Mega_Tensor:$result);
-  let assemblyFormat = "$input `on` $mesh `axes` $axes `dim` $dim attr-dict `:` type($input) "
-                       "`->` type($result)";
+  let assemblyFormat = "$input `on` $mesh `axes` $axes `dim` $dim (`grad_partial` $grad_partial^)? "
+                       "attr-dict `:` type($input) `->` type($result)";
 }
 
-def Mega_ReduceScatterOp : Mega_CollectiveOp<"reduce_scatter", [Mega_InferShape]> {
+def Mega_ReduceScatterOp : Mega_CollectiveOp<"reduce_scatter", [Mega_InferShape,
+    Mega_Differentiable]> {
   let summary = "reduce over some mesh axes, each device keeping one slice along a dim";
   let description = [{
     The input's `dim` is divisible by the group size; device i of the group gets slice i of
@@ -589,6 +604,44 @@ def Mega_AllToAllOp : Mega_CollectiveOp<"all_to_all", [Mega_InferShape]> {
   let results = (outs Mega_Tensor:$result);
   let assemblyFormat = "$input `on` $mesh `axes` $axes `split` $split_dim `concat` $concat_dim "
                        "attr-dict `:` type($input) `->` type($result)";
+}
+
+def Mega_ShardSliceOp : Mega_CollectiveOp<"shard_slice", [Mega_InferShape,
+    Mega_Differentiable]> {
+  let summary = "this device's slice of a replicated tensor (no communication)";
+  let description = [{
+    Device i of the group spanned by `axes` keeps slice i along `dim` (the dim divided by the
+    group size): a replicated value entering a sharded layout. Its gradient gathers the slices'
+    gradients (`all_gather`), so the gradient of the replicated value is whole on every device.
+
+    ```mlir
+    %s = mega.shard_slice %x on #mega.mesh<tp = 4> axes [tp] dim 1 : tensor<2x32x16xf32> -> tensor<2x8x16xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input, Mega_MeshAttr:$mesh, StrArrayAttr:$axes,
+                       I64Attr:$dim);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$input `on` $mesh `axes` $axes `dim` $dim attr-dict `:` type($input) "
+                       "`->` type($result)";
+}
+
+def Mega_CopyToShardsOp : Mega_CollectiveOp<"copy_to_shards", [SameOperandsAndResultType,
+    Mega_Differentiable]> {
+  let summary = "identity; the gradient is summed over some mesh axes";
+  let description = [{
+    Marks a replicated value entering a computation split over `axes` (a column-parallel linear,
+    heads split over tp): the forward is the identity, and since each device's computation
+    contributes only part of the value's gradient, the gradient is `all_reduce`d over `axes`
+    (Megatron's `copy_to_tensor_model_parallel_region`).
+
+    ```mlir
+    %c = mega.copy_to_shards %x on #mega.mesh<tp = 4> axes [tp] : tensor<2x8x64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$input, Mega_MeshAttr:$mesh, StrArrayAttr:$axes);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$input `on` $mesh `axes` $axes attr-dict `:` type($result)";
+  let hasVerifier = 1;
 }
 
 def Mega_SendOp : Mega_CostedOp<"send", [MemoryEffects<[MemWrite]>], ["getFlops"]> {

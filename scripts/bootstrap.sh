@@ -26,9 +26,16 @@ for pkg in "${PACKAGES[@]}"; do
 done
 
 if [ "${1:-}" = "--check" ]; then
-  if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
-  echo "bootstrap: missing packages: ${missing[*]}"
-  exit 1
+  if [ ${#missing[@]} -ne 0 ]; then
+    echo "bootstrap: missing packages: ${missing[*]}"
+    exit 1
+  fi
+  # The multi-rank tests launch ranks with mpirun (openmpi-bin): it must run, not just be listed.
+  if ! mpirun --version >/dev/null 2>&1; then
+    echo "bootstrap: mpirun (openmpi-bin) is installed but does not run"
+    exit 1
+  fi
+  exit 0
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then

@@ -604,7 +604,7 @@ Tensor GraphBuilder::embedding(const Tensor &table, const Tensor &ids, Loc loc) 
   if (!I.check(r, loc))
     return {};
   auto op = mega::EmbeddingOp::create(I.b, I.location(loc), I.tensorType(r.shape, table.dtype()),
-                                      I.value(table), I.value(ids));
+                                      I.value(table), I.value(ids), ArrayAttr());
   return I.wrap(op.getResult(), r.shape, table.dtype());
 }
 
@@ -682,7 +682,8 @@ Tensor GraphBuilder::crossEntropy(const Tensor &logits, const Tensor &labels, Lo
     return {};
   auto op =
       mega::CrossEntropyOp::create(I.b, I.location(loc), I.tensorType(r.shape, logits.dtype()),
-                                   I.value(logits), I.value(labels), IntegerAttr());
+                                   I.value(logits), I.value(labels), IntegerAttr(),
+                                   ArrayAttr());
   return I.wrap(op.getResult(), r.shape, logits.dtype());
 }
 

@@ -124,7 +124,7 @@ LogicalResult softmaxCrossEntropyOp(NodeContext &c) {
       args->ignoreIndex ? c.builder().getI64IntegerAttr(*args->ignoreIndex) : IntegerAttr();
   Value loss =
       mega::CrossEntropyOp::create(c.builder(), c.loc(), c.tensorType(args->labelShape, c.type(0)),
-                                   logits, args->labels, ignore);
+                                   logits, args->labels, ignore, ArrayAttr());
   auto out = finishLoss(c, *args, loss, /*weighLoss=*/c.hasInput(2));
   if (failed(out))
     return failure();

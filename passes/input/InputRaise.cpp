@@ -482,7 +482,7 @@ struct RaiseEmbedding : OpRewritePattern<mega::GatherOp> {
         !isa<FloatType>(elementOf(table)))
       return failure();
     rewriter.replaceOpWithNewOp<mega::EmbeddingOp>(gather, gather.getType(), table,
-                                                   gather.getIndices());
+                                                   gather.getIndices(), ArrayAttr());
     return success();
   }
 };

@@ -134,6 +134,14 @@ def TrainingAutodiff : Pass<"mega-training-autodiff", "mlir::ModuleOp"> {
     unchanged. Ops left dead (the unused half of a rule, forward results nobody reads) are
     removed.
 
+    Pipeline chunks (mega-pipeline-split, docs/pipeline.md): every `@<function>.c<c>`, in the
+    module or its stage modules, is differentiated too. A result named `act.c<c+1>[.<i>]` is
+    seeded by a new argument `mega.input = "grad.act.c<c+1>[.<i>]"` (its type, before the
+    accumulators), a chunk without the loss result needs no seed of 1, and the gradient of
+    each argument named `act.c<c>[.<i>]` becomes a result `mega.output = "grad.act.c<c>[.<i>]"`
+    (zero when nothing depends on it), before the accumulator updates. A parameter's
+    `mega.grad_partial` is copied onto its accumulator argument.
+
     Errors: a function or loss result that is missing or not a 0-d float, a loss-scale input
     of another type than the loss, no parameters, a
     `mega.param` that is not a name or not on a float tensor, accumulators already present, a
@@ -207,6 +215,15 @@ def TrainingOptimizer : Pass<"mega-training-optimizer", "mlir::ModuleOp"> {
     mega-training-autodiff first), an existing `@apply_gradients` (or `@check_gradients` with a
     loss scale), a loss_scale that is not a 0-d tensor of the parameters' type.
 
+    Partitioned modules (a `mega.mesh` of several devices, docs/pipeline.md) get the same
+    function over local shapes, built per pipeline stage (each nested `mega.stage` module, from
+    the parameters of its chunk functions): a gradient that is a partial sum
+    (`mega.grad_partial`) is all-reduced over those axes — with `zero=1`, reduce-scattered over
+    dp on dim 0 instead, so AdamW updates (and the moments hold) a 1/dp shard and the updated
+    shard is all-gathered; a parameter used on several pipeline stages (`mega.shared_stages`)
+    has its gradient summed between them (send/recv along pp); the global norm sums each
+    shard's squares over the axes it is split over, and over pp, counting every element once.
+
     ```mlir
     func.func @apply_gradients(%w: tensor<4x4xf32> {mega.param = "w"},
         %g: tensor<4x4xf32> {mega.state = "grad.w"}, %m: tensor<4x4xf32> {mega.state = "adam.m.w"},
@@ -229,6 +246,8 @@ def TrainingOptimizer : Pass<"mega-training-optimizer", "mlir::ModuleOp"> {
            "decoupled weight decay of parameters of rank >= 2">,
     Option<"clipGrad", "clip-grad", "double", /*default=*/"0.0",
            "clip the global gradient norm to this value (0: no clipping)">,
+    Option<"zero", "zero", "int64_t", /*default=*/"0",
+           "1: shard the optimizer step over dp (Megatron's distributed optimizer, ZeRO-1)">,
   ];
 }
 

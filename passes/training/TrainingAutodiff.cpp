@@ -1,5 +1,6 @@
-// mega-training-autodiff: reverse-mode differentiation of @forward_backward's loss through the
-// ops' GradientOpInterface, accumulated into one `grad.<param>` state per parameter.
+// mega-training-autodiff: reverse-mode differentiation of @forward_backward's loss (and of the
+// pipeline chunks @forward_backward.c<c>, docs/pipeline.md) through the ops' GradientOpInterface,
+// accumulated into one `grad.<param>` state per parameter.
 #include "passes/training/Passes.h"
 
 #include "ir/MegaDialect.h"
@@ -29,19 +30,24 @@ bool isFloatTensor(Type t) {
 }
 bool isFloatTensor(Value v) { return isFloatTensor(v.getType()); }
 
+/// On a parameter: the mesh axes its local gradient is partial over (docs/pipeline.md).
+constexpr const char *kParamGradPartialAttr = "mega.grad_partial";
+
 /// The reverse walk over one function's single block.
 class Differentiator {
 public:
   Differentiator(func::FuncOp f) : f_(f), block_(f.getBody().front()) {}
 
   /// Adds the accumulators and their updates; on failure a diagnostic was emitted.
-  /// `seed`: the value of d(loss), or null for 1.
-  LogicalResult run(unsigned lossIndex, Value seed);
+  /// `lossIndex`: the loss result, if the function has it; `seed`: the value of d(loss), or
+  /// null for 1. Results named `act.c<c>` (a pipeline chunk's activations out) are seeded by new
+  /// `grad.act.c<c>` arguments; arguments named `act.c<c>` get their gradient as results.
+  LogicalResult run(std::optional<unsigned> lossIndex, Value seed);
 
 private:
   /// Marks the float values that depend on a parameter (`varied_`) and those the loss depends
   /// on through float values (`useful_`).
-  void markActive(Value loss);
+  void markActive(ArrayRef<Value> outputs);
   bool active(Operation &op) const;
   /// Adds `grad` to the gradient of `v`.
   void accumulate(OpBuilder &b, Value v, Value grad);
@@ -50,19 +56,25 @@ private:
   Block &block_;
   SmallVector<BlockArgument> params_;
   SmallVector<StringAttr> names_;
+  /// Pipeline ports: the chunk's activation arguments and results (docs/pipeline.md).
+  SmallVector<BlockArgument> actArgs_;
+  SmallVector<unsigned> actResults_;
   DenseSet<Value> varied_, useful_;
   DenseMap<Value, Value> grads_;
 };
 
-void Differentiator::markActive(Value loss) {
+void Differentiator::markActive(ArrayRef<Value> outputs) {
   for (BlockArgument p : params_)
     varied_.insert(p);
+  for (BlockArgument a : actArgs_)
+    varied_.insert(a);
   for (Operation &op : block_)
     if (llvm::any_of(op.getOperands(), [&](Value v) { return varied_.contains(v); }))
       for (Value r : op.getResults())
         if (isFloatTensor(r))
           varied_.insert(r);
-  useful_.insert(loss);
+  for (Value out : outputs)
+    useful_.insert(out);
   for (Operation &op : llvm::reverse(block_))
     if (llvm::any_of(op.getResults(), [&](Value r) { return useful_.contains(r); }))
       for (Value v : op.getOperands())
@@ -85,9 +97,14 @@ void Differentiator::accumulate(OpBuilder &b, Value v, Value grad) {
     it->second = mega::AddOp::create(b, grad.getLoc(), v.getType(), it->second, grad);
 }
 
-LogicalResult Differentiator::run(unsigned lossIndex, Value seed) {
+bool isActivationPort(StringAttr name) { return name && name.getValue().starts_with("act.c"); }
+
+LogicalResult Differentiator::run(std::optional<unsigned> lossIndex, Value seed) {
   MLIRContext *ctx = f_.getContext();
   for (BlockArgument arg : f_.getArguments()) {
+    if (isActivationPort(f_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kInputAttr)) &&
+        isFloatTensor(arg))
+      actArgs_.push_back(arg);
     Attribute name = f_.getArgAttr(arg.getArgNumber(), mega::kParamAttr);
     if (!name)
       continue;
@@ -101,7 +118,10 @@ LogicalResult Differentiator::run(unsigned lossIndex, Value seed) {
     params_.push_back(arg);
     names_.push_back(cast<StringAttr>(name));
   }
-  if (params_.empty())
+  for (unsigned i = 0; i < f_.getNumResults(); ++i)
+    if (isActivationPort(f_.getResultAttrOfType<StringAttr>(i, mega::kOutputAttr)))
+      actResults_.push_back(i);
+  if (params_.empty() && actArgs_.empty())
     return f_.emitError() << "mega-training-autodiff: @" << f_.getSymName()
                           << " has no parameters (arguments with mega.param) to differentiate";
   for (unsigned i = 0; i < f_.getNumArguments(); ++i)
@@ -110,8 +130,12 @@ LogicalResult Differentiator::run(unsigned lossIndex, Value seed) {
                             << " already has state arguments (it was differentiated before)";
 
   auto ret = cast<func::ReturnOp>(block_.getTerminator());
-  Value loss = ret.getOperand(lossIndex);
-  markActive(loss);
+  SmallVector<Value> outputs;
+  if (lossIndex)
+    outputs.push_back(ret.getOperand(*lossIndex));
+  for (unsigned i : actResults_)
+    outputs.push_back(ret.getOperand(i));
+  markActive(outputs);
 
   // Every op the gradient must pass through needs a rule; report them all before failing.
   bool missing = false;
@@ -125,14 +149,41 @@ LogicalResult Differentiator::run(unsigned lossIndex, Value seed) {
     return failure();
 
   OpBuilder b(ret);
-  auto lossType = cast<RankedTensorType>(loss.getType());
-  APFloat one(1.0);
-  bool lost = false;
-  one.convert(cast<FloatType>(lossType.getElementType()).getFloatSemantics(),
-              APFloat::rmNearestTiesToEven, &lost);
-  grads_[loss] = seed ? seed
-                      : Value(mega::ConstantOp::create(b, loss.getLoc(),
-                                                       DenseElementsAttr::get(lossType, one)));
+  if (lossIndex) {
+    Value loss = ret.getOperand(*lossIndex);
+    auto lossType = cast<RankedTensorType>(loss.getType());
+    APFloat one(1.0);
+    bool lost = false;
+    one.convert(cast<FloatType>(lossType.getElementType()).getFloatSemantics(),
+                APFloat::rmNearestTiesToEven, &lost);
+    grads_[loss] = seed ? seed
+                        : Value(mega::ConstantOp::create(b, loss.getLoc(),
+                                                         DenseElementsAttr::get(lossType, one)));
+  }
+  // A chunk's activations out are seeded by their gradients, received from the next chunk:
+  // new arguments `grad.act.c<c+1>` before the accumulators.
+  unsigned nArgs = f_.getNumArguments(), nResults = f_.getNumResults();
+  if (!actResults_.empty()) {
+    SmallVector<unsigned> argIndices;
+    SmallVector<Type> types;
+    SmallVector<DictionaryAttr> argAttrs;
+    SmallVector<Location> locs;
+    for (unsigned i : actResults_) {
+      auto name = f_.getResultAttrOfType<StringAttr>(i, mega::kOutputAttr);
+      argIndices.push_back(nArgs);
+      types.push_back(f_.getResultTypes()[i]);
+      argAttrs.push_back(DictionaryAttr::get(
+          ctx, {NamedAttribute(StringAttr::get(ctx, mega::kInputAttr),
+                               StringAttr::get(ctx, "grad." + name.getValue()))}));
+      locs.push_back(ret.getOperand(i).getLoc());
+    }
+    if (failed(f_.insertArguments(argIndices, types, argAttrs, locs)))
+      return f_.emitError() << "mega-training-autodiff: cannot add the activation gradients";
+    for (auto [k, i] : llvm::enumerate(actResults_))
+      if (isFloatTensor(ret.getOperand(i)))
+        accumulate(b, ret.getOperand(i), f_.getArgument(nArgs + k));
+    nArgs = f_.getNumArguments();
+  }
 
   // Ops in reverse: all uses of a value come after it, so its gradient is complete when its
   // producer is reached.
@@ -160,8 +211,37 @@ LogicalResult Differentiator::run(unsigned lossIndex, Value seed) {
     }
   }
 
+  // The gradients of a chunk's activations in: results `grad.act.c<c>` before the updates.
+  if (!actArgs_.empty()) {
+    SmallVector<unsigned> resultIndices;
+    SmallVector<Type> types;
+    SmallVector<DictionaryAttr> resultAttrs;
+    SmallVector<Value> grads;
+    for (BlockArgument a : actArgs_) {
+      auto name = f_.getArgAttrOfType<StringAttr>(a.getArgNumber(), mega::kInputAttr);
+      resultIndices.push_back(nResults);
+      types.push_back(a.getType());
+      resultAttrs.push_back(DictionaryAttr::get(
+          ctx, {NamedAttribute(StringAttr::get(ctx, mega::kOutputAttr),
+                               StringAttr::get(ctx, "grad." + name.getValue()))}));
+      Value grad = grads_.lookup(a);
+      if (!grad) {
+        auto type = cast<RankedTensorType>(a.getType());
+        grad = mega::ConstantOp::create(
+            b, a.getLoc(),
+            DenseElementsAttr::get(
+                type,
+                APFloat::getZero(cast<FloatType>(type.getElementType()).getFloatSemantics())));
+      }
+      grads.push_back(grad);
+    }
+    ret->insertOperands(ret->getNumOperands(), grads);
+    if (failed(f_.insertResults(resultIndices, types, resultAttrs)))
+      return f_.emitError() << "mega-training-autodiff: cannot add the activation gradients";
+    nResults = f_.getNumResults();
+  }
+
   // acc' = acc + grad per parameter, as new state arguments and results.
-  unsigned nArgs = f_.getNumArguments(), nResults = f_.getNumResults();
   SmallVector<unsigned> argIndices, resultIndices;
   SmallVector<Type> types;
   SmallVector<DictionaryAttr> argAttrs, resultAttrs;
@@ -171,7 +251,11 @@ LogicalResult Differentiator::run(unsigned lossIndex, Value seed) {
     argIndices.push_back(nArgs);
     resultIndices.push_back(nResults);
     types.push_back(param.getType());
-    argAttrs.push_back(DictionaryAttr::get(ctx, {NamedAttribute(kStateAttr, state)}));
+    // A gradient summed over some mesh axes later (docs/pipeline.md) says so on its storage too.
+    NamedAttrList attrs{NamedAttribute(kStateAttr, state)};
+    if (Attribute partial = f_.getArgAttr(param.getArgNumber(), kParamGradPartialAttr))
+      attrs.set(kParamGradPartialAttr, partial);
+    argAttrs.push_back(attrs.getDictionary(ctx));
     resultAttrs.push_back(DictionaryAttr::get(ctx, {NamedAttribute(kUpdatesAttr, state)}));
     locs.push_back(param.getLoc());
   }
@@ -204,38 +288,64 @@ struct TrainingAutodiffPass : impl::TrainingAutodiffBase<TrainingAutodiffPass> {
       signalPassFailure();
   }
 
+  /// `function` itself, or its pipeline chunks `function.c<c>` in any nested module.
+  bool selected(func::FuncOp f) const {
+    StringRef name = f.getSymName();
+    return name == function || (name.starts_with(function + ".c") &&
+                                llvm::all_of(name.drop_front(function.size() + 2),
+                                             [](char c) { return c >= '0' && c <= '9'; }) &&
+                                name.size() > function.size() + 2);
+  }
+
   LogicalResult run(ModuleOp module) {
-    auto f = module.lookupSymbol<func::FuncOp>(function);
-    if (!f)
+    SmallVector<func::FuncOp> functions;
+    module.walk([&](func::FuncOp f) {
+      if (selected(f))
+        functions.push_back(f);
+    });
+    if (functions.empty())
       return module.emitError() << "mega-training-autodiff: no function @" << function
                                 << " in the module (run mega-training-loss first)";
+    for (func::FuncOp f : functions)
+      if (failed(differentiate(f)))
+        return failure();
+    return success();
+  }
+
+  LogicalResult differentiate(func::FuncOp f) {
+    StringRef name = f.getSymName();
     if (f.isExternal() || !f.getBody().hasOneBlock())
-      return f.emitError() << "mega-training-autodiff: @" << function
+      return f.emitError() << "mega-training-autodiff: @" << name
                            << " must have a body of one block";
     std::optional<unsigned> lossIndex;
+    bool activations = false;
     for (unsigned i = 0; i < f.getNumResults(); ++i)
-      if (auto out = f.getResultAttrOfType<StringAttr>(i, mega::kOutputAttr);
-          out && out.getValue() == loss)
-        lossIndex = i;
-    if (!lossIndex)
-      return f.emitError() << "mega-training-autodiff: @" << function << " has no result named \""
+      if (auto out = f.getResultAttrOfType<StringAttr>(i, mega::kOutputAttr)) {
+        if (out.getValue() == loss)
+          lossIndex = i;
+        activations |= isActivationPort(out);
+      }
+    if (!lossIndex && !activations)
+      return f.emitError() << "mega-training-autodiff: @" << name << " has no result named \""
                            << loss << "\" (mega.output)";
-    auto type = dyn_cast<RankedTensorType>(f.getResultTypes()[*lossIndex]);
-    if (!type || type.getRank() != 0 || !isFloatTensor(type))
-      return f.emitError() << "mega-training-autodiff: the loss must be a 0-d float tensor, not "
-                           << f.getResultTypes()[*lossIndex];
     Value seed;
-    if (!lossScale.empty())
-      for (unsigned i = 0; i < f.getNumArguments(); ++i)
-        if (auto in = f.getArgAttrOfType<StringAttr>(i, mega::kInputAttr);
-            in && in.getValue() == lossScale) {
-          if (f.getArgumentTypes()[i] != type)
-            return f.emitError() << "mega-training-autodiff: the loss scale '" << lossScale
-                                 << "' is " << f.getArgumentTypes()[i] << "; it must be " << type
-                                 << ", the loss's type";
-          seed = f.getArgument(i);
-        }
-    return Differentiator(f).run(*lossIndex, seed);
+    if (lossIndex) {
+      auto type = dyn_cast<RankedTensorType>(f.getResultTypes()[*lossIndex]);
+      if (!type || type.getRank() != 0 || !isFloatTensor(type))
+        return f.emitError() << "mega-training-autodiff: the loss must be a 0-d float tensor, not "
+                             << f.getResultTypes()[*lossIndex];
+      if (!lossScale.empty())
+        for (unsigned i = 0; i < f.getNumArguments(); ++i)
+          if (auto in = f.getArgAttrOfType<StringAttr>(i, mega::kInputAttr);
+              in && in.getValue() == lossScale) {
+            if (f.getArgumentTypes()[i] != type)
+              return f.emitError()
+                     << "mega-training-autodiff: the loss scale '" << lossScale << "' is "
+                     << f.getArgumentTypes()[i] << "; it must be " << type << ", the loss's type";
+            seed = f.getArgument(i);
+          }
+    }
+    return Differentiator(f).run(lossIndex, seed);
   }
 };
 

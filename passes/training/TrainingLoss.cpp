@@ -159,7 +159,8 @@ struct TrainingLossPass : impl::TrainingLossBase<TrainingLossPass> {
     b.setInsertionPoint(ret);
     auto ce =
         mega::CrossEntropyOp::create(b, loc, RankedTensorType::get(labelsType.getShape(), element),
-                                     z, labels, b.getI64IntegerAttr(ignoreIndex));
+                                     z, labels, b.getI64IntegerAttr(ignoreIndex),
+                                     ArrayAttr());
     Value sum = ce;
     if (labelsType.getRank() > 0) {
       auto axes = llvm::to_vector(llvm::seq<int64_t>(0, labelsType.getRank()));

@@ -1,6 +1,7 @@
 // mega-training-optimizer: builds @apply_gradients (global norm, optional clipping, one AdamW
 // update per parameter) from @forward_backward's parameters and gradient accumulators.
 #include "passes/training/Passes.h"
+#include "passes/partition/Passes.h"
 
 #include "ir/MegaDialect.h"
 #include "ir/MegaOps.h"
@@ -11,6 +12,7 @@
 #include "llvm/ADT/StringSet.h"
 
 #include <cmath>
+#include <map>
 
 using namespace mlir;
 
@@ -32,6 +34,49 @@ struct Param {
   DictionaryAttr attrs;
   RankedTensorType type;
 };
+
+/// The mesh of a partitioned step (docs/pipeline.md); `mesh` is null on one device.
+struct Distribution {
+  mega::MeshAttr mesh;
+  int64_t stage = 0;
+  bool zero = false;
+
+  explicit operator bool() const { return static_cast<bool>(mesh); }
+  int64_t size(StringRef axis) const {
+    auto index = mesh.findAxis(axis);
+    return index ? mesh.getAxisSizes()[*index] : 1;
+  }
+};
+
+SmallVector<StringRef> stringsOf(Attribute attr) {
+  SmallVector<StringRef> out;
+  if (auto array = dyn_cast_or_null<ArrayAttr>(attr))
+    for (Attribute a : array)
+      if (auto s = dyn_cast<StringAttr>(a))
+        out.push_back(s.getValue());
+  return out;
+}
+
+SmallVector<int64_t> integersOf(Attribute attr) {
+  SmallVector<int64_t> out;
+  if (auto dense = dyn_cast_or_null<DenseI64ArrayAttr>(attr))
+    llvm::append_range(out, dense.asArrayRef());
+  else if (auto array = dyn_cast_or_null<ArrayAttr>(attr))
+    for (Attribute a : array)
+      if (auto i = dyn_cast<IntegerAttr>(a))
+        out.push_back(i.getInt());
+  return out;
+}
+
+/// ZeRO-1 shards a parameter's optimizer step over dp on dim 0 when its gradient is a partial
+/// sum over dp and dim 0 divides.
+bool zeroSharded(const Distribution &dist, const Param &p) {
+  if (!dist || !dist.zero || p.type.getRank() == 0)
+    return false;
+  int64_t dp = dist.size("dp");
+  return dp > 1 && llvm::is_contained(stringsOf(p.attrs.get(kGradPartialAttr)), "dp") &&
+         p.type.getDimSize(0) % dp == 0;
+}
 
 struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass> {
   using TrainingOptimizerBase::TrainingOptimizerBase;
@@ -57,53 +102,109 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     return success();
   }
 
-  /// The parameters of @forward_backward, each with a `grad.<name>` accumulator.
-  FailureOr<SmallVector<Param>> collectParams(func::FuncOp fb) {
+  /// The functions of `container` that accumulate gradients: @forward_backward, or a pipeline
+  /// stage's chunk functions (docs/pipeline.md).
+  static SmallVector<func::FuncOp> trainingFunctions(ModuleOp container) {
+    SmallVector<func::FuncOp> found;
+    if (auto fb = container.lookupSymbol<func::FuncOp>(kForwardBackward))
+      found.push_back(fb);
+    for (auto f : container.getOps<func::FuncOp>())
+      for (unsigned i = 0; i < f.getNumArguments() && f.getSymName() != kForwardBackward; ++i)
+        if (auto state = f.getArgAttrOfType<StringAttr>(i, kStateAttr);
+            state && state.getValue().starts_with("grad.")) {
+          found.push_back(f);
+          break;
+        }
+    return found;
+  }
+
+  /// The parameters of the training functions (each once, in order of appearance), each with a
+  /// `grad.<name>` accumulator.
+  FailureOr<SmallVector<Param>> collectParams(ArrayRef<func::FuncOp> functions) {
     SmallVector<Param> params;
-    llvm::StringSet<> accumulators;
-    for (unsigned i = 0; i < fb.getNumArguments(); ++i)
-      if (auto state = fb.getArgAttrOfType<StringAttr>(i, kStateAttr))
-        accumulators.insert(state.getValue());
-    for (unsigned i = 0; i < fb.getNumArguments(); ++i) {
-      auto name = fb.getArgAttrOfType<StringAttr>(i, mega::kParamAttr);
-      if (!name)
-        continue;
-      auto type = dyn_cast<RankedTensorType>(fb.getArgumentTypes()[i]);
-      if (!type || !isa<FloatType>(type.getElementType()))
-        return fb.emitError() << "mega-training-optimizer: parameter '" << name.getValue()
-                              << "' is not a floating-point tensor";
-      if (!accumulators.contains(("grad." + name.getValue()).str()))
-        return fb.emitError() << "mega-training-optimizer: parameter '" << name.getValue()
-                              << "' has no gradient accumulator grad." << name.getValue()
-                              << " (run mega-training-autodiff first)";
-      params.push_back({name.getValue(), fb.getArgAttrDict(i), type});
-    }
+    llvm::StringSet<> accumulators, seen;
+    for (func::FuncOp fb : functions)
+      for (unsigned i = 0; i < fb.getNumArguments(); ++i)
+        if (auto state = fb.getArgAttrOfType<StringAttr>(i, kStateAttr))
+          accumulators.insert(state.getValue());
+    // Parameters from every function of the container: a pipeline chunk's backward may not
+    // read a parameter (an embedding table) whose forward does.
+    SmallVector<func::FuncOp> all(functions.begin(), functions.end());
+    if (ModuleOp container = functions.front()->getParentOfType<ModuleOp>())
+      for (auto f : container.getOps<func::FuncOp>())
+        if (!llvm::is_contained(all, f))
+          all.push_back(f);
+    for (func::FuncOp fb : all)
+      for (unsigned i = 0; i < fb.getNumArguments(); ++i) {
+        auto name = fb.getArgAttrOfType<StringAttr>(i, mega::kParamAttr);
+        if (!name || !seen.insert(name.getValue()).second)
+          continue;
+        auto type = dyn_cast<RankedTensorType>(fb.getArgumentTypes()[i]);
+        if (!type || !isa<FloatType>(type.getElementType()))
+          return fb.emitError() << "mega-training-optimizer: parameter '" << name.getValue()
+                                << "' is not a floating-point tensor";
+        if (!accumulators.contains(("grad." + name.getValue()).str()))
+          return fb.emitError() << "mega-training-optimizer: parameter '" << name.getValue()
+                                << "' has no gradient accumulator grad." << name.getValue()
+                                << " (run mega-training-autodiff first)";
+        params.push_back({name.getValue(), fb.getArgAttrDict(i), type});
+      }
     if (params.empty())
-      return fb.emitError() << "mega-training-optimizer: @" << kForwardBackward
-                            << " has no parameters";
+    {
+      func::FuncOp first = functions.front();
+      return first.emitError() << "mega-training-optimizer: @" << first.getSymName()
+                               << " has no parameters";
+    }
     return params;
   }
 
   LogicalResult run(ModuleOp module) {
     if (failed(checkOptions(module)))
       return failure();
-    auto fb = module.lookupSymbol<func::FuncOp>(kForwardBackward);
-    if (!fb)
+    if (zero != 0 && zero != 1)
+      return module.emitError() << "mega-training-optimizer: zero must be 0 or 1, got " << zero;
+    SmallVector<ModuleOp> stages;
+    for (auto nested : module.getOps<ModuleOp>())
+      if (nested->hasAttr("mega.stage"))
+        stages.push_back(nested);
+    if (stages.empty())
+      return buildFor(module, module, 0);
+    for (ModuleOp stage : stages) {
+      auto index = stage->getAttrOfType<IntegerAttr>("mega.stage");
+      if (!index)
+        return stage.emitError() << "mega-training-optimizer: mega.stage must be an integer";
+      if (failed(buildFor(stage, module, index.getInt())))
+        return failure();
+    }
+    return success();
+  }
+
+  LogicalResult buildFor(ModuleOp module, ModuleOp top, int64_t stage) {
+    SmallVector<func::FuncOp> functions = trainingFunctions(module);
+    if (functions.empty())
       return module.emitError() << "mega-training-optimizer: no function @" << kForwardBackward
                                 << " in the module (run mega-training-loss and "
                                    "mega-training-autodiff first)";
+    func::FuncOp fb = functions.front();
     if (Operation *existing = module.lookupSymbol(kApplyGradients))
       return existing->emitError()
              << "mega-training-optimizer: the module already has @" << kApplyGradients;
-    FailureOr<SmallVector<Param>> params = collectParams(fb);
+    FailureOr<SmallVector<Param>> params = collectParams(functions);
     if (failed(params))
       return failure();
-    // Dynamic loss scaling (fp16): @forward_backward's gradients are scaled by loss_scale.
+    auto mesh = module->getAttrOfType<mega::MeshAttr>(kMeshAttr);
+    if (!mesh)
+      mesh = top->getAttrOfType<mega::MeshAttr>(kMeshAttr);
+    Distribution dist;
+    if (mesh && mesh.getNumDevices() > 1)
+      dist = Distribution{mesh, stage, zero == 1};
+    // Dynamic loss scaling (fp16): the gradients are scaled by loss_scale.
     Type scaleType;
-    for (unsigned i = 0; i < fb.getNumArguments(); ++i)
-      if (auto in = fb.getArgAttrOfType<StringAttr>(i, mega::kInputAttr);
-          in && in.getValue() == kLossScale)
-        scaleType = fb.getArgumentTypes()[i];
+    for (func::FuncOp f : functions)
+      for (unsigned i = 0; i < f.getNumArguments(); ++i)
+        if (auto in = f.getArgAttrOfType<StringAttr>(i, mega::kInputAttr);
+            in && in.getValue() == kLossScale)
+          scaleType = f.getArgumentTypes()[i];
     if (scaleType) {
       auto scalar = dyn_cast<RankedTensorType>(scaleType);
       if (!scalar || scalar.getRank() != 0 || llvm::any_of(*params, [&](const Param &p) {
@@ -137,8 +238,10 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     }
     for (StringRef prefix : {"grad.", "adam.m.", "adam.v."})
       for (const Param &p : *params) {
-        argTypes.push_back(p.type);
-        argAttrs.push_back(named(kStateAttr, prefix + p.name));
+        bool moment = prefix != "grad.";
+        argTypes.push_back(moment ? momentType(dist, p) : p.type);
+        argAttrs.push_back(dist ? stateAttrs(b, dist, p, prefix)
+                                : named(kStateAttr, prefix + p.name));
       }
     argTypes.append({lrType, stepType});
     argAttrs.push_back(named(mega::kInputAttr, "lr"));
@@ -149,7 +252,7 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     }
     for (StringRef prefix : {"", "adam.m.", "adam.v."})
       for (const Param &p : *params) {
-        resultTypes.push_back(p.type);
+        resultTypes.push_back(prefix.empty() ? p.type : momentType(dist, p));
         resultAttrs.push_back(named(kUpdatesAttr, prefix + p.name));
       }
 
@@ -164,22 +267,43 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     Value lr = args[4 * n], step = args[4 * n + 1];
 
     SmallVector<Value> gradValues(grads.begin(), grads.end());
-    if (scaleType)
-      for (Value &g : gradValues)
-        g = mega::DivOp::create(b, loc, g.getType(), g, splat(b, loc, args[4 * n + 2], g));
-    Value norm = mega::GlobalNormOp::create(b, loc, gradValues);
+    Value scale = scaleType ? args[4 * n + 2] : Value();
+    Value norm;
+    if (dist) {
+      reduceGradients(b, loc, dist, *params, gradValues);
+      if (scale)
+        for (Value &g : gradValues)
+          g = mega::DivOp::create(b, loc, g.getType(), g, splat(b, loc, scale, g));
+      norm = partitionedNorm(b, loc, dist, *params, gradValues);
+    } else {
+      if (scale)
+        for (Value &g : gradValues)
+          g = mega::DivOp::create(b, loc, g.getType(), g, splat(b, loc, scale, g));
+      norm = mega::GlobalNormOp::create(b, loc, gradValues);
+    }
     if (clipGrad > 0)
       for (Value &g : gradValues)
         g = mega::ClipByNormOp::create(b, loc, g.getType(), g, norm, b.getF64FloatAttr(clipGrad));
 
     SmallVector<Value> newParams, newMs, newVs;
     for (size_t i = 0; i < n; ++i) {
-      double decay = (*params)[i].type.getRank() >= 2 ? weightDecay : 0.0;
+      const Param &p = (*params)[i];
+      double decay = p.type.getRank() >= 2 ? weightDecay : 0.0;
+      bool sharded = zeroSharded(dist, p);
+      Value param = paramArgs[i];
+      ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});
+      if (sharded)
+        param = mega::ShardSliceOp::create(b, loc, ms[i].getType(), param, dist.mesh, dpAxes,
+                                           b.getI64IntegerAttr(0));
       auto update = mega::AdamWUpdateOp::create(
-          b, loc, paramArgs[i].getType(), ms[i].getType(), vs[i].getType(), paramArgs[i],
-          gradValues[i], ms[i], vs[i], lr, step, b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
+          b, loc, param.getType(), ms[i].getType(), vs[i].getType(), param, gradValues[i], ms[i],
+          vs[i], lr, step, b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
           b.getF64FloatAttr(eps), b.getF64FloatAttr(decay));
-      newParams.push_back(update.getNewParam());
+      Value newParam = update.getNewParam();
+      if (sharded)
+        newParam = mega::AllGatherOp::create(b, loc, p.type, newParam, dist.mesh, dpAxes,
+                                             b.getI64IntegerAttr(0), UnitAttr());
+      newParams.push_back(newParam);
       newMs.push_back(update.getNewExpAvg());
       newVs.push_back(update.getNewExpAvgSq());
     }
@@ -196,8 +320,144 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     apply.setAllArgAttrs(argAttrs);
     apply.setAllResultAttrs(resultAttrs);
     if (scaleType)
-      buildCheckGradients(b, apply, *params, scaleType);
+      buildCheckGradients(b, apply, *params, scaleType, dist);
     return success();
+  }
+
+  /// A moment's type: the parameter's, or its dp shard under ZeRO-1.
+  static RankedTensorType momentType(const Distribution &dist, const Param &p) {
+    if (!zeroSharded(dist, p))
+      return p.type;
+    SmallVector<int64_t> shape(p.type.getShape());
+    shape[0] /= dist.size("dp");
+    return RankedTensorType::get(shape, p.type.getElementType());
+  }
+
+  /// A state argument's attributes in a partitioned step: its name, global shape and split
+  /// (the parameter's, plus dp on dim 0 for ZeRO-1 moments), and for accumulators the axes the
+  /// gradient is a partial sum over.
+  static DictionaryAttr stateAttrs(OpBuilder &b, const Distribution &dist, const Param &p,
+                                   StringRef prefix) {
+    SmallVector<NamedAttribute> attrs;
+    attrs.push_back(b.getNamedAttr(kStateAttr, b.getStringAttr(prefix + p.name)));
+    if (Attribute shape = p.attrs.get(kGlobalShapeAttr))
+      attrs.push_back(b.getNamedAttr(kGlobalShapeAttr, shape));
+    auto dims = dyn_cast_or_null<ArrayAttr>(p.attrs.get(kDimAxesAttr));
+    if (dims) {
+      SmallVector<Attribute> split(dims.begin(), dims.end());
+      if (prefix != "grad." && zeroSharded(dist, p)) {
+        SmallVector<StringRef> axes = stringsOf(split[0]);
+        axes.push_back("dp");
+        split[0] = b.getStrArrayAttr(axes);
+      }
+      attrs.push_back(b.getNamedAttr(kDimAxesAttr, b.getArrayAttr(split)));
+    }
+    if (prefix == "grad.")
+      if (Attribute partial = p.attrs.get(kGradPartialAttr))
+        attrs.push_back(b.getNamedAttr(kGradPartialAttr, partial));
+    return b.getDictionaryAttr(attrs);
+  }
+
+  /// Whole gradients from the accumulators: shares from other pipeline stages added (tied
+  /// parameters), partial sums all-reduced, or reduce-scattered over dp under ZeRO-1.
+  static void reduceGradients(OpBuilder &b, Location loc, const Distribution &dist,
+                              ArrayRef<Param> params, SmallVectorImpl<Value> &grads) {
+    // Parameters shared between stages, in name order so both sides exchange in one order.
+    SmallVector<size_t> shared;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (integersOf(params[i].attrs.get("mega.shared_stages")).size() > 1)
+        shared.push_back(i);
+    llvm::sort(shared, [&](size_t a, size_t c) { return params[a].name < params[c].name; });
+    for (size_t k = 0; k < shared.size(); ++k) {
+      size_t i = shared[k];
+      SmallVector<int64_t> stages = integersOf(params[i].attrs.get("mega.shared_stages"));
+      llvm::sort(stages);
+      int64_t tag = 1 << 20 | static_cast<int64_t>(k);
+      for (int64_t other : stages)
+        if (other != dist.stage)
+          mega::SendOp::create(b, loc, grads[i], dist.mesh, b.getStringAttr("pp"),
+                               b.getI64IntegerAttr(other - dist.stage), b.getI64IntegerAttr(tag));
+      // Sum in stage order: every stage computes the same value.
+      Value total;
+      for (int64_t other : stages) {
+        Value term = other == dist.stage
+                         ? grads[i]
+                         : mega::RecvOp::create(b, loc, grads[i].getType(), dist.mesh,
+                                                b.getStringAttr("pp"),
+                                                b.getI64IntegerAttr(other - dist.stage),
+                                                b.getI64IntegerAttr(tag))
+                               .getResult();
+        total = total ? mega::AddOp::create(b, loc, total.getType(), total, term).getResult()
+                      : term;
+      }
+      grads[i] = total;
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      SmallVector<StringRef> partial = stringsOf(params[i].attrs.get(kGradPartialAttr));
+      if (partial.empty())
+        continue;
+      if (zeroSharded(dist, params[i])) {
+        SmallVector<int64_t> shape(params[i].type.getShape());
+        shape[0] /= dist.size("dp");
+        auto shard = RankedTensorType::get(shape, params[i].type.getElementType());
+        grads[i] = mega::ReduceScatterOp::create(b, loc, shard, mega::ReduceKind::sum, grads[i],
+                                                 dist.mesh, b.getStrArrayAttr({"dp"}), 0);
+        llvm::erase(partial, "dp");
+        if (partial.empty())
+          continue;
+      }
+      grads[i] = mega::AllReduceOp::create(b, loc, grads[i].getType(), mega::ReduceKind::sum,
+                                           grads[i], dist.mesh, b.getStrArrayAttr(partial));
+    }
+  }
+
+  /// sqrt of the sum of squares of every gradient element of the model, each counted once:
+  /// shards' sums are all-reduced over the axes they are split over, stages' over pp; a
+  /// parameter shared by stages counts on its first stage only.
+  static Value partitionedNorm(OpBuilder &b, Location loc, const Distribution &dist,
+                               ArrayRef<Param> params, ArrayRef<Value> grads) {
+    auto scalarType = RankedTensorType::get({}, params.front().type.getElementType());
+    std::map<SmallVector<StringRef>, Value> byAxes;
+    for (size_t i = 0; i < params.size(); ++i) {
+      SmallVector<int64_t> stages = integersOf(params[i].attrs.get("mega.shared_stages"));
+      if (stages.size() > 1 && *llvm::min_element(stages) != dist.stage)
+        continue;
+      SmallVector<StringRef> axes;
+      if (auto dims = dyn_cast_or_null<ArrayAttr>(params[i].attrs.get(kDimAxesAttr)))
+        for (Attribute d : dims)
+          llvm::append_range(axes, stringsOf(d));
+      if (zeroSharded(dist, params[i]))
+        axes.push_back("dp");
+      llvm::sort(axes);
+      Value g = grads[i];
+      auto type = cast<RankedTensorType>(g.getType());
+      Value squares = mega::MulOp::create(b, loc, type, g, g);
+      SmallVector<int64_t> all = llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
+      Value sum = type.getRank() == 0
+                      ? squares
+                      : mega::ReduceOp::create(b, loc, scalarType, mega::ReduceKind::sum, squares,
+                                               all, false)
+                            .getResult();
+      Value &group = byAxes[axes];
+      group = group ? mega::AddOp::create(b, loc, scalarType, group, sum).getResult() : sum;
+    }
+    Value total;
+    for (auto &[axes, sum] : byAxes) {
+      Value whole = axes.empty() ? sum
+                                 : mega::AllReduceOp::create(b, loc, scalarType,
+                                                             mega::ReduceKind::sum, sum, dist.mesh,
+                                                             b.getStrArrayAttr(axes))
+                                       .getResult();
+      total = total ? mega::AddOp::create(b, loc, scalarType, total, whole).getResult() : whole;
+    }
+    if (!total) {
+      auto zero = DenseElementsAttr::get(scalarType, b.getZeroAttr(scalarType.getElementType()));
+      total = mega::ConstantOp::create(b, loc, scalarType, zero);
+    }
+    if (dist.size("pp") > 1)
+      total = mega::AllReduceOp::create(b, loc, scalarType, mega::ReduceKind::sum, total,
+                                        dist.mesh, b.getStrArrayAttr({"pp"}));
+    return mega::SqrtOp::create(b, loc, scalarType, total);
   }
 
   /// `scalar` (0-d) broadcast to `like`'s type.
@@ -214,7 +474,7 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
   /// @check_gradients(grad accumulators, loss_scale) -> unscaled_grad_norm: the norm the CLI
   /// tests for overflow (inf or nan) before it runs @apply_gradients.
   void buildCheckGradients(OpBuilder &b, func::FuncOp after, ArrayRef<Param> params,
-                           Type scaleType) {
+                           Type scaleType, const Distribution &dist) {
     MLIRContext *ctx = b.getContext();
     Location loc = after.getLoc();
     auto named = [&](StringRef attr, const Twine &value) {
@@ -235,6 +495,19 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     b.setInsertionPointToStart(body);
     SmallVector<Value> grads(body->getArguments().drop_back());
     Value norm = mega::GlobalNormOp::create(b, loc, grads);
+    if (dist) {
+      // Partitioned: the accumulators are unreduced shares, so this is an overflow check (inf
+      // or nan anywhere), not the norm; @apply_gradients' grad_norm is the true one.
+      SmallVector<StringRef> axes;
+      for (auto [name, size] : llvm::zip(dist.mesh.getAxisNames(), dist.mesh.getAxisSizes()))
+        if (size > 1)
+          axes.push_back(name.getValue());
+      auto type = cast<RankedTensorType>(norm.getType());
+      Value squares = mega::MulOp::create(b, loc, type, norm, norm);
+      Value sum = mega::AllReduceOp::create(b, loc, type, mega::ReduceKind::sum, squares,
+                                            dist.mesh, b.getStrArrayAttr(axes));
+      norm = mega::SqrtOp::create(b, loc, type, sum);
+    }
     Value unscaled = mega::DivOp::create(b, loc, scaleType, norm, body->getArguments().back());
     func::ReturnOp::create(b, loc, unscaled);
     check.setAllArgAttrs(argAttrs);

@@ -1,6 +1,8 @@
 // The training phase's pass pipeline (TrainingPipeline.h).
 #include "passes/training/TrainingPipeline.h"
 #include "passes/training/Passes.h"
+#include "passes/partition/Passes.h"
+#include "passes/schedule/Passes.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
@@ -62,11 +64,36 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
   pm.addPass(createTrainingLoss(loss));
   if (mixed)
     pm.addPass(createTrainingPrecision(precision));
+  // Partitioning works on the forward half (docs/pipeline.md): the collectives it inserts carry
+  // their own gradients, so autodiff then builds the partitioned backward pass.
+  const Layout &layout = options.layout;
+  int64_t chunks = layout.pp * layout.vpp;
+  if (layout.partitioned()) {
+    ShardingPropagationOptions sharding;
+    sharding.tp = layout.tp;
+    sharding.dp = layout.dp;
+    sharding.pp = layout.pp;
+    sharding.sequenceParallel = layout.sequenceParallel;
+    pm.addPass(createShardingPropagation(sharding));
+    pm.addPass(createSpmdize());
+  }
+  if (chunks > 1) {
+    PipelineSplitOptions split;
+    split.stages = layout.pp;
+    split.virtualStages = layout.vpp;
+    pm.addPass(createPipelineSplit(split));
+  }
   TrainingAutodiffOptions autodiff;
   if (options.precision == Precision::fp16)
     autodiff.lossScale = "loss_scale";
   pm.addPass(createTrainingAutodiff(autodiff));
+  if (chunks > 1 || layout.recompute != Recompute::none) {
+    ForwardBackwardSplitOptions split;
+    split.recompute = recomputeName(layout.recompute);
+    pm.addPass(createForwardBackwardSplit(split));
+  }
   TrainingOptimizerOptions optimizer;
+  optimizer.zero = layout.zero;
   optimizer.beta1 = options.beta1;
   optimizer.beta2 = options.beta2;
   optimizer.eps = options.eps;

@@ -79,5 +79,8 @@ public:
 
 /// The communicator of a one-rank job (mesh of size 1).
 std::unique_ptr<Communicator> makeSelfCommunicator(Mesh mesh);
+/// Rank `rank`'s view of `mesh` without other processes: collectives over groups of one rank,
+/// sends to itself; anything reaching another rank is an error (tests, single-process tools).
+std::unique_ptr<Communicator> makeSelfCommunicator(Mesh mesh, int rank);
 
 } // namespace megac::runtime::comm

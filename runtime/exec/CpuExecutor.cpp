@@ -3,8 +3,10 @@
 // (runtime/cpu).
 #include "runtime/exec/Executor.h"
 
+#include "runtime/comm/Communicator.h"
 #include "runtime/cpu/HalfCompute.h"
 #include "runtime/cpu/Kernels.h"
+#include "runtime/exec/CommOps.h"
 #include "runtime/exec/Parameters.h"
 #include "runtime/plan/PlanRules.h"
 #include "runtime/plan/plan_generated.h"
@@ -71,6 +73,21 @@ std::span<const int64_t> spanOf(const flatbuffers::Vector<int64_t> *v) {
   return {v->data(), v->size()};
 }
 
+std::span<const uint32_t> spanOf(const flatbuffers::Vector<uint32_t> *v) {
+  if (!v)
+    return {};
+  return {v->data(), v->size()};
+}
+
+std::vector<uint32_t> vectorOf(const flatbuffers::Vector<uint32_t> *v) {
+  std::span<const uint32_t> s = spanOf(v);
+  return {s.begin(), s.end()};
+}
+
+comm::ReduceKind commKind(fb::ReduceKind kind) {
+  return kind == fb::ReduceKind::max ? comm::ReduceKind::max : comm::ReduceKind::sum;
+}
+
 std::string joinNames(const std::vector<std::string> &names) {
   std::string out;
   for (const std::string &name : names)
@@ -92,6 +109,14 @@ bool computesOnHalf(fb::Opcode op) {
   case fb::Opcode::Gather:
   case fb::Opcode::Embedding:
   case fb::Opcode::Pad:
+  // Collectives move or reduce half values themselves (a reduction in f32, rounded once).
+  case fb::Opcode::AllReduce:
+  case fb::Opcode::AllGather:
+  case fb::Opcode::ReduceScatter:
+  case fb::Opcode::AllToAll:
+  case fb::Opcode::ShardSlice:
+  case fb::Opcode::Send:
+  case fb::Opcode::Recv:
     return false;
   default:
     return true;
@@ -108,6 +133,7 @@ struct BufferInfo {
 struct Port {
   std::string name;
   uint32_t buffer;
+  std::vector<uint32_t> partialAxes; // outputs of partitioned plans
 };
 
 struct Function {
@@ -126,6 +152,7 @@ struct InputSlot {
 struct Named {
   std::string name;
   uint32_t buffer;
+  const void *plan; // its fb::Parameter or fb::StateBuffer
 };
 
 class CpuExecutor final : public Executor {
@@ -148,6 +175,14 @@ public:
   Status setState(std::string_view name, const HostTensor &value) override;
   Status zeroState(std::string_view prefix) override;
   uint64_t arenaBytes() const override { return program_->arena_bytes(); }
+  int rank() const override { return rank_; }
+  std::vector<int64_t> coords() const override { return comm_->mesh().coordsOf(rank_); }
+  comm::Communicator &communicator() const override { return *comm_; }
+  StatusOr<ShardInfo> parameterShard(std::string_view name) const override;
+  StatusOr<ShardInfo> stateShard(std::string_view name) const override;
+  StatusOr<std::vector<uint32_t>> statePartialAxes(std::string_view name) const override;
+  StatusOr<std::vector<uint32_t>> outputPartialAxes(std::string_view name) const override;
+  std::vector<ScheduleStep> schedule() const override;
 
 private:
   static std::vector<std::string> names(const std::vector<Named> &list) {
@@ -185,6 +220,10 @@ private:
   Status execute(const fb::Instruction &inst);
   Status dispatch(const fb::Instruction &inst, const std::vector<cpu::TensorRef> &in,
                   const std::vector<cpu::TensorRef> &out);
+  /// The opcodes that need the communicator; nullopt for the others.
+  std::optional<Status> dispatchComm(const fb::Instruction &inst,
+                                     const std::vector<cpu::TensorRef> &in,
+                                     const std::vector<cpu::TensorRef> &out);
 
   LoadedPlan plan_; // a copy: the executor may outlive the caller's plan
   const fb::Program *program_ = nullptr;
@@ -196,6 +235,9 @@ private:
   std::vector<Named> params_, state_;
   std::vector<std::vector<uint64_t>> scratch_; // per output, for outputs that overlap an input
   std::optional<size_t> lastRun_;              // the function whose outputs are in the arena
+  int rank_ = 0;
+  std::unique_ptr<comm::Communicator> ownComm_; // the one-rank view, without options.comm
+  comm::Communicator *comm_ = nullptr;
 };
 
 Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options) {
@@ -203,10 +245,29 @@ Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options)
   const fb::Plan &p = plan_.plan();
   std::string source = plan_.path().empty() ? "(from memory)" : "'" + plan_.path() + "'";
   size_t ranks = p.ranks()->size();
-  if (options.rank < 0 || static_cast<size_t>(options.rank) >= ranks)
-    return Status::error("plan " + source + ": rank " + std::to_string(options.rank) +
+  comm::Mesh mesh = meshOf(plan_);
+  rank_ = options.rank;
+  if (options.comm) {
+    if (options.rank != 0 && options.rank != options.comm->rank())
+      return Status::error("plan " + source + ": ExecutorOptions.rank " +
+                           std::to_string(options.rank) + " differs from the communicator's rank " +
+                           std::to_string(options.comm->rank()));
+    rank_ = options.comm->rank();
+    if (options.comm->mesh().axisSizes != mesh.axisSizes)
+      return Status::error("plan " + source + ": the communicator's mesh (" +
+                           std::to_string(options.comm->mesh().size()) +
+                           " ranks) is not the plan's (" + std::to_string(mesh.size()) +
+                           " ranks); launch one process per rank of the plan");
+    comm_ = options.comm;
+  }
+  if (rank_ < 0 || static_cast<size_t>(rank_) >= ranks)
+    return Status::error("plan " + source + ": rank " + std::to_string(rank_) +
                          " is not in the rank table (" + std::to_string(ranks) + " ranks)");
-  programIndex_ = p.ranks()->Get(static_cast<flatbuffers::uoffset_t>(options.rank))->role();
+  if (!comm_) {
+    ownComm_ = comm::makeSelfCommunicator(mesh, rank_);
+    comm_ = ownComm_.get();
+  }
+  programIndex_ = p.ranks()->Get(static_cast<flatbuffers::uoffset_t>(rank_))->role();
   program_ = p.programs()->Get(static_cast<flatbuffers::uoffset_t>(programIndex_));
   if (program_->buffers())
     for (const fb::Buffer *b : *program_->buffers())
@@ -222,25 +283,25 @@ Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options)
       if (c->data())
         copyBytes(arena_.get() + buffers_[c->buffer()].offset, c->data()->data(),
                   c->data()->size());
-  RETURN_IF_ERROR(fillParameters(plan_, programIndex_, arena_.get(), options.weights))
+  RETURN_IF_ERROR(fillParameters(plan_, programIndex_, rank_, arena_.get(), options.weights))
       << " (plan " << source << ", " << describeProgram(*program_, programIndex_) << ")";
   if (program_->parameters())
     for (const fb::Parameter *param : *program_->parameters())
-      params_.push_back({param->name()->str(), param->buffer()});
+      params_.push_back({param->name()->str(), param->buffer(), param});
   if (program_->state())
     for (const fb::StateBuffer *st : *program_->state())
-      state_.push_back({st->name()->str(), st->buffer()});
+      state_.push_back({st->name()->str(), st->buffer(), st});
   RETURN_IF_ERROR(zeroState(""));
   for (const fb::Function *fn : *program_->functions()) {
     Function f{fn->name()->str(), fn, {}, {}};
     if (fn->inputs())
       for (const fb::Port *port : *fn->inputs()) {
-        f.inputs.push_back({port->name()->str(), port->buffer()});
+        f.inputs.push_back({port->name()->str(), port->buffer(), {}});
         inputs_.try_emplace(port->name()->str(), InputSlot{port->buffer(), std::nullopt});
       }
     if (fn->outputs())
       for (const fb::Port *port : *fn->outputs())
-        f.outputs.push_back({port->name()->str(), port->buffer()});
+        f.outputs.push_back({port->name()->str(), port->buffer(), vectorOf(port->partial_axes())});
     functions_.push_back(std::move(f));
   }
   return Status::ok();
@@ -415,18 +476,84 @@ Status CpuExecutor::zeroState(std::string_view prefix) {
   return Status::ok();
 }
 
+StatusOr<ShardInfo> CpuExecutor::parameterShard(std::string_view name) const {
+  const Named *p = find(params_, name);
+  if (!p)
+    return Status::error("the program has no parameter '" + std::string(name) + "'");
+  const auto *param = static_cast<const fb::Parameter *>(p->plan);
+  ShardInfo info;
+  std::span<const int64_t> global = spanOf(param->global_shape());
+  info.globalShape.assign(global.begin(), global.end());
+  info.offset = parameterShardOffset(plan_, *param, rank_);
+  info.shape.assign(buffers_[p->buffer].shape.begin(), buffers_[p->buffer].shape.end());
+  return info;
+}
+
+StatusOr<ShardInfo> CpuExecutor::stateShard(std::string_view name) const {
+  const Named *s = find(state_, name);
+  if (!s)
+    return Status::error("the program has no state buffer '" + std::string(name) + "'");
+  const auto *st = static_cast<const fb::StateBuffer *>(s->plan);
+  std::span<const int64_t> local = buffers_[s->buffer].shape;
+  if (st->global_shape()) {
+    ShardInfo info;
+    std::span<const int64_t> global = spanOf(st->global_shape());
+    info.globalShape.assign(global.begin(), global.end());
+    info.offset = shardOffset(comm_->mesh(), rank_, local, {}, shardingOf(st->sharding()));
+    info.shape.assign(local.begin(), local.end());
+    return info;
+  }
+  if (name.starts_with("grad.") && find(params_, name.substr(5))) {
+    StatusOr<ShardInfo> param = parameterShard(name.substr(5));
+    if (param.isOk() &&
+        std::equal(local.begin(), local.end(), param->shape.begin(), param->shape.end()))
+      return param;
+  }
+  return ShardInfo{{local.begin(), local.end()},
+                   std::vector<int64_t>(local.size(), 0),
+                   {local.begin(), local.end()}};
+}
+
+StatusOr<std::vector<uint32_t>> CpuExecutor::statePartialAxes(std::string_view name) const {
+  const Named *s = find(state_, name);
+  if (!s)
+    return Status::error("the program has no state buffer '" + std::string(name) + "'");
+  return vectorOf(static_cast<const fb::StateBuffer *>(s->plan)->partial_axes());
+}
+
+StatusOr<std::vector<uint32_t>> CpuExecutor::outputPartialAxes(std::string_view name) const {
+  for (const Function &f : functions_)
+    for (const Port &p : f.outputs)
+      if (p.name == name)
+        return p.partialAxes;
+  return Status::error("the program has no output '" + std::string(name) +
+                       "' (outputs: " + joinNames(outputNames()) + ")");
+}
+
+std::vector<ScheduleStep> CpuExecutor::schedule() const {
+  std::vector<ScheduleStep> steps;
+  if (program_->schedule())
+    for (const fb::ScheduleStep *step : *program_->schedule())
+      steps.push_back({step->kind() == fb::StepKind::Backward ? ScheduleStep::Kind::backward
+                                                              : ScheduleStep::Kind::forward,
+                       int64_t(step->chunk()), int64_t(step->micro_batch())});
+  return steps;
+}
+
 Status CpuExecutor::execute(const fb::Instruction &inst) {
   std::vector<cpu::TensorRef> in, out;
-  for (uint32_t b : *inst.inputs())
-    in.push_back(ref(b));
+  if (inst.inputs())
+    for (uint32_t b : *inst.inputs())
+      in.push_back(ref(b));
   // Kernels assume outputs do not overlap inputs, except in place (exactly an input's bytes)
   // for the opcodes that allow it; anything else is computed into scratch and copied over.
   bool inPlace = fb::writesInPlace(inst.op());
   std::vector<std::pair<size_t, uint32_t>> viaScratch; // (output position, buffer)
-  scratch_.resize(std::max<size_t>(scratch_.size(), inst.outputs()->size()));
-  for (uint32_t o : *inst.outputs()) {
+  std::span<const uint32_t> outputs = spanOf(inst.outputs()), inputs = spanOf(inst.inputs());
+  scratch_.resize(std::max<size_t>(scratch_.size(), outputs.size()));
+  for (uint32_t o : outputs) {
     bool conflict = false;
-    for (uint32_t b : *inst.inputs())
+    for (uint32_t b : inputs)
       conflict = conflict || (overlaps(b, o) && !(inPlace && sameBytes(b, o)));
     if (!conflict) {
       out.push_back(ref(o));
@@ -453,10 +580,74 @@ Status CpuExecutor::execute(const fb::Instruction &inst) {
   return Status::ok();
 }
 
+std::optional<Status> CpuExecutor::dispatchComm(const fb::Instruction &inst,
+                                                const std::vector<cpu::TensorRef> &in,
+                                                const std::vector<cpu::TensorRef> &outs) {
+  using O = fb::Opcode;
+  comm::Communicator &c = *comm_;
+  switch (inst.op()) {
+  case O::AllReduce: {
+    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
+    return commops::allReduce(c, spanOf(a->axes()), commKind(a->kind()), in[0], outs[0]);
+  }
+  case O::AllGather: {
+    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
+    return commops::allGather(c, spanOf(a->axes()), a->dim(), in[0], outs[0]);
+  }
+  case O::ReduceScatter: {
+    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
+    return commops::reduceScatter(c, spanOf(a->axes()), commKind(a->kind()), a->dim(), in[0],
+                                  outs[0]);
+  }
+  case O::AllToAll: {
+    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
+    return commops::allToAll(c, spanOf(a->axes()), a->dim(), a->concat_dim(), in[0], outs[0]);
+  }
+  case O::ShardSlice: {
+    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
+    return commops::shardSlice(c, spanOf(a->axes()), a->dim(), in[0], outs[0]);
+  }
+  case O::Send: {
+    const fb::P2PAttrs *a = inst.attrs_as_P2PAttrs();
+    return commops::send(c, a->axis(), a->shift(), a->tag(), in[0]);
+  }
+  case O::Recv: {
+    const fb::P2PAttrs *a = inst.attrs_as_P2PAttrs();
+    return commops::recv(c, a->axis(), a->shift(), a->tag(), outs[0]);
+  }
+  case O::Embedding:
+  case O::EmbeddingGrad: {
+    const fb::EmbeddingAttrs *a = inst.attrs_as_EmbeddingAttrs();
+    if (!a || !a->vocab_axes() || a->vocab_axes()->size() == 0)
+      return std::nullopt;
+    if (inst.op() == O::Embedding)
+      return commops::vocabEmbedding(c, spanOf(a->vocab_axes()), in[0], in[1], outs[0]);
+    return commops::vocabEmbeddingGrad(c, spanOf(a->vocab_axes()), in[0], in[1], outs[0]);
+  }
+  case O::CrossEntropy:
+  case O::CrossEntropyGrad: {
+    const fb::CrossEntropyAttrs *a = inst.attrs_as_CrossEntropyAttrs();
+    if (!a->vocab_axes() || a->vocab_axes()->size() == 0)
+      return std::nullopt;
+    std::optional<int64_t> ignore;
+    if (a->has_ignore_index())
+      ignore = a->ignore_index();
+    if (inst.op() == O::CrossEntropy)
+      return commops::vocabCrossEntropy(c, spanOf(a->vocab_axes()), in[0], in[1], ignore, outs[0]);
+    return commops::vocabCrossEntropyGrad(c, spanOf(a->vocab_axes()), in[0], in[1], in[2], ignore,
+                                          outs[0]);
+  }
+  default:
+    return std::nullopt;
+  }
+}
+
 Status CpuExecutor::dispatch(const fb::Instruction &inst, const std::vector<cpu::TensorRef> &in,
                              const std::vector<cpu::TensorRef> &outs) {
   using O = fb::Opcode;
   O op = inst.op();
+  if (std::optional<Status> done = dispatchComm(inst, in, outs))
+    return std::move(*done);
   const cpu::TensorRef &out = outs[0];
   switch (op) {
   case O::Neg:
@@ -534,6 +725,14 @@ Status CpuExecutor::dispatch(const fb::Instruction &inst, const std::vector<cpu:
   }
   case O::Dropout: {
     const fb::DropoutAttrs *a = inst.attrs_as_DropoutAttrs();
+    if (a->global_shape() && a->shard_dims()) {
+      // Version 3: the shard's offset also depends on this rank's group index per dim.
+      std::vector<int64_t> offset =
+          shardOffset(comm_->mesh(), rank_, in[0].shape, spanOf(a->shard_offset()),
+                      shardingOf(a->shard_dims()));
+      return cpu::dropoutShard(in[0], in[1], a->ratio(), a->stream(), spanOf(a->global_shape()),
+                               offset, out);
+    }
     if (a->global_shape())
       return cpu::dropoutShard(in[0], in[1], a->ratio(), a->stream(), spanOf(a->global_shape()),
                                spanOf(a->shard_offset()), out);
@@ -577,6 +776,14 @@ Status CpuExecutor::dispatch(const fb::Instruction &inst, const std::vector<cpu:
     return cpu::globalNorm(in, out);
   case O::ClipByNorm:
     return cpu::clipByNorm(in[0], in[1], inst.attrs_as_ClipAttrs()->max_norm(), out);
+  case O::AllReduce:
+  case O::AllGather:
+  case O::ReduceScatter:
+  case O::AllToAll:
+  case O::ShardSlice:
+  case O::Send:
+  case O::Recv:
+    break; // dispatchComm
   }
   return Status::error("opcode " + std::to_string(int(op)) +
                        " is not supported by the CPU executor");

@@ -1,6 +1,9 @@
 // Executes one rank's program of a loaded plan on the CPU: one arena, the program's functions
 // run one at a time, instructions in order; parameters and state persist across runs.
 //
+// A partitioned plan (docs/pipeline.md) runs one program per rank; its collectives go through
+// ExecutorOptions::comm.
+//
 // A training step (docs/training-step.md) drives it like this:
 //   executor->zeroState("grad.");
 //   for each micro-batch: setInput(...); run("forward_backward"); output("loss");
@@ -18,8 +21,18 @@
 
 namespace megac::runtime {
 
+namespace comm {
+class Communicator;
+struct Mesh;
+} // namespace comm
+
 struct ExecutorOptions {
+  /// The rank whose program runs (ignored with `comm`, whose rank it is; must then be 0 or equal).
   int rank = 0;
+  /// The job's communicator, for collectives and pipeline transfers; it must outlive the
+  /// executor and its mesh must be the plan's. Null: a one-rank view of the plan's mesh (groups
+  /// of one rank only).
+  comm::Communicator *comm = nullptr;
   /// Parameter values by name. Parameters missing here are read from the plan's weights_file
   /// (if any), else initialized from their init spec with the plan's seed (runtime/init).
   const TensorMap *weights = nullptr;
@@ -29,6 +42,21 @@ struct ExecutorOptions {
 struct TensorInfo {
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
+};
+
+/// Where this rank's shard of a parameter or state buffer lies in the whole tensor.
+struct ShardInfo {
+  std::vector<int64_t> globalShape;
+  std::vector<int64_t> offset; // this rank's start, per dim
+  std::vector<int64_t> shape;  // the shard's (local) shape
+};
+
+/// One step of a pipelined program's schedule (plan Program.schedule): run "forward.c<chunk>"
+/// or "backward.c<chunk>" on micro-batch `microBatch`.
+struct ScheduleStep {
+  enum class Kind { forward, backward } kind = Kind::forward;
+  int64_t chunk = 0;
+  int64_t microBatch = 0;
 };
 
 class Executor {
@@ -73,6 +101,26 @@ public:
 
   /// The arena size (the planned peak, every buffer included).
   virtual uint64_t arenaBytes() const = 0;
+
+  // ---- Partitioned plans (format version 3) ----
+
+  /// This executor's rank and its mesh coordinates (empty for a mesh without axes).
+  virtual int rank() const = 0;
+  virtual std::vector<int64_t> coords() const = 0;
+  /// The communicator its collectives use (ExecutorOptions::comm, or the one-rank view).
+  virtual comm::Communicator &communicator() const = 0;
+  /// A parameter's global shape and this rank's offset in it (from Parameter.sharding and the
+  /// rank's coordinates, or shard_offset for single-rank plans).
+  virtual StatusOr<ShardInfo> parameterShard(std::string_view name) const = 0;
+  /// The same for a state buffer: its own global_shape and sharding when it has them; else a
+  /// gradient accumulator "grad.<p>" takes parameter p's; else it is whole.
+  virtual StatusOr<ShardInfo> stateShard(std::string_view name) const = 0;
+  /// The mesh axes over which a state buffer (a gradient accumulator) or an output (the loss)
+  /// is a partial sum; empty when it is complete.
+  virtual StatusOr<std::vector<uint32_t>> statePartialAxes(std::string_view name) const = 0;
+  virtual StatusOr<std::vector<uint32_t>> outputPartialAxes(std::string_view name) const = 0;
+  /// The program's pipeline schedule (empty: run "forward_backward" per micro-batch).
+  virtual std::vector<ScheduleStep> schedule() const = 0;
 };
 
 } // namespace megac::runtime

@@ -20,8 +20,9 @@ std::span<const int64_t> spanOf(const flatbuffers::Vector<int64_t> *v) {
   return {v->data(), v->size()};
 }
 
-/// Copies the parameter's shard out of a whole (global) tensor.
-Status copyShard(const HostTensor &whole, const fb::Parameter &param, const cpu::TensorRef &dst,
+/// Copies the parameter's shard (at `offset`) out of a whole (global) tensor.
+Status copyShard(const HostTensor &whole, const fb::Parameter &param,
+                 std::span<const int64_t> offset, const cpu::TensorRef &dst,
                  const std::string &source) {
   std::string name = param.name()->str();
   if (whole.dtype != dst.dtype)
@@ -37,14 +38,14 @@ Status copyShard(const HostTensor &whole, const fb::Parameter &param, const cpu:
                          std::to_string(whole.bytes.size()) + " bytes for shape " +
                          shapeString(whole.shape));
   std::vector<int64_t> ones(global.size(), 1);
-  RETURN_IF_ERROR(cpu::slice(cpu::refOf(whole), spanOf(param.shard_offset()), ones, dst))
+  RETURN_IF_ERROR(cpu::slice(cpu::refOf(whole), offset, ones, dst))
       << " (while copying the shard of parameter '" << name << "' from " << source << ")";
   return Status::ok();
 }
 
 /// `searched` says where a weight was looked for, for the error when there is no init either.
-Status initShard(const fb::Parameter &param, uint64_t seed, const cpu::TensorRef &dst,
-                 const std::string &searched) {
+Status initShard(const fb::Parameter &param, std::span<const int64_t> offset, uint64_t seed,
+                 const cpu::TensorRef &dst, const std::string &searched) {
   std::string name = param.name()->str();
   init::InitSpec spec;
   switch (param.init()) {
@@ -67,14 +68,58 @@ Status initShard(const fb::Parameter &param, uint64_t seed, const cpu::TensorRef
     return Status::error("parameter '" + name + "' of " + dtypeName(dst.dtype) +
                          " cannot have a normal init");
   std::vector<float> values(static_cast<size_t>(dst.numElements()));
-  if (!init::fillShard(spec, seed, name, spanOf(param.global_shape()), spanOf(param.shard_offset()),
-                       dst.shape, values))
+  if (!init::fillShard(spec, seed, name, spanOf(param.global_shape()), offset, dst.shape, values))
     return Status::error("parameter '" + name + "': the shard does not fit its global shape");
   cpu::TensorRef src{DType::f32, dst.shape, values.data()};
   return cpu::cast(src, dst);
 }
 
 } // namespace
+
+comm::Mesh meshOf(const LoadedPlan &plan) {
+  comm::Mesh mesh;
+  if (const fb::Mesh *m = plan.plan().mesh()) {
+    if (m->axis_names())
+      for (const flatbuffers::String *name : *m->axis_names())
+        mesh.axisNames.push_back(name->str());
+    if (m->axis_sizes())
+      mesh.axisSizes.assign(m->axis_sizes()->begin(), m->axis_sizes()->end());
+  }
+  return mesh;
+}
+
+std::vector<std::pair<uint32_t, std::vector<uint32_t>>>
+shardingOf(const flatbuffers::Vector<flatbuffers::Offset<fb::DimSharding>> *sharding) {
+  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> out;
+  if (sharding)
+    for (const fb::DimSharding *ds : *sharding)
+      out.emplace_back(ds->dim(),
+                       ds->axes() ? std::vector<uint32_t>(ds->axes()->begin(), ds->axes()->end())
+                                  : std::vector<uint32_t>());
+  return out;
+}
+
+std::vector<int64_t>
+shardOffset(const comm::Mesh &mesh, int64_t rank, std::span<const int64_t> localShape,
+            std::span<const int64_t> base,
+            const std::vector<std::pair<uint32_t, std::vector<uint32_t>>> &dims) {
+  std::vector<int64_t> offset(localShape.size(), 0);
+  for (size_t d = 0; d < offset.size() && d < base.size(); ++d)
+    offset[d] = base[d];
+  for (const auto &[dim, axes] : dims)
+    if (dim < offset.size())
+      offset[dim] += mesh.indexInGroup(rank, axes) * localShape[dim];
+  return offset;
+}
+
+std::vector<int64_t> parameterShardOffset(const LoadedPlan &plan, const fb::Parameter &param,
+                                          int64_t rank) {
+  const fb::Program &program =
+      *plan.plan().programs()->Get(plan.plan().ranks()->Get(uint32_t(rank))->role());
+  const fb::Buffer &buf = *program.buffers()->Get(param.buffer());
+  return shardOffset(meshOf(plan), rank, spanOf(buf.shape()), spanOf(param.shard_offset()),
+                     shardingOf(param.sharding()));
+}
 
 std::string weightsFilePath(const LoadedPlan &plan) {
   const flatbuffers::String *file = plan.plan().weights_file();
@@ -89,7 +134,7 @@ std::string weightsFilePath(const LoadedPlan &plan) {
   return plan.path().substr(0, slash + 1) + name;
 }
 
-Status fillParameters(const LoadedPlan &plan, size_t programIndex, uint8_t *arena,
+Status fillParameters(const LoadedPlan &plan, size_t programIndex, int64_t rank, uint8_t *arena,
                       const TensorMap *weights) {
   const fb::Plan &p = plan.plan();
   const fb::Program &program =
@@ -102,10 +147,11 @@ Status fillParameters(const LoadedPlan &plan, size_t programIndex, uint8_t *aren
     const fb::Buffer &buf = *program.buffers()->Get(param->buffer());
     cpu::TensorRef dst{static_cast<DType>(buf.dtype()), spanOf(buf.shape()), arena + buf.offset()};
     std::string name = param->name()->str();
+    std::vector<int64_t> offset = parameterShardOffset(plan, *param, rank);
     if (weights) {
       auto it = weights->find(name);
       if (it != weights->end()) {
-        RETURN_IF_ERROR(copyShard(it->second, *param, dst, "the weights passed in"));
+        RETURN_IF_ERROR(copyShard(it->second, *param, offset, dst, "the weights passed in"));
         continue;
       }
     }
@@ -118,7 +164,8 @@ Status fillParameters(const LoadedPlan &plan, size_t programIndex, uint8_t *aren
       }
       auto it = fileWeights->find(name);
       if (it != fileWeights->end()) {
-        RETURN_IF_ERROR(copyShard(it->second, *param, dst, "weights file '" + filePath + "'"));
+        RETURN_IF_ERROR(
+            copyShard(it->second, *param, offset, dst, "weights file '" + filePath + "'"));
         continue;
       }
     }
@@ -129,7 +176,7 @@ Status fillParameters(const LoadedPlan &plan, size_t programIndex, uint8_t *aren
     else
       searched += (weights ? " nor in" : " and it is not in") + std::string(" weights file '") +
                   filePath + "'";
-    RETURN_IF_ERROR(initShard(*param, p.seed(), dst, searched));
+    RETURN_IF_ERROR(initShard(*param, offset, p.seed(), dst, searched));
   }
   return Status::ok();
 }

@@ -96,8 +96,10 @@ OpSignature signatureOf(fb::Opcode op) {
   case O::And:
   case O::Or:
   case O::MatMul:
-  case O::Embedding:
     return {2, 2, A::NONE};
+  case O::Embedding:
+  case O::EmbeddingGrad: // EmbeddingAttrs (version 3) or no attrs
+    return {2, 2, A::EmbeddingAttrs};
   case O::Compare:
     return {2, 2, A::CompareAttrs};
   case O::Where:
@@ -141,14 +143,22 @@ OpSignature signatureOf(fb::Opcode op) {
     return {2, 2, A::AxisAttrs};
   case O::CrossEntropyGrad:
     return {3, 3, A::CrossEntropyAttrs};
-  case O::EmbeddingGrad:
-    return {2, 2, A::NONE};
   case O::AdamW:
     return {6, 6, A::AdamWAttrs};
   case O::GlobalNorm:
     return {1, -1, A::NONE};
   case O::ClipByNorm:
     return {2, 2, A::ClipAttrs};
+  case O::AllReduce:
+  case O::AllGather:
+  case O::ReduceScatter:
+  case O::AllToAll:
+  case O::ShardSlice:
+    return {1, 1, A::CollectiveAttrs};
+  case O::Send:
+    return {1, 1, A::P2PAttrs};
+  case O::Recv:
+    return {0, 0, A::P2PAttrs};
   }
   return {-1, -1, A::NONE}; // unknown opcode
 }
@@ -169,9 +179,12 @@ public:
   Status run() {
     if (!plan_.programs() || plan_.programs()->size() == 0)
       return planError("it has no programs");
+    // The mesh and rank table first: sharding and collective checks use them.
+    RETURN_IF_ERROR(ranks());
+    RETURN_IF_ERROR(pipeline());
     for (size_t p = 0; p < plan_.programs()->size(); ++p)
       RETURN_IF_ERROR(program(*plan_.programs()->Get(flatbuffers::uoffset_t(p)), p));
-    return ranks();
+    return Status::ok();
   }
 
 private:
@@ -234,7 +247,8 @@ private:
     RETURN_IF_ERROR(state());
     RETURN_IF_ERROR(constants());
     RETURN_IF_ERROR(persistentDisjoint());
-    return functions();
+    RETURN_IF_ERROR(functions());
+    return schedule();
   }
 
   Status progError(const std::string &what) const {
@@ -308,6 +322,7 @@ private:
       if (sizeOf(param.global_shape()) != rank || sizeOf(param.shard_offset()) != rank)
         return progError(which + ": global_shape and shard_offset must have the rank of " +
                          bufferName(param.buffer()) + " (" + std::to_string(rank) + ")");
+      RETURN_IF_ERROR(shardings(param.sharding(), param.global_shape(), buf, which));
       for (size_t d = 0; d < rank; ++d) {
         int64_t global = param.global_shape()->Get(flatbuffers::uoffset_t(d));
         int64_t offset = param.shard_offset()->Get(flatbuffers::uoffset_t(d));
@@ -368,6 +383,133 @@ private:
         return progError(which + " has the name of another parameter or state buffer");
       RETURN_IF_ERROR(bufferIndex(st.buffer(), which));
       RETURN_IF_ERROR(claimPersistent(st.buffer(), Kind::state, which));
+      const fb::Buffer &buf = buffer(st.buffer());
+      if (st.global_shape() && sizeOf(st.global_shape()) != sizeOf(buf.shape()))
+        return progError(which + ": global_shape must have the rank of " + bufferName(st.buffer()) +
+                         " (" + std::to_string(sizeOf(buf.shape())) + ")");
+      if (sizeOf(st.sharding()) && !st.global_shape())
+        return progError(which + " has a sharding but no global_shape");
+      if (st.global_shape())
+        RETURN_IF_ERROR(shardings(st.sharding(), st.global_shape(), buf, which));
+      RETURN_IF_ERROR(meshAxes(st.partial_axes(), which + ": partial_axes", false,
+                               [&](const std::string &m) { return progError(m); }));
+    }
+    return Status::ok();
+  }
+
+  size_t meshRank() const { return plan_.mesh() ? sizeOf(plan_.mesh()->axis_sizes()) : 0; }
+  int64_t axisSize(uint32_t a) const { return plan_.mesh()->axis_sizes()->Get(a); }
+
+  /// Mesh axis indices: each < the mesh's rank, distinct and, unless `anyOrder` (a dim's
+  /// split, whose list order is its major-first order: a ZeRO-1 moment is the dp slice of a tp
+  /// shard, [tp, dp]), in mesh order.
+  template <typename Error>
+  Status meshAxes(const flatbuffers::Vector<uint32_t> *axes, const std::string &which,
+                  bool required, Error error, bool anyOrder = false) const {
+    if (required && sizeOf(axes) == 0)
+      return error(which + " is empty (give the mesh axes of the group)");
+    uint32_t previous = 0;
+    for (size_t k = 0; k < sizeOf(axes); ++k) {
+      uint32_t a = axes->Get(flatbuffers::uoffset_t(k));
+      if (a >= meshRank())
+        return error(which + " names mesh axis " + std::to_string(a) + ", but the mesh has " +
+                     std::to_string(meshRank()) + " axes");
+      if (anyOrder) {
+        for (size_t j = 0; j < k; ++j)
+          if (axes->Get(flatbuffers::uoffset_t(j)) == a)
+            return error(which + " must list distinct mesh axes");
+      } else if (k > 0 && a <= previous) {
+        return error(which + " must list distinct mesh axes in mesh order (major first)");
+      }
+      previous = a;
+    }
+    return Status::ok();
+  }
+
+  /// The product of the mesh axis sizes listed (the group size over those axes).
+  int64_t groupSize(const flatbuffers::Vector<uint32_t> *axes) const {
+    int64_t n = 1;
+    for (size_t k = 0; k < sizeOf(axes); ++k)
+      n *= axisSize(axes->Get(flatbuffers::uoffset_t(k)));
+    return n;
+  }
+
+  /// A parameter's or state buffer's DimShardings: dims in range and distinct, axes valid and
+  /// unused by other dims, and each sharded dim's global size = local size * group size.
+  Status shardings(const flatbuffers::Vector<flatbuffers::Offset<fb::DimSharding>> *list,
+                   const flatbuffers::Vector<int64_t> *global, const fb::Buffer &buf,
+                   const std::string &which) const {
+    size_t rank = sizeOf(buf.shape());
+    std::set<uint32_t> dims, usedAxes;
+    for (size_t k = 0; k < sizeOf(list); ++k) {
+      const fb::DimSharding *ds = list->Get(flatbuffers::uoffset_t(k));
+      std::string what = which + ": sharding " + std::to_string(k);
+      if (ds->dim() >= rank)
+        return progError(what + " splits dim " + std::to_string(ds->dim()) + " of a rank-" +
+                         std::to_string(rank) + " tensor");
+      if (!dims.insert(ds->dim()).second)
+        return progError(what + " splits dim " + std::to_string(ds->dim()) + " twice");
+      RETURN_IF_ERROR(meshAxes(
+          ds->axes(), what + " axes", true, [&](const std::string &m) { return progError(m); },
+          /*anyOrder=*/true));
+      for (uint32_t a : *ds->axes())
+        if (!usedAxes.insert(a).second)
+          return progError(what + " reuses mesh axis " + std::to_string(a));
+      int64_t local = buf.shape()->Get(ds->dim());
+      int64_t whole = sizeOf(global) == rank ? global->Get(ds->dim()) : -1;
+      if (local * groupSize(ds->axes()) != whole)
+        return progError(what + ": dim " + std::to_string(ds->dim()) + " has global size " +
+                         std::to_string(whole) + ", not the local " + std::to_string(local) +
+                         " times the group's " + std::to_string(groupSize(ds->axes())) + " ranks");
+    }
+    return Status::ok();
+  }
+
+  /// Plan.pipeline: positive sizes, and stages matching the mesh's "pp" axis when it has one.
+  Status pipeline() const {
+    const fb::Pipeline *pl = plan_.pipeline();
+    if (!pl)
+      return Status::ok();
+    if (pl->stages() < 1 || pl->virtual_stages() < 1 || pl->micro_batches() < 1)
+      return planError("pipeline has stages " + std::to_string(pl->stages()) + ", virtual_stages " +
+                       std::to_string(pl->virtual_stages()) + " and micro_batches " +
+                       std::to_string(pl->micro_batches()) + " (each must be >= 1)");
+    for (size_t a = 0; a < meshRank(); ++a)
+      if (plan_.mesh()->axis_names()->Get(flatbuffers::uoffset_t(a))->str() == "pp" &&
+          axisSize(uint32_t(a)) != int64_t(pl->stages()))
+        return planError("pipeline has " + std::to_string(pl->stages()) +
+                         " stages, but the mesh's pp axis has size " +
+                         std::to_string(axisSize(uint32_t(a))));
+    return Status::ok();
+  }
+
+  /// Program.schedule: every step's function exists; chunks and micro-batches are in range.
+  Status schedule() const {
+    size_t steps = sizeOf(prog_->schedule());
+    if (steps == 0)
+      return Status::ok();
+    const fb::Pipeline *pl = plan_.pipeline();
+    if (!pl)
+      return progError("it has a schedule, but the plan has no pipeline table");
+    std::set<std::string> names;
+    for (const fb::Function *fn : *prog_->functions())
+      names.insert(fn->name()->str());
+    for (size_t i = 0; i < steps; ++i) {
+      const fb::ScheduleStep *step = prog_->schedule()->Get(flatbuffers::uoffset_t(i));
+      std::string which = "schedule step " + std::to_string(i);
+      if (step->kind() != fb::StepKind::Forward && step->kind() != fb::StepKind::Backward)
+        return progError(which + " has unknown kind " + std::to_string(int(step->kind())));
+      uint32_t chunks = pl->stages() * pl->virtual_stages();
+      if (step->chunk() >= chunks)
+        return progError(which + " runs chunk " + std::to_string(step->chunk()) + " of " +
+                         std::to_string(chunks));
+      if (step->micro_batch() >= pl->micro_batches())
+        return progError(which + " runs micro-batch " + std::to_string(step->micro_batch()) +
+                         " of " + std::to_string(pl->micro_batches()));
+      std::string fn = (step->kind() == fb::StepKind::Forward ? "forward.c" : "backward.c") +
+                       std::to_string(step->chunk());
+      if (!names.count(fn))
+        return progError(which + " runs function '" + fn + "', which the program lacks");
     }
     return Status::ok();
   }
@@ -461,6 +603,8 @@ private:
       if (!names.insert(name).second)
         return fnError(which + " appears twice");
       RETURN_IF_ERROR(bufferIndex(port.buffer(), which));
+      if (sizeOf(port.partial_axes()))
+        return fnError(which + " has partial_axes; only outputs are partial sums");
       if (auto p = persistentOverlap(port.buffer()))
         return fnError(which + " is " + bufferName(port.buffer()) +
                        ", which shares bytes with the " + kindName(kind_[*p]) + " in " +
@@ -491,6 +635,8 @@ private:
       if (!programNames.insert(port.name()->str()).second)
         return fnError(which + " appears twice in the program");
       RETURN_IF_ERROR(bufferIndex(port.buffer(), which));
+      RETURN_IF_ERROR(meshAxes(port.partial_axes(), which + ": partial_axes", false,
+                               [&](const std::string &m) { return fnError(m); }));
     }
     return Status::ok();
   }
@@ -531,6 +677,13 @@ private:
                                 " buffers");
     }
     RETURN_IF_ERROR(writes(inst, i));
+    bool optionalAttrs =
+        inst.op() == fb::Opcode::Embedding || inst.op() == fb::Opcode::EmbeddingGrad;
+    if (optionalAttrs && inst.attrs_type() == fb::Attrs::NONE)
+      return Status::ok();
+    if (isVersion3(inst.op()) && plan_.format_version() < 3)
+      return instError(i,
+                       std::string(fb::EnumNameOpcode(inst.op())) + " needs plan format version 3");
     if (inst.attrs_type() != sig.attrs)
       return instError(i, "has " + attrsName(inst.attrs_type()) + ", but " +
                               fb::EnumNameOpcode(inst.op()) + " takes " + attrsName(sig.attrs));
@@ -544,8 +697,9 @@ private:
   /// its outputs are disjoint.
   Status writes(const fb::Instruction &inst, size_t i) {
     bool inPlace = fb::writesInPlace(inst.op());
-    const std::string why = std::string(": only the elementwise opcodes, AdamW and ClipByNorm ") +
-                            "write in place, not " + fb::EnumNameOpcode(inst.op());
+    const std::string why =
+        std::string(": only the elementwise opcodes, AdamW, ClipByNorm and AllReduce ") +
+        "write in place, not " + fb::EnumNameOpcode(inst.op());
     for (size_t k = 0; k < sizeOf(inst.outputs()); ++k) {
       uint32_t out = inst.outputs()->Get(flatbuffers::uoffset_t(k));
       std::string which = "output " + std::to_string(k) + " (" + bufferName(out) + ")";
@@ -567,7 +721,13 @@ private:
   }
 
   /// Attribute contents that need only the buffers' ranks; kernels check the rest.
+  static bool isVersion3(fb::Opcode op) {
+    return op >= fb::Opcode::AllReduce && op <= fb::Opcode::Recv;
+  }
+
   Status attrs(const fb::Instruction &inst, size_t i) {
+    if (sizeOf(inst.inputs()) == 0) // Recv
+      return p2pAttrs(inst, i);
     size_t inRank = rankOf(inst.inputs()->Get(0));
     auto axisCheck = [&](int64_t axis, size_t rank, const char *of) -> Status {
       if (axis < 0 || axis >= static_cast<int64_t>(rank))
@@ -624,9 +784,95 @@ private:
     case fb::Attrs::AdamWAttrs:
     case fb::Attrs::ClipAttrs:
       return trainingAttrs(inst, i, inRank);
+    case fb::Attrs::CrossEntropyAttrs:
+      return meshAxes(inst.attrs_as_CrossEntropyAttrs()->vocab_axes(), "vocab_axes", false,
+                      [&](const std::string &m) { return instError(i, m); });
+    case fb::Attrs::EmbeddingAttrs:
+      return meshAxes(inst.attrs_as_EmbeddingAttrs()->vocab_axes(), "vocab_axes", false,
+                      [&](const std::string &m) { return instError(i, m); });
+    case fb::Attrs::CollectiveAttrs:
+      return collectiveAttrs(inst, i);
+    case fb::Attrs::P2PAttrs:
+      return p2pAttrs(inst, i);
     default:
       return Status::ok();
     }
+  }
+
+  /// A collective's group, dims and the shapes they imply (input and output of one dtype).
+  Status collectiveAttrs(const fb::Instruction &inst, size_t i) {
+    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
+    auto error = [&](const std::string &m) { return instError(i, m); };
+    RETURN_IF_ERROR(meshAxes(a->axes(), "axes", true, error));
+    const fb::Buffer &in = buffer(inst.inputs()->Get(0)), &out = buffer(inst.outputs()->Get(0));
+    if (in.dtype() != out.dtype())
+      return error(std::string("the output is ") + fb::EnumNameDType(out.dtype()) + ", the input " +
+                   fb::EnumNameDType(in.dtype()));
+    size_t rank = sizeOf(in.shape());
+    if (sizeOf(out.shape()) != rank)
+      return error("the output's rank " + std::to_string(sizeOf(out.shape())) +
+                   " differs from the input's " + std::to_string(rank));
+    std::vector<int64_t> want(in.shape()->begin(), in.shape()->end());
+    int64_t g = groupSize(a->axes());
+    fb::Opcode op = inst.op();
+    if (op == fb::Opcode::AllReduce || op == fb::Opcode::ReduceScatter) {
+      if (a->kind() != fb::ReduceKind::sum && a->kind() != fb::ReduceKind::max)
+        return error(std::string("reduce kind ") + fb::EnumNameReduceKind(a->kind()) +
+                     " is not supported by collectives (sum or max)");
+      bool isFloat = in.dtype() <= fb::DType::f16;
+      if (!isFloat && in.dtype() != fb::DType::i64 && in.dtype() != fb::DType::i32)
+        return error(std::string("cannot reduce ") + fb::EnumNameDType(in.dtype()) + " values");
+    }
+    if (op != fb::Opcode::AllReduce) {
+      if (a->dim() < 0 || a->dim() >= int64_t(rank))
+        return error("dim " + std::to_string(a->dim()) + " is out of range for the input of rank " +
+                     std::to_string(rank));
+      int64_t &d = want[size_t(a->dim())];
+      if (op == fb::Opcode::AllGather) {
+        d *= g;
+      } else {
+        if (d % g != 0)
+          return error("dim " + std::to_string(a->dim()) + " of size " + std::to_string(d) +
+                       " does not divide over the group's " + std::to_string(g) + " ranks");
+        d /= g;
+      }
+      if (op == fb::Opcode::AllToAll) {
+        if (a->concat_dim() < 0 || a->concat_dim() >= int64_t(rank))
+          return error("concat_dim " + std::to_string(a->concat_dim()) +
+                       " is out of range for the input of rank " + std::to_string(rank));
+        want[size_t(a->concat_dim())] *= g;
+      }
+    }
+    if (!std::equal(want.begin(), want.end(), out.shape()->begin()))
+      return error("the output's shape " + shapeString({out.shape()->data(), rank}) +
+                   " should be " + shapeString(want) + " for a group of " + std::to_string(g) +
+                   " ranks");
+    return Status::ok();
+  }
+
+  /// Send/Recv: the axis exists, and every rank running this program has its peer in the mesh.
+  Status p2pAttrs(const fb::Instruction &inst, size_t i) {
+    const fb::P2PAttrs *a = inst.attrs_as_P2PAttrs();
+    if (a->axis() >= meshRank())
+      return instError(i, "axis " + std::to_string(a->axis()) +
+                              " is not a mesh axis (the mesh has " + std::to_string(meshRank()) +
+                              ")");
+    if (a->shift() == 0)
+      return instError(i, "shift is 0 (a rank does not send to itself)");
+    if (a->tag() < 0 || a->tag() > INT32_MAX)
+      return instError(i, "tag " + std::to_string(a->tag()) + " is outside [0, 2^31)");
+    for (size_t r = 0; r < sizeOf(plan_.ranks()); ++r) {
+      const fb::RankEntry *entry = plan_.ranks()->Get(flatbuffers::uoffset_t(r));
+      if (entry->role() != progIndex_)
+        continue;
+      int64_t c = entry->coords()->Get(a->axis()) + a->shift();
+      if (c < 0 || c >= axisSize(a->axis()))
+        return instError(i, "rank " + std::to_string(r) +
+                                "'s peer is outside the mesh (coordinate " + std::to_string(c) +
+                                " on axis " + std::to_string(a->axis()) + " of size " +
+                                std::to_string(axisSize(a->axis())) + ")");
+    }
+    return Status::ok();
   }
 
   /// The attribute tables of the training opcodes (and Dropout's shard fields).
@@ -643,6 +889,17 @@ private:
           (sizeOf(a->global_shape()) != inRank || sizeOf(a->shard_offset()) != inRank))
         return instError(i, "global_shape and shard_offset must have the input's rank " +
                                 std::to_string(inRank));
+      if (sizeOf(a->shard_dims()) && !a->global_shape())
+        return instError(i, "DropoutAttrs has shard_dims without global_shape");
+      for (size_t k = 0; k < sizeOf(a->shard_dims()); ++k) {
+        const fb::DimSharding *ds = a->shard_dims()->Get(flatbuffers::uoffset_t(k));
+        if (ds->dim() >= inRank)
+          return instError(i, "shard_dims " + std::to_string(k) + " names dim " +
+                                  std::to_string(ds->dim()) + " of a rank-" +
+                                  std::to_string(inRank) + " input");
+        RETURN_IF_ERROR(meshAxes(ds->axes(), "shard_dims " + std::to_string(k) + " axes", true,
+                                 [&](const std::string &m) { return instError(i, m); }));
+      }
       return Status::ok();
     }
     case fb::Attrs::PadAttrs: {
@@ -690,6 +947,18 @@ private:
   std::map<std::string, uint32_t> inputs_; // input name -> its first port's buffer
 };
 
+/// Version 2 plans (one rank, no collectives) are read as they are; 3 is the current one.
+bool supportedVersion(uint32_t version) {
+  return version == 2 || version == static_cast<uint32_t>(fb::FormatVersion::Current);
+}
+
+std::string versionError(uint32_t version) {
+  return "plan format version " + std::to_string(version) +
+         " is not supported (this runtime reads versions 2 and " +
+         std::to_string(static_cast<uint32_t>(fb::FormatVersion::Current)) +
+         "); recompile the model";
+}
+
 } // namespace
 
 StatusOr<LoadedPlan> loadPlanFromBytes(std::vector<uint8_t> bytes, std::string path) {
@@ -709,19 +978,13 @@ StatusOr<LoadedPlan> loadPlanFromBytes(std::vector<uint8_t> bytes, std::string p
     const auto *table = reinterpret_cast<const flatbuffers::Table *>(root);
     if (table->VerifyTableStart(shallow) &&
         table->VerifyField<uint32_t>(shallow, fb::Plan::VT_FORMAT_VERSION, 4) &&
-        root->format_version() != static_cast<uint32_t>(fb::FormatVersion::Current))
-      return error("plan format version " + std::to_string(root->format_version()) +
-                   " is not supported (this runtime reads version " +
-                   std::to_string(static_cast<uint32_t>(fb::FormatVersion::Current)) +
-                   "); recompile the model");
+        !supportedVersion(root->format_version()))
+      return error(versionError(root->format_version()));
     return error("the FlatBuffer is corrupt or truncated (verification failed)");
   }
   const fb::Plan *root = fb::GetPlan(bytes.data());
-  if (root->format_version() != static_cast<uint32_t>(fb::FormatVersion::Current))
-    return error("plan format version " + std::to_string(root->format_version()) +
-                 " is not supported (this runtime reads version " +
-                 std::to_string(static_cast<uint32_t>(fb::FormatVersion::Current)) +
-                 "); recompile the model");
+  if (!supportedVersion(root->format_version()))
+    return error(versionError(root->format_version()));
   RETURN_IF_ERROR(Validator(*root, source).run());
   LoadedPlan plan;
   plan.bytes_ = std::move(bytes);

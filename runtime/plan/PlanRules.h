@@ -9,9 +9,9 @@ namespace megac::plan {
 
 /// Whether an instruction of `op` may write an output in place: into the very memory of one of
 /// its inputs, or into a parameter or state buffer (a `mega.updates` result). The elementwise
-/// opcodes (unary and binary math, Compare, Where, Copy, Cast, Gelu, GeluGrad, Dropout), AdamW
-/// and ClipByNorm: each output element depends only on the inputs' elements at its own index (or
-/// on 0-d inputs read before any write).
+/// opcodes (unary and binary math, Compare, Where, Copy, Cast, Gelu, GeluGrad, Dropout), AdamW,
+/// ClipByNorm and AllReduce: each output element depends only on the inputs' elements at its own
+/// index (or on 0-d inputs read before any write; AllReduce reads its whole input first).
 inline bool writesInPlace(Opcode op) {
   if (op >= Opcode::Neg && op <= Opcode::Copy)
     return true;
@@ -22,6 +22,7 @@ inline bool writesInPlace(Opcode op) {
   case Opcode::Dropout:
   case Opcode::AdamW:
   case Opcode::ClipByNorm:
+  case Opcode::AllReduce:
     return true;
   default:
     return false;
@@ -38,6 +39,8 @@ inline int outputCount(Opcode op, int inputs) {
     return 2;
   case Opcode::AttentionGrad:
     return inputs - 1; // dq, dk, dv and, with a mask, dmask
+  case Opcode::Send:
+    return 0;
   default:
     return 1;
   }

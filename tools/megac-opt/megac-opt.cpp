@@ -1,6 +1,8 @@
 // megac-opt: runs mega passes over .mlir files (MlirOptMain), for lit tests and debugging.
 #include "ir/MegaDialect.h"
 #include "passes/input/Passes.h"
+#include "passes/partition/Passes.h"
+#include "passes/schedule/Passes.h"
 #include "passes/training/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -15,6 +17,8 @@ int main(int argc, char **argv) {
   mlir::registerCSEPass();
   megac::passes::registerMegaInputPasses();
   megac::passes::registerMegaTrainingPasses();
+  megac::passes::registerMegaPartitionPasses();
+  megac::passes::registerMegaSchedulePasses();
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "megac optimizer driver\n", registry));
 }

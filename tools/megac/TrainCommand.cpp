@@ -1,20 +1,27 @@
 // `megac train (MODEL.onnx | FILE.mlir | --model SPEC) --data TOKENS.npy ...`: AdamW training on
-// one CPU rank, driving the plan's @forward_backward and @apply_gradients (docs/training-step.md).
+// one or more CPU ranks, driving the plan's @forward_backward (or, pipelined, its scheduled chunk
+// functions) and @apply_gradients (docs/training-step.md, docs/pipeline.md). Several ranks run
+// under mpirun (`--ranks N` starts it), one process per rank of the mesh <pp, dp, tp>.
 #include "tools/megac/Args.h"
 #include "tools/megac/Commands.h"
 #include "tools/megac/Compile.h"
 #include "tools/megac/ModelSource.h"
+#include "tools/megac/TrainOptions.h"
 
 #include "frontends/models/ModelConfig.h"
 #include "ir/MegaDialect.h"
 #include "passes/Pipelines.h"
 #include "passes/training/TrainingPipeline.h"
 
+#include "runtime/comm/MpiCommunicator.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/exec/Parameters.h"
+#include "runtime/exec/ShardGather.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/train/LossScaler.h"
 #include "runtime/train/LrSchedule.h"
+#include "runtime/train/PipelineRunner.h"
 #include "runtime/train/TokenBatches.h"
 #include "runtime/train/TrainLog.h"
 
@@ -27,8 +34,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
+#include <thread>
 #include <unistd.h>
 
 namespace megac::cli {
@@ -47,8 +56,31 @@ constexpr const char *kHelp =
                    [--precision fp32|fp64|bf16|fp16] [--initial-loss-scale 65536]
                    [--loss-scale-window 1000] [--hysteresis 2] [--min-loss-scale 1]
                    [--log-json FILE] [--logits NAME] [--save-weights FILE.safetensors]
+                   [--save-grads FILE.safetensors]
+                   [--ranks N] [--tp T] [--pp P] [--dp D] [--vpp V] [--sequence-parallel]
+                   [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
+                   [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
   trains the model with AdamW (torch.optim.AdamW; weight decay on parameters of rank >= 2
-  only) on one CPU rank and prints one line per step (a live progress line on a terminal).
+  only) on one or more CPU ranks and prints one line per step (a live progress line on a
+  terminal).
+
+  ranks and layout: --ranks N runs N ranks: megac re-executes itself under
+  `mpirun -np N` (adding --allow-run-as-root as root, and --oversubscribe when N exceeds the
+  cores or --oversubscribe is given); a job started by mpirun directly is detected. The ranks
+  form the mesh <pp, dp, tp> (rank = tp + T*(dp + D*pp), Megatron's order): --tp T tensor
+  parallel (Megatron's column/row-parallel linears, vocab-parallel embedding and loss),
+  --pp P pipeline stages with --vpp V model chunks per stage (interleaved 1F1B when V > 1) and
+  --schedule 1f1b (default) or gpipe, --dp D data parallel (default: N / (T*P)); N must equal
+  T*P*D. --sequence-parallel shards norms and residuals over tp; --zero 1 shards the Adam state
+  over dp (Megatron's distributed optimizer); --recompute selective|full recomputes attention
+  outputs or whole chunks in the backward pass. --cp, --ep and --fp8 are not supported yet.
+  --micro-batch b is per data-parallel rank: the model is compiled for b*D rows and a step has
+  m = B / (b*D) micro-batches (B must be a multiple of b*D); micro-batch k of rank dp reads
+  rows k*b*D + dp*b .. +b of the step's global batch, so every layout trains on the same batch
+  as one rank. Only rank 0 prints and writes files. --threads N sets the BLAS/OpenMP threads
+  per rank (default: cores / ranks on this node, at least 1). --comm-timeout S (default 300):
+  a collective or transfer waiting longer fails, naming the rank, operation and group, and the
+  job is aborted.
 
   data: TOKENS.npy is an int32 or int64 array [N, S+1]. Step i (0-based) uses rows
   (i*B + j) mod N for j = 0..B-1, in order; micro-batches of b consecutive rows are
@@ -75,146 +107,11 @@ constexpr const char *kHelp =
   --seed seeds initialization (zoo models) and BERT's masks.
   --log-json writes one JSON object per step and line: step, loss, lr, grad_norm (before
   clipping), loss_scale, skipped, tokens, tokens_per_s, step_time_s.
-  --save-weights writes the final parameters. A non-finite loss stops the run (exit 1).)";
-
-struct TrainConfig {
-  std::optional<std::string> spec, file;
-  std::string dataPath;
-  train::BatchSplit split;
-  train::LrSchedule schedule;
-  passes::TrainingOptions training;
-  train::LossScalerConfig scaler;
-  uint64_t seed = 0;
-  std::optional<std::string> logJson, saveWeights;
-};
-
-/// A finite decimal number; nullopt otherwise.
-std::optional<double> parseNumber(const std::string &text) {
-  if (text.empty())
-    return std::nullopt;
-  char *end = nullptr;
-  double value = std::strtod(text.c_str(), &end);
-  if (*end != 0 || !std::isfinite(value))
-    return std::nullopt;
-  return value;
-}
-
-/// Reads the number option `name` into `out` (keeping its default when absent) and checks
-/// `valid`; returns an error message or empty.
-template <typename Valid>
-std::string numberOption(const Args &args, const char *name, double &out, Valid valid,
-                         const char *expected) {
-  std::optional<std::string> text = args.get(name);
-  if (!text)
-    return {};
-  std::optional<double> value = parseNumber(*text);
-  if (!value || !valid(*value))
-    return std::string("--") + name + ": '" + *text + "' is not " + expected;
-  out = *value;
-  return {};
-}
-
-/// Reads the integer option `name` (>= `min`); returns an error message or empty.
-std::string countOption(const Args &args, const char *name, int64_t min, int64_t &out,
-                        bool required) {
-  std::optional<std::string> text = args.get(name);
-  if (!text)
-    return required ? std::string("missing --") + name : std::string();
-  std::optional<uint64_t> value = parseSeed(*text);
-  if (!value || *value > uint64_t(INT64_MAX) || int64_t(*value) < min)
-    return std::string("--") + name + ": '" + *text +
-           "' is not an integer >= " + std::to_string(min);
-  out = int64_t(*value);
-  return {};
-}
-
-std::string parseTrainArgs(const Args &args, TrainConfig &c) {
-  if (args.positional().size() > 1)
-    return "give one model file";
-  if (!args.positional().empty())
-    c.file = args.positional().front();
-  c.spec = args.get("model");
-  if (c.spec.has_value() == c.file.has_value())
-    return "give either --model SPEC or a model file (.onnx, .mlir)";
-  if (!args.get("data"))
-    return "missing --data TOKENS.npy";
-  c.dataPath = *args.get("data");
-  auto positive = [](double v) { return v > 0; };
-  auto nonNegative = [](double v) { return v >= 0; };
-  auto beta = [](double v) { return v >= 0 && v < 1; };
-  double lr = -1;
-  for (std::string e :
-       {countOption(args, "steps", 1, c.schedule.totalSteps, true),
-        countOption(args, "global-batch", 1, c.split.globalBatch, true),
-        countOption(args, "micro-batch", 1, c.split.microBatch, true),
-        countOption(args, "warmup-steps", 0, c.schedule.warmupSteps, false),
-        numberOption(args, "lr", lr, nonNegative, "a number >= 0"),
-        numberOption(args, "min-lr", c.schedule.minLr, nonNegative, "a number >= 0"),
-        numberOption(args, "adam-beta1", c.training.beta1, beta, "a number in [0, 1)"),
-        numberOption(args, "adam-beta2", c.training.beta2, beta, "a number in [0, 1)"),
-        numberOption(args, "adam-eps", c.training.eps, positive, "a number > 0"),
-        numberOption(args, "weight-decay", c.training.weightDecay, nonNegative, "a number >= 0"),
-        numberOption(args, "clip-grad", c.training.clipGrad, nonNegative,
-                     "a number >= 0 (0: no clipping)")})
-    if (!e.empty())
-      return e;
-  if (!args.get("lr"))
-    return "missing --lr";
-  c.schedule.lr = lr;
-  std::string decay = args.get("lr-schedule").value_or("constant");
-  std::optional<train::LrDecay> parsed = train::parseLrDecay(decay);
-  if (!parsed)
-    return "--lr-schedule: '" + decay + "' is not constant or cosine";
-  c.schedule.decay = *parsed;
-  if (c.schedule.decay == train::LrDecay::constant && args.get("min-lr"))
-    return "--min-lr applies to --lr-schedule cosine";
-  if (runtime::Status s = c.schedule.validate(); !s.isOk())
-    return s.message();
-  if (runtime::Status s = c.split.validate(); !s.isOk())
-    return s.message();
-  if (auto seed = args.get("seed")) {
-    std::optional<uint64_t> value = parseSeed(*seed);
-    if (!value)
-      return "--seed: '" + *seed + "' is not a non-negative integer";
-    c.seed = *value;
-  }
-  std::string precision = args.get("precision").value_or("fp32");
-  if (precision == "fp32")
-    c.training.precision = passes::Precision::fp32;
-  else if (precision == "fp64")
-    c.training.precision = passes::Precision::fp64;
-  else if (precision == "bf16")
-    c.training.precision = passes::Precision::bf16;
-  else if (precision == "fp16")
-    c.training.precision = passes::Precision::fp16;
-  else
-    return "--precision: '" + precision + "' is not fp32, fp64, bf16 or fp16";
-  bool scaling = false;
-  for (const char *name :
-       {"initial-loss-scale", "loss-scale-window", "hysteresis", "min-loss-scale"})
-    scaling = scaling || args.get(name).has_value();
-  if (scaling && c.training.precision != passes::Precision::fp16)
-    return "loss scaling (--initial-loss-scale, --loss-scale-window, --hysteresis, "
-           "--min-loss-scale) applies to --precision fp16";
-  for (std::string e :
-       {numberOption(args, "initial-loss-scale", c.scaler.initialScale, positive, "a number > 0"),
-        numberOption(args, "min-loss-scale", c.scaler.minScale, positive, "a number > 0"),
-        countOption(args, "loss-scale-window", 1, c.scaler.growthInterval, false),
-        countOption(args, "hysteresis", 1, c.scaler.hysteresis, false)})
-    if (!e.empty())
-      return e;
-  if (runtime::Status s = c.scaler.validate(); !s.isOk())
-    return s.message();
-  c.training.logits = args.get("logits").value_or("");
-  c.logJson = args.get("log-json");
-  c.saveWeights = args.get("save-weights");
-  if (c.saveWeights) {
-    std::filesystem::path dir = std::filesystem::path(*c.saveWeights).parent_path();
-    if (!dir.empty() && !std::filesystem::is_directory(dir))
-      return "--save-weights: no directory " + dir.string();
-  }
-  return {};
-}
+  --save-weights writes the final parameters, whole (shards gathered on rank 0), in the layout
+  of a one-rank run. --save-grads writes the gradient of every parameter after step 1's
+  backward pass, before the optimizer (the accumulators summed over their data-parallel shares,
+  shards gathered; fp16 runs write loss-scaled gradients). A non-finite loss stops the run
+  (exit 1).)";
 
 /// The model's IR with the training step built, and its weights.
 struct TrainModel {
@@ -222,6 +119,7 @@ struct TrainModel {
   runtime::TensorMap weights;
   std::string description;
   int64_t vocab = 0;
+  int64_t decoderSeq = 0; // seq2seq (t5): the decoder's length D
   passes::LossKind lossKind = passes::LossKind::causal;
   double compileSeconds = 0;
 };
@@ -231,7 +129,8 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
 }
 
 /// A zoo spec bound to the data and the micro-batch: seq must be S, batch is set to b.
-std::optional<std::string> bindSpec(const TrainConfig &c, int64_t seq, passes::LossKind &kind) {
+std::optional<std::string> bindSpec(const TrainConfig &c, int64_t seq, passes::LossKind &kind,
+                                    int64_t &decoderSeq) {
   models::ConfigResult parsed = models::parseModelSpec(*c.spec);
   std::string error = parsed.error;
   if (parsed.config) {
@@ -253,6 +152,7 @@ std::optional<std::string> bindSpec(const TrainConfig &c, int64_t seq, passes::L
     else if (config.dtype != dsl::DType::f32)
       error = "give the precision with --precision, not dtype= in the spec";
     config.batch = c.split.microBatch;
+    decoderSeq = config.arch == models::Arch::t5 ? config.decSeq : 0;
     kind = config.arch == models::Arch::bert ? passes::LossKind::mlm
            : config.arch == models::Arch::t5 ? passes::LossKind::seq2seq
                                              : passes::LossKind::causal;
@@ -263,11 +163,16 @@ std::optional<std::string> bindSpec(const TrainConfig &c, int64_t seq, passes::L
   return std::nullopt;
 }
 
-/// The vocabulary size: the last dim of @forward's logits.
+/// The vocabulary size: the last dim of the model's logits (@forward's, or before the training
+/// phase, the only function's).
 int64_t vocabOf(mlir::ModuleOp module, const std::string &logits) {
   auto forward = module.lookupSymbol<mlir::func::FuncOp>("forward");
-  if (!forward)
-    return 0;
+  if (!forward) { // before the training phase: the model is the module's only function
+    auto functions = module.getOps<mlir::func::FuncOp>();
+    if (std::distance(functions.begin(), functions.end()) != 1)
+      return 0;
+    forward = *functions.begin();
+  }
   for (unsigned i = 0; i < forward.getNumResults(); ++i) {
     auto type = mlir::dyn_cast<mlir::RankedTensorType>(forward.getResultTypes()[i]);
     auto name = forward.getResultAttrOfType<mlir::StringAttr>(i, mega::kOutputAttr);
@@ -341,7 +246,7 @@ std::optional<TrainModel> compileTrainingStep(const TrainConfig &c, int64_t seq)
   std::optional<std::string> spec;
   InputShapes shapes;
   if (c.spec) {
-    spec = bindSpec(c, seq, training.lossKind);
+    spec = bindSpec(c, seq, training.lossKind, out.decoderSeq);
     if (!spec)
       return std::nullopt;
   } else if (std::filesystem::path(*c.file).extension() == ".onnx") {
@@ -374,15 +279,18 @@ std::optional<TrainModel> compileTrainingStep(const TrainConfig &c, int64_t seq)
   }
   if (fp64) // the IR is converted by mega-training-precision in buildTrainingStep
     convertWeightsToF64(out.weights);
+  // Read before the training phase: partitioning makes the logits a vocab shard.
+  out.vocab = vocabOf(module, training.logits);
   if (mlir::failed(passes::buildTrainingStep(module, training))) {
     std::fprintf(stderr, "%s: error: cannot build the training step of %s (see above)\n", kCommand,
                  out.description.c_str());
     return std::nullopt;
   }
-  out.vocab = vocabOf(module, training.logits);
   out.lossKind = training.lossKind;
   codegen::CodegenOptions options;
   options.seed = c.seed;
+  options.schedule = training.layout.schedule; // pipelined plans: Program.schedule
+  options.microBatches = training.layout.microBatches;
   mlir::FailureOr<std::vector<uint8_t>> plan = codegen::writePlan(module, options);
   if (mlir::failed(plan)) {
     std::fprintf(stderr, "%s: error: cannot compile the training step of %s (see above)\n",
@@ -449,25 +357,46 @@ runtime::HostTensor ones(const runtime::TensorInfo &info) {
   return t;
 }
 
-/// The inputs of @forward_backward megac train can feed (input_ids [b, S]; for encoder-decoder
-/// models input_ids [b, E] and decoder_input_ids [b, D] with E + D = S), and the float type of
-/// its scalars.
+/// Whether the executor's program has an input `name` (pipeline stages read only some).
+bool hasInput(const runtime::Executor &executor, const std::string &name) {
+  std::vector<std::string> names = executor.inputNames();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool hasOutput(const runtime::Executor &executor, const std::string &name) {
+  std::vector<std::string> names = executor.outputNames();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+/// The inputs of the training step megac train can feed (input_ids [b, S]; for encoder-decoder
+/// models input_ids [b, E] and decoder_input_ids [b, D] with E + D = S; b per data-parallel
+/// rank), and the float type of its scalars. A pipeline stage reads only some of them, and its
+/// chunk functions also read activations, their gradients and stashed residuals (act.*,
+/// grad.act.*, stash.*), which the pipeline runner sets.
 runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
                                               std::vector<int64_t> idsShape,
                                               passes::LossKind kind) {
-  for (const char *function : {"forward_backward", "apply_gradients"}) {
-    std::vector<std::string> names = executor.functionNames();
-    if (std::find(names.begin(), names.end(), function) == names.end())
+  bool pipelined = !executor.schedule().empty();
+  std::vector<std::string> names = executor.functionNames();
+  for (const char *function : {"forward_backward", "apply_gradients"})
+    if (std::find(names.begin(), names.end(), function) == names.end() &&
+        !(pipelined && std::string(function) == "forward_backward"))
       return runtime::Status::error(std::string("the plan has no function ") + function);
+  for (const std::string &function : names) {
+    if (function == "apply_gradients" || function == "check_gradients" || function == "forward")
+      continue;
+    for (const std::string &name : executor.inputNames(function))
+      if (name != "input_ids" && name != "attention_mask" && name != "labels" &&
+          name != "loss_normalizer" && name != "loss_scale" &&
+          !(name == "decoder_input_ids" && kind == passes::LossKind::seq2seq) &&
+          !(pipelined && (name.starts_with("act.") || name.starts_with("grad.act.") ||
+                          name.starts_with("stash."))))
+        return runtime::Status::error("the model's input '" + name +
+                                      "' is not one megac train feeds (input_ids, "
+                                      "attention_mask, decoder_input_ids for encoder-decoder "
+                                      "models)");
   }
-  for (const std::string &name : executor.inputNames("forward_backward"))
-    if (name != "input_ids" && name != "attention_mask" && name != "labels" &&
-        name != "loss_normalizer" && name != "loss_scale" &&
-        !(name == "decoder_input_ids" && kind == passes::LossKind::seq2seq))
-      return runtime::Status::error("the model's input '" + name +
-                                    "' is not one megac train feeds (input_ids, attention_mask, "
-                                    "decoder_input_ids for encoder-decoder models)");
-  if (kind == passes::LossKind::seq2seq) {
+  if (kind == passes::LossKind::seq2seq && hasInput(executor, "decoder_input_ids")) {
     ASSIGN_OR_RETURN(runtime::TensorInfo dec, executor.inputInfo("decoder_input_ids"));
     if (dec.shape.size() != 2 || dec.shape[0] != idsShape[0] || dec.shape[1] >= idsShape[1])
       return runtime::Status::error("the model's decoder_input_ids is " +
@@ -476,59 +405,136 @@ runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
                                     " and D < S = " + std::to_string(idsShape[1]));
     idsShape[1] -= dec.shape[1];
   }
-  ASSIGN_OR_RETURN(runtime::TensorInfo ids, executor.inputInfo("input_ids"));
-  if (ids.shape != idsShape)
-    return runtime::Status::error("the model's input_ids is " + runtime::shapeString(ids.shape) +
-                                  "; megac train feeds [b, S] = " + runtime::shapeString(idsShape) +
-                                  " (--micro-batch, the data's rows)");
-  ASSIGN_OR_RETURN(runtime::TensorInfo normalizer, executor.inputInfo("loss_normalizer"));
-  return normalizer.dtype;
+  if (hasInput(executor, "input_ids")) {
+    ASSIGN_OR_RETURN(runtime::TensorInfo ids, executor.inputInfo("input_ids"));
+    if (ids.shape != idsShape)
+      return runtime::Status::error(
+          "the model's input_ids is " + runtime::shapeString(ids.shape) +
+          "; megac train feeds [b, S] = " + runtime::shapeString(idsShape) +
+          " (--micro-batch per data-parallel rank, the data's rows)");
+  }
+  ASSIGN_OR_RETURN(runtime::TensorInfo lr, executor.inputInfo("lr"));
+  return lr.dtype;
 }
 
-/// One optimizer step (docs/training-step.md); fills the record's loss and grad_norm. A
-/// non-finite loss stops before the update.
+/// Rows [first, first + count) of a [B, ...] tensor.
+runtime::HostTensor rowsOf(const runtime::HostTensor &t, int64_t first, int64_t count) {
+  if (t.shape.empty() || (first == 0 && count == t.shape[0]))
+    return t;
+  runtime::HostTensor out = t;
+  out.shape[0] = count;
+  size_t rowBytes = t.bytes.size() / static_cast<size_t>(t.shape[0]);
+  out.bytes.assign(t.bytes.begin() + first * rowBytes,
+                   t.bytes.begin() + (first + count) * rowBytes);
+  return out;
+}
+
+/// What one rank of the job is: its data-parallel coordinate, its communicator and, for a
+/// pipelined plan, its pipeline run.
+struct RankContext {
+  const runtime::LoadedPlan *plan = nullptr;
+  runtime::comm::Communicator *comm = nullptr;
+  int64_t dpRank = 0;
+  int64_t decoderSeq = 0;        // seq2seq: the decoder's length
+  std::optional<int64_t> ppAxis; // the mesh axis "pp", when the plan has one of size > 1
+  std::optional<train::PipelineRun> pipeline;
+  bool root() const { return comm->rank() == 0; }
+};
+
+/// Sets the data inputs of micro-batch `mb` (this rank's rows) that the program reads.
+runtime::Status setMicroBatch(runtime::Executor &executor, const train::MicroBatch &mb,
+                              passes::LossKind kind, runtime::DType idsType) {
+  if (hasInput(executor, "input_ids"))
+    RETURN_IF_ERROR(executor.setInput("input_ids", asIndexType(mb.inputIds, idsType)));
+  if (kind == passes::LossKind::seq2seq && hasInput(executor, "decoder_input_ids"))
+    RETURN_IF_ERROR(
+        executor.setInput("decoder_input_ids", asIndexType(mb.decoderInputIds, idsType)));
+  if (hasInput(executor, "labels"))
+    RETURN_IF_ERROR(executor.setInput("labels", mb.labels));
+  return runtime::Status::ok();
+}
+
+/// One optimizer step (docs/training-step.md, docs/pipeline.md); fills the record's loss and
+/// grad_norm. A non-finite loss stops before the update (on every rank: the loss is reduced
+/// over the job first).
 runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
                           const train::TokenData &data, passes::LossKind kind, int64_t vocab,
-                          runtime::DType floatType, train::LossScaler *scaler,
+                          runtime::DType floatType, train::LossScaler *scaler, RankContext &rank,
                           train::StepRecord &record) {
   int64_t step = record.step - 1;
   std::vector<train::MicroBatch> batches;
   if (kind == passes::LossKind::seq2seq) {
-    ASSIGN_OR_RETURN(runtime::TensorInfo enc, executor.inputInfo("input_ids"));
-    ASSIGN_OR_RETURN(runtime::TensorInfo dec, executor.inputInfo("decoder_input_ids"));
-    ASSIGN_OR_RETURN(batches, train::seq2seqStep(data, step, c.split, enc.shape[1], dec.shape[1]));
+    int64_t seq = data.sequenceLength(), dec = rank.decoderSeq;
+    ASSIGN_OR_RETURN(batches, train::seq2seqStep(data, step, c.split, seq - dec, dec));
   } else {
     batches = kind == passes::LossKind::mlm
                   ? train::mlmStep(data, step, c.split, {c.seed, vocab - 1, 0.15})
                   : train::causalStep(data, step, c.split);
   }
+  // The normalizer counts the global batch's targets, so every rank's share sums to the mean.
   int64_t targets = train::targetTokens(batches);
   if (targets == 0)
     return runtime::Status::error("step " + std::to_string(record.step) +
                                   " has no labelled tokens");
-  ASSIGN_OR_RETURN(runtime::TensorInfo ids, executor.inputInfo("input_ids"));
-  std::vector<std::string> inputs = executor.inputNames("forward_backward");
-  bool hasMask = std::find(inputs.begin(), inputs.end(), "attention_mask") != inputs.end();
-  if (hasMask) {
+  // This data-parallel rank's rows of each (global) micro-batch.
+  for (train::MicroBatch &mb : batches) {
+    int64_t first = rank.dpRank * c.rankMicroBatch;
+    mb.inputIds = rowsOf(mb.inputIds, first, c.rankMicroBatch);
+    mb.labels = rowsOf(mb.labels, first, c.rankMicroBatch);
+    if (kind == passes::LossKind::seq2seq)
+      mb.decoderInputIds = rowsOf(mb.decoderInputIds, first, c.rankMicroBatch);
+  }
+  runtime::DType idsType = runtime::DType::i64;
+  for (const char *name : {"input_ids", "decoder_input_ids"})
+    if (hasInput(executor, name)) {
+      ASSIGN_OR_RETURN(runtime::TensorInfo ids, executor.inputInfo(name));
+      idsType = ids.dtype;
+    }
+  if (hasInput(executor, "attention_mask")) {
     ASSIGN_OR_RETURN(runtime::TensorInfo mask, executor.inputInfo("attention_mask"));
     RETURN_IF_ERROR(executor.setInput("attention_mask", ones(mask)));
   }
-  RETURN_IF_ERROR(executor.setInput("loss_normalizer", floatScalar(floatType, 1.0 / targets)));
-  RETURN_IF_ERROR(executor.zeroState("grad."));
+  if (hasInput(executor, "loss_normalizer"))
+    RETURN_IF_ERROR(executor.setInput("loss_normalizer", floatScalar(floatType, 1.0 / targets)));
   if (scaler) {
     record.lossScale = scaler->scale();
-    RETURN_IF_ERROR(executor.setInput("loss_scale", floatScalar(floatType, scaler->scale())));
+    if (hasInput(executor, "loss_scale"))
+      RETURN_IF_ERROR(executor.setInput("loss_scale", floatScalar(floatType, scaler->scale())));
   }
   double loss = 0;
-  for (const train::MicroBatch &mb : batches) {
-    RETURN_IF_ERROR(executor.setInput("input_ids", asIndexType(mb.inputIds, ids.dtype)));
-    if (kind == passes::LossKind::seq2seq)
+  if (rank.pipeline) {
+    rank.pipeline->setDataInputs = [&](int64_t m) {
+      return setMicroBatch(executor, batches[size_t(m)], kind, idsType);
+    };
+    runtime::StatusOr<double> sum =
+        train::runPipelinedMicroBatches(executor, *rank.comm, *rank.pipeline);
+    rank.pipeline->setDataInputs = nullptr;
+    if (!sum.isOk())
+      return sum.status();
+    loss = sum.value();
+  } else {
+    RETURN_IF_ERROR(executor.zeroState("grad."));
+    for (const train::MicroBatch &mb : batches) {
+      RETURN_IF_ERROR(setMicroBatch(executor, mb, kind, idsType));
+      RETURN_IF_ERROR(executor.run("forward_backward"));
+      ASSIGN_OR_RETURN(runtime::HostTensor part, executor.output("loss"));
+      loss += scalarValue(part);
+    }
+  }
+  // The logged loss: the data-parallel shares summed (the output's partial axes), and with
+  // pipeline stages the last stage's value (the others hold 0), on every rank.
+  if (hasOutput(executor, "loss")) {
+    ASSIGN_OR_RETURN(std::vector<uint32_t> axes, executor.outputPartialAxes("loss"));
+    if (!axes.empty())
       RETURN_IF_ERROR(
-          executor.setInput("decoder_input_ids", asIndexType(mb.decoderInputIds, ids.dtype)));
-    RETURN_IF_ERROR(executor.setInput("labels", mb.labels));
-    RETURN_IF_ERROR(executor.run("forward_backward"));
-    ASSIGN_OR_RETURN(runtime::HostTensor part, executor.output("loss"));
-    loss += scalarValue(part);
+          rank.comm->allReduce(axes, &loss, 1, runtime::DType::f64, runtime::comm::ReduceKind::sum))
+          << " (summing the loss)";
+  }
+  if (rank.ppAxis) {
+    uint32_t pp[] = {uint32_t(*rank.ppAxis)};
+    RETURN_IF_ERROR(
+        rank.comm->allReduce(pp, &loss, 1, runtime::DType::f64, runtime::comm::ReduceKind::sum))
+        << " (taking the loss from the last pipeline stage)";
   }
   record.loss = loss;
   record.lr = c.schedule.at(record.step);
@@ -538,6 +544,13 @@ runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
                                   shortNumber(record.lr) +
                                   "); stopping before the update. Lower --lr or clip the "
                                   "gradients (--clip-grad)");
+  if (c.saveGrads && record.step == 1) {
+    ASSIGN_OR_RETURN(runtime::TensorMap grads,
+                     runtime::gatherGradients(*rank.plan, executor, *rank.comm));
+    if (rank.root())
+      RETURN_IF_ERROR(runtime::writeSafetensors(
+          *c.saveGrads, grads, {{"producer", "megac train"}, {"gradients_of_step", "1"}}));
+  }
   if (scaler) {
     // Dynamic loss scaling: an overflowing step (non-finite unscaled norm) is skipped.
     RETURN_IF_ERROR(executor.run("check_gradients"));
@@ -560,33 +573,43 @@ runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
   return runtime::Status::ok();
 }
 
-runtime::Status saveWeights(const runtime::Executor &executor, const std::string &path,
-                            int64_t steps) {
-  runtime::TensorMap weights;
-  for (const std::string &name : executor.parameterNames()) {
-    ASSIGN_OR_RETURN(runtime::HostTensor value, executor.parameter(name));
-    weights.emplace(name, std::move(value));
-  }
+/// Every parameter, whole (gathered on rank 0), in the layout of a one-rank run.
+runtime::Status saveWeights(const runtime::Executor &executor, RankContext &rank,
+                            const std::string &path, int64_t steps) {
+  ASSIGN_OR_RETURN(runtime::TensorMap weights,
+                   runtime::gatherParameters(*rank.plan, executor, *rank.comm));
+  if (!rank.root())
+    return runtime::Status::ok();
   return runtime::writeSafetensors(path, weights,
                                    {{"producer", "megac train"}, {"step", std::to_string(steps)}});
 }
 
-int fail(const std::string &message) {
-  std::fprintf(stderr, "%s: error: %s\n", kCommand, message.c_str());
+/// The ranks of a multi-rank job abort together: one failing rank would leave the others
+/// waiting in a collective until the timeout.
+int fail(const std::string &message, const RankContext *rank = nullptr) {
+  bool multi = rank && rank->comm && rank->comm->size() > 1;
+  if (multi)
+    std::fprintf(stderr, "%s: error: rank %d: %s\n", kCommand, rank->comm->rank(), message.c_str());
+  else
+    std::fprintf(stderr, "%s: error: %s\n", kCommand, message.c_str());
+  std::fflush(stderr);
+  if (multi)
+    runtime::comm::MpiCommunicator::abortJob(1);
   return 1;
 }
 
-/// The training loop: steps, logs, progress; returns the exit code.
+/// The training loop: steps, logs, progress (rank 0); returns the exit code.
 int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::TokenData &data,
-              passes::LossKind kind, int64_t vocab, runtime::DType floatType) {
+              passes::LossKind kind, int64_t vocab, runtime::DType floatType, RankContext &rank) {
   std::optional<train::LossScaler> scaler;
   if (c.training.precision == passes::Precision::fp16)
     scaler.emplace(c.scaler);
+  bool root = rank.root();
   train::JsonLinesWriter log;
-  if (c.logJson)
+  if (c.logJson && root)
     if (runtime::Status s = log.open(*c.logJson); !s.isOk())
-      return fail(s.message());
-  bool terminal = isatty(fileno(stdout));
+      return fail(s.message(), &rank);
+  bool terminal = root && stdoutIsTerminal();
   int64_t steps = c.schedule.totalSteps;
   double elapsed = 0, firstLoss = 0, lastLoss = 0;
   for (int64_t step = 1; step <= steps; ++step) {
@@ -594,22 +617,24 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
     record.step = step;
     record.tokens = c.split.globalBatch * data.sequenceLength();
     auto start = std::chrono::steady_clock::now();
-    runtime::Status status =
-        trainStep(executor, c, data, kind, vocab, floatType, scaler ? &*scaler : nullptr, record);
+    runtime::Status status = trainStep(executor, c, data, kind, vocab, floatType,
+                                       scaler ? &*scaler : nullptr, rank, record);
     if (!status.isOk()) {
       if (terminal)
         std::fputc('\n', stdout);
       std::fflush(stdout);
-      return fail(status.message());
+      return fail(status.message(), &rank);
     }
     record.stepSeconds = secondsSince(start);
     elapsed += record.stepSeconds;
     if (step == 1)
       firstLoss = record.loss;
     lastLoss = record.loss;
+    if (!root)
+      continue;
     if (c.logJson)
       if (runtime::Status s = log.write(train::stepRecordJson(record)); !s.isOk())
-        return fail(s.message());
+        return fail(s.message(), &rank);
     if (terminal) {
       double eta = elapsed / step * (steps - step);
       std::printf("\r%s\x1b[K", train::progressLine(record, steps, eta).c_str());
@@ -620,23 +645,37 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
   }
   if (terminal)
     std::fputc('\n', stdout);
-  if (runtime::Status s = log.close(); !s.isOk())
-    return fail(s.message());
-  std::printf("trained %lld steps in %s (%.0f tokens/s): loss %.6g -> %.6g\n", (long long)steps,
-              train::formatDuration(elapsed).c_str(),
-              elapsed > 0 ? c.split.globalBatch * data.sequenceLength() * steps / elapsed : 0.0,
-              firstLoss, lastLoss);
-  if (c.saveWeights) {
-    if (runtime::Status s = saveWeights(executor, *c.saveWeights, steps); !s.isOk())
-      return fail(s.message());
-    std::printf("wrote %s\n", c.saveWeights->c_str());
+  if (root) {
+    if (runtime::Status s = log.close(); !s.isOk())
+      return fail(s.message(), &rank);
+    std::printf("trained %lld steps in %s (%.0f tokens/s): loss %.6g -> %.6g\n", (long long)steps,
+                train::formatDuration(elapsed).c_str(),
+                elapsed > 0 ? c.split.globalBatch * data.sequenceLength() * steps / elapsed : 0.0,
+                firstLoss, lastLoss);
   }
+  if (c.saveWeights) {
+    if (runtime::Status s = saveWeights(executor, rank, *c.saveWeights, steps); !s.isOk())
+      return fail(s.message(), &rank);
+    if (root)
+      std::printf("wrote %s\n", c.saveWeights->c_str());
+  }
+  if (c.saveGrads && root)
+    std::printf("wrote %s (the gradients of step 1)\n", c.saveGrads->c_str());
+  std::fflush(stdout);
   return 0;
 }
 
 } // namespace
 
 int trainCommand(int argc, char **argv) {
+  // Layouts not implemented are refused, never ignored.
+  for (int i = 2; i < argc; ++i)
+    for (const char *flag : {"--cp", "--ep", "--fp8"})
+      if (std::strcmp(argv[i], flag) == 0 ||
+          std::string_view(argv[i]).starts_with(std::string(flag) + "=")) {
+        std::fprintf(stderr, "%s: %s is not supported yet\n", kCommand, flag);
+        return 2;
+      }
   Args args;
   const std::set<std::string> valued = {"model",
                                         "data",
@@ -660,8 +699,20 @@ int trainCommand(int argc, char **argv) {
                                         "min-loss-scale",
                                         "log-json",
                                         "logits",
-                                        "save-weights"};
-  std::string error = args.parse(argc, argv, 2, valued, {"help"});
+                                        "save-weights",
+                                        "save-grads",
+                                        "ranks",
+                                        "tp",
+                                        "pp",
+                                        "dp",
+                                        "vpp",
+                                        "zero",
+                                        "recompute",
+                                        "schedule",
+                                        "threads",
+                                        "comm-timeout"};
+  std::string error =
+      args.parse(argc, argv, 2, valued, {"help", "sequence-parallel", "oversubscribe"});
   if (args.has("help")) {
     std::puts(kHelp);
     return 0;
@@ -673,6 +724,9 @@ int trainCommand(int argc, char **argv) {
     std::fprintf(stderr, "%s: error: %s\n", kCommand, error.c_str());
     return 2;
   }
+  if (config.ranks > 1 && launchedRanks() <= 1)
+    return relaunchUnderMpirun(argc, argv, config);
+  setThreads(config);
 
   runtime::StatusOr<train::TokenData> data = train::readTokenData(config.dataPath);
   if (!data.isOk())
@@ -685,7 +739,27 @@ int trainCommand(int argc, char **argv) {
     return fail("cannot find the vocabulary size (the logits' last dim) of " + model->description);
   if (runtime::Status s = train::checkTokenRange(*data, model->vocab); !s.isOk())
     return fail(config.dataPath + ": " + s.message());
-  if (kind == passes::LossKind::mlm)
+  auto plan = runtime::loadPlanFromBytes(model->plan);
+  if (!plan.isOk())
+    return fail(plan.status().message() + " (in the plan compiled from " + model->description +
+                ")");
+
+  // One communicator for the job: MPI across ranks, else the executor's one-rank view.
+  std::unique_ptr<runtime::comm::Communicator> mpi;
+  runtime::comm::Mesh mesh = runtime::meshOf(*plan);
+  if (config.ranks > 1) {
+    if (mesh.size() != config.ranks)
+      return fail("the plan compiled from " + model->description + " has " +
+                  std::to_string(mesh.size()) + " ranks, but the job has " +
+                  std::to_string(config.ranks));
+    auto made =
+        runtime::comm::MpiCommunicator::create(mesh, std::chrono::seconds(config.commTimeout));
+    if (!made.isOk())
+      return fail(made.status().message());
+    mpi = std::move(made).value();
+  }
+  bool root = !mpi || mpi->rank() == 0;
+  if (root && kind == passes::LossKind::mlm)
     for (int64_t token : data->tokens)
       if (token == model->vocab - 1) {
         std::fprintf(stderr,
@@ -694,30 +768,65 @@ int trainCommand(int argc, char **argv) {
                      kCommand, (long long)token);
         break;
       }
-
-  auto plan = runtime::loadPlanFromBytes(model->plan);
-  if (!plan.isOk())
-    return fail(plan.status().message() + " (in the plan compiled from " + model->description +
-                ")");
   runtime::ExecutorOptions options;
   if (!model->weights.empty())
     options.weights = &model->weights;
+  options.comm = mpi.get();
   auto executor = runtime::Executor::create(*plan, options);
+  RankContext rank;
+  rank.plan = &*plan;
+  rank.comm = mpi.get();
+  rank.decoderSeq = model->decoderSeq;
   if (!executor.isOk())
-    return fail(executor.status().message());
+    return fail(executor.status().message(), &rank);
+  rank.comm = &(*executor)->communicator();
+  for (size_t a = 0; a < mesh.axisNames.size(); ++a) {
+    std::vector<int64_t> coords = (*executor)->coords();
+    if (mesh.axisNames[a] == "dp")
+      rank.dpRank = coords[a];
+    if (mesh.axisNames[a] == "pp" && mesh.axisSizes[a] > 1)
+      rank.ppAxis = int64_t(a);
+  }
+  if (!(*executor)->schedule().empty()) {
+    runtime::StatusOr<train::PipelineRun> run =
+        train::pipelineRunForRank(*plan, (*executor)->rank());
+    if (!run.isOk())
+      return fail(run.status().message(), &rank);
+    rank.pipeline = std::move(run).value();
+    int64_t steps = 0;
+    for (const auto &step : rank.pipeline->steps)
+      steps += step.kind == planner::StepKind::forward;
+    // The schedule must cover every micro-batch of the step's data.
+    int64_t want = config.training.layout.microBatches;
+    int64_t chunksHere = rank.pipeline->chunks / rank.pipeline->stages;
+    if (rank.pipeline->microBatches != want || steps != chunksHere * want)
+      return fail("the plan's pipeline schedule runs " +
+                      std::to_string(rank.pipeline->microBatches) + " micro-batches (" +
+                      std::to_string(steps) + " forward steps on this stage), but a step has " +
+                      std::to_string(want) + " (--global-batch / (--micro-batch x dp))",
+                  &rank);
+  }
   runtime::StatusOr<runtime::DType> floatType =
-      checkInputs(**executor, {config.split.microBatch, data->sequenceLength()}, kind);
+      checkInputs(**executor, {config.rankMicroBatch, data->sequenceLength()}, kind);
   if (!floatType.isOk())
-    return fail(floatType.status().message());
-  std::printf("%s: %lld steps of %lld x %lld tokens (micro-batch %lld, %lld accumulation "
-              "steps), %s, lr %g %s; compiled in %.1f ms\n",
-              model->description.c_str(), (long long)config.schedule.totalSteps,
-              (long long)config.split.globalBatch, (long long)data->sequenceLength(),
-              (long long)config.split.microBatch, (long long)config.split.microBatches(),
-              passes::precisionName(config.training.precision), config.schedule.lr,
-              train::lrDecayName(config.schedule.decay), model->compileSeconds * 1e3);
-  std::fflush(stdout);
-  return trainLoop(**executor, config, *data, kind, model->vocab, *floatType);
+    return fail(floatType.status().message(), &rank);
+  if (root) {
+    const passes::Layout &layout = config.training.layout;
+    std::string ranks = config.ranks == 1
+                            ? std::string()
+                            : ", " + std::to_string(config.ranks) + " ranks (tp " +
+                                  std::to_string(layout.tp) + ", pp " + std::to_string(layout.pp) +
+                                  ", dp " + std::to_string(layout.dp) + ")";
+    std::printf("%s: %lld steps of %lld x %lld tokens (micro-batch %lld, %lld accumulation "
+                "steps%s), %s, lr %g %s; compiled in %.1f ms\n",
+                model->description.c_str(), (long long)config.schedule.totalSteps,
+                (long long)config.split.globalBatch, (long long)data->sequenceLength(),
+                (long long)config.rankMicroBatch, (long long)config.split.microBatches(),
+                ranks.c_str(), passes::precisionName(config.training.precision), config.schedule.lr,
+                train::lrDecayName(config.schedule.decay), model->compileSeconds * 1e3);
+    std::fflush(stdout);
+  }
+  return trainLoop(**executor, config, *data, kind, model->vocab, *floatType, rank);
 }
 
 } // namespace megac::cli

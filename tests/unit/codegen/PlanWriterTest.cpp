@@ -486,9 +486,11 @@ func.func @dist(%x: tensor<8xf32>, %g: tensor<8xf32>) -> (tensor<8xf32>, tensor<
 )mlir");
   ASSERT_TRUE(module);
   EXPECT_TRUE(compile(*module).empty());
-  EXPECT_EQ(diagnostics, (std::vector<std::string>{
-                             "'mega.all_reduce' cannot be lowered to a single-rank plan yet",
-                             "'mega.all_gather' cannot be lowered to a single-rank plan yet"}));
+  EXPECT_EQ(diagnostics,
+            (std::vector<std::string>{
+                "mesh axis \"dp\" is not an axis of the plan's mesh (the module has no mega.mesh)",
+                "mesh axis \"tp\" is not an axis of the plan's mesh (the module has no "
+                "mega.mesh)"}));
 }
 
 TEST_F(PlanWriterTest, FunctionSelectionAndMesh) {
@@ -555,10 +557,13 @@ module attributes {mega.mesh = #mega.mesh<dp = 2>} {
 }
 )mlir");
   ASSERT_TRUE(bigMesh);
-  EXPECT_TRUE(compile(*bigMesh).empty());
-  EXPECT_EQ(diagnostics, (std::vector<std::string>{
-                             "the module's mesh has 2 devices; codegen writes single-rank plans "
-                             "only"}));
+  // A partitioned module: every rank of the mesh runs its one program.
+  bytes = compile(*bigMesh);
+  ASSERT_FALSE(bytes.empty());
+  plan = pl::GetPlan(bytes.data());
+  ASSERT_EQ(plan->ranks()->size(), 2u);
+  EXPECT_EQ(plan->ranks()->Get(1)->role(), 0u);
+  EXPECT_EQ(vec(plan->ranks()->Get(1)->coords()), (std::vector<int64_t>{1}));
 }
 
 TEST_F(PlanWriterTest, MalformedSignaturesAreErrors) {

@@ -24,16 +24,20 @@ struct ProgramSpec {
     std::vector<int64_t> shape;
     uint64_t offset, bytes;
   };
+  /// (dim, mesh axes): a DimSharding.
+  using Sharding = std::vector<std::pair<uint32_t, std::vector<uint32_t>>>;
   struct ParamSpec {
     std::string name;
     uint32_t buffer;
     std::vector<int64_t> globalShape, shardOffset;
     fb::InitKind init;
     double initStd;
+    Sharding sharding = {};
   };
   struct PortSpec {
     std::string name;
     uint32_t buffer;
+    std::vector<uint32_t> partialAxes = {};
   };
   struct ConstantSpec {
     uint32_t buffer;
@@ -50,6 +54,7 @@ struct ProgramSpec {
   struct StateSpec {
     std::string name;
     uint32_t buffer;
+    std::vector<uint32_t> partialAxes = {};
   };
   struct FunctionSpec {
     std::string name;
@@ -65,6 +70,11 @@ struct ProgramSpec {
   std::vector<ConstantSpec> constants;
   std::vector<FunctionSpec> functions{FunctionSpec{"main", {}, {}, {}}};
   size_t current = 0; // the function input(), output() and inst() add to
+  struct StepSpec {
+    fb::StepKind kind;
+    uint32_t chunk, microBatch;
+  };
+  std::vector<StepSpec> schedule; // version 3, pipelined programs
 
   FunctionSpec &fn() { return functions[current]; }
   /// Starts another function: input(), output() and inst() add to it from now on.
@@ -93,7 +103,9 @@ struct ProgramSpec {
     fn().inputs.push_back({portName, b});
     return b;
   }
-  void output(const std::string &portName, uint32_t b) { fn().outputs.push_back({portName, b}); }
+  void output(const std::string &portName, uint32_t b, std::vector<uint32_t> partialAxes = {}) {
+    fn().outputs.push_back({portName, b, std::move(partialAxes)});
+  }
   /// A state buffer (zero at load).
   uint32_t stateBuffer(const std::string &stateName, DType dtype, std::vector<int64_t> shape) {
     uint32_t b = buffer(stateName, dtype, std::move(shape));
@@ -105,6 +117,16 @@ struct ProgramSpec {
                  fb::InitKind init = fb::InitKind::none, double initStd = 0.0) {
     uint32_t b = buffer(paramName, dtype, shape);
     params.push_back({paramName, b, shape, std::vector<int64_t>(shape.size(), 0), init, initStd});
+    return b;
+  }
+  /// A parameter of a partitioned plan: the local buffer `shape`, split over the mesh per
+  /// `sharding` (global dims = local * group size).
+  uint32_t shardedParam(const std::string &paramName, DType dtype, std::vector<int64_t> shape,
+                        std::vector<int64_t> globalShape, Sharding sharding,
+                        fb::InitKind init = fb::InitKind::normal, double initStd = 1.0) {
+    uint32_t b = buffer(paramName, dtype, shape);
+    params.push_back({paramName, b, std::move(globalShape), std::vector<int64_t>(shape.size(), 0),
+                      init, initStd, std::move(sharding)});
     return b;
   }
   template <typename T>
@@ -188,6 +210,28 @@ inline AttrsFn adamwAttrs(double beta1, double beta2, double eps, double weightD
     return fb::CreateAdamWAttrs(b, beta1, beta2, eps, weightDecay).Union();
   };
 }
+inline AttrsFn collectiveAttrs(std::vector<uint32_t> axes, fb::ReduceKind kind, int64_t dim = 0,
+                               int64_t concatDim = 0) {
+  return [=](flatbuffers::FlatBufferBuilder &b) {
+    return fb::CreateCollectiveAttrsDirect(b, &axes, kind, dim, concatDim).Union();
+  };
+}
+inline AttrsFn p2pAttrs(uint32_t axis, int64_t shift, int64_t tag) {
+  return [=](flatbuffers::FlatBufferBuilder &b) {
+    return fb::CreateP2PAttrs(b, axis, shift, tag).Union();
+  };
+}
+inline AttrsFn embeddingAttrs(std::vector<uint32_t> vocabAxes) {
+  return [=](flatbuffers::FlatBufferBuilder &b) {
+    return fb::CreateEmbeddingAttrsDirect(b, &vocabAxes).Union();
+  };
+}
+inline AttrsFn vocabCrossEntropyAttrs(bool hasIgnore, int64_t ignore,
+                                      std::vector<uint32_t> vocabAxes) {
+  return [=](flatbuffers::FlatBufferBuilder &b) {
+    return fb::CreateCrossEntropyAttrsDirect(b, hasIgnore, ignore, &vocabAxes).Union();
+  };
+}
 inline AttrsFn clipAttrs(double maxNorm) {
   return [=](flatbuffers::FlatBufferBuilder &b) { return fb::CreateClipAttrs(b, maxNorm).Union(); };
 }
@@ -200,6 +244,8 @@ struct PlanSpec {
   uint32_t formatVersion = static_cast<uint32_t>(fb::FormatVersion::Current);
   std::string weightsFile;
   uint64_t seed = 0;
+  /// Plan.pipeline (stages, virtual stages, micro-batches); all 0: none.
+  uint32_t pipelineStages = 0, pipelineVirtualStages = 0, pipelineMicroBatches = 0;
   const char *identifier = "MPLN";
 
   ProgramSpec &program() { return programs[0]; }
@@ -217,13 +263,20 @@ struct PlanSpec {
         arena = std::max(arena, buf.offset + buf.bytes);
       }
       std::vector<flatbuffers::Offset<fb::Parameter>> params;
-      for (const auto &pr : p.params)
+      for (const auto &pr : p.params) {
+        std::vector<flatbuffers::Offset<fb::DimSharding>> sharding;
+        for (const auto &[dim, axes] : pr.sharding)
+          sharding.push_back(fb::CreateDimShardingDirect(b, dim, &axes));
         params.push_back(fb::CreateParameterDirect(b, pr.name.c_str(), pr.buffer, &pr.globalShape,
-                                                   &pr.shardOffset, pr.init, pr.initStd));
+                                                   &pr.shardOffset, pr.init, pr.initStd,
+                                                   pr.sharding.empty() ? nullptr : &sharding));
+      }
       auto ports = [&](const std::vector<ProgramSpec::PortSpec> &list) {
         std::vector<flatbuffers::Offset<fb::Port>> out;
         for (const auto &port : list)
-          out.push_back(fb::CreatePortDirect(b, port.name.c_str(), port.buffer));
+          out.push_back(
+              fb::CreatePortDirect(b, port.name.c_str(), port.buffer,
+                                   port.partialAxes.empty() ? nullptr : &port.partialAxes));
         return out;
       };
       std::vector<flatbuffers::Offset<fb::Constant>> consts;
@@ -231,7 +284,9 @@ struct PlanSpec {
         consts.push_back(fb::CreateConstantDirect(b, c.buffer, &c.data));
       std::vector<flatbuffers::Offset<fb::StateBuffer>> state;
       for (const auto &st : p.state)
-        state.push_back(fb::CreateStateBufferDirect(b, st.name.c_str(), st.buffer));
+        state.push_back(
+            fb::CreateStateBufferDirect(b, st.name.c_str(), st.buffer, nullptr, nullptr,
+                                        st.partialAxes.empty() ? nullptr : &st.partialAxes));
       std::vector<flatbuffers::Offset<fb::Function>> fns;
       for (const auto &f : p.functions) {
         auto ins = ports(f.inputs), outs = ports(f.outputs);
@@ -243,9 +298,12 @@ struct PlanSpec {
         }
         fns.push_back(fb::CreateFunctionDirect(b, f.name.c_str(), &ins, &outs, &insts));
       }
-      progs.push_back(fb::CreateProgramDirect(b, p.name.c_str(),
-                                              p.arenaBytes ? p.arenaBytes : arena, &bufs, &params,
-                                              &consts, &state, &fns));
+      std::vector<flatbuffers::Offset<fb::ScheduleStep>> steps;
+      for (const auto &step : p.schedule)
+        steps.push_back(fb::CreateScheduleStep(b, step.kind, step.chunk, step.microBatch));
+      progs.push_back(fb::CreateProgramDirect(
+          b, p.name.c_str(), p.arenaBytes ? p.arenaBytes : arena, &bufs, &params, &consts, &state,
+          &fns, steps.empty() ? nullptr : &steps));
     }
     std::vector<flatbuffers::Offset<flatbuffers::String>> names;
     for (const std::string &n : axisNames)
@@ -254,8 +312,12 @@ struct PlanSpec {
     std::vector<flatbuffers::Offset<fb::RankEntry>> rankEntries;
     for (const auto &[role, coords] : ranks)
       rankEntries.push_back(fb::CreateRankEntryDirect(b, role, &coords));
+    flatbuffers::Offset<fb::Pipeline> pipeline = 0;
+    if (pipelineStages)
+      pipeline = fb::CreatePipelineDirect(b, pipelineStages, pipelineVirtualStages,
+                                          pipelineMicroBatches, "1f1b");
     auto plan = fb::CreatePlanDirect(b, formatVersion, "megac test", mesh, &progs, &rankEntries,
-                                     weightsFile.c_str(), seed);
+                                     weightsFile.c_str(), seed, pipeline);
     b.Finish(plan, identifier);
     return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
   }

@@ -105,7 +105,14 @@ TEST(PlanLoader, RejectsAnotherFormatVersion) {
   ASSERT_FALSE(loaded.isOk());
   EXPECT_EQ(loaded.status().message(),
             "plan 'v1.mplan': plan format version 1 is not supported (this runtime reads "
-            "version 2); recompile the model");
+            "versions 2 and 3); recompile the model");
+}
+
+TEST(PlanLoader, AcceptsFormatVersion2) {
+  PlanSpec plan = linearGeluPlan();
+  plan.formatVersion = 2;
+  auto loaded = loadPlanFromBytes(plan.build(), "v2.mplan");
+  EXPECT_TRUE(loaded.isOk()) << loaded.status().message();
 }
 
 TEST(PlanLoader, RejectsOutOfRangeBufferIndices) {

@@ -417,7 +417,7 @@ TEST(TrainingLoader, RejectsWritesOutsideTheInPlaceRules) {
   plan.program().functions[0].instructions[9].outputs = {0}; // w has gw's shape [3, 1]
   expectRejected(plan, {"function 'forward_backward', instruction 9 (MatMul at 'dw')",
                         "output 0 (buffer 0 ('w')) is a parameter: only the elementwise opcodes, "
-                        "AdamW and ClipByNorm write in place, not MatMul"});
+                        "AdamW, ClipByNorm and AllReduce write in place, not MatMul"});
   // Nor its own input.
   plan = linearRegressionPlan();
   plan.program().functions[0].instructions[8].outputs = {

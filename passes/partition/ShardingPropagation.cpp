@@ -1,0 +1,382 @@
+// mega-sharding-propagation: a layout for every value of @forward_backward's forward half, from
+// the inputs' batch split, the parameters' first uses and the ops' sharding rules (Passes.td).
+#include "passes/partition/Layout.h"
+#include "passes/partition/Passes.h"
+
+#include "ir/MegaDialect.h"
+#include "ir/MegaOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+
+namespace megac::passes {
+
+#define GEN_PASS_DEF_SHARDINGPROPAGATION
+#include "passes/partition/Passes.h.inc"
+
+namespace {
+
+using partition::AxisList;
+using partition::Layout;
+
+constexpr unsigned kDp = 1, kTp = 2; // axes of #mega.mesh<pp, dp, tp>
+
+int64_t numElements(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  return t.getNumElements();
+}
+
+class Propagator {
+public:
+  Propagator(func::FuncOp f, mega::MeshAttr mesh, int64_t tp, int64_t dp, bool sp)
+      : f_(f), mesh_(mesh), tp_(tp), dp_(dp), sp_(sp) {}
+
+  LogicalResult run() {
+    if (failed(seedArguments()))
+      return failure();
+    SmallVector<Operation *> ops;
+    for (Operation &op : f_.getBody().front())
+      ops.push_back(&op);
+    for (Operation *op : ops)
+      if (failed(visit(op)))
+        return failure();
+    // Parameters never used by a rule stay replicated; the signature takes the new types.
+    auto ret = cast<func::ReturnOp>(f_.getBody().front().getTerminator());
+    f_.setType(FunctionType::get(f_.getContext(), f_.getBody().front().getArgumentTypes(),
+                                 ret.getOperandTypes()));
+    return success();
+  }
+
+private:
+  Layout get(Value v) const { return partition::layoutOf(v.getType(), mesh_); }
+  void set(Value v, const Layout &layout) {
+    auto type = cast<RankedTensorType>(v.getType());
+    v.setType(partition::withLayout(type, layout, mesh_));
+  }
+  bool isParam(Value v) const {
+    auto arg = dyn_cast<BlockArgument>(v);
+    return arg && f_.getArgAttr(arg.getArgNumber(), mega::kParamAttr);
+  }
+  std::string paramName(Value v) const {
+    auto arg = cast<BlockArgument>(v);
+    return f_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kParamAttr).getValue().str();
+  }
+
+  /// Data inputs with a batch dim are split on it over dp.
+  LogicalResult seedArguments() {
+    for (BlockArgument arg : f_.getArguments()) {
+      if (isParam(arg)) {
+        undecided_.insert(arg);
+        continue;
+      }
+      auto type = cast<RankedTensorType>(arg.getType());
+      auto input = f_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kInputAttr);
+      if (dp_ == 1 || !input || type.getRank() == 0)
+        continue;
+      if (type.getDimSize(0) % dp_ != 0)
+        return f_.emitError() << "the batch dim of input '" << input.getValue() << "' has size "
+                              << type.getDimSize(0) << ", which is not divisible by dp = " << dp_;
+      Layout layout = Layout::replicated(type.getRank());
+      layout.dims[0] = {kDp};
+      set(arg, layout);
+    }
+    return success();
+  }
+
+  /// Megatron's choices, made where a parameter is first used: linear weights column parallel
+  /// unless their input is already split on the contracted dim (row parallel), embedding tables
+  /// vocab parallel.
+  LogicalResult seedParameters(Operation *op) {
+    if (tp_ == 1)
+      return success();
+    if (auto linear = dyn_cast<mega::LinearOp>(op)) {
+      Value w = linear.getWeight();
+      if (!undecided_.contains(w))
+        return success();
+      ArrayRef<int64_t> shape = cast<RankedTensorType>(w.getType()).getShape();
+      Layout layout = Layout::replicated(2);
+      if (llvm::is_contained(get(linear.getInput()).dims.back(), kTp)) {
+        layout.dims[1] = {kTp};
+      } else {
+        if (shape[0] % tp_ != 0)
+          return op->emitError() << "linear weight '" << paramName(w) << "' has output dim "
+                                 << shape[0] << ", which is not divisible by tp = " << tp_;
+        layout.dims[0] = {kTp};
+      }
+      set(w, layout);
+      undecided_.erase(w);
+    } else if (auto embedding = dyn_cast<mega::EmbeddingOp>(op)) {
+      Value table = embedding.getTable();
+      if (!undecided_.contains(table))
+        return success();
+      int64_t vocab = cast<RankedTensorType>(table.getType()).getDimSize(0);
+      if (vocab % tp_ != 0) {
+        op->emitWarning() << "embedding table '" << paramName(table) << "' has " << vocab
+                          << " rows, not divisible by tp = " << tp_
+                          << ": it stays whole on every rank (pad the vocab to a multiple of tp)";
+        return success();
+      }
+      Layout layout = Layout::replicated(2);
+      layout.dims[0] = {kTp};
+      set(table, layout);
+      undecided_.erase(table);
+    } else if (auto attention = dyn_cast<mega::AttentionOp>(op)) {
+      int64_t heads = cast<RankedTensorType>(attention.getQuery().getType()).getDimSize(2);
+      int64_t kvHeads = cast<RankedTensorType>(attention.getKey().getType()).getDimSize(2);
+      if (heads % tp_ != 0 || kvHeads % tp_ != 0)
+        return op->emitError() << "attention has " << heads << " heads (" << kvHeads
+                               << " key/value heads), which are not divisible by tp = " << tp_;
+    }
+    return success();
+  }
+
+  /// A row-parallel linear's bias must be added once, after the partial sums are reduced: the
+  /// linear becomes linear + broadcast(bias) + add, and the add resolves the partial sum.
+  FailureOr<SmallVector<Operation *>> splitRowParallelBias(mega::LinearOp linear) {
+    if (!linear.getBias() || !llvm::is_contained(get(linear.getWeight()).dims[1], kTp))
+      return SmallVector<Operation *>{};
+    OpBuilder b(linear);
+    Location loc = linear.getLoc();
+    auto type = cast<RankedTensorType>(linear.getType());
+    auto plain = RankedTensorType::get(type.getShape(), type.getElementType());
+    auto product = mega::LinearOp::create(b, loc, plain, linear.getInput(), linear.getWeight(),
+                                          Value());
+    auto bias = mega::BroadcastOp::create(b, loc, plain, linear.getBias());
+    auto sum = mega::AddOp::create(b, loc, plain, product, bias);
+    linear.getResult().replaceAllUsesWith(sum.getResult());
+    linear.erase();
+    return SmallVector<Operation *>{product, bias, sum};
+  }
+
+  LogicalResult visit(Operation *op) {
+    if (isa<func::ReturnOp>(op))
+      return success();
+    if (!isa_and_nonnull<mega::MegaDialect>(op->getDialect()))
+      return op->emitError() << "'" << op->getName()
+                             << "' has no sharding rule: partitioning supports mega ops only";
+    if (isa<mega::DropoutOp>(op))
+      return op->emitError() << "dropout is not supported by the partitioner yet (run on one "
+                                "rank, or build the model without dropout)";
+    if (failed(seedParameters(op)))
+      return failure();
+    if (auto linear = dyn_cast<mega::LinearOp>(op)) {
+      auto split = splitRowParallelBias(linear);
+      if (failed(split))
+        return failure();
+      if (!split->empty()) {
+        for (Operation *part : *split)
+          if (failed(visit(part)))
+            return failure();
+        return success();
+      }
+    }
+    auto iface = dyn_cast<mega::ShardingRuleOpInterface>(op);
+    mega::ShardingRule rule = iface ? iface.getShardingRule() : mega::ShardingRule{};
+    return apply(op, rule);
+  }
+
+  LogicalResult apply(Operation *op, const mega::ShardingRule &rule) {
+    size_t nf = rule.factorSizes.size();
+    SmallVector<AxisList> factorAxes(nf);
+    SmallVector<bool> minor(nf, false);
+    auto markMinor = [&](const mega::ShardingRule::TensorFactors &tensor) {
+      for (const auto &dim : tensor)
+        for (size_t k = 1; k < dim.size(); ++k)
+          minor[dim[k]] = true;
+    };
+    llvm::for_each(rule.operands, markMinor);
+    llvm::for_each(rule.results, markMinor);
+    AxisList used;
+    auto isUsed = [&](const AxisList &axes) {
+      return llvm::any_of(axes, [&](unsigned a) { return llvm::is_contained(used, a); });
+    };
+    auto tryAssign = [&](int f, const AxisList &axes) {
+      if (!factorAxes[f].empty() || minor[f] || isUsed(axes))
+        return;
+      if (rule.factorKinds[f] == mega::FactorKind::whole && f != rule.specialFactor)
+        return;
+      if (rule.factorSizes[f] % partition::groupSize(mesh_, axes) != 0)
+        return;
+      factorAxes[f] = axes;
+      used.append(axes.begin(), axes.end());
+    };
+
+    size_t n = op->getNumOperands();
+    SmallVector<Layout> current;
+    for (Value v : op->getOperands())
+      current.push_back(get(v));
+    SmallVector<bool> keepPartial(n, false);
+    AxisList passThrough;
+    if (rule.known) {
+      // Operands propose their splits: decided parameters first, then larger tensors.
+      SmallVector<size_t> order = llvm::to_vector(llvm::seq<size_t>(0, n));
+      llvm::stable_sort(order, [&](size_t a, size_t b) {
+        bool pa = isParam(op->getOperand(a)), pb = isParam(op->getOperand(b));
+        if (pa != pb)
+          return pa;
+        return numElements(op->getOperand(a)) > numElements(op->getOperand(b));
+      });
+      for (size_t i : order) {
+        if (undecided_.contains(op->getOperand(i)))
+          continue;
+        for (size_t d = 0; d < current[i].dims.size(); ++d)
+          if (!current[i].dims[d].empty() && !rule.operands[i][d].empty())
+            tryAssign(rule.operands[i][d][0], current[i].dims[d]);
+      }
+      // Partial sums that can flow through the op.
+      switch (rule.partial) {
+      case mega::PartialRule::none:
+        break;
+      case mega::PartialRule::linear:
+        if (n > 0 && !current[0].partial.empty()) {
+          passThrough = current[0].partial;
+          keepPartial[0] = true;
+        }
+        break;
+      case mega::PartialRule::sum:
+        if (n > 0 && !current[0].partial.empty() &&
+            llvm::all_of(current, [&](const Layout &l) { return l.partial == current[0].partial; })) {
+          passThrough = current[0].partial;
+          keepPartial.assign(n, true);
+        }
+        break;
+      case mega::PartialRule::product: {
+        auto partialOperands = llvm::count_if(current, [](const Layout &l) { return !l.partial.empty(); });
+        if (partialOperands == 1)
+          for (size_t i = 0; i < n; ++i)
+            if (!current[i].partial.empty()) {
+              passThrough = current[i].partial;
+              keepPartial[i] = true;
+            }
+        break;
+      }
+      }
+      if (isUsed(passThrough)) {
+        passThrough.clear();
+        keepPartial.assign(n, false);
+      }
+      used.append(passThrough.begin(), passThrough.end());
+      // Sequence parallelism: a tensor-parallel partial sum resolved here becomes split on the
+      // sequence dim (reduce-scatter) instead of whole (all-reduce).
+      if (sp_)
+        for (size_t i = 0; i < n; ++i)
+          if (!keepPartial[i] && current[i].isPartialOver(kTp) && current[i].dims.size() >= 3 &&
+              !rule.operands[i][1].empty())
+            tryAssign(rule.operands[i][1][0], {kTp});
+    }
+
+    // What each operand must be; reshard where it is not.
+    for (size_t i = 0; i < n; ++i) {
+      Value v = op->getOperand(i);
+      Layout need = Layout::replicated(current[i].dims.size());
+      if (rule.known)
+        for (size_t d = 0; d < need.dims.size(); ++d)
+          if (!rule.operands[i][d].empty())
+            need.dims[d] = factorAxes[rule.operands[i][d][0]];
+      if (keepPartial[i])
+        need.partial = current[i].partial;
+      if (undecided_.contains(v)) {
+        set(v, need);
+        undecided_.erase(v);
+        continue;
+      }
+      if (current[i] == need)
+        continue;
+      if (retypeBroadcast(v, current[i], need))
+        continue;
+      OpBuilder b(op);
+      auto type = partition::withLayout(cast<RankedTensorType>(v.getType()), need, mesh_);
+      auto reshard = mega::ReshardOp::create(b, op->getLoc(), type, v);
+      op->setOperand(i, reshard.getResult());
+    }
+
+    // The results' layouts.
+    for (size_t j = 0; j < op->getNumResults(); ++j) {
+      Value r = op->getResult(j);
+      auto type = dyn_cast<RankedTensorType>(r.getType());
+      if (!type)
+        continue;
+      Layout out = Layout::replicated(type.getRank());
+      if (rule.known) {
+        for (size_t d = 0; d < out.dims.size(); ++d)
+          if (!rule.results[j][d].empty())
+            out.dims[d] = factorAxes[rule.results[j][d][0]];
+        out.partial = passThrough;
+        for (size_t f = 0; f < nf; ++f) {
+          bool reduction = rule.factorKinds[f] == mega::FactorKind::reduction;
+          bool special = static_cast<int>(f) == rule.specialFactor && rule.specialResultPartial;
+          if (reduction || special)
+            out.partial.append(factorAxes[f].begin(), factorAxes[f].end());
+        }
+      }
+      set(r, out);
+    }
+    return success();
+  }
+
+  /// A broadcast used once can produce a layout split on the dims it creates directly
+  /// (no communication: each rank broadcasts into its own slice).
+  bool retypeBroadcast(Value v, const Layout &have, const Layout &need) {
+    auto broadcast = v.getDefiningOp<mega::BroadcastOp>();
+    if (!broadcast || !v.hasOneUse() || !have.partial.empty() || !need.partial.empty())
+      return false;
+    ArrayRef<int64_t> in = cast<RankedTensorType>(broadcast.getInput().getType()).getShape();
+    ArrayRef<int64_t> out = cast<RankedTensorType>(v.getType()).getShape();
+    size_t lead = out.size() - in.size();
+    for (size_t d = 0; d < out.size(); ++d) {
+      if (have.dims[d] == need.dims[d])
+        continue;
+      bool created = d < lead || (in[d - lead] == 1 && out[d] != 1);
+      if (!created || !have.dims[d].empty())
+        return false;
+    }
+    set(v, need);
+    return true;
+  }
+
+  mutable func::FuncOp f_;
+  mega::MeshAttr mesh_;
+  int64_t tp_, dp_;
+  bool sp_;
+  llvm::DenseSet<Value> undecided_;
+};
+
+struct ShardingPropagationPass
+    : public impl::ShardingPropagationBase<ShardingPropagationPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MLIRContext *context = &getContext();
+    if (tp < 1 || dp < 1 || pp < 1) {
+      module.emitError() << "mega-sharding-propagation: degrees must be >= 1 (tp = "
+                         << static_cast<int64_t>(tp) << ", dp = " << static_cast<int64_t>(dp)
+                         << ", pp = " << static_cast<int64_t>(pp) << ")";
+      return signalPassFailure();
+    }
+    auto f = module.lookupSymbol<func::FuncOp>("forward_backward");
+    if (!f) {
+      module.emitError() << "mega-sharding-propagation: no @forward_backward (run "
+                            "mega-training-loss first)";
+      return signalPassFailure();
+    }
+    SmallVector<StringAttr> names = {StringAttr::get(context, "pp"), StringAttr::get(context, "dp"),
+                                     StringAttr::get(context, "tp")};
+    SmallVector<int64_t> sizes = {pp, dp, tp};
+    auto mesh = mega::MeshAttr::get(context, names, sizes);
+    module->setAttr(kMeshAttr, mesh);
+    // Evaluation runs on one rank: @forward would need whole parameters.
+    if (auto forward = module.lookupSymbol<func::FuncOp>("forward"))
+      forward.erase();
+    if (tp * dp == 1)
+      return;
+    if (failed(Propagator(f, mesh, tp, dp, sequenceParallel).run()))
+      return signalPassFailure();
+  }
+};
+
+} // namespace
+} // namespace megac::passes

@@ -1,0 +1,325 @@
+// mega-spmdize: the sharded @forward_backward becomes one rank's program over local shapes,
+// with collectives where layouts change (Passes.td).
+#include "passes/partition/Layout.h"
+#include "passes/partition/Passes.h"
+
+#include "ir/MegaDialect.h"
+#include "ir/MegaOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/STLExtras.h"
+
+#include <map>
+
+using namespace mlir;
+
+namespace megac::passes {
+
+#define GEN_PASS_DEF_SPMDIZE
+#include "passes/partition/Passes.h.inc"
+
+namespace {
+
+using partition::AxisList;
+using partition::Layout;
+
+bool isFloatTensor(Type t) {
+  auto tensor = dyn_cast<RankedTensorType>(t);
+  return tensor && isa<FloatType>(tensor.getElementType());
+}
+
+AxisList minus(const AxisList &a, const AxisList &b) {
+  AxisList out;
+  for (unsigned x : a)
+    if (!llvm::is_contained(b, x))
+      out.push_back(x);
+  return out;
+}
+
+class Spmdizer {
+public:
+  Spmdizer(func::FuncOp f, mega::MeshAttr mesh) : f_(f), mesh_(mesh) {}
+
+  LogicalResult run() {
+    Block &body = f_.getBody().front();
+    // Global types and layouts first, then everything becomes local.
+    auto record = [&](Value v) {
+      auto type = dyn_cast<RankedTensorType>(v.getType());
+      if (!type)
+        return;
+      Layout layout = partition::layoutOf(type, mesh_);
+      for (const AxisList &dim : layout.dims)
+        if (dim.size() > 1)
+          multiAxis_ = true;
+      global_[v] = RankedTensorType::get(type.getShape(), type.getElementType());
+      layout_[v] = layout;
+      v.setType(partition::localType(global_[v], layout, mesh_));
+    };
+    for (BlockArgument arg : body.getArguments())
+      record(arg);
+    for (Operation &op : body)
+      for (Value r : op.getResults())
+        record(r);
+    if (multiAxis_)
+      return f_.emitError() << "mega-spmdize: a dim split over several mesh axes is not "
+                               "supported yet";
+
+    SmallVector<Operation *> ops;
+    for (Operation &op : body)
+      ops.push_back(&op);
+    for (Operation *op : ops) {
+      if (auto reshard = dyn_cast<mega::ReshardOp>(op)) {
+        if (failed(lowerReshard(reshard)))
+          return failure();
+        continue;
+      }
+      if (isa<func::ReturnOp>(op))
+        continue;
+      markVocabParallel(op);
+      localizeAttributes(op);
+      markGradientSums(op);
+    }
+    finishParameters();
+    annotateSignature();
+    return success();
+  }
+
+private:
+  Layout layoutOf(Value v) const {
+    auto it = layout_.find(v);
+    if (it != layout_.end())
+      return it->second;
+    return Layout::replicated(cast<RankedTensorType>(v.getType()).getRank());
+  }
+
+  /// Mesh axes the op's computation is split over: any axis an operand or result is split or
+  /// partial over.
+  AxisList splitAxes(Operation *op) const {
+    AxisList axes;
+    auto add = [&](Value v) {
+      if (!isa<RankedTensorType>(v.getType()))
+        return;
+      for (unsigned a : layoutOf(v).allAxes())
+        if (!llvm::is_contained(axes, a))
+          axes.push_back(a);
+    };
+    for (Value v : op->getOperands())
+      add(v);
+    for (Value v : op->getResults())
+      add(v);
+    return axes;
+  }
+
+  LogicalResult lowerReshard(mega::ReshardOp reshard) {
+    Value value = reshard.getInput();
+    Layout have = layoutOf(value), need = layoutOf(reshard.getResult());
+    RankedTensorType global = global_[reshard.getResult()];
+    Operation *user = reshard->hasOneUse() ? *reshard->getUsers().begin() : nullptr;
+    AxisList userSplit = user ? splitAxes(user) : AxisList{};
+    OpBuilder b(reshard);
+    Location loc = reshard.getLoc();
+    MLIRContext *context = b.getContext();
+    for (unsigned axis = 0; axis < mesh_.getAxisSizes().size(); ++axis) {
+      int from = have.dimOf(axis), to = need.dimOf(axis);
+      bool fromPartial = have.isPartialOver(axis), toPartial = need.isPartialOver(axis);
+      if (fromPartial == toPartial && from == to)
+        continue;
+      ArrayAttr axes = partition::axisNames(context, mesh_, {axis});
+      auto step = [&](Layout next, auto build) {
+        value = build(partition::localType(global, next, mesh_));
+        have = next;
+      };
+      if (toPartial)
+        return reshard.emitError() << "mega-spmdize: cannot make a partial sum over "
+                                   << mesh_.getAxisNames()[axis] << " from "
+                                   << partition::describe(have, mesh_);
+      if (fromPartial) {
+        Layout next = have;
+        next.partial = minus(have.partial, {axis});
+        if (to >= 0) {
+          next.dims[to].push_back(axis);
+          step(next, [&](Type t) {
+            return mega::ReduceScatterOp::create(b, loc, t, mega::ReduceKind::sum, value, mesh_,
+                                                 axes, static_cast<uint64_t>(to))
+                .getResult();
+          });
+        } else {
+          step(next, [&](Type t) {
+            return mega::AllReduceOp::create(b, loc, t, mega::ReduceKind::sum, value, mesh_, axes)
+                .getResult();
+          });
+        }
+        continue;
+      }
+      if (from >= 0) {
+        Layout next = have;
+        next.dims[from].clear();
+        bool gradPartial = llvm::is_contained(userSplit, axis) && to < 0;
+        step(next, [&](Type t) {
+          return mega::AllGatherOp::create(b, loc, t, value, mesh_, axes,
+                                           b.getI64IntegerAttr(from),
+                                           gradPartial ? b.getUnitAttr() : UnitAttr())
+              .getResult();
+        });
+      }
+      if (to >= 0) {
+        Layout next = have;
+        next.dims[to].push_back(axis);
+        step(next, [&](Type t) {
+          return mega::ShardSliceOp::create(b, loc, t, value, mesh_, axes, b.getI64IntegerAttr(to))
+              .getResult();
+        });
+      }
+    }
+    reshard.getResult().replaceAllUsesWith(value);
+    layout_[value] = need;
+    reshard.erase();
+    return success();
+  }
+
+  /// Attributes that spell out global sizes: a slice keeps split dims whole (start 0, step 1),
+  /// so its limit there becomes the local size.
+  void localizeAttributes(Operation *op) {
+    auto slice = dyn_cast<mega::SliceOp>(op);
+    if (!slice)
+      return;
+    SmallVector<int64_t> limits(slice.getLimits());
+    ArrayRef<int64_t> local = cast<RankedTensorType>(slice.getResult().getType()).getShape();
+    Layout layout = layoutOf(slice.getResult());
+    for (size_t d = 0; d < limits.size(); ++d)
+      if (!layout.dims[d].empty())
+        limits[d] = local[d];
+    slice.setLimits(limits);
+  }
+
+  void markVocabParallel(Operation *op) {
+    MLIRContext *context = op->getContext();
+    if (auto embedding = dyn_cast<mega::EmbeddingOp>(op)) {
+      AxisList vocab = layoutOf(embedding.getTable()).dims[0];
+      if (!vocab.empty())
+        embedding.setVocabAxesAttr(partition::axisNames(context, mesh_, vocab));
+    } else if (auto ce = dyn_cast<mega::CrossEntropyOp>(op)) {
+      AxisList vocab = layoutOf(ce.getLogits()).dims.back();
+      if (!vocab.empty())
+        ce.setVocabAxesAttr(partition::axisNames(context, mesh_, vocab));
+    }
+  }
+
+  /// A whole value entering a computation split over some axes gets its gradient summed over
+  /// them: copy_to_shards for activations; parameters are collected and decided at the end.
+  void markGradientSums(Operation *op) {
+    AxisList split = splitAxes(op);
+    if (split.empty())
+      return;
+    for (OpOperand &use : op->getOpOperands()) {
+      Value v = use.get();
+      if (!isFloatTensor(v.getType()))
+        continue;
+      AxisList missing = minus(split, layoutOf(v).allAxes());
+      if (auto gather = v.getDefiningOp<mega::AllGatherOp>(); gather && gather.getGradPartial())
+        missing = minus(missing, layoutAxes(gather.getAxes()));
+      if (missing.empty())
+        continue;
+      if (isParameter(v)) {
+        paramUses_[v].push_back({&use, missing});
+        continue;
+      }
+      insertCopy(use, missing);
+    }
+  }
+
+  AxisList layoutAxes(ArrayAttr names) const {
+    AxisList axes;
+    for (Attribute name : names)
+      axes.push_back(*mesh_.findAxis(cast<StringAttr>(name).getValue()));
+    return axes;
+  }
+
+  void insertCopy(OpOperand &use, const AxisList &axes) {
+    OpBuilder b(use.getOwner());
+    Value v = use.get();
+    auto copy = mega::CopyToShardsOp::create(b, use.getOwner()->getLoc(), v.getType(), v, mesh_,
+                                             partition::axisNames(b.getContext(), mesh_, axes));
+    layout_[copy.getResult()] = layoutOf(v);
+    use.set(copy.getResult());
+  }
+
+  bool isParameter(Value v) const {
+    auto arg = dyn_cast<BlockArgument>(v);
+    return arg && arg.getOwner()->getParentOp() == f_ &&
+           f_.getArgAttr(arg.getArgNumber(), mega::kParamAttr);
+  }
+
+  /// A parameter's gradient is a partial sum over the axes every use of it is split over
+  /// (reduced once per step); a use split over more axes sums its own share at once.
+  void finishParameters() {
+    for (auto &[param, uses] : paramUses_) {
+      AxisList common = uses.front().second;
+      for (auto &[use, missing] : uses)
+        common.erase(llvm::remove_if(common, [&](unsigned a) {
+                       return !llvm::is_contained(missing, a);
+                     }),
+                     common.end());
+      size_t totalUses = std::distance(param.getUses().begin(), param.getUses().end());
+      if (uses.size() != totalUses)
+        common.clear(); // some use is not split: its gradient share is whole
+      for (auto &[use, missing] : uses) {
+        AxisList extra = minus(missing, common);
+        if (!extra.empty())
+          insertCopy(*use, extra);
+      }
+      if (!common.empty())
+        f_.setArgAttr(cast<BlockArgument>(param).getArgNumber(), kGradPartialAttr,
+                      partition::axisNames(f_.getContext(), mesh_, common));
+    }
+  }
+
+  void annotateSignature() {
+    Block &body = f_.getBody().front();
+    MLIRContext *context = f_.getContext();
+    Builder b(context);
+    for (BlockArgument arg : body.getArguments()) {
+      auto it = global_.find(arg);
+      if (it == global_.end())
+        continue;
+      Layout layout = layoutOf(arg);
+      SmallVector<Attribute> dims;
+      for (const AxisList &d : layout.dims)
+        dims.push_back(partition::axisNames(context, mesh_, d));
+      f_.setArgAttr(arg.getArgNumber(), kGlobalShapeAttr,
+                    b.getDenseI64ArrayAttr(it->second.getShape()));
+      f_.setArgAttr(arg.getArgNumber(), kDimAxesAttr, b.getArrayAttr(dims));
+    }
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    for (OpOperand &result : ret->getOpOperands()) {
+      Layout layout = layoutOf(result.get());
+      if (!layout.partial.empty())
+        f_.setResultAttr(result.getOperandNumber(), kPartialAxesAttr,
+                         partition::axisNames(context, mesh_, layout.partial));
+    }
+    f_.setType(FunctionType::get(context, body.getArgumentTypes(), ret.getOperandTypes()));
+  }
+
+  mutable func::FuncOp f_;
+  mega::MeshAttr mesh_;
+  bool multiAxis_ = false;
+  llvm::DenseMap<Value, RankedTensorType> global_;
+  llvm::DenseMap<Value, Layout> layout_;
+  llvm::MapVector<Value, SmallVector<std::pair<OpOperand *, AxisList>>> paramUses_;
+};
+
+struct SpmdizePass : public impl::SpmdizeBase<SpmdizePass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto mesh = module->getAttrOfType<mega::MeshAttr>(kMeshAttr);
+    auto f = module.lookupSymbol<func::FuncOp>("forward_backward");
+    if (!mesh || !f)
+      return; // nothing was partitioned
+    if (failed(Spmdizer(f, mesh).run()))
+      return signalPassFailure();
+  }
+};
+
+} // namespace
+} // namespace megac::passes

@@ -1,0 +1,150 @@
+// Passes of the schedule phase: the pipeline split of the training step into stage chunks and
+// the forward/backward split with activation recompute (docs/pipeline.md).
+#ifndef MEGA_SCHEDULE_PASSES_TD
+#define MEGA_SCHEDULE_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def PipelineSplit : Pass<"mega-pipeline-split", "mlir::ModuleOp"> {
+  let summary = "cut the forward half of @forward_backward into pipeline chunks, one module per stage";
+  let description = [{
+    Runs after mega-training-loss (and mega-partition), before mega-training-autodiff. With
+    `stages` P and `virtual-stages` V and P·V > 1, the ops of `@forward_backward` (model and
+    loss, in program order) are cut into P·V contiguous chunks; chunk c runs on stage c % P.
+
+    Cut points are positions in the op list where the activations crossing the cut (values
+    computed from the data, defined before and used after it) are fewest in bytes: the residual
+    stream between layers. Values that depend only on parameters and constants (a broadcast
+    position table, a cast of a weight), or only on data inputs and constants (an attention
+    mask), are recomputed in every chunk that reads them instead of crossing. A position is
+    eligible when both sides read a parameter; its crossing bytes must be at most twice the
+    least (an encoder-decoder's decoder also crosses the encoder's output). Where the segments
+    between eligible positions repeat (attention block, MLP block, attention block, ...), only
+    the positions between whole periods, the layers, are cut points. Cuts are chosen among them
+    to minimize the largest chunk cost (FLOPs plus bytes read and written, from
+    mega::CostOpInterface); cut points with exactly the least crossing are preferred unless the
+    wider set balances the chunks over 25% better.
+
+    The module becomes one nested `module @stage<s> attributes {mega.stage = s : i64}` per stage
+    (with the outer module's `mega.mesh`) holding `@forward_backward.c<c>` for its chunks:
+    - arguments: the parameters the chunk reads (same attributes; a parameter read on several
+      stages, such as a tied embedding, gets `mega.shared_stages = [s0, s1, ...]`), then for
+      c > 0 the crossing activations `{mega.input = "act.c<c>"}` (`act.c<c>.<i>` when several),
+      then the data inputs it reads (inputs no op reads, such as `loss_scale`, go to the last
+      chunk);
+    - results: `{mega.output = "act.c<c+1>"}` (or `.<i>`), or the original results (the loss)
+      for the last chunk. An activation crossing several cuts is passed through.
+    `@forward` (the evaluation model) is dropped. P·V = 1 changes nothing.
+
+    Errors: P or V < 1; no `@forward_backward` (or one without a body of one block); stage
+    modules already present; a model with fewer candidate cut points than P·V - 1
+    ("cannot cut ... into 8 pipeline chunks: 3 cut points for pp=8, vpp=1").
+
+    Before (stages=2):
+    ```mlir
+    func.func @forward_backward(%w0: tensor<4x4xf32> {mega.param = "w0"},
+        %w1: tensor<4x4xf32> {mega.param = "w1"}, %x: tensor<2x4xf32> {mega.input = "x"})
+        -> (tensor<f32> {mega.output = "loss"}) {
+      %h = mega.linear %x, %w0 : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+      %y = mega.linear %h, %w1 : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+      %l = mega.reduce sum %y over [0, 1] : tensor<2x4xf32> -> tensor<f32>
+      return %l : tensor<f32>
+    }
+    ```
+    After:
+    ```mlir
+    module @stage0 attributes {mega.stage = 0 : i64} {
+      func.func @forward_backward.c0(%w0: tensor<4x4xf32> {mega.param = "w0"},
+          %x: tensor<2x4xf32> {mega.input = "x"}) -> (tensor<2x4xf32> {mega.output = "act.c1"}) {
+        %h = mega.linear %x, %w0 : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+        return %h : tensor<2x4xf32>
+      }
+    }
+    module @stage1 attributes {mega.stage = 1 : i64} {
+      func.func @forward_backward.c1(%w1: tensor<4x4xf32> {mega.param = "w1"},
+          %h: tensor<2x4xf32> {mega.input = "act.c1"}) -> (tensor<f32> {mega.output = "loss"}) {
+        %y = mega.linear %h, %w1 : (tensor<2x4xf32>, tensor<4x4xf32>) -> tensor<2x4xf32>
+        %l = mega.reduce sum %y over [0, 1] : tensor<2x4xf32> -> tensor<f32>
+        return %l : tensor<f32>
+      }
+    }
+    ```
+  }];
+  let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
+  let options = [
+    Option<"stages", "stages", "int64_t", /*default=*/"1", "pipeline stages (pp)">,
+    Option<"virtualStages", "virtual-stages", "int64_t", /*default=*/"1",
+           "model chunks per stage (vpp; interleaved 1F1B when > 1)">,
+  ];
+}
+
+def ForwardBackwardSplit : Pass<"mega-forward-backward-split", "mlir::ModuleOp"> {
+  let summary = "split differentiated chunks into @forward.c<c> and @backward.c<c>, with recompute";
+  let description = [{
+    Runs after mega-training-autodiff. For every `@forward_backward.c<c>` (in the stage
+    modules of mega-pipeline-split) builds
+    - `@forward.c<c>`: the ops its forward outputs (`act.c<c+1>` or the loss) need, returning
+      them and the residuals `stash.c<c>.<k>` (`mega.output`): the forward values the backward
+      reads;
+    - `@backward.c<c>`: parameters, the residuals (`mega.input = "stash.c<c>.<k>"`),
+      `grad.act.c<c+1>`, the data inputs it reads and the gradient accumulators, returning
+      `grad.act.c<c>` and the accumulator updates;
+    and deletes `@forward_backward.c<c>` (docs/pipeline.md).
+
+    `recompute` decides which forward values may be stashed: `none`, all of them; `selective`,
+    all but the results of `mega.attention` and the reshapes/transposes of them (the backward
+    recomputes them from their stashed operands, Megatron's core-attention recompute); `full`,
+    only the chunk's own arguments (the backward re-runs the forward ops it needs). A
+    non-stashable value the backward reads is recomputed by clones of its producers placed
+    just before its first backward use; constants are always cloned, never stashed.
+
+    Without pipeline chunks (pp = 1), the same policy rewrites `@forward_backward` in place:
+    the backward's reads of non-stashable forward values go to clones placed before their
+    first backward use, so the forward values die early and the memory planner's arena
+    shrinks. There, `full` keeps the activations crossing the layer boundaries (the candidate
+    cut points of mega-pipeline-split: each layer's input) and recomputes each layer from them,
+    Megatron's full recompute; with the function's arguments alone the whole forward would be
+    recomputed at once and nothing would be saved.
+
+    Recomputed clones carry the unit attribute `mega.recompute`, so that CSE does not merge
+    them back into the forward ops they repeat.
+
+    Errors: an unknown policy; a `@forward_backward.c<c>` or `@forward_backward` that was not
+    differentiated (no accumulators) or has no body of one block.
+
+    Before (after mega-training-autodiff; recompute=none):
+    ```mlir
+    func.func @forward_backward.c1(%w: tensor<4xf32> {mega.param = "w"},
+        %h: tensor<4xf32> {mega.input = "act.c1"}, %acc: tensor<4xf32> {mega.state = "grad.w"})
+        -> (tensor<f32> {mega.output = "loss"}, tensor<4xf32> {mega.output = "grad.act.c1"},
+            tensor<4xf32> {mega.updates = "grad.w"}) {
+      %t = mega.tanh %h : tensor<4xf32>
+      %y = mega.mul %w, %t : tensor<4xf32>
+      %l = mega.reduce sum %y over [0] : tensor<4xf32> -> tensor<f32>
+      ... d(loss) = 1, %dw = dy * %t, %dh = dy * %w * (1 - %t * %t), %acc2 = %acc + %dw ...
+      return %l, %dh, %acc2 : ...
+    }
+    ```
+    After:
+    ```mlir
+    func.func @forward.c1(%w: tensor<4xf32> {mega.param = "w"},
+        %h: tensor<4xf32> {mega.input = "act.c1"})
+        -> (tensor<f32> {mega.output = "loss"}, tensor<4xf32> {mega.output = "stash.c1.0"}) {
+      %t = mega.tanh %h : tensor<4xf32>
+      ...
+      return %l, %t : tensor<f32>, tensor<4xf32>
+    }
+    func.func @backward.c1(%w: tensor<4xf32> {mega.param = "w"},
+        %t: tensor<4xf32> {mega.input = "stash.c1.0"}, %acc: tensor<4xf32> {mega.state = "grad.w"})
+        -> (tensor<4xf32> {mega.output = "grad.act.c1"}, tensor<4xf32> {mega.updates = "grad.w"})
+    ```
+    With recompute=full the stash is `%h` itself and the backward recomputes `%t` from it.
+  }];
+  let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
+  let options = [
+    Option<"recompute", "recompute", "std::string", /*default=*/"\"none\"",
+           "which forward values the backward recomputes: none, selective or full">,
+  ];
+}
+
+#endif // MEGA_SCHEDULE_PASSES_TD

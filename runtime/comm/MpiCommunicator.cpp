@@ -1,0 +1,431 @@
+// MPI collectives and point-to-point transfers with deadlines (MpiCommunicator.h).
+#include "runtime/comm/MpiCommunicator.h"
+
+#include "runtime/io/Float16.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <map>
+#include <thread>
+
+namespace megac::runtime::comm {
+
+namespace {
+
+/// MPI_Init_thread once per process; MPI_Finalize when the process exits.
+class MpiSession {
+public:
+  static Status ensure() {
+    static MpiSession session;
+    return session.status_;
+  }
+
+private:
+  MpiSession() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized)
+      return; // someone else owns MPI's lifetime
+    int provided = 0;
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+      status_ = Status::error("MPI_Init_thread failed");
+      return;
+    }
+    owned_ = true;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  }
+  ~MpiSession() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (owned_ && !finalized)
+      MPI_Finalize();
+  }
+  Status status_;
+  bool owned_ = false;
+};
+
+std::string mpiError(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+/// Elementwise reduction of `blocks` contiguous blocks of `count` elements into `out`, in block
+/// order. Floats accumulate in double (half types in f32, as stated by Communicator.h) and
+/// round once; max propagates NaN.
+template <typename T, typename Acc>
+void reduceBlocks(const T *in, T *out, size_t count, size_t blocks, ReduceKind kind) {
+  for (size_t i = 0; i < count; ++i) {
+    Acc acc = static_cast<Acc>(in[i]);
+    for (size_t b = 1; b < blocks; ++b) {
+      Acc x = static_cast<Acc>(in[b * count + i]);
+      if (kind == ReduceKind::sum)
+        acc += x;
+      else if (x > acc || x != x)
+        acc = acc != acc ? acc : x;
+    }
+    out[i] = static_cast<T>(acc);
+  }
+}
+
+template <typename Half, typename ToF, typename FromF>
+void reduceHalfBlocks(const uint16_t *in, uint16_t *out, size_t count, size_t blocks,
+                      ReduceKind kind, ToF toFloat, FromF fromFloat) {
+  for (size_t i = 0; i < count; ++i) {
+    float acc = toFloat(in[i]);
+    for (size_t b = 1; b < blocks; ++b) {
+      float x = toFloat(in[b * count + i]);
+      if (kind == ReduceKind::sum)
+        acc += x;
+      else if (x > acc || x != x)
+        acc = acc != acc ? acc : x;
+    }
+    out[i] = fromFloat(acc);
+  }
+}
+
+Status reduceInto(const void *in, void *out, size_t count, size_t blocks, DType dtype,
+                  ReduceKind kind) {
+  switch (dtype) {
+  case DType::f64:
+    reduceBlocks<double, double>(static_cast<const double *>(in), static_cast<double *>(out), count,
+                                 blocks, kind);
+    return Status::ok();
+  case DType::f32:
+    reduceBlocks<float, double>(static_cast<const float *>(in), static_cast<float *>(out), count,
+                                blocks, kind);
+    return Status::ok();
+  case DType::i64:
+    reduceBlocks<int64_t, int64_t>(static_cast<const int64_t *>(in), static_cast<int64_t *>(out),
+                                   count, blocks, kind);
+    return Status::ok();
+  case DType::i32:
+    reduceBlocks<int32_t, int64_t>(static_cast<const int32_t *>(in), static_cast<int32_t *>(out),
+                                   count, blocks, kind);
+    return Status::ok();
+  case DType::bf16:
+    reduceHalfBlocks<uint16_t>(static_cast<const uint16_t *>(in), static_cast<uint16_t *>(out),
+                               count, blocks, kind, bf16ToFloat, floatToBf16);
+    return Status::ok();
+  case DType::f16:
+    reduceHalfBlocks<uint16_t>(static_cast<const uint16_t *>(in), static_cast<uint16_t *>(out),
+                               count, blocks, kind, halfToFloat, floatToHalf);
+    return Status::ok();
+  case DType::i1:
+    break;
+  }
+  return Status::error(std::string("cannot reduce ") + dtypeName(dtype) + " values");
+}
+
+class MpiComm final : public Communicator {
+public:
+  MpiComm(Mesh mesh, int rank, std::chrono::seconds timeout)
+      : mesh_(std::move(mesh)), rank_(rank), timeout_(timeout) {}
+  ~MpiComm() override {
+    for (auto &[axes, comm] : groups_)
+      if (comm != MPI_COMM_NULL && comm != MPI_COMM_WORLD)
+        MPI_Comm_free(&comm);
+    // Sends still in flight at destruction are abandoned (flushSends waits for them).
+    for (Pending &p : sends_)
+      if (p.request != MPI_REQUEST_NULL) {
+        MPI_Cancel(&p.request);
+        MPI_Request_free(&p.request);
+      }
+  }
+
+  /// One communicator per subset of the mesh's axes, split collectively on every rank in the
+  /// same order at creation (lazily splitting could deadlock against pipeline transfers).
+  Status splitGroups() {
+    size_t axes = mesh_.axisSizes.size();
+    if (axes > 16)
+      return Status::error("a mesh of " + std::to_string(axes) + " axes is not supported");
+    for (uint32_t mask = 0; mask < (1u << axes); ++mask) {
+      std::vector<uint32_t> subset, rest;
+      for (uint32_t a = 0; a < axes; ++a)
+        (mask & (1u << a) ? subset : rest).push_back(a);
+      int color = static_cast<int>(mesh_.indexInGroup(rank_, rest));
+      int key = static_cast<int>(mesh_.indexInGroup(rank_, subset));
+      MPI_Comm comm = MPI_COMM_NULL;
+      int rc = MPI_Comm_split(MPI_COMM_WORLD, color, key, &comm);
+      if (rc != MPI_SUCCESS)
+        return Status::error("rank " + std::to_string(rank_) +
+                             ": MPI_Comm_split failed: " + mpiError(rc));
+      MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+      groups_.emplace(subset, comm);
+    }
+    return Status::ok();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(mesh_.size()); }
+  const Mesh &mesh() const override { return mesh_; }
+
+  Status allReduce(std::span<const uint32_t> axes, void *data, size_t count, DType dtype,
+                   ReduceKind kind) override {
+    ASSIGN_OR_RETURN(Group g, group(axes, "all_reduce"));
+    if (g.size == 1 || count == 0)
+      return Status::ok();
+    size_t bytes = count * dtypeSize(dtype);
+    std::vector<uint8_t> all(bytes * g.size);
+    if (Status s = gather(g, axes, data, all.data(), bytes, "all_reduce"); !s.isOk()) {
+      abandoned_.push_back(std::move(all)); // MPI may still write it
+      return s;
+    }
+    return reduceInto(all.data(), data, count, g.size, dtype, kind);
+  }
+
+  Status allGather(std::span<const uint32_t> axes, const void *in, void *out,
+                   size_t bytesPerRank) override {
+    ASSIGN_OR_RETURN(Group g, group(axes, "all_gather"));
+    if (g.size == 1) {
+      copy(out, in, bytesPerRank);
+      return Status::ok();
+    }
+    return gather(g, axes, in, out, bytesPerRank, "all_gather");
+  }
+
+  Status reduceScatter(std::span<const uint32_t> axes, const void *in, void *out,
+                       size_t countPerRank, DType dtype, ReduceKind kind) override {
+    ASSIGN_OR_RETURN(Group g, group(axes, "reduce_scatter"));
+    size_t bytes = countPerRank * dtypeSize(dtype);
+    if (g.size == 1) {
+      copy(out, in, bytes);
+      return Status::ok();
+    }
+    // Block j of member i goes to member j; each member then reduces its blocks in order.
+    std::vector<uint8_t> mine(bytes * g.size);
+    if (Status s = exchange(g, axes, in, mine.data(), bytes, "reduce_scatter"); !s.isOk()) {
+      abandoned_.push_back(std::move(mine)); // MPI may still write it
+      return s;
+    }
+    return reduceInto(mine.data(), out, countPerRank, g.size, dtype, kind);
+  }
+
+  Status allToAll(std::span<const uint32_t> axes, const void *in, void *out,
+                  size_t bytesPerRank) override {
+    ASSIGN_OR_RETURN(Group g, group(axes, "all_to_all"));
+    if (g.size == 1) {
+      copy(out, in, bytesPerRank);
+      return Status::ok();
+    }
+    return exchange(g, axes, in, out, bytesPerRank, "all_to_all");
+  }
+
+  Status send(int peer, int tag, const void *data, size_t bytes) override {
+    std::string what = "send to rank " + std::to_string(peer) + " (tag " + std::to_string(tag) +
+                       ", " + std::to_string(bytes) + " bytes)";
+    RETURN_IF_ERROR(checkPeer(peer, tag, bytes, what));
+    reapSends();
+    sends_.emplace_back();
+    Pending &p = sends_.back();
+    const auto *bytesIn = static_cast<const uint8_t *>(data);
+    p.data.assign(bytesIn, bytesIn + bytes);
+    p.what = what;
+    int rc = MPI_Isend(p.data.data(), static_cast<int>(bytes), MPI_BYTE, peer, tag, MPI_COMM_WORLD,
+                       &p.request);
+    if (rc != MPI_SUCCESS)
+      return Status::error(prefix() + what + " failed: " + mpiError(rc));
+    return Status::ok();
+  }
+
+  Status recv(int peer, int tag, void *data, size_t bytes) override {
+    std::string what = "recv from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) +
+                       ", " + std::to_string(bytes) + " bytes)";
+    RETURN_IF_ERROR(checkPeer(peer, tag, bytes, what));
+    MPI_Request request;
+    int rc =
+        MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &request);
+    if (rc != MPI_SUCCESS)
+      return Status::error(prefix() + what + " failed: " + mpiError(rc));
+    MPI_Status status;
+    RETURN_IF_ERROR(wait(request, what, &status));
+    int received = 0;
+    MPI_Get_count(&status, MPI_BYTE, &received);
+    if (static_cast<size_t>(received) != bytes)
+      return Status::error(prefix() + what + ": the message has " + std::to_string(received) +
+                           " bytes");
+    return Status::ok();
+  }
+
+  Status flushSends() override {
+    for (Pending &p : sends_)
+      if (p.request != MPI_REQUEST_NULL)
+        RETURN_IF_ERROR(wait(p.request, p.what + " (waiting for it to complete)", nullptr));
+    sends_.clear();
+    return Status::ok();
+  }
+
+  Status barrier() override {
+    MPI_Request request;
+    int rc = MPI_Ibarrier(MPI_COMM_WORLD, &request);
+    if (rc != MPI_SUCCESS)
+      return Status::error(prefix() + "barrier failed: " + mpiError(rc));
+    return wait(request, "barrier of all " + std::to_string(size()) + " ranks", nullptr);
+  }
+
+private:
+  struct Group {
+    MPI_Comm comm;
+    size_t size;
+  };
+  struct Pending {
+    std::vector<uint8_t> data;
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::string what;
+  };
+
+  std::string prefix() const { return "rank " + std::to_string(rank_) + ": "; }
+
+  static void copy(void *dst, const void *src, size_t n) {
+    if (n && dst != src)
+      std::memmove(dst, src, n);
+  }
+
+  StatusOr<Group> group(std::span<const uint32_t> axes, const char *op) const {
+    std::vector<uint32_t> key(axes.begin(), axes.end());
+    for (uint32_t a : key)
+      if (a >= mesh_.axisSizes.size())
+        return Status::error(prefix() + op + " over mesh axis " + std::to_string(a) +
+                             ", but the mesh has " + std::to_string(mesh_.axisSizes.size()) +
+                             " axes");
+    std::vector<uint32_t> sorted = key;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() || sorted != key)
+      return Status::error(prefix() + op + ": the group's mesh axes must be distinct and in " +
+                           "mesh order (major first)");
+    auto it = groups_.find(key);
+    size_t count = mesh_.groupOf(rank_, axes).size();
+    return Group{it->second, count};
+  }
+
+  Status checkPeer(int peer, int tag, size_t bytes, const std::string &what) const {
+    int *tagUb = nullptr;
+    int flag = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tagUb, &flag);
+    if (peer < 0 || peer >= size())
+      return Status::error(prefix() + what + ": no such rank (the job has " +
+                           std::to_string(size()) + ")");
+    if (tag < 0 || (flag && tag > *tagUb))
+      return Status::error(prefix() + what + ": the tag is outside MPI's [0, " +
+                           std::to_string(flag ? *tagUb : 32767) + "]");
+    if (bytes > size_t(INT32_MAX))
+      return Status::error(prefix() + what + ": messages over 2 GiB are not supported");
+    return Status::ok();
+  }
+
+  /// Polls `request` until it completes or the timeout passes (then: an error naming `what`).
+  Status wait(MPI_Request &request, const std::string &what, MPI_Status *status) {
+    auto deadline = std::chrono::steady_clock::now() + timeout_;
+    std::chrono::microseconds pause(0);
+    for (int polls = 0;; ++polls) {
+      int done = 0;
+      MPI_Status local;
+      int rc = MPI_Test(&request, &done, status ? status : &local);
+      if (rc != MPI_SUCCESS)
+        return Status::error(prefix() + what + " failed: " + mpiError(rc));
+      if (done)
+        return Status::ok();
+      if (std::chrono::steady_clock::now() > deadline)
+        return Status::error(prefix() + what + " did not complete within " +
+                             std::to_string(timeout_.count()) +
+                             " s (a peer did not make the matching call)");
+      // Spin briefly, then back off to at most 1 ms: ranks may share few cores.
+      if (polls > 64) {
+        pause = std::min(std::chrono::microseconds(1000),
+                         std::max(std::chrono::microseconds(10), pause * 2));
+        std::this_thread::sleep_for(pause);
+      }
+    }
+  }
+
+  std::string describe(std::span<const uint32_t> axes, const char *op, size_t bytes) const {
+    return std::string(op) + " over " + mesh_.describeGroup(rank_, axes) + " (" +
+           std::to_string(bytes) + " bytes per rank)";
+  }
+
+  Status gather(const Group &g, std::span<const uint32_t> axes, const void *in, void *out,
+                size_t bytes, const char *op) {
+    std::string what = describe(axes, op, bytes);
+    if (bytes > size_t(INT32_MAX))
+      return Status::error(prefix() + what + ": blocks over 2 GiB are not supported");
+    MPI_Request request;
+    int rc = MPI_Iallgather(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
+                            MPI_BYTE, g.comm, &request);
+    if (rc != MPI_SUCCESS)
+      return Status::error(prefix() + what + " failed: " + mpiError(rc));
+    return wait(request, what, nullptr);
+  }
+
+  Status exchange(const Group &g, std::span<const uint32_t> axes, const void *in, void *out,
+                  size_t bytes, const char *op) {
+    std::string what = describe(axes, op, bytes);
+    if (bytes > size_t(INT32_MAX))
+      return Status::error(prefix() + what + ": blocks over 2 GiB are not supported");
+    MPI_Request request;
+    int rc = MPI_Ialltoall(in, static_cast<int>(bytes), MPI_BYTE, out, static_cast<int>(bytes),
+                           MPI_BYTE, g.comm, &request);
+    if (rc != MPI_SUCCESS)
+      return Status::error(prefix() + what + " failed: " + mpiError(rc));
+    return wait(request, what, nullptr);
+  }
+
+  /// Frees the buffers of sends that have completed.
+  void reapSends() {
+    for (auto it = sends_.begin(); it != sends_.end();) {
+      int done = 0;
+      MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
+      it = done ? sends_.erase(it) : std::next(it);
+    }
+  }
+
+  Mesh mesh_;
+  int rank_;
+  std::chrono::seconds timeout_;
+  std::map<std::vector<uint32_t>, MPI_Comm> groups_;
+  std::list<Pending> sends_; // stable addresses: MPI reads each buffer until its send completes
+  // Receive buffers of collectives that timed out: kept until destruction, since the operation
+  // is still posted (the job is normally aborted right after).
+  std::list<std::vector<uint8_t>> abandoned_;
+};
+
+} // namespace
+
+StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::create(Mesh mesh,
+                                                                std::chrono::seconds timeout) {
+  RETURN_IF_ERROR(MpiSession::ensure());
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (mesh.size() != size)
+    return Status::error("rank " + std::to_string(rank) + ": the job has " + std::to_string(size) +
+                         " MPI ranks but the mesh has " + std::to_string(mesh.size()));
+  if (timeout.count() <= 0)
+    return Status::error("the communication timeout must be positive");
+  auto comm = std::make_unique<MpiComm>(std::move(mesh), rank, timeout);
+  RETURN_IF_ERROR(comm->splitGroups());
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
+bool MpiCommunicator::launchedWithMoreThanOneRank() {
+  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char *value = std::getenv(name); value && std::atoi(value) > 1)
+      return true;
+  return false;
+}
+
+void MpiCommunicator::abortJob(int code) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized)
+    MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+} // namespace megac::runtime::comm

@@ -1,0 +1,376 @@
+// Collectives along a tensor dim, pipeline transfers and the vocab-parallel embedding and
+// cross-entropy (CommOps.h).
+#include "runtime/exec/CommOps.h"
+
+#include "runtime/cpu/KernelUtil.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace megac::runtime::commops {
+
+namespace detail = cpu::detail;
+using detail::dispatchFloat;
+using detail::expectIndexDtype;
+using detail::fail;
+using detail::loadIndex;
+
+namespace {
+
+/// A tensor viewed as [outer, n, inner] around one dim, cut into `blocks` equal pieces of that
+/// dim; piece g is the contiguous bytes [outer, n / blocks, inner].
+struct Blocks {
+  size_t outer = 1, n = 1, inner = 1, elementSize = 1, blocks = 1;
+
+  static Blocks of(std::span<const int64_t> shape, int64_t dim, size_t blocks, DType dtype) {
+    Blocks b;
+    for (int64_t d = 0; d < dim; ++d)
+      b.outer *= static_cast<size_t>(shape[d]);
+    b.n = static_cast<size_t>(shape[dim]);
+    for (size_t d = static_cast<size_t>(dim) + 1; d < shape.size(); ++d)
+      b.inner *= static_cast<size_t>(shape[d]);
+    b.elementSize = dtypeSize(dtype);
+    b.blocks = blocks;
+    return b;
+  }
+  size_t pieceRowBytes() const { return n / blocks * inner * elementSize; }
+  size_t pieceBytes() const { return outer * pieceRowBytes(); }
+  const uint8_t *at(const void *whole, size_t o, size_t g) const {
+    return static_cast<const uint8_t *>(whole) + (o * n + g * (n / blocks)) * inner * elementSize;
+  }
+  /// whole -> pieces laid out one after another.
+  void pack(const void *whole, void *pieces) const {
+    auto *dst = static_cast<uint8_t *>(pieces);
+    for (size_t g = 0; g < blocks; ++g)
+      for (size_t o = 0; o < outer; ++o, dst += pieceRowBytes())
+        detail::copyBytes(dst, at(whole, o, g), pieceRowBytes());
+  }
+  /// pieces -> whole.
+  void unpack(const void *pieces, void *whole) const {
+    const auto *src = static_cast<const uint8_t *>(pieces);
+    for (size_t g = 0; g < blocks; ++g)
+      for (size_t o = 0; o < outer; ++o, src += pieceRowBytes())
+        detail::copyBytes(const_cast<uint8_t *>(at(whole, o, g)), src, pieceRowBytes());
+  }
+};
+
+Status expectSameDtype(const char *op, const TensorRef &x, const TensorRef &out) {
+  if (x.dtype != out.dtype)
+    return fail(op, std::string("the output is ") + dtypeName(out.dtype) + ", the input " +
+                        dtypeName(x.dtype));
+  return Status::ok();
+}
+
+/// The group's size and this rank's index in it.
+std::pair<size_t, int64_t> groupOf(const comm::Communicator &comm, std::span<const uint32_t> axes) {
+  return {comm.mesh().groupOf(comm.rank(), axes).size(),
+          comm.mesh().indexInGroup(comm.rank(), axes)};
+}
+
+/// Checks that `big`'s dim `dim` is the group size times `small`'s and the other dims agree.
+Status expectSplit(const char *op, const TensorRef &big, const TensorRef &small, int64_t dim,
+                   size_t groupSize, const char *bigName, const char *smallName) {
+  bool ok = big.shape.size() == small.shape.size() && dim >= 0 &&
+            dim < static_cast<int64_t>(big.shape.size());
+  for (size_t d = 0; ok && d < big.shape.size(); ++d)
+    ok = static_cast<int64_t>(d) == dim
+             ? big.shape[d] == small.shape[d] * static_cast<int64_t>(groupSize)
+             : big.shape[d] == small.shape[d];
+  if (!ok)
+    return fail(op, std::string("the ") + bigName + " " + shapeString(big.shape) + " is not the " +
+                        smallName + " " + shapeString(small.shape) + " with dim " +
+                        std::to_string(dim) + " times the group's " + std::to_string(groupSize) +
+                        " ranks");
+  return Status::ok();
+}
+
+} // namespace
+
+Status allReduce(comm::Communicator &comm, std::span<const uint32_t> axes, comm::ReduceKind kind,
+                 const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(expectSameDtype("AllReduce", x, out));
+  if (x.numElements() != out.numElements())
+    return fail("AllReduce", "the output " + shapeString(out.shape) + " differs from the input " +
+                                 shapeString(x.shape));
+  if (out.data != x.data)
+    detail::copyBytes(out.data, x.data, x.byteSize());
+  return comm.allReduce(axes, out.data, static_cast<size_t>(out.numElements()), out.dtype, kind);
+}
+
+Status allGather(comm::Communicator &comm, std::span<const uint32_t> axes, int64_t dim,
+                 const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(expectSameDtype("AllGather", x, out));
+  auto [size, index] = groupOf(comm, axes);
+  RETURN_IF_ERROR(expectSplit("AllGather", out, x, dim, size, "output", "input"));
+  std::vector<uint8_t> pieces(x.byteSize() * size);
+  RETURN_IF_ERROR(comm.allGather(axes, x.data, pieces.data(), x.byteSize()));
+  Blocks::of(out.shape, dim, size, out.dtype).unpack(pieces.data(), out.data);
+  return Status::ok();
+}
+
+Status reduceScatter(comm::Communicator &comm, std::span<const uint32_t> axes,
+                     comm::ReduceKind kind, int64_t dim, const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(expectSameDtype("ReduceScatter", x, out));
+  auto [size, index] = groupOf(comm, axes);
+  RETURN_IF_ERROR(expectSplit("ReduceScatter", x, out, dim, size, "input", "output"));
+  std::vector<uint8_t> pieces(x.byteSize());
+  Blocks::of(x.shape, dim, size, x.dtype).pack(x.data, pieces.data());
+  return comm.reduceScatter(axes, pieces.data(), out.data, static_cast<size_t>(out.numElements()),
+                            out.dtype, kind);
+}
+
+Status allToAll(comm::Communicator &comm, std::span<const uint32_t> axes, int64_t dim,
+                int64_t concatDim, const TensorRef &x, const TensorRef &out) {
+  const char *name = "AllToAll";
+  RETURN_IF_ERROR(expectSameDtype(name, x, out));
+  auto [size, index] = groupOf(comm, axes);
+  int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (dim < 0 || dim >= rank || concatDim < 0 || concatDim >= rank)
+    return fail(name, "dims " + std::to_string(dim) + " and " + std::to_string(concatDim) +
+                          " must be in [0, " + std::to_string(rank) + ")");
+  std::vector<int64_t> want(x.shape.begin(), x.shape.end());
+  if (want[dim] % static_cast<int64_t>(size) != 0)
+    return fail(name, "dim " + std::to_string(dim) + " of " + shapeString(x.shape) +
+                          " does not divide over " + std::to_string(size) + " ranks");
+  want[dim] /= static_cast<int64_t>(size);
+  want[concatDim] *= static_cast<int64_t>(size);
+  if (!detail::sameShape(want, out.shape))
+    return fail(name,
+                "the output is " + shapeString(out.shape) + ", expected " + shapeString(want));
+  std::vector<uint8_t> sent(x.byteSize()), received(x.byteSize());
+  Blocks::of(x.shape, dim, size, x.dtype).pack(x.data, sent.data());
+  RETURN_IF_ERROR(comm.allToAll(axes, sent.data(), received.data(), x.byteSize() / size));
+  Blocks::of(out.shape, concatDim, size, out.dtype).unpack(received.data(), out.data);
+  return Status::ok();
+}
+
+Status shardSlice(const comm::Communicator &comm, std::span<const uint32_t> axes, int64_t dim,
+                  const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(expectSameDtype("ShardSlice", x, out));
+  auto [size, index] = groupOf(comm, axes);
+  RETURN_IF_ERROR(expectSplit("ShardSlice", x, out, dim, size, "input", "output"));
+  Blocks b = Blocks::of(x.shape, dim, size, x.dtype);
+  auto *dst = static_cast<uint8_t *>(out.data);
+  for (size_t o = 0; o < b.outer; ++o, dst += b.pieceRowBytes())
+    detail::copyBytes(dst, b.at(x.data, o, static_cast<size_t>(index)), b.pieceRowBytes());
+  return Status::ok();
+}
+
+StatusOr<int> peerOf(const comm::Communicator &comm, uint32_t axis, int64_t shift) {
+  const comm::Mesh &mesh = comm.mesh();
+  std::vector<int64_t> coords = mesh.coordsOf(comm.rank());
+  if (axis >= coords.size())
+    return Status::error("mesh axis " + std::to_string(axis) + " does not exist");
+  coords[axis] += shift;
+  if (coords[axis] < 0 || coords[axis] >= mesh.axisSizes[axis])
+    return Status::error("rank " + std::to_string(comm.rank()) + " has no peer " +
+                         std::to_string(shift) + " along mesh axis " + std::to_string(axis) +
+                         " (size " + std::to_string(mesh.axisSizes[axis]) + ")");
+  return static_cast<int>(mesh.rankOf(coords));
+}
+
+Status send(comm::Communicator &comm, uint32_t axis, int64_t shift, int64_t tag,
+            const TensorRef &x) {
+  ASSIGN_OR_RETURN(int peer, peerOf(comm, axis, shift));
+  return comm.send(peer, static_cast<int>(tag), x.data, x.byteSize());
+}
+
+Status recv(comm::Communicator &comm, uint32_t axis, int64_t shift, int64_t tag,
+            const TensorRef &out) {
+  ASSIGN_OR_RETURN(int peer, peerOf(comm, axis, shift));
+  return comm.recv(peer, static_cast<int>(tag), out.data, out.byteSize());
+}
+
+Status vocabEmbedding(const comm::Communicator &comm, std::span<const uint32_t> axes,
+                      const TensorRef &table, const TensorRef &ids, const TensorRef &out) {
+  const char *name = "Embedding";
+  RETURN_IF_ERROR(expectIndexDtype(name, "ids", ids));
+  RETURN_IF_ERROR(expectSameDtype(name, table, out));
+  if (table.shape.size() != 2)
+    return fail(name, "the table must be [V, h], not " + shapeString(table.shape));
+  int64_t local = table.shape[0], hidden = table.shape[1];
+  std::vector<int64_t> expected(ids.shape.begin(), ids.shape.end());
+  expected.push_back(hidden);
+  RETURN_IF_ERROR(detail::expectShape(name, "output", out, expected));
+  auto [size, index] = groupOf(comm, axes);
+  int64_t start = index * local, vocab = local * static_cast<int64_t>(size);
+  size_t rowBytes = static_cast<size_t>(hidden) * dtypeSize(table.dtype);
+  for (int64_t j = 0; j < ids.numElements(); ++j) {
+    int64_t id = loadIndex(ids, j);
+    if (id < 0 || id >= vocab)
+      return fail(name, "id " + std::to_string(id) + " (element " + std::to_string(j) +
+                            " of the ids) is outside the vocabulary's " + std::to_string(vocab) +
+                            " rows");
+    auto *dst = static_cast<uint8_t *>(out.data) + j * rowBytes;
+    if (id >= start && id < start + local)
+      detail::copyBytes(dst, static_cast<const uint8_t *>(table.data) + (id - start) * rowBytes,
+                        rowBytes);
+    else
+      std::memset(dst, 0, rowBytes);
+  }
+  return Status::ok();
+}
+
+Status vocabEmbeddingGrad(const comm::Communicator &comm, std::span<const uint32_t> axes,
+                          const TensorRef &dy, const TensorRef &ids, const TensorRef &dtable) {
+  const char *name = "EmbeddingGrad";
+  RETURN_IF_ERROR(expectIndexDtype(name, "ids", ids));
+  RETURN_IF_ERROR(detail::expectDtype(name, "dtable", dtable, dy.dtype));
+  if (dtable.shape.size() != 2)
+    return fail(name, "dtable must be [V, h], not " + shapeString(dtable.shape));
+  int64_t local = dtable.shape[0], hidden = dtable.shape[1];
+  std::vector<int64_t> expected(ids.shape.begin(), ids.shape.end());
+  expected.push_back(hidden);
+  RETURN_IF_ERROR(detail::expectShape(name, "dy", dy, expected));
+  auto [size, index] = groupOf(comm, axes);
+  int64_t start = index * local, vocab = local * static_cast<int64_t>(size);
+  int64_t count = ids.numElements();
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t id = loadIndex(ids, j);
+    if (id < 0 || id >= vocab)
+      return fail(name, "id " + std::to_string(id) + " (element " + std::to_string(j) +
+                            " of the ids) is outside the vocabulary's " + std::to_string(vocab) +
+                            " rows");
+  }
+  return dispatchFloat(name, dy.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T *out = dtable.as<T>();
+    std::fill(out, out + local * hidden, T(0));
+    // Positions in order, as cpu::embeddingGrad: the shard's rows equal the unsharded ones.
+    for (int64_t j = 0; j < count; ++j) {
+      int64_t id = loadIndex(ids, j);
+      if (id < start || id >= start + local)
+        continue;
+      T *row = out + (id - start) * hidden;
+      const T *src = dy.as<const T>() + j * hidden;
+      for (int64_t e = 0; e < hidden; ++e)
+        row[e] += src[e];
+    }
+    return Status::ok();
+  });
+}
+
+namespace {
+
+/// Per row of logits [..., V/G]: the group's max and sum of exp(x - max), and the target's logit
+/// (when `target` is given), each reduced over the group in double.
+struct VocabStats {
+  std::vector<double> max, sum, target;
+};
+
+template <typename T>
+StatusOr<VocabStats> vocabStats(comm::Communicator &comm, std::span<const uint32_t> axes,
+                                const TensorRef &logits, const TensorRef &labels,
+                                std::optional<int64_t> ignoreIndex, bool withTarget,
+                                int64_t start) {
+  int64_t local = logits.shape.back(), count = labels.numElements();
+  VocabStats s;
+  s.max.assign(static_cast<size_t>(count), -std::numeric_limits<double>::infinity());
+  for (int64_t r = 0; r < count; ++r) {
+    const T *row = logits.as<const T>() + r * local;
+    for (int64_t j = 0; j < local; ++j)
+      if (row[j] > s.max[r] || row[j] != row[j])
+        s.max[r] = row[j];
+  }
+  RETURN_IF_ERROR(
+      comm.allReduce(axes, s.max.data(), s.max.size(), DType::f64, comm::ReduceKind::max));
+  // Sums and target logits travel in one all-reduce: [sum..., target...].
+  std::vector<double> both(static_cast<size_t>(count) * (withTarget ? 2 : 1), 0.0);
+  for (int64_t r = 0; r < count; ++r) {
+    const T *row = logits.as<const T>() + r * local;
+    double sum = 0.0;
+    for (int64_t j = 0; j < local; ++j)
+      sum += std::exp(static_cast<double>(row[j]) - s.max[r]);
+    both[r] = sum;
+    int64_t label = loadIndex(labels, r);
+    if (withTarget && !(ignoreIndex && label == *ignoreIndex) && label >= start &&
+        label < start + local)
+      both[count + r] = static_cast<double>(row[label - start]);
+  }
+  RETURN_IF_ERROR(
+      comm.allReduce(axes, both.data(), both.size(), DType::f64, comm::ReduceKind::sum));
+  s.sum.assign(both.begin(), both.begin() + count);
+  if (withTarget)
+    s.target.assign(both.begin() + count, both.end());
+  return s;
+}
+
+/// Shapes and label range of a vocab-parallel cross-entropy; returns the shard's start.
+StatusOr<int64_t> checkVocabLoss(const char *name, const comm::Communicator &comm,
+                                 std::span<const uint32_t> axes, const TensorRef &logits,
+                                 const TensorRef &labels, std::optional<int64_t> ignoreIndex) {
+  RETURN_IF_ERROR(expectIndexDtype(name, "labels", labels));
+  if (logits.shape.empty())
+    return fail(name, "logits must have a class dim, not shape []");
+  RETURN_IF_ERROR(
+      detail::expectShape(name, "labels", labels, logits.shape.first(logits.shape.size() - 1)));
+  auto [size, index] = groupOf(comm, axes);
+  int64_t local = logits.shape.back(), vocab = local * static_cast<int64_t>(size);
+  for (int64_t r = 0; r < labels.numElements(); ++r) {
+    int64_t label = loadIndex(labels, r);
+    if (!(ignoreIndex && label == *ignoreIndex) && (label < 0 || label >= vocab))
+      return fail(name, "label " + std::to_string(label) + " (element " + std::to_string(r) +
+                            " of the labels) is outside [0, " + std::to_string(vocab) + ")");
+  }
+  return index * local;
+}
+
+} // namespace
+
+Status vocabCrossEntropy(comm::Communicator &comm, std::span<const uint32_t> axes,
+                         const TensorRef &logits, const TensorRef &labels,
+                         std::optional<int64_t> ignoreIndex, const TensorRef &out) {
+  const char *name = "CrossEntropy";
+  RETURN_IF_ERROR(detail::expectDtype(name, "output", out, logits.dtype));
+  ASSIGN_OR_RETURN(int64_t start, checkVocabLoss(name, comm, axes, logits, labels, ignoreIndex));
+  RETURN_IF_ERROR(detail::expectShape(name, "output", out, labels.shape));
+  return dispatchFloat(name, logits.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    ASSIGN_OR_RETURN(VocabStats s,
+                     vocabStats<T>(comm, axes, logits, labels, ignoreIndex, true, start));
+    for (int64_t r = 0; r < labels.numElements(); ++r) {
+      int64_t label = loadIndex(labels, r);
+      out.as<T>()[r] = ignoreIndex && label == *ignoreIndex
+                           ? T(0)
+                           : static_cast<T>(s.max[r] + std::log(s.sum[r]) - s.target[r]);
+    }
+    return Status::ok();
+  });
+}
+
+Status vocabCrossEntropyGrad(comm::Communicator &comm, std::span<const uint32_t> axes,
+                             const TensorRef &dloss, const TensorRef &logits,
+                             const TensorRef &labels, std::optional<int64_t> ignoreIndex,
+                             const TensorRef &dlogits) {
+  const char *name = "CrossEntropyGrad";
+  ASSIGN_OR_RETURN(int64_t start, checkVocabLoss(name, comm, axes, logits, labels, ignoreIndex));
+  RETURN_IF_ERROR(detail::expectDtype(name, "dloss", dloss, logits.dtype));
+  RETURN_IF_ERROR(detail::expectShape(name, "dloss", dloss, labels.shape));
+  RETURN_IF_ERROR(detail::expectDtype(name, "dlogits", dlogits, logits.dtype));
+  RETURN_IF_ERROR(detail::expectShape(name, "dlogits", dlogits, logits.shape));
+  int64_t local = logits.shape.back();
+  return dispatchFloat(name, logits.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    ASSIGN_OR_RETURN(VocabStats s,
+                     vocabStats<T>(comm, axes, logits, labels, ignoreIndex, false, start));
+    for (int64_t r = 0; r < labels.numElements(); ++r) {
+      int64_t label = loadIndex(labels, r);
+      T *out = dlogits.as<T>() + r * local;
+      if (ignoreIndex && label == *ignoreIndex) {
+        std::fill(out, out + local, T(0));
+        continue;
+      }
+      const T *row = logits.as<const T>() + r * local;
+      double dl = static_cast<double>(dloss.as<const T>()[r]);
+      for (int64_t j = 0; j < local; ++j) {
+        double p = std::exp(static_cast<double>(row[j]) - s.max[r]) / s.sum[r];
+        out[j] = static_cast<T>(dl * (p - (j + start == label ? 1.0 : 0.0)));
+      }
+    }
+    return Status::ok();
+  });
+}
+
+} // namespace megac::runtime::commops

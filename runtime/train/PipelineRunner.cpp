@@ -1,0 +1,385 @@
+// The pipeline runtime protocol of docs/pipeline.md: one rank's scheduled chunk steps.
+#include "runtime/train/PipelineRunner.h"
+
+#include "runtime/io/Float16.h"
+#include "runtime/plan/plan_generated.h"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace megac::runtime::train {
+
+using planner::ScheduleStep;
+using planner::StepKind;
+
+StatusOr<PipelineRun> pipelineRunForRank(const LoadedPlan &loaded, int rank) {
+  const megac::plan::Plan &plan = loaded.plan();
+  const megac::plan::Pipeline *pipeline = plan.pipeline();
+  if (!pipeline)
+    return Status::error("the plan has no pipeline (Plan.pipeline is absent)");
+  if (!plan.ranks() || rank < 0 || static_cast<size_t>(rank) >= plan.ranks()->size())
+    return Status::error("rank " + std::to_string(rank) + " is not in the plan's rank table (" +
+                         std::to_string(plan.ranks() ? plan.ranks()->size() : 0) + " ranks)");
+  uint32_t role = plan.ranks()->Get(rank)->role();
+  const megac::plan::Program *program = plan.programs()->Get(role);
+  if (!program->schedule() || program->schedule()->size() == 0)
+    return Status::error(describeProgram(*program, role) + " (rank " + std::to_string(rank) +
+                         ") has no pipeline schedule");
+
+  PipelineRun run;
+  run.stages = pipeline->stages();
+  run.chunks = int64_t(pipeline->stages()) * pipeline->virtual_stages();
+  run.microBatches = pipeline->micro_batches();
+  for (const megac::plan::ScheduleStep *step : *program->schedule())
+    run.steps.push_back(
+        {step->kind() == megac::plan::StepKind::Forward ? StepKind::forward : StepKind::backward,
+         step->chunk(), step->micro_batch()});
+  bool found = false;
+  if (plan.mesh() && plan.mesh()->axis_names())
+    for (uint32_t a = 0; a < plan.mesh()->axis_names()->size(); ++a)
+      if (plan.mesh()->axis_names()->Get(a)->string_view() == "pp") {
+        run.ppAxis = a;
+        found = true;
+      }
+  if (!found && run.stages > 1)
+    return Status::error("the plan's pipeline has " + std::to_string(run.stages) +
+                         " stages but its mesh has no axis named 'pp'");
+  return run;
+}
+
+namespace {
+
+std::string chunkFunction(StepKind kind, int64_t chunk) {
+  return (kind == StepKind::forward ? "forward.c" : "backward.c") + std::to_string(chunk);
+}
+
+// The ports carrying the tensors that cross the cut before `chunk`, named `base` ("act.c<c>" or
+// "grad.act.c<c>") or `base`.<i>, in the order they travel: `base` alone, then by i.
+std::vector<std::string> crossingPorts(const std::vector<std::string> &ports,
+                                       const std::string &base) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const std::string &name : ports) {
+    if (name == base) {
+      found.emplace_back(-1, name);
+      continue;
+    }
+    if (name.size() <= base.size() + 1 || !name.starts_with(base) || name[base.size()] != '.')
+      continue;
+    std::string_view index = std::string_view(name).substr(base.size() + 1);
+    if (index.size() > 9 || !std::all_of(index.begin(), index.end(),
+                                         [](unsigned char ch) { return std::isdigit(ch) != 0; }))
+      continue;
+    found.emplace_back(std::stoll(std::string(index)), name);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto &[index, name] : found)
+    out.push_back(std::move(name));
+  return out;
+}
+
+std::vector<std::string> withPrefix(const std::vector<std::string> &names,
+                                    const std::string &prefix) {
+  std::vector<std::string> out;
+  for (const std::string &name : names)
+    if (name.starts_with(prefix))
+      out.push_back(name);
+  return out;
+}
+
+StatusOr<double> sumAsDouble(const HostTensor &t) {
+  double sum = 0;
+  for (int64_t i = 0; i < t.numElements(); ++i) {
+    switch (t.dtype) {
+    case DType::f64:
+      sum += t.data<double>()[i];
+      break;
+    case DType::f32:
+      sum += t.data<float>()[i];
+      break;
+    case DType::bf16:
+      sum += bf16ToFloat(t.data<uint16_t>()[i]);
+      break;
+    case DType::f16:
+      sum += halfToFloat(t.data<uint16_t>()[i]);
+      break;
+    default:
+      return Status::error(std::string("output 'loss' must be a float tensor, got ") +
+                           dtypeName(t.dtype));
+    }
+  }
+  return sum;
+}
+
+// The ports of one chunk's two functions, looked up once per step kind.
+struct ChunkPorts {
+  std::vector<std::string> actIn, actOut;     // forward: received, sent (or empty)
+  std::vector<std::string> gradIn, gradOut;   // backward: received, sent (or empty)
+  std::vector<std::string> stashOut, stashIn; // forward's stash outputs, backward's inputs
+  bool forwardReadsData = false, backwardReadsData = false;
+};
+
+bool readsData(const std::vector<std::string> &inputs) {
+  return std::any_of(inputs.begin(), inputs.end(), [](const std::string &n) {
+    return !n.starts_with("act.c") && !n.starts_with("grad.act.c") && !n.starts_with("stash.c");
+  });
+}
+
+// One rank's state through one optimizer step.
+class Runner {
+public:
+  Runner(Executor &executor, comm::Communicator &comm, const PipelineRun &run)
+      : executor_(executor), comm_(comm), run_(run) {}
+
+  StatusOr<double> runAll();
+
+private:
+  Status prepare();
+  Status locate();
+  StatusOr<ChunkPorts> chunkPorts(int64_t c) const;
+  Status runStep(const ScheduleStep &step);
+  Status forward(int64_t c, int64_t m);
+  Status backward(int64_t c, int64_t m);
+  Status setData(int64_t m, bool reads);
+  int tag(int64_t c, int64_t m, StepKind dir) const {
+    return static_cast<int>((m * run_.chunks + c) * 2 + (dir == StepKind::forward ? 0 : 1));
+  }
+  int peerOfChunk(int64_t chunk) const { return peers_[chunk % run_.stages]; }
+  Status sendPorts(const std::vector<std::string> &ports, int64_t toChunk, int tag);
+  Status recvPorts(const std::vector<std::string> &ports, int64_t fromChunk, int tag);
+
+  Executor &executor_;
+  comm::Communicator &comm_;
+  const PipelineRun &run_;
+  int64_t stage_ = 0;
+  std::vector<int> peers_;              // rank of each stage, this rank's other coords
+  std::map<int64_t, ChunkPorts> ports_; // by chunk (this stage's)
+  std::map<std::pair<int64_t, int64_t>, TensorMap> stash_; // by (chunk, micro-batch)
+  std::map<int, std::deque<HostTensor>> loopback_;         // by tag, when the peer is this rank
+  int64_t dataMicroBatch_ = -1;
+  double loss_ = 0;
+};
+
+// This rank's stage and the rank of every stage with this rank's other mesh coordinates.
+Status Runner::locate() {
+  const comm::Mesh &mesh = comm_.mesh();
+  const int64_t rank = comm_.rank();
+  if (run_.stages == 1) {
+    peers_ = {comm_.rank()};
+  } else {
+    if (run_.ppAxis >= mesh.axisSizes.size() || mesh.axisNames.size() != mesh.axisSizes.size())
+      return Status::error("the pp axis index " + std::to_string(run_.ppAxis) +
+                           " is outside the communicator's mesh (" +
+                           std::to_string(mesh.axisSizes.size()) + " axes)");
+    if (mesh.axisSizes[run_.ppAxis] != run_.stages)
+      return Status::error("mesh axis '" + mesh.axisNames[run_.ppAxis] + "' has size " +
+                           std::to_string(mesh.axisSizes[run_.ppAxis]) + ", the pipeline " +
+                           std::to_string(run_.stages) + " stages");
+    // Row-major coordinates, axes slowest first (Communicator.h's Mesh).
+    int64_t size = 1;
+    for (int64_t s : mesh.axisSizes)
+      size *= s;
+    if (rank < 0 || rank >= size || comm_.size() != size)
+      return Status::error("rank " + std::to_string(rank) + " of " + std::to_string(comm_.size()) +
+                           " does not fit the mesh of " + std::to_string(size) + " ranks");
+    int64_t stride = 1;
+    for (size_t a = mesh.axisSizes.size(); a-- > run_.ppAxis + 1;)
+      stride *= mesh.axisSizes[a];
+    stage_ = (rank / stride) % run_.stages;
+    for (int64_t s = 0; s < run_.stages; ++s)
+      peers_.push_back(static_cast<int>(rank + (s - stage_) * stride));
+  }
+  return Status::ok();
+}
+
+// The ports of chunk c's two functions, checked against the chunk's place in the model.
+StatusOr<ChunkPorts> Runner::chunkPorts(int64_t c) const {
+  const int64_t rank = comm_.rank();
+  std::vector<std::string> functions = executor_.functionNames();
+  auto has = [&](const std::string &f) {
+    return std::find(functions.begin(), functions.end(), f) != functions.end();
+  };
+  std::string fwd = chunkFunction(StepKind::forward, c);
+  std::string bwd = chunkFunction(StepKind::backward, c);
+  for (const std::string &f : {fwd, bwd})
+    if (!has(f))
+      return Status::error("rank " + std::to_string(rank) + " (stage " + std::to_string(stage_) +
+                           ") has no function '" + f + "'");
+  ChunkPorts p;
+  std::vector<std::string> fwdIn = executor_.inputNames(fwd), fwdOut = executor_.outputNames(fwd),
+                           bwdIn = executor_.inputNames(bwd), bwdOut = executor_.outputNames(bwd);
+  std::string act = "act.c" + std::to_string(c), next = "act.c" + std::to_string(c + 1);
+  p.actIn = crossingPorts(fwdIn, act);
+  p.actOut = crossingPorts(fwdOut, next);
+  p.gradIn = crossingPorts(bwdIn, "grad." + next);
+  p.gradOut = crossingPorts(bwdOut, "grad." + act);
+  std::string stash = "stash.c" + std::to_string(c) + ".";
+  p.stashOut = withPrefix(fwdOut, stash);
+  p.stashIn = withPrefix(bwdIn, stash);
+  p.forwardReadsData = readsData(fwdIn);
+  p.backwardReadsData = readsData(bwdIn);
+  // Each cut must carry something both ways, except at the ends of the model.
+  std::string where = "rank " + std::to_string(rank) + ": ";
+  if ((c > 0) != !p.actIn.empty())
+    return Status::error(where + "'" + fwd + "' must " + (c > 0 ? "" : "not ") + "have input '" +
+                         act + "' (or '" + act + ".<i>')");
+  if ((c + 1 < run_.chunks) != !p.actOut.empty())
+    return Status::error(where + "'" + fwd + "' must " + (c + 1 < run_.chunks ? "" : "not ") +
+                         "have output '" + next + "' (or '" + next + ".<i>')");
+  if ((c + 1 < run_.chunks) != !p.gradIn.empty())
+    return Status::error(where + "'" + bwd + "' must " + (c + 1 < run_.chunks ? "" : "not ") +
+                         "have input 'grad." + next + "' (or 'grad." + next + ".<i>')");
+  if ((c > 0) != !p.gradOut.empty())
+    return Status::error(where + "'" + bwd + "' must " + (c > 0 ? "" : "not ") +
+                         "have output 'grad." + act + "' (or 'grad." + act + ".<i>')");
+  if (c + 1 == run_.chunks && !std::count(fwdOut.begin(), fwdOut.end(), "loss"))
+    return Status::error(where + "'" + fwd + "', the last chunk, has no output 'loss'");
+  for (const std::string &in : p.stashIn)
+    if (!std::count(p.stashOut.begin(), p.stashOut.end(), in))
+      return Status::error(where + "'" + bwd + "' reads '" + in + "', which '" + fwd +
+                           "' does not output");
+  return p;
+}
+
+Status Runner::prepare() {
+  if (run_.stages <= 0 || run_.chunks <= 0 || run_.chunks % run_.stages != 0)
+    return Status::error("pipeline chunks (" + std::to_string(run_.chunks) +
+                         ") must be a positive multiple of the stages (" +
+                         std::to_string(run_.stages) + ")");
+  if (run_.microBatches <= 0 ||
+      (run_.microBatches * run_.chunks + run_.chunks) * 2 > static_cast<int64_t>(INT_MAX))
+    return Status::error("pipeline micro-batches (" + std::to_string(run_.microBatches) +
+                         ") must be positive and give tags below 2^31");
+
+  RETURN_IF_ERROR(locate());
+  const int64_t rank = comm_.rank();
+  std::string error;
+  planner::PipelineShape shape{run_.stages, run_.chunks / run_.stages, run_.microBatches};
+  if (!planner::checkStageSchedule(shape, stage_, run_.steps, &error))
+    return Status::error("rank " + std::to_string(rank) + ": " + error);
+
+  for (int64_t c = stage_; c < run_.chunks; c += run_.stages) {
+    ASSIGN_OR_RETURN(ports_[c], chunkPorts(c));
+  }
+  return Status::ok();
+}
+
+Status Runner::setData(int64_t m, bool reads) {
+  if (!reads || !run_.setDataInputs || m == dataMicroBatch_)
+    return Status::ok();
+  RETURN_IF_ERROR(run_.setDataInputs(m)) << " (setting the micro-batch's data inputs)";
+  dataMicroBatch_ = m;
+  return Status::ok();
+}
+
+Status Runner::sendPorts(const std::vector<std::string> &ports, int64_t toChunk, int tag) {
+  int peer = peerOfChunk(toChunk);
+  for (const std::string &name : ports) {
+    ASSIGN_OR_RETURN(HostTensor value, executor_.output(name));
+    if (peer == comm_.rank()) {
+      loopback_[tag].push_back(std::move(value));
+      continue;
+    }
+    RETURN_IF_ERROR(comm_.send(peer, tag, value.bytes.data(), value.bytes.size()))
+        << " (sending '" << name << "' to rank " << peer << ", tag " << tag << ")";
+  }
+  return Status::ok();
+}
+
+Status Runner::recvPorts(const std::vector<std::string> &ports, int64_t fromChunk, int tag) {
+  int peer = peerOfChunk(fromChunk);
+  for (const std::string &name : ports) {
+    ASSIGN_OR_RETURN(TensorInfo info, executor_.inputInfo(name));
+    HostTensor value = HostTensor::zeros(info.dtype, info.shape);
+    if (peer == comm_.rank()) {
+      auto it = loopback_.find(tag);
+      if (it == loopback_.end() || it->second.empty())
+        return Status::error("'" + name + "' was not produced by chunk " +
+                             std::to_string(fromChunk) + " before it is needed");
+      if (it->second.front().bytes.size() != value.bytes.size())
+        return Status::error("'" + name + "' has " +
+                             std::to_string(it->second.front().bytes.size()) +
+                             " bytes from chunk " + std::to_string(fromChunk) + ", expected " +
+                             std::to_string(value.bytes.size()));
+      value.bytes = std::move(it->second.front().bytes);
+      it->second.pop_front();
+      if (it->second.empty())
+        loopback_.erase(it);
+    } else {
+      RETURN_IF_ERROR(comm_.recv(peer, tag, value.bytes.data(), value.bytes.size()))
+          << " (receiving '" << name << "' from rank " << peer << ", tag " << tag << ")";
+    }
+    RETURN_IF_ERROR(executor_.setInput(name, value));
+  }
+  return Status::ok();
+}
+
+Status Runner::forward(int64_t c, int64_t m) {
+  const ChunkPorts &p = ports_.at(c);
+  RETURN_IF_ERROR(setData(m, p.forwardReadsData));
+  if (c > 0)
+    RETURN_IF_ERROR(recvPorts(p.actIn, c - 1, tag(c, m, StepKind::forward)));
+  RETURN_IF_ERROR(executor_.run(chunkFunction(StepKind::forward, c)));
+  TensorMap &kept = stash_[{c, m}];
+  for (const std::string &name : p.stashIn) { // stashes the backward does not read are dropped
+    ASSIGN_OR_RETURN(HostTensor value, executor_.output(name));
+    kept[name] = std::move(value);
+  }
+  if (c + 1 < run_.chunks)
+    return sendPorts(p.actOut, c + 1, tag(c + 1, m, StepKind::forward));
+  ASSIGN_OR_RETURN(HostTensor loss, executor_.output("loss"));
+  ASSIGN_OR_RETURN(double value, sumAsDouble(loss));
+  loss_ += value;
+  return Status::ok();
+}
+
+Status Runner::backward(int64_t c, int64_t m) {
+  const ChunkPorts &p = ports_.at(c);
+  RETURN_IF_ERROR(setData(m, p.backwardReadsData));
+  auto kept = stash_.find({c, m});
+  if (kept == stash_.end()) // checkStageSchedule puts every forward before its backward
+    return Status::error("no stashed values (internal error)");
+  for (const auto &[name, value] : kept->second)
+    RETURN_IF_ERROR(executor_.setInput(name, value));
+  stash_.erase(kept);
+  if (c + 1 < run_.chunks)
+    RETURN_IF_ERROR(recvPorts(p.gradIn, c + 1, tag(c + 1, m, StepKind::backward)));
+  RETURN_IF_ERROR(executor_.run(chunkFunction(StepKind::backward, c)));
+  if (c > 0)
+    RETURN_IF_ERROR(sendPorts(p.gradOut, c - 1, tag(c, m, StepKind::backward)));
+  return Status::ok();
+}
+
+Status Runner::runStep(const ScheduleStep &step) {
+  Status status = step.kind == StepKind::forward ? forward(step.chunk, step.microBatch)
+                                                 : backward(step.chunk, step.microBatch);
+  if (status.isOk())
+    return status;
+  return Status::error(planner::describeStep(step) + ": " + status.message());
+}
+
+StatusOr<double> Runner::runAll() {
+  RETURN_IF_ERROR(prepare());
+  RETURN_IF_ERROR(executor_.zeroState("grad."));
+  for (const ScheduleStep &step : run_.steps)
+    RETURN_IF_ERROR(runStep(step));
+  RETURN_IF_ERROR(comm_.flushSends()) << " (at the end of the pipeline schedule)";
+  return loss_;
+}
+
+} // namespace
+
+StatusOr<double> runPipelinedMicroBatches(Executor &executor, comm::Communicator &comm,
+                                          const PipelineRun &run) {
+  Runner runner(executor, comm, run);
+  return runner.runAll();
+}
+
+} // namespace megac::runtime::train

@@ -1,0 +1,54 @@
+// One rank's part of a pipelined optimizer step (docs/pipeline.md, "Runtime protocol"): runs the
+// stage's scheduled forward.c<c>/backward.c<c> steps, moving activations and their gradients
+// between stages and keeping stashed residuals per (chunk, micro-batch). No MLIR, no MPI: the
+// executor and the communicator are interfaces.
+#pragma once
+
+#include "planner/PipelineSchedule.h"
+#include "runtime/Status.h"
+#include "runtime/comm/Communicator.h"
+#include "runtime/exec/Executor.h"
+#include "runtime/plan/PlanLoader.h"
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace megac::runtime::train {
+
+/// What one rank runs in one optimizer step.
+struct PipelineRun {
+  /// This rank's stage's steps, in execution order (the plan's Program.schedule).
+  std::vector<planner::ScheduleStep> steps;
+  int64_t stages = 1;       // pp
+  int64_t chunks = 1;       // stages * virtual stages; chunk c runs on stage c % stages
+  int64_t microBatches = 1; // per optimizer step
+  /// The pp axis: an index into comm.mesh() (unused when stages == 1). Peers are this rank with
+  /// its coordinate on that axis replaced by the peer stage.
+  uint32_t ppAxis = 0;
+  /// Sets the data inputs of a micro-batch (those of input_ids, labels, loss_normalizer that
+  /// executor.inputNames() lists). Called before a step whose function reads an input other
+  /// than act.*, grad.act.* and stash.*, when the micro-batch differs from the last one set
+  /// (inputs persist in the executor). May be empty when the caller set them once for all.
+  std::function<Status(int64_t microBatch)> setDataInputs;
+};
+
+/// The run of `rank` in a pipelined plan: its program's schedule, Plan.pipeline's stages,
+/// virtual stages and micro-batches, and the mesh axis named "pp". setDataInputs is left empty.
+/// Errors if the plan has no pipeline or the rank's program no schedule.
+StatusOr<PipelineRun> pipelineRunForRank(const LoadedPlan &plan, int rank);
+
+/// Runs `run.steps` on this rank (docs/pipeline.md): zeroes the "grad." state, then for each
+/// step receives the activations (or their gradients) from the neighbouring chunk's stage,
+/// runs forward.c<c> or backward.c<c>, sends its activations (gradients) on, and finally waits
+/// for every send (flushSends). Returns the sum of the `loss` outputs of the last chunk over the
+/// micro-batches (0 on other stages). The caller then runs apply_gradients.
+///
+/// Ports: act.c<c> (or act.c<c>.<i>, sent in order of i) with tag (m*chunks + c)*2, grad.act.c<c>
+/// (.<i>) with tag (m*chunks + c)*2 + 1; stash.c<c>.* outputs of forward.c<c> are kept per
+/// micro-batch and set as backward.c<c>'s inputs. Transfers between chunks of one stage
+/// (stages == 1) stay local. An error names the step: "backward of chunk 3, micro-batch 5: ...".
+StatusOr<double> runPipelinedMicroBatches(Executor &executor, comm::Communicator &comm,
+                                          const PipelineRun &run);
+
+} // namespace megac::runtime::train

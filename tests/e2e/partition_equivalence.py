@@ -1,0 +1,559 @@
+"""Every partitioned layout trains exactly like one rank (issue 5's equivalence suite).
+
+For each model config, `megac train` runs once on one rank (the oracle, docs/pipeline.md and
+tests TESTING.md) and once per layout (--ranks N --tp --pp --dp [--vpp --sequence-parallel
+--zero 1 --recompute ... --schedule ...], MPI ranks oversubscribed on the CPU), on the same data,
+seed and hyperparameters (AdamW lr 1e-3, eps 1e-8, weight decay 0.1, clip-grad 1.0 so that the
+partitioned global norm matters, constant lr), and the suite compares:
+  fp64, 10 steps: every step's loss and grad_norm within 1e-10 relative; every final parameter
+        ||p - p_ref|| <= 1e-9 * ||p_ref|| + 1e-12 * sqrt(n); step 1's gradients within the
+        same bound.
+  fp32, 10 steps: every step's loss and grad_norm within 1e-5 relative; step 1's gradients
+        ||g - g_ref|| <= 1e-5 * ||g_ref|| + 1e-7 * sqrt(n) (final fp32 parameters are not
+        compared: roundoff in a near-zero gradient moves Adam's update by up to lr, TESTING.md).
+  bf16/fp16 (group "mixed"), 10 steps: losses and grad_norms within 2e-3 relative, the same
+        loss scales and skipped steps (fp16 starts at scale 2^20, so the first steps overflow),
+        step 1's gradients within 5e-2 (bf16) / 2e-2 (fp16) relative, overflowed elements in the
+        same places.
+The tolerances are roundoff bounds: a layout computes the same sums in another order (all-reduce
+of tensor-parallel partial products, micro-batch accumulation, dp reduction), nothing else.
+Every run also logs grad_norm (checked like the loss: the norm over shards counts each element
+once) and must say it ran "N ranks (tp T, pp P, dp D)". A control run (tp 2 with lr * (1 + 1e-6))
+must fail the fp64 parameter bound, showing the bounds can tell a wrong update.
+
+Models (all tiny, built at test time):
+  gpt   zoo gpt:layers=4,hidden=16,heads=4,seq=8,vocab=32 (causal LM)
+  bert  zoo bert:layers=2,hidden=16,heads=4,seq=8,vocab=32 (masked LM, seeded masks)
+  onnx  tests/e2e/torch_models.GptModel(layers=2, hidden=16, heads=4, seq=8, vocab=32)
+        exported by PyTorch (fused qkv, tied head), trained from its own initializers
+  gpt-untied, gpt-v30 (vocab 30: tp 4 keeps the table whole), gpt-ffn24 (tanh GELU), t5
+        (zoo t5:layers=2,hidden=16,heads=4,seq=4,dec_seq=4,vocab=32, seq2seq)
+Data: examples/tiny-corpus.npy re-cut into rows of S+1 = 9 tokens (byte -> rank of the byte among
+the corpus's distinct bytes, mod 32), so every layout reads real text.
+
+Global batch 8; --micro-batch is per data-parallel rank and chosen so that a step has 2
+micro-batches unless the layout says otherwise (the accumulation layouts use 1 row per rank).
+
+usage: partition_equivalence.py --megac build/bin/megac --workdir DIR
+           [--quick | --full | --group NAME ...] [--only SUBSTRING] [--timeout S]
+  groups: quick (CI subset), grid (every (tp, pp, dp) in {1,2,4}^3 with 1 < tp*pp*dp <= 8),
+          features (sequence parallel, ZeRO-1, vpp, recompute, accumulation, gpipe), bert, onnx,
+          models (untied head, vocab not divisible by tp, ffn 24 + tanh GELU, T5),
+          mixed (bf16 and fp16 layouts against the 1-rank run of the same precision).
+  --full runs every group. Default: --quick.
+Prints one table row per (layout, precision): max relative loss / grad_norm difference, the
+worst parameter or gradient ||diff|| / bound and PASS/FAIL; exits 1 on any failure, 77 (skip)
+when mpirun is missing. Runs with Debian's /usr/bin/python3 (numpy; torch for the onnx group).
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_ROOT = os.path.dirname(os.path.dirname(HERE))
+CORPUS = os.path.join(SOURCE_ROOT, "examples", "tiny-corpus.npy")
+SKIP = 77
+
+SEQ, VOCAB = 8, 32
+GLOBAL_BATCH = 8
+STEPS = 10
+HYPER = ["--lr", "1e-3", "--adam-eps", "1e-8", "--adam-beta1", "0.9", "--adam-beta2", "0.999",
+         "--weight-decay", "0.1", "--clip-grad", "1.0", "--lr-schedule", "constant",
+         "--seed", "3"]
+
+# precision -> loss/grad_norm rtol, (param rtol, atol) or None, (step-1 grad rtol, atol)
+TOLERANCES = {
+    "fp64": dict(loss=1e-10, param=(1e-9, 1e-12), grad=(1e-9, 1e-12)),
+    "fp32": dict(loss=1e-5, param=None, grad=(1e-5, 1e-7)),
+    # Mixed precision (group "mixed"): half activations are rounded after every op (2^-8
+    # relative for bf16, 2^-11 for fp16), and a layout rounds its partial sums before adding
+    # them, so values differ by a few half ulps; the losses (f32) by much less. fp16 gradients
+    # are saved loss-scaled (the same scale on every layout, checked exactly).
+    "bf16": dict(loss=2e-3, param=None, grad=(5e-2, 1e-6)),
+    "fp16": dict(loss=2e-3, param=None, grad=(2e-2, 1e-6)),
+}
+
+
+# --- a tiny safetensors reader (the safetensors package is not installed) -----------------------
+DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
+          "I32": np.int32, "BOOL": np.bool_}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (header_len,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + header_len])
+    base = 8 + header_len
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        out[name] = np.frombuffer(data[base + begin:base + end],
+                                  dtype=DTYPES[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
+# --- layouts -------------------------------------------------------------------------------------
+class Layout:
+    def __init__(self, tp=1, pp=1, dp=1, vpp=1, sp=False, zero=0, recompute="none", micro=None,
+                 schedule=None, extra=(), tag=None):
+        self.tp, self.pp, self.dp, self.vpp = tp, pp, dp, vpp
+        self.extra, self.tag = list(extra), tag
+        self.sp, self.zero, self.recompute, self.schedule = sp, zero, recompute, schedule
+        # Rows per data-parallel rank and micro-batch: 2 micro-batches per step by default.
+        self.micro = micro if micro is not None else max(1, GLOBAL_BATCH // (2 * dp))
+
+    @property
+    def ranks(self):
+        return self.tp * self.pp * self.dp
+
+    @property
+    def micro_batches(self):
+        return GLOBAL_BATCH // (self.micro * self.dp)
+
+    def name(self):
+        parts = [f"tp{self.tp}.pp{self.pp}.dp{self.dp}"]
+        if self.vpp > 1:
+            parts.append(f"vpp{self.vpp}")
+        if self.sp:
+            parts.append("sp")
+        if self.zero:
+            parts.append(f"zero{self.zero}")
+        if self.recompute != "none":
+            parts.append(f"rc-{self.recompute}")
+        if self.schedule:
+            parts.append(self.schedule)
+        parts.append(f"m{self.micro_batches}")
+        if self.tag:
+            parts.append(self.tag)
+        return "+".join(parts)
+
+    def argv(self):
+        argv = ["--micro-batch", str(self.micro), *self.extra]
+        if self.ranks == 1:
+            return argv
+        argv += ["--ranks", str(self.ranks), "--tp", str(self.tp), "--pp", str(self.pp),
+                 "--dp", str(self.dp), "--comm-timeout", "30"]
+        if self.vpp > 1:
+            argv += ["--vpp", str(self.vpp)]
+        if self.sp:
+            argv.append("--sequence-parallel")
+        if self.zero:
+            argv += ["--zero", str(self.zero)]
+        if self.recompute != "none":
+            argv += ["--recompute", self.recompute]
+        if self.schedule:
+            argv += ["--schedule", self.schedule]
+        return argv
+
+
+def grid_layouts(layers):
+    """Every (tp, pp, dp) in {1,2,4}^3 with 1 < tp*pp*dp <= 8 and pp <= layers."""
+    out = []
+    for tp in (1, 2, 4):
+        for pp in (1, 2, 4):
+            for dp in (1, 2, 4):
+                if 1 < tp * pp * dp <= 8 and pp <= layers:
+                    out.append(Layout(tp=tp, pp=pp, dp=dp))
+    return out
+
+
+def feature_layouts():
+    return [
+        Layout(tp=2, sp=True),
+        Layout(tp=2, dp=2, sp=True),
+        Layout(tp=4, sp=True),
+        Layout(tp=2, pp=2, sp=True),
+        Layout(dp=2, zero=1),
+        Layout(dp=4, zero=1),
+        Layout(tp=2, dp=2, zero=1),
+        Layout(tp=2, dp=2, sp=True, zero=1),
+        Layout(pp=2, dp=2, zero=1),
+        Layout(pp=2, vpp=2),
+        Layout(pp=2, vpp=2, dp=2),
+        Layout(pp=2, vpp=2, micro=1),
+        Layout(tp=2, pp=2, vpp=2),
+        Layout(pp=2, recompute="selective"),
+        Layout(pp=2, recompute="full"),
+        Layout(tp=2, recompute="selective"),
+        Layout(tp=2, dp=2, recompute="full"),
+        Layout(tp=2, dp=2, micro=1),           # 4 micro-batches accumulated
+        Layout(pp=2, dp=2, micro=1),           # 4 micro-batches through the pipeline
+        Layout(pp=4, micro=1),                 # 8 micro-batches, 4 stages
+        Layout(pp=2, schedule="gpipe"),
+        # More chunks than the 4 layers: cuts inside a layer (after a residual add).
+        Layout(pp=2, vpp=4),
+        Layout(pp=8, micro=1),
+    ]
+
+
+def quick_layouts():
+    return [
+        Layout(tp=2), Layout(pp=2), Layout(dp=2), Layout(tp=2, pp=2, dp=2),
+        Layout(tp=2, sp=True), Layout(dp=2, zero=1), Layout(pp=2, vpp=2),
+        Layout(pp=2, recompute="full"), Layout(tp=2, dp=2, micro=1),
+    ]
+
+
+GPT = dict(name="gpt", spec=f"gpt:layers=4,hidden=16,heads=4,seq={SEQ},vocab={VOCAB}", layers=4,
+           vocab=VOCAB)
+BERT = dict(name="bert", spec=f"bert:layers=2,hidden=16,heads=4,seq={SEQ},vocab={VOCAB}",
+            layers=2, vocab=VOCAB)
+ONNX = dict(name="onnx", spec=None, layers=2, vocab=VOCAB)
+# Variants (group "models"): an untied head (no embedding shared between pipeline stages), a
+# vocab that tp = 4 does not divide (the table stays whole on every rank, with a warning), tanh
+# GELU and a non-default ffn, and T5 (encoder-decoder, seq2seq: encoder row[:4], decoder
+# row[4:8] predicting row[5:9]).
+GPT_UNTIED = dict(name="gpt-untied",
+                  spec=f"gpt:layers=2,hidden=16,heads=4,seq={SEQ},vocab={VOCAB},tied=0",
+                  layers=2, vocab=VOCAB)
+GPT_V30 = dict(name="gpt-v30", spec=f"gpt:layers=2,hidden=16,heads=4,seq={SEQ},vocab=30",
+               layers=2, vocab=30)
+GPT_FFN = dict(name="gpt-ffn24",
+               spec=f"gpt:layers=2,hidden=16,heads=4,ffn=24,seq={SEQ},vocab={VOCAB},gelu=tanh",
+               layers=2, vocab=VOCAB)
+T5 = dict(name="t5", spec=f"t5:layers=2,hidden=16,heads=4,seq=4,dec_seq=4,vocab={VOCAB}",
+          layers=4, vocab=VOCAB)
+
+
+def bert_layouts():
+    return [Layout(tp=2), Layout(pp=2), Layout(dp=2), Layout(tp=2, sp=True),
+            Layout(tp=2, pp=2, dp=2), Layout(dp=2, zero=1), Layout(tp=4)]
+
+
+def plan(groups):
+    """(model, layout, precisions) triples, without duplicates, in a stable order."""
+    cases = []
+    if "quick" in groups:
+        cases += [(GPT, layout, ("fp64",)) for layout in quick_layouts()]
+        cases += [(GPT, Layout(tp=2, pp=2, dp=2), ("fp32",)),
+                  (GPT, Layout(tp=2, sp=True), ("fp32",)),
+                  (GPT, CONTROL, ("fp64",))]
+    if "grid" in groups:
+        cases += [(GPT, layout, ("fp64", "fp32")) for layout in grid_layouts(GPT["layers"])]
+    if "features" in groups:
+        cases += [(GPT, layout, ("fp64", "fp32")) for layout in feature_layouts()]
+    if "bert" in groups:
+        cases += [(BERT, layout, ("fp64", "fp32")) for layout in bert_layouts()]
+    if "onnx" in groups:
+        cases += [(ONNX, Layout(tp=2, pp=2), ("fp64", "fp32")),
+                  (ONNX, Layout(tp=2), ("fp64",)),
+                  (ONNX, Layout(tp=2, dp=2, sp=True), ("fp64",))]
+    if "models" in groups:
+        cases += [(GPT_UNTIED, layout, ("fp64",))
+                  for layout in (Layout(pp=2), Layout(tp=2), Layout(tp=2, pp=2, dp=2))]
+        cases += [(GPT_V30, layout, ("fp64",))
+                  for layout in (Layout(tp=4), Layout(tp=2), Layout(tp=4, sp=True))]
+        cases += [(GPT_FFN, layout, ("fp64",)) for layout in (Layout(tp=4), Layout(tp=2, pp=2))]
+        cases += [(T5, layout, ("fp64", "fp32"))
+                  for layout in (Layout(tp=2), Layout(dp=2), Layout(pp=2), Layout(tp=2, dp=2),
+                                 Layout(tp=2, sp=True))]
+    if "mixed" in groups:
+        for precision in ("bf16", "fp16"):
+            cases += [(GPT, layout, (precision,))
+                      for layout in (Layout(tp=2), Layout(pp=2), Layout(dp=2),
+                                     Layout(tp=2, pp=2, dp=2), Layout(tp=2, sp=True),
+                                     Layout(dp=2, zero=1), Layout(pp=2, vpp=2))]
+    seen, out = set(), []
+    for model, layout, precisions in cases:
+        for precision in precisions:
+            key = (model["name"], layout.name(), precision)
+            if key not in seen:
+                seen.add(key)
+                out.append((model, layout, precision))
+    return out
+
+
+# The control: the same layout with lr * (1 + 1e-6) (the later --lr wins) must fail the fp64
+# bounds, or the comparison could not tell a wrong update from a right one.
+CONTROL = Layout(tp=2, extra=["--lr", "1.000001e-3"], tag="control-lr")
+
+
+# --- data and models -----------------------------------------------------------------------------
+def make_tokens(workdir, vocab):
+    """tiny-corpus.npy's text, cut into rows of SEQ+1 tokens of a `vocab`-sized alphabet."""
+    corpus = np.load(CORPUS)
+    text = np.concatenate([corpus[0]] + [row[1:] for row in corpus[1:]])  # undo the overlap
+    alphabet = np.unique(text)
+    ids = (np.searchsorted(alphabet, text) % vocab).astype(np.int32)
+    rows = (len(ids) - 1) // SEQ
+    data = np.stack([ids[i * SEQ:i * SEQ + SEQ + 1] for i in range(rows)])
+    path = os.path.join(workdir, f"tokens-v{vocab}.npy")
+    np.save(path, data)
+    return path
+
+
+def export_onnx(workdir):
+    """torch_models.GptModel as train_test.py exports it: names and the tied head survive."""
+    import torch
+    sys.path.insert(0, HERE)
+    from torch_models import GptModel
+    torch.manual_seed(1234)
+    model = GptModel(layers=ONNX["layers"], hidden=16, heads=4, seq=SEQ, vocab=VOCAB)
+    path = os.path.join(workdir, "gpt.onnx")
+    ids = torch.randint(0, VOCAB, (2, SEQ), dtype=torch.long)
+    torch.onnx.export(model, (ids,), path, input_names=["input_ids"], output_names=["logits"],
+                      opset_version=17, do_constant_folding=False,
+                      training=torch.onnx.TrainingMode.TRAINING,
+                      dynamic_axes={"input_ids": {0: "batch"}})
+    return path
+
+
+# --- running megac -------------------------------------------------------------------------------
+class RunError(Exception):
+    pass
+
+
+# fp16 starts from a scale that overflows for the first steps (skipped, the scale halves), so
+# the layouts must agree on which steps overflow.
+PRECISION_ARGS = {"fp16": ["--initial-loss-scale", "1048576"]}
+
+
+def megac_train(megac, model_args, data, rundir, layout, precision, timeout):
+    os.makedirs(rundir, exist_ok=True)
+    log = os.path.join(rundir, "log.jsonl")
+    weights = os.path.join(rundir, "weights.safetensors")
+    grads = os.path.join(rundir, "grads.safetensors")
+    for path in (log, weights, grads):
+        if os.path.exists(path):
+            os.remove(path)
+    argv = [megac, "train", *model_args, "--data", data, "--steps", str(STEPS),
+            "--global-batch", str(GLOBAL_BATCH), *HYPER, "--precision", precision,
+            "--threads", "1", *PRECISION_ARGS.get(precision, []), "--log-json", log, "--save-weights", weights,
+            "--save-grads", grads, *layout.argv()]
+    with open(os.path.join(rundir, "command.txt"), "w") as f:
+        f.write(" ".join(argv) + "\n")
+    start = time.time()
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RunError(f"timed out after {timeout} s: {' '.join(argv)}")
+    elapsed = time.time() - start
+    with open(os.path.join(rundir, "output.txt"), "w") as f:
+        f.write(result.stdout + result.stderr)
+    if result.returncode != 0:
+        lines = (result.stdout + result.stderr).strip().splitlines()
+        # megac's own errors (one per rank, often the same) rather than mpirun's banner.
+        errors = list(dict.fromkeys(l for l in lines if "error" in l and "[warn]" not in l))
+        tail = "\n".join(errors[:6] if errors else lines[-12:])
+        raise RunError(f"exit {result.returncode}: {' '.join(argv)}\n{tail}")
+    for path in (log, weights, grads):
+        if not os.path.exists(path):
+            raise RunError(f"{os.path.basename(path)} was not written: {' '.join(argv)}")
+    # The run must have used the layout (not silently one rank): megac's first line says
+    # "... N ranks (tp T, pp P, dp D) ...".
+    if layout.ranks > 1:
+        said = f"{layout.ranks} ranks (tp {layout.tp}, pp {layout.pp}, dp {layout.dp})"
+        if said not in result.stdout:
+            raise RunError(f"the output does not say '{said}': {' '.join(argv)}\n"
+                           f"{result.stdout.splitlines()[0] if result.stdout else ''}")
+    with open(log) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return dict(records=records, weights=read_safetensors(weights), grads=read_safetensors(grads),
+                seconds=elapsed)
+
+
+def compare_tensors(got, want, rtol, atol, what):
+    """Worst ||diff|| / bound over the tensors, and the problems."""
+    problems = []
+    if set(got) != set(want):
+        problems.append(f"{what}: tensors {sorted(set(got) ^ set(want))} differ from the "
+                        "1-rank run's")
+    worst, worst_name = 0.0, None
+    for name in sorted(set(got) & set(want)):
+        g, w = got[name], want[name]
+        if g.shape != w.shape or g.dtype != w.dtype:
+            problems.append(f"{what} {name}: {g.dtype} {list(g.shape)}, 1 rank {w.dtype} "
+                            f"{list(w.shape)}")
+            continue
+        g64, w64 = g.astype(np.float64).ravel(), w.astype(np.float64).ravel()
+        # An overflowed fp16 step has inf/nan gradients: the layout must overflow in the same
+        # elements (same values); the finite rest is compared.
+        bad = ~np.isfinite(w64)
+        same = np.array_equal(np.isfinite(g64), ~bad) and np.array_equal(
+            np.nan_to_num(g64[bad], nan=0.0), np.nan_to_num(w64[bad], nan=0.0))
+        if not same:
+            problems.append(f"{what} {name}: non-finite values in other places than the 1-rank "
+                            f"run's ({int((~np.isfinite(g64)).sum())} vs {int(bad.sum())})")
+            worst = math.inf
+            continue
+        g64, w64 = g64[~bad], w64[~bad]
+        diff = np.linalg.norm(g64 - w64)
+        bound = rtol * np.linalg.norm(w64) + atol * math.sqrt(w64.size)
+        ratio = diff / bound
+        if ratio > worst:
+            worst, worst_name = ratio, name
+        if diff > bound:
+            problems.append(f"{what} {name}: ||diff|| = {diff:.3e} > {bound:.3e} "
+                            f"(||ref|| = {np.linalg.norm(w64):.3e})")
+    return worst, worst_name, problems
+
+
+def compare(run, ref, precision):
+    tol = TOLERANCES[precision]
+    problems = []
+    steps = [r["step"] for r in run["records"]]
+    if steps != list(range(1, STEPS + 1)):
+        return dict(loss=math.inf, norm=math.inf, param=math.inf, grad=math.inf,
+                    problems=[f"logged steps {steps}, expected 1..{STEPS}"])
+    loss_rel = norm_rel = 0.0
+    for r, q in zip(run["records"], ref["records"]):
+        # The loss scale and the skipped (overflowed) steps must be the same decisions.
+        for key in ("loss_scale", "skipped"):
+            if r.get(key) != q.get(key):
+                problems.append(f"step {r['step']}: {key} {r.get(key)!r}, 1 rank {q.get(key)!r}")
+        for key in ("loss", "grad_norm"):
+            a, b = r[key], q[key]
+            if a is None or b is None:  # a skipped fp16 step logs no norm
+                if (a is None) != (b is None):
+                    problems.append(f"step {r['step']}: {key} {a!r}, 1 rank {b!r}")
+                continue
+            rel = abs(a - b) / abs(b) if b != 0 else abs(a - b)
+            if not math.isfinite(a):
+                rel = math.inf
+            if key == "loss":
+                loss_rel = max(loss_rel, rel)
+            else:
+                norm_rel = max(norm_rel, rel)
+            if not rel <= tol["loss"]:
+                problems.append(f"step {r['step']}: {key} {a!r}, 1 rank {b!r} (relative "
+                                f"{rel:.2e} > {tol['loss']:g})")
+    param = grad = None
+    if tol["param"]:
+        param, pname, p = compare_tensors(run["weights"], ref["weights"], *tol["param"],
+                                          "final parameter")
+        problems += p
+    grad, gname, p = compare_tensors(run["grads"], ref["grads"], *tol["grad"], "step-1 gradient")
+    problems += p
+    return dict(loss=loss_rel, norm=norm_rel, param=param, grad=grad, problems=problems)
+
+
+def fmt(x):
+    if x is None:
+        return "-"
+    if x == math.inf:
+        return "inf"
+    return f"{x:.2e}" if x < 1e-2 or x >= 1e3 else f"{x:.3f}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--megac", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--full", action="store_true")
+    parser.add_argument("--group", action="append", default=[],
+                        choices=["quick", "grid", "features", "bert", "onnx", "models", "mixed"])
+    parser.add_argument("--only", help="run only the layouts whose name contains this")
+    parser.add_argument("--timeout", type=int, default=300, help="seconds per megac run")
+    args = parser.parse_args()
+
+    groups = set(args.group)
+    if args.full:
+        groups |= {"quick", "grid", "features", "bert", "onnx", "models", "mixed"}
+    if args.quick or not groups:
+        groups.add("quick")
+
+    if shutil.which("mpirun") is None:
+        print("SKIP: mpirun is not on PATH (Debian: openmpi-bin); the layouts need MPI ranks")
+        return SKIP
+    megac = os.path.abspath(args.megac)
+    help_text = subprocess.run([megac, "train", "--help"], capture_output=True, text=True)
+    if "--ranks" not in help_text.stdout + help_text.stderr:
+        print(f"FAIL: {megac} train --help does not mention --ranks: this megac cannot train "
+              "partitioned layouts")
+        return 1
+
+    workdir = os.path.abspath(args.workdir)
+    os.makedirs(workdir, exist_ok=True)
+    data = {v: make_tokens(workdir, v) for v in sorted({c[0]["vocab"] for c in plan(groups)})}
+    cases = plan(groups)
+    if args.only:
+        cases = [c for c in cases if args.only in c[1].name() or args.only == c[0]["name"]]
+    print(f"groups: {', '.join(sorted(groups))}; {len(cases)} runs against 1-rank references; "
+          f"{STEPS} steps, global batch {GLOBAL_BATCH}, seq {SEQ}, vocab {VOCAB}")
+
+    model_args = {}
+    skipped = []
+    if any(m["name"] == "onnx" for m, _, _ in cases):
+        try:
+            model_args["onnx"] = [export_onnx(workdir)]
+        except ImportError as e:
+            skipped.append(f"onnx: torch/onnx not importable ({e})")
+            cases = [c for c in cases if c[0]["name"] != "onnx"]
+    for m in (GPT, BERT, GPT_UNTIED, GPT_V30, GPT_FFN, T5):
+        model_args[m["name"]] = ["--model", m["spec"]]
+
+    references = {}
+    rows, failures = [], 0
+    header = (f"{'model':<10} {'layout':<34} {'prec':<5} {'ranks':>5} {'loss rel':>9} "
+              f"{'norm rel':>9} {'param':>8} {'grad':>8} {'time':>6}  result")
+    print(header)
+    print("-" * len(header))
+    sys.stdout.flush()
+    start_all = time.time()
+    for model, layout, precision in cases:
+        key = (model["name"], precision)
+        problems = []
+        result = None
+        try:
+            if key not in references:
+                references[key] = megac_train(
+                    megac, model_args[model["name"]], data[model["vocab"]],
+                    os.path.join(workdir, model["name"], precision, "reference"),
+                    Layout(micro=GLOBAL_BATCH // 2), precision, args.timeout)
+            ref = references[key]
+            run = megac_train(megac, model_args[model["name"]], data[model["vocab"]],
+                              os.path.join(workdir, model["name"], precision, layout.name()),
+                              layout, precision, args.timeout)
+            result = compare(run, ref, precision)
+            problems = result["problems"]
+            seconds = run["seconds"]
+        except RunError as e:
+            problems = [str(e)]
+            seconds = None
+        ok = not problems
+        if layout is CONTROL and result is not None:
+            # Expected to differ: pass when the bounds catch a 1e-6 relative change of lr.
+            ok = any("final parameter" in p for p in problems)
+            problems = [] if ok else ["the control run (lr * (1 + 1e-6)) passed the fp64 "
+                                      "parameter bounds: the comparison is not sensitive"]
+        failures += not ok
+        r = result or {}
+        print(f"{model['name']:<10} {layout.name():<34} {precision:<5} {layout.ranks:>5} "
+              f"{fmt(r.get('loss')):>9} {fmt(r.get('norm')):>9} {fmt(r.get('param')):>8} "
+              f"{fmt(r.get('grad')):>8} {(f'{seconds:.1f}s' if seconds else '-'):>6}  "
+              f"{'PASS' if ok else 'FAIL'}")
+        for p in problems[:8]:
+            for line in p.splitlines():
+                print(f"      {line}")
+        if len(problems) > 8:
+            print(f"      ... and {len(problems) - 8} more")
+        sys.stdout.flush()
+        rows.append((model["name"], layout.name(), precision, ok))
+    for s in skipped:
+        print(f"SKIP: {s}")
+    passed = sum(ok for *_, ok in rows)
+    print(f"{passed} passed, {failures} failed ({len(rows)} layout runs, "
+          f"{time.time() - start_all:.0f} s); 'param'/'grad': worst ||diff|| / bound "
+          "(<= 1 passes)")
+    if failures:
+        return 1
+    if not rows:
+        print("FAIL: nothing ran")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

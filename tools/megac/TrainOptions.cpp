@@ -1,0 +1,282 @@
+// Parsing and validating the options of `megac train` (TrainOptions.h).
+#include "tools/megac/TrainOptions.h"
+
+#include "tools/megac/Compile.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <unistd.h>
+
+// OpenBLAS's thread count (libopenblas, linked through the CPU kernels).
+extern "C" void openblas_set_num_threads(int threads);
+
+namespace megac::cli {
+
+namespace train = runtime::train;
+
+namespace {
+
+/// A finite decimal number; nullopt otherwise.
+std::optional<double> parseNumber(const std::string &text) {
+  if (text.empty())
+    return std::nullopt;
+  char *end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (*end != 0 || !std::isfinite(value))
+    return std::nullopt;
+  return value;
+}
+
+/// Reads the number option `name` into `out` (keeping its default when absent) and checks
+/// `valid`; returns an error message or empty.
+template <typename Valid>
+std::string numberOption(const Args &args, const char *name, double &out, Valid valid,
+                         const char *expected) {
+  std::optional<std::string> text = args.get(name);
+  if (!text)
+    return {};
+  std::optional<double> value = parseNumber(*text);
+  if (!value || !valid(*value))
+    return std::string("--") + name + ": '" + *text + "' is not " + expected;
+  out = *value;
+  return {};
+}
+
+/// Reads the integer option `name` (>= `min`); returns an error message or empty.
+std::string countOption(const Args &args, const char *name, int64_t min, int64_t &out,
+                        bool required) {
+  std::optional<std::string> text = args.get(name);
+  if (!text)
+    return required ? std::string("missing --") + name : std::string();
+  std::optional<uint64_t> value = parseSeed(*text);
+  if (!value || *value > uint64_t(INT64_MAX) || int64_t(*value) < min)
+    return std::string("--") + name + ": '" + *text +
+           "' is not an integer >= " + std::to_string(min);
+  out = int64_t(*value);
+  return {};
+}
+
+} // namespace
+
+int64_t launchedRanks() {
+  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char *value = std::getenv(name))
+      return std::atoll(value);
+  return 0;
+}
+
+namespace {
+
+/// --tp/--pp/--dp/--vpp, --sequence-parallel, --zero, --recompute, --schedule into
+/// c.training.layout, and the per-rank micro-batch into the model's global micro-batch.
+std::string parseLayout(const Args &args, TrainConfig &c) {
+  passes::Layout &layout = c.training.layout;
+  int64_t zero = 0, dp = 0;
+  for (std::string e :
+       {countOption(args, "ranks", 1, c.ranks, false), countOption(args, "tp", 1, layout.tp, false),
+        countOption(args, "pp", 1, layout.pp, false), countOption(args, "dp", 1, dp, false),
+        countOption(args, "vpp", 1, layout.vpp, false), countOption(args, "zero", 0, zero, false),
+        countOption(args, "threads", 1, c.threads, false),
+        countOption(args, "comm-timeout", 1, c.commTimeout, false)})
+    if (!e.empty())
+      return e;
+  if (int64_t launched = launchedRanks(); launched > 1) {
+    if (args.get("ranks") && c.ranks != launched)
+      return "--ranks " + std::to_string(c.ranks) + " differs from the " +
+             std::to_string(launched) + " ranks mpirun started";
+    c.ranks = launched;
+  }
+  if (zero > 1)
+    return "--zero: '" + *args.get("zero") + "' is not 0 or 1";
+  layout.zero = int(zero);
+  layout.sequenceParallel = args.has("sequence-parallel");
+  std::string recompute = args.get("recompute").value_or("none");
+  if (recompute == "none")
+    layout.recompute = passes::Recompute::none;
+  else if (recompute == "selective")
+    layout.recompute = passes::Recompute::selective;
+  else if (recompute == "full")
+    layout.recompute = passes::Recompute::full;
+  else
+    return "--recompute: '" + recompute + "' is not none, selective or full";
+  layout.schedule = args.get("schedule").value_or("1f1b");
+  if (layout.schedule != "1f1b" && layout.schedule != "gpipe")
+    return "--schedule: '" + layout.schedule + "' is not 1f1b or gpipe";
+  if (layout.vpp > 1 && layout.pp == 1)
+    return "--vpp " + std::to_string(layout.vpp) + " needs pipeline stages (--pp > 1)";
+  if (layout.sequenceParallel && layout.tp == 1)
+    return "--sequence-parallel needs tensor parallelism (--tp > 1)";
+  if (dp == 0) // pure data parallel over whatever tp and pp leave
+    dp = c.ranks % (layout.tp * layout.pp) == 0 ? c.ranks / (layout.tp * layout.pp) : 1;
+  layout.dp = dp;
+  if (layout.ranks() != c.ranks)
+    return "--ranks " + std::to_string(c.ranks) + " is not tp " + std::to_string(layout.tp) +
+           " x pp " + std::to_string(layout.pp) + " x dp " + std::to_string(layout.dp) + " = " +
+           std::to_string(layout.ranks());
+  if (layout.zero == 1 && layout.dp == 1)
+    return "--zero 1 shards the optimizer state over data-parallel ranks; it needs dp > 1";
+  // Megatron: --micro-batch is per data-parallel rank; the model sees b*dp rows.
+  int64_t b = c.split.microBatch, global = b * layout.dp;
+  if (c.split.globalBatch % global != 0 && layout.dp > 1) // dp 1: BatchSplit::validate says it
+    return "--global-batch " + std::to_string(c.split.globalBatch) +
+           " is not a multiple of --micro-batch " + std::to_string(b) + " x dp " +
+           std::to_string(layout.dp) + " = " + std::to_string(global);
+  c.rankMicroBatch = b;
+  c.split.microBatch = global;
+  layout.microBatches = c.split.globalBatch / global;
+  return {};
+}
+
+} // namespace
+
+std::string parseTrainArgs(const Args &args, TrainConfig &c) {
+  for (const char *unsupported : {"cp", "ep", "fp8"})
+    if (args.has(unsupported) || args.get(unsupported))
+      return std::string("--") + unsupported + " is not supported yet";
+  if (args.positional().size() > 1)
+    return "give one model file";
+  if (!args.positional().empty())
+    c.file = args.positional().front();
+  c.spec = args.get("model");
+  if (c.spec.has_value() == c.file.has_value())
+    return "give either --model SPEC or a model file (.onnx, .mlir)";
+  if (!args.get("data"))
+    return "missing --data TOKENS.npy";
+  c.dataPath = *args.get("data");
+  auto positive = [](double v) { return v > 0; };
+  auto nonNegative = [](double v) { return v >= 0; };
+  auto beta = [](double v) { return v >= 0 && v < 1; };
+  double lr = -1;
+  for (std::string e :
+       {countOption(args, "steps", 1, c.schedule.totalSteps, true),
+        countOption(args, "global-batch", 1, c.split.globalBatch, true),
+        countOption(args, "micro-batch", 1, c.split.microBatch, true),
+        countOption(args, "warmup-steps", 0, c.schedule.warmupSteps, false),
+        numberOption(args, "lr", lr, nonNegative, "a number >= 0"),
+        numberOption(args, "min-lr", c.schedule.minLr, nonNegative, "a number >= 0"),
+        numberOption(args, "adam-beta1", c.training.beta1, beta, "a number in [0, 1)"),
+        numberOption(args, "adam-beta2", c.training.beta2, beta, "a number in [0, 1)"),
+        numberOption(args, "adam-eps", c.training.eps, positive, "a number > 0"),
+        numberOption(args, "weight-decay", c.training.weightDecay, nonNegative, "a number >= 0"),
+        numberOption(args, "clip-grad", c.training.clipGrad, nonNegative,
+                     "a number >= 0 (0: no clipping)")})
+    if (!e.empty())
+      return e;
+  if (!args.get("lr"))
+    return "missing --lr";
+  c.schedule.lr = lr;
+  std::string decay = args.get("lr-schedule").value_or("constant");
+  std::optional<train::LrDecay> parsed = train::parseLrDecay(decay);
+  if (!parsed)
+    return "--lr-schedule: '" + decay + "' is not constant or cosine";
+  c.schedule.decay = *parsed;
+  if (c.schedule.decay == train::LrDecay::constant && args.get("min-lr"))
+    return "--min-lr applies to --lr-schedule cosine";
+  if (runtime::Status s = c.schedule.validate(); !s.isOk())
+    return s.message();
+  if (std::string e = parseLayout(args, c); !e.empty())
+    return e;
+  if (runtime::Status s = c.split.validate(); !s.isOk())
+    return s.message();
+  if (auto seed = args.get("seed")) {
+    std::optional<uint64_t> value = parseSeed(*seed);
+    if (!value)
+      return "--seed: '" + *seed + "' is not a non-negative integer";
+    c.seed = *value;
+  }
+  std::string precision = args.get("precision").value_or("fp32");
+  if (precision == "fp32")
+    c.training.precision = passes::Precision::fp32;
+  else if (precision == "fp64")
+    c.training.precision = passes::Precision::fp64;
+  else if (precision == "bf16")
+    c.training.precision = passes::Precision::bf16;
+  else if (precision == "fp16")
+    c.training.precision = passes::Precision::fp16;
+  else
+    return "--precision: '" + precision + "' is not fp32, fp64, bf16 or fp16";
+  bool scaling = false;
+  for (const char *name :
+       {"initial-loss-scale", "loss-scale-window", "hysteresis", "min-loss-scale"})
+    scaling = scaling || args.get(name).has_value();
+  if (scaling && c.training.precision != passes::Precision::fp16)
+    return "loss scaling (--initial-loss-scale, --loss-scale-window, --hysteresis, "
+           "--min-loss-scale) applies to --precision fp16";
+  for (std::string e :
+       {numberOption(args, "initial-loss-scale", c.scaler.initialScale, positive, "a number > 0"),
+        numberOption(args, "min-loss-scale", c.scaler.minScale, positive, "a number > 0"),
+        countOption(args, "loss-scale-window", 1, c.scaler.growthInterval, false),
+        countOption(args, "hysteresis", 1, c.scaler.hysteresis, false)})
+    if (!e.empty())
+      return e;
+  if (runtime::Status s = c.scaler.validate(); !s.isOk())
+    return s.message();
+  c.training.logits = args.get("logits").value_or("");
+  c.logJson = args.get("log-json");
+  c.saveWeights = args.get("save-weights");
+  c.saveGrads = args.get("save-grads");
+  c.oversubscribe = args.has("oversubscribe");
+  for (auto [flag, file] :
+       {std::pair{"save-weights", &c.saveWeights}, {"save-grads", &c.saveGrads}})
+    if (*file) {
+      std::filesystem::path dir = std::filesystem::path(**file).parent_path();
+      if (!dir.empty() && !std::filesystem::is_directory(dir))
+        return std::string("--") + flag + ": no directory " + dir.string();
+    }
+  return {};
+}
+
+bool stdoutIsTerminal() {
+  // Under mpirun a rank's stdout is the launcher's pipe or pty: `--ranks` passes on whether the
+  // launching process's stdout is a terminal.
+  if (const char *given = std::getenv("MEGAC_TRAIN_STDOUT_IS_TTY"))
+    return std::strcmp(given, "1") == 0;
+  return launchedRanks() <= 1 && isatty(fileno(stdout));
+}
+
+int relaunchUnderMpirun(int argc, char **argv, const TrainConfig &c) {
+  std::vector<std::string> command = {"mpirun"};
+  if (geteuid() == 0)
+    command.push_back("--allow-run-as-root");
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (c.oversubscribe || c.ranks > int64_t(cores))
+    command.push_back("--oversubscribe");
+  command.insert(command.end(), {"-np", std::to_string(c.ranks)});
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  command.push_back(ec ? std::string(argv[0]) : self.string());
+  for (int i = 1; i < argc; ++i)
+    command.push_back(argv[i]);
+  std::vector<char *> args;
+  for (std::string &arg : command)
+    args.push_back(arg.data());
+  args.push_back(nullptr);
+  setenv("MEGAC_TRAIN_STDOUT_IS_TTY", isatty(fileno(stdout)) ? "1" : "0", 1);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  execvp("mpirun", args.data());
+  std::fprintf(stderr,
+               "%s: error: --ranks %lld runs the job under mpirun, which cannot be started "
+               "(%s); install Open MPI (Debian: openmpi-bin)\n",
+               "megac train", (long long)c.ranks, std::strerror(errno));
+  return 1;
+}
+
+void setThreads(const TrainConfig &c) {
+  int64_t threads = c.threads;
+  if (threads == 0) {
+    int64_t local = c.ranks;
+    if (const char *value = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
+      local = std::max<int64_t>(1, std::atoll(value));
+    threads = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) / local);
+  }
+  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  openblas_set_num_threads(int(threads));
+}
+
+} // namespace megac::cli

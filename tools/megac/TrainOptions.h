@@ -1,0 +1,53 @@
+// The options of `megac train`: parsed and validated once into a TrainConfig (the training
+// step's settings, the data split, the lr schedule, loss scaling and the multi-rank layout), and
+// the process-level parts of a multi-rank launch (mpirun relaunch, threads, terminal).
+#pragma once
+
+#include "tools/megac/Args.h"
+
+#include "passes/training/TrainingPipeline.h"
+#include "runtime/train/LossScaler.h"
+#include "runtime/train/LrSchedule.h"
+#include "runtime/train/TokenBatches.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace megac::cli {
+
+/// The settings of one `megac train` run, validated by parseTrainArgs.
+struct TrainConfig {
+  std::optional<std::string> spec, file;
+  std::string dataPath;
+  runtime::train::BatchSplit split;
+  runtime::train::LrSchedule schedule;
+  passes::TrainingOptions training;
+  runtime::train::LossScalerConfig scaler;
+  uint64_t seed = 0;
+  std::optional<std::string> logJson, saveWeights, saveGrads;
+  // Ranks: the split holds the model's (global) micro-batch b*dp; each rank feeds b rows.
+  int64_t ranks = 1;
+  int64_t rankMicroBatch = 0;
+  int64_t threads = 0; // 0: cores / ranks on this node
+  int64_t commTimeout = 300;
+  bool oversubscribe = false;
+};
+
+/// Fills `c` from the arguments of `megac train`; returns a one-line error or empty.
+std::string parseTrainArgs(const Args &args, TrainConfig &c);
+
+/// The ranks of an mpirun launch (Open MPI, PMI or PMIx environment), or 0 outside one.
+int64_t launchedRanks();
+
+/// Whether stdout is a terminal (a live progress line) for the process writing the log.
+bool stdoutIsTerminal();
+
+/// `--ranks N` outside an MPI launch: re-executes this command under `mpirun -np N`. Returns
+/// (1, after printing why) only when mpirun cannot be started.
+int relaunchUnderMpirun(int argc, char **argv, const TrainConfig &c);
+
+/// BLAS and OpenMP threads per rank: --threads, else the cores shared by the ranks on this node.
+void setThreads(const TrainConfig &c);
+
+} // namespace megac::cli
