@@ -392,20 +392,80 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
       }
       grads[i] = total;
     }
+    // Gradients all-reduced over the same axes go in buckets: one collective per bucket of up
+    // to kBucketElements elements (flattened, concatenated, reduced, split back), as Megatron's
+    // gradient buckets do.
+    constexpr int64_t kBucketElements = 16 << 20;
+    struct Bucket {
+      SmallVector<StringRef> axes;
+      Type element;
+      SmallVector<size_t> members;
+    };
+    SmallVector<Bucket> buckets; // in parameter order: every rank builds the same ones
     for (size_t i = 0; i < params.size(); ++i) {
       SmallVector<StringRef> partial = stringsOf(params[i].attrs.get(kGradPartialAttr));
+      if (partial.empty() || zeroSharded(dist, params[i]))
+        continue;
+      Type element = params[i].type.getElementType();
+      auto *it = llvm::find_if(
+          buckets, [&](const Bucket &k) { return k.axes == partial && k.element == element; });
+      if (it == buckets.end())
+        buckets.push_back({partial, element, {i}});
+      else
+        it->members.push_back(i);
+    }
+    for (Bucket &bucketGroup : buckets) {
+      const SmallVector<StringRef> &axes = bucketGroup.axes;
+      Type element = bucketGroup.element;
+      const SmallVector<size_t> &members = bucketGroup.members;
+      for (size_t first = 0; first < members.size();) {
+        int64_t total = 0;
+        size_t last = first;
+        while (last < members.size() &&
+               (last == first || total + params[members[last]].type.getNumElements() <=
+                                     kBucketElements))
+          total += params[members[last++]].type.getNumElements();
+        auto flatType = RankedTensorType::get({total}, element);
+        SmallVector<Value> flat;
+        for (size_t k = first; k < last; ++k) {
+          Value g = grads[members[k]];
+          auto type = cast<RankedTensorType>(g.getType());
+          flat.push_back(mega::ReshapeOp::create(
+              b, loc, RankedTensorType::get({type.getNumElements()}, element), g));
+        }
+        Value bucket = flat.size() == 1
+                           ? flat.front()
+                           : mega::ConcatOp::create(b, loc, flatType, flat, 0).getResult();
+        Value reduced = mega::AllReduceOp::create(b, loc, flatType, mega::ReduceKind::sum, bucket,
+                                                  dist.mesh, b.getStrArrayAttr(axes));
+        int64_t offset = 0;
+        for (size_t k = first; k < last; ++k) {
+          size_t i = members[k];
+          int64_t n = params[i].type.getNumElements();
+          Value piece = reduced;
+          if (flat.size() > 1)
+            piece = mega::SliceOp::create(b, loc, RankedTensorType::get({n}, element), reduced,
+                                          ArrayRef<int64_t>{offset},
+                                          ArrayRef<int64_t>{offset + n}, ArrayRef<int64_t>{1});
+          grads[i] = mega::ReshapeOp::create(b, loc, grads[i].getType(), piece);
+          offset += n;
+        }
+        first = last;
+      }
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      SmallVector<StringRef> partial = stringsOf(params[i].attrs.get(kGradPartialAttr));
+      if (partial.empty() || !zeroSharded(dist, params[i]))
+        continue;
+      // ZeRO-1: this rank's dp slice of the gradient, then the other axes' sum.
+      SmallVector<int64_t> shape(params[i].type.getShape());
+      shape[0] /= dist.size("dp");
+      auto shard = RankedTensorType::get(shape, params[i].type.getElementType());
+      grads[i] = mega::ReduceScatterOp::create(b, loc, shard, mega::ReduceKind::sum, grads[i],
+                                               dist.mesh, b.getStrArrayAttr({"dp"}), 0);
+      llvm::erase(partial, "dp");
       if (partial.empty())
         continue;
-      if (zeroSharded(dist, params[i])) {
-        SmallVector<int64_t> shape(params[i].type.getShape());
-        shape[0] /= dist.size("dp");
-        auto shard = RankedTensorType::get(shape, params[i].type.getElementType());
-        grads[i] = mega::ReduceScatterOp::create(b, loc, shard, mega::ReduceKind::sum, grads[i],
-                                                 dist.mesh, b.getStrArrayAttr({"dp"}), 0);
-        llvm::erase(partial, "dp");
-        if (partial.empty())
-          continue;
-      }
       grads[i] = mega::AllReduceOp::create(b, loc, grads[i].getType(), mega::ReduceKind::sum,
                                            grads[i], dist.mesh, b.getStrArrayAttr(partial));
     }

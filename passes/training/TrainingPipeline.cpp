@@ -76,6 +76,8 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
     sharding.sequenceParallel = layout.sequenceParallel;
     pm.addPass(createShardingPropagation(sharding));
     pm.addPass(createSpmdize());
+    // One copy_to_shards per value (not per use), so the backward all-reduces each once.
+    pm.addPass(mlir::createCSEPass());
   }
   if (chunks > 1) {
     PipelineSplitOptions split;

@@ -26,7 +26,8 @@ Models (all tiny, built at test time):
   bert  zoo bert:layers=2,hidden=16,heads=4,seq=8,vocab=32 (masked LM, seeded masks)
   onnx  tests/e2e/torch_models.GptModel(layers=2, hidden=16, heads=4, seq=8, vocab=32)
         exported by PyTorch (fused qkv, tied head), trained from its own initializers
-  gpt-untied, gpt-v30 (vocab 30: tp 4 keeps the table whole), gpt-ffn24 (tanh GELU), t5
+  gpt-untied, gpt-v30 (vocab 30: tp 4 keeps the table whole), gpt-ffn24 (tanh GELU),
+        gpt-h12 (hidden 12: ZeRO-1 shards that dp 4 does not divide), t5
         (zoo t5:layers=2,hidden=16,heads=4,seq=4,dec_seq=4,vocab=32, seq2seq)
 Data: examples/tiny-corpus.npy re-cut into rows of S+1 = 9 tokens (byte -> rank of the byte among
 the corpus's distinct bytes, mod 32), so every layout reads real text.
@@ -106,8 +107,11 @@ def read_safetensors(path):
 # --- layouts -------------------------------------------------------------------------------------
 class Layout:
     def __init__(self, tp=1, pp=1, dp=1, vpp=1, sp=False, zero=0, recompute="none", micro=None,
-                 schedule=None, extra=(), tag=None):
+                 schedule=None, extra=(), tag=None, mpirun=False):
         self.tp, self.pp, self.dp, self.vpp = tp, pp, dp, vpp
+        # mpirun: started by `mpirun -np N megac train ...` (no --ranks; megac detects the job)
+        # instead of megac re-executing itself under mpirun.
+        self.mpirun = mpirun
         self.extra, self.tag = list(extra), tag
         self.sp, self.zero, self.recompute, self.schedule = sp, zero, recompute, schedule
         # Rows per data-parallel rank and micro-batch: 2 micro-batches per step by default.
@@ -134,6 +138,8 @@ class Layout:
         if self.schedule:
             parts.append(self.schedule)
         parts.append(f"m{self.micro_batches}")
+        if self.mpirun:
+            parts.append("mpirun")
         if self.tag:
             parts.append(self.tag)
         return "+".join(parts)
@@ -142,8 +148,10 @@ class Layout:
         argv = ["--micro-batch", str(self.micro), *self.extra]
         if self.ranks == 1:
             return argv
-        argv += ["--ranks", str(self.ranks), "--tp", str(self.tp), "--pp", str(self.pp),
-                 "--dp", str(self.dp), "--comm-timeout", "30"]
+        if not self.mpirun:
+            argv += ["--ranks", str(self.ranks)]
+        argv += ["--tp", str(self.tp), "--pp", str(self.pp), "--dp", str(self.dp),
+                 "--comm-timeout", "30"]
         if self.vpp > 1:
             argv += ["--vpp", str(self.vpp)]
         if self.sp:
@@ -194,6 +202,12 @@ def feature_layouts():
         # More chunks than the 4 layers: cuts inside a layer (after a residual add).
         Layout(pp=2, vpp=4),
         Layout(pp=8, micro=1),
+        # Everything at once.
+        Layout(tp=4, pp=2, sp=True),
+        Layout(tp=2, pp=2, dp=2, sp=True, zero=1),
+        Layout(tp=2, pp=2, dp=2, vpp=2, sp=True, zero=1, recompute="selective"),
+        Layout(tp=2, pp=2, dp=2, vpp=2, recompute="full", micro=1),
+        Layout(tp=2, pp=2, mpirun=True),
     ]
 
 
@@ -202,6 +216,7 @@ def quick_layouts():
         Layout(tp=2), Layout(pp=2), Layout(dp=2), Layout(tp=2, pp=2, dp=2),
         Layout(tp=2, sp=True), Layout(dp=2, zero=1), Layout(pp=2, vpp=2),
         Layout(pp=2, recompute="full"), Layout(tp=2, dp=2, micro=1),
+        Layout(tp=2, dp=2, mpirun=True),
     ]
 
 
@@ -222,13 +237,18 @@ GPT_V30 = dict(name="gpt-v30", spec=f"gpt:layers=2,hidden=16,heads=4,seq={SEQ},v
 GPT_FFN = dict(name="gpt-ffn24",
                spec=f"gpt:layers=2,hidden=16,heads=4,ffn=24,seq={SEQ},vocab={VOCAB},gelu=tanh",
                layers=2, vocab=VOCAB)
+# hidden 12: with tp 2 a rank holds 6 rows of q/k/v, which dp 4 (ZeRO-1) does not divide.
+GPT_H12 = dict(name="gpt-h12", spec=f"gpt:layers=2,hidden=12,heads=4,seq={SEQ},vocab={VOCAB}",
+               layers=2, vocab=VOCAB)
 T5 = dict(name="t5", spec=f"t5:layers=2,hidden=16,heads=4,seq=4,dec_seq=4,vocab={VOCAB}",
           layers=4, vocab=VOCAB)
 
 
 def bert_layouts():
     return [Layout(tp=2), Layout(pp=2), Layout(dp=2), Layout(tp=2, sp=True),
-            Layout(tp=2, pp=2, dp=2), Layout(dp=2, zero=1), Layout(tp=4)]
+            Layout(tp=2, pp=2, dp=2), Layout(dp=2, zero=1), Layout(tp=4),
+            Layout(tp=2, dp=2, sp=True, zero=1), Layout(pp=2, vpp=2, recompute="selective"),
+            Layout(tp=2, pp=2, recompute="full")]
 
 
 def plan(groups):
@@ -248,13 +268,17 @@ def plan(groups):
     if "onnx" in groups:
         cases += [(ONNX, Layout(tp=2, pp=2), ("fp64", "fp32")),
                   (ONNX, Layout(tp=2), ("fp64",)),
-                  (ONNX, Layout(tp=2, dp=2, sp=True), ("fp64",))]
+                  (ONNX, Layout(tp=2, dp=2, sp=True), ("fp64",)),
+                  (ONNX, Layout(dp=2), ("fp64", "fp32")),
+                  (ONNX, Layout(tp=2, pp=2, dp=2, zero=1), ("fp64",))]
     if "models" in groups:
         cases += [(GPT_UNTIED, layout, ("fp64",))
                   for layout in (Layout(pp=2), Layout(tp=2), Layout(tp=2, pp=2, dp=2))]
         cases += [(GPT_V30, layout, ("fp64",))
                   for layout in (Layout(tp=4), Layout(tp=2), Layout(tp=4, sp=True))]
         cases += [(GPT_FFN, layout, ("fp64",)) for layout in (Layout(tp=4), Layout(tp=2, pp=2))]
+        cases += [(GPT_H12, layout, ("fp64", "fp32"))
+                  for layout in (Layout(tp=2, dp=4, zero=1), Layout(dp=4, zero=1))]
         cases += [(T5, layout, ("fp64", "fp32"))
                   for layout in (Layout(tp=2), Layout(dp=2), Layout(pp=2), Layout(tp=2, dp=2),
                                  Layout(tp=2, sp=True))]
@@ -327,10 +351,15 @@ def megac_train(megac, model_args, data, rundir, layout, precision, timeout):
     for path in (log, weights, grads):
         if os.path.exists(path):
             os.remove(path)
-    argv = [megac, "train", *model_args, "--data", data, "--steps", str(STEPS),
+    launcher = []
+    if layout.mpirun:
+        launcher = ["mpirun", "--oversubscribe", "-np", str(layout.ranks)]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            launcher.insert(1, "--allow-run-as-root")
+    argv = [*launcher, megac, "train", *model_args, "--data", data, "--steps", str(STEPS),
             "--global-batch", str(GLOBAL_BATCH), *HYPER, "--precision", precision,
-            "--threads", "1", *PRECISION_ARGS.get(precision, []), "--log-json", log, "--save-weights", weights,
-            "--save-grads", grads, *layout.argv()]
+            "--threads", "1", *PRECISION_ARGS.get(precision, []), "--log-json", log,
+            "--save-weights", weights, "--save-grads", grads, *layout.argv()]
     with open(os.path.join(rundir, "command.txt"), "w") as f:
         f.write(" ".join(argv) + "\n")
     start = time.time()
@@ -491,12 +520,12 @@ def main():
         except ImportError as e:
             skipped.append(f"onnx: torch/onnx not importable ({e})")
             cases = [c for c in cases if c[0]["name"] != "onnx"]
-    for m in (GPT, BERT, GPT_UNTIED, GPT_V30, GPT_FFN, T5):
+    for m in (GPT, BERT, GPT_UNTIED, GPT_V30, GPT_FFN, GPT_H12, T5):
         model_args[m["name"]] = ["--model", m["spec"]]
 
     references = {}
     rows, failures = [], 0
-    header = (f"{'model':<10} {'layout':<34} {'prec':<5} {'ranks':>5} {'loss rel':>9} "
+    header = (f"{'model':<10} {'layout':<44} {'prec':<5} {'ranks':>5} {'loss rel':>9} "
               f"{'norm rel':>9} {'param':>8} {'grad':>8} {'time':>6}  result")
     print(header)
     print("-" * len(header))
@@ -530,7 +559,7 @@ def main():
                                       "parameter bounds: the comparison is not sensitive"]
         failures += not ok
         r = result or {}
-        print(f"{model['name']:<10} {layout.name():<34} {precision:<5} {layout.ranks:>5} "
+        print(f"{model['name']:<10} {layout.name():<44} {precision:<5} {layout.ranks:>5} "
               f"{fmt(r.get('loss')):>9} {fmt(r.get('norm')):>9} {fmt(r.get('param')):>8} "
               f"{fmt(r.get('grad')):>8} {(f'{seconds:.1f}s' if seconds else '-'):>6}  "
               f"{'PASS' if ok else 'FAIL'}")

@@ -8,5 +8,11 @@ int describeCommand(int argc, char **argv);
 int compileCommand(int argc, char **argv);
 int runCommand(int argc, char **argv);
 int trainCommand(int argc, char **argv);
+/// `megac plan`: the partitioned training step's plan, explained (PlanCommand.cpp).
+int planCommand(int argc, char **argv);
+/// True when `megac compile`'s arguments name a layout (--ranks, --tp, ...): it then compiles
+/// the training step for every rank (compileWithLayout) instead of a one-rank forward plan.
+bool hasLayoutFlag(int argc, char **argv);
+int compileWithLayout(int argc, char **argv);
 
 } // namespace megac::cli

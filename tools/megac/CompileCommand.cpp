@@ -106,6 +106,8 @@ std::optional<CompiledModel> compileModel(const char *command,
 
 int compileCommand(int argc, char **argv) {
   const char *kCommand = "megac compile";
+  if (hasLayoutFlag(argc, argv))
+    return compileWithLayout(argc, argv);
   Args args;
   std::string error =
       args.parse(argc, argv, 2, {"model", "o", "seed", "function", "input-shape"}, {"help"});
@@ -116,7 +118,10 @@ int compileCommand(int argc, char **argv) {
               "  single-rank plan. Weights that come with the model (ONNX initializers, a .mlir's\n"
               "  mega.weights file) are written beside the plan as FILE.safetensors; parameters\n"
               "  without values are initialized at load time from their init spec and --seed\n"
-              "  (default 0). --input-shape binds an ONNX input's symbolic dims.");
+              "  (default 0). --input-shape binds an ONNX input's symbolic dims.\n"
+              "  With a layout (--ranks N --tp T --pp P --dp D ...; `megac plan --help`) it\n"
+              "  compiles the training step instead: one program per pipeline stage and the\n"
+              "  rank table.");
     return 0;
   }
   std::optional<std::string> file;

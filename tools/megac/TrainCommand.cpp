@@ -6,6 +6,7 @@
 #include "tools/megac/Commands.h"
 #include "tools/megac/Compile.h"
 #include "tools/megac/ModelSource.h"
+#include "tools/megac/PlanExplain.h"
 #include "tools/megac/TrainOptions.h"
 
 #include "frontends/models/ModelConfig.h"
@@ -36,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -667,6 +669,44 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
 
 } // namespace
 
+/// `megac plan` and `megac compile` with a layout: the plan of every rank, compiled in this
+/// process; reported (--explain, --json) and/or written (--plan-out), never run.
+int planOnly(const TrainConfig &config) {
+  int64_t seq = 0;
+  if (!config.dataPath.empty()) {
+    runtime::StatusOr<train::TokenData> data = train::readTokenData(config.dataPath);
+    if (!data.isOk())
+      return fail(data.status().message());
+    seq = data->sequenceLength();
+  } else if (config.spec) {
+    models::ConfigResult parsed = models::parseModelSpec(*config.spec);
+    if (!parsed.config)
+      return fail("--model: " + parsed.error);
+    seq = parsed.config->seq + (parsed.config->arch == models::Arch::t5 ? parsed.config->decSeq : 0);
+  } else {
+    return fail("a model file needs --data TOKENS.npy (its rows give the sequence length)");
+  }
+  std::optional<TrainModel> model = compileTrainingStep(config, seq);
+  if (!model)
+    return 1;
+  auto plan = runtime::loadPlanFromBytes(model->plan);
+  if (!plan.isOk())
+    return fail(plan.status().message() + " (in the plan compiled from " + model->description +
+                ")");
+  if (config.planOut) {
+    std::ofstream out(*config.planOut, std::ios::binary);
+    out.write(reinterpret_cast<const char *>(model->plan.data()),
+              static_cast<std::streamsize>(model->plan.size()));
+    if (!out)
+      return fail("cannot write " + *config.planOut);
+  }
+  if (config.explainJson)
+    std::fputs(explainPlanJson(*plan).c_str(), stdout);
+  else if (config.explain || !config.planOut)
+    std::fputs(explainPlan(*plan).c_str(), stdout);
+  return 0;
+}
+
 int trainCommand(int argc, char **argv) {
   // Layouts not implemented are refused, never ignored.
   for (int i = 2; i < argc; ++i)
@@ -710,9 +750,11 @@ int trainCommand(int argc, char **argv) {
                                         "recompute",
                                         "schedule",
                                         "threads",
-                                        "comm-timeout"};
+                                        "comm-timeout",
+                                        "plan-out"};
   std::string error =
-      args.parse(argc, argv, 2, valued, {"help", "sequence-parallel", "oversubscribe"});
+      args.parse(argc, argv, 2, valued,
+                 {"help", "sequence-parallel", "oversubscribe", "plan-only", "explain", "json"});
   if (args.has("help")) {
     std::puts(kHelp);
     return 0;
@@ -724,6 +766,8 @@ int trainCommand(int argc, char **argv) {
     std::fprintf(stderr, "%s: error: %s\n", kCommand, error.c_str());
     return 2;
   }
+  if (config.planOnly)
+    return planOnly(config);
   if (config.ranks > 1 && launchedRanks() <= 1)
     return relaunchUnderMpirun(argc, argv, config);
   setThreads(config);

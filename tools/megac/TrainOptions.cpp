@@ -122,6 +122,8 @@ std::string parseLayout(const Args &args, TrainConfig &c) {
     return "--zero 1 shards the optimizer state over data-parallel ranks; it needs dp > 1";
   // Megatron: --micro-batch is per data-parallel rank; the model sees b*dp rows.
   int64_t b = c.split.microBatch, global = b * layout.dp;
+  if (c.planOnly && !args.get("global-batch")) // a plan: enough micro-batches to fill the pipe
+    c.split.globalBatch = global * std::max<int64_t>(layout.pp, 1);
   if (c.split.globalBatch % global != 0 && layout.dp > 1) // dp 1: BatchSplit::validate says it
     return "--global-batch " + std::to_string(c.split.globalBatch) +
            " is not a multiple of --micro-batch " + std::to_string(b) + " x dp " +
@@ -145,17 +147,21 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
   c.spec = args.get("model");
   if (c.spec.has_value() == c.file.has_value())
     return "give either --model SPEC or a model file (.onnx, .mlir)";
-  if (!args.get("data"))
+  c.planOnly = args.has("plan-only");
+  c.explain = args.has("explain");
+  c.explainJson = args.has("json");
+  c.planOut = args.get("plan-out");
+  if (!args.get("data") && !c.planOnly)
     return "missing --data TOKENS.npy";
-  c.dataPath = *args.get("data");
+  c.dataPath = args.get("data").value_or("");
   auto positive = [](double v) { return v > 0; };
   auto nonNegative = [](double v) { return v >= 0; };
   auto beta = [](double v) { return v >= 0 && v < 1; };
   double lr = -1;
   for (std::string e :
-       {countOption(args, "steps", 1, c.schedule.totalSteps, true),
-        countOption(args, "global-batch", 1, c.split.globalBatch, true),
-        countOption(args, "micro-batch", 1, c.split.microBatch, true),
+       {countOption(args, "steps", 1, c.schedule.totalSteps, !c.planOnly),
+        countOption(args, "global-batch", 1, c.split.globalBatch, !c.planOnly),
+        countOption(args, "micro-batch", 1, c.split.microBatch, !c.planOnly),
         countOption(args, "warmup-steps", 0, c.schedule.warmupSteps, false),
         numberOption(args, "lr", lr, nonNegative, "a number >= 0"),
         numberOption(args, "min-lr", c.schedule.minLr, nonNegative, "a number >= 0"),
@@ -167,8 +173,16 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
                      "a number >= 0 (0: no clipping)")})
     if (!e.empty())
       return e;
-  if (!args.get("lr"))
+  if (!args.get("lr") && !c.planOnly)
     return "missing --lr";
+  if (c.planOnly) {
+    if (!args.get("steps"))
+      c.schedule.totalSteps = 1;
+    if (!args.get("micro-batch"))
+      c.split.microBatch = 1;
+    if (!args.get("lr"))
+      lr = 0;
+  }
   c.schedule.lr = lr;
   std::string decay = args.get("lr-schedule").value_or("constant");
   std::optional<train::LrDecay> parsed = train::parseLrDecay(decay);

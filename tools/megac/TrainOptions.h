@@ -32,6 +32,10 @@ struct TrainConfig {
   int64_t threads = 0; // 0: cores / ranks on this node
   int64_t commTimeout = 300;
   bool oversubscribe = false;
+  // `megac plan` / `megac compile` with a layout: compile the step's plan, do not train.
+  bool planOnly = false;
+  bool explain = false, explainJson = false;
+  std::optional<std::string> planOut;
 };
 
 /// Fills `c` from the arguments of `megac train`; returns a one-line error or empty.

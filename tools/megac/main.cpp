@@ -18,6 +18,8 @@ commands:
                                            one forward pass on the CPU; outputs as DIR/NAME.npy
   train     MODEL --data TOKENS.npy --steps N --global-batch B --micro-batch b --lr X ...
                                            AdamW training on the CPU (`megac train --help`)
+  plan      MODEL --ranks N [--tp T --pp P --dp D ...] [--explain] [--json] [-o FILE.mplan]
+                                           the partitioned training step's plan, explained
 
 MODEL: --model SPEC, FILE.mlir or FILE.onnx
 
@@ -46,6 +48,8 @@ int main(int argc, char **argv) {
     return megac::cli::runCommand(argc, argv);
   if (!std::strcmp(argv[1], "train"))
     return megac::cli::trainCommand(argc, argv);
+  if (!std::strcmp(argv[1], "plan"))
+    return megac::cli::planCommand(argc, argv);
   std::fprintf(stderr, "megac: error: unknown command '%s'; run `megac help`\n", argv[1]);
   return 2;
 }

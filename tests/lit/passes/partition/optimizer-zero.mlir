@@ -47,11 +47,16 @@
 // CHECK-COUNT-18: mega.all_gather %{{.*}} on #mesh axes ["dp"] dim 0
 // CHECK: return %[[GATHERED]], {{.*}}, %[[M2WTE]], {{.*}}, %[[V2WTE]], {{.*}}, %[[NORM]] :
 
-// zero=0: every gradient all-reduced over dp, AdamW on the whole tensor-parallel shard.
+// zero=0: the gradients all-reduced over dp in one bucket (flattened, concatenated, reduced,
+// split back), AdamW on the whole tensor-parallel shard.
 // ZERO0-LABEL: func.func @apply_gradients(
 // ZERO0-SAME: tensor<8x8xf32> {{[^}]*}}mega.state = "adam.m.wte"}
-// ZERO0: %[[G:.*]] = mega.all_reduce sum %{{.*}} on #mesh axes ["dp"] : tensor<8x8xf32>
-// ZERO0-COUNT-19: mega.all_reduce sum %{{.*}} on #mesh axes ["dp"] : tensor<{{[0-9x]+}}xf32>
+// ZERO0: %[[FLAT:.*]] = mega.reshape %{{.*}} : tensor<8x8xf32> -> tensor<64xf32>
+// ZERO0: %[[BUCKET:.*]] = mega.concat %[[FLAT]], {{.*}} axis 0 : {{.*}} -> tensor<572xf32>
+// ZERO0-NEXT: %[[SUM:.*]] = mega.all_reduce sum %[[BUCKET]] on #mesh axes ["dp"] : tensor<572xf32>
+// ZERO0-NEXT: %[[PIECE:.*]] = mega.slice %[[SUM]] [0] to [64] step [1] : tensor<572xf32> -> tensor<64xf32>
+// ZERO0-NEXT: %[[G:.*]] = mega.reshape %[[PIECE]] : tensor<64xf32> -> tensor<8x8xf32>
+// ZERO0-NOT: mega.all_reduce sum %{{.*}} on #mesh axes ["dp"] : tensor<{{[0-9x]+}}xf32>
 // ZERO0: mega.all_reduce sum %{{.*}} on #mesh axes ["tp"] : tensor<f32>
 // ZERO0: mega.adamw_update %{{.*}}, %[[G]], {{.*}} : (tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32>, tensor<f32>, tensor<i64>)
 // ZERO0-NOT: reduce_scatter
