@@ -1,6 +1,6 @@
 """Step time of one small GPT under several layouts (megac train, MPI ranks on this machine).
 
-usage: partition_step.py --megac build/bin/megac --workdir DIR [--steps 12]
+usage: partition_step.py --megac build/bin/megac --workdir DIR [--steps 12] [--model SPEC]
         [--layout "tp=2" --layout "pp=2" ...]
 Prints, per layout (tp, pp, dp), the median ms/step and tokens/s over the steps after the
 first two, and the ratio to one rank. The global batch is the same for every layout; the
@@ -29,10 +29,10 @@ def parse(layout):
     return degrees
 
 
-def run(megac, workdir, data, degrees, steps):
+def run(megac, workdir, data, degrees, steps, model):
     ranks = degrees["tp"] * degrees["pp"] * degrees["dp"]
     log = os.path.join(workdir, "tp%d-pp%d-dp%d.jsonl" % (degrees["tp"], degrees["pp"], degrees["dp"]))
-    cmd = [megac, "train", "--model", MODEL, "--data", data, "--steps", str(steps),
+    cmd = [megac, "train", "--model", model, "--data", data, "--steps", str(steps),
            "--global-batch", str(GLOBAL_BATCH), "--micro-batch", str(MICRO_BATCH // degrees["dp"]),
            "--lr", "1e-3", "--log-json", log]
     if ranks > 1:
@@ -51,16 +51,17 @@ def main():
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--layout", action="append")
+    parser.add_argument("--model", default=MODEL, help="a zoo GPT spec with seq=64, vocab=256")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
                         "tiny-corpus.npy")
-    print("model %s, global batch %d, %d cores" % (MODEL, GLOBAL_BATCH, os.cpu_count()))
+    print("model %s, global batch %d, %d cores" % (args.model, GLOBAL_BATCH, os.cpu_count()))
     print("%-16s %10s %12s %8s" % ("layout", "ms/step", "tokens/s", "vs 1"))
     base = None
     for layout in args.layout or DEFAULT_LAYOUTS:
         degrees = parse(layout)
-        ms, tps = run(args.megac, args.workdir, data, degrees, args.steps)
+        ms, tps = run(args.megac, args.workdir, data, degrees, args.steps, args.model)
         base = base or ms
         print("%-16s %10.1f %12.0f %8.2f" % (layout, ms, tps, ms / base))
     return 0

@@ -440,26 +440,6 @@ LogicalResult CopyToShardsOp::verify() {
   return success();
 }
 
-LogicalResult ShardSliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                             Adaptor adaptor, SmallVectorImpl<Type> &out) {
-  if (!allRanked({adaptor.getInput()}))
-    return notRanked(loc);
-  if (failed(verifyMeshAxes(loc, adaptor.getMesh(), adaptor.getAxes())))
-    return failure();
-  auto in = dimsOf(adaptor.getInput());
-  auto dim = shape::normalizeAxis(static_cast<int64_t>(adaptor.getDim()), in.size());
-  if (!dim)
-    return emitOptionalError(loc, "shard_slice dim ", static_cast<int64_t>(adaptor.getDim()),
-                             " is out of range for ", shape::str(in));
-  int64_t group = adaptor.getMesh().getGroupSize(axisNames(adaptor.getAxes()));
-  if (in[*dim] % group != 0)
-    return emitOptionalError(loc, "shard_slice dim ", *dim, " of size ", in[*dim],
-                             " is not divisible by the group size ", group);
-  shape::Shape result(in.begin(), in.end());
-  result[*dim] /= group;
-  return pushInferred(loc, {result, {}}, elementOf(adaptor.getInput()), out);
-}
-
 LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                             Adaptor adaptor, SmallVectorImpl<Type> &out) {
   if (!allRanked({adaptor.getInput()}))
@@ -476,24 +456,40 @@ LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
   return pushInferred(loc, {result, {}}, elementOf(adaptor.getInput()), out);
 }
 
-LogicalResult ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
-                                                Adaptor adaptor, SmallVectorImpl<Type> &out) {
-  if (!allRanked({adaptor.getInput()}))
+namespace {
+/// reduce_scatter and shard_slice: the input's `dim`, divided by the group size.
+LogicalResult inferDividedDim(std::optional<Location> loc, StringRef opName, Value input,
+                              MeshAttr mesh, ArrayAttr axes, int64_t rawDim,
+                              SmallVectorImpl<Type> &out) {
+  if (!allRanked({input}))
     return notRanked(loc);
-  if (failed(verifyMeshAxes(loc, adaptor.getMesh(), adaptor.getAxes())))
+  if (failed(verifyMeshAxes(loc, mesh, axes)))
     return failure();
-  auto in = dimsOf(adaptor.getInput());
-  auto dim = shape::normalizeAxis(static_cast<int64_t>(adaptor.getDim()), in.size());
+  auto in = dimsOf(input);
+  auto dim = shape::normalizeAxis(rawDim, in.size());
   if (!dim)
-    return emitOptionalError(loc, "reduce_scatter dim ", static_cast<int64_t>(adaptor.getDim()),
-                             " is out of range for ", shape::str(in));
-  int64_t group = adaptor.getMesh().getGroupSize(axisNames(adaptor.getAxes()));
+    return emitOptionalError(loc, opName, " dim ", rawDim, " is out of range for ",
+                             shape::str(in));
+  int64_t group = mesh.getGroupSize(axisNames(axes));
   if (in[*dim] % group != 0)
-    return emitOptionalError(loc, "reduce_scatter dim ", *dim, " of size ", in[*dim],
+    return emitOptionalError(loc, opName, " dim ", *dim, " of size ", in[*dim],
                              " is not divisible by the group size ", group);
   shape::Shape result(in.begin(), in.end());
   result[*dim] /= group;
-  return pushInferred(loc, {result, {}}, elementOf(adaptor.getInput()), out);
+  return pushInferred(loc, {result, {}}, elementOf(input), out);
+}
+} // namespace
+
+LogicalResult ReduceScatterOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  return inferDividedDim(loc, "reduce_scatter", adaptor.getInput(), adaptor.getMesh(),
+                         adaptor.getAxes(), static_cast<int64_t>(adaptor.getDim()), out);
+}
+
+LogicalResult ShardSliceOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor adaptor, SmallVectorImpl<Type> &out) {
+  return inferDividedDim(loc, "shard_slice", adaptor.getInput(), adaptor.getMesh(),
+                         adaptor.getAxes(), static_cast<int64_t>(adaptor.getDim()), out);
 }
 
 LogicalResult AllToAllOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,

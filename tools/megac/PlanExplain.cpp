@@ -42,23 +42,6 @@ struct RoleReport {
   size_t scheduleSteps = 0;
 };
 
-uint64_t elementBytes(pl::DType dtype) {
-  switch (dtype) {
-  case pl::DType::f64:
-  case pl::DType::i64:
-    return 8;
-  case pl::DType::f32:
-  case pl::DType::i32:
-    return 4;
-  case pl::DType::bf16:
-  case pl::DType::f16:
-    return 2;
-  case pl::DType::i1:
-    return 1;
-  }
-  return 4;
-}
-
 std::string axesText(const pl::Mesh &mesh, const flatbuffers::Vector<uint32_t> *axes) {
   std::string out = "[";
   if (axes)
@@ -98,10 +81,12 @@ std::vector<RoleReport> analyze(const pl::Plan &plan) {
       const pl::Buffer *b = buffer(param->buffer());
       report.localBytes = b->bytes();
       report.globalShape.assign(param->global_shape()->begin(), param->global_shape()->end());
-      uint64_t n = 1;
+      uint64_t global = 1, local = 1;
       for (int64_t d : report.globalShape)
-        n *= static_cast<uint64_t>(d);
-      report.globalBytes = n * elementBytes(b->dtype());
+        global *= static_cast<uint64_t>(d);
+      for (int64_t d : *b->shape())
+        local *= static_cast<uint64_t>(d);
+      report.globalBytes = local ? report.localBytes / local * global : 0;
       report.sharding = shardingText(mesh, report.globalShape.size(), param->sharding());
       role.paramBytes += report.localBytes;
       role.wholeParamBytes += report.globalBytes;
