@@ -199,12 +199,15 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     if (mesh && mesh.getNumDevices() > 1)
       dist = Distribution{mesh, stage, zero == 1};
     // Dynamic loss scaling (fp16): the gradients are scaled by loss_scale.
+    // A pipeline stage whose chunks do not read loss_scale (only the last one's loss does)
+    // still holds scaled gradients: look in every stage.
     Type scaleType;
-    for (func::FuncOp f : functions)
+    top.walk([&](func::FuncOp f) {
       for (unsigned i = 0; i < f.getNumArguments(); ++i)
         if (auto in = f.getArgAttrOfType<StringAttr>(i, mega::kInputAttr);
             in && in.getValue() == kLossScale)
           scaleType = f.getArgumentTypes()[i];
+    });
     if (scaleType) {
       auto scalar = dyn_cast<RankedTensorType>(scaleType);
       if (!scalar || scalar.getRank() != 0 || llvm::any_of(*params, [&](const Param &p) {

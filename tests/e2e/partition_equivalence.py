@@ -13,8 +13,8 @@ partitioned global norm matters, constant lr), and the suite compares:
         compared: roundoff in a near-zero gradient moves Adam's update by up to lr, TESTING.md).
   bf16/fp16 (group "mixed"), 10 steps: losses and grad_norms within 2e-3 relative, the same
         loss scales and skipped steps (fp16 starts at scale 2^20, so the first steps overflow),
-        step 1's gradients within 5e-2 (bf16) / 2e-2 (fp16) relative, overflowed elements in the
-        same places.
+        step 1's gradients within 5e-2 (bf16) / 2e-2 (fp16) relative (fp16: the elements finite
+        in both runs; step 1 overflows).
 The tolerances are roundoff bounds: a layout computes the same sums in another order (all-reduce
 of tensor-parallel partial products, micro-batch accumulation, dp reduction), nothing else.
 Every run also logs grad_norm (checked like the loss: the norm over shards counts each element
@@ -392,7 +392,7 @@ def megac_train(megac, model_args, data, rundir, layout, precision, timeout):
                 seconds=elapsed)
 
 
-def compare_tensors(got, want, rtol, atol, what):
+def compare_tensors(got, want, rtol, atol, what, precision):
     """Worst ||diff|| / bound over the tensors, and the problems."""
     problems = []
     if set(got) != set(want):
@@ -406,17 +406,18 @@ def compare_tensors(got, want, rtol, atol, what):
                             f"{list(w.shape)}")
             continue
         g64, w64 = g.astype(np.float64).ravel(), w.astype(np.float64).ravel()
-        # An overflowed fp16 step has inf/nan gradients: the layout must overflow in the same
-        # elements (same values); the finite rest is compared.
-        bad = ~np.isfinite(w64)
-        same = np.array_equal(np.isfinite(g64), ~bad) and np.array_equal(
-            np.nan_to_num(g64[bad], nan=0.0), np.nan_to_num(w64[bad], nan=0.0))
-        if not same:
-            problems.append(f"{what} {name}: non-finite values in other places than the 1-rank "
-                            f"run's ({int((~np.isfinite(g64)).sum())} vs {int(bad.sum())})")
+        # An overflowed fp16 step has inf/nan gradients; which elements overflow depends on the
+        # order of the half-precision sums (a dp rank sums half the rows), so only elements
+        # finite in both runs are compared (the skipped steps themselves are checked exactly).
+        bad = ~np.isfinite(w64) | ~np.isfinite(g64)
+        if bad.any() and precision != "fp16":
+            problems.append(f"{what} {name}: {int((~np.isfinite(g64)).sum())} non-finite values "
+                            f"(1 rank: {int((~np.isfinite(w64)).sum())})")
             worst = math.inf
             continue
         g64, w64 = g64[~bad], w64[~bad]
+        if w64.size == 0:
+            continue
         diff = np.linalg.norm(g64 - w64)
         bound = rtol * np.linalg.norm(w64) + atol * math.sqrt(w64.size)
         ratio = diff / bound
@@ -460,9 +461,10 @@ def compare(run, ref, precision):
     param = grad = None
     if tol["param"]:
         param, pname, p = compare_tensors(run["weights"], ref["weights"], *tol["param"],
-                                          "final parameter")
+                                          "final parameter", precision)
         problems += p
-    grad, gname, p = compare_tensors(run["grads"], ref["grads"], *tol["grad"], "step-1 gradient")
+    grad, gname, p = compare_tensors(run["grads"], ref["grads"], *tol["grad"], "step-1 gradient",
+                                      precision)
     problems += p
     return dict(loss=loss_rel, norm=norm_rel, param=param, grad=grad, problems=problems)
 

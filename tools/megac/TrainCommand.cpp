@@ -377,7 +377,7 @@ bool hasOutput(const runtime::Executor &executor, const std::string &name) {
 /// grad.act.*, stash.*), which the pipeline runner sets.
 runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
                                               std::vector<int64_t> idsShape,
-                                              passes::LossKind kind) {
+                                              passes::LossKind kind, int64_t decoderSeq) {
   bool pipelined = !executor.schedule().empty();
   std::vector<std::string> names = executor.functionNames();
   for (const char *function : {"forward_backward", "apply_gradients"})
@@ -406,6 +406,8 @@ runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
                                     "; expected [b, D] with b = " + std::to_string(idsShape[0]) +
                                     " and D < S = " + std::to_string(idsShape[1]));
     idsShape[1] -= dec.shape[1];
+  } else if (kind == passes::LossKind::seq2seq) {
+    idsShape[1] -= decoderSeq; // a pipeline stage without the decoder still reads [b, E]
   }
   if (hasInput(executor, "input_ids")) {
     ASSIGN_OR_RETURN(runtime::TensorInfo ids, executor.inputInfo("input_ids"));
@@ -851,7 +853,8 @@ int trainCommand(int argc, char **argv) {
                   &rank);
   }
   runtime::StatusOr<runtime::DType> floatType =
-      checkInputs(**executor, {config.rankMicroBatch, data->sequenceLength()}, kind);
+      checkInputs(**executor, {config.rankMicroBatch, data->sequenceLength()}, kind,
+                  model->decoderSeq);
   if (!floatType.isOk())
     return fail(floatType.status().message(), &rank);
   if (root) {
