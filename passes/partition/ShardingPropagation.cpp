@@ -83,6 +83,16 @@ private:
       layout.dims[0] = {kDp};
       set(arg, layout);
     }
+    // Sequence parallelism splits the sequence dim of the activations over tp.
+    if (sp_)
+      for (BlockArgument arg : f_.getArguments()) {
+        auto type = cast<RankedTensorType>(arg.getType());
+        auto input = f_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kInputAttr);
+        if (input && type.getRank() >= 2 && type.getDimSize(1) % tp_ != 0)
+          return f_.emitError() << "sequence parallelism splits the sequence over tp = " << tp_
+                                << ", but input '" << input.getValue() << "' has "
+                                << type.getDimSize(1) << " positions (dim 1), not divisible";
+      }
     return success();
   }
 
