@@ -146,6 +146,7 @@ mlir::FailureOr<std::vector<uint8_t>> writePlan(mlir::ModuleOp module,
   for (int64_t size : axisSizes)
     devices *= size;
   std::vector<fb::Offset<pl::RankEntry>> ranks;
+  size_t ppIndex = ppAxis.value_or(0);
   for (int64_t rank = 0; rank < devices; ++rank) {
     std::vector<int64_t> coords(axisSizes.size(), 0);
     int64_t rest = rank;
@@ -153,7 +154,7 @@ mlir::FailureOr<std::vector<uint8_t>> writePlan(mlir::ModuleOp module,
       coords[a] = rest % axisSizes[a];
       rest /= axisSizes[a];
     }
-    uint32_t role = stages->empty() ? 0 : static_cast<uint32_t>(coords[*ppAxis]);
+    uint32_t role = stages->empty() ? 0 : static_cast<uint32_t>(coords[ppIndex]);
     ranks.push_back(pl::CreateRankEntryDirect(fbb, role, &coords));
   }
   std::vector<fb::Offset<fb::String>> axisNameOffsets;

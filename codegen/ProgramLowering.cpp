@@ -163,7 +163,7 @@ LogicalResult ProgramLowering::lowerPersistentArgument(mlir::BlockArgument arg, 
   if ((isParam ? stateIndex_ : parameterIndex_).count(name))
     return mlir::emitError(loc) << "'" << name << "' names both a parameter and a state buffer";
 
-  ParameterInfo spec{name, 0, arg.getType(), pl::InitKind::none, 0.0, false};
+  ParameterInfo spec{name, 0, arg.getType(), pl::InitKind::none, 0.0, false, {}};
   if (init) {
     auto attr = mlir::dyn_cast<mega::InitAttr>(init);
     if (!attr)
@@ -320,7 +320,7 @@ LogicalResult ProgramLowering::lowerArguments() {
         continue;
       }
     }
-    functions_.back().inputs.push_back({name, *buffer});
+    functions_.back().inputs.push_back({name, *buffer, {}});
   }
   return mlir::success(ok);
 }

@@ -154,7 +154,9 @@ ShardingRule concat(ConcatOp op) {
   rule.known = true;
   rule.partial = PartialRule::sum;
   ArrayRef<int64_t> out = shapeOf(op.getResult());
-  int64_t axis = op.getAxis() < 0 ? op.getAxis() + static_cast<int64_t>(out.size()) : op.getAxis();
+  int64_t axis = op.getAxisAttr().getInt();
+  if (axis < 0)
+    axis += static_cast<int64_t>(out.size());
   TensorFactors result = freshFactors(rule, out, FactorKind::parallel);
   result[axis] = {rule.addFactor(out[axis], FactorKind::whole)};
   for (Value v : op.getInputs()) {
@@ -336,7 +338,9 @@ ShardingRule ruleOf(Operation *op) {
       .Case<ReduceOp>(reduce)
       .Case<SoftmaxOp>([](SoftmaxOp o) {
         int64_t rank = static_cast<int64_t>(shapeOf(o.getInput()).size());
-        int64_t axis = o.getAxis() < 0 ? o.getAxis() + rank : o.getAxis();
+        int64_t axis = o.getAxisAttr().getInt();
+        if (axis < 0)
+          axis += rank;
         return allButWhole(o, {axis});
       })
       .Case<LayerNormOp, RmsNormOp>([](Operation *o) {

@@ -40,7 +40,7 @@ CutPoints CutPoints::analyze(func::FuncOp f, ArrayRef<Operation *> ops, ValueRan
   DenseMap<Value, unsigned> deps;
   auto depsOf = [&](Value v) -> unsigned {
     if (auto arg = dyn_cast<BlockArgument>(v))
-      return arg.getOwner() == &block ? (isParam(v) ? onParam : onData) : 0;
+      return arg.getOwner() == &block ? unsigned(isParam(v) ? onParam : onData) : 0u;
     return deps.lookup(v);
   };
   for (Operation *op : cuts.ops) {
