@@ -8,6 +8,8 @@
 #include "runtime/cpu/Kernels.h"
 #include "runtime/exec/CommOps.h"
 #include "runtime/exec/Parameters.h"
+#include "runtime/exec/Trace.h"
+#include "runtime/io/Json.h"
 #include "runtime/plan/PlanRules.h"
 #include "runtime/plan/plan_generated.h"
 
@@ -123,6 +125,21 @@ bool computesOnHalf(fb::Opcode op) {
   }
 }
 
+/// The opcodes that only move data between ranks (traced by the communicator).
+bool communicates(fb::Opcode op) {
+  switch (op) {
+  case fb::Opcode::AllReduce:
+  case fb::Opcode::AllGather:
+  case fb::Opcode::ReduceScatter:
+  case fb::Opcode::AllToAll:
+  case fb::Opcode::Send:
+  case fb::Opcode::Recv:
+    return true;
+  default:
+    return false;
+  }
+}
+
 struct BufferInfo {
   DType dtype;
   std::span<const int64_t> shape; // points into the plan's bytes
@@ -217,6 +234,7 @@ private:
     return nullptr;
   }
   Status runFunction(size_t index);
+  Status runFunctionTraced(size_t index, Trace::Clock::time_point start);
   Status execute(const fb::Instruction &inst);
   Status dispatch(const fb::Instruction &inst, const std::vector<cpu::TensorRef> &in,
                   const std::vector<cpu::TensorRef> &out);
@@ -238,6 +256,7 @@ private:
   int rank_ = 0;
   std::unique_ptr<comm::Communicator> ownComm_; // the one-rank view, without options.comm
   comm::Communicator *comm_ = nullptr;
+  Trace *trace_ = nullptr; // ExecutorOptions::trace
 };
 
 Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options) {
@@ -247,6 +266,7 @@ Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options)
   size_t ranks = p.ranks()->size();
   comm::Mesh mesh = meshOf(plan_);
   rank_ = options.rank;
+  trace_ = options.trace;
   if (options.comm) {
     if (options.rank != 0 && options.rank != options.comm->rank())
       return Status::error("plan " + source + ": ExecutorOptions.rank " +
@@ -369,6 +389,8 @@ Status CpuExecutor::run(std::string_view function) {
 Status CpuExecutor::runFunction(size_t index) {
   lastRun_.reset();
   const Function &fn = functions_[index];
+  const bool tracing = trace_ && trace_->recording();
+  Trace::Clock::time_point start = tracing ? Trace::Clock::now() : Trace::Clock::time_point();
   // Inputs are copied in on every run: the memory plan may reuse their bytes once they are dead.
   for (const Port &port : fn.inputs) {
     const InputSlot &slot = inputs_.at(port.name);
@@ -378,6 +400,8 @@ Status CpuExecutor::runFunction(size_t index) {
     copyBytes(arena_.get() + buffers_[port.buffer].offset, slot.value->bytes.data(),
               buffers_[port.buffer].bytes);
   }
+  if (tracing)
+    return runFunctionTraced(index, start);
   if (fn.plan->instructions())
     for (size_t i = 0; i < fn.plan->instructions()->size(); ++i) {
       Status s = execute(*fn.plan->instructions()->Get(static_cast<flatbuffers::uoffset_t>(i)));
@@ -387,6 +411,33 @@ Status CpuExecutor::runFunction(size_t index) {
     }
   lastRun_ = index;
   return Status::ok();
+}
+
+// runFunction's instruction loop, recording the function and each instruction on the trace's
+// kernels lane (communication opcodes are the tracing communicator's to record).
+Status CpuExecutor::runFunctionTraced(size_t index, Trace::Clock::time_point start) {
+  const Function &fn = functions_[index];
+  trace_->setFunction(fn.name);
+  std::string function = "\"function\": " + json::quote(fn.name) + ", \"index\": ";
+  Status status = Status::ok();
+  if (fn.plan->instructions())
+    for (size_t i = 0; i < fn.plan->instructions()->size() && status.isOk(); ++i) {
+      const fb::Instruction &inst =
+          *fn.plan->instructions()->Get(static_cast<flatbuffers::uoffset_t>(i));
+      Trace::Clock::time_point begin = Trace::Clock::now();
+      status = execute(inst);
+      if (!status.isOk())
+        status = Status::error(describeInstruction(*program_, programIndex_, index, i) + ": " +
+                               status.message());
+      else if (!communicates(inst.op()))
+        trace_->add(TraceLane::kernels, fb::EnumNameOpcode(inst.op()), "kernel", begin,
+                    Trace::Clock::now(), function + std::to_string(i));
+    }
+  trace_->setFunction("");
+  trace_->add(TraceLane::kernels, fn.name, "function", start, Trace::Clock::now());
+  if (status.isOk())
+    lastRun_ = index;
+  return status;
 }
 
 StatusOr<HostTensor> CpuExecutor::output(std::string_view name) const {

@@ -25,6 +25,7 @@ namespace comm {
 class Communicator;
 struct Mesh;
 } // namespace comm
+class Trace;
 
 struct ExecutorOptions {
   /// The rank whose program runs (ignored with `comm`, whose rank it is; must then be 0 or equal).
@@ -36,6 +37,11 @@ struct ExecutorOptions {
   /// Parameter values by name. Parameters missing here are read from the plan's weights_file
   /// (if any), else initialized from their init spec with the plan's seed (runtime/init).
   const TensorMap *weights = nullptr;
+  /// While it records (`megac train --trace`, runtime/exec/Trace.h): every function run and its
+  /// instructions on the kernels lane, except the communication opcodes, which the communicator
+  /// records when it is a tracing one (makeTracingCommunicator). Null: no tracing. Must outlive
+  /// the executor.
+  Trace *trace = nullptr;
 };
 
 /// A tensor's dtype and shape (an input's, as the plan expects it).

@@ -1,6 +1,8 @@
 // The pipeline runtime protocol of docs/pipeline.md: one rank's scheduled chunk steps.
 #include "runtime/train/PipelineRunner.h"
 
+#include "planner/Timeline.h"
+#include "runtime/exec/Trace.h"
 #include "runtime/io/Float16.h"
 #include "runtime/plan/plan_generated.h"
 
@@ -358,8 +360,16 @@ Status Runner::backward(int64_t c, int64_t m) {
 }
 
 Status Runner::runStep(const ScheduleStep &step) {
+  Trace *trace = run_.trace && run_.trace->recording() ? run_.trace : nullptr;
+  Trace::Clock::time_point start = trace ? Trace::Clock::now() : Trace::Clock::time_point();
   Status status = step.kind == StepKind::forward ? forward(step.chunk, step.microBatch)
                                                  : backward(step.chunk, step.microBatch);
+  if (trace) {
+    const char *kind = step.kind == StepKind::forward ? "forward" : "backward";
+    trace->add(TraceLane::pipeline, planner::stepLabel(step), kind, start, Trace::Clock::now(),
+               std::string("\"kind\": \"") + kind + "\", \"chunk\": " + std::to_string(step.chunk) +
+                   ", \"micro_batch\": " + std::to_string(step.microBatch));
+  }
   if (status.isOk())
     return status;
   return Status::error(planner::describeStep(step) + ": " + status.message());

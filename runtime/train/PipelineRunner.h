@@ -31,6 +31,9 @@ struct PipelineRun {
   /// than act.*, grad.act.* and stash.*, when the micro-batch differs from the last one set
   /// (inputs persist in the executor). May be empty when the caller set them once for all.
   std::function<Status(int64_t microBatch)> setDataInputs;
+  /// While it records: each step on the pipeline lane, named "F3 c1" (planner::stepLabel) like
+  /// the planned timeline. Null: no tracing.
+  runtime::Trace *trace = nullptr; // declared in Executor.h
 };
 
 /// The run of `rank` in a pipelined plan: its program's schedule, Plan.pipeline's stages,

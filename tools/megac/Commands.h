@@ -10,6 +10,8 @@ int runCommand(int argc, char **argv);
 int trainCommand(int argc, char **argv);
 /// `megac plan`: the partitioned training step's plan, explained (PlanCommand.cpp).
 int planCommand(int argc, char **argv);
+/// `megac plan --cluster SPEC`: the layout search (PlanSearchCommand.cpp).
+int planSearchCommand(int argc, char **argv);
 /// True when `megac compile`'s arguments name a layout (--ranks, --tp, ...): it then compiles
 /// the training step for every rank (compileWithLayout) instead of a one-rank forward plan.
 bool hasLayoutFlag(int argc, char **argv);

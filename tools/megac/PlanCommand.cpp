@@ -14,7 +14,18 @@ namespace megac::cli {
 
 namespace {
 
-constexpr const char *kPlanHelp = R"(usage: megac plan MODEL --ranks N [--tp T --pp P --dp D --vpp V --sequence-parallel
+constexpr const char *kPlanHelp = R"(usage: megac plan MODEL --cluster SPEC --global-batch B [--seq S] [--tp T --pp P --dp D
+                  --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel --zero 0|1
+                  --recompute none|selective|full] [--precision bf16|fp16|fp32] [--top K]
+                  [--json] [--timeline FILE.svg] [--trace FILE.json] [--no-compile]
+
+The planner: predicts the step time, throughput, TFLOP/s, MFU and memory per device of every
+layout on the cluster (a100-40g, a100-80g, h100-sxm, h200, cpu, or FILE.json; "a100-80g:128x8" is
+128 nodes of 8) and prints the best K, why #1 beats #2, and confirms the partitioner accepts #1.
+Degrees given are pinned; the rest are searched. --timeline draws #1's pipeline schedule (SVG),
+--trace writes it as Chrome trace-event JSON (Perfetto).
+
+usage: megac plan MODEL --ranks N [--tp T --pp P --dp D --vpp V --sequence-parallel
                   --zero 0|1 --recompute none|selective|full --schedule 1f1b|gpipe]
                   [--micro-batch b] [--global-batch B] [--precision fp32|fp64|bf16|fp16]
                   [--data TOKENS.npy] [--explain] [--json] [-o FILE.mplan]
@@ -57,6 +68,10 @@ int planCommand(int argc, char **argv) {
       std::puts(kPlanHelp);
       return 0;
     }
+  for (int i = 2; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--cluster" ||
+        std::string_view(argv[i]).starts_with("--cluster="))
+      return planSearchCommand(argc, argv);
   return runPlanMode(argc, argv, 2, {"--plan-only"});
 }
 

@@ -18,6 +18,7 @@
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/Parameters.h"
 #include "runtime/exec/ShardGather.h"
+#include "runtime/exec/Trace.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/train/LossScaler.h"
@@ -58,7 +59,7 @@ constexpr const char *kHelp =
                    [--precision fp32|fp64|bf16|fp16] [--initial-loss-scale 65536]
                    [--loss-scale-window 1000] [--hysteresis 2] [--min-loss-scale 1]
                    [--log-json FILE] [--logits NAME] [--save-weights FILE.safetensors]
-                   [--save-grads FILE.safetensors]
+                   [--save-grads FILE.safetensors] [--trace FILE.json [--trace-steps N]]
                    [--ranks N] [--tp T] [--pp P] [--dp D] [--vpp V] [--sequence-parallel]
                    [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
                    [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
@@ -113,7 +114,14 @@ constexpr const char *kHelp =
   of a one-rank run. --save-grads writes the gradient of every parameter after step 1's
   backward pass, before the optimizer (the accumulators summed over their data-parallel shares,
   shards gathered; fp16 runs write loss-scaled gradients). A non-finite loss stops the run
-  (exit 1).)";
+  (exit 1).
+  --trace writes the executed timeline of N steps (--trace-steps, default 2) from step 2 (step 1
+  warms up; a one-step run traces step 1) as Chrome trace-event JSON, the format of
+  `megac plan --trace` (open it in Perfetto): per rank (pid) the functions and instructions run
+  (tid 0), every collective, send, recv and wait with its group and bytes (tid 1), and the
+  optimizer steps with their pipeline steps "F<micro-batch> c<chunk>" (tid 2); otherData holds
+  each rank's arena_bytes and peak_rss_bytes. The ranks' clocks are aligned by a barrier before
+  the first traced step.)";
 
 /// The model's IR with the training step built, and its weights.
 struct TrainModel {
@@ -442,6 +450,7 @@ struct RankContext {
   int64_t decoderSeq = 0;        // seq2seq: the decoder's length
   std::optional<int64_t> ppAxis; // the mesh axis "pp", when the plan has one of size > 1
   std::optional<train::PipelineRun> pipeline;
+  runtime::Trace *trace = nullptr; // --trace
   bool root() const { return comm->rank() == 0; }
 };
 
@@ -588,6 +597,26 @@ runtime::Status saveWeights(const runtime::Executor &executor, RankContext &rank
                                    {{"producer", "megac train"}, {"step", std::to_string(steps)}});
 }
 
+/// --trace: every rank's recorded events to rank 0, which writes the Chrome trace.
+runtime::Status writeTrace(const runtime::Executor &executor, const TrainConfig &c,
+                           RankContext &rank) {
+  const runtime::comm::Mesh &mesh = rank.comm->mesh();
+  std::string name = "rank " + std::to_string(rank.comm->rank());
+  std::vector<int64_t> coords = mesh.coordsOf(rank.comm->rank());
+  for (size_t a = 0; a < mesh.axisNames.size() && a < coords.size(); ++a)
+    name += (a ? ", " : " (") + mesh.axisNames[a] + " " + std::to_string(coords[a]) +
+            (a + 1 == mesh.axisNames.size() ? ")" : "");
+  const passes::Layout &layout = c.training.layout;
+  std::string other =
+      "\"traced_steps\": [" + std::to_string(c.traceFirst) + ", " + std::to_string(c.traceLast) +
+      "], \"tp\": " + std::to_string(layout.tp) + ", \"pp\": " + std::to_string(layout.pp) +
+      ", \"dp\": " + std::to_string(layout.dp) + ", \"vpp\": " + std::to_string(layout.vpp) +
+      ", \"micro_batches\": " + std::to_string(layout.microBatches) + ", \"schedule\": \"" +
+      (layout.pp > 1 ? layout.schedule : "none") + "\"";
+  return runtime::writeGatheredTrace(*rank.comm, *rank.trace, {name, executor.arenaBytes()},
+                                     *c.tracePath, other);
+}
+
 /// The ranks of a multi-rank job abort together: one failing rank would leave the others
 /// waiting in a collective until the timeout.
 int fail(const std::string &message, const RankContext *rank = nullptr) {
@@ -620,9 +649,21 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
     train::StepRecord record;
     record.step = step;
     record.tokens = c.split.globalBatch * data.sequenceLength();
+    bool traced = rank.trace && step >= c.traceFirst && step <= c.traceLast;
+    if (traced && step == c.traceFirst) { // the ranks start their clocks together
+      if (runtime::Status s = rank.comm->barrier(); !s.isOk())
+        return fail(s.message() + " (before the traced steps)", &rank);
+      rank.trace->start();
+    }
     auto start = std::chrono::steady_clock::now();
     runtime::Status status = trainStep(executor, c, data, kind, vocab, floatType,
                                        scaler ? &*scaler : nullptr, rank, record);
+    if (traced) {
+      rank.trace->add(runtime::TraceLane::pipeline, "step " + std::to_string(step), "step", start,
+                      std::chrono::steady_clock::now(), "\"step\": " + std::to_string(step));
+      if (step == c.traceLast)
+        rank.trace->stop();
+    }
     if (!status.isOk()) {
       if (terminal)
         std::fputc('\n', stdout);
@@ -656,6 +697,13 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
                 train::formatDuration(elapsed).c_str(),
                 elapsed > 0 ? c.split.globalBatch * data.sequenceLength() * steps / elapsed : 0.0,
                 firstLoss, lastLoss);
+  }
+  if (rank.trace) {
+    if (runtime::Status s = writeTrace(executor, c, rank); !s.isOk())
+      return fail(s.message(), &rank);
+    if (root)
+      std::printf("wrote %s (the timeline of steps %lld..%lld)\n", c.tracePath->c_str(),
+                  (long long)c.traceFirst, (long long)c.traceLast);
   }
   if (c.saveWeights) {
     if (runtime::Status s = saveWeights(executor, rank, *c.saveWeights, steps); !s.isOk())
@@ -753,7 +801,9 @@ int trainCommand(int argc, char **argv) {
                                         "schedule",
                                         "threads",
                                         "comm-timeout",
-                                        "plan-out"};
+                                        "plan-out",
+                                        "trace",
+                                        "trace-steps"};
   std::string error =
       args.parse(argc, argv, 2, valued,
                  {"help", "sequence-parallel", "oversubscribe", "plan-only", "explain", "json"});
@@ -814,10 +864,20 @@ int trainCommand(int argc, char **argv) {
                      kCommand, (long long)token);
         break;
       }
+  // --trace: the executor, the pipeline runner and a communicator wrapper record into `trace`.
+  std::unique_ptr<runtime::Trace> trace;
+  std::unique_ptr<runtime::comm::Communicator> self, tracing;
+  if (config.tracePath) {
+    trace = std::make_unique<runtime::Trace>();
+    if (!mpi)
+      self = runtime::comm::makeSelfCommunicator(mesh);
+    tracing = runtime::makeTracingCommunicator(mpi ? *mpi : *self, *trace);
+  }
   runtime::ExecutorOptions options;
   if (!model->weights.empty())
     options.weights = &model->weights;
-  options.comm = mpi.get();
+  options.comm = tracing ? tracing.get() : mpi.get();
+  options.trace = trace.get();
   auto executor = runtime::Executor::create(*plan, options);
   RankContext rank;
   rank.plan = &*plan;
@@ -826,6 +886,7 @@ int trainCommand(int argc, char **argv) {
   if (!executor.isOk())
     return fail(executor.status().message(), &rank);
   rank.comm = &(*executor)->communicator();
+  rank.trace = trace.get();
   for (size_t a = 0; a < mesh.axisNames.size(); ++a) {
     std::vector<int64_t> coords = (*executor)->coords();
     if (mesh.axisNames[a] == "dp")
@@ -839,6 +900,7 @@ int trainCommand(int argc, char **argv) {
     if (!run.isOk())
       return fail(run.status().message(), &rank);
     rank.pipeline = std::move(run).value();
+    rank.pipeline->trace = trace.get();
     int64_t steps = 0;
     for (const auto &step : rank.pipeline->steps)
       steps += step.kind == planner::StepKind::forward;

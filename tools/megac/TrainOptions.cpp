@@ -3,6 +3,7 @@
 
 #include "tools/megac/Compile.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -134,6 +135,24 @@ std::string parseLayout(const Args &args, TrainConfig &c) {
   return {};
 }
 
+/// --trace FILE and --trace-steps N: N steps (default 2) from step 2, the first step (which
+/// warms caches and allocates) left out, clipped to the run; a one-step run traces step 1.
+std::string parseTrace(const Args &args, TrainConfig &c) {
+  int64_t count = 2;
+  if (std::string e = countOption(args, "trace-steps", 1, count, false); !e.empty())
+    return e;
+  c.tracePath = args.get("trace");
+  if (!c.tracePath) {
+    if (args.get("trace-steps"))
+      return "--trace-steps needs --trace FILE.json";
+    return {};
+  }
+  int64_t steps = c.schedule.totalSteps;
+  c.traceFirst = steps >= 2 ? 2 : 1;
+  c.traceLast = std::min(steps, c.traceFirst + count - 1);
+  return {};
+}
+
 } // namespace
 
 std::string parseTrainArgs(const Args &args, TrainConfig &c) {
@@ -235,8 +254,11 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
   c.saveWeights = args.get("save-weights");
   c.saveGrads = args.get("save-grads");
   c.oversubscribe = args.has("oversubscribe");
-  for (auto [flag, file] :
-       {std::pair{"save-weights", &c.saveWeights}, {"save-grads", &c.saveGrads}})
+  if (std::string e = parseTrace(args, c); !e.empty())
+    return e;
+  for (auto [flag, file] : {std::pair{"save-weights", &c.saveWeights},
+                            {"save-grads", &c.saveGrads},
+                            {"trace", &c.tracePath}})
     if (*file) {
       std::filesystem::path dir = std::filesystem::path(**file).parent_path();
       if (!dir.empty() && !std::filesystem::is_directory(dir))

@@ -26,6 +26,9 @@ struct TrainConfig {
   runtime::train::LossScalerConfig scaler;
   uint64_t seed = 0;
   std::optional<std::string> logJson, saveWeights, saveGrads;
+  // --trace FILE.json: the executed timeline of steps traceFirst..traceLast (1-based, inclusive).
+  std::optional<std::string> tracePath;
+  int64_t traceFirst = 0, traceLast = -1;
   // Ranks: the split holds the model's (global) micro-batch b*dp; each rank feeds b rows.
   int64_t ranks = 1;
   int64_t rankMicroBatch = 0;

@@ -1,0 +1,191 @@
+// The planner's cost model: op and collective times, counts, memory, and one step's estimate.
+#include "planner/CostModel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace megac::planner {
+namespace {
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+double kvFraction(const TransformerShape &s) {
+  return s.kvHeads > 0 && s.heads > 0 ? double(s.kvHeads) / double(s.heads) : 1.0;
+}
+
+int64_t ffnOf(const TransformerShape &s) { return s.ffn > 0 ? s.ffn : 4 * s.hidden; }
+
+} // namespace
+
+double peakFlops(const DeviceSpec &device, Precision precision) {
+  switch (precision) {
+  case Precision::fp32:
+    return device.peakFlopsFp32;
+  case Precision::fp16:
+    return device.peakFlopsFp16;
+  case Precision::bf16:
+    break;
+  }
+  return device.peakFlopsBf16;
+}
+
+int64_t elementBytes(Precision precision) { return precision == Precision::fp32 ? 4 : 2; }
+
+double gemmEfficiency(const DeviceSpec &d, double peak, int64_t m, int64_t n, int64_t k,
+                      int64_t batch, int64_t elementBytes) {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0)
+    return 1.0;
+  // Roofline: the GEMM must at least read A and B and write C once.
+  double flops = 2.0 * double(m) * double(n) * double(k);
+  double bytes = double(elementBytes) * (double(m) * k + double(k) * n + double(m) * n);
+  double roofline = std::min(1.0, flops / bytes * d.memoryBandwidth * d.memoryEfficiency /
+                                      (peak * d.gemmEfficiency));
+  // Tile quantization: the padded output is computed; wave quantization: the last wave of
+  // tiles leaves computeUnits idle.
+  int64_t tm = ceilDiv(m, d.gemmTileM), tn = ceilDiv(n, d.gemmTileN);
+  double tileUse = double(m) * double(n) / (double(tm * d.gemmTileM) * double(tn * d.gemmTileN));
+  double tiles = double(tm) * double(tn) * double(batch);
+  double waves = std::ceil(tiles / double(d.computeUnits));
+  double waveUse = tiles / (waves * double(d.computeUnits));
+  return d.gemmEfficiency * roofline * tileUse * waveUse;
+}
+
+double gemmSeconds(const DeviceSpec &d, double peak, int64_t m, int64_t n, int64_t k, int64_t batch,
+                   int64_t elementBytes) {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0)
+    return 0;
+  double flops = 2.0 * double(m) * double(n) * double(k) * double(batch);
+  return flops / (peak * gemmEfficiency(d, peak, m, n, k, batch, elementBytes));
+}
+
+double memoryBoundSeconds(const DeviceSpec &d, double bytes) {
+  return bytes / (d.memoryBandwidth * d.memoryEfficiency);
+}
+
+double ringSeconds(Collective kind, int64_t ranks, double bytes, double bandwidth, double latency) {
+  if (ranks <= 1 || bytes <= 0)
+    return 0;
+  double n = double(ranks);
+  double steps = kind == Collective::allReduce ? 2 * (n - 1) : n - 1;
+  return steps / n * bytes / bandwidth + steps * latency;
+}
+
+GroupPlacement placeGroup(const Cluster &cluster, int64_t size, int64_t stride) {
+  int64_t perNodeSlots = cluster.device.devicesPerNode;
+  GroupPlacement g;
+  g.perNode =
+      stride >= perNodeSlots ? 1 : std::min(size, std::max<int64_t>(1, perNodeSlots / stride));
+  g.nodes = ceilDiv(size, g.perNode);
+  return g;
+}
+
+double collectiveSeconds(const Cluster &cluster, Collective kind, int64_t size, int64_t stride,
+                         double bytes) {
+  if (size <= 1 || bytes <= 0)
+    return 0;
+  const DeviceSpec &d = cluster.device;
+  double intraBw = d.intraNodeBandwidth * d.linkEfficiency;
+  double interBw = d.interNodeBandwidth * d.linkEfficiency;
+  GroupPlacement g = placeGroup(cluster, size, stride);
+  if (g.nodes == 1)
+    return ringSeconds(kind, size, bytes, intraBw, d.intraNodeLatency);
+  if (g.perNode == 1)
+    return ringSeconds(kind, size, bytes, interBw, d.interNodeLatency);
+  double inter = ringSeconds(kind, g.nodes, bytes / double(g.perNode), interBw, d.interNodeLatency);
+  double intraHalf =
+      ringSeconds(Collective::allGather, g.perNode, bytes, intraBw, d.intraNodeLatency);
+  // all-reduce: reduce-scatter and all-gather in the node around the inter-node all-reduce;
+  // all-gather / reduce-scatter: one intra-node half next to the inter-node one.
+  return inter + (kind == Collective::allReduce ? 2 : 1) * intraHalf;
+}
+
+double p2pSeconds(const Cluster &cluster, bool crossNode, double bytes) {
+  const DeviceSpec &d = cluster.device;
+  if (crossNode)
+    return d.interNodeLatency + bytes / (d.interNodeBandwidth * d.linkEfficiency);
+  return d.intraNodeLatency + bytes / (d.intraNodeBandwidth * d.linkEfficiency);
+}
+
+double layerParameters(const TransformerShape &s) {
+  double h = double(s.hidden), f = double(ffnOf(s)), g = kvFraction(s);
+  double qkv = h * h * (1 + 2 * g) + h * (1 + 2 * g);
+  double proj = h * h + h;
+  double mlp = (s.gatedMlp ? 3 * h * f : 2 * h * f) + (s.gatedMlp ? 0 : f + h);
+  return qkv + proj + mlp + 4 * h; // + two layer norms (scale and bias)
+}
+
+double nonLayerParameters(const TransformerShape &s) {
+  double fromIr = double(s.parameters) - double(s.layers) * layerParameters(s);
+  if (s.parameters > 0 && fromIr > 0)
+    return fromIr;
+  double h = double(s.hidden), v = double(s.vocab);
+  return v * h * (s.tiedEmbedding ? 1 : 2) + double(s.seq) * h + 2 * h;
+}
+
+double attentionCoreForwardFlops(const TransformerShape &s, double samples) {
+  // Q·K^T and attention·V over the full s x s scores: 2 GEMMs of 2·s·s·h each per sample.
+  return 4.0 * samples * double(s.seq) * double(s.seq) * double(s.hidden);
+}
+
+double layerForwardFlops(const TransformerShape &s, double samples) {
+  double t = samples * double(s.seq), h = double(s.hidden), f = double(ffnOf(s));
+  double g = kvFraction(s);
+  double qkv = 2 * t * h * h * (1 + 2 * g), proj = 2 * t * h * h;
+  double mlp = 2 * t * h * f * (s.gatedMlp ? 3 : 2);
+  return qkv + proj + mlp + attentionCoreForwardFlops(s, samples);
+}
+
+double logitForwardFlops(const TransformerShape &s, double samples) {
+  return 2.0 * samples * double(s.seq) * double(s.hidden) * double(s.vocab);
+}
+
+double modelFlopsPerStep(const TransformerShape &s, int64_t globalBatch) {
+  double b = double(globalBatch);
+  return 3 * (double(s.layers) * layerForwardFlops(s, b) + logitForwardFlops(s, b));
+}
+
+double hardwareFlopsPerStep(const TransformerShape &s, int64_t globalBatch, Recompute recompute) {
+  double b = double(globalBatch), extra = 0;
+  if (recompute == Recompute::selective)
+    extra = double(s.layers) * attentionCoreForwardFlops(s, b);
+  else if (recompute == Recompute::full)
+    extra = double(s.layers) * layerForwardFlops(s, b);
+  return modelFlopsPerStep(s, globalBatch) + extra;
+}
+
+double layerActivationBytes(const TransformerShape &s, int64_t microBatch, int64_t tp,
+                            bool sequenceParallel, Recompute recompute, Precision precision) {
+  // Korthikanti's 34 = attention 11 (QKV input 2, Q and K 4, V 2, projection input 2, dropout
+  // mask 1) + MLP 19 (input 2, fc1 output 8, fc2 input 8, mask 1) + norms 4, in units of s·b·h
+  // bytes at 2-byte elements. Generalised: K and V scale with kv heads, the MLP's 16 with ffn/h
+  // (and 24·ffn/(4h) for a gated MLP's three ffn-sized tensors). The replicated part without
+  // SP is 10 (norm inputs 4, QKV and MLP inputs 4, the two masks 2).
+  double h = double(s.hidden), sbh = double(s.seq) * double(microBatch) * h;
+  double g = kvFraction(s), fOverH = double(ffnOf(s)) / h;
+  double linear = (7 + 4 * g) + 4 + 3 + (s.gatedMlp ? 6 : 4) * fOverH;
+  double scores = 5.0 * double(s.heads) * double(s.seq) / h;
+  double t = double(tp);
+  double perSbh;
+  if (sequenceParallel)
+    perSbh = linear / t;
+  else
+    perSbh = 10 + (linear - 10) / t;
+  if (recompute == Recompute::none || recompute == Recompute::full)
+    perSbh += scores / t;
+  return sbh * perSbh * double(elementBytes(precision)) / 2.0;
+}
+
+ParameterBytes parameterBytes(Precision precision) {
+  switch (precision) {
+  case Precision::fp32:
+    return {4, 4, 8};
+  case Precision::fp16:
+    return {2, 2, 16};
+  case Precision::bf16:
+    break;
+  }
+  return {2, 4, 12};
+}
+
+} // namespace megac::planner

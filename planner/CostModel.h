@@ -1,0 +1,152 @@
+// The pieces of the planner's cost model (planner/Planner.h's estimate is built from them):
+// GEMM and memory-bound op times, alpha-beta collectives on the cluster's links, FLOP and
+// parameter counts, Korthikanti activation memory. MLIR-free.
+#pragma once
+
+#include "planner/Hardware.h"
+#include "planner/PipelineSchedule.h"
+#include "planner/Planner.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace megac::planner {
+
+/// Dense peak FLOP/s of `device` at `precision`.
+double peakFlops(const DeviceSpec &device, Precision precision);
+/// Bytes of one activation element (2 for bf16/fp16, 4 for fp32).
+int64_t elementBytes(Precision precision);
+
+/// Fraction of `peak` a GEMM C[m,n] = A[m,k]·B[k,n] (`batch` independent ones) reaches:
+/// the roofline min(1, intensity·bandwidth/peak) on the bytes it must move, times the large-GEMM
+/// efficiency, times tile and wave quantization (NVIDIA's GEMM performance guide): the output
+/// is cut into gemmTileM x gemmTileN tiles that run computeUnits at a time, so partial tiles
+/// and a partial last wave compute nothing useful.
+double gemmEfficiency(const DeviceSpec &device, double peak, int64_t m, int64_t n, int64_t k,
+                      int64_t batch, int64_t elementBytes);
+/// Seconds of that GEMM: 2·m·n·k·batch / (peak · gemmEfficiency).
+double gemmSeconds(const DeviceSpec &device, double peak, int64_t m, int64_t n, int64_t k,
+                   int64_t batch, int64_t elementBytes);
+/// Seconds of a memory-bound op moving `bytes` (read + written).
+double memoryBoundSeconds(const DeviceSpec &device, double bytes);
+
+enum class Collective { allReduce, allGather, reduceScatter };
+/// One ring over `ranks` on a link: all-reduce 2(n-1)/n·bytes/bw + 2(n-1)·alpha; all-gather and
+/// reduce-scatter (n-1)/n·bytes/bw + (n-1)·alpha. `bytes` is the full (unsharded) buffer.
+double ringSeconds(Collective kind, int64_t ranks, double bytes, double bandwidth, double latency);
+
+/// Where a process group lies: `size` ranks whose ids step by `stride` (Megatron's order:
+/// tp stride 1, dp stride tp, pp stride tp·dp).
+struct GroupPlacement {
+  int64_t perNode = 1; // group members sharing one node
+  int64_t nodes = 1;   // nodes the group spans
+};
+GroupPlacement placeGroup(const Cluster &cluster, int64_t size, int64_t stride);
+/// A collective over such a group: a ring on NVLink within a node, on InfiniBand when every
+/// member is on its own node, else hierarchical (reduce-scatter in the node, all-reduce of
+/// bytes/perNode across nodes with every GPU on its own NIC, all-gather in the node; an
+/// all-gather or reduce-scatter does the matching half). Link bandwidth times linkEfficiency.
+double collectiveSeconds(const Cluster &cluster, Collective kind, int64_t size, int64_t stride,
+                         double bytes);
+/// One point-to-point message.
+double p2pSeconds(const Cluster &cluster, bool crossNode, double bytes);
+
+/// Parameters of one transformer block (weights, biases, two norms) from the dims.
+double layerParameters(const TransformerShape &shape);
+/// Parameters outside the blocks: shape.parameters minus the blocks when the IR gave a count,
+/// else the embedding, learned positions, final norm (and an untied head).
+double nonLayerParameters(const TransformerShape &shape);
+/// Forward FLOPs of one block for `tokens` tokens in samples of shape.seq: the GEMMs
+/// (24·b·s·h² + 4·b·s²·h for a GPT with ffn = 4h, REFERENCE.md), and the attention-core part.
+double layerForwardFlops(const TransformerShape &shape, double samples);
+double attentionCoreForwardFlops(const TransformerShape &shape, double samples);
+/// Logit layer forward FLOPs: 2·b·s·h·V.
+double logitForwardFlops(const TransformerShape &shape, double samples);
+/// Model FLOPs of one step of `globalBatch` samples, without recompute (Korthikanti Eq. 7
+/// for a GPT): 3 x forward. Hardware FLOPs add what `recompute` recomputes (SC21 Eq. 3 for full).
+double modelFlopsPerStep(const TransformerShape &shape, int64_t globalBatch);
+double hardwareFlopsPerStep(const TransformerShape &shape, int64_t globalBatch,
+                            Recompute recompute);
+
+/// Activation bytes one block keeps from its forward to its backward for one micro-batch of
+/// `microBatch` samples on one rank (Korthikanti et al. 2022, Table 2, generalised to the
+/// shape's ffn, gated MLP and kv heads; 2-byte elements, scaled for fp32):
+/// none: s·b·h·(10 + 24/t + 5·a·s/(h·t)), with SP s·b·h/t·(34 + 5·a·s/h), selective drops the
+/// 5·a·s/h term. `full` is not per block (see estimate): this returns the none-value for it.
+double layerActivationBytes(const TransformerShape &shape, int64_t microBatch, int64_t tp,
+                            bool sequenceParallel, Recompute recompute, Precision precision);
+
+/// Bytes per parameter (params, gradients, optimizer state) at `precision` (REFERENCE.md,
+/// Megatron's distributed-optimizer table): bf16 2 + 4 + 12, fp16 2 + 2 + 16, fp32 4 + 4 + 8;
+/// ZeRO-1 divides the optimizer state by dp.
+struct ParameterBytes {
+  double parameter = 0, gradient = 0, optimizer = 0;
+};
+ParameterBytes parameterBytes(Precision precision);
+
+/// Micro-batch chunks whose forward ran and backward did not, at most, on `stage` under the
+/// 1F1B (virtualStages 1) or interleaved schedule: simulateSchedule's stagePeakInFlight in
+/// closed form, so memory needs no simulation (tests compare the two).
+int64_t peakInFlight(const PipelineShape &shape, int64_t stage);
+
+/// Costs of one transformer block for one micro-batch on one rank (planner/Planner.cpp).
+struct LayerCost {
+  double forwardSeconds = 0, backwardSeconds = 0; // compute: GEMMs + memory-bound ops
+  double attentionCoreForwardSeconds = 0;         // what selective recompute repeats
+  double tpForwardSeconds = 0, tpBackwardSeconds = 0;
+};
+/// Costs of the embedding (first chunk) and the logit layer + loss (last chunk), the same way.
+struct EdgeCost {
+  double embedForwardSeconds = 0, embedBackwardSeconds = 0;
+  double headForwardSeconds = 0, headBackwardSeconds = 0;
+  double embedTpForwardSeconds = 0, embedTpBackwardSeconds = 0;
+  double headTpForwardSeconds = 0, headTpBackwardSeconds = 0;
+};
+
+/// estimate() for many layouts of one model on one cluster: block and edge costs per
+/// (tp, micro-batch, SP), and pipeline schedules per (pp, vpp, micro-batches), computed once.
+class StepEstimator {
+public:
+  StepEstimator(const TransformerShape &shape, const Cluster &cluster, int64_t globalBatch);
+  /// Memory per GPU only (the StepCost's memory fields and `fits`; times are zero). Cheap: the
+  /// search prunes with it before computing times.
+  std::optional<StepCost> memory(const Layout &layout, std::string *why);
+  /// Everything (Planner.h's estimate).
+  std::optional<StepCost> estimate(const Layout &layout, std::string *why);
+  /// A lower bound of stepSeconds (busy time of the busiest stage, no bubble, no exposed DP
+  /// communication); the layout must be valid.
+  double lowerBoundSeconds(const Layout &layout);
+
+  const LayerCost &layerCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
+                             Precision precision);
+  const EdgeCost &edgeCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
+                           Precision precision);
+
+private:
+  struct Pipeline {
+    std::vector<std::vector<ScheduleStep>> steps;
+    std::string error;
+  };
+  const Pipeline &pipeline(int64_t pp, int64_t vpp, int64_t microBatches);
+  bool validate(const Layout &layout, std::string *why) const;
+  struct ChunkTimes {
+    double forward = 0, backward = 0;   // per chunk step of the busiest stage, averaged
+    double compute = 0, tp = 0, pp = 0; // per micro-batch over the stage's chunks
+  };
+  ChunkTimes chunkTimes(const Layout &layout);
+  void fillMemory(const Layout &layout, StepCost &cost);
+  double stageParameters(const Layout &layout, bool first, bool last) const;
+  double optimizerSeconds(const Layout &layout, double localParameters) const;
+
+  TransformerShape shape_;
+  Cluster cluster_;
+  int64_t globalBatch_;
+  std::map<std::tuple<int64_t, int64_t, bool, int>, std::pair<LayerCost, EdgeCost>> layers_;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, Pipeline> pipelines_;
+};
+
+} // namespace megac::planner

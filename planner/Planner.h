@@ -1,0 +1,104 @@
+// The planner (issue 6): a first-principles cost model of one training step of a transformer
+// under a layout on a cluster, and the search that picks the layout. MLIR-free: the compiler
+// side (planner/ModelShape.cpp, `megac plan`) extracts a TransformerShape from the IR and hands
+// it here. See planner/Hardware.h for the machines.
+#pragma once
+
+#include "planner/Hardware.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace megac::planner {
+
+/// What the cost model needs to know about the model, per replica of the global batch. Filled
+/// from the IR (counts and FLOPs from the CostOpInterface, dims from the ops' shapes).
+struct TransformerShape {
+  std::string name;   // "gpt:layers=96,..." or the ONNX file
+  int64_t layers = 0; // transformer blocks (encoder + decoder for T5)
+  int64_t hidden = 0;
+  int64_t heads = 0;
+  int64_t kvHeads = 0; // == heads without grouped-query attention
+  int64_t ffn = 0;     // MLP inner size
+  int64_t vocab = 0;
+  int64_t seq = 0;       // tokens per sample (encoder + decoder for T5)
+  bool gatedMlp = false; // SwiGLU-style: three MLP matrices
+  bool tiedEmbedding = true;
+  int64_t parameters = 0; // exact count from the IR
+  /// Forward FLOPs of one sample (seq tokens), all ops, from the CostOpInterface; and the GEMM
+  /// part. Per-block and embedding/head splits are derived from the dims above.
+  double forwardFlopsPerSample = 0;
+  double forwardGemmFlopsPerSample = 0;
+};
+
+enum class Precision { fp32, bf16, fp16 };
+enum class Recompute { none, selective, full };
+
+/// One candidate layout (what `megac train` flags name).
+struct Layout {
+  int64_t tp = 1, pp = 1, dp = 1, vpp = 1;
+  int64_t microBatch = 1; // per data-parallel rank
+  bool sequenceParallel = false;
+  int zero = 0;
+  Recompute recompute = Recompute::none;
+  Precision precision = Precision::bf16;
+};
+
+/// Which choices the user pinned (`megac plan --tp 8 ...`); unset ones are searched.
+struct Pins {
+  std::optional<int64_t> tp, pp, dp, vpp, microBatch;
+  std::optional<bool> sequenceParallel;
+  std::optional<int> zero;
+  std::optional<Recompute> recompute;
+  Precision precision = Precision::bf16;
+};
+
+/// The predicted cost of one optimizer step.
+struct StepCost {
+  double computeSeconds = 0; // forward + backward (+ recompute) of the busiest stage
+  double tpCommSeconds = 0;  // tensor/sequence-parallel collectives (not overlapped)
+  double ppCommSeconds = 0;  // activations between stages
+  double dpCommSeconds = 0;  // gradient reduction (ZeRO: reduce-scatter + all-gather), exposed part
+  double bubbleSeconds = 0;  // pipeline idle time, from simulating the schedule
+  double optimizerSeconds = 0;
+  double stepSeconds = 0; // the total
+  /// One chunk step of the busiest stage, forward and backward (recompute, tensor-parallel
+  /// collectives and the pipeline send included): what the schedule was simulated with.
+  double chunkForwardSeconds = 0, chunkBackwardSeconds = 0;
+  double tokensPerSecond = 0;
+  double hardwareTflopsPerGpu = 0; // recomputed work counted (SC21 Eq. 3 convention)
+  double mfu = 0;                  // model FLOPs without recompute (Korthikanti Eq. 7) / peak
+  // Memory per GPU, bytes.
+  double parameterBytes = 0, gradientBytes = 0, optimizerBytes = 0, activationBytes = 0,
+         workspaceBytes = 0, totalBytes = 0;
+  bool fits = false;
+  /// The dominant costs, largest first ("compute 61%", "pipeline bubble 18%", ...).
+  std::vector<std::string> dominant;
+};
+
+struct PlanCandidate {
+  Layout layout;
+  StepCost cost;
+};
+
+/// The cost of `layout` for `shape` with `globalBatch` samples per step on `cluster`; nullopt
+/// with `why` when the layout is invalid (degrees that do not divide, ranks != cluster size).
+std::optional<StepCost> estimate(const TransformerShape &shape, const Cluster &cluster,
+                                 int64_t globalBatch, const Layout &layout, std::string *why);
+
+struct SearchResult {
+  std::vector<PlanCandidate> best;             // fitting layouts, fastest first (at most topK)
+  std::optional<PlanCandidate> smallestMemory; // when nothing fits: the closest, to explain
+  int64_t evaluated = 0;
+  double seconds = 0;
+  /// When no layout satisfies the pins at all (both above empty): why, in one line.
+  std::string why;
+};
+
+/// Every layout that satisfies the pins, pruned, ranked by predicted step time.
+SearchResult search(const TransformerShape &shape, const Cluster &cluster, int64_t globalBatch,
+                    const Pins &pins, int topK);
+
+} // namespace megac::planner

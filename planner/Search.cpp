@@ -1,0 +1,207 @@
+// The layout search (planner/Planner.h): enumerate the layouts the pins allow, prune by memory
+// and by dominance before computing times, rank the fitting ones by predicted step time.
+#include "planner/CostModel.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+namespace megac::planner {
+namespace {
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d)
+    if (n % d == 0)
+      out.push_back(d);
+  return out;
+}
+
+template <typename T> std::vector<T> pinnedOr(const std::optional<T> &pin, std::vector<T> all) {
+  if (pin)
+    return {*pin};
+  return all;
+}
+
+/// The choices left for one (tp, pp, dp).
+struct Choices {
+  std::vector<int64_t> vpps, microBatches;
+  std::vector<bool> sps;
+  std::vector<int> zeros;
+  std::vector<Recompute> recomputes;
+};
+
+class Searcher {
+public:
+  Searcher(const TransformerShape &shape, const Cluster &cluster, int64_t globalBatch,
+           const Pins &pins, int topK)
+      : shape_(shape), cluster_(cluster), globalBatch_(globalBatch), pins_(pins),
+        topK_(std::max(1, topK)), estimator_(shape, cluster, globalBatch) {}
+
+  SearchResult run() {
+    int64_t devices = cluster_.devices();
+    if (shape_.layers < 1 || shape_.heads < 1 || globalBatch_ < 1 || devices < 1) {
+      result_.why = "model shape, global batch and cluster size must be positive";
+      return result_;
+    }
+    // tp divides the heads (and kv heads, ffn) and stays in a node unless pinned; pp divides
+    // the layers (whole blocks per stage, as Megatron requires).
+    int64_t kvHeads = shape_.kvHeads > 0 ? shape_.kvHeads : shape_.heads;
+    int64_t ffn = shape_.ffn > 0 ? shape_.ffn : 4 * shape_.hidden;
+    std::vector<int64_t> tps;
+    for (int64_t t : divisors(shape_.heads))
+      if (kvHeads % t == 0 && ffn % t == 0 && t <= cluster_.device.devicesPerNode)
+        tps.push_back(t);
+    for (int64_t tp : pinnedOr(pins_.tp, tps))
+      for (int64_t pp : pinnedOr(pins_.pp, divisors(shape_.layers)))
+        searchDegrees(tp, pp);
+
+    if (result_.best.empty() && smallest_) {
+      if (std::optional<StepCost> cost = estimator_.estimate(*smallest_, nullptr)) {
+        ++result_.evaluated;
+        result_.smallestMemory = PlanCandidate{*smallest_, *cost};
+      }
+    }
+    if (result_.best.empty() && !result_.smallestMemory)
+      result_.why = firstInvalid_.empty()
+                        ? "no layout of " + std::to_string(devices) + " devices satisfies the pins"
+                        : firstInvalid_;
+    return result_;
+  }
+
+private:
+  void invalid(std::string why) {
+    if (firstInvalid_.empty())
+      firstInvalid_ = std::move(why);
+  }
+
+  void considerMemory(const Layout &l, const StepCost &memory) {
+    if (!smallest_ || memory.totalBytes < smallestBytes_) {
+      smallest_ = l;
+      smallestBytes_ = memory.totalBytes;
+    }
+  }
+
+  Choices choices(int64_t tp, int64_t pp, int64_t dp) const {
+    Choices c;
+    for (int64_t v = 1; pp * v <= shape_.layers; v *= 2)
+      if (shape_.layers % (pp * v) == 0 && (v == 1 || pp > 1))
+        c.vpps.push_back(v);
+    c.vpps = pinnedOr(pins_.vpp, c.vpps);
+    for (int64_t b = 1; b <= globalBatch_ / dp; b *= 2)
+      if ((globalBatch_ / dp) % b == 0)
+        c.microBatches.push_back(b);
+    c.microBatches = pinnedOr(pins_.microBatch, c.microBatches);
+    // Sequence parallelism dominates its absence in this model (the same collective bytes,
+    // 1/tp of the norm and residual work, of the activations and of the pipeline sends), so
+    // it is only off when pinned off or tp = 1.
+    c.sps = pinnedOr(pins_.sequenceParallel, std::vector<bool>{tp > 1});
+    c.zeros = pinnedOr(pins_.zero, dp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0});
+    c.recomputes =
+        pinnedOr(pins_.recompute,
+                 std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full});
+    return c;
+  }
+
+  // Memory lower bound of a (tp, pp): the most frugal choices. If even that does not fit,
+  // nothing with this tp and pp does (memory grows with vpp, micro-batch, less recompute, no SP
+  // and no ZeRO); it still competes as the smallest-memory layout.
+  bool frugalFits(int64_t tp, int64_t pp, int64_t dp, const Choices &c) {
+    if (c.vpps.empty() || c.microBatches.empty())
+      return false;
+    Layout l{tp,
+             pp,
+             dp,
+             *std::min_element(c.vpps.begin(), c.vpps.end()),
+             *std::min_element(c.microBatches.begin(), c.microBatches.end()),
+             std::find(c.sps.begin(), c.sps.end(), true) != c.sps.end(),
+             *std::max_element(c.zeros.begin(), c.zeros.end()),
+             c.recomputes.back(),
+             pins_.precision};
+    std::optional<StepCost> memory = estimator_.memory(l, nullptr);
+    if (!memory)
+      return true; // invalid here; the full enumeration says why
+    considerMemory(l, *memory);
+    return memory->fits;
+  }
+
+  void searchDegrees(int64_t tp, int64_t pp) {
+    int64_t devices = cluster_.devices();
+    if (tp < 1 || pp < 1 || devices % (tp * pp))
+      return invalid("tp*pp = " + std::to_string(tp * pp) + " does not divide the " +
+                     std::to_string(devices) + " devices");
+    int64_t dp = devices / (tp * pp);
+    if (pins_.dp && *pins_.dp != dp)
+      return invalid("dp " + std::to_string(*pins_.dp) +
+                     " != devices/(tp*pp) = " + std::to_string(dp));
+    if (globalBatch_ % dp)
+      return invalid("dp " + std::to_string(dp) + " does not divide the global batch " +
+                     std::to_string(globalBatch_));
+    Choices c = choices(tp, pp, dp);
+    if (!frugalFits(tp, pp, dp, c))
+      return;
+    for (int64_t vpp : c.vpps)
+      for (int64_t b : c.microBatches)
+        for (bool sp : c.sps)
+          for (int zero : c.zeros)
+            tryRecomputes(Layout{tp, pp, dp, vpp, b, sp, zero, Recompute::none, pins_.precision},
+                          c.recomputes);
+  }
+
+  // The least recompute that fits is the fastest (recompute only adds work), so the later
+  // recompute choices are dominated once one fits. A layout whose busy time alone cannot beat
+  // the K-th best is not simulated.
+  void tryRecomputes(Layout l, const std::vector<Recompute> &recomputes) {
+    for (Recompute recompute : recomputes) {
+      l.recompute = recompute;
+      std::string why;
+      std::optional<StepCost> memory = estimator_.memory(l, &why);
+      if (!memory)
+        return invalid(why); // invalid for every recompute choice alike
+      considerMemory(l, *memory);
+      if (!memory->fits)
+        continue;
+      if (int64_t(result_.best.size()) == topK_ &&
+          estimator_.lowerBoundSeconds(l) >= result_.best.back().cost.stepSeconds)
+        return;
+      std::optional<StepCost> cost = estimator_.estimate(l, nullptr);
+      ++result_.evaluated;
+      if (cost)
+        insert(PlanCandidate{l, *cost});
+      return;
+    }
+  }
+
+  void insert(PlanCandidate c) {
+    auto at = std::upper_bound(result_.best.begin(), result_.best.end(), c,
+                               [](const PlanCandidate &a, const PlanCandidate &b) {
+                                 return a.cost.stepSeconds < b.cost.stepSeconds;
+                               });
+    result_.best.insert(at, std::move(c));
+    if (int64_t(result_.best.size()) > topK_)
+      result_.best.pop_back();
+  }
+
+  const TransformerShape &shape_;
+  const Cluster &cluster_;
+  int64_t globalBatch_;
+  const Pins &pins_;
+  int64_t topK_;
+  StepEstimator estimator_;
+  SearchResult result_;
+  std::string firstInvalid_;
+  std::optional<Layout> smallest_;
+  double smallestBytes_ = 0;
+};
+
+} // namespace
+
+SearchResult search(const TransformerShape &shape, const Cluster &cluster, int64_t globalBatch,
+                    const Pins &pins, int topK) {
+  auto start = std::chrono::steady_clock::now();
+  SearchResult result = Searcher(shape, cluster, globalBatch, pins, topK).run();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+} // namespace megac::planner

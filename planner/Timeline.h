@@ -1,0 +1,79 @@
+// The timed pipeline schedule: when each (forward|backward, chunk, micro-batch) step of the one
+// schedule generator (planner/PipelineSchedule.h) runs on its stage, and two renderings of it, an
+// SVG a person reads (`megac plan --timeline`) and Chrome trace-event JSON that opens in Perfetto
+// (`megac plan --trace`, the same format as `megac train --trace`). MLIR-free.
+#pragma once
+
+#include "planner/PipelineSchedule.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace megac::planner {
+
+/// How long the steps take, in seconds.
+struct StepDurations {
+  /// Per global chunk (chunks = stages * virtual stages entries), or one entry for every chunk.
+  std::vector<double> forward{1.0};
+  std::vector<double> backward{2.0};
+  /// From a step's end until its output (activations, or their gradient) is usable by the
+  /// neighbouring chunk on another stage; transfers between chunks of one stage are free.
+  double sendLatency = 0;
+};
+
+/// One step at the time it runs.
+struct TimedStep {
+  int64_t stage = 0;
+  ScheduleStep step;
+  double start = 0, end = 0; // seconds from the start of the optimizer step
+  /// The stage that produced its input on another stage (-1: none, or this stage itself), when
+  /// that producer finished, and when the input arrived here (inputSent + sendLatency).
+  int64_t producerStage = -1;
+  double inputSent = 0, inputReady = 0;
+};
+
+/// The simulation of simulateSchedule with per-chunk durations and send latency, keeping every
+/// step's times. With one duration per kind and no latency its makespan and bubble fraction are
+/// simulateSchedule's.
+struct Timeline {
+  std::string name; // the schedule's (scheduleName), shown in the title
+  PipelineShape shape;
+  std::vector<TimedStep> steps; // per stage, in schedule order; stages in order
+  double makespan = 0;
+  double bubbleFraction = 0; // idle / (stages * makespan), as ScheduleSimulation's
+  /// Non-empty when the schedule is malformed or deadlocks (simulateSchedule's message), or the
+  /// durations do not fit the shape; the rest is then meaningless.
+  std::string error;
+};
+
+/// Times `steps` (index = stage, as buildSchedule returns them) under `durations`.
+Timeline simulateTimeline(const PipelineShape &shape,
+                          const std::vector<std::vector<ScheduleStep>> &steps,
+                          const StepDurations &durations, std::string name = "");
+
+/// buildSchedule and simulateTimeline in one; `error` set (and the steps empty) when the kind
+/// cannot run the shape.
+Timeline scheduleTimeline(ScheduleKind kind, const PipelineShape &shape,
+                          const StepDurations &durations);
+
+/// "F3 c1": forward of micro-batch 3 in chunk 1 ("B" for backward), the blocks' names in both
+/// renderings.
+std::string stepLabel(const ScheduleStep &step);
+
+/// A standalone SVG: one row per stage, a block per step labelled with its micro-batch
+/// (forwards blue, backwards orange, each chunk of a stage a different shade), idle time as
+/// gaps, cross-stage sends as thin lines from the producer's end to the consumer's row, a time
+/// axis, a legend and a title with the schedule's name, shape and bubble fraction. `subtitle`
+/// (e.g. the layout) is printed under the title when non-empty. Needs an error-free timeline.
+std::string timelineSvg(const Timeline &timeline, const std::string &subtitle = "");
+
+/// Chrome trace-event JSON {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}
+/// with the lanes of `megac train --trace` (runtime/exec/Trace.h): per stage a process (pid =
+/// stage, named "stage s"), its steps as complete ("X") events on thread 2 ("pipeline") named by
+/// stepLabel with args kind/chunk/micro_batch, and, when sendLatency > 0, each cross-stage
+/// transfer on the receiving stage's thread 1 ("communication"); ts and dur in microseconds.
+/// otherData holds the schedule, shape, makespan_s and bubble_fraction.
+std::string chromeTrace(const Timeline &timeline);
+
+} // namespace megac::planner

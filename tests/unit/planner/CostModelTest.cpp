@@ -1,0 +1,366 @@
+// The cost model's components against closed forms and hand calculations (GEMM time, ring
+// collectives, bubble, memory, FLOP and parameter counts, Korthikanti activations), the hardware
+// presets and cluster strings, and golden predictions that pin the whole model.
+#include "planner/CostModel.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace megac::planner {
+namespace {
+
+TransformerShape gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t vocab) {
+  TransformerShape s;
+  s.name = "gpt";
+  s.layers = layers;
+  s.hidden = hidden;
+  s.heads = heads;
+  s.kvHeads = heads;
+  s.ffn = 4 * hidden;
+  s.vocab = vocab;
+  s.seq = seq;
+  return s;
+}
+
+Cluster cluster(const std::string &text) {
+  std::string error;
+  std::optional<Cluster> c = parseCluster(text, &error);
+  EXPECT_TRUE(c) << error;
+  return c.value_or(Cluster{});
+}
+
+void expectRel(double got, double want, double rel) {
+  EXPECT_LE(std::abs(got - want), rel * std::abs(want)) << "got " << got << ", want " << want;
+}
+
+TEST(CostModelTest, PresetsCarryDatasheetNumbers) {
+  std::optional<DeviceSpec> a100 = preset("a100-80g");
+  ASSERT_TRUE(a100);
+  EXPECT_EQ(a100->peakFlopsBf16, 312e12);
+  EXPECT_EQ(a100->memoryBytes, 80e9);
+  EXPECT_EQ(a100->memoryBandwidth, 2.039e12);
+  EXPECT_EQ(a100->intraNodeBandwidth, 300e9); // 600 GB/s bidirectional NVLink
+  EXPECT_EQ(a100->interNodeBandwidth, 25e9);  // HDR 200 Gb/s per GPU
+  EXPECT_EQ(preset("a100-40g")->memoryBandwidth, 1.555e12);
+  EXPECT_EQ(preset("h100-sxm")->peakFlopsBf16, 989e12);
+  EXPECT_EQ(preset("h200")->memoryBytes, 141e9);
+  EXPECT_EQ(preset("h200")->memoryBandwidth, 4.8e12);
+  EXPECT_EQ(preset("cpu")->devicesPerNode, 2);
+  EXPECT_EQ(presetNames().size(), 5u);
+  EXPECT_FALSE(preset("v100"));
+}
+
+TEST(CostModelTest, ParsesClusters) {
+  Cluster a = cluster("a100-80g:128x8");
+  EXPECT_EQ(a.nodes, 128);
+  EXPECT_EQ(a.devices(), 1024);
+  Cluster h = cluster("h200:16");
+  EXPECT_EQ(h.nodes, 2);
+  EXPECT_EQ(h.device.devicesPerNode, 8);
+  Cluster small = cluster("h100-sxm:4");
+  EXPECT_EQ(small.nodes, 1);
+  EXPECT_EQ(small.devices(), 4);
+  std::string error;
+  EXPECT_FALSE(parseCluster("a100-80g", &error));
+  EXPECT_NE(error.find("malformed"), std::string::npos) << error;
+  EXPECT_FALSE(parseCluster("tpu:8", &error));
+  EXPECT_NE(error.find("unknown device 'tpu'"), std::string::npos) << error;
+  EXPECT_FALSE(parseCluster("h200:12", &error));
+  EXPECT_NE(error.find("do not fill nodes of 8"), std::string::npos) << error;
+  EXPECT_FALSE(parseCluster("h200:0x8", &error));
+  EXPECT_NE(error.find("positive"), std::string::npos) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos);
+}
+
+TEST(CostModelTest, LoadsDeviceSpecFiles) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / "megac_cost_model_test";
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string &name, const std::string &text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  std::string full = write("mine.json", R"({"name": "mine", "peakFlopsFp32": 1e12,
+      "peakFlopsBf16": 4e12, "memoryBytes": 16e9, "memoryBandwidth": 5e11, "devicesPerNode": 4,
+      "intraNodeBandwidth": 5e10, "intraNodeLatency": 2e-6, "interNodeBandwidth": 1e10,
+      "interNodeLatency": 5e-6, "computeUnits": 40})");
+  std::string error;
+  std::optional<Cluster> c = parseCluster(full + ":2x4", &error);
+  ASSERT_TRUE(c) << error;
+  EXPECT_EQ(c->device.name, "mine");
+  EXPECT_EQ(c->device.peakFlopsFp16, 4e12); // defaults to bf16
+  EXPECT_EQ(c->device.computeUnits, 40);
+  EXPECT_EQ(c->devices(), 8);
+  std::string based = write("based.json", R"({"base": "h100-sxm", "memoryBytes": 94e9})");
+  std::optional<DeviceSpec> d = loadDeviceSpec(based, &error);
+  ASSERT_TRUE(d) << error;
+  EXPECT_EQ(d->memoryBytes, 94e9);
+  EXPECT_EQ(d->peakFlopsBf16, 989e12);
+  EXPECT_FALSE(loadDeviceSpec(write("typo.json", R"({"base": "h200", "memoryByte": 1})"), &error));
+  EXPECT_NE(error.find("unknown field 'memoryByte'"), std::string::npos) << error;
+  EXPECT_FALSE(loadDeviceSpec(write("partial.json", R"({"peakFlopsBf16": 1e12})"), &error));
+  EXPECT_NE(error.find("'peakFlopsFp32' must be given"), std::string::npos) << error;
+  EXPECT_FALSE(loadDeviceSpec(write("bad.json", "{"), &error));
+  EXPECT_NE(error.find("bad.json"), std::string::npos) << error;
+  EXPECT_FALSE(loadDeviceSpec((dir / "missing.json").string(), &error));
+  EXPECT_NE(error.find("cannot open"), std::string::npos) << error;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CostModelTest, BigSquareGemmRunsAtTheLargeGemmEfficiency) {
+  DeviceSpec a100 = *preset("a100-80g");
+  double peak = a100.peakFlopsBf16;
+  // 108 x 32 tiles of 128 x 128: whole tiles, whole waves, far above the roofline's ridge.
+  int64_t m = 128 * 108, n = 128 * 32, k = 8192;
+  EXPECT_DOUBLE_EQ(gemmEfficiency(a100, peak, m, n, k, 1, 2), a100.gemmEfficiency);
+  expectRel(gemmSeconds(a100, peak, m, n, k, 1, 2), 2.0 * m * n * k / (peak * 0.8), 1e-12);
+  // 8192^3: 4096 tiles in 38 waves of 108, 99.8% of the last wave used.
+  expectRel(gemmSeconds(a100, peak, 8192, 8192, 8192, 1, 2),
+            2.0 * 8192 * 8192 * 8192 / (peak * 0.8) / (4096.0 / (38 * 108)), 1e-12);
+}
+
+TEST(CostModelTest, SmallAndSkinnyGemmsRunFarBelowPeak) {
+  DeviceSpec a100 = *preset("a100-80g");
+  double peak = a100.peakFlopsBf16;
+  // k = 16: 2·m·n·k FLOPs over 2·(m·k + k·n + m·n) bytes, memory-bound.
+  double m = 8192, k = 16;
+  double intensity = 2 * m * m * k / (2 * (2 * m * k + m * m));
+  double roofline = intensity * 2.039e12 * 0.85 / (peak * 0.8);
+  double waves = 4096.0 / (38 * 108); // 64 x 64 tiles in 38 waves of 108 SMs
+  expectRel(gemmEfficiency(a100, peak, 8192, 8192, 16, 1, 2), 0.8 * roofline * waves, 1e-12);
+  EXPECT_LT(roofline, 0.2);
+  // One 64 x 64 output (k = 4096): memory-bound, a quarter of one tile, on one of 108 SMs.
+  double small =
+      2.0 * 64 * 64 * 4096 / (2 * (2 * 64 * 4096 + 64 * 64)) * 2.039e12 * 0.85 / (peak * 0.8);
+  expectRel(gemmEfficiency(a100, peak, 64, 64, 4096, 1, 2), 0.8 * small * 0.25 / 108, 1e-12);
+  EXPECT_LT(gemmEfficiency(a100, peak, 64, 64, 4096, 1, 2), 1e-3);
+}
+
+TEST(CostModelTest, RingCollectivesMatchTheClosedForm) {
+  // All-reduce 2(n-1)/n·bytes/bw + 2(n-1)·alpha; all-gather and reduce-scatter half of it.
+  EXPECT_DOUBLE_EQ(ringSeconds(Collective::allReduce, 8, 1e9, 100e9, 5e-6),
+                   2.0 * 7 / 8 * 1e9 / 100e9 + 14 * 5e-6);
+  EXPECT_DOUBLE_EQ(ringSeconds(Collective::allGather, 8, 1e9, 100e9, 5e-6),
+                   7.0 / 8 * 1e9 / 100e9 + 7 * 5e-6);
+  EXPECT_EQ(ringSeconds(Collective::allReduce, 1, 1e9, 100e9, 5e-6), 0);
+  Cluster c = cluster("a100-80g:4x8");
+  double nvlink = 300e9 * 0.8, ib = 25e9 * 0.8;
+  // tp = 8 (stride 1) stays in a node: a ring on NVLink.
+  EXPECT_DOUBLE_EQ(collectiveSeconds(c, Collective::allReduce, 8, 1, 1e8),
+                   ringSeconds(Collective::allReduce, 8, 1e8, nvlink, 3e-6));
+  // dp = 4 with stride 8: one rank per node, a ring on InfiniBand.
+  EXPECT_DOUBLE_EQ(collectiveSeconds(c, Collective::allReduce, 4, 8, 1e8),
+                   ringSeconds(Collective::allReduce, 4, 1e8, ib, 6e-6));
+  // dp = 16 with stride 2: 4 ranks per node on 4 nodes: reduce-scatter in the node, all-reduce
+  // of a quarter across nodes, all-gather in the node.
+  EXPECT_DOUBLE_EQ(collectiveSeconds(c, Collective::allReduce, 16, 2, 1e8),
+                   2 * ringSeconds(Collective::allGather, 4, 1e8, nvlink, 3e-6) +
+                       ringSeconds(Collective::allReduce, 4, 1e8 / 4, ib, 6e-6));
+  EXPECT_DOUBLE_EQ(p2pSeconds(c, true, 1e8), 6e-6 + 1e8 / ib);
+}
+
+TEST(CostModelTest, CountsMatchTheGptFormulas) {
+  TransformerShape s = gpt(96, 12288, 96, 2048, 50257);
+  double l = 96, h = 12288, sq = 2048, v = 50257, b = 1536;
+  // SC21: P = 12·l·h²·(1 + 13/(12h) + (V + s)/(12·l·h)), plus the final norm's 2h it omits.
+  expectRel(l * layerParameters(s) + nonLayerParameters(s),
+            12 * l * h * h * (1 + 13 / (12 * h) + (v + sq) / (12 * l * h)) + 2 * h, 1e-14);
+  // Korthikanti Eq. 7 and SC21 Eq. 3.
+  expectRel(modelFlopsPerStep(s, 1536),
+            72 * b * l * sq * h * h * (1 + sq / (6 * h) + v / (12 * h * l)), 1e-14);
+  expectRel(hardwareFlopsPerStep(s, 1536, Recompute::full),
+            96 * b * sq * l * h * h * (1 + sq / (6 * h) + v / (16 * l * h)), 1e-14);
+  expectRel(hardwareFlopsPerStep(s, 1536, Recompute::selective),
+            modelFlopsPerStep(s, 1536) + l * 4 * b * sq * sq * h, 1e-14);
+}
+
+TEST(CostModelTest, ActivationsFollowKorthikantiTable2) {
+  TransformerShape s = gpt(96, 12288, 96, 2048, 50257);
+  double sq = 2048, b = 2, h = 12288, a = 96, t = 8, sbh = sq * b * h;
+  auto act = [&](int64_t tp, bool sp, Recompute r) {
+    return layerActivationBytes(s, 2, tp, sp, r, Precision::bf16);
+  };
+  expectRel(act(1, false, Recompute::none), sbh * (34 + 5 * a * sq / h), 1e-14);
+  expectRel(act(8, false, Recompute::none), sbh * (10 + 24 / t + 5 * a * sq / (h * t)), 1e-14);
+  expectRel(act(8, true, Recompute::none), sbh / t * (34 + 5 * a * sq / h), 1e-14);
+  expectRel(act(8, true, Recompute::selective), 34 * sbh / t, 1e-14);
+  expectRel(layerActivationBytes(s, 2, 8, true, Recompute::selective, Precision::fp32),
+            2 * 34 * sbh / t, 1e-14);
+}
+
+TEST(CostModelTest, InFlightClosedFormMatchesTheSimulatedSchedule) {
+  for (int64_t p = 1; p <= 6; ++p)
+    for (int64_t v = 1; v <= 3; ++v)
+      for (int64_t m = 1; m <= 12; ++m) {
+        if (v > 1 && (p == 1 || m % p))
+          continue;
+        PipelineShape shape{p, v, m};
+        std::string error;
+        auto steps = buildSchedule(v > 1 ? ScheduleKind::interleaved : ScheduleKind::oneFOneB,
+                                   shape, &error);
+        ASSERT_TRUE(steps) << error;
+        ScheduleSimulation sim = simulateSchedule(shape, *steps, 1, 2);
+        ASSERT_TRUE(sim.error.empty()) << sim.error;
+        for (int64_t stage = 0; stage < p; ++stage)
+          EXPECT_EQ(peakInFlight(shape, stage), sim.stagePeakInFlight[stage])
+              << "p=" << p << " v=" << v << " m=" << m << " stage " << stage;
+      }
+}
+
+TEST(CostModelTest, BubbleOfFourStage1F1BWithEightMicroBatches) {
+  // 4 stages of one layer each on one node, 8 micro-batches of 1: the simulated bubble is
+  // (p-1)/m of the busy time (REFERENCE.md, Narayanan et al.).
+  TransformerShape s = gpt(4, 1024, 16, 512, 32000);
+  Layout l;
+  l.pp = 4;
+  std::string why;
+  std::optional<StepCost> c = estimate(s, cluster("a100-80g:4"), 8, l, &why);
+  ASSERT_TRUE(c) << why;
+  double busy = c->computeSeconds + c->tpCommSeconds + c->ppCommSeconds;
+  expectRel(c->bubbleSeconds / busy, 3.0 / 8.0, 1e-12);
+  // Interleaving 2 chunks per stage shrinks it to (p-1)/(v·m).
+  l.vpp = 2;
+  TransformerShape s8 = gpt(8, 1024, 16, 512, 32000);
+  std::optional<StepCost> i = estimate(s8, cluster("a100-80g:4"), 8, l, &why);
+  ASSERT_TRUE(i) << why;
+  expectRel(i->bubbleSeconds / (i->computeSeconds + i->tpCommSeconds + i->ppCommSeconds),
+            3.0 / 16.0, 1e-12);
+}
+
+TEST(CostModelTest, MemoryOfAKnownConfigByHand) {
+  // 4 layers, h 1024, 16 heads, s 512, V 32000 on 8 A100s: tp 2, pp 2, dp 2, micro-batch 2,
+  // global batch 16 (4 micro-batches), SP, ZeRO-1, selective recompute, bf16.
+  TransformerShape s = gpt(4, 1024, 16, 512, 32000);
+  Layout l{2, 2, 2, 1, 2, true, 1, Recompute::selective, Precision::bf16};
+  std::string why;
+  std::optional<StepCost> c = estimate(s, cluster("a100-80g:1x8"), 16, l, &why);
+  ASSERT_TRUE(c) << why;
+  // Parameters per rank of the last stage (the larger total): 2 blocks of 12h² + 13h, of which
+  // the norms and the two row-parallel biases (6h = 6144) are replicated and the rest split
+  // over tp = 2: 2 · ((12,596,224 - 6,144)/2 + 6,144) = 12,602,368; plus the tied table's copy,
+  // vocab-parallel: 16,000 · 1024 = 16,384,000. Total 28,986,368.
+  double params = 28986368;
+  EXPECT_DOUBLE_EQ(c->parameterBytes, 2 * params);
+  EXPECT_DOUBLE_EQ(c->gradientBytes, 4 * params);
+  EXPECT_DOUBLE_EQ(c->optimizerBytes, 12 * params / 2); // 6 + 12/d bytes per parameter
+  // Activations: SP + selective keeps 34·s·b·h/t = 34 · 512 · 2 · 1024 / 2 = 17,825,792 bytes a
+  // block; the last stage of 1F1B holds 1 micro-batch of its 2 blocks.
+  EXPECT_DOUBLE_EQ(c->activationBytes, 1 * 2 * 17825792.0);
+  // Workspace: 2 GB reserve; one block's full activations, s·b·h/t·(34 + 5·a·s/h) =
+  // 524,288 · 74 = 38,797,312; fp32 logits of the micro-batch and their gradient,
+  // 2 · (2 · 512 · 16,000 · 4) = 131,072,000.
+  EXPECT_DOUBLE_EQ(c->workspaceBytes, 2e9 + 38797312.0 + 131072000.0);
+  EXPECT_DOUBLE_EQ(c->totalBytes, 2553357312.0);
+  // The first stage (embedding + positions 524,288 + final norm 2,048, 2 micro-batches in
+  // flight, no logits) totals 2,464,252,928: less, so the last stage is reported.
+  EXPECT_TRUE(c->fits);
+}
+
+TEST(CostModelTest, MfuAndThroughputFollowFromTheStepTime) {
+  TransformerShape s = gpt(96, 12288, 96, 2048, 50257);
+  Layout l{8, 16, 8, 1, 1, true, 1, Recompute::selective, Precision::bf16};
+  std::string why;
+  std::optional<StepCost> c = estimate(s, cluster("a100-80g:128x8"), 1536, l, &why);
+  ASSERT_TRUE(c) << why;
+  expectRel(c->mfu, modelFlopsPerStep(s, 1536) / c->stepSeconds / (1024 * 312e12), 1e-14);
+  expectRel(c->hardwareTflopsPerGpu,
+            hardwareFlopsPerStep(s, 1536, Recompute::selective) / c->stepSeconds / 1024 / 1e12,
+            1e-14);
+  expectRel(c->tokensPerSecond, 1536 * 2048 / c->stepSeconds, 1e-14);
+  expectRel(c->stepSeconds,
+            c->computeSeconds + c->tpCommSeconds + c->ppCommSeconds + c->bubbleSeconds +
+                c->dpCommSeconds + c->optimizerSeconds,
+            1e-12);
+  ASSERT_FALSE(c->dominant.empty());
+  EXPECT_EQ(c->dominant.front().rfind("compute ", 0), 0u) << c->dominant.front();
+  // Recompute costs time: full > selective > none, and saves memory the other way round.
+  l.recompute = Recompute::full;
+  std::optional<StepCost> full = estimate(s, cluster("a100-80g:128x8"), 1536, l, &why);
+  l.recompute = Recompute::none;
+  std::optional<StepCost> none = estimate(s, cluster("a100-80g:128x8"), 1536, l, &why);
+  ASSERT_TRUE(full && none);
+  EXPECT_GT(full->stepSeconds, c->stepSeconds);
+  EXPECT_GT(c->stepSeconds, none->stepSeconds);
+  EXPECT_LT(full->activationBytes, c->activationBytes);
+  EXPECT_LT(c->activationBytes, none->activationBytes);
+}
+
+TEST(CostModelTest, InvalidLayoutsSayWhy) {
+  TransformerShape s = gpt(96, 12288, 96, 2048, 50257);
+  Cluster c = cluster("a100-80g:128x8");
+  auto why = [&](Layout l) {
+    std::string message;
+    EXPECT_FALSE(estimate(s, c, 1536, l, &message));
+    EXPECT_EQ(message.find('\n'), std::string::npos);
+    return message;
+  };
+  EXPECT_EQ(why({8, 16, 4, 1, 1}), "tp*pp*dp = 512 but the cluster has 1024 devices");
+  EXPECT_EQ(why({5, 1, 1024 / 5, 1, 1}).substr(0, 8), "tp*pp*dp");
+  EXPECT_EQ(why({64, 16, 1, 1, 1}), "tp 64 does not divide the 96 attention heads");
+  EXPECT_EQ(why({8, 16, 8, 1, 7}), "dp*micro-batch = 56 does not divide the global batch 1536");
+  EXPECT_EQ(why({1, 128, 8, 1, 1}), "pp*vpp = 128 chunks but only 96 layers");
+  EXPECT_EQ(why({8, 1, 128, 2, 1}),
+            "vpp 2 needs pp > 1 and the 12 micro-batches divisible by pp 1");
+  Layout sp{1, 16, 64, 1, 1, true};
+  EXPECT_EQ(why(sp), "sequence parallelism needs tp > 1 dividing the sequence 2048");
+}
+
+// Golden predictions: any change to the model moves these (1e-9 relative). Regenerate by
+// running with MEGAC_PRINT_GOLDEN=1 and copying the printed numbers, after checking the change
+// is intended.
+struct Golden {
+  const char *what;
+  TransformerShape shape;
+  const char *cluster;
+  int64_t globalBatch;
+  Layout layout;
+  double stepSeconds, totalBytes, mfu;
+};
+
+TEST(CostModelTest, GoldenPredictions) {
+  Golden goldens[] = {
+      {"GPT-3 175B, tp 8 pp 16 dp 8, SP, selective, ZeRO-1",
+       gpt(96, 12288, 96, 2048, 50257),
+       "a100-80g:128x8",
+       1536,
+       {8, 16, 8, 1, 1, true, 1, Recompute::selective},
+       19.834707251687782,
+       23590198784,
+       0.5343229045877973},
+      {"GPT 1T, tp 8 pp 64 dp 6 vpp 2, SP, selective, ZeRO-1",
+       gpt(128, 25600, 160, 2048, 50257),
+       "a100-80g:384x8",
+       3072,
+       {8, 64, 6, 2, 1, true, 1, Recompute::selective},
+       66.923225684691232,
+       62639385600,
+       0.60106389579993014},
+      {"GPT-2 small on this CPU, pp 2, full recompute, fp32",
+       gpt(12, 768, 12, 256, 50257),
+       "cpu:2",
+       8,
+       {1, 2, 1, 1, 2, false, 0, Recompute::full, Precision::fp32},
+       18.015915557859252,
+       1760223232,
+       0.38032643792355547},
+  };
+  bool print = std::getenv("MEGAC_PRINT_GOLDEN") != nullptr;
+  for (const Golden &g : goldens) {
+    SCOPED_TRACE(g.what);
+    std::string why;
+    std::optional<StepCost> c =
+        estimate(g.shape, cluster(g.cluster), g.globalBatch, g.layout, &why);
+    ASSERT_TRUE(c) << why;
+    if (print)
+      std::printf("%s: %.17g, %.17g, %.17g\n", g.what, c->stepSeconds, c->totalBytes, c->mfu);
+    expectRel(c->stepSeconds, g.stepSeconds, 1e-9);
+    expectRel(c->totalBytes, g.totalBytes, 1e-9);
+    expectRel(c->mfu, g.mfu, 1e-9);
+  }
+}
+
+} // namespace
+} // namespace megac::planner

@@ -1,0 +1,370 @@
+// `megac plan ... --cluster SPEC`: the planner. Reads the model's shape off its IR
+// (planner/ModelShape), searches layouts with the cost model (planner/Planner.h) under the
+// pins the user gave, prints the best ones and why, and compiles the winner's training step to
+// confirm the partitioner accepts it.
+#include "tools/megac/Args.h"
+#include "tools/megac/Commands.h"
+#include "tools/megac/ModelSource.h"
+
+#include "frontends/models/ModelConfig.h"
+#include "passes/Pipelines.h"
+#include "passes/training/TrainingPipeline.h"
+#include "planner/ModelShape.h"
+#include "planner/ModelStats.h"
+#include "planner/PipelineSchedule.h"
+#include "planner/Planner.h"
+#include "planner/Timeline.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace megac::cli {
+
+namespace {
+
+constexpr const char *kCommand = "megac plan";
+
+const char *recomputeText(planner::Recompute r) {
+  switch (r) {
+  case planner::Recompute::none:
+    return "none";
+  case planner::Recompute::selective:
+    return "selective";
+  case planner::Recompute::full:
+    return "full";
+  }
+  return "none";
+}
+
+const char *precisionText(planner::Precision p) {
+  switch (p) {
+  case planner::Precision::fp32:
+    return "fp32";
+  case planner::Precision::bf16:
+    return "bf16";
+  case planner::Precision::fp16:
+    return "fp16";
+  }
+  return "bf16";
+}
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / double(1ull << 30));
+  return text;
+}
+
+std::string layoutText(const planner::Layout &l) {
+  std::ostringstream out;
+  out << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp;
+  if (l.vpp > 1)
+    out << " vpp=" << l.vpp;
+  out << " mb=" << l.microBatch;
+  if (l.sequenceParallel)
+    out << " sp";
+  if (l.zero)
+    out << " zero1";
+  if (l.recompute != planner::Recompute::none)
+    out << " recompute=" << recomputeText(l.recompute);
+  return out.str();
+}
+
+std::string candidateJson(const planner::PlanCandidate &c) {
+  const planner::Layout &l = c.layout;
+  const planner::StepCost &s = c.cost;
+  std::ostringstream out;
+  out.precision(17);
+  out << "{\"tp\": " << l.tp << ", \"pp\": " << l.pp << ", \"dp\": " << l.dp
+      << ", \"vpp\": " << l.vpp << ", \"micro_batch\": " << l.microBatch
+      << ", \"sequence_parallel\": " << (l.sequenceParallel ? "true" : "false")
+      << ", \"zero\": " << l.zero << ", \"recompute\": \"" << recomputeText(l.recompute)
+      << "\", \"precision\": \"" << precisionText(l.precision)
+      << "\", \"step_time_s\": " << s.stepSeconds << ", \"tokens_per_s\": " << s.tokensPerSecond
+      << ", \"tflops_per_gpu\": " << s.hardwareTflopsPerGpu << ", \"mfu\": " << s.mfu
+      << ", \"memory_per_gpu_bytes\": " << s.totalBytes << ", \"fits\": "
+      << (s.fits ? "true" : "false") << ", \"breakdown\": {\"compute_s\": " << s.computeSeconds
+      << ", \"tp_comm_s\": " << s.tpCommSeconds << ", \"pp_comm_s\": " << s.ppCommSeconds
+      << ", \"dp_comm_s\": " << s.dpCommSeconds << ", \"bubble_s\": " << s.bubbleSeconds
+      << ", \"optimizer_s\": " << s.optimizerSeconds << "}, \"memory\": {\"parameters\": "
+      << s.parameterBytes << ", \"gradients\": " << s.gradientBytes
+      << ", \"optimizer\": " << s.optimizerBytes << ", \"activations\": " << s.activationBytes
+      << ", \"workspace\": " << s.workspaceBytes << "}}";
+  return out.str();
+}
+
+void printTable(const std::vector<planner::PlanCandidate> &best) {
+  std::printf("%-4s %-52s %10s %12s %9s %6s %11s\n", "#", "layout", "step (s)", "tokens/s",
+              "TFLOP/s", "MFU", "memory/GPU");
+  for (size_t i = 0; i < best.size(); ++i) {
+    const planner::StepCost &s = best[i].cost;
+    std::printf("%-4zu %-52s %10.3f %12.0f %9.1f %5.1f%% %11s\n", i + 1,
+                layoutText(best[i].layout).c_str(), s.stepSeconds, s.tokensPerSecond,
+                s.hardwareTflopsPerGpu, 100 * s.mfu, gib(s.totalBytes).c_str());
+  }
+}
+
+/// Why the winner beats the runner-up: the cost components that differ most.
+std::string whyBetter(const planner::PlanCandidate &a, const planner::PlanCandidate &b) {
+  struct Part {
+    const char *name;
+    double a, b;
+  };
+  Part parts[] = {{"compute", a.cost.computeSeconds, b.cost.computeSeconds},
+                  {"tensor-parallel communication", a.cost.tpCommSeconds, b.cost.tpCommSeconds},
+                  {"pipeline transfers", a.cost.ppCommSeconds, b.cost.ppCommSeconds},
+                  {"exposed gradient reduction", a.cost.dpCommSeconds, b.cost.dpCommSeconds},
+                  {"pipeline bubble", a.cost.bubbleSeconds, b.cost.bubbleSeconds},
+                  {"optimizer", a.cost.optimizerSeconds, b.cost.optimizerSeconds}};
+  std::sort(std::begin(parts), std::end(parts), [](const Part &x, const Part &y) {
+    return std::abs(x.b - x.a) > std::abs(y.b - y.a);
+  });
+  std::ostringstream out;
+  out.precision(3);
+  out << "#1 beats #2 by " << std::fixed << (b.cost.stepSeconds - a.cost.stepSeconds)
+      << " s/step: ";
+  for (int i = 0; i < 2; ++i)
+    out << (i ? "; " : "") << parts[i].name << " " << parts[i].a << " s vs " << parts[i].b
+        << " s";
+  return out.str();
+}
+
+} // namespace
+
+int planSearchCommand(int argc, char **argv) {
+  Args args;
+  std::string error = args.parse(
+      argc, argv, 2,
+      {"model", "cluster", "global-batch", "seq", "tp", "pp", "dp", "vpp", "micro-batch", "zero",
+       "recompute", "precision", "top", "timeline", "trace", "input-shape"},
+      {"json", "explain", "sequence-parallel", "no-sequence-parallel", "no-compile"});
+  std::optional<std::string> file;
+  if (error.empty() && args.positional().size() > 1)
+    error = "give one model file";
+  if (!args.positional().empty())
+    file = args.positional().front();
+  std::optional<std::string> spec = args.get("model");
+  if (error.empty() && spec.has_value() == file.has_value())
+    error = "give either --model SPEC or a model file (.onnx, .mlir)";
+  std::string clusterError;
+  std::optional<planner::Cluster> cluster;
+  if (error.empty() && !(cluster = planner::parseCluster(*args.get("cluster"), &clusterError)))
+    error = "--cluster: " + clusterError;
+  auto count = [&](const char *name) -> std::optional<int64_t> {
+    auto text = args.get(name);
+    if (!text)
+      return std::nullopt;
+    char *end = nullptr;
+    long long v = std::strtoll(text->c_str(), &end, 10);
+    if (!end || *end || v < 1) {
+      error = std::string("--") + name + ": '" + *text + "' is not a positive integer";
+      return std::nullopt;
+    }
+    return v;
+  };
+  planner::Pins pins;
+  std::optional<int64_t> globalBatch = count("global-batch"), top = count("top"),
+                         seqOverride = count("seq");
+  pins.tp = count("tp");
+  pins.pp = count("pp");
+  pins.dp = count("dp");
+  pins.vpp = count("vpp");
+  pins.microBatch = count("micro-batch");
+  if (args.has("sequence-parallel"))
+    pins.sequenceParallel = true;
+  if (args.has("no-sequence-parallel"))
+    pins.sequenceParallel = false;
+  if (auto zero = args.get("zero")) {
+    if (*zero != "0" && *zero != "1")
+      error = "--zero: '" + *zero + "' is not 0 or 1";
+    pins.zero = *zero == "1" ? 1 : 0;
+  }
+  if (auto r = args.get("recompute")) {
+    if (*r == "none")
+      pins.recompute = planner::Recompute::none;
+    else if (*r == "selective")
+      pins.recompute = planner::Recompute::selective;
+    else if (*r == "full")
+      pins.recompute = planner::Recompute::full;
+    else
+      error = "--recompute: '" + *r + "' is not none, selective or full";
+  }
+  std::string precision = args.get("precision").value_or("bf16");
+  if (precision == "bf16")
+    pins.precision = planner::Precision::bf16;
+  else if (precision == "fp16")
+    pins.precision = planner::Precision::fp16;
+  else if (precision == "fp32")
+    pins.precision = planner::Precision::fp32;
+  else if (error.empty())
+    error = "--precision: '" + precision + "' is not bf16, fp16 or fp32";
+  if (error.empty() && !globalBatch)
+    error = "missing --global-batch B (samples per optimizer step)";
+  if (!error.empty()) {
+    std::fprintf(stderr, "%s: error: %s\n", kCommand, error.c_str());
+    return 2;
+  }
+
+  // The model, one sample per micro-batch: the planner scales it.
+  auto start = std::chrono::steady_clock::now();
+  mlir::MLIRContext ctx;
+  std::optional<std::string> oneSample = spec;
+  if (spec) {
+    models::ConfigResult parsed = models::parseModelSpec(*spec);
+    if (!parsed.config) {
+      std::fprintf(stderr, "%s: error: --model: %s\n", kCommand, parsed.error.c_str());
+      return 2;
+    }
+    parsed.config->batch = 1;
+    if (seqOverride)
+      parsed.config->seq = *seqOverride;
+    oneSample = parsed.config->spec();
+  }
+  InputShapes shapes;
+  if (file && seqOverride)
+    shapes["input_ids"] = {1, *seqOverride};
+  std::optional<LoadedModel> model = loadModel(ctx, oneSample, file, shapes);
+  if (!model)
+    return 1;
+  if (mlir::failed(passes::runInputPipeline(*model->module))) {
+    std::fprintf(stderr, "%s: error: cannot raise %s to coarse ops\n", kCommand,
+                 model->description.c_str());
+    return 1;
+  }
+  planner::ModelShapeResult shape = planner::computeModelShape(*model->module, model->description);
+  if (!shape.shape) {
+    std::fprintf(stderr, "%s: error: %s: %s\n", kCommand, model->description.c_str(),
+                 shape.error.c_str());
+    return 1;
+  }
+  double readSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  planner::SearchResult result =
+      planner::search(*shape.shape, *cluster, *globalBatch, pins, int(top.value_or(5)));
+  const planner::TransformerShape &s = *shape.shape;
+  if (args.has("json")) {
+    std::printf("{\"model\": \"%s\", \"cluster\": \"%s\", \"devices\": %lld, \"global_batch\": "
+                "%lld, \"evaluated\": %lld, \"search_seconds\": %.6f, \"layouts\": [",
+                s.name.c_str(), args.get("cluster")->c_str(), (long long)cluster->devices(),
+                (long long)*globalBatch, (long long)result.evaluated, result.seconds);
+    for (size_t i = 0; i < result.best.size(); ++i)
+      std::printf("%s%s", i ? ", " : "", candidateJson(result.best[i]).c_str());
+    std::printf("]");
+    if (result.best.empty() && result.smallestMemory)
+      std::printf(", \"smallest_memory\": %s", candidateJson(*result.smallestMemory).c_str());
+    std::printf("}\n");
+  } else {
+    std::printf("%s: %s parameters, %lld blocks, hidden %lld, heads %lld, seq %lld, vocab %lld\n",
+                s.name.c_str(), planner::humanParams(double(s.parameters)).c_str(),
+                (long long)s.layers, (long long)s.hidden, (long long)s.heads, (long long)s.seq,
+                (long long)s.vocab);
+    std::printf("cluster %s: %lld x %s, global batch %lld, %s; %lld layouts evaluated in %.3f s "
+                "(model read in %.3f s)\n\n",
+                args.get("cluster")->c_str(), (long long)cluster->devices(),
+                cluster->device.name.c_str(), (long long)*globalBatch, precision.c_str(),
+                (long long)result.evaluated, result.seconds, readSeconds);
+    if (result.best.empty()) {
+      std::printf("no layout fits in %s per device.\n", gib(cluster->device.memoryBytes).c_str());
+      if (result.smallestMemory)
+        std::printf("the smallest needs %s per device (%s): more devices, a larger tp/pp, "
+                    "--recompute full or --zero 1 would shrink it.\n",
+                    gib(result.smallestMemory->cost.totalBytes).c_str(),
+                    layoutText(result.smallestMemory->layout).c_str());
+      return 1;
+    }
+    printTable(result.best);
+    const planner::StepCost &w = result.best.front().cost;
+    std::printf("\n#1: compute %.3f s, tp comm %.3f s, pp comm %.3f s, exposed dp comm %.3f s, "
+                "bubble %.3f s, optimizer %.3f s\n",
+                w.computeSeconds, w.tpCommSeconds, w.ppCommSeconds, w.dpCommSeconds,
+                w.bubbleSeconds, w.optimizerSeconds);
+    std::printf("    memory: parameters %s, gradients %s, optimizer %s, activations %s, "
+                "workspace %s\n",
+                gib(w.parameterBytes).c_str(), gib(w.gradientBytes).c_str(),
+                gib(w.optimizerBytes).c_str(), gib(w.activationBytes).c_str(),
+                gib(w.workspaceBytes).c_str());
+    if (!w.dominant.empty()) {
+      std::printf("    dominant:");
+      for (const std::string &d : w.dominant)
+        std::printf(" %s;", d.c_str());
+      std::printf("\n");
+    }
+    if (result.best.size() > 1)
+      std::printf("    %s\n", whyBetter(result.best[0], result.best[1]).c_str());
+  }
+  if (result.best.empty())
+    return 1;
+
+  // The winner's pipeline, drawn and traced from the same schedule generator the runtime runs.
+  const planner::PlanCandidate &win = result.best.front();
+  if (args.get("timeline") || args.get("trace")) {
+    planner::PipelineShape pipe{win.layout.pp, win.layout.vpp,
+                                *globalBatch / (win.layout.microBatch * win.layout.dp)};
+    planner::ScheduleKind kind =
+        win.layout.vpp > 1 ? planner::ScheduleKind::interleaved : planner::ScheduleKind::oneFOneB;
+    std::string why;
+    auto steps = planner::buildSchedule(kind, pipe, &why);
+    double chunks = double(win.layout.pp * win.layout.vpp);
+    double forward = win.cost.computeSeconds / double(pipe.microBatches) / 3.0 *
+                     double(win.layout.pp) / chunks;
+    if (steps) {
+      planner::Timeline timeline = planner::simulateTimeline(
+          pipe, *steps, {{forward}, {2 * forward}, /*sendLatency=*/0.0},
+          planner::scheduleName(kind));
+      if (!timeline.error.empty()) {
+        std::fprintf(stderr, "%s: error: the winner's timeline: %s\n", kCommand,
+                     timeline.error.c_str());
+        return 1;
+      }
+      std::string subtitle = layoutText(win.layout) + " on " + *args.get("cluster");
+      for (auto [flag, svg] : {std::pair{"timeline", true}, {"trace", false}})
+        if (auto path = args.get(flag)) {
+          std::ofstream out(*path);
+          out << (svg ? planner::timelineSvg(timeline, subtitle) : planner::chromeTrace(timeline));
+          if (!out) {
+            std::fprintf(stderr, "%s: error: cannot write %s\n", kCommand, path->c_str());
+            return 1;
+          }
+        }
+    } else {
+      std::fprintf(stderr, "%s: error: the winner's schedule: %s\n", kCommand, why.c_str());
+      return 1;
+    }
+  }
+
+  // Confirm the partitioner accepts the winner (one sample per micro-batch, so it is quick).
+  if (!args.has("no-compile") && !args.has("json")) {
+    passes::TrainingOptions options;
+    options.lossKind = s.name.rfind("t5:", 0) == 0     ? passes::LossKind::seq2seq
+                       : s.name.rfind("bert:", 0) == 0 ? passes::LossKind::mlm
+                                                       : passes::LossKind::causal;
+    options.layout.tp = win.layout.tp;
+    options.layout.pp = win.layout.pp;
+    options.layout.vpp = win.layout.vpp;
+    options.layout.dp = 1; // one sample: data parallelism is checked by the batch split only
+    options.layout.sequenceParallel = win.layout.sequenceParallel;
+    options.layout.recompute = win.layout.recompute == planner::Recompute::full ? passes::Recompute::full
+                               : win.layout.recompute == planner::Recompute::selective
+                                   ? passes::Recompute::selective
+                                   : passes::Recompute::none;
+    auto t0 = std::chrono::steady_clock::now();
+    if (mlir::failed(passes::buildTrainingStep(*model->module, options))) {
+      std::fprintf(stderr, "%s: error: the winner (%s) does not compile (see above)\n", kCommand,
+                   layoutText(win.layout).c_str());
+      return 1;
+    }
+    std::printf("    the partitioner accepts #1 (tp=%lld pp=%lld vpp=%lld%s): compiled in %.2f s\n",
+                (long long)win.layout.tp, (long long)win.layout.pp, (long long)win.layout.vpp,
+                win.layout.sequenceParallel ? " sp" : "",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 0;
+}
+
+} // namespace megac::cli
