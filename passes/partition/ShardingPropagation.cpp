@@ -8,6 +8,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
 
 using namespace mlir;
@@ -43,6 +44,12 @@ public:
     for (Operation *op : ops)
       if (failed(visit(op)))
         return failure();
+    // Casts whose users never fixed a layout (none had a rule that cares): whole.
+    for (auto &[value, cast] : deferredCasts_)
+      if (undecided_.contains(value))
+        if (failed(decide(value, Layout::replicated(
+                                     cast_or_null<RankedTensorType>(value.getType()).getRank()))))
+          return failure();
     // Parameters never used by a rule stay replicated; the signature takes the new types.
     auto ret = cast<func::ReturnOp>(f_.getBody().front().getTerminator());
     f_.setType(FunctionType::get(f_.getContext(), f_.getBody().front().getArgumentTypes(),
@@ -57,12 +64,37 @@ private:
     v.setType(partition::withLayout(type, layout, mesh_));
   }
   bool isParam(Value v) const {
+    if (deferredCasts_.count(v))
+      return true; // a parameter's cast ranks with parameters
     auto arg = dyn_cast<BlockArgument>(v);
     return arg && f_.getArgAttr(arg.getArgNumber(), mega::kParamAttr);
   }
   std::string paramName(Value v) const {
+    while (auto c = v.getDefiningOp<mega::CastOp>())
+      v = c.getInput();
     auto arg = cast<BlockArgument>(v);
     return f_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kParamAttr).getValue().str();
+  }
+
+  /// Fixes the layout of an undecided parameter, or of a deferred cast of one (and then of what
+  /// it casts, which takes the same layout; if that was fixed otherwise, the cast reshards).
+  LogicalResult decide(Value v, const Layout &layout) {
+    set(v, layout);
+    undecided_.erase(v);
+    auto it = deferredCasts_.find(v);
+    if (it == deferredCasts_.end())
+      return success();
+    mega::CastOp cast = it->second;
+    Value input = cast.getInput();
+    if (undecided_.contains(input))
+      return decide(input, layout);
+    if (get(input) == layout)
+      return success();
+    OpBuilder b(cast);
+    auto type = partition::withLayout(cast_or_null<RankedTensorType>(input.getType()), layout, mesh_);
+    auto reshard = mega::ReshardOp::create(b, cast.getLoc(), type, input);
+    cast.getInputMutable().assign(reshard.getResult());
+    return success();
   }
 
   /// Data inputs with a batch dim are split on it over dp.
@@ -116,8 +148,8 @@ private:
                                  << shape[0] << ", which is not divisible by tp = " << tp_;
         layout.dims[0] = {kTp};
       }
-      set(w, layout);
-      undecided_.erase(w);
+      if (failed(decide(w, layout)))
+        return failure();
     } else if (auto embedding = dyn_cast<mega::EmbeddingOp>(op)) {
       Value table = embedding.getTable();
       if (!undecided_.contains(table))
@@ -131,8 +163,8 @@ private:
       }
       Layout layout = Layout::replicated(2);
       layout.dims[0] = {kTp};
-      set(table, layout);
-      undecided_.erase(table);
+      if (failed(decide(table, layout)))
+        return failure();
     } else if (auto attention = dyn_cast<mega::AttentionOp>(op)) {
       int64_t heads = cast<RankedTensorType>(attention.getQuery().getType()).getDimSize(2);
       int64_t kvHeads = cast<RankedTensorType>(attention.getKey().getType()).getDimSize(2);
@@ -170,6 +202,13 @@ private:
     if (isa<mega::DropoutOp>(op))
       return op->emitError() << "dropout is not supported by the partitioner yet (run on one "
                                 "rank, or build the model without dropout)";
+    // A cast of a parameter (mixed precision: f32 master weights cast to bf16 at their use)
+    // takes the layout its users give the parameter: it waits, undecided, like the parameter.
+    if (auto cast = dyn_cast<mega::CastOp>(op); cast && undecided_.contains(cast.getInput())) {
+      undecided_.insert(cast.getResult());
+      deferredCasts_[cast.getResult()] = cast;
+      return success();
+    }
     if (failed(seedParameters(op)))
       return failure();
     if (auto linear = dyn_cast<mega::LinearOp>(op)) {
@@ -289,8 +328,8 @@ private:
       if (keepPartial[i])
         need.partial = current[i].partial;
       if (undecided_.contains(v)) {
-        set(v, need);
-        undecided_.erase(v);
+        if (failed(decide(v, need)))
+          return failure();
         continue;
       }
       if (current[i] == need)
@@ -352,6 +391,7 @@ private:
   int64_t tp_, dp_;
   bool sp_;
   llvm::DenseSet<Value> undecided_;
+  llvm::MapVector<Value, mega::CastOp> deferredCasts_;
 };
 
 struct ShardingPropagationPass

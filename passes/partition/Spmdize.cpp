@@ -221,8 +221,8 @@ private:
         missing = minus(missing, layoutAxes(gather.getAxes()));
       if (missing.empty())
         continue;
-      if (isParameter(v)) {
-        paramUses_[v].push_back({&use, missing});
+      if (Value param = parameterBehind(v)) {
+        paramUses_[param].push_back({&use, missing});
         continue;
       }
       insertCopy(use, missing);
@@ -245,10 +245,24 @@ private:
     use.set(copy.getResult());
   }
 
-  bool isParameter(Value v) const {
+  /// The parameter `v` is, directly or through casts (mixed precision's bf16 copies of the f32
+  /// master weights: a cast is linear, so a partial gradient passes through it), or null.
+  Value parameterBehind(Value v) const {
+    while (auto cast = v.getDefiningOp<mega::CastOp>())
+      v = cast.getInput();
     auto arg = dyn_cast<BlockArgument>(v);
-    return arg && arg.getOwner()->getParentOp() == f_ &&
-           f_.getArgAttr(arg.getArgNumber(), mega::kParamAttr);
+    if (arg && arg.getOwner()->getParentOp() == f_ &&
+        f_.getArgAttr(arg.getArgNumber(), mega::kParamAttr))
+      return v;
+    return Value();
+  }
+
+  /// The uses of a parameter that compute with it: through casts, the casts' uses.
+  static size_t computingUses(Value v) {
+    size_t n = 0;
+    for (OpOperand &use : v.getUses())
+      n += isa<mega::CastOp>(use.getOwner()) ? computingUses(use.getOwner()->getResult(0)) : 1;
+    return n;
   }
 
   /// A parameter's gradient is a partial sum over the axes every use of it is split over
@@ -261,7 +275,7 @@ private:
                        return !llvm::is_contained(missing, a);
                      }),
                      common.end());
-      size_t totalUses = std::distance(param.getUses().begin(), param.getUses().end());
+      size_t totalUses = computingUses(param);
       if (uses.size() != totalUses)
         common.clear(); // some use is not split: its gradient share is whole
       for (auto &[use, missing] : uses) {

@@ -400,6 +400,12 @@ def compare_tensors(got, want, rtol, atol, what, precision):
                         "1-rank run's")
     worst, worst_name = 0.0, None
     for name in sorted(set(got) & set(want)):
+        # The attention key bias adds the same q.b to every score of a row, which softmax
+        # ignores: its true gradient is exactly 0 and what a run computes is roundoff of large
+        # cancelling sums. In half precision that noise is as large as the value itself, so a
+        # relative bound means nothing there (fp32 and fp64 still bound it).
+        if precision in ("bf16", "fp16") and name.endswith("attn.k.bias"):
+            continue
         g, w = got[name], want[name]
         if g.shape != w.shape or g.dtype != w.dtype:
             problems.append(f"{what} {name}: {g.dtype} {list(g.shape)}, 1 rank {w.dtype} "

@@ -4,6 +4,8 @@
 #include "runtime/plan/plan_generated.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -29,7 +31,24 @@ struct CommReport {
   std::string group; // "[tp]" or "pp shift +1"
   uint64_t bytes = 0;
   int64_t count = 0; // instructions with this (function, op, group, bytes)
+  int64_t groupSize = 1, stride = 1;
 };
+
+/// Group size and rank stride of the group over `axes` (mesh axes are slowest first, so an
+/// axis's stride is the product of the sizes after it; a multi-axis group strides by its
+/// fastest axis).
+std::pair<int64_t, int64_t> groupShape(const pl::Mesh &mesh,
+                                       const flatbuffers::Vector<uint32_t> *axes) {
+  int64_t size = 1, stride = 0;
+  for (uint32_t a : *axes) {
+    size *= mesh.axis_sizes()->Get(a);
+    int64_t s = 1;
+    for (size_t b = a + 1; b < mesh.axis_sizes()->size(); ++b)
+      s *= mesh.axis_sizes()->Get(b);
+    stride = stride ? std::min(stride, s) : s;
+  }
+  return {size, stride ? stride : 1};
+}
 
 struct RoleReport {
   size_t role = 0;
@@ -103,6 +122,7 @@ std::vector<RoleReport> analyze(const pl::Plan &plan) {
         role.optimizerBytes += bytes;
     }
     std::map<std::tuple<std::string, std::string, std::string, uint64_t>, int64_t> comms;
+    std::map<std::string, std::pair<int64_t, int64_t>> shapes; // group -> (size, stride)
     for (const pl::Function *fn : *program.functions()) {
       role.functions.push_back(fn->name()->str());
       for (const pl::Instruction *inst : *fn->instructions()) {
@@ -114,25 +134,33 @@ std::vector<RoleReport> analyze(const pl::Plan &plan) {
             continue; // no communication
           group = axesText(mesh, c->axes());
           bytes = buffer(inst->inputs()->Get(0))->bytes();
+          shapes[group] = groupShape(mesh, c->axes());
         } else if (auto t = inst->attrs_as_P2PAttrs()) {
           group = mesh.axis_names()->Get(t->axis())->str() + " shift " +
                   (t->shift() > 0 ? "+" : "") + std::to_string(t->shift());
           bytes = op == pl::Opcode::Send ? buffer(inst->inputs()->Get(0))->bytes()
                                          : buffer(inst->outputs()->Get(0))->bytes();
+          int64_t stride = 1;
+          for (size_t b = t->axis() + 1; b < mesh.axis_sizes()->size(); ++b)
+            stride *= mesh.axis_sizes()->Get(b);
+          shapes[group] = {2, stride * std::abs(t->shift())};
         } else if (auto ce = inst->attrs_as_CrossEntropyAttrs(); ce && ce->vocab_axes() &&
                                                                  ce->vocab_axes()->size() > 0) {
           // Vocab-parallel cross-entropy: three all-reduces of one value per token.
           group = axesText(mesh, ce->vocab_axes());
           bytes = 3 * buffer(inst->inputs()->Get(op == pl::Opcode::CrossEntropy ? 1 : 2))->bytes() / 2;
+          shapes[group] = groupShape(mesh, ce->vocab_axes());
         } else {
           continue;
         }
         ++comms[{fn->name()->str(), pl::EnumNameOpcode(op), group, bytes}];
       }
     }
-    for (auto &[key, count] : comms)
+    for (auto &[key, count] : comms) {
+      auto [size, stride] = shapes[std::get<2>(key)];
       role.comms.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key),
-                            std::get<3>(key), count});
+                            std::get<3>(key), count, size, stride});
+    }
     if (program.schedule())
       role.scheduleSteps = program.schedule()->size();
   }
@@ -155,7 +183,7 @@ std::string mib(uint64_t bytes) {
 
 } // namespace
 
-std::string explainPlan(const runtime::LoadedPlan &loaded) {
+std::string explainPlan(const runtime::LoadedPlan &loaded, const CommPredictor &predict) {
   const pl::Plan &plan = loaded.plan();
   std::ostringstream out;
   out << "mesh: " << meshText(*plan.mesh()) << " (" << plan.ranks()->size() << " ranks, "
@@ -187,9 +215,17 @@ std::string explainPlan(const runtime::LoadedPlan &loaded) {
     out << "  communication per call (function: op group bytes x count):\n";
     if (role.comms.empty())
       out << "    none\n";
-    for (const CommReport &c : role.comms)
+    for (const CommReport &c : role.comms) {
       out << "    " << c.function << ": " << c.op << " " << c.group << " " << c.bytes << " B x "
-          << c.count << "\n";
+          << c.count;
+      if (predict) {
+        char text[64];
+        std::snprintf(text, sizeof text, "  (predicted %.3g ms each)",
+                      1e3 * predict(c.op, c.groupSize, c.stride, c.bytes));
+        out << text;
+      }
+      out << "\n";
+    }
     if (role.scheduleSteps)
       out << "  schedule: " << role.scheduleSteps << " steps per optimizer step\n";
   }

@@ -5,11 +5,15 @@
 #include "tools/megac/Args.h"
 #include "tools/megac/Commands.h"
 #include "tools/megac/ModelSource.h"
+#include "tools/megac/PlanExplain.h"
 
 #include "frontends/models/ModelConfig.h"
 #include "passes/Pipelines.h"
 #include "passes/training/TrainingPipeline.h"
+#include "codegen/PlanWriter.h"
+#include "planner/CostModel.h"
 #include "planner/ModelShape.h"
+#include "runtime/plan/PlanLoader.h"
 #include "planner/ModelStats.h"
 #include "planner/PipelineSchedule.h"
 #include "planner/Planner.h"
@@ -338,23 +342,50 @@ int planSearchCommand(int argc, char **argv) {
     }
   }
 
-  // Confirm the partitioner accepts the winner (one sample per micro-batch, so it is quick).
+  // Confirm the partitioner accepts the winner: its training step compiled as `megac train`
+  // would (with --explain down to the plan, whose collectives get their predicted times;
+  // without, one sample per micro-batch and no data parallelism, which is quick).
   if (!args.has("no-compile") && !args.has("json")) {
+    bool explain = args.has("explain");
+    int64_t rows = explain ? win.layout.microBatch * win.layout.dp : 1;
+    std::optional<LoadedModel> step = std::move(model);
+    if (explain) {
+      std::optional<std::string> full = spec;
+      if (spec) {
+        models::ConfigResult parsed = models::parseModelSpec(*spec);
+        parsed.config->batch = rows;
+        if (seqOverride)
+          parsed.config->seq = *seqOverride;
+        full = parsed.config->spec();
+      }
+      InputShapes rowShapes;
+      if (file)
+        rowShapes["input_ids"] = {rows, seqOverride.value_or(s.seq)};
+      step = loadModel(ctx, full, file, rowShapes);
+      if (!step || mlir::failed(passes::runInputPipeline(*step->module)))
+        return 1;
+    }
     passes::TrainingOptions options;
     options.lossKind = s.name.rfind("t5:", 0) == 0     ? passes::LossKind::seq2seq
                        : s.name.rfind("bert:", 0) == 0 ? passes::LossKind::mlm
                                                        : passes::LossKind::causal;
+    options.precision = win.layout.precision == planner::Precision::fp32   ? passes::Precision::fp32
+                        : win.layout.precision == planner::Precision::fp16 ? passes::Precision::fp16
+                                                                           : passes::Precision::bf16;
     options.layout.tp = win.layout.tp;
     options.layout.pp = win.layout.pp;
     options.layout.vpp = win.layout.vpp;
-    options.layout.dp = 1; // one sample: data parallelism is checked by the batch split only
+    options.layout.dp = explain ? win.layout.dp : 1;
+    options.layout.zero = explain ? win.layout.zero : 0;
     options.layout.sequenceParallel = win.layout.sequenceParallel;
     options.layout.recompute = win.layout.recompute == planner::Recompute::full ? passes::Recompute::full
                                : win.layout.recompute == planner::Recompute::selective
                                    ? passes::Recompute::selective
                                    : passes::Recompute::none;
+    int64_t microBatches = *globalBatch / (win.layout.microBatch * win.layout.dp);
+    options.layout.microBatches = explain ? microBatches : 1;
     auto t0 = std::chrono::steady_clock::now();
-    if (mlir::failed(passes::buildTrainingStep(*model->module, options))) {
+    if (mlir::failed(passes::buildTrainingStep(*step->module, options))) {
       std::fprintf(stderr, "%s: error: the winner (%s) does not compile (see above)\n", kCommand,
                    layoutText(win.layout).c_str());
       return 1;
@@ -363,6 +394,31 @@ int planSearchCommand(int argc, char **argv) {
                 (long long)win.layout.tp, (long long)win.layout.pp, (long long)win.layout.vpp,
                 win.layout.sequenceParallel ? " sp" : "",
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (explain) {
+      codegen::CodegenOptions codegenOptions;
+      codegenOptions.microBatches = microBatches;
+      auto bytes = codegen::writePlan(*step->module, codegenOptions);
+      if (failed(bytes))
+        return 1;
+      auto plan = runtime::loadPlanFromBytes(std::move(*bytes));
+      if (!plan.isOk()) {
+        std::fprintf(stderr, "%s: error: %s\n", kCommand, plan.status().message().c_str());
+        return 1;
+      }
+      const planner::Cluster &c = *cluster;
+      CommPredictor predict = [&c](const std::string &op, int64_t size, int64_t stride,
+                                   uint64_t bytes) {
+        if (op == "Send" || op == "Recv")
+          return planner::p2pSeconds(c, stride >= c.device.devicesPerNode, double(bytes));
+        planner::Collective kind = op == "AllGather"       ? planner::Collective::allGather
+                                   : op == "ReduceScatter" ? planner::Collective::reduceScatter
+                                                           : planner::Collective::allReduce;
+        // An all-gather's input is one shard; the model takes the whole buffer.
+        double whole = op == "AllGather" ? double(bytes) * double(size) : double(bytes);
+        return planner::collectiveSeconds(c, kind, size, stride, whole);
+      };
+      std::printf("\n%s", explainPlan(*plan, predict).c_str());
+    }
   }
   return 0;
 }
