@@ -366,21 +366,38 @@ private:
     return success();
   }
 
-  /// A broadcast used once can produce a layout split on the dims it creates directly
-  /// (no communication: each rank broadcasts into its own slice).
+  /// A broadcast used once produces the layout its user needs: split on the dims it creates
+  /// with no communication (each rank broadcasts into its own slice), and on the dims it keeps
+  /// by splitting its (smaller) input instead of its result.
   bool retypeBroadcast(Value v, const Layout &have, const Layout &need) {
     auto broadcast = v.getDefiningOp<mega::BroadcastOp>();
     if (!broadcast || !v.hasOneUse() || !have.partial.empty() || !need.partial.empty())
       return false;
-    ArrayRef<int64_t> in = cast<RankedTensorType>(broadcast.getInput().getType()).getShape();
+    Value input = broadcast.getInput();
+    ArrayRef<int64_t> in = cast<RankedTensorType>(input.getType()).getShape();
     ArrayRef<int64_t> out = cast<RankedTensorType>(v.getType()).getShape();
     size_t lead = out.size() - in.size();
+    Layout haveIn = get(input);
+    if (!haveIn.partial.empty())
+      return false;
+    Layout needIn = Layout::replicated(in.size());
     for (size_t d = 0; d < out.size(); ++d) {
-      if (have.dims[d] == need.dims[d])
-        continue;
       bool created = d < lead || (in[d - lead] == 1 && out[d] != 1);
-      if (!created || !have.dims[d].empty())
+      if (created) {
+        if (!have.dims[d].empty() && have.dims[d] != need.dims[d])
+          return false;
+        continue;
+      }
+      needIn.dims[d - lead] = need.dims[d];
+    }
+    if (undecided_.contains(input)) {
+      if (failed(decide(input, needIn)))
         return false;
+    } else if (haveIn != needIn) {
+      OpBuilder b(broadcast);
+      auto type = partition::withLayout(cast<RankedTensorType>(input.getType()), needIn, mesh_);
+      auto reshard = mega::ReshardOp::create(b, broadcast.getLoc(), type, input);
+      broadcast.getInputMutable().assign(reshard.getResult());
     }
     set(v, need);
     return true;

@@ -37,10 +37,13 @@
 // CHECK-SAME: tensor<8xf32> {{[^}]*}}mega.grad_partial = ["dp", "tp"], {{[^}]*}}mega.param = "ln_f.bias"}
 // The embedding's partial sum is reduce-scattered on the sequence dim (dim 1).
 // CHECK: %[[E:.*]] = mega.embedding %[[WTE]][%[[IDS]]] {vocab_axes = ["tp"]} : tensor<8x8xf32>, tensor<2x4xi64> -> tensor<2x4x8xf32>
-// CHECK: %[[P:.*]] = mega.broadcast %[[WPE]]
+// The position table is sliced on its sequence dim before it is broadcast (the broadcast makes
+// the batch and sequence slice this rank needs, no dp slice of a whole batch); its gradient is
+// all-gathered over tp and summed over dp.
+// CHECK: %[[WPES:.*]] = mega.shard_slice %[[WPE]] on #mesh axes ["tp"] dim 0 : tensor<4x8xf32> -> tensor<2x8xf32>
+// CHECK: %[[WPEC:.*]] = mega.copy_to_shards %[[WPES]] on #mesh axes ["dp"] : tensor<2x8xf32>
+// CHECK: %[[PS:.*]] = mega.broadcast %[[WPEC]] : tensor<2x8xf32> -> tensor<2x2x8xf32>
 // CHECK: %[[ES:.*]] = mega.reduce_scatter sum %[[E]] on #mesh axes ["tp"] dim 1 : tensor<2x4x8xf32> -> tensor<2x2x8xf32>
-// CHECK: %[[PD:.*]] = mega.shard_slice %[[P]] on #mesh axes ["dp"] dim 0
-// CHECK: %[[PS:.*]] = mega.shard_slice %[[PD]] on #mesh axes ["tp"] dim 1 : tensor<2x4x8xf32> -> tensor<2x2x8xf32>
 // CHECK: %[[X0:.*]] = mega.add %[[ES]], %[[PS]] : tensor<2x2x8xf32>
 // CHECK: %[[LN1:.*]] = mega.layer_norm %[[X0]], %[[LN1W]], %{{.*}} eps 1.000000e-05 : (tensor<2x2x8xf32>, tensor<8xf32>, tensor<8xf32>) -> tensor<2x2x8xf32>
 // all_gather before the column-parallel linears (grad_partial: its gradient is reduce-scattered).
@@ -66,7 +69,7 @@
 // CHECK: return
 // No tensor-parallel all_reduce nor copy_to_shards anywhere with sequence parallelism.
 // NOTP-NOT: all_reduce sum {{.*}} axes ["tp"]
-// NOTP-NOT: copy_to_shards
+// NOTP-NOT: copy_to_shards {{.*}} axes ["tp"]
 
 module attributes {mega.model = "gpt:layers=1,hidden=8,heads=2,ffn=32,seq=4,vocab=16,batch=4,tied=1,gelu=erf,dtype=f32"} {
   func.func @gpt(%arg0: tensor<4x4xi64> {mega.input = "input_ids"}, %arg1: tensor<16x8xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "wte"}, %arg2: tensor<4x8xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "wpe"}, %arg3: tensor<8xf32> {mega.init = #mega.init<ones>, mega.param = "h0.ln1.weight"}, %arg4: tensor<8xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.ln1.bias"}, %arg5: tensor<8x8xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "h0.attn.q.weight"}, %arg6: tensor<8xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.attn.q.bias"}, %arg7: tensor<8x8xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "h0.attn.k.weight"}, %arg8: tensor<8xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.attn.k.bias"}, %arg9: tensor<8x8xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "h0.attn.v.weight"}, %arg10: tensor<8xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.attn.v.bias"}, %arg11: tensor<8x8xf32> {mega.init = #mega.init<normal, std = 0.014142135623730949>, mega.param = "h0.attn.proj.weight"}, %arg12: tensor<8xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.attn.proj.bias"}, %arg13: tensor<8xf32> {mega.init = #mega.init<ones>, mega.param = "h0.ln2.weight"}, %arg14: tensor<8xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.ln2.bias"}, %arg15: tensor<32x8xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "h0.mlp.fc.weight"}, %arg16: tensor<32xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.mlp.fc.bias"}, %arg17: tensor<8x32xf32> {mega.init = #mega.init<normal, std = 0.014142135623730949>, mega.param = "h0.mlp.proj.weight"}, %arg18: tensor<8xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.mlp.proj.bias"}, %arg19: tensor<8xf32> {mega.init = #mega.init<ones>, mega.param = "ln_f.weight"}, %arg20: tensor<8xf32> {mega.init = #mega.init<zeros>, mega.param = "ln_f.bias"}) -> (tensor<4x4x16xf32> {mega.output = "logits"}) {
