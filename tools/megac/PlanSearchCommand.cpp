@@ -275,11 +275,54 @@ int planSearchCommand(int argc, char **argv) {
                 (long long)result.evaluated, result.seconds, readSeconds);
     if (result.best.empty()) {
       std::printf("no layout fits in %s per device.\n", gib(cluster->device.memoryBytes).c_str());
-      if (result.smallestMemory)
-        std::printf("the smallest needs %s per device (%s): more devices, a larger tp/pp, "
-                    "--recompute full or --zero 1 would shrink it.\n",
-                    gib(result.smallestMemory->cost.totalBytes).c_str(),
-                    layoutText(result.smallestMemory->layout).c_str());
+      if (result.smallestMemory) {
+        const planner::PlanCandidate &small = *result.smallestMemory;
+        std::printf("the smallest needs %s per device (%s): parameters %s, gradients %s, "
+                    "optimizer %s, activations %s.\n",
+                    gib(small.cost.totalBytes).c_str(), layoutText(small.layout).c_str(),
+                    gib(small.cost.parameterBytes).c_str(), gib(small.cost.gradientBytes).c_str(),
+                    gib(small.cost.optimizerBytes).c_str(),
+                    gib(small.cost.activationBytes).c_str());
+        // One change at a time, the first that fits: what the user could do about it.
+        std::vector<std::pair<std::string, planner::Layout>> fixes;
+        planner::Layout l = small.layout;
+        auto with = [&](auto change) {
+          planner::Layout next = l;
+          change(next);
+          return next;
+        };
+        fixes.push_back({"--recompute full", with([](planner::Layout &x) {
+                           x.recompute = planner::Recompute::full;
+                         })});
+        if (l.dp > 1)
+          fixes.push_back({"--zero 1", with([](planner::Layout &x) { x.zero = 1; })});
+        if (l.dp % 2 == 0) {
+          fixes.push_back({"--tp " + std::to_string(2 * l.tp), with([](planner::Layout &x) {
+                             x.tp *= 2;
+                             x.dp /= 2;
+                           })});
+          fixes.push_back({"--pp " + std::to_string(2 * l.pp), with([](planner::Layout &x) {
+                             x.pp *= 2;
+                             x.dp /= 2;
+                           })});
+        }
+        if (l.microBatch > 1)
+          fixes.push_back({"--micro-batch " + std::to_string(l.microBatch / 2),
+                           with([](planner::Layout &x) { x.microBatch /= 2; })});
+        bool found = false;
+        for (auto &[flag, layout] : fixes) {
+          std::string why;
+          auto cost = planner::estimate(s, *cluster, *globalBatch, layout, &why);
+          if (cost && cost->fits) {
+            std::printf("%s would fit: %s per device (%s).\n", flag.c_str(),
+                        gib(cost->totalBytes).c_str(), layoutText(layout).c_str());
+            found = true;
+            break;
+          }
+        }
+        if (!found)
+          std::printf("no single change fits: more devices (--cluster) or a smaller model.\n");
+      }
       return 1;
     }
     printTable(result.best);
