@@ -142,26 +142,27 @@ bool checkStageSchedule(const PipelineShape &shape, int64_t stage,
     return fail(error, "stage " + std::to_string(stage) + " is outside 0.." +
                            std::to_string(shape.stages - 1));
   const int64_t chunks = shape.stages * shape.virtualStages;
-  std::string where = "stage " + std::to_string(stage) + " schedule, ";
+  const std::string where = "stage " + std::to_string(stage) + " schedule, ";
   // seen[local chunk * microBatches + m]: bit 1 forward ran, bit 2 backward ran.
   std::vector<uint8_t> seen(shape.virtualStages * shape.microBatches, 0);
   for (size_t i = 0; i < steps.size(); ++i) {
     const ScheduleStep &step = steps[i];
-    std::string at = where + "step " + std::to_string(i) + " (" + describeStep(step) + "): ";
+    // The message's prefix, built only when a check fails (the planner runs this per candidate).
+    auto at = [&] { return where + "step " + std::to_string(i) + " (" + describeStep(step) + "): "; };
     if (step.chunk < 0 || step.chunk >= chunks)
-      return fail(error, at + "chunk must be in 0.." + std::to_string(chunks - 1));
+      return fail(error, at() + "chunk must be in 0.." + std::to_string(chunks - 1));
     if (step.chunk % shape.stages != stage)
-      return fail(error, at + "chunk " + std::to_string(step.chunk) + " runs on stage " +
+      return fail(error, at() + "chunk " + std::to_string(step.chunk) + " runs on stage " +
                              std::to_string(step.chunk % shape.stages));
     if (step.microBatch < 0 || step.microBatch >= shape.microBatches)
       return fail(error,
-                  at + "micro-batch must be in 0.." + std::to_string(shape.microBatches - 1));
+                  at() + "micro-batch must be in 0.." + std::to_string(shape.microBatches - 1));
     uint8_t &bits = seen[(step.chunk / shape.stages) * shape.microBatches + step.microBatch];
     uint8_t bit = step.kind == StepKind::forward ? 1 : 2;
     if (bits & bit)
-      return fail(error, at + "runs twice");
+      return fail(error, at() + "runs twice");
     if (step.kind == StepKind::backward && !(bits & 1))
-      return fail(error, at + "runs before its forward");
+      return fail(error, at() + "runs before its forward");
     bits |= bit;
   }
   for (int64_t j = 0; j < shape.virtualStages; ++j)
