@@ -28,6 +28,11 @@ demo: build
 	    --steps 200 --global-batch 8 --micro-batch 4 --lr 3e-3 --lr-schedule cosine \
 	    --warmup-steps 10 --min-lr 3e-4 --log-json $(BUILD_DIR)/demo-train.jsonl \
 	    --save-weights $(BUILD_DIR)/demo-gpt.safetensors
+	$(BUILD_DIR)/bin/megac train --model $(DEMO_MODEL) --data examples/tiny-corpus.npy \
+	    --steps 50 --global-batch 8 --micro-batch 2 --lr 3e-3 --ranks 4 --tp 2 --dp 2 --zero 1 \
+	    --log-json $(BUILD_DIR)/demo-train-4ranks.jsonl
+	$(BUILD_DIR)/bin/megac plan --model gpt:layers=96,hidden=12288,heads=96,seq=2048,vocab=50257 \
+	    --cluster a100-80g:128x8 --global-batch 1536 --top 3
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
