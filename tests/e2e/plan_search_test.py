@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""`megac plan --cluster`: the planner's command line (the cost model itself is unit-tested in
+tests/unit/planner/).
+
+- --json has the documented keys for every layout, fastest first, all fitting.
+- Pinning every degree evaluates exactly that layout (what a Megatron user would run).
+- The GPT-3 175B and 1T searches report their search time (printed, never asserted) and pick
+  layouts with tp inside a node and pipeline stages across nodes.
+- A layout that cannot fit says how much memory it needs and what would fix it; a bad cluster
+  spec is a one-line error.
+- --timeline writes an SVG with one forward block per (micro-batch, chunk) of the winner.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+KEYS = {"tp", "pp", "dp", "vpp", "micro_batch", "sequence_parallel", "zero", "recompute",
+        "step_time_s", "tflops_per_gpu", "mfu", "memory_per_gpu_bytes"}
+GPT3 = "gpt:layers=96,hidden=12288,heads=96,seq=2048,vocab=50257"
+GPT1T = "gpt:layers=128,hidden=25600,heads=160,seq=2048,vocab=51200"
+
+
+def plan(megac, *args, check=True):
+    return subprocess.run([megac, "plan", *args], capture_output=True, text=True, check=check)
+
+
+def check(condition, message):
+    if not condition:
+        print("FAIL:", message)
+        sys.exit(1)
+    print("ok:", message)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--megac", required=True)
+    args = parser.parse_args()
+
+    out = json.loads(plan(args.megac, "--model", GPT3, "--cluster", "a100-80g:128x8",
+                          "--global-batch", "1536", "--json").stdout)
+    layouts = out["layouts"]
+    check(len(layouts) == 5 and all(KEYS <= set(l) for l in layouts),
+          "175B: --json gives 5 layouts with every documented key")
+    times = [l["step_time_s"] for l in layouts]
+    check(times == sorted(times) and all(l["fits"] for l in layouts),
+          "175B: fastest first, all fit in 80 GB (%.2f .. %.2f s)" % (times[0], times[-1]))
+    best = layouts[0]
+    check(best["tp"] <= 8 and best["pp"] > 1 and best["tp"] * best["pp"] * best["dp"] == 1024,
+          "175B: tp within a node, pipeline across nodes (tp=%d pp=%d dp=%d), %d layouts in %.3f s"
+          % (best["tp"], best["pp"], best["dp"], out["evaluated"], out["search_seconds"]))
+    check(best["memory_per_gpu_bytes"] < 80e9 and 0 < best["mfu"] < 1, "175B: memory and MFU sane")
+
+    out = json.loads(plan(args.megac, "--model", GPT1T, "--cluster", "a100-80g:384x8",
+                          "--global-batch", "3072", "--json").stdout)
+    best = out["layouts"][0]
+    check(best["tp"] == 8 and best["pp"] > 1,
+          "1T: tp=%d pp=%d dp=%d vpp=%d, %d layouts in %.3f s"
+          % (best["tp"], best["pp"], best["dp"], best["vpp"], out["evaluated"],
+             out["search_seconds"]))
+
+    pinned = json.loads(plan(args.megac, "--model", GPT3, "--cluster", "a100-80g:128x8",
+                             "--global-batch", "1536", "--tp", "8", "--pp", "16", "--dp", "8",
+                             "--vpp", "1", "--micro-batch", "1", "--sequence-parallel", "--zero",
+                             "1", "--recompute", "selective", "--json").stdout)
+    check(len(pinned["layouts"]) == 1 and pinned["layouts"][0]["tp"] == 8
+          and pinned["layouts"][0]["pp"] == 16 and pinned["layouts"][0]["recompute"] == "selective",
+          "pinning every choice evaluates exactly that layout")
+
+    tight = plan(args.megac, "--model", "gpt:layers=24,hidden=4096,heads=32,seq=2048,vocab=50257",
+                 "--cluster", "a100-40g:1x8", "--global-batch", "64", "--tp", "1", "--pp", "1",
+                 "--no-compile", check=False)
+    check(tight.returncode != 0 and "no layout fits" in tight.stdout
+          and re.search(r"needs [0-9.]+ GiB per device", tight.stdout)
+          and "would fit" in tight.stdout,
+          "a layout that cannot fit says what it needs and what would fix it")
+
+    bad = plan(args.megac, "--model", GPT3, "--cluster", "a999:2x8", "--global-batch", "8",
+               check=False)
+    check(bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--cluster" in bad.stderr,
+          "an unknown device is a one-line error: " + bad.stderr.strip())
+
+    with tempfile.TemporaryDirectory() as tmp:
+        svg = os.path.join(tmp, "pipe.svg")
+        plan(args.megac, "--model", "gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=50304",
+             "--cluster", "a100-80g:2x8", "--global-batch", "64", "--tp", "4", "--pp", "2",
+             "--vpp", "2", "--micro-batch", "8", "--timeline", svg)
+        text = open(svg).read()
+        check(text.lstrip().startswith("<") and "</svg>" in text,
+              "--timeline writes an SVG of the winner's schedule (%d bytes)" % len(text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
