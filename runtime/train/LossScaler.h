@@ -40,6 +40,12 @@ public:
 
   int64_t growthTracker() const { return growthTracker_; }
   int64_t hysteresisTracker() const { return hysteresisTracker_; }
+  /// Resumes from a checkpoint's saved state (runtime/checkpoint).
+  void restore(double scale, int64_t growthTracker, int64_t hysteresisTracker) {
+    scale_ = scale;
+    growthTracker_ = growthTracker;
+    hysteresisTracker_ = hysteresisTracker;
+  }
 
 private:
   LossScalerConfig config_;

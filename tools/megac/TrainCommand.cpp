@@ -15,6 +15,8 @@
 #include "passes/Pipelines.h"
 #include "passes/training/TrainingPipeline.h"
 
+#include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/ShardState.h"
 #include "runtime/comm/MpiCommunicator.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/Parameters.h"
@@ -40,6 +42,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -61,6 +64,7 @@ constexpr const char *kHelp =
                    [--loss-scale-window 1000] [--hysteresis 2] [--min-loss-scale 1]
                    [--log-json FILE] [--logits NAME] [--save-weights FILE.safetensors]
                    [--save-grads FILE.safetensors] [--trace FILE.json [--trace-steps N]]
+                   [--save DIR [--save-interval N]] [--load DIR]
                    [--ranks N] [--tp T] [--pp P] [--dp D] [--vpp V] [--sequence-parallel]
                    [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
                    [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
@@ -116,6 +120,17 @@ constexpr const char *kHelp =
   backward pass, before the optimizer (the accumulators summed over their data-parallel shares,
   shards gathered; fp16 runs write loss-scaled gradients). A non-finite loss stops the run
   (exit 1).
+  checkpoints: --save DIR writes DIR/step-<N>/ every --save-interval steps and after the last
+  step: model.safetensors (every parameter whole), optimizer.safetensors (the Adam moments
+  whole, adam.m.<p>, adam.v.<p>) and meta.json (format version, step, data position, seed,
+  loss scaler, model, layout, each file's bytes and CRC32); it is written as step-<N>.tmp,
+  fsynced and renamed, then DIR/latest (the step) is replaced, so a crash never damages the
+  previous checkpoint. --load DIR resumes from the step DIR/latest names (else the newest
+  complete step-<N>): a file whose size or CRC32 differs from meta.json is refused, naming it,
+  and the next older checkpoint is tried. Tensors are whole, so a checkpoint loads under any
+  layout (tp, pp, dp, ZeRO). --steps is the total: resuming step 4 with --steps 8 runs steps
+  5..8 (logs, lr schedule, data and Adam's step count continue from the global step); the same
+  layout continues bit-for-bit.
   --trace writes the executed timeline of N steps (--trace-steps, default 2) from step 2 (step 1
   warms up; a one-step run traces step 1) as Chrome trace-event JSON, the format of
   `megac plan --trace` (open it in Perfetto): per rank (pid) the functions and instructions run
@@ -267,6 +282,7 @@ struct RankContext {
   std::optional<int64_t> ppAxis; // the mesh axis "pp", when the plan has one of size > 1
   std::optional<train::PipelineRun> pipeline;
   runtime::Trace *trace = nullptr; // --trace
+  std::string modelDescription;    // for checkpoints' meta.json
   bool root() const { return comm->rank() == 0; }
 };
 
@@ -413,6 +429,76 @@ runtime::Status saveWeights(const runtime::Executor &executor, RankContext &rank
                                    {{"producer", "megac train"}, {"step", std::to_string(steps)}});
 }
 
+/// The layout of this run, as checkpoints record it.
+std::string layoutString(const TrainConfig &c) {
+  const passes::Layout &l = c.training.layout;
+  return "tp " + std::to_string(l.tp) + ", pp " + std::to_string(l.pp) + ", dp " +
+         std::to_string(l.dp) + ", vpp " + std::to_string(l.vpp) + ", zero " +
+         std::to_string(l.zero) + (l.sequenceParallel ? ", sequence parallel" : "");
+}
+
+/// --save: every rank's shards gathered whole on rank 0, which writes DIR/step-<step>.
+runtime::Status saveCheckpoint(const runtime::Executor &executor, const TrainConfig &c,
+                               RankContext &rank, const train::LossScaler *scaler, int64_t step) {
+  namespace ckpt = runtime::checkpoint;
+  ASSIGN_OR_RETURN(ckpt::WholeState whole, ckpt::gatherWholeState(executor, *rank.comm));
+  if (!rank.root())
+    return runtime::Status::ok();
+  ckpt::CheckpointMeta meta;
+  meta.step = step;
+  meta.dataPosition = step;
+  meta.seed = c.seed;
+  meta.model = rank.modelDescription;
+  meta.layout = layoutString(c);
+  if (scaler)
+    meta.lossScaler = ckpt::LossScalerState{scaler->scale(), scaler->growthTracker(),
+                                            scaler->hysteresisTracker()};
+  meta.config = {{"precision", passes::precisionName(c.training.precision)},
+                 {"global_batch", std::to_string(c.split.globalBatch)},
+                 {"lr", shortNumber(c.schedule.lr)},
+                 {"lr_schedule", train::lrDecayName(c.schedule.decay)},
+                 {"total_steps", std::to_string(c.schedule.totalSteps)},
+                 {"data", c.dataPath}};
+  return ckpt::saveCheckpoint(*c.saveDir, meta, whole.parameters, whole.optimizer);
+}
+
+/// --load: every rank reads DIR's newest usable checkpoint and sets its shards from it; returns
+/// the checkpoint's step (the steps done).
+runtime::StatusOr<int64_t> loadCheckpoint(runtime::Executor &executor, const TrainConfig &c,
+                                          RankContext &rank, train::LossScaler *scaler) {
+  namespace ckpt = runtime::checkpoint;
+  std::vector<std::string> refused;
+  runtime::StatusOr<ckpt::Checkpoint> loaded = ckpt::loadLatestCheckpoint(*c.loadDir, &refused);
+  if (rank.root())
+    for (const std::string &line : refused)
+      std::fprintf(stderr, "%s: warning: %s\n", kCommand, line.c_str());
+  if (!loaded.isOk())
+    return runtime::Status::error("--load: " + loaded.status().message());
+  const ckpt::Checkpoint &checkpoint = *loaded;
+  RETURN_IF_ERROR(ckpt::setStateFromWhole(executor, {checkpoint.model, checkpoint.optimizer}))
+      << " (loading " << checkpoint.path << ")";
+  if (scaler && checkpoint.meta.lossScaler)
+    scaler->restore(checkpoint.meta.lossScaler->scale, checkpoint.meta.lossScaler->growthTracker,
+                    checkpoint.meta.lossScaler->hysteresisTracker);
+  if (rank.root()) {
+    // Settings that change what the resumed steps compute (not the layout, which may differ; a
+    // different model fails above, on its parameters' shapes).
+    std::map<std::string, std::string> now = {
+        {"global_batch", std::to_string(c.split.globalBatch)},
+        {"data", c.dataPath},
+        {"precision", passes::precisionName(c.training.precision)}};
+    for (const auto &[key, value] : now)
+      if (auto it = checkpoint.meta.config.find(key);
+          it != checkpoint.meta.config.end() && it->second != value)
+        std::fprintf(stderr, "%s: warning: %s was saved with %s %s; this run has %s\n", kCommand,
+                     checkpoint.path.c_str(), key.c_str(), it->second.c_str(), value.c_str());
+    std::printf("resumed from %s (step %lld, saved under %s)\n", checkpoint.path.c_str(),
+                (long long)checkpoint.meta.step, checkpoint.meta.layout.c_str());
+    std::fflush(stdout);
+  }
+  return checkpoint.meta.step;
+}
+
 /// --trace: every rank's recorded events to rank 0, which writes the Chrome trace.
 runtime::Status writeTrace(const runtime::Executor &executor, const TrainConfig &c,
                            RankContext &rank) {
@@ -460,8 +546,16 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
       return fail(s.message(), &rank);
   bool terminal = root && stdoutIsTerminal();
   int64_t steps = c.schedule.totalSteps;
+  int64_t done = 0; // steps of a checkpoint resumed from (--load)
+  if (c.loadDir) {
+    runtime::StatusOr<int64_t> resumed =
+        loadCheckpoint(executor, c, rank, scaler ? &*scaler : nullptr);
+    if (!resumed.isOk())
+      return fail(resumed.status().message(), &rank);
+    done = *resumed;
+  }
   double elapsed = 0, firstLoss = 0, lastLoss = 0;
-  for (int64_t step = 1; step <= steps; ++step) {
+  for (int64_t step = done + 1; step <= steps; ++step) {
     train::StepRecord record;
     record.step = step;
     record.tokens = c.split.globalBatch * data.sequenceLength();
@@ -488,16 +582,21 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
     }
     record.stepSeconds = secondsSince(start);
     elapsed += record.stepSeconds;
-    if (step == 1)
+    if (step == done + 1)
       firstLoss = record.loss;
     lastLoss = record.loss;
+    if (c.saveDir && (step == steps || (c.saveInterval > 0 && step % c.saveInterval == 0))) {
+      if (runtime::Status s = saveCheckpoint(executor, c, rank, scaler ? &*scaler : nullptr, step);
+          !s.isOk())
+        return fail(s.message(), &rank);
+    }
     if (!root)
       continue;
     if (c.logJson)
       if (runtime::Status s = log.write(train::stepRecordJson(record)); !s.isOk())
         return fail(s.message(), &rank);
     if (terminal) {
-      double eta = elapsed / step * (steps - step);
+      double eta = elapsed / double(step - done) * double(steps - step);
       std::printf("\r%s\x1b[K", train::progressLine(record, steps, eta).c_str());
     } else {
       std::printf("%s\n", train::stepLogLine(record, steps).c_str());
@@ -509,10 +608,14 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
   if (root) {
     if (runtime::Status s = log.close(); !s.isOk())
       return fail(s.message(), &rank);
-    std::printf("trained %lld steps in %s (%.0f tokens/s): loss %.6g -> %.6g\n", (long long)steps,
+    int64_t ran = steps - std::min(done, steps);
+    std::printf("trained %lld steps in %s (%.0f tokens/s): loss %.6g -> %.6g\n", (long long)ran,
                 train::formatDuration(elapsed).c_str(),
-                elapsed > 0 ? c.split.globalBatch * data.sequenceLength() * steps / elapsed : 0.0,
+                elapsed > 0 ? c.split.globalBatch * data.sequenceLength() * ran / elapsed : 0.0,
                 firstLoss, lastLoss);
+    if (c.saveDir && ran > 0)
+      std::printf("saved checkpoints in %s (latest: step %lld)\n", c.saveDir->c_str(),
+                  (long long)steps);
   }
   if (rank.trace) {
     if (runtime::Status s = writeTrace(executor, c, rank); !s.isOk())
@@ -607,6 +710,9 @@ int trainCommand(int argc, char **argv) {
                                         "logits",
                                         "save-weights",
                                         "save-grads",
+                                        "save",
+                                        "save-interval",
+                                        "load",
                                         "ranks",
                                         "tp",
                                         "pp",
@@ -699,6 +805,7 @@ int trainCommand(int argc, char **argv) {
   rank.plan = &*plan;
   rank.comm = mpi.get();
   rank.decoderSeq = model->decoderSeq;
+  rank.modelDescription = model->description;
   if (!executor.isOk())
     return fail(executor.status().message(), &rank);
   rank.comm = &(*executor)->communicator();

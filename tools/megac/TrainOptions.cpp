@@ -254,6 +254,18 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
   c.saveWeights = args.get("save-weights");
   c.saveGrads = args.get("save-grads");
   c.oversubscribe = args.has("oversubscribe");
+  c.saveDir = args.get("save");
+  c.loadDir = args.get("load");
+  if (std::string e = countOption(args, "save-interval", 1, c.saveInterval, false); !e.empty())
+    return e;
+  if (c.saveInterval > 0 && !c.saveDir)
+    return "--save-interval needs --save DIR";
+  if (c.loadDir && !std::filesystem::is_directory(*c.loadDir))
+    return "--load: no checkpoint directory " + *c.loadDir;
+  if (c.loadDir && args.get("trace"))
+    return "--trace with --load is not supported yet (the traced steps count from step 1)";
+  if (c.loadDir && args.get("save-grads"))
+    return "--save-grads writes step 1's gradients; a run resumed with --load does not run step 1";
   if (std::string e = parseTrace(args, c); !e.empty())
     return e;
   for (auto [flag, file] : {std::pair{"save-weights", &c.saveWeights},

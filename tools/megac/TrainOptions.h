@@ -26,6 +26,10 @@ struct TrainConfig {
   runtime::train::LossScalerConfig scaler;
   uint64_t seed = 0;
   std::optional<std::string> logJson, saveWeights, saveGrads;
+  // Checkpoints (runtime/checkpoint): --save DIR every --save-interval steps and at the end;
+  // --load DIR resumes from DIR's newest usable checkpoint (--steps stays the total).
+  std::optional<std::string> saveDir, loadDir;
+  int64_t saveInterval = 0; // 0: only at the end of the run
   // --trace FILE.json: the executed timeline of steps traceFirst..traceLast (1-based, inclusive).
   std::optional<std::string> tracePath;
   int64_t traceFirst = 0, traceLast = -1;

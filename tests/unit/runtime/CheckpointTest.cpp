@@ -1,0 +1,259 @@
+// Checkpoint directories (runtime/checkpoint): round trips, atomic replacement of `latest`,
+// refusal of truncated and bit-flipped files naming the file, fallback to the previous
+// checkpoint, and the box slicing that moves whole tensors to and from shards.
+#include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/ShardState.h"
+
+#include "TestUtil.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+using namespace megac::runtime;
+using namespace megac::runtime::testing;
+namespace ckpt = megac::runtime::checkpoint;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A fresh directory under the test's temporary directory.
+std::string freshDir(const std::string &name) {
+  fs::path dir =
+      fs::temp_directory_path() / ("megac_ckpt_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+std::string readText(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+void writeText(const std::string &path, const std::string &text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(text.data(), static_cast<std::streamsize>(text.size()));
+}
+
+ckpt::CheckpointMeta metaOf(int64_t step) {
+  ckpt::CheckpointMeta meta;
+  meta.step = step;
+  meta.dataPosition = step;
+  meta.seed = 7;
+  meta.model = "gpt \"tiny\"";
+  meta.layout = "tp 2, pp 2, dp 1, vpp 1, zero 0";
+  meta.lossScaler = ckpt::LossScalerState{32768.0, 3, 1};
+  meta.config = {{"precision", "fp64"}};
+  return meta;
+}
+
+TensorMap modelOf(double base) {
+  TensorMap m;
+  m["wte"] = f64({2, 3}, {base, base + 1, base + 2, base + 3, base + 4, base + 5});
+  m["ln.weight"] = f32({3}, {1.5f, -2.0f, 0.25f});
+  return m;
+}
+
+TensorMap optimizerOf(double base) {
+  TensorMap m;
+  m["adam.m.wte"] = f64({2, 3}, {base, 0, 0, 0, 0, -base});
+  m["adam.v.wte"] = f64({2, 3}, {1e-300, 0, 0, 0, 0, base * base});
+  return m;
+}
+
+void expectSameTensors(const TensorMap &got, const TensorMap &want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto &[name, t] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_EQ(got.at(name).dtype, t.dtype) << name;
+    EXPECT_EQ(got.at(name).shape, t.shape) << name;
+    EXPECT_EQ(got.at(name).bytes, t.bytes) << name;
+  }
+}
+
+TEST(Checkpoint, Crc32MatchesZlib) {
+  std::string text = "123456789";
+  EXPECT_EQ(ckpt::crc32({reinterpret_cast<const uint8_t *>(text.data()), text.size()}),
+            0xCBF43926u);
+  EXPECT_EQ(ckpt::crc32({}), 0u);
+}
+
+TEST(Checkpoint, RoundTripKeepsTensorsAndMeta) {
+  std::string dir = freshDir("roundtrip");
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(1), optimizerOf(2)).isOk());
+  EXPECT_EQ(readText(dir + "/latest"), "4\n");
+  EXPECT_FALSE(fs::exists(dir + "/step-4.tmp"));
+  for (const char *file : {"model.safetensors", "optimizer.safetensors", "meta.json"})
+    EXPECT_TRUE(fs::exists(dir + "/step-4/" + file)) << file;
+
+  std::vector<std::string> refused;
+  StatusOr<ckpt::Checkpoint> loaded = ckpt::loadLatestCheckpoint(dir, &refused);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  EXPECT_TRUE(refused.empty());
+  EXPECT_EQ(loaded->path, dir + "/step-4");
+  EXPECT_EQ(loaded->meta.step, 4);
+  EXPECT_EQ(loaded->meta.dataPosition, 4);
+  EXPECT_EQ(loaded->meta.seed, 7u);
+  EXPECT_EQ(loaded->meta.model, "gpt \"tiny\"");
+  EXPECT_EQ(loaded->meta.layout, "tp 2, pp 2, dp 1, vpp 1, zero 0");
+  EXPECT_EQ(loaded->meta.config.at("precision"), "fp64");
+  ASSERT_TRUE(loaded->meta.lossScaler.has_value());
+  EXPECT_EQ(loaded->meta.lossScaler->scale, 32768.0);
+  EXPECT_EQ(loaded->meta.lossScaler->growthTracker, 3);
+  EXPECT_EQ(loaded->meta.lossScaler->hysteresisTracker, 1);
+  expectSameTensors(loaded->model, modelOf(1));
+  expectSameTensors(loaded->optimizer, optimizerOf(2));
+}
+
+TEST(Checkpoint, NoLossScalerRoundTripsAsNone) {
+  std::string dir = freshDir("noscaler");
+  ckpt::CheckpointMeta meta = metaOf(1);
+  meta.lossScaler.reset();
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, meta, modelOf(1), {}).isOk());
+  StatusOr<ckpt::Checkpoint> loaded = ckpt::readCheckpoint(dir + "/step-1");
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  EXPECT_FALSE(loaded->meta.lossScaler.has_value());
+  EXPECT_TRUE(loaded->optimizer.empty());
+}
+
+TEST(Checkpoint, LatestMovesToTheNewestSaveAndOlderStepsStay) {
+  std::string dir = freshDir("latest");
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(2), modelOf(1), optimizerOf(1)).isOk());
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(3), optimizerOf(3)).isOk());
+  EXPECT_EQ(readText(dir + "/latest"), "4\n");
+  EXPECT_EQ(ckpt::listCheckpointSteps(dir), (std::vector<int64_t>{4, 2}));
+  StatusOr<ckpt::Checkpoint> loaded = ckpt::loadLatestCheckpoint(dir);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  EXPECT_EQ(loaded->meta.step, 4);
+  expectSameTensors(loaded->model, modelOf(3));
+  // Saving a step again replaces it whole.
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(9), optimizerOf(9)).isOk());
+  loaded = ckpt::loadLatestCheckpoint(dir);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  expectSameTensors(loaded->model, modelOf(9));
+  EXPECT_FALSE(fs::exists(dir + "/step-4.old"));
+}
+
+TEST(Checkpoint, AnInterruptedSaveLeavesThePreviousCheckpoint) {
+  std::string dir = freshDir("interrupted");
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(2), modelOf(1), optimizerOf(1)).isOk());
+  // A save that died before its rename: a partial step-4.tmp and no step-4.
+  fs::create_directories(dir + "/step-4.tmp");
+  writeText(dir + "/step-4.tmp/model.safetensors", "partial");
+  EXPECT_EQ(ckpt::listCheckpointSteps(dir), (std::vector<int64_t>{2}));
+  StatusOr<ckpt::Checkpoint> loaded = ckpt::loadLatestCheckpoint(dir);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  EXPECT_EQ(loaded->meta.step, 2);
+  // The next save of that step clears the leftover.
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(3), optimizerOf(3)).isOk());
+  EXPECT_FALSE(fs::exists(dir + "/step-4.tmp"));
+  EXPECT_EQ(ckpt::loadLatestCheckpoint(dir)->meta.step, 4);
+}
+
+TEST(Checkpoint, TruncatedFileIsRefusedNamingIt) {
+  std::string dir = freshDir("truncated");
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(1), optimizerOf(1)).isOk());
+  std::string file = dir + "/step-4/model.safetensors";
+  fs::resize_file(file, fs::file_size(file) - 5);
+  StatusOr<ckpt::Checkpoint> loaded = ckpt::readCheckpoint(dir + "/step-4");
+  ASSERT_FALSE(loaded.isOk());
+  EXPECT_NE(loaded.status().message().find(file), std::string::npos) << loaded.status().message();
+  EXPECT_NE(loaded.status().message().find("truncated"), std::string::npos);
+  StatusOr<ckpt::Checkpoint> latest = ckpt::loadLatestCheckpoint(dir);
+  ASSERT_FALSE(latest.isOk());
+  EXPECT_NE(latest.status().message().find(file), std::string::npos);
+}
+
+TEST(Checkpoint, FlippedByteIsRefusedNamingIt) {
+  std::string dir = freshDir("flipped");
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(1), optimizerOf(1)).isOk());
+  std::string file = dir + "/step-4/optimizer.safetensors";
+  std::string bytes = readText(file);
+  bytes[bytes.size() - 3] ^= 0x10; // inside a tensor: still a valid safetensors file
+  writeText(file, bytes);
+  StatusOr<ckpt::Checkpoint> loaded = ckpt::readCheckpoint(dir + "/step-4");
+  ASSERT_FALSE(loaded.isOk());
+  EXPECT_NE(loaded.status().message().find(file), std::string::npos) << loaded.status().message();
+  EXPECT_NE(loaded.status().message().find("CRC32"), std::string::npos);
+}
+
+TEST(Checkpoint, CorruptLatestFallsBackToThePreviousCheckpoint) {
+  std::string dir = freshDir("fallback");
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(2), modelOf(1), optimizerOf(1)).isOk());
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(3), optimizerOf(3)).isOk());
+  std::string file = dir + "/step-4/model.safetensors";
+  std::string bytes = readText(file);
+  bytes[bytes.size() - 1] ^= 0x01;
+  writeText(file, bytes);
+  std::vector<std::string> refused;
+  StatusOr<ckpt::Checkpoint> loaded = ckpt::loadLatestCheckpoint(dir, &refused);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  EXPECT_EQ(loaded->meta.step, 2);
+  expectSameTensors(loaded->model, modelOf(1));
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_NE(refused[0].find(file), std::string::npos) << refused[0];
+  EXPECT_NE(refused[0].find("trying " + dir + "/step-2 next"), std::string::npos) << refused[0];
+}
+
+TEST(Checkpoint, MissingOrGarbledLatestFallsBackToTheNewestStep) {
+  std::string dir = freshDir("nolatest");
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(2), modelOf(1), optimizerOf(1)).isOk());
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(6), modelOf(3), optimizerOf(3)).isOk());
+  fs::remove(dir + "/latest");
+  EXPECT_EQ(ckpt::loadLatestCheckpoint(dir)->meta.step, 6);
+  writeText(dir + "/latest", "garbage");
+  std::vector<std::string> refused;
+  StatusOr<ckpt::Checkpoint> loaded = ckpt::loadLatestCheckpoint(dir, &refused);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  EXPECT_EQ(loaded->meta.step, 6);
+}
+
+TEST(Checkpoint, EmptyDirectoryAndBadMetaAreErrors) {
+  std::string dir = freshDir("empty");
+  StatusOr<ckpt::Checkpoint> none = ckpt::loadLatestCheckpoint(dir);
+  ASSERT_FALSE(none.isOk());
+  EXPECT_NE(none.status().message().find("no checkpoint"), std::string::npos);
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(1), modelOf(1), optimizerOf(1)).isOk());
+  std::string meta = dir + "/step-1/meta.json";
+  std::string text = readText(meta);
+  text.replace(text.find("\"format_version\": 1"), 19, "\"format_version\": 9");
+  writeText(meta, text);
+  StatusOr<ckpt::Checkpoint> loaded = ckpt::readCheckpoint(dir + "/step-1");
+  ASSERT_FALSE(loaded.isOk());
+  EXPECT_NE(loaded.status().message().find(meta), std::string::npos);
+  EXPECT_NE(loaded.status().message().find("format_version 9"), std::string::npos);
+  writeText(meta, "{");
+  loaded = ckpt::readCheckpoint(dir + "/step-1");
+  ASSERT_FALSE(loaded.isOk());
+  EXPECT_NE(loaded.status().message().find("not valid JSON"), std::string::npos);
+}
+
+TEST(CheckpointShards, ExtractAndInsertBoxesRoundTrip) {
+  // A [4, 6] tensor cut into 2 x 3 boxes of [2, 2], as tp/dp shards would cut it.
+  std::vector<double> values(24);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = double(i);
+  HostTensor whole = f64({4, 6}, values);
+  HostTensor rebuilt = HostTensor::zeros(DType::f64, {4, 6});
+  for (int64_t r = 0; r < 4; r += 2)
+    for (int64_t c = 0; c < 6; c += 2) {
+      std::vector<int64_t> offset = {r, c}, shape = {2, 2};
+      HostTensor box = ckpt::extractBox(whole, offset, shape);
+      EXPECT_EQ(valuesOf<double>(box),
+                (std::vector<double>{double(r * 6 + c), double(r * 6 + c + 1),
+                                     double((r + 1) * 6 + c), double((r + 1) * 6 + c + 1)}));
+      ckpt::insertBox(rebuilt, box, offset);
+    }
+  EXPECT_EQ(rebuilt.bytes, whole.bytes);
+  // A scalar and a 1-d slice.
+  HostTensor scalar = f64({}, {3.5});
+  EXPECT_EQ(valuesOf<double>(ckpt::extractBox(scalar, {}, {})), (std::vector<double>{3.5}));
+  std::vector<int64_t> off = {4}, len = {3};
+  HostTensor row = ckpt::extractBox(f64({8}, {0, 1, 2, 3, 4, 5, 6, 7}), off, len);
+  EXPECT_EQ(valuesOf<double>(row), (std::vector<double>{4, 5, 6}));
+}
+
+} // namespace
