@@ -8,6 +8,8 @@ int describeCommand(int argc, char **argv);
 int compileCommand(int argc, char **argv);
 int runCommand(int argc, char **argv);
 int trainCommand(int argc, char **argv);
+/// `megac data prep|info`: indexed datasets (DataCommand.cpp).
+int dataCommand(int argc, char **argv);
 /// `megac plan`: the partitioned training step's plan, explained (PlanCommand.cpp).
 int planCommand(int argc, char **argv);
 /// `megac plan --cluster SPEC`: the layout search (PlanSearchCommand.cpp).

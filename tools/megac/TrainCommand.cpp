@@ -18,6 +18,7 @@
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/checkpoint/ShardState.h"
 #include "runtime/comm/MpiCommunicator.h"
+#include "runtime/data/IndexedDataset.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/Parameters.h"
 #include "runtime/exec/ShardGather.h"
@@ -55,8 +56,8 @@ namespace train = runtime::train;
 constexpr const char *kCommand = "megac train";
 
 constexpr const char *kHelp =
-    R"(usage: megac train (FILE.onnx | FILE.mlir | --model SPEC) --data TOKENS.npy --steps N
-                   --global-batch B --micro-batch b --lr X
+    R"(usage: megac train (FILE.onnx | FILE.mlir | --model SPEC) --data TOKENS.npy|PREFIX
+                   [--seq S] --steps N --global-batch B --micro-batch b --lr X
                    [--lr-schedule constant|cosine] [--warmup-steps W] [--min-lr Y]
                    [--adam-beta1 0.9] [--adam-beta2 0.999] [--adam-eps 1e-8]
                    [--weight-decay 0.01] [--clip-grad 0] [--seed 0]
@@ -99,6 +100,10 @@ constexpr const char *kHelp =
   decoder reads row[seq:S] and predicts row[seq+1:S+1]. The loss is the mean cross-entropy
   over the global batch's labelled tokens. An ONNX model's input_ids is bound to [b, S]; a
   zoo spec's seq must be S (t5: seq + dec_seq; its batch is set to b).
+  --data PREFIX (PREFIX.bin and PREFIX.idx, Megatron's indexed dataset, e.g. from `megac data
+  prep`): its sequences are concatenated into one token stream and cut into windows of S+1
+  tokens with stride S (Megatron's GPT samples), in an order shuffled with --seed; S is --seq S
+  or the zoo spec's seq (t5: seq + dec_seq). Those windows are the rows N above.
   lr schedule, for step s = 1..N (Megatron's, starting at lr/W instead of 0):
     s <= W:   lr * s / W
     constant: lr
@@ -533,6 +538,37 @@ int fail(const std::string &message, const RankContext *rank = nullptr) {
   return 1;
 }
 
+/// The token rows of --data: a .npy array, or windows of S+1 tokens cut from an indexed dataset
+/// (S from --seq or the zoo spec; window order shuffled with --seed). Only the rows the run reads
+/// (steps * B when that is fewer than the windows) are materialized: (i*B + j) mod rows then
+/// picks the same windows as over all of them.
+runtime::StatusOr<train::TokenData> loadTokenData(const TrainConfig &c) {
+  if (!c.indexedData)
+    return train::readTokenData(c.dataPath);
+  int64_t seq = c.dataSeq;
+  if (seq == 0 && c.spec) {
+    models::ConfigResult parsed = models::parseModelSpec(*c.spec);
+    if (!parsed.config)
+      return runtime::Status::error("--model: " + parsed.error);
+    seq =
+        parsed.config->seq + (parsed.config->arch == models::Arch::t5 ? parsed.config->decSeq : 0);
+  }
+  auto dataset = runtime::data::IndexedDataset::open(c.dataPath);
+  if (!dataset.isOk())
+    return dataset.status();
+  unsigned __int128 wanted = static_cast<unsigned __int128>(c.schedule.totalSteps) *
+                             static_cast<unsigned __int128>(c.split.globalBatch);
+  int64_t maxRows = wanted > INT64_MAX ? INT64_MAX : static_cast<int64_t>(wanted);
+  auto windows = runtime::data::trainingWindows(*dataset, seq, maxRows, c.seed);
+  if (!windows.isOk())
+    return runtime::Status::error(c.dataPath + ": " + windows.status().message());
+  train::TokenData data;
+  data.rows = windows->rows;
+  data.rowLength = seq + 1;
+  data.tokens = std::move(windows->tokens);
+  return data;
+}
+
 /// The training loop: steps, logs, progress (rank 0); returns the exit code.
 int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::TokenData &data,
               passes::LossKind kind, int64_t vocab, runtime::DType floatType, RankContext &rank) {
@@ -643,7 +679,7 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
 int planOnly(const TrainConfig &config) {
   int64_t seq = 0;
   if (!config.dataPath.empty()) {
-    runtime::StatusOr<train::TokenData> data = train::readTokenData(config.dataPath);
+    runtime::StatusOr<train::TokenData> data = loadTokenData(config);
     if (!data.isOk())
       return fail(data.status().message());
     seq = data->sequenceLength();
@@ -725,7 +761,8 @@ int trainCommand(int argc, char **argv) {
                                         "comm-timeout",
                                         "plan-out",
                                         "trace",
-                                        "trace-steps"};
+                                        "trace-steps",
+                                        "seq"};
   std::string error =
       args.parse(argc, argv, 2, valued,
                  {"help", "sequence-parallel", "oversubscribe", "plan-only", "explain", "json"});
@@ -746,7 +783,7 @@ int trainCommand(int argc, char **argv) {
     return relaunchUnderMpirun(argc, argv, config);
   setThreads(config);
 
-  runtime::StatusOr<train::TokenData> data = train::readTokenData(config.dataPath);
+  runtime::StatusOr<train::TokenData> data = loadTokenData(config);
   if (!data.isOk())
     return fail(data.status().message());
   std::optional<TrainModel> model = compileTrainingStep(config, data->sequenceLength());

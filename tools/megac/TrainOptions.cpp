@@ -171,8 +171,20 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
   c.explainJson = args.has("json");
   c.planOut = args.get("plan-out");
   if (!args.get("data") && !c.planOnly)
-    return "missing --data TOKENS.npy";
+    return "missing --data TOKENS.npy | PREFIX";
   c.dataPath = args.get("data").value_or("");
+  for (const char *suffix : {".bin", ".idx"}) // PREFIX.bin or PREFIX.idx names PREFIX
+    if (std::string stem = c.dataPath.substr(0, c.dataPath.size() - 4);
+        c.dataPath.ends_with(suffix) && std::filesystem::exists(stem + ".idx"))
+      c.dataPath = stem;
+  c.indexedData = !c.dataPath.empty() && !c.dataPath.ends_with(".npy") &&
+                  std::filesystem::exists(c.dataPath + ".idx");
+  if (std::string e = countOption(args, "seq", 1, c.dataSeq, false); !e.empty())
+    return e;
+  if (args.get("seq") && !c.indexedData)
+    return "--seq applies to an indexed dataset (--data PREFIX of PREFIX.bin/.idx)";
+  if (c.indexedData && !args.get("seq") && !c.spec)
+    return "--data " + c.dataPath + " (an indexed dataset) with a model file needs --seq S";
   auto positive = [](double v) { return v > 0; };
   auto nonNegative = [](double v) { return v >= 0; };
   auto beta = [](double v) { return v >= 0 && v < 1; };

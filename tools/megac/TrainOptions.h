@@ -20,6 +20,10 @@ namespace megac::cli {
 struct TrainConfig {
   std::optional<std::string> spec, file;
   std::string dataPath;
+  // --data PREFIX of an indexed dataset (PREFIX.bin/.idx): rows of S+1 tokens cut from it, S
+  // from --seq or the zoo spec.
+  bool indexedData = false;
+  int64_t dataSeq = 0; // --seq; 0: the spec's
   runtime::train::BatchSplit split;
   runtime::train::LrSchedule schedule;
   passes::TrainingOptions training;

@@ -18,6 +18,8 @@ commands:
                                            one forward pass on the CPU; outputs as DIR/NAME.npy
   train     MODEL --data TOKENS.npy --steps N --global-batch B --micro-batch b --lr X ...
                                            AdamW training on the CPU (`megac train --help`)
+  data      prep INPUT.txt|INPUT.jsonl --tokenizer byte -o PREFIX
+                                           an indexed dataset (PREFIX.bin/.idx) for --data PREFIX
   plan      MODEL --ranks N [--tp T --pp P --dp D ...] [--explain] [--json] [-o FILE.mplan]
                                            the partitioned training step's plan, explained
 
@@ -48,6 +50,8 @@ int main(int argc, char **argv) {
     return megac::cli::runCommand(argc, argv);
   if (!std::strcmp(argv[1], "train"))
     return megac::cli::trainCommand(argc, argv);
+  if (!std::strcmp(argv[1], "data"))
+    return megac::cli::dataCommand(argc, argv);
   if (!std::strcmp(argv[1], "plan"))
     return megac::cli::planCommand(argc, argv);
   std::fprintf(stderr, "megac: error: unknown command '%s'; run `megac help`\n", argv[1]);

@@ -1,0 +1,276 @@
+"""End-to-end indexed datasets: `megac data prep` writes Megatron's .bin/.idx format and
+`megac train --data PREFIX` trains on windows cut from it.
+
+Cases:
+  - prep: the repo's README.md and docs/*.md (concatenated) with --tokenizer byte --append-eod;
+    an independent reader here (numpy, from the format description: magic, version, dtype code
+    8 = uint16, counts, int32 sizes, int64 byte pointers, int64 document index) must find
+    exactly the corpus's paragraphs as UTF-8 bytes, each followed by token 256.
+  - jsonl: a .jsonl file's "text" members (non-ASCII included) become the documents.
+  - train: `megac train --data PREFIX --model gpt:...,seq=32,vocab=257 --steps 3` gives finite
+    losses, and exactly (bit for bit) the losses of the same run on a .npy of the windows this
+    script cuts itself (tokens concatenated, windows of S+1 at stride S, Fisher-Yates order with
+    SplitMix64 seeded by --seed).
+  - ranks: --ranks 2 (dp 2) on the dataset gives the 1-rank losses (skipped without mpirun).
+  - errors: a corrupt .idx is refused naming the file; --seq with a .npy and an unknown
+    tokenizer are refused.
+  - throughput: prep of a ~20 MB generated text file; prints MB/s (never asserted).
+
+usage: data_test.py --megac build/bin/megac --workdir DIR [--throughput-mb 20]
+Prints PASS/FAIL per case and ends with "N passed, M failed".
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MASK64 = (1 << 64) - 1
+DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64,
+          7: np.float32, 8: np.uint16}
+
+
+def run(argv):
+    return subprocess.run(argv, capture_output=True, text=True)
+
+
+def read_indexed(prefix):
+    """(documents as lists of sequences of tokens, dtype code), read with numpy."""
+    with open(prefix + ".idx", "rb") as f:
+        idx = f.read()
+    assert idx[:9] == b"MMIDIDX\x00\x00", "bad magic"
+    version = int.from_bytes(idx[9:17], "little")
+    code = idx[17]
+    count = int.from_bytes(idx[18:26], "little")
+    docs = int.from_bytes(idx[26:34], "little")
+    assert version == 1, version
+    sizes = np.frombuffer(idx, np.int32, count, 34)
+    pointers = np.frombuffer(idx, np.int64, count, 34 + 4 * count)
+    doc_idx = np.frombuffer(idx, np.int64, docs, 34 + 12 * count)
+    assert len(idx) == 34 + 12 * count + 8 * docs
+    binary = np.fromfile(prefix + ".bin", np.uint8)
+    dtype = DTYPES[code]
+    seqs = [np.frombuffer(binary.tobytes(), dtype, int(n), int(p)).tolist()
+            for n, p in zip(sizes, pointers)]
+    out = [seqs[doc_idx[d]:doc_idx[d + 1]] for d in range(docs - 1)]
+    return out, code
+
+
+def paragraphs(data):
+    """The documents of a text file as megac defines them: runs of non-empty lines."""
+    docs, current = [], []
+    for line in re.findall(rb"[^\n]*\n|[^\n]+$", data):
+        if line.rstrip(b"\r\n") == b"":
+            if current:
+                docs.append(b"".join(current))
+            current = []
+        else:
+            current.append(line)
+    if current:
+        docs.append(b"".join(current))
+    return docs
+
+
+def splitmix64(state):
+    state = (state + 0x9E3779B97F4A7C15) & MASK64
+    x = state
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return state, x ^ (x >> 31)
+
+
+def windows(stream, seq, seed, max_rows):
+    total = (len(stream) - 1) // seq
+    order = list(range(total))
+    state = seed
+    for i in range(total - 1, 0, -1):
+        state, r = splitmix64(state)
+        j = r % (i + 1)
+        order[i], order[j] = order[j], order[i]
+    rows = min(total, max_rows)
+    return np.array([stream[w * seq:w * seq + seq + 1] for w in order[:rows]], dtype=np.int64)
+
+
+def prep(megac, source, prefix, *extra):
+    result = run([megac, "data", "prep", source, "--tokenizer", "byte", "-o", prefix, *extra])
+    if result.returncode != 0:
+        raise RuntimeError(f"megac data prep failed ({result.returncode}): {result.stderr}")
+    return result.stdout
+
+
+def case_prep(args, work):
+    corpus = os.path.join(work, "corpus.txt")
+    files = [os.path.join(REPO, "README.md")] + sorted(glob.glob(os.path.join(REPO, "docs", "*.md")))
+    data = b"\n\n".join(open(f, "rb").read() for f in files)
+    with open(corpus, "wb") as f:
+        f.write(data)
+    prefix = os.path.join(work, "corpus")
+    out = prep(args.megac, corpus, prefix, "--append-eod")
+    print("  " + out.strip())
+    want = paragraphs(data)
+    docs, code = read_indexed(prefix)
+    problems = []
+    if code != 8:
+        problems.append(f"dtype code {code}, not 8 (uint16)")
+    if len(docs) != len(want):
+        problems.append(f"{len(docs)} documents, want {len(want)}")
+    for d, (got, text) in enumerate(zip(docs, want)):
+        if got != [list(text) + [256]]:
+            problems.append(f"document {d} differs")
+            break
+    if not re.search(rf"{len(want)} documents, \d+ tokens", out):
+        problems.append(f"summary line: {out!r}")
+    info = run([args.megac, "data", "info", prefix])
+    tokens = sum(len(t) + 1 for t in want)
+    if info.stdout.strip() != f"dtype uint16, {len(want)} sequences, {len(want)} documents, " \
+                              f"{tokens} tokens":
+        problems.append(f"data info: {info.stdout!r} {info.stderr!r}")
+    return problems
+
+
+def case_jsonl(args, work):
+    source = os.path.join(work, "docs.jsonl")
+    texts = ["héllo wörld", "", "line one\nline two", "€ and \U0001F600"]
+    with open(source, "w", encoding="utf-8") as f:
+        for i, t in enumerate(texts):
+            f.write(json.dumps({"id": i, "text": t}) + "\n")
+        f.write("\n")
+    prefix = os.path.join(work, "jsonl")
+    prep(args.megac, source, prefix)
+    docs, _ = read_indexed(prefix)
+    want = [[list(t.encode("utf-8"))] for t in texts if t]
+    return [] if docs == want else [f"documents {docs} != {want}"]
+
+
+def case_train(args, work):
+    prefix = os.path.join(work, "corpus")  # from case_prep
+    docs, _ = read_indexed(prefix)
+    stream = [t for doc in docs for seq in doc for t in seq]
+    seq, steps, batch, seed = 32, 3, 4, 5
+    rows = windows(stream, seq, seed, steps * batch)
+    npy = os.path.join(work, "windows.npy")
+    np.save(npy, rows)
+    common = ["--model", "gpt:layers=1,hidden=16,heads=2,seq=32,vocab=257", "--steps", str(steps),
+              "--global-batch", str(batch), "--micro-batch", "2", "--lr", "0.001",
+              "--seed", str(seed)]
+    losses = {}
+    for name, data in (("prefix", prefix), ("npy", npy), ("bin", prefix + ".bin")):
+        log = os.path.join(work, f"train_{name}.jsonl")
+        result = run([args.megac, "train", *common, "--data", data, "--log-json", log])
+        if result.returncode != 0:
+            return [f"train --data {data} failed: {result.stderr.strip()}"]
+        with open(log) as f:
+            losses[name] = [json.loads(line)["loss"] for line in f]
+    problems = []
+    if len(losses["prefix"]) != steps or not all(math.isfinite(x) for x in losses["prefix"]):
+        problems.append(f"losses {losses['prefix']}")
+    if losses["prefix"] != losses["npy"]:
+        problems.append(f"losses {losses['prefix']} != the .npy windows' {losses['npy']}")
+    if losses["bin"] != losses["prefix"]:
+        problems.append(f"--data PREFIX.bin: losses {losses['bin']} != {losses['prefix']}")
+    print(f"  losses {losses['prefix']}")
+    return problems
+
+
+def case_ranks(args, work):
+    """--ranks 2 (dp 2) on --data PREFIX: every rank cuts the same windows; losses as 1 rank
+    within fp32 roundoff of the data-parallel gradient sum (1e-5 relative)."""
+    if not shutil.which("mpirun"):
+        return None
+    common = ["--model", "gpt:layers=1,hidden=16,heads=2,seq=32,vocab=257", "--steps", "3",
+              "--global-batch", "4", "--lr", "0.001", "--data", os.path.join(work, "corpus")]
+    losses = []
+    for extra in (["--micro-batch", "2"], ["--micro-batch", "1", "--ranks", "2", "--oversubscribe"]):
+        log = os.path.join(work, f"ranks{len(losses)}.jsonl")
+        result = run([args.megac, "train", *common, *extra, "--log-json", log])
+        if result.returncode != 0:
+            return [f"train {' '.join(extra)} failed: {result.stderr.strip()}"]
+        with open(log) as f:
+            losses.append([json.loads(line)["loss"] for line in f])
+    one, two = losses
+    if len(two) != 3 or any(abs(a - b) > 1e-5 * abs(a) for a, b in zip(one, two)):
+        return [f"2 ranks: losses {two} differ from 1 rank's {one}"]
+    return []
+
+
+def case_errors(args, work):
+    problems = []
+    bad = os.path.join(work, "bad")
+    prep(args.megac, os.path.join(REPO, "README.md"), bad)
+    with open(bad + ".idx", "r+b") as f:
+        f.write(b"XX")
+    model = ["--model", "gpt:layers=1,hidden=16,heads=2,seq=32,vocab=257", "--steps", "1",
+             "--global-batch", "2", "--micro-batch", "2", "--lr", "0.001"]
+    result = run([args.megac, "train", *model, "--data", bad])
+    if result.returncode == 0 or f"{bad}.idx: not an indexed dataset" not in result.stderr:
+        problems.append(f"corrupt .idx: rc {result.returncode}, {result.stderr.strip()!r}")
+    npy = os.path.join(work, "windows.npy")
+    result = run([args.megac, "train", *model, "--data", npy, "--seq", "32"])
+    if result.returncode != 2 or "--seq applies to an indexed dataset" not in result.stderr:
+        problems.append(f"--seq with .npy: rc {result.returncode}, {result.stderr.strip()!r}")
+    spec16 = ["--model", "gpt:layers=1,hidden=16,heads=2,seq=16,vocab=257"] + model[2:]
+    result = run([args.megac, "train", *spec16, "--data", os.path.join(work, "corpus"), "--seq",
+                  "32"])
+    if result.returncode == 0:
+        problems.append("--seq 32 with a spec of seq=16 was accepted")
+    result = run([args.megac, "data", "prep", npy, "--tokenizer", "gpt2:v.json,m.txt", "-o", bad])
+    if result.returncode != 2 or "is not supported" not in result.stderr:
+        problems.append(f"gpt2 tokenizer: rc {result.returncode}, {result.stderr.strip()!r}")
+    return problems
+
+
+def case_throughput(args, work):
+    source = os.path.join(work, "big.txt")
+    rng = random.Random(0)
+    words = ["the", "model", "token", "layer", "parallel", "gradient", "tensor", "pipeline",
+             "rank", "ü", "naïve", "data", "loss", "step"]
+    target = int(args.throughput_mb * 1e6)
+    with open(source, "w", encoding="utf-8") as f:
+        written = 0
+        while written < target:
+            para = "\n".join(" ".join(rng.choice(words) for _ in range(12)) for _ in range(4))
+            f.write(para + "\n\n")
+            written += len(para) + 2
+    out = prep(args.megac, source, os.path.join(work, "big"), "--append-eod")
+    rate = re.search(r"\(([\d.]+) MB/s\)", out)
+    print(f"  prep throughput: {rate.group(1) if rate else '?'} MB/s ({out.strip()})")
+    return [] if rate else [f"no MB/s in {out!r}"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--megac", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--throughput-mb", type=float, default=20)
+    args = parser.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    passed = failed = 0
+    for name, case in (("prep", case_prep), ("jsonl", case_jsonl), ("train", case_train),
+                       ("ranks", case_ranks), ("errors", case_errors),
+                       ("throughput", case_throughput)):
+        try:
+            problems = case(args, args.workdir)
+        except Exception as e:  # a crash is a failure of this case, not of the script
+            problems = [f"{type(e).__name__}: {e}"]
+        if problems is None:
+            print(f"SKIP: {name} (no mpirun)")
+            continue
+        print(f"{'PASS' if not problems else 'FAIL'}: {name}")
+        for p in problems:
+            print(f"  {p}")
+        passed += not problems
+        failed += bool(problems)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed or not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

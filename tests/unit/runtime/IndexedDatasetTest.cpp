@@ -1,0 +1,277 @@
+// Megatron's indexed dataset (runtime/data): writer -> reader round trips, a reference file
+// written byte by byte from the format description, refusal of corrupt files naming them, and
+// the training windows cut from the token stream.
+#include "runtime/data/IndexedDataset.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+using namespace megac::runtime;
+using namespace megac::runtime::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A fresh prefix under a fresh temporary directory.
+std::string freshPrefix(const std::string &name) {
+  fs::path dir =
+      fs::temp_directory_path() / ("megac_idx_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return (dir / "data").string();
+}
+
+std::string readBytes(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+void writeBytes(const std::string &path, const std::string &bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// Little-endian bytes of `value`, written out one by one (not memcpy'd).
+template <typename T> std::string le(T value) {
+  std::string out;
+  auto bits = static_cast<std::make_unsigned_t<T>>(value);
+  for (size_t i = 0; i < sizeof(T); ++i)
+    out.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
+  return out;
+}
+
+/// Builds PREFIX with documents {{1,2,3}}, {{4},{5,6}} (two sequences), {{65535, 0}}.
+void buildSample(const std::string &prefix, TokenType type) {
+  auto b = IndexedDatasetBuilder::create(prefix, type);
+  ASSERT_TRUE(b.isOk()) << b.status().message();
+  ASSERT_TRUE(b->addDocument(std::vector<int64_t>{1, 2, 3}).isOk());
+  ASSERT_TRUE(b->addSequence(std::vector<int64_t>{4}).isOk());
+  ASSERT_TRUE(b->addSequence(std::vector<int64_t>{5, 6}).isOk());
+  b->endDocument();
+  ASSERT_TRUE(b->addDocument(std::vector<int64_t>{type == TokenType::u16 ? 65535 : 7, 0}).isOk());
+  EXPECT_EQ(b->sequenceCount(), 4);
+  EXPECT_EQ(b->documentCount(), 3);
+  EXPECT_EQ(b->tokenCount(), 8);
+  ASSERT_TRUE(b->finish().isOk());
+}
+
+} // namespace
+
+TEST(IndexedDataset, WriterReaderRoundTrip) {
+  for (TokenType type : {TokenType::u16, TokenType::i32, TokenType::i64, TokenType::u8}) {
+    std::string prefix = freshPrefix("roundtrip" + std::to_string(int(type)));
+    buildSample(prefix, type);
+    EXPECT_FALSE(fs::exists(prefix + ".bin.tmp"));
+    EXPECT_FALSE(fs::exists(prefix + ".idx.tmp"));
+    auto ds = IndexedDataset::open(prefix);
+    ASSERT_TRUE(ds.isOk()) << ds.status().message();
+    EXPECT_EQ(ds->tokenType(), type);
+    EXPECT_EQ(ds->sequenceCount(), 4);
+    EXPECT_EQ(ds->documentCount(), 3);
+    EXPECT_EQ(ds->totalTokens(), 8);
+    EXPECT_EQ(ds->documentIndex(), (std::vector<int64_t>{0, 1, 3, 4}));
+    EXPECT_EQ(ds->sequence(0), (std::vector<int64_t>{1, 2, 3}));
+    EXPECT_EQ(ds->sequence(1), (std::vector<int64_t>{4}));
+    EXPECT_EQ(ds->sequence(2), (std::vector<int64_t>{5, 6}));
+    int64_t big = type == TokenType::u16 ? 65535 : 7;
+    EXPECT_EQ(ds->sequence(3), (std::vector<int64_t>{big, 0}));
+    int64_t item = static_cast<int64_t>(tokenTypeSize(uint8_t(type)));
+    EXPECT_EQ(ds->pointer(2), 4 * item);
+    EXPECT_EQ(static_cast<int64_t>(fs::file_size(prefix + ".bin")), 8 * item);
+  }
+}
+
+TEST(IndexedDataset, ReadsReferenceLayout) {
+  // Written from the format description alone: magic, u64 version, u8 dtype code (4 = int32),
+  // u64 sequences, u64 document index entries, i32 sizes, i64 byte pointers, i64 doc index.
+  std::string prefix = freshPrefix("reference");
+  std::string idx = std::string("MMIDIDX\0\0", 9) + le<uint64_t>(1) + std::string(1, '\x04') +
+                    le<uint64_t>(3) + le<uint64_t>(3);
+  for (int32_t size : {2, 0, 3})
+    idx += le<int32_t>(size);
+  for (int64_t ptr : {0, 8, 8})
+    idx += le<int64_t>(ptr);
+  for (int64_t d : {0, 2, 3})
+    idx += le<int64_t>(d);
+  ASSERT_EQ(idx.size(), 34u + 3 * 4 + 3 * 8 + 3 * 8);
+  std::string bin;
+  for (int32_t t : {10, -1, 70000, 5, 6})
+    bin += le<int32_t>(t);
+  writeBytes(prefix + ".idx", idx);
+  writeBytes(prefix + ".bin", bin);
+  auto ds = IndexedDataset::open(prefix);
+  ASSERT_TRUE(ds.isOk()) << ds.status().message();
+  EXPECT_EQ(ds->tokenType(), TokenType::i32);
+  EXPECT_EQ(ds->sequenceCount(), 3);
+  EXPECT_EQ(ds->documentCount(), 2);
+  EXPECT_EQ(ds->sequence(0), (std::vector<int64_t>{10, -1}));
+  EXPECT_TRUE(ds->sequence(1).empty());
+  EXPECT_EQ(ds->sequence(2), (std::vector<int64_t>{70000, 5, 6}));
+
+  // The writer produces exactly these bytes for the same content.
+  std::string out = freshPrefix("reference_out");
+  auto b = IndexedDatasetBuilder::create(out, TokenType::i32);
+  ASSERT_TRUE(b.isOk());
+  ASSERT_TRUE(b->addSequence(std::vector<int64_t>{10, -1}).isOk());
+  ASSERT_TRUE(b->addSequence(std::vector<int64_t>{}).isOk());
+  b->endDocument();
+  ASSERT_TRUE(b->addDocument(std::vector<int64_t>{70000, 5, 6}).isOk());
+  ASSERT_TRUE(b->finish().isOk());
+  EXPECT_EQ(readBytes(out + ".idx"), idx);
+  EXPECT_EQ(readBytes(out + ".bin"), bin);
+}
+
+TEST(IndexedDataset, RefusesCorruptFiles) {
+  std::string prefix = freshPrefix("corrupt");
+  buildSample(prefix, TokenType::u16);
+  std::string idx = readBytes(prefix + ".idx"), bin = readBytes(prefix + ".bin");
+  auto expectError = [&](const std::string &file, const std::string &words) {
+    auto ds = IndexedDataset::open(prefix);
+    ASSERT_FALSE(ds.isOk());
+    EXPECT_NE(ds.status().message().find(prefix + file), std::string::npos)
+        << ds.status().message();
+    EXPECT_NE(ds.status().message().find(words), std::string::npos) << ds.status().message();
+  };
+
+  std::string bad = idx;
+  bad[0] = 'X';
+  writeBytes(prefix + ".idx", bad);
+  expectError(".idx", "MMIDIDX");
+
+  bad = idx;
+  bad[9] = 2; // version 2
+  writeBytes(prefix + ".idx", bad);
+  expectError(".idx", "version 2");
+
+  bad = idx;
+  bad[17] = 9; // no such dtype
+  writeBytes(prefix + ".idx", bad);
+  expectError(".idx", "dtype code 9");
+
+  writeBytes(prefix + ".idx", idx.substr(0, idx.size() - 8));
+  expectError(".idx", "file length");
+
+  writeBytes(prefix + ".idx", idx);
+  writeBytes(prefix + ".bin", bin.substr(0, bin.size() - 1));
+  expectError(".bin", "truncated");
+
+  fs::remove(prefix + ".bin");
+  expectError(".bin", "cannot open");
+
+  writeBytes(prefix + ".bin", bin);
+  ASSERT_TRUE(IndexedDataset::open(prefix).isOk());
+}
+
+TEST(IndexedDataset, BuilderRefusesTokensOutsideItsType) {
+  std::string prefix = freshPrefix("range");
+  auto b = IndexedDatasetBuilder::create(prefix, TokenType::u16);
+  ASSERT_TRUE(b.isOk());
+  Status s = b->addSequence(std::vector<int64_t>{1, 65536});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("65536"), std::string::npos);
+  EXPECT_FALSE(IndexedDatasetBuilder::create(prefix, TokenType::f32).isOk());
+}
+
+TEST(IndexedDataset, UnfinishedBuilderLeavesNothing) {
+  std::string prefix = freshPrefix("unfinished");
+  {
+    auto b = IndexedDatasetBuilder::create(prefix, TokenType::u16);
+    ASSERT_TRUE(b.isOk());
+    ASSERT_TRUE(b->addDocument(std::vector<int64_t>{1, 2}).isOk());
+  }
+  EXPECT_FALSE(fs::exists(prefix + ".bin"));
+  EXPECT_FALSE(fs::exists(prefix + ".idx"));
+  EXPECT_FALSE(fs::exists(prefix + ".bin.tmp"));
+}
+
+TEST(IndexedDataset, TrainingWindowsSpanSequences) {
+  // Stream 1..8 over sequences {1,2,3}, {4}, {5,6}, {65535,0}: S = 2 gives windows of 3 tokens
+  // at stride 2: (8 - 1) / 2 = 3 windows.
+  std::string prefix = freshPrefix("windows");
+  buildSample(prefix, TokenType::u16);
+  auto ds = IndexedDataset::open(prefix);
+  ASSERT_TRUE(ds.isOk());
+  auto w = trainingWindows(*ds, 2, 100, std::nullopt);
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  EXPECT_EQ(w->total, 3);
+  EXPECT_EQ(w->rows, 3);
+  EXPECT_EQ(w->tokens, (std::vector<int64_t>{1, 2, 3, 3, 4, 5, 5, 6, 65535}));
+
+  auto first = trainingWindows(*ds, 2, 2, std::nullopt); // only the rows a run reads
+  ASSERT_TRUE(first.isOk());
+  EXPECT_EQ(first->rows, 2);
+  EXPECT_EQ(first->tokens, (std::vector<int64_t>{1, 2, 3, 3, 4, 5}));
+
+  auto whole = trainingWindows(*ds, 7, 100, std::nullopt);
+  ASSERT_TRUE(whole.isOk());
+  EXPECT_EQ(whole->tokens, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 65535, 0}));
+  auto tooLong = trainingWindows(*ds, 8, 100, std::nullopt);
+  ASSERT_FALSE(tooLong.isOk());
+  EXPECT_NE(tooLong.status().message().find("8 tokens"), std::string::npos);
+}
+
+TEST(IndexedDataset, ShuffledWindowsArePermutationFixedBySeed) {
+  std::string prefix = freshPrefix("shuffle");
+  {
+    auto b = IndexedDatasetBuilder::create(prefix, TokenType::i32);
+    ASSERT_TRUE(b.isOk());
+    std::vector<int64_t> doc(401);
+    for (int64_t i = 0; i < 401; ++i)
+      doc[i] = i;
+    ASSERT_TRUE(b->addDocument(doc).isOk());
+    ASSERT_TRUE(b->finish().isOk());
+  }
+  auto ds = IndexedDataset::open(prefix);
+  ASSERT_TRUE(ds.isOk());
+  auto a = trainingWindows(*ds, 4, 1000, uint64_t(7));
+  auto again = trainingWindows(*ds, 4, 1000, uint64_t(7));
+  auto other = trainingWindows(*ds, 4, 1000, uint64_t(8));
+  ASSERT_TRUE(a.isOk() && again.isOk() && other.isOk());
+  ASSERT_EQ(a->rows, 100);
+  EXPECT_EQ(a->tokens, again->tokens);
+  EXPECT_NE(a->tokens, other->tokens);
+  std::vector<bool> seen(100, false);
+  for (int64_t r = 0; r < a->rows; ++r) {
+    int64_t first = a->tokens[r * 5];
+    ASSERT_EQ(first % 4, 0);
+    for (int64_t t = 0; t < 5; ++t) // each row is a window [w*4, w*4 + 4] of the stream
+      EXPECT_EQ(a->tokens[r * 5 + t], first + t);
+    EXPECT_FALSE(seen[first / 4]);
+    seen[first / 4] = true;
+  }
+}
+
+TEST(IndexedDataset, MutatedIndexNeverReadsOutOfBounds) {
+  // Every truncation of the .idx is refused; every single-byte overwrite either is refused or
+  // opens a dataset whose every sequence lies inside the .bin (the reader's bounds check).
+  std::string prefix = freshPrefix("mutated");
+  buildSample(prefix, TokenType::u16);
+  std::string idx = readBytes(prefix + ".idx");
+  int64_t binBytes = static_cast<int64_t>(fs::file_size(prefix + ".bin"));
+  for (size_t n = 0; n < idx.size(); ++n) {
+    writeBytes(prefix + ".idx", idx.substr(0, n));
+    EXPECT_FALSE(IndexedDataset::open(prefix).isOk()) << "truncated to " << n << " bytes";
+  }
+  int64_t opened = 0;
+  for (size_t at = 0; at < idx.size(); ++at)
+    for (unsigned char value : {0x00, 0x01, 0x7f, 0x80, 0xff}) {
+      std::string bad = idx;
+      bad[at] = static_cast<char>(value);
+      writeBytes(prefix + ".idx", bad);
+      auto ds = IndexedDataset::open(prefix);
+      if (!ds.isOk())
+        continue;
+      ++opened;
+      int64_t item = static_cast<int64_t>(tokenTypeSize(uint8_t(ds->tokenType())));
+      for (int64_t i = 0; i < ds->sequenceCount(); ++i) {
+        ASSERT_GE(ds->sequenceLength(i), 0);
+        ASSERT_LE(ds->pointer(i) + ds->sequenceLength(i) * item, binBytes);
+        ds->sequence(i);
+      }
+    }
+  EXPECT_GT(opened, 0); // overwrites with the same byte, at least, still open
+}
