@@ -339,4 +339,93 @@ void setThreads(const TrainConfig &c) {
   openblas_set_num_threads(int(threads));
 }
 
+const char *const kTrainHelp =
+    R"(usage: megac train (FILE.onnx | FILE.mlir | --model SPEC) --data TOKENS.npy|PREFIX
+                   [--seq S] --steps N --global-batch B --micro-batch b --lr X
+                   [--lr-schedule constant|cosine] [--warmup-steps W] [--min-lr Y]
+                   [--adam-beta1 0.9] [--adam-beta2 0.999] [--adam-eps 1e-8]
+                   [--weight-decay 0.01] [--clip-grad 0] [--seed 0]
+                   [--precision fp32|fp64|bf16|fp16] [--initial-loss-scale 65536]
+                   [--loss-scale-window 1000] [--hysteresis 2] [--min-loss-scale 1]
+                   [--log-json FILE] [--logits NAME] [--save-weights FILE.safetensors]
+                   [--save-grads FILE.safetensors] [--trace FILE.json [--trace-steps N]]
+                   [--save DIR [--save-interval N]] [--load DIR]
+                   [--ranks N] [--tp T] [--pp P] [--dp D] [--vpp V] [--sequence-parallel]
+                   [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
+                   [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
+  trains the model with AdamW (torch.optim.AdamW; weight decay on parameters of rank >= 2
+  only) on one or more CPU ranks and prints one line per step (a live progress line on a
+  terminal).
+
+  ranks and layout: --ranks N runs N ranks: megac re-executes itself under
+  `mpirun -np N` (adding --allow-run-as-root as root, and --oversubscribe when N exceeds the
+  cores or --oversubscribe is given); a job started by mpirun directly is detected. The ranks
+  form the mesh <pp, dp, tp> (rank = tp + T*(dp + D*pp), Megatron's order): --tp T tensor
+  parallel (Megatron's column/row-parallel linears, vocab-parallel embedding and loss),
+  --pp P pipeline stages with --vpp V model chunks per stage (interleaved 1F1B when V > 1) and
+  --schedule 1f1b (default) or gpipe, --dp D data parallel (default: N / (T*P)); N must equal
+  T*P*D. --sequence-parallel shards norms and residuals over tp; --zero 1 shards the Adam state
+  over dp (Megatron's distributed optimizer); --recompute selective|full recomputes attention
+  outputs or whole chunks in the backward pass. --cp, --ep and --fp8 are not supported yet.
+  --micro-batch b is per data-parallel rank: the model is compiled for b*D rows and a step has
+  m = B / (b*D) micro-batches (B must be a multiple of b*D); micro-batch k of rank dp reads
+  rows k*b*D + dp*b .. +b of the step's global batch, so every layout trains on the same batch
+  as one rank. Only rank 0 prints and writes files. --threads N sets the BLAS/OpenMP threads
+  per rank (default: cores / ranks on this node, at least 1). --comm-timeout S (default 300):
+  a collective or transfer waiting longer fails, naming the rank, operation and group, and the
+  job is aborted.
+
+  data: TOKENS.npy is an int32 or int64 array [N, S+1]. Step i (0-based) uses rows
+  (i*B + j) mod N for j = 0..B-1, in order; micro-batches of b consecutive rows are
+  accumulated (B must be a multiple of b). Causal models (gpt, ONNX, .mlir): input_ids =
+  row[:S], labels = row[1:]. BERT (zoo): masked LM on row[:S] -- round(15% of S) seeded
+  positions per row become the token vocab-1 ([MASK]) and are the only labelled ones;
+  attention_mask is all ones. T5 (zoo): S = seq + dec_seq; the encoder reads row[:seq], the
+  decoder reads row[seq:S] and predicts row[seq+1:S+1]. The loss is the mean cross-entropy
+  over the global batch's labelled tokens. An ONNX model's input_ids is bound to [b, S]; a
+  zoo spec's seq must be S (t5: seq + dec_seq; its batch is set to b).
+  --data PREFIX (PREFIX.bin and PREFIX.idx, Megatron's indexed dataset, e.g. from `megac data
+  prep`): its sequences are concatenated into one token stream and cut into windows of S+1
+  tokens with stride S (Megatron's GPT samples), in an order shuffled with --seed; S is --seq S
+  or the zoo spec's seq (t5: seq + dec_seq). Those windows are the rows N above.
+  lr schedule, for step s = 1..N (Megatron's, starting at lr/W instead of 0):
+    s <= W:   lr * s / W
+    constant: lr
+    cosine:   min_lr + 0.5 * (lr - min_lr) * (1 + cos(pi * (s - W) / (N - W)))
+  (in PyTorch: LambdaLR(opt, lambda i: schedule(i + 1) / lr), stepped after each step).
+  --clip-grad C > 0 scales the gradients by min(1, C / (norm + 1e-6)).
+  --precision fp64 converts the model (parameters and compute) to f64. bf16 and fp16 are mixed
+  precision (mega-training-precision): half compute, f32 master weights, gradient accumulators
+  and Adam state, f32 LayerNorm/RmsNorm statistics, softmax and loss. fp16 adds dynamic loss
+  scaling (Megatron's DynamicGradScaler): gradients are computed for loss * scale; a step whose
+  gradients overflow (inf/nan) is skipped (logged "skipped") and, from the hysteresis-th
+  overflow since the last growth on, halves the scale (not below --min-loss-scale); after
+  --loss-scale-window consecutive clean steps the scale doubles.
+  --seed seeds initialization (zoo models) and BERT's masks.
+  --log-json writes one JSON object per step and line: step, loss, lr, grad_norm (before
+  clipping), loss_scale, skipped, tokens, tokens_per_s, step_time_s.
+  --save-weights writes the final parameters, whole (shards gathered on rank 0), in the layout
+  of a one-rank run. --save-grads writes the gradient of every parameter after step 1's
+  backward pass, before the optimizer (the accumulators summed over their data-parallel shares,
+  shards gathered; fp16 runs write loss-scaled gradients). A non-finite loss stops the run
+  (exit 1).
+  checkpoints: --save DIR writes DIR/step-<N>/ every --save-interval steps and after the last
+  step: model.safetensors (every parameter whole), optimizer.safetensors (the Adam moments
+  whole, adam.m.<p>, adam.v.<p>) and meta.json (format version, step, data position, seed,
+  loss scaler, model, layout, each file's bytes and CRC32); it is written as step-<N>.tmp,
+  fsynced and renamed, then DIR/latest (the step) is replaced, so a crash never damages the
+  previous checkpoint. --load DIR resumes from the step DIR/latest names (else the newest
+  complete step-<N>): a file whose size or CRC32 differs from meta.json is refused, naming it,
+  and the next older checkpoint is tried. Tensors are whole, so a checkpoint loads under any
+  layout (tp, pp, dp, ZeRO). --steps is the total: resuming step 4 with --steps 8 runs steps
+  5..8 (logs, lr schedule, data and Adam's step count continue from the global step); the same
+  layout continues bit-for-bit.
+  --trace writes the executed timeline of N steps (--trace-steps, default 2) from step 2 (step 1
+  warms up; a one-step run traces step 1) as Chrome trace-event JSON, the format of
+  `megac plan --trace` (open it in Perfetto): per rank (pid) the functions and instructions run
+  (tid 0), every collective, send, recv and wait with its group and bytes (tid 1), and the
+  optimizer steps with their pipeline steps "F<micro-batch> c<chunk>" (tid 2); otherData holds
+  each rank's arena_bytes and peak_rss_bytes. The ranks' clocks are aligned by a barrier before
+  the first traced step.)";
+
 } // namespace megac::cli

@@ -50,6 +50,9 @@ struct TrainConfig {
 };
 
 /// Fills `c` from the arguments of `megac train`; returns a one-line error or empty.
+/// `megac train --help`.
+extern const char *const kTrainHelp;
+
 std::string parseTrainArgs(const Args &args, TrainConfig &c);
 
 /// The ranks of an mpirun launch (Open MPI, PMI or PMIx environment), or 0 outside one.
