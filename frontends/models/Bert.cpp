@@ -22,8 +22,11 @@ void buildBert(dsl::GraphBuilder &b, const ModelConfig &c) {
   Activation act = c.gelu == dsl::Gelu::tanh ? Activation::gelu_tanh : Activation::gelu_erf;
   for (int64_t l = 0; l < c.layers; ++l) {
     auto s = b.scope("layer" + std::to_string(l));
-    x = layerNormLayer(b, "ln1",
-                       x + attentionLayer(b, "attn", c, x, x, {.bias = true, .mask = mask}), 1e-12);
+    x = layerNormLayer(
+        b, "ln1",
+        x + attentionLayer(b, "attn", c, x, x,
+                           {.bias = true, .causal = false, .mask = mask, .scale = {}}),
+        1e-12);
     x = layerNormLayer(b, "ln2", x + mlpLayer(b, "mlp", c, x, act, /*bias=*/true), 1e-12);
   }
   // MLM head: transform, then the (tied) decoder with its own bias.

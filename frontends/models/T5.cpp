@@ -84,7 +84,8 @@ void buildT5(dsl::GraphBuilder &b, const ModelConfig &c) {
     x = x + attentionLayer(b, "attn", c, a, a,
                            {.bias = false, .causal = true, .mask = bias, .scale = 1.0});
     Tensor cq = rmsNormLayer(b, "ln_cross", x);
-    x = x + attentionLayer(b, "cross", c, cq, enc, {.bias = false, .scale = 1.0});
+    x = x + attentionLayer(b, "cross", c, cq, enc,
+                           {.bias = false, .causal = false, .mask = {}, .scale = 1.0});
     x = x + mlpLayer(b, "mlp", c, rmsNormLayer(b, "ln2", x), Activation::relu, false);
   }
   x = rmsNormLayer(b, "ln_f", x);

@@ -256,10 +256,11 @@ void expectValidProgram(const std::vector<BufferRequest> &rs, const MemoryPlan &
   for (size_t i = 0; i < rs.size(); ++i) {
     EXPECT_EQ(plan.offsets[i] % kArenaAlignment, 0u) << "buffer " << i;
     EXPECT_LE(plan.offsets[i] + rs[i].bytes, plan.arenaBytes) << "buffer " << i;
-    if (isPersistent(i))
+    if (isPersistent(i)) {
       EXPECT_LE(plan.offsets[i] + rs[i].bytes, plan.persistentBytes) << "buffer " << i;
-    else if (rs[i].bytes)
+    } else if (rs[i].bytes) {
       EXPECT_GE(plan.offsets[i], plan.persistentBytes) << "buffer " << i;
+    }
   }
   for (size_t i = 0; i < rs.size(); ++i)
     for (size_t j = i + 1; j < rs.size(); ++j) {

@@ -605,8 +605,9 @@ TEST_F(PlanWriterTest, ZooGptPlansMemorySafely) {
   for (const pl::Instruction *inst : *fnOf(p)->instructions()) {
     ++histogram[inst->op()];
     // The DSL's operators (x + b) carry no call site yet; its named layers do.
-    if (inst->op() != pl::Opcode::Add && inst->op() != pl::Opcode::Broadcast)
+    if (inst->op() != pl::Opcode::Add && inst->op() != pl::Opcode::Broadcast) {
       EXPECT_FALSE(inst->location()->str().empty()) << pl::EnumNameOpcode(inst->op());
+    }
   }
   // Per layer: 2 layer norms, q/k/v/proj/fc/proj linears, attention, gelu, 2 residual adds;
   // plus embedding, position broadcast + add, final norm and the tied head. Reshapes vanish.

@@ -162,11 +162,13 @@ TEST(MpiExecutor, SendAndRecvAlongDp) {
   receiver.output("got", got);
   auto ex = executorFor(spec);
   int r = rank();
-  if (dpOf(r) == 0)
+  if (dpOf(r) == 0) {
     ASSERT_TRUE(ex->setInput("x", f32({2, 3}, valuesOfRank(r, 2, 3))).isOk());
+  }
   ASSERT_TRUE(ex->run().isOk());
-  if (dpOf(r) == 1)
+  if (dpOf(r) == 1) {
     EXPECT_EQ(valuesOf<float>(ex->output("got").value()), valuesOfRank(r - 2, 2, 3));
+  }
   ASSERT_TRUE(world().flushSends().isOk());
 }
 
