@@ -215,14 +215,13 @@ runtime::Status setMicroBatch(runtime::Executor &executor, const train::MicroBat
   return runtime::Status::ok();
 }
 
-/// One optimizer step (docs/training-step.md, docs/pipeline.md); fills the record's loss and
-/// grad_norm. A non-finite loss stops before the update (on every rank: the loss is reduced
-/// over the job first).
-runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
-                          const train::TokenData &data, passes::LossKind kind, int64_t vocab,
-                          runtime::DType floatType, train::LossScaler *scaler, RankContext &rank,
-                          train::StepRecord &record) {
-  int64_t step = record.step - 1;
+/// Forward and backward of global batch `step` (0-based) of `data`, every micro-batch, the
+/// gradients accumulated; returns the batch's mean loss on every rank.
+runtime::StatusOr<double> batchLoss(runtime::Executor &executor, const TrainConfig &c,
+                                    const train::TokenData &data, int64_t step,
+                                    passes::LossKind kind, int64_t vocab, runtime::DType floatType,
+                                    train::LossScaler *scaler, RankContext &rank,
+                                    train::StepRecord &record) {
   std::vector<train::MicroBatch> batches;
   if (kind == passes::LossKind::seq2seq) {
     int64_t seq = data.sequenceLength(), dec = rank.decoderSeq;
@@ -235,7 +234,7 @@ runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
   // The normalizer counts the global batch's targets, so every rank's share sums to the mean.
   int64_t targets = train::targetTokens(batches);
   if (targets == 0)
-    return runtime::Status::error("step " + std::to_string(record.step) +
+    return runtime::Status::error("batch " + std::to_string(step + 1) +
                                   " has no labelled tokens");
   // This data-parallel rank's rows of each (global) micro-batch.
   for (train::MicroBatch &mb : batches) {
@@ -297,6 +296,35 @@ runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
         rank.comm->allReduce(pp, &loss, 1, runtime::DType::f64, runtime::comm::ReduceKind::sum))
         << " (taking the loss from the last pipeline stage)";
   }
+  return loss;
+}
+
+/// The validation loss: the mean loss of `iters` batches of the evaluation data, through the
+/// same forward_backward (its gradients are dropped: the next step zeroes them first).
+runtime::StatusOr<double> validationLoss(runtime::Executor &executor, const TrainConfig &c,
+                                         const train::TokenData &evalData, passes::LossKind kind,
+                                         int64_t vocab, runtime::DType floatType,
+                                         train::LossScaler *scaler, RankContext &rank) {
+  double sum = 0;
+  train::StepRecord scratch;
+  for (int64_t k = 0; k < c.evalIters; ++k) {
+    ASSIGN_OR_RETURN(double loss, batchLoss(executor, c, evalData, k, kind, vocab, floatType,
+                                            scaler, rank, scratch));
+    sum += loss;
+  }
+  RETURN_IF_ERROR(executor.zeroState("grad."));
+  return sum / double(c.evalIters);
+}
+
+/// One optimizer step (docs/training-step.md, docs/pipeline.md); fills the record's loss and
+/// grad_norm. A non-finite loss stops before the update (on every rank: the loss is reduced
+/// over the job first).
+runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
+                          const train::TokenData &data, passes::LossKind kind, int64_t vocab,
+                          runtime::DType floatType, train::LossScaler *scaler, RankContext &rank,
+                          train::StepRecord &record) {
+  ASSIGN_OR_RETURN(double loss, batchLoss(executor, c, data, record.step - 1, kind, vocab,
+                                          floatType, scaler, rank, record));
   record.loss = loss;
   record.lr = c.schedule.at(record.step);
   if (!std::isfinite(loss))
@@ -482,7 +510,8 @@ runtime::StatusOr<train::TokenData> loadTokenData(const TrainConfig &c) {
 
 /// The training loop: steps, logs, progress (rank 0); returns the exit code.
 int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::TokenData &data,
-              passes::LossKind kind, int64_t vocab, runtime::DType floatType, RankContext &rank) {
+              const train::TokenData *evalData, passes::LossKind kind, int64_t vocab,
+              runtime::DType floatType, RankContext &rank) {
   std::optional<train::LossScaler> scaler;
   if (c.training.precision == passes::Precision::fp16)
     scaler.emplace(c.scaler);
@@ -532,6 +561,28 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
     if (step == done + 1)
       firstLoss = record.loss;
     lastLoss = record.loss;
+    if (evalData && (step % c.evalInterval == 0 || step == steps)) {
+      runtime::StatusOr<double> val = validationLoss(executor, c, *evalData, kind, vocab,
+                                                     floatType, scaler ? &*scaler : nullptr, rank);
+      if (!val.isOk())
+        return fail(val.status().message() + " (validation after step " + std::to_string(step) +
+                        ")",
+                    &rank);
+      if (root) {
+        if (terminal)
+          std::fputc('\n', stdout);
+        std::printf("validation after step %lld: loss %.6g, perplexity %.6g\n", (long long)step,
+                    *val, std::exp(*val));
+        if (c.logJson) {
+          char line[160];
+          std::snprintf(line, sizeof line,
+                        "{\"step\": %lld, \"val_loss\": %.17g, \"val_ppl\": %.17g}",
+                        (long long)step, *val, std::exp(*val));
+          if (runtime::Status s = log.write(line); !s.isOk())
+            return fail(s.message(), &rank);
+        }
+      }
+    }
     if (c.saveDir && (step == steps || (c.saveInterval > 0 && step % c.saveInterval == 0))) {
       if (runtime::Status s = saveCheckpoint(executor, c, rank, scaler ? &*scaler : nullptr, step);
           !s.isOk())
@@ -671,6 +722,9 @@ int trainCommand(int argc, char **argv) {
                                         "threads",
                                         "comm-timeout",
                                         "plan-out",
+                                        "eval-data",
+                                        "eval-interval",
+                                        "eval-iters",
                                         "trace",
                                         "trace-steps",
                                         "seq"};
@@ -806,7 +860,27 @@ int trainCommand(int argc, char **argv) {
                 train::lrDecayName(config.schedule.decay), model->compileSeconds * 1e3);
     std::fflush(stdout);
   }
-  return trainLoop(**executor, config, *data, kind, model->vocab, *floatType, rank);
+  // Validation tokens: read like the training data, as many batches as one evaluation uses.
+  std::optional<train::TokenData> evalData;
+  if (config.evalData) {
+    TrainConfig e = config;
+    e.dataPath = *config.evalData;
+    e.indexedData = !e.dataPath.ends_with(".npy");
+    e.schedule.totalSteps = config.evalIters;
+    runtime::StatusOr<train::TokenData> loaded = loadTokenData(e);
+    if (!loaded.isOk())
+      return fail("--eval-data: " + loaded.status().message(), &rank);
+    if (loaded->sequenceLength() != data->sequenceLength())
+      return fail("--eval-data: rows of " + std::to_string(loaded->sequenceLength() + 1) +
+                      " tokens, but the training data's have " +
+                      std::to_string(data->sequenceLength() + 1),
+                  &rank);
+    if (runtime::Status s = train::checkTokenRange(*loaded, model->vocab); !s.isOk())
+      return fail("--eval-data " + *config.evalData + ": " + s.message(), &rank);
+    evalData = std::move(*loaded);
+  }
+  return trainLoop(**executor, config, *data, evalData ? &*evalData : nullptr, kind, model->vocab,
+                   *floatType, rank);
 }
 
 } // namespace megac::cli

@@ -179,6 +179,15 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
       c.dataPath = stem;
   c.indexedData = !c.dataPath.empty() && !c.dataPath.ends_with(".npy") &&
                   std::filesystem::exists(c.dataPath + ".idx");
+  c.evalData = args.get("eval-data");
+  for (std::string e : {countOption(args, "eval-interval", 1, c.evalInterval, false),
+                        countOption(args, "eval-iters", 1, c.evalIters, false)})
+    if (!e.empty())
+      return e;
+  if (c.evalData && !args.get("eval-interval"))
+    return "--eval-data needs --eval-interval N (validate every N steps)";
+  if (!c.evalData && (args.get("eval-interval") || args.get("eval-iters")))
+    return "--eval-interval and --eval-iters need --eval-data (the validation tokens)";
   if (std::string e = countOption(args, "seq", 1, c.dataSeq, false); !e.empty())
     return e;
   if (args.get("seq") && !c.indexedData)
@@ -350,6 +359,7 @@ const char *const kTrainHelp =
                    [--log-json FILE] [--logits NAME] [--save-weights FILE.safetensors]
                    [--save-grads FILE.safetensors] [--trace FILE.json [--trace-steps N]]
                    [--save DIR [--save-interval N]] [--load DIR]
+                   [--eval-data TOKENS.npy|PREFIX --eval-interval N [--eval-iters K]]
                    [--ranks N] [--tp T] [--pp P] [--dp D] [--vpp V] [--sequence-parallel]
                    [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
                    [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
@@ -409,6 +419,10 @@ const char *const kTrainHelp =
   backward pass, before the optimizer (the accumulators summed over their data-parallel shares,
   shards gathered; fp16 runs write loss-scaled gradients). A non-finite loss stops the run
   (exit 1).
+  validation: --eval-data (rows like --data's) is evaluated every --eval-interval steps and
+  after the last: the mean loss of --eval-iters global batches and its perplexity, printed and
+  logged as {"step", "val_loss", "val_ppl"} lines; training is unaffected (its gradients are
+  dropped).
   checkpoints: --save DIR writes DIR/step-<N>/ every --save-interval steps and after the last
   step: model.safetensors (every parameter whole), optimizer.safetensors (the Adam moments
   whole, adam.m.<p>, adam.v.<p>) and meta.json (format version, step, data position, seed,

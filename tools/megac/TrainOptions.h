@@ -24,6 +24,11 @@ struct TrainConfig {
   // from --seq or the zoo spec.
   bool indexedData = false;
   int64_t dataSeq = 0; // --seq; 0: the spec's
+  // Validation: --eval-data (a .npy or an indexed dataset), every --eval-interval steps (and
+  // after the last), the mean loss of --eval-iters global batches of it.
+  std::optional<std::string> evalData;
+  int64_t evalInterval = 0;
+  int64_t evalIters = 1;
   runtime::train::BatchSplit split;
   runtime::train::LrSchedule schedule;
   passes::TrainingOptions training;

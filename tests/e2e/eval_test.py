@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""`megac train --eval-data --eval-interval --eval-iters`: validation loss and perplexity during
+training, without changing the training itself (same losses with and without it, to the bit),
+on 1 rank and under a layout (2 ranks, tp 2; skipped without mpirun)."""
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "..", "examples", "tiny-corpus.npy")
+MODEL = "gpt:layers=2,hidden=64,heads=4,seq=64,vocab=256"
+
+
+def train(megac, log, *extra):
+    subprocess.run([megac, "train", "--model", MODEL, "--data", DATA, "--steps", "6",
+                    "--global-batch", "8", "--micro-batch", "4", "--lr", "3e-3", "--log-json",
+                    log, *extra], check=True, capture_output=True, text=True)
+    return [json.loads(line) for line in open(log)]
+
+
+def check(condition, message):
+    if not condition:
+        print("FAIL:", message)
+        sys.exit(1)
+    print("ok:", message)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--megac", required=True)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = train(args.megac, os.path.join(tmp, "plain.jsonl"))
+        evald = train(args.megac, os.path.join(tmp, "eval.jsonl"), "--eval-data", DATA,
+                      "--eval-interval", "2", "--eval-iters", "2")
+        steps = [r for r in evald if "loss" in r]
+        vals = [r for r in evald if "val_loss" in r]
+        check([r["loss"] for r in steps] == [r["loss"] for r in plain],
+              "training losses are the same with and without validation")
+        check([r["step"] for r in vals] == [2, 4, 6], "validation after steps 2, 4 and 6")
+        check(all(math.isfinite(r["val_loss"]) and abs(r["val_ppl"] - math.exp(r["val_loss"]))
+                  < 1e-9 * r["val_ppl"] for r in vals), "perplexity = exp(validation loss)")
+        check(vals[-1]["val_loss"] < vals[0]["val_loss"],
+              "validation loss falls (%.4f -> %.4f)" % (vals[0]["val_loss"], vals[-1]["val_loss"]))
+        bad = subprocess.run([args.megac, "train", "--model", MODEL, "--data", DATA, "--steps",
+                              "1", "--global-batch", "8", "--micro-batch", "4", "--lr", "1e-3",
+                              "--eval-data", DATA], capture_output=True, text=True)
+        check(bad.returncode == 2 and "--eval-interval" in bad.stderr,
+              "--eval-data without --eval-interval is refused")
+        if shutil.which("mpirun"):
+            ranks = train(args.megac, os.path.join(tmp, "ranks.jsonl"), "--ranks", "2", "--tp",
+                          "2", "--eval-data", DATA, "--eval-interval", "2", "--eval-iters", "2")
+            rvals = [r["val_loss"] for r in ranks if "val_loss" in r]
+            check(all(abs(a - b["val_loss"]) < 1e-4 * b["val_loss"] for a, b in zip(rvals, vals))
+                  and len(rvals) == 3, "tp 2: the same validation losses (fp32 roundoff)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
