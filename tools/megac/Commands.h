@@ -12,6 +12,8 @@ int trainCommand(int argc, char **argv);
 int dataCommand(int argc, char **argv);
 /// `megac plan`: the partitioned training step's plan, explained (PlanCommand.cpp).
 int planCommand(int argc, char **argv);
+/// `megac generate`: text from a checkpoint (GenerateCommand.cpp).
+int generateCommand(int argc, char **argv);
 /// `megac plan --cluster SPEC`: the layout search (PlanSearchCommand.cpp).
 int planSearchCommand(int argc, char **argv);
 /// True when `megac compile`'s arguments name a layout (--ranks, --tp, ...): it then compiles

@@ -20,6 +20,8 @@ commands:
                                            AdamW training on the CPU (`megac train --help`)
   data      prep INPUT.txt|INPUT.jsonl --tokenizer byte -o PREFIX
                                            an indexed dataset (PREFIX.bin/.idx) for --data PREFIX
+  generate  --load DIR --prompt TEXT [--max-tokens N] [--temperature T --top-k K --top-p P]
+                                           text from a checkpoint (greedy or sampled)
   plan      MODEL --ranks N [--tp T --pp P --dp D ...] [--explain] [--json] [-o FILE.mplan]
                                            the partitioned training step's plan, explained
 
@@ -54,6 +56,8 @@ int main(int argc, char **argv) {
     return megac::cli::dataCommand(argc, argv);
   if (!std::strcmp(argv[1], "plan"))
     return megac::cli::planCommand(argc, argv);
+  if (!std::strcmp(argv[1], "generate"))
+    return megac::cli::generateCommand(argc, argv);
   std::fprintf(stderr, "megac: error: unknown command '%s'; run `megac help`\n", argv[1]);
   return 2;
 }
