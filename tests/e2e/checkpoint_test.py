@@ -34,20 +34,7 @@ SPEC = "gpt:layers=2,hidden=16,heads=4,seq=64,vocab=256"
 DATA = os.path.join(ROOT, "examples", "tiny-corpus.npy")
 
 
-def read_safetensors(path):
-    """name -> (dtype, shape, raw bytes)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (header_len,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + header_len])
-    base = 8 + header_len
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        out[name] = (info["dtype"], info["shape"], data[base + begin:base + end])
-    return out
+from safetensors_np import read_raw as read_safetensors  # noqa: E402
 
 
 def f64_values(raw):

@@ -15,7 +15,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from torch_models import GptModel  # noqa: E402
-from train_test import read_safetensors  # noqa: E402
+from safetensors_np import read_safetensors  # noqa: E402
 
 DATA = os.path.join(HERE, "..", "..", "examples", "tiny-corpus.npy")
 LAYERS, HIDDEN, HEADS, SEQ, VOCAB = 2, 64, 4, 64, 256

@@ -51,7 +51,6 @@ import json
 import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import time
@@ -83,25 +82,7 @@ TOLERANCES = {
 }
 
 
-# --- a tiny safetensors reader (the safetensors package is not installed) -----------------------
-DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
-          "I32": np.int32, "BOOL": np.bool_}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (header_len,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + header_len])
-    base = 8 + header_len
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        out[name] = np.frombuffer(data[base + begin:base + end],
-                                  dtype=DTYPES[info["dtype"]]).reshape(info["shape"])
-    return out
+from safetensors_np import read_safetensors  # noqa: E402
 
 
 # --- layouts -------------------------------------------------------------------------------------

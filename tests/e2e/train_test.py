@@ -29,7 +29,6 @@ import copy
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 
@@ -44,26 +43,7 @@ LAYERS, HIDDEN, HEADS, SEQ, VOCAB = 2, 64, 4, 16, 128
 ROWS = 24  # fewer than steps * batch: the row order wraps around
 
 
-# --- a tiny safetensors reader (no new packages) ------------------------------------------------
-SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
-                      "I32": np.int32, "BOOL": np.bool_}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (header_len,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + header_len])
-    base = 8 + header_len
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = info["data_offsets"]
-        dtype = SAFETENSORS_DTYPES[info["dtype"]]
-        tensors[name] = np.frombuffer(data[base + begin:base + end], dtype=dtype).reshape(
-            info["shape"])
-    return tensors
+from safetensors_np import read_safetensors  # noqa: E402
 
 
 # --- the PyTorch reference -----------------------------------------------------------------------
