@@ -3,6 +3,8 @@
 // presets and cluster strings, and golden predictions that pin the whole model.
 #include "planner/CostModel.h"
 
+#include "tests/unit/planner/PlannerTestShapes.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,18 +15,7 @@
 namespace megac::planner {
 namespace {
 
-TransformerShape gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t vocab) {
-  TransformerShape s;
-  s.name = "gpt";
-  s.layers = layers;
-  s.hidden = hidden;
-  s.heads = heads;
-  s.kvHeads = heads;
-  s.ffn = 4 * hidden;
-  s.vocab = vocab;
-  s.seq = seq;
-  return s;
-}
+using testing::gpt;
 
 Cluster cluster(const std::string &text) {
   std::string error;

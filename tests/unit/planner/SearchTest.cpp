@@ -3,6 +3,8 @@
 // time is printed, never asserted).
 #include "planner/CostModel.h"
 
+#include "tests/unit/planner/PlannerTestShapes.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -10,18 +12,7 @@
 namespace megac::planner {
 namespace {
 
-TransformerShape gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t seq, int64_t vocab) {
-  TransformerShape s;
-  s.name = "gpt";
-  s.layers = layers;
-  s.hidden = hidden;
-  s.heads = heads;
-  s.kvHeads = heads;
-  s.ffn = 4 * hidden;
-  s.vocab = vocab;
-  s.seq = seq;
-  return s;
-}
+using testing::gpt;
 
 const char *recomputeName(Recompute r) {
   return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
