@@ -14,9 +14,22 @@ PACKAGES=(
   libflatbuffers-dev flatbuffers-compiler libopenblas-dev libopenmpi-dev openmpi-bin
   # unit tests
   libgtest-dev googletest
-  # test oracles: PyTorch and onnx for /usr/bin/python3
-  python3-torch python3-onnx python3-numpy
+  # test oracles: PyTorch and onnx for /usr/bin/python3, and venv for the test venv
+  python3-torch python3-onnx python3-numpy python3-venv
 )
+
+# The test venv (.venv, over /usr/bin/python3 with its site packages): transformers and
+# onnxruntime from PyPI, pinned in scripts/requirements-test.txt.
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+VENV="$ROOT/.venv"
+venv_ok() {
+  "$VENV/bin/python" -c "import transformers, onnxruntime" >/dev/null 2>&1
+}
+make_venv() {
+  echo "bootstrap: creating $VENV (pip: $(grep -v '^#' "$ROOT/scripts/requirements-test.txt" | xargs))"
+  /usr/bin/python3 -m venv --system-site-packages "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/scripts/requirements-test.txt"
+}
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -35,11 +48,16 @@ if [ "${1:-}" = "--check" ]; then
     echo "bootstrap: mpirun (openmpi-bin) is installed but does not run"
     exit 1
   fi
+  if ! venv_ok; then
+    echo "bootstrap: the test venv $VENV lacks transformers/onnxruntime"
+    exit 1
+  fi
   exit 0
 fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "bootstrap: all ${#PACKAGES[@]} packages already installed"
+  venv_ok || make_venv
   exit 0
 fi
 
@@ -49,4 +67,5 @@ echo "bootstrap: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+venv_ok || make_venv
 echo "bootstrap: done"

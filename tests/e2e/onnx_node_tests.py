@@ -14,6 +14,10 @@ equal. A test listed in the exclusion file (one `GLOB  reason` per line) is not 
 exclusion has a reason. Prints pass/excluded/fail counts (and the tests skipped because an op is
 not in megac's list) and exits non-zero on any failure, or when fewer than --min-passed pass.
 --import-only checks that each model imports (for working without `megac run`).
+--onnxruntime VENV also runs every passing test through onnxruntime (the test venv's, from
+scripts/bootstrap.sh: the script re-executes itself with VENV's python) and requires megac's
+outputs to match onnxruntime's too (a sanity check of both against a third implementation); a
+model onnxruntime cannot load or run is counted, not failed.
 Runs with Debian's /usr/bin/python3 (onnx 1.12, numpy).
 """
 import argparse
@@ -135,7 +139,41 @@ def compare(name, got, want):
     return None
 
 
-def run_test(megac, test_dir, work, import_only):
+def ensure_onnxruntime(venv):
+    """Imports onnxruntime, re-executing this script with `venv`'s python when needed."""
+    try:
+        import onnxruntime
+        onnxruntime.set_default_logger_severity(3)  # errors only: old opsets warn per model
+        return onnxruntime
+    except ImportError:
+        pass
+    python = os.path.join(venv, "bin", "python")
+    # A venv's python is a link to the base interpreter: compare prefixes, not executables.
+    if os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
+        os.execv(python, [python] + sys.argv)
+    print(f"SKIP: onnxruntime is not importable and {python} is missing or lacks it; run "
+          "scripts/bootstrap.sh")
+    sys.exit(SKIP)
+
+
+def run_onnxruntime(ort, model_path, npys, out_dir, expected):
+    """None when onnxruntime agrees with megac on every output; "n/a: why" when onnxruntime
+    cannot run the model; else the disagreement."""
+    try:
+        session = ort.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+        feeds = {name: np.load(path) for name, path in npys.items()}
+        names = [name for name, _ in expected]
+        results = session.run(names, feeds)
+    except Exception as e:  # noqa: BLE001 - onnxruntime's own limits are reported, not failed
+        return "n/a: " + str(e).splitlines()[0][:120]
+    for name, value in zip(names, results):
+        why = compare(name, np.load(os.path.join(out_dir, f"{name}.npy")), np.asarray(value))
+        if why:
+            return "megac vs onnxruntime: " + why
+    return None
+
+
+def run_test(megac, test_dir, work, import_only, ort=None):
     model_path, npys, expected = prepare(test_dir, work)
     if import_only:
         argv = [megac, "import", model_path, "-o", os.path.join(work, "model.mlir")]
@@ -156,6 +194,12 @@ def run_test(megac, test_dir, work, import_only):
         why = compare(name, np.load(path), want)
         if why:
             return [why]
+    if ort:
+        why = run_onnxruntime(ort, model_path, npys, out_dir, expected)
+        if why and why.startswith("n/a"):
+            return why
+        if why:
+            return [why]
     return None
 
 
@@ -169,6 +213,8 @@ def main():
     parser.add_argument("--only", default="*")
     parser.add_argument("--import-only", action="store_true")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--onnxruntime", metavar="VENV",
+                        help="also compare with onnxruntime (from this venv when needed)")
     # 503 pass today; a shrinking op list or a broken import would otherwise turn passes into
     # "not run" silently.
     parser.add_argument("--min-passed", type=int, default=500)
@@ -176,11 +222,12 @@ def main():
     if not os.path.isdir(NODE_DIR):
         print(f"SKIP: {NODE_DIR} is missing (install libonnx-testdata)")
         return SKIP
+    ort = ensure_onnxruntime(args.onnxruntime) if args.onnxruntime else None
     supported = list_ops(args.megac)
     rules = read_exclusions(args.exclusions)
     used_rules = set()
     shutil.rmtree(args.workdir, ignore_errors=True)
-    passed, excluded, failed, unsupported = [], [], [], []
+    passed, excluded, failed, unsupported, ort_na = [], [], [], [], []
     for test in sorted(os.listdir(NODE_DIR)):
         if not fnmatch.fnmatch(test, args.only):
             continue
@@ -197,9 +244,17 @@ def main():
                 print(f"EXCLUDED {test}: {rule[1]}")
             continue
         try:
-            why = run_test(args.megac, test_dir, os.path.join(args.workdir, test), args.import_only)
+            why = run_test(args.megac, test_dir, os.path.join(args.workdir, test), args.import_only,
+                           ort)
         except (ValueError, subprocess.TimeoutExpired) as e:
             why = [str(e)]
+        if isinstance(why, str):  # passed; onnxruntime could not run it
+            ort_na.append(test)
+            if args.verbose:
+                print(f"PASS {test} (onnxruntime {why})")
+            why = None
+            passed.append(test)
+            continue
         if why:
             failed.append(test)
             print(f"FAIL {test}: " + " | ".join(why))
@@ -214,6 +269,9 @@ def main():
     print(f"onnx node tests ({mode}): {len(passed)} passed, {len(excluded)} excluded, "
           f"{len(failed)} failed; {len(unsupported)} not run (an op outside megac import "
           f"--list-ops)")
+    if ort:
+        print(f"onnxruntime {ort.__version__}: agrees with megac on {len(passed) - len(ort_na)} "
+              f"passing tests; could not run {len(ort_na)}")
     if args.only == "*" and len(passed) < args.min_passed:
         print(f"FAIL: only {len(passed)} tests passed, fewer than --min-passed {args.min_passed}")
         return 1

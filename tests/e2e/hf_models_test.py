@@ -1,0 +1,164 @@
+"""Hugging Face `transformers` models through megac: each is built from a small config with random
+weights (no downloads), exported with torch.onnx.export (opset 17), imported by megac (raised to
+coarse ops) and run forward with `megac run`; its logits must match PyTorch's and onnxruntime's
+on the same file (|got - ref| <= 1e-4 + 1e-4 |ref|, fp32).
+
+usage: hf_models_test.py --megac build/bin/megac --workdir DIR [--venv .venv] [--only NAME]
+
+Needs `transformers` and `onnxruntime`, which scripts/bootstrap.sh installs (pinned) into the
+venv .venv over /usr/bin/python3 (--system-site-packages, so Debian's torch 1.13 is reused). Run
+with another Python, the script re-executes itself with the venv's; without the venv it exits 77
+(a ctest skip) saying how to make it. Prints, per model, the ONNX op histogram, megac's op
+histogram after raising, and the max errors against PyTorch and onnxruntime.
+"""
+import argparse
+import collections
+import os
+import subprocess
+import sys
+
+SKIP = 77
+
+
+def ensure_venv(venv):
+    try:
+        import onnxruntime  # noqa: F401
+        import transformers  # noqa: F401
+        return
+    except ImportError:
+        pass
+    python = os.path.join(venv, "bin", "python")
+    # A venv's python is a link to the base interpreter: compare prefixes, not executables.
+    if os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
+        os.execv(python, [python] + sys.argv)
+    print(f"SKIP: transformers/onnxruntime are not importable and {python} is missing or lacks "
+          "them; run scripts/bootstrap.sh")
+    sys.exit(SKIP)
+
+
+def models():
+    """(name, model, example inputs as a dict of int64 arrays). Dropout off, eval mode."""
+    import torch
+    from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, T5Config,
+                              T5ForConditionalGeneration)
+    torch.manual_seed(0)
+    ids = torch.randint(0, 128, (2, 16))
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=32,
+                                      vocab_size=128, resid_pdrop=0.0, embd_pdrop=0.0,
+                                      attn_pdrop=0.0, use_cache=False))
+    bert = BertForMaskedLM(BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                      intermediate_size=256, vocab_size=128,
+                                      max_position_embeddings=32, hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0))
+    t5 = T5ForConditionalGeneration(T5Config(num_layers=2, num_decoder_layers=2, d_model=64,
+                                             d_kv=16, num_heads=4, d_ff=128, vocab_size=128,
+                                             dropout_rate=0.0, use_cache=False))
+    return [("gpt2", gpt2, {"input_ids": ids}),
+            ("bert", bert, {"input_ids": ids}),
+            ("t5", t5, {"input_ids": ids, "decoder_input_ids": ids[:, :8]})]
+
+
+def logits_module(model, names):
+    import torch
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args):
+            # No key/value cache: the configs set use_cache=False.
+            return self.model(**dict(zip(names, args)), return_dict=False)[0]
+
+    return Logits().eval()
+
+
+def megac(megac_bin, *argv):
+    result = subprocess.run([megac_bin, *argv], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"megac {' '.join(argv)} failed:\n{result.stderr}")
+    return result.stdout
+
+
+def check_model(args, name, model, inputs):
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    import torch
+
+    workdir = os.path.join(args.workdir, name)
+    os.makedirs(workdir, exist_ok=True)
+    names = list(inputs)
+    module = logits_module(model.eval(), names)
+    with torch.no_grad():
+        expected = module(*inputs.values()).numpy()
+    path = os.path.join(workdir, f"{name}.onnx")
+    torch.onnx.export(module, tuple(inputs.values()), path, input_names=names,
+                      output_names=["logits"], opset_version=17, do_constant_folding=False)
+    onnx_ops = collections.Counter(n.op_type for n in onnx.load(path).graph.node)
+
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    from_ort = session.run(["logits"], {k: v.numpy() for k, v in inputs.items()})[0]
+
+    shapes = [f"--input-shape={k}={'x'.join(map(str, v.shape))}" for k, v in inputs.items()]
+    mlir = os.path.join(workdir, f"{name}.mlir")
+    megac(args.megac, "import", path, *shapes, "--compile-to=input", "-o", mlir)
+    described = megac(args.megac, "describe", mlir)
+    raised = next((line.split(None, 1)[1] for line in described.splitlines()
+                   if line.startswith("ops")), "?")
+    feeds = []
+    for k, v in inputs.items():
+        npy = os.path.join(workdir, f"{k}.npy")
+        np.save(npy, v.numpy())
+        feeds.append(f"--input={k}={npy}")
+    out_dir = os.path.join(workdir, "out")
+    megac(args.megac, "run", mlir, *feeds, "--output-dir", out_dir)
+    outputs = [f for f in os.listdir(out_dir) if f.endswith(".npy")]
+    if len(outputs) != 1:
+        raise RuntimeError(f"{name}: expected one output, megac wrote {outputs}")
+    got = np.load(os.path.join(out_dir, outputs[0]))
+
+    def max_error(a, b):
+        return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+
+    ok = (got.shape == expected.shape and np.allclose(got, expected, rtol=1e-4, atol=1e-4)
+          and np.allclose(got, from_ort, rtol=1e-4, atol=1e-4))
+    print(f"{name}: ONNX ops {dict(onnx_ops.most_common())}")
+    print(f"{name}: after raising: {raised}")
+    print(f"{name}: logits {list(got.shape)}: max |megac - torch| {max_error(got, expected):.2e}, "
+          f"max |megac - onnxruntime| {max_error(got, from_ort):.2e}, "
+          f"max |onnxruntime - torch| {max_error(from_ort, expected):.2e} -> "
+          f"{'ok' if ok else 'FAIL'}", flush=True)
+    return ok
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--megac", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--venv", default=os.path.join(os.path.dirname(__file__), "..", "..",
+                                                       ".venv"))
+    parser.add_argument("--only")
+    args = parser.parse_args()
+    ensure_venv(args.venv)
+    import torch
+    torch.set_num_threads(1)
+    failed = []
+    for name, model, inputs in models():
+        if args.only and name != args.only:
+            continue
+        try:
+            if not check_model(args, name, model, inputs):
+                failed.append(name)
+        except Exception as e:  # noqa: BLE001 - report every model, then fail
+            print(f"{name}: FAIL: {e}", flush=True)
+            failed.append(name)
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+        return 1
+    print("all models match PyTorch and onnxruntime")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
