@@ -392,4 +392,63 @@ Folded argReduce(bool isMax, const ConstTensor &x, int64_t axis, bool keepDims, 
   return r;
 }
 
+Folded matmul(const ConstTensor &a, const ConstTensor &b) {
+  if (!a.isFloat() || !b.isFloat() || a.type != b.type)
+    return Folded::fail("MatMul folds float operands of one type");
+  if (a.rank() == 0 || b.rank() == 0)
+    return Folded::fail("MatMul operands must have rank >= 1");
+  // Promote 1-d operands as numpy does: a [k] is [1, k], b [k] is [k, 1]; dropped at the end.
+  Shape as = a.rank() == 1 ? Shape{1, a.shape[0]} : a.shape;
+  Shape bs = b.rank() == 1 ? Shape{b.shape[0], 1} : b.shape;
+  int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
+  if (bs[bs.size() - 2] != k)
+    return Folded::fail("MatMul contracts " + std::to_string(k) + " with " +
+                        std::to_string(bs[bs.size() - 2]));
+  Shape aBatch(as.begin(), as.end() - 2), bBatch(bs.begin(), bs.end() - 2);
+  std::optional<Shape> batch = broadcastShapes(aBatch, bBatch);
+  if (!batch)
+    return Folded::fail("MatMul batch dims do not broadcast");
+  Shape outShape = *batch;
+  if (a.rank() > 1)
+    outShape.push_back(m);
+  if (b.rank() > 1)
+    outShape.push_back(n);
+  Folded r = allocateFolded(a.type, outShape);
+  if (!r.ok())
+    return r;
+  int64_t batches = 1;
+  for (int64_t d : *batch)
+    batches *= d;
+  auto batchOffset = [&](const Shape &own, int64_t index) {
+    // Element offset of batch `index` (row-major over `batch`) in an operand with batch dims
+    // `own`, right-aligned and broadcast.
+    int64_t offset = 0, stride = 1;
+    size_t rank = batch->size();
+    for (size_t d = 0; d < rank; ++d) {
+      size_t fromEnd = rank - 1 - d;
+      int64_t coord = index % (*batch)[fromEnd];
+      index /= (*batch)[fromEnd];
+      if (d < own.size()) {
+        int64_t size = own[own.size() - 1 - d];
+        offset += (size == 1 ? 0 : coord) * stride;
+        stride *= size;
+      }
+    }
+    return offset;
+  };
+  for (int64_t t = 0; t < batches; ++t) {
+    const double *x = a.floats.data() + batchOffset(aBatch, t) * m * k;
+    const double *y = b.floats.data() + batchOffset(bBatch, t) * k * n;
+    double *z = r.tensor.floats.data() + t * m * n;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t p = 0; p < k; ++p)
+          sum += x[i * k + p] * y[p * n + j];
+        z[i * n + j] = roundToType(a.type, sum);
+      }
+  }
+  return r;
+}
+
 } // namespace megac::onnx_import

@@ -143,6 +143,9 @@ Folded concat(const std::vector<const ConstTensor *> &inputs, int64_t axis);
 Folded tile(const ConstTensor &x, const std::vector<int64_t> &repeats);
 Folded range(ElemType type, double start, double limit, double delta);
 Folded trilu(const ConstTensor &x, int64_t k, bool upper);
+/// numpy matmul: [..., m, k] x [..., k, n] with broadcast batch dims (a 1-d operand is a row or
+/// column, its dim dropped from the result); float types, accumulated in double and rounded once.
+Folded matmul(const ConstTensor &a, const ConstTensor &b);
 /// Reduces over `axes` (normalized, unique).
 Folded reduce(ReduceFn fn, const ConstTensor &x, const std::vector<int64_t> &axes, bool keepDims);
 Folded argReduce(bool isMax, const ConstTensor &x, int64_t axis, bool keepDims, bool selectLast);

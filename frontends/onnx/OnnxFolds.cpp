@@ -295,6 +295,13 @@ LogicalResult foldSplit(NodeContext &c) {
   return success();
 }
 
+LogicalResult foldMatMul(NodeContext &c) {
+  auto a = in(c, 0), b = in(c, 1);
+  if (failed(a) || failed(b))
+    return failure();
+  return emit(c, matmul(**a, **b));
+}
+
 LogicalResult foldTrilu(NodeContext &c) {
   auto x = in(c, 0);
   if (failed(x))
@@ -414,6 +421,7 @@ const std::map<std::string, FoldHandler> &foldHandlers() {
       {"Less", foldCompare<CompareFn::lt>},
       {"LessOrEqual", foldCompare<CompareFn::le>},
       {"Log", foldUnary<UnaryFn::log>},
+      {"MatMul", foldMatMul},
       {"Max", foldBinary<BinaryFn::max>},
       {"Min", foldBinary<BinaryFn::min>},
       {"Mod", foldBinary<BinaryFn::mod>},

@@ -27,6 +27,10 @@ bool dropsFloatData(const onnx::NodeProto &node) {
       "And",   "Or",   "Xor",   "ArgMax", "ArgMin",  "IsNaN",       "IsInf",          "NonZero"};
   if (kOps.count(node.op_type()))
     return true;
+  // Cos/Sin of an initializer make rotary-embedding tables (Llama's inv_freq buffer): a table,
+  // not a trainable weight, so the initializer stays a constant and the tables fold.
+  if (node.op_type() == "Cos" || node.op_type() == "Sin")
+    return true;
   if (node.op_type() == "Cast")
     for (const auto &a : node.attribute())
       if (a.name() == "to")

@@ -1,4 +1,4 @@
-"""Hugging Face `transformers` models through megac: each is built from a small config with random
+"""Hugging Face `transformers` models (GPT-2, Llama, BERT, T5) through megac: each is built from a small config with random
 weights (no downloads), exported with torch.onnx.export (opset 17), imported by megac (raised to
 coarse ops) and run forward with `megac run`; its logits must match PyTorch's and onnxruntime's
 on the same file (|got - ref| <= 1e-4 + 1e-4 |ref|, fp32).
@@ -39,8 +39,8 @@ def ensure_venv(venv):
 def models():
     """(name, model, example inputs as a dict of int64 arrays). Dropout off, eval mode."""
     import torch
-    from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, T5Config,
-                              T5ForConditionalGeneration)
+    from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel,
+                              LlamaConfig, LlamaForCausalLM, T5Config, T5ForConditionalGeneration)
     torch.manual_seed(0)
     ids = torch.randint(0, 128, (2, 16))
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=32,
@@ -53,7 +53,14 @@ def models():
     t5 = T5ForConditionalGeneration(T5Config(num_layers=2, num_decoder_layers=2, d_model=64,
                                              d_kv=16, num_heads=4, d_ff=128, vocab_size=128,
                                              dropout_rate=0.0, use_cache=False))
+    # Llama-style: RMSNorm, rotary embeddings, SwiGLU MLP, grouped-query attention (4 query heads
+    # on 2 kv heads), untied head.
+    llama = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=128,
+                                         vocab_size=128, max_position_embeddings=32,
+                                         use_cache=False))
     return [("gpt2", gpt2, {"input_ids": ids}),
+            ("llama", llama, {"input_ids": ids}),
             ("bert", bert, {"input_ids": ids}),
             ("t5", t5, {"input_ids": ids, "decoder_input_ids": ids[:, :8]})]
 

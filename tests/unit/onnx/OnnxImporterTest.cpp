@@ -325,6 +325,31 @@ TEST(OnnxImporter, TableGatheredWithConstantIdsStaysAParameter) {
   EXPECT_EQ(h["mega.transpose"], 1);
 }
 
+TEST(OnnxImporter, RotaryTablesFoldFromTheirBuffer) {
+  // Llama's rotary embedding as transformers exports it: inv_freq (a buffer) times the
+  // positions by MatMul, then Cos/Sin. The tables fold to constants and inv_freq is no weight.
+  Model m;
+  m.input("q", onnx::TensorProto::FLOAT, {1, 4, 4});
+  m.floats("inv_freq", {1, 2, 1}, {1.0f, 0.01f});
+  m.floats("positions", {1, 1, 4}, {0, 1, 2, 3});
+  m.node("MatMul", {"inv_freq", "positions"}, {"freqs"}); // [1, 2, 4]
+  m.attrInts(m.node("Transpose", {"freqs"}, {"freqs_t"}), "perm", {0, 2, 1});
+  m.attrInt(m.node("Concat", {"freqs_t", "freqs_t"}, {"emb"}), "axis", -1); // [1, 4, 4]
+  m.node("Cos", {"emb"}, {"cos"});
+  m.node("Sin", {"emb"}, {"sin"});
+  m.node("Mul", {"q", "cos"}, {"qc"});
+  m.node("Mul", {"q", "sin"}, {"qs"});
+  m.node("Add", {"qc", "qs"}, {"y"});
+  m.output("y", onnx::TensorProto::FLOAT, 3);
+  Import imp(m.bytes());
+  ASSERT_TRUE(imp.ok()) << imp.firstError();
+  EXPECT_TRUE((*imp.result).weights.empty());
+  auto h = imp.histogram();
+  EXPECT_EQ(h["mega.matmul"], 0);
+  EXPECT_EQ(h["mega.cos"], 0);
+  EXPECT_EQ(h["mega.mul"], 2);
+}
+
 TEST(OnnxImporter, LargeConstantResultsStayRunTimeOps) {
   // Expanding a small constant mask to 2M elements: a broadcast in the IR, not a 2M constant.
   Model m;
@@ -491,6 +516,18 @@ TEST(ConstTensor, FoldKernelsMatchOnnxSemantics) {
   EXPECT_FALSE(div.ok());
   Folded big = expand(ConstTensor::fromInts(ElemType::i64, {1}, {0}), {1 << 20, 1 << 20});
   EXPECT_FALSE(big.ok());
+  // MatMul with a broadcast batch dim: [2, 1, 2] x [2, 3] and a 1-d right operand.
+  auto a = ConstTensor::fromFloats(ElemType::f32, {2, 1, 2}, {1, 2, 3, 4});
+  auto b = ConstTensor::fromFloats(ElemType::f32, {2, 3}, {1, 0, 1, 0, 1, 1});
+  Folded mm = matmul(a, b);
+  ASSERT_TRUE(mm.ok()) << mm.error;
+  EXPECT_EQ(mm.tensor.shape, (Shape{2, 1, 3}));
+  EXPECT_EQ(mm.tensor.floats, (std::vector<double>{1, 2, 3, 3, 4, 7}));
+  Folded mv = matmul(a, ConstTensor::fromFloats(ElemType::f32, {2}, {1, -1}));
+  ASSERT_TRUE(mv.ok());
+  EXPECT_EQ(mv.tensor.shape, (Shape{2, 1}));
+  EXPECT_EQ(mv.tensor.floats, (std::vector<double>{-1, -1}));
+  EXPECT_FALSE(matmul(a, a).ok()); // contracts 2 with 1
 }
 
 } // namespace
