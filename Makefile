@@ -4,7 +4,7 @@ JOBS ?= 2
 DEMO_MODEL ?= gpt:layers=2,hidden=64,heads=4,seq=64,vocab=256
 
 CMAKE_ARGS = -G Ninja -DCMAKE_BUILD_TYPE=Release \
-             -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+             -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
 
 .PHONY: all setup configure build demo test bench clean
 

@@ -4,7 +4,9 @@
 
 #include "runtime/cpu/KernelUtil.h"
 
+#ifdef MEGAC_HAVE_BLAS
 #include <cblas.h>
+#endif
 
 #include <climits>
 #include <cmath>
@@ -51,6 +53,7 @@ void gemmStrided(bool transA, bool transB, int64_t m, int64_t n, int64_t k, T al
         c[i * ldc + j] = beta == T(0) ? T(0) : c[i * ldc + j] * beta;
     return;
   }
+#ifdef MEGAC_HAVE_BLAS
   CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans;
   CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
@@ -59,6 +62,17 @@ void gemmStrided(bool transA, bool transB, int64_t m, int64_t n, int64_t k, T al
   else
     cblas_dgemm(CblasRowMajor, ta, tb, int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb),
                 beta, c, int(ldc));
+#else
+  // Without BLAS (MEGAC_BLAS=OFF: a runtime-only build for a machine without OpenBLAS, e.g. the
+  // GPU test machine): the same product by loops, accumulated in T in k order.
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      T sum = T(0);
+      for (int64_t p = 0; p < k; ++p)
+        sum += (transA ? a[p * lda + i] : a[i * lda + p]) * (transB ? b[j * ldb + p] : b[p * ldb + j]);
+      c[i * ldc + j] = alpha * sum + (beta == T(0) ? T(0) : beta * c[i * ldc + j]);
+    }
+#endif
 }
 
 /// Whether every dim and leading dim fits BLAS's int.

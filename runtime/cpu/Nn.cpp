@@ -3,7 +3,6 @@
 #include "runtime/cpu/AttentionUtil.h"
 #include "runtime/cpu/KernelUtil.h"
 
-#include <cblas.h>
 
 #include <climits>
 #include <cmath>
@@ -34,14 +33,7 @@ void gemm(bool transB, int64_t m, int64_t n, int64_t k, const T *a, const T *b, 
       c[i] = beta == T(0) ? T(0) : c[i] * beta;
     return;
   }
-  CBLAS_TRANSPOSE tb = transB ? CblasTrans : CblasNoTrans;
-  int ldb = static_cast<int>(transB ? k : n);
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, int(m), int(n), int(k), 1.0f, a, int(k), b, ldb,
-                beta, c, int(n));
-  else
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, tb, int(m), int(n), int(k), 1.0, a, int(k), b, ldb,
-                beta, c, int(n));
+  gemmStrided<T>(false, transB, m, n, k, T(1), a, k, b, transB ? k : n, beta, c, n);
 }
 
 Status expectSameFloat(const char *op, const TensorRef &ref, const TensorRef &t, const char *what) {

@@ -6,6 +6,7 @@
 #include "runtime/comm/Communicator.h"
 #include "runtime/cpu/HalfCompute.h"
 #include "runtime/cpu/Kernels.h"
+#include "runtime/cuda/CudaExecutor.h"
 #include "runtime/exec/CommOps.h"
 #include "runtime/exec/Parameters.h"
 #include "runtime/exec/Trace.h"
@@ -842,8 +843,12 @@ Status CpuExecutor::dispatch(const fb::Instruction &inst, const std::vector<cpu:
 
 } // namespace
 
+const char *backendName(Backend backend) { return backend == Backend::cuda ? "cuda" : "cpu"; }
+
 StatusOr<std::unique_ptr<Executor>> Executor::create(const LoadedPlan &plan,
                                                      const ExecutorOptions &options) {
+  if (options.backend == Backend::cuda)
+    return cuda::createCudaExecutor(plan, options);
   auto executor = std::make_unique<CpuExecutor>();
   RETURN_IF_ERROR(executor->init(plan, options));
   return std::unique_ptr<Executor>(std::move(executor));

@@ -27,7 +27,18 @@ struct Mesh;
 } // namespace comm
 class Trace;
 
+/// Where a program runs: the CPU reference kernels (OpenBLAS), or one GPU (cuBLASLt, NCCL;
+/// runtime/cuda, when built).
+enum class Backend { cpu, cuda };
+/// "cpu" / "cuda".
+const char *backendName(Backend backend);
+
 struct ExecutorOptions {
+  Backend backend = Backend::cpu;
+  /// The CUDA device (Backend::cuda); -1: cuda::defaultDeviceFor(rank).
+  int device = -1;
+  /// f32 GEMMs through TF32 tensor cores (Backend::cuda); off: exact f32.
+  bool allowTf32 = false;
   /// The rank whose program runs (ignored with `comm`, whose rank it is; must then be 0 or equal).
   int rank = 0;
   /// The job's communicator, for collectives and pipeline transfers; it must outlive the

@@ -1,5 +1,6 @@
 // `megac run (MODEL | FILE.mplan) --input NAME=FILE.npy ... --output-dir DIR`: one forward pass.
 #include "tools/megac/Args.h"
+#include "tools/megac/BackendOption.h"
 #include "tools/megac/Commands.h"
 #include "tools/megac/Compile.h"
 
@@ -151,18 +152,26 @@ int fail(const std::string &message) {
 int runCommand(int argc, char **argv) {
   Args args;
   std::string error = args.parse(
-      argc, argv, 2, {"model", "input", "output-dir", "seed", "function", "input-shape"}, {"help"});
+      argc, argv, 2,
+      {"model", "input", "output-dir", "seed", "function", "input-shape", "backend"},
+      {"help", "allow-tf32"});
   if (args.has("help")) {
     std::puts("usage: megac run (--model SPEC | FILE.mlir | FILE.onnx | FILE.mplan)\n"
               "                 --input NAME=FILE.npy ... --output-dir DIR\n"
               "                 [--seed N] [--function NAME] [--input-shape NAME=D0xD1x...]\n"
-              "  runs one forward pass on the CPU and writes every output as DIR/NAME.npy.\n"
+              "                 [--backend cpu|cuda] [--allow-tf32]\n"
+              "  runs one forward pass and writes every output as DIR/NAME.npy; on a GPU\n"
+              "  (--backend cuda) by default when one is usable, else on the CPU.\n"
               "  A model that is not a plan yet is compiled in memory first (see megac compile).");
     return 0;
   }
   RunOptions options;
+  runtime::Backend backend = runtime::Backend::cpu;
+  bool allowTf32 = false;
   if (error.empty())
     error = parseRunArgs(args, options);
+  if (error.empty())
+    error = parseBackendOption(args, backend, allowTf32);
   if (!error.empty()) {
     std::fprintf(stderr, "%s: error: %s\n", kCommand, error.c_str());
     return 2;
@@ -191,6 +200,8 @@ int runCommand(int argc, char **argv) {
   double prepareMs = millisecondsSince(start);
 
   runtime::ExecutorOptions executorOptions;
+  executorOptions.backend = backend;
+  executorOptions.allowTf32 = allowTf32;
   if (compiled && !compiled->weights.empty())
     executorOptions.weights = &compiled->weights;
   auto executor = runtime::Executor::create(*loaded, executorOptions);

@@ -727,10 +727,12 @@ int trainCommand(int argc, char **argv) {
                                         "eval-iters",
                                         "trace",
                                         "trace-steps",
-                                        "seq"};
+                                        "seq",
+                                        "backend"};
   std::string error =
       args.parse(argc, argv, 2, valued,
-                 {"help", "sequence-parallel", "oversubscribe", "plan-only", "explain", "json"});
+                 {"help", "sequence-parallel", "oversubscribe", "plan-only", "explain", "json",
+                  "allow-tf32"});
   if (args.has("help")) {
     std::puts(kTrainHelp);
     return 0;
@@ -802,6 +804,8 @@ int trainCommand(int argc, char **argv) {
     options.weights = &model->weights;
   options.comm = tracing ? tracing.get() : mpi.get();
   options.trace = trace.get();
+  options.backend = config.backend;
+  options.allowTf32 = config.allowTf32;
   auto executor = runtime::Executor::create(*plan, options);
   RankContext rank;
   rank.plan = &*plan;
@@ -852,12 +856,13 @@ int trainCommand(int argc, char **argv) {
                                   std::to_string(layout.tp) + ", pp " + std::to_string(layout.pp) +
                                   ", dp " + std::to_string(layout.dp) + ")";
     std::printf("%s: %lld steps of %lld x %lld tokens (micro-batch %lld, %lld accumulation "
-                "steps%s), %s, lr %g %s; compiled in %.1f ms\n",
+                "steps%s), %s, lr %g %s, on %s; compiled in %.1f ms\n",
                 model->description.c_str(), (long long)config.schedule.totalSteps,
                 (long long)config.split.globalBatch, (long long)data->sequenceLength(),
                 (long long)config.rankMicroBatch, (long long)config.split.microBatches(),
                 ranks.c_str(), passes::precisionName(config.training.precision), config.schedule.lr,
-                train::lrDecayName(config.schedule.decay), model->compileSeconds * 1e3);
+                train::lrDecayName(config.schedule.decay), runtime::backendName(config.backend),
+                model->compileSeconds * 1e3);
     std::fflush(stdout);
   }
   // Validation tokens: read like the training data, as many batches as one evaluation uses.

@@ -1,6 +1,7 @@
 // Parsing and validating the options of `megac train` (TrainOptions.h).
 #include "tools/megac/TrainOptions.h"
 
+#include "tools/megac/BackendOption.h"
 #include "tools/megac/Compile.h"
 
 #include <algorithm>
@@ -94,6 +95,8 @@ std::string parseLayout(const Args &args, TrainConfig &c) {
   }
   if (zero > 1)
     return "--zero: '" + *args.get("zero") + "' is not 0 or 1";
+  if (std::string e = parseBackendOption(args, c.backend, c.allowTf32); !e.empty())
+    return e;
   layout.zero = int(zero);
   layout.sequenceParallel = args.has("sequence-parallel");
   std::string recompute = args.get("recompute").value_or("none");
@@ -363,6 +366,7 @@ const char *const kTrainHelp =
                    [--ranks N] [--tp T] [--pp P] [--dp D] [--vpp V] [--sequence-parallel]
                    [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
                    [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
+                   [--backend cpu|cuda] [--allow-tf32]
   trains the model with AdamW (torch.optim.AdamW; weight decay on parameters of rank >= 2
   only) on one or more CPU ranks and prints one line per step (a live progress line on a
   terminal).
@@ -384,6 +388,12 @@ const char *const kTrainHelp =
   per rank (default: cores / ranks on this node, at least 1). --comm-timeout S (default 300):
   a collective or transfer waiting longer fails, naming the rank, operation and group, and the
   job is aborted.
+
+  backend: --backend cuda runs each rank on one GPU (the local rank's, modulo the devices):
+  cuBLASLt GEMMs, fused kernels, NCCL collectives bootstrapped over MPI; --backend cpu on the
+  CPU reference kernels (OpenBLAS, MPI). The default is cuda when a CUDA device is usable,
+  else cpu; asking for cuda where none is fails with the reason. --allow-tf32 lets f32 GEMMs
+  use TF32 tensor cores (cuda only; bf16/fp16 always use tensor cores with f32 accumulation).
 
   data: TOKENS.npy is an int32 or int64 array [N, S+1]. Step i (0-based) uses rows
   (i*B + j) mod N for j = 0..B-1, in order; micro-batches of b consecutive rows are

@@ -6,6 +6,7 @@
 #include "tools/megac/Args.h"
 
 #include "passes/training/TrainingPipeline.h"
+#include "runtime/exec/Executor.h"
 #include "runtime/train/LossScaler.h"
 #include "runtime/train/LrSchedule.h"
 #include "runtime/train/TokenBatches.h"
@@ -46,6 +47,9 @@ struct TrainConfig {
   int64_t ranks = 1;
   int64_t rankMicroBatch = 0;
   int64_t threads = 0; // 0: cores / ranks on this node
+  // --backend cpu|cuda (default: cuda when a device is usable) and --allow-tf32.
+  runtime::Backend backend = runtime::Backend::cpu;
+  bool allowTf32 = false;
   int64_t commTimeout = 300;
   bool oversubscribe = false;
   // `megac plan` / `megac compile` with a layout: compile the step's plan, do not train.

@@ -1,0 +1,880 @@
+// The CUDA executor: one rank's program on one GPU with the CPU executor's semantics
+// (runtime/exec/CpuExecutor.cpp): one device arena, constants and parameters copied in and state
+// zeroed at creation, a function's instructions enqueued in order on one stream (the cuda::
+// kernels, NVRTC-fused elementwise runs, multi-tensor AdamW, NCCL collectives), then one
+// synchronization per function run that also reads the kernels' error flag.
+//
+// Hangs: unlike the host communicators, nothing here times out. A peer that never joins an NCCL
+// collective or transfer (or ncclCommInitRank at creation) blocks the synchronization at the end
+// of the run in NCCL's kernels; an NCCL_TIMEOUT-style watchdog (ncclCommGetAsyncError polling
+// and ncclCommAbort) is not implemented (NcclCommunicator.h).
+#include "runtime/cuda/CudaExecutor.h"
+
+#include "runtime/cuda/CudaDispatch.h"
+
+#include "runtime/cuda/Device.h"
+#include "runtime/cuda/Fusion.h"
+#include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/NcclCommunicator.h"
+#include "runtime/exec/Parameters.h"
+#include "runtime/exec/Trace.h"
+#include "runtime/plan/PlanRules.h"
+#include "runtime/plan/plan_generated.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+
+namespace megac::runtime::cuda {
+
+namespace fb = megac::plan;
+
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(64) << 20; // cuBLASLt workspace
+
+Status cudaFailure(const std::string &what, cudaError_t error, int device) {
+  return Status::error(what + " on CUDA device " + std::to_string(device) + ": " +
+                       cudaGetErrorName(error) + ": " + cudaGetErrorString(error));
+}
+
+#define CUDA_TRY(call, what)                                                                       \
+  do {                                                                                             \
+    cudaError_t cuda_error_ = (call);                                                              \
+    if (cuda_error_ != cudaSuccess)                                                                \
+      return cudaFailure(what, cuda_error_, device_);                                              \
+  } while (0)
+
+std::span<const int64_t> spanOf(const flatbuffers::Vector<int64_t> *v) {
+  return v ? std::span<const int64_t>(v->data(), v->size()) : std::span<const int64_t>();
+}
+std::span<const uint32_t> spanOf(const flatbuffers::Vector<uint32_t> *v) {
+  return v ? std::span<const uint32_t>(v->data(), v->size()) : std::span<const uint32_t>();
+}
+std::vector<uint32_t> vectorOf(const flatbuffers::Vector<uint32_t> *v) {
+  std::span<const uint32_t> s = spanOf(v);
+  return {s.begin(), s.end()};
+}
+
+std::string joinNames(const std::vector<std::string> &names) {
+  std::string out;
+  for (const std::string &name : names)
+    out += (out.empty() ? "" : ", ") + name;
+  return out.empty() ? "none" : out;
+}
+
+struct BufferInfo {
+  DType dtype;
+  std::span<const int64_t> shape; // points into the plan's bytes
+  uint64_t offset;
+  uint64_t bytes;
+};
+
+struct Port {
+  std::string name;
+  uint32_t buffer;
+  std::vector<uint32_t> partialAxes;
+};
+
+/// How a function's instructions are launched: one at a time, a fused elementwise group, or a
+/// run of AdamW instructions in one multi-tensor launch.
+struct Step {
+  enum class Kind { single, fused, adamw } kind = Kind::single;
+  size_t first = 0, count = 1;
+  size_t fused = 0; // index into fusedKernels_ (Kind::fused)
+};
+
+struct Function {
+  std::string name;
+  const fb::Function *plan;
+  std::vector<Port> inputs, outputs;
+  std::vector<Step> steps;
+  bool receives = false; // has a Recv (which sends staged sends along)
+};
+
+struct InputSlot {
+  uint32_t buffer;
+  std::optional<HostTensor> value;
+};
+
+struct Named {
+  std::string name;
+  uint32_t buffer;
+  const void *plan; // its fb::Parameter or fb::StateBuffer
+};
+
+struct Fused {
+  FusedGroup group;
+  std::unique_ptr<FusedKernel> kernel;
+};
+
+class CudaExecutor final : public Executor {
+public:
+  ~CudaExecutor() override;
+  Status init(const LoadedPlan &plan, const ExecutorOptions &options);
+
+  Status setInput(std::string_view name, const HostTensor &value) override;
+  Status run(std::string_view function) override;
+  Status run() override;
+  StatusOr<HostTensor> output(std::string_view name) const override;
+  std::vector<std::string> functionNames() const override;
+  std::vector<std::string> inputNames(std::string_view function = {}) const override;
+  std::vector<std::string> outputNames(std::string_view function = {}) const override;
+  StatusOr<TensorInfo> inputInfo(std::string_view name) const override;
+  std::vector<std::string> parameterNames() const override { return names(params_); }
+  std::vector<std::string> stateNames() const override { return names(state_); }
+  StatusOr<HostTensor> parameter(std::string_view name) const override;
+  StatusOr<HostTensor> state(std::string_view name) const override;
+  Status setParameter(std::string_view name, const HostTensor &value) override;
+  Status setState(std::string_view name, const HostTensor &value) override;
+  Status zeroState(std::string_view prefix) override;
+  uint64_t arenaBytes() const override { return program_->arena_bytes(); }
+  int rank() const override { return rank_; }
+  std::vector<int64_t> coords() const override { return comm_->mesh().coordsOf(rank_); }
+  comm::Communicator &communicator() const override { return *comm_; }
+  StatusOr<ShardInfo> parameterShard(std::string_view name) const override;
+  StatusOr<ShardInfo> stateShard(std::string_view name) const override;
+  StatusOr<std::vector<uint32_t>> statePartialAxes(std::string_view name) const override;
+  StatusOr<std::vector<uint32_t>> outputPartialAxes(std::string_view name) const override;
+  std::vector<ScheduleStep> schedule() const override;
+
+private:
+  static std::vector<std::string> names(const std::vector<Named> &list) {
+    std::vector<std::string> out;
+    for (const Named &n : list)
+      out.push_back(n.name);
+    return out;
+  }
+  static const Named *find(const std::vector<Named> &list, std::string_view name) {
+    for (const Named &n : list)
+      if (n.name == name)
+        return &n;
+    return nullptr;
+  }
+  TensorRef ref(uint32_t buffer) const {
+    const BufferInfo &b = buffers_[buffer];
+    return {b.dtype, b.shape, arena_ + b.offset};
+  }
+  bool overlaps(uint32_t a, uint32_t b) const {
+    const BufferInfo &x = buffers_[a], &y = buffers_[b];
+    return x.bytes && y.bytes && x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+  }
+  bool sameBytes(uint32_t a, uint32_t b) const {
+    return buffers_[a].offset == buffers_[b].offset && buffers_[a].bytes == buffers_[b].bytes;
+  }
+  const fb::Instruction &instruction(const Function &f, size_t i) const {
+    return *f.plan->instructions()->Get(static_cast<flatbuffers::uoffset_t>(i));
+  }
+  Status bind() const;
+  StatusOr<HostTensor> copyOut(uint32_t buffer) const;
+  Status copyIn(uint32_t buffer, const HostTensor &value, const std::string &what);
+  Status initDevice(const std::string &source);
+  Status initNccl(const std::string &source);
+  void planSteps(size_t function, bool fuse);
+  bool joinsAdamW(const Function &f, size_t first, size_t candidate) const;
+  Status runFunction(size_t index);
+  Status runStep(const Function &f, const Step &step);
+  Status checkDeviceErrors(size_t function);
+  Status execute(const fb::Instruction &inst);
+
+  LoadedPlan plan_;
+  const fb::Program *program_ = nullptr;
+  size_t programIndex_ = 0;
+  std::vector<BufferInfo> buffers_;
+  std::vector<Function> functions_;
+  std::map<std::string, InputSlot, std::less<>> inputs_;
+  std::vector<Named> params_, state_;
+  std::vector<Fused> fused_;
+  std::optional<size_t> lastRun_;
+  int rank_ = 0;
+  int device_ = 0;
+  std::unique_ptr<comm::Communicator> ownComm_;
+  comm::Communicator *comm_ = nullptr; // the HOST communicator (communicator())
+  Trace *trace_ = nullptr;
+
+  // Device state.
+  uint8_t *arena_ = nullptr;
+  Context ctx_;
+  std::unique_ptr<exec::ScratchArena> scratch_;
+  std::unique_ptr<NcclCommunicator> nccl_;
+};
+
+CudaExecutor::~CudaExecutor() {
+  cudaSetDevice(device_);
+  if (ctx_.stream)
+    cudaStreamSynchronize(ctx_.stream);
+  nccl_.reset(); // before the compute stream it waits on
+  fused_.clear();
+  scratch_.reset();
+  if (arena_)
+    cudaFree(arena_);
+  if (ctx_.workspace)
+    cudaFree(ctx_.workspace);
+  if (ctx_.errors)
+    cudaFree(ctx_.errors);
+  if (ctx_.lt)
+    cublasLtDestroy(ctx_.lt);
+  if (ctx_.stream)
+    cudaStreamDestroy(ctx_.stream);
+}
+
+Status CudaExecutor::bind() const {
+  CUDA_TRY(cudaSetDevice(device_), "cudaSetDevice");
+  return Status::ok();
+}
+
+Status CudaExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options) {
+  plan_ = plan;
+  const fb::Plan &p = plan_.plan();
+  std::string source = plan_.path().empty() ? "(from memory)" : "'" + plan_.path() + "'";
+  size_t ranks = p.ranks()->size();
+  comm::Mesh mesh = meshOf(plan_);
+  rank_ = options.rank;
+  trace_ = options.trace;
+  if (options.comm) {
+    if (options.rank != 0 && options.rank != options.comm->rank())
+      return Status::error("plan " + source + ": ExecutorOptions.rank " +
+                           std::to_string(options.rank) + " differs from the communicator's rank " +
+                           std::to_string(options.comm->rank()));
+    rank_ = options.comm->rank();
+    if (options.comm->mesh().axisSizes != mesh.axisSizes)
+      return Status::error("plan " + source + ": the communicator's mesh (" +
+                           std::to_string(options.comm->mesh().size()) +
+                           " ranks) is not the plan's (" + std::to_string(mesh.size()) +
+                           " ranks); launch one process per rank of the plan");
+    comm_ = options.comm;
+  }
+  if (rank_ < 0 || static_cast<size_t>(rank_) >= ranks)
+    return Status::error("plan " + source + ": rank " + std::to_string(rank_) +
+                         " is not in the rank table (" + std::to_string(ranks) + " ranks)");
+  if (!comm_) {
+    ownComm_ = comm::makeSelfCommunicator(mesh, rank_);
+    comm_ = ownComm_.get();
+  }
+  StatusOr<int> usable = usableDevices();
+  if (!usable.isOk())
+    return Status::error("no usable CUDA device: " + usable.status().message());
+  int devices = *usable;
+  device_ = options.device >= 0 ? options.device : defaultDeviceFor(rank_);
+  if (device_ >= devices)
+    return Status::error("CUDA device " + std::to_string(device_) + " does not exist (" +
+                         std::to_string(devices) + " usable)");
+  RETURN_IF_ERROR(bind());
+  ctx_.allowTf32 = options.allowTf32;
+
+  programIndex_ = p.ranks()->Get(static_cast<flatbuffers::uoffset_t>(rank_))->role();
+  program_ = p.programs()->Get(static_cast<flatbuffers::uoffset_t>(programIndex_));
+  if (program_->buffers())
+    for (const fb::Buffer *b : *program_->buffers())
+      buffers_.push_back(
+          {static_cast<DType>(b->dtype()), spanOf(b->shape()), b->offset(), b->bytes()});
+  RETURN_IF_ERROR(initDevice(source));
+
+  if (program_->parameters())
+    for (const fb::Parameter *param : *program_->parameters())
+      params_.push_back({param->name()->str(), param->buffer(), param});
+  if (program_->state())
+    for (const fb::StateBuffer *st : *program_->state())
+      state_.push_back({st->name()->str(), st->buffer(), st});
+  // Parameters are filled on the host, in an arena-shaped staging area (calloc: untouched pages
+  // cost nothing), then each parameter buffer is copied to the device.
+  {
+    uint64_t bytes = std::max<uint64_t>(program_->arena_bytes(), 1);
+    std::unique_ptr<uint8_t, decltype(&std::free)> staging(
+        static_cast<uint8_t *>(std::calloc(static_cast<size_t>(bytes), 1)), &std::free);
+    if (!staging)
+      return Status::error("plan " + source + ": cannot allocate the " + std::to_string(bytes) +
+                           "-byte host staging area for the parameters");
+    RETURN_IF_ERROR(fillParameters(plan_, programIndex_, rank_, staging.get(), options.weights))
+        << " (plan " << source << ", " << describeProgram(*program_, programIndex_) << ")";
+    for (const Named &param : params_) {
+      const BufferInfo &b = buffers_[param.buffer];
+      if (b.bytes)
+        CUDA_TRY(cudaMemcpyAsync(arena_ + b.offset, staging.get() + b.offset, b.bytes,
+                                 cudaMemcpyHostToDevice, ctx_.stream),
+                 "cudaMemcpyAsync (parameter '" + param.name + "')");
+    }
+    CUDA_TRY(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize (parameters)");
+  }
+  RETURN_IF_ERROR(zeroState(""));
+
+  for (const fb::Function *fn : *program_->functions()) {
+    Function f{fn->name()->str(), fn, {}, {}, {}, false};
+    if (fn->inputs())
+      for (const fb::Port *port : *fn->inputs()) {
+        f.inputs.push_back({port->name()->str(), port->buffer(), {}});
+        inputs_.try_emplace(port->name()->str(), InputSlot{port->buffer(), std::nullopt});
+      }
+    if (fn->outputs())
+      for (const fb::Port *port : *fn->outputs())
+        f.outputs.push_back({port->name()->str(), port->buffer(), vectorOf(port->partial_axes())});
+    if (fn->instructions())
+      for (const fb::Instruction *inst : *fn->instructions())
+        f.receives = f.receives || inst->op() == fb::Opcode::Recv;
+    functions_.push_back(std::move(f));
+  }
+  const char *noFusion = std::getenv("MEGAC_NO_FUSION");
+  bool fuse = !(noFusion && std::string(noFusion) == "1");
+  for (size_t f = 0; f < functions_.size(); ++f)
+    planSteps(f, fuse);
+  return initNccl(source);
+}
+
+// The stream, cuBLASLt, the error flag, scratch memory, the arena and the constants.
+Status CudaExecutor::initDevice(const std::string &source) {
+  CUDA_TRY(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  cublasStatus_t lt = cublasLtCreate(&ctx_.lt);
+  if (lt != CUBLAS_STATUS_SUCCESS) {
+    ctx_.lt = nullptr;
+    return Status::error("cublasLtCreate on CUDA device " + std::to_string(device_) + ": status " +
+                         std::to_string(int(lt)));
+  }
+  CUDA_TRY(cudaMalloc(&ctx_.workspace, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+  ctx_.workspaceBytes = kWorkspaceBytes;
+  CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&ctx_.errors), sizeof(int)),
+           "cudaMalloc (error flag)");
+  CUDA_TRY(cudaMemsetAsync(ctx_.errors, 0, sizeof(int), ctx_.stream),
+           "cudaMemsetAsync (error flag)");
+  scratch_ = std::make_unique<exec::ScratchArena>(device_, ctx_.stream);
+  ctx_.scratch = [this](size_t bytes) { return scratch_->get(bytes); };
+
+  uint64_t bytes = std::max<uint64_t>(program_->arena_bytes(), 1);
+  void *arena = nullptr;
+  cudaError_t error = cudaMalloc(&arena, static_cast<size_t>(bytes));
+  if (error != cudaSuccess) {
+    cudaGetLastError();
+    StatusOr<std::string> name = describeDevice(device_);
+    std::string device = "CUDA device " + std::to_string(device_) +
+                         (name.isOk() ? " (" + *name + ")" : std::string());
+    if (error == cudaErrorMemoryAllocation)
+      return Status::error("plan " + source + ": cannot allocate the " +
+                           std::to_string(program_->arena_bytes()) + "-byte arena on " + device +
+                           ": out of memory; lower --micro-batch or use --recompute");
+    return cudaFailure("plan " + source + ": cudaMalloc of the " +
+                           std::to_string(program_->arena_bytes()) + "-byte arena",
+                       error, device_);
+  }
+  arena_ = static_cast<uint8_t *>(arena);
+  // Zeroed like the CPU's calloc'ed arena, so no run can read leftover device memory.
+  CUDA_TRY(cudaMemsetAsync(arena_, 0, static_cast<size_t>(bytes), ctx_.stream),
+           "cudaMemsetAsync (arena)");
+  if (program_->constants())
+    for (const fb::Constant *c : *program_->constants())
+      if (c->data() && c->data()->size())
+        CUDA_TRY(cudaMemcpyAsync(arena_ + buffers_[c->buffer()].offset, c->data()->data(),
+                                 c->data()->size(), cudaMemcpyHostToDevice, ctx_.stream),
+                 "cudaMemcpyAsync (constant)");
+  return Status::ok();
+}
+
+// NCCL, when any program of the plan communicates: every rank must join (ncclCommInitRank and
+// the group splits are collective), so the decision and the list of groups come from the whole
+// plan, not this rank's program.
+Status CudaExecutor::initNccl(const std::string &source) {
+  bool any = false;
+  std::vector<std::vector<uint32_t>> axisSets;
+  for (const fb::Program *program : *plan_.plan().programs())
+    for (const fb::Function *fn : *program->functions())
+      if (fn->instructions())
+        for (const fb::Instruction *inst : *fn->instructions()) {
+          if (!exec::needsNccl(*inst))
+            continue;
+          any = true;
+          std::optional<std::vector<uint32_t>> axes = exec::groupAxesOf(*inst);
+          if (axes && std::find(axisSets.begin(), axisSets.end(), *axes) == axisSets.end())
+            axisSets.push_back(*axes);
+        }
+  if (!any)
+    return Status::ok();
+  ASSIGN_OR_RETURN(nccl_, NcclCommunicator::create(comm_->mesh(), rank_, ownComm_ ? nullptr : comm_,
+                                                   ctx_.stream));
+  // Groups this rank cannot form without a communicator fail when used, not here.
+  if (!ownComm_)
+    RETURN_IF_ERROR(nccl_->prepare(axisSets)) << " (plan " << source << ")";
+  return Status::ok();
+}
+
+// Fused groups where NVRTC compiles them, runs of AdamW, else single instructions.
+void CudaExecutor::planSteps(size_t index, bool fuse) {
+  Function &f = functions_[index];
+  std::map<size_t, size_t> fusedAt; // first instruction -> fused_ index
+  if (fuse)
+    for (FusedGroup &group : findFusionGroups(*program_, index)) {
+      StatusOr<std::unique_ptr<FusedKernel>> kernel =
+          compileFusedKernel(group, defaultKernelCacheDir());
+      if (!kernel.isOk()) {
+        // One line: NVRTC's log may have many.
+        std::string why = kernel.status().message();
+        why = why.substr(0, why.find('\n'));
+        std::fprintf(stderr,
+                     "megac: warning: not fusing %s and the %zu instructions after it: %s\n",
+                     describeInstruction(*program_, programIndex_, index, group.first).c_str(),
+                     group.count - 1, why.c_str());
+        continue;
+      }
+      fusedAt[group.first] = fused_.size();
+      fused_.push_back({std::move(group), std::move(*kernel)});
+    }
+  size_t count = f.plan->instructions() ? f.plan->instructions()->size() : 0;
+  for (size_t i = 0; i < count;) {
+    if (auto it = fusedAt.find(i); it != fusedAt.end()) {
+      size_t n = fused_[it->second].group.count;
+      f.steps.push_back({Step::Kind::fused, i, n, it->second});
+      i += n;
+      continue;
+    }
+    size_t n = 1;
+    if (instruction(f, i).op() == fb::Opcode::AdamW && joinsAdamW(f, i, i))
+      while (i + n < count && !fusedAt.count(i + n) && joinsAdamW(f, i, i + n))
+        ++n;
+    f.steps.push_back({n > 1 ? Step::Kind::adamw : Step::Kind::single, i, n, 0});
+    i += n;
+  }
+}
+
+// Whether AdamW instruction `candidate` can be launched with those of [first, candidate): equal
+// config, lr, step and dtypes, in place (p, m, v written over themselves, nothing else
+// overlapping), and no output overlapping another member's inputs (they run concurrently).
+bool CudaExecutor::joinsAdamW(const Function &f, size_t first, size_t candidate) const {
+  const fb::Instruction &c = instruction(f, candidate), &a = instruction(f, first);
+  if (c.op() != fb::Opcode::AdamW || c.inputs()->size() != 6 || c.outputs()->size() != 3)
+    return false;
+  auto in = [](const fb::Instruction &x, int k) { return x.inputs()->Get(k); };
+  auto out = [](const fb::Instruction &x, int k) { return x.outputs()->Get(k); };
+  const fb::AdamWAttrs *ca = c.attrs_as_AdamWAttrs(), *aa = a.attrs_as_AdamWAttrs();
+  if (!ca || !aa || ca->beta1() != aa->beta1() || ca->beta2() != aa->beta2() ||
+      ca->eps() != aa->eps() || ca->weight_decay() != aa->weight_decay() ||
+      !sameBytes(in(c, 4), in(a, 4)) || !sameBytes(in(c, 5), in(a, 5)))
+    return false;
+  // adamwMulti takes g, m and v of p's dtype.
+  for (int k = 0; k < 4; ++k)
+    if (buffers_[in(c, k)].dtype != buffers_[in(a, 0)].dtype)
+      return false;
+  const int inPlace[3] = {0, 2, 3};
+  for (int k = 0; k < 3; ++k)
+    if (!sameBytes(out(c, k), in(c, inPlace[k])))
+      return false;
+  for (size_t j = first; j <= candidate; ++j) {
+    const fb::Instruction &other = instruction(f, j);
+    for (int o = 0; o < 3; ++o)
+      for (int k = 0; k < 6; ++k) {
+        // c's outputs against every input of the members (its own in-place inputs excepted)...
+        if (overlaps(out(c, o), in(other, k)) && !(j == candidate && k == inPlace[o]))
+          return false;
+        // ...and the members' outputs against c's inputs.
+        if (j != candidate && overlaps(out(other, o), in(c, k)))
+          return false;
+      }
+  }
+  return true;
+}
+
+StatusOr<HostTensor> CudaExecutor::copyOut(uint32_t buffer) const {
+  RETURN_IF_ERROR(bind());
+  const BufferInfo &b = buffers_[buffer];
+  HostTensor t;
+  t.dtype = b.dtype;
+  t.shape.assign(b.shape.begin(), b.shape.end());
+  t.bytes.resize(b.bytes);
+  if (b.bytes) {
+    CUDA_TRY(cudaMemcpyAsync(t.bytes.data(), arena_ + b.offset, b.bytes, cudaMemcpyDeviceToHost,
+                             ctx_.stream),
+             "cudaMemcpyAsync (device to host)");
+    CUDA_TRY(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize");
+  }
+  return t;
+}
+
+Status CudaExecutor::copyIn(uint32_t buffer, const HostTensor &value, const std::string &what) {
+  const BufferInfo &b = buffers_[buffer];
+  if (value.dtype != b.dtype ||
+      !std::equal(value.shape.begin(), value.shape.end(), b.shape.begin(), b.shape.end()))
+    return Status::error(what + " must be " + dtypeName(b.dtype) + " " + shapeString(b.shape) +
+                         ", got " + dtypeName(value.dtype) + " " + shapeString(value.shape));
+  if (value.bytes.size() != b.bytes)
+    return Status::error(what + " has " + std::to_string(value.bytes.size()) + " bytes, expected " +
+                         std::to_string(b.bytes));
+  RETURN_IF_ERROR(bind());
+  if (b.bytes) {
+    CUDA_TRY(cudaMemcpyAsync(arena_ + b.offset, value.bytes.data(), b.bytes, cudaMemcpyHostToDevice,
+                             ctx_.stream),
+             "cudaMemcpyAsync (" + what + ")");
+    CUDA_TRY(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize");
+  }
+  return Status::ok();
+}
+
+Status CudaExecutor::setInput(std::string_view name, const HostTensor &value) {
+  auto it = inputs_.find(name);
+  if (it == inputs_.end())
+    return Status::error("the program has no input '" + std::string(name) +
+                         "' (inputs: " + joinNames(inputNames()) + ")");
+  const BufferInfo &b = buffers_[it->second.buffer];
+  std::string what = "input '" + std::string(name) + "'";
+  if (value.dtype != b.dtype ||
+      !std::equal(value.shape.begin(), value.shape.end(), b.shape.begin(), b.shape.end()))
+    return Status::error(what + " must be " + dtypeName(b.dtype) + " " + shapeString(b.shape) +
+                         ", got " + dtypeName(value.dtype) + " " + shapeString(value.shape));
+  if (value.bytes.size() != b.bytes)
+    return Status::error(what + " has " + std::to_string(value.bytes.size()) + " bytes, expected " +
+                         std::to_string(b.bytes));
+  it->second.value = value;
+  return Status::ok();
+}
+
+Status CudaExecutor::run() {
+  if (functions_.size() == 1)
+    return runFunction(0);
+  for (size_t f = 0; f < functions_.size(); ++f)
+    if (functions_[f].name == "forward")
+      return runFunction(f);
+  return Status::error("run() without a function name needs a program with one function or a "
+                       "'forward' function; this one has: " +
+                       joinNames(functionNames()));
+}
+
+Status CudaExecutor::run(std::string_view function) {
+  for (size_t f = 0; f < functions_.size(); ++f)
+    if (functions_[f].name == function)
+      return runFunction(f);
+  return Status::error("the program has no function '" + std::string(function) +
+                       "' (functions: " + joinNames(functionNames()) + ")");
+}
+
+// Tracing records each function run as one event, after its synchronization: kernels run
+// asynchronously, so host times around single instructions would measure their enqueueing, not
+// their execution. (Per-kernel times would need CUDA events or a profiler: not recorded.)
+Status CudaExecutor::runFunction(size_t index) {
+  lastRun_.reset();
+  const Function &fn = functions_[index];
+  RETURN_IF_ERROR(bind());
+  const bool tracing = trace_ && trace_->recording();
+  Trace::Clock::time_point start = tracing ? Trace::Clock::now() : Trace::Clock::time_point();
+  for (const Port &port : fn.inputs) {
+    const InputSlot &slot = inputs_.at(port.name);
+    if (!slot.value)
+      return Status::error("input '" + port.name + "' was not set before running function '" +
+                           fn.name + "'");
+    if (buffers_[port.buffer].bytes)
+      CUDA_TRY(cudaMemcpyAsync(arena_ + buffers_[port.buffer].offset, slot.value->bytes.data(),
+                               buffers_[port.buffer].bytes, cudaMemcpyHostToDevice, ctx_.stream),
+               "cudaMemcpyAsync (input '" + port.name + "')");
+  }
+  // Sends staged by an earlier run go out now, unless a Recv of this function carries them.
+  if (nccl_ && !fn.receives)
+    RETURN_IF_ERROR(nccl_->flushSends());
+  Status status = Status::ok();
+  for (const Step &step : fn.steps) {
+    status = runStep(fn, step);
+    if (!status.isOk()) {
+      std::string where = describeInstruction(*program_, programIndex_, index, step.first);
+      if (step.kind == Step::Kind::fused)
+        where += " (fused with the " + std::to_string(step.count - 1) + " instructions after it)";
+      else if (step.kind == Step::Kind::adamw)
+        where += " (with the " + std::to_string(step.count - 1) + " AdamW instructions after it)";
+      status = Status::error(where + ": " + status.message());
+      break;
+    }
+  }
+  cudaError_t synced = cudaStreamSynchronize(ctx_.stream);
+  if (tracing)
+    trace_->add(TraceLane::kernels, fn.name, "function", start, Trace::Clock::now());
+  if (!status.isOk()) {
+    // Work enqueued before the failing step may have raised the flag: clear it for the next run.
+    cudaMemsetAsync(ctx_.errors, 0, sizeof(int), ctx_.stream);
+    return status;
+  }
+  if (synced != cudaSuccess)
+    return cudaFailure(describeFunction(*program_, programIndex_, index) +
+                           ": cudaStreamSynchronize after the run",
+                       synced, device_);
+  RETURN_IF_ERROR(checkDeviceErrors(index));
+  lastRun_ = index;
+  return Status::ok();
+}
+
+// Reads (and clears) the kernels' error flag after a run. The flag does not say which
+// instruction raised it; when the function has one instruction of the raising kind, that one is
+// named, else the function and the kinds.
+Status CudaExecutor::checkDeviceErrors(size_t index) {
+  int code = 0;
+  CUDA_TRY(cudaMemcpyAsync(&code, ctx_.errors, sizeof code, cudaMemcpyDeviceToHost, ctx_.stream),
+           "cudaMemcpyAsync (error flag)");
+  CUDA_TRY(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize");
+  if (code == 0)
+    return Status::ok();
+  CUDA_TRY(cudaMemsetAsync(ctx_.errors, 0, sizeof(int), ctx_.stream),
+           "cudaMemsetAsync (error flag)");
+  auto error = static_cast<DeviceError>(code);
+  std::vector<fb::Opcode> ops;
+  switch (error) {
+  case DeviceError::indexOutOfRange:
+    ops = {fb::Opcode::Gather};
+    break;
+  case DeviceError::idOutOfRange:
+    ops = {fb::Opcode::Embedding, fb::Opcode::EmbeddingGrad};
+    break;
+  case DeviceError::labelOutOfRange:
+    ops = {fb::Opcode::CrossEntropy, fb::Opcode::CrossEntropyGrad};
+    break;
+  case DeviceError::divideByZero:
+    ops = {fb::Opcode::Div};
+    break;
+  case DeviceError::none:
+    break;
+  }
+  const Function &fn = functions_[index];
+  std::vector<size_t> candidates;
+  size_t count = fn.plan->instructions() ? fn.plan->instructions()->size() : 0;
+  for (size_t i = 0; i < count; ++i)
+    if (std::find(ops.begin(), ops.end(), instruction(fn, i).op()) != ops.end())
+      candidates.push_back(i);
+  if (candidates.size() == 1)
+    return Status::error(describeInstruction(*program_, programIndex_, index, candidates[0]) +
+                         ": " + deviceErrorMessage(error));
+  std::string kinds;
+  for (fb::Opcode op : ops)
+    kinds += (kinds.empty() ? "" : " or ") + std::string(fb::EnumNameOpcode(op));
+  return Status::error(
+      describeFunction(*program_, programIndex_, index) + ": " +
+      (kinds.empty() ? std::string("a kernel") : kinds) + " (one of " +
+      std::to_string(candidates.size()) +
+      " instructions; the device does not say which): " + deviceErrorMessage(error));
+}
+
+Status CudaExecutor::runStep(const Function &f, const Step &step) {
+  if (step.kind == Step::Kind::single)
+    return execute(instruction(f, step.first));
+  RETURN_IF_ERROR(scratch_->reset());
+  if (step.kind == Step::Kind::fused) {
+    const Fused &fused = fused_[step.fused];
+    std::vector<void *> pointers;
+    for (uint32_t b : fused.group.inputs)
+      pointers.push_back(arena_ + buffers_[b].offset);
+    for (uint32_t b : fused.group.outputs)
+      pointers.push_back(arena_ + buffers_[b].offset);
+    return fused.kernel->launch(pointers, fused.group.elements, ctx_.stream);
+  }
+  std::vector<AdamWTensors> tensors;
+  for (size_t i = step.first; i < step.first + step.count; ++i) {
+    const fb::Instruction &inst = instruction(f, i);
+    tensors.push_back({ref(inst.inputs()->Get(0)), ref(inst.inputs()->Get(1)),
+                       ref(inst.inputs()->Get(2)), ref(inst.inputs()->Get(3))});
+  }
+  const fb::Instruction &first = instruction(f, step.first);
+  const fb::AdamWAttrs *a = first.attrs_as_AdamWAttrs();
+  AdamWConfig config{a->beta1(), a->beta2(), a->eps(), a->weight_decay()};
+  return adamwMulti(ctx_, tensors, ref(first.inputs()->Get(4)), ref(first.inputs()->Get(5)),
+                    config);
+}
+
+StatusOr<HostTensor> CudaExecutor::output(std::string_view name) const {
+  for (size_t f = 0; f < functions_.size(); ++f)
+    for (const Port &p : functions_[f].outputs) {
+      if (p.name != name)
+        continue;
+      if (lastRun_ != f)
+        return Status::error(
+            "output '" + std::string(name) + "' of function '" + functions_[f].name + "' is read " +
+            (lastRun_ ? "after a run of function '" + functions_[*lastRun_].name + "'"
+                      : std::string("before a successful run")) +
+            "; read it right after running '" + functions_[f].name + "'");
+      return copyOut(p.buffer);
+    }
+  return Status::error("the program has no output '" + std::string(name) +
+                       "' (outputs: " + joinNames(outputNames()) + ")");
+}
+
+std::vector<std::string> CudaExecutor::functionNames() const {
+  std::vector<std::string> out;
+  for (const Function &f : functions_)
+    out.push_back(f.name);
+  return out;
+}
+
+std::vector<std::string> CudaExecutor::inputNames(std::string_view function) const {
+  std::vector<std::string> out;
+  for (const Function &f : functions_) {
+    if (!function.empty() && f.name != function)
+      continue;
+    for (const Port &p : f.inputs)
+      if (std::find(out.begin(), out.end(), p.name) == out.end())
+        out.push_back(p.name);
+  }
+  return out;
+}
+
+std::vector<std::string> CudaExecutor::outputNames(std::string_view function) const {
+  std::vector<std::string> out;
+  for (const Function &f : functions_)
+    if (function.empty() || f.name == function)
+      for (const Port &p : f.outputs)
+        out.push_back(p.name);
+  return out;
+}
+
+StatusOr<TensorInfo> CudaExecutor::inputInfo(std::string_view name) const {
+  auto it = inputs_.find(name);
+  if (it == inputs_.end())
+    return Status::error("the program has no input '" + std::string(name) +
+                         "' (inputs: " + joinNames(inputNames()) + ")");
+  const BufferInfo &b = buffers_[it->second.buffer];
+  return TensorInfo{b.dtype, std::vector<int64_t>(b.shape.begin(), b.shape.end())};
+}
+
+StatusOr<HostTensor> CudaExecutor::parameter(std::string_view name) const {
+  if (const Named *p = find(params_, name))
+    return copyOut(p->buffer);
+  return Status::error("the program has no parameter '" + std::string(name) + "'");
+}
+
+StatusOr<HostTensor> CudaExecutor::state(std::string_view name) const {
+  if (const Named *s = find(state_, name))
+    return copyOut(s->buffer);
+  return Status::error("the program has no state buffer '" + std::string(name) + "'");
+}
+
+Status CudaExecutor::setParameter(std::string_view name, const HostTensor &value) {
+  const Named *p = find(params_, name);
+  if (!p)
+    return Status::error("the program has no parameter '" + std::string(name) + "'");
+  return copyIn(p->buffer, value, "parameter '" + std::string(name) + "'");
+}
+
+Status CudaExecutor::setState(std::string_view name, const HostTensor &value) {
+  const Named *s = find(state_, name);
+  if (!s)
+    return Status::error("the program has no state buffer '" + std::string(name) + "'");
+  return copyIn(s->buffer, value, "state buffer '" + std::string(name) + "'");
+}
+
+Status CudaExecutor::zeroState(std::string_view prefix) {
+  RETURN_IF_ERROR(bind());
+  for (const Named &s : state_)
+    if (std::string_view(s.name).starts_with(prefix) && buffers_[s.buffer].bytes)
+      CUDA_TRY(cudaMemsetAsync(arena_ + buffers_[s.buffer].offset, 0, buffers_[s.buffer].bytes,
+                               ctx_.stream),
+               "cudaMemsetAsync (state '" + s.name + "')");
+  return Status::ok();
+}
+
+StatusOr<ShardInfo> CudaExecutor::parameterShard(std::string_view name) const {
+  const Named *p = find(params_, name);
+  if (!p)
+    return Status::error("the program has no parameter '" + std::string(name) + "'");
+  const auto *param = static_cast<const fb::Parameter *>(p->plan);
+  ShardInfo info;
+  std::span<const int64_t> global = spanOf(param->global_shape());
+  info.globalShape.assign(global.begin(), global.end());
+  info.offset = parameterShardOffset(plan_, *param, rank_);
+  info.shape.assign(buffers_[p->buffer].shape.begin(), buffers_[p->buffer].shape.end());
+  return info;
+}
+
+StatusOr<ShardInfo> CudaExecutor::stateShard(std::string_view name) const {
+  const Named *s = find(state_, name);
+  if (!s)
+    return Status::error("the program has no state buffer '" + std::string(name) + "'");
+  const auto *st = static_cast<const fb::StateBuffer *>(s->plan);
+  std::span<const int64_t> local = buffers_[s->buffer].shape;
+  if (st->global_shape()) {
+    ShardInfo info;
+    std::span<const int64_t> global = spanOf(st->global_shape());
+    info.globalShape.assign(global.begin(), global.end());
+    info.offset = shardOffset(comm_->mesh(), rank_, local, {}, shardingOf(st->sharding()));
+    info.shape.assign(local.begin(), local.end());
+    return info;
+  }
+  if (name.starts_with("grad.") && find(params_, name.substr(5))) {
+    StatusOr<ShardInfo> param = parameterShard(name.substr(5));
+    if (param.isOk() &&
+        std::equal(local.begin(), local.end(), param->shape.begin(), param->shape.end()))
+      return param;
+  }
+  return ShardInfo{{local.begin(), local.end()},
+                   std::vector<int64_t>(local.size(), 0),
+                   {local.begin(), local.end()}};
+}
+
+StatusOr<std::vector<uint32_t>> CudaExecutor::statePartialAxes(std::string_view name) const {
+  const Named *s = find(state_, name);
+  if (!s)
+    return Status::error("the program has no state buffer '" + std::string(name) + "'");
+  return vectorOf(static_cast<const fb::StateBuffer *>(s->plan)->partial_axes());
+}
+
+StatusOr<std::vector<uint32_t>> CudaExecutor::outputPartialAxes(std::string_view name) const {
+  for (const Function &f : functions_)
+    for (const Port &p : f.outputs)
+      if (p.name == name)
+        return p.partialAxes;
+  return Status::error("the program has no output '" + std::string(name) +
+                       "' (outputs: " + joinNames(outputNames()) + ")");
+}
+
+std::vector<ScheduleStep> CudaExecutor::schedule() const {
+  std::vector<ScheduleStep> steps;
+  if (program_->schedule())
+    for (const fb::ScheduleStep *step : *program_->schedule())
+      steps.push_back({step->kind() == fb::StepKind::Backward ? ScheduleStep::Kind::backward
+                                                              : ScheduleStep::Kind::forward,
+                       int64_t(step->chunk()), int64_t(step->micro_batch())});
+  return steps;
+}
+
+Status CudaExecutor::execute(const fb::Instruction &inst) {
+  RETURN_IF_ERROR(scratch_->reset());
+  std::vector<TensorRef> in, out;
+  if (inst.inputs())
+    for (uint32_t b : *inst.inputs())
+      in.push_back(ref(b));
+  // Kernels assume outputs do not overlap inputs, except in place (exactly an input's bytes)
+  // for the opcodes that allow it; anything else is computed into scratch and copied over.
+  bool inPlace = fb::writesInPlace(inst.op());
+  std::vector<std::pair<void *, uint32_t>> viaScratch; // (scratch, output buffer)
+  std::span<const uint32_t> outputs = spanOf(inst.outputs()), inputs = spanOf(inst.inputs());
+  for (uint32_t o : outputs) {
+    bool conflict = false;
+    for (uint32_t b : inputs)
+      conflict = conflict || (overlaps(b, o) && !(inPlace && sameBytes(b, o)));
+    if (!conflict) {
+      out.push_back(ref(o));
+      continue;
+    }
+    const BufferInfo &ob = buffers_[o];
+    ASSIGN_OR_RETURN(void *scratch, scratch_->get(std::max<uint64_t>(ob.bytes, 1)));
+    viaScratch.emplace_back(scratch, o);
+    out.push_back({ob.dtype, ob.shape, scratch});
+  }
+  RETURN_IF_ERROR(exec::dispatch(inst, in, out, ctx_, nccl_.get(), comm_->mesh(), rank_));
+  for (auto [scratch, o] : viaScratch)
+    if (buffers_[o].bytes)
+      CUDA_TRY(cudaMemcpyAsync(arena_ + buffers_[o].offset, scratch, buffers_[o].bytes,
+                               cudaMemcpyDeviceToDevice, ctx_.stream),
+               "cudaMemcpyAsync (output from scratch)");
+  return Status::ok();
+}
+
+} // namespace
+
+int defaultDeviceFor(int rank) {
+  int local = rank;
+  if (const char *env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"))
+    local = std::atoi(env);
+  StatusOr<int> devices = usableDevices();
+  if (!devices.isOk() || *devices < 1)
+    return 0;
+  return (local % *devices + *devices) % *devices;
+}
+
+StatusOr<std::unique_ptr<Executor>> createCudaExecutor(const LoadedPlan &plan,
+                                                       const ExecutorOptions &options) {
+  auto executor = std::make_unique<CudaExecutor>();
+  RETURN_IF_ERROR(executor->init(plan, options));
+  return std::unique_ptr<Executor>(std::move(executor));
+}
+
+} // namespace megac::runtime::cuda

@@ -1,0 +1,378 @@
+// Device collectives along a tensor dim, pipeline transfers and the vocab-parallel embedding and
+// cross-entropy (DeviceCommOps.h), mirroring runtime/exec/CommOps.cpp.
+#include "runtime/cuda/DeviceCommOps.h"
+
+#include "runtime/cuda/kernels/KernelCommon.cuh"
+
+#include <string>
+#include <vector>
+
+namespace megac::runtime::cuda::devcomm {
+
+using detail::blocksFor;
+
+namespace {
+
+Status fail(const char *op, const std::string &message) {
+  return Status::error(std::string(op) + ": " + message);
+}
+
+/// A tensor viewed as [outer, blocks, rowBytes] around one dim (CommOps' Blocks): block g of
+/// outer row o is the rowBytes at (o * blocks + g) * rowBytes.
+struct Blocks {
+  size_t outer = 1, blocks = 1, rowBytes = 0;
+
+  static Blocks of(std::span<const int64_t> shape, int64_t dim, size_t blocks, DType dtype) {
+    Blocks b;
+    size_t n = static_cast<size_t>(shape[dim]), inner = 1;
+    for (int64_t d = 0; d < dim; ++d)
+      b.outer *= static_cast<size_t>(shape[d]);
+    for (size_t d = static_cast<size_t>(dim) + 1; d < shape.size(); ++d)
+      inner *= static_cast<size_t>(shape[d]);
+    b.blocks = blocks;
+    b.rowBytes = n / blocks * inner * dtypeSize(dtype);
+    return b;
+  }
+};
+
+enum class Layout { pack, unpack, slice };
+
+/// pack: pieces[g][o] = whole[o][g]; unpack: whole[o][g] = pieces[g][o]; slice: out[o] =
+/// whole[o][block]. Indices are in units of U (rowUnits per block row); i runs over the pieces'
+/// order (g major) for pack/unpack and over out for slice.
+template <typename U>
+__global__ void relayKernel(const U *__restrict__ src, U *__restrict__ dst, int64_t outer,
+                            int64_t blocks, int64_t rowUnits, int64_t block, Layout layout,
+                            int64_t total) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t e = i % rowUnits, t = i / rowUnits;
+    if (layout == Layout::slice) {
+      dst[i] = src[(t * blocks + block) * rowUnits + e];
+      continue;
+    }
+    int64_t o = t % outer, g = t / outer;
+    int64_t whole = (o * blocks + g) * rowUnits + e;
+    if (layout == Layout::pack)
+      dst[i] = src[whole];
+    else
+      dst[whole] = src[i];
+  }
+}
+
+template <typename U>
+Status launchRelay(const Context &ctx, const void *src, void *dst, const Blocks &b, int64_t block,
+                   Layout layout) {
+  int64_t rowUnits = static_cast<int64_t>(b.rowBytes / sizeof(U));
+  int64_t total = static_cast<int64_t>(b.outer) * rowUnits *
+                  (layout == Layout::slice ? 1 : static_cast<int64_t>(b.blocks));
+  if (total == 0)
+    return Status::ok();
+  relayKernel<U><<<blocksFor(total), 256, 0, ctx.stream>>>(
+      static_cast<const U *>(src), static_cast<U *>(dst), static_cast<int64_t>(b.outer),
+      static_cast<int64_t>(b.blocks), rowUnits, block, layout, total);
+  return launchStatus("block relayout");
+}
+
+/// Moves the blocks with the widest unit that the row size and both addresses allow.
+Status relay(const Context &ctx, const void *src, void *dst, const Blocks &b, int64_t block,
+             Layout layout) {
+  uintptr_t align = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
+                    static_cast<uintptr_t>(b.rowBytes);
+  if (align % 8 == 0)
+    return launchRelay<uint64_t>(ctx, src, dst, b, block, layout);
+  if (align % 4 == 0)
+    return launchRelay<uint32_t>(ctx, src, dst, b, block, layout);
+  if (align % 2 == 0)
+    return launchRelay<uint16_t>(ctx, src, dst, b, block, layout);
+  return launchRelay<uint8_t>(ctx, src, dst, b, block, layout);
+}
+
+Status expectSameDtype(const char *op, const TensorRef &x, const TensorRef &out) {
+  if (x.dtype != out.dtype)
+    return fail(op, std::string("the output is ") + dtypeName(out.dtype) + ", the input " +
+                        dtypeName(x.dtype));
+  return Status::ok();
+}
+
+Status expectIndexDtype(const char *op, const char *what, const TensorRef &t) {
+  if (t.dtype != DType::i64 && t.dtype != DType::i32)
+    return fail(op, std::string(what) + " must be i64 or i32, not " + dtypeName(t.dtype));
+  return Status::ok();
+}
+
+std::pair<size_t, int64_t> groupOf(const NcclCommunicator &nccl, std::span<const uint32_t> axes) {
+  return {nccl.mesh().groupOf(nccl.rank(), axes).size(),
+          nccl.mesh().indexInGroup(nccl.rank(), axes)};
+}
+
+Status checkAxes(const char *op, const NcclCommunicator &nccl, std::span<const uint32_t> axes) {
+  for (uint32_t a : axes)
+    if (a >= nccl.mesh().axisSizes.size())
+      return fail(op, "mesh axis " + std::to_string(a) + " does not exist (the mesh has " +
+                          std::to_string(nccl.mesh().axisSizes.size()) + " axes)");
+  return Status::ok();
+}
+
+/// Checks that `big`'s dim `dim` is the group size times `small`'s and the other dims agree.
+Status expectSplit(const char *op, const TensorRef &big, const TensorRef &small, int64_t dim,
+                   size_t groupSize, const char *bigName, const char *smallName) {
+  bool ok = big.shape.size() == small.shape.size() && dim >= 0 &&
+            dim < static_cast<int64_t>(big.shape.size());
+  for (size_t d = 0; ok && d < big.shape.size(); ++d)
+    ok = static_cast<int64_t>(d) == dim
+             ? big.shape[d] == small.shape[d] * static_cast<int64_t>(groupSize)
+             : big.shape[d] == small.shape[d];
+  if (!ok)
+    return fail(op, std::string("the ") + bigName + " " + shapeString(big.shape) + " is not the " +
+                        smallName + " " + shapeString(small.shape) + " with dim " +
+                        std::to_string(dim) + " times the group's " + std::to_string(groupSize) +
+                        " ranks");
+  return Status::ok();
+}
+
+StatusOr<void *> scratchFor(const Context &ctx, size_t bytes) {
+  if (!ctx.scratch)
+    return Status::error("no scratch allocator in the CUDA context");
+  return ctx.scratch(bytes == 0 ? 1 : bytes);
+}
+
+StatusOr<int> peerOf(const NcclCommunicator &nccl, uint32_t axis, int64_t shift) {
+  const comm::Mesh &mesh = nccl.mesh();
+  std::vector<int64_t> coords = mesh.coordsOf(nccl.rank());
+  if (axis >= coords.size())
+    return Status::error("mesh axis " + std::to_string(axis) + " does not exist");
+  coords[axis] += shift;
+  if (coords[axis] < 0 || coords[axis] >= mesh.axisSizes[axis])
+    return Status::error("rank " + std::to_string(nccl.rank()) + " has no peer " +
+                         std::to_string(shift) + " along mesh axis " + std::to_string(axis) +
+                         " (size " + std::to_string(mesh.axisSizes[axis]) + ")");
+  return static_cast<int>(mesh.rankOf(coords));
+}
+
+/// Raises `error` for every index outside [0, limit) that is not `ignore` (when hasIgnore).
+template <typename I>
+__global__ void checkRangeKernel(const I *__restrict__ ids, int64_t n, int64_t limit,
+                                 bool hasIgnore, int64_t ignore, int *errors, DeviceError error) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t id = static_cast<int64_t>(ids[i]);
+    if (!(hasIgnore && id == ignore) && (id < 0 || id >= limit))
+      detail::raise(errors, error);
+  }
+}
+
+Status checkRange(const Context &ctx, const TensorRef &ids, int64_t limit,
+                  std::optional<int64_t> ignore, DeviceError error, const char *op) {
+  int64_t n = ids.numElements();
+  if (n == 0)
+    return Status::ok();
+  if (ids.dtype == DType::i64)
+    checkRangeKernel<int64_t><<<blocksFor(n), 256, 0, ctx.stream>>>(
+        static_cast<const int64_t *>(ids.data), n, limit, ignore.has_value(), ignore.value_or(0),
+        ctx.errors, error);
+  else
+    checkRangeKernel<int32_t><<<blocksFor(n), 256, 0, ctx.stream>>>(
+        static_cast<const int32_t *>(ids.data), n, limit, ignore.has_value(), ignore.value_or(0),
+        ctx.errors, error);
+  return launchStatus(op);
+}
+
+} // namespace
+
+Status allReduce(NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,
+                 comm::ReduceKind kind, const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(checkAxes("AllReduce", nccl, axes));
+  RETURN_IF_ERROR(expectSameDtype("AllReduce", x, out));
+  if (x.numElements() != out.numElements())
+    return fail("AllReduce", "the output " + shapeString(out.shape) + " differs from the input " +
+                                 shapeString(x.shape));
+  return nccl.allReduce(axes, x.data, out.data, static_cast<size_t>(out.numElements()), out.dtype,
+                        kind);
+}
+
+Status allGather(NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,
+                 int64_t dim, const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(checkAxes("AllGather", nccl, axes));
+  RETURN_IF_ERROR(expectSameDtype("AllGather", x, out));
+  auto [size, index] = groupOf(nccl, axes);
+  RETURN_IF_ERROR(expectSplit("AllGather", out, x, dim, size, "output", "input"));
+  Blocks b = Blocks::of(out.shape, dim, size, out.dtype);
+  if (b.outer == 1) // the blocks are already contiguous in group order
+    return nccl.allGather(axes, x.data, out.data, x.byteSize());
+  ASSIGN_OR_RETURN(void *pieces, scratchFor(ctx, x.byteSize() * size));
+  RETURN_IF_ERROR(nccl.allGather(axes, x.data, pieces, x.byteSize()));
+  return relay(ctx, pieces, out.data, b, 0, Layout::unpack);
+}
+
+Status reduceScatter(NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,
+                     comm::ReduceKind kind, int64_t dim, const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(checkAxes("ReduceScatter", nccl, axes));
+  RETURN_IF_ERROR(expectSameDtype("ReduceScatter", x, out));
+  auto [size, index] = groupOf(nccl, axes);
+  RETURN_IF_ERROR(expectSplit("ReduceScatter", x, out, dim, size, "input", "output"));
+  Blocks b = Blocks::of(x.shape, dim, size, x.dtype);
+  const void *source = x.data;
+  if (b.outer != 1) {
+    ASSIGN_OR_RETURN(void *pieces, scratchFor(ctx, x.byteSize()));
+    RETURN_IF_ERROR(relay(ctx, x.data, pieces, b, 0, Layout::pack));
+    source = pieces;
+  }
+  return nccl.reduceScatter(axes, source, out.data, static_cast<size_t>(out.numElements()),
+                            out.dtype, kind);
+}
+
+Status allToAll(NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,
+                int64_t dim, int64_t concatDim, const TensorRef &x, const TensorRef &out) {
+  const char *name = "AllToAll";
+  RETURN_IF_ERROR(checkAxes(name, nccl, axes));
+  RETURN_IF_ERROR(expectSameDtype(name, x, out));
+  auto [size, index] = groupOf(nccl, axes);
+  int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (dim < 0 || dim >= rank || concatDim < 0 || concatDim >= rank)
+    return fail(name, "dims " + std::to_string(dim) + " and " + std::to_string(concatDim) +
+                          " must be in [0, " + std::to_string(rank) + ")");
+  std::vector<int64_t> want(x.shape.begin(), x.shape.end());
+  if (want[dim] % static_cast<int64_t>(size) != 0)
+    return fail(name, "dim " + std::to_string(dim) + " of " + shapeString(x.shape) +
+                          " does not divide over " + std::to_string(size) + " ranks");
+  want[dim] /= static_cast<int64_t>(size);
+  want[concatDim] *= static_cast<int64_t>(size);
+  if (want.size() != out.shape.size() || !std::equal(want.begin(), want.end(), out.shape.begin()))
+    return fail(name,
+                "the output is " + shapeString(out.shape) + ", expected " + shapeString(want));
+  // x -> pieces (sent) -> received pieces -> out; NCCL needs distinct send and receive buffers.
+  ASSIGN_OR_RETURN(void *sent, scratchFor(ctx, x.byteSize()));
+  ASSIGN_OR_RETURN(void *received, scratchFor(ctx, x.byteSize()));
+  RETURN_IF_ERROR(
+      relay(ctx, x.data, sent, Blocks::of(x.shape, dim, size, x.dtype), 0, Layout::pack));
+  RETURN_IF_ERROR(nccl.allToAll(axes, sent, received, x.byteSize() / size));
+  return relay(ctx, received, out.data, Blocks::of(out.shape, concatDim, size, out.dtype), 0,
+               Layout::unpack);
+}
+
+Status shardSlice(const NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,
+                  int64_t dim, const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(checkAxes("ShardSlice", nccl, axes));
+  RETURN_IF_ERROR(expectSameDtype("ShardSlice", x, out));
+  auto [size, index] = groupOf(nccl, axes);
+  RETURN_IF_ERROR(expectSplit("ShardSlice", x, out, dim, size, "input", "output"));
+  return relay(ctx, x.data, out.data, Blocks::of(x.shape, dim, size, x.dtype), index,
+               Layout::slice);
+}
+
+Status send(NcclCommunicator &nccl, uint32_t axis, int64_t shift, int64_t tag, const TensorRef &x) {
+  ASSIGN_OR_RETURN(int peer, peerOf(nccl, axis, shift));
+  return nccl.send(peer, static_cast<int>(tag), x.data, x.byteSize());
+}
+
+Status recv(NcclCommunicator &nccl, uint32_t axis, int64_t shift, int64_t tag,
+            const TensorRef &out) {
+  ASSIGN_OR_RETURN(int peer, peerOf(nccl, axis, shift));
+  return nccl.recv(peer, static_cast<int>(tag), out.data, out.byteSize());
+}
+
+Status vocabEmbedding(const NcclCommunicator &nccl, const Context &ctx,
+                      std::span<const uint32_t> axes, const TensorRef &table, const TensorRef &ids,
+                      const TensorRef &out) {
+  const char *name = "Embedding";
+  RETURN_IF_ERROR(checkAxes(name, nccl, axes));
+  RETURN_IF_ERROR(expectIndexDtype(name, "ids", ids));
+  if (table.shape.size() != 2)
+    return fail(name, "the table must be [V, h], not " + shapeString(table.shape));
+  auto [size, index] = groupOf(nccl, axes);
+  int64_t local = table.shape[0];
+  RETURN_IF_ERROR(embeddingShard(ctx, table, ids, index * local, out));
+  return checkRange(ctx, ids, local * static_cast<int64_t>(size), std::nullopt,
+                    DeviceError::idOutOfRange, name);
+}
+
+Status vocabEmbeddingGrad(const NcclCommunicator &nccl, const Context &ctx,
+                          std::span<const uint32_t> axes, const TensorRef &dy, const TensorRef &ids,
+                          const TensorRef &dtable) {
+  const char *name = "EmbeddingGrad";
+  RETURN_IF_ERROR(checkAxes(name, nccl, axes));
+  RETURN_IF_ERROR(expectIndexDtype(name, "ids", ids));
+  if (dtable.shape.size() != 2)
+    return fail(name, "dtable must be [V, h], not " + shapeString(dtable.shape));
+  auto [size, index] = groupOf(nccl, axes);
+  int64_t local = dtable.shape[0];
+  RETURN_IF_ERROR(embeddingShardGrad(ctx, dy, ids, index * local, dtable));
+  return checkRange(ctx, ids, local * static_cast<int64_t>(size), std::nullopt,
+                    DeviceError::idOutOfRange, name);
+}
+
+namespace {
+
+/// Per row of logits [..., V/G]: the group's max, and its sum of exp(x - max) and (with
+/// `target`) the target's logit; each of `rows` statistics of `statType`.
+struct VocabStats {
+  TensorRef max, sum, target;
+};
+
+/// The shared part of the loss and its gradient: checks, label range, and the reduced stats.
+StatusOr<VocabStats> vocabStats(const char *name, NcclCommunicator &nccl, const Context &ctx,
+                                std::span<const uint32_t> axes, const TensorRef &logits,
+                                const TensorRef &labels, std::optional<int64_t> ignoreIndex,
+                                int64_t &start) {
+  RETURN_IF_ERROR(checkAxes(name, nccl, axes));
+  RETURN_IF_ERROR(expectIndexDtype(name, "labels", labels));
+  if (logits.shape.empty())
+    return fail(name, "logits must have a class dim, not shape []");
+  std::span<const int64_t> rowsShape = logits.shape.first(logits.shape.size() - 1);
+  if (!std::equal(rowsShape.begin(), rowsShape.end(), labels.shape.begin(), labels.shape.end()))
+    return fail(name,
+                "labels must be " + shapeString(rowsShape) + ", not " + shapeString(labels.shape));
+  if (!detail::isFloat(logits.dtype))
+    return detail::unsupportedDtype(name, logits.dtype);
+  auto [size, index] = groupOf(nccl, axes);
+  int64_t local = logits.shape.back();
+  start = index * local;
+  RETURN_IF_ERROR(checkRange(ctx, labels, local * static_cast<int64_t>(size), ignoreIndex,
+                             DeviceError::labelOutOfRange, name));
+  DType statType = logits.dtype == DType::f64 ? DType::f64 : DType::f32;
+  size_t rows = static_cast<size_t>(labels.numElements());
+  size_t bytes = rows * dtypeSize(statType);
+  // [max | sum | target]: sum and target are contiguous, so one all-reduce sums both.
+  ASSIGN_OR_RETURN(void *stats, scratchFor(ctx, 3 * bytes));
+  auto *base = static_cast<uint8_t *>(stats);
+  VocabStats s{{statType, labels.shape, base},
+               {statType, labels.shape, base + bytes},
+               {statType, labels.shape, base + 2 * bytes}};
+  RETURN_IF_ERROR(crossEntropyShardStats(ctx, logits, labels, start, s.max, s.target));
+  RETURN_IF_ERROR(
+      nccl.allReduce(axes, s.max.data, s.max.data, rows, statType, comm::ReduceKind::max));
+  RETURN_IF_ERROR(crossEntropyShardSumExp(ctx, logits, s.max, s.sum));
+  RETURN_IF_ERROR(
+      nccl.allReduce(axes, s.sum.data, s.sum.data, 2 * rows, statType, comm::ReduceKind::sum));
+  return s;
+}
+
+} // namespace
+
+Status vocabCrossEntropy(NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,
+                         const TensorRef &logits, const TensorRef &labels,
+                         std::optional<int64_t> ignoreIndex, const TensorRef &out) {
+  const char *name = "CrossEntropy";
+  if (out.dtype != logits.dtype)
+    return fail(name, std::string("the output must be ") + dtypeName(logits.dtype) + ", not " +
+                          dtypeName(out.dtype));
+  int64_t start = 0;
+  ASSIGN_OR_RETURN(VocabStats s,
+                   vocabStats(name, nccl, ctx, axes, logits, labels, ignoreIndex, start));
+  return crossEntropyShardLoss(ctx, s.max, s.sum, s.target, labels, ignoreIndex, out);
+}
+
+Status vocabCrossEntropyGrad(NcclCommunicator &nccl, const Context &ctx,
+                             std::span<const uint32_t> axes, const TensorRef &dloss,
+                             const TensorRef &logits, const TensorRef &labels,
+                             std::optional<int64_t> ignoreIndex, const TensorRef &dlogits) {
+  const char *name = "CrossEntropyGrad";
+  int64_t start = 0;
+  ASSIGN_OR_RETURN(VocabStats s,
+                   vocabStats(name, nccl, ctx, axes, logits, labels, ignoreIndex, start));
+  return crossEntropyShardGrad(ctx, dloss, logits, labels, start, s.max, s.sum, ignoreIndex,
+                               dlogits);
+}
+
+} // namespace megac::runtime::cuda::devcomm

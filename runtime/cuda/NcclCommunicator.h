@@ -1,0 +1,116 @@
+// Collectives and point-to-point transfers on device memory between the GPUs of a plan's mesh,
+// through NCCL (runtime/cuda/NcclCommunicator.cpp). The CUDA executor owns one; the host
+// communicator (comm::Communicator) only bootstraps it and stays the executor's communicator()
+// for host tensors (pipeline runner, checkpoints).
+//
+// Groups are as comm::Mesh::groupOf: for a set of mesh axes, the ranks that differ from this one
+// only on those axes, ordered by their row-major index on them. A group's NCCL communicator is
+// split from the world one (ncclCommSplit, color = the group's first member, key = the index in
+// the group, so NCCL rank = group index) the first time it is used and cached. The split is a
+// collective over the whole world: every rank must ask for the groups of the same axis sets in
+// the same order, so the executor asks for every axis set its plan uses at creation (prepare()).
+//
+// Streams: each call runs on the communicator's own stream, which first waits for an event
+// recorded on the compute stream (so it sees the compute work issued before), and the compute
+// stream then waits for an event recorded after the call (so later compute sees its result).
+// Nothing blocks the host: NCCL calls are asynchronous.
+//
+// Timeouts: there are none here. A rank that never joins a collective makes the others hang in
+// NCCL's kernels; NCCL_TIMEOUT-style watchdogs (polling ncclCommGetAsyncError and aborting with
+// ncclCommAbort) are not implemented.
+//
+// Sends: send() copies the data into a staging buffer and returns (like comm::Communicator's
+// send, so 1F1B's crossing transfers cannot deadlock); the staged sends go out in one NCCL group
+// with the next recv(), or on their own at the next collective or flushSends(). A send to this
+// very rank is kept until the recv() from itself with the same tag.
+#pragma once
+
+#include "runtime/Status.h"
+#include "runtime/comm/Communicator.h"
+
+#include <cuda_runtime_api.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+struct ncclComm;
+
+namespace megac::runtime::cuda {
+
+class NcclCommunicator {
+public:
+  /// The communicator of `rank` in `mesh` on the current device; `compute` is the stream the
+  /// callers' kernels run on. With `host` (whose mesh is `mesh`), every rank of the mesh must call
+  /// this at the same time: rank 0's NCCL id travels over `host`. Without it (a one-rank view),
+  /// NCCL gets a world of this rank alone and only groups of one rank work.
+  static StatusOr<std::unique_ptr<NcclCommunicator>>
+  create(const comm::Mesh &mesh, int rank, comm::Communicator *host, cudaStream_t compute);
+  ~NcclCommunicator();
+  NcclCommunicator(const NcclCommunicator &) = delete;
+  NcclCommunicator &operator=(const NcclCommunicator &) = delete;
+
+  int rank() const { return rank_; }
+  const comm::Mesh &mesh() const { return mesh_; }
+  /// The stream the NCCL calls run on.
+  cudaStream_t stream() const { return stream_; }
+
+  /// Makes the group communicators of every axis set in `axisSets`, in that order (a collective
+  /// over the world: every rank must pass the same list).
+  Status prepare(const std::vector<std::vector<uint32_t>> &axisSets);
+
+  /// out = the group's sum or max of `in` (count elements; out may be in). Half types reduce in
+  /// NCCL's bf16/f16 arithmetic (the CPU reduces in f32 and rounds once: results agree to the
+  /// half type's rounding for groups up to 2 ranks and closely beyond).
+  Status allReduce(std::span<const uint32_t> axes, const void *in, void *out, size_t count,
+                   DType dtype, comm::ReduceKind kind);
+  /// out holds group-size blocks of bytesPerRank, in group order.
+  Status allGather(std::span<const uint32_t> axes, const void *in, void *out, size_t bytesPerRank);
+  /// in holds group-size blocks of countPerRank elements; out gets the reduction of block
+  /// (this rank's group index).
+  Status reduceScatter(std::span<const uint32_t> axes, const void *in, void *out,
+                       size_t countPerRank, DType dtype, comm::ReduceKind kind);
+  /// Block i of in goes to member i; block j of out comes from member j (out must not be in).
+  Status allToAll(std::span<const uint32_t> axes, const void *in, void *out, size_t bytesPerRank);
+  /// To / from world rank `peer` (see the sends note above); messages between two ranks are
+  /// matched in order, `tag` only matters for a rank sending to itself.
+  Status send(int peer, int tag, const void *data, size_t bytes);
+  Status recv(int peer, int tag, void *data, size_t bytes);
+  /// Starts every staged send (it completes in the background).
+  Status flushSends();
+  /// Waits for everything issued on the communication stream.
+  Status synchronize();
+
+private:
+  NcclCommunicator() = default;
+  struct Staged {
+    int peer = 0, tag = 0;
+    void *data = nullptr;
+    size_t bytes = 0;
+  };
+  /// The NCCL communicator of this rank's group over `axes` (the world's when it is the whole
+  /// world), made on first use.
+  StatusOr<ncclComm *> groupComm(std::span<const uint32_t> axes);
+  /// Orders the communication stream after the compute work issued so far.
+  Status beginCall(const char *what);
+  /// Orders the compute stream after the communication issued so far.
+  Status endCall(const char *what);
+  Status stage(int peer, int tag, const void *data, size_t bytes, Staged &out);
+  /// ncclSend of every staged send to another rank, inside the caller's group (or its own).
+  Status issueStagedSends();
+
+  comm::Mesh mesh_;
+  int rank_ = 0;
+  int worldSize_ = 1; // ranks in the NCCL world (1 without a host communicator)
+  ncclComm *world_ = nullptr;
+  std::map<std::vector<uint32_t>, ncclComm *> groups_; // split communicators, by axes as given
+  cudaStream_t compute_ = nullptr, stream_ = nullptr;
+  cudaEvent_t computeDone_ = nullptr, commDone_ = nullptr;
+  std::vector<Staged> pending_; // staged sends to other ranks, in issue order
+  std::deque<Staged> toSelf_;   // sends to this rank, waiting for their recv
+  int device_ = 0;
+};
+
+} // namespace megac::runtime::cuda

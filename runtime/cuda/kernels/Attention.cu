@@ -1,0 +1,675 @@
+// Attention and AttentionGrad. q [b,s,h,d], k [b,t,hk,d], v [b,t,hk,dv], out [b,s,h,dv]; query
+// head hi reads kv head hi / (h / hk); `causal` hides key j > i + (t - s).
+//
+// Fused path (no mask, d and dv <= 128, f32/bf16/f16): flash-attention style, nothing of size
+// s*t stored. The bf16/f16 forward runs on tensor cores (WMMA, AttentionWmma.cuh). The f32
+// forward and every backward are SIMT kernels (no tensor cores): a block of 4 warps takes 16
+// query rows of one (batch, head), 4 rows per warp; key tiles of 32 go through shared memory
+// (as f32); a lane computes one key's score, the warp keeps a running max and sum per row
+// (online softmax) and each lane accumulates 1..4 output dims (head dims padded to 32/64/128
+// with zeros). The backward recomputes probabilities from q, k and each row's logsumexp: a
+// first pass (the SIMT forward in "stats" mode) writes lse and delta = dout . out per row into
+// scratch; dq comes from a pass per query tile over the key tiles in order, dk and dv from a
+// pass per (batch, kv head, 16 keys) over the group's query heads and the query tiles in
+// order: deterministic, no atomics.
+//
+// Fallback (a mask tensor, f64, or head dims > 128): the probabilities [b,h,s,t] are
+// materialized in scratch (f32, f64 for f64) by a block per query row, then simple reduction
+// kernels (a thread per output element, sums in a fixed order) give out, dq, dk, dv and dmask.
+#include "runtime/cpu/KernelUtil.h"
+#include "runtime/cuda/kernels/BlockReduce.cuh"
+
+#include <mma.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace megac::runtime::cuda {
+
+using namespace detail;
+using cpu::detail::broadcastShapes;
+using cpu::detail::broadcastStrides;
+using cpu::detail::expectDtype;
+using cpu::detail::expectShape;
+using cpu::detail::fail;
+using cpu::detail::sameShape;
+
+namespace {
+
+struct AttnArgs {
+  int64_t b, s, h, d, t, hk, dv;
+  int causal;
+  double scale;
+};
+
+/// Keys query i may see: j < visible(i).
+__device__ __forceinline__ int64_t visible(const AttnArgs &a, int64_t i) {
+  if (!a.causal)
+    return a.t;
+  int64_t v = i + (a.t - a.s) + 1;
+  return v < 0 ? 0 : (v > a.t ? a.t : v);
+}
+
+__device__ __forceinline__ int64_t qIndex(const AttnArgs &a, int64_t bi, int64_t i, int64_t hi) {
+  return ((bi * a.s + i) * a.h + hi) * a.d;
+}
+__device__ __forceinline__ int64_t oIndex(const AttnArgs &a, int64_t bi, int64_t i, int64_t hi) {
+  return ((bi * a.s + i) * a.h + hi) * a.dv;
+}
+__device__ __forceinline__ int64_t kIndex(const AttnArgs &a, int64_t bi, int64_t j, int64_t kh) {
+  return ((bi * a.t + j) * a.hk + kh) * a.d;
+}
+__device__ __forceinline__ int64_t vIndex(const AttnArgs &a, int64_t bi, int64_t j, int64_t kh) {
+  return ((bi * a.t + j) * a.hk + kh) * a.dv;
+}
+
+// ---- Fused (flash) kernels -------------------------------------------------------------------
+
+constexpr int kWarps = 4;
+constexpr int kRows = 4;                // query (or key) rows per warp
+constexpr int kBQ = kWarps * kRows;     // rows per block
+constexpr int kBK = 32;                 // keys (or queries) per shared tile, one per lane
+constexpr int kThreads = kWarps * 32;
+
+/// Floats of dynamic shared memory of each fused kernel for head dims padded to D.
+constexpr size_t forwardFloats(int D) { return kBQ * D + kBK * (D + 1) + kBK * D + kWarps * 32; }
+constexpr size_t gradQFloats(int D) { return 2 * kBQ * D + 2 * kBK * (D + 1) + kWarps * 32; }
+constexpr size_t gradKVFloats(int D) {
+  return 2 * kBQ * D + 2 * kBK * (D + 1) + 2 * kBK + 2 * kWarps * 32;
+}
+
+/// Copies rows [r0, r0 + n) (of `count`) of a [.., heads, dim] tensor at row stride `rowStride`
+/// into dst [n][ld] as f32, zero beyond `count` rows and `dim` columns (up to D).
+template <typename T, int D>
+__device__ void loadTile(float *dst, int ld, int n, const T *src, int64_t base, int64_t rowStride,
+                         int64_t r0, int64_t count, int64_t dim) {
+  for (int idx = threadIdx.x; idx < n * D; idx += blockDim.x) {
+    int rr = idx / D, c = idx % D;
+    int64_t r = r0 + rr;
+    dst[rr * ld + c] = (r < count && c < dim) ? load(src, base + r * rowStride + c) : 0.0f;
+  }
+}
+
+/// Forward over 16 query rows of head (blockIdx.z, blockIdx.y). Without kStats writes out;
+/// with kStats writes lse (+inf for a row that sees no key) and delta = dout . out per row
+/// ([b,h,s] f32) for the backward instead.
+template <typename T, int DC, bool kStats>
+__global__ void __launch_bounds__(kThreads)
+    flashForward(const T *q, const T *k, const T *v, T *out, const T *dout, float *lse,
+                 float *delta, AttnArgs a) {
+  constexpr int D = DC * 32, KP = D + 1;
+  const float scale = static_cast<float>(a.scale);
+  extern __shared__ float smem[];
+  float *Qs = smem;             // [kBQ][D]
+  float *Ks = Qs + kBQ * D;     // [kBK][KP]
+  float *Vs = Ks + kBK * KP;    // [kBK][D]
+  float *Ps = Vs + kBK * D;     // [kWarps][32]
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int64_t bi = blockIdx.z, hi = blockIdx.y, q0 = int64_t(blockIdx.x) * kBQ;
+  int64_t kh = hi / (a.h / a.hk);
+  loadTile<T, D>(Qs, D, kBQ, q, qIndex(a, bi, 0, hi), a.h * a.d, q0, a.s, a.d);
+  float m[kRows], l[kRows], acc[kRows][DC];
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr) {
+    m[rr] = -INFINITY;
+    l[rr] = 0.0f;
+#pragma unroll
+    for (int cc = 0; cc < DC; ++cc)
+      acc[rr][cc] = 0.0f;
+  }
+  int64_t lastRow = (a.s < q0 + kBQ ? a.s : q0 + kBQ) - 1;
+  int64_t kEnd = visible(a, lastRow); // causal: later key tiles are masked for every row
+  for (int64_t k0 = 0; k0 < kEnd; k0 += kBK) {
+    __syncthreads(); // the previous tile's readers are done
+    loadTile<T, D>(Ks, KP, kBK, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
+    loadTile<T, D>(Vs, D, kBK, v, vIndex(a, bi, 0, kh), a.hk * a.dv, k0, a.t, a.dv);
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr) {
+      int r = warp * kRows + rr;
+      int64_t i = q0 + r;
+      if (i >= a.s)
+        break; // uniform in the warp
+      int64_t j = k0 + lane;
+      bool ok = j < visible(a, i);
+      float dot = 0.0f;
+#pragma unroll 16
+      for (int c = 0; c < D; ++c)
+        dot += Qs[r * D + c] * Ks[lane * KP + c];
+      float sc = ok ? dot * scale : -INFINITY;
+      float mNew = maxNaN(m[rr], warpMax(sc));
+      if (mNew == -INFINITY)
+        continue; // nothing visible yet in this row (uniform in the warp)
+      float p = ok ? expf(sc - mNew) : 0.0f;
+      float alpha = expf(m[rr] - mNew); // 0 for the first visible tile
+      l[rr] = l[rr] * alpha + warpSum(p);
+      m[rr] = mNew;
+      Ps[warp * 32 + lane] = p;
+      __syncwarp();
+#pragma unroll
+      for (int cc = 0; cc < DC; ++cc) {
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int jj = 0; jj < kBK; ++jj)
+          sum += Ps[warp * 32 + jj] * Vs[jj * D + cc * 32 + lane];
+        acc[rr][cc] = acc[rr][cc] * alpha + sum;
+      }
+      __syncwarp();
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr) {
+    int64_t i = q0 + warp * kRows + rr;
+    if (i >= a.s)
+      break;
+    float inv = l[rr] > 0.0f ? 1.0f / l[rr] : 0.0f; // a row that sees no key gives zeros
+    if constexpr (!kStats) {
+#pragma unroll
+      for (int cc = 0; cc < DC; ++cc) {
+        int c = cc * 32 + lane;
+        if (c < a.dv)
+          store(out, oIndex(a, bi, i, hi) + c, acc[rr][cc] * inv);
+      }
+    } else {
+      float dd = 0.0f;
+#pragma unroll
+      for (int cc = 0; cc < DC; ++cc) {
+        int c = cc * 32 + lane;
+        if (c < a.dv)
+          dd += acc[rr][cc] * inv * load(dout, oIndex(a, bi, i, hi) + c);
+      }
+      dd = warpSum(dd);
+      if (lane == 0) {
+        int64_t at = (bi * a.h + hi) * a.s + i;
+        lse[at] = l[rr] > 0.0f ? m[rr] + logf(l[rr]) : INFINITY;
+        delta[at] = dd;
+      }
+    }
+  }
+}
+
+/// dq for 16 query rows: dq_i = scale * sum_j P_ij (dP_ij - delta_i) k_j, key tiles in order.
+template <typename T, int DC>
+__global__ void __launch_bounds__(kThreads)
+    flashGradQ(const T *q, const T *k, const T *v, const T *dout, const float *lse,
+               const float *delta, T *dq, AttnArgs a) {
+  constexpr int D = DC * 32, KP = D + 1;
+  const float scale = static_cast<float>(a.scale);
+  extern __shared__ float smem[];
+  float *Qs = smem;             // [kBQ][D]
+  float *Os = Qs + kBQ * D;     // [kBQ][D] dout rows
+  float *Ks = Os + kBQ * D;     // [kBK][KP]
+  float *Vs = Ks + kBK * KP;    // [kBK][KP]
+  float *Ss = Vs + kBK * KP;    // [kWarps][32] dS
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int64_t bi = blockIdx.z, hi = blockIdx.y, q0 = int64_t(blockIdx.x) * kBQ;
+  int64_t kh = hi / (a.h / a.hk);
+  loadTile<T, D>(Qs, D, kBQ, q, qIndex(a, bi, 0, hi), a.h * a.d, q0, a.s, a.d);
+  loadTile<T, D>(Os, D, kBQ, dout, oIndex(a, bi, 0, hi), a.h * a.dv, q0, a.s, a.dv);
+  float L[kRows], Dl[kRows], acc[kRows][DC];
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr) {
+    int64_t i = q0 + warp * kRows + rr;
+    int64_t at = (bi * a.h + hi) * a.s + i;
+    L[rr] = i < a.s ? lse[at] : INFINITY;
+    Dl[rr] = i < a.s ? delta[at] : 0.0f;
+#pragma unroll
+    for (int cc = 0; cc < DC; ++cc)
+      acc[rr][cc] = 0.0f;
+  }
+  int64_t lastRow = (a.s < q0 + kBQ ? a.s : q0 + kBQ) - 1;
+  int64_t kEnd = visible(a, lastRow);
+  for (int64_t k0 = 0; k0 < kEnd; k0 += kBK) {
+    __syncthreads();
+    loadTile<T, D>(Ks, KP, kBK, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
+    loadTile<T, D>(Vs, KP, kBK, v, vIndex(a, bi, 0, kh), a.hk * a.dv, k0, a.t, a.dv);
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr) {
+      int r = warp * kRows + rr;
+      int64_t i = q0 + r;
+      if (i >= a.s)
+        break;
+      if (L[rr] == INFINITY)
+        continue; // a row that sees no key passes nothing back
+      int64_t j = k0 + lane;
+      bool ok = j < visible(a, i);
+      float dot = 0.0f, dp = 0.0f;
+#pragma unroll 16
+      for (int c = 0; c < D; ++c) {
+        dot += Qs[r * D + c] * Ks[lane * KP + c];
+        dp += Os[r * D + c] * Vs[lane * KP + c];
+      }
+      float p = ok ? expf(dot * scale - L[rr]) : 0.0f;
+      Ss[warp * 32 + lane] = ok ? p * (dp - Dl[rr]) : 0.0f;
+      __syncwarp();
+#pragma unroll
+      for (int cc = 0; cc < DC; ++cc) {
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int jj = 0; jj < kBK; ++jj)
+          sum += Ss[warp * 32 + jj] * Ks[jj * KP + cc * 32 + lane];
+        acc[rr][cc] += sum;
+      }
+      __syncwarp();
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr) {
+    int64_t i = q0 + warp * kRows + rr;
+    if (i >= a.s)
+      break;
+#pragma unroll
+    for (int cc = 0; cc < DC; ++cc) {
+      int c = cc * 32 + lane;
+      if (c < a.d)
+        store(dq, qIndex(a, bi, i, hi) + c, acc[rr][cc] * scale);
+    }
+  }
+}
+
+/// dk and dv for 16 keys of kv head (blockIdx.z, blockIdx.y): over the group's query heads in
+/// order and their query tiles in order, dv_j += P_ij dout_i, dk_j += scale dS_ij q_i.
+template <typename T, int DC>
+__global__ void __launch_bounds__(kThreads)
+    flashGradKV(const T *q, const T *k, const T *v, const T *dout, const float *lse,
+                const float *delta, T *dk, T *dv, AttnArgs a) {
+  constexpr int D = DC * 32, KP = D + 1;
+  const float scale = static_cast<float>(a.scale);
+  extern __shared__ float smem[];
+  float *Ks = smem;             // [kBQ][D] this block's keys
+  float *Vs = Ks + kBQ * D;     // [kBQ][D]
+  float *Qs = Vs + kBQ * D;     // [kBK][KP] a tile of queries
+  float *Os = Qs + kBK * KP;    // [kBK][KP] their dout rows
+  float *Ls = Os + kBK * KP;    // [kBK] lse
+  float *Ds = Ls + kBK;         // [kBK] delta
+  float *Ps = Ds + kBK;         // [kWarps][32]
+  float *Ss = Ps + kWarps * 32; // [kWarps][32]
+  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int64_t bi = blockIdx.z, kh = blockIdx.y, k0 = int64_t(blockIdx.x) * kBQ;
+  int64_t group = a.h / a.hk;
+  loadTile<T, D>(Ks, D, kBQ, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
+  loadTile<T, D>(Vs, D, kBQ, v, vIndex(a, bi, 0, kh), a.hk * a.dv, k0, a.t, a.dv);
+  float accK[kRows][DC], accV[kRows][DC];
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr)
+#pragma unroll
+    for (int cc = 0; cc < DC; ++cc)
+      accK[rr][cc] = accV[rr][cc] = 0.0f;
+  // Causal: query i sees key j iff i >= j - (t - s); earlier queries see none of these keys.
+  int64_t qStart = a.causal && k0 > a.t - a.s ? k0 - (a.t - a.s) : 0;
+  for (int64_t g = 0; g < group; ++g) {
+    int64_t hi = kh * group + g;
+    for (int64_t i0 = qStart; i0 < a.s; i0 += kBK) {
+      __syncthreads();
+      loadTile<T, D>(Qs, KP, kBK, q, qIndex(a, bi, 0, hi), a.h * a.d, i0, a.s, a.d);
+      loadTile<T, D>(Os, KP, kBK, dout, oIndex(a, bi, 0, hi), a.h * a.dv, i0, a.s, a.dv);
+      if (threadIdx.x < kBK) {
+        int64_t i = i0 + threadIdx.x, at = (bi * a.h + hi) * a.s + i;
+        Ls[threadIdx.x] = i < a.s ? lse[at] : INFINITY;
+        Ds[threadIdx.x] = i < a.s ? delta[at] : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int rr = 0; rr < kRows; ++rr) {
+        int r = warp * kRows + rr;
+        int64_t j = k0 + r;
+        if (j >= a.t)
+          break;
+        int64_t i = i0 + lane;
+        bool ok = i < a.s && Ls[lane] != INFINITY && j < visible(a, i);
+        float dot = 0.0f, dp = 0.0f;
+#pragma unroll 16
+        for (int c = 0; c < D; ++c) {
+          dot += Qs[lane * KP + c] * Ks[r * D + c];
+          dp += Os[lane * KP + c] * Vs[r * D + c];
+        }
+        float p = ok ? expf(dot * scale - Ls[lane]) : 0.0f;
+        Ps[warp * 32 + lane] = p;
+        Ss[warp * 32 + lane] = ok ? p * (dp - Ds[lane]) : 0.0f;
+        __syncwarp();
+#pragma unroll
+        for (int cc = 0; cc < DC; ++cc) {
+          float sv = 0.0f, sk = 0.0f;
+#pragma unroll 8
+          for (int ii = 0; ii < kBK; ++ii) {
+            sv += Ps[warp * 32 + ii] * Os[ii * KP + cc * 32 + lane];
+            sk += Ss[warp * 32 + ii] * Qs[ii * KP + cc * 32 + lane];
+          }
+          accV[rr][cc] += sv;
+          accK[rr][cc] += sk;
+        }
+        __syncwarp();
+      }
+    }
+  }
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr) {
+    int64_t j = k0 + warp * kRows + rr;
+    if (j >= a.t)
+      break;
+#pragma unroll
+    for (int cc = 0; cc < DC; ++cc) {
+      int c = cc * 32 + lane;
+      if (c < a.d)
+        store(dk, kIndex(a, bi, j, kh) + c, accK[rr][cc] * scale);
+      if (c < a.dv)
+        store(dv, vIndex(a, bi, j, kh) + c, accV[rr][cc]);
+    }
+  }
+}
+
+#include "runtime/cuda/kernels/AttentionWmma.cuh"
+#include "runtime/cuda/kernels/AttentionWmmaGrad.cuh"
+
+/// Sets the dynamic shared memory limit of `kernel` to `bytes` (above 48 KiB needs opting in).
+template <typename K> Status allowSmem(const char *op, K kernel, size_t bytes) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes)) != cudaSuccess)
+    return launchStatus(op);
+  return Status::ok();
+}
+
+template <typename T, int DC>
+Status fusedForward(const char *op, const Context &ctx, const TensorRef &q, const TensorRef &k,
+                    const TensorRef &v, const TensorRef &out, const AttnArgs &a) {
+  if constexpr (!std::is_same_v<T, float>) { // bf16/f16: tensor cores
+    constexpr int D = DC * 32;
+    size_t bytes = wmmaForwardBytes(D, sizeof(T));
+    auto kernel = flashForwardWmma<T, D, false>;
+    RETURN_IF_ERROR(allowSmem(op, kernel, bytes));
+    dim3 grid(static_cast<unsigned>((a.s + kWmmaBQ - 1) / kWmmaBQ), static_cast<unsigned>(a.h),
+              static_cast<unsigned>(a.b));
+    kernel<<<grid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
+                                                  v.as<const T>(), out.as<T>(), nullptr, nullptr,
+                                                  nullptr, a);
+    return launchStatus(op);
+  } else {
+    size_t bytes = forwardFloats(DC * 32) * sizeof(float);
+    auto kernel = flashForward<T, DC, false>;
+    RETURN_IF_ERROR(allowSmem(op, kernel, bytes));
+    dim3 grid(static_cast<unsigned>((a.s + kBQ - 1) / kBQ), static_cast<unsigned>(a.h),
+              static_cast<unsigned>(a.b));
+    kernel<<<grid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
+                                                  v.as<const T>(), out.as<T>(), nullptr, nullptr,
+                                                  nullptr, a);
+    return launchStatus(op);
+  }
+}
+
+/// The tensor-core backward (bf16/f16): lse/delta, then dq and dk/dv (AttentionWmmaGrad.cuh).
+template <typename T, int D>
+Status wmmaBackward(const char *op, const Context &ctx, const TensorRef &dout, const TensorRef &q,
+                    const TensorRef &k, const TensorRef &v, const TensorRef &dq,
+                    const TensorRef &dk, const TensorRef &dv, const AttnArgs &a, float *lse,
+                    float *delta) {
+  dim3 qGrid(static_cast<unsigned>((a.s + kWmmaBQ - 1) / kWmmaBQ), static_cast<unsigned>(a.h),
+             static_cast<unsigned>(a.b));
+  if (a.s > 0) {
+    size_t bytes = wmmaForwardBytes(D, sizeof(T));
+    auto stats = flashForwardWmma<T, D, true>;
+    RETURN_IF_ERROR(allowSmem(op, stats, bytes));
+    stats<<<qGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
+                                                  v.as<const T>(), nullptr, dout.as<const T>(),
+                                                  lse, delta, a);
+    RETURN_IF_ERROR(launchStatus(op));
+    bytes = wmmaGradQBytes(D, sizeof(T));
+    auto gq = flashGradQWmma<T, D>;
+    RETURN_IF_ERROR(allowSmem(op, gq, bytes));
+    gq<<<qGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(), v.as<const T>(),
+                                               dout.as<const T>(), lse, delta, dq.as<T>(), a);
+    RETURN_IF_ERROR(launchStatus(op));
+  }
+  if (a.t > 0) {
+    size_t bytes = wmmaGradKVBytes(D, sizeof(T));
+    auto gkv = flashGradKVWmma<T, D>;
+    RETURN_IF_ERROR(allowSmem(op, gkv, bytes));
+    dim3 kGrid(static_cast<unsigned>((a.t + 63) / 64), static_cast<unsigned>(a.hk),
+               static_cast<unsigned>(a.b));
+    gkv<<<kGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
+                                                v.as<const T>(), dout.as<const T>(), lse, delta,
+                                                dk.as<T>(), dv.as<T>(), a);
+    RETURN_IF_ERROR(launchStatus(op));
+  }
+  return Status::ok();
+}
+
+template <typename T, int DC>
+Status fusedBackward(const char *op, const Context &ctx, const TensorRef &dout, const TensorRef &q,
+                     const TensorRef &k, const TensorRef &v, const TensorRef &dq,
+                     const TensorRef &dk, const TensorRef &dv, const AttnArgs &a) {
+  size_t rows = static_cast<size_t>(a.b * a.h * a.s);
+  ASSIGN_OR_RETURN(void *lseMem, ctx.scratch(std::max<size_t>(rows, 1) * sizeof(float)));
+  ASSIGN_OR_RETURN(void *deltaMem, ctx.scratch(std::max<size_t>(rows, 1) * sizeof(float)));
+  float *lse = static_cast<float *>(lseMem), *delta = static_cast<float *>(deltaMem);
+  if constexpr (!std::is_same_v<T, float>)
+    return wmmaBackward<T, DC * 32>(op, ctx, dout, q, k, v, dq, dk, dv, a, lse, delta);
+  dim3 qGrid(static_cast<unsigned>((a.s + kBQ - 1) / kBQ), static_cast<unsigned>(a.h),
+             static_cast<unsigned>(a.b));
+  if (a.s > 0) {
+    size_t bytes = forwardFloats(DC * 32) * sizeof(float);
+    auto stats = flashForward<T, DC, true>;
+    RETURN_IF_ERROR(allowSmem(op, stats, bytes));
+    stats<<<qGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
+                                                  v.as<const T>(), nullptr, dout.as<const T>(),
+                                                  lse, delta, a);
+    RETURN_IF_ERROR(launchStatus(op));
+    bytes = gradQFloats(DC * 32) * sizeof(float);
+    auto gq = flashGradQ<T, DC>;
+    RETURN_IF_ERROR(allowSmem(op, gq, bytes));
+    gq<<<qGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(), v.as<const T>(),
+                                               dout.as<const T>(), lse, delta, dq.as<T>(), a);
+    RETURN_IF_ERROR(launchStatus(op));
+  }
+  if (a.t > 0) {
+    size_t bytes = gradKVFloats(DC * 32) * sizeof(float);
+    auto gkv = flashGradKV<T, DC>;
+    RETURN_IF_ERROR(allowSmem(op, gkv, bytes));
+    dim3 kGrid(static_cast<unsigned>((a.t + kBQ - 1) / kBQ), static_cast<unsigned>(a.hk),
+               static_cast<unsigned>(a.b));
+    gkv<<<kGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
+                                                v.as<const T>(), dout.as<const T>(), lse, delta,
+                                                dk.as<T>(), dv.as<T>(), a);
+    RETURN_IF_ERROR(launchStatus(op));
+  }
+  return Status::ok();
+}
+
+#include "runtime/cuda/kernels/AttentionFallback.cuh"
+
+// ---- Host side -------------------------------------------------------------------------------
+
+/// attentionDims of the CPU kernels (runtime/cpu/AttentionUtil.h), same messages.
+StatusOr<AttnArgs> attentionArgs(const char *name, const TensorRef &q, const TensorRef &k,
+                                 const TensorRef &v, bool causal, double scale) {
+  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
+    return fail(name, "q, k, v must be [b,s,h,d], [b,t,hk,d], [b,t,hk,dv]; got " +
+                          shapeString(q.shape) + ", " + shapeString(k.shape) + ", " +
+                          shapeString(v.shape));
+  AttnArgs a{q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[1], k.shape[2], v.shape[3],
+             causal ? 1 : 0, scale};
+  if (k.shape[0] != a.b || k.shape[3] != a.d || v.shape[0] != a.b || v.shape[1] != a.t ||
+      v.shape[2] != a.hk)
+    return fail(name, "q " + shapeString(q.shape) + ", k " + shapeString(k.shape) + ", v " +
+                          shapeString(v.shape) + " do not agree on b, t, hk or d");
+  if (a.hk < 1 || a.h % a.hk != 0)
+    return fail(name, std::to_string(a.hk) + " kv heads do not divide " + std::to_string(a.h) +
+                          " query heads");
+  if (!std::isfinite(scale))
+    return fail(name, "scale " + std::to_string(scale) + " is not finite");
+  if (!isFloat(q.dtype))
+    return unsupportedDtype(name, q.dtype);
+  if (a.b > 65535 || a.h > 65535)
+    return fail(name, "batch " + std::to_string(a.b) + " or heads " + std::to_string(a.h) +
+                          " exceed the CUDA grid (65535)");
+  return a;
+}
+
+/// The mask's strides over [b,h,s,t], after checking that it broadcasts there.
+Status maskArgs(const char *name, const TensorRef &mask, const AttnArgs &a, MaskArgs &out) {
+  std::vector<int64_t> full{a.b, a.h, a.s, a.t}, joined;
+  if (mask.shape.size() > 4 || !broadcastShapes(mask.shape, full, joined) ||
+      !sameShape(joined, full))
+    return fail(name, "mask shape " + shapeString(mask.shape) + " does not broadcast to " +
+                          shapeString(full) + " [b,h,s,t]");
+  std::vector<int64_t> strides = broadcastStrides(mask.shape, full, 1);
+  for (int d = 0; d < 4; ++d)
+    out.stride[d] = strides[d];
+  out.data = mask.data;
+  out.kind = mask.dtype == DType::i1 ? 2 : 1;
+  return Status::ok();
+}
+
+bool useFused(const TensorRef &q, const TensorRef *mask, const AttnArgs &a) {
+  return !mask && q.dtype != DType::f64 && a.d <= 128 && a.dv <= 128;
+}
+
+/// 1, 2 or 4 chunks of 32 for head dims up to 32, 64, 128.
+int chunksFor(const AttnArgs &a) {
+  int64_t w = std::max(a.d, a.dv);
+  return w <= 32 ? 1 : (w <= 64 ? 2 : 4);
+}
+
+/// Calls f(T{}) (returning a Status) for the storage type T of a float dtype.
+template <typename F> Status dispatchFloat(DType dtype, F &&f) {
+  switch (dtype) {
+  case DType::f64:
+    return f(double{});
+  case DType::f32:
+    return f(float{});
+  case DType::bf16:
+    return f(__nv_bfloat16{});
+  case DType::f16:
+    return f(__half{});
+  default:
+    return unsupportedDtype("Attention", dtype);
+  }
+}
+
+template <typename T> using ComputeC = Compute<T>;
+
+} // namespace
+
+Status attention(const Context &ctx, const TensorRef &q, const TensorRef &k, const TensorRef &v,
+                 const TensorRef *mask, bool causal, double scale, const TensorRef &out) {
+  const char *name = "Attention";
+  RETURN_IF_ERROR(expectDtype(name, "k", k, q.dtype));
+  RETURN_IF_ERROR(expectDtype(name, "v", v, q.dtype));
+  RETURN_IF_ERROR(expectDtype(name, "output", out, q.dtype));
+  ASSIGN_OR_RETURN(AttnArgs a, attentionArgs(name, q, k, v, causal, scale));
+  RETURN_IF_ERROR(expectShape(name, "output", out, std::vector<int64_t>{a.b, a.s, a.h, a.dv}));
+  MaskArgs margs;
+  if (mask) {
+    if (mask->dtype != q.dtype && mask->dtype != DType::i1)
+      return fail(name, std::string("mask is ") + dtypeName(mask->dtype) + ", expected " +
+                            dtypeName(q.dtype) + " (added) or i1 (kept where true)");
+    RETURN_IF_ERROR(maskArgs(name, *mask, a, margs));
+  }
+  if (a.b * a.s * a.h * a.dv == 0)
+    return Status::ok();
+  if (useFused(q, mask, a))
+    return dispatchFloat(q.dtype, [&](auto tag) -> Status {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, double>) {
+        return Status::ok(); // not fused (useFused)
+      } else {
+        int dc = chunksFor(a);
+        return dc == 1   ? fusedForward<T, 1>(name, ctx, q, k, v, out, a)
+               : dc == 2 ? fusedForward<T, 2>(name, ctx, q, k, v, out, a)
+                         : fusedForward<T, 4>(name, ctx, q, k, v, out, a);
+      }
+    });
+  return dispatchFloat(q.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    using C = ComputeC<T>;
+    ASSIGN_OR_RETURN(void *pMem,
+                     ctx.scratch(std::max<int64_t>(a.b * a.h * a.s * a.t, 1) * sizeof(C)));
+    C *P = static_cast<C *>(pMem);
+    probsKernel<T, C><<<rowBlocks(a.b * a.h * a.s), rowThreads(a.t), 0, ctx.stream>>>(
+        q.as<const T>(), k.as<const T>(), margs, P, a);
+    probsTimesV<T, C><<<blocksFor(out.numElements()), 256, 0, ctx.stream>>>(
+        P, v.as<const T>(), out.as<T>(), a);
+    return launchStatus(name);
+  });
+}
+
+Status attentionGrad(const Context &ctx, const TensorRef &dout, const TensorRef &q,
+                     const TensorRef &k, const TensorRef &v, const TensorRef *mask, bool causal,
+                     double scale, const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+                     const TensorRef *dmask) {
+  const char *name = "AttentionGrad";
+  RETURN_IF_ERROR(expectDtype(name, "k", k, q.dtype));
+  RETURN_IF_ERROR(expectDtype(name, "v", v, q.dtype));
+  ASSIGN_OR_RETURN(AttnArgs a, attentionArgs(name, q, k, v, causal, scale));
+  RETURN_IF_ERROR(expectDtype(name, "dout", dout, q.dtype));
+  RETURN_IF_ERROR(expectShape(name, "dout", dout, std::vector<int64_t>{a.b, a.s, a.h, a.dv}));
+  RETURN_IF_ERROR(expectDtype(name, "dq", dq, q.dtype));
+  RETURN_IF_ERROR(expectShape(name, "dq", dq, q.shape));
+  RETURN_IF_ERROR(expectDtype(name, "dk", dk, k.dtype));
+  RETURN_IF_ERROR(expectShape(name, "dk", dk, k.shape));
+  RETURN_IF_ERROR(expectDtype(name, "dv", dv, v.dtype));
+  RETURN_IF_ERROR(expectShape(name, "dv", dv, v.shape));
+  if (bool(mask) != bool(dmask))
+    return fail(name, "there is a mask gradient exactly when there is a mask");
+  MaskArgs margs;
+  if (mask) {
+    if (mask->dtype != q.dtype)
+      return fail(name, std::string("mask is ") + dtypeName(mask->dtype) + ", expected " +
+                            dtypeName(q.dtype) + " (an additive mask; a boolean one has no " +
+                            "gradient)");
+    RETURN_IF_ERROR(maskArgs(name, *mask, a, margs));
+    RETURN_IF_ERROR(expectDtype(name, "dmask", *dmask, mask->dtype));
+    RETURN_IF_ERROR(expectShape(name, "dmask", *dmask, mask->shape));
+  }
+  if (useFused(q, mask, a)) {
+    if (a.b == 0 || a.h == 0)
+      return Status::ok();
+    return dispatchFloat(q.dtype, [&](auto tag) -> Status {
+      using T = decltype(tag);
+      if constexpr (std::is_same_v<T, double>) {
+        return Status::ok(); // not fused (useFused)
+      } else {
+        int dc = chunksFor(a);
+        return dc == 1   ? fusedBackward<T, 1>(name, ctx, dout, q, k, v, dq, dk, dv, a)
+               : dc == 2 ? fusedBackward<T, 2>(name, ctx, dout, q, k, v, dq, dk, dv, a)
+                         : fusedBackward<T, 4>(name, ctx, dout, q, k, v, dq, dk, dv, a);
+      }
+    });
+  }
+  return dispatchFloat(q.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    using C = ComputeC<T>;
+    size_t bytes = std::max<int64_t>(a.b * a.h * a.s * a.t, 1) * sizeof(C);
+    ASSIGN_OR_RETURN(void *pMem, ctx.scratch(bytes));
+    ASSIGN_OR_RETURN(void *dsMem, ctx.scratch(bytes));
+    C *P = static_cast<C *>(pMem), *dS = static_cast<C *>(dsMem);
+    int64_t rows = a.b * a.h * a.s;
+    if (rows > 0) {
+      probsKernel<T, C><<<rowBlocks(rows), rowThreads(a.t), 0, ctx.stream>>>(
+          q.as<const T>(), k.as<const T>(), margs, P, a);
+      dScoresKernel<T, C><<<rowBlocks(rows), rowThreads(a.t), 0, ctx.stream>>>(
+          P, dout.as<const T>(), v.as<const T>(), dS, a);
+    }
+    if (dq.numElements() > 0)
+      dqKernel<T, C><<<blocksFor(dq.numElements()), 256, 0, ctx.stream>>>(dS, k.as<const T>(),
+                                                                          dq.as<T>(), a);
+    int64_t kv = a.b * a.t * a.hk * std::max(a.d, a.dv);
+    if (kv > 0)
+      dkdvKernel<T, C><<<blocksFor(kv), 256, 0, ctx.stream>>>(
+          P, dS, q.as<const T>(), dout.as<const T>(), dk.as<T>(), dv.as<T>(), a);
+    if (mask && dmask->numElements() > 0) {
+      Dims msize;
+      msize.rank = 4;
+      int rank = static_cast<int>(mask->shape.size());
+      for (int d = 0; d < 4; ++d)
+        msize.size[d] = d < 4 - rank ? 1 : mask->shape[d - (4 - rank)];
+      dmaskKernel<T, C><<<blocksFor(dmask->numElements()), 256, 0, ctx.stream>>>(
+          dS, dmask->as<T>(), msize, a);
+    }
+    return launchStatus(name);
+  });
+}
+
+} // namespace megac::runtime::cuda

@@ -1,0 +1,435 @@
+// MatMul and Linear on cuBLASLt. Row-major C [m,n] = A [m,k] B [k,n] is, in cuBLASLt's
+// column-major view, C^T [n,m] = B^T [n,k] A^T [k,m]: the row-major buffers are passed as they
+// are, with the operands swapped. bf16/f16 compute in f32 (tensor cores), f32 in f32 (TF32 with
+// ctx.allowTf32), f64 in f64. Descriptors, layouts and the heuristic's algorithm are cached per
+// problem in a thread_local map, so a repeated shape does not query the heuristic again.
+#include "runtime/cpu/KernelUtil.h"
+#include "runtime/cuda/Kernels.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace megac::runtime::cuda {
+
+namespace {
+
+using cpu::detail::broadcastShapes;
+using cpu::detail::broadcastStrides;
+using cpu::detail::expectDtype;
+using cpu::detail::expectShape;
+using cpu::detail::fail;
+using cpu::detail::product;
+using cpu::detail::sameShape;
+
+bool isFloatType(DType d) {
+  return d == DType::f64 || d == DType::f32 || d == DType::bf16 || d == DType::f16;
+}
+
+Status unsupported(const char *op, DType dtype) {
+  return fail(op, std::string("dtype ") + dtypeName(dtype) +
+                      " is not supported (f64, f32, bf16, f16)");
+}
+
+cudaDataType_t dataTypeOf(DType d) {
+  switch (d) {
+  case DType::f64:
+    return CUDA_R_64F;
+  case DType::bf16:
+    return CUDA_R_16BF;
+  case DType::f16:
+    return CUDA_R_16F;
+  default:
+    return CUDA_R_32F;
+  }
+}
+
+/// One GEMM problem in cuBLASLt's column-major terms: D [rows, cols] = op(A) B (+ bias), with
+/// batchCount strided batches. Everything the descriptors and the heuristic depend on.
+struct GemmKey {
+  int dtype = 0;
+  bool tf32 = false;
+  bool transA = false;
+  bool bias = false;
+  uint64_t rows = 0, cols = 0, inner = 0; // D rows, D cols, contraction
+  int64_t lda = 0, ldb = 0, ldd = 0;
+  int64_t batch = 1, strideA = 0, strideB = 0, strideD = 0;
+  uint32_t alignA = 0, alignB = 0, alignD = 0, alignBias = 0;
+  size_t workspace = 0;
+
+  auto tie() const {
+    return std::tie(dtype, tf32, transA, bias, rows, cols, inner, lda, ldb, ldd, batch, strideA,
+                    strideB, strideD, alignA, alignB, alignD, alignBias, workspace);
+  }
+  bool operator<(const GemmKey &o) const { return tie() < o.tie(); }
+};
+
+/// The cached cuBLASLt objects of one GemmKey.
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  GemmPlan() = default;
+  GemmPlan(const GemmPlan &) = delete;
+  GemmPlan &operator=(const GemmPlan &) = delete;
+  ~GemmPlan() {
+    if (d)
+      cublasLtMatrixLayoutDestroy(d);
+    if (b)
+      cublasLtMatrixLayoutDestroy(b);
+    if (a)
+      cublasLtMatrixLayoutDestroy(a);
+    if (desc)
+      cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+std::string problemString(const GemmKey &k) {
+  return "(D " + std::to_string(k.rows) + "x" + std::to_string(k.cols) + ", inner " +
+         std::to_string(k.inner) + ", batch " + std::to_string(k.batch) + ", dtype " +
+         dtypeName(static_cast<DType>(k.dtype)) + ")";
+}
+
+Status ltError(const char *op, const char *what, cublasStatus_t status, const GemmKey &key) {
+  return fail(op, std::string(what) + " failed with cublasStatus " +
+                      std::to_string(static_cast<int>(status)) + " for " + problemString(key));
+}
+
+#define LT_CHECK(call, what)                                                                      \
+  do {                                                                                             \
+    cublasStatus_t st_ = (call);                                                                   \
+    if (st_ != CUBLAS_STATUS_SUCCESS)                                                              \
+      return ltError(op, what, st_, key);                                                          \
+  } while (0)
+
+Status makeLayout(const char *op, const GemmKey &key, cublasLtMatrixLayout_t *layout,
+                  cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld, int64_t stride) {
+  LT_CHECK(cublasLtMatrixLayoutCreate(layout, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  if (key.batch > 1) {
+    int32_t count = static_cast<int32_t>(key.batch);
+    LT_CHECK(cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                              sizeof(count)),
+             "cublasLtMatrixLayoutSetAttribute(BATCH_COUNT)");
+    LT_CHECK(cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                              &stride, sizeof(stride)),
+             "cublasLtMatrixLayoutSetAttribute(STRIDED_BATCH_OFFSET)");
+  }
+  return Status::ok();
+}
+
+/// The cached plan of `key`, built (and the heuristic queried) on first use.
+StatusOr<GemmPlan *> planFor(const char *op, const Context &ctx, const GemmKey &key) {
+  thread_local std::map<GemmKey, std::unique_ptr<GemmPlan>> cache;
+  thread_local cublasLtHandle_t cachedFor = nullptr;
+  if (cachedFor != ctx.lt) { // plans belong to one handle
+    cache.clear();
+    cachedFor = ctx.lt;
+  }
+  auto found = cache.find(key);
+  if (found != cache.end())
+    return found->second.get();
+  if (cache.size() > 512) // a runaway number of shapes: start over rather than grow forever
+    cache.clear();
+  auto plan = std::make_unique<GemmPlan>();
+  DType dtype = static_cast<DType>(key.dtype);
+  cudaDataType_t type = dataTypeOf(dtype);
+  cublasComputeType_t compute = dtype == DType::f64 ? CUBLAS_COMPUTE_64F
+                                : key.tf32          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                    : CUBLAS_COMPUTE_32F;
+  cudaDataType_t scaleType = dtype == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
+  LT_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, scaleType), "cublasLtMatmulDescCreate");
+  cublasOperation_t ta = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
+           "cublasLtMatmulDescSetAttribute(TRANSA)");
+  LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
+           "cublasLtMatmulDescSetAttribute(TRANSB)");
+  if (key.bias) {
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                            sizeof(epilogue)),
+             "cublasLtMatmulDescSetAttribute(EPILOGUE)");
+    LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type,
+                                            sizeof(type)),
+             "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
+  }
+  // A is [inner, rows] stored (transposed by op) or [rows, inner]; B [inner, cols]; D [rows, cols].
+  uint64_t aRows = key.transA ? key.inner : key.rows, aCols = key.transA ? key.rows : key.inner;
+  RETURN_IF_ERROR(makeLayout(op, key, &plan->a, type, aRows, aCols, key.lda, key.strideA));
+  RETURN_IF_ERROR(makeLayout(op, key, &plan->b, type, key.inner, key.cols, key.ldb, key.strideB));
+  RETURN_IF_ERROR(makeLayout(op, key, &plan->d, type, key.rows, key.cols, key.ldd, key.strideD));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  LT_CHECK(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                  cublasStatus_t (*)(cublasLtMatmulPreference_t)>
+      prefGuard(pref, cublasLtMatmulPreferenceDestroy);
+  size_t ws = key.workspace;
+  LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                sizeof(ws)),
+           "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.alignA},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignB},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignD},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignD}};
+  for (const auto &[attr, value] : aligns) {
+    uint32_t v = value;
+    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)),
+             "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  LT_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan->desc, plan->a, plan->b, plan->d, plan->d,
+                                          pref, 1, &result, &found_count),
+           "cublasLtMatmulAlgoGetHeuristic");
+  if (found_count < 1)
+    return fail(op, "cuBLASLt has no algorithm for " + problemString(key));
+  plan->algo = result.algo;
+  GemmPlan *raw = plan.get();
+  cache.emplace(key, std::move(plan));
+  return raw;
+}
+
+/// The largest power of two (<= 256) dividing the address and every offset in `offsets` (bytes).
+uint32_t alignmentOf(const void *base, std::initializer_list<int64_t> offsets) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(base) | 256u;
+  for (int64_t o : offsets)
+    bits |= static_cast<uint64_t>(o < 0 ? -o : o);
+  return static_cast<uint32_t>(bits & (~bits + 1));
+}
+
+/// Runs one cached GEMM: D = op(A) B (+ bias), pointers already offset.
+/// Runs a planned GEMM (see runGemm).
+Status runPlan(const char *op, const Context &ctx, const GemmKey &key, GemmPlan &planRef,
+               const void *a, const void *b, void *d, const void *bias, bool accumulate) {
+  GemmPlan *plan = &planRef;
+  if (key.bias)
+    LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                            sizeof(bias)),
+             "cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
+  float oneF = 1.0f, zeroF = 0.0f;
+  double oneD = 1.0, zeroD = 0.0;
+  bool f64 = static_cast<DType>(key.dtype) == DType::f64;
+  const void *alpha = f64 ? static_cast<const void *>(&oneD) : &oneF;
+  const void *beta = f64 ? static_cast<const void *>(accumulate ? &oneD : &zeroD)
+                         : (accumulate ? &oneF : &zeroF);
+  LT_CHECK(cublasLtMatmul(ctx.lt, plan->desc, alpha, a, plan->a, b, plan->b, beta, d, plan->d, d,
+                          plan->d, &plan->algo, ctx.workspace, key.workspace, ctx.stream),
+           "cublasLtMatmul");
+  return Status::ok();
+}
+
+/// With `accumulate`, D += op(A) B (beta 1) instead of D = op(A) B.
+Status runGemm(const char *op, const Context &ctx, const GemmKey &key, const void *a,
+               const void *b, void *d, const void *bias, bool accumulate = false) {
+  if (!ctx.lt)
+    return fail(op, "no cuBLASLt handle in the context");
+  ASSIGN_OR_RETURN(GemmPlan * plan, planFor(op, ctx, key));
+  return runPlan(op, ctx, key, *plan, a, b, d, bias, accumulate);
+}
+/// Whether one stride describes the flattened batch: offset(i) = i * stride for every i, given
+/// per-dim strides (0 on broadcast dims) over `batch`. Dims of size 1 do not matter.
+bool linearStride(std::span<const int64_t> batch, std::span<const int64_t> strides,
+                  int64_t &stride) {
+  int64_t inner = 1; // elements of the flattened batch inside dim d
+  bool set = false;
+  stride = 0;
+  for (size_t d = batch.size(); d-- > 0;) {
+    if (batch[d] == 1)
+      continue;
+    if (!set) {
+      stride = strides[d];
+      set = true;
+    } else if (strides[d] != stride * inner) {
+      return false;
+    }
+    inner *= batch[d];
+  }
+  return true;
+}
+
+} // namespace
+
+Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs,
+              const TensorRef &out) {
+  const char *op = "MatMul";
+  RETURN_IF_ERROR(expectDtype(op, "rhs", rhs, lhs.dtype));
+  RETURN_IF_ERROR(expectDtype(op, "output", out, lhs.dtype));
+  if (!isFloatType(lhs.dtype))
+    return unsupported(op, lhs.dtype);
+  if (lhs.shape.size() < 2 || rhs.shape.size() < 2)
+    return fail(op, "operands must have rank >= 2, got " + shapeString(lhs.shape) + " and " +
+                        shapeString(rhs.shape));
+  size_t lr = lhs.shape.size(), rr = rhs.shape.size();
+  int64_t m = lhs.shape[lr - 2], k = lhs.shape[lr - 1], n = rhs.shape[rr - 1];
+  if (rhs.shape[rr - 2] != k)
+    return fail(op, "contraction dims differ: lhs " + shapeString(lhs.shape) + ", rhs " +
+                        shapeString(rhs.shape));
+  std::span<const int64_t> lb = lhs.shape.first(lr - 2), rb = rhs.shape.first(rr - 2);
+  std::vector<int64_t> batch;
+  if (!broadcastShapes(lb, rb, batch))
+    return fail(op, "batch dims of " + shapeString(lhs.shape) + " and " + shapeString(rhs.shape) +
+                        " do not broadcast");
+  std::vector<int64_t> expected = batch;
+  expected.push_back(m);
+  expected.push_back(n);
+  RETURN_IF_ERROR(expectShape(op, "output", out, expected));
+  int64_t batches = product(batch);
+  size_t es = dtypeSize(lhs.dtype);
+  if (m == 0 || n == 0 || batches == 0)
+    return Status::ok();
+  if (k == 0) {
+    if (cudaMemsetAsync(out.data, 0, out.byteSize(), ctx.stream) != cudaSuccess)
+      return launchStatus(op);
+    return Status::ok();
+  }
+  GemmKey key;
+  key.dtype = static_cast<int>(lhs.dtype);
+  key.tf32 = lhs.dtype == DType::f32 && ctx.allowTf32;
+  key.workspace = ctx.workspace ? ctx.workspaceBytes : 0;
+  // Column-major: D = out^T [n, m] (ld n); A = rhs^T [n, k] (ld n), B = lhs^T [k, m] (ld k).
+  key.rows = static_cast<uint64_t>(n);
+  key.cols = static_cast<uint64_t>(m);
+  key.inner = static_cast<uint64_t>(k);
+  key.lda = n;
+  key.ldb = k;
+  key.ldd = n;
+  const char *a = static_cast<const char *>(rhs.data);
+  const char *b = static_cast<const char *>(lhs.data);
+  char *d = static_cast<char *>(out.data);
+  if (product(rb) == 1 && sameShape(lb, batch)) { // one rhs: fold lhs's batch into m
+    key.cols = static_cast<uint64_t>(batches * m);
+    key.alignA = alignmentOf(a, {});
+    key.alignB = alignmentOf(b, {});
+    key.alignD = alignmentOf(d, {});
+    return runGemm(op, ctx, key, a, b, d, nullptr);
+  }
+  std::vector<int64_t> ls = broadcastStrides(lb, batch, m * k);
+  std::vector<int64_t> rs = broadcastStrides(rb, batch, k * n);
+  // Split the batch dims into an outer part looped on the host and the longest inner suffix
+  // that one stride per operand describes (a strided-batched GEMM).
+  size_t split = 0;
+  int64_t strideL = 0, strideR = 0;
+  std::span<const int64_t> bs(batch);
+  for (split = 0; split < batch.size(); ++split)
+    if (linearStride(bs.subspan(split), std::span<const int64_t>(ls).subspan(split), strideL) &&
+        linearStride(bs.subspan(split), std::span<const int64_t>(rs).subspan(split), strideR))
+      break;
+  if (split == batch.size())
+    strideL = strideR = 0;
+  int64_t innerCount = product(bs.subspan(split)), outerCount = product(bs.first(split));
+  key.batch = innerCount;
+  key.strideA = strideR;
+  key.strideB = strideL;
+  key.strideD = m * n;
+  std::vector<int64_t> outerL(ls.begin(), ls.begin() + split), outerR(rs.begin(), rs.begin() + split);
+  // Alignment over every pointer the loop produces: the base and each outer dim's step.
+  uint64_t bitsA = 0, bitsB = 0;
+  for (size_t dd = 0; dd < split; ++dd) {
+    bitsA |= static_cast<uint64_t>(outerR[dd] * static_cast<int64_t>(es));
+    bitsB |= static_cast<uint64_t>(outerL[dd] * static_cast<int64_t>(es));
+  }
+  key.alignA = alignmentOf(a, {static_cast<int64_t>(bitsA), strideR * int64_t(es)});
+  key.alignB = alignmentOf(b, {static_cast<int64_t>(bitsB), strideL * int64_t(es)});
+  key.alignD = alignmentOf(d, {innerCount * m * n * int64_t(es), m * n * int64_t(es)});
+  std::vector<int64_t> index(split, 0);
+  int64_t offL = 0, offR = 0;
+  for (int64_t o = 0; o < outerCount; ++o) {
+    RETURN_IF_ERROR(runGemm(op, ctx, key, a + offR * int64_t(es), b + offL * int64_t(es),
+                            d + o * innerCount * m * n * int64_t(es), nullptr));
+    for (size_t dd = split; dd-- > 0;) {
+      offL += outerL[dd];
+      offR += outerR[dd];
+      if (++index[dd] < batch[dd])
+        break;
+      offL -= outerL[dd] * batch[dd];
+      offR -= outerR[dd] * batch[dd];
+      index[dd] = 0;
+    }
+  }
+  return Status::ok();
+}
+
+Status linear(const Context &ctx, const TensorRef &x, const TensorRef &weight,
+              const TensorRef *bias, const TensorRef &out) {
+  const char *op = "Linear";
+  RETURN_IF_ERROR(expectDtype(op, "weight", weight, x.dtype));
+  RETURN_IF_ERROR(expectDtype(op, "output", out, x.dtype));
+  if (!isFloatType(x.dtype))
+    return unsupported(op, x.dtype);
+  if (x.shape.empty() || weight.shape.size() != 2 || weight.shape[1] != x.shape.back())
+    return fail(op, "weight must be [out, in] with in = the input's last dim; got input " +
+                        shapeString(x.shape) + ", weight " + shapeString(weight.shape));
+  int64_t inF = weight.shape[1], outF = weight.shape[0];
+  int64_t rows = product(x.shape.first(x.shape.size() - 1));
+  std::vector<int64_t> expected(x.shape.begin(), x.shape.end() - 1);
+  expected.push_back(outF);
+  RETURN_IF_ERROR(expectShape(op, "output", out, expected));
+  if (bias) {
+    RETURN_IF_ERROR(expectDtype(op, "bias", *bias, x.dtype));
+    RETURN_IF_ERROR(expectShape(op, "bias", *bias, std::vector<int64_t>{outF}));
+  }
+  size_t es = dtypeSize(x.dtype);
+  if (rows == 0 || outF == 0)
+    return Status::ok();
+  if (inF == 0) { // out = bias (or 0) per row
+    if (!bias) {
+      if (cudaMemsetAsync(out.data, 0, out.byteSize(), ctx.stream) != cudaSuccess)
+        return launchStatus(op);
+      return Status::ok();
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      if (cudaMemcpyAsync(static_cast<char *>(out.data) + r * outF * es, bias->data, outF * es,
+                          cudaMemcpyDeviceToDevice, ctx.stream) != cudaSuccess)
+        return launchStatus(op);
+    return Status::ok();
+  }
+  // Column-major: out^T [outF, rows] = W [outF, in] (W^T-view of the row-major [outF, in]
+  // buffer, which column-major reads as [in, outF] with ld in) times x^T [in, rows] (ld in).
+  GemmKey key;
+  key.dtype = static_cast<int>(x.dtype);
+  key.tf32 = x.dtype == DType::f32 && ctx.allowTf32;
+  key.workspace = ctx.workspace ? ctx.workspaceBytes : 0;
+  key.transA = true;
+  key.bias = bias != nullptr;
+  key.rows = static_cast<uint64_t>(outF);
+  key.cols = static_cast<uint64_t>(rows);
+  key.inner = static_cast<uint64_t>(inF);
+  key.lda = inF;
+  key.ldb = inF;
+  key.ldd = outF;
+  key.alignA = alignmentOf(weight.data, {});
+  key.alignB = alignmentOf(x.data, {});
+  key.alignD = alignmentOf(out.data, {});
+  key.alignBias = bias ? alignmentOf(bias->data, {}) : 0;
+  if (!bias)
+    return runGemm(op, ctx, key, weight.data, x.data, out.data, nullptr);
+  if (!ctx.lt)
+    return fail(op, "no cuBLASLt handle in the context");
+  StatusOr<GemmPlan *> fused = planFor(op, ctx, key);
+  if (fused.isOk())
+    return runPlan(op, ctx, key, **fused, weight.data, x.data, out.data, bias->data, false);
+  // No bias epilogue for this problem (some dtypes have none): out = bias per row (row 0, then
+  // doubling copies of the rows already written), then out += x W^T.
+  char *y = static_cast<char *>(out.data);
+  size_t rowBytes = static_cast<size_t>(outF) * es;
+  if (cudaMemcpyAsync(y, bias->data, rowBytes, cudaMemcpyDeviceToDevice, ctx.stream) !=
+      cudaSuccess)
+    return launchStatus(op);
+  for (int64_t done = 1; done < rows;) {
+    int64_t n = std::min(done, rows - done);
+    if (cudaMemcpyAsync(y + done * rowBytes, y, n * rowBytes, cudaMemcpyDeviceToDevice,
+                        ctx.stream) != cudaSuccess)
+      return launchStatus(op);
+    done += n;
+  }
+  key.bias = false;
+  key.alignBias = 0;
+  return runGemm(op, ctx, key, weight.data, x.data, out.data, nullptr, true);
+}
+
+} // namespace megac::runtime::cuda
