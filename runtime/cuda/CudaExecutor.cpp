@@ -17,6 +17,7 @@
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/NcclCommunicator.h"
 #include "runtime/exec/Parameters.h"
+#include "runtime/exec/ProgramExecutor.h"
 #include "runtime/exec/Trace.h"
 #include "runtime/plan/PlanRules.h"
 #include "runtime/plan/plan_generated.h"
@@ -31,6 +32,11 @@
 namespace megac::runtime::cuda {
 
 namespace fb = megac::plan;
+using runtime::exec::BufferInfo;
+using runtime::exec::Function;
+using runtime::exec::InputSlot;
+using runtime::exec::Port;
+using runtime::exec::spanOf;
 
 namespace {
 
@@ -48,37 +54,6 @@ Status cudaFailure(const std::string &what, cudaError_t error, int device) {
       return cudaFailure(what, cuda_error_, device_);                                              \
   } while (0)
 
-std::span<const int64_t> spanOf(const flatbuffers::Vector<int64_t> *v) {
-  return v ? std::span<const int64_t>(v->data(), v->size()) : std::span<const int64_t>();
-}
-std::span<const uint32_t> spanOf(const flatbuffers::Vector<uint32_t> *v) {
-  return v ? std::span<const uint32_t>(v->data(), v->size()) : std::span<const uint32_t>();
-}
-std::vector<uint32_t> vectorOf(const flatbuffers::Vector<uint32_t> *v) {
-  std::span<const uint32_t> s = spanOf(v);
-  return {s.begin(), s.end()};
-}
-
-std::string joinNames(const std::vector<std::string> &names) {
-  std::string out;
-  for (const std::string &name : names)
-    out += (out.empty() ? "" : ", ") + name;
-  return out.empty() ? "none" : out;
-}
-
-struct BufferInfo {
-  DType dtype;
-  std::span<const int64_t> shape; // points into the plan's bytes
-  uint64_t offset;
-  uint64_t bytes;
-};
-
-struct Port {
-  std::string name;
-  uint32_t buffer;
-  std::vector<uint32_t> partialAxes;
-};
-
 /// How a function's instructions are launched: one at a time, a fused elementwise group, or a
 /// run of AdamW instructions in one multi-tensor launch.
 struct Step {
@@ -87,23 +62,10 @@ struct Step {
   size_t fused = 0; // index into fusedKernels_ (Kind::fused)
 };
 
-struct Function {
-  std::string name;
-  const fb::Function *plan;
-  std::vector<Port> inputs, outputs;
+/// How a function runs on the device: its launch steps and whether it has a Recv.
+struct Launch {
   std::vector<Step> steps;
   bool receives = false; // has a Recv (which sends staged sends along)
-};
-
-struct InputSlot {
-  uint32_t buffer;
-  std::optional<HostTensor> value;
-};
-
-struct Named {
-  std::string name;
-  uint32_t buffer;
-  const void *plan; // its fb::Parameter or fb::StateBuffer
 };
 
 struct Fused {
@@ -111,88 +73,32 @@ struct Fused {
   std::unique_ptr<FusedKernel> kernel;
 };
 
-class CudaExecutor final : public Executor {
+class CudaExecutor final : public runtime::exec::ProgramExecutor {
 public:
   ~CudaExecutor() override;
   Status init(const LoadedPlan &plan, const ExecutorOptions &options);
-
-  Status setInput(std::string_view name, const HostTensor &value) override;
-  Status run(std::string_view function) override;
-  Status run() override;
-  StatusOr<HostTensor> output(std::string_view name) const override;
-  std::vector<std::string> functionNames() const override;
-  std::vector<std::string> inputNames(std::string_view function = {}) const override;
-  std::vector<std::string> outputNames(std::string_view function = {}) const override;
-  StatusOr<TensorInfo> inputInfo(std::string_view name) const override;
-  std::vector<std::string> parameterNames() const override { return names(params_); }
-  std::vector<std::string> stateNames() const override { return names(state_); }
-  StatusOr<HostTensor> parameter(std::string_view name) const override;
-  StatusOr<HostTensor> state(std::string_view name) const override;
-  Status setParameter(std::string_view name, const HostTensor &value) override;
-  Status setState(std::string_view name, const HostTensor &value) override;
   Status zeroState(std::string_view prefix) override;
-  uint64_t arenaBytes() const override { return program_->arena_bytes(); }
-  int rank() const override { return rank_; }
-  std::vector<int64_t> coords() const override { return comm_->mesh().coordsOf(rank_); }
-  comm::Communicator &communicator() const override { return *comm_; }
-  StatusOr<ShardInfo> parameterShard(std::string_view name) const override;
-  StatusOr<ShardInfo> stateShard(std::string_view name) const override;
-  StatusOr<std::vector<uint32_t>> statePartialAxes(std::string_view name) const override;
-  StatusOr<std::vector<uint32_t>> outputPartialAxes(std::string_view name) const override;
-  std::vector<ScheduleStep> schedule() const override;
 
 private:
-  static std::vector<std::string> names(const std::vector<Named> &list) {
-    std::vector<std::string> out;
-    for (const Named &n : list)
-      out.push_back(n.name);
-    return out;
-  }
-  static const Named *find(const std::vector<Named> &list, std::string_view name) {
-    for (const Named &n : list)
-      if (n.name == name)
-        return &n;
-    return nullptr;
-  }
   TensorRef ref(uint32_t buffer) const {
     const BufferInfo &b = buffers_[buffer];
     return {b.dtype, b.shape, arena_ + b.offset};
   }
-  bool overlaps(uint32_t a, uint32_t b) const {
-    const BufferInfo &x = buffers_[a], &y = buffers_[b];
-    return x.bytes && y.bytes && x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
-  }
-  bool sameBytes(uint32_t a, uint32_t b) const {
-    return buffers_[a].offset == buffers_[b].offset && buffers_[a].bytes == buffers_[b].bytes;
-  }
-  const fb::Instruction &instruction(const Function &f, size_t i) const {
-    return *f.plan->instructions()->Get(static_cast<flatbuffers::uoffset_t>(i));
-  }
   Status bind() const;
-  StatusOr<HostTensor> copyOut(uint32_t buffer) const;
-  Status copyIn(uint32_t buffer, const HostTensor &value, const std::string &what);
+  StatusOr<HostTensor> copyOut(uint32_t buffer) const override;
+  Status copyIn(uint32_t buffer, const HostTensor &value) override;
   Status initDevice(const std::string &source);
   Status initNccl(const std::string &source);
   void planSteps(size_t function, bool fuse);
   bool joinsAdamW(const Function &f, size_t first, size_t candidate) const;
-  Status runFunction(size_t index);
+  Status runFunction(size_t index) override;
   Status runStep(const Function &f, const Step &step);
   Status checkDeviceErrors(size_t function);
   Status execute(const fb::Instruction &inst);
 
-  LoadedPlan plan_;
-  const fb::Program *program_ = nullptr;
-  size_t programIndex_ = 0;
-  std::vector<BufferInfo> buffers_;
-  std::vector<Function> functions_;
-  std::map<std::string, InputSlot, std::less<>> inputs_;
-  std::vector<Named> params_, state_;
+  std::vector<Launch> launches_; // per function
   std::vector<Fused> fused_;
-  std::optional<size_t> lastRun_;
-  int rank_ = 0;
   int device_ = 0;
-  std::unique_ptr<comm::Communicator> ownComm_;
-  comm::Communicator *comm_ = nullptr; // the HOST communicator (communicator())
   Trace *trace_ = nullptr;
 
   // Device state.
@@ -227,33 +133,8 @@ Status CudaExecutor::bind() const {
 }
 
 Status CudaExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options) {
-  plan_ = plan;
-  const fb::Plan &p = plan_.plan();
-  std::string source = plan_.path().empty() ? "(from memory)" : "'" + plan_.path() + "'";
-  size_t ranks = p.ranks()->size();
-  comm::Mesh mesh = meshOf(plan_);
-  rank_ = options.rank;
+  RETURN_IF_ERROR(loadProgram(plan, options));
   trace_ = options.trace;
-  if (options.comm) {
-    if (options.rank != 0 && options.rank != options.comm->rank())
-      return Status::error("plan " + source + ": ExecutorOptions.rank " +
-                           std::to_string(options.rank) + " differs from the communicator's rank " +
-                           std::to_string(options.comm->rank()));
-    rank_ = options.comm->rank();
-    if (options.comm->mesh().axisSizes != mesh.axisSizes)
-      return Status::error("plan " + source + ": the communicator's mesh (" +
-                           std::to_string(options.comm->mesh().size()) +
-                           " ranks) is not the plan's (" + std::to_string(mesh.size()) +
-                           " ranks); launch one process per rank of the plan");
-    comm_ = options.comm;
-  }
-  if (rank_ < 0 || static_cast<size_t>(rank_) >= ranks)
-    return Status::error("plan " + source + ": rank " + std::to_string(rank_) +
-                         " is not in the rank table (" + std::to_string(ranks) + " ranks)");
-  if (!comm_) {
-    ownComm_ = comm::makeSelfCommunicator(mesh, rank_);
-    comm_ = ownComm_.get();
-  }
   StatusOr<int> usable = usableDevices();
   if (!usable.isOk())
     return Status::error("no usable CUDA device: " + usable.status().message());
@@ -264,21 +145,8 @@ Status CudaExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options
                          std::to_string(devices) + " usable)");
   RETURN_IF_ERROR(bind());
   ctx_.allowTf32 = options.allowTf32;
+  RETURN_IF_ERROR(initDevice(source_));
 
-  programIndex_ = p.ranks()->Get(static_cast<flatbuffers::uoffset_t>(rank_))->role();
-  program_ = p.programs()->Get(static_cast<flatbuffers::uoffset_t>(programIndex_));
-  if (program_->buffers())
-    for (const fb::Buffer *b : *program_->buffers())
-      buffers_.push_back(
-          {static_cast<DType>(b->dtype()), spanOf(b->shape()), b->offset(), b->bytes()});
-  RETURN_IF_ERROR(initDevice(source));
-
-  if (program_->parameters())
-    for (const fb::Parameter *param : *program_->parameters())
-      params_.push_back({param->name()->str(), param->buffer(), param});
-  if (program_->state())
-    for (const fb::StateBuffer *st : *program_->state())
-      state_.push_back({st->name()->str(), st->buffer(), st});
   // Parameters are filled on the host, in an arena-shaped staging area (calloc: untouched pages
   // cost nothing), then each parameter buffer is copied to the device.
   {
@@ -286,11 +154,11 @@ Status CudaExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options
     std::unique_ptr<uint8_t, decltype(&std::free)> staging(
         static_cast<uint8_t *>(std::calloc(static_cast<size_t>(bytes), 1)), &std::free);
     if (!staging)
-      return Status::error("plan " + source + ": cannot allocate the " + std::to_string(bytes) +
+      return Status::error("plan " + source_ + ": cannot allocate the " + std::to_string(bytes) +
                            "-byte host staging area for the parameters");
     RETURN_IF_ERROR(fillParameters(plan_, programIndex_, rank_, staging.get(), options.weights))
-        << " (plan " << source << ", " << describeProgram(*program_, programIndex_) << ")";
-    for (const Named &param : params_) {
+        << " (plan " << source_ << ", " << describeProgram(*program_, programIndex_) << ")";
+    for (const runtime::exec::Named &param : params_) {
       const BufferInfo &b = buffers_[param.buffer];
       if (b.bytes)
         CUDA_TRY(cudaMemcpyAsync(arena_ + b.offset, staging.get() + b.offset, b.bytes,
@@ -301,26 +169,16 @@ Status CudaExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options
   }
   RETURN_IF_ERROR(zeroState(""));
 
-  for (const fb::Function *fn : *program_->functions()) {
-    Function f{fn->name()->str(), fn, {}, {}, {}, false};
-    if (fn->inputs())
-      for (const fb::Port *port : *fn->inputs()) {
-        f.inputs.push_back({port->name()->str(), port->buffer(), {}});
-        inputs_.try_emplace(port->name()->str(), InputSlot{port->buffer(), std::nullopt});
-      }
-    if (fn->outputs())
-      for (const fb::Port *port : *fn->outputs())
-        f.outputs.push_back({port->name()->str(), port->buffer(), vectorOf(port->partial_axes())});
-    if (fn->instructions())
-      for (const fb::Instruction *inst : *fn->instructions())
-        f.receives = f.receives || inst->op() == fb::Opcode::Recv;
-    functions_.push_back(std::move(f));
-  }
+  launches_.resize(functions_.size());
+  for (size_t f = 0; f < functions_.size(); ++f)
+    if (const auto *instructions = functions_[f].plan->instructions())
+      for (const fb::Instruction *inst : *instructions)
+        launches_[f].receives = launches_[f].receives || inst->op() == fb::Opcode::Recv;
   const char *noFusion = std::getenv("MEGAC_NO_FUSION");
   bool fuse = !(noFusion && std::string(noFusion) == "1");
   for (size_t f = 0; f < functions_.size(); ++f)
     planSteps(f, fuse);
-  return initNccl(source);
+  return initNccl(source_);
 }
 
 // The stream, cuBLASLt, the error flag, scratch memory, the arena and the constants.
@@ -399,7 +257,8 @@ Status CudaExecutor::initNccl(const std::string &source) {
 
 // Fused groups where NVRTC compiles them, runs of AdamW, else single instructions.
 void CudaExecutor::planSteps(size_t index, bool fuse) {
-  Function &f = functions_[index];
+  const Function &f = functions_[index];
+  std::vector<Step> &steps = launches_[index].steps;
   std::map<size_t, size_t> fusedAt; // first instruction -> fused_ index
   if (fuse)
     for (FusedGroup &group : findFusionGroups(*program_, index)) {
@@ -422,7 +281,7 @@ void CudaExecutor::planSteps(size_t index, bool fuse) {
   for (size_t i = 0; i < count;) {
     if (auto it = fusedAt.find(i); it != fusedAt.end()) {
       size_t n = fused_[it->second].group.count;
-      f.steps.push_back({Step::Kind::fused, i, n, it->second});
+      steps.push_back({Step::Kind::fused, i, n, it->second});
       i += n;
       continue;
     }
@@ -430,7 +289,7 @@ void CudaExecutor::planSteps(size_t index, bool fuse) {
     if (instruction(f, i).op() == fb::Opcode::AdamW && joinsAdamW(f, i, i))
       while (i + n < count && !fusedAt.count(i + n) && joinsAdamW(f, i, i + n))
         ++n;
-    f.steps.push_back({n > 1 ? Step::Kind::adamw : Step::Kind::single, i, n, 0});
+    steps.push_back({n > 1 ? Step::Kind::adamw : Step::Kind::single, i, n, 0});
     i += n;
   }
 }
@@ -488,60 +347,16 @@ StatusOr<HostTensor> CudaExecutor::copyOut(uint32_t buffer) const {
   return t;
 }
 
-Status CudaExecutor::copyIn(uint32_t buffer, const HostTensor &value, const std::string &what) {
+Status CudaExecutor::copyIn(uint32_t buffer, const HostTensor &value) {
   const BufferInfo &b = buffers_[buffer];
-  if (value.dtype != b.dtype ||
-      !std::equal(value.shape.begin(), value.shape.end(), b.shape.begin(), b.shape.end()))
-    return Status::error(what + " must be " + dtypeName(b.dtype) + " " + shapeString(b.shape) +
-                         ", got " + dtypeName(value.dtype) + " " + shapeString(value.shape));
-  if (value.bytes.size() != b.bytes)
-    return Status::error(what + " has " + std::to_string(value.bytes.size()) + " bytes, expected " +
-                         std::to_string(b.bytes));
   RETURN_IF_ERROR(bind());
   if (b.bytes) {
     CUDA_TRY(cudaMemcpyAsync(arena_ + b.offset, value.bytes.data(), b.bytes, cudaMemcpyHostToDevice,
                              ctx_.stream),
-             "cudaMemcpyAsync (" + what + ")");
+             "cudaMemcpyAsync (host to device)");
     CUDA_TRY(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize");
   }
   return Status::ok();
-}
-
-Status CudaExecutor::setInput(std::string_view name, const HostTensor &value) {
-  auto it = inputs_.find(name);
-  if (it == inputs_.end())
-    return Status::error("the program has no input '" + std::string(name) +
-                         "' (inputs: " + joinNames(inputNames()) + ")");
-  const BufferInfo &b = buffers_[it->second.buffer];
-  std::string what = "input '" + std::string(name) + "'";
-  if (value.dtype != b.dtype ||
-      !std::equal(value.shape.begin(), value.shape.end(), b.shape.begin(), b.shape.end()))
-    return Status::error(what + " must be " + dtypeName(b.dtype) + " " + shapeString(b.shape) +
-                         ", got " + dtypeName(value.dtype) + " " + shapeString(value.shape));
-  if (value.bytes.size() != b.bytes)
-    return Status::error(what + " has " + std::to_string(value.bytes.size()) + " bytes, expected " +
-                         std::to_string(b.bytes));
-  it->second.value = value;
-  return Status::ok();
-}
-
-Status CudaExecutor::run() {
-  if (functions_.size() == 1)
-    return runFunction(0);
-  for (size_t f = 0; f < functions_.size(); ++f)
-    if (functions_[f].name == "forward")
-      return runFunction(f);
-  return Status::error("run() without a function name needs a program with one function or a "
-                       "'forward' function; this one has: " +
-                       joinNames(functionNames()));
-}
-
-Status CudaExecutor::run(std::string_view function) {
-  for (size_t f = 0; f < functions_.size(); ++f)
-    if (functions_[f].name == function)
-      return runFunction(f);
-  return Status::error("the program has no function '" + std::string(function) +
-                       "' (functions: " + joinNames(functionNames()) + ")");
 }
 
 // Tracing records each function run as one event, after its synchronization: kernels run
@@ -564,10 +379,10 @@ Status CudaExecutor::runFunction(size_t index) {
                "cudaMemcpyAsync (input '" + port.name + "')");
   }
   // Sends staged by an earlier run go out now, unless a Recv of this function carries them.
-  if (nccl_ && !fn.receives)
+  if (nccl_ && !launches_[index].receives)
     RETURN_IF_ERROR(nccl_->flushSends());
   Status status = Status::ok();
-  for (const Step &step : fn.steps) {
+  for (const Step &step : launches_[index].steps) {
     status = runStep(fn, step);
     if (!status.isOk()) {
       std::string where = describeInstruction(*program_, programIndex_, index, step.first);
@@ -671,158 +486,14 @@ Status CudaExecutor::runStep(const Function &f, const Step &step) {
                     config);
 }
 
-StatusOr<HostTensor> CudaExecutor::output(std::string_view name) const {
-  for (size_t f = 0; f < functions_.size(); ++f)
-    for (const Port &p : functions_[f].outputs) {
-      if (p.name != name)
-        continue;
-      if (lastRun_ != f)
-        return Status::error(
-            "output '" + std::string(name) + "' of function '" + functions_[f].name + "' is read " +
-            (lastRun_ ? "after a run of function '" + functions_[*lastRun_].name + "'"
-                      : std::string("before a successful run")) +
-            "; read it right after running '" + functions_[f].name + "'");
-      return copyOut(p.buffer);
-    }
-  return Status::error("the program has no output '" + std::string(name) +
-                       "' (outputs: " + joinNames(outputNames()) + ")");
-}
-
-std::vector<std::string> CudaExecutor::functionNames() const {
-  std::vector<std::string> out;
-  for (const Function &f : functions_)
-    out.push_back(f.name);
-  return out;
-}
-
-std::vector<std::string> CudaExecutor::inputNames(std::string_view function) const {
-  std::vector<std::string> out;
-  for (const Function &f : functions_) {
-    if (!function.empty() && f.name != function)
-      continue;
-    for (const Port &p : f.inputs)
-      if (std::find(out.begin(), out.end(), p.name) == out.end())
-        out.push_back(p.name);
-  }
-  return out;
-}
-
-std::vector<std::string> CudaExecutor::outputNames(std::string_view function) const {
-  std::vector<std::string> out;
-  for (const Function &f : functions_)
-    if (function.empty() || f.name == function)
-      for (const Port &p : f.outputs)
-        out.push_back(p.name);
-  return out;
-}
-
-StatusOr<TensorInfo> CudaExecutor::inputInfo(std::string_view name) const {
-  auto it = inputs_.find(name);
-  if (it == inputs_.end())
-    return Status::error("the program has no input '" + std::string(name) +
-                         "' (inputs: " + joinNames(inputNames()) + ")");
-  const BufferInfo &b = buffers_[it->second.buffer];
-  return TensorInfo{b.dtype, std::vector<int64_t>(b.shape.begin(), b.shape.end())};
-}
-
-StatusOr<HostTensor> CudaExecutor::parameter(std::string_view name) const {
-  if (const Named *p = find(params_, name))
-    return copyOut(p->buffer);
-  return Status::error("the program has no parameter '" + std::string(name) + "'");
-}
-
-StatusOr<HostTensor> CudaExecutor::state(std::string_view name) const {
-  if (const Named *s = find(state_, name))
-    return copyOut(s->buffer);
-  return Status::error("the program has no state buffer '" + std::string(name) + "'");
-}
-
-Status CudaExecutor::setParameter(std::string_view name, const HostTensor &value) {
-  const Named *p = find(params_, name);
-  if (!p)
-    return Status::error("the program has no parameter '" + std::string(name) + "'");
-  return copyIn(p->buffer, value, "parameter '" + std::string(name) + "'");
-}
-
-Status CudaExecutor::setState(std::string_view name, const HostTensor &value) {
-  const Named *s = find(state_, name);
-  if (!s)
-    return Status::error("the program has no state buffer '" + std::string(name) + "'");
-  return copyIn(s->buffer, value, "state buffer '" + std::string(name) + "'");
-}
-
 Status CudaExecutor::zeroState(std::string_view prefix) {
   RETURN_IF_ERROR(bind());
-  for (const Named &s : state_)
+  for (const runtime::exec::Named &s : state_)
     if (std::string_view(s.name).starts_with(prefix) && buffers_[s.buffer].bytes)
       CUDA_TRY(cudaMemsetAsync(arena_ + buffers_[s.buffer].offset, 0, buffers_[s.buffer].bytes,
                                ctx_.stream),
                "cudaMemsetAsync (state '" + s.name + "')");
   return Status::ok();
-}
-
-StatusOr<ShardInfo> CudaExecutor::parameterShard(std::string_view name) const {
-  const Named *p = find(params_, name);
-  if (!p)
-    return Status::error("the program has no parameter '" + std::string(name) + "'");
-  const auto *param = static_cast<const fb::Parameter *>(p->plan);
-  ShardInfo info;
-  std::span<const int64_t> global = spanOf(param->global_shape());
-  info.globalShape.assign(global.begin(), global.end());
-  info.offset = parameterShardOffset(plan_, *param, rank_);
-  info.shape.assign(buffers_[p->buffer].shape.begin(), buffers_[p->buffer].shape.end());
-  return info;
-}
-
-StatusOr<ShardInfo> CudaExecutor::stateShard(std::string_view name) const {
-  const Named *s = find(state_, name);
-  if (!s)
-    return Status::error("the program has no state buffer '" + std::string(name) + "'");
-  const auto *st = static_cast<const fb::StateBuffer *>(s->plan);
-  std::span<const int64_t> local = buffers_[s->buffer].shape;
-  if (st->global_shape()) {
-    ShardInfo info;
-    std::span<const int64_t> global = spanOf(st->global_shape());
-    info.globalShape.assign(global.begin(), global.end());
-    info.offset = shardOffset(comm_->mesh(), rank_, local, {}, shardingOf(st->sharding()));
-    info.shape.assign(local.begin(), local.end());
-    return info;
-  }
-  if (name.starts_with("grad.") && find(params_, name.substr(5))) {
-    StatusOr<ShardInfo> param = parameterShard(name.substr(5));
-    if (param.isOk() &&
-        std::equal(local.begin(), local.end(), param->shape.begin(), param->shape.end()))
-      return param;
-  }
-  return ShardInfo{{local.begin(), local.end()},
-                   std::vector<int64_t>(local.size(), 0),
-                   {local.begin(), local.end()}};
-}
-
-StatusOr<std::vector<uint32_t>> CudaExecutor::statePartialAxes(std::string_view name) const {
-  const Named *s = find(state_, name);
-  if (!s)
-    return Status::error("the program has no state buffer '" + std::string(name) + "'");
-  return vectorOf(static_cast<const fb::StateBuffer *>(s->plan)->partial_axes());
-}
-
-StatusOr<std::vector<uint32_t>> CudaExecutor::outputPartialAxes(std::string_view name) const {
-  for (const Function &f : functions_)
-    for (const Port &p : f.outputs)
-      if (p.name == name)
-        return p.partialAxes;
-  return Status::error("the program has no output '" + std::string(name) +
-                       "' (outputs: " + joinNames(outputNames()) + ")");
-}
-
-std::vector<ScheduleStep> CudaExecutor::schedule() const {
-  std::vector<ScheduleStep> steps;
-  if (program_->schedule())
-    for (const fb::ScheduleStep *step : *program_->schedule())
-      steps.push_back({step->kind() == fb::StepKind::Backward ? ScheduleStep::Kind::backward
-                                                              : ScheduleStep::Kind::forward,
-                       int64_t(step->chunk()), int64_t(step->micro_batch())});
-  return steps;
 }
 
 Status CudaExecutor::execute(const fb::Instruction &inst) {

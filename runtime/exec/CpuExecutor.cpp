@@ -9,6 +9,7 @@
 #include "runtime/cuda/CudaExecutor.h"
 #include "runtime/exec/CommOps.h"
 #include "runtime/exec/Parameters.h"
+#include "runtime/exec/ProgramExecutor.h"
 #include "runtime/exec/Trace.h"
 #include "runtime/io/Json.h"
 #include "runtime/plan/PlanRules.h"
@@ -23,6 +24,11 @@
 namespace megac::runtime {
 
 namespace fb = megac::plan;
+using exec::BufferInfo;
+using exec::Function;
+using exec::InputSlot;
+using exec::Port;
+using exec::spanOf;
 
 // The kernel enums list the ops in the opcode order, so the mapping is an offset.
 static_assert(int(cpu::UnaryOp::Neg) == int(fb::Opcode::Neg) &&
@@ -70,32 +76,8 @@ void copyBytes(void *dst, const void *src, size_t n) {
     std::memcpy(dst, src, n);
 }
 
-std::span<const int64_t> spanOf(const flatbuffers::Vector<int64_t> *v) {
-  if (!v)
-    return {};
-  return {v->data(), v->size()};
-}
-
-std::span<const uint32_t> spanOf(const flatbuffers::Vector<uint32_t> *v) {
-  if (!v)
-    return {};
-  return {v->data(), v->size()};
-}
-
-std::vector<uint32_t> vectorOf(const flatbuffers::Vector<uint32_t> *v) {
-  std::span<const uint32_t> s = spanOf(v);
-  return {s.begin(), s.end()};
-}
-
 comm::ReduceKind commKind(fb::ReduceKind kind) {
   return kind == fb::ReduceKind::max ? comm::ReduceKind::max : comm::ReduceKind::sum;
-}
-
-std::string joinNames(const std::vector<std::string> &names) {
-  std::string out;
-  for (const std::string &name : names)
-    out += (out.empty() ? "" : ", ") + name;
-  return out.empty() ? "none" : out;
 }
 
 /// Opcodes whose bf16/f16 operands go through f32 (cpu::computeInF32); the data-movement ones
@@ -141,100 +123,19 @@ bool communicates(fb::Opcode op) {
   }
 }
 
-struct BufferInfo {
-  DType dtype;
-  std::span<const int64_t> shape; // points into the plan's bytes
-  uint64_t offset;
-  uint64_t bytes;
-};
-
-struct Port {
-  std::string name;
-  uint32_t buffer;
-  std::vector<uint32_t> partialAxes; // outputs of partitioned plans
-};
-
-struct Function {
-  std::string name;
-  const fb::Function *plan;
-  std::vector<Port> inputs, outputs;
-};
-
-/// A value set by setInput, shared by every function with an input of that name.
-struct InputSlot {
-  uint32_t buffer; // the first port's buffer: its dtype and shape are the input's
-  std::optional<HostTensor> value;
-};
-
-/// A parameter or state buffer.
-struct Named {
-  std::string name;
-  uint32_t buffer;
-  const void *plan; // its fb::Parameter or fb::StateBuffer
-};
-
-class CpuExecutor final : public Executor {
+class CpuExecutor final : public exec::ProgramExecutor {
 public:
   Status init(const LoadedPlan &plan, const ExecutorOptions &options);
-
-  Status setInput(std::string_view name, const HostTensor &value) override;
-  Status run(std::string_view function) override;
-  Status run() override;
-  StatusOr<HostTensor> output(std::string_view name) const override;
-  std::vector<std::string> functionNames() const override;
-  std::vector<std::string> inputNames(std::string_view function = {}) const override;
-  std::vector<std::string> outputNames(std::string_view function = {}) const override;
-  StatusOr<TensorInfo> inputInfo(std::string_view name) const override;
-  std::vector<std::string> parameterNames() const override { return names(params_); }
-  std::vector<std::string> stateNames() const override { return names(state_); }
-  StatusOr<HostTensor> parameter(std::string_view name) const override;
-  StatusOr<HostTensor> state(std::string_view name) const override;
-  Status setParameter(std::string_view name, const HostTensor &value) override;
-  Status setState(std::string_view name, const HostTensor &value) override;
   Status zeroState(std::string_view prefix) override;
-  uint64_t arenaBytes() const override { return program_->arena_bytes(); }
-  int rank() const override { return rank_; }
-  std::vector<int64_t> coords() const override { return comm_->mesh().coordsOf(rank_); }
-  comm::Communicator &communicator() const override { return *comm_; }
-  StatusOr<ShardInfo> parameterShard(std::string_view name) const override;
-  StatusOr<ShardInfo> stateShard(std::string_view name) const override;
-  StatusOr<std::vector<uint32_t>> statePartialAxes(std::string_view name) const override;
-  StatusOr<std::vector<uint32_t>> outputPartialAxes(std::string_view name) const override;
-  std::vector<ScheduleStep> schedule() const override;
 
 private:
-  static std::vector<std::string> names(const std::vector<Named> &list) {
-    std::vector<std::string> out;
-    for (const Named &n : list)
-      out.push_back(n.name);
-    return out;
-  }
-  static const Named *find(const std::vector<Named> &list, std::string_view name) {
-    for (const Named &n : list)
-      if (n.name == name)
-        return &n;
-    return nullptr;
-  }
   cpu::TensorRef ref(uint32_t buffer) const {
-    const BufferInfo &b = buffers_[buffer];
+    const exec::BufferInfo &b = buffers_[buffer];
     return {b.dtype, b.shape, arena_.get() + b.offset};
   }
-  HostTensor copyOut(uint32_t buffer) const;
-  Status copyIn(uint32_t buffer, const HostTensor &value, const std::string &what);
-  bool overlaps(uint32_t a, uint32_t b) const {
-    const BufferInfo &x = buffers_[a], &y = buffers_[b];
-    return x.bytes && y.bytes && x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
-  }
-  bool sameBytes(uint32_t a, uint32_t b) const {
-    return buffers_[a].offset == buffers_[b].offset && buffers_[a].bytes == buffers_[b].bytes;
-  }
-  const Function *findFunction(std::string_view name) const {
-    for (const Function &f : functions_)
-      if (f.name == name)
-        return &f;
-    return nullptr;
-  }
-  Status runFunction(size_t index);
+  StatusOr<HostTensor> copyOut(uint32_t buffer) const override;
+  Status copyIn(uint32_t buffer, const HostTensor &value) override;
+  Status runFunction(size_t index) override;
   Status runFunctionTraced(size_t index, Trace::Clock::time_point start);
   Status execute(const fb::Instruction &inst);
   Status dispatch(const fb::Instruction &inst, const std::vector<cpu::TensorRef> &in,
@@ -244,59 +145,17 @@ private:
                                      const std::vector<cpu::TensorRef> &in,
                                      const std::vector<cpu::TensorRef> &out);
 
-  LoadedPlan plan_; // a copy: the executor may outlive the caller's plan
-  const fb::Program *program_ = nullptr;
-  size_t programIndex_ = 0;
-  std::vector<BufferInfo> buffers_;
   AlignedBytes arena_;
-  std::vector<Function> functions_;
-  std::map<std::string, InputSlot, std::less<>> inputs_;
-  std::vector<Named> params_, state_;
   std::vector<std::vector<uint64_t>> scratch_; // per output, for outputs that overlap an input
-  std::optional<size_t> lastRun_;              // the function whose outputs are in the arena
-  int rank_ = 0;
-  std::unique_ptr<comm::Communicator> ownComm_; // the one-rank view, without options.comm
-  comm::Communicator *comm_ = nullptr;
-  Trace *trace_ = nullptr; // ExecutorOptions::trace
+  Trace *trace_ = nullptr;                     // ExecutorOptions::trace
 };
 
 Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options) {
-  plan_ = plan;
-  const fb::Plan &p = plan_.plan();
-  std::string source = plan_.path().empty() ? "(from memory)" : "'" + plan_.path() + "'";
-  size_t ranks = p.ranks()->size();
-  comm::Mesh mesh = meshOf(plan_);
-  rank_ = options.rank;
+  RETURN_IF_ERROR(loadProgram(plan, options));
   trace_ = options.trace;
-  if (options.comm) {
-    if (options.rank != 0 && options.rank != options.comm->rank())
-      return Status::error("plan " + source + ": ExecutorOptions.rank " +
-                           std::to_string(options.rank) + " differs from the communicator's rank " +
-                           std::to_string(options.comm->rank()));
-    rank_ = options.comm->rank();
-    if (options.comm->mesh().axisSizes != mesh.axisSizes)
-      return Status::error("plan " + source + ": the communicator's mesh (" +
-                           std::to_string(options.comm->mesh().size()) +
-                           " ranks) is not the plan's (" + std::to_string(mesh.size()) +
-                           " ranks); launch one process per rank of the plan");
-    comm_ = options.comm;
-  }
-  if (rank_ < 0 || static_cast<size_t>(rank_) >= ranks)
-    return Status::error("plan " + source + ": rank " + std::to_string(rank_) +
-                         " is not in the rank table (" + std::to_string(ranks) + " ranks)");
-  if (!comm_) {
-    ownComm_ = comm::makeSelfCommunicator(mesh, rank_);
-    comm_ = ownComm_.get();
-  }
-  programIndex_ = p.ranks()->Get(static_cast<flatbuffers::uoffset_t>(rank_))->role();
-  program_ = p.programs()->Get(static_cast<flatbuffers::uoffset_t>(programIndex_));
-  if (program_->buffers())
-    for (const fb::Buffer *b : *program_->buffers())
-      buffers_.push_back(
-          {static_cast<DType>(b->dtype()), spanOf(b->shape()), b->offset(), b->bytes()});
   arena_ = AlignedBytes::allocate(program_->arena_bytes());
   if (!arena_)
-    return Status::error("plan " + source + ": cannot allocate the " +
+    return Status::error("plan " + source_ + ": cannot allocate the " +
                          describeProgram(*program_, programIndex_) + " arena of " +
                          std::to_string(program_->arena_bytes()) + " bytes");
   if (program_->constants())
@@ -305,31 +164,12 @@ Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options)
         copyBytes(arena_.get() + buffers_[c->buffer()].offset, c->data()->data(),
                   c->data()->size());
   RETURN_IF_ERROR(fillParameters(plan_, programIndex_, rank_, arena_.get(), options.weights))
-      << " (plan " << source << ", " << describeProgram(*program_, programIndex_) << ")";
-  if (program_->parameters())
-    for (const fb::Parameter *param : *program_->parameters())
-      params_.push_back({param->name()->str(), param->buffer(), param});
-  if (program_->state())
-    for (const fb::StateBuffer *st : *program_->state())
-      state_.push_back({st->name()->str(), st->buffer(), st});
-  RETURN_IF_ERROR(zeroState(""));
-  for (const fb::Function *fn : *program_->functions()) {
-    Function f{fn->name()->str(), fn, {}, {}};
-    if (fn->inputs())
-      for (const fb::Port *port : *fn->inputs()) {
-        f.inputs.push_back({port->name()->str(), port->buffer(), {}});
-        inputs_.try_emplace(port->name()->str(), InputSlot{port->buffer(), std::nullopt});
-      }
-    if (fn->outputs())
-      for (const fb::Port *port : *fn->outputs())
-        f.outputs.push_back({port->name()->str(), port->buffer(), vectorOf(port->partial_axes())});
-    functions_.push_back(std::move(f));
-  }
-  return Status::ok();
+      << " (plan " << source_ << ", " << describeProgram(*program_, programIndex_) << ")";
+  return zeroState("");
 }
 
-HostTensor CpuExecutor::copyOut(uint32_t buffer) const {
-  const BufferInfo &b = buffers_[buffer];
+StatusOr<HostTensor> CpuExecutor::copyOut(uint32_t buffer) const {
+  const exec::BufferInfo &b = buffers_[buffer];
   HostTensor t;
   t.dtype = b.dtype;
   t.shape.assign(b.shape.begin(), b.shape.end());
@@ -337,54 +177,16 @@ HostTensor CpuExecutor::copyOut(uint32_t buffer) const {
   return t;
 }
 
-Status CpuExecutor::copyIn(uint32_t buffer, const HostTensor &value, const std::string &what) {
-  const BufferInfo &b = buffers_[buffer];
-  if (value.dtype != b.dtype ||
-      !std::equal(value.shape.begin(), value.shape.end(), b.shape.begin(), b.shape.end()))
-    return Status::error(what + " must be " + dtypeName(b.dtype) + " " + shapeString(b.shape) +
-                         ", got " + dtypeName(value.dtype) + " " + shapeString(value.shape));
-  if (value.bytes.size() != b.bytes)
-    return Status::error(what + " has " + std::to_string(value.bytes.size()) + " bytes, expected " +
-                         std::to_string(b.bytes));
-  copyBytes(arena_.get() + b.offset, value.bytes.data(), b.bytes);
+Status CpuExecutor::copyIn(uint32_t buffer, const HostTensor &value) {
+  copyBytes(arena_.get() + buffers_[buffer].offset, value.bytes.data(), buffers_[buffer].bytes);
   return Status::ok();
 }
 
-Status CpuExecutor::setInput(std::string_view name, const HostTensor &value) {
-  auto it = inputs_.find(name);
-  if (it == inputs_.end())
-    return Status::error("the program has no input '" + std::string(name) +
-                         "' (inputs: " + joinNames(inputNames()) + ")");
-  const BufferInfo &b = buffers_[it->second.buffer];
-  std::string what = "input '" + std::string(name) + "'";
-  if (value.dtype != b.dtype ||
-      !std::equal(value.shape.begin(), value.shape.end(), b.shape.begin(), b.shape.end()))
-    return Status::error(what + " must be " + dtypeName(b.dtype) + " " + shapeString(b.shape) +
-                         ", got " + dtypeName(value.dtype) + " " + shapeString(value.shape));
-  if (value.bytes.size() != b.bytes)
-    return Status::error(what + " has " + std::to_string(value.bytes.size()) + " bytes, expected " +
-                         std::to_string(b.bytes));
-  it->second.value = value;
+Status CpuExecutor::zeroState(std::string_view prefix) {
+  for (const exec::Named &s : state_)
+    if (std::string_view(s.name).starts_with(prefix) && buffers_[s.buffer].bytes)
+      std::memset(arena_.get() + buffers_[s.buffer].offset, 0, buffers_[s.buffer].bytes);
   return Status::ok();
-}
-
-Status CpuExecutor::run() {
-  if (functions_.size() == 1)
-    return runFunction(0);
-  for (size_t f = 0; f < functions_.size(); ++f)
-    if (functions_[f].name == "forward")
-      return runFunction(f);
-  return Status::error("run() without a function name needs a program with one function or a "
-                       "'forward' function; this one has: " +
-                       joinNames(functionNames()));
-}
-
-Status CpuExecutor::run(std::string_view function) {
-  for (size_t f = 0; f < functions_.size(); ++f)
-    if (functions_[f].name == function)
-      return runFunction(f);
-  return Status::error("the program has no function '" + std::string(function) +
-                       "' (functions: " + joinNames(functionNames()) + ")");
 }
 
 Status CpuExecutor::runFunction(size_t index) {
@@ -439,157 +241,6 @@ Status CpuExecutor::runFunctionTraced(size_t index, Trace::Clock::time_point sta
   if (status.isOk())
     lastRun_ = index;
   return status;
-}
-
-StatusOr<HostTensor> CpuExecutor::output(std::string_view name) const {
-  for (size_t f = 0; f < functions_.size(); ++f)
-    for (const Port &p : functions_[f].outputs) {
-      if (p.name != name)
-        continue;
-      if (lastRun_ != f)
-        return Status::error(
-            "output '" + std::string(name) + "' of function '" + functions_[f].name + "' is read " +
-            (lastRun_ ? "after a run of function '" + functions_[*lastRun_].name + "'"
-                      : std::string("before a successful run")) +
-            "; read it right after running '" + functions_[f].name + "'");
-      return copyOut(p.buffer);
-    }
-  return Status::error("the program has no output '" + std::string(name) +
-                       "' (outputs: " + joinNames(outputNames()) + ")");
-}
-
-std::vector<std::string> CpuExecutor::functionNames() const {
-  std::vector<std::string> out;
-  for (const Function &f : functions_)
-    out.push_back(f.name);
-  return out;
-}
-
-std::vector<std::string> CpuExecutor::inputNames(std::string_view function) const {
-  std::vector<std::string> out;
-  for (const Function &f : functions_) {
-    if (!function.empty() && f.name != function)
-      continue;
-    for (const Port &p : f.inputs)
-      if (std::find(out.begin(), out.end(), p.name) == out.end())
-        out.push_back(p.name);
-  }
-  return out;
-}
-
-std::vector<std::string> CpuExecutor::outputNames(std::string_view function) const {
-  std::vector<std::string> out;
-  for (const Function &f : functions_)
-    if (function.empty() || f.name == function)
-      for (const Port &p : f.outputs)
-        out.push_back(p.name);
-  return out;
-}
-
-StatusOr<TensorInfo> CpuExecutor::inputInfo(std::string_view name) const {
-  auto it = inputs_.find(name);
-  if (it == inputs_.end())
-    return Status::error("the program has no input '" + std::string(name) +
-                         "' (inputs: " + joinNames(inputNames()) + ")");
-  const BufferInfo &b = buffers_[it->second.buffer];
-  return TensorInfo{b.dtype, std::vector<int64_t>(b.shape.begin(), b.shape.end())};
-}
-
-StatusOr<HostTensor> CpuExecutor::parameter(std::string_view name) const {
-  if (const Named *p = find(params_, name))
-    return copyOut(p->buffer);
-  return Status::error("the program has no parameter '" + std::string(name) + "'");
-}
-
-StatusOr<HostTensor> CpuExecutor::state(std::string_view name) const {
-  if (const Named *s = find(state_, name))
-    return copyOut(s->buffer);
-  return Status::error("the program has no state buffer '" + std::string(name) + "'");
-}
-
-Status CpuExecutor::setParameter(std::string_view name, const HostTensor &value) {
-  const Named *p = find(params_, name);
-  if (!p)
-    return Status::error("the program has no parameter '" + std::string(name) + "'");
-  return copyIn(p->buffer, value, "parameter '" + std::string(name) + "'");
-}
-
-Status CpuExecutor::setState(std::string_view name, const HostTensor &value) {
-  const Named *s = find(state_, name);
-  if (!s)
-    return Status::error("the program has no state buffer '" + std::string(name) + "'");
-  return copyIn(s->buffer, value, "state buffer '" + std::string(name) + "'");
-}
-
-Status CpuExecutor::zeroState(std::string_view prefix) {
-  for (const Named &s : state_)
-    if (std::string_view(s.name).starts_with(prefix) && buffers_[s.buffer].bytes)
-      std::memset(arena_.get() + buffers_[s.buffer].offset, 0, buffers_[s.buffer].bytes);
-  return Status::ok();
-}
-
-StatusOr<ShardInfo> CpuExecutor::parameterShard(std::string_view name) const {
-  const Named *p = find(params_, name);
-  if (!p)
-    return Status::error("the program has no parameter '" + std::string(name) + "'");
-  const auto *param = static_cast<const fb::Parameter *>(p->plan);
-  ShardInfo info;
-  std::span<const int64_t> global = spanOf(param->global_shape());
-  info.globalShape.assign(global.begin(), global.end());
-  info.offset = parameterShardOffset(plan_, *param, rank_);
-  info.shape.assign(buffers_[p->buffer].shape.begin(), buffers_[p->buffer].shape.end());
-  return info;
-}
-
-StatusOr<ShardInfo> CpuExecutor::stateShard(std::string_view name) const {
-  const Named *s = find(state_, name);
-  if (!s)
-    return Status::error("the program has no state buffer '" + std::string(name) + "'");
-  const auto *st = static_cast<const fb::StateBuffer *>(s->plan);
-  std::span<const int64_t> local = buffers_[s->buffer].shape;
-  if (st->global_shape()) {
-    ShardInfo info;
-    std::span<const int64_t> global = spanOf(st->global_shape());
-    info.globalShape.assign(global.begin(), global.end());
-    info.offset = shardOffset(comm_->mesh(), rank_, local, {}, shardingOf(st->sharding()));
-    info.shape.assign(local.begin(), local.end());
-    return info;
-  }
-  if (name.starts_with("grad.") && find(params_, name.substr(5))) {
-    StatusOr<ShardInfo> param = parameterShard(name.substr(5));
-    if (param.isOk() &&
-        std::equal(local.begin(), local.end(), param->shape.begin(), param->shape.end()))
-      return param;
-  }
-  return ShardInfo{{local.begin(), local.end()},
-                   std::vector<int64_t>(local.size(), 0),
-                   {local.begin(), local.end()}};
-}
-
-StatusOr<std::vector<uint32_t>> CpuExecutor::statePartialAxes(std::string_view name) const {
-  const Named *s = find(state_, name);
-  if (!s)
-    return Status::error("the program has no state buffer '" + std::string(name) + "'");
-  return vectorOf(static_cast<const fb::StateBuffer *>(s->plan)->partial_axes());
-}
-
-StatusOr<std::vector<uint32_t>> CpuExecutor::outputPartialAxes(std::string_view name) const {
-  for (const Function &f : functions_)
-    for (const Port &p : f.outputs)
-      if (p.name == name)
-        return p.partialAxes;
-  return Status::error("the program has no output '" + std::string(name) +
-                       "' (outputs: " + joinNames(outputNames()) + ")");
-}
-
-std::vector<ScheduleStep> CpuExecutor::schedule() const {
-  std::vector<ScheduleStep> steps;
-  if (program_->schedule())
-    for (const fb::ScheduleStep *step : *program_->schedule())
-      steps.push_back({step->kind() == fb::StepKind::Backward ? ScheduleStep::Kind::backward
-                                                              : ScheduleStep::Kind::forward,
-                       int64_t(step->chunk()), int64_t(step->micro_batch())});
-  return steps;
 }
 
 Status CpuExecutor::execute(const fb::Instruction &inst) {
