@@ -42,6 +42,10 @@ bench: build
 	/usr/bin/python3 bench/gpt2_124m.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-gpt2-124m
 	/usr/bin/python3 bench/train_step.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-train-step --threads $(JOBS)
 	/usr/bin/python3 bench/partition_step.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-partition-step
+	$(BUILD_DIR)/bin/megac compile --model gpt:layers=4,hidden=256,heads=8,seq=128,vocab=512 \
+	    --ranks 1 --global-batch 8 --micro-batch 8 -o $(BUILD_DIR)/bench-train-step.mplan
+	$(BUILD_DIR)/bin/bench-train-step --plan $(BUILD_DIR)/bench-train-step.mplan --backend cpu \
+	    --steps 5 --gpt 4,256,128,512 --peak-tflops 0.23
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -234,9 +234,9 @@ int main(int argc, char **argv) {
   std::printf("%s: %.2f ms/step (median of %lld), %.0f tokens/s", o.label.c_str(),
               stepSeconds * 1e3, (long long)o.steps, tokensPerSecond);
   if (flops > 0)
-    std::printf(", %.1f model TFLOP/s", tflops);
+    std::printf(", %.3g model TFLOP/s", tflops);
   if (flops > 0 && peak > 0)
-    std::printf(", MFU %.1f%% of %.0f TFLOP/s", 100.0 * flops / stepSeconds / peak, peak / 1e12);
+    std::printf(", MFU %.1f%% of %.4g TFLOP/s", 100.0 * flops / stepSeconds / peak, peak / 1e12);
   std::printf("; loss %.4f -> %.4f\n", firstLoss, lastLoss);
   if (!o.json.empty()) {
     std::ofstream out(o.json, std::ios::app);
