@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -420,14 +421,52 @@ uint64_t splitmix64(uint64_t &state) {
 
 } // namespace
 
+std::vector<DocumentRange> splitDocuments(int64_t documents, const std::vector<double> &weights) {
+  double sum = 0;
+  for (double w : weights)
+    sum += w;
+  std::vector<DocumentRange> parts;
+  double cumulative = 0;
+  int64_t first = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    cumulative += weights[i];
+    int64_t last = i + 1 == weights.size()
+                       ? documents
+                       : static_cast<int64_t>(std::llround(cumulative / sum * double(documents)));
+    last = std::clamp<int64_t>(last, first, documents);
+    parts.push_back({first, last});
+    first = last;
+  }
+  return parts;
+}
+
 StatusOr<Windows> trainingWindows(const IndexedDataset &dataset, int64_t sequenceLength,
-                                  int64_t maxRows, std::optional<uint64_t> shuffleSeed) {
-  int64_t s = sequenceLength, total = dataset.totalTokens();
+                                  int64_t maxRows, std::optional<uint64_t> shuffleSeed,
+                                  DocumentRange documents) {
+  int64_t s = sequenceLength;
   if (s < 1)
     return Status::error("the sequence length must be >= 1, not " + std::to_string(s));
+  // The sequences of the documents in range: [firstSeq, lastSeq).
+  const std::vector<int64_t> &docs = dataset.documentIndex();
+  int64_t docCount = dataset.documentCount();
+  int64_t lastDoc = documents.last < 0 ? docCount : documents.last;
+  if (documents.first < 0 || documents.first > lastDoc || lastDoc > docCount)
+    return Status::error("documents [" + std::to_string(documents.first) + ", " +
+                         std::to_string(lastDoc) + ") are not within the dataset's " +
+                         std::to_string(docCount));
+  int64_t firstSeq = docCount > 0 ? docs[documents.first] : 0;
+  int64_t lastSeq = docCount > 0 ? docs[lastDoc] : dataset.sequenceCount();
+  int64_t total = 0;
+  for (int64_t k = firstSeq; k < lastSeq; ++k)
+    total += dataset.sequenceLength(k);
   if (total < s + 1)
-    return Status::error("the dataset holds " + std::to_string(total) +
-                         " tokens, fewer than one window of seq + 1 = " + std::to_string(s + 1));
+    return Status::error(
+        (documents.first == 0 && lastDoc == docCount
+             ? std::string("the dataset")
+             : "documents [" + std::to_string(documents.first) + ", " + std::to_string(lastDoc) +
+                   ") of the dataset") +
+        " hold " + std::to_string(total) + " tokens, fewer than one window of seq + 1 = " +
+        std::to_string(s + 1));
   Windows w;
   w.total = (total - 1) / s;
   w.rows = std::min(w.total, std::max<int64_t>(maxRows, 1));
@@ -438,11 +477,11 @@ StatusOr<Windows> trainingWindows(const IndexedDataset &dataset, int64_t sequenc
     for (int64_t i = w.total - 1; i > 0; --i)
       std::swap(order[i], order[splitmix64(state) % static_cast<uint64_t>(i + 1)]);
   }
-  // starts[k]: the stream position of sequence k's first token.
-  int64_t n = dataset.sequenceCount();
+  // starts[k]: the stream position of sequence firstSeq + k's first token.
+  int64_t n = lastSeq - firstSeq;
   std::vector<int64_t> starts(static_cast<size_t>(n) + 1, 0);
   for (int64_t k = 0; k < n; ++k)
-    starts[k + 1] = starts[k] + dataset.sequenceLength(k);
+    starts[k + 1] = starts[k] + dataset.sequenceLength(firstSeq + k);
   w.tokens.resize(static_cast<size_t>(w.rows * (s + 1)));
   for (int64_t r = 0; r < w.rows; ++r) {
     int64_t pos = order[r] * s, end = pos + s + 1;
@@ -451,7 +490,7 @@ StatusOr<Windows> trainingWindows(const IndexedDataset &dataset, int64_t sequenc
     int64_t k = std::upper_bound(starts.begin(), starts.end(), pos) - starts.begin() - 1;
     while (pos < end) {
       int64_t take = std::min(end, starts[k + 1]) - pos;
-      dataset.read(k, pos - starts[k], {out, static_cast<size_t>(take)});
+      dataset.read(firstSeq + k, pos - starts[k], {out, static_cast<size_t>(take)});
       out += take;
       pos += take;
       ++k;

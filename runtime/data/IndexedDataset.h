@@ -123,7 +123,18 @@ struct Windows {
   int64_t rows = 0, total = 0; // rows materialized, windows in the dataset
   std::vector<int64_t> tokens;
 };
+/// Documents [first, last) of a dataset (a part of a --split).
+struct DocumentRange {
+  int64_t first = 0, last = -1; // last -1: through the last document
+};
+/// Windows as above over the token stream of the documents in `documents` only.
 StatusOr<Windows> trainingWindows(const IndexedDataset &dataset, int64_t sequenceLength,
-                                  int64_t maxRows, std::optional<uint64_t> shuffleSeed);
+                                  int64_t maxRows, std::optional<uint64_t> shuffleSeed,
+                                  DocumentRange documents = {});
+
+/// Megatron's --split: `weights` (e.g. 949, 50, 1; >= 0, not all 0) normalized to fractions of
+/// `documents`; part i is documents [round(F_i * n), round(F_{i+1} * n)) with F_i the sum of
+/// the first i fractions, so the parts are contiguous, cover every document, and are in order.
+std::vector<DocumentRange> splitDocuments(int64_t documents, const std::vector<double> &weights);
 
 } // namespace megac::runtime::data

@@ -11,6 +11,8 @@ Cases:
     losses, and exactly (bit for bit) the losses of the same run on a .npy of the windows this
     script cuts itself (tokens concatenated, windows of S+1 at stride S, Fisher-Yates order with
     SplitMix64 seeded by --seed).
+  - split: --split 8,2,0 trains on the windows of the first 80% of the documents and validates
+    on the next 20% (the same losses as .npy files of those windows), and needs an indexed set.
   - ranks: --ranks 2 (dp 2) on the dataset gives the 1-rank losses (skipped without mpirun).
   - errors: a corrupt .idx is refused naming the file; --seq with a .npy and an unknown
     tokenizer are refused.
@@ -180,6 +182,62 @@ def case_train(args, work):
     return problems
 
 
+def split_parts(documents, weights):
+    """runtime/data splitDocuments: contiguous document ranges in proportion to `weights`."""
+    total, cumulative, first, parts = sum(weights), 0.0, 0, []
+    for i, w in enumerate(weights):
+        cumulative += w
+        last = documents if i + 1 == len(weights) else int(
+            math.floor(cumulative / total * documents + 0.5))
+        last = min(max(last, first), documents)
+        parts.append((first, last))
+        first = last
+    return parts
+
+
+def case_split(args, work):
+    """--split 8,2,0: training reads only the windows of the first 80% of the documents (the
+    same losses as a .npy of those windows), and --eval-interval without --eval-data evaluates
+    the next 20% (the same validation loss as --eval-data with a .npy of those windows)."""
+    prefix = os.path.join(work, "corpus")  # from case_prep
+    docs, _ = read_indexed(prefix)
+    (t0, t1), (v0, v1), _ = split_parts(len(docs), [8, 2, 0])
+    seq, steps, batch, seed = 32, 3, 4, 5
+
+    def part_windows(first, last, max_rows):
+        stream = [t for doc in docs[first:last] for s in doc for t in s]
+        return windows(stream, seq, seed, max_rows)
+
+    train_npy, valid_npy = os.path.join(work, "split_train.npy"), os.path.join(work, "split_valid.npy")
+    np.save(train_npy, part_windows(t0, t1, steps * batch))
+    np.save(valid_npy, part_windows(v0, v1, 2 * batch))  # --eval-iters 2 global batches
+    common = ["--model", "gpt:layers=1,hidden=16,heads=2,seq=32,vocab=257", "--steps", str(steps),
+              "--global-batch", str(batch), "--micro-batch", "2", "--lr", "0.001",
+              "--seed", str(seed), "--eval-interval", "3", "--eval-iters", "2"]
+    logs = {}
+    for name, data in (("split", ["--data", prefix, "--split", "8,2,0"]),
+                       ("npy", ["--data", train_npy, "--eval-data", valid_npy])):
+        log = os.path.join(work, f"split_{name}.jsonl")
+        result = run([args.megac, "train", *common, *data, "--log-json", log])
+        if result.returncode != 0:
+            return [f"train {' '.join(data)} failed: {result.stderr.strip()}"]
+        with open(log) as f:
+            logs[name] = [json.loads(line) for line in f]
+    loss = {k: [r["loss"] for r in v if "loss" in r] for k, v in logs.items()}
+    val = {k: [r["val_loss"] for r in v if "val_loss" in r] for k, v in logs.items()}
+    problems = []
+    if len(loss["split"]) != steps or loss["split"] != loss["npy"]:
+        problems.append(f"--split losses {loss['split']} != the train part's windows' {loss['npy']}")
+    if len(val["split"]) != 1 or val["split"] != val["npy"]:
+        problems.append(f"--split validation {val['split']} != the validation part's {val['npy']}")
+    print(f"  documents: train [{t0}, {t1}), validation [{v0}, {v1}); losses {loss['split']}, "
+          f"validation {val['split']}")
+    result = run([args.megac, "train", *common[:-4], "--data", train_npy, "--split", "1,1,0"])
+    if result.returncode != 2 or "--split applies to an indexed dataset" not in result.stderr:
+        problems.append(f"--split with .npy: rc {result.returncode}, {result.stderr.strip()!r}")
+    return problems
+
+
 def case_ranks(args, work):
     """--ranks 2 (dp 2) on --data PREFIX: every rank cuts the same windows; losses as 1 rank
     within fp32 roundoff of the data-parallel gradient sum (1e-5 relative)."""
@@ -254,7 +312,7 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     passed = failed = 0
     for name, case in (("prep", case_prep), ("jsonl", case_jsonl), ("train", case_train),
-                       ("ranks", case_ranks), ("errors", case_errors),
+                       ("split", case_split), ("ranks", case_ranks), ("errors", case_errors),
                        ("throughput", case_throughput)):
         try:
             problems = case(args, args.workdir)

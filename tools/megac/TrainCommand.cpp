@@ -481,7 +481,7 @@ int fail(const std::string &message, const RankContext *rank = nullptr) {
 /// (S from --seq or the zoo spec; window order shuffled with --seed). Only the rows the run reads
 /// (steps * B when that is fewer than the windows) are materialized: (i*B + j) mod rows then
 /// picks the same windows as over all of them.
-runtime::StatusOr<train::TokenData> loadTokenData(const TrainConfig &c) {
+runtime::StatusOr<train::TokenData> loadTokenData(const TrainConfig &c, int splitPart = 0) {
   if (!c.indexedData)
     return train::readTokenData(c.dataPath);
   int64_t seq = c.dataSeq;
@@ -498,9 +498,16 @@ runtime::StatusOr<train::TokenData> loadTokenData(const TrainConfig &c) {
   unsigned __int128 wanted = static_cast<unsigned __int128>(c.schedule.totalSteps) *
                              static_cast<unsigned __int128>(c.split.globalBatch);
   int64_t maxRows = wanted > INT64_MAX ? INT64_MAX : static_cast<int64_t>(wanted);
-  auto windows = runtime::data::trainingWindows(*dataset, seq, maxRows, c.seed);
+  runtime::data::DocumentRange documents;
+  std::string part;
+  if (c.dataSplit) {
+    documents =
+        runtime::data::splitDocuments(dataset->documentCount(), *c.dataSplit)[size_t(splitPart)];
+    part = std::string(" (the ") + (splitPart == 0 ? "train" : "validation") + " part of --split)";
+  }
+  auto windows = runtime::data::trainingWindows(*dataset, seq, maxRows, c.seed, documents);
   if (!windows.isOk())
-    return runtime::Status::error(c.dataPath + ": " + windows.status().message());
+    return runtime::Status::error(c.dataPath + part + ": " + windows.status().message());
   train::TokenData data;
   data.rows = windows->rows;
   data.rowLength = seq + 1;
@@ -728,7 +735,8 @@ int trainCommand(int argc, char **argv) {
                                         "trace",
                                         "trace-steps",
                                         "seq",
-                                        "backend"};
+                                        "backend",
+                                        "split"};
   std::string error =
       args.parse(argc, argv, 2, valued,
                  {"help", "sequence-parallel", "oversubscribe", "plan-only", "explain", "json",
@@ -866,22 +874,27 @@ int trainCommand(int argc, char **argv) {
     std::fflush(stdout);
   }
   // Validation tokens: read like the training data, as many batches as one evaluation uses.
+  // Without --eval-data, --split's validation part of --data.
   std::optional<train::TokenData> evalData;
-  if (config.evalData) {
+  if (config.evalData || (config.dataSplit && config.evalInterval > 0)) {
     TrainConfig e = config;
-    e.dataPath = *config.evalData;
-    e.indexedData = !e.dataPath.ends_with(".npy");
+    if (config.evalData) {
+      e.dataPath = *config.evalData;
+      e.indexedData = !e.dataPath.ends_with(".npy");
+      e.dataSplit.reset();
+    }
     e.schedule.totalSteps = config.evalIters;
-    runtime::StatusOr<train::TokenData> loaded = loadTokenData(e);
+    std::string what = config.evalData ? "--eval-data" : "--split (validation part)";
+    runtime::StatusOr<train::TokenData> loaded = loadTokenData(e, e.dataSplit ? 1 : 0);
     if (!loaded.isOk())
-      return fail("--eval-data: " + loaded.status().message(), &rank);
+      return fail(what + ": " + loaded.status().message(), &rank);
     if (loaded->sequenceLength() != data->sequenceLength())
-      return fail("--eval-data: rows of " + std::to_string(loaded->sequenceLength() + 1) +
+      return fail(what + ": rows of " + std::to_string(loaded->sequenceLength() + 1) +
                       " tokens, but the training data's have " +
                       std::to_string(data->sequenceLength() + 1),
                   &rank);
     if (runtime::Status s = train::checkTokenRange(*loaded, model->vocab); !s.isOk())
-      return fail("--eval-data " + *config.evalData + ": " + s.message(), &rank);
+      return fail(what + " " + e.dataPath + ": " + s.message(), &rank);
     evalData = std::move(*loaded);
   }
   return trainLoop(**executor, config, *data, evalData ? &*evalData : nullptr, kind, model->vocab,

@@ -187,10 +187,37 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
                         countOption(args, "eval-iters", 1, c.evalIters, false)})
     if (!e.empty())
       return e;
+  if (std::optional<std::string> split = args.get("split")) {
+    if (!c.indexedData)
+      return "--split applies to an indexed dataset (--data PREFIX of PREFIX.bin/.idx)";
+    std::vector<double> weights;
+    double sum = 0;
+    std::string text = *split;
+    for (size_t start = 0; start <= text.size();) {
+      size_t end = text.find(',', start);
+      std::string part = text.substr(start, end == std::string::npos ? end : end - start);
+      char *rest = nullptr;
+      double w = std::strtod(part.c_str(), &rest);
+      if (part.empty() || *rest != '\0' || !(w >= 0) || !std::isfinite(w))
+        return "--split: '" + text + "' is not up to three weights >= 0 (e.g. 949,50,1)";
+      weights.push_back(w);
+      sum += w;
+      if (end == std::string::npos)
+        break;
+      start = end + 1;
+    }
+    if (weights.size() > 3 || !(sum > 0) || weights[0] <= 0)
+      return "--split: '" + text + "' is not up to three weights >= 0 with a positive train "
+             "weight (e.g. 949,50,1)";
+    weights.resize(3, 0.0);
+    c.dataSplit = weights;
+  }
+  bool validationSplit = c.dataSplit && (*c.dataSplit)[1] > 0;
   if (c.evalData && !args.get("eval-interval"))
     return "--eval-data needs --eval-interval N (validate every N steps)";
-  if (!c.evalData && (args.get("eval-interval") || args.get("eval-iters")))
-    return "--eval-interval and --eval-iters need --eval-data (the validation tokens)";
+  if (!c.evalData && !validationSplit && (args.get("eval-interval") || args.get("eval-iters")))
+    return "--eval-interval and --eval-iters need --eval-data (the validation tokens) or a "
+           "--split with a validation part";
   if (std::string e = countOption(args, "seq", 1, c.dataSeq, false); !e.empty())
     return e;
   if (args.get("seq") && !c.indexedData)
@@ -363,6 +390,7 @@ const char *const kTrainHelp =
                    [--save-grads FILE.safetensors] [--trace FILE.json [--trace-steps N]]
                    [--save DIR [--save-interval N]] [--load DIR]
                    [--eval-data TOKENS.npy|PREFIX --eval-interval N [--eval-iters K]]
+                   [--split TRAIN,VALID,TEST]
                    [--ranks N] [--tp T] [--pp P] [--dp D] [--vpp V] [--sequence-parallel]
                    [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
                    [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
@@ -432,7 +460,11 @@ const char *const kTrainHelp =
   validation: --eval-data (rows like --data's) is evaluated every --eval-interval steps and
   after the last: the mean loss of --eval-iters global batches and its perplexity, printed and
   logged as {"step", "val_loss", "val_ppl"} lines; training is unaffected (its gradients are
-  dropped).
+  dropped). --split A,B,C (Megatron's, e.g. 949,50,1; with --data PREFIX) splits the dataset's
+  documents in order into train, validation and test parts in those proportions: training
+  windows come from the first part only, and without --eval-data the validation part is what
+  --eval-interval evaluates (windows cut and shuffled the same way). The test part is held
+  out (not read).
   checkpoints: --save DIR writes DIR/step-<N>/ every --save-interval steps and after the last
   step: model.safetensors (every parameter whole), optimizer.safetensors (the Adam moments
   whole, adam.m.<p>, adam.v.<p>) and meta.json (format version, step, data position, seed,

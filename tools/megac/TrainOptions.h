@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace megac::cli {
 
@@ -30,6 +31,9 @@ struct TrainConfig {
   std::optional<std::string> evalData;
   int64_t evalInterval = 0;
   int64_t evalIters = 1;
+  // --split A,B,C (Megatron's): an indexed --data's documents in train/valid/test parts
+  // (runtime/data splitDocuments); training reads part 0, validation (without --eval-data) part 1.
+  std::optional<std::vector<double>> dataSplit;
   runtime::train::BatchSplit split;
   runtime::train::LrSchedule schedule;
   passes::TrainingOptions training;

@@ -214,6 +214,45 @@ TEST(IndexedDataset, TrainingWindowsSpanSequences) {
   EXPECT_NE(tooLong.status().message().find("8 tokens"), std::string::npos);
 }
 
+TEST(IndexedDataset, SplitPartsAreContiguousDocumentRanges) {
+  // Megatron's --split 949,50,1 over 1000 documents: [0, 949), [949, 999), [999, 1000).
+  auto parts = splitDocuments(1000, {949, 50, 1});
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].first, 0);
+  EXPECT_EQ(parts[0].last, 949);
+  EXPECT_EQ(parts[1].first, 949);
+  EXPECT_EQ(parts[1].last, 999);
+  EXPECT_EQ(parts[2].first, 999);
+  EXPECT_EQ(parts[2].last, 1000);
+  // Few documents: rounding may leave a part empty, never out of order or uncovered.
+  auto few = splitDocuments(3, {1, 1, 0});
+  EXPECT_EQ(few[0].last, 2); // round(1.5) = 2
+  EXPECT_EQ(few[1].first, 2);
+  EXPECT_EQ(few[1].last, 3);
+  EXPECT_EQ(few[2].first, 3);
+  EXPECT_EQ(few[2].last, 3);
+}
+
+TEST(IndexedDataset, WindowsOfADocumentRange) {
+  // Documents {1,2,3}, {4 | 5,6}, {65535,0}: the second and third documents are the stream
+  // 4 5 6 65535 0, whose windows of 3 at stride 2 are [4 5 6] and [6 65535 0].
+  std::string prefix = freshPrefix("range");
+  buildSample(prefix, TokenType::u16);
+  auto ds = IndexedDataset::open(prefix);
+  ASSERT_TRUE(ds.isOk());
+  auto w = trainingWindows(*ds, 2, 100, std::nullopt, {1, 3});
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  EXPECT_EQ(w->total, 2);
+  EXPECT_EQ(w->tokens, (std::vector<int64_t>{4, 5, 6, 6, 65535, 0}));
+  auto firstDoc = trainingWindows(*ds, 2, 100, std::nullopt, {0, 1});
+  ASSERT_TRUE(firstDoc.isOk());
+  EXPECT_EQ(firstDoc->tokens, (std::vector<int64_t>{1, 2, 3}));
+  auto empty = trainingWindows(*ds, 2, 100, std::nullopt, {3, 3});
+  ASSERT_FALSE(empty.isOk());
+  EXPECT_NE(empty.status().message().find("documents [3, 3)"), std::string::npos);
+  EXPECT_FALSE(trainingWindows(*ds, 2, 100, std::nullopt, {2, 5}).isOk());
+}
+
 TEST(IndexedDataset, ShuffledWindowsArePermutationFixedBySeed) {
   std::string prefix = freshPrefix("shuffle");
   {
