@@ -100,16 +100,18 @@ Status transpose(const TensorRef &x, std::span<const int64_t> perm, const Tensor
   return Status::ok();
 }
 
-Status slice(const TensorRef &x, std::span<const int64_t> starts, std::span<const int64_t> strides,
-             const TensorRef &out) {
+StatusOr<SliceSource> detail::sliceSource(const TensorRef &x, std::span<const int64_t> starts,
+                                          std::span<const int64_t> strides,
+                                          const TensorRef &out) {
   RETURN_IF_ERROR(expectDtype("Slice", "output", out, x.dtype));
   size_t rank = x.shape.size();
   if (starts.size() != rank || strides.size() != rank || out.shape.size() != rank)
     return fail("Slice", "starts " + shapeString(starts) + ", strides " + shapeString(strides) +
                              " and output " + shapeString(out.shape) +
                              " must all have the input's rank " + std::to_string(rank));
-  std::vector<int64_t> xStrides = stridesOf(x.shape), srcStrides(rank);
-  int64_t base = 0;
+  SliceSource src;
+  src.strides.resize(rank);
+  std::vector<int64_t> xStrides = stridesOf(x.shape);
   bool empty = out.numElements() == 0;
   for (size_t d = 0; d < rank; ++d) {
     int64_t size = out.shape[d], dim = x.shape[d];
@@ -124,12 +126,18 @@ Status slice(const TensorRef &x, std::span<const int64_t> starts, std::span<cons
                                  " elements from " + std::to_string(starts[d]) + " by stride " +
                                  std::to_string(strides[d]) + " leave the input's extent " +
                                  std::to_string(dim));
-      base += starts[d] * xStrides[d];
+      src.base += starts[d] * xStrides[d];
     }
-    srcStrides[d] = strides[d] * xStrides[d];
+    src.strides[d] = strides[d] * xStrides[d];
   }
-  if (!empty)
-    stridedCopy(dtypeSize(x.dtype), out.shape, srcStrides, x.as<const uint8_t>(), base,
+  return src;
+}
+
+Status slice(const TensorRef &x, std::span<const int64_t> starts, std::span<const int64_t> strides,
+             const TensorRef &out) {
+  ASSIGN_OR_RETURN(SliceSource src, sliceSource(x, starts, strides, out));
+  if (out.numElements() != 0)
+    stridedCopy(dtypeSize(x.dtype), out.shape, src.strides, x.as<const uint8_t>(), src.base,
                 out.as<uint8_t>());
   return Status::ok();
 }

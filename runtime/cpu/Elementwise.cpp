@@ -332,27 +332,6 @@ template <DType S, DType D> void castLoop(const void *x, void *y, int64_t n) {
     storeAs<D>(y, i, loadAs<S>(x, i));
 }
 
-/// Calls f(std::integral_constant<DType, d>) for the runtime dtype d.
-template <typename F> void withDtype(DType d, F &&f) {
-  switch (d) {
-  case DType::f64:
-    return f(std::integral_constant<DType, DType::f64>{});
-  case DType::f32:
-    return f(std::integral_constant<DType, DType::f32>{});
-  case DType::bf16:
-    return f(std::integral_constant<DType, DType::bf16>{});
-  case DType::f16:
-    return f(std::integral_constant<DType, DType::f16>{});
-  case DType::i64:
-    return f(std::integral_constant<DType, DType::i64>{});
-  case DType::i32:
-    return f(std::integral_constant<DType, DType::i32>{});
-  case DType::i1:
-    return f(std::integral_constant<DType, DType::i1>{});
-  }
-}
-
-bool validDtype(DType d) { return static_cast<uint8_t>(d) <= static_cast<uint8_t>(DType::i1); }
 
 } // namespace
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace megac::runtime::cpu::detail {
@@ -25,6 +26,31 @@ inline bool sameShape(std::span<const int64_t> a, std::span<const int64_t> b) {
 /// "Add: " + ... : every kernel error starts with the op's name.
 inline Status fail(const char *op, const std::string &what) {
   return Status::error(std::string(op) + ": " + what);
+}
+
+/// Calls f(std::integral_constant<DType, d>) for the runtime dtype d (CPU and CUDA casts).
+template <typename F> void withDtype(DType d, F &&f) {
+  switch (d) {
+  case DType::f64:
+    return f(std::integral_constant<DType, DType::f64>{});
+  case DType::f32:
+    return f(std::integral_constant<DType, DType::f32>{});
+  case DType::bf16:
+    return f(std::integral_constant<DType, DType::bf16>{});
+  case DType::f16:
+    return f(std::integral_constant<DType, DType::f16>{});
+  case DType::i64:
+    return f(std::integral_constant<DType, DType::i64>{});
+  case DType::i32:
+    return f(std::integral_constant<DType, DType::i32>{});
+  case DType::i1:
+    return f(std::integral_constant<DType, DType::i1>{});
+  }
+}
+
+/// Whether `d` is one of the DType values (a plan or file can carry any byte).
+inline bool validDtype(DType d) {
+  return static_cast<uint8_t>(d) <= static_cast<uint8_t>(DType::i1);
 }
 
 inline Status unsupportedDtype(const char *op, DType dtype) {
@@ -110,6 +136,16 @@ inline std::vector<int64_t> stridesOf(std::span<const int64_t> shape) {
   }
   return strides;
 }
+
+/// Where a Slice reads: the element offset of out[0...] in x and x's stride per out dim.
+struct SliceSource {
+  int64_t base = 0;
+  std::vector<int64_t> strides;
+};
+/// Slice's checks (dtype, ranks, no zero stride, every read inside x) and its source
+/// geometry, shared by the CPU and CUDA kernels; errors start with "Slice: ".
+StatusOr<SliceSource> sliceSource(const TensorRef &x, std::span<const int64_t> starts,
+                                  std::span<const int64_t> strides, const TensorRef &out);
 
 /// numpy broadcast of two shapes, or false.
 inline bool broadcastShapes(std::span<const int64_t> a, std::span<const int64_t> b,

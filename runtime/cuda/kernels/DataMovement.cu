@@ -376,35 +376,10 @@ Status transpose(const Context &ctx, const TensorRef &x, std::span<const int64_t
 
 Status slice(const Context &ctx, const TensorRef &x, std::span<const int64_t> starts,
              std::span<const int64_t> strides, const TensorRef &out) {
-  RETURN_IF_ERROR(expectDtype("Slice", "output", out, x.dtype));
-  size_t rank = x.shape.size();
-  if (starts.size() != rank || strides.size() != rank || out.shape.size() != rank)
-    return fail("Slice", "starts " + shapeString(starts) + ", strides " + shapeString(strides) +
-                             " and output " + shapeString(out.shape) +
-                             " must all have the input's rank " + std::to_string(rank));
-  std::vector<int64_t> xStrides = stridesOf(x.shape), srcStrides(rank);
-  int64_t base = 0;
-  bool empty = out.numElements() == 0;
-  for (size_t d = 0; d < rank; ++d) {
-    int64_t size = out.shape[d], dim = x.shape[d];
-    if (strides[d] == 0)
-      return fail("Slice", "stride 0 in dim " + std::to_string(d));
-    if (!empty) {
-      int64_t span, last;
-      bool overflow = __builtin_mul_overflow(size - 1, strides[d], &span) ||
-                      __builtin_add_overflow(starts[d], span, &last);
-      if (starts[d] < 0 || starts[d] >= dim || overflow || last < 0 || last >= dim)
-        return fail("Slice", "dim " + std::to_string(d) + ": " + std::to_string(size) +
-                                 " elements from " + std::to_string(starts[d]) + " by stride " +
-                                 std::to_string(strides[d]) + " leave the input's extent " +
-                                 std::to_string(dim));
-      base += starts[d] * xStrides[d];
-    }
-    srcStrides[d] = strides[d] * xStrides[d];
-  }
-  if (empty)
+  ASSIGN_OR_RETURN(cpu::detail::SliceSource src, cpu::detail::sliceSource(x, starts, strides, out));
+  if (out.numElements() == 0)
     return Status::ok();
-  return launchGather(ctx, "Slice", x.dtype, out.shape, srcStrides, x.data, base, out.data);
+  return launchGather(ctx, "Slice", x.dtype, out.shape, src.strides, x.data, src.base, out.data);
 }
 
 Status concat(const Context &ctx, std::span<const TensorRef> inputs, int64_t axis,

@@ -18,6 +18,8 @@ using cpu::detail::expectDtype;
 using cpu::detail::expectIndexDtype;
 using cpu::detail::expectShape;
 using cpu::detail::fail;
+using cpu::detail::validDtype;
+using cpu::detail::withDtype;
 using detail::Compute;
 using detail::load;
 using detail::store;
@@ -358,26 +360,6 @@ template <DType S, DType D> __global__ void castKernel(const void *x, void *y, i
   GRID_STRIDE(i, n) { castStore<D>(y, i, castLoad<S>(x, i)); }
 }
 
-template <typename F> void withDtype(DType d, F &&f) {
-  switch (d) {
-  case DType::f64:
-    return f(std::integral_constant<DType, DType::f64>{});
-  case DType::f32:
-    return f(std::integral_constant<DType, DType::f32>{});
-  case DType::bf16:
-    return f(std::integral_constant<DType, DType::bf16>{});
-  case DType::f16:
-    return f(std::integral_constant<DType, DType::f16>{});
-  case DType::i64:
-    return f(std::integral_constant<DType, DType::i64>{});
-  case DType::i32:
-    return f(std::integral_constant<DType, DType::i32>{});
-  case DType::i1:
-    return f(std::integral_constant<DType, DType::i1>{});
-  }
-}
-
-bool validDtype(DType d) { return static_cast<uint8_t>(d) <= static_cast<uint8_t>(DType::i1); }
 
 // ---- Gelu, GeluGrad, Dropout ----------------------------------------------------------------
 
