@@ -109,10 +109,11 @@ double p2pSeconds(const Cluster &cluster, bool crossNode, double bytes) {
 
 double layerParameters(const TransformerShape &s) {
   double h = double(s.hidden), f = double(ffnOf(s)), g = kvFraction(s);
-  double qkv = h * h * (1 + 2 * g) + h * (1 + 2 * g);
-  double proj = h * h + h;
-  double mlp = (s.gatedMlp ? 3 * h * f : 2 * h * f) + (s.gatedMlp ? 0 : f + h);
-  return qkv + proj + mlp + 4 * h; // + two layer norms (scale and bias)
+  double bias = s.biases ? 1 : 0;
+  double qkv = h * h * (1 + 2 * g) + bias * h * (1 + 2 * g);
+  double proj = h * h + bias * h;
+  double mlp = (s.gatedMlp ? 3 * h * f : 2 * h * f) + bias * ((s.gatedMlp ? 2 : 1) * f + h);
+  return qkv + proj + mlp + (s.biases ? 4 : 2) * h; // + two norms (scale, and LayerNorm's bias)
 }
 
 double nonLayerParameters(const TransformerShape &s) {

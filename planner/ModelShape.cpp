@@ -52,8 +52,13 @@ ModelShapeResult computeModelShape(mlir::ModuleOp module, const std::string &nam
   std::map<int64_t, int64_t> linearOut; // output dim -> count, among linears reading [.., hidden]
   int64_t tableRows = 0, tableCols = 0, headCount = 0;
   mlir::Value table;
-  bool tied = false;
+  bool tied = false, biases = false;
   func.walk([&](mlir::Operation *op) {
+    // Any biased linear or LayerNorm bias: GPT/BERT-style blocks (T5 and Llama have neither).
+    if (auto linear = mlir::dyn_cast<mega::LinearOp>(op))
+      biases = biases || linear.getBias();
+    else if (auto norm = mlir::dyn_cast<mega::LayerNormOp>(op))
+      biases = biases || norm.getBias();
     if (auto attention = mlir::dyn_cast<mega::AttentionOp>(op)) {
       auto q = shapeOf(attention.getQuery()), k = shapeOf(attention.getKey());
       shape.heads = q[2];
@@ -101,6 +106,7 @@ ModelShapeResult computeModelShape(mlir::ModuleOp module, const std::string &nam
   int64_t mlpBlocks = shape.layers;
   shape.gatedMlp = ffnCount >= 2 * mlpBlocks;
   shape.tiedEmbedding = tied;
+  shape.biases = biases;
   (void)crossAttention;
   return {shape, {}};
 }

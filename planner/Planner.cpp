@@ -15,9 +15,10 @@ struct Gemm {
   int64_t m, n, k, batch;
 };
 
-// Without SP the norms, residual adds and the tensors around them are replicated over tp.
+// Without SP the norms, residual adds and the tensors around them are replicated over tp: two
+// LayerNorms (scale and bias) and the two row-parallel biases, or two RMSNorm scales.
 int64_t replicatedLayerParameters(const TransformerShape &s) {
-  return s.gatedMlp ? 4 * s.hidden : 6 * s.hidden; // two norms (+ the two row-parallel biases)
+  return s.biases ? 6 * s.hidden : 2 * s.hidden;
 }
 
 // One block of one micro-batch on one rank.
@@ -148,9 +149,14 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
   if (l.tp * l.pp * l.dp != cluster_.devices())
     return fail("tp*pp*dp = " + std::to_string(l.tp * l.pp * l.dp) + " but the cluster has " +
                 std::to_string(cluster_.devices()) + " devices");
-  if (s.heads % l.tp || s.kvHeads % l.tp)
-    return fail("tp " + std::to_string(l.tp) + " does not divide the " +
-                std::to_string(s.heads % l.tp ? s.heads : s.kvHeads) + " attention heads");
+  if (s.heads % l.tp)
+    return fail("tp " + std::to_string(l.tp) + " does not divide the " + std::to_string(s.heads) +
+                " attention heads");
+  if (s.kvHeads % l.tp)
+    return fail("tp " + std::to_string(l.tp) + " does not divide the " + std::to_string(s.kvHeads) +
+                " key/value heads (grouped-query attention keeps whole kv heads per rank); use a "
+                "tp that divides " +
+                std::to_string(s.kvHeads));
   if (s.ffn % l.tp)
     return fail("tp " + std::to_string(l.tp) + " does not divide the MLP size " +
                 std::to_string(s.ffn));

@@ -25,6 +25,7 @@ struct TransformerShape {
   int64_t vocab = 0;
   int64_t seq = 0;       // tokens per sample (encoder + decoder for T5)
   bool gatedMlp = false; // SwiGLU-style: three MLP matrices
+  bool biases = true;    // linear biases and LayerNorm (GPT, BERT); false: bias-free, RMSNorm
   bool tiedEmbedding = true;
   int64_t parameters = 0; // exact count from the IR
   /// Forward FLOPs of one sample (seq tokens), all ops, from the CostOpInterface; and the GEMM

@@ -358,6 +358,33 @@ Tensor GraphBuilder::constant(const std::vector<int64_t> &values, Shape shape, D
   return I.wrap(op.getResult(), shape, dtype);
 }
 
+Tensor GraphBuilder::constant(const std::vector<double> &values, Shape shape, DType dtype,
+                              Loc loc) {
+  Impl &I = *impl_;
+  if (failed())
+    return {};
+  if (!isFloat(dtype))
+    return I.fail("floating-point constants need a float type", loc), Tensor{};
+  if (static_cast<int64_t>(values.size()) != rules::numElements(dims(shape)))
+    return I.fail("constant has " + std::to_string(values.size()) + " values for shape " +
+                      rules::str(dims(shape)),
+                  loc),
+           Tensor{};
+  RankedTensorType type = I.tensorType(shape, dtype);
+  const llvm::fltSemantics &semantics =
+      mlir::cast<FloatType>(type.getElementType()).getFloatSemantics();
+  SmallVector<APFloat> floats;
+  floats.reserve(values.size());
+  for (double v : values) {
+    APFloat f(v);
+    bool lost = false;
+    f.convert(semantics, APFloat::rmNearestTiesToEven, &lost);
+    floats.push_back(f);
+  }
+  auto op = mega::ConstantOp::create(I.b, I.location(loc), DenseElementsAttr::get(type, floats));
+  return I.wrap(op.getResult(), shape, dtype);
+}
+
 Tensor GraphBuilder::add(const Tensor &a, const Tensor &b, Loc loc) {
   return impl_->binary<mega::AddOp>(a, b, "add", loc);
 }

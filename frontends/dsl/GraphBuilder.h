@@ -108,6 +108,9 @@ public:
   Tensor splat(double value, Shape shape, DType dtype, Loc loc = Loc::current());
   Tensor constant(const std::vector<int64_t> &values, Shape shape, DType dtype,
                   Loc loc = Loc::current());
+  /// A floating-point constant (tables such as rotary cos/sin), rounded to `dtype`.
+  Tensor constant(const std::vector<double> &values, Shape shape, DType dtype,
+                  Loc loc = Loc::current());
 
   // Elementwise. Operands of different shapes are broadcast (explicitly, in the IR).
   Tensor add(const Tensor &a, const Tensor &b, Loc loc = Loc::current());

@@ -50,5 +50,6 @@ dsl::Tensor mlpLayer(dsl::GraphBuilder &b, std::string_view name, const ModelCon
 void buildGpt(dsl::GraphBuilder &b, const ModelConfig &c);
 void buildBert(dsl::GraphBuilder &b, const ModelConfig &c);
 void buildT5(dsl::GraphBuilder &b, const ModelConfig &c);
+void buildLlama(dsl::GraphBuilder &b, const ModelConfig &c);
 
 } // namespace megac::models

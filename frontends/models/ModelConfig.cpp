@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <set>
 #include <vector>
@@ -17,6 +18,8 @@ const char *archName(Arch arch) {
     return "bert";
   case Arch::t5:
     return "t5";
+  case Arch::llama:
+    return "llama";
   }
   return "?";
 }
@@ -29,6 +32,11 @@ const std::vector<std::string> &keysOf(Arch arch) {
   static const std::vector<std::string> t5 = {"layers", "enc_layers", "dec_layers", "hidden",
                                               "heads",  "ffn",        "seq",        "dec_seq",
                                               "vocab",  "batch",      "tied",       "dtype"};
+  static const std::vector<std::string> llama = {"layers", "hidden", "heads",      "kv_heads",
+                                                 "ffn",    "seq",    "vocab",      "batch",
+                                                 "tied",   "dtype",  "rope_theta", "norm_eps"};
+  if (arch == Arch::llama)
+    return llama;
   return arch == Arch::t5 ? t5 : gpt;
 }
 
@@ -40,6 +48,13 @@ std::string join(const std::vector<std::string> &items) {
 }
 
 ConfigResult fail(std::string message) { return {std::nullopt, std::move(message)}; }
+
+/// The shortest text that parses back to `v` ("10000", "1e-05").
+std::string shortest(double v) {
+  char buffer[32];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, v);
+  return std::string(buffer, end);
+}
 
 } // namespace
 
@@ -53,10 +68,12 @@ ConfigResult parseModelSpec(std::string_view spec) {
     c.arch = Arch::bert;
   else if (archText == "t5")
     c.arch = Arch::t5;
+  else if (archText == "llama")
+    c.arch = Arch::llama;
   else
-    return fail(
-        "unknown model '" + archText + "' in spec '" + std::string(spec) +
-        "'; expected gpt, bert or t5 (e.g. gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128)");
+    return fail("unknown model '" + archText + "' in spec '" + std::string(spec) +
+                "'; expected gpt, bert, t5 or llama (e.g. "
+                "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128)");
 
   const std::vector<std::string> &known = keysOf(c.arch);
   std::map<std::string, std::string> values;
@@ -94,16 +111,32 @@ ConfigResult parseModelSpec(std::string_view spec) {
   c.seq = integer("seq", 0);
   c.vocab = integer("vocab", 0);
   c.batch = integer("batch", 1);
-  c.ffn = integer("ffn", 4 * c.hidden);
+  c.ffn = integer("ffn", c.arch == Arch::llama ? llamaDefaultFfn(c.hidden) : 4 * c.hidden);
+  c.kvHeads = integer("kv_heads", c.heads);
   if (c.arch == Arch::t5) {
     c.encLayers = integer("enc_layers", c.layers);
     c.decLayers = integer("dec_layers", c.layers);
     c.decSeq = integer("dec_seq", c.seq);
     c.layers = 0;
   }
+  auto real = [&](const char *key, double fallback) -> double {
+    auto it = values.find(key);
+    if (it == values.end())
+      return fallback;
+    double v = 0;
+    const std::string &text = it->second;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if ((ec != std::errc() || end != text.data() + text.size() || !(v > 0) || !std::isfinite(v)) &&
+        error.empty())
+      error = "key '" + std::string(key) + "' needs a positive number, got '" + text + "'";
+    return v;
+  };
+  c.ropeTheta = real("rope_theta", c.ropeTheta);
+  c.normEps = real("norm_eps", c.normEps);
   if (!error.empty())
     return fail(error);
 
+  c.tied = c.arch != Arch::llama; // Llama's head is its own matrix; the others share the table
   if (auto it = values.find("tied"); it != values.end()) {
     if (it->second != "0" && it->second != "1")
       return fail("key 'tied' needs 0 or 1, got '" + it->second + "'");
@@ -139,7 +172,19 @@ ConfigResult parseModelSpec(std::string_view spec) {
   if (c.hidden % c.heads != 0)
     return fail("key 'hidden' (" + std::to_string(c.hidden) +
                 ") is not divisible by key 'heads' (" + std::to_string(c.heads) + ")");
+  if (c.heads % c.kvHeads != 0)
+    return fail("key 'heads' (" + std::to_string(c.heads) + ") is not divisible by key " +
+                "'kv_heads' (" + std::to_string(c.kvHeads) +
+                "); grouped-query attention needs kv_heads to divide heads");
+  if (c.arch == Arch::llama && c.headDim() % 2 != 0)
+    return fail("llama's head dim hidden/heads (" + std::to_string(c.headDim()) +
+                ") is odd; rotary embeddings rotate pairs of dims, so it must be even");
   return {c, {}};
+}
+
+int64_t llamaDefaultFfn(int64_t hidden) {
+  int64_t f = 2 * 4 * hidden / 3;
+  return (f + 255) / 256 * 256;
 }
 
 std::string ModelConfig::spec() const {
@@ -148,13 +193,17 @@ std::string ModelConfig::spec() const {
     s += "enc_layers=" + std::to_string(encLayers) + ",dec_layers=" + std::to_string(decLayers);
   else
     s += "layers=" + std::to_string(layers);
-  s += ",hidden=" + std::to_string(hidden) + ",heads=" + std::to_string(heads) +
-       ",ffn=" + std::to_string(ffn) + ",seq=" + std::to_string(seq);
+  s += ",hidden=" + std::to_string(hidden) + ",heads=" + std::to_string(heads);
+  if (arch == Arch::llama)
+    s += ",kv_heads=" + std::to_string(kvHeads);
+  s += ",ffn=" + std::to_string(ffn) + ",seq=" + std::to_string(seq);
   if (arch == Arch::t5)
     s += ",dec_seq=" + std::to_string(decSeq);
   s += ",vocab=" + std::to_string(vocab) + ",batch=" + std::to_string(batch) +
        ",tied=" + (tied ? "1" : "0");
-  if (arch != Arch::t5)
+  if (arch == Arch::llama)
+    s += ",rope_theta=" + shortest(ropeTheta) + ",norm_eps=" + shortest(normEps);
+  else if (arch != Arch::t5)
     s += std::string(",gelu=") + (gelu == dsl::Gelu::tanh ? "tanh" : "erf");
   s += std::string(",dtype=") + dsl::dtypeName(dtype);
   return s;

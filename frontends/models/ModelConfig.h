@@ -3,12 +3,15 @@
 //   gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128
 //   bert:layers=2,hidden=64,heads=4,seq=32,vocab=128
 //   t5:enc_layers=2,dec_layers=2,hidden=64,heads=4,seq=32,vocab=128
+//   llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,seq=32,vocab=128
 //
 // Keys: layers (gpt, bert; for t5 it sets both enc_layers and dec_layers), enc_layers and
 // dec_layers (t5), hidden, heads, seq (max positions = the built sequence length), dec_seq (t5,
 // default seq), vocab, ffn (default 4*hidden), tied=0|1 (default 1), gelu=erf|tanh (gpt and bert;
 // default erf), batch (the micro-batch the IR is built for, default 1), dtype=f32|f64|bf16|f16
-// (default f32).
+// (default f32). Llama adds kv_heads (default heads; grouped-query attention when fewer), ffn
+// (default Llama's rule: 8/3 hidden rounded up to a multiple of 256), rope_theta (default
+// 10000), norm_eps (RMSNorm epsilon, default 1e-5) and an untied head by default (tied=0).
 #pragma once
 
 #include <cstdint>
@@ -20,7 +23,7 @@
 
 namespace megac::models {
 
-enum class Arch { gpt, bert, t5 };
+enum class Arch { gpt, bert, t5, llama };
 const char *archName(Arch arch);
 
 struct ModelConfig {
@@ -30,6 +33,7 @@ struct ModelConfig {
   int64_t decLayers = 0; // t5
   int64_t hidden = 0;
   int64_t heads = 0;
+  int64_t kvHeads = 0; // key/value heads (== heads except for llama's grouped-query attention)
   int64_t ffn = 0;
   int64_t seq = 0;
   int64_t decSeq = 0; // t5
@@ -38,6 +42,8 @@ struct ModelConfig {
   bool tied = true;
   dsl::Gelu gelu = dsl::Gelu::erf;
   dsl::DType dtype = dsl::DType::f32;
+  double ropeTheta = 10000.0; // llama: rotary base
+  double normEps = 1e-5;      // llama: RMSNorm epsilon
 
   int64_t headDim() const { return hidden / heads; }
   /// Transformer layers in total (encoder plus decoder for t5).
@@ -53,5 +59,9 @@ struct ConfigResult {
 };
 
 ConfigResult parseModelSpec(std::string_view spec);
+
+/// Llama's MLP size for `hidden` when ffn= is not given (Meta's reference model):
+/// 256 * ceil(floor(2 * 4 * hidden / 3) / 256); 11008 for hidden 4096.
+int64_t llamaDefaultFfn(int64_t hidden);
 
 } // namespace megac::models

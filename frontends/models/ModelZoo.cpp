@@ -18,6 +18,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext &ctx, const Model
   case Arch::t5:
     buildT5(b, config);
     break;
+  case Arch::llama:
+    buildLlama(b, config);
+    break;
   }
   mlir::Operation *module = b.finish();
   if (!module) {

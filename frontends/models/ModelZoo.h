@@ -1,4 +1,4 @@
-// The model zoo: builds a GPT, BERT or T5 forward graph as mega IR from a config.
+// The model zoo: builds a GPT, BERT, T5 or Llama forward graph as mega IR from a config.
 #pragma once
 
 #include "frontends/models/ModelConfig.h"

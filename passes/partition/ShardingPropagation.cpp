@@ -286,7 +286,11 @@ private:
         }
         break;
       case mega::PartialRule::sum:
-        if (n > 0 && !current[0].partial.empty() &&
+        // Under sequence parallelism a tensor-parallel partial sum is resolved at the add (a
+        // reduce-scatter, Megatron's layout), not carried along the residual stream: a
+        // bias-free model (Llama, T5) would otherwise keep the whole residual an unreduced,
+        // unsplit partial sum, reduced only at each norm, leaving no pipeline cut points.
+        if (n > 0 && !current[0].partial.empty() && !(sp_ && current[0].isPartialOver(kTp)) &&
             llvm::all_of(current, [&](const Layout &l) { return l.partial == current[0].partial; })) {
           passThrough = current[0].partial;
           keepPartial.assign(n, true);

@@ -28,7 +28,9 @@ Models (all tiny, built at test time):
         exported by PyTorch (fused qkv, tied head), trained from its own initializers
   gpt-untied, gpt-v30 (vocab 30: tp 4 keeps the table whole), gpt-ffn24 (tanh GELU),
         gpt-h12 (hidden 12: ZeRO-1 shards that dp 4 does not divide), t5
-        (zoo t5:layers=2,hidden=16,heads=4,seq=4,dec_seq=4,vocab=32, seq2seq)
+        (zoo t5:layers=2,hidden=16,heads=4,seq=4,dec_seq=4,vocab=32, seq2seq), llama
+        (zoo llama:layers=4,hidden=16,heads=4,kv_heads=2,ffn=24,seq=8,vocab=32: RMSNorm, rotary,
+        grouped-query attention, SwiGLU, no biases, untied head)
 Data: examples/tiny-corpus.npy re-cut into rows of S+1 = 9 tokens (byte -> rank of the byte among
 the corpus's distinct bytes, mod 32), so every layout reads real text.
 
@@ -39,7 +41,7 @@ usage: partition_equivalence.py --megac build/bin/megac --workdir DIR
            [--quick | --full | --group NAME ...] [--only SUBSTRING] [--timeout S]
   groups: quick (CI subset), grid (every (tp, pp, dp) in {1,2,4}^3 with 1 < tp*pp*dp <= 8),
           features (sequence parallel, ZeRO-1, vpp, recompute, accumulation, gpipe), bert, onnx,
-          models (untied head, vocab not divisible by tp, ffn 24 + tanh GELU, T5),
+          models (untied head, vocab not divisible by tp, ffn 24 + tanh GELU, T5, Llama),
           mixed (bf16 and fp16 layouts against the 1-rank run of the same precision).
   --full runs every group. Default: --quick.
 Prints one table row per (layout, precision): max relative loss / grad_norm difference, the
@@ -221,6 +223,11 @@ GPT_FFN = dict(name="gpt-ffn24",
 # hidden 12: with tp 2 a rank holds 6 rows of q/k/v, which dp 4 (ZeRO-1) does not divide.
 GPT_H12 = dict(name="gpt-h12", spec=f"gpt:layers=2,hidden=12,heads=4,seq={SEQ},vocab={VOCAB}",
                layers=2, vocab=VOCAB)
+# Llama: grouped-query attention (4 heads on 2 kv heads, so tp 2 splits kv groups), rotary
+# tables (constants every rank holds whole), SwiGLU, bias-free partial sums through the residual.
+LLAMA = dict(name="llama",
+             spec=f"llama:layers=4,hidden=16,heads=4,kv_heads=2,ffn=24,seq={SEQ},vocab={VOCAB}",
+             layers=4, vocab=VOCAB)
 T5 = dict(name="t5", spec=f"t5:layers=2,hidden=16,heads=4,seq=4,dec_seq=4,vocab={VOCAB}",
           layers=4, vocab=VOCAB)
 
@@ -239,7 +246,8 @@ def plan(groups):
         cases += [(GPT, layout, ("fp64",)) for layout in quick_layouts()]
         cases += [(GPT, Layout(tp=2, pp=2, dp=2), ("fp32",)),
                   (GPT, Layout(tp=2, sp=True), ("fp32",)),
-                  (GPT, CONTROL, ("fp64",))]
+                  (GPT, CONTROL, ("fp64",)),
+                  (LLAMA, Layout(tp=2, pp=2, dp=2, sp=True), ("fp64",))]
     if "grid" in groups:
         cases += [(GPT, layout, ("fp64", "fp32")) for layout in grid_layouts(GPT["layers"])]
     if "features" in groups:
@@ -263,6 +271,10 @@ def plan(groups):
         cases += [(T5, layout, ("fp64", "fp32"))
                   for layout in (Layout(tp=2), Layout(dp=2), Layout(pp=2), Layout(tp=2, dp=2),
                                  Layout(tp=2, sp=True))]
+        cases += [(LLAMA, layout, ("fp64", "fp32"))
+                  for layout in (Layout(tp=2), Layout(pp=2), Layout(dp=2, zero=1),
+                                 Layout(tp=2, dp=2, sp=True), Layout(pp=2, vpp=2),
+                                 Layout(tp=2, pp=2, recompute="selective"))]
     if "mixed" in groups:
         for precision in ("bf16", "fp16"):
             cases += [(GPT, layout, (precision,))
@@ -509,7 +521,7 @@ def main():
         except ImportError as e:
             skipped.append(f"onnx: torch/onnx not importable ({e})")
             cases = [c for c in cases if c[0]["name"] != "onnx"]
-    for m in (GPT, BERT, GPT_UNTIED, GPT_V30, GPT_FFN, GPT_H12, T5):
+    for m in (GPT, BERT, GPT_UNTIED, GPT_V30, GPT_FFN, GPT_H12, T5, LLAMA):
         model_args[m["name"]] = ["--model", m["spec"]]
 
     references = {}

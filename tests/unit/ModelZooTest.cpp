@@ -110,7 +110,7 @@ TEST(ModelSpec, ErrorsNameTheKey) {
   EXPECT_EQ(error("gpt:hidden=64,heads=4,seq=32,vocab=128"), "missing key 'layers' for gpt");
   EXPECT_EQ(error("gpt:layers=2,layers=3"), "key 'layers' is given twice");
   EXPECT_EQ(error("gpt:layers=2,tied=yes"), "key 'tied' needs 0 or 1, got 'yes'");
-  EXPECT_NE(error("llama:layers=2").find("unknown model 'llama'"), std::string::npos);
+  EXPECT_NE(error("mamba:layers=2").find("unknown model 'mamba'"), std::string::npos);
   EXPECT_NE(error("t5:hidden=64").find("t5 needs enc_layers and dec_layers"), std::string::npos);
   EXPECT_NE(error("bert:layers=2,hidden=64,heads=4,seq=32,vocab=128,gelu=fast").find("gelu"),
             std::string::npos);
