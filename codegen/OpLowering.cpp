@@ -246,6 +246,8 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
         bool tanh = g.getApproximation() == GeluApproximation::tanh;
         return emit(op, O::Gelu, A::GeluAttrs, asVoid(pl::CreateGeluAttrs(fbb_, tanh)));
       })
+      .Case([&](SiluOp) { return emit(op, O::Silu); })
+      .Case([&](RopeOp) { return emit(op, O::Rope); })
       .Case([&](CrossEntropyOp c) {
         return crossEntropy(O::CrossEntropy, c.getIgnoreIndex(), c.getVocabAxesAttr());
       })

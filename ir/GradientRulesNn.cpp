@@ -1,4 +1,4 @@
-// Gradient rules of the coarse mega ops (linear, embedding, norms, attention, gelu,
+// Gradient rules of the coarse mega ops (linear, embedding, norms, attention, gelu, silu, rope,
 // cross_entropy, dropout), mostly through their backward ops (ir/MegaGradOps.td).
 #include "ir/GradientEmitter.h"
 
@@ -88,6 +88,64 @@ LogicalResult GeluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
     return success();
   operandGrads.push_back(
       GeluGradOp::create(b, getLoc(), getType(), getApproximation(), resultGrads[0], getInput()));
+  return success();
+}
+
+// silu'(x) = s + x s (1 - s) = (s - y s) + y with s = sigmoid(x) and y = silu(x) (the forward's
+// result): no constant of ones the size of the activation. Elementwise ops the CUDA executor
+// fuses into one kernel.
+LogicalResult SiluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  Emitter e{b, getLoc()};
+  Value x = getInput(), y = getResult();
+  Value s = SigmoidOp::create(b, getLoc(), x.getType(), x);
+  Value slope = e.add(e.sub(s, e.mul(y, s)), y);
+  operandGrads.push_back(e.mul(resultGrads[0], slope));
+  return success();
+}
+
+namespace {
+/// `v` [..., d] sliced to [..., lo:hi) on the last dim.
+Value lastDimSlice(OpBuilder &b, Location loc, Value v, int64_t lo, int64_t hi) {
+  auto shape = tensorOf(v).getShape();
+  SmallVector<int64_t> starts(shape.size(), 0), limits(shape), strides(shape.size(), 1);
+  starts.back() = lo;
+  limits.back() = hi;
+  SmallVector<int64_t> out(shape);
+  out.back() = hi - lo;
+  return SliceOp::create(b, loc, withShape(v, out), v, starts, limits, strides);
+}
+/// concat(a, b) on the last dim.
+Value lastDimConcat(OpBuilder &b, Location loc, Value lhs, Value rhs) {
+  SmallVector<int64_t> out(tensorOf(lhs).getShape());
+  out.back() += tensorOf(rhs).getShape().back();
+  int64_t axis = static_cast<int64_t>(out.size()) - 1;
+  return ConcatOp::create(b, loc, withShape(lhs, out), ValueRange{lhs, rhs}, axis);
+}
+} // namespace
+
+// y = x c + R(x) s with R(x) = [-x2, x1] on the halves of the last dim. R's transpose is -R, so
+// dx = dy c - R(dy s): halves dy1 c1 + dy2 s2 and dy2 c2 - dy1 s1, which is
+// rope(dy, c, -[s2, s1]) (= rope(dy, c, -s) for Hugging Face's tables, whose halves repeat).
+// dc = dy x and ds = dy R(x), summed over the dims the tables broadcast along.
+LogicalResult RopeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  Emitter e{b, getLoc()};
+  Location loc = getLoc();
+  Value g = resultGrads[0], x = getInput(), sin = getSin();
+  int64_t d = tensorOf(x).getShape().back(), half = d / 2;
+  Value swapped = lastDimConcat(b, loc, lastDimSlice(b, loc, sin, half, d),
+                                lastDimSlice(b, loc, sin, 0, half));
+  operandGrads.push_back(
+      RopeOp::create(b, loc, x.getType(), g, getCos(), e.neg(swapped)).getResult());
+  Value rotated = lastDimConcat(b, loc, e.neg(lastDimSlice(b, loc, x, half, d)),
+                                lastDimSlice(b, loc, x, 0, half));
+  operandGrads.push_back(e.sumTo(e.mul(g, x), tensorOf(getCos())));
+  operandGrads.push_back(e.sumTo(e.mul(g, rotated), tensorOf(sin)));
   return success();
 }
 

@@ -335,6 +335,20 @@ int64_t AttentionOp::getFlops() {
 // Erf or tanh polynomial, products and sums: about 8 per element.
 int64_t GeluOp::getFlops() { return 8 * elems(getResult()); }
 
+// exp, add, divide, multiply.
+int64_t SiluOp::getFlops() { return 4 * elems(getResult()); }
+
+LogicalResult RopeOp::verify() {
+  if (elementOf(getCos()) != elementOf(getInput()) || elementOf(getSin()) != elementOf(getInput()))
+    return emitOpError() << "cos and sin must have the input's element type; cast first";
+  std::string why = shape::checkRope(dimsOf(getInput()), dimsOf(getCos()), dimsOf(getSin()));
+  if (!why.empty())
+    return emitOpError() << why;
+  return success();
+}
+// Two products and a sum per element (the tables are read, not computed).
+int64_t RopeOp::getFlops() { return 3 * elems(getResult()); }
+
 LogicalResult CrossEntropyOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                                Adaptor adaptor, SmallVectorImpl<Type> &out) {
   if (!allRanked({adaptor.getLogits(), adaptor.getLabels()}))

@@ -417,6 +417,42 @@ def Mega_GeluOp : Mega_CostedOp<"gelu", [Pure, SameOperandsAndResultType, Mega_D
   let assemblyFormat = "$approximation $input attr-dict `:` type($result)";
 }
 
+def Mega_SiluOp : Mega_CostedOp<"silu", [Pure, SameOperandsAndResultType, Mega_Differentiable],
+    ["getFlops"]> {
+  let summary = "sigmoid linear unit x * sigmoid(x) (SwiGLU's gate)";
+  let description = [{
+    `x / (1 + exp(-x))` elementwise (PyTorch's `F.silu`). A SwiGLU MLP is
+    `down(silu(gate(x)) * up(x))`: the product stays a `mega.mul`, elementwise like the silu.
+
+    ```mlir
+    %y = mega.silu %x : tensor<2x8x256xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$input);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def Mega_RopeOp : Mega_CostedOp<"rope", [Pure, AllTypesMatch<["input", "result"]>,
+    Mega_Differentiable], ["getFlops"]> {
+  let summary = "rotary position embedding (rotate_half convention)";
+  let description = [{
+    `x * cos + rotate_half(x) * sin` with `rotate_half(x) = concat(-x[..., d/2:], x[..., :d/2])`
+    (Hugging Face Llama's and GPT-NeoX's convention). `input [..., s, d]` with `d` even;
+    `cos` and `sin` have one shape, of rank at most the input's, which broadcasts to the
+    input's (aligned from the right, each dim equal or 1) and ends in `d`: a table `[s, d]`,
+    or `[b, 1, s, d]` per sequence. Every dim but the last splits freely (batch, heads).
+
+    ```mlir
+    %q2 = mega.rope %q, %cos, %sin : (tensor<2x4x16x16xf32>, tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<2x4x16x16xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$input, Mega_FloatTensor:$cos, Mega_FloatTensor:$sin);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $cos `,` $sin attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Mega_CrossEntropyOp : Mega_CostedOp<"cross_entropy", [Pure, Mega_InferShape,
     Mega_Differentiable],
     ["getFlops"]> {

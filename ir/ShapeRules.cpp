@@ -219,6 +219,18 @@ std::string checkNormParams(const char *op, Dims input, Dims weight, std::option
   return {};
 }
 
+std::string checkRope(Dims input, Dims cos, Dims sin) {
+  if (input.empty() || input.back() % 2 != 0)
+    return "rope input " + str(input) + " must end in an even head dim (it rotates halves)";
+  if (cos.size() != sin.size() || !std::equal(cos.begin(), cos.end(), sin.begin()))
+    return "rope cos " + str(cos) + " and sin " + str(sin) + " must have one shape";
+  if (cos.empty() || cos.back() != input.back())
+    return "rope tables " + str(cos) + " must end in the input's head dim " +
+           std::to_string(input.back());
+  std::string why = checkBroadcastsTo(cos, input);
+  return why.empty() ? why : "rope tables: " + why;
+}
+
 Result attention(Dims q, Dims k, Dims v, std::optional<Shape> mask) {
   if (q.size() != 4 || k.size() != 4 || v.size() != 4)
     return Result::fail("attention query/key/value must be [batch, seq, heads, head_dim], got " +

@@ -44,6 +44,9 @@ Result embedding(Dims table, Dims ids);
 /// Empty when `weight` (and `bias`) fit a norm over the last dim of `input`.
 std::string checkNormParams(const char *op, Dims input, Dims weight, std::optional<Shape> bias);
 Result attention(Dims query, Dims key, Dims value, std::optional<Shape> mask);
+/// Why `rope(input, cos, sin)` is malformed (empty when it is fine): input [..., d] with d even,
+/// cos and sin of one shape that broadcasts to the input's and ends in d.
+std::string checkRope(Dims input, Dims cos, Dims sin);
 Result crossEntropy(Dims logits, Dims labels);
 
 } // namespace mega::shape

@@ -312,13 +312,30 @@ ShardingRule attention(AttentionOp op) {
   return rule;
 }
 
+/// x [..., d], cos and sin broadcasting to it from the right: every dim of x but the rotated
+/// last one is parallel (batch, heads, sequence); a table dim equal to x's shares its factor.
+ShardingRule rope(RopeOp op) {
+  ShardingRule rule;
+  rule.known = true;
+  ArrayRef<int64_t> x = shapeOf(op.getInput()), table = shapeOf(op.getCos());
+  TensorFactors t = freshFactors(rule, x.drop_back(), FactorKind::parallel);
+  t.push_back({rule.addFactor(x.back(), FactorKind::whole)});
+  TensorFactors tables;
+  size_t lead = x.size() - table.size();
+  for (size_t i = 0; i < table.size(); ++i)
+    tables.push_back(table[i] == x[lead + i] && table[i] != 1 ? t[lead + i] : DimFactors{});
+  rule.operands = {t, tables, tables};
+  rule.results = {t};
+  return rule;
+}
+
 } // namespace
 
 ShardingRule ruleOf(Operation *op) {
   return llvm::TypeSwitch<Operation *, ShardingRule>(op)
       .Case<NegOp, CastOp>([](Operation *o) { return elementwise(o, PartialRule::linear); })
       .Case<AbsOp, ExpOp, LogOp, TanhOp, ErfOp, SigmoidOp, ReluOp, SqrtOp, RsqrtOp, NotOp, GeluOp,
-            PowOp, MinOp, MaxOp, AndOp, OrOp, CompareOp, WhereOp>(
+            SiluOp, PowOp, MinOp, MaxOp, AndOp, OrOp, CompareOp, WhereOp>(
           [](Operation *o) { return elementwise(o, PartialRule::none); })
       .Case<AddOp, SubOp>([](Operation *o) { return elementwise(o, PartialRule::sum); })
       // mul could keep one partial operand partial, but its operands and result share one
@@ -361,6 +378,7 @@ ShardingRule ruleOf(Operation *op) {
       .Case<EmbeddingOp>(embedding)
       .Case<CrossEntropyOp>(crossEntropy)
       .Case<AttentionOp>(attention)
+      .Case<RopeOp>(rope)
       .Default([](Operation *) { return ShardingRule{}; });
 }
 

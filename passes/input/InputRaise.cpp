@@ -510,6 +510,7 @@ struct InputRaisePass : impl::InputRaiseBase<InputRaisePass> {
       patterns.add<RaiseEmbedding>(ctx);
     if (attention)
       populateAttentionPattern(patterns);
+    populateLlamaPatterns(patterns, silu, rope, gqa);
     // Each pattern makes ops no pattern matches again, so the rewrite converges; if it stopped at
     // the iteration limit the IR would still be valid with fewer ops raised: a warning.
     if (failed(applyPatternsGreedily(getOperation(), std::move(patterns))))

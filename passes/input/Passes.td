@@ -29,6 +29,14 @@ def InputRaise : Pass<"mega-input-raise", "mlir::ModuleOp"> {
       (the head transposes around it cancel). A `where` whose keep-mask is the
       lower-triangular causal mask becomes the `causal` flag; any other mask becomes the
       additive `mask` operand.
+    - SiLU: `x * sigmoid(x)` (either order) -> `mega.silu`; SwiGLU's gate product stays a
+      `mul`.
+    - Rotary embeddings: `x * cos + concat(-x[..., d/2:], x[..., :d/2]) * sin` (Hugging Face's
+      rotate_half, through slice/neg/concat, with broadcast tables) -> `mega.rope`.
+    - Grouped-query attention: when `mega.attention`'s key and value are transposes of
+      Hugging Face's repeat_kv (`[b, hk, t, d]` reshaped to `[b, hk, 1, t, d]`, broadcast to
+      `[b, hk, h/hk, t, d]`, reshaped to `[b, h, t, d]`), attention takes the `hk` heads
+      directly (query head i reads key/value head i / (h/hk), the same pairing).
     - Trivial ops: a broadcast, reshape or transpose that changes nothing; chains of
       reshapes, transposes or broadcasts collapse into one.
 
@@ -67,6 +75,12 @@ def InputRaise : Pass<"mega-input-raise", "mlir::ModuleOp"> {
            "raise gather on a parameter table into mega.embedding">,
     Option<"attention", "attention", "bool", /*default=*/"true",
            "raise matmul/softmax/matmul chains into mega.attention">,
+    Option<"silu", "silu", "bool", /*default=*/"true",
+           "raise x * sigmoid(x) into mega.silu">,
+    Option<"rope", "rope", "bool", /*default=*/"true",
+           "raise rotate_half rotary embeddings into mega.rope">,
+    Option<"gqa", "gqa", "bool", /*default=*/"true",
+           "feed attention the un-repeated key/value heads (grouped-query attention)">,
   ];
 }
 

@@ -28,5 +28,8 @@ mlir::Value transposeThrough(mlir::PatternRewriter &rewriter, mlir::Location loc
 
 /// Adds the attention pattern (AttentionPattern.cpp).
 void populateAttentionPattern(mlir::RewritePatternSet &patterns);
+/// Adds the Llama-family patterns (LlamaPatterns.cpp): SiLU, rotary embeddings and
+/// grouped-query attention, each when its flag is set.
+void populateLlamaPatterns(mlir::RewritePatternSet &patterns, bool silu, bool rope, bool gqa);
 
 } // namespace megac::passes

@@ -350,7 +350,7 @@ Status cast(const TensorRef &x, const TensorRef &out) {
   return Status::ok();
 }
 
-// ---- Gelu and Dropout ----------------------------------------------------------------------
+// ---- Gelu, Silu and Dropout ----------------------------------------------------------------------
 
 Status gelu(const TensorRef &x, bool tanh, const TensorRef &out) {
   RETURN_IF_ERROR(expectDtype("Gelu", "output", out, x.dtype));
@@ -370,6 +370,17 @@ Status gelu(const TensorRef &x, bool tanh, const TensorRef &out) {
       mapUnary(x.as<const T>(), out.as<T>(), n,
                [&](T v) { return v * T(0.5) * (T(1) + std::erf(v * kRsqrt2)); });
     }
+    return Status::ok();
+  });
+}
+
+Status silu(const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(expectDtype("Silu", "output", out, x.dtype));
+  RETURN_IF_ERROR(expectShape("Silu", "output", out, x.shape));
+  int64_t n = x.numElements();
+  return dispatchFloat("Silu", x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    mapUnary(x.as<const T>(), out.as<T>(), n, [](T v) { return v / (T(1) + std::exp(-v)); });
     return Status::ok();
   });
 }

@@ -69,6 +69,8 @@ Status where(const TensorRef &cond, const TensorRef &a, const TensorRef &b, cons
 Status cast(const TensorRef &x, const TensorRef &out);
 /// GELU: exact x*0.5*(1+erf(x/sqrt 2)), or with `tanh` 0.5x(1+tanh(sqrt(2/pi)(x+0.044715x^3))).
 Status gelu(const TensorRef &x, bool tanh, const TensorRef &out);
+/// SiLU: x / (1 + exp(-x)) (x * sigmoid(x)).
+Status silu(const TensorRef &x, const TensorRef &out);
 
 /// Whether dropout keeps element `index`: the first word of philox4x32 with counter
 /// (index lo, index hi, stream lo, stream hi) and key (seed lo, seed hi) is >= ratio * 2^32.
@@ -142,6 +144,10 @@ Status layerNorm(const TensorRef &x, const TensorRef &weight, const TensorRef *b
                  const TensorRef &out);
 /// x / sqrt(mean(x^2) + epsilon) * weight over the last dim (statistics in double).
 Status rmsNorm(const TensorRef &x, const TensorRef &weight, double epsilon, const TensorRef &out);
+/// Rotary embedding, rotate_half convention: out = x * cos + rotate_half(x) * sin with
+/// rotate_half(x) = [-x[..., d/2:], x[..., :d/2]]; x [..., d] with d even; cos and sin of one
+/// shape ending in d that broadcasts to x's (right-aligned). Not in place (reads both halves).
+Status rope(const TensorRef &x, const TensorRef &cos, const TensorRef &sin, const TensorRef &out);
 /// Scaled dot-product attention. q [b,s,h,d], k [b,t,hk,d], v [b,t,hk,dv] -> out [b,s,h,dv];
 /// hk divides h and query head i reads kv head i / (h / hk). scores = scale * q.k + mask, the
 /// mask broadcast numpy-style to [b,h,s,t]: of q's dtype it is added, of i1 it keeps where

@@ -1,5 +1,5 @@
 // CPU reference kernels for contractions and coarse NN ops: MatMul and Linear (OpenBLAS gemm),
-// LayerNorm, RmsNorm and Attention.
+// LayerNorm, RmsNorm, Rope and Attention.
 #include "runtime/cpu/AttentionUtil.h"
 #include "runtime/cpu/KernelUtil.h"
 
@@ -236,6 +236,51 @@ Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, con
                        v.as<const T>() + shape.vOffset(bi, hi), hk * dv, T(0),
                        out.as<T>() + shape.oOffset(bi, hi), h * dv);
       }
+    return Status::ok();
+  });
+}
+
+Status rope(const TensorRef &x, const TensorRef &cos, const TensorRef &sin, const TensorRef &out) {
+  const char *name = "Rope";
+  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
+  RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
+  RETURN_IF_ERROR(expectDtype(name, "cos", cos, x.dtype));
+  RETURN_IF_ERROR(expectDtype(name, "sin", sin, x.dtype));
+  RETURN_IF_ERROR(expectShape(name, "sin", sin, cos.shape));
+  if (x.shape.empty() || x.shape.back() % 2 != 0)
+    return fail(name, "x " + shapeString(x.shape) + " must end in an even head dim");
+  std::vector<int64_t> joined;
+  if (cos.shape.empty() || cos.shape.back() != x.shape.back() ||
+      !broadcastShapes(cos.shape, x.shape, joined) || !sameShape(joined, x.shape))
+    return fail(name, "tables " + shapeString(cos.shape) + " must broadcast to x " +
+                          shapeString(x.shape) + " and end in its head dim");
+  if (out.data == x.data && x.numElements() > 0)
+    return fail(name, "the output must not alias x (each element reads the other half)");
+  int64_t d = x.shape.back(), half = d / 2, rows = d ? x.numElements() / d : 0;
+  size_t lead = x.shape.size() - 1;
+  std::vector<int64_t> tstrides = broadcastStrides(cos.shape, x.shape, 1);
+  return dispatchFloat(name, x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *xp = x.as<const T>(), *cp = cos.as<const T>(), *sp = sin.as<const T>();
+    T *yp = out.as<T>();
+    std::vector<int64_t> idx(lead, 0);
+    int64_t toff = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *xr = xp + r * d, *cr = cp + toff, *sr = sp + toff;
+      T *yr = yp + r * d;
+      for (int64_t j = 0; j < half; ++j) {
+        yr[j] = xr[j] * cr[j] - xr[j + half] * sr[j];
+        yr[j + half] = xr[j + half] * cr[j + half] + xr[j] * sr[j + half];
+      }
+      // Next row: odometer over x's leading dims, moving the table offset along.
+      for (size_t k = lead; k-- > 0;) {
+        toff += tstrides[k];
+        if (++idx[k] < x.shape[k])
+          break;
+        toff -= tstrides[k] * x.shape[k];
+        idx[k] = 0;
+      }
+    }
     return Status::ok();
   });
 }

@@ -270,6 +270,10 @@ Status dispatch(const fb::Instruction &inst, const std::vector<TensorRef> &in,
   }
   case O::Gelu:
     return gelu(ctx, in[0], inst.attrs_as_GeluAttrs()->tanh(), out);
+  case O::Silu:
+    return silu(ctx, in[0], out);
+  case O::Rope:
+    return rope(ctx, in[0], in[1], in[2], out);
   case O::CrossEntropy:
     return crossEntropy(ctx, in[0], in[1], ignoreOf(inst.attrs_as_CrossEntropyAttrs()), out);
   case O::Dropout: {

@@ -84,6 +84,10 @@ Status cast(const Context &ctx, const TensorRef &x, const TensorRef &out);
 Status gelu(const Context &ctx, const TensorRef &x, bool tanh, const TensorRef &out);
 Status geluGrad(const Context &ctx, const TensorRef &dy, const TensorRef &x, bool tanh,
                 const TensorRef &dx);
+/// Silu and Rope (kernels/Llama.cu): the contracts of cpu::silu and cpu::rope.
+Status silu(const Context &ctx, const TensorRef &x, const TensorRef &out);
+Status rope(const Context &ctx, const TensorRef &x, const TensorRef &cos, const TensorRef &sin,
+            const TensorRef &out);
 /// `seed` is a 0-d i64/i32 in device memory; the mask is cpu::dropoutKeeps' (philox4x32-10),
 /// bit for bit.
 Status dropout(const Context &ctx, const TensorRef &x, const TensorRef &seed, double ratio,

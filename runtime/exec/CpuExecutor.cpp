@@ -419,6 +419,10 @@ Status CpuExecutor::dispatch(const fb::Instruction &inst, const std::vector<cpu:
   }
   case O::Gelu:
     return cpu::gelu(in[0], inst.attrs_as_GeluAttrs()->tanh(), out);
+  case O::Silu:
+    return cpu::silu(in[0], out);
+  case O::Rope:
+    return cpu::rope(in[0], in[1], in[2], out);
   case O::CrossEntropy: {
     const fb::CrossEntropyAttrs *a = inst.attrs_as_CrossEntropyAttrs();
     std::optional<int64_t> ignore;

@@ -159,6 +159,10 @@ OpSignature signatureOf(fb::Opcode op) {
     return {1, 1, A::P2PAttrs};
   case O::Recv:
     return {0, 0, A::P2PAttrs};
+  case O::Silu:
+    return {1, 1, A::NONE};
+  case O::Rope:
+    return {3, 3, A::NONE};
   }
   return {-1, -1, A::NONE}; // unknown opcode
 }

@@ -9,7 +9,7 @@ namespace megac::plan {
 
 /// Whether an instruction of `op` may write an output in place: into the very memory of one of
 /// its inputs, or into a parameter or state buffer (a `mega.updates` result). The elementwise
-/// opcodes (unary and binary math, Compare, Where, Copy, Cast, Gelu, GeluGrad, Dropout), AdamW,
+/// opcodes (unary and binary math, Compare, Where, Copy, Cast, Gelu, GeluGrad, Silu, Dropout), AdamW,
 /// ClipByNorm and AllReduce: each output element depends only on the inputs' elements at its own
 /// index (or on 0-d inputs read before any write; AllReduce reads its whole input first).
 inline bool writesInPlace(Opcode op) {
@@ -19,6 +19,7 @@ inline bool writesInPlace(Opcode op) {
   case Opcode::Cast:
   case Opcode::Gelu:
   case Opcode::GeluGrad:
+  case Opcode::Silu:
   case Opcode::Dropout:
   case Opcode::AdamW:
   case Opcode::ClipByNorm:

@@ -52,6 +52,14 @@ TEST(ShapeRules, CoarseOps) {
   EXPECT_EQ(embedding(d(Shape{128, 64}), d(Shape{2, 8})).shape, (Shape{2, 8, 64}));
   EXPECT_EQ(checkNormParams("layer_norm", d(Shape{2, 64}), d(Shape{64}), Shape{64}), "");
   EXPECT_NE(checkNormParams("layer_norm", d(Shape{2, 64}), d(Shape{32}), std::nullopt), "");
+  // Rope: tables [s, d], [b, 1, s, d] or x's own shape; d even; one table shape.
+  EXPECT_EQ(checkRope(d(Shape{2, 4, 16, 8}), d(Shape{16, 8}), d(Shape{16, 8})), "");
+  EXPECT_EQ(checkRope(d(Shape{2, 4, 16, 8}), d(Shape{2, 1, 16, 8}), d(Shape{2, 1, 16, 8})), "");
+  EXPECT_NE(checkRope(d(Shape{2, 4, 16, 7}), d(Shape{16, 7}), d(Shape{16, 7})), "");
+  EXPECT_NE(checkRope(d(Shape{2, 4, 16, 8}), d(Shape{16, 8}), d(Shape{1, 16, 8})), "");
+  EXPECT_NE(checkRope(d(Shape{2, 4, 16, 8}), d(Shape{16, 4}), d(Shape{16, 4})), "");
+  EXPECT_NE(checkRope(d(Shape{2, 4, 16, 8}), d(Shape{3, 16, 8}), d(Shape{3, 16, 8})), "");
+  EXPECT_NE(checkRope(d(Shape{4, 8}), d(Shape{2, 4, 8}), d(Shape{2, 4, 8})), "");
   // Grouped-query attention: 8 query heads over 2 key/value heads, value head dim 32.
   Result gqa = attention(d(Shape{2, 16, 8, 64}), d(Shape{2, 20, 2, 64}), d(Shape{2, 20, 2, 32}),
                          Shape{2, 1, 1, 20});

@@ -1,5 +1,6 @@
 // RUN: megac-opt %s -split-input-file -verify-diagnostics
-// Every error of embedding, layer_norm, rms_norm, attention, gelu, cross_entropy and dropout
+// Every error of embedding, layer_norm, rms_norm, attention, gelu, silu, rope, cross_entropy and
+// dropout
 // (linear's are in linear-errors.mlir).
 
 func.func @embedding_table_rank(%t: tensor<2x128x64xf32>, %ids: tensor<8xi64>) -> tensor<8x64xf32> {
@@ -264,4 +265,60 @@ func.func @attention_mixed_types(%q: tensor<1x8x2x16xf32>, %k: tensor<1x8x2x16xb
   // expected-error @+1 {{attention query, key, value and mask must share one element type}}
   %o = mega.attention %q, %k, %k : (tensor<1x8x2x16xf32>, tensor<1x8x2x16xbf16>, tensor<1x8x2x16xbf16>) -> tensor<1x8x2x16xf32>
   return %o : tensor<1x8x2x16xf32>
+}
+
+// -----
+
+func.func @silu_int(%x: tensor<4xi32>) -> tensor<4xi32> {
+  // expected-error @+1 {{'mega.silu' op operand #0 must be}}
+  %y = mega.silu %x : tensor<4xi32>
+  return %y : tensor<4xi32>
+}
+
+// -----
+
+func.func @rope_odd(%x: tensor<2x4x7xf32>, %t: tensor<4x7xf32>) -> tensor<2x4x7xf32> {
+  // expected-error @+1 {{'mega.rope' op rope input [2, 4, 7] must end in an even head dim (it rotates halves)}}
+  %y = mega.rope %x, %t, %t : (tensor<2x4x7xf32>, tensor<4x7xf32>, tensor<4x7xf32>) -> tensor<2x4x7xf32>
+  return %y : tensor<2x4x7xf32>
+}
+
+// -----
+
+func.func @rope_tables_differ(%x: tensor<2x4x8xf32>, %c: tensor<4x8xf32>, %s: tensor<1x4x8xf32>) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'mega.rope' op rope cos [4, 8] and sin [1, 4, 8] must have one shape}}
+  %y = mega.rope %x, %c, %s : (tensor<2x4x8xf32>, tensor<4x8xf32>, tensor<1x4x8xf32>) -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+
+// -----
+
+func.func @rope_table_dim(%x: tensor<2x4x8xf32>, %t: tensor<4x4xf32>) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'mega.rope' op rope tables [4, 4] must end in the input's head dim 8}}
+  %y = mega.rope %x, %t, %t : (tensor<2x4x8xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+
+// -----
+
+func.func @rope_table_broadcast(%x: tensor<2x4x8xf32>, %t: tensor<3x8xf32>) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'mega.rope' op rope tables: cannot broadcast [3, 8] to [2, 4, 8] (dim 0 is 3, not 1 or 4)}}
+  %y = mega.rope %x, %t, %t : (tensor<2x4x8xf32>, tensor<3x8xf32>, tensor<3x8xf32>) -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+
+// -----
+
+func.func @rope_table_type(%x: tensor<2x4x8xf32>, %t: tensor<4x8xf64>) -> tensor<2x4x8xf32> {
+  // expected-error @+1 {{'mega.rope' op cos and sin must have the input's element type; cast first}}
+  %y = mega.rope %x, %t, %t : (tensor<2x4x8xf32>, tensor<4x8xf64>, tensor<4x8xf64>) -> tensor<2x4x8xf32>
+  return %y : tensor<2x4x8xf32>
+}
+
+// -----
+
+func.func @rope_result(%x: tensor<2x4x8xf32>, %t: tensor<4x8xf32>) -> tensor<2x4x4xf32> {
+  // expected-error @+1 {{'mega.rope' op failed to verify that all of {input, result} have same type}}
+  %y = mega.rope %x, %t, %t : (tensor<2x4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<2x4x4xf32>
+  return %y : tensor<2x4x4xf32>
 }

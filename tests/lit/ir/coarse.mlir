@@ -1,6 +1,6 @@
 // RUN: megac-opt %s | FileCheck %s
 // RUN: megac-opt %s | megac-opt | FileCheck %s
-// Round trip of the coarse ops: embedding, layer_norm, rms_norm, attention, gelu,
+// Round trip of the coarse ops: embedding, layer_norm, rms_norm, attention, gelu, silu, rope,
 // cross_entropy, dropout (linear is in linear.mlir; a sharded one is here).
 
 // CHECK-LABEL: func.func @embedding
@@ -65,6 +65,24 @@ func.func @attention_gqa(%q: tensor<1x4x8x16xbf16>, %k: tensor<1x12x2x16xbf16>, 
 func.func @gelu(%x: tensor<2x8x256xf32>, %h: tensor<2x8x256xf16>) {
   %0 = mega.gelu none %x : tensor<2x8x256xf32>
   %1 = mega.gelu tanh %h : tensor<2x8x256xf16>
+  return
+}
+
+// CHECK-LABEL: func.func @silu
+// CHECK: mega.silu %arg0 : tensor<2x8x256xf32>
+// CHECK: mega.silu %arg1 : tensor<2x8x256xbf16>
+func.func @silu(%x: tensor<2x8x256xf32>, %h: tensor<2x8x256xbf16>) {
+  %0 = mega.silu %x : tensor<2x8x256xf32>
+  %1 = mega.silu %h : tensor<2x8x256xbf16>
+  return
+}
+
+// CHECK-LABEL: func.func @rope
+// CHECK: mega.rope %arg0, %arg1, %arg1 : (tensor<2x4x16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16x8xf32>
+// CHECK: mega.rope %arg0, %arg2, %arg3 : (tensor<2x4x16x8xf32>, tensor<2x1x16x8xf32>, tensor<2x1x16x8xf32>) -> tensor<2x4x16x8xf32>
+func.func @rope(%x: tensor<2x4x16x8xf32>, %t: tensor<16x8xf32>, %c: tensor<2x1x16x8xf32>, %s: tensor<2x1x16x8xf32>) {
+  %0 = mega.rope %x, %t, %t : (tensor<2x4x16x8xf32>, tensor<16x8xf32>, tensor<16x8xf32>) -> tensor<2x4x16x8xf32>
+  %1 = mega.rope %x, %c, %s : (tensor<2x4x16x8xf32>, tensor<2x1x16x8xf32>, tensor<2x1x16x8xf32>) -> tensor<2x4x16x8xf32>
   return
 }
 

@@ -1,4 +1,4 @@
-// The CUDA GEMM, norm, reduction, softmax and cross-entropy kernels against the CPU reference
+// The CUDA GEMM, norm, silu, rope, reduction, softmax and cross-entropy kernels against the CPU reference
 // kernels on random inputs (fixed seeds). Half types are compared with the CPU's f32 result on
 // the same (already rounded) inputs, rounded once (cpu::computeInF32).
 //
@@ -164,6 +164,40 @@ TEST_F(NnKernels, LayerNormAndRmsNormMatchCpu) {
           [](auto in, auto outs) { return cpu::rmsNorm(in[0], in[1], 1e-6, outs[0]); },
           exactishTolerance(dtype), name("RmsNorm", dtype, shape));
     }
+}
+
+// Silu and Rope compute in the compute type (f32 for f32 and halves) on both sides; the device
+// may contract a * b + c into an FMA, one rounding apart: exactishTolerance covers it.
+TEST_F(NnKernels, SiluAndRopeMatchCpu) {
+  uint32_t seed = 250;
+  for (DType dtype : floatDtypes()) {
+    for (const auto &shape : normShapes()) {
+      auto x = random(dtype, shape, seed++, -6.0, 6.0);
+      auto out = output(dtype, shape);
+      ASSERT_OK(silu(ctx, x->devRef(), out->devRef()));
+      sync();
+      expectMatchesCpu(
+          {x.get()}, {out.get()},
+          [](auto in, auto outs) { return cpu::silu(in[0], outs[0]); },
+          exactishTolerance(dtype), name("Silu", dtype, shape));
+    }
+    // x [b, h, s, d] with tables [s, d], [b, 1, s, d] (Hugging Face's) and x's own shape.
+    std::vector<int64_t> xs = {2, 3, 5, 8};
+    for (std::vector<int64_t> ts : {std::vector<int64_t>{5, 8}, {2, 1, 5, 8}, {2, 3, 5, 8}}) {
+      auto x = random(dtype, xs, seed++, -2.0, 2.0);
+      auto c = random(dtype, ts, seed++), s = random(dtype, ts, seed++);
+      auto out = output(dtype, xs);
+      ASSERT_OK(rope(ctx, x->devRef(), c->devRef(), s->devRef(), out->devRef()));
+      sync();
+      expectMatchesCpu(
+          {x.get(), c.get(), s.get()}, {out.get()},
+          [](auto in, auto outs) { return cpu::rope(in[0], in[1], in[2], outs[0]); },
+          exactishTolerance(dtype), name("Rope", dtype, ts));
+    }
+  }
+  auto x = random(DType::f32, {2, 7}, 1), t = random(DType::f32, {2, 7}, 2);
+  auto out = output(DType::f32, {2, 7});
+  EXPECT_FALSE(rope(ctx, x->devRef(), t->devRef(), t->devRef(), out->devRef()).isOk());
 }
 
 TEST_F(NnKernels, NormGradsMatchCpuAndAreDeterministic) {

@@ -273,6 +273,22 @@ TEST(Elementwise, CastThrough16BitFormats) {
   EXPECT_FALSE(cast(refOf(big), refOf(wrongShape)).isOk());
 }
 
+TEST(Elementwise, SiluMatchesTheFormula) {
+  std::vector<double> x = {-30.0, -2.5, -1.0, 0.0, 0.5, 1.0, 3.0, 40.0};
+  HostTensor tx = f64({8}, x), out = HostTensor::zeros(DType::f64, {8});
+  ASSERT_TRUE(silu(refOf(tx), refOf(out)).isOk());
+  std::vector<double> want;
+  for (double v : x)
+    want.push_back(v / (1.0 + std::exp(-v)));
+  expectClose(valuesOf<double>(out), want, 1e-15, 1e-300, "f64 silu");
+  // In place (the plan may reuse x's memory) and f32.
+  HostTensor t32 = f32({8}, std::vector<float>(x.begin(), x.end()));
+  ASSERT_TRUE(silu(refOf(t32), refOf(t32)).isOk());
+  expectClose(valuesOf<float>(t32), want, 1e-6, 1e-30, "f32 silu in place");
+  HostTensor ints = i64({2}, {1, 2}), outInts = HostTensor::zeros(DType::i64, {2});
+  EXPECT_FALSE(silu(refOf(ints), refOf(outInts)).isOk());
+}
+
 TEST(Elementwise, GeluMatchesClosedForms) {
   // Reference values from erf/tanh in double (Python's math module: gelu(1) = Phi(1)).
   HostTensor x = f32({3}, {1.0f, -1.0f, 3.0f}), out = like(x, DType::f32);

@@ -86,6 +86,8 @@ std::vector<OpCase> cases() {
       {"tanh", O::Tanh, {{m}}, {m}},
       {"gelu", O::Gelu, {{m}}, {m}, fb::Attrs::GeluAttrs, geluAttrs(false)},
       {"gelu_grad", O::GeluGrad, {{m}, {m}}, {m}, fb::Attrs::GeluAttrs, geluAttrs(true)},
+      {"silu", O::Silu, {{m}}, {m}},
+      {"rope", O::Rope, {{q}, {{2, 8}}, {{2, 8}}}, {q}},
       {"matmul", O::MatMul, {{{3, 5}}, {{5, 4}}}, {{3, 4}}},
       {"linear", O::Linear, {{m}, {{6, 8}}, {{6}}}, {{3, 6}}},
       {"reduce",

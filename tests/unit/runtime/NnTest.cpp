@@ -1,5 +1,6 @@
 // CPU contractions and coarse ops against naive double-precision references: MatMul (batch
-// broadcast), Linear, LayerNorm, RmsNorm and Attention (GQA, causal with s < t, masks).
+// broadcast), Linear, LayerNorm, RmsNorm, Rope (broadcast tables) and Attention (GQA, causal
+// with s < t, masks).
 #include "runtime/cpu/Kernels.h"
 
 #include "TestUtil.h"
@@ -198,6 +199,51 @@ TEST(Nn, RmsNormMatchesTheFormula) {
       want.push_back(x[r * N + j] / std::sqrt(ms + 1e-6) * w[j]);
   }
   expectClose(valuesOf<double>(out), want, 1e-13, 1e-15, "rms norm");
+}
+
+TEST(Nn, RopeMatchesRotateHalf) {
+  // x [b, h, s, d] with tables [b, 1, s, d] and [s, d]; halves of the tables differ, so a swap
+  // of the halves would show.
+  const int64_t B = 2, H = 3, S = 4, D = 6;
+  std::vector<double> x = randomValues<double>(B * H * S * D, 81, -2, 2);
+  for (std::vector<int64_t> tableShape : {std::vector<int64_t>{B, 1, S, D}, {S, D}, {D}}) {
+    int64_t n = 1;
+    for (int64_t v : tableShape)
+      n *= v;
+    std::vector<double> c = randomValues<double>(n, 82, -1, 1), s = randomValues<double>(n, 83);
+    HostTensor tx = f64({B, H, S, D}, x), tc = f64(tableShape, c), ts = f64(tableShape, s);
+    HostTensor out = HostTensor::zeros(DType::f64, {B, H, S, D});
+    ASSERT_TRUE(rope(refOf(tx), refOf(tc), refOf(ts), refOf(out)).isOk());
+    std::vector<double> want;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < S; ++i)
+          for (int64_t j = 0; j < D; ++j) {
+            const double *xr = &x[((b * H + h) * S + i) * D];
+            int64_t t = tableShape.size() == 4 ? (b * S + i) * D : tableShape.size() == 2 ? i * D : 0;
+            double rotated = j < D / 2 ? -xr[j + D / 2] : xr[j - D / 2];
+            want.push_back(xr[j] * c[t + j] + rotated * s[t + j]);
+          }
+    expectClose(valuesOf<double>(out), want, 1e-14, 1e-15, "rope");
+  }
+}
+
+/// `s` failed with a message containing `what`.
+static void expectError(const Status &s, const std::string &what) {
+  ASSERT_FALSE(s.isOk()) << "expected an error containing: " << what;
+  EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+}
+
+TEST(Nn, RopeErrors) {
+  HostTensor x = f32({2, 5}, randomValues(10, 1)), t = f32({2, 5}, randomValues(10, 2));
+  HostTensor out = HostTensor::zeros(DType::f32, {2, 5});
+  expectError(rope(refOf(x), refOf(t), refOf(t), refOf(out)),
+              "Rope: x [2, 5] must end in an even head dim");
+  HostTensor x4 = f32({2, 4}, randomValues(8, 1)), t3 = f32({3, 4}, randomValues(12, 2));
+  HostTensor out4 = HostTensor::zeros(DType::f32, {2, 4});
+  expectError(rope(refOf(x4), refOf(t3), refOf(t3), refOf(out4)),
+              "Rope: tables [3, 4] must broadcast to x [2, 4]");
+  expectError(rope(refOf(x4), refOf(x4), refOf(x4), refOf(x4)), "must not alias x");
 }
 
 namespace {

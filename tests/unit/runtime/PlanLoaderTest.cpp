@@ -199,6 +199,11 @@ TEST(PlanLoader, RejectsAttrContentsThatDoNotFitTheOperands) {
       {"axis 5 is out of range"});
   expectRejected(single(fb::Opcode::LayerNorm, fb::Attrs::NormAttrs, normAttrs(1e-5)),
                  {"has 1 inputs, expected 2 to 3"});
+  // Rope takes x, cos and sin; neither it nor Silu takes attrs.
+  expectRejected(single(fb::Opcode::Rope, fb::Attrs::NONE, nullptr),
+                 {"instruction 0 (Rope at 'here')", "has 1 inputs, expected 3"});
+  expectRejected(single(fb::Opcode::Silu, fb::Attrs::AxisAttrs, axisAttrs(0)),
+                 {"has AxisAttrs, but Silu takes no attrs"});
 }
 
 TEST(PlanLoader, RejectsBadScalarsInAttrs) {

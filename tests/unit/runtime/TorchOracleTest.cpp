@@ -23,7 +23,11 @@ sv('gelu', F.gelu(x))
 sv('gelu_tanh', F.gelu(x, approximate='tanh'))
 sv('layer_norm', F.layer_norm(x, (x.shape[-1],), w, b, 1e-5))
 sv('rms_norm', x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w)
+sv('silu', F.silu(x))
 sv('softmax', torch.softmax(x, dim=1))
+rot = lambda t: torch.cat((-t[..., t.shape[-1] // 2:], t[..., :t.shape[-1] // 2]), -1)
+rx, rc, rs = ld('rope_x'), ld('rope_cos'), ld('rope_sin')
+sv('rope', rx * rc + rot(rx) * rs)
 sv('linear', F.linear(x, ld('lin_w'), ld('lin_b')))
 sv('cross_entropy', F.cross_entropy(ld('logits'), ld('labels'), ignore_index=-100,
                                     reduction='none'))
@@ -59,6 +63,10 @@ TEST(TorchOracle, KernelsMatchPyTorchInFloat32) {
   HostTensor k = f32({2, 5, 2, 8}, randomValues(2 * 5 * 2 * 8, 8, -2, 2));
   HostTensor v = f32({2, 5, 2, 8}, randomValues(2 * 5 * 2 * 8, 9, -2, 2));
   HostTensor mask = f32({3, 5}, randomValues(15, 10, -1, 0));
+  // Rope on [b, h, s, d] with per-sequence tables [b, 1, s, d] (Hugging Face's layout).
+  HostTensor ropeX = f32({2, 3, 4, 8}, randomValues(2 * 3 * 4 * 8, 11, -2, 2));
+  HostTensor ropeCos = f32({2, 1, 4, 8}, randomValues(2 * 4 * 8, 12, -1, 1));
+  HostTensor ropeSin = f32({2, 1, 4, 8}, randomValues(2 * 4 * 8, 13, -1, 1));
   for (auto [name, t] : {std::pair{"x", &x},
                          {"w", &w},
                          {"b", &b},
@@ -69,7 +77,10 @@ TEST(TorchOracle, KernelsMatchPyTorchInFloat32) {
                          {"q", &q},
                          {"k", &k},
                          {"v", &v},
-                         {"mask", &mask}})
+                         {"mask", &mask},
+                         {"rope_x", &ropeX},
+                         {"rope_cos", &ropeCos},
+                         {"rope_sin", &ropeSin}})
     save(name, *t);
   std::ofstream(dir.file("oracle.py")) << kScript;
   std::string cmd = std::string(MEGAC_TEST_PYTHON) + " " + dir.file("oracle.py") + " " + dir.path();
@@ -91,7 +102,10 @@ TEST(TorchOracle, KernelsMatchPyTorchInFloat32) {
   check("gelu_tanh", xs, [&](TensorRef o) { return gelu(refOf(x), true, o); });
   check("layer_norm", xs, [&](TensorRef o) { return layerNorm(refOf(x), refOf(w), &rb, 1e-5, o); });
   check("rms_norm", xs, [&](TensorRef o) { return rmsNorm(refOf(x), refOf(w), 1e-6, o); });
+  check("silu", xs, [&](TensorRef o) { return silu(refOf(x), o); });
   check("softmax", xs, [&](TensorRef o) { return softmax(refOf(x), 1, o); });
+  check("rope", {2, 3, 4, 8},
+        [&](TensorRef o) { return rope(refOf(ropeX), refOf(ropeCos), refOf(ropeSin), o); });
   check("linear", {2, 5, 7}, [&](TensorRef o) { return linear(refOf(x), refOf(linW), &rlb, o); });
   check("cross_entropy", {6},
         [&](TensorRef o) { return crossEntropy(refOf(logits), refOf(labels), int64_t(-100), o); });

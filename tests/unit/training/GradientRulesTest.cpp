@@ -296,6 +296,19 @@ std::vector<RuleCase> coarseCases() {
        "tensor<1x2x2x3xf64>"},
       {"gelu", {kX}, "  %out = mega.gelu none %x : tensor<2x3xf64>", kT23},
       {"gelu_tanh", {kX}, "  %out = mega.gelu tanh %x : tensor<2x3xf64>", kT23},
+      {"silu", {kX}, "  %out = mega.silu %x : tensor<2x3xf64>", kT23},
+      // Tables [s, d] broadcast over batch and heads, with unequal halves (the general rule).
+      {"rope",
+       {"%x: tensor<2x3x4x6xf64>", "%c: tensor<4x6xf64>", "%s: tensor<4x6xf64>"},
+       "  %out = mega.rope %x, %c, %s : (tensor<2x3x4x6xf64>, tensor<4x6xf64>, "
+       "tensor<4x6xf64>) -> tensor<2x3x4x6xf64>",
+       "tensor<2x3x4x6xf64>"},
+      // Per-sequence tables [b, 1, s, d] (Hugging Face's layout after unsqueeze(1)).
+      {"rope_per_batch",
+       {"%x: tensor<2x3x4x4xf64>", "%c: tensor<2x1x4x4xf64>", "%s: tensor<2x1x4x4xf64>"},
+       "  %out = mega.rope %x, %c, %s : (tensor<2x3x4x4xf64>, tensor<2x1x4x4xf64>, "
+       "tensor<2x1x4x4xf64>) -> tensor<2x3x4x4xf64>",
+       "tensor<2x3x4x4xf64>"},
       {"cross_entropy",
        {"%z: tensor<2x3x5xf64>"},
        "  %labels = mega.constant dense<[[4, -100, 0], [2, 2, -100]]> : tensor<2x3xi64>\n"
@@ -331,7 +344,7 @@ TEST(GradientRules, EveryRuleHasACase) {
     EXPECT_NE(all.find(" " + op.getStringRef().str() + " "), std::string::npos)
         << op.getStringRef().str() << " has a gradient rule but no finite-difference case";
   }
-  EXPECT_EQ(rules, 36);
+  EXPECT_EQ(rules, 38);
 }
 
 INSTANTIATE_TEST_SUITE_P(Elementwise, GradientRule, ::testing::ValuesIn(elementwiseCases()),

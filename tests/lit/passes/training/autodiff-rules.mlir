@@ -301,3 +301,34 @@ func.func @forward_backward(%q: tensor<1x4x2x3xf32> {mega.param = "q"}, %k: tens
   %l = mega.reduce sum %ce over [0, 1] : tensor<1x4xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
+
+// -----
+
+// silu: dx = g * ((s - y s) + y), s = sigmoid(x), y = silu(x). rope: dx = rope(g, cos, -swap(sin)),
+// swap exchanging the halves of the last dim; the tables' gradients (constants here) are dropped.
+// CHECK-LABEL: func.func @forward_backward(
+// CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<2x3x4x6xf32> {mega.param = "x"}
+// CHECK: %[[C:.*]] = mega.constant dense<5.000000e-01> : tensor<4x6xf32>
+// CHECK-NEXT: %[[S:.*]] = mega.constant dense<2.500000e-01> : tensor<4x6xf32>
+// CHECK-NEXT: %[[R:.*]] = mega.rope %[[X]], %[[C]], %[[S]]
+// CHECK-NEXT: %[[Y:.*]] = mega.silu %[[R]]
+// CHECK: %[[G:.*]] = mega.broadcast
+// CHECK-NEXT: %[[SG:.*]] = mega.sigmoid %[[R]]
+// CHECK-NEXT: %[[YS:.*]] = mega.mul %[[Y]], %[[SG]]
+// CHECK-NEXT: %[[SMYS:.*]] = mega.sub %[[SG]], %[[YS]]
+// CHECK-NEXT: %[[SLOPE:.*]] = mega.add %[[SMYS]], %[[Y]]
+// CHECK-NEXT: %[[DR:.*]] = mega.mul %[[G]], %[[SLOPE]]
+// CHECK-NEXT: %[[LO:.*]] = mega.slice %[[S]] [0, 0] to [4, 3] step [1, 1]
+// CHECK-NEXT: %[[HI:.*]] = mega.slice %[[S]] [0, 3] to [4, 6] step [1, 1]
+// CHECK-NEXT: %[[SW:.*]] = mega.concat %[[HI]], %[[LO]] axis 1
+// CHECK-NEXT: %[[NS:.*]] = mega.neg %[[SW]]
+// CHECK-NEXT: %[[DX:.*]] = mega.rope %[[DR]], %[[C]], %[[NS]]
+// CHECK-NEXT: mega.add %{{.*}}, %[[DX]]
+func.func @forward_backward(%x: tensor<2x3x4x6xf32> {mega.param = "x"}) -> (tensor<f32> {mega.output = "loss"}) {
+  %c = mega.constant dense<0.5> : tensor<4x6xf32>
+  %s = mega.constant dense<0.25> : tensor<4x6xf32>
+  %y = mega.rope %x, %c, %s : (tensor<2x3x4x6xf32>, tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<2x3x4x6xf32>
+  %z = mega.silu %y : tensor<2x3x4x6xf32>
+  %l = mega.reduce sum %z over [0, 1, 2, 3] : tensor<2x3x4x6xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
