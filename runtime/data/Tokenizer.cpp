@@ -1,6 +1,8 @@
 // The byte tokenizer and the --tokenizer spec parser (the BPE tokenizers: BpeTokenizer.cpp).
 #include "runtime/data/Tokenizer.h"
 
+#include "runtime/data/BpeTokenizer.h"
+
 namespace megac::runtime::data {
 
 namespace {
@@ -41,8 +43,22 @@ std::unique_ptr<Tokenizer> makeByteTokenizer() { return std::make_unique<ByteTok
 StatusOr<std::unique_ptr<Tokenizer>> makeTokenizer(const std::string &spec) {
   if (spec == "byte")
     return makeByteTokenizer();
-  return Status::error("unknown tokenizer '" + spec +
-                       "' (use byte, gpt2:VOCAB.json,MERGES.txt or hf:TOKENIZER.json)");
+  std::string_view rest(spec);
+  if (rest.starts_with("gpt2:")) {
+    rest.remove_prefix(5);
+    size_t comma = rest.find(',');
+    if (comma == std::string_view::npos || comma == 0 || comma + 1 == rest.size() ||
+        rest.find(',', comma + 1) != std::string_view::npos)
+      return Status::error("tokenizer '" + spec +
+                           "': give gpt2:VOCAB.json,MERGES.txt (two files, one comma)");
+    return loadGpt2Tokenizer(std::string(rest.substr(0, comma)),
+                             std::string(rest.substr(comma + 1)));
+  }
+  if (rest.starts_with("hf:") && rest.size() > 3)
+    return loadHfTokenizer(std::string(rest.substr(3)));
+  return Status::error("tokenizer '" + spec +
+                       "' is not supported (use byte, gpt2:VOCAB.json,MERGES.txt or "
+                       "hf:TOKENIZER.json)");
 }
 
 } // namespace megac::runtime::data

@@ -35,6 +35,9 @@ public:
 
 /// Makes a tokenizer from a --tokenizer value: "byte", "gpt2:VOCAB.json,MERGES.txt" or
 /// "hf:TOKENIZER.json". Errors are one line naming the file and what is wrong in it.
+/// gpt2: encodes text as plain text (a literal <|endoftext|> is characters, as in Megatron's
+/// GPT2BPETokenizer); hf: matches added tokens first and encodes as Hugging Face's
+/// encode(text, add_special_tokens=False) does (no post-processor). See BpeTokenizer.h.
 StatusOr<std::unique_ptr<Tokenizer>> makeTokenizer(const std::string &spec);
 
 /// Each byte is one token (0..255), 256 ends a document; vocabSize() is 257.

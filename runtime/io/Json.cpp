@@ -3,6 +3,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <unordered_set>
 
 namespace megac::runtime::json {
 
@@ -91,13 +92,21 @@ private:
       ++pos_;
       return Status::ok();
     }
+    // Duplicate keys: a linear scan for small objects, a hash set past kLinearKeys keys (a
+    // tokenizer vocab has 50k, where the scan would be quadratic).
+    constexpr size_t kLinearKeys = 32;
+    std::unordered_set<std::string> seen;
     while (true) {
       skipSpace();
       if (pos_ >= text_.size() || text_[pos_] != '"')
         return fail("expected a string key");
       std::string key;
       RETURN_IF_ERROR(string(key));
-      if (out.find(key))
+      if (out.keys.size() == kLinearKeys)
+        seen.insert(out.keys.begin(), out.keys.end());
+      bool duplicate =
+          out.keys.size() < kLinearKeys ? out.find(key) != nullptr : !seen.insert(key).second;
+      if (duplicate)
         return fail("duplicate key \"" + key + "\"");
       skipSpace();
       if (pos_ >= text_.size() || text_[pos_] != ':')
