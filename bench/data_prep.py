@@ -22,20 +22,10 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
+from hf_models_test import ensure_venv  # noqa: E402
 EXTRA = ["café", "naïve", "straße", "日本語", "中文", "😀", "Ελληνικά", "Русский", "½", "١٢٣",
          "don't", "it's", "we've"]
-
-
-def ensure_venv(venv):
-    try:
-        import tokenizers  # noqa: F401
-        return
-    except ImportError:
-        pass
-    python = os.path.join(venv, "bin", "python")
-    if os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
-        os.execv(python, [python] + sys.argv)
-    sys.exit(f"`tokenizers` is not importable and {python} is missing; run scripts/bootstrap.sh")
 
 
 def generate(path, megabytes):

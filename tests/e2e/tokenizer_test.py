@@ -34,8 +34,10 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_models_test import ensure_venv  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SKIP = 77
 DTYPES = {4: "int32", 8: "uint16"}
 
 MIXED = [
@@ -55,21 +57,6 @@ MIXED = [
 
 def run(argv):
     return subprocess.run(argv, capture_output=True, text=True)
-
-
-def ensure_venv(venv):
-    try:
-        import tokenizers  # noqa: F401
-        import transformers  # noqa: F401
-        return
-    except ImportError:
-        pass
-    python = os.path.join(venv, "bin", "python")
-    if os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
-        os.execv(python, [python] + sys.argv)
-    print(f"SKIP: tokenizers/transformers are not importable and {python} is missing or lacks "
-          "them; run scripts/bootstrap.sh")
-    sys.exit(SKIP)
 
 
 def read_indexed(prefix):
