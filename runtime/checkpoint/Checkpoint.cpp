@@ -1,5 +1,8 @@
-// Checkpoint directories: atomic save, verified load, fallback to older steps (Checkpoint.h).
+// Checkpoint directories: meta.json (format versions 1 and 2), atomic save, verified load,
+// fallback to older steps (Checkpoint.h).
 #include "runtime/checkpoint/Checkpoint.h"
+
+#include "runtime/checkpoint/ShardFiles.h"
 
 #include "runtime/io/Files.h"
 #include "runtime/io/Json.h"
@@ -26,15 +29,21 @@ constexpr const char *kModelFile = "model.safetensors";
 constexpr const char *kOptimizerFile = "optimizer.safetensors";
 constexpr const char *kMetaFile = "meta.json";
 
-std::array<uint32_t, 256> makeCrcTable() {
-  std::array<uint32_t, 256> table{};
+/// Slicing-by-8 tables: table[0] is the byte-wise CRC table; table[k][b] is the CRC of byte b
+/// followed by k zero bytes, so eight bytes are folded per step (several times faster than one).
+using CrcTables = std::array<std::array<uint32_t, 256>, 8>;
+CrcTables makeCrcTables() {
+  CrcTables t{};
   for (uint32_t i = 0; i < 256; ++i) {
     uint32_t c = i;
     for (int k = 0; k < 8; ++k)
       c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    table[i] = c;
+    t[0][i] = c;
   }
-  return table;
+  for (uint32_t i = 0; i < 256; ++i)
+    for (size_t k = 1; k < 8; ++k)
+      t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xFF];
+  return t;
 }
 
 std::string hex32(uint32_t value) {
@@ -56,9 +65,37 @@ Status syncDirectory(const std::string &dir) {
   return Status::ok();
 }
 
-std::string
-metaJson(const CheckpointMeta &meta,
-         const std::vector<std::pair<std::string, std::pair<uint64_t, uint32_t>>> &files) {
+void writeShape(std::ostringstream &os, const std::vector<int64_t> &shape) {
+  os << "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    os << (i ? ", " : "") << shape[i];
+  os << "]";
+}
+
+void writeTable(std::ostringstream &os, const char *key, const TensorTable &table) {
+  os << ",\n  " << json::quote(key) << ": {";
+  bool first = true;
+  for (const auto &[name, tensor] : table) {
+    os << (first ? "\n" : ",\n") << "    " << json::quote(name) << ": {\"dtype\": \""
+       << safetensorsDtype(tensor.dtype) << "\", \"shape\": ";
+    writeShape(os, tensor.shape);
+    os << ", \"shards\": [";
+    for (size_t i = 0; i < tensor.shards.size(); ++i) {
+      const ShardRecord &shard = tensor.shards[i];
+      os << (i ? ", " : "") << "{\"file\": " << json::quote(shard.file) << ", \"offset\": ";
+      writeShape(os, shard.offset);
+      os << ", \"shape\": ";
+      writeShape(os, shard.shape);
+      os << "}";
+    }
+    os << "]}";
+    first = false;
+  }
+  os << (first ? "}" : "\n  }");
+}
+
+std::string metaJson(const CheckpointMeta &meta, const TensorTable &parameters,
+                     const TensorTable &optimizer, const FileTable &files) {
   std::ostringstream os;
   os.precision(17);
   os << "{\n  \"format_version\": " << kFormatVersion << ",\n  \"step\": " << meta.step
@@ -77,11 +114,13 @@ metaJson(const CheckpointMeta &meta,
        << ", \"hysteresis_tracker\": " << meta.lossScaler->hysteresisTracker << "}";
   else
     os << "null";
+  writeTable(os, "parameters", parameters);
+  writeTable(os, "optimizer", optimizer);
   os << ",\n  \"files\": {";
   first = true;
   for (const auto &[name, info] : files) {
-    os << (first ? "\n" : ",\n") << "    " << json::quote(name) << ": {\"bytes\": " << info.first
-       << ", \"crc32\": \"" << hex32(info.second) << "\"}";
+    os << (first ? "\n" : ",\n") << "    " << json::quote(name) << ": {\"bytes\": " << info.bytes
+       << ", \"crc32\": \"" << hex32(info.crc32) << "\"}";
     first = false;
   }
   os << "\n  }\n}\n";
@@ -104,9 +143,181 @@ StatusOr<std::string> stringMember(const json::Value &object, const char *key,
   return v->string;
 }
 
-/// meta.json of `stepDir`: the meta and the file table (name -> bytes, crc32).
-StatusOr<std::pair<CheckpointMeta, std::map<std::string, std::pair<uint64_t, uint32_t>>>>
-readMeta(const std::string &stepDir) {
+StatusOr<std::vector<int64_t>> shapeMember(const json::Value &object, const char *key,
+                                           const std::string &what) {
+  const json::Value *v = object.find(key);
+  if (!v || v->kind != json::Value::Kind::array)
+    return Status::error(what + ": missing or non-array \"" + key + "\"");
+  std::vector<int64_t> out;
+  for (const json::Value &d : v->items) {
+    if (d.kind != json::Value::Kind::number || !d.isInteger || d.integer < 0)
+      return Status::error(what + ": \"" + key + "\" must hold non-negative integers");
+    out.push_back(d.integer);
+  }
+  return out;
+}
+
+/// A version 2 tensor table ("parameters" or "optimizer"), checked: every shard lies inside
+/// its tensor's global shape.
+StatusOr<TensorTable> readTable(const json::Value &root, const char *key, const std::string &path) {
+  const json::Value *table = root.find(key);
+  if (!table || table->kind != json::Value::Kind::object)
+    return Status::error(path + ": missing \"" + key + "\"");
+  TensorTable out;
+  for (size_t i = 0; i < table->keys.size(); ++i) {
+    const json::Value &entry = table->items[i];
+    std::string what = path + ": tensor '" + table->keys[i] + "'";
+    TensorRecord tensor;
+    ASSIGN_OR_RETURN(std::string dtype, stringMember(entry, "dtype", what));
+    if (!dtypeFromSafetensors(dtype, tensor.dtype))
+      return Status::error(what + ": unknown dtype '" + dtype + "'");
+    ASSIGN_OR_RETURN(tensor.shape, shapeMember(entry, "shape", what));
+    const json::Value *shards = entry.find("shards");
+    if (!shards || shards->kind != json::Value::Kind::array)
+      return Status::error(what + ": missing \"shards\"");
+    for (const json::Value &s : shards->items) {
+      ShardRecord shard;
+      ASSIGN_OR_RETURN(shard.file, stringMember(s, "file", what));
+      ASSIGN_OR_RETURN(shard.offset, shapeMember(s, "offset", what));
+      ASSIGN_OR_RETURN(shard.shape, shapeMember(s, "shape", what));
+      bool inside =
+          shard.offset.size() == tensor.shape.size() && shard.shape.size() == tensor.shape.size();
+      for (size_t d = 0; inside && d < tensor.shape.size(); ++d)
+        inside = shard.offset[d] + shard.shape[d] <= tensor.shape[d];
+      if (!inside)
+        return Status::error(what + ": a shard at " + shapeString(shard.offset) + " of shape " +
+                             shapeString(shard.shape) + " lies outside its shape " +
+                             shapeString(tensor.shape));
+      tensor.shards.push_back(std::move(shard));
+    }
+    out.emplace(table->keys[i], std::move(tensor));
+  }
+  return out;
+}
+
+/// A version 1 checkpoint's table: each tensor of `file` whole, as one shard.
+StatusOr<TensorTable> wholeTable(const std::string &stepDir, const std::string &file) {
+  ASSIGN_OR_RETURN(auto infos, readSafetensorsHeader(stepDir + "/" + file));
+  TensorTable out;
+  for (auto &[name, info] : infos)
+    out[name] = {info.first,
+                 info.second,
+                 {{file, std::vector<int64_t>(info.second.size(), 0), info.second}}};
+  return out;
+}
+
+/// The shards of `table` as one tensor per shard, named by tensor, for a one-process save.
+std::vector<ShardToWrite> wholeShards(const TensorMap &tensors) {
+  std::vector<ShardToWrite> out;
+  for (const auto &[name, t] : tensors)
+    out.push_back({name, t.dtype, t.shape, [&t]() -> StatusOr<HostTensor> { return t; }});
+  return out;
+}
+
+/// The step of a directory named "step-N" (N decimal), else -1.
+int64_t stepOfName(const std::string &name) {
+  if (!name.starts_with("step-") || name.size() == 5 || name.size() > 5 + 18)
+    return -1;
+  int64_t step = 0;
+  for (char c : name.substr(5)) {
+    if (c < '0' || c > '9')
+      return -1;
+    step = step * 10 + (c - '0');
+  }
+  return step;
+}
+
+} // namespace
+
+uint32_t crc32(std::span<const uint8_t> bytes, uint32_t crc) {
+  static const CrcTables t = makeCrcTables();
+  crc = ~crc;
+  const uint8_t *p = bytes.data();
+  size_t n = bytes.size();
+  for (; n >= 8; n -= 8, p += 8) { // little-endian words, as the tables assume
+    uint32_t lo =
+        crc ^ (uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24);
+    crc = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
+          t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
+  }
+  for (; n > 0; --n, ++p)
+    crc = t[0][(crc ^ *p) & 0xFF] ^ (crc >> 8);
+  return ~crc;
+}
+
+std::string stepPath(const std::string &dir, int64_t step) {
+  return dir + "/step-" + std::to_string(step);
+}
+
+std::string rankFileName(bool optimizer, int rank) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%s-rank-%05d.safetensors", optimizer ? "optimizer" : "model",
+                rank);
+  return buf;
+}
+
+StatusOr<std::string> beginSave(const std::string &dir, int64_t step) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    return Status::error("cannot create checkpoint directory '" + dir + "': " + ec.message());
+  std::string tmp = stepPath(dir, step) + ".tmp";
+  fs::remove_all(tmp, ec); // a save that crashed earlier
+  if (!fs::create_directory(tmp, ec) || ec)
+    return Status::error("cannot create '" + tmp + "': " + ec.message());
+  return tmp;
+}
+
+Status commitSave(const std::string &dir, const std::string &tmp, const CheckpointMeta &meta,
+                  const TensorTable &parameters, const TensorTable &optimizer,
+                  const FileTable &files) {
+  std::string target = stepPath(dir, meta.step);
+  std::string text = metaJson(meta, parameters, optimizer, files);
+  std::span<const uint8_t> piece(reinterpret_cast<const uint8_t *>(text.data()), text.size());
+  RETURN_IF_ERROR(writeFileAtomically(tmp + "/" + kMetaFile, {&piece, 1}));
+  RETURN_IF_ERROR(syncDirectory(tmp));
+  // Replace an older save of the same step: move it aside first, so a crash leaves one of them.
+  std::error_code ec;
+  std::string old = target + ".old";
+  if (fs::exists(target, ec)) {
+    fs::remove_all(old, ec);
+    fs::rename(target, old, ec);
+    if (ec)
+      return Status::error("cannot move '" + target + "' aside: " + ec.message());
+  }
+  fs::rename(tmp, target, ec);
+  if (ec)
+    return Status::error("cannot rename '" + tmp + "' to '" + target + "': " + ec.message());
+  RETURN_IF_ERROR(syncDirectory(dir));
+  std::string latest = std::to_string(meta.step) + "\n";
+  std::span<const uint8_t> latestPiece(reinterpret_cast<const uint8_t *>(latest.data()),
+                                       latest.size());
+  RETURN_IF_ERROR(writeFileAtomically(dir + "/latest", {&latestPiece, 1}));
+  fs::remove_all(old, ec);
+  return Status::ok();
+}
+
+Status saveCheckpoint(const std::string &dir, const CheckpointMeta &meta, const TensorMap &model,
+                      const TensorMap &optimizer) {
+  ASSIGN_OR_RETURN(std::string tmp, beginSave(dir, meta.step));
+  std::map<std::string, std::string> info = {{"producer", "megac train"},
+                                             {"step", std::to_string(meta.step)}};
+  TensorTable tables[2];
+  FileTable files;
+  for (int kind = 0; kind < 2; ++kind) {
+    const TensorMap &tensors = kind ? optimizer : model;
+    if (tensors.empty())
+      continue;
+    std::string file = rankFileName(kind == 1, 0);
+    ASSIGN_OR_RETURN(files[file], writeShardFile(tmp + "/" + file, wholeShards(tensors), info));
+    for (const auto &[name, t] : tensors)
+      tables[kind][name] = {
+          t.dtype, t.shape, {{file, std::vector<int64_t>(t.shape.size(), 0), t.shape}}};
+  }
+  return commitSave(dir, tmp, meta, tables[0], tables[1], files);
+}
+
+StatusOr<CheckpointIndex> readCheckpointIndex(const std::string &stepDir) {
   std::string path = stepDir + "/" + kMetaFile;
   ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "checkpoint metadata"));
   StatusOr<json::Value> parsed =
@@ -116,12 +327,14 @@ readMeta(const std::string &stepDir) {
   const json::Value &root = *parsed;
   if (root.kind != json::Value::Kind::object)
     return Status::error(path + " is not a JSON object");
-  ASSIGN_OR_RETURN(int64_t version, intMember(root, "format_version", path));
-  if (version != kFormatVersion)
-    return Status::error(path + ": format_version " + std::to_string(version) +
-                         " is not supported (this megac reads version " +
+  CheckpointIndex index;
+  index.path = stepDir;
+  ASSIGN_OR_RETURN(index.formatVersion, intMember(root, "format_version", path));
+  if (index.formatVersion != 1 && index.formatVersion != kFormatVersion)
+    return Status::error(path + ": format_version " + std::to_string(index.formatVersion) +
+                         " is not supported (this megac reads versions 1 and " +
                          std::to_string(kFormatVersion) + ")");
-  CheckpointMeta meta;
+  CheckpointMeta &meta = index.meta;
   ASSIGN_OR_RETURN(meta.step, intMember(root, "step", path));
   ASSIGN_OR_RETURN(meta.dataPosition, intMember(root, "data_position", path));
   ASSIGN_OR_RETURN(int64_t seed, intMember(root, "seed", path));
@@ -147,7 +360,6 @@ readMeta(const std::string &stepDir) {
   const json::Value *files = root.find("files");
   if (!files || files->kind != json::Value::Kind::object)
     return Status::error(path + ": missing \"files\"");
-  std::map<std::string, std::pair<uint64_t, uint32_t>> table;
   for (size_t i = 0; i < files->keys.size(); ++i) {
     const json::Value &entry = files->items[i];
     ASSIGN_OR_RETURN(int64_t size, intMember(entry, "bytes", path));
@@ -156,113 +368,41 @@ readMeta(const std::string &stepDir) {
     unsigned long value = std::strtoul(crc.c_str(), &end, 16);
     if (crc.empty() || *end != '\0' || value > 0xFFFFFFFFul)
       return Status::error(path + ": crc32 of '" + files->keys[i] + "' is not hex");
-    table[files->keys[i]] = {static_cast<uint64_t>(size), static_cast<uint32_t>(value)};
+    index.files[files->keys[i]] = {static_cast<uint64_t>(size), static_cast<uint32_t>(value)};
   }
-  for (const char *name : {kModelFile, kOptimizerFile})
-    if (!table.count(name))
-      return Status::error(path + ": the file table has no '" + name + "'");
-  return std::pair{std::move(meta), std::move(table)};
-}
-
-/// The safetensors file `name` of `stepDir`, after checking its size and CRC32.
-StatusOr<TensorMap> readVerified(const std::string &stepDir, const std::string &name,
-                                 std::pair<uint64_t, uint32_t> expected) {
-  std::string path = stepDir + "/" + name;
-  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "checkpoint file"));
-  if (bytes.size() != expected.first)
-    return Status::error(path + " is " + std::to_string(bytes.size()) + " bytes, but " + kMetaFile +
-                         " records " + std::to_string(expected.first) + " (truncated or damaged)");
-  uint32_t crc = crc32(bytes);
-  if (crc != expected.second)
-    return Status::error(path + " has CRC32 " + hex32(crc) + ", but " + kMetaFile + " records " +
-                         hex32(expected.second) + " (corrupt)");
-  StatusOr<TensorMap> tensors = readSafetensors(path);
-  if (!tensors.isOk())
-    return Status::error(path + ": " + tensors.status().message());
-  return tensors;
-}
-
-/// The step of a directory named "step-N" (N decimal), else -1.
-int64_t stepOfName(const std::string &name) {
-  if (!name.starts_with("step-") || name.size() == 5 || name.size() > 5 + 18)
-    return -1;
-  int64_t step = 0;
-  for (char c : name.substr(5)) {
-    if (c < '0' || c > '9')
-      return -1;
-    step = step * 10 + (c - '0');
+  if (index.formatVersion == 1) {
+    for (const char *name : {kModelFile, kOptimizerFile})
+      if (!index.files.count(name))
+        return Status::error(path + ": the file table has no '" + name + "'");
+    ASSIGN_OR_RETURN(index.parameters, wholeTable(stepDir, kModelFile));
+    ASSIGN_OR_RETURN(index.optimizer, wholeTable(stepDir, kOptimizerFile));
+    return index;
   }
-  return step;
-}
-
-} // namespace
-
-uint32_t crc32(std::span<const uint8_t> bytes, uint32_t crc) {
-  static const std::array<uint32_t, 256> table = makeCrcTable();
-  crc = ~crc;
-  for (uint8_t b : bytes)
-    crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}
-
-std::string stepPath(const std::string &dir, int64_t step) {
-  return dir + "/step-" + std::to_string(step);
-}
-
-Status saveCheckpoint(const std::string &dir, const CheckpointMeta &meta, const TensorMap &model,
-                      const TensorMap &optimizer) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    return Status::error("cannot create checkpoint directory '" + dir + "': " + ec.message());
-  std::string target = stepPath(dir, meta.step);
-  std::string tmp = target + ".tmp";
-  fs::remove_all(tmp, ec); // a save that crashed earlier
-  if (!fs::create_directory(tmp, ec) || ec)
-    return Status::error("cannot create '" + tmp + "': " + ec.message());
-  std::map<std::string, std::string> info = {{"producer", "megac train"},
-                                             {"step", std::to_string(meta.step)}};
-  std::vector<std::pair<std::string, std::pair<uint64_t, uint32_t>>> files;
-  for (auto [name, tensors] : {std::pair{kModelFile, &model}, {kOptimizerFile, &optimizer}}) {
-    std::string path = tmp + "/" + name;
-    RETURN_IF_ERROR(writeSafetensors(path, *tensors, info))
-        << " (writing checkpoint " << target << ")";
-    // The checksum of the bytes on disk, read back: a write that went wrong is caught here.
-    ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "checkpoint file"));
-    files.push_back({name, {bytes.size(), crc32(bytes)}});
-  }
-  std::string text = metaJson(meta, files);
-  std::span<const uint8_t> piece(reinterpret_cast<const uint8_t *>(text.data()), text.size());
-  RETURN_IF_ERROR(writeFileAtomically(tmp + "/" + kMetaFile, {&piece, 1}));
-  RETURN_IF_ERROR(syncDirectory(tmp));
-  // Replace an older save of the same step: move it aside first, so a crash leaves one of them.
-  std::string old = target + ".old";
-  if (fs::exists(target, ec)) {
-    fs::remove_all(old, ec);
-    fs::rename(target, old, ec);
-    if (ec)
-      return Status::error("cannot move '" + target + "' aside: " + ec.message());
-  }
-  fs::rename(tmp, target, ec);
-  if (ec)
-    return Status::error("cannot rename '" + tmp + "' to '" + target + "': " + ec.message());
-  RETURN_IF_ERROR(syncDirectory(dir));
-  std::string latest = std::to_string(meta.step) + "\n";
-  std::span<const uint8_t> latestPiece(reinterpret_cast<const uint8_t *>(latest.data()),
-                                       latest.size());
-  RETURN_IF_ERROR(writeFileAtomically(dir + "/latest", {&latestPiece, 1}));
-  fs::remove_all(old, ec);
-  return Status::ok();
+  ASSIGN_OR_RETURN(index.parameters, readTable(root, "parameters", path));
+  ASSIGN_OR_RETURN(index.optimizer, readTable(root, "optimizer", path));
+  for (const TensorTable *table : {&index.parameters, &index.optimizer})
+    for (const auto &[name, tensor] : *table)
+      for (const ShardRecord &shard : tensor.shards)
+        if (!index.files.count(shard.file))
+          return Status::error(path + ": a shard of '" + name + "' lies in '" + shard.file +
+                               "', which the file table does not list");
+  return index;
 }
 
 StatusOr<Checkpoint> readCheckpoint(const std::string &stepDir) {
-  ASSIGN_OR_RETURN(auto metaAndFiles, readMeta(stepDir));
+  ASSIGN_OR_RETURN(CheckpointIndex index, readCheckpointIndex(stepDir));
   Checkpoint ckpt;
-  ckpt.meta = std::move(metaAndFiles.first);
+  ckpt.meta = index.meta;
   ckpt.path = stepDir;
-  const auto &files = metaAndFiles.second;
-  ASSIGN_OR_RETURN(ckpt.model, readVerified(stepDir, kModelFile, files.at(kModelFile)));
-  ASSIGN_OR_RETURN(ckpt.optimizer, readVerified(stepDir, kOptimizerFile, files.at(kOptimizerFile)));
+  ShardReader reader(index);
+  RETURN_IF_ERROR(reader.verifyAll());
+  for (auto [table, out] :
+       {std::pair{&index.parameters, &ckpt.model}, std::pair{&index.optimizer, &ckpt.optimizer}})
+    for (const auto &[name, tensor] : *table) {
+      Box whole{std::vector<int64_t>(tensor.shape.size(), 0), tensor.shape};
+      ASSIGN_OR_RETURN(HostTensor value, reader.readBox(*table, name, whole));
+      out->emplace(name, std::move(value));
+    }
   return ckpt;
 }
 
@@ -278,13 +418,12 @@ std::vector<int64_t> listCheckpointSteps(const std::string &dir) {
   return steps;
 }
 
-StatusOr<Checkpoint> loadLatestCheckpoint(const std::string &dir,
-                                          std::vector<std::string> *refused) {
+StatusOr<std::vector<int64_t>> checkpointCandidates(const std::string &dir,
+                                                    std::vector<std::string> &problems) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     return Status::error("checkpoint directory '" + dir + "' does not exist");
   std::vector<int64_t> candidates;
-  std::vector<std::string> reasons;
   std::string latestPath = dir + "/latest";
   StatusOr<std::vector<uint8_t>> latest = readFileBytes(latestPath, "checkpoint pointer");
   if (latest.isOk()) {
@@ -295,9 +434,9 @@ StatusOr<Checkpoint> loadLatestCheckpoint(const std::string &dir,
     if (step >= 0)
       candidates.push_back(step);
     else
-      reasons.push_back(latestPath + " does not name a step ('" + text.substr(0, 32) + "')");
+      problems.push_back(latestPath + " does not name a step ('" + text.substr(0, 32) + "')");
   } else if (fs::exists(latestPath, ec)) {
-    reasons.push_back(latest.status().message());
+    problems.push_back(latest.status().message());
   }
   for (int64_t step : listCheckpointSteps(dir))
     if (std::find(candidates.begin(), candidates.end(), step) == candidates.end())
@@ -305,6 +444,13 @@ StatusOr<Checkpoint> loadLatestCheckpoint(const std::string &dir,
   if (candidates.empty())
     return Status::error("no checkpoint in '" + dir + "' (no 'latest' file and no step-N " +
                          "directories with a meta.json)");
+  return candidates;
+}
+
+StatusOr<Checkpoint> loadLatestCheckpoint(const std::string &dir,
+                                          std::vector<std::string> *refused) {
+  std::vector<std::string> reasons;
+  ASSIGN_OR_RETURN(std::vector<int64_t> candidates, checkpointCandidates(dir, reasons));
   for (size_t i = 0; i < candidates.size(); ++i) {
     StatusOr<Checkpoint> ckpt = readCheckpoint(stepPath(dir, candidates[i]));
     if (ckpt.isOk())

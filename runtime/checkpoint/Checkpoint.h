@@ -1,19 +1,27 @@
-// Training checkpoints on disk (`megac train --save/--load`): one directory per saved step with
-// whole (layout-independent) tensors, written atomically and verified by checksum when read.
+// Training checkpoints on disk (`megac train --save/--load`): one directory per saved step whose
+// tensors are stored as shards, each recording the logical tensor's name, global shape and its
+// offset in it, so a checkpoint saved under one layout loads under any other.
 //
 // DIR/
-//   latest                 "4\n": the step of the newest complete checkpoint (replaced atomically)
+//   latest                              "4\n": the step of the newest complete checkpoint
 //   step-4/
-//     model.safetensors      every parameter, whole, by name (the layout of a one-rank run)
-//     optimizer.safetensors  every optimizer state buffer, whole, by name (adam.m.<p>, adam.v.<p>);
-//                            gradient accumulators are not saved (zero at a step boundary)
-//     meta.json              format_version, step, data_position, seed, model, layout, config,
-//                            loss_scaler, files: {name: {bytes, crc32}}
+//     model-rank-00003.safetensors      the parameter shards rank 3 wrote, by logical name, each
+//                                       of its shard shape (a rank writes a box no lower rank
+//                                       holds: replicas are stored once; no file when empty)
+//     optimizer-rank-00003.safetensors  the same for the optimizer state (adam.m.<p>, adam.v.<p>);
+//                                       gradient accumulators are not saved (zero at a step end)
+//     meta.json                         format_version 2, step, data_position, seed, model,
+//                                       layout, config, loss_scaler,
+//                                       parameters / optimizer: {name: {dtype, shape,
+//                                         shards: [{file, offset, shape}]}},
+//                                       files: {name: {bytes, crc32}}
 //
-// A save writes DIR/step-N.tmp/, fsyncs every file and the directory, renames it to step-N and
-// then replaces `latest`; a crash at any point leaves the previous checkpoint intact. A load
-// tries the step `latest` names, then every other complete step-N newest first, and refuses a
-// checkpoint whose file sizes or CRC32s differ from its meta.json.
+// Format version 1 (still read): model.safetensors and optimizer.safetensors with whole tensors.
+//
+// A save writes DIR/step-N.tmp/ (every rank its files, fsynced), then meta.json, fsyncs the
+// directory, renames it to step-N and replaces `latest`; a crash at any point leaves the previous
+// checkpoint intact. A load tries the step `latest` names, then every other complete step-N
+// newest first, and refuses a checkpoint whose file sizes or CRC32s differ from its meta.json.
 #pragma once
 
 #include "runtime/Status.h"
@@ -28,8 +36,8 @@
 
 namespace megac::runtime::checkpoint {
 
-/// meta.json's format_version; a checkpoint of another version is refused.
-constexpr int64_t kFormatVersion = 1;
+/// meta.json's format_version written; versions 1 and 2 are read.
+constexpr int64_t kFormatVersion = 2;
 
 /// The dynamic loss scaler's state (fp16 runs).
 struct LossScalerState {
@@ -38,7 +46,7 @@ struct LossScalerState {
   int64_t hysteresisTracker = 0;
 };
 
-/// Everything in meta.json except the file table.
+/// Everything in meta.json except the tensor and file tables.
 struct CheckpointMeta {
   int64_t step = 0;         // optimizer steps done (1-based count; the next step is step + 1)
   int64_t dataPosition = 0; // the next step's batch index (megac train reads batches by step)
@@ -49,7 +57,40 @@ struct CheckpointMeta {
   std::map<std::string, std::string> config; // other settings, recorded as strings
 };
 
-/// A checkpoint read back: its meta, whole tensors, and the directory it came from.
+/// One stored shard of a logical tensor: the file holding it (under the tensor's name) and its
+/// box in the global shape.
+struct ShardRecord {
+  std::string file;
+  std::vector<int64_t> offset;
+  std::vector<int64_t> shape;
+};
+
+/// A logical tensor of a checkpoint: dtype, global shape, and the shards that cover it.
+struct TensorRecord {
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  std::vector<ShardRecord> shards;
+};
+using TensorTable = std::map<std::string, TensorRecord>;
+
+/// A file of a checkpoint directory, as meta.json records it.
+struct FileRecord {
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+};
+using FileTable = std::map<std::string, FileRecord>;
+
+/// meta.json read back: what a load needs to find every shard (no tensor data).
+struct CheckpointIndex {
+  CheckpointMeta meta;
+  int64_t formatVersion = kFormatVersion;
+  TensorTable parameters;
+  TensorTable optimizer;
+  FileTable files;
+  std::string path; // DIR/step-N
+};
+
+/// A checkpoint read back whole: its meta, whole tensors, and the directory it came from.
 struct Checkpoint {
   CheckpointMeta meta;
   TensorMap model;
@@ -63,17 +104,41 @@ uint32_t crc32(std::span<const uint8_t> bytes, uint32_t crc = 0);
 /// "DIR/step-N".
 std::string stepPath(const std::string &dir, int64_t step);
 
-/// Writes the checkpoint of `meta.step` under `dir` (created if missing) atomically and then
-/// points `dir`/latest at it. An existing step-N of the same step is replaced.
+/// "model-rank-00003.safetensors" / "optimizer-rank-00003.safetensors".
+std::string rankFileName(bool optimizer, int rank);
+
+/// Creates `dir` if missing and an empty DIR/step-<step>.tmp (removing a crashed save's);
+/// returns the temporary directory.
+StatusOr<std::string> beginSave(const std::string &dir, int64_t step);
+
+/// Completes a save whose shard files are in `tmp` (fsynced): writes meta.json, fsyncs, renames
+/// `tmp` to DIR/step-<meta.step> (replacing an older save of that step) and replaces `latest`.
+Status commitSave(const std::string &dir, const std::string &tmp, const CheckpointMeta &meta,
+                  const TensorTable &parameters, const TensorTable &optimizer,
+                  const FileTable &files);
+
+/// Writes the checkpoint of `meta.step` with whole tensors, from one process, atomically (as one
+/// rank holding every tensor whole) and then points `dir`/latest at it.
 Status saveCheckpoint(const std::string &dir, const CheckpointMeta &meta, const TensorMap &model,
                       const TensorMap &optimizer);
 
-/// Reads and verifies one checkpoint directory (DIR/step-N); an error names the file at fault.
+/// Reads meta.json of a checkpoint directory (format version 1 or 2; for version 1 the tensor
+/// tables come from the safetensors headers). An error names the file at fault.
+StatusOr<CheckpointIndex> readCheckpointIndex(const std::string &stepDir);
+
+/// Reads and verifies one checkpoint directory (DIR/step-N), assembling whole tensors from the
+/// shards; an error names the file at fault.
 StatusOr<Checkpoint> readCheckpoint(const std::string &stepDir);
 
-/// The newest usable checkpoint under `dir`: the step `latest` names, else (latest missing,
-/// unreadable or naming a refused checkpoint) every other complete step-N, newest first. Each
-/// refused candidate with another after it adds a line to `refused` ("<why>; trying
+/// The steps to try loading from `dir`, in order: the step `latest` names, then every other
+/// complete step-N, newest first. A `latest` that is unreadable or names no step adds a line
+/// to `problems`. Errors when `dir` is missing or holds no checkpoint.
+StatusOr<std::vector<int64_t>> checkpointCandidates(const std::string &dir,
+                                                    std::vector<std::string> &problems);
+
+/// The newest usable checkpoint under `dir`, whole: the step `latest` names, else (latest
+/// missing, unreadable or naming a refused checkpoint) every other complete step-N, newest
+/// first. Each refused candidate with another after it adds a line to `refused` ("<why>; trying
 /// DIR/step-M next"). Errors when no candidate is usable, with every candidate's reason.
 StatusOr<Checkpoint> loadLatestCheckpoint(const std::string &dir,
                                           std::vector<std::string> *refused = nullptr);

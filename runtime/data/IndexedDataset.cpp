@@ -1,6 +1,8 @@
 // Megatron's indexed dataset: mmap reader, atomic builder and training windows (IndexedDataset.h).
 #include "runtime/data/IndexedDataset.h"
 
+#include "runtime/data/Samples.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -410,17 +412,6 @@ Status IndexedDatasetBuilder::writeAndRename() {
 
 // ---- Training windows ---------------------------------------------------------------------
 
-namespace {
-
-uint64_t splitmix64(uint64_t &state) {
-  uint64_t x = (state += 0x9e3779b97f4a7c15ULL);
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-} // namespace
-
 std::vector<DocumentRange> splitDocuments(int64_t documents, const std::vector<double> &weights) {
   double sum = 0;
   for (double w : weights)
@@ -443,59 +434,18 @@ std::vector<DocumentRange> splitDocuments(int64_t documents, const std::vector<d
 StatusOr<Windows> trainingWindows(const IndexedDataset &dataset, int64_t sequenceLength,
                                   int64_t maxRows, std::optional<uint64_t> shuffleSeed,
                                   DocumentRange documents) {
-  int64_t s = sequenceLength;
-  if (s < 1)
-    return Status::error("the sequence length must be >= 1, not " + std::to_string(s));
-  // The sequences of the documents in range: [firstSeq, lastSeq).
-  const std::vector<int64_t> &docs = dataset.documentIndex();
-  int64_t docCount = dataset.documentCount();
-  int64_t lastDoc = documents.last < 0 ? docCount : documents.last;
-  if (documents.first < 0 || documents.first > lastDoc || lastDoc > docCount)
-    return Status::error("documents [" + std::to_string(documents.first) + ", " +
-                         std::to_string(lastDoc) + ") are not within the dataset's " +
-                         std::to_string(docCount));
-  int64_t firstSeq = docCount > 0 ? docs[documents.first] : 0;
-  int64_t lastSeq = docCount > 0 ? docs[lastDoc] : dataset.sequenceCount();
-  int64_t total = 0;
-  for (int64_t k = firstSeq; k < lastSeq; ++k)
-    total += dataset.sequenceLength(k);
-  if (total < s + 1)
-    return Status::error(
-        (documents.first == 0 && lastDoc == docCount
-             ? std::string("the dataset")
-             : "documents [" + std::to_string(documents.first) + ", " + std::to_string(lastDoc) +
-                   ") of the dataset") +
-        " hold " + std::to_string(total) + " tokens, fewer than one window of seq + 1 = " +
-        std::to_string(s + 1));
+  // A non-owning view: the samples live only in this call.
+  std::shared_ptr<const IndexedDataset> view(std::shared_ptr<void>(), &dataset);
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<WindowSamples> samples,
+      WindowSamples::create(view, "the dataset", sequenceLength, shuffleSeed, documents));
   Windows w;
-  w.total = (total - 1) / s;
+  w.total = samples->windows();
   w.rows = std::min(w.total, std::max<int64_t>(maxRows, 1));
-  std::vector<int64_t> order(static_cast<size_t>(w.total));
-  std::iota(order.begin(), order.end(), 0);
-  if (shuffleSeed) { // Fisher-Yates with SplitMix64: the same order on every platform
-    uint64_t state = *shuffleSeed;
-    for (int64_t i = w.total - 1; i > 0; --i)
-      std::swap(order[i], order[splitmix64(state) % static_cast<uint64_t>(i + 1)]);
-  }
-  // starts[k]: the stream position of sequence firstSeq + k's first token.
-  int64_t n = lastSeq - firstSeq;
-  std::vector<int64_t> starts(static_cast<size_t>(n) + 1, 0);
-  for (int64_t k = 0; k < n; ++k)
-    starts[k + 1] = starts[k] + dataset.sequenceLength(firstSeq + k);
-  w.tokens.resize(static_cast<size_t>(w.rows * (s + 1)));
-  for (int64_t r = 0; r < w.rows; ++r) {
-    int64_t pos = order[r] * s, end = pos + s + 1;
-    int64_t *out = w.tokens.data() + r * (s + 1);
-    // The sequence holding `pos`: the last start <= pos (empty sequences are skipped).
-    int64_t k = std::upper_bound(starts.begin(), starts.end(), pos) - starts.begin() - 1;
-    while (pos < end) {
-      int64_t take = std::min(end, starts[k + 1]) - pos;
-      dataset.read(firstSeq + k, pos - starts[k], {out, static_cast<size_t>(take)});
-      out += take;
-      pos += take;
-      ++k;
-    }
-  }
+  int64_t row = samples->rowLength();
+  w.tokens.resize(static_cast<size_t>(w.rows * row));
+  for (int64_t r = 0; r < w.rows; ++r)
+    samples->readWindow(samples->window(r), {w.tokens.data() + r * row, static_cast<size_t>(row)});
   return w;
 }
 

@@ -127,7 +127,8 @@ struct Windows {
 struct DocumentRange {
   int64_t first = 0, last = -1; // last -1: through the last document
 };
-/// Windows as above over the token stream of the documents in `documents` only.
+/// Windows as above over the token stream of the documents in `documents` only: epoch 0 of
+/// WindowSamples (Samples.h), materialized (tests and tools; training reads WindowSamples).
 StatusOr<Windows> trainingWindows(const IndexedDataset &dataset, int64_t sequenceLength,
                                   int64_t maxRows, std::optional<uint64_t> shuffleSeed,
                                   DocumentRange documents = {});

@@ -104,27 +104,47 @@ std::vector<int64_t> mlmMaskedPositions(const MlmOptions &options, int64_t step,
   return positions;
 }
 
+Status TokenArraySamples::read(int64_t i, std::span<int64_t> out) {
+  if (i < 0 || static_cast<int64_t>(out.size()) != data_->rowLength)
+    return Status::error("sample " + std::to_string(i) + " read into " +
+                         std::to_string(out.size()) + " tokens, not " +
+                         std::to_string(data_->rowLength));
+  std::copy_n(data_->tokens.begin() + (i % data_->rows) * data_->rowLength, out.size(),
+              out.begin());
+  return Status::ok();
+}
+
+std::string TokenArraySamples::describe(int64_t i) {
+  return "row " + std::to_string(i % data_->rows);
+}
+
 namespace {
 
-/// The micro-batches of one step, with labels filled by `label(row, j, inputs, labels)`.
-template <typename LabelFn>
-std::vector<MicroBatch> buildStep(const TokenData &data, int64_t step, const BatchSplit &split,
-                                  LabelFn label) {
-  int64_t s = data.sequenceLength(), b = split.microBatch;
+/// The micro-batches of one step (`rank`'s rows of each), with inputs and labels filled by
+/// `fill(row, j, mb, r)` from row (S+1 tokens) at global position j into the micro-batch's row r.
+template <typename FillFn>
+StatusOr<std::vector<MicroBatch>>
+buildStep(data::SampleSource &rows, int64_t step, const BatchSplit &split, RankRows rank,
+          std::vector<int64_t> inputShape, std::vector<int64_t> decoderShape, FillFn fill) {
+  int64_t count = rank.count < 0 ? split.microBatch : rank.count;
+  if (rank.first < 0 || rank.first + count > split.microBatch)
+    return Status::error("rows [" + std::to_string(rank.first) + ", " +
+                         std::to_string(rank.first + count) + ") are not within a micro-batch of " +
+                         std::to_string(split.microBatch));
+  std::vector<int64_t> row(static_cast<size_t>(rows.rowLength()));
   std::vector<MicroBatch> batches;
   for (int64_t k = 0; k < split.microBatches(); ++k) {
     MicroBatch mb;
-    mb.inputIds = HostTensor::zeros(DType::i64, {b, s});
-    mb.labels = HostTensor::zeros(DType::i64, {b, s});
-    for (int64_t r = 0; r < b; ++r) {
-      int64_t j = k * b + r;
-      int64_t row = dataRow(step, j, split.globalBatch, data.rows);
-      int64_t *ids = mb.inputIds.data<int64_t>() + r * s;
-      int64_t *labels = mb.labels.data<int64_t>() + r * s;
-      label(row, j, ids, labels);
-      for (int64_t t = 0; t < s; ++t)
-        mb.targetTokens += labels[t] != kIgnoreIndex;
+    inputShape[0] = decoderShape[0] = count;
+    mb.inputIds = HostTensor::zeros(DType::i64, inputShape);
+    mb.labels = HostTensor::zeros(DType::i64, decoderShape);
+    for (int64_t r = 0; r < count; ++r) {
+      int64_t j = k * split.microBatch + rank.first + r;
+      RETURN_IF_ERROR(rows.read(step * split.globalBatch + j, row));
+      fill(row.data(), j, mb, r);
     }
+    for (int64_t t = 0; t < mb.labels.numElements(); ++t)
+      mb.targetTokens += mb.labels.data<int64_t>()[t] != kIgnoreIndex;
     batches.push_back(std::move(mb));
   }
   return batches;
@@ -132,60 +152,87 @@ std::vector<MicroBatch> buildStep(const TokenData &data, int64_t step, const Bat
 
 } // namespace
 
+StatusOr<std::vector<MicroBatch>> causalStep(data::SampleSource &rows, int64_t step,
+                                             const BatchSplit &split, RankRows rank) {
+  int64_t s = rows.rowLength() - 1;
+  return buildStep(rows, step, split, rank, {0, s}, {0, s},
+                   [&](const int64_t *row, int64_t, MicroBatch &mb, int64_t r) {
+                     int64_t *ids = mb.inputIds.data<int64_t>() + r * s;
+                     int64_t *labels = mb.labels.data<int64_t>() + r * s;
+                     for (int64_t t = 0; t < s; ++t) {
+                       ids[t] = row[t];
+                       labels[t] = row[t + 1];
+                     }
+                   });
+}
+
+StatusOr<std::vector<MicroBatch>> mlmStep(data::SampleSource &rows, int64_t step,
+                                          const BatchSplit &split, const MlmOptions &options,
+                                          RankRows rank) {
+  int64_t s = rows.rowLength() - 1;
+  return buildStep(rows, step, split, rank, {0, s}, {0, s},
+                   [&](const int64_t *row, int64_t j, MicroBatch &mb, int64_t r) {
+                     int64_t *ids = mb.inputIds.data<int64_t>() + r * s;
+                     int64_t *labels = mb.labels.data<int64_t>() + r * s;
+                     for (int64_t t = 0; t < s; ++t) {
+                       ids[t] = row[t];
+                       labels[t] = kIgnoreIndex;
+                     }
+                     for (int64_t t : mlmMaskedPositions(options, step, j, s)) {
+                       labels[t] = ids[t];
+                       ids[t] = options.maskToken;
+                     }
+                   });
+}
+
+StatusOr<std::vector<MicroBatch>> seq2seqStep(data::SampleSource &rows, int64_t step,
+                                              const BatchSplit &split, int64_t encoderLength,
+                                              int64_t decoderLength, RankRows rank) {
+  if (encoderLength < 1 || decoderLength < 1 ||
+      encoderLength + decoderLength != rows.rowLength() - 1)
+    return Status::error(
+        "encoder-decoder training reads rows of E + D + 1 tokens (E = " +
+        std::to_string(encoderLength) + " encoder, D = " + std::to_string(decoderLength) +
+        " decoder positions), but the rows have " + std::to_string(rows.rowLength()));
+  int64_t e = encoderLength, d = decoderLength;
+  return buildStep(rows, step, split, rank, {0, e}, {0, d},
+                   [&](const int64_t *row, int64_t, MicroBatch &mb, int64_t r) {
+                     if (mb.decoderInputIds.shape.empty())
+                       mb.decoderInputIds = HostTensor::zeros(DType::i64, mb.labels.shape);
+                     for (int64_t t = 0; t < e; ++t)
+                       mb.inputIds.data<int64_t>()[r * e + t] = row[t];
+                     for (int64_t t = 0; t < d; ++t) {
+                       mb.decoderInputIds.data<int64_t>()[r * d + t] = row[e + t];
+                       mb.labels.data<int64_t>()[r * d + t] = row[e + t + 1];
+                     }
+                   });
+}
+
+namespace {
+
+/// A non-owning sample view of `data` for the array overloads.
+TokenArraySamples arrayView(const TokenData &data) {
+  return TokenArraySamples(std::shared_ptr<const TokenData>(std::shared_ptr<void>(), &data));
+}
+
+} // namespace
+
 std::vector<MicroBatch> causalStep(const TokenData &data, int64_t step, const BatchSplit &split) {
-  int64_t s = data.sequenceLength();
-  return buildStep(data, step, split, [&](int64_t row, int64_t, int64_t *ids, int64_t *labels) {
-    for (int64_t t = 0; t < s; ++t) {
-      ids[t] = data.at(row, t);
-      labels[t] = data.at(row, t + 1);
-    }
-  });
+  TokenArraySamples rows = arrayView(data);
+  return std::move(causalStep(rows, step, split)).value(); // an array's reads cannot fail
 }
 
 std::vector<MicroBatch> mlmStep(const TokenData &data, int64_t step, const BatchSplit &split,
                                 const MlmOptions &options) {
-  int64_t s = data.sequenceLength();
-  return buildStep(data, step, split, [&](int64_t row, int64_t j, int64_t *ids, int64_t *labels) {
-    for (int64_t t = 0; t < s; ++t) {
-      ids[t] = data.at(row, t);
-      labels[t] = kIgnoreIndex;
-    }
-    for (int64_t t : mlmMaskedPositions(options, step, j, s)) {
-      labels[t] = ids[t];
-      ids[t] = options.maskToken;
-    }
-  });
+  TokenArraySamples rows = arrayView(data);
+  return std::move(mlmStep(rows, step, split, options)).value();
 }
 
 StatusOr<std::vector<MicroBatch>> seq2seqStep(const TokenData &data, int64_t step,
                                               const BatchSplit &split, int64_t encoderLength,
                                               int64_t decoderLength) {
-  if (encoderLength < 1 || decoderLength < 1 ||
-      encoderLength + decoderLength != data.sequenceLength())
-    return Status::error(
-        "encoder-decoder training reads rows of E + D + 1 tokens (E = " +
-        std::to_string(encoderLength) + " encoder, D = " + std::to_string(decoderLength) +
-        " decoder positions), but the rows have " + std::to_string(data.rowLength));
-  int64_t e = encoderLength, d = decoderLength, b = split.microBatch;
-  std::vector<MicroBatch> batches;
-  for (int64_t k = 0; k < split.microBatches(); ++k) {
-    MicroBatch mb;
-    mb.inputIds = HostTensor::zeros(DType::i64, {b, e});
-    mb.decoderInputIds = HostTensor::zeros(DType::i64, {b, d});
-    mb.labels = HostTensor::zeros(DType::i64, {b, d});
-    for (int64_t r = 0; r < b; ++r) {
-      int64_t row = dataRow(step, k * b + r, split.globalBatch, data.rows);
-      for (int64_t t = 0; t < e; ++t)
-        mb.inputIds.data<int64_t>()[r * e + t] = data.at(row, t);
-      for (int64_t t = 0; t < d; ++t) {
-        mb.decoderInputIds.data<int64_t>()[r * d + t] = data.at(row, e + t);
-        mb.labels.data<int64_t>()[r * d + t] = data.at(row, e + t + 1);
-      }
-    }
-    mb.targetTokens = b * d;
-    batches.push_back(std::move(mb));
-  }
-  return batches;
+  TokenArraySamples rows = arrayView(data);
+  return seq2seqStep(rows, step, split, encoderLength, decoderLength);
 }
 
 int64_t targetTokens(const std::vector<MicroBatch> &batches) {

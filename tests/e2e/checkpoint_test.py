@@ -1,19 +1,27 @@
 """`megac train --save/--load`: checkpoints that resume bit-for-bit and reshard across layouts.
 
-A tiny GPT in fp64 on examples/tiny-corpus.npy; the uninterrupted run is the oracle.
+A checkpoint (format version 2) is per-rank shard files (model-rank-R.safetensors,
+optimizer-rank-R.safetensors) and meta.json mapping every tensor to its shards; the tests
+assemble whole tensors from them (checkpoint_tensors) to compare checkpoints of different
+layouts. A tiny GPT in fp64 on examples/tiny-corpus.npy; the uninterrupted run is the oracle.
   same_layout: 1 rank, 8 steps straight vs 4 steps + save + --load to 8: the final weights
                (--save-weights) are byte-identical and the losses of steps 5..8 equal.
   fp16:        the loss scaler's state resumes mid-window (same loss scales, same weights).
   reshard:     saved at --ranks 4 --tp 2 --pp 2 after 4 steps; resumed at --tp 4, at dp 2 x
                tp 2 with --zero 1, and at 1 rank: losses of steps 5..8 within 1e-10 relative of
                the one-rank run; the tensors saved under tp2 x pp2 and under dp2 x tp2 with
-               ZeRO-1 (parameters, Adam moments) match the one-rank checkpoint's.
+               ZeRO-1 (parameters, Adam moments) match the one-rank checkpoint's; the dp2 x tp2
+               checkpoint stores each parameter once (only dp rank 0's ranks write model files;
+               their data bytes equal the model's size).
+  rank_files:  in that 4-rank checkpoint, a missing model file of rank 1 and a truncated
+               optimizer file of rank 2 are refused naming the file, loading at 1 and 4 ranks;
+               a bit flip in a file only rank 3 reads makes all four ranks fall back together.
   kill:        a 4-rank run (tp 2 x dp 2, --save-interval 2) has one rank SIGKILLed after the
                step-4 checkpoint appears; --load resumes it and the final parameters are
                byte-identical to an uninterrupted 4-rank run.
   cli_errors:  refused flag combinations.
-  corrupt:     a truncated model.safetensors and a flipped byte are refused with a message naming
-               the file; with an older checkpoint present, the load falls back to it.
+  corrupt:     a truncated model file and a flipped byte are refused with a message naming the
+               file; with an older checkpoint present, the load falls back to it.
 
 usage: checkpoint_test.py --megac build/bin/megac --workdir DIR
 Exits 77 (skip) when mpirun is missing, after the one-rank cases pass.
@@ -34,7 +42,33 @@ SPEC = "gpt:layers=2,hidden=16,heads=4,seq=64,vocab=256"
 DATA = os.path.join(ROOT, "examples", "tiny-corpus.npy")
 
 
-from safetensors_np import read_raw as read_safetensors  # noqa: E402
+from safetensors_np import DTYPES, read_raw as read_safetensors  # noqa: E402
+import numpy as np  # noqa: E402
+
+MODEL_FILE = "model-rank-00000.safetensors"
+OPTIMIZER_FILE = "optimizer-rank-00000.safetensors"
+
+
+def checkpoint_tensors(step_dir, kind):
+    """kind "parameters" or "optimizer": name -> (dtype, shape, raw bytes), each tensor assembled
+    whole from the shards meta.json lists; every element must be covered."""
+    meta = json.load(open(os.path.join(step_dir, "meta.json")))
+    files, out = {}, {}
+    for name, t in meta[kind].items():
+        whole = np.zeros(t["shape"], dtype=DTYPES[t["dtype"]])
+        covered = np.zeros(t["shape"], dtype=bool)
+        for shard in t["shards"]:
+            if shard["file"] not in files:
+                files[shard["file"]] = read_safetensors(os.path.join(step_dir, shard["file"]))
+            dtype, shape, raw = files[shard["file"]][name]
+            check(dtype == t["dtype"] and shape == shard["shape"],
+                  "%s: shard of '%s' in %s is %s %s" % (step_dir, name, shard["file"], dtype, shape))
+            box = tuple(slice(o, o + n) for o, n in zip(shard["offset"], shard["shape"]))
+            whole[box] = np.frombuffer(raw, dtype=DTYPES[dtype]).reshape(shape)
+            covered[box] = True
+        check(covered.all(), "%s: the shards of '%s' leave part of it uncovered" % (step_dir, name))
+        out[name] = (t["dtype"], t["shape"], whole.tobytes())
+    return out
 
 
 def f64_values(raw):
@@ -89,8 +123,7 @@ def check_same_files(a, b, what):
         check(ta[name] == tb[name], "%s: tensor '%s' differs" % (what, name))
 
 
-def check_close_tensors(a, b, rtol, what):
-    ta, tb = read_safetensors(a), read_safetensors(b)
+def check_close_tensors(ta, tb, rtol, what):
     check(sorted(ta) == sorted(tb), "%s: tensor names differ: %s vs %s" % (what, sorted(ta),
                                                                           sorted(tb)))
     for name in ta:
@@ -111,13 +144,17 @@ def same_layout(megac, work, full):
     with open(os.path.join(ckpt, "latest")) as f:
         check(f.read().strip() == "4", "latest does not name step 4")
     meta = json.load(open(os.path.join(ckpt, "step-4", "meta.json")))
-    check(meta["format_version"] == 1 and meta["step"] == 4 and meta["data_position"] == 4,
+    check(meta["format_version"] == 2 and meta["step"] == 4 and meta["data_position"] == 4,
           "meta.json: %s" % meta)
-    for name in ("model.safetensors", "optimizer.safetensors"):
+    check(sorted(meta["files"]) == [MODEL_FILE, OPTIMIZER_FILE], "files: %s" % meta["files"])
+    for name in (MODEL_FILE, OPTIMIZER_FILE):
         size = os.path.getsize(os.path.join(ckpt, "step-4", name))
         check(meta["files"][name]["bytes"] == size, "meta.json's size of %s" % name)
-    opt = read_safetensors(os.path.join(ckpt, "step-4", "optimizer.safetensors"))
-    model = read_safetensors(os.path.join(ckpt, "step-4", "model.safetensors"))
+    # One rank: every tensor is one shard, whole, in rank 0's files.
+    opt = read_safetensors(os.path.join(ckpt, "step-4", OPTIMIZER_FILE))
+    model = read_safetensors(os.path.join(ckpt, "step-4", MODEL_FILE))
+    check(model == checkpoint_tensors(os.path.join(ckpt, "step-4"), "parameters"),
+          "model file vs meta.json's parameters")
     check(sorted(opt) == sorted(["adam.m." + p for p in model] + ["adam.v." + p for p in model]),
           "optimizer.safetensors holds %s" % sorted(opt))
     weights = os.path.join(out, "weights.safetensors")
@@ -134,20 +171,21 @@ def reshard(megac, work, full, one_rank_ckpt):
     saved = train(megac, os.path.join(out, "save"), 4,
                   ["--save", ckpt, "--ranks", "4", "--tp", "2", "--pp", "2"])
     check_losses(saved, full["losses"], range(1, 5), 1e-10, "reshard save (tp2 pp2)")
-    for name in ("model.safetensors", "optimizer.safetensors"):
-        check_close_tensors(os.path.join(ckpt, "step-4", name),
-                            os.path.join(one_rank_ckpt, "step-4", name), 1e-9,
-                            "tp2 pp2 checkpoint vs one rank's: " + name)
+    for kind in ("parameters", "optimizer"):
+        check_close_tensors(checkpoint_tensors(os.path.join(ckpt, "step-4"), kind),
+                            checkpoint_tensors(os.path.join(one_rank_ckpt, "step-4"), kind), 1e-9,
+                            "tp2 pp2 checkpoint vs one rank's: " + kind)
     # ZeRO-1 shards the Adam moments over dp: saved whole, they match the one-rank moments.
     zero_ckpt = os.path.join(out, "zero_ckpt")
     train(megac, os.path.join(out, "save_zero"), 4,
           ["--save", zero_ckpt, "--ranks", "4", "--tp", "2", "--dp", "2", "--micro-batch", "1",
            "--zero", "1"])
-    for name in ("model.safetensors", "optimizer.safetensors"):
-        check_close_tensors(os.path.join(zero_ckpt, "step-4", name),
-                            os.path.join(one_rank_ckpt, "step-4", name), 1e-9,
-                            "dp2 tp2 zero1 checkpoint vs one rank's: " + name)
+    for kind in ("parameters", "optimizer"):
+        check_close_tensors(checkpoint_tensors(os.path.join(zero_ckpt, "step-4"), kind),
+                            checkpoint_tensors(os.path.join(one_rank_ckpt, "step-4"), kind), 1e-9,
+                            "dp2 tp2 zero1 checkpoint vs one rank's: " + kind)
     print("ok reshard: tp2 pp2 and dp2 tp2 zero1 checkpoints hold the one-rank tensors")
+    stored_once(zero_ckpt, one_rank_ckpt)
     for name, layout in [("tp4", ["--ranks", "4", "--tp", "4"]),
                          ("dp2_tp2_zero1", ["--ranks", "4", "--tp", "2", "--dp", "2",
                                             "--micro-batch", "1", "--zero", "1"]),
@@ -155,6 +193,78 @@ def reshard(megac, work, full, one_rank_ckpt):
         got = train(megac, os.path.join(out, name), 8, ["--load", ckpt] + layout)
         check_losses(got, full["losses"], range(5, 9), 1e-10, "reshard to " + name)
         print("ok reshard: tp2 pp2 -> %s, losses of steps 5..8 within 1e-10" % name)
+
+
+def data_bytes(step_dir, prefix):
+    """The tensor bytes (headers excluded) of the step's files named PREFIX-rank-*."""
+    names = sorted(n for n in os.listdir(step_dir) if n.startswith(prefix + "-rank-"))
+    return names, sum(len(raw) for n in names
+                      for (_, _, raw) in read_safetensors(os.path.join(step_dir, n)).values())
+
+
+def stored_once(zero_ckpt, one_rank_ckpt):
+    """dp2 x tp2 ZeRO-1 (ranks 0, 1 are dp 0; 2, 3 dp 1): the dp-replicated parameters are
+    written by dp 0's ranks only, so the model files hold exactly the model's bytes; the Adam
+    moments, sharded over dp, are written by all four."""
+    step = os.path.join(zero_ckpt, "step-4")
+    model_bytes = sum(len(raw) for (_, _, raw) in
+                      checkpoint_tensors(os.path.join(one_rank_ckpt, "step-4"),
+                                         "parameters").values())
+    names, got = data_bytes(step, "model")
+    check(names == ["model-rank-00000.safetensors", "model-rank-00001.safetensors"],
+          "dp2 tp2 model files: %s" % names)
+    check(got == model_bytes, "dp2 tp2 model files hold %d tensor bytes, the model %d" %
+          (got, model_bytes))
+    names, got = data_bytes(step, "optimizer")
+    check(len(names) == 4 and got == 2 * model_bytes,
+          "dp2 tp2 zero1 optimizer files %s hold %d bytes, want %d" % (names, got, 2 * model_bytes))
+    total = sum(os.path.getsize(os.path.join(step, n)) for n in os.listdir(step))
+    print("ok stored once: dp2 tp2 zero1 model files hold %d bytes = the model's; checkpoint %d "
+          "bytes" % (model_bytes, total))
+    return step
+
+
+def rank_files(megac, work, full):
+    """A missing or truncated rank file of a 4-rank checkpoint is refused, naming it."""
+    source = os.path.join(work, "reshard", "zero_ckpt")
+    layouts = {"one rank": [], "4 ranks": ["--ranks", "4", "--tp", "2", "--dp", "2",
+                                           "--micro-batch", "1", "--zero", "1"]}
+    for case, file, layout in [("missing", "model-rank-00001.safetensors", "one rank"),
+                               ("truncated", "optimizer-rank-00002.safetensors", "4 ranks"),
+                               ("missing", "optimizer-rank-00003.safetensors", "4 ranks")]:
+        ckpt = os.path.join(work, "rank_files", case)
+        shutil.rmtree(ckpt, ignore_errors=True)
+        shutil.copytree(source, ckpt)
+        target = os.path.join(ckpt, "step-4", file)
+        if case == "missing":
+            os.remove(target)
+        else:
+            os.truncate(target, os.path.getsize(target) - 16)
+        proc = run(base_args(megac, 8) + ["--load", ckpt] + layouts[layout], expect_ok=False)
+        check(proc.returncode == 1 and target in proc.stderr,
+              "%s %s at %s: exit %d, stderr:\n%s" % (case, file, layout, proc.returncode,
+                                                      proc.stderr))
+        print("ok rank_files: %s %s refused at %s" % (case, file, layout))
+    # A bit flip in a file only rank 3 reads: every rank falls back to step 2 together.
+    out = os.path.join(work, "rank_files", "fallback")
+    shutil.rmtree(out, ignore_errors=True)
+    ckpt = os.path.join(out, "ckpt")
+    train(megac, os.path.join(out, "save"), 4,
+          layouts["4 ranks"] + ["--save", ckpt, "--save-interval", "2"])
+    target = os.path.join(ckpt, "step-4", "optimizer-rank-00003.safetensors")
+    with open(target, "r+b") as f:
+        f.seek(-8, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-8, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0x80]))
+    log = os.path.join(out, "resume.jsonl")
+    proc = run(base_args(megac, 8) + layouts["4 ranks"] + ["--load", ckpt, "--log-json", log])
+    check(target in proc.stderr and os.path.join(ckpt, "step-2") in proc.stderr,
+          "rank_files fallback: the warning does not name the file and step-2:\n" + proc.stderr)
+    with open(log) as f:
+        got = {r["step"]: r["loss"] for r in map(json.loads, f)}
+    check_losses(got, full["losses"], range(3, 9), 1e-10, "rank_files fallback to step 2")
+    print("ok rank_files: a corrupt file of rank 3 made all 4 ranks fall back to step 2")
 
 
 def fp16_scaler(megac, work):
@@ -283,7 +393,7 @@ def corrupt(megac, work, full, source):
         ckpt = os.path.join(out, case)
         copy_up_to_step_4(source, ckpt)
         shutil.rmtree(os.path.join(ckpt, "step-2"))
-        target = os.path.join(ckpt, "step-4", "model.safetensors")
+        target = os.path.join(ckpt, "step-4", MODEL_FILE)
         with open(target, "rb") as f:
             data = bytearray(f.read())
         if case == "truncated":
@@ -298,12 +408,12 @@ def corrupt(megac, work, full, source):
                                                                               proc.stderr))
         check("Traceback" not in proc.stderr and "terminate" not in proc.stderr,
               "%s: crashed:\n%s" % (case, proc.stderr))
-        print("ok corrupt: %s model.safetensors refused: %s" %
+        print("ok corrupt: %s model file refused: %s" %
               (case, proc.stderr.strip().splitlines()[-1][:160]))
     # With step 2 still there, the load falls back to it and resumes from step 3.
     ckpt = os.path.join(out, "fallback")
     copy_up_to_step_4(source, ckpt)
-    target = os.path.join(ckpt, "step-4", "optimizer.safetensors")
+    target = os.path.join(ckpt, "step-4", OPTIMIZER_FILE)
     with open(target, "r+b") as f:
         f.seek(-8, os.SEEK_END)
         byte = f.read(1)
@@ -362,6 +472,7 @@ def main():
         print("skip: mpirun not found (reshard and kill cases)")
         return SKIP
     reshard(megac, work, full, ckpt)
+    rank_files(megac, work, full)
     kill(megac, work)
     print("all checkpoint cases passed")
     return 0

@@ -13,8 +13,18 @@ Cases:
     SplitMix64 seeded by --seed).
   - split: --split 8,2,0 trains on the windows of the first 80% of the documents and validates
     on the next 20% (the same losses as .npy files of those windows), and needs an indexed set.
-  - ranks: --ranks 2 (dp 2) on the dataset gives the 1-rank losses (skipped without mpirun).
-  - errors: a corrupt .idx is refused naming the file; --seq with a .npy and an unknown
+  - blend: `--data-path 5 A 3 B 2 C` (Megatron's weighted blend; B and C so small that they run
+    through several epochs) gives exactly the losses of a .npy of the rows this script picks:
+    each dataset's windows, every epoch in a new seeded order, chosen by Megatron's greedy
+    blending rule (dataset maximizing w_d * (i+1) - taken_d, ties to the first); with --split,
+    each dataset's train part; `--data-path A` alone is `--data A`; bad blends are refused.
+  - test: --split 8,1,1 reports the test part's loss and perplexity after the last step (stdout
+    and a {"step", "test_loss", "test_ppl"} log record), the loss of --eval-iters batches of the
+    test part's windows (equal to validating on a .npy of them).
+  - ranks: --ranks 2 (dp 2) on the dataset and on a blend gives the 1-rank losses, each rank
+    reading only its rows (skipped without mpirun).
+  - errors: a corrupt .idx is refused naming the file; a window with a token outside the
+    model's vocabulary is refused naming the dataset and window; --seq with a .npy and a
     tokenizer whose vocabulary file is missing are refused.
   - throughput: prep of a ~20 MB generated text file; prints MB/s (never asserted).
 
@@ -99,6 +109,53 @@ def windows(stream, seq, seed, max_rows):
         order[i], order[j] = order[j], order[i]
     rows = min(total, max_rows)
     return np.array([stream[w * seq:w * seq + seq + 1] for w in order[:rows]], dtype=np.int64)
+
+
+def permutation(total, seed):
+    order = list(range(total))
+    state = seed
+    for i in range(total - 1, 0, -1):
+        state, r = splitmix64(state)
+        j = r % (i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def epoch_seed(seed, epoch):
+    """Epoch 0 keeps the run's seed; epoch e > 0: SplitMix64(seed ^ SplitMix64(e))."""
+    if epoch == 0:
+        return seed
+    _, mixed = splitmix64(epoch)
+    _, out = splitmix64(seed ^ mixed)
+    return out
+
+
+def epoch_windows(stream, seq, seed, count):
+    """The first `count` samples of a dataset: its windows, each epoch in a new seeded order."""
+    total = (len(stream) - 1) // seq
+    rows, order = [], None
+    for i in range(count):
+        epoch, k = divmod(i, total)
+        if k == 0 or order is None:
+            order = permutation(total, epoch_seed(seed, epoch))
+        w = order[k]
+        rows.append(stream[w * seq:w * seq + seq + 1])
+    return rows
+
+
+def blend_rows(streams, weights, seq, seed, count):
+    """Megatron's BlendedDataset, from its description: sample i comes from the dataset d with
+    the largest w_d * (i + 1) - taken_d (w normalized; ties: the lowest d), and is that
+    dataset's next sample."""
+    w = [x / sum(weights) for x in weights]
+    samples = [epoch_windows(s, seq, seed, count) for s in streams]
+    taken, rows, picks = [0] * len(streams), [], []
+    for i in range(count):
+        d = max(range(len(w)), key=lambda d: (w[d] * (i + 1) - taken[d], -d))
+        rows.append(samples[d][taken[d]])
+        picks.append(d)
+        taken[d] += 1
+    return np.array(rows, dtype=np.int64), picks
 
 
 def prep(megac, source, prefix, *extra):
@@ -238,6 +295,110 @@ def case_split(args, work):
     return problems
 
 
+def train_log(args, work, name, argv):
+    """Runs `megac train argv --log-json`; returns (records, stdout) or raises with stderr."""
+    log = os.path.join(work, f"{name}.jsonl")
+    result = run([args.megac, "train", *argv, "--log-json", log])
+    if result.returncode != 0:
+        raise RuntimeError(f"train {' '.join(argv)} failed: {result.stderr.strip()}")
+    with open(log) as f:
+        return [json.loads(line) for line in f], result.stdout
+
+
+def stream_of(docs):
+    return [t for doc in docs for s in doc for t in s]
+
+
+def case_blend(args, work):
+    a = os.path.join(work, "corpus")  # from case_prep
+    small = os.path.join(work, "small.txt")
+    with open(small, "w") as f:  # 3 windows of 33 tokens: the blend runs through its epochs
+        f.write("A small second dataset, a blend's minority part, read for several epochs: " * 2)
+    b = os.path.join(work, "small")
+    prep(args.megac, small, b, "--append-eod")
+    c = os.path.join(work, "jsonl")  # from case_jsonl: 1 window
+    streams = [stream_of(read_indexed(p)[0]) for p in (a, b, c)]
+    seq, steps, batch, seed = 32, 4, 4, 11
+    rows, picks = blend_rows(streams, [5, 3, 2], seq, seed, steps * batch)
+    npy = os.path.join(work, "blend.npy")
+    np.save(npy, rows)
+    common = ["--model", "gpt:layers=1,hidden=16,heads=2,seq=32,vocab=257", "--steps", str(steps),
+              "--global-batch", str(batch), "--micro-batch", "2", "--lr", "0.001",
+              "--seed", str(seed)]
+    loss = lambda records: [r["loss"] for r in records if "loss" in r]
+    problems = []
+    blended = loss(train_log(args, work, "blend", [*common, "--data-path", "5", a, "3", b, "2", c])[0])
+    oracle = loss(train_log(args, work, "blend_npy", [*common, "--data", npy])[0])
+    counts = [picks.count(d) for d in range(3)]
+    print(f"  samples per dataset {counts} (windows {[(len(s) - 1) // seq for s in streams]}); "
+          f"losses {blended}")
+    if len(blended) != steps or blended != oracle:
+        problems.append(f"blend losses {blended} != the oracle's rows' {oracle}")
+    if counts[1] <= (len(streams[1]) - 1) // seq:
+        problems.append(f"dataset B read {counts[1]} samples: no second epoch exercised")
+    # --split applies to each dataset: A's train part (B and C have one document: all train).
+    docs = read_indexed(a)[0]
+    (t0, t1), _, _ = split_parts(len(docs), [8, 2, 0])
+    parts = [stream_of(docs[t0:t1]), streams[1]]
+    rows, _ = blend_rows(parts, [0.7, 0.3], seq, seed, steps * batch)
+    np.save(npy, rows)
+    split_blend = loss(train_log(args, work, "blend_split",
+                                 [*common, "--data-path", "0.7", a, "0.3", b, "--split", "8,2,0"])[0])
+    oracle = loss(train_log(args, work, "blend_split_npy", [*common, "--data", npy])[0])
+    if split_blend != oracle:
+        problems.append(f"blend with --split: losses {split_blend} != the oracle's {oracle}")
+    single = loss(train_log(args, work, "blend_one", [*common, "--data-path", a])[0])
+    plain = loss(train_log(args, work, "blend_plain", [*common, "--data", a])[0])
+    if single != plain:
+        problems.append(f"--data-path A: losses {single} != --data A's {plain}")
+    for bad, message in ((["0.5", a, "0.5"], "3 values"),
+                         (["-1", a, "1", b], "weight '-1'"),
+                         (["x", a, "1", b], "weight 'x'"),
+                         (["1", a, "1", os.path.join(work, "nosuch")],
+                          os.path.join(work, "nosuch") + ".idx, " + os.path.join(work, "nosuch") +
+                          ".bin not found")):
+        result = run([args.megac, "train", *common, "--data-path", *bad])
+        if result.returncode != 2 or message not in result.stderr:
+            problems.append(f"--data-path {' '.join(bad)}: rc {result.returncode}, "
+                            f"{result.stderr.strip()!r}")
+    result = run([args.megac, "train", *common, "--data", a, "--data-path", a])
+    if result.returncode != 2 or "not both" not in result.stderr:
+        problems.append(f"--data with --data-path: {result.stderr.strip()!r}")
+    return problems
+
+
+def case_test(args, work):
+    """--split 8,1,1: after the last step, the test part's loss over --eval-iters batches."""
+    prefix = os.path.join(work, "corpus")
+    docs, _ = read_indexed(prefix)
+    (t0, t1), _, (s0, s1) = split_parts(len(docs), [8, 1, 1])
+    seq, steps, batch, seed, iters = 32, 3, 4, 5, 2
+    train_npy, test_npy = os.path.join(work, "test_train.npy"), os.path.join(work, "test_test.npy")
+    np.save(train_npy, windows(stream_of(docs[t0:t1]), seq, seed, steps * batch))
+    np.save(test_npy, windows(stream_of(docs[s0:s1]), seq, seed, iters * batch))
+    common = ["--model", "gpt:layers=1,hidden=16,heads=2,seq=32,vocab=257", "--steps", str(steps),
+              "--global-batch", str(batch), "--micro-batch", "2", "--lr", "0.001",
+              "--seed", str(seed), "--eval-iters", str(iters)]
+    records, out = train_log(args, work, "test_split", [*common, "--data", prefix, "--split", "8,1,1"])
+    oracle, _ = train_log(args, work, "test_npy", [*common, "--data", train_npy, "--eval-data",
+                                                    test_npy, "--eval-interval", str(steps)])
+    tests = [r for r in records if "test_loss" in r]
+    want = [r["val_loss"] for r in oracle if "val_loss" in r]
+    problems = []
+    if [r["loss"] for r in records if "loss" in r] != [r["loss"] for r in oracle if "loss" in r]:
+        problems.append("training losses differ from the train part's windows'")
+    if len(tests) != 1 or tests[0]["step"] != steps or [tests[0]["test_loss"]] != want:
+        problems.append(f"test records {tests} != the test part's loss {want}")
+    elif abs(tests[0]["test_ppl"] - math.exp(tests[0]["test_loss"])) > 1e-9 * tests[0]["test_ppl"]:
+        problems.append(f"test perplexity {tests[0]['test_ppl']} != exp(loss)")
+    if not re.search(rf"test after step {steps}: loss [\d.]+, perplexity [\d.]+", out):
+        problems.append(f"no test line in {out!r}")
+    if any("val_loss" in r for r in records):
+        problems.append("validation ran without --eval-interval")
+    print(f"  documents: test [{s0}, {s1}); test loss {tests[0]['test_loss'] if tests else None}")
+    return problems
+
+
 def case_ranks(args, work):
     """--ranks 2 (dp 2) on --data PREFIX: every rank cuts the same windows; losses as 1 rank
     within fp32 roundoff of the data-parallel gradient sum (1e-5 relative)."""
@@ -254,9 +415,21 @@ def case_ranks(args, work):
         with open(log) as f:
             losses.append([json.loads(line)["loss"] for line in f])
     one, two = losses
+    problems = []
     if len(two) != 3 or any(abs(a - b) > 1e-5 * abs(a) for a, b in zip(one, two)):
-        return [f"2 ranks: losses {two} differ from 1 rank's {one}"]
-    return []
+        problems.append(f"2 ranks: losses {two} differ from 1 rank's {one}")
+    # A blend with its epochs, every rank reading only its rows of each micro-batch.
+    blend = ["--data-path", "5", os.path.join(work, "corpus"), "3", os.path.join(work, "small"),
+             "2", os.path.join(work, "jsonl"), "--seed", "11", "--steps", "4"]
+    blended = []
+    for extra in (["--micro-batch", "2"], ["--micro-batch", "1", "--ranks", "2", "--oversubscribe"]):
+        records, _ = train_log(args, work, f"ranks_blend{len(blended)}",
+                               [*common[:2], *common[4:8], *blend, *extra])
+        blended.append([r["loss"] for r in records])
+    one, two = blended
+    if len(two) != 4 or any(abs(a - b) > 1e-5 * abs(a) for a, b in zip(one, two)):
+        problems.append(f"2 ranks on a blend: losses {two} differ from 1 rank's {one}")
+    return problems
 
 
 def case_errors(args, work):
@@ -279,6 +452,14 @@ def case_errors(args, work):
                   "32"])
     if result.returncode == 0:
         problems.append("--seq 32 with a spec of seq=16 was accepted")
+    # Windows are checked as a step reads them: every window of English text holds a byte >= 100.
+    corpus = os.path.join(work, "corpus")
+    vocab100 = ["--model", "gpt:layers=1,hidden=16,heads=2,seq=32,vocab=100"] + model[2:]
+    result = run([args.megac, "train", *vocab100, "--data", corpus])
+    if result.returncode != 1 or not re.search(
+            rf"error: token \d+ at position \d+ of {re.escape(corpus)}, window \d+ "
+            r"\(epoch 0\) is outside the model's vocabulary \[0, 100\)", result.stderr):
+        problems.append(f"token >= vocab: rc {result.returncode}, {result.stderr.strip()!r}")
     result = run([args.megac, "data", "prep", npy, "--tokenizer", "gpt2:v.json,m.txt", "-o", bad])
     if result.returncode != 2 or "v.json" not in result.stderr:  # missing vocab file named
         problems.append(f"gpt2 tokenizer: rc {result.returncode}, {result.stderr.strip()!r}")
@@ -312,7 +493,8 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     passed = failed = 0
     for name, case in (("prep", case_prep), ("jsonl", case_jsonl), ("train", case_train),
-                       ("split", case_split), ("ranks", case_ranks), ("errors", case_errors),
+                       ("split", case_split), ("blend", case_blend), ("test", case_test),
+                       ("ranks", case_ranks), ("errors", case_errors),
                        ("throughput", case_throughput)):
         try:
             problems = case(args, args.workdir)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`megac train --eval-data --eval-interval --eval-iters`: validation loss and perplexity during
 training, without changing the training itself (same losses with and without it, to the bit),
-on 1 rank and under a layout (2 ranks, tp 2; skipped without mpirun)."""
+on 1 rank and under layouts (2 ranks, tp 2 and dp 2, each dp rank reading only its rows;
+skipped without mpirun)."""
 import argparse
 import json
 import math
@@ -58,6 +59,12 @@ def main():
             rvals = [r["val_loss"] for r in ranks if "val_loss" in r]
             check(all(abs(a - b["val_loss"]) < 1e-4 * b["val_loss"] for a, b in zip(rvals, vals))
                   and len(rvals) == 3, "tp 2: the same validation losses (fp32 roundoff)")
+            # dp 2: each rank reads only its rows of the validation batches.
+            dp = train(args.megac, os.path.join(tmp, "dp.jsonl"), "--ranks", "2", "--dp", "2",
+                       "--eval-data", DATA, "--eval-interval", "2", "--eval-iters", "2")
+            dvals = [r["val_loss"] for r in dp if "val_loss" in r]
+            check(all(abs(a - b["val_loss"]) < 1e-4 * b["val_loss"] for a, b in zip(dvals, vals))
+                  and len(dvals) == 3, "dp 2: the same validation losses (fp32 roundoff)")
     return 0
 
 

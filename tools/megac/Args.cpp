@@ -4,7 +4,7 @@
 namespace megac::cli {
 
 std::string Args::parse(int argc, char **argv, int first, const std::set<std::string> &valued,
-                        const std::set<std::string> &flags) {
+                        const std::set<std::string> &flags, const std::set<std::string> &lists) {
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0 && !(arg.size() == 2 && arg[0] == '-' && arg[1] != '-')) {
@@ -22,6 +22,14 @@ std::string Args::parse(int argc, char **argv, int first, const std::set<std::st
       if (inlineValue)
         return "option --" + name + " takes no value";
       flags_.insert(name);
+    } else if (lists.count(name)) {
+      if (inlineValue)
+        allValues_[name].push_back(value);
+      for (; i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0; ++i)
+        allValues_[name].push_back(argv[i + 1]);
+      if (allValues_[name].empty())
+        return "option --" + name + " needs a value";
+      values_[name] = allValues_[name].back();
     } else if (valued.count(name)) {
       if (!inlineValue) {
         if (i + 1 >= argc)

@@ -11,10 +11,11 @@ namespace megac::cli {
 
 class Args {
 public:
-  /// Parses argv[first..]; `valued` options take a value, `flags` don't. Returns an error
-  /// message ("unknown option --x") or empty.
+  /// Parses argv[first..]; `valued` options take a value, `flags` don't, `lists` take every
+  /// argument up to the next --option (`--data-path 0.7 A 0.3 B`; getAll returns them). Returns
+  /// an error message ("unknown option --x") or empty.
   std::string parse(int argc, char **argv, int first, const std::set<std::string> &valued,
-                    const std::set<std::string> &flags);
+                    const std::set<std::string> &flags, const std::set<std::string> &lists = {});
   /// The last value of a valued option.
   std::optional<std::string> get(const std::string &name) const;
   /// Every value of a valued option given more than once (`--input a=x --input b=y`).

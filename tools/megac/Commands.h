@@ -1,6 +1,9 @@
 // megac's subcommands. Each returns the process exit code; errors go to stderr in one line.
 #pragma once
 
+// recordOnnxModel: what `megac train --save` records of an ONNX model for generate and export.
+#include "tools/megac/CheckpointModel.h"
+
 namespace megac::cli {
 
 int importCommand(int argc, char **argv);
@@ -14,6 +17,8 @@ int dataCommand(int argc, char **argv);
 int planCommand(int argc, char **argv);
 /// `megac generate`: text from a checkpoint (GenerateCommand.cpp).
 int generateCommand(int argc, char **argv);
+/// `megac export`: a checkpoint's weights written back into its ONNX model (ExportCommand.cpp).
+int exportCommand(int argc, char **argv);
 /// `megac plan --cluster SPEC`: the layout search (PlanSearchCommand.cpp).
 int planSearchCommand(int argc, char **argv);
 /// True when `megac compile`'s arguments name a layout (--ranks, --tp, ...): it then compiles

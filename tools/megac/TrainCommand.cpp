@@ -8,6 +8,7 @@
 #include "tools/megac/ModelSource.h"
 #include "tools/megac/PlanExplain.h"
 #include "tools/megac/TrainCompile.h"
+#include "tools/megac/TrainData.h"
 #include "tools/megac/TrainOptions.h"
 
 #include "frontends/models/ModelConfig.h"
@@ -18,7 +19,6 @@
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/checkpoint/ShardState.h"
 #include "runtime/comm/MpiCommunicator.h"
-#include "runtime/data/IndexedDataset.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/Parameters.h"
 #include "runtime/exec/ShardGather.h"
@@ -176,18 +176,6 @@ runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
   return lr.dtype;
 }
 
-/// Rows [first, first + count) of a [B, ...] tensor.
-runtime::HostTensor rowsOf(const runtime::HostTensor &t, int64_t first, int64_t count) {
-  if (t.shape.empty() || (first == 0 && count == t.shape[0]))
-    return t;
-  runtime::HostTensor out = t;
-  out.shape[0] = count;
-  size_t rowBytes = t.bytes.size() / static_cast<size_t>(t.shape[0]);
-  out.bytes.assign(t.bytes.begin() + first * rowBytes,
-                   t.bytes.begin() + (first + count) * rowBytes);
-  return out;
-}
-
 /// What one rank of the job is: its data-parallel coordinate, its communicator and, for a
 /// pipelined plan, its pipeline run.
 struct RankContext {
@@ -216,34 +204,29 @@ runtime::Status setMicroBatch(runtime::Executor &executor, const train::MicroBat
 }
 
 /// Forward and backward of global batch `step` (0-based) of `data`, every micro-batch, the
-/// gradients accumulated; returns the batch's mean loss on every rank.
+/// gradients accumulated; returns the batch's mean loss on every rank. This rank reads only its
+/// data-parallel rows of each micro-batch.
 runtime::StatusOr<double> batchLoss(runtime::Executor &executor, const TrainConfig &c,
-                                    const train::TokenData &data, int64_t step,
+                                    runtime::data::SampleSource &data, int64_t step,
                                     passes::LossKind kind, int64_t vocab, runtime::DType floatType,
                                     train::LossScaler *scaler, RankContext &rank,
                                     train::StepRecord &record) {
   std::vector<train::MicroBatch> batches;
+  train::RankRows rows{rank.dpRank * c.rankMicroBatch, c.rankMicroBatch};
   if (kind == passes::LossKind::seq2seq) {
-    int64_t seq = data.sequenceLength(), dec = rank.decoderSeq;
-    ASSIGN_OR_RETURN(batches, train::seq2seqStep(data, step, c.split, seq - dec, dec));
+    int64_t seq = data.rowLength() - 1, dec = rank.decoderSeq;
+    ASSIGN_OR_RETURN(batches, train::seq2seqStep(data, step, c.split, seq - dec, dec, rows));
+  } else if (kind == passes::LossKind::mlm) {
+    ASSIGN_OR_RETURN(batches, train::mlmStep(data, step, c.split, {c.seed, vocab - 1, 0.15}, rows));
   } else {
-    batches = kind == passes::LossKind::mlm
-                  ? train::mlmStep(data, step, c.split, {c.seed, vocab - 1, 0.15})
-                  : train::causalStep(data, step, c.split);
+    ASSIGN_OR_RETURN(batches, train::causalStep(data, step, c.split, rows));
   }
   // The normalizer counts the global batch's targets, so every rank's share sums to the mean.
-  int64_t targets = train::targetTokens(batches);
+  // Every row of a kind has the same number of labels (causal S, masked-LM round(0.15 S),
+  // seq2seq D), so the batch's is this rank's times the ranks sharing the micro-batch.
+  int64_t targets = train::targetTokens(batches) * (c.split.microBatch / c.rankMicroBatch);
   if (targets == 0)
-    return runtime::Status::error("batch " + std::to_string(step + 1) +
-                                  " has no labelled tokens");
-  // This data-parallel rank's rows of each (global) micro-batch.
-  for (train::MicroBatch &mb : batches) {
-    int64_t first = rank.dpRank * c.rankMicroBatch;
-    mb.inputIds = rowsOf(mb.inputIds, first, c.rankMicroBatch);
-    mb.labels = rowsOf(mb.labels, first, c.rankMicroBatch);
-    if (kind == passes::LossKind::seq2seq)
-      mb.decoderInputIds = rowsOf(mb.decoderInputIds, first, c.rankMicroBatch);
-  }
+    return runtime::Status::error("batch " + std::to_string(step + 1) + " has no labelled tokens");
   runtime::DType idsType = runtime::DType::i64;
   for (const char *name : {"input_ids", "decoder_input_ids"})
     if (hasInput(executor, name)) {
@@ -299,28 +282,44 @@ runtime::StatusOr<double> batchLoss(runtime::Executor &executor, const TrainConf
   return loss;
 }
 
-/// The validation loss: the mean loss of `iters` batches of the evaluation data, through the
-/// same forward_backward (its gradients are dropped: the next step zeroes them first).
-runtime::StatusOr<double> validationLoss(runtime::Executor &executor, const TrainConfig &c,
-                                         const train::TokenData &evalData, passes::LossKind kind,
-                                         int64_t vocab, runtime::DType floatType,
-                                         train::LossScaler *scaler, RankContext &rank) {
+/// An evaluation after step `step` (validation or the test part): the mean loss of --eval-iters
+/// batches of `samples`, through the same forward_backward (its gradients are dropped: the next
+/// step zeroes them first). Rank 0 prints "<what> after step N: loss, perplexity" and logs
+/// {"step", "<key>_loss", "<key>_ppl"}.
+runtime::Status evaluate(runtime::Executor &executor, const TrainConfig &c,
+                         runtime::data::SampleSource &samples, passes::LossKind kind, int64_t vocab,
+                         runtime::DType floatType, train::LossScaler *scaler, RankContext &rank,
+                         int64_t step, const char *what, const char *key,
+                         train::JsonLinesWriter *log) {
   double sum = 0;
   train::StepRecord scratch;
   for (int64_t k = 0; k < c.evalIters; ++k) {
-    ASSIGN_OR_RETURN(double loss, batchLoss(executor, c, evalData, k, kind, vocab, floatType,
-                                            scaler, rank, scratch));
-    sum += loss;
+    runtime::StatusOr<double> loss =
+        batchLoss(executor, c, samples, k, kind, vocab, floatType, scaler, rank, scratch);
+    if (!loss.isOk())
+      return runtime::Status::error(loss.status().message() + " (" + what + " after step " +
+                                    std::to_string(step) + ")");
+    sum += *loss;
   }
   RETURN_IF_ERROR(executor.zeroState("grad."));
-  return sum / double(c.evalIters);
+  double loss = sum / double(c.evalIters);
+  if (!rank.root())
+    return runtime::Status::ok();
+  std::printf("%s after step %lld: loss %.6g, perplexity %.6g\n", what, (long long)step, loss,
+              std::exp(loss));
+  if (!log)
+    return runtime::Status::ok();
+  char line[160];
+  std::snprintf(line, sizeof line, "{\"step\": %lld, \"%s_loss\": %.17g, \"%s_ppl\": %.17g}",
+                (long long)step, key, loss, key, std::exp(loss));
+  return log->write(line);
 }
 
 /// One optimizer step (docs/training-step.md, docs/pipeline.md); fills the record's loss and
 /// grad_norm. A non-finite loss stops before the update (on every rank: the loss is reduced
 /// over the job first).
 runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
-                          const train::TokenData &data, passes::LossKind kind, int64_t vocab,
+                          runtime::data::SampleSource &data, passes::LossKind kind, int64_t vocab,
                           runtime::DType floatType, train::LossScaler *scaler, RankContext &rank,
                           train::StepRecord &record) {
   ASSIGN_OR_RETURN(double loss, batchLoss(executor, c, data, record.step - 1, kind, vocab,
@@ -381,13 +380,10 @@ std::string layoutString(const TrainConfig &c) {
          std::to_string(l.zero) + (l.sequenceParallel ? ", sequence parallel" : "");
 }
 
-/// --save: every rank's shards gathered whole on rank 0, which writes DIR/step-<step>.
+/// --save: every rank writes its shards to DIR/step-<step>; rank 0 completes it (meta.json).
 runtime::Status saveCheckpoint(const runtime::Executor &executor, const TrainConfig &c,
                                RankContext &rank, const train::LossScaler *scaler, int64_t step) {
   namespace ckpt = runtime::checkpoint;
-  ASSIGN_OR_RETURN(ckpt::WholeState whole, ckpt::gatherWholeState(executor, *rank.comm));
-  if (!rank.root())
-    return runtime::Status::ok();
   ckpt::CheckpointMeta meta;
   meta.step = step;
   meta.dataPosition = step;
@@ -403,24 +399,26 @@ runtime::Status saveCheckpoint(const runtime::Executor &executor, const TrainCon
                  {"lr_schedule", train::lrDecayName(c.schedule.decay)},
                  {"total_steps", std::to_string(c.schedule.totalSteps)},
                  {"data", c.dataPath}};
-  return ckpt::saveCheckpoint(*c.saveDir, meta, whole.parameters, whole.optimizer);
+  // An ONNX model's file and bound input: what `megac generate` / `megac export` rebuild it from
+  // (rank 0 writes meta.json; it holds input_ids, the first pipeline stage's input).
+  if (rank.root())
+    meta.config.merge(recordOnnxModel(c.file, executor, c.training.logits));
+  return ckpt::saveShardedCheckpoint(executor, *rank.comm, *c.saveDir, meta);
 }
 
-/// --load: every rank reads DIR's newest usable checkpoint and sets its shards from it; returns
-/// the checkpoint's step (the steps done).
+/// --load: every rank sets its shards from DIR's newest usable checkpoint (reading only the boxes
+/// it needs); returns the checkpoint's step (the steps done).
 runtime::StatusOr<int64_t> loadCheckpoint(runtime::Executor &executor, const TrainConfig &c,
                                           RankContext &rank, train::LossScaler *scaler) {
   namespace ckpt = runtime::checkpoint;
   std::vector<std::string> refused;
-  runtime::StatusOr<ckpt::Checkpoint> loaded = ckpt::loadLatestCheckpoint(*c.loadDir, &refused);
-  if (rank.root())
-    for (const std::string &line : refused)
-      std::fprintf(stderr, "%s: warning: %s\n", kCommand, line.c_str());
+  runtime::StatusOr<ckpt::LoadedCheckpoint> loaded =
+      ckpt::loadShardedCheckpoint(executor, *rank.comm, *c.loadDir, &refused);
+  for (const std::string &line : refused)
+    std::fprintf(stderr, "%s: warning: %s\n", kCommand, line.c_str());
   if (!loaded.isOk())
     return runtime::Status::error("--load: " + loaded.status().message());
-  const ckpt::Checkpoint &checkpoint = *loaded;
-  RETURN_IF_ERROR(ckpt::setStateFromWhole(executor, {checkpoint.model, checkpoint.optimizer}))
-      << " (loading " << checkpoint.path << ")";
+  const ckpt::LoadedCheckpoint &checkpoint = *loaded;
   if (scaler && checkpoint.meta.lossScaler)
     scaler->restore(checkpoint.meta.lossScaler->scale, checkpoint.meta.lossScaler->growthTracker,
                     checkpoint.meta.lossScaler->hysteresisTracker);
@@ -477,48 +475,10 @@ int fail(const std::string &message, const RankContext *rank = nullptr) {
   return 1;
 }
 
-/// The token rows of --data: a .npy array, or windows of S+1 tokens cut from an indexed dataset
-/// (S from --seq or the zoo spec; window order shuffled with --seed). Only the rows the run reads
-/// (steps * B when that is fewer than the windows) are materialized: (i*B + j) mod rows then
-/// picks the same windows as over all of them.
-runtime::StatusOr<train::TokenData> loadTokenData(const TrainConfig &c, int splitPart = 0) {
-  if (!c.indexedData)
-    return train::readTokenData(c.dataPath);
-  int64_t seq = c.dataSeq;
-  if (seq == 0 && c.spec) {
-    models::ConfigResult parsed = models::parseModelSpec(*c.spec);
-    if (!parsed.config)
-      return runtime::Status::error("--model: " + parsed.error);
-    seq =
-        parsed.config->seq + (parsed.config->arch == models::Arch::t5 ? parsed.config->decSeq : 0);
-  }
-  auto dataset = runtime::data::IndexedDataset::open(c.dataPath);
-  if (!dataset.isOk())
-    return dataset.status();
-  unsigned __int128 wanted = static_cast<unsigned __int128>(c.schedule.totalSteps) *
-                             static_cast<unsigned __int128>(c.split.globalBatch);
-  int64_t maxRows = wanted > INT64_MAX ? INT64_MAX : static_cast<int64_t>(wanted);
-  runtime::data::DocumentRange documents;
-  std::string part;
-  if (c.dataSplit) {
-    documents =
-        runtime::data::splitDocuments(dataset->documentCount(), *c.dataSplit)[size_t(splitPart)];
-    part = std::string(" (the ") + (splitPart == 0 ? "train" : "validation") + " part of --split)";
-  }
-  auto windows = runtime::data::trainingWindows(*dataset, seq, maxRows, c.seed, documents);
-  if (!windows.isOk())
-    return runtime::Status::error(c.dataPath + part + ": " + windows.status().message());
-  train::TokenData data;
-  data.rows = windows->rows;
-  data.rowLength = seq + 1;
-  data.tokens = std::move(windows->tokens);
-  return data;
-}
-
 /// The training loop: steps, logs, progress (rank 0); returns the exit code.
-int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::TokenData &data,
-              const train::TokenData *evalData, passes::LossKind kind, int64_t vocab,
-              runtime::DType floatType, RankContext &rank) {
+int trainLoop(runtime::Executor &executor, const TrainConfig &c, runtime::data::SampleSource &data,
+              runtime::data::SampleSource *evalData, runtime::data::SampleSource *testData,
+              passes::LossKind kind, int64_t vocab, runtime::DType floatType, RankContext &rank) {
   std::optional<train::LossScaler> scaler;
   if (c.training.precision == passes::Precision::fp16)
     scaler.emplace(c.scaler);
@@ -541,7 +501,7 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
   for (int64_t step = done + 1; step <= steps; ++step) {
     train::StepRecord record;
     record.step = step;
-    record.tokens = c.split.globalBatch * data.sequenceLength();
+    record.tokens = c.split.globalBatch * (data.rowLength() - 1);
     bool traced = rank.trace && step >= c.traceFirst && step <= c.traceLast;
     if (traced && step == c.traceFirst) { // the ranks start their clocks together
       if (runtime::Status s = rank.comm->barrier(); !s.isOk())
@@ -569,26 +529,13 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
       firstLoss = record.loss;
     lastLoss = record.loss;
     if (evalData && (step % c.evalInterval == 0 || step == steps)) {
-      runtime::StatusOr<double> val = validationLoss(executor, c, *evalData, kind, vocab,
-                                                     floatType, scaler ? &*scaler : nullptr, rank);
-      if (!val.isOk())
-        return fail(val.status().message() + " (validation after step " + std::to_string(step) +
-                        ")",
-                    &rank);
-      if (root) {
-        if (terminal)
-          std::fputc('\n', stdout);
-        std::printf("validation after step %lld: loss %.6g, perplexity %.6g\n", (long long)step,
-                    *val, std::exp(*val));
-        if (c.logJson) {
-          char line[160];
-          std::snprintf(line, sizeof line,
-                        "{\"step\": %lld, \"val_loss\": %.17g, \"val_ppl\": %.17g}",
-                        (long long)step, *val, std::exp(*val));
-          if (runtime::Status s = log.write(line); !s.isOk())
-            return fail(s.message(), &rank);
-        }
-      }
+      if (terminal)
+        std::fputc('\n', stdout);
+      if (runtime::Status s =
+              evaluate(executor, c, *evalData, kind, vocab, floatType, scaler ? &*scaler : nullptr,
+                       rank, step, "validation", "val", c.logJson && root ? &log : nullptr);
+          !s.isOk())
+        return fail(s.message(), &rank);
     }
     if (c.saveDir && (step == steps || (c.saveInterval > 0 && step % c.saveInterval == 0))) {
       if (runtime::Status s = saveCheckpoint(executor, c, rank, scaler ? &*scaler : nullptr, step);
@@ -610,13 +557,19 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
   }
   if (terminal)
     std::fputc('\n', stdout);
+  if (testData)
+    if (runtime::Status s =
+            evaluate(executor, c, *testData, kind, vocab, floatType, scaler ? &*scaler : nullptr,
+                     rank, steps, "test", "test", c.logJson && root ? &log : nullptr);
+        !s.isOk())
+      return fail(s.message(), &rank);
   if (root) {
     if (runtime::Status s = log.close(); !s.isOk())
       return fail(s.message(), &rank);
     int64_t ran = steps - std::min(done, steps);
     std::printf("trained %lld steps in %s (%.0f tokens/s): loss %.6g -> %.6g\n", (long long)ran,
                 train::formatDuration(elapsed).c_str(),
-                elapsed > 0 ? c.split.globalBatch * data.sequenceLength() * ran / elapsed : 0.0,
+                elapsed > 0 ? c.split.globalBatch * (data.rowLength() - 1) * ran / elapsed : 0.0,
                 firstLoss, lastLoss);
     if (c.saveDir && ran > 0)
       std::printf("saved checkpoints in %s (latest: step %lld)\n", c.saveDir->c_str(),
@@ -648,10 +601,10 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, const train::To
 int planOnly(const TrainConfig &config) {
   int64_t seq = 0;
   if (!config.dataPath.empty()) {
-    runtime::StatusOr<train::TokenData> data = loadTokenData(config);
-    if (!data.isOk())
-      return fail(data.status().message());
-    seq = data->sequenceLength();
+    runtime::StatusOr<int64_t> length = trainingSequenceLength(config);
+    if (!length.isOk())
+      return fail(length.status().message());
+    seq = *length;
   } else if (config.spec) {
     models::ConfigResult parsed = models::parseModelSpec(*config.spec);
     if (!parsed.config)
@@ -737,10 +690,10 @@ int trainCommand(int argc, char **argv) {
                                         "seq",
                                         "backend",
                                         "split"};
-  std::string error =
-      args.parse(argc, argv, 2, valued,
-                 {"help", "sequence-parallel", "oversubscribe", "plan-only", "explain", "json",
-                  "allow-tf32"});
+  std::string error = args.parse(
+      argc, argv, 2, valued,
+      {"help", "sequence-parallel", "oversubscribe", "plan-only", "explain", "json", "allow-tf32"},
+      {"data-path"});
   if (args.has("help")) {
     std::puts(kTrainHelp);
     return 0;
@@ -758,17 +711,19 @@ int trainCommand(int argc, char **argv) {
     return relaunchUnderMpirun(argc, argv, config);
   setThreads(config);
 
-  runtime::StatusOr<train::TokenData> data = loadTokenData(config);
-  if (!data.isOk())
-    return fail(data.status().message());
-  std::optional<TrainModel> model = compileTrainingStep(config, data->sequenceLength());
+  // The rows of --data / --data-path (an indexed dataset's are read as steps need them).
+  runtime::StatusOr<std::unique_ptr<runtime::data::SampleSource>> opened =
+      openSamples(config, DataPart::train);
+  if (!opened.isOk())
+    return fail(opened.status().message());
+  std::unique_ptr<runtime::data::SampleSource> data = std::move(opened).value();
+  int64_t seq = data->rowLength() - 1;
+  std::optional<TrainModel> model = compileTrainingStep(config, seq);
   if (!model)
     return 1;
   passes::LossKind kind = model->lossKind;
   if (model->vocab < 2)
     return fail("cannot find the vocabulary size (the logits' last dim) of " + model->description);
-  if (runtime::Status s = train::checkTokenRange(*data, model->vocab); !s.isOk())
-    return fail(config.dataPath + ": " + s.message());
   auto plan = runtime::loadPlanFromBytes(model->plan);
   if (!plan.isOk())
     return fail(plan.status().message() + " (in the plan compiled from " + model->description +
@@ -789,15 +744,16 @@ int trainCommand(int argc, char **argv) {
     mpi = std::move(made).value();
   }
   bool root = !mpi || mpi->rank() == 0;
-  if (root && kind == passes::LossKind::mlm)
-    for (int64_t token : data->tokens)
-      if (token == model->vocab - 1) {
-        std::fprintf(stderr,
-                     "%s: warning: the data contains token %lld, which masked-LM training uses "
-                     "as [MASK]\n",
-                     kCommand, (long long)token);
-        break;
-      }
+  // Tokens in the vocabulary (a .npy's now, an indexed dataset's as read); rank 0 warns when
+  // masked-LM's [MASK] token occurs in the data.
+  SampleChecks checks{model->vocab, std::nullopt, root};
+  if (kind == passes::LossKind::mlm)
+    checks.maskToken = model->vocab - 1;
+  runtime::StatusOr<std::unique_ptr<runtime::data::SampleSource>> checked =
+      checkSamples(config, DataPart::train, std::move(data), checks);
+  if (!checked.isOk())
+    return fail(checked.status().message());
+  data = std::move(checked).value();
   // --trace: the executor, the pipeline runner and a communicator wrapper record into `trace`.
   std::unique_ptr<runtime::Trace> trace;
   std::unique_ptr<runtime::comm::Communicator> self, tracing;
@@ -852,8 +808,7 @@ int trainCommand(int argc, char **argv) {
                   &rank);
   }
   runtime::StatusOr<runtime::DType> floatType =
-      checkInputs(**executor, {config.rankMicroBatch, data->sequenceLength()}, kind,
-                  model->decoderSeq);
+      checkInputs(**executor, {config.rankMicroBatch, seq}, kind, model->decoderSeq);
   if (!floatType.isOk())
     return fail(floatType.status().message(), &rank);
   if (root) {
@@ -866,38 +821,36 @@ int trainCommand(int argc, char **argv) {
     std::printf("%s: %lld steps of %lld x %lld tokens (micro-batch %lld, %lld accumulation "
                 "steps%s), %s, lr %g %s, on %s; compiled in %.1f ms\n",
                 model->description.c_str(), (long long)config.schedule.totalSteps,
-                (long long)config.split.globalBatch, (long long)data->sequenceLength(),
+                (long long)config.split.globalBatch, (long long)seq,
                 (long long)config.rankMicroBatch, (long long)config.split.microBatches(),
                 ranks.c_str(), passes::precisionName(config.training.precision), config.schedule.lr,
                 train::lrDecayName(config.schedule.decay), runtime::backendName(config.backend),
                 model->compileSeconds * 1e3);
     std::fflush(stdout);
   }
-  // Validation tokens: read like the training data, as many batches as one evaluation uses.
-  // Without --eval-data, --split's validation part of --data.
-  std::optional<train::TokenData> evalData;
-  if (config.evalData || (config.dataSplit && config.evalInterval > 0)) {
-    TrainConfig e = config;
-    if (config.evalData) {
-      e.dataPath = *config.evalData;
-      e.indexedData = !e.dataPath.ends_with(".npy");
-      e.dataSplit.reset();
-    }
-    e.schedule.totalSteps = config.evalIters;
-    std::string what = config.evalData ? "--eval-data" : "--split (validation part)";
-    runtime::StatusOr<train::TokenData> loaded = loadTokenData(e, e.dataSplit ? 1 : 0);
-    if (!loaded.isOk())
-      return fail(what + ": " + loaded.status().message(), &rank);
-    if (loaded->sequenceLength() != data->sequenceLength())
-      return fail(what + ": rows of " + std::to_string(loaded->sequenceLength() + 1) +
-                      " tokens, but the training data's have " +
-                      std::to_string(data->sequenceLength() + 1),
+  // Validation (--eval-data, else --split's validation part) and --split's test part.
+  std::unique_ptr<runtime::data::SampleSource> evalData, testData;
+  checks.warn = false;
+  for (auto [part, out] :
+       {std::pair{DataPart::validation, &evalData}, {DataPart::test, &testData}}) {
+    bool used = part == DataPart::validation
+                    ? config.evalData || (config.dataSplit && config.evalInterval > 0)
+                    : config.dataSplit && (*config.dataSplit)[2] > 0;
+    if (!used)
+      continue;
+    runtime::StatusOr<std::unique_ptr<runtime::data::SampleSource>> samples =
+        openSamples(config, part);
+    if (samples.isOk() && (*samples)->rowLength() != seq + 1)
+      return fail("--eval-data: rows of " + std::to_string((*samples)->rowLength()) +
+                      " tokens, but the training data's have " + std::to_string(seq + 1),
                   &rank);
-    if (runtime::Status s = train::checkTokenRange(*loaded, model->vocab); !s.isOk())
-      return fail(what + " " + e.dataPath + ": " + s.message(), &rank);
-    evalData = std::move(*loaded);
+    if (samples.isOk())
+      samples = checkSamples(config, part, std::move(samples).value(), checks);
+    if (!samples.isOk())
+      return fail(samples.status().message(), &rank);
+    *out = std::move(samples).value();
   }
-  return trainLoop(**executor, config, *data, evalData ? &*evalData : nullptr, kind, model->vocab,
+  return trainLoop(**executor, config, *data, evalData.get(), testData.get(), kind, model->vocab,
                    *floatType, rank);
 }
 

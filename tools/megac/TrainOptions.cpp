@@ -3,6 +3,7 @@
 
 #include "tools/megac/BackendOption.h"
 #include "tools/megac/Compile.h"
+#include "tools/megac/TrainData.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -21,9 +22,6 @@ namespace megac::cli {
 
 namespace train = runtime::train;
 
-namespace {
-
-/// A finite decimal number; nullopt otherwise.
 std::optional<double> parseNumber(const std::string &text) {
   if (text.empty())
     return std::nullopt;
@@ -33,6 +31,8 @@ std::optional<double> parseNumber(const std::string &text) {
     return std::nullopt;
   return value;
 }
+
+namespace {
 
 /// Reads the number option `name` into `out` (keeping its default when absent) and checks
 /// `valid`; returns an error message or empty.
@@ -49,7 +49,8 @@ std::string numberOption(const Args &args, const char *name, double &out, Valid 
   return {};
 }
 
-/// Reads the integer option `name` (>= `min`); returns an error message or empty.
+} // namespace
+
 std::string countOption(const Args &args, const char *name, int64_t min, int64_t &out,
                         bool required) {
   std::optional<std::string> text = args.get(name);
@@ -62,8 +63,6 @@ std::string countOption(const Args &args, const char *name, int64_t min, int64_t
   out = int64_t(*value);
   return {};
 }
-
-} // namespace
 
 int64_t launchedRanks() {
   for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
@@ -173,57 +172,8 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
   c.explain = args.has("explain");
   c.explainJson = args.has("json");
   c.planOut = args.get("plan-out");
-  if (!args.get("data") && !c.planOnly)
-    return "missing --data TOKENS.npy | PREFIX";
-  c.dataPath = args.get("data").value_or("");
-  for (const char *suffix : {".bin", ".idx"}) // PREFIX.bin or PREFIX.idx names PREFIX
-    if (std::string stem = c.dataPath.substr(0, c.dataPath.size() - 4);
-        c.dataPath.ends_with(suffix) && std::filesystem::exists(stem + ".idx"))
-      c.dataPath = stem;
-  c.indexedData = !c.dataPath.empty() && !c.dataPath.ends_with(".npy") &&
-                  std::filesystem::exists(c.dataPath + ".idx");
-  c.evalData = args.get("eval-data");
-  for (std::string e : {countOption(args, "eval-interval", 1, c.evalInterval, false),
-                        countOption(args, "eval-iters", 1, c.evalIters, false)})
-    if (!e.empty())
-      return e;
-  if (std::optional<std::string> split = args.get("split")) {
-    if (!c.indexedData)
-      return "--split applies to an indexed dataset (--data PREFIX of PREFIX.bin/.idx)";
-    std::vector<double> weights;
-    double sum = 0;
-    std::string text = *split;
-    for (size_t start = 0; start <= text.size();) {
-      size_t end = text.find(',', start);
-      std::string part = text.substr(start, end == std::string::npos ? end : end - start);
-      char *rest = nullptr;
-      double w = std::strtod(part.c_str(), &rest);
-      if (part.empty() || *rest != '\0' || !(w >= 0) || !std::isfinite(w))
-        return "--split: '" + text + "' is not up to three weights >= 0 (e.g. 949,50,1)";
-      weights.push_back(w);
-      sum += w;
-      if (end == std::string::npos)
-        break;
-      start = end + 1;
-    }
-    if (weights.size() > 3 || !(sum > 0) || weights[0] <= 0)
-      return "--split: '" + text + "' is not up to three weights >= 0 with a positive train "
-             "weight (e.g. 949,50,1)";
-    weights.resize(3, 0.0);
-    c.dataSplit = weights;
-  }
-  bool validationSplit = c.dataSplit && (*c.dataSplit)[1] > 0;
-  if (c.evalData && !args.get("eval-interval"))
-    return "--eval-data needs --eval-interval N (validate every N steps)";
-  if (!c.evalData && !validationSplit && (args.get("eval-interval") || args.get("eval-iters")))
-    return "--eval-interval and --eval-iters need --eval-data (the validation tokens) or a "
-           "--split with a validation part";
-  if (std::string e = countOption(args, "seq", 1, c.dataSeq, false); !e.empty())
+  if (std::string e = parseDataArgs(args, c); !e.empty())
     return e;
-  if (args.get("seq") && !c.indexedData)
-    return "--seq applies to an indexed dataset (--data PREFIX of PREFIX.bin/.idx)";
-  if (c.indexedData && !args.get("seq") && !c.spec)
-    return "--data " + c.dataPath + " (an indexed dataset) with a model file needs --seq S";
   auto positive = [](double v) { return v > 0; };
   auto nonNegative = [](double v) { return v >= 0; };
   auto beta = [](double v) { return v >= 0 && v < 1; };
@@ -379,7 +329,8 @@ void setThreads(const TrainConfig &c) {
 }
 
 const char *const kTrainHelp =
-    R"(usage: megac train (FILE.onnx | FILE.mlir | --model SPEC) --data TOKENS.npy|PREFIX
+    R"(usage: megac train (FILE.onnx | FILE.mlir | --model SPEC)
+                   (--data TOKENS.npy|PREFIX | --data-path [W1] PREFIX1 [W2 PREFIX2 ...])
                    [--seq S] --steps N --global-batch B --micro-batch b --lr X
                    [--lr-schedule constant|cosine] [--warmup-steps W] [--min-lr Y]
                    [--adam-beta1 0.9] [--adam-beta2 0.999] [--adam-eps 1e-8]
@@ -423,9 +374,9 @@ const char *const kTrainHelp =
   else cpu; asking for cuda where none is fails with the reason. --allow-tf32 lets f32 GEMMs
   use TF32 tensor cores (cuda only; bf16/fp16 always use tensor cores with f32 accumulation).
 
-  data: TOKENS.npy is an int32 or int64 array [N, S+1]. Step i (0-based) uses rows
-  (i*B + j) mod N for j = 0..B-1, in order; micro-batches of b consecutive rows are
-  accumulated (B must be a multiple of b). Causal models (gpt, ONNX, .mlir): input_ids =
+  data: TOKENS.npy is an int32 or int64 array [N, S+1]. Step i (0-based) uses samples
+  i*B + j for j = 0..B-1, in order (of a .npy: row (i*B + j) mod N); micro-batches of b
+  consecutive rows are accumulated (B must be a multiple of b). Causal models (gpt, ONNX, .mlir): input_ids =
   row[:S], labels = row[1:]. BERT (zoo): masked LM on row[:S] -- round(15% of S) seeded
   positions per row become the token vocab-1 ([MASK]) and are the only labelled ones;
   attention_mask is all ones. T5 (zoo): S = seq + dec_seq; the encoder reads row[:seq], the
@@ -434,8 +385,15 @@ const char *const kTrainHelp =
   zoo spec's seq must be S (t5: seq + dec_seq; its batch is set to b).
   --data PREFIX (PREFIX.bin and PREFIX.idx, Megatron's indexed dataset, e.g. from `megac data
   prep`): its sequences are concatenated into one token stream and cut into windows of S+1
-  tokens with stride S (Megatron's GPT samples), in an order shuffled with --seed; S is --seq S
-  or the zoo spec's seq (t5: seq + dec_seq). Those windows are the rows N above.
+  tokens with stride S (Megatron's GPT samples); S is --seq S or the zoo spec's seq (t5: seq +
+  dec_seq). Sample k is window perm_e[k mod N] of epoch e = k / N: every epoch reads each of
+  the N windows once, epoch 0 in a Fisher-Yates order seeded by --seed, epoch e > 0 by
+  SplitMix64(seed ^ SplitMix64(e)). --data-path [W1] PREFIX1 [W2 PREFIX2 ...] blends indexed
+  datasets (Megatron's BlendedDataset): with the weights normalized, sample i is the next
+  sample of the dataset d maximizing W_d * (i+1) - taken_d (ties: the first), so every prefix
+  holds each dataset's share to within about a sample; --data-path PREFIX alone is --data
+  PREFIX. Each data-parallel rank reads only its rows of each micro-batch, when the step runs,
+  straight from the memory-mapped files (tokens are checked against the vocabulary then).
   lr schedule, for step s = 1..N (Megatron's, starting at lr/W instead of 0):
     s <= W:   lr * s / W
     constant: lr
@@ -460,20 +418,24 @@ const char *const kTrainHelp =
   validation: --eval-data (rows like --data's) is evaluated every --eval-interval steps and
   after the last: the mean loss of --eval-iters global batches and its perplexity, printed and
   logged as {"step", "val_loss", "val_ppl"} lines; training is unaffected (its gradients are
-  dropped). --split A,B,C (Megatron's, e.g. 949,50,1; with --data PREFIX) splits the dataset's
-  documents in order into train, validation and test parts in those proportions: training
-  windows come from the first part only, and without --eval-data the validation part is what
-  --eval-interval evaluates (windows cut and shuffled the same way). The test part is held
-  out (not read).
+  dropped). --split A,B,C (Megatron's, e.g. 949,50,1; with --data PREFIX or --data-path)
+  splits each dataset's documents in order into train, validation and test parts in those
+  proportions: training windows come from the first part only, and without --eval-data the
+  validation part is what --eval-interval evaluates (windows cut and shuffled the same way).
+  A nonzero test part is evaluated once after the last step (--eval-iters batches), printed
+  as "test after step N: loss, perplexity" and logged as {"step", "test_loss", "test_ppl"}.
   checkpoints: --save DIR writes DIR/step-<N>/ every --save-interval steps and after the last
-  step: model.safetensors (every parameter whole), optimizer.safetensors (the Adam moments
-  whole, adam.m.<p>, adam.v.<p>) and meta.json (format version, step, data position, seed,
-  loss scaler, model, layout, each file's bytes and CRC32); it is written as step-<N>.tmp,
-  fsynced and renamed, then DIR/latest (the step) is replaced, so a crash never damages the
-  previous checkpoint. --load DIR resumes from the step DIR/latest names (else the newest
-  complete step-<N>): a file whose size or CRC32 differs from meta.json is refused, naming it,
-  and the next older checkpoint is tried. Tensors are whole, so a checkpoint loads under any
-  layout (tp, pp, dp, ZeRO). --steps is the total: resuming step 4 with --steps 8 runs steps
+  step: each rank writes the shards it holds to model-rank-<R>.safetensors (parameters) and
+  optimizer-rank-<R>.safetensors (the Adam moments, adam.m.<p>, adam.v.<p>), a shard several
+  ranks hold (dp replicas) by the lowest of them only; rank 0 writes meta.json (format version
+  2, step, data position, seed, loss scaler, model, layout, every tensor's dtype, global shape
+  and shards {file, offset, shape}, each file's bytes and CRC32). It is written as
+  step-<N>.tmp, fsynced and renamed, then DIR/latest (the step) is replaced, so a crash never
+  damages the previous checkpoint. --load DIR resumes from the step DIR/latest names (else the
+  newest complete step-<N>): each rank reads only the parts of the shards that overlap its
+  own, so a checkpoint loads under any layout (tp, pp, dp, ZeRO); a missing file, or one whose
+  size or CRC32 differs from meta.json, is refused, naming it, and every rank tries the next
+  older checkpoint. --steps is the total: resuming step 4 with --steps 8 runs steps
   5..8 (logs, lr schedule, data and Adam's step count continue from the global step); the same
   layout continues bit-for-bit.
   --trace writes the executed timeline of N steps (--trace-steps, default 2) from step 2 (step 1

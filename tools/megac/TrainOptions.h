@@ -25,14 +25,19 @@ struct TrainConfig {
   // --data PREFIX of an indexed dataset (PREFIX.bin/.idx): rows of S+1 tokens cut from it, S
   // from --seq or the zoo spec.
   bool indexedData = false;
+  // The indexed datasets read, with their weights: --data PREFIX is a blend of one, --data-path
+  // [W1] PREFIX1 [W2 PREFIX2 ...] Megatron's weighted blend (runtime/data BlendedSamples; dataPath
+  // then spells the blend, for logs and checkpoints).
+  std::vector<std::pair<double, std::string>> blend;
   int64_t dataSeq = 0; // --seq; 0: the spec's
   // Validation: --eval-data (a .npy or an indexed dataset), every --eval-interval steps (and
   // after the last), the mean loss of --eval-iters global batches of it.
   std::optional<std::string> evalData;
   int64_t evalInterval = 0;
   int64_t evalIters = 1;
-  // --split A,B,C (Megatron's): an indexed --data's documents in train/valid/test parts
-  // (runtime/data splitDocuments); training reads part 0, validation (without --eval-data) part 1.
+  // --split A,B,C (Megatron's): the documents of each indexed dataset in train/valid/test parts
+  // (runtime/data splitDocuments); training reads part 0, validation (without
+  // --eval-data) part 1, and a test part is evaluated after the last step (--eval-iters batches).
   std::optional<std::vector<double>> dataSplit;
   runtime::train::BatchSplit split;
   runtime::train::LrSchedule schedule;
@@ -61,6 +66,12 @@ struct TrainConfig {
   bool explain = false, explainJson = false;
   std::optional<std::string> planOut;
 };
+
+/// A finite decimal number; nullopt otherwise.
+std::optional<double> parseNumber(const std::string &text);
+/// Reads the integer option `name` (>= `min`); returns an error message or empty.
+std::string countOption(const Args &args, const char *name, int64_t min, int64_t &out,
+                        bool required);
 
 /// Fills `c` from the arguments of `megac train`; returns a one-line error or empty.
 /// `megac train --help`.

@@ -22,6 +22,8 @@ commands:
                                            an indexed dataset (PREFIX.bin/.idx) for --data PREFIX
   generate  --load DIR --prompt TEXT [--max-tokens N] [--temperature T --top-k K --top-p P]
                                            text from a checkpoint (greedy or sampled)
+  export    --load DIR --onnx MODEL.onnx -o TRAINED.onnx
+                                           a checkpoint's weights written into its ONNX model
   plan      MODEL --ranks N [--tp T --pp P --dp D ...] [--explain] [--json] [-o FILE.mplan]
                                            the partitioned training step's plan, explained
 
@@ -58,6 +60,8 @@ int main(int argc, char **argv) {
     return megac::cli::planCommand(argc, argv);
   if (!std::strcmp(argv[1], "generate"))
     return megac::cli::generateCommand(argc, argv);
+  if (!std::strcmp(argv[1], "export"))
+    return megac::cli::exportCommand(argc, argv);
   std::fprintf(stderr, "megac: error: unknown command '%s'; run `megac help`\n", argv[1]);
   return 2;
 }

@@ -1,8 +1,10 @@
 // Checkpoint directories (runtime/checkpoint): round trips, atomic replacement of `latest`,
-// refusal of truncated and bit-flipped files naming the file, fallback to the previous
-// checkpoint, and the box slicing that moves whole tensors to and from shards.
+// refusal of truncated, bit-flipped and missing files naming the file, fallback to the previous
+// checkpoint, format version 1 still read, and the boxes that move data between shards: their
+// intersection, and any box of a tensor assembled from the stored shards that cover it.
 #include "runtime/checkpoint/Checkpoint.h"
-#include "runtime/checkpoint/ShardState.h"
+#include "runtime/checkpoint/ShardFiles.h"
+#include "runtime/io/Safetensors.h"
 
 #include "TestUtil.h"
 
@@ -79,6 +81,23 @@ TEST(Checkpoint, Crc32MatchesZlib) {
   EXPECT_EQ(ckpt::crc32({reinterpret_cast<const uint8_t *>(text.data()), text.size()}),
             0xCBF43926u);
   EXPECT_EQ(ckpt::crc32({}), 0u);
+  std::string fox = "The quick brown fox jumps over the lazy dog";
+  EXPECT_EQ(ckpt::crc32({reinterpret_cast<const uint8_t *>(fox.data()), fox.size()}), 0x414FA339u);
+  // The eight-byte steps agree with the byte-wise definition at every length and split.
+  std::vector<uint8_t> bytes(1000);
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = uint8_t(i * 131 + (i >> 3));
+  for (size_t n : {0, 1, 7, 8, 9, 63, 1000}) {
+    uint32_t want = ~0u;
+    for (size_t i = 0; i < n; ++i) {
+      want ^= bytes[i];
+      for (int k = 0; k < 8; ++k)
+        want = (want & 1) ? 0xEDB88320u ^ (want >> 1) : want >> 1;
+    }
+    std::span<const uint8_t> all(bytes.data(), n);
+    EXPECT_EQ(ckpt::crc32(all), ~want) << n;
+    EXPECT_EQ(ckpt::crc32(all.subspan(n / 3), ckpt::crc32(all.first(n / 3))), ~want) << n;
+  }
 }
 
 TEST(Checkpoint, RoundTripKeepsTensorsAndMeta) {
@@ -86,7 +105,8 @@ TEST(Checkpoint, RoundTripKeepsTensorsAndMeta) {
   ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(1), optimizerOf(2)).isOk());
   EXPECT_EQ(readText(dir + "/latest"), "4\n");
   EXPECT_FALSE(fs::exists(dir + "/step-4.tmp"));
-  for (const char *file : {"model.safetensors", "optimizer.safetensors", "meta.json"})
+  for (const char *file :
+       {"model-rank-00000.safetensors", "optimizer-rank-00000.safetensors", "meta.json"})
     EXPECT_TRUE(fs::exists(dir + "/step-4/" + file)) << file;
 
   std::vector<std::string> refused;
@@ -156,7 +176,7 @@ TEST(Checkpoint, AnInterruptedSaveLeavesThePreviousCheckpoint) {
 TEST(Checkpoint, TruncatedFileIsRefusedNamingIt) {
   std::string dir = freshDir("truncated");
   ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(1), optimizerOf(1)).isOk());
-  std::string file = dir + "/step-4/model.safetensors";
+  std::string file = dir + "/step-4/model-rank-00000.safetensors";
   fs::resize_file(file, fs::file_size(file) - 5);
   StatusOr<ckpt::Checkpoint> loaded = ckpt::readCheckpoint(dir + "/step-4");
   ASSERT_FALSE(loaded.isOk());
@@ -170,7 +190,7 @@ TEST(Checkpoint, TruncatedFileIsRefusedNamingIt) {
 TEST(Checkpoint, FlippedByteIsRefusedNamingIt) {
   std::string dir = freshDir("flipped");
   ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(1), optimizerOf(1)).isOk());
-  std::string file = dir + "/step-4/optimizer.safetensors";
+  std::string file = dir + "/step-4/optimizer-rank-00000.safetensors";
   std::string bytes = readText(file);
   bytes[bytes.size() - 3] ^= 0x10; // inside a tensor: still a valid safetensors file
   writeText(file, bytes);
@@ -184,7 +204,7 @@ TEST(Checkpoint, CorruptLatestFallsBackToThePreviousCheckpoint) {
   std::string dir = freshDir("fallback");
   ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(2), modelOf(1), optimizerOf(1)).isOk());
   ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(3), optimizerOf(3)).isOk());
-  std::string file = dir + "/step-4/model.safetensors";
+  std::string file = dir + "/step-4/model-rank-00000.safetensors";
   std::string bytes = readText(file);
   bytes[bytes.size() - 1] ^= 0x01;
   writeText(file, bytes);
@@ -219,7 +239,7 @@ TEST(Checkpoint, EmptyDirectoryAndBadMetaAreErrors) {
   ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(1), modelOf(1), optimizerOf(1)).isOk());
   std::string meta = dir + "/step-1/meta.json";
   std::string text = readText(meta);
-  text.replace(text.find("\"format_version\": 1"), 19, "\"format_version\": 9");
+  text.replace(text.find("\"format_version\": 2"), 19, "\"format_version\": 9");
   writeText(meta, text);
   StatusOr<ckpt::Checkpoint> loaded = ckpt::readCheckpoint(dir + "/step-1");
   ASSERT_FALSE(loaded.isOk());
@@ -254,6 +274,146 @@ TEST(CheckpointShards, ExtractAndInsertBoxesRoundTrip) {
   std::vector<int64_t> off = {4}, len = {3};
   HostTensor row = ckpt::extractBox(f64({8}, {0, 1, 2, 3, 4, 5, 6, 7}), off, len);
   EXPECT_EQ(valuesOf<double>(row), (std::vector<double>{4, 5, 6}));
+}
+
+TEST(CheckpointShards, IntersectBoxes) {
+  using Box = ckpt::Box;
+  EXPECT_EQ(ckpt::intersectBoxes(Box{{0, 0}, {4, 6}}, Box{{2, 3}, {4, 4}}), (Box{{2, 3}, {2, 3}}));
+  EXPECT_EQ(ckpt::intersectBoxes(Box{{1, 2}, {2, 2}}, Box{{0, 0}, {4, 6}}), (Box{{1, 2}, {2, 2}}));
+  // Touching edges share nothing; neither do disjoint boxes.
+  EXPECT_FALSE(ckpt::intersectBoxes(Box{{0, 0}, {2, 6}}, Box{{2, 0}, {2, 6}}).has_value());
+  EXPECT_FALSE(ckpt::intersectBoxes(Box{{0}, {3}}, Box{{5}, {1}}).has_value());
+  EXPECT_FALSE(ckpt::intersectBoxes(Box{{0}, {0}}, Box{{0}, {4}}).has_value());
+  // A scalar intersects itself.
+  EXPECT_EQ(ckpt::intersectBoxes(Box{{}, {}}, Box{{}, {}}), (Box{{}, {}}));
+}
+
+/// A [4, 6] f64 tensor 0..23 stored as three shards in three rank files (rows 0-1 in rank 0's,
+/// rows 2-3 split by columns into ranks 1 and 2) and a [2] f32 tensor in rank 0's file.
+std::string saveThreeShards(const std::string &name) {
+  std::string dir = freshDir(name);
+  StatusOr<std::string> tmp = ckpt::beginSave(dir, 3);
+  EXPECT_TRUE(tmp.isOk());
+  std::vector<double> values(24);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = double(i);
+  HostTensor whole = f64({4, 6}, values);
+  HostTensor top = ckpt::extractBox(whole, std::vector<int64_t>{0, 0}, std::vector<int64_t>{2, 6});
+  HostTensor left = ckpt::extractBox(whole, std::vector<int64_t>{2, 0}, std::vector<int64_t>{2, 2});
+  HostTensor right =
+      ckpt::extractBox(whole, std::vector<int64_t>{2, 2}, std::vector<int64_t>{2, 4});
+  HostTensor bias = f32({2}, {0.5f, -1.0f});
+  auto of = [](const HostTensor &t) { return [&t]() -> StatusOr<HostTensor> { return t; }; };
+  ckpt::FileTable files;
+  auto write = [&](const std::string &file, const std::vector<ckpt::ShardToWrite> &tensors) {
+    StatusOr<ckpt::FileRecord> record = ckpt::writeShardFile(*tmp + "/" + file, tensors, {});
+    ASSERT_TRUE(record.isOk()) << record.status().message();
+    files[file] = *record;
+  };
+  write("model-rank-00000.safetensors",
+        {{"w", DType::f64, {2, 6}, of(top)}, {"b", DType::f32, {2}, of(bias)}});
+  write("model-rank-00001.safetensors", {{"w", DType::f64, {2, 2}, of(left)}});
+  write("model-rank-00002.safetensors", {{"w", DType::f64, {2, 4}, of(right)}});
+  ckpt::TensorTable params;
+  params["w"] = {DType::f64,
+                 {4, 6},
+                 {{"model-rank-00000.safetensors", {0, 0}, {2, 6}},
+                  {"model-rank-00001.safetensors", {2, 0}, {2, 2}},
+                  {"model-rank-00002.safetensors", {2, 2}, {2, 4}}}};
+  params["b"] = {DType::f32, {2}, {{"model-rank-00000.safetensors", {0}, {2}}}};
+  EXPECT_TRUE(ckpt::commitSave(dir, *tmp, metaOf(3), params, {}, files).isOk());
+  return dir;
+}
+
+TEST(CheckpointShards, BoxesAreAssembledFromTheShardsThatCoverThem) {
+  std::string dir = saveThreeShards("assemble");
+  StatusOr<ckpt::Checkpoint> whole = ckpt::readCheckpoint(dir + "/step-3");
+  ASSERT_TRUE(whole.isOk()) << whole.status().message();
+  std::vector<double> values(24);
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = double(i);
+  EXPECT_EQ(valuesOf<double>(whole->model.at("w")), values);
+  EXPECT_EQ(valuesOf<float>(whole->model.at("b")), (std::vector<float>{0.5f, -1.0f}));
+
+  // Every box of a 2-row / 3-column grid (a different layout from the stored one) and one
+  // straddling all three shards.
+  StatusOr<ckpt::CheckpointIndex> index = ckpt::readCheckpointIndex(dir + "/step-3");
+  ASSERT_TRUE(index.isOk()) << index.status().message();
+  EXPECT_EQ(index->formatVersion, 2);
+  ckpt::ShardReader reader(*index);
+  std::vector<ckpt::Box> boxes = {{{1, 1}, {2, 4}}, {{0, 0}, {4, 6}}};
+  for (int64_t r = 0; r < 4; r += 2)
+    for (int64_t c = 0; c < 6; c += 3)
+      boxes.push_back({{r, c}, {2, 3}});
+  for (const ckpt::Box &box : boxes) {
+    StatusOr<HostTensor> got = reader.readBox(index->parameters, "w", box);
+    ASSERT_TRUE(got.isOk()) << got.status().message();
+    EXPECT_EQ(got->bytes, ckpt::extractBox(whole->model.at("w"), box.offset, box.shape).bytes)
+        << shapeString(box.offset) << " " << shapeString(box.shape);
+  }
+}
+
+TEST(CheckpointShards, UncoveredBoxAndMissingRankFileAreRefused) {
+  std::string dir = saveThreeShards("uncovered");
+  StatusOr<ckpt::CheckpointIndex> index = ckpt::readCheckpointIndex(dir + "/step-3");
+  ASSERT_TRUE(index.isOk()) << index.status().message();
+  index->parameters["w"].shards.pop_back(); // rows 2-3, columns 2-5 now stored nowhere
+  ckpt::ShardReader reader(*index);
+  EXPECT_TRUE(reader.readBox(index->parameters, "w", {{0, 0}, {2, 6}}).isOk());
+  StatusOr<HostTensor> gap = reader.readBox(index->parameters, "w", {{1, 1}, {2, 2}});
+  ASSERT_FALSE(gap.isOk());
+  EXPECT_NE(gap.status().message().find("do not cover"), std::string::npos)
+      << gap.status().message();
+
+  std::string file = dir + "/step-3/model-rank-00001.safetensors";
+  fs::remove(file);
+  StatusOr<ckpt::Checkpoint> loaded = ckpt::readCheckpoint(dir + "/step-3");
+  ASSERT_FALSE(loaded.isOk());
+  EXPECT_NE(loaded.status().message().find(file), std::string::npos) << loaded.status().message();
+  // The boxes that need only the other files still read.
+  StatusOr<ckpt::CheckpointIndex> again = ckpt::readCheckpointIndex(dir + "/step-3");
+  ckpt::ShardReader partial(*again);
+  EXPECT_TRUE(partial.readBox(again->parameters, "w", {{0, 0}, {2, 6}}).isOk());
+  StatusOr<HostTensor> missing = partial.readBox(again->parameters, "w", {{2, 0}, {1, 1}});
+  ASSERT_FALSE(missing.isOk());
+  EXPECT_NE(missing.status().message().find(file), std::string::npos);
+}
+
+TEST(Checkpoint, FormatVersion1IsStillRead) {
+  // Version 1: model.safetensors and optimizer.safetensors with whole tensors.
+  std::string dir = freshDir("version1");
+  std::string step = dir + "/step-5";
+  fs::create_directories(step);
+  std::string files;
+  for (auto [name, tensors] : {std::pair{"model.safetensors", modelOf(2)},
+                               std::pair{"optimizer.safetensors", optimizerOf(2)}}) {
+    ASSERT_TRUE(writeSafetensors(step + "/" + name, tensors).isOk());
+    std::string bytes = readText(step + "/" + name);
+    char crc[16];
+    std::snprintf(crc, sizeof(crc), "%08x",
+                  ckpt::crc32({reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size()}));
+    files += std::string(files.empty() ? "" : ", ") + "\"" + name +
+             "\": {\"bytes\": " + std::to_string(bytes.size()) + ", \"crc32\": \"" + crc + "\"}";
+  }
+  writeText(step + "/meta.json",
+            "{\"format_version\": 1, \"step\": 5, \"data_position\": 5, \"seed\": 3, "
+            "\"model\": \"m\", \"layout\": \"tp 1\", \"config\": {}, \"loss_scaler\": null, "
+            "\"files\": {" +
+                files + "}}");
+  writeText(dir + "/latest", "5\n");
+  StatusOr<ckpt::Checkpoint> loaded = ckpt::loadLatestCheckpoint(dir);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  EXPECT_EQ(loaded->meta.step, 5);
+  expectSameTensors(loaded->model, modelOf(2));
+  expectSameTensors(loaded->optimizer, optimizerOf(2));
+  // Its files are verified as before.
+  std::string file = step + "/optimizer.safetensors";
+  std::string bytes = readText(file);
+  bytes[bytes.size() - 2] ^= 0x01;
+  writeText(file, bytes);
+  loaded = ckpt::readCheckpoint(step);
+  ASSERT_FALSE(loaded.isOk());
+  EXPECT_NE(loaded.status().message().find(file), std::string::npos);
 }
 
 } // namespace

@@ -1,0 +1,53 @@
+// What a checkpoint records of an ONNX-imported model so that `megac generate` and `megac export`
+// can rebuild it: the file (absolute path, size and CRC32: a changed file is refused) and the
+// token input's bound shape. `megac train --save` writes these entries into meta.json's config.
+#pragma once
+
+#include "tools/megac/ModelSource.h"
+
+#include "runtime/Status.h"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace megac::runtime {
+class Executor;
+} // namespace megac::runtime
+
+namespace megac::cli {
+
+/// meta.config entries for a model trained from `file` when it is an .onnx file (else none):
+/// onnx (the absolute path), onnx_bytes, onnx_crc32 (8 hex digits), onnx_input_ids (the
+/// training rank's bound shape of input_ids, "2x16") and onnx_logits (--logits, when given).
+std::map<std::string, std::string> recordOnnxModel(const std::optional<std::string> &file,
+                                                   const runtime::Executor &executor,
+                                                   const std::string &logits);
+
+struct OnnxModelRecord {
+  std::string path;
+  uint64_t bytes = 0;
+  uint32_t crc32 = 0;
+  std::vector<int64_t> inputIds; // empty: not recorded
+  std::string logits;            // empty: not recorded
+};
+
+/// The record in a checkpoint's meta.config; nullopt when the checkpoint is not of an ONNX
+/// model; an error when the entries are malformed.
+runtime::StatusOr<std::optional<OnnxModelRecord>>
+onnxRecordOf(const std::map<std::string, std::string> &config);
+
+/// OK when `path` has the recorded size and CRC32; else a one-line error naming both files.
+runtime::Status checkOnnxFile(const OnnxModelRecord &record, const std::string &path);
+
+/// The shape to bind input_ids of the model at `path` to: the file's fixed dims, the recorded
+/// dims where the file's are symbolic, except a symbolic dim 0 (the batch), which is `rows`.
+runtime::StatusOr<InputShapes> bindTokenInput(const OnnxModelRecord &record,
+                                              const std::string &path, int64_t rows);
+
+/// "2x16".
+std::string dimsString(const std::vector<int64_t> &dims);
+
+} // namespace megac::cli
