@@ -1,7 +1,6 @@
 # Entry points: `make demo` (set up, build, run the main job) and `make test` (every test).
 BUILD_DIR ?= build
 JOBS ?= 2
-DEMO_MODEL ?= gpt:layers=2,hidden=64,heads=4,seq=64,vocab=256
 
 CMAKE_ARGS = -G Ninja -DCMAKE_BUILD_TYPE=Release \
              -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
@@ -22,17 +21,7 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 demo: build
-	$(BUILD_DIR)/bin/megac describe --model $(DEMO_MODEL)
-	$(BUILD_DIR)/bin/megac describe --model gpt:layers=96,hidden=12288,heads=96,seq=2048,vocab=50257
-	$(BUILD_DIR)/bin/megac train --model $(DEMO_MODEL) --data examples/tiny-corpus.npy \
-	    --steps 200 --global-batch 8 --micro-batch 4 --lr 3e-3 --lr-schedule cosine \
-	    --warmup-steps 10 --min-lr 3e-4 --log-json $(BUILD_DIR)/demo-train.jsonl \
-	    --save-weights $(BUILD_DIR)/demo-gpt.safetensors
-	$(BUILD_DIR)/bin/megac train --model $(DEMO_MODEL) --data examples/tiny-corpus.npy \
-	    --steps 50 --global-batch 8 --micro-batch 2 --lr 3e-3 --ranks 4 --tp 2 --dp 2 --zero 1 \
-	    --log-json $(BUILD_DIR)/demo-train-4ranks.jsonl
-	$(BUILD_DIR)/bin/megac plan --model gpt:layers=96,hidden=12288,heads=96,seq=2048,vocab=50257 \
-	    --cluster a100-80g:128x8 --global-batch 1536 --top 3
+	scripts/demo.sh $(BUILD_DIR)
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

@@ -36,6 +36,22 @@ std::string stepRecordJson(const StepRecord &r) {
          ", \"step_time_s\": " + number(r.stepSeconds) + "}";
 }
 
+std::optional<StepRecord> LogInterval::add(const StepRecord &record, int64_t every,
+                                           int64_t totalSteps) {
+  ++steps_;
+  loss_ += record.loss;
+  seconds_ += record.stepSeconds;
+  tokens_ += double(record.tokens);
+  if (steps_ < every && record.step != totalSteps)
+    return std::nullopt;
+  StepRecord mean = record;
+  mean.loss = loss_ / double(steps_);
+  mean.stepSeconds = seconds_ / double(steps_);
+  mean.tokens = static_cast<int64_t>(tokens_ / double(steps_));
+  *this = LogInterval();
+  return mean;
+}
+
 std::string stepLogLine(const StepRecord &r, int64_t totalSteps) {
   std::string line = "step " + std::to_string(r.step) + "/" + std::to_string(totalSteps) +
                      " | loss " + format("%.6g", r.loss) + " | lr " + format("%.3e", r.lr) +

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 namespace megac::runtime::train {
@@ -27,6 +28,18 @@ struct StepRecord {
 /// "tokens": ..., "tokens_per_s": ..., "step_time_s": ...} on one line, no newline. Numbers
 /// round-trip (%.17g); a non-finite one is written as null (JSON has no NaN).
 std::string stepRecordJson(const StepRecord &record);
+
+/// The steps since the last log line, for --log-interval N: add() returns the record to print
+/// after every N-th step and the last one: the last step's record with the mean loss, tokens
+/// and step time of the steps since the previous line.
+class LogInterval {
+public:
+  std::optional<StepRecord> add(const StepRecord &record, int64_t every, int64_t totalSteps);
+
+private:
+  int64_t steps_ = 0;
+  double loss_ = 0, seconds_ = 0, tokens_ = 0;
+};
 
 /// "step 3/20 | loss 4.8512 | lr 1.00e-03 | grad_norm 1.234 | 12.3 ms/step | 10400 tok/s"
 std::string stepLogLine(const StepRecord &record, int64_t totalSteps);

@@ -498,6 +498,7 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, runtime::data::
     done = *resumed;
   }
   double elapsed = 0, firstLoss = 0, lastLoss = 0;
+  train::LogInterval interval;
   for (int64_t step = done + 1; step <= steps; ++step) {
     train::StepRecord record;
     record.step = step;
@@ -550,8 +551,8 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, runtime::data::
     if (terminal) {
       double eta = elapsed / double(step - done) * double(steps - step);
       std::printf("\r%s\x1b[K", train::progressLine(record, steps, eta).c_str());
-    } else {
-      std::printf("%s\n", train::stepLogLine(record, steps).c_str());
+    } else if (std::optional<train::StepRecord> line = interval.add(record, c.logInterval, steps)) {
+      std::printf("%s\n", train::stepLogLine(*line, steps).c_str());
     }
     std::fflush(stdout);
   }
@@ -665,6 +666,7 @@ int trainCommand(int argc, char **argv) {
                                         "hysteresis",
                                         "min-loss-scale",
                                         "log-json",
+                                        "log-interval",
                                         "logits",
                                         "save-weights",
                                         "save-grads",

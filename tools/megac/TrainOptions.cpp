@@ -252,6 +252,8 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
     return s.message();
   c.training.logits = args.get("logits").value_or("");
   c.logJson = args.get("log-json");
+  if (std::string e = countOption(args, "log-interval", 1, c.logInterval, false); !e.empty())
+    return e;
   c.saveWeights = args.get("save-weights");
   c.saveGrads = args.get("save-grads");
   c.oversubscribe = args.has("oversubscribe");
@@ -337,7 +339,8 @@ const char *const kTrainHelp =
                    [--weight-decay 0.01] [--clip-grad 0] [--seed 0]
                    [--precision fp32|fp64|bf16|fp16] [--initial-loss-scale 65536]
                    [--loss-scale-window 1000] [--hysteresis 2] [--min-loss-scale 1]
-                   [--log-json FILE] [--logits NAME] [--save-weights FILE.safetensors]
+                   [--log-json FILE] [--log-interval N] [--logits NAME]
+                   [--save-weights FILE.safetensors]
                    [--save-grads FILE.safetensors] [--trace FILE.json [--trace-steps N]]
                    [--save DIR [--save-interval N]] [--load DIR]
                    [--eval-data TOKENS.npy|PREFIX --eval-interval N [--eval-iters K]]
@@ -409,7 +412,10 @@ const char *const kTrainHelp =
   --loss-scale-window consecutive clean steps the scale doubles.
   --seed seeds initialization (zoo models) and BERT's masks.
   --log-json writes one JSON object per step and line: step, loss, lr, grad_norm (before
-  clipping), loss_scale, skipped, tokens, tokens_per_s, step_time_s.
+  clipping), loss_scale, skipped, tokens, tokens_per_s, step_time_s. --log-interval N (default
+  1; Megatron's): when stdout is not a terminal, one line every N steps (and after the last)
+  with the mean loss and step time of those steps and the last step's lr and grad_norm; the
+  JSON log still has every step.
   --save-weights writes the final parameters, whole (shards gathered on rank 0), in the layout
   of a one-rank run. --save-grads writes the gradient of every parameter after step 1's
   backward pass, before the optimizer (the accumulators summed over their data-parallel shares,

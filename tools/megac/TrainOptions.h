@@ -45,6 +45,8 @@ struct TrainConfig {
   runtime::train::LossScalerConfig scaler;
   uint64_t seed = 0;
   std::optional<std::string> logJson, saveWeights, saveGrads;
+  // --log-interval N: off a terminal, one log line per N steps (their mean loss and step time).
+  int64_t logInterval = 1;
   // Checkpoints (runtime/checkpoint): --save DIR every --save-interval steps and at the end;
   // --load DIR resumes from DIR's newest usable checkpoint (--steps stays the total).
   std::optional<std::string> saveDir, loadDir;

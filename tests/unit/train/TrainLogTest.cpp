@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include <fstream>
 #include <unistd.h>
@@ -101,4 +102,35 @@ TEST(TrainLog, JsonLinesWriterWritesOneLinePerRecord) {
   Status s = bad.open("/nonexistent-dir/x.jsonl");
   EXPECT_FALSE(s.isOk());
   EXPECT_NE(s.message().find("/nonexistent-dir/x.jsonl"), std::string::npos);
+}
+
+TEST(TrainLog, LogIntervalPrintsEveryNthAndTheLastStepWithMeans) {
+  LogInterval interval;
+  std::vector<StepRecord> printed;
+  for (int64_t step = 1; step <= 7; ++step) {
+    StepRecord r = sample();
+    r.step = step;
+    r.loss = double(step);            // means: (1+2+3)/3, (4+5+6)/3, 7
+    r.stepSeconds = 0.1 * double(step);
+    r.gradNorm = 10.0 * double(step); // the last step's, not a mean
+    if (std::optional<StepRecord> line = interval.add(r, 3, 7))
+      printed.push_back(*line);
+  }
+  ASSERT_EQ(printed.size(), 3u);
+  EXPECT_EQ(printed[0].step, 3);
+  EXPECT_DOUBLE_EQ(printed[0].loss, 2.0);
+  EXPECT_DOUBLE_EQ(printed[0].stepSeconds, 0.2);
+  EXPECT_DOUBLE_EQ(printed[0].gradNorm, 30.0);
+  EXPECT_EQ(printed[1].step, 6);
+  EXPECT_DOUBLE_EQ(printed[1].loss, 5.0);
+  EXPECT_EQ(printed[2].step, 7);
+  EXPECT_DOUBLE_EQ(printed[2].loss, 7.0);
+  EXPECT_EQ(printed[2].tokens, 2048);
+}
+
+TEST(TrainLog, LogIntervalOfOnePrintsEveryStepUnchanged) {
+  LogInterval interval;
+  std::optional<StepRecord> line = interval.add(sample(), 1, 20);
+  ASSERT_TRUE(line);
+  EXPECT_EQ(stepLogLine(*line, 20), stepLogLine(sample(), 20));
 }
