@@ -7,9 +7,9 @@ layouts. A tiny GPT in fp64 on examples/tiny-corpus.npy; the uninterrupted run i
   same_layout: 1 rank, 8 steps straight vs 4 steps + save + --load to 8: the final weights
                (--save-weights) are byte-identical and the losses of steps 5..8 equal.
   fp16:        the loss scaler's state resumes mid-window (same loss scales, same weights).
-  reshard:     saved at --ranks 4 --tp 2 --pp 2 after 4 steps; resumed at --tp 4, at dp 2 x
-               tp 2 with --zero 1, and at 1 rank: losses of steps 5..8 within 1e-10 relative of
-               the one-rank run; the tensors saved under tp2 x pp2 and under dp2 x tp2 with
+  reshard:     saved at --ranks 4 --tp 2 --pp 2 after 4 steps; resumed at --tp 4, at tp 4 x
+               dp 2, at dp 2 x tp 2 with --zero 1, and at 1 rank: losses of steps 5..8 within
+               1e-10 relative of the one-rank run; the tensors saved under tp2 x pp2 and under dp2 x tp2 with
                ZeRO-1 (parameters, Adam moments) match the one-rank checkpoint's; the dp2 x tp2
                checkpoint stores each parameter once (only dp rank 0's ranks write model files;
                their data bytes equal the model's size).
@@ -187,6 +187,8 @@ def reshard(megac, work, full, one_rank_ckpt):
     print("ok reshard: tp2 pp2 and dp2 tp2 zero1 checkpoints hold the one-rank tensors")
     stored_once(zero_ckpt, one_rank_ckpt)
     for name, layout in [("tp4", ["--ranks", "4", "--tp", "4"]),
+                         ("tp4_dp2", ["--ranks", "8", "--tp", "4", "--dp", "2",
+                                      "--micro-batch", "1"]),
                          ("dp2_tp2_zero1", ["--ranks", "4", "--tp", "2", "--dp", "2",
                                             "--micro-batch", "1", "--zero", "1"]),
                          ("one_rank", [])]:
