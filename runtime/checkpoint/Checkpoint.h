@@ -126,9 +126,14 @@ Status saveCheckpoint(const std::string &dir, const CheckpointMeta &meta, const 
 /// tables come from the safetensors headers). An error names the file at fault.
 StatusOr<CheckpointIndex> readCheckpointIndex(const std::string &stepDir);
 
+/// What a whole-tensor read assembles: everything, or the parameters only (generate and export
+/// need no optimizer state: its files are then neither read nor verified).
+enum class CheckpointParts { all, parametersOnly };
+
 /// Reads and verifies one checkpoint directory (DIR/step-N), assembling whole tensors from the
 /// shards; an error names the file at fault.
-StatusOr<Checkpoint> readCheckpoint(const std::string &stepDir);
+StatusOr<Checkpoint> readCheckpoint(const std::string &stepDir,
+                                    CheckpointParts parts = CheckpointParts::all);
 
 /// The steps to try loading from `dir`, in order: the step `latest` names, then every other
 /// complete step-N, newest first. A `latest` that is unreadable or names no step adds a line
@@ -141,7 +146,8 @@ StatusOr<std::vector<int64_t>> checkpointCandidates(const std::string &dir,
 /// first. Each refused candidate with another after it adds a line to `refused` ("<why>; trying
 /// DIR/step-M next"). Errors when no candidate is usable, with every candidate's reason.
 StatusOr<Checkpoint> loadLatestCheckpoint(const std::string &dir,
-                                          std::vector<std::string> *refused = nullptr);
+                                          std::vector<std::string> *refused = nullptr,
+                                          CheckpointParts parts = CheckpointParts::all);
 
 /// The steps of the complete checkpoints (step-N directories with a meta.json) under `dir`,
 /// newest first.

@@ -52,7 +52,8 @@ int exportCommand(int argc, char **argv) {
     std::fprintf(stderr, "%s: error: %s\n", kCommand, error.c_str());
     return 2;
   }
-  auto checkpoint = runtime::checkpoint::loadLatestCheckpoint(*args.get("load"));
+  auto checkpoint = runtime::checkpoint::loadLatestCheckpoint(
+      *args.get("load"), nullptr, runtime::checkpoint::CheckpointParts::parametersOnly);
   if (!checkpoint.isOk())
     return fail(checkpoint.status().message());
   auto record = onnxRecordOf(checkpoint->meta.config);

@@ -347,7 +347,8 @@ int generateCommand(int argc, char **argv) {
   auto tokenizer = runtime::data::makeTokenizer(args.get("tokenizer").value_or("byte"));
   if (!tokenizer.isOk())
     return fail("--tokenizer: " + tokenizer.status().message());
-  auto checkpoint = runtime::checkpoint::loadLatestCheckpoint(*args.get("load"));
+  auto checkpoint = runtime::checkpoint::loadLatestCheckpoint(
+      *args.get("load"), nullptr, runtime::checkpoint::CheckpointParts::parametersOnly);
   if (!checkpoint.isOk())
     return fail(checkpoint.status().message());
   auto record = onnxRecordOf(checkpoint->meta.config);

@@ -187,6 +187,25 @@ TEST(Checkpoint, TruncatedFileIsRefusedNamingIt) {
   EXPECT_NE(latest.status().message().find(file), std::string::npos);
 }
 
+TEST(Checkpoint, ParametersOnlyReadSkipsTheOptimizerFilesButVerifiesTheModels) {
+  std::string dir = freshDir("parameters-only");
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(1), optimizerOf(1)).isOk());
+  std::string optimizer = dir + "/step-4/optimizer-rank-00000.safetensors";
+  fs::resize_file(optimizer, fs::file_size(optimizer) - 5); // unread: no error
+  StatusOr<ckpt::Checkpoint> model =
+      ckpt::loadLatestCheckpoint(dir, nullptr, ckpt::CheckpointParts::parametersOnly);
+  ASSERT_TRUE(model.isOk()) << model.status().message();
+  EXPECT_EQ(model->model.size(), modelOf(1).size());
+  EXPECT_TRUE(model->optimizer.empty());
+  EXPECT_FALSE(ckpt::readCheckpoint(dir + "/step-4").isOk()); // a whole read refuses it
+  std::string file = dir + "/step-4/model-rank-00000.safetensors";
+  fs::resize_file(file, fs::file_size(file) - 5);
+  StatusOr<ckpt::Checkpoint> refused =
+      ckpt::readCheckpoint(dir + "/step-4", ckpt::CheckpointParts::parametersOnly);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find(file), std::string::npos);
+}
+
 TEST(Checkpoint, FlippedByteIsRefusedNamingIt) {
   std::string dir = freshDir("flipped");
   ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(4), modelOf(1), optimizerOf(1)).isOk());
