@@ -31,8 +31,9 @@ const char *kUsage =
     "  writes the forward graph as mega IR; '-o -' writes to stdout. Weights that come with\n"
     "  the model (ONNX initializers) go beside the output as FILE.safetensors, named by the\n"
     "  module attribute mega.weights. --input-shape binds an ONNX input's symbolic dims.\n"
-    "  --compile-to=input runs the input pipeline (raise LayerNorm/GELU/attention/linear/\n"
-    "  embedding patterns, canonicalize, CSE). --debug-locations keeps each op's location\n"
+    "  --compile-to=input runs the input pipeline (raise LayerNorm/RMSNorm/GELU/SiLU/\n"
+    "  rotary/attention (with grouped k/v heads)/linear/embedding patterns, canonicalize,\n"
+    "  CSE). --debug-locations keeps each op's location\n"
     "  (DSL call site and scope, or ONNX node). --list-ops prints the ONNX ops the importer\n"
     "  maps.";
 

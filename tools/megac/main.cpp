@@ -18,14 +18,16 @@ commands:
                                            one forward pass on the CPU; outputs as DIR/NAME.npy
   train     MODEL --data TOKENS.npy --steps N --global-batch B --micro-batch b --lr X ...
                                            AdamW training on the CPU (`megac train --help`)
-  data      prep INPUT.txt|INPUT.jsonl --tokenizer byte -o PREFIX
+  data      prep INPUT.txt|INPUT.jsonl --tokenizer byte|gpt2:V.json,M.txt|hf:T.json -o PREFIX
                                            an indexed dataset (PREFIX.bin/.idx) for --data PREFIX
-  generate  --load DIR --prompt TEXT [--max-tokens N] [--temperature T --top-k K --top-p P]
+  generate  --load DIR --prompt TEXT [--max-tokens N] [--tokenizer SPEC] [--temperature T ...]
                                            text from a checkpoint (greedy or sampled)
   export    --load DIR --onnx MODEL.onnx -o TRAINED.onnx
                                            a checkpoint's weights written into its ONNX model
   plan      MODEL --ranks N [--tp T --pp P --dp D ...] [--explain] [--json] [-o FILE.mplan]
                                            the partitioned training step's plan, explained
+  plan      MODEL --cluster SPEC --global-batch B [--top K]
+                                           the planner: the best layouts on a cluster, and why
 
 MODEL: --model SPEC, FILE.mlir or FILE.onnx
 
@@ -33,8 +35,9 @@ model specs:
   gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128
   bert:layers=2,hidden=64,heads=4,seq=32,vocab=128
   t5:enc_layers=2,dec_layers=2,hidden=64,heads=4,seq=32,vocab=128
-  other keys: ffn= (default 4*hidden), tied=0|1, gelu=erf|tanh, batch=, dtype=f32|f64|bf16|f16,
-  dec_seq= (t5)
+  llama:layers=2,hidden=64,heads=4,kv_heads=2,seq=32,vocab=128
+  other keys: ffn= (default 4*hidden; llama: 8/3*hidden rounded up to 256), tied=0|1,
+  gelu=erf|tanh, batch=, dtype=f32|f64|bf16|f16, dec_seq= (t5), rope_theta=, norm_eps= (llama)
 )";
 } // namespace
 
