@@ -29,6 +29,8 @@ test: build
 bench: build
 	$(BUILD_DIR)/bin/bench-model-build
 	/usr/bin/python3 bench/gpt2_124m.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-gpt2-124m
+	/usr/bin/python3 bench/hf_gpt2_124m.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-hf-gpt2-124m --threads $(JOBS)
+	/usr/bin/python3 bench/data_prep.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-data-prep --mb 100
 	/usr/bin/python3 bench/train_step.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-train-step --threads $(JOBS)
 	/usr/bin/python3 bench/partition_step.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-partition-step
 	$(BUILD_DIR)/bin/megac compile --model gpt:layers=4,hidden=256,heads=8,seq=128,vocab=512 \
