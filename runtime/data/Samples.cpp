@@ -130,7 +130,8 @@ BlendingIndex::Entry BlendingIndex::at(int64_t i) {
     next_ = 0;
   }
   while (next_ <= i) {
-    double target = static_cast<double>(next_ + 1);
+    // Megatron's helpers.cpp: the target count is w_d * max(i, 1) (sample 0 and 1 alike).
+    double target = std::max(static_cast<double>(next_), 1.0);
     size_t best = 0;
     double bestError = weights_[0] * target - static_cast<double>(taken_[0]);
     for (size_t d = 1; d < weights_.size(); ++d) {

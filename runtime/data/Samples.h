@@ -69,10 +69,11 @@ private:
 };
 
 /// Megatron's blending index (BlendedDataset's build_blending_indices): sample i goes to the
-/// dataset d maximizing w_d * (i + 1) - taken_d (ties: the lowest d), w normalized to sum 1, and
+/// dataset d maximizing w_d * max(i, 1) - taken_d (ties: the lowest d), w normalized to sum 1, and
 /// is that dataset's taken_d-th sample. Each dataset's share of every prefix of n samples stays
-/// within about one sample of w_d * n (under 1 for up to 3 datasets). Computed incrementally:
-/// reading samples in increasing order costs O(datasets) each; going back restarts from 0.
+/// within about one sample of w_d * n (at most 1 for two datasets, under 2 for any number).
+/// Computed incrementally: reading samples in increasing order costs O(datasets) each; going back
+/// restarts from 0.
 class BlendingIndex {
 public:
   /// Weights > 0 (not normalized).

@@ -145,13 +145,13 @@ def epoch_windows(stream, seq, seed, count):
 
 def blend_rows(streams, weights, seq, seed, count):
     """Megatron's BlendedDataset, from its description: sample i comes from the dataset d with
-    the largest w_d * (i + 1) - taken_d (w normalized; ties: the lowest d), and is that
+    the largest w_d * max(i, 1) - taken_d (w normalized; ties: the lowest d), and is that
     dataset's next sample."""
     w = [x / sum(weights) for x in weights]
     samples = [epoch_windows(s, seq, seed, count) for s in streams]
     taken, rows, picks = [0] * len(streams), [], []
     for i in range(count):
-        d = max(range(len(w)), key=lambda d: (w[d] * (i + 1) - taken[d], -d))
+        d = max(range(len(w)), key=lambda d: (w[d] * max(i, 1) - taken[d], -d))
         rows.append(samples[d][taken[d]])
         picks.append(d)
         taken[d] += 1

@@ -393,7 +393,7 @@ const char *const kTrainHelp =
   the N windows once, epoch 0 in a Fisher-Yates order seeded by --seed, epoch e > 0 by
   SplitMix64(seed ^ SplitMix64(e)). --data-path [W1] PREFIX1 [W2 PREFIX2 ...] blends indexed
   datasets (Megatron's BlendedDataset): with the weights normalized, sample i is the next
-  sample of the dataset d maximizing W_d * (i+1) - taken_d (ties: the first), so every prefix
+  sample of the dataset d maximizing W_d * max(i,1) - taken_d (ties: the first), so every prefix
   holds each dataset's share to within about a sample; --data-path PREFIX alone is --data
   PREFIX. Each data-parallel rank reads only its rows of each micro-batch, when the step runs,
   straight from the memory-mapped files (tokens are checked against the vocabulary then).

@@ -401,18 +401,19 @@ double worstBlendError(const std::vector<double> &weights, int64_t samples) {
 
 } // namespace
 
+// Megatron's targets are w_d * max(i, 1), one sample behind the prefix of i + 1 samples (and
+// samples 0 and 1 share a target), so two datasets stay within one sample, not half of one.
 TEST(Samples, BlendIsExactToWithinASampleAtEveryPrefix) {
-  EXPECT_LE(worstBlendError({0.7, 0.3}, 10000), 0.5 + 1e-9);
-  EXPECT_LE(worstBlendError({7, 3}, 10000), 0.5 + 1e-9); // normalized
-  EXPECT_LT(worstBlendError({0.5, 0.3, 0.2}, 10000), 1.0);
+  EXPECT_LE(worstBlendError({0.7, 0.3}, 10000), 1.0);
+  EXPECT_LE(worstBlendError({7, 3}, 10000), 1.0); // normalized
+  EXPECT_LT(worstBlendError({0.5, 0.3, 0.2}, 10000), 1.5);
   std::mt19937_64 rng(1);
   std::uniform_real_distribution<double> u(0.001, 1.0);
   for (int trial = 0; trial < 50; ++trial) {
     std::vector<double> two = {u(rng), u(rng)}, three = {u(rng), u(rng), u(rng)};
-    EXPECT_LE(worstBlendError(two, 2000), 0.5 + 1e-9);
-    EXPECT_LT(worstBlendError(three, 2000), 1.0);
-    // More datasets: Megatron's greedy rule can exceed one sample (measured up to ~1.25 for 7),
-    // never two.
+    EXPECT_LE(worstBlendError(two, 2000), 1.0);
+    EXPECT_LT(worstBlendError(three, 2000), 1.5); // measured up to ~1.35
+    // More datasets: Megatron's greedy rule can exceed one sample, never two.
     std::vector<double> many(6);
     for (double &w : many)
       w = u(rng);
