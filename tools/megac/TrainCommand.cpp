@@ -411,7 +411,9 @@ int trainCommand(int argc, char **argv) {
   if (error.empty())
     error = parseTrainArgs(args, config);
   if (!error.empty()) {
-    std::fprintf(stderr, "%s: error: %s\n", kCommand, error.c_str());
+    // `megac plan` and `megac compile --ranks` run this parser in plan mode.
+    std::fprintf(stderr, "%s: error: %s\n",
+                 args.has("plan-only") ? "megac plan" : kCommand, error.c_str());
     return 2;
   }
   if (config.planOnly)
