@@ -17,7 +17,6 @@ relative.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -25,14 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
 from hf_models_test import ensure_venv  # noqa: E402
 
-
-def timed(argv, env=None):
-    start = time.perf_counter()
-    result = subprocess.run(argv, capture_output=True, text=True, env=env)
-    seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        sys.exit(f"{' '.join(argv)} failed:\n{result.stdout}{result.stderr}")
-    return seconds, result.stdout
+sys.path.insert(0, HERE)
+from gpt2_124m import timed  # noqa: E402  (the same subprocess timing as the GptModel bench)
 
 
 def main():

@@ -1,5 +1,6 @@
 // Shard files of a checkpoint: streaming safetensors writes, box reads by pread (ShardFiles.h).
 #include "runtime/checkpoint/ShardFiles.h"
+#include "runtime/io/Safetensors.h"
 
 #include "runtime/io/Json.h"
 
@@ -21,39 +22,7 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 /// The chunk a file's CRC32 is computed in (bounded memory for any file size).
 constexpr size_t kCrcChunk = 4 << 20;
 
-const DType kDtypes[] = {DType::f64, DType::f32, DType::bf16, DType::f16,
-                         DType::i64, DType::i32, DType::i1};
-
 } // namespace
-
-const char *safetensorsDtype(DType dtype) {
-  switch (dtype) {
-  case DType::f64:
-    return "F64";
-  case DType::f32:
-    return "F32";
-  case DType::bf16:
-    return "BF16";
-  case DType::f16:
-    return "F16";
-  case DType::i64:
-    return "I64";
-  case DType::i32:
-    return "I32";
-  case DType::i1:
-    return "BOOL";
-  }
-  return "";
-}
-
-bool dtypeFromSafetensors(std::string_view name, DType &out) {
-  for (DType d : kDtypes)
-    if (name == safetensorsDtype(d)) {
-      out = d;
-      return true;
-    }
-  return false;
-}
 
 namespace {
 

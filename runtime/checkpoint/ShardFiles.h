@@ -70,10 +70,6 @@ private:
   std::map<std::string, OpenFile> files_;
 };
 
-/// A dtype's safetensors name ("F32", "BF16", ...), and back (false when unknown).
-const char *safetensorsDtype(DType dtype);
-bool dtypeFromSafetensors(std::string_view name, DType &out);
-
 /// The tensors of a safetensors file, from its header alone: name -> dtype and shape. Used to
 /// index a format version 1 checkpoint.
 StatusOr<std::map<std::string, std::pair<DType, std::vector<int64_t>>>>

@@ -13,36 +13,6 @@ namespace {
 /// The reference implementation's cap; a larger header is a corrupt length field.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
-const char *safetensorsDtype(DType dtype) {
-  switch (dtype) {
-  case DType::f64:
-    return "F64";
-  case DType::f32:
-    return "F32";
-  case DType::bf16:
-    return "BF16";
-  case DType::f16:
-    return "F16";
-  case DType::i64:
-    return "I64";
-  case DType::i32:
-    return "I32";
-  case DType::i1:
-    return "BOOL";
-  }
-  return "";
-}
-
-bool dtypeFromSafetensors(const std::string &name, DType &out) {
-  for (DType d :
-       {DType::f64, DType::f32, DType::bf16, DType::f16, DType::i64, DType::i32, DType::i1})
-    if (name == safetensorsDtype(d)) {
-      out = d;
-      return true;
-    }
-  return false;
-}
-
 /// A non-negative integer that fits int64, or false.
 bool nonNegativeInt(const json::Value &v, int64_t &out) {
   if (v.kind != json::Value::Kind::number || !v.isInteger || v.integer < 0)
@@ -136,6 +106,36 @@ StatusOr<SafetensorsFile> parseFile(const std::vector<uint8_t> &bytes) {
 }
 
 } // namespace
+
+const char *safetensorsDtype(DType dtype) {
+  switch (dtype) {
+  case DType::f64:
+    return "F64";
+  case DType::f32:
+    return "F32";
+  case DType::bf16:
+    return "BF16";
+  case DType::f16:
+    return "F16";
+  case DType::i64:
+    return "I64";
+  case DType::i32:
+    return "I32";
+  case DType::i1:
+    return "BOOL";
+  }
+  return "";
+}
+
+bool dtypeFromSafetensors(std::string_view name, DType &out) {
+  for (DType d :
+       {DType::f64, DType::f32, DType::bf16, DType::f16, DType::i64, DType::i32, DType::i1})
+    if (name == safetensorsDtype(d)) {
+      out = d;
+      return true;
+    }
+  return false;
+}
 
 StatusOr<SafetensorsFile> readSafetensorsFile(const std::string &path) {
   ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "safetensors file"));

@@ -8,8 +8,13 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace megac::runtime {
+
+/// A dtype's safetensors name ("F32", "BF16", ...), and back (false when unknown).
+const char *safetensorsDtype(DType dtype);
+bool dtypeFromSafetensors(std::string_view name, DType &out);
 
 StatusOr<TensorMap> readSafetensors(const std::string &path);
 
