@@ -1,0 +1,298 @@
+// The plan validator's checks of one instruction: its signature (input, output and buffer
+// counts, attrs table), what it may write, and its attributes, collectives' and Send/Recv's
+// groups and shapes included.
+#include "runtime/plan/PlanValidator.h"
+
+#include "runtime/io/HostTensor.h"
+#include "runtime/plan/OpSignatures.h"
+#include "runtime/plan/PlanLoader.h"
+#include "runtime/plan/PlanRules.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace megac::runtime {
+
+namespace fb = megac::plan;
+
+Status PlanValidator::instError(size_t i, const std::string &what) const {
+  return planError(describeInstruction(*prog_, progIndex_, fnIndex_, i) + ": " + what);
+}
+
+Status PlanValidator::instruction(const fb::Instruction &inst, size_t i) {
+  OpSignature sig = signatureOf(inst.op());
+  if (sig.minInputs < 0)
+    return instError(i, "unknown opcode " + std::to_string(static_cast<int>(inst.op())));
+  int inputs = static_cast<int>(sizeOf(inst.inputs()));
+  if (inputs < sig.minInputs || (sig.maxInputs >= 0 && inputs > sig.maxInputs))
+    return instError(
+        i, "has " + std::to_string(inputs) + " inputs, expected " + std::to_string(sig.minInputs) +
+               (sig.maxInputs == sig.minInputs
+                    ? std::string()
+                    : (sig.maxInputs < 0 ? " or more" : " to " + std::to_string(sig.maxInputs))));
+  int outputs = static_cast<int>(sizeOf(inst.outputs()));
+  int expectedOutputs = fb::outputCount(inst.op(), inputs);
+  if (outputs != expectedOutputs)
+    return instError(i, "has " + std::to_string(outputs) + " outputs, expected " +
+                            std::to_string(expectedOutputs));
+  for (int k = 0; k < inputs; ++k) {
+    uint32_t b = inst.inputs()->Get(k);
+    if (b >= numBuffers_)
+      return instError(i, "input " + std::to_string(k) + " is buffer " + std::to_string(b) +
+                              ", but the program has " + std::to_string(numBuffers_) + " buffers");
+  }
+  for (int k = 0; k < outputs; ++k) {
+    uint32_t out = inst.outputs()->Get(k);
+    if (out >= numBuffers_)
+      return instError(i, "output " + std::to_string(k) + " is buffer " + std::to_string(out) +
+                              ", but the program has " + std::to_string(numBuffers_) + " buffers");
+  }
+  RETURN_IF_ERROR(writes(inst, i));
+  bool optionalAttrs = inst.op() == fb::Opcode::Embedding || inst.op() == fb::Opcode::EmbeddingGrad;
+  if (optionalAttrs && inst.attrs_type() == fb::Attrs::NONE)
+    return Status::ok();
+  if (isVersion3(inst.op()) && plan_.format_version() < 3)
+    return instError(i,
+                     std::string(fb::EnumNameOpcode(inst.op())) + " needs plan format version 3");
+  if (inst.attrs_type() != sig.attrs)
+    return instError(i, "has " + attrsName(inst.attrs_type()) + ", but " +
+                            fb::EnumNameOpcode(inst.op()) + " takes " + attrsName(sig.attrs));
+  if (sig.attrs != fb::Attrs::NONE && !inst.attrs())
+    return instError(i, "its " + attrsName(sig.attrs) + " table is missing");
+  return attrs(inst, i);
+}
+
+Status PlanValidator::writes(const fb::Instruction &inst, size_t i) {
+  bool inPlace = fb::writesInPlace(inst.op());
+  const std::string why =
+      std::string(": only the elementwise opcodes, AdamW, ClipByNorm and AllReduce ") +
+      "write in place, not " + fb::EnumNameOpcode(inst.op());
+  for (size_t k = 0; k < sizeOf(inst.outputs()); ++k) {
+    uint32_t out = inst.outputs()->Get(flatbuffers::uoffset_t(k));
+    std::string which = "output " + std::to_string(k) + " (" + bufferName(out) + ")";
+    if (kind_[out] == Kind::constant)
+      return instError(i, which + " is a constant; constants are never written");
+    if (kind_[out] != Kind::temporary && !inPlace)
+      return instError(i, which + " is a " + kindName(kind_[out]) + why);
+    if (auto p = persistentOverlap(out); p && *p != out)
+      return instError(i, which + " shares bytes with the " + kindName(kind_[*p]) + " in " +
+                              bufferName(*p));
+    for (size_t j = 0; j < sizeOf(inst.inputs()); ++j)
+      if (inst.inputs()->Get(flatbuffers::uoffset_t(j)) == out && !inPlace)
+        return instError(i, which + " is also input " + std::to_string(j) + why);
+    for (size_t j = 0; j < k; ++j)
+      if (overlap(out, inst.outputs()->Get(flatbuffers::uoffset_t(j))))
+        return instError(i, which + " shares bytes with output " + std::to_string(j));
+  }
+  return Status::ok();
+}
+
+bool PlanValidator::isVersion3(fb::Opcode op) {
+  return op >= fb::Opcode::AllReduce && op <= fb::Opcode::Recv;
+}
+
+Status PlanValidator::attrs(const fb::Instruction &inst, size_t i) {
+  if (sizeOf(inst.inputs()) == 0) // Recv
+    return p2pAttrs(inst, i);
+  size_t inRank = rankOf(inst.inputs()->Get(0));
+  auto axisCheck = [&](int64_t axis, size_t rank, const char *of) -> Status {
+    if (axis < 0 || axis >= static_cast<int64_t>(rank))
+      return instError(i, "axis " + std::to_string(axis) + " is out of range for " + of +
+                              " of rank " + std::to_string(rank));
+    return Status::ok();
+  };
+  switch (inst.attrs_type()) {
+  case fb::Attrs::CompareAttrs:
+    if (fb::EnumNameComparePredicate(inst.attrs_as_CompareAttrs()->predicate())[0] == 0)
+      return instError(i, "unknown compare predicate");
+    return Status::ok();
+  case fb::Attrs::TransposeAttrs:
+    if (sizeOf(inst.attrs_as_TransposeAttrs()->perm()) != inRank)
+      return instError(i, "perm has " +
+                              std::to_string(sizeOf(inst.attrs_as_TransposeAttrs()->perm())) +
+                              " entries for an input of rank " + std::to_string(inRank));
+    return Status::ok();
+  case fb::Attrs::SliceAttrs: {
+    const fb::SliceAttrs *a = inst.attrs_as_SliceAttrs();
+    if (sizeOf(a->starts()) != inRank || sizeOf(a->strides()) != inRank)
+      return instError(i,
+                       "starts and strides must have the input's rank " + std::to_string(inRank));
+    return Status::ok();
+  }
+  case fb::Attrs::AxisAttrs: {
+    int64_t axis = inst.attrs_as_AxisAttrs()->axis();
+    if (inst.op() == fb::Opcode::Concat)
+      return axisCheck(axis, rankOf(inst.outputs()->Get(0)), "the output");
+    return axisCheck(axis, inRank, "the input");
+  }
+  case fb::Attrs::ReduceAttrs: {
+    const fb::ReduceAttrs *a = inst.attrs_as_ReduceAttrs();
+    if (!a->axes())
+      return instError(i, "ReduceAttrs has no axes");
+    if (fb::EnumNameReduceKind(a->kind())[0] == 0)
+      return instError(i, "unknown reduce kind " + std::to_string(int(a->kind())));
+    for (int64_t axis : *a->axes())
+      RETURN_IF_ERROR(axisCheck(axis, inRank, "the input"));
+    return Status::ok();
+  }
+  case fb::Attrs::NormAttrs: {
+    double eps = inst.attrs_as_NormAttrs()->epsilon();
+    if (!std::isfinite(eps) || eps < 0)
+      return instError(i, "epsilon " + std::to_string(eps) + " must be finite and >= 0");
+    return Status::ok();
+  }
+  case fb::Attrs::AttentionAttrs:
+    if (!std::isfinite(inst.attrs_as_AttentionAttrs()->scale()))
+      return instError(i, "scale is not finite");
+    return Status::ok();
+  case fb::Attrs::DropoutAttrs:
+  case fb::Attrs::PadAttrs:
+  case fb::Attrs::AdamWAttrs:
+  case fb::Attrs::ClipAttrs:
+    return trainingAttrs(inst, i, inRank);
+  case fb::Attrs::CrossEntropyAttrs:
+    return meshAxes(inst.attrs_as_CrossEntropyAttrs()->vocab_axes(), "vocab_axes", false,
+                    [&](const std::string &m) { return instError(i, m); });
+  case fb::Attrs::EmbeddingAttrs:
+    return meshAxes(inst.attrs_as_EmbeddingAttrs()->vocab_axes(), "vocab_axes", false,
+                    [&](const std::string &m) { return instError(i, m); });
+  case fb::Attrs::CollectiveAttrs:
+    return collectiveAttrs(inst, i);
+  case fb::Attrs::P2PAttrs:
+    return p2pAttrs(inst, i);
+  default:
+    return Status::ok();
+  }
+}
+
+Status PlanValidator::collectiveAttrs(const fb::Instruction &inst, size_t i) {
+  const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
+  auto error = [&](const std::string &m) { return instError(i, m); };
+  RETURN_IF_ERROR(meshAxes(a->axes(), "axes", true, error));
+  const fb::Buffer &in = buffer(inst.inputs()->Get(0)), &out = buffer(inst.outputs()->Get(0));
+  if (in.dtype() != out.dtype())
+    return error(std::string("the output is ") + fb::EnumNameDType(out.dtype()) + ", the input " +
+                 fb::EnumNameDType(in.dtype()));
+  size_t rank = sizeOf(in.shape());
+  if (sizeOf(out.shape()) != rank)
+    return error("the output's rank " + std::to_string(sizeOf(out.shape())) +
+                 " differs from the input's " + std::to_string(rank));
+  std::vector<int64_t> want(in.shape()->begin(), in.shape()->end());
+  int64_t g = groupSize(a->axes());
+  fb::Opcode op = inst.op();
+  if (op == fb::Opcode::AllReduce || op == fb::Opcode::ReduceScatter) {
+    if (a->kind() != fb::ReduceKind::sum && a->kind() != fb::ReduceKind::max)
+      return error(std::string("reduce kind ") + fb::EnumNameReduceKind(a->kind()) +
+                   " is not supported by collectives (sum or max)");
+    bool isFloat = in.dtype() <= fb::DType::f16;
+    if (!isFloat && in.dtype() != fb::DType::i64 && in.dtype() != fb::DType::i32)
+      return error(std::string("cannot reduce ") + fb::EnumNameDType(in.dtype()) + " values");
+  }
+  if (op != fb::Opcode::AllReduce) {
+    if (a->dim() < 0 || a->dim() >= int64_t(rank))
+      return error("dim " + std::to_string(a->dim()) + " is out of range for the input of rank " +
+                   std::to_string(rank));
+    int64_t &d = want[size_t(a->dim())];
+    if (op == fb::Opcode::AllGather) {
+      d *= g;
+    } else {
+      if (d % g != 0)
+        return error("dim " + std::to_string(a->dim()) + " of size " + std::to_string(d) +
+                     " does not divide over the group's " + std::to_string(g) + " ranks");
+      d /= g;
+    }
+    if (op == fb::Opcode::AllToAll) {
+      if (a->concat_dim() < 0 || a->concat_dim() >= int64_t(rank))
+        return error("concat_dim " + std::to_string(a->concat_dim()) +
+                     " is out of range for the input of rank " + std::to_string(rank));
+      want[size_t(a->concat_dim())] *= g;
+    }
+  }
+  if (!std::equal(want.begin(), want.end(), out.shape()->begin()))
+    return error("the output's shape " + shapeString({out.shape()->data(), rank}) + " should be " +
+                 shapeString(want) + " for a group of " + std::to_string(g) + " ranks");
+  return Status::ok();
+}
+
+Status PlanValidator::p2pAttrs(const fb::Instruction &inst, size_t i) {
+  const fb::P2PAttrs *a = inst.attrs_as_P2PAttrs();
+  if (a->axis() >= meshRank())
+    return instError(i, "axis " + std::to_string(a->axis()) + " is not a mesh axis (the mesh has " +
+                            std::to_string(meshRank()) + ")");
+  if (a->shift() == 0)
+    return instError(i, "shift is 0 (a rank does not send to itself)");
+  if (a->tag() < 0 || a->tag() > INT32_MAX)
+    return instError(i, "tag " + std::to_string(a->tag()) + " is outside [0, 2^31)");
+  for (size_t r = 0; r < sizeOf(plan_.ranks()); ++r) {
+    const fb::RankEntry *entry = plan_.ranks()->Get(flatbuffers::uoffset_t(r));
+    if (entry->role() != progIndex_)
+      continue;
+    int64_t c = entry->coords()->Get(a->axis()) + a->shift();
+    if (c < 0 || c >= axisSize(a->axis()))
+      return instError(i, "rank " + std::to_string(r) + "'s peer is outside the mesh (coordinate " +
+                              std::to_string(c) + " on axis " + std::to_string(a->axis()) +
+                              " of size " + std::to_string(axisSize(a->axis())) + ")");
+  }
+  return Status::ok();
+}
+
+Status PlanValidator::trainingAttrs(const fb::Instruction &inst, size_t i, size_t inRank) {
+  switch (inst.attrs_type()) {
+  case fb::Attrs::DropoutAttrs: {
+    const fb::DropoutAttrs *a = inst.attrs_as_DropoutAttrs();
+    double ratio = a->ratio();
+    if (!(ratio >= 0 && ratio <= 1))
+      return instError(i, "dropout ratio " + std::to_string(ratio) + " is outside [0, 1]");
+    if (bool(a->global_shape()) != bool(a->shard_offset()))
+      return instError(i, "DropoutAttrs has global_shape without shard_offset or the reverse");
+    if (a->global_shape() &&
+        (sizeOf(a->global_shape()) != inRank || sizeOf(a->shard_offset()) != inRank))
+      return instError(i, "global_shape and shard_offset must have the input's rank " +
+                              std::to_string(inRank));
+    if (sizeOf(a->shard_dims()) && !a->global_shape())
+      return instError(i, "DropoutAttrs has shard_dims without global_shape");
+    for (size_t k = 0; k < sizeOf(a->shard_dims()); ++k) {
+      const fb::DimSharding *ds = a->shard_dims()->Get(flatbuffers::uoffset_t(k));
+      if (ds->dim() >= inRank)
+        return instError(i, "shard_dims " + std::to_string(k) + " names dim " +
+                                std::to_string(ds->dim()) + " of a rank-" + std::to_string(inRank) +
+                                " input");
+      RETURN_IF_ERROR(meshAxes(ds->axes(), "shard_dims " + std::to_string(k) + " axes", true,
+                               [&](const std::string &m) { return instError(i, m); }));
+    }
+    return Status::ok();
+  }
+  case fb::Attrs::PadAttrs: {
+    const fb::PadAttrs *a = inst.attrs_as_PadAttrs();
+    if (sizeOf(a->low()) != inRank || sizeOf(a->high()) != inRank ||
+        sizeOf(a->interior()) != inRank)
+      return instError(i, "low, high and interior must have the input's rank " +
+                              std::to_string(inRank));
+    for (const auto *amounts : {a->low(), a->high(), a->interior()})
+      for (int64_t amount : *amounts)
+        if (amount < 0)
+          return instError(i, "pad amount " + std::to_string(amount) + " is negative");
+    return Status::ok();
+  }
+  case fb::Attrs::AdamWAttrs: {
+    const fb::AdamWAttrs *a = inst.attrs_as_AdamWAttrs();
+    if (!(a->beta1() >= 0 && a->beta1() < 1) || !(a->beta2() >= 0 && a->beta2() < 1))
+      return instError(i, "betas (" + std::to_string(a->beta1()) + ", " +
+                              std::to_string(a->beta2()) + ") must be in [0, 1)");
+    if (!(a->eps() >= 0) || !std::isfinite(a->eps()) || !std::isfinite(a->weight_decay()))
+      return instError(i, "eps " + std::to_string(a->eps()) + " and weight_decay " +
+                              std::to_string(a->weight_decay()) + " must be finite (eps >= 0)");
+    return Status::ok();
+  }
+  case fb::Attrs::ClipAttrs: {
+    double maxNorm = inst.attrs_as_ClipAttrs()->max_norm();
+    if (!(maxNorm > 0) || !std::isfinite(maxNorm))
+      return instError(i, "max_norm " + std::to_string(maxNorm) + " must be finite and > 0");
+    return Status::ok();
+  }
+  default:
+    return Status::ok();
+  }
+}
+
+} // namespace megac::runtime
