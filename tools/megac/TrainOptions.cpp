@@ -94,7 +94,11 @@ std::string parseLayout(const Args &args, TrainConfig &c) {
   }
   if (zero > 1)
     return "--zero: '" + *args.get("zero") + "' is not 0 or 1";
-  if (std::string e = parseBackendOption(args, c.backend, c.allowTf32); !e.empty())
+  // Plan mode (`megac plan`, `megac compile --ranks`) runs nothing: no device query for the
+  // default backend.
+  if (args.has("plan-only") && !args.get("backend"))
+    c.backend = runtime::Backend::cpu;
+  else if (std::string e = parseBackendOption(args, c.backend, c.allowTf32); !e.empty())
     return e;
   layout.zero = int(zero);
   layout.sequenceParallel = args.has("sequence-parallel");
