@@ -2,6 +2,7 @@
 // GeluGrad, SoftmaxGrad, CrossEntropyGrad and EmbeddingGrad.
 #include "runtime/cpu/AttentionUtil.h"
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/ShapeChecks.h"
 
 #include <cmath>
 #include <limits>
@@ -321,14 +322,8 @@ Status crossEntropyGrad(const TensorRef &dloss, const TensorRef &logits, const T
 
 Status embeddingGrad(const TensorRef &dy, const TensorRef &ids, const TensorRef &dtable) {
   const char *name = "EmbeddingGrad";
-  RETURN_IF_ERROR(expectIndexDtype(name, "ids", ids));
-  RETURN_IF_ERROR(expectDtype(name, "dtable", dtable, dy.dtype));
-  if (dtable.shape.size() != 2)
-    return fail(name, "dtable must be [V, h], not " + shapeString(dtable.shape));
+  RETURN_IF_ERROR(checkEmbeddingGrad(dy, ids, dtable));
   int64_t vocab = dtable.shape[0], hidden = dtable.shape[1];
-  std::vector<int64_t> expected(ids.shape.begin(), ids.shape.end());
-  expected.push_back(hidden);
-  RETURN_IF_ERROR(expectShape(name, "dy", dy, expected));
   int64_t count = ids.numElements();
   for (int64_t j = 0; j < count; ++j) {
     int64_t id = loadIndex(ids, j);

@@ -137,16 +137,6 @@ inline std::vector<int64_t> stridesOf(std::span<const int64_t> shape) {
   return strides;
 }
 
-/// Where a Slice reads: the element offset of out[0...] in x and x's stride per out dim.
-struct SliceSource {
-  int64_t base = 0;
-  std::vector<int64_t> strides;
-};
-/// Slice's checks (dtype, ranks, no zero stride, every read inside x) and its source
-/// geometry, shared by the CPU and CUDA kernels; errors start with "Slice: ".
-StatusOr<SliceSource> sliceSource(const TensorRef &x, std::span<const int64_t> starts,
-                                  std::span<const int64_t> strides, const TensorRef &out);
-
 /// numpy broadcast of two shapes, or false.
 inline bool broadcastShapes(std::span<const int64_t> a, std::span<const int64_t> b,
                             std::vector<int64_t> &out) {

@@ -2,7 +2,7 @@
 // LayerNorm, RmsNorm, Rope and Attention.
 #include "runtime/cpu/AttentionUtil.h"
 #include "runtime/cpu/KernelUtil.h"
-
+#include "runtime/cpu/ShapeChecks.h"
 
 #include <climits>
 #include <cmath>
@@ -44,38 +44,19 @@ Status expectSameFloat(const char *op, const TensorRef &ref, const TensorRef &t,
 
 Status matmul(const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out) {
   const char *name = "MatMul";
-  RETURN_IF_ERROR(expectSameFloat(name, lhs, rhs, "rhs"));
-  RETURN_IF_ERROR(expectSameFloat(name, lhs, out, "output"));
-  if (lhs.shape.size() < 2 || rhs.shape.size() < 2)
-    return fail(name, "operands must have rank >= 2, got " + shapeString(lhs.shape) + " and " +
-                          shapeString(rhs.shape));
-  size_t lr = lhs.shape.size(), rr = rhs.shape.size();
-  int64_t m = lhs.shape[lr - 2], k = lhs.shape[lr - 1], n = rhs.shape[rr - 1];
-  if (rhs.shape[rr - 2] != k)
-    return fail(name, "contraction dims differ: lhs " + shapeString(lhs.shape) + ", rhs " +
-                          shapeString(rhs.shape));
-  std::span<const int64_t> lb = lhs.shape.first(lr - 2), rb = rhs.shape.first(rr - 2);
-  std::vector<int64_t> batch;
-  if (!broadcastShapes(lb, rb, batch))
-    return fail(name, "batch dims of " + shapeString(lhs.shape) + " and " + shapeString(rhs.shape) +
-                          " do not broadcast");
-  std::vector<int64_t> expected = batch;
-  expected.push_back(m);
-  expected.push_back(n);
-  RETURN_IF_ERROR(expectShape(name, "output", out, expected));
-  int64_t batches = product(batch);
+  ASSIGN_OR_RETURN(MatMulGeometry g, checkMatMul(lhs, rhs, out));
+  int64_t m = g.m, n = g.n, k = g.k, batches = g.batches;
+  const std::vector<int64_t> &batch = g.batch, &ls = g.lhsStrides, &rs = g.rhsStrides;
   return dispatchFloat(name, lhs.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     const T *a = lhs.as<const T>(), *b = rhs.as<const T>();
     T *c = out.as<T>();
-    if (product(rb) == 1 && sameShape(lb, batch)) { // one rhs: fold the batch into m
+    if (g.foldBatch) { // one rhs: fold the batch into m
       RETURN_IF_ERROR(checkBlasDims(name, batches * m, n, k));
       gemm<T>(false, batches * m, n, k, a, b, T(0), c);
       return Status::ok();
     }
     RETURN_IF_ERROR(checkBlasDims(name, m, n, k));
-    std::vector<int64_t> ls = broadcastStrides(lb, batch, m * k);
-    std::vector<int64_t> rs = broadcastStrides(rb, batch, k * n);
     std::vector<int64_t> index(batch.size(), 0);
     int64_t la = 0, rbOff = 0;
     for (int64_t i = 0; i < batches; ++i) {
@@ -97,20 +78,8 @@ Status matmul(const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out) 
 Status linear(const TensorRef &x, const TensorRef &weight, const TensorRef *bias,
               const TensorRef &out) {
   const char *name = "Linear";
-  RETURN_IF_ERROR(expectSameFloat(name, x, weight, "weight"));
-  RETURN_IF_ERROR(expectSameFloat(name, x, out, "output"));
-  if (x.shape.empty() || weight.shape.size() != 2 || weight.shape[1] != x.shape.back())
-    return fail(name, "weight must be [out, in] with in = the input's last dim; got input " +
-                          shapeString(x.shape) + ", weight " + shapeString(weight.shape));
-  int64_t inF = weight.shape[1], outF = weight.shape[0];
-  int64_t rows = product(x.shape.first(x.shape.size() - 1));
-  std::vector<int64_t> expected(x.shape.begin(), x.shape.end() - 1);
-  expected.push_back(outF);
-  RETURN_IF_ERROR(expectShape(name, "output", out, expected));
-  if (bias) {
-    RETURN_IF_ERROR(expectSameFloat(name, x, *bias, "bias"));
-    RETURN_IF_ERROR(expectShape(name, "bias", *bias, std::vector<int64_t>{outF}));
-  }
+  ASSIGN_OR_RETURN(LinearGeometry g, checkLinear(x, weight, bias, out));
+  int64_t rows = g.rows, inF = g.inF, outF = g.outF;
   RETURN_IF_ERROR(checkBlasDims(name, rows, outF, inF));
   return dispatchFloat(name, x.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -1,8 +1,9 @@
 // CUDA data-movement kernels: Copy, Transpose, Slice, Concat, Broadcast, Gather, Embedding (and
 // its vocab shard), EmbeddingGrad (and its shard) and Pad. They move elements by size (any
-// dtype) except the gradients, which sum. Host checks and messages follow
-// runtime/cpu/DataMovement.cpp and Grad.cpp.
+// dtype) except the gradients, which sum. The host-side checks and geometry are the CPU
+// kernels' own (runtime/cpu/ShapeChecks.h), so both backends reject the same arguments alike.
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/ShapeChecks.h"
 #include "runtime/cuda/kernels/KernelCommon.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -14,10 +15,7 @@ namespace megac::runtime::cuda {
 namespace {
 
 using cpu::detail::expectDtype;
-using cpu::detail::expectIndexDtype;
-using cpu::detail::expectShape;
 using cpu::detail::fail;
-using cpu::detail::stridesOf;
 using detail::Dims;
 
 constexpr int kThreads = 256;
@@ -167,17 +165,6 @@ __global__ void embeddingKernel(const T *table, const I *ids, int64_t count, int
   }
 }
 
-Status checkEmbedding(const char *name, const TensorRef &table, const TensorRef &ids,
-                      const TensorRef &out) {
-  RETURN_IF_ERROR(expectDtype(name, "output", out, table.dtype));
-  RETURN_IF_ERROR(expectIndexDtype(name, "ids", ids));
-  if (table.shape.size() != 2)
-    return fail(name, "table must be [V, h], not " + shapeString(table.shape));
-  std::vector<int64_t> expected(ids.shape.begin(), ids.shape.end());
-  expected.push_back(table.shape[1]);
-  return expectShape(name, "output", out, expected);
-}
-
 Status launchEmbedding(const Context &ctx, const char *name, const TensorRef &table,
                        const TensorRef &ids, int64_t start, bool raiseErrors,
                        const TensorRef &out) {
@@ -254,14 +241,8 @@ int bitsFor(int64_t value) { // bits to hold 0..value
 Status embeddingGradWith(const Context &ctx, const char *name, const TensorRef &dy,
                          const TensorRef &ids, int64_t start, bool raiseErrors,
                          const TensorRef &dtable) {
-  RETURN_IF_ERROR(expectIndexDtype(name, "ids", ids));
-  RETURN_IF_ERROR(expectDtype(name, "dtable", dtable, dy.dtype));
-  if (dtable.shape.size() != 2)
-    return fail(name, "dtable must be [V, h], not " + shapeString(dtable.shape));
+  RETURN_IF_ERROR(cpu::detail::checkEmbeddingGrad(dy, ids, dtable));
   int64_t vocab = dtable.shape[0], hidden = dtable.shape[1];
-  std::vector<int64_t> expected(ids.shape.begin(), ids.shape.end());
-  expected.push_back(hidden);
-  RETURN_IF_ERROR(expectShape(name, "dy", dy, expected));
   if (!detail::isFloat(dy.dtype))
     return detail::unsupportedDtype(name, dy.dtype);
   if (dtable.byteSize() &&
@@ -332,23 +313,8 @@ Status copy(const Context &ctx, const TensorRef &x, const TensorRef &out) {
 
 Status transpose(const Context &ctx, const TensorRef &x, std::span<const int64_t> perm,
                  const TensorRef &out) {
-  RETURN_IF_ERROR(expectDtype("Transpose", "output", out, x.dtype));
+  ASSIGN_OR_RETURN(std::vector<int64_t> srcStrides, cpu::detail::checkTranspose(x, perm, out));
   size_t rank = x.shape.size();
-  if (perm.size() != rank)
-    return fail("Transpose", "perm has " + std::to_string(perm.size()) +
-                                 " entries for an input of rank " + std::to_string(rank));
-  std::vector<bool> seen(rank, false);
-  std::vector<int64_t> expected(rank), srcStrides(rank);
-  std::vector<int64_t> xStrides = stridesOf(x.shape);
-  for (size_t i = 0; i < rank; ++i) {
-    if (perm[i] < 0 || perm[i] >= static_cast<int64_t>(rank) || seen[perm[i]])
-      return fail("Transpose", "perm " + shapeString(perm) + " is not a permutation of 0.." +
-                                   std::to_string(rank - 1));
-    seen[perm[i]] = true;
-    expected[i] = x.shape[perm[i]];
-    srcStrides[i] = xStrides[perm[i]];
-  }
-  RETURN_IF_ERROR(expectShape("Transpose", "output", out, expected));
   // The common case, the last two dims swapped and the rest in place: a tiled kernel.
   bool lastTwo = rank >= 2 && perm[rank - 1] == static_cast<int64_t>(rank - 2) &&
                  perm[rank - 2] == static_cast<int64_t>(rank - 1);
@@ -384,35 +350,13 @@ Status slice(const Context &ctx, const TensorRef &x, std::span<const int64_t> st
 
 Status concat(const Context &ctx, std::span<const TensorRef> inputs, int64_t axis,
               const TensorRef &out) {
-  if (inputs.empty())
-    return fail("Concat", "no inputs");
-  size_t rank = out.shape.size();
-  if (axis < 0 || axis >= static_cast<int64_t>(rank))
-    return fail("Concat", "axis " + std::to_string(axis) + " is out of range for rank " +
-                              std::to_string(rank));
-  int64_t total = 0;
+  ASSIGN_OR_RETURN(cpu::detail::ConcatGeometry geometry,
+                   cpu::detail::checkConcat(inputs, axis, out));
+  int64_t outer = geometry.outer, outInner = geometry.outInner;
+  int64_t prefix = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorRef &in = inputs[i];
-    std::string which = "input " + std::to_string(i);
-    RETURN_IF_ERROR(expectDtype("Concat", which.c_str(), in, out.dtype));
-    bool ok = in.shape.size() == rank;
-    for (size_t d = 0; ok && d < rank; ++d)
-      ok = static_cast<int64_t>(d) == axis || in.shape[d] == out.shape[d];
-    if (!ok)
-      return fail("Concat", which + " has shape " + shapeString(in.shape) +
-                                ", which does not match output " + shapeString(out.shape) +
-                                " outside axis " + std::to_string(axis));
-    total += in.shape[axis];
-  }
-  if (total != out.shape[axis])
-    return fail("Concat", "inputs add up to " + std::to_string(total) + " along axis " +
-                              std::to_string(axis) + " but the output has " +
-                              std::to_string(out.shape[axis]));
-  int64_t outer = detail::elementsOf(out.shape.subspan(0, axis));
-  int64_t outInner = detail::elementsOf(out.shape.subspan(axis));
-  int64_t prefix = 0;
-  for (const TensorRef &in : inputs) {
-    int64_t inner = detail::elementsOf(in.shape.subspan(axis));
+    int64_t inner = geometry.inner[i];
     int64_t n = outer * inner;
     if (n > 0)
       bySize(out.dtype, [&](auto tag) {
@@ -427,38 +371,15 @@ Status concat(const Context &ctx, std::span<const TensorRef> inputs, int64_t axi
 }
 
 Status broadcast(const Context &ctx, const TensorRef &x, const TensorRef &out) {
-  RETURN_IF_ERROR(expectDtype("Broadcast", "output", out, x.dtype));
-  size_t rank = out.shape.size(), xRank = x.shape.size();
-  if (xRank > rank)
-    return fail("Broadcast", "cannot broadcast " + shapeString(x.shape) + " to lower rank " +
-                                 shapeString(out.shape));
-  std::vector<int64_t> xStrides = stridesOf(x.shape), srcStrides(rank, 0);
-  for (size_t i = 0; i < xRank; ++i) {
-    size_t d = rank - xRank + i;
-    if (x.shape[i] == out.shape[d])
-      srcStrides[d] = x.shape[i] == 1 ? 0 : xStrides[i];
-    else if (x.shape[i] != 1)
-      return fail("Broadcast",
-                  "cannot broadcast " + shapeString(x.shape) + " to " + shapeString(out.shape));
-  }
+  ASSIGN_OR_RETURN(std::vector<int64_t> srcStrides, cpu::detail::checkBroadcast(x, out));
   return launchGather(ctx, "Broadcast", x.dtype, out.shape, srcStrides, x.data, 0, out.data);
 }
 
 Status gather(const Context &ctx, const TensorRef &data, const TensorRef &indices, int64_t axis,
               const TensorRef &out) {
-  RETURN_IF_ERROR(expectDtype("Gather", "output", out, data.dtype));
-  RETURN_IF_ERROR(expectIndexDtype("Gather", "indices", indices));
-  int64_t rank = static_cast<int64_t>(data.shape.size());
-  if (axis < 0 || axis >= rank)
-    return fail("Gather", "axis " + std::to_string(axis) + " is out of range for data of rank " +
-                              std::to_string(rank));
-  std::vector<int64_t> expected(data.shape.begin(), data.shape.begin() + axis);
-  expected.insert(expected.end(), indices.shape.begin(), indices.shape.end());
-  expected.insert(expected.end(), data.shape.begin() + axis + 1, data.shape.end());
-  RETURN_IF_ERROR(expectShape("Gather", "output", out, expected));
-  int64_t dim = data.shape[axis], count = indices.numElements();
-  int64_t outer = detail::elementsOf(data.shape.subspan(0, axis));
-  int64_t inner = detail::elementsOf(data.shape.subspan(axis + 1));
+  ASSIGN_OR_RETURN(cpu::detail::GatherGeometry g,
+                   cpu::detail::checkGather(data, indices, axis, out));
+  int64_t outer = g.outer, dim = g.dim, count = g.count, inner = g.inner;
   int64_t n = outer * count * inner;
   if (n == 0)
     return Status::ok();
@@ -478,13 +399,13 @@ Status gather(const Context &ctx, const TensorRef &data, const TensorRef &indice
 
 Status embedding(const Context &ctx, const TensorRef &table, const TensorRef &ids,
                  const TensorRef &out) {
-  RETURN_IF_ERROR(checkEmbedding("Embedding", table, ids, out));
+  RETURN_IF_ERROR(cpu::detail::checkEmbedding(table, ids, out));
   return launchEmbedding(ctx, "Embedding", table, ids, 0, true, out);
 }
 
 Status embeddingShard(const Context &ctx, const TensorRef &table, const TensorRef &ids,
                       int64_t vocabStart, const TensorRef &out) {
-  RETURN_IF_ERROR(checkEmbedding("Embedding", table, ids, out));
+  RETURN_IF_ERROR(cpu::detail::checkEmbedding(table, ids, out));
   if (vocabStart < 0)
     return fail("Embedding", "vocab start " + std::to_string(vocabStart) + " is negative");
   return launchEmbedding(ctx, "Embedding", table, ids, vocabStart, false, out);
@@ -505,41 +426,25 @@ Status embeddingShardGrad(const Context &ctx, const TensorRef &dy, const TensorR
 Status pad(const Context &ctx, const TensorRef &x, std::span<const int64_t> low,
            std::span<const int64_t> high, std::span<const int64_t> interior,
            const TensorRef &out) {
-  RETURN_IF_ERROR(expectDtype("Pad", "output", out, x.dtype));
+  ASSIGN_OR_RETURN(cpu::detail::PadTarget target,
+                   cpu::detail::checkPad(x, low, high, interior, out));
   size_t rank = x.shape.size();
-  if (low.size() != rank || high.size() != rank || interior.size() != rank)
-    return fail("Pad", "low " + shapeString(low) + ", high " + shapeString(high) +
-                           " and interior " + shapeString(interior) +
-                           " must have the input's rank " + std::to_string(rank));
-  std::vector<int64_t> expected(rank), dstStrides = stridesOf(out.shape);
-  for (size_t d = 0; d < rank; ++d) {
-    if (low[d] < 0 || high[d] < 0 || interior[d] < 0)
-      return fail("Pad", "dim " + std::to_string(d) + " has a negative amount (low " +
-                             std::to_string(low[d]) + ", high " + std::to_string(high[d]) +
-                             ", interior " + std::to_string(interior[d]) + ")");
-    int64_t n = x.shape[d];
-    expected[d] = low[d] + high[d] + n + (n > 0 ? (n - 1) * interior[d] : 0);
-  }
-  RETURN_IF_ERROR(expectShape("Pad", "output", out, expected));
   RETURN_IF_ERROR(rankLimit("Pad", rank));
   if (out.byteSize() && cudaMemsetAsync(out.data, 0, out.byteSize(), ctx.stream) != cudaSuccess)
     return launchStatus("Pad");
   int64_t count = x.numElements();
   if (count == 0)
     return Status::ok();
-  // Element (i0, i1, ...) of x lands at (low + i * (interior + 1)) per dim.
   Dims dims;
   dims.rank = static_cast<int>(rank);
-  int64_t base = 0;
   for (size_t d = 0; d < rank; ++d) {
     dims.size[d] = x.shape[d];
-    dims.stride[d] = (interior[d] + 1) * dstStrides[d];
-    base += low[d] * dstStrides[d];
+    dims.stride[d] = target.strides[d];
   }
   bySize(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     scatterStridedKernel<T><<<detail::blocksFor(count, kThreads), kThreads, 0, ctx.stream>>>(
-        x.as<const T>(), out.as<T>(), base, dims, count);
+        x.as<const T>(), out.as<T>(), target.base, dims, count);
   });
   return launchStatus("Pad");
 }

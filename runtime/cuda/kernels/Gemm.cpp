@@ -3,7 +3,9 @@
 // are, with the operands swapped. bf16/f16 compute in f32 (tensor cores), f32 in f32 (TF32 with
 // ctx.allowTf32), f64 in f64. Descriptors, layouts and the heuristic's algorithm are cached per
 // problem in a thread_local map, so a repeated shape does not query the heuristic again.
+// The argument checks are the CPU kernels' (runtime/cpu/ShapeChecks.h).
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/ShapeChecks.h"
 #include "runtime/cuda/Kernels.h"
 
 #include <algorithm>
@@ -18,13 +20,8 @@ namespace megac::runtime::cuda {
 
 namespace {
 
-using cpu::detail::broadcastShapes;
-using cpu::detail::broadcastStrides;
-using cpu::detail::expectDtype;
-using cpu::detail::expectShape;
 using cpu::detail::fail;
 using cpu::detail::product;
-using cpu::detail::sameShape;
 
 bool isFloatType(DType d) {
   return d == DType::f64 || d == DType::f32 || d == DType::bf16 || d == DType::f16;
@@ -33,6 +30,11 @@ bool isFloatType(DType d) {
 Status unsupported(const char *op, DType dtype) {
   return fail(op, std::string("dtype ") + dtypeName(dtype) +
                       " is not supported (f64, f32, bf16, f16)");
+}
+
+/// The dtypes cuBLASLt runs, checked between MatMul's/Linear's dtype and shape checks.
+Status checkGemmDtype(const char *op, DType dtype) {
+  return isFloatType(dtype) ? Status::ok() : unsupported(op, dtype);
 }
 
 cudaDataType_t dataTypeOf(DType d) {
@@ -257,28 +259,10 @@ bool linearStride(std::span<const int64_t> batch, std::span<const int64_t> strid
 Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs,
               const TensorRef &out) {
   const char *op = "MatMul";
-  RETURN_IF_ERROR(expectDtype(op, "rhs", rhs, lhs.dtype));
-  RETURN_IF_ERROR(expectDtype(op, "output", out, lhs.dtype));
-  if (!isFloatType(lhs.dtype))
-    return unsupported(op, lhs.dtype);
-  if (lhs.shape.size() < 2 || rhs.shape.size() < 2)
-    return fail(op, "operands must have rank >= 2, got " + shapeString(lhs.shape) + " and " +
-                        shapeString(rhs.shape));
-  size_t lr = lhs.shape.size(), rr = rhs.shape.size();
-  int64_t m = lhs.shape[lr - 2], k = lhs.shape[lr - 1], n = rhs.shape[rr - 1];
-  if (rhs.shape[rr - 2] != k)
-    return fail(op, "contraction dims differ: lhs " + shapeString(lhs.shape) + ", rhs " +
-                        shapeString(rhs.shape));
-  std::span<const int64_t> lb = lhs.shape.first(lr - 2), rb = rhs.shape.first(rr - 2);
-  std::vector<int64_t> batch;
-  if (!broadcastShapes(lb, rb, batch))
-    return fail(op, "batch dims of " + shapeString(lhs.shape) + " and " + shapeString(rhs.shape) +
-                        " do not broadcast");
-  std::vector<int64_t> expected = batch;
-  expected.push_back(m);
-  expected.push_back(n);
-  RETURN_IF_ERROR(expectShape(op, "output", out, expected));
-  int64_t batches = product(batch);
+  ASSIGN_OR_RETURN(cpu::detail::MatMulGeometry g,
+                   cpu::detail::checkMatMul(lhs, rhs, out, checkGemmDtype));
+  int64_t m = g.m, n = g.n, k = g.k, batches = g.batches;
+  const std::vector<int64_t> &batch = g.batch;
   size_t es = dtypeSize(lhs.dtype);
   if (m == 0 || n == 0 || batches == 0)
     return Status::ok();
@@ -301,15 +285,14 @@ Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs,
   const char *a = static_cast<const char *>(rhs.data);
   const char *b = static_cast<const char *>(lhs.data);
   char *d = static_cast<char *>(out.data);
-  if (product(rb) == 1 && sameShape(lb, batch)) { // one rhs: fold lhs's batch into m
+  if (g.foldBatch) { // one rhs: fold lhs's batch into m
     key.cols = static_cast<uint64_t>(batches * m);
     key.alignA = alignmentOf(a, {});
     key.alignB = alignmentOf(b, {});
     key.alignD = alignmentOf(d, {});
     return runGemm(op, ctx, key, a, b, d, nullptr);
   }
-  std::vector<int64_t> ls = broadcastStrides(lb, batch, m * k);
-  std::vector<int64_t> rs = broadcastStrides(rb, batch, k * n);
+  const std::vector<int64_t> &ls = g.lhsStrides, &rs = g.rhsStrides;
   // Split the batch dims into an outer part looped on the host and the longest inner suffix
   // that one stride per operand describes (a strided-batched GEMM).
   size_t split = 0;
@@ -357,22 +340,9 @@ Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs,
 Status linear(const Context &ctx, const TensorRef &x, const TensorRef &weight,
               const TensorRef *bias, const TensorRef &out) {
   const char *op = "Linear";
-  RETURN_IF_ERROR(expectDtype(op, "weight", weight, x.dtype));
-  RETURN_IF_ERROR(expectDtype(op, "output", out, x.dtype));
-  if (!isFloatType(x.dtype))
-    return unsupported(op, x.dtype);
-  if (x.shape.empty() || weight.shape.size() != 2 || weight.shape[1] != x.shape.back())
-    return fail(op, "weight must be [out, in] with in = the input's last dim; got input " +
-                        shapeString(x.shape) + ", weight " + shapeString(weight.shape));
-  int64_t inF = weight.shape[1], outF = weight.shape[0];
-  int64_t rows = product(x.shape.first(x.shape.size() - 1));
-  std::vector<int64_t> expected(x.shape.begin(), x.shape.end() - 1);
-  expected.push_back(outF);
-  RETURN_IF_ERROR(expectShape(op, "output", out, expected));
-  if (bias) {
-    RETURN_IF_ERROR(expectDtype(op, "bias", *bias, x.dtype));
-    RETURN_IF_ERROR(expectShape(op, "bias", *bias, std::vector<int64_t>{outF}));
-  }
+  ASSIGN_OR_RETURN(cpu::detail::LinearGeometry g,
+                   cpu::detail::checkLinear(x, weight, bias, out, checkGemmDtype));
+  int64_t rows = g.rows, inF = g.inF, outF = g.outF;
   size_t es = dtypeSize(x.dtype);
   if (rows == 0 || outF == 0)
     return Status::ok();

@@ -1,0 +1,99 @@
+// Argument checks and geometry shared by the CPU kernels and the CUDA host-side launchers, so
+// both backends reject the same arguments with the same messages (errors start with the op's
+// name) and compute the same source/destination strides. Defined in ShapeChecks.cpp.
+#pragma once
+
+#include "runtime/cpu/Kernels.h"
+
+#include <vector>
+
+namespace megac::runtime::cpu::detail {
+
+/// Where a Slice reads: the element offset of out[0...] in x and x's stride per out dim.
+struct SliceSource {
+  int64_t base = 0;
+  std::vector<int64_t> strides;
+};
+/// Slice's checks (dtype, ranks, no zero stride, every read inside x) and its source
+/// geometry; errors start with "Slice: ".
+StatusOr<SliceSource> sliceSource(const TensorRef &x, std::span<const int64_t> starts,
+                                  std::span<const int64_t> strides, const TensorRef &out);
+
+/// Transpose's checks (dtype, perm a permutation of x's dims, out of the permuted shape) and
+/// x's stride (in elements) for each out dim.
+StatusOr<std::vector<int64_t>> checkTranspose(const TensorRef &x, std::span<const int64_t> perm,
+                                              const TensorRef &out);
+
+/// Broadcast's checks (dtype, x broadcastable to out, numpy-style) and x's stride (in elements)
+/// for each out dim, 0 on broadcast dims.
+StatusOr<std::vector<int64_t>> checkBroadcast(const TensorRef &x, const TensorRef &out);
+
+/// Where Pad writes: x's element (i0, i1, ...) lands at out element base + sum(i_d * strides[d]).
+struct PadTarget {
+  int64_t base = 0;
+  std::vector<int64_t> strides;
+};
+/// Pad's checks (dtype, ranks, no negative amount, out of the padded shape) and its geometry.
+StatusOr<PadTarget> checkPad(const TensorRef &x, std::span<const int64_t> low,
+                             std::span<const int64_t> high, std::span<const int64_t> interior,
+                             const TensorRef &out);
+
+/// Concat as [outer, ...] blocks: per outer index, input i contributes inner[i] contiguous
+/// elements, and out has outInner (their sum times the dims after axis) elements.
+struct ConcatGeometry {
+  int64_t outer = 0;
+  int64_t outInner = 0;
+  std::vector<int64_t> inner;
+};
+/// Concat's checks (inputs, axis, dtypes, shapes outside axis, sizes along axis).
+StatusOr<ConcatGeometry> checkConcat(std::span<const TensorRef> inputs, int64_t axis,
+                                     const TensorRef &out);
+
+/// Gather viewed as data [outer, dim, inner] and out [outer, count, inner] (count = number of
+/// indices).
+struct GatherGeometry {
+  int64_t outer = 0, dim = 0, count = 0, inner = 0;
+};
+/// Gather's checks (dtypes, axis, out shape); the index values are the kernels' to check.
+StatusOr<GatherGeometry> checkGather(const TensorRef &data, const TensorRef &indices, int64_t axis,
+                                     const TensorRef &out);
+
+/// Embedding's checks (dtypes, table [V, h], out [ids..., h]); the id values are the kernels'
+/// to check. Errors start with "Embedding: ".
+Status checkEmbedding(const TensorRef &table, const TensorRef &ids, const TensorRef &out);
+/// EmbeddingGrad's checks (ids i64/i32, dtable [V, h] of dy's dtype, dy [ids..., h]); the id
+/// values and dy's dtype are the kernels' to check. Errors start with "EmbeddingGrad: ".
+Status checkEmbeddingGrad(const TensorRef &dy, const TensorRef &ids, const TensorRef &dtable);
+
+/// Runs after a contraction's dtype-equality checks and before its shape checks: a backend's
+/// own "is this dtype supported" check (CUDA's cuBLASLt dtypes), so its errors keep that order.
+using DtypeCheck = Status (*)(const char *op, DType dtype);
+
+/// MatMul as out [batch..., m, n] = lhs [lhsBatch..., m, k] x rhs [rhsBatch..., k, n], the
+/// batch dims broadcast numpy-style.
+struct MatMulGeometry {
+  int64_t m = 0, n = 0, k = 0;
+  std::span<const int64_t> lhsBatch, rhsBatch; // views of lhs.shape and rhs.shape
+  std::vector<int64_t> batch;
+  int64_t batches = 0; // product(batch)
+  /// One rhs matrix and an unbroadcast lhs: the batch folds into m (one [batches*m, k] GEMM).
+  bool foldBatch = false;
+  /// Element strides of lhs's and rhs's matrices over `batch` (0 on broadcast dims).
+  std::vector<int64_t> lhsStrides, rhsStrides;
+};
+/// MatMul's checks (rhs and output of lhs's dtype, ranks >= 2, contraction dims, batch dims
+/// broadcast, output shape) and its geometry; `dtypeCheck` as above.
+StatusOr<MatMulGeometry> checkMatMul(const TensorRef &lhs, const TensorRef &rhs,
+                                     const TensorRef &out, DtypeCheck dtypeCheck = nullptr);
+
+/// Linear as out [rows, outF] = x [rows, inF] weight^T (+ bias [outF]), rows = x's leading dims.
+struct LinearGeometry {
+  int64_t rows = 0, inF = 0, outF = 0;
+};
+/// Linear's checks (weight, output and bias of x's dtype, weight [out, in], output and bias
+/// shapes) and its geometry; `dtypeCheck` as above.
+StatusOr<LinearGeometry> checkLinear(const TensorRef &x, const TensorRef &weight,
+                                     const TensorRef *bias, const TensorRef &out,
+                                     DtypeCheck dtypeCheck = nullptr);
+
+} // namespace megac::runtime::cpu::detail
