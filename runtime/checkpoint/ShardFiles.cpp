@@ -193,34 +193,10 @@ void insertBox(HostTensor &whole, const HostTensor &shard, std::span<const int64
 StatusOr<FileRecord> writeShardFile(const std::string &path,
                                     const std::vector<ShardToWrite> &tensors,
                                     const std::map<std::string, std::string> &metadata) {
-  std::string header = "{";
-  if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto &[key, value] : metadata) {
-      header += (first ? "" : ",") + json::quote(key) + ":" + json::quote(value);
-      first = false;
-    }
-    header += "}";
-  }
-  uint64_t offset = 0;
-  for (const ShardToWrite &t : tensors) {
-    uint64_t size = uint64_t(product(t.shape)) * dtypeSize(t.dtype);
-    header += std::string(header.size() > 1 ? "," : "") + json::quote(t.name) + ":{\"dtype\":\"" +
-              safetensorsDtype(t.dtype) + "\",\"shape\":[";
-    for (size_t i = 0; i < t.shape.size(); ++i)
-      header += (i ? "," : "") + std::to_string(t.shape[i]);
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
-              std::to_string(offset + size) + "]}";
-    offset += size;
-  }
-  header += "}";
-  // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
-  header.append((8 - header.size() % 8) % 8, ' ');
-  std::vector<uint8_t> head(8);
-  for (int i = 0; i < 8; ++i)
-    head[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  head.insert(head.end(), header.begin(), header.end());
+  std::vector<SafetensorsEntry> entries;
+  for (const ShardToWrite &t : tensors)
+    entries.push_back({t.name, t.dtype, t.shape});
+  std::vector<uint8_t> head = safetensorsHead(entries, metadata);
 
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)

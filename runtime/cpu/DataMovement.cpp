@@ -1,6 +1,7 @@
 // CPU reference kernels that move bytes without arithmetic: Copy, Transpose, Slice, Concat,
 // Broadcast, Gather, Embedding and Pad. They work on any dtype by element size.
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/ShapeChecks.h"
 
 namespace megac::runtime::cpu {
@@ -37,6 +38,34 @@ void copyRow(size_t elemSize, const uint8_t *src, int64_t offset, int64_t stride
   }
 }
 
+/// Copies a 2-D tile pattern: for each of the `outer` blocks (source and destination offsets
+/// from `offsets`), dst[i * dstStrideP + j] = src[i + j * srcStrideL] for i < np, j < nl, in
+/// 32 x 32 tiles so that both sides stay in cache (a transpose that moves the innermost dim).
+template <typename T>
+void tiledTranspose(const uint8_t *src, uint8_t *dst, int64_t np, int64_t nl, int64_t srcStrideL,
+                    int64_t dstStrideP, int64_t srcOffset, int64_t dstOffset) {
+  constexpr int64_t kTile = 32;
+  const T *s = reinterpret_cast<const T *>(src) + srcOffset;
+  T *d = reinterpret_cast<T *>(dst) + dstOffset;
+  for (int64_t i0 = 0; i0 < np; i0 += kTile)
+    for (int64_t j0 = 0; j0 < nl; j0 += kTile) {
+      int64_t i1 = std::min(np, i0 + kTile), j1 = std::min(nl, j0 + kTile);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = j0; j < j1; ++j)
+          d[i * dstStrideP + j] = s[i + j * srcStrideL];
+    }
+}
+
+/// Offset (in elements) of row-major index `flat` of `shape` under `strides`.
+int64_t offsetOf(std::span<const int64_t> shape, std::span<const int64_t> strides, int64_t flat) {
+  int64_t offset = 0;
+  for (size_t d = shape.size(); d-- > 0;) {
+    offset += (flat % shape[d]) * strides[d];
+    flat /= shape[d];
+  }
+  return offset;
+}
+
 } // namespace
 
 void stridedCopy(size_t elemSize, std::span<const int64_t> shape,
@@ -51,19 +80,63 @@ void stridedCopy(size_t elemSize, std::span<const int64_t> shape,
     return;
   }
   int64_t inner = shape[rank - 1];
-  std::vector<int64_t> index(rank - 1, 0);
-  int64_t offset = base; // source element of the current row's start
-  for (int64_t row = 0, rows = total / inner; row < rows; ++row) {
-    copyRow(elemSize, src, offset, srcStrides[rank - 1], inner, dst);
-    dst += inner * elemSize;
-    for (size_t d = rank - 1; d-- > 0;) {
-      offset += srcStrides[d];
-      if (++index[d] < shape[d])
-        break;
-      offset -= srcStrides[d] * shape[d];
-      index[d] = 0;
-    }
+  // A transpose that brings a unit-stride source dim p forward: copy 2-D tiles of (p, last)
+  // per index of the other dims, instead of reading the source a column at a time.
+  size_t p = rank;
+  if (srcStrides[rank - 1] != 1 && inner >= 8 && (elemSize == 4 || elemSize == 8))
+    for (size_t d = 0; d + 1 < rank; ++d)
+      if (srcStrides[d] == 1 && shape[d] >= 8)
+        p = d;
+  if (p < rank) {
+    std::vector<int64_t> outerShape, outerSrc, outerDst;
+    std::vector<int64_t> dstStrides = stridesOf(shape);
+    for (size_t d = 0; d + 1 < rank; ++d)
+      if (d != p) {
+        outerShape.push_back(shape[d]);
+        outerSrc.push_back(srcStrides[d]);
+        outerDst.push_back(dstStrides[d]);
+      }
+    int64_t outer = product(outerShape), np = shape[p];
+    // Parallel over (outer block, 32-row band of p): each writes its own rows of dst.
+    int64_t bands = (np + 31) / 32;
+    parallelFor(outer * bands, grainFor(32 * inner), [&](int64_t begin, int64_t end) {
+      for (int64_t item = begin; item < end; ++item) {
+        int64_t o = item / bands, i0 = (item % bands) * 32, rows = std::min<int64_t>(32, np - i0);
+        int64_t srcOffset = base + offsetOf(outerShape, outerSrc, o) + i0;
+        int64_t dstOffset = offsetOf(outerShape, outerDst, o) + i0 * dstStrides[p];
+        if (elemSize == 4)
+          tiledTranspose<uint32_t>(src, dst, rows, inner, srcStrides[rank - 1], dstStrides[p],
+                                   srcOffset, dstOffset);
+        else
+          tiledTranspose<uint64_t>(src, dst, rows, inner, srcStrides[rank - 1], dstStrides[p],
+                                   srcOffset, dstOffset);
+      }
+    });
+    return;
   }
+  int64_t rows = total / inner;
+  std::span<const int64_t> rowShape = shape.first(rank - 1);
+  parallelFor(rows, grainFor(inner), [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> index(rank - 1, 0); // row `begin`'s index
+    int64_t flat = begin;
+    for (size_t d = rank - 1; d-- > 0;) {
+      index[d] = flat % shape[d];
+      flat /= shape[d];
+    }
+    int64_t offset = base + offsetOf(rowShape, srcStrides.first(rank - 1), begin);
+    uint8_t *out = dst + begin * inner * elemSize;
+    for (int64_t row = begin; row < end; ++row) {
+      copyRow(elemSize, src, offset, srcStrides[rank - 1], inner, out);
+      out += inner * elemSize;
+      for (size_t d = rank - 1; d-- > 0;) {
+        offset += srcStrides[d];
+        if (++index[d] < shape[d])
+          break;
+        offset -= srcStrides[d] * shape[d];
+        index[d] = 0;
+      }
+    }
+  });
 }
 
 } // namespace detail

@@ -1,6 +1,7 @@
 // CPU reference kernels for elementwise ops: unary and binary math, Compare, Where, Cast, Gelu
 // and Dropout.
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/Parallel.h"
 #include "runtime/init/ParamInit.h"
 
 #include <cmath>
@@ -28,15 +29,23 @@ const char *binaryOpName(BinaryOp op) {
 
 namespace {
 
+// Elementwise loops split into contiguous element ranges over the kernel threads (each element
+// is computed alone, so the result does not depend on the split; in place is fine).
+constexpr int64_t kElementGrain = 1 << 14;
+
 template <typename T, typename F> void mapUnary(const T *x, T *y, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = f(x[i]);
+  parallelFor(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      y[i] = f(x[i]);
+  });
 }
 
 template <typename T, typename U, typename F>
 void mapBinary(const T *a, const T *b, U *y, int64_t n, F f) {
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = f(a[i], b[i]);
+  parallelFor(n, kElementGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      y[i] = f(a[i], b[i]);
+  });
 }
 
 /// Two's-complement negation without signed overflow.

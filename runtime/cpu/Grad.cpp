@@ -2,6 +2,7 @@
 // GeluGrad, SoftmaxGrad, CrossEntropyGrad and EmbeddingGrad.
 #include "runtime/cpu/AttentionUtil.h"
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/ShapeChecks.h"
 
 #include <cmath>
@@ -224,7 +225,9 @@ Status geluGrad(const TensorRef &dy, const TensorRef &x, bool tanh, const Tensor
     T *out = dx.as<T>();
     const double kBeta = std::sqrt(2.0 / std::numbers::pi), kKappa = 0.044715;
     const double kInvSqrt2Pi = 1.0 / std::sqrt(2.0 * std::numbers::pi);
-    for (int64_t i = 0; i < n; ++i) {
+    // Elements are independent: contiguous ranges of them run on the kernel threads.
+    parallelFor(n, 1 << 12, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
       double v = static_cast<double>(xs[i]), slope;
       if (tanh) {
         // d/dx 0.5 x (1 + tanh(u)), u = beta (x + kappa x^3).
@@ -237,6 +240,7 @@ Status geluGrad(const TensorRef &dy, const TensorRef &x, bool tanh, const Tensor
       }
       out[i] = static_cast<T>(static_cast<double>(dys[i]) * slope);
     }
+    });
     return Status::ok();
   });
 }
@@ -255,8 +259,10 @@ Status softmaxGrad(const TensorRef &dy, const TensorRef &y, int64_t axis, const 
     using T = decltype(tag);
     const T *ys = y.as<const T>(), *dys = dy.as<const T>();
     T *out = dx.as<T>();
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t in = 0; in < inner; ++in) {
+    // Every (o, in) row is independent: split them over the kernel threads.
+    parallelFor(outer * inner, grainFor(4 * dim), [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        int64_t o = row / inner, in = row % inner;
         int64_t base = o * dim * inner + in;
         double dot = 0.0;
         for (int64_t j = 0; j < dim; ++j)
@@ -268,6 +274,7 @@ Status softmaxGrad(const TensorRef &dy, const TensorRef &y, int64_t axis, const 
               static_cast<T>(static_cast<double>(ys[at]) * (static_cast<double>(dys[at]) - dot));
         }
       }
+    });
     return Status::ok();
   });
 }
@@ -292,8 +299,10 @@ Status crossEntropyGrad(const TensorRef &dloss, const TensorRef &logits, const T
   }
   return dispatchFloat(name, logits.dtype, [&](auto tag) {
     using T = decltype(tag);
+    // Rows are independent: split them over the kernel threads.
+    parallelFor(count, grainFor(4 * vocab), [&](int64_t begin, int64_t end) {
     std::vector<double> e(static_cast<size_t>(vocab)); // exp(logit - max), computed once
-    for (int64_t r = 0; r < count; ++r) {
+    for (int64_t r = begin; r < end; ++r) {
       int64_t label = loadIndex(labels, r);
       T *out = dlogits.as<T>() + r * vocab;
       if (ignoreIndex && label == *ignoreIndex) {
@@ -316,6 +325,7 @@ Status crossEntropyGrad(const TensorRef &dloss, const TensorRef &logits, const T
         out[j] = static_cast<T>(dl * (p - (j == label ? 1.0 : 0.0)));
       }
     }
+    });
     return Status::ok();
   });
 }

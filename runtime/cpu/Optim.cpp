@@ -1,6 +1,7 @@
 // CPU reference kernels for the optimizer ops: AdamW (torch.optim.AdamW), GlobalNorm and
 // ClipByNorm (torch.nn.utils.clip_grad_norm_).
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/Parallel.h"
 
 #include <cmath>
 
@@ -59,7 +60,9 @@ Status adamw(const TensorRef &p, const TensorRef &g, const TensorRef &m, const T
     const T *ps = p.as<const T>(), *gs = g.as<const T>(), *ms = m.as<const T>();
     const T *vs = v.as<const T>();
     T *pd = pOut.as<T>(), *md = mOut.as<T>(), *vd = vOut.as<T>();
-    for (int64_t i = 0; i < n; ++i) {
+    // Elements are independent: contiguous ranges of them run on the kernel threads.
+    parallelFor(n, 1 << 13, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
       // Read everything at i before writing anything: the outputs may be the inputs.
       double pi = static_cast<double>(ps[i]), gi = static_cast<double>(gs[i]);
       double mi = static_cast<double>(ms[i]), vi = static_cast<double>(vs[i]);
@@ -73,6 +76,7 @@ Status adamw(const TensorRef &p, const TensorRef &g, const TensorRef &m, const T
       vd[i] = vNew;
       pd[i] = static_cast<T>(pi);
     }
+    });
     return Status::ok();
   });
 }
@@ -120,8 +124,10 @@ Status clipByNorm(const TensorRef &x, const TensorRef &norm, double maxNorm, con
     coef = std::min(coef, T(1)); // NaN stays NaN, as torch.clamp
     const T *xs = x.as<const T>();
     T *ys = out.as<T>();
-    for (int64_t i = 0; i < n; ++i)
-      ys[i] = xs[i] * coef;
+    parallelFor(n, 1 << 14, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        ys[i] = xs[i] * coef;
+    });
     return Status::ok();
   });
 }

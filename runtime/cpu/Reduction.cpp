@@ -1,5 +1,6 @@
 // CPU reference kernels that reduce along dims: Reduce, Softmax and CrossEntropy.
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/Parallel.h"
 
 #include <cmath>
 #include <limits>
@@ -133,10 +134,13 @@ Status reduce(ReduceKind kind, const TensorRef &x, std::span<const int64_t> axes
     using T = decltype(tag);
     const T *in = x.as<const T>();
     T *y = out.as<T>();
-    for (size_t o = 0; o < outer.size(); ++o)
-      y[o] = trailing ? reduceOne<T>(kind, in, outer[o], count, [](int64_t r) { return r; })
-                      : reduceOne<T>(kind, in, outer[o], count,
-                                     [&](int64_t r) { return inner[size_t(r)]; });
+    // Output elements are independent (each reduces in its own fixed order): split them.
+    parallelFor(int64_t(outer.size()), grainFor(count), [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o)
+        y[o] = trailing ? reduceOne<T>(kind, in, outer[o], count, [](int64_t r) { return r; })
+                        : reduceOne<T>(kind, in, outer[o], count,
+                                       [&](int64_t r) { return inner[size_t(r)]; });
+    });
     return Status::ok();
   });
 }
@@ -152,8 +156,10 @@ Status softmax(const TensorRef &x, int64_t axis, const TensorRef &out) {
   int64_t inner = product(x.shape.subspan(axis + 1));
   return dispatchFloat("Softmax", x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i) {
+    // Every (o, i) row is independent: split them over the kernel threads.
+    parallelFor(outer * inner, grainFor(4 * n), [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        int64_t o = row / inner, i = row % inner;
         const T *in = x.as<const T>() + o * n * inner + i;
         T *y = out.as<T>() + o * n * inner + i;
         double m = -std::numeric_limits<double>::infinity();
@@ -169,6 +175,7 @@ Status softmax(const TensorRef &x, int64_t axis, const TensorRef &out) {
         for (int64_t j = 0; j < n; ++j)
           y[j * inner] = static_cast<T>(std::exp(static_cast<double>(in[j * inner]) - m) * inv);
       }
+    });
     return Status::ok();
   });
 }
@@ -188,13 +195,18 @@ Status crossEntropy(const TensorRef &logits, const TensorRef &labels,
     using T = decltype(tag);
     for (int64_t r = 0; r < count; ++r) {
       int64_t label = loadIndex(labels, r);
+      if (!(ignoreIndex && label == *ignoreIndex) && (label < 0 || label >= vocab))
+        return fail(name, "label " + std::to_string(label) + " (element " + std::to_string(r) +
+                              " of the labels) is outside [0, " + std::to_string(vocab) + ")");
+    }
+    // Rows are independent: split them over the kernel threads.
+    parallelFor(count, grainFor(4 * vocab), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t label = loadIndex(labels, r);
       if (ignoreIndex && label == *ignoreIndex) {
         out.as<T>()[r] = T(0);
         continue;
       }
-      if (label < 0 || label >= vocab)
-        return fail(name, "label " + std::to_string(label) + " (element " + std::to_string(r) +
-                              " of the labels) is outside [0, " + std::to_string(vocab) + ")");
       const T *row = logits.as<const T>() + r * vocab;
       double m = -std::numeric_limits<double>::infinity();
       for (int64_t j = 0; j < vocab; ++j)
@@ -205,6 +217,7 @@ Status crossEntropy(const TensorRef &logits, const TensorRef &labels,
         sum += std::exp(static_cast<double>(row[j]) - m);
       out.as<T>()[r] = static_cast<T>(m + std::log(sum) - static_cast<double>(row[label]));
     }
+    });
     return Status::ok();
   });
 }

@@ -150,8 +150,8 @@ StatusOr<TensorMap> readSafetensors(const std::string &path) {
   return std::move(file.tensors);
 }
 
-Status writeSafetensors(const std::string &path, const TensorMap &tensors,
-                        const std::map<std::string, std::string> &metadata) {
+std::vector<uint8_t> safetensorsHead(const std::vector<SafetensorsEntry> &entries,
+                                     const std::map<std::string, std::string> &metadata) {
   std::string header = "{";
   if (!metadata.empty()) {
     header += "\"__metadata__\":{";
@@ -163,6 +163,32 @@ Status writeSafetensors(const std::string &path, const TensorMap &tensors,
     header += "}";
   }
   uint64_t offset = 0;
+  for (const SafetensorsEntry &e : entries) {
+    int64_t n = 1;
+    for (int64_t d : e.shape)
+      n *= d;
+    uint64_t size = uint64_t(n) * dtypeSize(e.dtype);
+    if (header.size() > 1)
+      header += ",";
+    header += json::quote(e.name) + ":{\"dtype\":\"" + safetensorsDtype(e.dtype) + "\",\"shape\":[";
+    for (size_t i = 0; i < e.shape.size(); ++i)
+      header += (i ? "," : "") + std::to_string(e.shape[i]);
+    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + size) + "]}";
+    offset += size;
+  }
+  header += "}";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::vector<uint8_t> head(8);
+  for (int i = 0; i < 8; ++i)
+    head[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  head.insert(head.end(), header.begin(), header.end());
+  return head;
+}
+
+Status writeSafetensors(const std::string &path, const TensorMap &tensors,
+                        const std::map<std::string, std::string> &metadata) {
+  std::vector<SafetensorsEntry> entries;
   for (const auto &[name, t] : tensors) {
     if (name.empty() || name == "__metadata__")
       return Status::error("cannot write safetensors file '" + path + "': tensor name '" + name +
@@ -173,22 +199,9 @@ Status writeSafetensors(const std::string &path, const TensorMap &tensors,
                            "' has " + std::to_string(t.bytes.size()) + " bytes, but shape " +
                            shapeString(t.shape) + " of " + dtypeName(t.dtype) + " needs " +
                            std::to_string(n * int64_t(dtypeSize(t.dtype))));
-    if (header.size() > 1)
-      header += ",";
-    header += json::quote(name) + ":{\"dtype\":\"" + safetensorsDtype(t.dtype) + "\",\"shape\":[";
-    for (size_t i = 0; i < t.shape.size(); ++i)
-      header += (i ? "," : "") + std::to_string(t.shape[i]);
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
-              std::to_string(offset + t.bytes.size()) + "]}";
-    offset += t.bytes.size();
+    entries.push_back({name, t.dtype, t.shape});
   }
-  header += "}";
-  // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
-  header.append((8 - header.size() % 8) % 8, ' ');
-  std::vector<uint8_t> head(8);
-  for (int i = 0; i < 8; ++i)
-    head[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  head.insert(head.end(), header.begin(), header.end());
+  std::vector<uint8_t> head = safetensorsHead(entries, metadata);
   std::vector<std::span<const uint8_t>> pieces{head};
   for (const auto &[name, t] : tensors)
     pieces.emplace_back(t.bytes);

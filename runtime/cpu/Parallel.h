@@ -1,0 +1,39 @@
+// Splitting a CPU kernel's independent work (rows, heads, elements) over threads.
+//
+// The kernels stay bit-identical to a serial run: a parallel loop hands each thread a contiguous
+// range of items that the body computes exactly as the serial loop would, and no reduction is
+// ever split across threads (a reduction's order is part of a kernel's contract).
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+namespace megac::runtime::cpu::detail {
+
+/// Threads a kernel may use: OpenBLAS's thread count (set by `megac train --threads`) when the
+/// kernels are built with BLAS, else 1.
+int kernelThreads();
+
+/// Calls body(context, begin, end) over contiguous chunks of [0, n) on up to kernelThreads()
+/// threads, no chunk smaller than `grain` items (fewer threads when n is small), and returns when
+/// every chunk is done. The calling thread runs the first chunk. A call from inside a body, or
+/// while another thread's loop is running, runs serially (in one chunk).
+void parallelForRaw(int64_t n, int64_t grain, void (*body)(void *, int64_t, int64_t),
+                    void *context);
+
+/// parallelForRaw with a callable f(begin, end). Chunks must write disjoint memory.
+template <typename F> void parallelFor(int64_t n, int64_t grain, F &&f) {
+  parallelForRaw(
+      n, grain,
+      [](void *context, int64_t begin, int64_t end) { (*static_cast<F *>(context))(begin, end); },
+      const_cast<void *>(static_cast<const void *>(&f)));
+}
+
+/// Items per chunk that make a chunk worth a thread hand-off (~tens of microseconds) when one
+/// item costs about `workPerItem` simple operations.
+inline int64_t grainFor(int64_t workPerItem) {
+  constexpr int64_t kMinWork = 1 << 15;
+  return workPerItem >= kMinWork ? 1 : kMinWork / (workPerItem < 1 ? 1 : workPerItem);
+}
+
+} // namespace megac::runtime::cpu::detail
