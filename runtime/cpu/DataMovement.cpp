@@ -4,6 +4,10 @@
 #include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/ShapeChecks.h"
 
+#ifdef __SSE2__
+#include <xmmintrin.h>
+#endif
+
 namespace megac::runtime::cpu {
 
 using namespace detail;
@@ -38,9 +42,9 @@ void copyRow(size_t elemSize, const uint8_t *src, int64_t offset, int64_t stride
   }
 }
 
-/// Copies a 2-D tile pattern: for each of the `outer` blocks (source and destination offsets
-/// from `offsets`), dst[i * dstStrideP + j] = src[i + j * srcStrideL] for i < np, j < nl, in
-/// 32 x 32 tiles so that both sides stay in cache (a transpose that moves the innermost dim).
+/// A transpose block: dst[i * dstStrideP + j] = src[i + j * srcStrideL] for i < np, j < nl
+/// (it moves the source's innermost dim), in 32 x 32 tiles so that both sides stay in cache;
+/// 4-byte elements go through 4 x 4 SSE2 register transposes inside a tile.
 template <typename T>
 void tiledTranspose(const uint8_t *src, uint8_t *dst, int64_t np, int64_t nl, int64_t srcStrideL,
                     int64_t dstStrideP, int64_t srcOffset, int64_t dstOffset) {
@@ -50,7 +54,29 @@ void tiledTranspose(const uint8_t *src, uint8_t *dst, int64_t np, int64_t nl, in
   for (int64_t i0 = 0; i0 < np; i0 += kTile)
     for (int64_t j0 = 0; j0 < nl; j0 += kTile) {
       int64_t i1 = std::min(np, i0 + kTile), j1 = std::min(nl, j0 + kTile);
-      for (int64_t i = i0; i < i1; ++i)
+      int64_t i = i0;
+#ifdef __SSE2__
+      if constexpr (sizeof(T) == 4) {
+        int64_t j4 = j0 + (j1 - j0) / 4 * 4;
+        for (; i + 4 <= i1; i += 4) {
+          for (int64_t j = j0; j < j4; j += 4) {
+            const float *at = reinterpret_cast<const float *>(s + i + j * srcStrideL);
+            __m128 r0 = _mm_loadu_ps(at), r1 = _mm_loadu_ps(at + srcStrideL);
+            __m128 r2 = _mm_loadu_ps(at + 2 * srcStrideL), r3 = _mm_loadu_ps(at + 3 * srcStrideL);
+            _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+            float *to = reinterpret_cast<float *>(d + i * dstStrideP + j);
+            _mm_storeu_ps(to, r0);
+            _mm_storeu_ps(to + dstStrideP, r1);
+            _mm_storeu_ps(to + 2 * dstStrideP, r2);
+            _mm_storeu_ps(to + 3 * dstStrideP, r3);
+          }
+          for (int64_t ii = i; ii < i + 4; ++ii)
+            for (int64_t j = j4; j < j1; ++j)
+              d[ii * dstStrideP + j] = s[ii + j * srcStrideL];
+        }
+      }
+#endif
+      for (; i < i1; ++i)
         for (int64_t j = j0; j < j1; ++j)
           d[i * dstStrideP + j] = s[i + j * srcStrideL];
     }
@@ -237,20 +263,29 @@ Status pad(const TensorRef &x, std::span<const int64_t> low, std::span<const int
     return Status::ok();
   size_t rank = x.shape.size(), elem = dtypeSize(x.dtype);
   const std::vector<int64_t> &step = target.strides;
-  std::vector<int64_t> index(rank, 0);
-  int64_t at = target.base;
   const uint8_t *src = x.as<const uint8_t>();
   uint8_t *dst = out.as<uint8_t>();
-  for (int64_t i = 0; i < count; ++i) {
-    std::memcpy(dst + at * elem, src + i * elem, elem);
-    for (size_t d = rank; d-- > 0;) {
-      at += step[d];
-      if (++index[d] < x.shape[d])
-        break;
-      at -= step[d] * x.shape[d];
-      index[d] = 0;
-    }
+  if (rank == 0) {
+    std::memcpy(dst + target.base * elem, src, elem);
+    return Status::ok();
   }
+  // Row by row over x's last dim (one memcpy when that dim has no interior padding); rows are
+  // independent, so they are split over the kernel threads.
+  int64_t inner = x.shape[rank - 1], innerStep = step[rank - 1];
+  std::span<const int64_t> rowShape = x.shape.first(rank - 1);
+  std::span<const int64_t> rowSteps = std::span<const int64_t>(step).first(rank - 1);
+  parallelFor(count / inner, grainFor(inner), [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      int64_t at = target.base + offsetOf(rowShape, rowSteps, row);
+      const uint8_t *from = src + row * inner * elem;
+      if (innerStep == 1) {
+        std::memcpy(dst + at * elem, from, inner * elem);
+        continue;
+      }
+      for (int64_t j = 0; j < inner; ++j)
+        std::memcpy(dst + (at + j * innerStep) * elem, from + j * elem, elem);
+    }
+  });
   return Status::ok();
 }
 

@@ -227,19 +227,20 @@ Status geluGrad(const TensorRef &dy, const TensorRef &x, bool tanh, const Tensor
     const double kInvSqrt2Pi = 1.0 / std::sqrt(2.0 * std::numbers::pi);
     // Elements are independent: contiguous ranges of them run on the kernel threads.
     parallelFor(n, 1 << 12, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      double v = static_cast<double>(xs[i]), slope;
-      if (tanh) {
-        // d/dx 0.5 x (1 + tanh(u)), u = beta (x + kappa x^3).
-        double th = std::tanh(kBeta * (v + kKappa * v * v * v));
-        slope = 0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * kBeta * (1.0 + 3.0 * kKappa * v * v);
-      } else {
-        // d/dx x Phi(x) = Phi(x) + x phi(x).
-        slope = 0.5 * (1.0 + std::erf(v / std::numbers::sqrt2)) +
-                v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
+      for (int64_t i = begin; i < end; ++i) {
+        double v = static_cast<double>(xs[i]), slope;
+        if (tanh) {
+          // d/dx 0.5 x (1 + tanh(u)), u = beta (x + kappa x^3).
+          double th = std::tanh(kBeta * (v + kKappa * v * v * v));
+          slope =
+              0.5 * (1.0 + th) + 0.5 * v * (1.0 - th * th) * kBeta * (1.0 + 3.0 * kKappa * v * v);
+        } else {
+          // d/dx x Phi(x) = Phi(x) + x phi(x).
+          slope = 0.5 * (1.0 + std::erf(v / std::numbers::sqrt2)) +
+                  v * kInvSqrt2Pi * std::exp(-0.5 * v * v);
+        }
+        out[i] = static_cast<T>(static_cast<double>(dys[i]) * slope);
       }
-      out[i] = static_cast<T>(static_cast<double>(dys[i]) * slope);
-    }
     });
     return Status::ok();
   });
@@ -301,30 +302,30 @@ Status crossEntropyGrad(const TensorRef &dloss, const TensorRef &logits, const T
     using T = decltype(tag);
     // Rows are independent: split them over the kernel threads.
     parallelFor(count, grainFor(4 * vocab), [&](int64_t begin, int64_t end) {
-    std::vector<double> e(static_cast<size_t>(vocab)); // exp(logit - max), computed once
-    for (int64_t r = begin; r < end; ++r) {
-      int64_t label = loadIndex(labels, r);
-      T *out = dlogits.as<T>() + r * vocab;
-      if (ignoreIndex && label == *ignoreIndex) {
-        std::fill(out, out + vocab, T(0));
-        continue;
+      std::vector<double> e(static_cast<size_t>(vocab)); // exp(logit - max), computed once
+      for (int64_t r = begin; r < end; ++r) {
+        int64_t label = loadIndex(labels, r);
+        T *out = dlogits.as<T>() + r * vocab;
+        if (ignoreIndex && label == *ignoreIndex) {
+          std::fill(out, out + vocab, T(0));
+          continue;
+        }
+        const T *row = logits.as<const T>() + r * vocab;
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < vocab; ++j)
+          if (row[j] > m || row[j] != row[j])
+            m = row[j];
+        double sum = 0.0;
+        for (int64_t j = 0; j < vocab; ++j) {
+          e[j] = std::exp(static_cast<double>(row[j]) - m);
+          sum += e[j];
+        }
+        double dl = static_cast<double>(dloss.as<const T>()[r]);
+        for (int64_t j = 0; j < vocab; ++j) {
+          double p = e[j] / sum;
+          out[j] = static_cast<T>(dl * (p - (j == label ? 1.0 : 0.0)));
+        }
       }
-      const T *row = logits.as<const T>() + r * vocab;
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < vocab; ++j)
-        if (row[j] > m || row[j] != row[j])
-          m = row[j];
-      double sum = 0.0;
-      for (int64_t j = 0; j < vocab; ++j) {
-        e[j] = std::exp(static_cast<double>(row[j]) - m);
-        sum += e[j];
-      }
-      double dl = static_cast<double>(dloss.as<const T>()[r]);
-      for (int64_t j = 0; j < vocab; ++j) {
-        double p = e[j] / sum;
-        out[j] = static_cast<T>(dl * (p - (j == label ? 1.0 : 0.0)));
-      }
-    }
     });
     return Status::ok();
   });

@@ -14,10 +14,10 @@ namespace megac::runtime::cpu::detail {
 /// kernels are built with BLAS, else 1.
 int kernelThreads();
 
-/// Calls body(context, begin, end) over contiguous chunks of [0, n) on up to kernelThreads()
-/// threads, no chunk smaller than `grain` items (fewer threads when n is small), and returns when
-/// every chunk is done. The calling thread runs the first chunk. A call from inside a body, or
-/// while another thread's loop is running, runs serially (in one chunk).
+/// Calls body(context, begin, end) over contiguous chunks of [0, n) (a few per thread, none
+/// smaller than `grain` items) on the caller and up to kernelThreads() - 1 pool threads, and
+/// returns when every chunk is done. A call from inside a body, or while another thread's loop
+/// is running, runs serially (in one chunk).
 void parallelForRaw(int64_t n, int64_t grain, void (*body)(void *, int64_t, int64_t),
                     void *context);
 

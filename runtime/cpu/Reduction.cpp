@@ -201,22 +201,22 @@ Status crossEntropy(const TensorRef &logits, const TensorRef &labels,
     }
     // Rows are independent: split them over the kernel threads.
     parallelFor(count, grainFor(4 * vocab), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      int64_t label = loadIndex(labels, r);
-      if (ignoreIndex && label == *ignoreIndex) {
-        out.as<T>()[r] = T(0);
-        continue;
+      for (int64_t r = begin; r < end; ++r) {
+        int64_t label = loadIndex(labels, r);
+        if (ignoreIndex && label == *ignoreIndex) {
+          out.as<T>()[r] = T(0);
+          continue;
+        }
+        const T *row = logits.as<const T>() + r * vocab;
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < vocab; ++j)
+          if (row[j] > m || row[j] != row[j])
+            m = row[j];
+        double sum = 0.0;
+        for (int64_t j = 0; j < vocab; ++j)
+          sum += std::exp(static_cast<double>(row[j]) - m);
+        out.as<T>()[r] = static_cast<T>(m + std::log(sum) - static_cast<double>(row[label]));
       }
-      const T *row = logits.as<const T>() + r * vocab;
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < vocab; ++j)
-        if (row[j] > m || row[j] != row[j])
-          m = row[j];
-      double sum = 0.0;
-      for (int64_t j = 0; j < vocab; ++j)
-        sum += std::exp(static_cast<double>(row[j]) - m);
-      out.as<T>()[r] = static_cast<T>(m + std::log(sum) - static_cast<double>(row[label]));
-    }
     });
     return Status::ok();
   });
