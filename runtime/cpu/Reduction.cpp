@@ -1,6 +1,7 @@
 // CPU reference kernels that reduce along dims: Reduce, Softmax and CrossEntropy.
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/Parallel.h"
+#include "runtime/cpu/ShapeChecks.h"
 
 #include <cmath>
 #include <limits>
@@ -75,61 +76,25 @@ T reduceOne(ReduceKind kind, const T *x, int64_t base, int64_t count, Offset off
   }
 }
 
-const char *reduceKindName(ReduceKind kind) {
-  switch (kind) {
-  case ReduceKind::sum:
-    return "sum";
-  case ReduceKind::mean:
-    return "mean";
-  case ReduceKind::max:
-    return "max";
-  case ReduceKind::min:
-    return "min";
-  }
-  return "?";
-}
-
 } // namespace
 
 Status reduce(ReduceKind kind, const TensorRef &x, std::span<const int64_t> axes,
               const TensorRef &out) {
   const char *name = "Reduce";
-  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
+  ASSIGN_OR_RETURN(ReduceGeometry g, checkReduce(kind, x, axes, out));
   int64_t rank = static_cast<int64_t>(x.shape.size());
-  std::vector<bool> reduced(rank, false);
-  for (int64_t a : axes) {
-    if (a < 0 || a >= rank || reduced[a])
-      return fail(name, "axes " + shapeString(axes) + " must be distinct dims of the rank-" +
-                            std::to_string(rank) + " input");
-    reduced[a] = true;
-  }
-  std::vector<int64_t> keptDims, reducedDims, keepShape, dropShape;
-  for (int64_t d = 0; d < rank; ++d) {
-    (reduced[d] ? reducedDims : keptDims).push_back(d);
-    keepShape.push_back(reduced[d] ? 1 : x.shape[d]);
-    if (!reduced[d])
-      dropShape.push_back(x.shape[d]);
-  }
-  if (!sameShape(out.shape, keepShape) && !sameShape(out.shape, dropShape))
-    return fail(name, "output shape " + shapeString(out.shape) + " is neither " +
-                          shapeString(keepShape) + " (dims kept) nor " + shapeString(dropShape) +
-                          " (dims dropped)");
+  std::vector<int64_t> keptDims, reducedDims;
+  for (int64_t d = 0; d < rank; ++d)
+    (g.reduced[size_t(d)] ? reducedDims : keptDims).push_back(d);
   std::vector<int64_t> strides = stridesOf(x.shape);
   std::vector<int64_t> outer = offsetsOf(keptDims, x.shape, strides);
-  int64_t count = 1;
-  for (int64_t d : reducedDims)
-    count *= x.shape[d];
+  int64_t count = g.count;
   // Reduced dims that are the trailing ones are one contiguous run per output element (a
   // global norm over every element, a mean over the last dim): no offset table for those.
   bool trailing = reducedDims.empty() || reducedDims.front() == rank - int64_t(reducedDims.size());
   std::vector<int64_t> inner;
   if (!trailing)
     inner = offsetsOf(reducedDims, x.shape, strides);
-  bool integral = x.dtype == DType::i64 || x.dtype == DType::i32;
-  if (count == 0 && !outer.empty() &&
-      (kind == ReduceKind::max || kind == ReduceKind::min ||
-       (integral && kind == ReduceKind::mean)))
-    return fail(name, std::string(reduceKindName(kind)) + " over an empty set of elements");
   return dispatchNumeric(name, x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *in = x.as<const T>();

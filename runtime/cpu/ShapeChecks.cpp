@@ -241,4 +241,55 @@ StatusOr<LinearGeometry> checkLinear(const TensorRef &x, const TensorRef &weight
   return g;
 }
 
+namespace {
+
+const char *reduceKindName(ReduceKind kind) {
+  switch (kind) {
+  case ReduceKind::sum:
+    return "sum";
+  case ReduceKind::mean:
+    return "mean";
+  case ReduceKind::max:
+    return "max";
+  case ReduceKind::min:
+    return "min";
+  }
+  return "?";
+}
+
+} // namespace
+
+StatusOr<ReduceGeometry> checkReduce(ReduceKind kind, const TensorRef &x,
+                                     std::span<const int64_t> axes, const TensorRef &out) {
+  const char *name = "Reduce";
+  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
+  int64_t rank = static_cast<int64_t>(x.shape.size());
+  ReduceGeometry g;
+  g.reduced.assign(size_t(rank), false);
+  for (int64_t a : axes) {
+    if (a < 0 || a >= rank || g.reduced[size_t(a)])
+      return fail(name, "axes " + shapeString(axes) + " must be distinct dims of the rank-" +
+                            std::to_string(rank) + " input");
+    g.reduced[size_t(a)] = true;
+  }
+  std::vector<int64_t> keepShape, dropShape;
+  for (int64_t d = 0; d < rank; ++d) {
+    keepShape.push_back(g.reduced[size_t(d)] ? 1 : x.shape[d]);
+    if (g.reduced[size_t(d)])
+      g.count *= x.shape[d];
+    else
+      dropShape.push_back(x.shape[d]), g.outputs *= x.shape[d];
+  }
+  if (!sameShape(out.shape, keepShape) && !sameShape(out.shape, dropShape))
+    return fail(name, "output shape " + shapeString(out.shape) + " is neither " +
+                          shapeString(keepShape) + " (dims kept) nor " + shapeString(dropShape) +
+                          " (dims dropped)");
+  bool integral = x.dtype == DType::i64 || x.dtype == DType::i32;
+  if (g.count == 0 && g.outputs > 0 &&
+      (kind == ReduceKind::max || kind == ReduceKind::min ||
+       (integral && kind == ReduceKind::mean)))
+    return fail(name, std::string(reduceKindName(kind)) + " over an empty set of elements");
+  return g;
+}
+
 } // namespace megac::runtime::cpu::detail

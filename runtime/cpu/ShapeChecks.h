@@ -96,4 +96,15 @@ StatusOr<LinearGeometry> checkLinear(const TensorRef &x, const TensorRef &weight
                                      const TensorRef *bias, const TensorRef &out,
                                      DtypeCheck dtypeCheck = nullptr);
 
+/// Reduce: the output has x's dtype, the axes are distinct dims of x, the output has the kept
+/// shape (reduced dims 1 or dropped), and max/min (and an integer mean) of an empty set with
+/// outputs is refused. `reduced[d]`: dim d is reduced; `count`: elements per output;
+/// `outputs`: output elements.
+struct ReduceGeometry {
+  std::vector<bool> reduced;
+  int64_t count = 1, outputs = 1;
+};
+StatusOr<ReduceGeometry> checkReduce(ReduceKind kind, const TensorRef &x,
+                                     std::span<const int64_t> axes, const TensorRef &out);
+
 } // namespace megac::runtime::cpu::detail

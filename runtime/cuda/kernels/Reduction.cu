@@ -3,6 +3,7 @@
 // order per shape: a thread or a block per output, no atomics. Row kernels (softmax along the
 // last dim, cross entropy) use one block per row.
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/ShapeChecks.h"
 #include "runtime/cuda/kernels/BlockReduce.cuh"
 
 #include <cmath>
@@ -90,20 +91,6 @@ __global__ void reduceKernel(const T *x, T *y, Dims kept, Dims red, int64_t outp
       }
     }
   }
-}
-
-const char *reduceKindName(ReduceKind kind) {
-  switch (kind) {
-  case ReduceKind::sum:
-    return "sum";
-  case ReduceKind::mean:
-    return "mean";
-  case ReduceKind::max:
-    return "max";
-  case ReduceKind::min:
-    return "min";
-  }
-  return "?";
 }
 
 /// Calls f(T{}) for the float types and i64/i32.
@@ -358,20 +345,12 @@ Status expectStats(const char *name, const char *what, const TensorRef &t, DType
 Status reduce(const Context &ctx, ReduceKind kind, const TensorRef &x,
               std::span<const int64_t> axes, const TensorRef &out) {
   const char *name = "Reduce";
-  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
+  ASSIGN_OR_RETURN(cpu::detail::ReduceGeometry g, cpu::detail::checkReduce(kind, x, axes, out));
   int64_t rank = static_cast<int64_t>(x.shape.size());
-  std::vector<bool> reduced(rank, false);
-  for (int64_t a : axes) {
-    if (a < 0 || a >= rank || reduced[a])
-      return fail(name, "axes " + shapeString(axes) + " must be distinct dims of the rank-" +
-                            std::to_string(rank) + " input");
-    reduced[a] = true;
-  }
-  std::vector<int64_t> keepShape, dropShape;
-  Dims kept, red;
   if (rank > kMaxRank)
     return fail(name, "rank " + std::to_string(rank) + " exceeds the CUDA kernels' " +
                           std::to_string(kMaxRank));
+  Dims kept, red;
   int64_t stride = 1;
   std::vector<int64_t> strides(rank);
   for (int64_t d = rank; d-- > 0;) {
@@ -379,26 +358,13 @@ Status reduce(const Context &ctx, ReduceKind kind, const TensorRef &x,
     stride *= x.shape[d];
   }
   for (int64_t d = 0; d < rank; ++d) {
-    Dims &box = reduced[d] ? red : kept;
+    Dims &box = g.reduced[size_t(d)] ? red : kept;
     box.size[box.rank] = x.shape[d];
     box.stride[box.rank] = strides[d];
     ++box.rank;
-    keepShape.push_back(reduced[d] ? 1 : x.shape[d]);
-    if (!reduced[d])
-      dropShape.push_back(x.shape[d]);
   }
-  if (!sameShape(out.shape, keepShape) && !sameShape(out.shape, dropShape))
-    return fail(name, "output shape " + shapeString(out.shape) + " is neither " +
-                          shapeString(keepShape) + " (dims kept) nor " + shapeString(dropShape) +
-                          " (dims dropped)");
-  int64_t outputs = product(dropShape), count = 1;
-  for (int i = 0; i < red.rank; ++i)
-    count *= red.size[i];
+  int64_t outputs = g.outputs, count = g.count;
   bool integral = x.dtype == DType::i64 || x.dtype == DType::i32;
-  if (count == 0 && outputs > 0 &&
-      (kind == ReduceKind::max || kind == ReduceKind::min ||
-       (integral && kind == ReduceKind::mean)))
-    return fail(name, std::string(reduceKindName(kind)) + " over an empty set of elements");
   if (!isFloat(x.dtype) && !integral)
     return fail(name, std::string("dtype ") + dtypeName(x.dtype) + " is not supported");
   if (outputs == 0)
