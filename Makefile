@@ -33,6 +33,9 @@ bench: build
 	/usr/bin/python3 bench/data_prep.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-data-prep --mb 100
 	/usr/bin/python3 bench/train_step.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-train-step --threads $(JOBS)
 	/usr/bin/python3 bench/partition_step.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-partition-step
+	/usr/bin/python3 bench/plan_search.py --megac $(BUILD_DIR)/bin/megac
+	/usr/bin/python3 bench/published_runs.py --megac $(BUILD_DIR)/bin/megac
+	/usr/bin/python3 bench/cpu_cost_model.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-cpu-cost-model
 	$(BUILD_DIR)/bin/megac compile --model gpt:layers=4,hidden=256,heads=8,seq=128,vocab=512 \
 	    --ranks 1 --global-batch 8 --micro-batch 8 -o $(BUILD_DIR)/bench-train-step.mplan
 	$(BUILD_DIR)/bin/bench-train-step --plan $(BUILD_DIR)/bench-train-step.mplan --backend cpu \

@@ -80,11 +80,53 @@ GroupPlacement placeGroup(const Cluster &cluster, int64_t size, int64_t stride) 
   return g;
 }
 
+double calibratedCommSeconds(const Calibration &c, const std::string &op, int64_t ranks,
+                             double bytes) {
+  // Measured calls of this op over this many ranks, interpolated log-log in bytes; past the
+  // largest, at its bandwidth; below the smallest, its latency.
+  std::vector<std::pair<double, double>> points;
+  for (const CommPoint &p : c.comm)
+    if (p.op == op && p.ranks == ranks && p.bytes > 0 && p.seconds > 0)
+      points.push_back({p.bytes, p.seconds});
+  if (points.empty())
+    return -1;
+  std::sort(points.begin(), points.end());
+  if (bytes <= points.front().first)
+    return points.front().second;
+  for (size_t i = 1; i < points.size(); ++i)
+    if (bytes <= points[i].first) {
+      auto [b0, t0] = points[i - 1];
+      auto [b1, t1] = points[i];
+      double f = std::log(bytes / b0) / std::log(b1 / b0);
+      return std::exp(std::log(t0) + f * (std::log(t1) - std::log(t0)));
+    }
+  return points.back().second * bytes / points.back().first;
+}
+
+namespace {
+const char *commName(Collective kind) {
+  switch (kind) {
+  case Collective::allReduce:
+    return "all_reduce";
+  case Collective::allGather:
+    return "all_gather";
+  case Collective::reduceScatter:
+    return "reduce_scatter";
+  }
+  return "all_reduce";
+}
+} // namespace
+
 double collectiveSeconds(const Cluster &cluster, Collective kind, int64_t size, int64_t stride,
                          double bytes) {
   if (size <= 1 || bytes <= 0)
     return 0;
   const DeviceSpec &d = cluster.device;
+  if (placeGroup(cluster, size, stride).nodes == 1) {
+    double measured = calibratedCommSeconds(d.calibration, commName(kind), size, bytes);
+    if (measured >= 0)
+      return measured;
+  }
   double intraBw = d.intraNodeBandwidth * d.linkEfficiency;
   double interBw = d.interNodeBandwidth * d.linkEfficiency;
   GroupPlacement g = placeGroup(cluster, size, stride);
@@ -102,6 +144,11 @@ double collectiveSeconds(const Cluster &cluster, Collective kind, int64_t size, 
 
 double p2pSeconds(const Cluster &cluster, bool crossNode, double bytes) {
   const DeviceSpec &d = cluster.device;
+  if (!crossNode) {
+    double measured = calibratedCommSeconds(d.calibration, "send_recv", 2, bytes);
+    if (measured >= 0)
+      return measured;
+  }
   if (crossNode)
     return d.interNodeLatency + bytes / (d.interNodeBandwidth * d.linkEfficiency);
   return d.intraNodeLatency + bytes / (d.intraNodeBandwidth * d.linkEfficiency);

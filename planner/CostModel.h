@@ -3,6 +3,7 @@
 // parameter counts, Korthikanti activation memory. MLIR-free.
 #pragma once
 
+#include "planner/BlockKernels.h"
 #include "planner/Hardware.h"
 #include "planner/PipelineSchedule.h"
 #include "planner/Planner.h"
@@ -34,7 +35,6 @@ double gemmSeconds(const DeviceSpec &device, double peak, int64_t m, int64_t n, 
 /// Seconds of a memory-bound op moving `bytes` (read + written).
 double memoryBoundSeconds(const DeviceSpec &device, double bytes);
 
-enum class Collective { allReduce, allGather, reduceScatter };
 /// One ring over `ranks` on a link: all-reduce 2(n-1)/n·bytes/bw + 2(n-1)·alpha; all-gather and
 /// reduce-scatter (n-1)/n·bytes/bw + (n-1)·alpha. `bytes` is the full (unsharded) buffer.
 double ringSeconds(Collective kind, int64_t ranks, double bytes, double bandwidth, double latency);
@@ -52,6 +52,10 @@ GroupPlacement placeGroup(const Cluster &cluster, int64_t size, int64_t stride);
 /// all-gather or reduce-scatter does the matching half). Link bandwidth times linkEfficiency.
 double collectiveSeconds(const Cluster &cluster, Collective kind, int64_t size, int64_t stride,
                          double bytes);
+/// A calibrated collective (`megac calibrate`'s "comm" table: op "all_reduce", "all_gather",
+/// "reduce_scatter" or "send_recv" over `ranks`), or -1 when the table has no such points.
+double calibratedCommSeconds(const Calibration &calibration, const std::string &op, int64_t ranks,
+                             double bytes);
 /// One point-to-point message.
 double p2pSeconds(const Cluster &cluster, bool crossNode, double bytes);
 
@@ -93,25 +97,44 @@ ParameterBytes parameterBytes(Precision precision);
 /// closed form, so memory needs no simulation (tests compare the two).
 int64_t peakInFlight(const PipelineShape &shape, int64_t stage);
 
+/// Time of one pass (a block's forward or backward, an edge's) on one rank for one micro-batch:
+/// its kernels, and its tensor-parallel collectives by kind.
+struct PassCost {
+  KernelTime compute;
+  double tp[3] = {0, 0, 0}; // indexed by Collective
+  double tpSeconds() const { return tp[0] + tp[1] + tp[2]; }
+  PassCost &operator+=(const PassCost &o) {
+    compute += o.compute;
+    for (int i = 0; i < 3; ++i)
+      tp[i] += o.tp[i];
+    return *this;
+  }
+  PassCost scaled(double f) const {
+    PassCost c;
+    c.compute = compute.scaled(f);
+    for (int i = 0; i < 3; ++i)
+      c.tp[i] = tp[i] * f;
+    return c;
+  }
+};
+
 /// Costs of one transformer block for one micro-batch on one rank (planner/Planner.cpp).
 struct LayerCost {
-  double forwardSeconds = 0, backwardSeconds = 0; // compute: GEMMs + memory-bound ops
-  double attentionCoreForwardSeconds = 0;         // what selective recompute repeats
-  double tpForwardSeconds = 0, tpBackwardSeconds = 0;
+  PassCost forward, backward;
+  KernelTime attentionCore;    // what selective recompute repeats
+  KernelTime gradAccumulation; // per micro-batch, after the backward
 };
 /// Costs of the embedding (first chunk) and the logit layer + loss (last chunk), the same way.
 struct EdgeCost {
-  double embedForwardSeconds = 0, embedBackwardSeconds = 0;
-  double headForwardSeconds = 0, headBackwardSeconds = 0;
-  double embedTpForwardSeconds = 0, embedTpBackwardSeconds = 0;
-  double headTpForwardSeconds = 0, headTpBackwardSeconds = 0;
+  PassCost embedForward, embedBackward, headForward, headBackward;
 };
 
 /// estimate() for many layouts of one model on one cluster: block and edge costs per
 /// (tp, micro-batch, SP), and pipeline schedules per (pp, vpp, micro-batches), computed once.
 class StepEstimator {
 public:
-  StepEstimator(const TransformerShape &shape, const Cluster &cluster, int64_t globalBatch);
+  StepEstimator(const TransformerShape &shape, const Cluster &cluster, int64_t globalBatch,
+                const StackProfile &stack);
   /// Memory per GPU only (the StepCost's memory fields and `fits`; times are zero). Cheap: the
   /// search prunes with it before computing times.
   std::optional<StepCost> memory(const Layout &layout, std::string *why);
@@ -136,14 +159,17 @@ private:
   struct ChunkTimes {
     double forward = 0, backward = 0;   // per chunk step of the busiest stage, averaged
     double compute = 0, tp = 0, pp = 0; // per micro-batch over the stage's chunks
+    PassCost split;                     // compute and tp of one micro-batch, by class and kind
   };
   ChunkTimes chunkTimes(const Layout &layout);
   void fillMemory(const Layout &layout, StepCost &cost);
   double stageParameters(const Layout &layout, bool first, bool last) const;
-  double optimizerSeconds(const Layout &layout, double localParameters) const;
+  KernelTime optimizerTime(const Layout &layout, double localParameters) const;
+  double pipelineSendSeconds(const Layout &layout, double bytes) const;
 
   TransformerShape shape_;
   Cluster cluster_;
+  StackProfile stack_;
   int64_t globalBatch_;
   std::map<std::tuple<int64_t, int64_t, bool, int>, std::pair<LayerCost, EdgeCost>> layers_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, Pipeline> pipelines_;

@@ -1,6 +1,7 @@
 // Hardware presets (datasheet numbers, REFERENCE.md), device spec files and cluster strings.
 #include "planner/Hardware.h"
 
+#include "planner/Calibration.h"
 #include "runtime/io/Json.h"
 
 #include <cmath>
@@ -21,7 +22,7 @@ namespace {
 // - Intra-node bandwidth is the NVLink datasheet number halved (one direction); inter-node is
 //   one NIC per GPU (DGX: 8x HDR 200 Gb/s = 25 GB/s, 8x NDR 400 Gb/s = 50 GB/s).
 DeviceSpec gpu(std::string name, double tf32, double bf16, double memory, double bandwidth,
-               double nvlinkBidirectional, double ib, int64_t sms) {
+               double nvlinkBidirectional, double ib, int64_t sms, double l2, double hostLink) {
   DeviceSpec d;
   d.name = std::move(name);
   d.peakFlopsFp32 = tf32; // TF32 tensor cores: what fp32 matmuls use by default in training
@@ -40,6 +41,10 @@ DeviceSpec gpu(std::string name, double tf32, double bf16, double memory, double
   d.memoryEfficiency = 0.85;
   d.linkEfficiency = 0.8;
   d.reservedBytes = 2e9;
+  d.launchSeconds = 2e-6;
+  d.hostBandwidth = hostLink;
+  d.cacheBytes = l2;
+  d.cacheBandwidth = 2.5 * bandwidth;
   return d;
 }
 
@@ -79,10 +84,12 @@ DeviceSpec cpu() {
 
 std::vector<DeviceSpec> presets() {
   // REFERENCE.md datasheet table (dense, no sparsity); memory in decimal GB as datasheets say.
-  return {gpu("a100-40g", 156e12, 312e12, 40e9, 1.555e12, 600e9, 25e9, 108),
-          gpu("a100-80g", 156e12, 312e12, 80e9, 2.039e12, 600e9, 25e9, 108),
-          gpu("h100-sxm", 495e12, 989e12, 80e9, 3.35e12, 900e9, 50e9, 132),
-          gpu("h200", 495e12, 989e12, 141e9, 4.8e12, 900e9, 50e9, 132), cpu()};
+  // L2: 40 MB (A100), 50 MB (H100/H200); host link PCIe 4.0 x16 (A100) / 5.0 x16 (H100),
+  // 32 / 64 GB/s per direction, ~80% achievable.
+  return {gpu("a100-40g", 156e12, 312e12, 40e9, 1.555e12, 600e9, 25e9, 108, 40e6, 25e9),
+          gpu("a100-80g", 156e12, 312e12, 80e9, 2.039e12, 600e9, 25e9, 108, 40e6, 25e9),
+          gpu("h100-sxm", 495e12, 989e12, 80e9, 3.35e12, 900e9, 50e9, 132, 50e6, 50e9),
+          gpu("h200", 495e12, 989e12, 141e9, 4.8e12, 900e9, 50e9, 132, 50e6, 50e9), cpu()};
 }
 
 bool setField(DeviceSpec &d, const std::string &key, const runtime::json::Value &v,
@@ -97,6 +104,8 @@ bool setField(DeviceSpec &d, const std::string &key, const runtime::json::Value 
       d.name = v.string;
     return true;
   }
+  if (key == "calibration") // `megac calibrate`'s tables (planner/Calibration.h)
+    return parseCalibration(v, &d.calibration, error);
   if (v.kind != Kind::number || !std::isfinite(v.number) || v.number < 0) {
     *error = "'" + key + "' must be a non-negative number";
     return false;
@@ -117,7 +126,13 @@ bool setField(DeviceSpec &d, const std::string &key, const runtime::json::Value 
                {"gemmEfficiency", &DeviceSpec::gemmEfficiency},
                {"memoryEfficiency", &DeviceSpec::memoryEfficiency},
                {"linkEfficiency", &DeviceSpec::linkEfficiency},
-               {"reservedBytes", &DeviceSpec::reservedBytes}};
+               {"reservedBytes", &DeviceSpec::reservedBytes},
+               {"launchSeconds", &DeviceSpec::launchSeconds},
+               {"attentionForwardEfficiency", &DeviceSpec::attentionForwardEfficiency},
+               {"attentionBackwardEfficiency", &DeviceSpec::attentionBackwardEfficiency},
+               {"hostBandwidth", &DeviceSpec::hostBandwidth},
+               {"cacheBytes", &DeviceSpec::cacheBytes},
+               {"cacheBandwidth", &DeviceSpec::cacheBandwidth}};
   for (const Real &r : reals)
     if (key == r.name) {
       d.*r.field = x;

@@ -9,6 +9,49 @@
 
 namespace megac::planner {
 
+/// What `megac calibrate` measured on a machine (planner/Calibration.h reads these tables; the
+/// datasheet presets leave them empty and fall back to the formulas in planner/KernelModel.h).
+/// Every rate was measured with all of the spec's ranks running at once, as in training.
+struct GemmPoint {
+  int64_t m = 0, n = 0, k = 0; // C[m,n] = A[m,k]·B[k,n]
+  int64_t elementBytes = 4;    // 4 fp32, 2 bf16/fp16
+  double flopsPerSecond = 0;
+};
+struct BandwidthPoint {
+  double workingSetBytes = 0; // bytes read + written by one pass of a streaming copy
+  double bytesPerSecond = 0;  // (read + written) / time
+};
+struct KernelPoint {
+  std::string kernel; // a memory-bound kernel class (planner/KernelModel.h, kernelClassName)
+  double bytes = 0;   // bytes read + written by one call
+  double seconds = 0; // one call, instruction overhead included
+};
+struct AttentionPoint {
+  int64_t batchHeads = 0, seq = 0, headDim = 0; // q [b·h, s, d], keys over the same s
+  bool causal = true;
+  double forwardSeconds = 0, backwardSeconds = 0; // one call each
+};
+struct CommPoint {
+  std::string op;     // "all_reduce", "all_gather", "reduce_scatter", "send_recv"
+  int64_t ranks = 2;  // group size
+  double bytes = 0;   // the whole buffer (all-gather: the gathered output)
+  double seconds = 0; // one call, median over repetitions
+};
+struct Calibration {
+  std::string source;            // "megac calibrate --backend cpu --threads 1 on HOST, DATE"
+  int64_t threads = 0;           // CPU: BLAS/kernel threads per rank the tables hold
+  double instructionSeconds = 0; // fixed cost of one plan instruction / kernel launch
+  std::vector<GemmPoint> gemm;
+  std::vector<BandwidthPoint> bandwidth; // by working set: cache levels, then DRAM
+  std::vector<KernelPoint> kernels;
+  std::vector<AttentionPoint> attention;
+  std::vector<CommPoint> comm;
+  bool empty() const {
+    return gemm.empty() && bandwidth.empty() && kernels.empty() && attention.empty() &&
+           comm.empty() && instructionSeconds == 0;
+  }
+};
+
 struct DeviceSpec {
   std::string name;         // "a100-80g"
   double peakFlopsFp32 = 0; // dense, FLOP/s (TF32 tensor cores where that is the default)
@@ -29,6 +72,17 @@ struct DeviceSpec {
   double memoryEfficiency = 0.85; // fraction of memoryBandwidth a streaming kernel reaches
   double linkEfficiency = 0.8;    // fraction of link bandwidth a collective (bus bandwidth) reaches
   double reservedBytes = 0;       // runtime context, library workspaces, allocator slack
+  /// Gap between two dependent kernels on a GPU (launch latency as the device sees it).
+  double launchSeconds = 0;
+  /// Fraction of peak a flash-attention kernel reaches, forward and backward (FLOPs counted
+  /// without the causal half); used when the calibration has no attention points.
+  double attentionForwardEfficiency = 0.6, attentionBackwardEfficiency = 0.5;
+  /// Device <-> host copies (PCIe), bytes/s one direction: pipeline sends staged in host memory.
+  double hostBandwidth = 0;
+  /// Last-level cache: a memory-bound kernel whose working set fits streams at cacheBandwidth.
+  double cacheBytes = 0, cacheBandwidth = 0;
+  /// Measured tables from `megac calibrate` (JSON key "calibration"); empty for presets.
+  Calibration calibration;
 };
 
 struct Cluster {

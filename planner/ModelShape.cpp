@@ -33,7 +33,8 @@ ModelShapeResult computeModelShape(mlir::ModuleOp module, const std::string &nam
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
     auto input = func.getArgAttrOfType<mlir::StringAttr>(i, mega::kInputAttr);
     auto type = mlir::dyn_cast<mlir::RankedTensorType>(func.getArgument(i).getType());
-    if (!input || !type || type.getRank() != 2 || !mlir::isa<mlir::IntegerType>(type.getElementType()))
+    if (!input || !type || type.getRank() != 2 ||
+        !mlir::isa<mlir::IntegerType>(type.getElementType()))
       continue;
     if (input.getValue() == "input_ids" || input.getValue() == "decoder_input_ids") {
       batch = type.getDimSize(0);
@@ -59,13 +60,17 @@ ModelShapeResult computeModelShape(mlir::ModuleOp module, const std::string &nam
       biases = biases || linear.getBias();
     else if (auto norm = mlir::dyn_cast<mega::LayerNormOp>(op))
       biases = biases || norm.getBias();
+    else if (mlir::isa<mega::RopeOp>(op))
+      shape.rope = true;
+    else if (auto dropout = mlir::dyn_cast<mega::DropoutOp>(op))
+      shape.dropout = std::max(shape.dropout, dropout.getRatio().convertToDouble());
     if (auto attention = mlir::dyn_cast<mega::AttentionOp>(op)) {
       auto q = shapeOf(attention.getQuery()), k = shapeOf(attention.getKey());
       shape.heads = q[2];
       shape.kvHeads = k[2];
       headCount = q[2] * q[3];
-      bool cross = attention.getQuery().getDefiningOp() &&
-                   attention.getKey().getDefiningOp() && q[1] != k[1];
+      bool cross = attention.getQuery().getDefiningOp() && attention.getKey().getDefiningOp() &&
+                   q[1] != k[1];
       ++(cross ? crossAttention : selfAttention);
     } else if (auto embedding = mlir::dyn_cast<mega::EmbeddingOp>(op)) {
       auto tableShape = shapeOf(embedding.getTable());

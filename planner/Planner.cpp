@@ -11,107 +11,26 @@ namespace {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-struct Gemm {
-  int64_t m, n, k, batch;
-};
-
 // Without SP the norms, residual adds and the tensors around them are replicated over tp: two
 // LayerNorms (scale and bias) and the two row-parallel biases, or two RMSNorm scales.
 int64_t replicatedLayerParameters(const TransformerShape &s) {
   return s.biases ? 6 * s.hidden : 2 * s.hidden;
 }
 
-// One block of one micro-batch on one rank.
-LayerCost blockCost(const TransformerShape &s, const Cluster &cluster, int64_t tp, int64_t b,
-                    bool sp, Precision precision) {
-  const DeviceSpec &d = cluster.device;
-  double peak = peakFlops(d, precision);
-  int64_t e = elementBytes(precision);
-  int64_t tokens = b * s.seq, h = s.hidden, heads = s.heads / tp, dh = s.hidden / s.heads;
-  int64_t qkvOut = ceilDiv(h + 2 * (s.kvHeads * dh), tp), ffnLocal = ceilDiv(s.ffn, tp);
-  // Megatron's pattern (docs/pipeline.md): QKV and fc1 column parallel, projection and fc2 row
-  // parallel, the attention core per local head. Forward C[m,n] = A[m,k]·B[k,n]; backward the
-  // input gradient (m,k,n) and the weight gradient (k,n,m), each as many FLOPs.
-  std::vector<Gemm> weights = {{tokens, qkvOut, h, 1},
-                               {tokens, h, ceilDiv(h, tp), 1},
-                               {tokens, ffnLocal * (s.gatedMlp ? 2 : 1), h, 1},
-                               {tokens, h, ffnLocal, 1}};
-  std::vector<Gemm> core = {{s.seq, s.seq, dh, b * heads}, {s.seq, dh, s.seq, b * heads}};
-  LayerCost lc;
-  auto gemm = [&](int64_t m, int64_t n, int64_t k, int64_t batch) {
-    return gemmSeconds(d, peak, m, n, k, batch, e);
-  };
-  for (const Gemm &g : weights) {
-    lc.forwardSeconds += gemm(g.m, g.n, g.k, g.batch);
-    lc.backwardSeconds += gemm(g.m, g.k, g.n, g.batch) + gemm(g.k, g.n, g.m, g.batch);
-  }
-  for (const Gemm &g : core) {
-    double f = gemm(g.m, g.n, g.k, g.batch);
-    lc.forwardSeconds += f;
-    lc.attentionCoreForwardSeconds += f;
-    lc.backwardSeconds += gemm(g.m, g.k, g.n, g.batch) + gemm(g.k, g.n, g.m, g.batch);
-  }
-  // Memory-bound ops, bytes read + written, unfused: two norms (read, write), two residual adds
-  // (2 reads, 1 write) over the local tokens (sequence-split under SP); the activation function
-  // over the local ffn columns (gated: two reads, one write); softmax over the local heads'
-  // scores (read, write); the four head transposes of q, k, v and the attention output.
-  // Assumption: each op's backward moves twice its forward bytes (reads the output gradient
-  // and a saved input, writes the input gradient).
-  double localTokens = sp ? double(tokens) / double(tp) : double(tokens);
-  double softmaxBytes = 2.0 * double(b * heads) * double(s.seq) * double(s.seq) * e;
-  double forwardBytes = localTokens * h * e * (2 * 2 + 2 * 3) +
-                        double(tokens) * ffnLocal * e * (s.gatedMlp ? 3 : 2) + softmaxBytes +
-                        4 * 2.0 * double(tokens) * double(h / tp) * e;
-  lc.forwardSeconds += memoryBoundSeconds(d, forwardBytes);
-  lc.backwardSeconds += memoryBoundSeconds(d, 2 * forwardBytes);
-  lc.attentionCoreForwardSeconds += memoryBoundSeconds(d, softmaxBytes);
-  // Tensor parallel: per block two all-reduces of the b·s·h activation forward and two
-  // backward; with SP an all-gather plus a reduce-scatter in their place (the same bytes).
-  double act = double(tokens) * double(h) * double(e);
-  auto coll = [&](Collective kind, double bytes) {
-    return collectiveSeconds(cluster, kind, tp, 1, bytes);
-  };
-  double pair = sp ? coll(Collective::allGather, act) + coll(Collective::reduceScatter, act)
-                   : coll(Collective::allReduce, act);
-  lc.tpForwardSeconds = lc.tpBackwardSeconds = 2 * pair;
-  return lc;
+// Parameter tensors of one block: q, k, v, projection and the MLP's matrices (with their
+// biases), two norms (scale, and LayerNorm's bias).
+double tensorsPerBlock(const TransformerShape &s) {
+  double matrices = 4 + (s.gatedMlp ? 3 : 2);
+  return matrices * (s.biases ? 2 : 1) + (s.biases ? 4 : 2);
 }
 
-// The embedding and the logit layer + loss of one micro-batch on one rank.
-EdgeCost edgeCosts(const TransformerShape &s, const Cluster &cluster, int64_t tp, int64_t b,
-                   bool sp, Precision precision) {
-  const DeviceSpec &d = cluster.device;
-  double peak = peakFlops(d, precision);
-  int64_t e = elementBytes(precision);
-  int64_t tokens = b * s.seq, h = s.hidden;
-  auto gemm = [&](int64_t m, int64_t n, int64_t k, int64_t batch) {
-    return gemmSeconds(d, peak, m, n, k, batch, e);
-  };
-  auto coll = [&](Collective kind, double bytes) {
-    return collectiveSeconds(cluster, kind, tp, 1, bytes);
-  };
-  double act = double(tokens) * double(h) * double(e);
-  double localTokens = sp ? double(tokens) / double(tp) : double(tokens);
-  // Vocab-parallel embedding (a partial sum all-reduced, or reduce-scattered under
-  // SP) and logit layer, with a vocab-parallel cross entropy in fp32 (three all-reduces of one
-  // fp32 per token: max, sum of exp, target logit).
-  EdgeCost ec;
-  int64_t vocabLocal = ceilDiv(s.vocab, tp);
-  ec.embedForwardSeconds = memoryBoundSeconds(d, 4 * act);
-  ec.embedBackwardSeconds = memoryBoundSeconds(d, 2 * 4 * act);
-  ec.embedTpForwardSeconds =
-      sp ? coll(Collective::reduceScatter, act) : coll(Collective::allReduce, act);
-  ec.embedTpBackwardSeconds = sp ? coll(Collective::allGather, act) : 0;
-  double logits = double(tokens) * double(vocabLocal);
-  ec.headForwardSeconds = gemm(tokens, vocabLocal, h, 1) +
-                          memoryBoundSeconds(d, logits * (e + 8) + 4 * localTokens * h * e);
-  ec.headBackwardSeconds = gemm(tokens, h, vocabLocal, 1) + gemm(h, vocabLocal, tokens, 1) +
-                           memoryBoundSeconds(d, logits * (e + 4) + 8 * localTokens * h * e);
-  double ce = 3 * coll(Collective::allReduce, double(tokens) * 4);
-  ec.headTpForwardSeconds = (sp ? coll(Collective::allGather, act) : 0) + ce;
-  ec.headTpBackwardSeconds =
-      sp ? coll(Collective::reduceScatter, act) : coll(Collective::allReduce, act);
-  return ec;
+PassCost passCost(const PassKernels &pass, const KernelModel &kernels, const Cluster &cluster,
+                  int64_t tp) {
+  PassCost c;
+  c.compute = kernels.time(pass.kernels);
+  for (const CommOp &op : pass.tp)
+    c.tp[int(op.kind)] += collectiveSeconds(cluster, op.kind, tp, 1, op.bytes);
+  return c;
 }
 
 } // namespace
@@ -125,8 +44,8 @@ int64_t peakInFlight(const PipelineShape &shape, int64_t stage) {
 }
 
 StepEstimator::StepEstimator(const TransformerShape &shape, const Cluster &cluster,
-                             int64_t globalBatch)
-    : shape_(shape), cluster_(cluster), globalBatch_(globalBatch) {
+                             int64_t globalBatch, const StackProfile &stack)
+    : shape_(shape), cluster_(cluster), stack_(stack), globalBatch_(globalBatch) {
   if (shape_.kvHeads <= 0)
     shape_.kvHeads = shape_.heads;
   if (shape_.ffn <= 0)
@@ -182,10 +101,23 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
   auto it = layers_.find(key);
   if (it != layers_.end())
     return it->second.first;
-  return layers_
-      .emplace(key, std::make_pair(blockCost(shape_, cluster_, tp, b, sp, precision),
-                                   edgeCosts(shape_, cluster_, tp, b, sp, precision)))
-      .first->second.first;
+  // The block's and the edges' kernels for this geometry, timed once (issue 15: one block per
+  // distinct tp, sequence parallelism and micro-batch; every layout with them reuses it).
+  KernelModel kernels(cluster_.device, stack_, precision);
+  LayerGeometry g{tp, b, sp, precision};
+  BlockKernels block = blockKernels(shape_, g, stack_);
+  LayerCost lc;
+  lc.forward = passCost(block.forward, kernels, cluster_, tp);
+  lc.backward = passCost(block.backward, kernels, cluster_, tp);
+  lc.attentionCore = kernels.time(block.attentionCore);
+  lc.gradAccumulation = kernels.time(block.gradAccumulation);
+  EdgeKernels edges = edgeKernels(shape_, g, stack_);
+  EdgeCost ec;
+  ec.embedForward = passCost(edges.embedForward, kernels, cluster_, tp);
+  ec.embedBackward = passCost(edges.embedBackward, kernels, cluster_, tp);
+  ec.headForward = passCost(edges.headForward, kernels, cluster_, tp);
+  ec.headBackward = passCost(edges.headBackward, kernels, cluster_, tp);
+  return layers_.emplace(key, std::make_pair(lc, ec)).first->second.first;
 }
 
 const EdgeCost &StepEstimator::edgeCost(int64_t tp, int64_t b, bool sp, Precision precision) {
@@ -227,42 +159,41 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision);
   const EdgeCost &ec = edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision);
   double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)); // on the stage
-  double recomputeCompute = 0, recomputeTp = 0;
+  // Recompute, in the backward: selective repeats the attention core, full the whole forward
+  // with its collectives.
+  PassCost recompute;
   if (l.recompute == Recompute::selective)
-    recomputeCompute = lc.attentionCoreForwardSeconds;
-  else if (l.recompute == Recompute::full) {
-    recomputeCompute = lc.forwardSeconds;
-    recomputeTp = lc.tpForwardSeconds; // the recomputed forward repeats its collectives
-  }
+    recompute.compute = lc.attentionCore;
+  else if (l.recompute == Recompute::full)
+    recompute = lc.forward;
   // Pipeline sends: the residual stream of one micro-batch (sequence-split under SP), once per
   // chunk step, on the critical path (the simulation's steps wait for their input). A pipeline
   // spanning nodes runs at the pace of its inter-node boundaries.
   double sendBytes = double(l.microBatch * shape_.seq * shape_.hidden) *
                      double(elementBytes(l.precision)) / (l.sequenceParallel ? l.tp : 1);
-  double send = l.pp > 1 ? p2pSeconds(cluster_, cluster_.nodes > 1, sendBytes) : 0;
+  double send = l.pp > 1 ? pipelineSendSeconds(l, sendBytes) : 0;
   // Per micro-batch on the first and the last stage (the busier one is the pipeline's pace;
   // with pp = 1 they are the same stage).
   auto stage = [&](bool first, bool last, double &fwd, double &bwd, ChunkTimes &t) {
-    double cf = layers * lc.forwardSeconds, cb = layers * (lc.backwardSeconds + recomputeCompute);
-    double tf = layers * lc.tpForwardSeconds, tb = layers * (lc.tpBackwardSeconds + recomputeTp);
+    PassCost f = lc.forward.scaled(layers), b = lc.backward.scaled(layers);
+    b += recompute.scaled(layers);
+    b.compute += lc.gradAccumulation.scaled(layers);
     if (first) {
-      cf += ec.embedForwardSeconds;
-      cb += ec.embedBackwardSeconds;
-      tf += ec.embedTpForwardSeconds;
-      tb += ec.embedTpBackwardSeconds;
+      f += ec.embedForward;
+      b += ec.embedBackward;
     }
     if (last) {
-      cf += ec.headForwardSeconds;
-      cb += ec.headBackwardSeconds;
-      tf += ec.headTpForwardSeconds;
-      tb += ec.headTpBackwardSeconds;
+      f += ec.headForward;
+      b += ec.headBackward;
     }
     double sends = double(l.vpp) * send;
-    fwd = cf + tf + sends;
-    bwd = cb + tb + sends;
-    t.compute = cf + cb;
-    t.tp = tf + tb;
+    fwd = f.compute.total() + f.tpSeconds() + sends;
+    bwd = b.compute.total() + b.tpSeconds() + sends;
+    t.compute = f.compute.total() + b.compute.total();
+    t.tp = f.tpSeconds() + b.tpSeconds();
     t.pp = 2 * sends;
+    t.split = f;
+    t.split += b;
   };
   ChunkTimes first, last;
   double f0, b0, f1, b1;
@@ -274,13 +205,36 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   return busy;
 }
 
-double StepEstimator::optimizerSeconds(const Layout &l, double localParameters) const {
-  // AdamW is memory-bound: per updated parameter it reads the fp32 gradient, master weight and
-  // two moments and writes those three and the half copy (30 bytes; 28 in fp32), and the
-  // global norm reads the gradients once more. ZeRO-1 updates 1/dp of them.
+double StepEstimator::pipelineSendSeconds(const Layout &l, double bytes) const {
+  bool crossNode = cluster_.nodes > 1;
+  double seconds;
+  if (stack_.p2pScatterGather && l.tp > 1 && !l.sequenceParallel && crossNode) {
+    // Megatron's scatter/gather optimisation (Narayanan et al. SC21, section 4.1): each of the
+    // tp ranks sends 1/tp of the activation over its own NIC, then an all-gather on NVLink.
+    seconds = p2pSeconds(cluster_, true, bytes / double(l.tp)) +
+              collectiveSeconds(cluster_, Collective::allGather, l.tp, 1, bytes);
+  } else {
+    seconds = p2pSeconds(cluster_, crossNode, bytes);
+  }
+  // Staged through host memory: a device-to-host copy before and a host-to-device copy after.
+  if (stack_.p2pThroughHost && cluster_.device.hostBandwidth > 0)
+    seconds += 2 * bytes / cluster_.device.hostBandwidth;
+  return seconds;
+}
+
+KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters) const {
+  // ZeRO-1 updates 1/dp of the local parameters; one kernel per parameter tensor unless the
+  // stack has a multi-tensor optimizer.
   double updated = localParameters / double(l.zero ? l.dp : 1);
-  double perParameter = (l.precision == Precision::fp32 ? 28 : 30) + 4;
-  return memoryBoundSeconds(cluster_.device, updated * perParameter);
+  double perBlock = tensorsPerBlock(shape_);
+  // Outside the blocks: the embedding table (and an untied head), learned positions and the
+  // final norm (scale, and LayerNorm's bias).
+  const TransformerShape &s = shape_;
+  double edges = (s.tiedEmbedding ? 1 : 2) + (s.rope ? 0 : 1) + (s.biases ? 2 : 1);
+  double tensors = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)) * perBlock + edges;
+  KernelModel kernels(cluster_.device, stack_, l.precision);
+  return kernels.time(optimizerKernels(localParameters, tensors, updated, l.precision, stack_,
+                                       l.tp * l.pp * l.dp > 1, l.dp > 1));
 }
 
 void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
@@ -309,9 +263,11 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
       // megac's full recompute (docs/pipeline.md) stashes each chunk's input only (with
       // pp = vpp = 1: each block's input) and recomputes the whole chunk in its backward, so
       // the chunk's un-recomputed activations exist once, transiently.
-      bool single = l.pp * l.vpp == 1;
-      c.activationBytes = inFlight * residual * (single ? double(s.layers) : 1.0);
-      transient = (single ? 1.0 : double(layersPerChunk)) * none;
+      // Megatron checkpoints every layer's input (--recompute-num-layers 1): one layer's
+      // activations exist transiently.
+      bool perLayer = l.pp * l.vpp == 1 || stack_.recomputePerLayer;
+      c.activationBytes = inFlight * residual * (perLayer ? double(layersPerChunk) : 1.0);
+      transient = (perLayer ? 1.0 : double(layersPerChunk)) * none;
     } else {
       c.activationBytes = inFlight * double(layersPerChunk) * kept;
       transient = none; // the block being differentiated: its gradients and recomputed values
@@ -347,7 +303,7 @@ double StepEstimator::lowerBoundSeconds(const Layout &l) {
   ChunkTimes ct = chunkTimes(l);
   int64_t m = globalBatch_ / (l.dp * l.microBatch);
   double local = std::max(stageParameters(l, true, l.pp == 1), stageParameters(l, l.pp == 1, true));
-  return double(m) * (ct.compute + ct.tp + ct.pp) + optimizerSeconds(l, local);
+  return double(m) * (ct.compute + ct.tp + ct.pp) + optimizerTime(l, local).total();
 }
 
 std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *why) {
@@ -385,10 +341,10 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
 
   // Data parallel: the stage's gradients (fp32 for bf16, REFERENCE.md) reduced over the dp
   // group (ranks tp apart); ZeRO-1 reduce-scatters them and all-gathers the updated parameters.
-  // Overlap assumption (Megatron's --overlap-grad-reduce, megac's gradient buckets): the
-  // reduction is issued bucket by bucket during the last micro-batch's backward on the stage,
-  // so it hides behind that backward except the last bucket (one block's share); the ZeRO
-  // all-gather follows the optimizer step and is exposed.
+  // With the stack's overlap (Megatron-Core's --overlap-grad-reduce) the reduction is issued
+  // bucket by bucket during the last micro-batch's backward and hides behind it except the last
+  // bucket (one block's share); without it (Megatron 2021, megac) it follows the backward. The
+  // ZeRO all-gather overlaps the next forward only with --overlap-param-gather.
   ParameterBytes pb = parameterBytes(l.precision);
   double local = std::max(stageParameters(l, true, l.pp == 1), stageParameters(l, l.pp == 1, true));
   double reduce =
@@ -396,16 +352,37 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
                         l.tp, local * pb.gradient);
   double lastBackward = double(l.vpp) * ct.backward;
   double blocks = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp));
-  double exposed = reduce > 0 ? std::max(reduce / blocks, reduce - lastBackward) : 0;
-  if (l.zero)
-    exposed += collectiveSeconds(cluster_, Collective::allGather, l.dp, l.tp, local * pb.parameter);
+  double exposed = reduce;
+  if (stack_.overlapGradReduce && reduce > 0)
+    exposed = std::max(reduce / blocks, reduce - lastBackward);
+  double gather = 0;
+  if (l.zero) {
+    gather = collectiveSeconds(cluster_, Collective::allGather, l.dp, l.tp, local * pb.parameter);
+    if (stack_.overlapParamGather)
+      gather /= blocks;
+  }
   // A tied embedding's gradient is summed between the first and last stage (send/recv).
   if (l.pp > 1 && shape_.tiedEmbedding)
-    exposed += p2pSeconds(cluster_, cluster_.nodes > 1,
-                          double(ceilDiv(shape_.vocab, l.tp)) * shape_.hidden * pb.gradient);
-  c.dpCommSeconds = exposed;
-  c.optimizerSeconds = optimizerSeconds(l, local);
+    gather += p2pSeconds(cluster_, cluster_.nodes > 1,
+                         double(ceilDiv(shape_.vocab, l.tp)) * shape_.hidden * pb.gradient);
+  c.dpReduceSeconds = exposed;
+  c.dpGatherSeconds = gather;
+  c.dpCommSeconds = exposed + gather;
+  KernelTime optimizer = optimizerTime(l, local);
+  c.optimizerSeconds = optimizer.total();
   c.stepSeconds = makespan + c.dpCommSeconds + c.optimizerSeconds;
+  KernelTime kernels = ct.split.compute.scaled(double(m));
+  kernels += optimizer;
+  c.gemmSeconds = kernels.gemm;
+  c.attentionSeconds = kernels.attention;
+  c.memoryBoundSeconds = kernels.memory;
+  c.overheadSeconds = kernels.overhead;
+  for (int i = 0; i < kKernelClassCount; ++i)
+    if (kernels.launches[size_t(i)] > 0)
+      c.kernelLaunches.push_back({kernelClassName(KernelClass(i)), kernels.launches[size_t(i)]});
+  c.tpAllReduceSeconds = double(m) * ct.split.tp[int(Collective::allReduce)];
+  c.tpAllGatherSeconds = double(m) * ct.split.tp[int(Collective::allGather)];
+  c.tpReduceScatterSeconds = double(m) * ct.split.tp[int(Collective::reduceScatter)];
 
   double devices = double(cluster_.devices());
   double peak = peakFlops(cluster_.device, l.precision);
@@ -431,9 +408,17 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   return c;
 }
 
+StackProfile defaultStack(const Cluster &cluster) {
+  // CPU devices: the preset, or a spec `megac calibrate --backend cpu` wrote (it records the
+  // threads per rank; the CUDA calibration does not).
+  const DeviceSpec &d = cluster.device;
+  return *stackProfile("megac", d.name == "cpu" || d.calibration.threads > 0);
+}
+
 std::optional<StepCost> estimate(const TransformerShape &shape, const Cluster &cluster,
-                                 int64_t globalBatch, const Layout &layout, std::string *why) {
-  StepEstimator estimator(shape, cluster, globalBatch);
+                                 int64_t globalBatch, const Layout &layout, std::string *why,
+                                 const StackProfile &stack) {
+  StepEstimator estimator(shape, cluster, globalBatch, stack);
   return estimator.estimate(layout, why);
 }
 

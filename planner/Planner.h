@@ -5,6 +5,7 @@
 #pragma once
 
 #include "planner/Hardware.h"
+#include "planner/StackProfile.h"
 
 #include <cstdint>
 #include <optional>
@@ -25,6 +26,7 @@ struct TransformerShape {
   int64_t vocab = 0;
   int64_t seq = 0;       // tokens per sample (encoder + decoder for T5)
   bool gatedMlp = false; // SwiGLU-style: three MLP matrices
+  bool rope = false;     // rotary position embedding on q and k (no learned positions)
   bool biases = true;    // linear biases and LayerNorm (GPT, BERT); false: bias-free, RMSNorm
   bool tiedEmbedding = true;
   int64_t parameters = 0; // exact count from the IR
@@ -32,6 +34,9 @@ struct TransformerShape {
   /// part. Per-block and embedding/head splits are derived from the dims above.
   double forwardFlopsPerSample = 0;
   double forwardGemmFlopsPerSample = 0;
+  /// Dropout probability of the hidden states and attention probabilities (0: none). Megatron's
+  /// GPT runs train with 0.1; megac's zoo models have none; `megac plan --dropout P` sets it.
+  double dropout = 0;
 };
 
 enum class Precision { fp32, bf16, fp16 };
@@ -65,6 +70,17 @@ struct StepCost {
   double bubbleSeconds = 0;  // pipeline idle time, from simulating the schedule
   double optimizerSeconds = 0;
   double stepSeconds = 0; // the total
+  /// computeSeconds (recompute and the gradient accumulation included) + optimizerSeconds by
+  /// kernel class; launch/instruction overhead on its own.
+  double gemmSeconds = 0, attentionSeconds = 0, memoryBoundSeconds = 0, overheadSeconds = 0;
+  /// tpCommSeconds by collective; dpCommSeconds split into the exposed gradient reduction
+  /// (all-reduce or ZeRO's reduce-scatter) and the exposed ZeRO parameter all-gather (plus the
+  /// tied-embedding exchange).
+  double tpAllReduceSeconds = 0, tpAllGatherSeconds = 0, tpReduceScatterSeconds = 0;
+  double dpReduceSeconds = 0, dpGatherSeconds = 0;
+  /// Kernels one step launches on the busiest stage's rank, by class name
+  /// (planner/KernelModel.h), the optimizer's included.
+  std::vector<std::pair<std::string, double>> kernelLaunches;
   /// One chunk step of the busiest stage, forward and backward (recompute, tensor-parallel
   /// collectives and the pipeline send included): what the schedule was simulated with.
   double chunkForwardSeconds = 0, chunkBackwardSeconds = 0;
@@ -87,7 +103,15 @@ struct PlanCandidate {
 /// The cost of `layout` for `shape` with `globalBatch` samples per step on `cluster`; nullopt
 /// with `why` when the layout is invalid (degrees that do not divide, ranks != cluster size).
 std::optional<StepCost> estimate(const TransformerShape &shape, const Cluster &cluster,
-                                 int64_t globalBatch, const Layout &layout, std::string *why);
+                                 int64_t globalBatch, const Layout &layout, std::string *why,
+                                 const StackProfile &stack);
+/// The default stack for `cluster`: megac (its CPU runtime on "cpu" devices, else CUDA).
+StackProfile defaultStack(const Cluster &cluster);
+inline std::optional<StepCost> estimate(const TransformerShape &shape, const Cluster &cluster,
+                                        int64_t globalBatch, const Layout &layout,
+                                        std::string *why) {
+  return estimate(shape, cluster, globalBatch, layout, why, defaultStack(cluster));
+}
 
 struct SearchResult {
   std::vector<PlanCandidate> best;             // fitting layouts, fastest first (at most topK)
@@ -100,6 +124,10 @@ struct SearchResult {
 
 /// Every layout that satisfies the pins, pruned, ranked by predicted step time.
 SearchResult search(const TransformerShape &shape, const Cluster &cluster, int64_t globalBatch,
-                    const Pins &pins, int topK);
+                    const Pins &pins, int topK, const StackProfile &stack);
+inline SearchResult search(const TransformerShape &shape, const Cluster &cluster,
+                           int64_t globalBatch, const Pins &pins, int topK) {
+  return search(shape, cluster, globalBatch, pins, topK, defaultStack(cluster));
+}
 
 } // namespace megac::planner

@@ -34,9 +34,9 @@ struct Choices {
 class Searcher {
 public:
   Searcher(const TransformerShape &shape, const Cluster &cluster, int64_t globalBatch,
-           const Pins &pins, int topK)
+           const Pins &pins, int topK, const StackProfile &stack)
       : shape_(shape), cluster_(cluster), globalBatch_(globalBatch), pins_(pins),
-        topK_(std::max(1, topK)), estimator_(shape, cluster, globalBatch) {}
+        topK_(std::max(1, topK)), estimator_(shape, cluster, globalBatch, stack) {}
 
   SearchResult run() {
     int64_t devices = cluster_.devices();
@@ -197,9 +197,9 @@ private:
 } // namespace
 
 SearchResult search(const TransformerShape &shape, const Cluster &cluster, int64_t globalBatch,
-                    const Pins &pins, int topK) {
+                    const Pins &pins, int topK, const StackProfile &stack) {
   auto start = std::chrono::steady_clock::now();
-  SearchResult result = Searcher(shape, cluster, globalBatch, pins, topK).run();
+  SearchResult result = Searcher(shape, cluster, globalBatch, pins, topK, stack).run();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

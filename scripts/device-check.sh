@@ -4,7 +4,9 @@
 #   1. the GPU tests (kernels against the CPU reference, the executor's training steps against
 #      the CPU executor, NCCL on one rank, fused kernels);
 #   2. bench-train-step --backend cuda for GPT-2 124M (seq 1024) and a 1.3B GPT (seq 2048), bf16;
-#   3. the same models in PyTorch (bf16 autocast, SDPA, fused AdamW, torch.compile) for the ratio.
+#   3. the same models in PyTorch (bf16 autocast, SDPA, fused AdamW, torch.compile) for the ratio;
+#   4. `megac calibrate --backend cuda` (as megac-calibrate, the MLIR-free build): the device spec
+#      $OUT/h200-calibrated.json (one GPU: no collectives; the spec says so).
 # Everything is logged to $OUT/device-check.log (or /tmp/megac-device/); a summary at the end.
 # Each part has its own time limit; the whole stays under 8 minutes.
 set -uo pipefail
@@ -71,8 +73,15 @@ timeout 150 python3 bench/torch_train_step_gpu.py --gpt 12,768,12,1024,50257 --m
 timeout 200 python3 bench/torch_train_step_gpu.py --gpt 24,2048,16,2048,50257 --micro-batch 4 \
   --steps 5 --label torch-gpt-1.3b --json "$RESULTS"
 
+say "megac calibrate --backend cuda"
+timeout 240 "$BIN/megac-calibrate" --backend cuda -o "$OUT/h200-calibrated.json"
+rc=$?
+echo "-- megac-calibrate: exit $rc"
+[ $rc -ne 0 ] && failed=$((failed + 1))
+[ -f "$OUT/h200-calibrated.json" ] && cat "$OUT/h200-calibrated.json"
+
 say "summary"
-echo "GPU test binaries failed: $failed"
+echo "GPU test binaries and calibration failed: $failed"
 python3 - "$RESULTS" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

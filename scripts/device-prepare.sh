@@ -24,11 +24,12 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMEGAC_CUDA=ON -DMEG
   -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
 GPU_TESTS="cuda_kernels_elementwise_test cuda_kernels_nn_test cuda_executor_test nccl_comm_test
            cuda_fusion_gpu_test"
-ninja -C "$BUILD" -j "${JOBS:-2}" bench-train-step $GPU_TESTS
+# megac-calibrate: `megac calibrate` without MLIR or MPI (device-check.sh's calibration step).
+ninja -C "$BUILD" -j "${JOBS:-2}" bench-train-step megac-calibrate $GPU_TESTS
 
 rm -rf "$STAGE"
 mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/plans"
-for b in bench-train-step $GPU_TESTS; do
+for b in bench-train-step megac-calibrate $GPU_TESTS; do
   cp "$BUILD/bin/$b" "$STAGE/bin/"
   strip "$STAGE/bin/$b"
 done

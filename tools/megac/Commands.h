@@ -19,6 +19,8 @@ int planCommand(int argc, char **argv);
 int generateCommand(int argc, char **argv);
 /// `megac export`: a checkpoint's weights written back into its ONNX model (ExportCommand.cpp).
 int exportCommand(int argc, char **argv);
+/// `megac calibrate`: microbenchmarks written as a device spec (CalibrateCommand.cpp).
+int calibrateCommand(int argc, char **argv);
 /// `megac plan --cluster SPEC`: the layout search (PlanSearchCommand.cpp).
 int planSearchCommand(int argc, char **argv);
 /// True when `megac compile`'s arguments name a layout (--ranks, --tp, ...): it then compiles

@@ -7,17 +7,17 @@
 #include "tools/megac/ModelSource.h"
 #include "tools/megac/PlanExplain.h"
 
+#include "codegen/PlanWriter.h"
 #include "frontends/models/ModelConfig.h"
 #include "passes/Pipelines.h"
 #include "passes/training/TrainingPipeline.h"
-#include "codegen/PlanWriter.h"
 #include "planner/CostModel.h"
 #include "planner/ModelShape.h"
-#include "runtime/plan/PlanLoader.h"
 #include "planner/ModelStats.h"
 #include "planner/PipelineSchedule.h"
 #include "planner/Planner.h"
 #include "planner/Timeline.h"
+#include "runtime/plan/PlanLoader.h"
 
 #include "mlir/IR/MLIRContext.h"
 
@@ -91,14 +91,27 @@ std::string candidateJson(const planner::PlanCandidate &c) {
       << "\", \"precision\": \"" << precisionText(l.precision)
       << "\", \"step_time_s\": " << s.stepSeconds << ", \"tokens_per_s\": " << s.tokensPerSecond
       << ", \"tflops_per_gpu\": " << s.hardwareTflopsPerGpu << ", \"mfu\": " << s.mfu
-      << ", \"memory_per_gpu_bytes\": " << s.totalBytes << ", \"fits\": "
-      << (s.fits ? "true" : "false") << ", \"breakdown\": {\"compute_s\": " << s.computeSeconds
+      << ", \"memory_per_gpu_bytes\": " << s.totalBytes
+      << ", \"fits\": " << (s.fits ? "true" : "false")
+      << ", \"breakdown\": {\"compute_s\": " << s.computeSeconds
       << ", \"tp_comm_s\": " << s.tpCommSeconds << ", \"pp_comm_s\": " << s.ppCommSeconds
       << ", \"dp_comm_s\": " << s.dpCommSeconds << ", \"bubble_s\": " << s.bubbleSeconds
-      << ", \"optimizer_s\": " << s.optimizerSeconds << "}, \"memory\": {\"parameters\": "
-      << s.parameterBytes << ", \"gradients\": " << s.gradientBytes
-      << ", \"optimizer\": " << s.optimizerBytes << ", \"activations\": " << s.activationBytes
-      << ", \"workspace\": " << s.workspaceBytes << "}}";
+      << ", \"optimizer_s\": " << s.optimizerSeconds << ", \"gemm_s\": " << s.gemmSeconds
+      << ", \"attention_s\": " << s.attentionSeconds
+      << ", \"memory_bound_s\": " << s.memoryBoundSeconds
+      << ", \"overhead_s\": " << s.overheadSeconds
+      << ", \"tp_all_reduce_s\": " << s.tpAllReduceSeconds
+      << ", \"tp_all_gather_s\": " << s.tpAllGatherSeconds
+      << ", \"tp_reduce_scatter_s\": " << s.tpReduceScatterSeconds
+      << ", \"dp_reduce_s\": " << s.dpReduceSeconds << ", \"dp_gather_s\": " << s.dpGatherSeconds
+      << "}, \"kernel_launches\": {";
+  for (size_t i = 0; i < s.kernelLaunches.size(); ++i)
+    out << (i ? ", " : "") << "\"" << s.kernelLaunches[i].first
+        << "\": " << s.kernelLaunches[i].second;
+  out << "}, \"memory\": {\"parameters\": " << s.parameterBytes
+      << ", \"gradients\": " << s.gradientBytes << ", \"optimizer\": " << s.optimizerBytes
+      << ", \"activations\": " << s.activationBytes << ", \"workspace\": " << s.workspaceBytes
+      << "}}";
   return out.str();
 }
 
@@ -125,16 +138,47 @@ std::string whyBetter(const planner::PlanCandidate &a, const planner::PlanCandid
                   {"exposed gradient reduction", a.cost.dpCommSeconds, b.cost.dpCommSeconds},
                   {"pipeline bubble", a.cost.bubbleSeconds, b.cost.bubbleSeconds},
                   {"optimizer", a.cost.optimizerSeconds, b.cost.optimizerSeconds}};
-  std::sort(std::begin(parts), std::end(parts), [](const Part &x, const Part &y) {
-    return std::abs(x.b - x.a) > std::abs(y.b - y.a);
-  });
+  std::sort(std::begin(parts), std::end(parts),
+            [](const Part &x, const Part &y) { return std::abs(x.b - x.a) > std::abs(y.b - y.a); });
   std::ostringstream out;
   out.precision(3);
   out << "#1 beats #2 by " << std::fixed << (b.cost.stepSeconds - a.cost.stepSeconds)
       << " s/step: ";
   for (int i = 0; i < 2; ++i)
-    out << (i ? "; " : "") << parts[i].name << " " << parts[i].a << " s vs " << parts[i].b
-        << " s";
+    out << (i ? "; " : "") << parts[i].name << " " << parts[i].a << " s vs " << parts[i].b << " s";
+  return out.str();
+}
+
+/// The winner's predicted step split by op class (`--explain`): kernels by class (the optimizer's
+/// included), each tensor-parallel collective, pipeline sends, the exposed data-parallel
+/// communication and the bubble. The lines sum to the step time.
+std::string timeByClass(const planner::StepCost &c, const std::string &stack) {
+  struct Line {
+    const char *name;
+    double seconds;
+  } lines[] = {{"GEMM", c.gemmSeconds},
+               {"attention", c.attentionSeconds},
+               {"memory-bound kernels", c.memoryBoundSeconds},
+               {"launch / instruction overhead", c.overheadSeconds},
+               {"tp all-reduce", c.tpAllReduceSeconds},
+               {"tp all-gather", c.tpAllGatherSeconds},
+               {"tp reduce-scatter", c.tpReduceScatterSeconds},
+               {"pipeline sends", c.ppCommSeconds},
+               {"dp gradient reduction (exposed)", c.dpReduceSeconds},
+               {"dp parameter all-gather (exposed)", c.dpGatherSeconds},
+               {"pipeline bubble", c.bubbleSeconds}};
+  std::ostringstream out;
+  char text[160];
+  std::snprintf(text, sizeof text, "predicted step time of #1 by op class (stack %s):\n",
+                stack.c_str());
+  out << text;
+  for (const Line &l : lines) {
+    std::snprintf(text, sizeof text, "  %-36s %10.4f s %6.1f%%\n", l.name, l.seconds,
+                  100 * l.seconds / c.stepSeconds);
+    out << text;
+  }
+  std::snprintf(text, sizeof text, "  %-36s %10.4f s\n", "total", c.stepSeconds);
+  out << text;
   return out.str();
 }
 
@@ -145,7 +189,7 @@ int planSearchCommand(int argc, char **argv) {
   std::string error = args.parse(
       argc, argv, 2,
       {"model", "cluster", "global-batch", "seq", "tp", "pp", "dp", "vpp", "micro-batch", "zero",
-       "recompute", "precision", "top", "timeline", "trace", "input-shape"},
+       "recompute", "precision", "top", "timeline", "trace", "input-shape", "stack", "dropout"},
       {"json", "explain", "sequence-parallel", "no-sequence-parallel", "no-compile"});
   std::optional<std::string> file;
   if (error.empty() && args.positional().size() > 1)
@@ -209,6 +253,29 @@ int planSearchCommand(int argc, char **argv) {
     error = "--precision: '" + precision + "' is not bf16, fp16 or fp32";
   if (error.empty() && !globalBatch)
     error = "missing --global-batch B (samples per optimizer step)";
+  std::optional<planner::StackProfile> stack;
+  if (error.empty()) {
+    if (auto name = args.get("stack")) {
+      stack = planner::stackProfile(*name, cluster->device.name == "cpu" ||
+                                               cluster->device.calibration.threads > 0);
+      if (!stack) {
+        error = "--stack: '" + *name + "' is not a known software stack (";
+        for (const std::string &n : planner::stackNames())
+          error += n + (n == planner::stackNames().back() ? ")" : ", ");
+      }
+    } else {
+      stack = planner::defaultStack(*cluster);
+    }
+  }
+  std::optional<double> dropout;
+  if (auto text = args.get("dropout")) {
+    char *end = nullptr;
+    double p = std::strtod(text->c_str(), &end);
+    if (!end || *end || !(p >= 0 && p < 1))
+      error = "--dropout: '" + *text + "' is not a probability in [0, 1)";
+    else
+      dropout = p;
+  }
   if (!error.empty()) {
     std::fprintf(stderr, "%s: error: %s\n", kCommand, error.c_str());
     return 2;
@@ -248,15 +315,19 @@ int planSearchCommand(int argc, char **argv) {
   }
   double readSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (dropout)
+    shape.shape->dropout = *dropout;
 
   planner::SearchResult result =
-      planner::search(*shape.shape, *cluster, *globalBatch, pins, int(top.value_or(5)));
+      planner::search(*shape.shape, *cluster, *globalBatch, pins, int(top.value_or(5)), *stack);
   const planner::TransformerShape &s = *shape.shape;
   if (args.has("json")) {
-    std::printf("{\"model\": \"%s\", \"cluster\": \"%s\", \"devices\": %lld, \"global_batch\": "
-                "%lld, \"evaluated\": %lld, \"search_seconds\": %.6f, \"layouts\": [",
-                s.name.c_str(), args.get("cluster")->c_str(), (long long)cluster->devices(),
-                (long long)*globalBatch, (long long)result.evaluated, result.seconds);
+    std::printf("{\"model\": \"%s\", \"cluster\": \"%s\", \"stack\": \"%s\", \"devices\": %lld, "
+                "\"global_batch\": %lld, \"evaluated\": %lld, \"search_seconds\": %.6f, "
+                "\"layouts\": [",
+                s.name.c_str(), args.get("cluster")->c_str(), stack->name.c_str(),
+                (long long)cluster->devices(), (long long)*globalBatch, (long long)result.evaluated,
+                result.seconds);
     for (size_t i = 0; i < result.best.size(); ++i)
       std::printf("%s%s", i ? ", " : "", candidateJson(result.best[i]).c_str());
     std::printf("]");
@@ -268,11 +339,11 @@ int planSearchCommand(int argc, char **argv) {
                 s.name.c_str(), planner::humanParams(double(s.parameters)).c_str(),
                 (long long)s.layers, (long long)s.hidden, (long long)s.heads, (long long)s.seq,
                 (long long)s.vocab);
-    std::printf("cluster %s: %lld x %s, global batch %lld, %s; %lld layouts evaluated in %.3f s "
-                "(model read in %.3f s)\n\n",
+    std::printf("cluster %s: %lld x %s, global batch %lld, %s, stack %s; %lld layouts evaluated "
+                "in %.3f s (model read in %.3f s)\n\n",
                 args.get("cluster")->c_str(), (long long)cluster->devices(),
                 cluster->device.name.c_str(), (long long)*globalBatch, precision.c_str(),
-                (long long)result.evaluated, result.seconds, readSeconds);
+                stack->name.c_str(), (long long)result.evaluated, result.seconds, readSeconds);
     if (result.best.empty()) {
       std::printf("no layout fits in %s per device.\n", gib(cluster->device.memoryBytes).c_str());
       if (result.smallestMemory) {
@@ -291,9 +362,8 @@ int planSearchCommand(int argc, char **argv) {
           change(next);
           return next;
         };
-        fixes.push_back({"--recompute full", with([](planner::Layout &x) {
-                           x.recompute = planner::Recompute::full;
-                         })});
+        fixes.push_back({"--recompute full",
+                         with([](planner::Layout &x) { x.recompute = planner::Recompute::full; })});
         if (l.dp > 1)
           fixes.push_back({"--zero 1", with([](planner::Layout &x) { x.zero = 1; })});
         if (l.dp % 2 == 0) {
@@ -312,7 +382,7 @@ int planSearchCommand(int argc, char **argv) {
         bool found = false;
         for (auto &[flag, layout] : fixes) {
           std::string why;
-          auto cost = planner::estimate(s, *cluster, *globalBatch, layout, &why);
+          auto cost = planner::estimate(s, *cluster, *globalBatch, layout, &why, *stack);
           if (cost && cost->fits) {
             std::printf("%s would fit: %s per device (%s).\n", flag.c_str(),
                         gib(cost->totalBytes).c_str(), layoutText(layout).c_str());
@@ -344,6 +414,8 @@ int planSearchCommand(int argc, char **argv) {
     }
     if (result.best.size() > 1)
       std::printf("    %s\n", whyBetter(result.best[0], result.best[1]).c_str());
+    if (args.has("explain"))
+      std::printf("\n%s", timeByClass(w, stack->name).c_str());
   }
   if (result.best.empty())
     return 1;
@@ -358,12 +430,12 @@ int planSearchCommand(int argc, char **argv) {
     std::string why;
     auto steps = planner::buildSchedule(kind, pipe, &why);
     double chunks = double(win.layout.pp * win.layout.vpp);
-    double forward = win.cost.computeSeconds / double(pipe.microBatches) / 3.0 *
-                     double(win.layout.pp) / chunks;
+    double forward =
+        win.cost.computeSeconds / double(pipe.microBatches) / 3.0 * double(win.layout.pp) / chunks;
     if (steps) {
-      planner::Timeline timeline = planner::simulateTimeline(
-          pipe, *steps, {{forward}, {2 * forward}, /*sendLatency=*/0.0},
-          planner::scheduleName(kind));
+      planner::Timeline timeline =
+          planner::simulateTimeline(pipe, *steps, {{forward}, {2 * forward}, /*sendLatency=*/0.0},
+                                    planner::scheduleName(kind));
       if (!timeline.error.empty()) {
         std::fprintf(stderr, "%s: error: the winner's timeline: %s\n", kCommand,
                      timeline.error.c_str());
@@ -412,19 +484,20 @@ int planSearchCommand(int argc, char **argv) {
     options.lossKind = s.name.rfind("t5:", 0) == 0     ? passes::LossKind::seq2seq
                        : s.name.rfind("bert:", 0) == 0 ? passes::LossKind::mlm
                                                        : passes::LossKind::causal;
-    options.precision = win.layout.precision == planner::Precision::fp32   ? passes::Precision::fp32
-                        : win.layout.precision == planner::Precision::fp16 ? passes::Precision::fp16
-                                                                           : passes::Precision::bf16;
+    options.precision = win.layout.precision == planner::Precision::fp32 ? passes::Precision::fp32
+                        : win.layout.precision == planner::Precision::fp16
+                            ? passes::Precision::fp16
+                            : passes::Precision::bf16;
     options.layout.tp = win.layout.tp;
     options.layout.pp = win.layout.pp;
     options.layout.vpp = win.layout.vpp;
     options.layout.dp = explain ? win.layout.dp : 1;
     options.layout.zero = explain ? win.layout.zero : 0;
     options.layout.sequenceParallel = win.layout.sequenceParallel;
-    options.layout.recompute = win.layout.recompute == planner::Recompute::full ? passes::Recompute::full
-                               : win.layout.recompute == planner::Recompute::selective
-                                   ? passes::Recompute::selective
-                                   : passes::Recompute::none;
+    options.layout.recompute =
+        win.layout.recompute == planner::Recompute::full        ? passes::Recompute::full
+        : win.layout.recompute == planner::Recompute::selective ? passes::Recompute::selective
+                                                                : passes::Recompute::none;
     int64_t microBatches = *globalBatch / (win.layout.microBatch * win.layout.dp);
     options.layout.microBatches = explain ? microBatches : 1;
     auto t0 = std::chrono::steady_clock::now();

@@ -28,6 +28,8 @@ commands:
                                            the partitioned training step's plan, explained
   plan      MODEL --cluster SPEC --global-batch B [--top K]
                                            the planner: the best layouts on a cluster, and why
+  calibrate --backend cpu|cuda [--ranks N] [--threads T] [--quick] -o HW.json
+                                           measure this machine: a device spec for --cluster
 
 MODEL: --model SPEC, FILE.mlir or FILE.onnx
 
@@ -65,6 +67,8 @@ int main(int argc, char **argv) {
     return megac::cli::generateCommand(argc, argv);
   if (!std::strcmp(argv[1], "export"))
     return megac::cli::exportCommand(argc, argv);
+  if (!std::strcmp(argv[1], "calibrate"))
+    return megac::cli::calibrateCommand(argc, argv);
   std::fprintf(stderr, "megac: error: unknown command '%s'; run `megac help`\n", argv[1]);
   return 2;
 }

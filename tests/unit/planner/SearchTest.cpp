@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <set>
 
 namespace megac::planner {
 namespace {
@@ -37,46 +38,75 @@ void print(const char *what, const SearchResult &r) {
   }
 }
 
+/// The layouts an expert would accept as the winner of a search; every stack profile's #1 must
+/// be one of them (the cost model may rank them differently, not leave them).
+struct Acceptable {
+  std::set<int64_t> tp, pp, vpp, microBatch;
+  std::set<Recompute> recompute;
+  bool sequenceParallel = true;
+};
+
+void expectAcceptable(const Layout &l, const Acceptable &a) {
+  EXPECT_TRUE(a.tp.count(l.tp)) << "tp " << l.tp;
+  EXPECT_TRUE(a.pp.count(l.pp)) << "pp " << l.pp;
+  EXPECT_TRUE(a.vpp.count(l.vpp)) << "vpp " << l.vpp;
+  EXPECT_TRUE(a.microBatch.count(l.microBatch)) << "micro-batch " << l.microBatch;
+  EXPECT_TRUE(a.recompute.count(l.recompute)) << recomputeName(l.recompute);
+  EXPECT_EQ(l.sequenceParallel, a.sequenceParallel);
+}
+
 TEST(SearchTest, Gpt3On1024A100) {
   std::string error;
   auto cluster = parseCluster("a100-80g:128x8", &error);
   ASSERT_TRUE(cluster) << error;
   TransformerShape gpt3 = gpt(96, 12288, 96, 2048, 50257);
-  SearchResult r = search(gpt3, *cluster, 1536, Pins{}, 5);
-  print("GPT-3 175B on a100-80g:128x8", r);
-  ASSERT_FALSE(r.best.empty());
-  const PlanCandidate &w = r.best.front();
-  // With SP + selective recompute the model finds tp 4 x pp 8 fits in 80 GB and pays less
-  // tensor-parallel communication than Megatron's tp 8: both are within a node, pp across
-  // nodes. The best tp 8 layout must stay close (within 10%).
-  EXPECT_TRUE(w.layout.tp == 4 || w.layout.tp == 8) << w.layout.tp;
-  EXPECT_GT(w.layout.pp, 1);
-  EXPECT_TRUE(w.layout.sequenceParallel);
-  EXPECT_TRUE(w.cost.fits);
-  EXPECT_LE(w.cost.totalBytes, 80e9);
-  EXPECT_LT(r.evaluated, 500);
-  Pins tp8;
-  tp8.tp = 8;
-  SearchResult r8 = search(gpt3, *cluster, 1536, tp8, 3);
-  print("GPT-3 175B on a100-80g:128x8, tp pinned to 8", r8);
-  ASSERT_FALSE(r8.best.empty());
-  EXPECT_GT(r8.best.front().layout.pp, 1);
-  EXPECT_LT(r8.best.front().cost.stepSeconds, 1.1 * w.cost.stepSeconds);
+  // Acceptable: tensor parallelism inside a node, 4 or 8 wide (Megatron's GPT-3 runs use 8;
+  // with SP and selective recompute tp 4 also fits in 80 GB and moves half the tp bytes per
+  // GPU); pipeline across nodes, 4 to 16 stages (SC21 runs 175B-class models at pp 8-16),
+  // interleaved or not; micro-batches of 1-4 sequences (larger ones stop fitting); SP on (it
+  // never costs more here); selective recompute, the least that fits (Korthikanti: +4%).
+  Acceptable acceptable{{4, 8}, {4, 8, 16}, {1, 2, 4, 8}, {1, 2, 4}, {Recompute::selective}};
+  for (const std::string &stackName : stackNames()) {
+    SCOPED_TRACE(stackName);
+    StackProfile stack = *stackProfile(stackName, false);
+    SearchResult r = search(gpt3, *cluster, 1536, Pins{}, 5, stack);
+    print(("GPT-3 175B on a100-80g:128x8, stack " + stackName).c_str(), r);
+    ASSERT_FALSE(r.best.empty());
+    const PlanCandidate &w = r.best.front();
+    expectAcceptable(w.layout, acceptable);
+    EXPECT_TRUE(w.cost.fits);
+    EXPECT_LE(w.cost.totalBytes, 80e9);
+    EXPECT_LT(r.evaluated, 500);
+    // Megatron's own choice (tp 8) stays within 10% of the winner.
+    Pins tp8;
+    tp8.tp = 8;
+    SearchResult r8 = search(gpt3, *cluster, 1536, tp8, 3, stack);
+    ASSERT_FALSE(r8.best.empty());
+    EXPECT_GT(r8.best.front().layout.pp, 1);
+    EXPECT_LT(r8.best.front().cost.stepSeconds, 1.1 * w.cost.stepSeconds);
+  }
 }
 
 TEST(SearchTest, Gpt1TOn3072A100) {
   std::string error;
   auto cluster = parseCluster("a100-80g:384x8", &error);
   ASSERT_TRUE(cluster) << error;
-  SearchResult r = search(gpt(128, 25600, 160, 2048, 50257), *cluster, 3072, Pins{}, 5);
-  print("GPT 1T on a100-80g:384x8", r);
-  ASSERT_FALSE(r.best.empty());
-  const PlanCandidate &w = r.best.front();
-  EXPECT_EQ(w.layout.tp, 8);
-  EXPECT_GT(w.layout.pp, 1);
-  EXPECT_TRUE(w.cost.fits);
-  EXPECT_LE(w.cost.totalBytes, 80e9);
-  EXPECT_LT(r.evaluated, 500);
+  // Acceptable: tp 8, a whole node (1T's per-GPU weights need it; SC21 and Korthikanti use 8);
+  // pp 32 or 64 over the 128 layers (SC21: 64), interleaved or not; one sequence per
+  // micro-batch (activations); SP with selective recompute.
+  Acceptable acceptable{{8}, {32, 64}, {1, 2, 4}, {1}, {Recompute::selective}};
+  for (const std::string &stackName : stackNames()) {
+    SCOPED_TRACE(stackName);
+    StackProfile stack = *stackProfile(stackName, false);
+    SearchResult r = search(gpt(128, 25600, 160, 2048, 50257), *cluster, 3072, Pins{}, 5, stack);
+    print(("GPT 1T on a100-80g:384x8, stack " + stackName).c_str(), r);
+    ASSERT_FALSE(r.best.empty());
+    const PlanCandidate &w = r.best.front();
+    expectAcceptable(w.layout, acceptable);
+    EXPECT_TRUE(w.cost.fits);
+    EXPECT_LE(w.cost.totalBytes, 80e9);
+    EXPECT_LT(r.evaluated, 500);
+  }
 }
 
 TEST(SearchTest, PinningEveryChoiceEvaluatesExactlyThatLayout) {

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Predicted vs measured step time for published large-model training runs.
+
+Each run in bench/published_runs.json pins the whole layout a paper (or its authors' scripts) used;
+this calls `megac plan` with every choice pinned and compares layouts[0].step_time_s with the
+run's measured_step_seconds (the paper's figure converted with that paper's own FLOP formula).
+
+  /usr/bin/python3 bench/published_runs.py --megac build/bin/megac [--json bench/published_runs.json]
+                                           [--stack-override S]
+
+Runs with "fit": true (Korthikanti et al. 2022, Table 5) are the only ones a stack constant may be
+fitted on (issue 15); everything else is held out, and the two groups are summarised separately.
+Exits non-zero only when a run fails to plan, never because of the size of an error.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BREAKDOWN = {"compute_s": "compute", "tp_comm_s": "tp-comm", "pp_comm_s": "pp-comm",
+             "dp_comm_s": "dp-comm", "bubble_s": "bubble", "optimizer_s": "optimizer"}
+# Options `megac plan` may not know yet; dropped (with one warning each) when it says so.
+OPTIONAL = ("--stack", "--dropout")
+missing = set()
+
+
+def plan_command(megac, run, stack):
+    model = ("gpt:layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab},ffn={ffn}"
+             .format(**run))
+    cmd = [megac, "plan", "--model", model,
+           "--cluster", "{device}:{nodes}x{gpus_per_node}".format(**run),
+           "--global-batch", str(run["global_batch"])]
+    for key in ("tp", "pp", "dp", "vpp"):
+        cmd += ["--" + key, str(run[key])]
+    cmd += ["--micro-batch", str(run["micro_batch"]), "--recompute", run["recompute"],
+            "--sequence-parallel" if run["sequence_parallel"] else "--no-sequence-parallel",
+            "--zero", str(run["zero"]), "--precision", run["precision"],
+            "--stack", stack, "--dropout", str(run["dropout"]),
+            "--json", "--no-compile", "--top", "1"]
+    return cmd
+
+
+def without(cmd, option):
+    i = cmd.index(option)
+    return cmd[:i] + cmd[i + 2:]
+
+
+def plan(megac, run, stack):
+    """The first layout of `megac plan --json` (or the pinned layout that does not fit), or an error."""
+    cmd = plan_command(megac, run, stack)
+    for option in missing:
+        cmd = without(cmd, option)
+    while True:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        unknown = [o for o in OPTIONAL if o in cmd and "unknown option " + o in proc.stderr]
+        if proc.returncode == 0 or not unknown:
+            break
+        for option in unknown:
+            print(f"warning: {megac} has no {option} yet; planning without it", file=sys.stderr)
+            missing.add(option)
+            cmd = without(cmd, option)
+    if proc.returncode != 0:
+        return None, (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:]
+    try:
+        result = json.loads(proc.stdout)
+    except ValueError:
+        return None, ["unreadable JSON from megac plan"]
+    if result.get("layouts"):
+        return result["layouts"][0], None
+    if result.get("smallest_memory"):  # every choice is pinned: this is that layout, over memory
+        return result["smallest_memory"], None
+    return None, ["no layout in megac plan's answer"]
+
+
+def summary(label, errors):
+    if not errors:
+        return f"{label}: no runs"
+    mean = sum(abs(e) for e in errors) / len(errors)
+    worst = max(errors, key=abs)
+    return f"{label}: {len(errors)} runs, mean |error| {mean:.1f}%, max |error| {abs(worst):.1f}% ({worst:+.1f}%)"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--megac", required=True, help="path to the megac binary")
+    parser.add_argument("--json", default=os.path.join(HERE, "published_runs.json"))
+    parser.add_argument("--stack-override", help="plan every run with this --stack instead of its own")
+    args = parser.parse_args()
+    if not os.access(args.megac, os.X_OK):
+        print(f"error: {args.megac} is not an executable (build megac first)", file=sys.stderr)
+        return 2
+    with open(args.json) as f:
+        runs = json.load(f)
+
+    print(f"{'id':34} {'set':8} {'stack':13} {'measured s':>10} {'predicted s':>11} {'error':>7}  dominant")
+    errors = {True: [], False: []}
+    failed = []
+    for run in runs:
+        stack = args.stack_override or run["stack"]
+        layout, error = plan(args.megac, run, stack)
+        group = "fit" if run["fit"] else "held-out"
+        measured = run["measured_step_seconds"]
+        if layout is None:
+            failed.append(run["id"])
+            print(f"{run['id']:34} {group:8} {stack:13} {measured:10.3f} {'FAILED':>11}  {' '.join(error)}")
+            continue
+        predicted = layout["step_time_s"]
+        err = 100.0 * (predicted - measured) / measured
+        errors[run["fit"]].append(err)
+        parts = layout.get("breakdown", {})
+        key = max(parts, key=parts.get) if parts else None
+        dominant = (f"{BREAKDOWN.get(key, key)} {100.0 * parts[key] / predicted:.0f}%"
+                    if key and predicted > 0 else "-")
+        if not layout.get("fits", True):
+            dominant += " (planner: does not fit in memory)"
+        print(f"{run['id']:34} {group:8} {stack:13} {measured:10.3f} {predicted:11.3f} "
+              f"{err:+6.1f}%  {dominant}")
+
+    print()
+    print(summary("held out", errors[False]))
+    print(summary("fitted (Korthikanti Table 5)", errors[True]))
+    if missing:
+        print("note: planned without " + ", ".join(sorted(missing)) + " (not supported by this megac)")
+    if failed:
+        print(f"{len(failed)} run(s) failed to plan: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

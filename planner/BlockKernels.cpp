@@ -1,0 +1,348 @@
+// The kernel inventory of a block, the model's edges and the optimizer (planner/BlockKernels.h).
+// Shapes are local to one rank: T tokens of the micro-batch, Tl of them in the norm/residual
+// region (T/tp under sequence parallelism), h hidden, local heads, local ffn columns.
+#include "planner/BlockKernels.h"
+
+#include "planner/CostModel.h"
+
+namespace megac::planner {
+namespace {
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Builder {
+  PassKernels *pass;
+  void gemm(int64_t m, int64_t n, int64_t k, int64_t batch = 1, double count = 1) {
+    KernelOp op;
+    op.kind = KernelClass::gemm;
+    op.m = m;
+    op.n = n;
+    op.k = k;
+    op.batch = batch;
+    op.count = count;
+    pass->kernels.push_back(op);
+  }
+  void mem(KernelClass kind, double bytes, double count = 1) {
+    if (bytes <= 0 || count <= 0)
+      return;
+    KernelOp op;
+    op.kind = kind;
+    op.bytes = bytes;
+    op.count = count;
+    pass->kernels.push_back(op);
+  }
+  void attention(int64_t batchHeads, int64_t seq, int64_t headDim, bool backward) {
+    KernelOp op;
+    op.kind = KernelClass::attention;
+    op.batch = batchHeads;
+    op.seq = seq;
+    op.headDim = headDim;
+    op.backward = backward;
+    pass->kernels.push_back(op);
+  }
+  void comm(Collective kind, double bytes) { pass->tp.push_back({kind, bytes}); }
+};
+
+/// A linear layer's weight-side shapes (local): y[T, out] = x[T, in] · W[in, out].
+struct Linear {
+  int64_t in, out;
+  bool bias;
+};
+
+} // namespace
+
+BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
+                          const StackProfile &stack) {
+  const int64_t t = g.tp, e = elementBytes(g.precision);
+  const int64_t T = g.microBatch * s.seq, h = s.hidden, dh = s.hidden / s.heads;
+  const int64_t heads = s.heads / t, kvHeads = (s.kvHeads > 0 ? s.kvHeads : s.heads) / t;
+  const int64_t ffn = ceilDiv(s.ffn > 0 ? s.ffn : 4 * h, t);
+  const double Tl = g.sequenceParallel ? double(T) / double(t) : double(T);
+  const double act = double(T) * double(h) * double(e); // one full activation, bytes
+  const double region = Tl * double(h) * double(e);     // one norm/residual-region activation
+  const bool dropout = s.dropout > 0;
+  const bool bias = s.biases;
+  const KernelClass norm = s.biases ? KernelClass::layerNorm : KernelClass::rmsNorm;
+  const KernelClass normGrad = s.biases ? KernelClass::layerNormGrad : KernelClass::rmsNormGrad;
+  // q, k and v as the stack runs them: megac's zoo and HF exports have three linears, Megatron
+  // one fused column-parallel QKV GEMM.
+  std::vector<Linear> qkv;
+  if (stack.name == "megac")
+    qkv = {{h, heads * dh, bias}, {h, kvHeads * dh, bias}, {h, kvHeads * dh, bias}};
+  else
+    qkv = {{h, (heads + 2 * kvHeads) * dh, bias}};
+  const Linear proj{heads * dh, h, bias};
+  const Linear fc1{h, ffn * (s.gatedMlp ? 2 : 1), bias};
+  const Linear fc2{ffn, h, bias};
+
+  BlockKernels out;
+  Builder fwd{&out.forward}, bwd{&out.backward};
+  auto linearForward = [&](const Linear &l) {
+    // The bias rides in the GEMM (cuBLAS epilogue / addmm, megac's Linear kernel) or in the
+    // next fused elementwise kernel.
+    fwd.gemm(T, l.out, l.in);
+  };
+  auto linearBackward = [&](const Linear &l) {
+    bwd.gemm(T, l.in, l.out); // dx = dy · Wᵀ
+    bwd.gemm(l.out, l.in, T); // dW = dyᵀ · x
+    if (stack.transposeInstructions) {
+      // megac: Wᵀ and dyᵀ are transposed into buffers of their own before the two GEMMs.
+      bwd.mem(KernelClass::transpose, 2.0 * double(l.in) * double(l.out) * double(e));
+      bwd.mem(KernelClass::transpose, 2.0 * double(T) * double(l.out) * double(e));
+    }
+    if (l.bias) // db = row sum of dy
+      bwd.mem(KernelClass::reduce, double(T) * double(l.out) * double(e));
+  };
+  auto residual = [&](Builder &b, bool backward) {
+    if (dropout && stack.fusedBiasDropoutAdd) {
+      // bias + dropout + add in one kernel: reads x, the residual (or dy), writes y and a mask.
+      b.mem(KernelClass::dropout, Tl * double(h) * double(3 * e + 1));
+      return;
+    }
+    if (dropout)
+      b.mem(KernelClass::dropout, Tl * double(h) * double(2 * e + 1));
+    b.mem(KernelClass::elementwise, 3 * region); // the add (backward: the two gradients summed)
+    (void)backward;
+  };
+  auto tpEnter = [&](Builder &b, bool backward) {
+    // Into a column-parallel region: SP all-gathers (its backward reduce-scatters); without SP
+    // the forward is an identity and the backward all-reduces the input gradient.
+    if (t == 1)
+      return;
+    if (g.sequenceParallel)
+      b.comm(backward ? Collective::reduceScatter : Collective::allGather, act);
+    else if (backward)
+      b.comm(Collective::allReduce, act);
+  };
+  auto tpLeave = [&](Builder &b, bool backward) {
+    if (t == 1)
+      return;
+    if (g.sequenceParallel)
+      b.comm(backward ? Collective::allGather : Collective::reduceScatter, act);
+    else if (!backward)
+      b.comm(Collective::allReduce, act);
+  };
+
+  // Attention core, forward; its kernels also go to out.attentionCore.
+  size_t coreBegin = 0, coreEnd = 0;
+  const double scores = double(g.microBatch) * double(heads) * double(s.seq) * double(s.seq);
+  auto coreForward = [&]() {
+    coreBegin = out.forward.kernels.size();
+    if (stack.flashAttention || stack.name == "megac") {
+      fwd.attention(g.microBatch * heads, s.seq, dh, false);
+    } else {
+      fwd.gemm(s.seq, s.seq, dh, g.microBatch * heads); // q·kᵀ
+      if (!stack.fusedSoftmax)
+        fwd.mem(KernelClass::elementwise, 2 * scores * double(e)); // scale and mask
+      fwd.mem(KernelClass::softmax, 2 * scores * double(e));
+      if (dropout)
+        fwd.mem(KernelClass::dropout, scores * double(2 * e + 1));
+      fwd.gemm(s.seq, dh, s.seq, g.microBatch * heads); // p·v
+    }
+    coreEnd = out.forward.kernels.size();
+  };
+  auto coreBackward = [&]() {
+    if (stack.flashAttention || stack.name == "megac") {
+      bwd.attention(g.microBatch * heads, s.seq, dh, true);
+      return;
+    }
+    int64_t bh = g.microBatch * heads;
+    bwd.gemm(s.seq, dh, s.seq, bh); // dv = pᵀ·do
+    bwd.gemm(s.seq, s.seq, dh, bh); // dp = do·vᵀ
+    if (dropout)
+      bwd.mem(KernelClass::dropout, scores * double(2 * e + 1));
+    bwd.mem(KernelClass::softmaxGrad, 3 * scores * double(e));
+    bwd.gemm(s.seq, dh, s.seq, bh); // dq = ds·k
+    bwd.gemm(s.seq, dh, s.seq, bh); // dk = dsᵀ·q
+  };
+  // Head split/merge copies (megac: q, k, v and the output; Megatron: the merged context).
+  double headBytes = 2.0 * double(T) * double(heads * dh) * double(e);
+  auto headCopies = [&](Builder &b) {
+    if (stack.headCopies > 0)
+      b.mem(KernelClass::transpose, headBytes, double(stack.headCopies));
+  };
+
+  // ---- forward: norm, [gather], qkv, attention, proj, [reduce], residual; the same for the MLP.
+  fwd.mem(norm, 2 * region);
+  tpEnter(fwd, false);
+  for (const Linear &l : qkv)
+    linearForward(l);
+  if (s.rope)
+    fwd.mem(KernelClass::rope, 2.0 * double(T) * double((heads + kvHeads) * dh) * double(e), 1);
+  headCopies(fwd);
+  coreForward();
+  linearForward(proj);
+  tpLeave(fwd, false);
+  if (stack.name == "megac" && t > 1 && bias) // the row-parallel bias, once, after the sum
+    fwd.mem(KernelClass::broadcast, 2 * region);
+  residual(fwd, false);
+  fwd.mem(norm, 2 * region);
+  tpEnter(fwd, false);
+  linearForward(fc1);
+  double mlpAct = double(T) * double(ffn) * double(e);
+  if (s.gatedMlp) {
+    if (stack.elementwiseFusion || stack.fusedBiasActivation)
+      fwd.mem(KernelClass::silu, 3 * mlpAct); // silu(gate) · up in one kernel
+    else {
+      fwd.mem(KernelClass::silu, 2 * mlpAct);
+      fwd.mem(KernelClass::elementwise, 3 * mlpAct);
+    }
+  } else {
+    fwd.mem(KernelClass::gelu, 2 * mlpAct);
+  }
+  linearForward(fc2);
+  tpLeave(fwd, false);
+  if (stack.name == "megac" && t > 1 && bias)
+    fwd.mem(KernelClass::broadcast, 2 * region);
+  residual(fwd, false);
+  out.attentionCore.assign(out.forward.kernels.begin() + long(coreBegin),
+                           out.forward.kernels.begin() + long(coreEnd));
+
+  // ---- backward, in reverse.
+  residual(bwd, true);
+  tpLeave(bwd, true);
+  linearBackward(fc2);
+  if (s.gatedMlp) {
+    // d(silu(a)·b): the product rule and silu's derivative, three passes unless fused.
+    bwd.mem(KernelClass::elementwise, 3 * mlpAct, stack.elementwiseFusion ? 1 : 3);
+    bwd.mem(KernelClass::elementwise, 2 * mlpAct); // concatenated gate/up gradient
+  } else {
+    bwd.mem(KernelClass::geluGrad, 3 * mlpAct);
+  }
+  linearBackward(fc1);
+  tpEnter(bwd, true);
+  bwd.mem(normGrad, 3 * region);
+  residual(bwd, true);
+  tpLeave(bwd, true);
+  linearBackward(proj);
+  headCopies(bwd);
+  coreBackward();
+  if (s.rope)
+    bwd.mem(KernelClass::rope, 2.0 * double(T) * double((heads + kvHeads) * dh) * double(e));
+  for (const Linear &l : qkv)
+    linearBackward(l);
+  if (qkv.size() > 1) // the three input gradients summed
+    bwd.mem(KernelClass::elementwise, 3 * act, double(qkv.size() - 1));
+  tpEnter(bwd, true);
+  bwd.mem(normGrad, 3 * region);
+
+  if (stack.separateGradAccumulation) {
+    // Per micro-batch: main_grad (fp32) += this micro-batch's gradient of every local weight.
+    // One add per parameter tensor (megac's accumulators; Megatron's main_grad hooks).
+    double params = layerParameters(s) / double(t);
+    double matrices = double(qkv.size()) + 1 + (s.gatedMlp ? 3 : 2);
+    double tensors = matrices * (bias ? 2 : 1) + (bias ? 4 : 2);
+    PassKernels acc;
+    Builder{&acc}.mem(KernelClass::elementwise, params * double(e + 8) / tensors, tensors);
+    out.gradAccumulation = acc.kernels;
+  }
+  return out;
+}
+
+EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
+                        const StackProfile &stack) {
+  const int64_t t = g.tp, e = elementBytes(g.precision);
+  const int64_t T = g.microBatch * s.seq, h = s.hidden, vocab = ceilDiv(s.vocab, t);
+  const double Tl = g.sequenceParallel ? double(T) / double(t) : double(T);
+  const double act = double(T) * double(h) * double(e);
+  const double region = Tl * double(h) * double(e);
+  EdgeKernels out;
+  // Embedding: vocab-parallel lookup (a partial sum over tp: all-reduced, or reduce-scattered
+  // under SP), learned positions added; backward scatters into the table's gradient.
+  Builder ef{&out.embedForward}, eb{&out.embedBackward};
+  // Kernel bytes are operands + results (the CostOpInterface's and `megac calibrate`'s count):
+  // the lookup reads the table shard and the ids and writes the rows.
+  const double table = double(vocab) * double(h) * double(e), ids = double(T) * 8;
+  ef.mem(KernelClass::embedding, table + ids + act);
+  if (!s.rope && !stack.elementwiseFusion) { // learned positions broadcast over the batch, added
+    if (stack.name == "megac")
+      ef.mem(KernelClass::broadcast, act + double(s.seq) * double(h) * double(e));
+    ef.mem(KernelClass::elementwise, 3 * act);
+  }
+  if (s.dropout > 0)
+    ef.mem(KernelClass::dropout, Tl * double(h) * double(2 * e + 1));
+  if (t > 1)
+    ef.comm(g.sequenceParallel ? Collective::reduceScatter : Collective::allReduce, act);
+  if (t > 1 && g.sequenceParallel)
+    eb.comm(Collective::allGather, act);
+  const bool megac = stack.name == "megac";
+  if (megac) { // the first block's two input gradients summed; learned positions' row sum
+    eb.mem(KernelClass::elementwise, 3 * act);
+    if (!s.rope)
+      eb.mem(KernelClass::reduce, act);
+  }
+  eb.mem(KernelClass::embeddingGrad, act + ids + table);
+  // Logit layer: final norm, [gather], logits GEMM against the (tied) table, vocab-parallel
+  // cross entropy (three all-reduces of one fp32 per token: max, sum of exp, target logit).
+  Builder hf{&out.headForward}, hb{&out.headBackward};
+  const KernelClass norm = s.biases ? KernelClass::layerNorm : KernelClass::rmsNorm;
+  const KernelClass normGrad = s.biases ? KernelClass::layerNormGrad : KernelClass::rmsNormGrad;
+  double logits = double(T) * double(vocab);
+  hf.mem(norm, 2 * region);
+  if (t > 1 && g.sequenceParallel)
+    hf.comm(Collective::allGather, act);
+  hf.gemm(T, vocab, h);
+  // Megatron computes the vocab-parallel loss in fp32 in separate passes (cast, max, subtract,
+  // exp, sum, log, target); megac's kernel reads the logits in one fused call.
+  bool fused = stack.name == "megac";
+  hf.mem(KernelClass::crossEntropy, logits * (fused ? double(e) : double(e + 4 * 5)));
+  if (megac) { // the mean over tokens and the loss scale; the scaled gradient broadcast back
+    hf.mem(KernelClass::reduce, double(T) * 4);
+    hf.mem(KernelClass::elementwise, 8, 2);
+    hb.mem(KernelClass::broadcast, double(T) * 4);
+  }
+  for (int i = 0; i < 3 && t > 1; ++i)
+    hf.comm(Collective::allReduce, double(T) * 4);
+  hb.mem(KernelClass::crossEntropyGrad, logits * (fused ? double(2 * e) : double(4 * 3 + e)));
+  hb.gemm(T, h, vocab);
+  hb.gemm(vocab, h, T);
+  if (stack.transposeInstructions) {
+    hb.mem(KernelClass::transpose, 2.0 * double(vocab) * double(h) * double(e));
+    hb.mem(KernelClass::transpose, 2.0 * logits * double(e));
+  }
+  if (t > 1)
+    hb.comm(g.sequenceParallel ? Collective::reduceScatter : Collective::allReduce, act);
+  hb.mem(normGrad, 3 * region);
+  if (stack.separateGradAccumulation && megac) {
+    // The embedding table (and an untied head), learned positions, the final norm: one
+    // accumulation add each per micro-batch.
+    double tensors = (s.tiedEmbedding ? 1 : 2) + (s.rope ? 0 : 1) + (s.biases ? 2 : 1);
+    double params = nonLayerParameters(s) / double(t);
+    eb.mem(KernelClass::elementwise, params * double(e + 8) / tensors, tensors);
+  }
+  return out;
+}
+
+std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double updated,
+                                       Precision precision, const StackProfile &stack,
+                                       bool partitioned, bool dataParallel) {
+  // AdamW reads the fp32 gradient, master weight and two moments and writes those three and
+  // (mixed precision) the half copy: 28 bytes per parameter in fp32, 30 otherwise; the global
+  // norm reads every local gradient once and clipping scales them (read + write).
+  PassKernels pass;
+  Builder b{&pass};
+  double kernels = stack.multiTensorOptimizer ? 1 : tensors;
+  b.mem(KernelClass::adamw, updated * (precision == Precision::fp32 ? 28 : 30) / kernels, kernels);
+  if (stack.name == "megac" && partitioned) {
+    // megac on several ranks: each tensor's sum of squares (square, row sum, accumulate), the
+    // partial sums all-reduced, one square root.
+    double each = parameters * 4 / tensors;
+    b.mem(KernelClass::elementwise, 2 * each, tensors);
+    b.mem(KernelClass::reduce, each, tensors);
+    b.mem(KernelClass::elementwise, 12, tensors);
+    b.mem(KernelClass::elementwise, 8);
+  } else {
+    b.mem(KernelClass::globalNorm, parameters * 4);
+  }
+  if (stack.name == "megac" && dataParallel) {
+    // The gradients are concatenated into one buffer for the data-parallel reduction and
+    // sliced back per tensor.
+    b.mem(KernelClass::copy, parameters * 8);
+    b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
+  }
+  if (stack.clipPass)
+    b.mem(KernelClass::elementwise, parameters * 8);
+  return pass.kernels;
+}
+
+} // namespace megac::planner

@@ -1,0 +1,62 @@
+// The kernels of one transformer block, and of the embedding and the logit layer, on one rank
+// for one micro-batch under a (tp, sequence-parallel) layout, as a software stack launches them
+// (issue 15's per-op costing): GEMMs with their shapes, the attention core, every memory-bound
+// pass with its bytes, and the tensor-parallel collectives. Derived from the model's dims as the
+// stack lowers a block; tests/unit/planner/BlockKernelsTest.cpp checks megac's inventory against
+// the partitioned IR's ops. MLIR-free.
+#pragma once
+
+#include "planner/KernelModel.h"
+#include "planner/Planner.h"
+#include "planner/StackProfile.h"
+
+#include <vector>
+
+namespace megac::planner {
+
+enum class Collective { allReduce, allGather, reduceScatter };
+
+/// One collective over the tensor-parallel group; `bytes` is the whole (unsharded) buffer.
+struct CommOp {
+  Collective kind = Collective::allReduce;
+  double bytes = 0;
+};
+
+struct PassKernels {
+  std::vector<KernelOp> kernels;
+  std::vector<CommOp> tp;
+};
+
+struct BlockKernels {
+  PassKernels forward, backward;
+  /// The part of the forward that selective recompute repeats in the backward (the attention
+  /// core: Korthikanti et al. 2022, section 5).
+  std::vector<KernelOp> attentionCore;
+  /// The pass that adds a micro-batch's weight gradients into the accumulators (stacks with
+  /// separateGradAccumulation; run once per micro-batch after the block's backward).
+  std::vector<KernelOp> gradAccumulation;
+};
+
+struct EdgeKernels {
+  PassKernels embedForward, embedBackward, headForward, headBackward;
+};
+
+struct LayerGeometry {
+  int64_t tp = 1, microBatch = 1;
+  bool sequenceParallel = false;
+  Precision precision = Precision::bf16;
+};
+
+BlockKernels blockKernels(const TransformerShape &shape, const LayerGeometry &g,
+                          const StackProfile &stack);
+EdgeKernels edgeKernels(const TransformerShape &shape, const LayerGeometry &g,
+                        const StackProfile &stack);
+
+/// The optimizer step over `parameters` local parameters held in `tensors` tensors, of which
+/// `updated` are updated here (ZeRO-1: 1/dp): AdamW, the global gradient norm and clipping;
+/// `partitioned` when the step runs on several ranks, `dataParallel` when dp > 1.
+std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double updated,
+                                       Precision precision, const StackProfile &stack,
+                                       bool partitioned, bool dataParallel);
+
+} // namespace megac::planner

@@ -1,0 +1,193 @@
+// Per-kernel times from a device spec's calibration tables, or from its datasheet numbers.
+#include "planner/KernelModel.h"
+
+#include "planner/CostModel.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace megac::planner {
+namespace {
+
+constexpr std::array<const char *, kKernelClassCount> kNames = {"gemm",
+                                                                "attention",
+                                                                "elementwise",
+                                                                "copy",
+                                                                "transpose",
+                                                                "broadcast",
+                                                                "cast",
+                                                                "softmax",
+                                                                "softmax_grad",
+                                                                "gelu",
+                                                                "gelu_grad",
+                                                                "silu",
+                                                                "layer_norm",
+                                                                "layer_norm_grad",
+                                                                "rms_norm",
+                                                                "rms_norm_grad",
+                                                                "reduce",
+                                                                "embedding",
+                                                                "embedding_grad",
+                                                                "cross_entropy",
+                                                                "cross_entropy_grad",
+                                                                "adamw",
+                                                                "global_norm",
+                                                                "dropout",
+                                                                "rope"};
+
+// Seconds of one call moving `bytes`, interpolated piecewise-linearly between measured calls of
+// one kernel class (sorted by bytes) and anchored at (0, overhead); past the largest call, at
+// the rate of the last segment (the DRAM rate when the largest call streams from memory).
+double interpolate(std::vector<std::pair<double, double>> points, double bytes, double overhead) {
+  std::sort(points.begin(), points.end());
+  points.insert(points.begin(), {0.0, overhead});
+  for (size_t i = 1; i < points.size(); ++i)
+    if (bytes <= points[i].first) {
+      auto [b0, t0] = points[i - 1];
+      auto [b1, t1] = points[i];
+      return t0 + (t1 - t0) * (bytes - b0) / std::max(b1 - b0, 1.0);
+    }
+  auto [b0, t0] = points[points.size() - 2];
+  auto [b1, t1] = points.back();
+  double slope = (t1 - t0) / std::max(b1 - b0, 1.0);
+  if (slope <= 0)
+    slope = (t1 - overhead) / std::max(b1, 1.0);
+  return t1 + slope * (bytes - b1);
+}
+
+} // namespace
+
+const char *kernelClassName(KernelClass kind) { return kNames[size_t(kind)]; }
+
+std::optional<KernelClass> kernelClassFromName(const std::string &name) {
+  for (int i = 0; i < kKernelClassCount; ++i)
+    if (name == kNames[size_t(i)])
+      return KernelClass(i);
+  return std::nullopt;
+}
+
+KernelModel::KernelModel(const DeviceSpec &device, const StackProfile &stack, Precision precision)
+    : peak_(peakFlops(device, precision)), elementBytes_(planner::elementBytes(precision)),
+      overhead_(device.calibration.instructionSeconds > 0 ? device.calibration.instructionSeconds
+                                                          : device.launchSeconds),
+      device_(device), stack_(stack) {}
+
+double KernelModel::gemmSeconds(int64_t m, int64_t n, int64_t k, int64_t batch) const {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0)
+    return 0;
+  double flops = 2.0 * double(m) * double(n) * double(k) * double(batch);
+  const std::vector<GemmPoint> &table = device_.calibration.gemm;
+  if (table.empty())
+    return planner::gemmSeconds(device_, peak_, m, n, k, batch, elementBytes_);
+  // Measured rates: inverse-square-distance weights over the nearest shapes in log space (a
+  // measured shape gets its own rate), preferring
+  // points of this element size (the CPU runtime computes half types in fp32: any size will do).
+  bool sameSize = std::any_of(table.begin(), table.end(),
+                              [&](const GemmPoint &p) { return p.elementBytes == elementBytes_; });
+  std::vector<std::pair<double, double>> near; // (distance, rate)
+  for (const GemmPoint &p : table) {
+    if (sameSize && p.elementBytes != elementBytes_)
+      continue;
+    double d = std::abs(std::log2(double(m) / double(p.m))) +
+               std::abs(std::log2(double(n) / double(p.n))) +
+               std::abs(std::log2(double(k) / double(p.k)));
+    near.push_back({d, p.flopsPerSecond});
+  }
+  std::sort(near.begin(), near.end());
+  near.resize(std::min<size_t>(near.size(), 4));
+  double weights = 0, rate = 0;
+  for (auto [d, r] : near) {
+    double w = 1.0 / (d * d + 1e-12);
+    weights += w;
+    rate += w * r;
+  }
+  return flops / (rate / weights);
+}
+
+double KernelModel::memorySeconds(KernelClass kind, double bytes) const {
+  if (bytes <= 0)
+    return 0;
+  const Calibration &c = device_.calibration;
+  std::vector<std::pair<double, double>> points;
+  for (const KernelPoint &p : c.kernels)
+    if (kernelClassFromName(p.kernel) == kind)
+      points.push_back({p.bytes, p.seconds});
+  if (points.empty()) // not measured on its own: a streaming copy of the same bytes
+    for (const KernelPoint &p : c.kernels)
+      if (p.kernel == "copy")
+        points.push_back({p.bytes, p.seconds});
+  if (!points.empty())
+    return std::max(0.0, interpolate(points, bytes, overhead_) - overhead_);
+  if (!c.bandwidth.empty()) {
+    std::vector<std::pair<double, double>> curve;
+    for (const BandwidthPoint &p : c.bandwidth)
+      curve.push_back({p.workingSetBytes, p.workingSetBytes / p.bytesPerSecond});
+    return std::max(0.0, interpolate(curve, bytes, 0.0));
+  }
+  double bandwidth = device_.memoryBandwidth * device_.memoryEfficiency;
+  if (device_.cacheBytes > 0 && bytes <= device_.cacheBytes && device_.cacheBandwidth > 0)
+    bandwidth = device_.cacheBandwidth;
+  return bytes / bandwidth;
+}
+
+double KernelModel::attentionSeconds(int64_t batchHeads, int64_t seq, int64_t headDim,
+                                     bool backward) const {
+  if (batchHeads <= 0 || seq <= 0 || headDim <= 0)
+    return 0;
+  // q·kᵀ and p·v: 4·s²·d FLOPs per head forward, the backward's five products 2.5x that.
+  double flops = 4.0 * double(batchHeads) * double(seq) * double(seq) * double(headDim) *
+                 (backward ? 2.5 : 1.0);
+  const std::vector<AttentionPoint> &table = device_.calibration.attention;
+  if (!table.empty()) {
+    // The nearest measured problem (log distance in s and d), scaled by FLOPs.
+    const AttentionPoint *best = nullptr;
+    double bestDistance = 0;
+    for (const AttentionPoint &p : table) {
+      double d = std::abs(std::log2(double(seq) / double(p.seq))) +
+                 std::abs(std::log2(double(headDim) / double(p.headDim))) +
+                 0.25 * std::abs(std::log2(double(batchHeads) / double(p.batchHeads)));
+      if (!best || d < bestDistance) {
+        best = &p;
+        bestDistance = d;
+      }
+    }
+    double measuredFlops = 4.0 * double(best->batchHeads) * double(best->seq) * double(best->seq) *
+                           double(best->headDim) * (backward ? 2.5 : 1.0);
+    double seconds = backward ? best->backwardSeconds : best->forwardSeconds;
+    return std::max(0.0, seconds - overhead_) * flops / measuredFlops;
+  }
+  // A causal flash kernel skips the masked half of the tiles (FlashAttention-2, section 3.1).
+  double efficiency =
+      backward ? device_.attentionBackwardEfficiency : device_.attentionForwardEfficiency;
+  return 0.5 * flops / (peak_ * efficiency);
+}
+
+KernelTime KernelModel::time(const KernelOp &op) const {
+  KernelTime t;
+  double work = 0;
+  switch (op.kind) {
+  case KernelClass::gemm:
+    t.gemm = work = gemmSeconds(op.m, op.n, op.k, op.batch);
+    break;
+  case KernelClass::attention:
+    t.attention = work = attentionSeconds(op.batch, op.seq, op.headDim, op.backward);
+    break;
+  default:
+    t.memory = work = memorySeconds(op.kind, op.bytes);
+    break;
+  }
+  // Every GPU kernel adds the device's launch gap; a CPU instruction the executor's dispatch.
+  t.overhead = overhead_;
+  t.launches[size_t(op.kind)] = 1;
+  return t.scaled(op.count);
+}
+
+KernelTime KernelModel::time(const std::vector<KernelOp> &ops) const {
+  KernelTime t;
+  for (const KernelOp &op : ops)
+    t += time(op);
+  return t;
+}
+
+} // namespace megac::planner

@@ -1,0 +1,114 @@
+// Per-kernel time (issue 15): GEMMs by shape with tile and wave quantization, attention as its
+// own class, memory-bound kernels as bytes at achievable bandwidth (cache-resident where the
+// working set fits), a fixed cost per kernel or plan instruction; from `megac calibrate` tables
+// when the device spec has them, else from the datasheet and the assumptions in
+// docs/planner.md. MLIR-free.
+#pragma once
+
+#include "planner/Hardware.h"
+#include "planner/Planner.h"
+#include "planner/StackProfile.h"
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace megac::planner {
+
+/// What a kernel is, for timing (memory-bound classes are calibrated one by one: their names are
+/// the "kernel" keys of a calibration's "kernels" table).
+enum class KernelClass : int {
+  gemm,
+  attention, // the attention core (q·kᵀ, softmax, ·v) as one kernel
+  elementwise,
+  copy,
+  transpose,
+  broadcast,
+  cast,
+  softmax,
+  softmaxGrad,
+  gelu,
+  geluGrad,
+  silu,
+  layerNorm,
+  layerNormGrad,
+  rmsNorm,
+  rmsNormGrad,
+  reduce,
+  embedding,
+  embeddingGrad,
+  crossEntropy,
+  crossEntropyGrad,
+  adamw,
+  globalNorm,
+  dropout,
+  rope,
+};
+constexpr int kKernelClassCount = int(KernelClass::rope) + 1;
+const char *kernelClassName(KernelClass kind);
+std::optional<KernelClass> kernelClassFromName(const std::string &name);
+
+/// One kernel launch (or `count` identical ones).
+struct KernelOp {
+  KernelClass kind = KernelClass::elementwise;
+  int64_t m = 0, n = 0, k = 0;  // gemm: C[m,n] = A[m,k]·B[k,n]
+  int64_t batch = 1;            // gemm: independent products; attention: batch x heads
+  int64_t seq = 0, headDim = 0; // attention: causal self-attention over seq tokens
+  bool backward = false;        // attention: the gradient kernel
+  double bytes = 0;             // memory-bound: bytes read + written
+  double count = 1;
+};
+
+/// Seconds split the way `megac plan --explain` reports them.
+struct KernelTime {
+  double gemm = 0, attention = 0, memory = 0, overhead = 0;
+  /// Kernels launched, by class (what `megac train --trace` shows as instructions).
+  std::array<double, kKernelClassCount> launches{};
+  double total() const { return gemm + attention + memory + overhead; }
+  KernelTime &operator+=(const KernelTime &o) {
+    gemm += o.gemm;
+    attention += o.attention;
+    memory += o.memory;
+    overhead += o.overhead;
+    for (size_t i = 0; i < launches.size(); ++i)
+      launches[i] += o.launches[i];
+    return *this;
+  }
+  KernelTime scaled(double f) const {
+    KernelTime t{gemm * f, attention * f, memory * f, overhead * f, launches};
+    for (double &n : t.launches)
+      n *= f;
+    return t;
+  }
+};
+
+class KernelModel {
+public:
+  KernelModel(const DeviceSpec &device, const StackProfile &stack, Precision precision);
+
+  KernelTime time(const KernelOp &op) const;
+  KernelTime time(const std::vector<KernelOp> &ops) const;
+
+  /// One GEMM (`batch` of them), without the per-kernel overhead.
+  double gemmSeconds(int64_t m, int64_t n, int64_t k, int64_t batch) const;
+  /// A memory-bound kernel moving `bytes`, without the per-kernel overhead.
+  double memorySeconds(KernelClass kind, double bytes) const;
+  /// The attention core of `batchHeads` causal (seq x seq) problems, without the overhead.
+  double attentionSeconds(int64_t batchHeads, int64_t seq, int64_t headDim, bool backward) const;
+  /// The fixed cost of one kernel or instruction.
+  double overheadSeconds() const { return overhead_; }
+  int64_t elementBytes() const { return elementBytes_; }
+  const DeviceSpec &device() const { return device_; }
+  const StackProfile &stack() const { return stack_; }
+
+private:
+  double peak_;
+  int64_t elementBytes_;
+  double overhead_;
+  DeviceSpec device_;
+  StackProfile stack_;
+};
+
+} // namespace megac::planner

@@ -1,0 +1,91 @@
+// The built-in software-stack profiles (planner/StackProfile.h). Sources in docs/planner.md.
+#include "planner/StackProfile.h"
+
+namespace megac::planner {
+namespace {
+
+// megac as built (docs/cuda.md, docs/cpu-performance.md). The CPU runtime runs the plan's
+// instructions one by one: each linear's backward transposes Wᵀ and dyᵀ into buffers, every
+// parameter's gradient is added into its accumulator once per micro-batch, the global norm is
+// one instruction and clipping is folded into AdamW (one instruction per tensor), collectives
+// block. Attention takes q, k, v as [b, s, heads, d]: head splits are reshapes, not copies. The
+// CUDA runtime fuses elementwise chains with NVRTC and runs a flash-style attention kernel; it does
+// not overlap communication, and pipeline transfers go through host memory.
+StackProfile megac(bool cpu) {
+  StackProfile p;
+  p.name = "megac";
+  p.description = cpu ? "megac's CPU runtime: instructions in order, blocking collectives"
+                      : "megac's CUDA runtime: NVRTC elementwise fusion, flash-style attention, "
+                        "no overlap, pipeline sends through host memory";
+  p.transposeInstructions = true;
+  p.separateGradAccumulation = true;
+  if (cpu) {
+    p.inOrder = true;
+    return p;
+  }
+  p.flashAttention = true;
+  p.fusedSoftmax = true;
+  p.fusedBiasActivation = true;
+  p.elementwiseFusion = true;
+  p.p2pThroughHost = true;
+  return p;
+}
+
+// Megatron-LM 2021-22 (Narayanan et al. SC21; Korthikanti et al. 2022; BLOOM's and MT-NLG's
+// Megatron-DeepSpeed): fused bias-GeLU, FusedScaleMaskSoftmax, bias_dropout_add, apex
+// LayerNorm, apex FusedAdam (multi-tensor); the attention core is baddbmm / softmax / dropout /
+// bmm over materialised scores (no flash attention); cuBLAS takes weight transposes as flags;
+// the context is permuted back with one copy; weight gradients go to an fp32 main_grad by a
+// separate add; the data-parallel all-reduce runs after the backward (no overlap).
+StackProfile megatron2021() {
+  StackProfile p;
+  p.name = "megatron-2021";
+  p.description = "Megatron-LM 2021-22: fused bias-GeLU, fused masked softmax, apex LayerNorm, "
+                  "no flash attention, no gradient-reduction overlap";
+  p.fusedSoftmax = true;
+  p.fusedBiasActivation = true;
+  p.fusedBiasDropoutAdd = true;
+  p.headCopies = 1;
+  p.separateGradAccumulation = true;
+  p.multiTensorOptimizer = true;
+  p.clipPass = true;
+  p.p2pScatterGather = true;
+  p.recomputePerLayer = true;
+  return p;
+}
+
+// Megatron-Core (2023-): flash attention (TE/cuDNN), gradient accumulation fused into the wgrad
+// GEMM, --overlap-grad-reduce and --overlap-param-gather with the distributed optimizer.
+StackProfile megatronCore() {
+  StackProfile p;
+  p.name = "megatron-core";
+  p.description = "Megatron-Core: flash attention, fused kernels, overlapped gradient "
+                  "reduction and parameter all-gather";
+  p.flashAttention = true;
+  p.fusedSoftmax = true;
+  p.fusedBiasActivation = true;
+  p.fusedBiasDropoutAdd = true;
+  p.multiTensorOptimizer = true;
+  p.clipPass = true;
+  p.overlapGradReduce = true;
+  p.overlapParamGather = true;
+  p.p2pScatterGather = true;
+  p.recomputePerLayer = true;
+  return p;
+}
+
+} // namespace
+
+std::vector<std::string> stackNames() { return {"megac", "megatron-2021", "megatron-core"}; }
+
+std::optional<StackProfile> stackProfile(const std::string &name, bool cpuDevice) {
+  if (name == "megac")
+    return megac(cpuDevice);
+  if (name == "megatron-2021")
+    return megatron2021();
+  if (name == "megatron-core")
+    return megatronCore();
+  return std::nullopt;
+}
+
+} // namespace megac::planner

@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The planner's per-op inventory against what megac's CPU runtime really runs.
+
+For a few layouts of a small GPT (1 rank at two micro-batch sizes, tp 2, dp 2), `megac train
+--trace` records every instruction of one step; `megac plan --json` with the same layout pinned
+lists the kernels the cost model charges (`kernel_launches`, by class). Each class must match the
+trace's instruction count exactly (GEMMs, attention, transposes, norms, GELU, reductions,
+embedding, cross entropy, AdamW, broadcasts, copies) and the elementwise count within 5%: the
+planner's time is a sum over this inventory, so a missing or phantom kernel is a wrong
+prediction. Needs mpirun for the 2-rank layouts.
+"""
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+MODEL = "gpt:layers=2,hidden=128,heads=4,seq=64,vocab=256"
+GLOBAL_BATCH = 8
+# Plan opcode -> the planner's kernel class (planner/KernelModel.h).
+CLASS = {
+    "Linear": "gemm", "MatMul": "gemm", "Attention": "attention", "AttentionGrad": "attention",
+    "Transpose": "transpose", "Broadcast": "broadcast", "LayerNorm": "layer_norm",
+    "LayerNormGrad": "layer_norm_grad", "Gelu": "gelu", "GeluGrad": "gelu_grad",
+    "Reduce": "reduce", "Embedding": "embedding", "EmbeddingGrad": "embedding_grad",
+    "CrossEntropy": "cross_entropy", "CrossEntropyGrad": "cross_entropy_grad",
+    "AdamW": "adamw", "GlobalNorm": "global_norm", "Slice": "copy", "Concat": "copy",
+    "Copy": "copy", "Add": "elementwise", "Mul": "elementwise", "Sub": "elementwise",
+    "Div": "elementwise", "Sqrt": "elementwise", "Neg": "elementwise",
+}
+LAYOUTS = [(1, 1, 4), (1, 1, 2), (2, 1, 4), (1, 2, 2)]  # (tp, dp, micro-batch)
+
+
+def fail(message):
+    print("FAIL:", message)
+    sys.exit(1)
+
+
+def traced(megac, workdir, data, tp, dp, mb):
+    trace = os.path.join(workdir, "tp%d-dp%d-mb%d.json" % (tp, dp, mb))
+    cmd = [megac, "train", "--model", MODEL, "--data", data, "--steps", "2", "--global-batch",
+           str(GLOBAL_BATCH), "--micro-batch", str(mb), "--lr", "1e-3", "--threads", "1",
+           "--trace", trace, "--trace-steps", "1"]
+    if tp * dp > 1:
+        cmd += ["--ranks", str(tp * dp), "--tp", str(tp), "--dp", str(dp)]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode:
+        fail("megac train %s: %s" % (" ".join(cmd[2:]), run.stderr[-2000:]))
+    events = [e for e in json.load(open(trace))["traceEvents"]
+              if e.get("ph") == "X" and e.get("cat") == "kernel" and e.get("pid") == 0]
+    counts = collections.Counter()
+    for e in events:
+        if e["name"] not in CLASS:
+            fail("instruction %s has no kernel class in this test" % e["name"])
+        counts[CLASS[e["name"]]] += 1
+    return counts
+
+
+def predicted(megac, tp, dp, mb):
+    out = subprocess.run(
+        [megac, "plan", "--model", MODEL, "--cluster", "cpu:1x%d" % (tp * dp),
+         "--global-batch", str(GLOBAL_BATCH), "--tp", str(tp), "--pp", "1", "--dp", str(dp),
+         "--vpp", "1", "--micro-batch", str(mb), "--zero", "0", "--recompute", "none",
+         "--no-sequence-parallel", "--precision", "fp32", "--json", "--no-compile", "--top", "1"],
+        capture_output=True, text=True, check=True).stdout
+    return json.loads(out)["layouts"][0]["kernel_launches"]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--megac", required=True)
+    parser.add_argument("--workdir", required=True)
+    args = parser.parse_args()
+    if not shutil.which("mpirun"):
+        print("skip: mpirun not found")
+        return 77
+    os.makedirs(args.workdir, exist_ok=True)
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                        "tiny-corpus.npy")
+    for tp, dp, mb in LAYOUTS:
+        what = "tp %d dp %d micro-batch %d" % (tp, dp, mb)
+        real = traced(args.megac, args.workdir, data, tp, dp, mb)
+        model = predicted(args.megac, tp, dp, mb)
+        for kind in sorted(set(real) | set(model)):
+            got, want = model.get(kind, 0), real.get(kind, 0)
+            if kind == "elementwise":
+                if abs(got - want) > 0.05 * want:
+                    fail("%s: %s kernels predicted %g, ran %d" % (what, kind, got, want))
+            elif got != want:
+                fail("%s: %s kernels predicted %g, ran %d" % (what, kind, got, want))
+        print("ok: %s: %d instructions, every class as predicted" % (what, sum(real.values())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+// Per-op costing (issue 15): kernel times from calibration tables and from the datasheet, the
+// stack profiles' effect on a block's kernel inventory, and the step's split by op class.
+#include "planner/KernelModel.h"
+#include "planner/BlockKernels.h"
+#include "planner/CostModel.h"
+
+#include "tests/unit/planner/PlannerTestShapes.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace megac::planner {
+namespace {
+
+using testing::gpt;
+
+StackProfile stack(const char *name, bool cpu = false) { return *stackProfile(name, cpu); }
+
+DeviceSpec calibratedCpu() {
+  DeviceSpec d = *preset("cpu");
+  d.calibration.threads = 1;
+  d.calibration.instructionSeconds = 1e-6;
+  d.calibration.gemm = {{64, 64, 64, 4, 50e9}, {1024, 1024, 1024, 4, 100e9}};
+  d.calibration.kernels = {{"gelu", 1e4, 11e-6}, {"gelu", 1e6, 501e-6}, {"copy", 1e6, 101e-6}};
+  d.calibration.attention = {{8, 128, 32, true, 1e-3 + 1e-6, 2e-3 + 1e-6}};
+  d.calibration.comm = {{"all_reduce", 2, 1e3, 2e-6}, {"all_reduce", 2, 1e6, 1e-3}};
+  return d;
+}
+
+TEST(KernelModelTest, CalibratedGemmTakesTheMeasuredRateOfTheNearestShape) {
+  KernelModel k(calibratedCpu(), stack("megac", true), Precision::fp32);
+  // Exactly a measured shape: its rate.
+  EXPECT_NEAR(k.gemmSeconds(1024, 1024, 1024, 1), 2.0 * 1024 * 1024 * 1024 / 100e9, 1e-12);
+  // Between the two: a rate between them, closer to the nearer shape's.
+  double rate = 2.0 * 512 * 512 * 512 / k.gemmSeconds(512, 512, 512, 1);
+  EXPECT_GT(rate, 50e9);
+  EXPECT_LT(rate, 100e9);
+  EXPECT_GT(rate, 2.0 * 128 * 128 * 128 / k.gemmSeconds(128, 128, 128, 1));
+  // Batched: batch times one.
+  EXPECT_NEAR(k.gemmSeconds(64, 64, 64, 3), 3 * k.gemmSeconds(64, 64, 64, 1), 1e-15);
+}
+
+TEST(KernelModelTest, CalibratedMemoryKernelsInterpolateCallsAndSplitOffTheOverhead) {
+  KernelModel k(calibratedCpu(), stack("megac", true), Precision::fp32);
+  // At a measured call: its time less the instruction overhead.
+  EXPECT_NEAR(k.memorySeconds(KernelClass::gelu, 1e6), 500e-6, 1e-12);
+  // Halfway between the calls, linearly.
+  EXPECT_NEAR(k.memorySeconds(KernelClass::gelu, 5.05e5), 255e-6, 1e-9);
+  // Past the largest call: the last segment's rate (490 us per 0.99 MB).
+  EXPECT_NEAR(k.memorySeconds(KernelClass::gelu, 2e6), 500e-6 + 490e-6 / 0.99, 1e-9);
+  // A class without calls of its own streams like a copy.
+  EXPECT_NEAR(k.memorySeconds(KernelClass::layerNorm, 1e6), 100e-6, 1e-12);
+  KernelOp op;
+  op.kind = KernelClass::gelu;
+  op.bytes = 1e6;
+  op.count = 2;
+  KernelTime t = k.time(op);
+  EXPECT_NEAR(t.memory, 1000e-6, 1e-12);
+  EXPECT_NEAR(t.overhead, 2e-6, 1e-15);
+  EXPECT_EQ(t.launches[size_t(KernelClass::gelu)], 2);
+}
+
+TEST(KernelModelTest, AttentionScalesTheNearestMeasuredCallByFlops) {
+  KernelModel k(calibratedCpu(), stack("megac", true), Precision::fp32);
+  EXPECT_NEAR(k.attentionSeconds(8, 128, 32, false), 1e-3, 1e-12);
+  EXPECT_NEAR(k.attentionSeconds(16, 256, 32, false), 8e-3, 1e-12); // 2x heads, 4x s²
+  EXPECT_NEAR(k.attentionSeconds(8, 128, 32, true), 2e-3, 1e-12);
+  // Uncalibrated: a causal flash kernel at the spec's efficiency of peak.
+  DeviceSpec a100 = *preset("a100-80g");
+  KernelModel g(a100, stack("megac"), Precision::bf16);
+  double flops = 4.0 * 32 * 2048 * 2048 * 128;
+  EXPECT_NEAR(g.attentionSeconds(32, 2048, 128, false),
+              0.5 * flops / (312e12 * a100.attentionForwardEfficiency), 1e-12);
+}
+
+TEST(KernelModelTest, CalibratedCollectivesInterpolateLogLog) {
+  Cluster c{calibratedCpu(), 1};
+  c.device.devicesPerNode = 2;
+  EXPECT_NEAR(collectiveSeconds(c, Collective::allReduce, 2, 1, 1e3), 2e-6, 1e-15);
+  // Geometric midpoint in bytes: geometric midpoint in time.
+  EXPECT_NEAR(collectiveSeconds(c, Collective::allReduce, 2, 1, std::sqrt(1e9)),
+              std::sqrt(2e-6 * 1e-3), 1e-12);
+  // Beyond the largest message: its bandwidth.
+  EXPECT_NEAR(collectiveSeconds(c, Collective::allReduce, 2, 1, 4e6), 4e-3, 1e-12);
+  // Not measured (all-gather): the alpha-beta ring.
+  EXPECT_GT(collectiveSeconds(c, Collective::allGather, 2, 1, 1e6), 0);
+}
+
+double gemmFlops(const std::vector<KernelOp> &ops) {
+  double f = 0;
+  for (const KernelOp &op : ops)
+    if (op.kind == KernelClass::gemm)
+      f += 2.0 * double(op.m) * double(op.n) * double(op.k) * double(op.batch) * op.count;
+  return f;
+}
+
+TEST(KernelModelTest, EveryStackComputesTheSameBlockGemmFlops) {
+  // The linear layers' GEMMs are the model's, whatever the stack fuses: forward 2·T·(12h²)/tp
+  // for a GPT block (qkv, projection, fc1, fc2), backward twice that.
+  TransformerShape s = gpt(4, 1024, 16, 512, 1000);
+  LayerGeometry g{2, 2, true, Precision::bf16};
+  double T = 2.0 * 512, h = 1024;
+  for (const char *name : {"megac", "megatron-2021", "megatron-core"}) {
+    SCOPED_TRACE(name);
+    BlockKernels b = blockKernels(s, g, stack(name));
+    double linear = 2 * T * 12 * h * h / 2;
+    // Megatron 2021 also runs the attention core as GEMMs: 4·b·s²·h / tp forward.
+    double core = std::string(name) == "megatron-2021" ? 4 * 2.0 * 512 * 512 * h / 2 : 0;
+    EXPECT_NEAR(gemmFlops(b.forward.kernels), linear + core, 1e-6 * linear);
+    EXPECT_NEAR(gemmFlops(b.backward.kernels), 2 * (linear + core), 1e-6 * linear);
+    // SP: per block two all-gathers and two reduce-scatters of the activation, each way.
+    EXPECT_EQ(b.forward.tp.size(), 4u);
+    EXPECT_EQ(b.backward.tp.size(), 4u);
+  }
+}
+
+TEST(KernelModelTest, StacksDifferWhereTheirProfilesSay) {
+  TransformerShape s = gpt(4, 1024, 16, 512, 1000);
+  s.dropout = 0.1;
+  LayerGeometry g{1, 1, false, Precision::bf16};
+  auto count = [](const std::vector<KernelOp> &ops, KernelClass kind) {
+    double n = 0;
+    for (const KernelOp &op : ops)
+      if (op.kind == kind)
+        n += op.count;
+    return n;
+  };
+  BlockKernels megac = blockKernels(s, g, stack("megac"));
+  BlockKernels megatron = blockKernels(s, g, stack("megatron-2021"));
+  // megac transposes Wᵀ and dyᵀ per linear (q, k, v, proj, fc1, fc2); Megatron passes flags.
+  EXPECT_EQ(count(megac.backward.kernels, KernelClass::transpose), 12);
+  EXPECT_EQ(count(megatron.backward.kernels, KernelClass::transpose), 1); // the context copy
+  // Flash attention vs materialised scores: Megatron's softmax is a kernel of its own.
+  EXPECT_EQ(count(megac.forward.kernels, KernelClass::attention), 1);
+  EXPECT_EQ(count(megatron.forward.kernels, KernelClass::softmax), 1);
+  EXPECT_EQ(megatron.attentionCore.size(), 4u); // q·kᵀ, softmax, dropout, p·v
+  // Megatron fuses bias, dropout and the residual add: one kernel per residual.
+  EXPECT_EQ(count(megatron.forward.kernels, KernelClass::dropout), 3); // 2 residual + scores
+  EXPECT_EQ(count(megatron.forward.kernels, KernelClass::elementwise), 0);
+}
+
+TEST(KernelModelTest, ExplainClassesSumToTheStep) {
+  TransformerShape s = gpt(96, 12288, 96, 2048, 51200);
+  for (const char *name : {"megac", "megatron-2021", "megatron-core"}) {
+    SCOPED_TRACE(name);
+    std::string why;
+    Layout l{8, 8, 16, 2, 1, true, 1, Recompute::selective};
+    std::optional<StepCost> c =
+        estimate(s, *parseCluster("a100-80g:128x8", nullptr), 1536, l, &why, stack(name));
+    ASSERT_TRUE(c) << why;
+    double sum = c->gemmSeconds + c->attentionSeconds + c->memoryBoundSeconds + c->overheadSeconds +
+                 c->tpAllReduceSeconds + c->tpAllGatherSeconds + c->tpReduceScatterSeconds +
+                 c->ppCommSeconds + c->dpReduceSeconds + c->dpGatherSeconds + c->bubbleSeconds;
+    EXPECT_NEAR(sum, c->stepSeconds, 1e-9 * c->stepSeconds);
+    EXPECT_GT(c->gemmSeconds, 0.5 * c->stepSeconds); // a 175B step is GEMM-bound
+  }
+}
+
+TEST(KernelModelTest, OverlapOnlyWhereTheProfileHasIt) {
+  // 8 data-parallel ranks across nodes, no pipeline: the gradient all-reduce is large.
+  TransformerShape s = gpt(24, 2048, 16, 2048, 51200);
+  Cluster c = *parseCluster("a100-80g:8x8", nullptr);
+  // One micro-batch of 8 per dp rank: its backward is longer than the reduction, so with
+  // overlap only the last bucket (1/24 of the reduction) is exposed.
+  Layout l{8, 1, 8, 1, 8, true, 0, Recompute::selective};
+  std::string why;
+  auto core = estimate(s, c, 64, l, &why, stack("megatron-core"));
+  auto old = estimate(s, c, 64, l, &why, stack("megatron-2021"));
+  ASSERT_TRUE(core && old) << why;
+  EXPECT_NEAR(core->dpReduceSeconds, old->dpReduceSeconds / 24, 1e-12);
+}
+
+TEST(KernelModelTest, UnknownStackIsRefused) {
+  EXPECT_FALSE(stackProfile("deepspeed", false));
+  EXPECT_EQ(stackNames().size(), 3u);
+  EXPECT_TRUE(stackProfile("megac", true)->inOrder);
+  EXPECT_FALSE(stackProfile("megac", false)->inOrder);
+}
+
+} // namespace
+} // namespace megac::planner
