@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 SKIP = 2
 SMALL = "gpt:layers=4,hidden=128,heads=4,seq=64,vocab=256"
 WIDE = "gpt:layers=4,hidden=256,heads=8,seq=128,vocab=512"
@@ -43,6 +45,17 @@ CONFIGS = [
     ("wide-dp2-zero1", WIDE, 2, 1, (1, 1, 2, 1, 4, "none", 1, False), 16),
     ("small-dp2-mb1-acc4", SMALL, 2, 1, (1, 1, 2, 1, 1, "none", 0, False), 8),
 ]
+
+
+def token_rows(workdir, model):
+    """A seeded .npy of random token rows (S+1 tokens each) matching the model's seq and vocab."""
+    keys = dict(part.split("=") for part in model.split(":", 1)[1].split(","))
+    seq, vocab = int(keys["seq"]), int(keys["vocab"])
+    path = os.path.join(workdir, "tokens-s%d-v%d.npy" % (seq, vocab))
+    if not os.path.exists(path):
+        rows = np.random.default_rng(0).integers(0, vocab, size=(256, seq + 1), dtype=np.int32)
+        np.save(path, rows)
+    return path
 
 
 def layout_flags(layout):
@@ -105,8 +118,6 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     specs = args.specs or os.path.join(args.workdir, "specs")
     os.makedirs(specs, exist_ok=True)
-    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
-                        "tiny-corpus.npy")
     configs = [c for c in CONFIGS if not args.only or c[0] in args.only]
     cores = os.cpu_count()
     print("CPU runtime, %d cores; median of %d runs x %d steps (first %d skipped), fp32"
@@ -121,6 +132,7 @@ def main():
             continue
         spec = calibrate(args.megac, specs, ranks, threads)
         predicted = predict(args.megac, spec, model, ranks, layout, global_batch)
+        data = token_rows(args.workdir, model)
         runs = [measure(args.megac, args.workdir, data, name, model, ranks, threads, layout,
                         global_batch, args.steps) for _ in range(args.repeats)]
         measured = statistics.median(runs)

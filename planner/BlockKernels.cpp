@@ -72,7 +72,13 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   else
     qkv = {{h, (heads + 2 * kvHeads) * dh, bias}};
   const Linear proj{heads * dh, h, bias};
-  const Linear fc1{h, ffn * (s.gatedMlp ? 2 : 1), bias};
+  // A gated MLP's gate and up projections: two linears in megac's graphs, one fused GEMM in
+  // Megatron's.
+  std::vector<Linear> fc1;
+  if (s.gatedMlp && stack.name == "megac")
+    fc1 = {{h, ffn, bias}, {h, ffn, bias}};
+  else
+    fc1 = {{h, ffn * (s.gatedMlp ? 2 : 1), bias}};
   const Linear fc2{ffn, h, bias};
 
   BlockKernels out;
@@ -167,8 +173,20 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   tpEnter(fwd, false);
   for (const Linear &l : qkv)
     linearForward(l);
-  if (s.rope)
-    fwd.mem(KernelClass::rope, 2.0 * double(T) * double((heads + kvHeads) * dh) * double(e), 1);
+  // Rotary embedding of q and k (two kernels in megac's graphs, one fused in Megatron's).
+  const double qBytes = 2.0 * double(T) * double(heads * dh) * double(e);
+  const double kBytes = 2.0 * double(T) * double(kvHeads * dh) * double(e);
+  auto rope = [&](Builder &b) {
+    if (!s.rope)
+      return;
+    if (stack.name == "megac") {
+      b.mem(KernelClass::rope, qBytes);
+      b.mem(KernelClass::rope, kBytes);
+    } else {
+      b.mem(KernelClass::rope, qBytes + kBytes);
+    }
+  };
+  rope(fwd);
   headCopies(fwd);
   coreForward();
   linearForward(proj);
@@ -178,7 +196,8 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   residual(fwd, false);
   fwd.mem(norm, 2 * region);
   tpEnter(fwd, false);
-  linearForward(fc1);
+  for (const Linear &l : fc1)
+    linearForward(l);
   double mlpAct = double(T) * double(ffn) * double(e);
   if (s.gatedMlp) {
     if (stack.elementwiseFusion || stack.fusedBiasActivation)
@@ -203,13 +222,19 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   tpLeave(bwd, true);
   linearBackward(fc2);
   if (s.gatedMlp) {
-    // d(silu(a)·b): the product rule and silu's derivative, three passes unless fused.
-    bwd.mem(KernelClass::elementwise, 3 * mlpAct, stack.elementwiseFusion ? 1 : 3);
-    bwd.mem(KernelClass::elementwise, 2 * mlpAct); // concatenated gate/up gradient
+    // d(silu(a)·b): one fused kernel (reads dy, a, b; writes da, db), or megac's graph of it
+    // (five products, a sigmoid and 1 - σ).
+    if (stack.elementwiseFusion || stack.name != "megac")
+      bwd.mem(KernelClass::elementwise, 5 * mlpAct);
+    else
+      bwd.mem(KernelClass::elementwise, 3 * mlpAct, 7);
   } else {
     bwd.mem(KernelClass::geluGrad, 3 * mlpAct);
   }
-  linearBackward(fc1);
+  for (const Linear &l : fc1)
+    linearBackward(l);
+  if (fc1.size() > 1) // the gate's and the up projection's input gradients summed
+    bwd.mem(KernelClass::elementwise, 3 * act);
   tpEnter(bwd, true);
   bwd.mem(normGrad, 3 * region);
   residual(bwd, true);
@@ -217,8 +242,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   linearBackward(proj);
   headCopies(bwd);
   coreBackward();
-  if (s.rope)
-    bwd.mem(KernelClass::rope, 2.0 * double(T) * double((heads + kvHeads) * dh) * double(e));
+  rope(bwd);
   for (const Linear &l : qkv)
     linearBackward(l);
   if (qkv.size() > 1) // the three input gradients summed
@@ -270,6 +294,11 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     eb.mem(KernelClass::elementwise, 3 * act);
     if (!s.rope)
       eb.mem(KernelClass::reduce, act);
+    else { // rope's backward table -swap_halves(sin): a negation, two slices and a concat
+      double sinTable = 2.0 * double(s.seq) * double(h / s.heads) * double(e);
+      eb.mem(KernelClass::elementwise, sinTable);
+      eb.mem(KernelClass::copy, sinTable, 3);
+    }
   }
   eb.mem(KernelClass::embeddingGrad, act + ids + table);
   // Logit layer: final norm, [gather], logits GEMM against the (tied) table, vocab-parallel

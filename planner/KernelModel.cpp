@@ -140,22 +140,30 @@ double KernelModel::attentionSeconds(int64_t batchHeads, int64_t seq, int64_t he
                  (backward ? 2.5 : 1.0);
   const std::vector<AttentionPoint> &table = device_.calibration.attention;
   if (!table.empty()) {
-    // The nearest measured problem (log distance in s and d), scaled by FLOPs.
-    const AttentionPoint *best = nullptr;
-    double bestDistance = 0;
+    // t = a·(b·h·s²·d) + c·(b·h·s²): the products scale with the head size, the softmax and the
+    // masking with the scores alone. Least squares over the measured calls (with one head size
+    // measured the split is unknown: all of it scales with FLOPs).
+    double scores = double(batchHeads) * double(seq) * double(seq);
+    double sff = 0, sfs = 0, sss = 0, sft = 0, sst = 0;
+    bool headSizes = false;
     for (const AttentionPoint &p : table) {
-      double d = std::abs(std::log2(double(seq) / double(p.seq))) +
-                 std::abs(std::log2(double(headDim) / double(p.headDim))) +
-                 0.25 * std::abs(std::log2(double(batchHeads) / double(p.batchHeads)));
-      if (!best || d < bestDistance) {
-        best = &p;
-        bestDistance = d;
-      }
+      double f = double(p.batchHeads) * double(p.seq) * double(p.seq) * double(p.headDim);
+      double sc = double(p.batchHeads) * double(p.seq) * double(p.seq);
+      double t = std::max(0.0, (backward ? p.backwardSeconds : p.forwardSeconds) - overhead_);
+      sff += f * f;
+      sfs += f * sc;
+      sss += sc * sc;
+      sft += f * t;
+      sst += sc * t;
+      headSizes = headSizes || p.headDim != table.front().headDim;
     }
-    double measuredFlops = 4.0 * double(best->batchHeads) * double(best->seq) * double(best->seq) *
-                           double(best->headDim) * (backward ? 2.5 : 1.0);
-    double seconds = backward ? best->backwardSeconds : best->forwardSeconds;
-    return std::max(0.0, seconds - overhead_) * flops / measuredFlops;
+    double det = sff * sss - sfs * sfs;
+    if (headSizes && det > 1e-12 * sff * sss) {
+      double a = (sft * sss - sst * sfs) / det, c = (sst * sff - sft * sfs) / det;
+      if (a > 0 && c >= 0)
+        return a * scores * double(headDim) + c * scores;
+    }
+    return sft / sff * scores * double(headDim);
   }
   // A causal flash kernel skips the masked half of the tiles (FlashAttention-2, section 3.1).
   double efficiency =

@@ -89,16 +89,18 @@ ModelShapeResult computeModelShape(mlir::ModuleOp module, const std::string &nam
   if (headCount != shape.hidden)
     shape.hidden = std::max(shape.hidden, headCount);
   // The MLP: the commonest output size of linears reading the hidden size, other than the
-  // hidden size itself, the vocabulary, a fused qkv (3h) or grouped key/value projections.
+  // hidden size itself, a fused qkv (3h), grouped key/value projections or the LM head (the one
+  // hidden -> vocabulary linear; an MLP as wide as the vocabulary still counts).
   int64_t kvDim = shape.kvHeads ? shape.hidden / shape.heads * shape.kvHeads : 0;
   func.walk([&](mega::LinearOp linear) {
     auto w = shapeOf(linear.getWeight());
-    if (w[1] == shape.hidden && w[0] != shape.hidden && w[0] != shape.vocab &&
-        w[0] != 3 * shape.hidden && w[0] != kvDim)
+    if (w[1] == shape.hidden && w[0] != shape.hidden && w[0] != 3 * shape.hidden && w[0] != kvDim)
       ++linearOut[w[0]];
     if (w[0] == shape.vocab && w[1] == shape.hidden)
       tied = tied || linear.getWeight() == table; // the LM head reads the embedding table
   });
+  if (auto head = linearOut.find(shape.vocab); head != linearOut.end() && --head->second == 0)
+    linearOut.erase(head);
   int64_t ffnCount = 0;
   for (auto [dim, count] : linearOut)
     if (count > ffnCount) {

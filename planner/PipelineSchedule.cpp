@@ -148,7 +148,9 @@ bool checkStageSchedule(const PipelineShape &shape, int64_t stage,
   for (size_t i = 0; i < steps.size(); ++i) {
     const ScheduleStep &step = steps[i];
     // The message's prefix, built only when a check fails (the planner runs this per candidate).
-    auto at = [&] { return where + "step " + std::to_string(i) + " (" + describeStep(step) + "): "; };
+    auto at = [&] {
+      return where + "step " + std::to_string(i) + " (" + describeStep(step) + "): ";
+    };
     if (step.chunk < 0 || step.chunk >= chunks)
       return fail(error, at() + "chunk must be in 0.." + std::to_string(chunks - 1));
     if (step.chunk % shape.stages != stage)

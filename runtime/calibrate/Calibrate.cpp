@@ -137,6 +137,29 @@ int64_t defaultThreads(int64_t ranksOnThisNode) {
   return std::max<int64_t>(1, cores / std::max<int64_t>(1, ranksOnThisNode));
 }
 
+/// Runs `bench` `rounds` times (spread over the calibration, so one slow moment of a shared
+/// machine does not set a table) and keeps, point by point, the median of each measured value.
+template <typename Row>
+Status medianOfRounds(int rounds, std::vector<Row> Results::*table,
+                      const std::function<Status(Results &)> &bench,
+                      const std::vector<double Row::*> &values, Results &into) {
+  std::vector<Results> runs(size_t(std::max(1, rounds)));
+  for (Results &run : runs)
+    RETURN_IF_ERROR(bench(run));
+  std::vector<Row> rows = runs.front().*table;
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (double Row::*value : values) {
+      std::vector<double> samples;
+      for (const Results &run : runs)
+        if (i < (run.*table).size())
+          samples.push_back((run.*table)[i].*value);
+      std::sort(samples.begin(), samples.end());
+      rows[i].*value = samples[samples.size() / 2];
+    }
+  into.*table = std::move(rows);
+  return Status::ok();
+}
+
 StatusOr<Results> calibrate(const Options &options) {
   Sync sync(options.world);
   if (options.world && options.world->mesh().axisSizes.size() != 1)
@@ -194,10 +217,14 @@ StatusOr<Results> calibrate(const Options &options) {
     return Status::ok();
   };
   auto count = [](size_t n, const char *what) { return std::to_string(n) + " " + what; };
+  // GEMM, kernel and attention tables: the median of three sweeps (one with --quick).
+  const int rounds = options.quick ? 1 : 3;
   RETURN_IF_ERROR(
       group("instruction", [&](std::string &d) { return benchInstructionOverhead(ctx, r, d); }));
   RETURN_IF_ERROR(group("gemm", [&](std::string &d) {
-    RETURN_IF_ERROR(benchGemm(ctx, r));
+    RETURN_IF_ERROR(medianOfRounds<GemmResult>(
+        rounds, &Results::gemm, [&](Results &run) { return benchGemm(ctx, run); },
+        {&GemmResult::flopsPerSecond}, r));
     char text[96];
     std::snprintf(text, sizeof text, ", best %.1f GFLOP/s f32, %.1f bf16", r.peakFlops("f32") / 1e9,
                   r.peakFlops("bf16") / 1e9);
@@ -212,13 +239,17 @@ StatusOr<Results> calibrate(const Options &options) {
     return Status::ok();
   }));
   RETURN_IF_ERROR(group("kernels", [&](std::string &d) {
-    RETURN_IF_ERROR(benchKernels(ctx, r));
+    RETURN_IF_ERROR(medianOfRounds<KernelResult>(
+        rounds, &Results::kernels, [&](Results &run) { return benchKernels(ctx, run); },
+        {&KernelResult::seconds}, r));
     d = count(r.kernels.size(), "points") + " of " +
         count(kernelClassNames().size(), "kernel classes");
     return Status::ok();
   }));
   RETURN_IF_ERROR(group("attention", [&](std::string &d) {
-    RETURN_IF_ERROR(benchAttention(ctx, r));
+    RETURN_IF_ERROR(medianOfRounds<AttentionResult>(
+        rounds, &Results::attention, [&](Results &run) { return benchAttention(ctx, run); },
+        {&AttentionResult::forwardSeconds, &AttentionResult::backwardSeconds}, r));
     d = count(r.attention.size(), "shapes") + ", causal, forward and backward";
     return Status::ok();
   }));

@@ -196,13 +196,14 @@ Status benchAttention(const BenchContext &ctx, Results &out) {
   };
   std::vector<Shape> shapes;
   if (ctx.backend == Backend::cuda)
-    shapes = ctx.quick ? std::vector<Shape>{{32, 1024, 128}}
+    shapes = ctx.quick ? std::vector<Shape>{{32, 1024, 128}, {64, 1024, 64}}
                        : std::vector<Shape>{{64, 1024, 64},  {32, 1024, 128}, {48, 2048, 64},
                                             {16, 2048, 128}, {8, 4096, 128},  {4, 8192, 128}};
   else
     shapes = ctx.quick
-                 ? std::vector<Shape>{{4, 128, 64}, {4, 256, 64}}
-                 : std::vector<Shape>{{8, 128, 64}, {8, 256, 64}, {16, 512, 64}, {4, 1024, 64}};
+                 ? std::vector<Shape>{{4, 128, 32}, {4, 256, 64}}
+                 : std::vector<Shape>{{8, 128, 64},  {8, 256, 64}, {16, 512, 64}, {4, 1024, 64},
+                                      {16, 128, 32}, {8, 512, 32}, {8, 256, 128}};
   for (const Shape &s : shapes) {
     BenchPlan plan;
     BenchProgram &p = plan.program();

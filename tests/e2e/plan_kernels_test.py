@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The planner's per-op inventory against what megac's CPU runtime really runs.
 
-For a few layouts of a small GPT (1 rank at two micro-batch sizes, tp 2, dp 2), `megac train
+For a few layouts of a small GPT (1 rank at two micro-batch sizes, tp 2, dp 2) and a small
+Llama (RMSNorm, rotary, GQA, SwiGLU; 1 rank), `megac train
 --trace` records every instruction of one step; `megac plan --json` with the same layout pinned
 lists the kernels the cost model charges (`kernel_launches`, by class). Each class must match the
 trace's instruction count exactly (GEMMs, attention, transposes, norms, GELU, reductions,
-embedding, cross entropy, AdamW, broadcasts, copies) and the elementwise count within 5%: the
+embedding, cross entropy, AdamW, broadcasts, copies, rotary, SiLU) and the elementwise count within 5%: the
 planner's time is a sum over this inventory, so a missing or phantom kernel is a wrong
 prediction. Needs mpirun for the 2-rank layouts.
 """
@@ -17,7 +18,9 @@ import shutil
 import subprocess
 import sys
 
-MODEL = "gpt:layers=2,hidden=128,heads=4,seq=64,vocab=256"
+GPT = "gpt:layers=2,hidden=128,heads=4,seq=64,vocab=256"
+# RMSNorm, rotary, grouped-query attention, SwiGLU (an MLP as wide as the vocabulary).
+LLAMA = "llama:layers=2,hidden=128,heads=4,kv_heads=2,ffn=256,seq=64,vocab=256"
 GLOBAL_BATCH = 8
 # Plan opcode -> the planner's kernel class (planner/KernelModel.h).
 CLASS = {
@@ -29,8 +32,11 @@ CLASS = {
     "AdamW": "adamw", "GlobalNorm": "global_norm", "Slice": "copy", "Concat": "copy",
     "Copy": "copy", "Add": "elementwise", "Mul": "elementwise", "Sub": "elementwise",
     "Div": "elementwise", "Sqrt": "elementwise", "Neg": "elementwise",
+    "Sigmoid": "elementwise", "RmsNorm": "rms_norm", "RmsNormGrad": "rms_norm_grad",
+    "Silu": "silu", "Rope": "rope",
 }
-LAYOUTS = [(1, 1, 4), (1, 1, 2), (2, 1, 4), (1, 2, 2)]  # (tp, dp, micro-batch)
+# (model, tp, dp, micro-batch)
+LAYOUTS = [(GPT, 1, 1, 4), (GPT, 1, 1, 2), (GPT, 2, 1, 4), (GPT, 1, 2, 2), (LLAMA, 1, 1, 4)]
 
 
 def fail(message):
@@ -38,9 +44,9 @@ def fail(message):
     sys.exit(1)
 
 
-def traced(megac, workdir, data, tp, dp, mb):
-    trace = os.path.join(workdir, "tp%d-dp%d-mb%d.json" % (tp, dp, mb))
-    cmd = [megac, "train", "--model", MODEL, "--data", data, "--steps", "2", "--global-batch",
+def traced(megac, workdir, data, model, tp, dp, mb):
+    trace = os.path.join(workdir, "%s-tp%d-dp%d-mb%d.json" % (model.split(":")[0], tp, dp, mb))
+    cmd = [megac, "train", "--model", model, "--data", data, "--steps", "2", "--global-batch",
            str(GLOBAL_BATCH), "--micro-batch", str(mb), "--lr", "1e-3", "--threads", "1",
            "--trace", trace, "--trace-steps", "1"]
     if tp * dp > 1:
@@ -58,9 +64,9 @@ def traced(megac, workdir, data, tp, dp, mb):
     return counts
 
 
-def predicted(megac, tp, dp, mb):
+def predicted(megac, model, tp, dp, mb):
     out = subprocess.run(
-        [megac, "plan", "--model", MODEL, "--cluster", "cpu:1x%d" % (tp * dp),
+        [megac, "plan", "--model", model, "--cluster", "cpu:1x%d" % (tp * dp),
          "--global-batch", str(GLOBAL_BATCH), "--tp", str(tp), "--pp", "1", "--dp", str(dp),
          "--vpp", "1", "--micro-batch", str(mb), "--zero", "0", "--recompute", "none",
          "--no-sequence-parallel", "--precision", "fp32", "--json", "--no-compile", "--top", "1"],
@@ -79,10 +85,10 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
                         "tiny-corpus.npy")
-    for tp, dp, mb in LAYOUTS:
-        what = "tp %d dp %d micro-batch %d" % (tp, dp, mb)
-        real = traced(args.megac, args.workdir, data, tp, dp, mb)
-        model = predicted(args.megac, tp, dp, mb)
+    for model_spec, tp, dp, mb in LAYOUTS:
+        what = "%s tp %d dp %d micro-batch %d" % (model_spec.split(":")[0], tp, dp, mb)
+        real = traced(args.megac, args.workdir, data, model_spec, tp, dp, mb)
+        model = predicted(args.megac, model_spec, tp, dp, mb)
         for kind in sorted(set(real) | set(model)):
             got, want = model.get(kind, 0), real.get(kind, 0)
             if kind == "elementwise":

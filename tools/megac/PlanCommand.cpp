@@ -17,13 +17,19 @@ namespace {
 constexpr const char *kPlanHelp = R"(usage: megac plan MODEL --cluster SPEC --global-batch B [--seq S] [--tp T --pp P --dp D
                   --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel --zero 0|1
                   --recompute none|selective|full] [--precision bf16|fp16|fp32] [--top K]
+                  [--stack megac|megatron-2021|megatron-core] [--dropout P] [--explain]
                   [--json] [--timeline FILE.svg] [--trace FILE.json] [--no-compile]
 
 The planner: predicts the step time, throughput, TFLOP/s, MFU and memory per device of every
 layout on the cluster (a100-40g, a100-80g, h100-sxm, h200, cpu, or FILE.json; "a100-80g:128x8" is
 128 nodes of 8) and prints the best K, why #1 beats #2, and confirms the partitioner accepts #1.
 Degrees given are pinned; the rest are searched. --timeline draws #1's pipeline schedule (SVG),
---trace writes it as Chrome trace-event JSON (Perfetto).
+--trace writes it as Chrome trace-event JSON (Perfetto). Predictions are for a hardware spec
+and a software stack: --stack megac (default: this build's CUDA runtime, or its CPU runtime on
+cpu devices and `megac calibrate --backend cpu` specs), megatron-2021 or megatron-core
+(docs/planner.md lists what each fuses and overlaps); --dropout P costs dropout the model's IR
+does not have. --explain splits #1's predicted step by op class (GEMM, attention,
+memory-bound, launch overhead, each collective, bubble) and explains its compiled plan.
 
 usage: megac plan MODEL --ranks N [--tp T --pp P --dp D --vpp V --sequence-parallel
                   --zero 0|1 --recompute none|selective|full --schedule 1f1b|gpipe]

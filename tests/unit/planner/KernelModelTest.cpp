@@ -74,6 +74,21 @@ TEST(KernelModelTest, AttentionScalesTheNearestMeasuredCallByFlops) {
               0.5 * flops / (312e12 * a100.attentionForwardEfficiency), 1e-12);
 }
 
+TEST(KernelModelTest, AttentionSeparatesProductsFromScoresWhenHeadSizesDiffer) {
+  // Calls made by t = a·(b·h·s²·d) + c·(b·h·s²) with a = 1e-11, c = 2e-10 at head sizes 32 and
+  // 64: the fit recovers both terms, so a third head size is predicted exactly.
+  DeviceSpec d = calibratedCpu();
+  auto call = [](int64_t bh, int64_t s, int64_t dh) {
+    double scores = double(bh) * double(s) * double(s);
+    double t = 1e-11 * scores * double(dh) + 2e-10 * scores + 1e-6; // + the instruction
+    return AttentionPoint{bh, s, dh, true, t, 2 * t};
+  };
+  d.calibration.attention = {call(8, 128, 32), call(8, 256, 64), call(16, 128, 64)};
+  KernelModel k(d, stack("megac", true), Precision::fp32);
+  double scores = 4.0 * 512 * 512;
+  EXPECT_NEAR(k.attentionSeconds(4, 512, 128, false), 1e-11 * scores * 128 + 2e-10 * scores, 1e-9);
+}
+
 TEST(KernelModelTest, CalibratedCollectivesInterpolateLogLog) {
   Cluster c{calibratedCpu(), 1};
   c.device.devicesPerNode = 2;
