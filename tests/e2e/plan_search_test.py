@@ -83,6 +83,33 @@ def main():
     check(bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--cluster" in bad.stderr,
           "an unknown device is a one-line error: " + bad.stderr.strip())
 
+    bad = plan(args.megac, "--model", GPT3, "--cluster", "a100-80g:128x8", "--global-batch", "8",
+               "--stack", "deepspeed", check=False)
+    check(bad.returncode == 2 and bad.stderr.count("\n") == 1 and "megatron-2021" in bad.stderr,
+          "an unknown --stack is a one-line error naming the profiles: " + bad.stderr.strip())
+
+    # --explain: #1's step split by op class; the lines sum to the step, and the JSON breakdown
+    # carries the same classes.
+    pins = ["--model", GPT3, "--cluster", "a100-80g:128x8", "--global-batch", "1536", "--tp", "8",
+            "--pp", "16", "--dp", "8", "--vpp", "1", "--micro-batch", "1", "--sequence-parallel",
+            "--zero", "1", "--recompute", "selective", "--no-compile"]
+    text = plan(args.megac, *pins, "--explain", "--stack", "megatron-2021").stdout
+    lines = re.findall(r"^  ([A-Za-z][A-Za-z /()-]+?)\s+([0-9.]+) s", text, re.M)
+    parts = {name.strip(): float(v) for name, v in lines}
+    total = parts.pop("total", None)
+    check(total and {"GEMM", "attention", "memory-bound kernels", "pipeline bubble"} <= set(parts)
+          and abs(sum(parts.values()) - total) < 1e-3 * total + 5e-4,
+          "--explain splits the step by op class, summing to %s s" % total)
+    js = json.loads(plan(args.megac, *pins, "--json", "--stack", "megatron-2021").stdout)
+    breakdown = js["layouts"][0]["breakdown"]
+    check(js["stack"] == "megatron-2021" and breakdown["gemm_s"] > 0
+          and abs(breakdown["gemm_s"] - parts["GEMM"]) < 1e-3
+          and js["layouts"][0]["kernel_launches"]["gemm"] > 0,
+          "--json carries the stack, the class breakdown and kernel launches")
+    core = json.loads(plan(args.megac, *pins, "--json", "--stack", "megatron-core").stdout)
+    check(core["layouts"][0]["step_time_s"] < js["layouts"][0]["step_time_s"],
+          "megatron-core (flash attention, overlap) predicts a faster step than megatron-2021")
+
     with tempfile.TemporaryDirectory() as tmp:
         svg = os.path.join(tmp, "pipe.svg")
         plan(args.megac, "--model", "gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=50304",
