@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+using namespace megac;
 using namespace megac::runtime;
 
 namespace {
@@ -160,7 +161,8 @@ int main(int argc, char **argv) {
   options.backend = o.backend;
   options.allowTf32 = o.allowTf32;
   auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<Executor> executor = check(Executor::create(plan, options), "creating the executor");
+  std::unique_ptr<Executor> executor =
+      check(Executor::create(plan, options), "creating the executor");
   double setupSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   TensorInfo ids = check(executor->inputInfo("input_ids"), "the plan's input_ids");
@@ -196,10 +198,10 @@ int main(int argc, char **argv) {
       check(executor->setInput("input_ids", x), "input_ids");
       check(executor->setInput("labels", y), "labels");
       if (normalizer)
-        check(executor->setInput("loss_normalizer",
-                                 scalar(check(executor->inputInfo("loss_normalizer"), "normalizer")
-                                            .dtype,
-                                        1.0 / double(tokensPerStep))),
+        check(executor->setInput(
+                  "loss_normalizer",
+                  scalar(check(executor->inputInfo("loss_normalizer"), "normalizer").dtype,
+                         1.0 / double(tokensPerStep))),
               "loss_normalizer");
       check(executor->run("forward_backward"), "forward_backward");
       HostTensor l = check(executor->output("loss"), "the loss");

@@ -1,7 +1,7 @@
 // Reading and writing `megac calibrate`'s tables and device spec files (planner/Calibration.h).
 #include "planner/Calibration.h"
 
-#include "runtime/io/Json.h"
+#include "support/Json.h"
 
 #include <algorithm>
 #include <array>
@@ -12,7 +12,7 @@
 namespace megac::planner {
 namespace {
 
-using runtime::json::Value;
+using json::Value;
 using Kind = Value::Kind;
 
 // clang-format off
@@ -143,7 +143,7 @@ std::string integer(int64_t x) { return std::to_string(x); }
 
 std::string calibrationJson(const Calibration &c) {
   std::string out = "{\n";
-  out += "    \"source\": " + runtime::json::quote(c.source) + ",\n";
+  out += "    \"source\": " + json::quote(c.source) + ",\n";
   out += "    \"threads\": " + integer(c.threads) + ",\n";
   out += "    \"instructionSeconds\": " + number(c.instructionSeconds);
   auto table = [&](const char *name, size_t size, auto row) {
@@ -165,7 +165,7 @@ std::string calibrationJson(const Calibration &c) {
   });
   table("kernels", c.kernels.size(), [&](size_t i) {
     const KernelPoint &p = c.kernels[i];
-    return "\"kernel\": " + runtime::json::quote(p.kernel) + ", \"bytes\": " + number(p.bytes) +
+    return "\"kernel\": " + json::quote(p.kernel) + ", \"bytes\": " + number(p.bytes) +
            ", \"seconds\": " + number(p.seconds);
   });
   table("attention", c.attention.size(), [&](size_t i) {
@@ -178,7 +178,7 @@ std::string calibrationJson(const Calibration &c) {
   });
   table("comm", c.comm.size(), [&](size_t i) {
     const CommPoint &p = c.comm[i];
-    return "\"op\": " + runtime::json::quote(p.op) + ", \"ranks\": " + integer(p.ranks) +
+    return "\"op\": " + json::quote(p.op) + ", \"ranks\": " + integer(p.ranks) +
            ", \"bytes\": " + number(p.bytes) + ", \"seconds\": " + number(p.seconds);
   });
   return out + "\n  }";
@@ -261,7 +261,7 @@ bool parseCalibration(const Value &value, Calibration *out, std::string *error) 
 }
 
 std::string deviceSpecJson(const DeviceSpec &d) {
-  std::string out = "{\n  \"name\": " + runtime::json::quote(d.name);
+  std::string out = "{\n  \"name\": " + json::quote(d.name);
   auto real = [&](const char *key, double x) {
     out += std::string(",\n  \"") + key + "\": " + number(x);
   };

@@ -6,7 +6,7 @@
 #include <span>
 #include <string>
 
-namespace megac::runtime::json {
+namespace megac::json {
 struct Value;
 }
 
@@ -20,7 +20,7 @@ std::span<const char *const> calibratedKernelClasses();
 /// >= 0), "instructionSeconds" (number >= 0) and the tables "gemm", "bandwidth", "kernels",
 /// "attention", "comm" (arrays of objects, every field required, see deviceSpecJson). False with
 /// a located one-line `error` ("calibration.gemm[3]: 'm' must be a positive integer").
-bool parseCalibration(const runtime::json::Value &value, Calibration *out, std::string *error);
+bool parseCalibration(const json::Value &value, Calibration *out, std::string *error);
 
 /// A device spec file that loadDeviceSpec reads back to an equal DeviceSpec: every scalar field
 /// by its name, and "calibration" when it is not empty. Numbers are written with 17 significant

@@ -2,7 +2,7 @@
 #include "planner/Hardware.h"
 
 #include "planner/Calibration.h"
-#include "runtime/io/Json.h"
+#include "support/Json.h"
 
 #include <cmath>
 #include <fstream>
@@ -92,9 +92,8 @@ std::vector<DeviceSpec> presets() {
           gpu("h200", 495e12, 989e12, 141e9, 4.8e12, 900e9, 50e9, 132, 50e6, 50e9), cpu()};
 }
 
-bool setField(DeviceSpec &d, const std::string &key, const runtime::json::Value &v,
-              std::string *error) {
-  using Kind = runtime::json::Value::Kind;
+bool setField(DeviceSpec &d, const std::string &key, const json::Value &v, std::string *error) {
+  using Kind = json::Value::Kind;
   if (key == "name" || key == "base") {
     if (v.kind != Kind::string) {
       *error = "'" + key + "' must be a string";
@@ -215,21 +214,21 @@ std::optional<DeviceSpec> loadDeviceSpec(const std::string &path, std::string *e
   }
   std::stringstream text;
   text << in.rdbuf();
-  auto parsed = runtime::json::parse(text.str());
+  auto parsed = json::parse(text.str());
   if (!parsed.isOk()) {
     *error = "device spec '" + path + "': " + parsed.status().message();
     return std::nullopt;
   }
-  const runtime::json::Value &root = parsed.value();
-  if (root.kind != runtime::json::Value::Kind::object) {
+  const json::Value &root = parsed.value();
+  if (root.kind != json::Value::Kind::object) {
     *error = "device spec '" + path + "': expected a JSON object of DeviceSpec fields";
     return std::nullopt;
   }
   // "base": a preset whose numbers the file starts from (then every field is optional).
   DeviceSpec d;
-  if (const runtime::json::Value *base = root.find("base")) {
+  if (const json::Value *base = root.find("base")) {
     std::optional<DeviceSpec> b =
-        base->kind == runtime::json::Value::Kind::string ? preset(base->string) : std::nullopt;
+        base->kind == json::Value::Kind::string ? preset(base->string) : std::nullopt;
     if (!b) {
       *error = "device spec '" + path + "': 'base' must name a preset (a100-40g, a100-80g, " +
                "h100-sxm, h200, cpu)";

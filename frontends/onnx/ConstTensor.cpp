@@ -221,69 +221,6 @@ bool isMegaElemType(ElemType t) {
   return isFloatType(t) || t == ElemType::i64 || t == ElemType::i32 || t == ElemType::boolean;
 }
 
-float halfToFloat(uint16_t h) {
-  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else { // subnormal: normalize
-      exp = 127 - 15 + 1;
-      while (!(mant & 0x400)) {
-        mant <<= 1;
-        --exp;
-      }
-      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
-    }
-  } else if (exp == 0x1f) {
-    bits = sign | 0x7f800000 | (mant << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t floatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000;
-  uint32_t absx = x & 0x7fffffff;
-  if (absx >= 0x7f800000) // inf or nan
-    return uint16_t(sign | 0x7c00 | (absx > 0x7f800000 ? 0x200 : 0));
-  if (absx >= 0x477ff000) // rounds to >= 65520: overflow to inf
-    return uint16_t(sign | 0x7c00);
-  if (absx < 0x38800000) { // subnormal or zero in half
-    float a;
-    std::memcpy(&a, &absx, 4);
-    // Scale so the half subnormal unit (2^-24) becomes 1, round to nearest even.
-    return uint16_t(sign | uint32_t(std::nearbyint(a * 16777216.0f)));
-  }
-  uint32_t mant = absx & 0x7fffff;
-  uint32_t exp = (absx >> 23) - 127 + 15;
-  uint32_t half = (exp << 10) | (mant >> 13);
-  uint32_t rest = mant & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (half & 1)))
-    ++half;
-  return uint16_t(sign | half);
-}
-
-float bf16ToFloat(uint16_t b) {
-  uint32_t bits = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-uint16_t floatToBf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffff) > 0x7f800000)
-    return uint16_t((x >> 16) | 0x40);
-  x += 0x7fff + ((x >> 16) & 1);
-  return uint16_t(x >> 16);
-}
-
 double roundToType(ElemType t, double x) {
   switch (t) {
   case ElemType::f32:

@@ -2,6 +2,8 @@
 // subgraphs), and the kernels that fold ONNX ops on them. MLIR-free and protobuf-free.
 #pragma once
 
+#include "support/Float16.h" // halfToFloat, floatToHalf, bf16ToFloat, floatToBf16
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -42,11 +44,6 @@ bool isMegaElemType(ElemType t);
 double roundToType(ElemType t, double x);
 /// Wraps an integer into the range of integer type `t` (two's complement), bool to 0/1.
 int64_t wrapToType(ElemType t, int64_t x);
-
-float halfToFloat(uint16_t h);
-uint16_t floatToHalf(float f);
-float bf16ToFloat(uint16_t b);
-uint16_t floatToBf16(float f);
 
 using Shape = std::vector<int64_t>;
 

@@ -4,8 +4,8 @@
 #include "frontends/onnx/ConstTensor.h"
 
 #include "ir/MegaDialect.h"
-#include "runtime/io/Files.h"
-#include "runtime/io/Float16.h"
+#include "support/Files.h"
+#include "support/Float16.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -21,11 +21,6 @@
 namespace megac::onnx_import {
 
 namespace {
-
-using runtime::DType;
-using runtime::HostTensor;
-using runtime::Status;
-using runtime::StatusOr;
 
 StatusOr<std::string> readBytes(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
@@ -52,7 +47,7 @@ StatusOr<onnx::ModelProto> parse(const std::string &path, const std::string &byt
 
 std::string shapeOf(const onnx::TensorProto &t) {
   std::vector<int64_t> dims(t.dims().begin(), t.dims().end());
-  return runtime::shapeString(dims);
+  return shapeString(dims);
 }
 
 /// Element `i` of a float tensor, widened to double.
@@ -63,9 +58,9 @@ double elementAt(const HostTensor &t, int64_t i) {
   case DType::f32:
     return t.data<float>()[i];
   case DType::bf16:
-    return runtime::bf16ToFloat(t.data<uint16_t>()[i]);
+    return bf16ToFloat(t.data<uint16_t>()[i]);
   default: // f16 (callers pass float tensors only)
-    return runtime::halfToFloat(t.data<uint16_t>()[i]);
+    return halfToFloat(t.data<uint16_t>()[i]);
   }
 }
 
@@ -97,8 +92,8 @@ Status replaceValues(onnx::TensorProto &init, const HostTensor &value) {
     for (int64_t i = 0; i < n; ++i) {
       auto f = float(elementAt(value, i));
       out[i] = value.dtype == same     ? value.data<uint16_t>()[i]
-               : type == ElemType::f16 ? runtime::floatToHalf(f)
-                                       : runtime::floatToBf16(f);
+               : type == ElemType::f16 ? floatToHalf(f)
+                                       : floatToBf16(f);
     }
     break;
   }
@@ -131,8 +126,8 @@ bool isFloatDType(DType d) {
 }
 
 /// The model's parameters (name: the imported value), as the importer finds them.
-StatusOr<runtime::TensorMap> importedParameters(const std::string &path, const std::string &bytes,
-                                                const OnnxImportOptions &options) {
+StatusOr<TensorMap> importedParameters(const std::string &path, const std::string &bytes,
+                                       const OnnxImportOptions &options) {
   mlir::MLIRContext ctx;
   ctx.loadDialect<mega::MegaDialect, mlir::func::FuncDialect>();
   std::string first;
@@ -174,10 +169,9 @@ StatusOr<std::map<std::string, std::vector<int64_t>>> readOnnxInputDims(const st
 
 StatusOr<OnnxExportSummary> exportOnnxWeights(const std::string &source,
                                               const OnnxImportOptions &options,
-                                              const runtime::TensorMap &weights,
-                                              const std::string &output) {
+                                              const TensorMap &weights, const std::string &output) {
   ASSIGN_OR_RETURN(std::string bytes, readBytes(source));
-  ASSIGN_OR_RETURN(runtime::TensorMap params, importedParameters(source, bytes, options));
+  ASSIGN_OR_RETURN(TensorMap params, importedParameters(source, bytes, options));
   // The model to write: parsed from the same bytes and left untouched but for the values of
   // the parameters (the import above binds shapes and infers on its own copy).
   ASSIGN_OR_RETURN(onnx::ModelProto model, parse(source, bytes));
@@ -185,9 +179,8 @@ StatusOr<OnnxExportSummary> exportOnnxWeights(const std::string &source,
 
   for (const auto &[name, tensor] : weights)
     if (!params.count(name))
-      return Status::error("the checkpoint's tensor '" + name + "' " +
-                           runtime::shapeString(tensor.shape) + " is no parameter of " + source +
-                           " (a checkpoint of another model?)");
+      return Status::error("the checkpoint's tensor '" + name + "' " + shapeString(tensor.shape) +
+                           " is no parameter of " + source + " (a checkpoint of another model?)");
   OnnxExportSummary summary;
   std::set<std::string> done;
   for (onnx::TensorProto &init : *model.mutable_graph()->mutable_initializer()) {
@@ -205,11 +198,11 @@ StatusOr<OnnxExportSummary> exportOnnxWeights(const std::string &source,
     std::vector<int64_t> dims(init.dims().begin(), init.dims().end());
     if (value.shape != dims)
       return Status::error("initializer '" + init.name() + "' is " + shapeOf(init) + " in " +
-                           source + ", but the checkpoint's tensor is " +
-                           runtime::shapeString(value.shape) + " (a checkpoint of another model?)");
+                           source + ", but the checkpoint's tensor is " + shapeString(value.shape) +
+                           " (a checkpoint of another model?)");
     if (!isFloatDType(value.dtype))
       return Status::error("the checkpoint's tensor '" + init.name() + "' is " +
-                           runtime::dtypeName(value.dtype) + ", not a float type");
+                           dtypeName(value.dtype) + ", not a float type");
     if (!done.insert(init.name()).second)
       return Status::error(source + " has two initializers named '" + init.name() + "'");
     RETURN_IF_ERROR(replaceValues(init, value));
@@ -226,7 +219,7 @@ StatusOr<OnnxExportSummary> exportOnnxWeights(const std::string &source,
     return Status::error("cannot serialize the exported model (over 2 GiB?)");
   auto span = std::span<const uint8_t>(reinterpret_cast<const uint8_t *>(out.data()), out.size());
   std::span<const uint8_t> pieces[] = {span};
-  RETURN_IF_ERROR(runtime::writeFileAtomically(output, pieces)) << " (writing " << output << ")";
+  RETURN_IF_ERROR(writeFileAtomically(output, pieces)) << " (writing " << output << ")";
   summary.outputBytes = out.size();
   return summary;
 }

@@ -10,8 +10,8 @@
 #pragma once
 
 #include "frontends/onnx/OnnxImporter.h"
-#include "runtime/Status.h"
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <map>
@@ -22,8 +22,7 @@ namespace megac::onnx_import {
 
 /// The graph inputs of the model at `path` that are not initializers, with their declared dims
 /// (-1 for a symbolic or unknown dim); a missing shape is an empty vector.
-runtime::StatusOr<std::map<std::string, std::vector<int64_t>>>
-readOnnxInputDims(const std::string &path);
+StatusOr<std::map<std::string, std::vector<int64_t>>> readOnnxInputDims(const std::string &path);
 
 /// What exportOnnxWeights did.
 struct OnnxExportSummary {
@@ -37,9 +36,8 @@ struct OnnxExportSummary {
 /// importing `source` with `options` (its input shapes). Refuses, naming the tensor, a
 /// parameter `weights` lacks, a tensor of `weights` that is no parameter of the model, a shape
 /// that differs, and an initializer whose element type is not a float type.
-runtime::StatusOr<OnnxExportSummary> exportOnnxWeights(const std::string &source,
-                                                       const OnnxImportOptions &options,
-                                                       const runtime::TensorMap &weights,
-                                                       const std::string &output);
+StatusOr<OnnxExportSummary> exportOnnxWeights(const std::string &source,
+                                              const OnnxImportOptions &options,
+                                              const TensorMap &weights, const std::string &output);
 
 } // namespace megac::onnx_import

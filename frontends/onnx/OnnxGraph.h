@@ -151,7 +151,7 @@ mlir::FailureOr<ConstTensor> decodeTensor(const onnx::TensorProto &t, mlir::Loca
                                           const std::string &what);
 /// ONNX TensorProto -> host tensor for a weight, reading raw_data directly.
 /// Releases t's raw_data once copied.
-mlir::FailureOr<megac::runtime::HostTensor> decodeWeight(onnx::TensorProto &t, mlir::Location loc);
+mlir::FailureOr<megac::HostTensor> decodeWeight(onnx::TensorProto &t, mlir::Location loc);
 
 class GraphImporter {
 public:
@@ -182,7 +182,7 @@ private:
   mlir::func::FuncOp func_;
   std::vector<mlir::Type> argTypes_;
   std::vector<mlir::DictionaryAttr> argAttrs_;
-  megac::runtime::TensorMap weights_;
+  megac::TensorMap weights_;
 };
 
 /// The MLIR element type of a mega element type (null for types mega IR does not have).

@@ -13,7 +13,7 @@
 // libonnx throws; nothing escapes this API.
 #pragma once
 
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -40,7 +40,7 @@ struct OnnxImportOptions {
 struct OnnxImport {
   mlir::OwningOpRef<mlir::ModuleOp> module;
   /// Parameter values by `mega.param` name.
-  megac::runtime::TensorMap weights;
+  megac::TensorMap weights;
 };
 
 mlir::FailureOr<OnnxImport> importOnnxFile(mlir::MLIRContext &ctx, const std::string &path,

@@ -200,27 +200,27 @@ FailureOr<ConstTensor> decodeTensor(const onnx::TensorProto &t, Location loc,
   return c;
 }
 
-FailureOr<runtime::HostTensor> decodeWeight(onnx::TensorProto &t, Location loc) {
+FailureOr<HostTensor> decodeWeight(onnx::TensorProto &t, Location loc) {
   std::string what = "initializer '" + t.name() + "'";
   Shape shape;
   int64_t count = 0;
   if (failed(checkHeader(t, loc, what, shape, count)))
     return failure();
   ElemType type = ElemType(t.data_type());
-  runtime::HostTensor h;
+  HostTensor h;
   h.shape = shape;
   switch (type) {
   case ElemType::f32:
-    h.dtype = runtime::DType::f32;
+    h.dtype = DType::f32;
     break;
   case ElemType::f64:
-    h.dtype = runtime::DType::f64;
+    h.dtype = DType::f64;
     break;
   case ElemType::f16:
-    h.dtype = runtime::DType::f16;
+    h.dtype = DType::f16;
     break;
   case ElemType::bf16:
-    h.dtype = runtime::DType::bf16;
+    h.dtype = DType::bf16;
     break;
   default:
     return emitError(loc) << what << " is a weight but has element type "

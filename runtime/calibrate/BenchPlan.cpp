@@ -1,7 +1,7 @@
 // Building and loading the microbenchmarks' plans (BenchPlan.h).
 #include "runtime/calibrate/BenchPlan.h"
 
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include <algorithm>
 #include <cstring>

@@ -3,10 +3,10 @@
 // pays per instruction (dispatch, shape checks, bf16 widening on the CPU, launches on a GPU).
 #pragma once
 
-#include "runtime/Status.h"
 #include "runtime/exec/Executor.h"
-#include "runtime/io/HostTensor.h"
 #include "runtime/plan/plan_generated.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <functional>

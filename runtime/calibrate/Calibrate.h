@@ -5,10 +5,10 @@
 // It runs no training plan: every plan here is a few buffers and one instruction.
 #pragma once
 
-#include "runtime/Status.h"
 #include "runtime/calibrate/Results.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/Executor.h"
+#include "support/Status.h"
 
 #include <functional>
 #include <string>

@@ -3,7 +3,7 @@
 // backend, CudaProbeStub.cpp says it is not built).
 #pragma once
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <string>

@@ -3,8 +3,8 @@
 // each other (shared caches, memory bandwidth), as in training.
 #pragma once
 
-#include "runtime/Status.h"
 #include "runtime/comm/Communicator.h"
+#include "support/Status.h"
 
 #include <functional>
 #include <vector>

@@ -4,9 +4,9 @@
 
 #include "runtime/checkpoint/ShardFiles.h"
 
-#include "runtime/io/Files.h"
-#include "runtime/io/Json.h"
 #include "runtime/io/Safetensors.h"
+#include "support/Files.h"
+#include "support/Json.h"
 
 #include <algorithm>
 #include <array>
@@ -16,8 +16,10 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 #include <unistd.h>
+#include <zlib.h>
 
 namespace megac::runtime::checkpoint {
 
@@ -28,23 +30,6 @@ namespace {
 constexpr const char *kModelFile = "model.safetensors";
 constexpr const char *kOptimizerFile = "optimizer.safetensors";
 constexpr const char *kMetaFile = "meta.json";
-
-/// Slicing-by-8 tables: table[0] is the byte-wise CRC table; table[k][b] is the CRC of byte b
-/// followed by k zero bytes, so eight bytes are folded per step (several times faster than one).
-using CrcTables = std::array<std::array<uint32_t, 256>, 8>;
-CrcTables makeCrcTables() {
-  CrcTables t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k)
-      c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    t[0][i] = c;
-  }
-  for (uint32_t i = 0; i < 256; ++i)
-    for (size_t k = 1; k < 8; ++k)
-      t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xFF];
-  return t;
-}
 
 std::string hex32(uint32_t value) {
   char buf[16];
@@ -230,19 +215,14 @@ int64_t stepOfName(const std::string &name) {
 } // namespace
 
 uint32_t crc32(std::span<const uint8_t> bytes, uint32_t crc) {
-  static const CrcTables t = makeCrcTables();
-  crc = ~crc;
-  const uint8_t *p = bytes.data();
-  size_t n = bytes.size();
-  for (; n >= 8; n -= 8, p += 8) { // little-endian words, as the tables assume
-    uint32_t lo =
-        crc ^ (uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24);
-    crc = t[7][lo & 0xFF] ^ t[6][(lo >> 8) & 0xFF] ^ t[5][(lo >> 16) & 0xFF] ^ t[4][lo >> 24] ^
-          t[3][p[4]] ^ t[2][p[5]] ^ t[1][p[6]] ^ t[0][p[7]];
+  // zlib's crc32 takes at most UINT_MAX bytes per call.
+  uLong value = crc;
+  for (size_t done = 0; done < bytes.size();) {
+    uInt n = uInt(std::min<size_t>(bytes.size() - done, std::numeric_limits<uInt>::max()));
+    value = ::crc32(value, bytes.data() + done, n);
+    done += n;
   }
-  for (; n > 0; --n, ++p)
-    crc = t[0][(crc ^ *p) & 0xFF] ^ (crc >> 8);
-  return ~crc;
+  return uint32_t(value);
 }
 
 std::string stepPath(const std::string &dir, int64_t step) {

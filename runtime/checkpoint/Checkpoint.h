@@ -24,8 +24,8 @@
 // newest first, and refuses a checkpoint whose file sizes or CRC32s differ from its meta.json.
 #pragma once
 
-#include "runtime/Status.h"
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <map>

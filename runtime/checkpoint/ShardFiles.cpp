@@ -2,7 +2,7 @@
 #include "runtime/checkpoint/ShardFiles.h"
 #include "runtime/io/Safetensors.h"
 
-#include "runtime/io/Json.h"
+#include "support/Json.h"
 
 #include <algorithm>
 #include <cerrno>

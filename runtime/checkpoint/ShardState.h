@@ -6,10 +6,10 @@
 // (unless its shard is one).
 #pragma once
 
-#include "runtime/Status.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/Executor.h"
+#include "support/Status.h"
 
 #include <string>
 #include <vector>

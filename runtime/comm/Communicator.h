@@ -11,8 +11,8 @@
 // operation and the group (its mesh axes and member ranks); the caller then aborts the job.
 #pragma once
 
-#include "runtime/Status.h"
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 #include <chrono>
 #include <cstddef>

@@ -1,7 +1,7 @@
 // MPI collectives and point-to-point transfers with deadlines (MpiCommunicator.h).
 #include "runtime/comm/MpiCommunicator.h"
 
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include <mpi.h>
 

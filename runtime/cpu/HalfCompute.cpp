@@ -1,7 +1,7 @@
 // computeInF32: widens bf16/f16 operands to f32, runs an f32 kernel, rounds the results back.
 #include "runtime/cpu/HalfCompute.h"
 
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 namespace megac::runtime::cpu {
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "runtime/cpu/Kernels.h"
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include <algorithm>
 #include <cstring>

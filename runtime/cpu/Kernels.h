@@ -16,8 +16,8 @@
 // runs it through computeInF32 (HalfCompute.h): the f32 kernel on widened inputs, rounded.
 #pragma once
 
-#include "runtime/Status.h"
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <optional>

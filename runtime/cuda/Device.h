@@ -2,7 +2,7 @@
 // tests can ask without depending on the toolkit.
 #pragma once
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <string>
 

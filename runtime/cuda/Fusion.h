@@ -16,8 +16,8 @@
 // points as the unfused kernels).
 #pragma once
 
-#include "runtime/Status.h"
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <memory>

@@ -24,8 +24,8 @@
 // distinct memory).
 #pragma once
 
-#include "runtime/Status.h"
 #include "runtime/cpu/Kernels.h"
+#include "support/Status.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -47,10 +47,10 @@ using cpu::UnaryOp;
 /// Codes a kernel writes into *Context::errors (0: none).
 enum class DeviceError : int {
   none = 0,
-  indexOutOfRange = 1,  // Gather: an index outside [-n, n)
-  idOutOfRange = 2,     // Embedding / EmbeddingGrad: an id outside [0, V)
-  labelOutOfRange = 3,  // CrossEntropy / CrossEntropyGrad: a label outside [0, V), not ignored
-  divideByZero = 4,     // integer Div by zero
+  indexOutOfRange = 1, // Gather: an index outside [-n, n)
+  idOutOfRange = 2,    // Embedding / EmbeddingGrad: an id outside [0, V)
+  labelOutOfRange = 3, // CrossEntropy / CrossEntropyGrad: a label outside [0, V), not ignored
+  divideByZero = 4,    // integer Div by zero
 };
 /// "an embedding id outside [0, V)", ...
 const char *deviceErrorMessage(DeviceError error);
@@ -114,8 +114,7 @@ Status embedding(const Context &ctx, const TensorRef &table, const TensorRef &id
 Status embeddingGrad(const Context &ctx, const TensorRef &dy, const TensorRef &ids,
                      const TensorRef &dtable);
 Status pad(const Context &ctx, const TensorRef &x, std::span<const int64_t> low,
-           std::span<const int64_t> high, std::span<const int64_t> interior,
-           const TensorRef &out);
+           std::span<const int64_t> high, std::span<const int64_t> interior, const TensorRef &out);
 
 // ---- Vocab-parallel pieces (kernels/DataMovement.cu, kernels/Reduction.cu) -------------------
 // The local halves of Megatron's VocabParallelEmbedding and vocab_parallel_cross_entropy; the

@@ -25,8 +25,8 @@
 // very rank is kept until the recv() from itself with the same tag.
 #pragma once
 
-#include "runtime/Status.h"
 #include "runtime/comm/Communicator.h"
+#include "support/Status.h"
 
 #include <cuda_runtime_api.h>
 

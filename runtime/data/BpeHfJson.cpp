@@ -6,8 +6,8 @@
 
 #include "runtime/data/Unicode.h"
 
-#include "runtime/io/Files.h"
-#include "runtime/io/Json.h"
+#include "support/Files.h"
+#include "support/Json.h"
 
 namespace megac::runtime::data {
 

@@ -4,8 +4,8 @@
 #include "runtime/data/BpeTokenizer.h"
 
 #include "runtime/data/Unicode.h"
-#include "runtime/io/Files.h"
-#include "runtime/io/Json.h"
+#include "support/Files.h"
+#include "support/Json.h"
 
 #include <algorithm>
 #include <array>

@@ -8,7 +8,7 @@
 // starts, from 0 up to n). PREFIX.bin: the sequences' tokens back to back in that dtype.
 #pragma once
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <optional>

@@ -7,8 +7,8 @@
 // many samples a run reads.
 #pragma once
 
-#include "runtime/Status.h"
 #include "runtime/data/IndexedDataset.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <memory>

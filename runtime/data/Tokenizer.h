@@ -4,7 +4,7 @@
 // No MLIR; a tokenizer is immutable once made, so one object serves many threads.
 #pragma once
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <memory>

@@ -11,9 +11,9 @@
 #include "runtime/exec/Parameters.h"
 #include "runtime/exec/ProgramExecutor.h"
 #include "runtime/exec/Trace.h"
-#include "runtime/io/Json.h"
 #include "runtime/plan/PlanRules.h"
 #include "runtime/plan/plan_generated.h"
+#include "support/Json.h"
 
 #include <algorithm>
 #include <cstdlib>

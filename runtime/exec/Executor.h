@@ -10,9 +10,9 @@
 //   setInput("lr", ...); setInput("step", ...); run("apply_gradients"); output("grad_norm");
 #pragma once
 
-#include "runtime/Status.h"
-#include "runtime/io/HostTensor.h"
 #include "runtime/plan/PlanLoader.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 #include <memory>
 #include <string>

@@ -2,11 +2,11 @@
 // the layout-independent init (runtime/init).
 #pragma once
 
-#include "runtime/Status.h"
 #include "runtime/comm/Communicator.h"
-#include "runtime/io/HostTensor.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/plan/plan_generated.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <vector>

@@ -4,11 +4,11 @@
 // is read from the plan (rank table, shardings), so no rank needs another's executor.
 #pragma once
 
-#include "runtime/Status.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/Executor.h"
-#include "runtime/io/HostTensor.h"
 #include "runtime/plan/PlanLoader.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 namespace megac::runtime {
 

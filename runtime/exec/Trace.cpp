@@ -2,8 +2,8 @@
 #include "runtime/exec/Trace.h"
 
 #include "runtime/comm/Communicator.h"
-#include "runtime/io/Files.h"
-#include "runtime/io/Json.h"
+#include "support/Files.h"
+#include "support/Json.h"
 
 #include <cstdio>
 #include <sys/resource.h>

@@ -12,7 +12,7 @@
 // attached.
 #pragma once
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <chrono>
 #include <cstdint>

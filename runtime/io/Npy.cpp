@@ -1,8 +1,8 @@
 // Reading and writing NumPy .npy files (versions 1.0, 2.0, 3.0), little-endian C order.
 #include "runtime/io/Npy.h"
 
-#include "runtime/io/Files.h"
-#include "runtime/io/Float16.h"
+#include "support/Files.h"
+#include "support/Float16.h"
 
 #include <cstring>
 #include <limits>

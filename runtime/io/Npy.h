@@ -2,8 +2,8 @@
 // <i4 |b1 (and bfloat16 stored as <u2 is not read: numpy has no bfloat16).
 #pragma once
 
-#include "runtime/Status.h"
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 #include <string>
 

@@ -1,8 +1,8 @@
 // Reading and writing safetensors files, validating the header against the file's size.
 #include "runtime/io/Safetensors.h"
 
-#include "runtime/io/Files.h"
-#include "runtime/io/Json.h"
+#include "support/Files.h"
+#include "support/Json.h"
 
 #include <limits>
 

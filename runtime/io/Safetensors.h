@@ -3,8 +3,8 @@
 // "__metadata__": {...}}, then the tensor bytes.
 #pragma once
 
-#include "runtime/Status.h"
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 #include <map>
 #include <string>

@@ -4,9 +4,9 @@
 // function and instruction.
 #include "runtime/plan/PlanLoader.h"
 
-#include "runtime/io/Files.h"
 #include "runtime/plan/PlanValidator.h"
 #include "runtime/plan/plan_generated.h"
+#include "support/Files.h"
 
 namespace megac::runtime {
 

@@ -2,7 +2,7 @@
 // in-place write, and reject another format version, so the executor can trust what it reads.
 #pragma once
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <string>

@@ -8,8 +8,8 @@
 //   PlanValidatorInstruction.cpp  each instruction's signature, writes and attributes
 #pragma once
 
-#include "runtime/Status.h"
 #include "runtime/plan/plan_generated.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <map>

@@ -3,10 +3,10 @@
 // groups and shapes included.
 #include "runtime/plan/PlanValidator.h"
 
-#include "runtime/io/HostTensor.h"
 #include "runtime/plan/OpSignatures.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/plan/PlanRules.h"
+#include "support/HostTensor.h"
 
 #include <algorithm>
 #include <cmath>

@@ -2,8 +2,8 @@
 // parameters, state and constants (persistent and disjoint), schedule, functions and their ports.
 #include "runtime/plan/PlanValidator.h"
 
-#include "runtime/io/HostTensor.h"
 #include "runtime/plan/PlanLoader.h"
+#include "support/HostTensor.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // Dynamic loss scaling for fp16 training, as Megatron-LM's DynamicGradScaler.
 #pragma once
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 

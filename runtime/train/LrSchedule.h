@@ -9,7 +9,7 @@
 // optimizer step (LambdaLR's i counts from 0).
 #pragma once
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <optional>

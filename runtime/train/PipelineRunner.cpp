@@ -3,8 +3,8 @@
 
 #include "planner/Timeline.h"
 #include "runtime/exec/Trace.h"
-#include "runtime/io/Float16.h"
 #include "runtime/plan/plan_generated.h"
+#include "support/Float16.h"
 
 #include <algorithm>
 #include <cctype>

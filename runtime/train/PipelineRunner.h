@@ -5,10 +5,10 @@
 #pragma once
 
 #include "planner/PipelineSchedule.h"
-#include "runtime/Status.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/plan/PlanLoader.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <functional>

@@ -11,9 +11,9 @@
 // only, so it is the same however the global batch is split.
 #pragma once
 
-#include "runtime/Status.h"
 #include "runtime/data/Samples.h"
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <memory>

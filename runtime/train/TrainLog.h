@@ -2,7 +2,7 @@
 // progress line on a terminal, and plain log lines otherwise.
 #pragma once
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <cstdio>

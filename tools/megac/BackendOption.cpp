@@ -9,8 +9,8 @@ std::string parseBackendOption(const Args &args, runtime::Backend &backend, bool
   allowTf32 = args.has("allow-tf32");
   std::optional<std::string> name = args.get("backend");
   if (!name) {
-    backend = runtime::cuda::usableDevices().isOk() ? runtime::Backend::cuda
-                                                    : runtime::Backend::cpu;
+    backend =
+        runtime::cuda::usableDevices().isOk() ? runtime::Backend::cuda : runtime::Backend::cpu;
     return {};
   }
   if (*name == "cpu") {
@@ -19,7 +19,7 @@ std::string parseBackendOption(const Args &args, runtime::Backend &backend, bool
   }
   if (*name != "cuda")
     return "--backend: '" + *name + "' is not cpu or cuda";
-  runtime::StatusOr<int> devices = runtime::cuda::usableDevices();
+  StatusOr<int> devices = runtime::cuda::usableDevices();
   if (!devices.isOk())
     return "--backend cuda: no usable CUDA device: " + devices.status().message();
   backend = runtime::Backend::cuda;

@@ -287,7 +287,7 @@ int calibrateCommand(int argc, char **argv) {
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
   };
-  runtime::StatusOr<cal::Results> results = cal::calibrate(options);
+  StatusOr<cal::Results> results = cal::calibrate(options);
   if (!results.isOk()) {
     fail((ranks > 1 ? "rank " + std::to_string(rank) + ": " : std::string()) +
          results.status().message());

@@ -15,9 +15,6 @@ namespace megac::cli {
 
 namespace {
 
-using runtime::Status;
-using runtime::StatusOr;
-
 /// The size and CRC32 of the file at `path`.
 StatusOr<std::pair<uint64_t, uint32_t>> sizeAndCrc(const std::string &path) {
   std::ifstream in(path, std::ios::binary);

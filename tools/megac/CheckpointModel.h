@@ -5,7 +5,7 @@
 
 #include "tools/megac/ModelSource.h"
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <map>
@@ -36,16 +36,16 @@ struct OnnxModelRecord {
 
 /// The record in a checkpoint's meta.config; nullopt when the checkpoint is not of an ONNX
 /// model; an error when the entries are malformed.
-runtime::StatusOr<std::optional<OnnxModelRecord>>
+StatusOr<std::optional<OnnxModelRecord>>
 onnxRecordOf(const std::map<std::string, std::string> &config);
 
 /// OK when `path` has the recorded size and CRC32; else a one-line error naming both files.
-runtime::Status checkOnnxFile(const OnnxModelRecord &record, const std::string &path);
+Status checkOnnxFile(const OnnxModelRecord &record, const std::string &path);
 
 /// The shape to bind input_ids of the model at `path` to: the file's fixed dims, the recorded
 /// dims where the file's are symbolic, except a symbolic dim 0 (the batch), which is `rows`.
-runtime::StatusOr<InputShapes> bindTokenInput(const OnnxModelRecord &record,
-                                              const std::string &path, int64_t rows);
+StatusOr<InputShapes> bindTokenInput(const OnnxModelRecord &record, const std::string &path,
+                                     int64_t rows);
 
 /// "2x16".
 std::string dimsString(const std::vector<int64_t> &dims);

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "codegen/PlanWriter.h"
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
 #include "tools/megac/ModelSource.h"
 
 #include <cstdint>
@@ -16,7 +16,7 @@ struct CompiledModel {
   std::vector<uint8_t> plan;
   /// Parameter values that came with the model (ONNX initializers, a mega.weights file);
   /// empty for zoo models, whose parameters are initialized from their init specs.
-  runtime::TensorMap weights;
+  TensorMap weights;
   std::string description;   // the spec or file name
   double loadSeconds = 0;    // building or parsing the IR
   double compileSeconds = 0; // input pipeline and codegen

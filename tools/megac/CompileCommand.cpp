@@ -7,9 +7,9 @@
 #include "passes/Pipelines.h"
 
 #include "codegen/MemoryPlanner.h"
-#include "runtime/io/Files.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/plan_generated.h"
+#include "support/Files.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -36,7 +36,7 @@ std::string checkWeights(const CompiledModel &compiled) {
     std::string name = param->name()->str();
     const plan::Buffer *buffer = program->buffers()->Get(param->buffer());
     std::vector<int64_t> shape(buffer->shape()->begin(), buffer->shape()->end());
-    auto dtype = static_cast<runtime::DType>(buffer->dtype());
+    auto dtype = static_cast<DType>(buffer->dtype());
     auto it = compiled.weights.find(name);
     if (it == compiled.weights.end()) {
       if (param->init() == plan::InitKind::none)
@@ -45,9 +45,9 @@ std::string checkWeights(const CompiledModel &compiled) {
       continue;
     }
     if (it->second.dtype != dtype || it->second.shape != shape)
-      return "the weights give parameter '" + name + "' as " +
-             runtime::dtypeName(it->second.dtype) + " " + runtime::shapeString(it->second.shape) +
-             "; the model has " + runtime::dtypeName(dtype) + " " + runtime::shapeString(shape);
+      return "the weights give parameter '" + name + "' as " + dtypeName(it->second.dtype) + " " +
+             shapeString(it->second.shape) + "; the model has " + dtypeName(dtype) + " " +
+             shapeString(shape);
   }
   return {};
 }
@@ -154,7 +154,7 @@ int compileCommand(int argc, char **argv) {
     return 1;
 
   std::span<const uint8_t> planBytes(compiled->plan);
-  runtime::Status status = runtime::writeFileAtomically(planPath.string(), {&planBytes, 1});
+  Status status = writeFileAtomically(planPath.string(), {&planBytes, 1});
   if (!status.isOk()) {
     std::fprintf(stderr, "%s: error: %s\n", kCommand, status.message().c_str());
     return 1;

@@ -5,8 +5,8 @@
 
 #include "runtime/data/IndexedDataset.h"
 #include "runtime/data/Tokenizer.h"
-#include "runtime/io/Files.h"
-#include "runtime/io/Json.h"
+#include "support/Files.h"
+#include "support/Json.h"
 
 #include <algorithm>
 #include <atomic>
@@ -64,11 +64,11 @@ std::string splitDocuments(std::string_view text, size_t firstLine, bool jsonl,
       bare.remove_suffix(1);
     if (jsonl) {
       if (!bare.empty()) {
-        runtime::StatusOr<runtime::json::Value> value = runtime::json::parse(bare);
+        StatusOr<json::Value> value = json::parse(bare);
         if (!value.isOk())
           return "line " + std::to_string(lineNo) + ": " + value.status().message();
-        const runtime::json::Value *field = value->find(key);
-        if (!field || field->kind != runtime::json::Value::Kind::string)
+        const json::Value *field = value->find(key);
+        if (!field || field->kind != json::Value::Kind::string)
           return "line " + std::to_string(lineNo) + ": no string member \"" + key + "\"";
         if (std::string err = emit(std::string_view(field->string)); !err.empty())
           return err;
@@ -224,7 +224,7 @@ int prepCommand(int argc, char **argv) {
   std::string key = args.get("json-key").value_or("text");
 
   auto start = std::chrono::steady_clock::now();
-  runtime::StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer = data::makeTokenizer(spec);
+  StatusOr<std::unique_ptr<data::Tokenizer>> tokenizer = data::makeTokenizer(spec);
   if (!tokenizer.isOk())
     return fail("prep", "--tokenizer: " + tokenizer.status().message(), 2);
   std::optional<int64_t> eod;
@@ -239,10 +239,10 @@ int prepCommand(int argc, char **argv) {
   }
   int64_t vocab = (*tokenizer)->vocabSize();
   bool narrow = vocab < 65500; // Megatron's best_fitting_dtype
-  runtime::StatusOr<std::vector<uint8_t>> bytes = runtime::readFileBytes(input, "input");
+  StatusOr<std::vector<uint8_t>> bytes = readFileBytes(input, "input");
   if (!bytes.isOk())
     return fail("prep", bytes.status().message());
-  runtime::StatusOr<data::IndexedDatasetBuilder> builder = data::IndexedDatasetBuilder::create(
+  StatusOr<data::IndexedDatasetBuilder> builder = data::IndexedDatasetBuilder::create(
       *output, narrow ? data::TokenType::u16 : data::TokenType::i32);
   if (!builder.isOk())
     return fail("prep", builder.status().message());
@@ -257,7 +257,7 @@ int prepCommand(int argc, char **argv) {
       text, chunks, jsonl, key, **tokenizer, eod, workers, [&](const Chunk &c) -> std::string {
         const int64_t *at = c.tokens.data();
         for (int64_t size : c.documentSizes) {
-          if (runtime::Status s = builder->addDocument({at, static_cast<size_t>(size)}); !s.isOk())
+          if (Status s = builder->addDocument({at, static_cast<size_t>(size)}); !s.isOk())
             return s.message();
           at += size;
         }
@@ -277,7 +277,7 @@ int prepCommand(int argc, char **argv) {
     return fail("prep", input + ": " + error);
   if (builder->documentCount() == 0)
     return fail("prep", input + ": no documents (the file is empty)");
-  if (runtime::Status s = builder->finish(); !s.isOk())
+  if (Status s = builder->finish(); !s.isOk())
     return fail("prep", s.message());
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::string eodText = eod ? ", eod " + std::to_string(*eod) : "";
@@ -301,7 +301,7 @@ int infoCommand(int argc, char **argv) {
     error = "give one dataset PREFIX (of PREFIX.bin, PREFIX.idx)";
   if (!error.empty())
     return fail("info", error, 2);
-  runtime::StatusOr<data::IndexedDataset> ds = data::IndexedDataset::open(args.positional()[0]);
+  StatusOr<data::IndexedDataset> ds = data::IndexedDataset::open(args.positional()[0]);
   if (!ds.isOk())
     return fail("info", ds.status().message());
   static const char *names[] = {"?",     "uint8",   "int8",    "int16", "int32",

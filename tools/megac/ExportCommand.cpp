@@ -71,7 +71,7 @@ int exportCommand(int argc, char **argv) {
                  kCommand, model.path.c_str());
     return 2;
   }
-  if (runtime::Status s = checkOnnxFile(model, *onnx); !s.isOk())
+  if (Status s = checkOnnxFile(model, *onnx); !s.isOk())
     return fail(s.message());
   auto shapes = bindTokenInput(model, *onnx, 1);
   if (!shapes.isOk())

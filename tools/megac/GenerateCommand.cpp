@@ -86,19 +86,18 @@ int64_t pick(std::vector<double> logits, double temperature, int64_t topK, doubl
 
 /// Whether a checkpoint's `from` tensor can feed a `to` parameter: the same dtype, or f32 and
 /// f64 either way (an fp64 run of an f32 model, and back).
-bool convertible(runtime::DType from, runtime::DType to) {
-  using runtime::DType;
+bool convertible(DType from, DType to) {
   return from == to ||
          ((from == DType::f64 || from == DType::f32) && (to == DType::f64 || to == DType::f32));
 }
 
 /// `tensor` in `dtype`, for convertible dtypes.
-runtime::HostTensor convertFloat(const runtime::HostTensor &tensor, runtime::DType dtype) {
+HostTensor convertFloat(const HostTensor &tensor, DType dtype) {
   if (tensor.dtype == dtype || !convertible(tensor.dtype, dtype))
     return tensor;
-  runtime::HostTensor out = runtime::HostTensor::zeros(dtype, tensor.shape);
+  HostTensor out = HostTensor::zeros(dtype, tensor.shape);
   for (int64_t i = 0; i < tensor.numElements(); ++i) {
-    if (dtype == runtime::DType::f32)
+    if (dtype == DType::f32)
       out.data<float>()[i] = float(tensor.data<double>()[i]);
     else
       out.data<double>()[i] = tensor.data<float>()[i];
@@ -109,7 +108,7 @@ runtime::HostTensor convertFloat(const runtime::HostTensor &tensor, runtime::DTy
 /// The forward plan to decode with and its weights.
 struct Forward {
   std::vector<uint8_t> plan;
-  runtime::TensorMap weights;
+  TensorMap weights;
   int64_t rows = 1, seq = 0;
   std::string logits; // the output to read; empty: "logits" if there is one, else the first
   std::string description;
@@ -133,7 +132,7 @@ std::optional<Forward> zooForward(const runtime::checkpoint::Checkpoint &checkpo
   out.seq = parsed.config->seq;
   out.description = spec;
   for (const auto &[name, tensor] : checkpoint.model) // an fp64 run's are narrowed
-    out.weights[name] = convertFloat(tensor, runtime::DType::f32);
+    out.weights[name] = convertFloat(tensor, DType::f32);
   std::optional<CompiledModel> compiled =
       compileModel(kCommand, parsed.config->spec(), std::nullopt, {}, codegen::CodegenOptions());
   if (!compiled)
@@ -150,11 +149,11 @@ std::optional<Forward> onnxForward(runtime::checkpoint::Checkpoint &checkpoint,
                                    const OnnxModelRecord &record,
                                    const std::optional<std::string> &onnx) {
   std::string path = onnx.value_or(record.path);
-  if (runtime::Status s = checkOnnxFile(record, path); !s.isOk()) {
+  if (Status s = checkOnnxFile(record, path); !s.isOk()) {
     fail(s.message());
     return std::nullopt;
   }
-  runtime::StatusOr<InputShapes> shapes = bindTokenInput(record, path, 1);
+  StatusOr<InputShapes> shapes = bindTokenInput(record, path, 1);
   if (!shapes.isOk()) {
     fail(shapes.status().message());
     return std::nullopt;
@@ -178,9 +177,9 @@ std::optional<Forward> onnxForward(runtime::checkpoint::Checkpoint &checkpoint,
       return std::nullopt;
     }
     if (tensor.shape != it->second.shape || !convertible(tensor.dtype, it->second.dtype)) {
-      fail("the checkpoint's tensor '" + name + "' is " + runtime::dtypeName(tensor.dtype) + " " +
-           runtime::shapeString(tensor.shape) + "; " + path + " has " +
-           runtime::dtypeName(it->second.dtype) + " " + runtime::shapeString(it->second.shape));
+      fail("the checkpoint's tensor '" + name + "' is " + dtypeName(tensor.dtype) + " " +
+           shapeString(tensor.shape) + "; " + path + " has " + dtypeName(it->second.dtype) + " " +
+           shapeString(it->second.shape));
       return std::nullopt;
     }
     // Moved, not copied: a big model's checkpoint is not held twice.
@@ -197,8 +196,8 @@ std::optional<Forward> onnxForward(runtime::checkpoint::Checkpoint &checkpoint,
 }
 
 /// Element `i` of a float tensor.
-double at(const runtime::HostTensor &t, int64_t i) {
-  return t.dtype == runtime::DType::f64 ? t.data<double>()[i] : t.data<float>()[i];
+double at(const HostTensor &t, int64_t i) {
+  return t.dtype == DType::f64 ? t.data<double>()[i] : t.data<float>()[i];
 }
 
 /// The forward plan running: windows of tokens in, the logits after the window's last token out.
@@ -210,37 +209,37 @@ struct Session {
   std::string logits; // the output read
 };
 
-runtime::Status openSession(Session &s) {
+Status openSession(Session &s) {
   ASSIGN_OR_RETURN(runtime::LoadedPlan plan, runtime::loadPlanFromBytes(std::move(s.forward.plan)));
   s.plan = std::move(plan);
   runtime::ExecutorOptions options;
   options.weights = &s.forward.weights;
   auto executor = runtime::Executor::create(*s.plan, options);
   if (!executor.isOk())
-    return runtime::Status::error(executor.status().message() + " (the checkpoint does not fit " +
-                                  s.forward.description + ")");
+    return Status::error(executor.status().message() + " (the checkpoint does not fit " +
+                         s.forward.description + ")");
   s.executor = std::move(*executor);
   s.forward.weights.clear(); // the executor holds its own copy
   for (const std::string &input : s.executor->inputNames())
     if (input != "input_ids")
-      return runtime::Status::error(s.forward.description + " takes input '" + input +
-                                    "'; generate feeds only input_ids");
+      return Status::error(s.forward.description + " takes input '" + input +
+                           "'; generate feeds only input_ids");
   ASSIGN_OR_RETURN(s.ids, s.executor->inputInfo("input_ids"));
   std::vector<std::string> outputs = s.executor->outputNames();
   s.logits = s.forward.logits;
   if (s.logits.empty())
     s.logits = std::count(outputs.begin(), outputs.end(), "logits") ? "logits" : outputs.front();
-  return runtime::Status::ok();
+  return Status::ok();
 }
 
 /// One forward pass over the window of the last seq `tokens` (at position 0 of row 0,
 /// zero-padded after them): the logits after the last token, every id of the model's vocab.
-runtime::StatusOr<std::vector<double>> logitsAfter(Session &s, const std::vector<int64_t> &tokens) {
+StatusOr<std::vector<double>> logitsAfter(Session &s, const std::vector<int64_t> &tokens) {
   const int64_t rows = s.forward.rows, seq = s.forward.seq;
   size_t first = tokens.size() > size_t(seq) ? tokens.size() - size_t(seq) : 0;
-  runtime::HostTensor ids = runtime::HostTensor::zeros(s.ids.dtype, {rows, seq});
+  HostTensor ids = HostTensor::zeros(s.ids.dtype, {rows, seq});
   for (size_t i = first; i < tokens.size(); ++i) {
-    if (s.ids.dtype == runtime::DType::i32)
+    if (s.ids.dtype == DType::i32)
       ids.data<int32_t>()[i - first] = int32_t(tokens[i]);
     else
       ids.data<int64_t>()[i - first] = tokens[i];
@@ -248,18 +247,16 @@ runtime::StatusOr<std::vector<double>> logitsAfter(Session &s, const std::vector
   int64_t last = int64_t(tokens.size() - first) - 1;
   RETURN_IF_ERROR(s.executor->setInput("input_ids", ids));
   RETURN_IF_ERROR(s.executor->run());
-  ASSIGN_OR_RETURN(runtime::HostTensor logits, s.executor->output(s.logits));
+  ASSIGN_OR_RETURN(HostTensor logits, s.executor->output(s.logits));
   if (logits.shape.size() != 3 || logits.shape[0] != rows || logits.shape[1] != seq)
-    return runtime::Status::error("the output '" + s.logits + "' of " + s.forward.description +
-                                  " is " + runtime::shapeString(logits.shape) + ", not logits [" +
-                                  std::to_string(rows) + ", " + std::to_string(seq) +
-                                  ", vocab] (train with --logits NAME)");
+    return Status::error("the output '" + s.logits + "' of " + s.forward.description + " is " +
+                         shapeString(logits.shape) + ", not logits [" + std::to_string(rows) +
+                         ", " + std::to_string(seq) + ", vocab] (train with --logits NAME)");
   int64_t vocab = logits.shape.back();
   for (int64_t t : tokens)
     if (t < 0 || t >= vocab)
-      return runtime::Status::error("the prompt's token " + std::to_string(t) +
-                                    " is outside the model's " + std::to_string(vocab) +
-                                    "-token vocabulary (see --tokenizer)");
+      return Status::error("the prompt's token " + std::to_string(t) + " is outside the model's " +
+                           std::to_string(vocab) + "-token vocabulary (see --tokenizer)");
   std::vector<double> row(static_cast<size_t>(vocab));
   for (int64_t v = 0; v < vocab; ++v)
     row[size_t(v)] = at(logits, last * vocab + v);
@@ -275,11 +272,11 @@ struct Sampling {
 
 /// Prints `prompt` and its continuation, token by token as each is chosen; returns the tokens
 /// generated (an end-of-document one included).
-runtime::StatusOr<int64_t> continuePrompt(Session &s, const runtime::data::Tokenizer &tokenizer,
-                                          const std::string &prompt, const Sampling &sampling) {
+StatusOr<int64_t> continuePrompt(Session &s, const runtime::data::Tokenizer &tokenizer,
+                                 const std::string &prompt, const Sampling &sampling) {
   std::vector<int64_t> tokens = tokenizer.encode(prompt);
   if (tokens.empty())
-    return runtime::Status::error("--prompt is empty");
+    return Status::error("--prompt is empty");
   std::optional<int64_t> endOfDocument = tokenizer.endOfDocument();
   std::mt19937_64 rng(sampling.seed);
   std::fputs(prompt.c_str(), stdout);
@@ -296,8 +293,7 @@ runtime::StatusOr<int64_t> continuePrompt(Session &s, const runtime::data::Token
     tokens.push_back(next);
     auto text = tokenizer.decode(std::span<const int64_t>(&tokens.back(), 1));
     if (!text.isOk())
-      return runtime::Status::error("--tokenizer " + tokenizer.spec() + ": " +
-                                    text.status().message());
+      return Status::error("--tokenizer " + tokenizer.spec() + ": " + text.status().message());
     std::fwrite(text->data(), 1, text->size(), stdout);
     std::fflush(stdout);
   }
@@ -379,7 +375,7 @@ int generateCommand(int argc, char **argv) {
 
   Session session;
   session.forward = std::move(*forward);
-  if (runtime::Status s = openSession(session); !s.isOk())
+  if (Status s = openSession(session); !s.isOk())
     return fail(s.message());
   Sampling sampling;
   sampling.maxTokens = int64_t(maxTokens);

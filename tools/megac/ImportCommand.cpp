@@ -105,8 +105,8 @@ int importCommand(int argc, char **argv) {
     }
     weightsPath = output;
     weightsPath.replace_extension(".safetensors");
-    runtime::Status status = runtime::writeSafetensors(weightsPath.string(), model->weights,
-                                                       {{"producer", "megac import"}});
+    Status status = runtime::writeSafetensors(weightsPath.string(), model->weights,
+                                              {{"producer", "megac import"}});
     if (!status.isOk()) {
       std::fprintf(stderr, "megac import: error: cannot write %s: %s\n",
                    weightsPath.string().c_str(), status.message().c_str());

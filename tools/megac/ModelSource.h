@@ -2,7 +2,7 @@
 // when it names a mega.weights file) or an ONNX file (with its initializers as weights).
 #pragma once
 
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -27,7 +27,7 @@ struct LoadedModel {
   double buildSeconds = 0; // time to build, parse or import the IR
   /// Parameter values that came with the model (ONNX initializers, a mega.weights file);
   /// empty for zoo models, whose parameters come from their init specs.
-  megac::runtime::TensorMap weights;
+  megac::TensorMap weights;
 };
 
 /// Loads from exactly one of `spec` and `file` (.onnx, or textual IR otherwise); prints

@@ -91,50 +91,46 @@ std::string runFunction(const runtime::Executor &executor) {
 }
 
 /// Reads every input of the function, exactly those, each with the plan's dtype and shape.
-runtime::Status setInputs(runtime::Executor &executor,
-                          const std::map<std::string, std::string> &files) {
+Status setInputs(runtime::Executor &executor, const std::map<std::string, std::string> &files) {
   std::vector<std::string> names = executor.inputNames(runFunction(executor));
   for (const auto &[name, path] : files)
     if (std::find(names.begin(), names.end(), name) == names.end())
-      return runtime::Status::error("unknown input '" + name +
-                                    "'; the model's inputs are: " + joinNames(names));
+      return Status::error("unknown input '" + name +
+                           "'; the model's inputs are: " + joinNames(names));
   for (const std::string &name : names) {
     auto it = files.find(name);
     if (it == files.end())
-      return runtime::Status::error("missing input '" + name + "' (--input " + name + "=FILE.npy)");
-    ASSIGN_OR_RETURN(runtime::HostTensor tensor, runtime::readNpy(it->second));
+      return Status::error("missing input '" + name + "' (--input " + name + "=FILE.npy)");
+    ASSIGN_OR_RETURN(HostTensor tensor, runtime::readNpy(it->second));
     ASSIGN_OR_RETURN(runtime::TensorInfo expected, executor.inputInfo(name));
     if (tensor.dtype != expected.dtype || tensor.shape != expected.shape)
-      return runtime::Status::error(
-          "input '" + name + "' (" + it->second + "): expected " +
-          runtime::dtypeName(expected.dtype) + " " + runtime::shapeString(expected.shape) +
-          ", got " + runtime::dtypeName(tensor.dtype) + " " + runtime::shapeString(tensor.shape));
+      return Status::error("input '" + name + "' (" + it->second + "): expected " +
+                           dtypeName(expected.dtype) + " " + shapeString(expected.shape) +
+                           ", got " + dtypeName(tensor.dtype) + " " + shapeString(tensor.shape));
     RETURN_IF_ERROR(executor.setInput(name, tensor));
   }
-  return runtime::Status::ok();
+  return Status::ok();
 }
 
 /// Writes every output as DIR/<name>.npy and prints one line per output.
-runtime::Status writeOutputs(const runtime::Executor &executor, const std::string &outputDir) {
+Status writeOutputs(const runtime::Executor &executor, const std::string &outputDir) {
   std::filesystem::path dir = outputDir;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
-    return runtime::Status::error("cannot create output directory " + outputDir + ": " +
-                                  ec.message());
+    return Status::error("cannot create output directory " + outputDir + ": " + ec.message());
   std::set<std::string> written;
   for (const std::string &name : executor.outputNames(runFunction(executor))) {
     std::string fileName = fileNameFor(name) + ".npy";
     if (!written.insert(fileName).second)
-      return runtime::Status::error("output '" + name + "' and an earlier one both map to " +
-                                    fileName);
-    ASSIGN_OR_RETURN(runtime::HostTensor tensor, executor.output(name));
+      return Status::error("output '" + name + "' and an earlier one both map to " + fileName);
+    ASSIGN_OR_RETURN(HostTensor tensor, executor.output(name));
     std::string path = (dir / fileName).string();
     RETURN_IF_ERROR(runtime::writeNpy(path, tensor));
-    std::printf("output %s %s %s -> %s\n", name.c_str(), runtime::dtypeName(tensor.dtype),
-                runtime::shapeString(tensor.shape).c_str(), path.c_str());
+    std::printf("output %s %s %s -> %s\n", name.c_str(), dtypeName(tensor.dtype),
+                shapeString(tensor.shape).c_str(), path.c_str());
   }
-  return runtime::Status::ok();
+  return Status::ok();
 }
 
 double millisecondsSince(std::chrono::steady_clock::time_point start) {
@@ -152,8 +148,7 @@ int fail(const std::string &message) {
 int runCommand(int argc, char **argv) {
   Args args;
   std::string error = args.parse(
-      argc, argv, 2,
-      {"model", "input", "output-dir", "seed", "function", "input-shape", "backend"},
+      argc, argv, 2, {"model", "input", "output-dir", "seed", "function", "input-shape", "backend"},
       {"help", "allow-tf32"});
   if (args.has("help")) {
     std::puts("usage: megac run (--model SPEC | FILE.mlir | FILE.onnx | FILE.mplan)\n"
@@ -207,7 +202,7 @@ int runCommand(int argc, char **argv) {
   auto executor = runtime::Executor::create(*loaded, executorOptions);
   if (!executor.isOk())
     return fail(executor.status().message());
-  runtime::Status status = setInputs(**executor, options.inputFiles);
+  Status status = setInputs(**executor, options.inputFiles);
   if (!status.isOk())
     return fail(status.message());
 

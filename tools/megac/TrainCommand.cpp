@@ -68,12 +68,11 @@ std::string shortNumber(double value) {
 }
 
 /// Every parameter, whole (gathered on rank 0), in the layout of a one-rank run.
-runtime::Status saveWeights(const runtime::Executor &executor, RankContext &rank,
-                            const std::string &path, int64_t steps) {
-  ASSIGN_OR_RETURN(runtime::TensorMap weights,
-                   runtime::gatherParameters(*rank.plan, executor, *rank.comm));
+Status saveWeights(const runtime::Executor &executor, RankContext &rank, const std::string &path,
+                   int64_t steps) {
+  ASSIGN_OR_RETURN(TensorMap weights, runtime::gatherParameters(*rank.plan, executor, *rank.comm));
   if (!rank.root())
-    return runtime::Status::ok();
+    return Status::ok();
   return runtime::writeSafetensors(path, weights,
                                    {{"producer", "megac train"}, {"step", std::to_string(steps)}});
 }
@@ -87,8 +86,8 @@ std::string layoutString(const TrainConfig &c) {
 }
 
 /// --save: every rank writes its shards to DIR/step-<step>; rank 0 completes it (meta.json).
-runtime::Status saveCheckpoint(const runtime::Executor &executor, const TrainConfig &c,
-                               RankContext &rank, const train::LossScaler *scaler, int64_t step) {
+Status saveCheckpoint(const runtime::Executor &executor, const TrainConfig &c, RankContext &rank,
+                      const train::LossScaler *scaler, int64_t step) {
   namespace ckpt = runtime::checkpoint;
   ckpt::CheckpointMeta meta;
   meta.step = step;
@@ -114,16 +113,16 @@ runtime::Status saveCheckpoint(const runtime::Executor &executor, const TrainCon
 
 /// --load: every rank sets its shards from DIR's newest usable checkpoint (reading only the boxes
 /// it needs); returns the checkpoint's step (the steps done).
-runtime::StatusOr<int64_t> loadCheckpoint(runtime::Executor &executor, const TrainConfig &c,
-                                          RankContext &rank, train::LossScaler *scaler) {
+StatusOr<int64_t> loadCheckpoint(runtime::Executor &executor, const TrainConfig &c,
+                                 RankContext &rank, train::LossScaler *scaler) {
   namespace ckpt = runtime::checkpoint;
   std::vector<std::string> refused;
-  runtime::StatusOr<ckpt::LoadedCheckpoint> loaded =
+  StatusOr<ckpt::LoadedCheckpoint> loaded =
       ckpt::loadShardedCheckpoint(executor, *rank.comm, *c.loadDir, &refused);
   for (const std::string &line : refused)
     std::fprintf(stderr, "%s: warning: %s\n", kCommand, line.c_str());
   if (!loaded.isOk())
-    return runtime::Status::error("--load: " + loaded.status().message());
+    return Status::error("--load: " + loaded.status().message());
   const ckpt::LoadedCheckpoint &checkpoint = *loaded;
   if (scaler && checkpoint.meta.lossScaler)
     scaler->restore(checkpoint.meta.lossScaler->scale, checkpoint.meta.lossScaler->growthTracker,
@@ -148,8 +147,7 @@ runtime::StatusOr<int64_t> loadCheckpoint(runtime::Executor &executor, const Tra
 }
 
 /// --trace: every rank's recorded events to rank 0, which writes the Chrome trace.
-runtime::Status writeTrace(const runtime::Executor &executor, const TrainConfig &c,
-                           RankContext &rank) {
+Status writeTrace(const runtime::Executor &executor, const TrainConfig &c, RankContext &rank) {
   const runtime::comm::Mesh &mesh = rank.comm->mesh();
   std::string name = "rank " + std::to_string(rank.comm->rank());
   std::vector<int64_t> coords = mesh.coordsOf(rank.comm->rank());
@@ -184,21 +182,20 @@ int fail(const std::string &message, const RankContext *rank = nullptr) {
 /// The training loop: steps, logs, progress (rank 0); returns the exit code.
 int trainLoop(runtime::Executor &executor, const TrainConfig &c, runtime::data::SampleSource &data,
               runtime::data::SampleSource *evalData, runtime::data::SampleSource *testData,
-              passes::LossKind kind, int64_t vocab, runtime::DType floatType, RankContext &rank) {
+              passes::LossKind kind, int64_t vocab, DType floatType, RankContext &rank) {
   std::optional<train::LossScaler> scaler;
   if (c.training.precision == passes::Precision::fp16)
     scaler.emplace(c.scaler);
   bool root = rank.root();
   train::JsonLinesWriter log;
   if (c.logJson && root)
-    if (runtime::Status s = log.open(*c.logJson); !s.isOk())
+    if (Status s = log.open(*c.logJson); !s.isOk())
       return fail(s.message(), &rank);
   bool terminal = root && stdoutIsTerminal();
   int64_t steps = c.schedule.totalSteps;
   int64_t done = 0; // steps of a checkpoint resumed from (--load)
   if (c.loadDir) {
-    runtime::StatusOr<int64_t> resumed =
-        loadCheckpoint(executor, c, rank, scaler ? &*scaler : nullptr);
+    StatusOr<int64_t> resumed = loadCheckpoint(executor, c, rank, scaler ? &*scaler : nullptr);
     if (!resumed.isOk())
       return fail(resumed.status().message(), &rank);
     done = *resumed;
@@ -211,13 +208,13 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, runtime::data::
     record.tokens = c.split.globalBatch * (data.rowLength() - 1);
     bool traced = rank.trace && step >= c.traceFirst && step <= c.traceLast;
     if (traced && step == c.traceFirst) { // the ranks start their clocks together
-      if (runtime::Status s = rank.comm->barrier(); !s.isOk())
+      if (Status s = rank.comm->barrier(); !s.isOk())
         return fail(s.message() + " (before the traced steps)", &rank);
       rank.trace->start();
     }
     auto start = std::chrono::steady_clock::now();
-    runtime::Status status = trainStep(executor, c, data, kind, vocab, floatType,
-                                       scaler ? &*scaler : nullptr, rank, record);
+    Status status = trainStep(executor, c, data, kind, vocab, floatType,
+                              scaler ? &*scaler : nullptr, rank, record);
     if (traced) {
       rank.trace->add(runtime::TraceLane::pipeline, "step " + std::to_string(step), "step", start,
                       std::chrono::steady_clock::now(), "\"step\": " + std::to_string(step));
@@ -238,21 +235,21 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, runtime::data::
     if (evalData && (step % c.evalInterval == 0 || step == steps)) {
       if (terminal)
         std::fputc('\n', stdout);
-      if (runtime::Status s =
+      if (Status s =
               evaluate(executor, c, *evalData, kind, vocab, floatType, scaler ? &*scaler : nullptr,
                        rank, step, "validation", "val", c.logJson && root ? &log : nullptr);
           !s.isOk())
         return fail(s.message(), &rank);
     }
     if (c.saveDir && (step == steps || (c.saveInterval > 0 && step % c.saveInterval == 0))) {
-      if (runtime::Status s = saveCheckpoint(executor, c, rank, scaler ? &*scaler : nullptr, step);
+      if (Status s = saveCheckpoint(executor, c, rank, scaler ? &*scaler : nullptr, step);
           !s.isOk())
         return fail(s.message(), &rank);
     }
     if (!root)
       continue;
     if (c.logJson)
-      if (runtime::Status s = log.write(train::stepRecordJson(record)); !s.isOk())
+      if (Status s = log.write(train::stepRecordJson(record)); !s.isOk())
         return fail(s.message(), &rank);
     if (terminal) {
       double eta = elapsed / double(step - done) * double(steps - step);
@@ -265,13 +262,13 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, runtime::data::
   if (terminal)
     std::fputc('\n', stdout);
   if (testData)
-    if (runtime::Status s =
+    if (Status s =
             evaluate(executor, c, *testData, kind, vocab, floatType, scaler ? &*scaler : nullptr,
                      rank, steps, "test", "test", c.logJson && root ? &log : nullptr);
         !s.isOk())
       return fail(s.message(), &rank);
   if (root) {
-    if (runtime::Status s = log.close(); !s.isOk())
+    if (Status s = log.close(); !s.isOk())
       return fail(s.message(), &rank);
     int64_t ran = steps - std::min(done, steps);
     std::printf("trained %lld steps in %s (%.0f tokens/s): loss %.6g -> %.6g\n", (long long)ran,
@@ -283,14 +280,14 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, runtime::data::
                   (long long)steps);
   }
   if (rank.trace) {
-    if (runtime::Status s = writeTrace(executor, c, rank); !s.isOk())
+    if (Status s = writeTrace(executor, c, rank); !s.isOk())
       return fail(s.message(), &rank);
     if (root)
       std::printf("wrote %s (the timeline of steps %lld..%lld)\n", c.tracePath->c_str(),
                   (long long)c.traceFirst, (long long)c.traceLast);
   }
   if (c.saveWeights) {
-    if (runtime::Status s = saveWeights(executor, rank, *c.saveWeights, steps); !s.isOk())
+    if (Status s = saveWeights(executor, rank, *c.saveWeights, steps); !s.isOk())
       return fail(s.message(), &rank);
     if (root)
       std::printf("wrote %s\n", c.saveWeights->c_str());
@@ -308,7 +305,7 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, runtime::data::
 int planOnly(const TrainConfig &config) {
   int64_t seq = 0;
   if (!config.dataPath.empty()) {
-    runtime::StatusOr<int64_t> length = trainingSequenceLength(config);
+    StatusOr<int64_t> length = trainingSequenceLength(config);
     if (!length.isOk())
       return fail(length.status().message());
     seq = *length;
@@ -412,8 +409,8 @@ int trainCommand(int argc, char **argv) {
     error = parseTrainArgs(args, config);
   if (!error.empty()) {
     // `megac plan` and `megac compile --ranks` run this parser in plan mode.
-    std::fprintf(stderr, "%s: error: %s\n",
-                 args.has("plan-only") ? "megac plan" : kCommand, error.c_str());
+    std::fprintf(stderr, "%s: error: %s\n", args.has("plan-only") ? "megac plan" : kCommand,
+                 error.c_str());
     return 2;
   }
   if (config.planOnly)
@@ -423,7 +420,7 @@ int trainCommand(int argc, char **argv) {
   setThreads(config);
 
   // The rows of --data / --data-path (an indexed dataset's are read as steps need them).
-  runtime::StatusOr<std::unique_ptr<runtime::data::SampleSource>> opened =
+  StatusOr<std::unique_ptr<runtime::data::SampleSource>> opened =
       openSamples(config, DataPart::train);
   if (!opened.isOk())
     return fail(opened.status().message());
@@ -460,7 +457,7 @@ int trainCommand(int argc, char **argv) {
   SampleChecks checks{model->vocab, std::nullopt, root};
   if (kind == passes::LossKind::mlm)
     checks.maskToken = model->vocab - 1;
-  runtime::StatusOr<std::unique_ptr<runtime::data::SampleSource>> checked =
+  StatusOr<std::unique_ptr<runtime::data::SampleSource>> checked =
       checkSamples(config, DataPart::train, std::move(data), checks);
   if (!checked.isOk())
     return fail(checked.status().message());
@@ -499,8 +496,7 @@ int trainCommand(int argc, char **argv) {
       rank.ppAxis = int64_t(a);
   }
   if (!(*executor)->schedule().empty()) {
-    runtime::StatusOr<train::PipelineRun> run =
-        train::pipelineRunForRank(*plan, (*executor)->rank());
+    StatusOr<train::PipelineRun> run = train::pipelineRunForRank(*plan, (*executor)->rank());
     if (!run.isOk())
       return fail(run.status().message(), &rank);
     rank.pipeline = std::move(run).value();
@@ -518,7 +514,7 @@ int trainCommand(int argc, char **argv) {
                       std::to_string(want) + " (--global-batch / (--micro-batch x dp))",
                   &rank);
   }
-  runtime::StatusOr<runtime::DType> floatType =
+  StatusOr<DType> floatType =
       checkInputs(**executor, {config.rankMicroBatch, seq}, kind, model->decoderSeq);
   if (!floatType.isOk())
     return fail(floatType.status().message(), &rank);
@@ -549,8 +545,7 @@ int trainCommand(int argc, char **argv) {
                     : config.dataSplit && (*config.dataSplit)[2] > 0;
     if (!used)
       continue;
-    runtime::StatusOr<std::unique_ptr<runtime::data::SampleSource>> samples =
-        openSamples(config, part);
+    StatusOr<std::unique_ptr<runtime::data::SampleSource>> samples = openSamples(config, part);
     if (samples.isOk() && (*samples)->rowLength() != seq + 1)
       return fail("--eval-data: rows of " + std::to_string((*samples)->rowLength()) +
                       " tokens, but the training data's have " + std::to_string(seq + 1),

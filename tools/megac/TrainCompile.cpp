@@ -110,11 +110,11 @@ std::set<std::string> floatTypesIn(mlir::ModuleOp module) {
 }
 
 /// Converts every f32 tensor of `weights` to f64 (the parameters of an fp64 run).
-void convertWeightsToF64(runtime::TensorMap &weights) {
+void convertWeightsToF64(TensorMap &weights) {
   for (auto &[name, tensor] : weights) {
-    if (tensor.dtype != runtime::DType::f32)
+    if (tensor.dtype != DType::f32)
       continue;
-    runtime::HostTensor wide = runtime::HostTensor::zeros(runtime::DType::f64, tensor.shape);
+    HostTensor wide = HostTensor::zeros(DType::f64, tensor.shape);
     for (int64_t i = 0; i < tensor.numElements(); ++i)
       wide.data<double>()[i] = tensor.data<float>()[i];
     tensor = std::move(wide);

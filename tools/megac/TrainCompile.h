@@ -6,7 +6,7 @@
 #include "tools/megac/TrainOptions.h"
 
 #include "passes/training/TrainingPipeline.h"
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
 
 #include <cstdint>
 #include <optional>
@@ -18,7 +18,7 @@ namespace megac::cli {
 /// The training step's plan and the model's weights.
 struct TrainModel {
   std::vector<uint8_t> plan;
-  runtime::TensorMap weights;
+  TensorMap weights;
   std::string description;
   int64_t vocab = 0;
   int64_t decoderSeq = 0; // seq2seq (t5): the decoder's length D

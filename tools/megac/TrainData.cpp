@@ -99,14 +99,14 @@ public:
       : inner_(std::move(inner)), checks_(checks), what_(std::move(what)) {}
   int64_t rowLength() const override { return inner_->rowLength(); }
   std::string describe(int64_t i) override { return inner_->describe(i); }
-  runtime::Status read(int64_t i, std::span<int64_t> out) override {
+  Status read(int64_t i, std::span<int64_t> out) override {
     RETURN_IF_ERROR(inner_->read(i, out));
     for (size_t t = 0; t < out.size(); ++t) {
       if (out[t] < 0 || out[t] >= checks_.vocab)
-        return runtime::Status::error(what_ + "token " + std::to_string(out[t]) + " at position " +
-                                      std::to_string(t) + " of " + inner_->describe(i) +
-                                      " is outside the model's vocabulary [0, " +
-                                      std::to_string(checks_.vocab) + ")");
+        return Status::error(what_ + "token " + std::to_string(out[t]) + " at position " +
+                             std::to_string(t) + " of " + inner_->describe(i) +
+                             " is outside the model's vocabulary [0, " +
+                             std::to_string(checks_.vocab) + ")");
       if (checks_.warn && checks_.maskToken && out[t] == *checks_.maskToken) {
         std::fprintf(stderr,
                      "megac train: warning: %s%s contains token %lld, which masked-LM training "
@@ -115,7 +115,7 @@ public:
         checks_.warn = false;
       }
     }
-    return runtime::Status::ok();
+    return Status::ok();
   }
 
 private:
@@ -181,7 +181,7 @@ std::string parseDataArgs(const Args &args, TrainConfig &c) {
   return {};
 }
 
-runtime::StatusOr<int64_t> trainingSequenceLength(const TrainConfig &c) {
+StatusOr<int64_t> trainingSequenceLength(const TrainConfig &c) {
   if (!c.indexedData) {
     ASSIGN_OR_RETURN(train::TokenData rows, train::readTokenData(c.dataPath));
     return rows.sequenceLength();
@@ -190,23 +190,22 @@ runtime::StatusOr<int64_t> trainingSequenceLength(const TrainConfig &c) {
     return c.dataSeq;
   models::ConfigResult parsed = models::parseModelSpec(*c.spec);
   if (!parsed.config)
-    return runtime::Status::error("--model: " + parsed.error);
+    return Status::error("--model: " + parsed.error);
   return parsed.config->seq + (parsed.config->arch == models::Arch::t5 ? parsed.config->decSeq : 0);
 }
 
-runtime::StatusOr<std::unique_ptr<data::SampleSource>> openSamples(const TrainConfig &c,
-                                                                   DataPart part) {
+StatusOr<std::unique_ptr<data::SampleSource>> openSamples(const TrainConfig &c, DataPart part) {
   // Sample numbers step * B + j are int64.
   if (c.split.globalBatch > 0 && c.schedule.totalSteps > INT64_MAX / c.split.globalBatch)
-    return runtime::Status::error("--steps " + std::to_string(c.schedule.totalSteps) + " x " +
-                                  "--global-batch " + std::to_string(c.split.globalBatch) +
-                                  " samples is more than megac can count");
+    return Status::error("--steps " + std::to_string(c.schedule.totalSteps) + " x " +
+                         "--global-batch " + std::to_string(c.split.globalBatch) +
+                         " samples is more than megac can count");
   bool evalFile = part == DataPart::validation && c.evalData;
   std::string what = partPrefix(c, part), path = partPath(c, part);
   if (evalFile ? path.ends_with(".npy") : !c.indexedData) {
-    runtime::StatusOr<train::TokenData> rows = train::readTokenData(path);
+    StatusOr<train::TokenData> rows = train::readTokenData(path);
     if (!rows.isOk())
-      return runtime::Status::error(what + rows.status().message());
+      return Status::error(what + rows.status().message());
     return std::unique_ptr<data::SampleSource>(std::make_unique<train::TokenArraySamples>(
         std::make_shared<const train::TokenData>(std::move(rows).value())));
   }
@@ -217,9 +216,9 @@ runtime::StatusOr<std::unique_ptr<data::SampleSource>> openSamples(const TrainCo
   std::vector<std::unique_ptr<data::SampleSource>> sources;
   std::vector<double> weights;
   for (const auto &[weight, prefix] : blend) {
-    runtime::StatusOr<data::IndexedDataset> opened = data::IndexedDataset::open(prefix);
+    StatusOr<data::IndexedDataset> opened = data::IndexedDataset::open(prefix);
     if (!opened.isOk())
-      return runtime::Status::error(what + opened.status().message());
+      return Status::error(what + opened.status().message());
     auto dataset = std::make_shared<const data::IndexedDataset>(std::move(opened).value());
     data::DocumentRange documents;
     std::string partName;
@@ -229,7 +228,7 @@ runtime::StatusOr<std::unique_ptr<data::SampleSource>> openSamples(const TrainCo
     }
     auto windows = data::WindowSamples::create(dataset, prefix, seq, c.seed, documents);
     if (!windows.isOk())
-      return runtime::Status::error(what + prefix + partName + ": " + windows.status().message());
+      return Status::error(what + prefix + partName + ": " + windows.status().message());
     sources.push_back(std::move(windows).value());
     weights.push_back(weight);
   }
@@ -240,15 +239,15 @@ runtime::StatusOr<std::unique_ptr<data::SampleSource>> openSamples(const TrainCo
   return samples;
 }
 
-runtime::StatusOr<std::unique_ptr<data::SampleSource>>
+StatusOr<std::unique_ptr<data::SampleSource>>
 checkSamples(const TrainConfig &c, DataPart part, std::unique_ptr<data::SampleSource> samples,
              const SampleChecks &checks) {
   auto *array = dynamic_cast<train::TokenArraySamples *>(samples.get());
   if (!array) // read lazily: checked as read
     return std::unique_ptr<data::SampleSource>(
         std::make_unique<CheckedSamples>(std::move(samples), checks, partPrefix(c, part)));
-  if (runtime::Status s = train::checkTokenRange(array->data(), checks.vocab); !s.isOk())
-    return runtime::Status::error(partPrefix(c, part) + partPath(c, part) + ": " + s.message());
+  if (Status s = train::checkTokenRange(array->data(), checks.vocab); !s.isOk())
+    return Status::error(partPrefix(c, part) + partPath(c, part) + ": " + s.message());
   if (checks.warn && checks.maskToken)
     for (int64_t token : array->data().tokens)
       if (token == *checks.maskToken) {

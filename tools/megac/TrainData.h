@@ -25,13 +25,13 @@ enum class DataPart { train = 0, validation = 1, test = 2 };
 
 /// The sequence length S of the training rows: a .npy's columns - 1, else --seq or the zoo
 /// spec's seq (t5: seq + dec_seq).
-runtime::StatusOr<int64_t> trainingSequenceLength(const TrainConfig &c);
+StatusOr<int64_t> trainingSequenceLength(const TrainConfig &c);
 
 /// The samples of `part` (validation: --eval-data's when given). An indexed dataset or blend is
 /// read lazily, each window when a step reads it; a .npy is read whole. Errors name the file
 /// and the option.
-runtime::StatusOr<std::unique_ptr<runtime::data::SampleSource>> openSamples(const TrainConfig &c,
-                                                                            DataPart part);
+StatusOr<std::unique_ptr<runtime::data::SampleSource>> openSamples(const TrainConfig &c,
+                                                                   DataPart part);
 
 /// How rows are checked against the compiled model.
 struct SampleChecks {
@@ -42,7 +42,7 @@ struct SampleChecks {
 
 /// `samples` (of `part`) checked: a .npy's rows at once, an indexed dataset's as they are read
 /// (the error names the dataset and window).
-runtime::StatusOr<std::unique_ptr<runtime::data::SampleSource>>
+StatusOr<std::unique_ptr<runtime::data::SampleSource>>
 checkSamples(const TrainConfig &c, DataPart part,
              std::unique_ptr<runtime::data::SampleSource> samples, const SampleChecks &checks);
 

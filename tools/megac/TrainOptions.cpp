@@ -215,11 +215,11 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
   c.schedule.decay = *parsed;
   if (c.schedule.decay == train::LrDecay::constant && args.get("min-lr"))
     return "--min-lr applies to --lr-schedule cosine";
-  if (runtime::Status s = c.schedule.validate(); !s.isOk())
+  if (Status s = c.schedule.validate(); !s.isOk())
     return s.message();
   if (std::string e = parseLayout(args, c); !e.empty())
     return e;
-  if (runtime::Status s = c.split.validate(); !s.isOk())
+  if (Status s = c.split.validate(); !s.isOk())
     return s.message();
   if (auto seed = args.get("seed")) {
     std::optional<uint64_t> value = parseSeed(*seed);
@@ -252,7 +252,7 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
         countOption(args, "hysteresis", 1, c.scaler.hysteresis, false)})
     if (!e.empty())
       return e;
-  if (runtime::Status s = c.scaler.validate(); !s.isOk())
+  if (Status s = c.scaler.validate(); !s.isOk())
     return s.message();
   c.training.logits = args.get("logits").value_or("");
   c.logJson = args.get("log-json");

@@ -24,9 +24,9 @@ std::string shortNumber(double value) {
 }
 
 /// A 0-d tensor of a float dtype.
-runtime::HostTensor floatScalar(runtime::DType dtype, double value) {
-  runtime::HostTensor t = runtime::HostTensor::zeros(dtype, {});
-  if (dtype == runtime::DType::f64)
+HostTensor floatScalar(DType dtype, double value) {
+  HostTensor t = HostTensor::zeros(dtype, {});
+  if (dtype == DType::f64)
     *t.data<double>() = value;
   else
     *t.data<float>() = static_cast<float>(value);
@@ -34,39 +34,39 @@ runtime::HostTensor floatScalar(runtime::DType dtype, double value) {
 }
 
 /// The value of a 0-d f32 or f64 tensor.
-double scalarValue(const runtime::HostTensor &t) {
-  return t.dtype == runtime::DType::f64 ? *t.data<double>() : *t.data<float>();
+double scalarValue(const HostTensor &t) {
+  return t.dtype == DType::f64 ? *t.data<double>() : *t.data<float>();
 }
 
 /// `ids` (i64) as the dtype the plan wants (i64 or i32).
-runtime::HostTensor asIndexType(const runtime::HostTensor &ids, runtime::DType dtype) {
-  if (dtype != runtime::DType::i32)
+HostTensor asIndexType(const HostTensor &ids, DType dtype) {
+  if (dtype != DType::i32)
     return ids;
-  runtime::HostTensor narrow = runtime::HostTensor::zeros(dtype, ids.shape);
+  HostTensor narrow = HostTensor::zeros(dtype, ids.shape);
   for (int64_t i = 0; i < ids.numElements(); ++i)
     narrow.data<int32_t>()[i] = static_cast<int32_t>(ids.data<int64_t>()[i]);
   return narrow;
 }
 
 /// A tensor of ones of the given dtype and shape (the attention mask).
-runtime::HostTensor ones(const runtime::TensorInfo &info) {
-  runtime::HostTensor t = runtime::HostTensor::zeros(info.dtype, info.shape);
+HostTensor ones(const runtime::TensorInfo &info) {
+  HostTensor t = HostTensor::zeros(info.dtype, info.shape);
   for (int64_t i = 0; i < t.numElements(); ++i)
     switch (info.dtype) {
-    case runtime::DType::i64:
+    case DType::i64:
       t.data<int64_t>()[i] = 1;
       break;
-    case runtime::DType::i32:
+    case DType::i32:
       t.data<int32_t>()[i] = 1;
       break;
-    case runtime::DType::f64:
+    case DType::f64:
       t.data<double>()[i] = 1;
       break;
-    case runtime::DType::f32:
+    case DType::f32:
       t.data<float>()[i] = 1;
       break;
     default:
-      t.bytes[i * runtime::dtypeSize(info.dtype)] = 1; // i1
+      t.bytes[i * dtypeSize(info.dtype)] = 1; // i1
     }
   return t;
 }
@@ -83,8 +83,8 @@ bool hasOutput(const runtime::Executor &executor, const std::string &name) {
 }
 
 /// Sets the data inputs of micro-batch `mb` (this rank's rows) that the program reads.
-runtime::Status setMicroBatch(runtime::Executor &executor, const train::MicroBatch &mb,
-                              passes::LossKind kind, runtime::DType idsType) {
+Status setMicroBatch(runtime::Executor &executor, const train::MicroBatch &mb,
+                     passes::LossKind kind, DType idsType) {
   if (hasInput(executor, "input_ids"))
     RETURN_IF_ERROR(executor.setInput("input_ids", asIndexType(mb.inputIds, idsType)));
   if (kind == passes::LossKind::seq2seq && hasInput(executor, "decoder_input_ids"))
@@ -92,17 +92,16 @@ runtime::Status setMicroBatch(runtime::Executor &executor, const train::MicroBat
         executor.setInput("decoder_input_ids", asIndexType(mb.decoderInputIds, idsType)));
   if (hasInput(executor, "labels"))
     RETURN_IF_ERROR(executor.setInput("labels", mb.labels));
-  return runtime::Status::ok();
+  return Status::ok();
 }
 
 /// Forward and backward of global batch `step` (0-based) of `data`, every micro-batch, the
 /// gradients accumulated; returns the batch's mean loss on every rank. This rank reads only its
 /// data-parallel rows of each micro-batch.
-runtime::StatusOr<double> batchLoss(runtime::Executor &executor, const TrainConfig &c,
-                                    runtime::data::SampleSource &data, int64_t step,
-                                    passes::LossKind kind, int64_t vocab, runtime::DType floatType,
-                                    train::LossScaler *scaler, RankContext &rank,
-                                    train::StepRecord &record) {
+StatusOr<double> batchLoss(runtime::Executor &executor, const TrainConfig &c,
+                           runtime::data::SampleSource &data, int64_t step, passes::LossKind kind,
+                           int64_t vocab, DType floatType, train::LossScaler *scaler,
+                           RankContext &rank, train::StepRecord &record) {
   std::vector<train::MicroBatch> batches;
   train::RankRows rows{rank.dpRank * c.rankMicroBatch, c.rankMicroBatch};
   if (kind == passes::LossKind::seq2seq) {
@@ -118,8 +117,8 @@ runtime::StatusOr<double> batchLoss(runtime::Executor &executor, const TrainConf
   // seq2seq D), so the batch's is this rank's times the ranks sharing the micro-batch.
   int64_t targets = train::targetTokens(batches) * (c.split.microBatch / c.rankMicroBatch);
   if (targets == 0)
-    return runtime::Status::error("batch " + std::to_string(step + 1) + " has no labelled tokens");
-  runtime::DType idsType = runtime::DType::i64;
+    return Status::error("batch " + std::to_string(step + 1) + " has no labelled tokens");
+  DType idsType = DType::i64;
   for (const char *name : {"input_ids", "decoder_input_ids"})
     if (hasInput(executor, name)) {
       ASSIGN_OR_RETURN(runtime::TensorInfo ids, executor.inputInfo(name));
@@ -141,8 +140,7 @@ runtime::StatusOr<double> batchLoss(runtime::Executor &executor, const TrainConf
     rank.pipeline->setDataInputs = [&](int64_t m) {
       return setMicroBatch(executor, batches[size_t(m)], kind, idsType);
     };
-    runtime::StatusOr<double> sum =
-        train::runPipelinedMicroBatches(executor, *rank.comm, *rank.pipeline);
+    StatusOr<double> sum = train::runPipelinedMicroBatches(executor, *rank.comm, *rank.pipeline);
     rank.pipeline->setDataInputs = nullptr;
     if (!sum.isOk())
       return sum.status();
@@ -152,7 +150,7 @@ runtime::StatusOr<double> batchLoss(runtime::Executor &executor, const TrainConf
     for (const train::MicroBatch &mb : batches) {
       RETURN_IF_ERROR(setMicroBatch(executor, mb, kind, idsType));
       RETURN_IF_ERROR(executor.run("forward_backward"));
-      ASSIGN_OR_RETURN(runtime::HostTensor part, executor.output("loss"));
+      ASSIGN_OR_RETURN(HostTensor part, executor.output("loss"));
       loss += scalarValue(part);
     }
   }
@@ -162,13 +160,12 @@ runtime::StatusOr<double> batchLoss(runtime::Executor &executor, const TrainConf
     ASSIGN_OR_RETURN(std::vector<uint32_t> axes, executor.outputPartialAxes("loss"));
     if (!axes.empty())
       RETURN_IF_ERROR(
-          rank.comm->allReduce(axes, &loss, 1, runtime::DType::f64, runtime::comm::ReduceKind::sum))
+          rank.comm->allReduce(axes, &loss, 1, DType::f64, runtime::comm::ReduceKind::sum))
           << " (summing the loss)";
   }
   if (rank.ppAxis) {
     uint32_t pp[] = {uint32_t(*rank.ppAxis)};
-    RETURN_IF_ERROR(
-        rank.comm->allReduce(pp, &loss, 1, runtime::DType::f64, runtime::comm::ReduceKind::sum))
+    RETURN_IF_ERROR(rank.comm->allReduce(pp, &loss, 1, DType::f64, runtime::comm::ReduceKind::sum))
         << " (taking the loss from the last pipeline stage)";
   }
   return loss;
@@ -181,15 +178,14 @@ runtime::StatusOr<double> batchLoss(runtime::Executor &executor, const TrainConf
 /// rank), and the float type of its scalars. A pipeline stage reads only some of them, and its
 /// chunk functions also read activations, their gradients and stashed residuals (act.*,
 /// grad.act.*, stash.*), which the pipeline runner sets.
-runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
-                                              std::vector<int64_t> idsShape, passes::LossKind kind,
-                                              int64_t decoderSeq) {
+StatusOr<DType> checkInputs(const runtime::Executor &executor, std::vector<int64_t> idsShape,
+                            passes::LossKind kind, int64_t decoderSeq) {
   bool pipelined = !executor.schedule().empty();
   std::vector<std::string> names = executor.functionNames();
   for (const char *function : {"forward_backward", "apply_gradients"})
     if (std::find(names.begin(), names.end(), function) == names.end() &&
         !(pipelined && std::string(function) == "forward_backward"))
-      return runtime::Status::error(std::string("the plan has no function ") + function);
+      return Status::error(std::string("the plan has no function ") + function);
   for (const std::string &function : names) {
     if (function == "apply_gradients" || function == "check_gradients" || function == "forward")
       continue;
@@ -199,18 +195,17 @@ runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
           !(name == "decoder_input_ids" && kind == passes::LossKind::seq2seq) &&
           !(pipelined && (name.starts_with("act.") || name.starts_with("grad.act.") ||
                           name.starts_with("stash."))))
-        return runtime::Status::error("the model's input '" + name +
-                                      "' is not one megac train feeds (input_ids, "
-                                      "attention_mask, decoder_input_ids for encoder-decoder "
-                                      "models)");
+        return Status::error("the model's input '" + name +
+                             "' is not one megac train feeds (input_ids, "
+                             "attention_mask, decoder_input_ids for encoder-decoder "
+                             "models)");
   }
   if (kind == passes::LossKind::seq2seq && hasInput(executor, "decoder_input_ids")) {
     ASSIGN_OR_RETURN(runtime::TensorInfo dec, executor.inputInfo("decoder_input_ids"));
     if (dec.shape.size() != 2 || dec.shape[0] != idsShape[0] || dec.shape[1] >= idsShape[1])
-      return runtime::Status::error("the model's decoder_input_ids is " +
-                                    runtime::shapeString(dec.shape) +
-                                    "; expected [b, D] with b = " + std::to_string(idsShape[0]) +
-                                    " and D < S = " + std::to_string(idsShape[1]));
+      return Status::error("the model's decoder_input_ids is " + shapeString(dec.shape) +
+                           "; expected [b, D] with b = " + std::to_string(idsShape[0]) +
+                           " and D < S = " + std::to_string(idsShape[1]));
     idsShape[1] -= dec.shape[1];
   } else if (kind == passes::LossKind::seq2seq) {
     idsShape[1] -= decoderSeq; // a pipeline stage without the decoder still reads [b, E]
@@ -218,10 +213,9 @@ runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
   if (hasInput(executor, "input_ids")) {
     ASSIGN_OR_RETURN(runtime::TensorInfo ids, executor.inputInfo("input_ids"));
     if (ids.shape != idsShape)
-      return runtime::Status::error(
-          "the model's input_ids is " + runtime::shapeString(ids.shape) +
-          "; megac train feeds [b, S] = " + runtime::shapeString(idsShape) +
-          " (--micro-batch per data-parallel rank, the data's rows)");
+      return Status::error("the model's input_ids is " + shapeString(ids.shape) +
+                           "; megac train feeds [b, S] = " + shapeString(idsShape) +
+                           " (--micro-batch per data-parallel rank, the data's rows)");
   }
   ASSIGN_OR_RETURN(runtime::TensorInfo lr, executor.inputInfo("lr"));
   return lr.dtype;
@@ -231,29 +225,28 @@ runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
 /// batches of `samples`, through the same forward_backward (its gradients are dropped: the next
 /// step zeroes them first). Rank 0 prints "<what> after step N: loss, perplexity" and logs
 /// {"step", "<key>_loss", "<key>_ppl"}.
-runtime::Status evaluate(runtime::Executor &executor, const TrainConfig &c,
-                         runtime::data::SampleSource &samples, passes::LossKind kind, int64_t vocab,
-                         runtime::DType floatType, train::LossScaler *scaler, RankContext &rank,
-                         int64_t step, const char *what, const char *key,
-                         train::JsonLinesWriter *log) {
+Status evaluate(runtime::Executor &executor, const TrainConfig &c,
+                runtime::data::SampleSource &samples, passes::LossKind kind, int64_t vocab,
+                DType floatType, train::LossScaler *scaler, RankContext &rank, int64_t step,
+                const char *what, const char *key, train::JsonLinesWriter *log) {
   double sum = 0;
   train::StepRecord scratch;
   for (int64_t k = 0; k < c.evalIters; ++k) {
-    runtime::StatusOr<double> loss =
+    StatusOr<double> loss =
         batchLoss(executor, c, samples, k, kind, vocab, floatType, scaler, rank, scratch);
     if (!loss.isOk())
-      return runtime::Status::error(loss.status().message() + " (" + what + " after step " +
-                                    std::to_string(step) + ")");
+      return Status::error(loss.status().message() + " (" + what + " after step " +
+                           std::to_string(step) + ")");
     sum += *loss;
   }
   RETURN_IF_ERROR(executor.zeroState("grad."));
   double loss = sum / double(c.evalIters);
   if (!rank.root())
-    return runtime::Status::ok();
+    return Status::ok();
   std::printf("%s after step %lld: loss %.6g, perplexity %.6g\n", what, (long long)step, loss,
               std::exp(loss));
   if (!log)
-    return runtime::Status::ok();
+    return Status::ok();
   char line[160];
   std::snprintf(line, sizeof line, "{\"step\": %lld, \"%s_loss\": %.17g, \"%s_ppl\": %.17g}",
                 (long long)step, key, loss, key, std::exp(loss));
@@ -263,23 +256,22 @@ runtime::Status evaluate(runtime::Executor &executor, const TrainConfig &c,
 /// One optimizer step (docs/training-step.md, docs/pipeline.md); fills the record's loss and
 /// grad_norm. A non-finite loss stops before the update (on every rank: the loss is reduced
 /// over the job first).
-runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
-                          runtime::data::SampleSource &data, passes::LossKind kind, int64_t vocab,
-                          runtime::DType floatType, train::LossScaler *scaler, RankContext &rank,
-                          train::StepRecord &record) {
+Status trainStep(runtime::Executor &executor, const TrainConfig &c,
+                 runtime::data::SampleSource &data, passes::LossKind kind, int64_t vocab,
+                 DType floatType, train::LossScaler *scaler, RankContext &rank,
+                 train::StepRecord &record) {
   ASSIGN_OR_RETURN(double loss, batchLoss(executor, c, data, record.step - 1, kind, vocab,
                                           floatType, scaler, rank, record));
   record.loss = loss;
   record.lr = c.schedule.at(record.step);
   if (!std::isfinite(loss))
-    return runtime::Status::error("the loss is " + std::string(std::isnan(loss) ? "nan" : "inf") +
-                                  " at step " + std::to_string(record.step) + " (lr " +
-                                  shortNumber(record.lr) +
-                                  "); stopping before the update. Lower --lr or clip the "
-                                  "gradients (--clip-grad)");
+    return Status::error("the loss is " + std::string(std::isnan(loss) ? "nan" : "inf") +
+                         " at step " + std::to_string(record.step) + " (lr " +
+                         shortNumber(record.lr) +
+                         "); stopping before the update. Lower --lr or clip the "
+                         "gradients (--clip-grad)");
   if (c.saveGrads && record.step == 1) {
-    ASSIGN_OR_RETURN(runtime::TensorMap grads,
-                     runtime::gatherGradients(*rank.plan, executor, *rank.comm));
+    ASSIGN_OR_RETURN(TensorMap grads, runtime::gatherGradients(*rank.plan, executor, *rank.comm));
     if (rank.root())
       RETURN_IF_ERROR(runtime::writeSafetensors(
           *c.saveGrads, grads, {{"producer", "megac train"}, {"gradients_of_step", "1"}}));
@@ -287,23 +279,23 @@ runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
   if (scaler) {
     // Dynamic loss scaling: an overflowing step (non-finite unscaled norm) is skipped.
     RETURN_IF_ERROR(executor.run("check_gradients"));
-    ASSIGN_OR_RETURN(runtime::HostTensor norm, executor.output("unscaled_grad_norm"));
+    ASSIGN_OR_RETURN(HostTensor norm, executor.output("unscaled_grad_norm"));
     record.gradNorm = scalarValue(norm);
     bool overflow = !std::isfinite(record.gradNorm);
     scaler->update(overflow);
     if (overflow) {
       record.skipped = true;
-      return runtime::Status::ok();
+      return Status::ok();
     }
   }
   RETURN_IF_ERROR(executor.setInput("lr", floatScalar(floatType, record.lr)));
-  runtime::HostTensor stepTensor = runtime::HostTensor::zeros(runtime::DType::i64, {});
+  HostTensor stepTensor = HostTensor::zeros(DType::i64, {});
   *stepTensor.data<int64_t>() = record.step;
   RETURN_IF_ERROR(executor.setInput("step", stepTensor));
   RETURN_IF_ERROR(executor.run("apply_gradients"));
-  ASSIGN_OR_RETURN(runtime::HostTensor norm, executor.output("grad_norm"));
+  ASSIGN_OR_RETURN(HostTensor norm, executor.output("grad_norm"));
   record.gradNorm = scalarValue(norm);
-  return runtime::Status::ok();
+  return Status::ok();
 }
 
 } // namespace megac::cli

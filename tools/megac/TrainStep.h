@@ -41,26 +41,25 @@ struct RankContext {
 /// rank), and the float type of its scalars. A pipeline stage reads only some of them, and its
 /// chunk functions also read activations, their gradients and stashed residuals (act.*,
 /// grad.act.*, stash.*), which the pipeline runner sets.
-runtime::StatusOr<runtime::DType> checkInputs(const runtime::Executor &executor,
-                                              std::vector<int64_t> idsShape, passes::LossKind kind,
-                                              int64_t decoderSeq);
+StatusOr<DType> checkInputs(const runtime::Executor &executor, std::vector<int64_t> idsShape,
+                            passes::LossKind kind, int64_t decoderSeq);
 
 /// An evaluation after step `step` (validation or the test part): the mean loss of --eval-iters
 /// batches of `samples`, through the same forward_backward (its gradients are dropped: the next
 /// step zeroes them first). Rank 0 prints "<what> after step N: loss, perplexity" and logs
 /// {"step", "<key>_loss", "<key>_ppl"}.
-runtime::Status evaluate(runtime::Executor &executor, const TrainConfig &c,
-                         runtime::data::SampleSource &samples, passes::LossKind kind, int64_t vocab,
-                         runtime::DType floatType, runtime::train::LossScaler *scaler,
-                         RankContext &rank, int64_t step, const char *what, const char *key,
-                         runtime::train::JsonLinesWriter *log);
+Status evaluate(runtime::Executor &executor, const TrainConfig &c,
+                runtime::data::SampleSource &samples, passes::LossKind kind, int64_t vocab,
+                DType floatType, runtime::train::LossScaler *scaler, RankContext &rank,
+                int64_t step, const char *what, const char *key,
+                runtime::train::JsonLinesWriter *log);
 
 /// One optimizer step (docs/training-step.md, docs/pipeline.md); fills the record's loss and
 /// grad_norm. A non-finite loss stops before the update (on every rank: the loss is reduced
 /// over the job first).
-runtime::Status trainStep(runtime::Executor &executor, const TrainConfig &c,
-                          runtime::data::SampleSource &data, passes::LossKind kind, int64_t vocab,
-                          runtime::DType floatType, runtime::train::LossScaler *scaler,
-                          RankContext &rank, runtime::train::StepRecord &record);
+Status trainStep(runtime::Executor &executor, const TrainConfig &c,
+                 runtime::data::SampleSource &data, passes::LossKind kind, int64_t vocab,
+                 DType floatType, runtime::train::LossScaler *scaler, RankContext &rank,
+                 runtime::train::StepRecord &record);
 
 } // namespace megac::cli

@@ -163,15 +163,15 @@ module {
 }
 
 template <typename T>
-rt::HostTensor tensorOf(std::vector<int64_t> shape, const std::vector<double> &v) {
-  rt::HostTensor out = rt::HostTensor::zeros(
-      std::is_same_v<T, double> ? rt::DType::f64 : rt::DType::f32, std::move(shape));
+megac::HostTensor tensorOf(std::vector<int64_t> shape, const std::vector<double> &v) {
+  megac::HostTensor out = megac::HostTensor::zeros(
+      std::is_same_v<T, double> ? megac::DType::f64 : megac::DType::f32, std::move(shape));
   for (size_t i = 0; i < v.size(); ++i)
     out.data<T>()[i] = static_cast<T>(v[i]);
   return out;
 }
 
-template <typename T> std::vector<double> valuesOf(const rt::HostTensor &t) {
+template <typename T> std::vector<double> valuesOf(const megac::HostTensor &t) {
   std::vector<double> out;
   for (int64_t i = 0; i < t.numElements(); ++i)
     out.push_back(static_cast<double>(t.data<T>()[i]));
@@ -184,7 +184,7 @@ template <typename T> void runThreeSteps(const std::vector<uint8_t> &bytes, doub
   auto loaded = rt::loadPlanFromBytes(bytes);
   ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
   std::vector<double> w = {0.5, -0.25, 1.0};
-  rt::TensorMap weights{{"w", tensorOf<T>({3, 1}, w)}};
+  megac::TensorMap weights{{"w", tensorOf<T>({3, 1}, w)}};
   rt::ExecutorOptions options;
   options.weights = &weights;
   auto created = rt::Executor::create(*loaded, options);
@@ -216,7 +216,7 @@ template <typename T> void runThreeSteps(const std::vector<uint8_t> &bytes, doub
       ASSERT_TRUE(ex.setInput("x", tensorOf<T>({4, 3}, x)).isOk());
       ASSERT_TRUE(ex.setInput("t", tensorOf<T>({4, 1}, t)).isOk());
       ASSERT_TRUE(ex.setInput("loss_normalizer", tensorOf<T>({}, {norm})).isOk());
-      rt::Status s = ex.run("forward_backward");
+      megac::Status s = ex.run("forward_backward");
       ASSERT_TRUE(s.isOk()) << s.message();
       loss += valuesOf<T>(ex.output("loss").value())[0];
       for (int r = 0; r < 4; ++r) {
@@ -231,8 +231,8 @@ template <typename T> void runThreeSteps(const std::vector<uint8_t> &bytes, doub
     ASSERT_TRUE(ex.setInput("lr", tensorOf<T>({}, {lr})).isOk());
     std::vector<uint8_t> stepBytes(8);
     std::memcpy(stepBytes.data(), &step, 8);
-    ASSERT_TRUE(ex.setInput("step", rt::HostTensor{rt::DType::i64, {}, stepBytes}).isOk());
-    rt::Status s = ex.run("apply_gradients");
+    ASSERT_TRUE(ex.setInput("step", megac::HostTensor{megac::DType::i64, {}, stepBytes}).isOk());
+    megac::Status s = ex.run("apply_gradients");
     ASSERT_TRUE(s.isOk()) << s.message();
     double gradNorm = std::sqrt(grad[0] * grad[0] + grad[1] * grad[1] + grad[2] * grad[2]);
     EXPECT_NEAR(valuesOf<T>(ex.output("grad_norm").value())[0], gradNorm, rtol * gradNorm);
@@ -431,14 +431,14 @@ func.func @f(%a: tensor<2x2xf32> {mega.param = "a"}, %b: tensor<4xf32> {mega.par
 
   auto loaded = rt::loadPlanFromBytes(bytes);
   ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
-  rt::TensorMap weights{{"a", tensorOf<float>({2, 2}, {1, 2, 3, 4})},
-                        {"b", tensorOf<float>({4}, {5, 6, 7, 8})}};
+  megac::TensorMap weights{{"a", tensorOf<float>({2, 2}, {1, 2, 3, 4})},
+                           {"b", tensorOf<float>({4}, {5, 6, 7, 8})}};
   rt::ExecutorOptions options;
   options.weights = &weights;
   auto ex = std::move(rt::Executor::create(*loaded, options).value());
   ASSERT_TRUE(ex->setInput("x", tensorOf<float>({2, 2}, {0, 1, 1, 0})).isOk());
   ASSERT_TRUE(ex->setInput("y", tensorOf<float>({4}, {9, 9, 9, 9})).isOk());
-  rt::Status s = ex->run();
+  megac::Status s = ex->run();
   ASSERT_TRUE(s.isOk()) << s.message();
   EXPECT_EQ(valuesOf<float>(ex->parameter("a").value()), (std::vector<double>{2, 1, 4, 3}));
   EXPECT_EQ(valuesOf<float>(ex->state("c").value()), (std::vector<double>{2, 1, 4, 3}));
@@ -621,13 +621,13 @@ func.func @grads(%x: tensor<2x3x4xf32> {mega.input = "x"}, %dy: tensor<2x3x4xf32
       x = dist(gen);
     return tensorOf<float>(std::move(shape), v);
   };
-  rt::HostTensor x = random({2, 3, 4}), dy = random({2, 3, 4});
+  megac::HostTensor x = random({2, 3, 4}), dy = random({2, 3, 4});
   for (const std::string &name : ex->inputNames()) {
     if (name == "x" || name == "dy")
       continue;
     rt::TensorInfo info = ex->inputInfo(name).value();
-    rt::HostTensor t = rt::HostTensor::zeros(info.dtype, info.shape);
-    if (info.dtype == rt::DType::f32)
+    megac::HostTensor t = megac::HostTensor::zeros(info.dtype, info.shape);
+    if (info.dtype == megac::DType::f32)
       t = random(info.shape);
     if (name == "step")
       t.data<int64_t>()[0] = 1;
@@ -635,11 +635,11 @@ func.func @grads(%x: tensor<2x3x4xf32> {mega.input = "x"}, %dy: tensor<2x3x4xf32
   }
   ASSERT_TRUE(ex->setInput("x", x).isOk());
   ASSERT_TRUE(ex->setInput("dy", dy).isOk());
-  rt::Status s = ex->run();
+  megac::Status s = ex->run();
   ASSERT_TRUE(s.isOk()) << s.message();
-  rt::HostTensor w = tensorOf<float>({4}, {1, 1, 1, 1}),
-                 dx = rt::HostTensor::zeros(rt::DType::f32, {2, 3, 4});
-  rt::HostTensor dw = rt::HostTensor::zeros(rt::DType::f32, {4}), db = dw;
+  megac::HostTensor w = tensorOf<float>({4}, {1, 1, 1, 1}),
+                    dx = megac::HostTensor::zeros(megac::DType::f32, {2, 3, 4});
+  megac::HostTensor dw = megac::HostTensor::zeros(megac::DType::f32, {4}), db = dw;
   ASSERT_TRUE(rt::cpu::layerNormGrad(rt::cpu::refOf(dy), rt::cpu::refOf(x), rt::cpu::refOf(w), 1e-5,
                                      rt::cpu::refOf(dx), rt::cpu::refOf(dw), rt::cpu::refOf(db))
                   .isOk());

@@ -6,7 +6,7 @@
 // steps of compiled GPT plans (MEGAC_TEST_TRAIN_PLAN, set by ctest).
 #include "runtime/cuda/CudaExecutor.h"
 #include "runtime/exec/Executor.h"
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include "PlanBuilder.h"
 #include "TestUtil.h"
@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <sstream>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
 

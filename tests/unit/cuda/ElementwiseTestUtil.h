@@ -6,7 +6,7 @@
 #include "runtime/cpu/HalfCompute.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cuda/Kernels.h"
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include <gtest/gtest.h>
 
@@ -23,10 +23,10 @@ namespace megac::runtime::cuda::test {
 using cpu::TensorRef;
 
 #define CUDA_ASSERT(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
-#define ASSERT_OK(expr)                                                                           \
-  do {                                                                                            \
-    ::megac::runtime::Status s_ = (expr);                                                         \
-    ASSERT_TRUE(s_.isOk()) << s_.message();                                                       \
+#define ASSERT_OK(expr)                                                                            \
+  do {                                                                                             \
+    ::megac::Status s_ = (expr);                                                                   \
+    ASSERT_TRUE(s_.isOk()) << s_.message();                                                        \
   } while (0)
 
 inline int64_t elementsOf(const std::vector<int64_t> &shape) {
@@ -179,8 +179,8 @@ inline void expectClose(DType dtype, const std::vector<uint8_t> &got,
     bool ok = (std::isnan(g) && std::isnan(r)) || g == r ||
               std::fabs(g - r) <= tol.atol + tol.rtol * std::fabs(r);
     if (!ok && bad++ < 5)
-      ADD_FAILURE() << what << ": element " << i << " of " << n << " is " << g << ", expected "
-                    << r << " (diff " << std::fabs(g - r) << ")";
+      ADD_FAILURE() << what << ": element " << i << " of " << n << " is " << g << ", expected " << r
+                    << " (diff " << std::fabs(g - r) << ")";
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " elements out of tolerance";
 }
@@ -274,8 +274,6 @@ inline const std::vector<std::vector<int64_t>> &testShapes() {
   return kShapes;
 }
 
-inline std::string shapeName(const std::vector<int64_t> &shape) {
-  return shapeString(shape);
-}
+inline std::string shapeName(const std::vector<int64_t> &shape) { return shapeString(shape); }
 
 } // namespace megac::runtime::cuda::test

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::cuda;
 using namespace megac::runtime::testing;

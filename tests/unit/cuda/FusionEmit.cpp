@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
 

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::cuda;
 using namespace megac::runtime::testing;

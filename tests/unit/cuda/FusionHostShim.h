@@ -4,7 +4,7 @@
 // conversions from runtime/io/Float16.h (the generated source uses PTX cvt on a device).
 #pragma once
 
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include <cmath>
 #include <cstddef>
@@ -40,8 +40,8 @@ inline long long __double_as_longlong(double d) {
   std::memcpy(&v, &d, sizeof v);
   return v;
 }
-inline float megac_host_h2f(unsigned short h) { return megac::runtime::halfToFloat(h); }
-inline unsigned short megac_host_f2h(float f) { return megac::runtime::floatToHalf(f); }
+inline float megac_host_h2f(unsigned short h) { return megac::halfToFloat(h); }
+inline unsigned short megac_host_f2h(float f) { return megac::floatToHalf(f); }
 
 /// A generated kernel built for the host: `run` calls it with the group's buffers (inputs,
 /// then outputs) and the element count.

@@ -5,7 +5,7 @@
 
 #include "runtime/cpu/HalfCompute.h"
 #include "runtime/cpu/Kernels.h"
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include "tests/unit/runtime/PlanBuilder.h"
 

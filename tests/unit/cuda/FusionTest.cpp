@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::cuda;
 using namespace megac::runtime::testing;

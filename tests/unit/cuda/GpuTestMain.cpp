@@ -12,12 +12,12 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i)
     listing = listing || std::strncmp(argv[i], "--gtest_list_tests", 18) == 0;
   if (!listing) {
-    megac::runtime::StatusOr<int> devices = megac::runtime::cuda::usableDevices();
+    megac::StatusOr<int> devices = megac::runtime::cuda::usableDevices();
     if (!devices.isOk()) {
       std::printf("SKIP: no usable CUDA device: %s\n", devices.status().message().c_str());
       return 77;
     }
-    megac::runtime::StatusOr<std::string> name = megac::runtime::cuda::describeDevice(0);
+    megac::StatusOr<std::string> name = megac::runtime::cuda::describeDevice(0);
     std::printf("device 0: %s\n", name.isOk() ? name->c_str() : name.status().message().c_str());
   }
   ::testing::InitGoogleTest(&argc, argv);

@@ -6,7 +6,7 @@
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cuda/DeviceCommOps.h"
 #include "runtime/cuda/NcclCommunicator.h"
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include <gtest/gtest.h>
 
@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::cuda;
 

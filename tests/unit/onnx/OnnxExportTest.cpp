@@ -3,7 +3,7 @@
 // are untouched, and every tensor that does not map is refused by name with nothing written.
 #include "frontends/onnx/OnnxExport.h"
 
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include "onnx/onnx_pb.h"
 
@@ -68,7 +68,7 @@ onnx::ModelProto makeModel() {
     w->add_float_data(v);
   addInit(g, "B", onnx::TensorProto::FLOAT, {2}, bytesOf(std::vector<float>{0.5f, -0.5f}));
   addInit(g, "H", onnx::TensorProto::FLOAT16, {2},
-          bytesOf(std::vector<uint16_t>{runtime::floatToHalf(1.f), runtime::floatToHalf(2.f)}));
+          bytesOf(std::vector<uint16_t>{floatToHalf(1.f), floatToHalf(2.f)}));
   addInit(g, "S", onnx::TensorProto::FLOAT, {}, bytesOf(std::vector<float>{3.f}));
   auto node = [&](const std::string &type, std::vector<std::string> in, std::string out) {
     auto *n = g.add_node();
@@ -91,11 +91,10 @@ onnx::ModelProto makeModel() {
   return m;
 }
 
-runtime::HostTensor tensor(runtime::DType dtype, std::vector<int64_t> shape,
-                           std::vector<double> values) {
-  runtime::HostTensor t = runtime::HostTensor::zeros(dtype, std::move(shape));
+HostTensor tensor(DType dtype, std::vector<int64_t> shape, std::vector<double> values) {
+  HostTensor t = HostTensor::zeros(dtype, std::move(shape));
   for (size_t i = 0; i < values.size(); ++i) {
-    if (dtype == runtime::DType::f64)
+    if (dtype == DType::f64)
       t.data<double>()[i] = values[i];
     else
       t.data<float>()[i] = float(values[i]);
@@ -115,9 +114,9 @@ protected:
     std::filesystem::remove(output);
     std::ofstream(source, std::ios::binary) << makeModel().SerializeAsString();
     options.inputShapes["x"] = {1, 2};
-    weights["W"] = tensor(runtime::DType::f64, {2, 2}, {10, 20, 30, 40.1});
-    weights["B"] = tensor(runtime::DType::f32, {2}, {7, 8});
-    weights["H"] = tensor(runtime::DType::f32, {2}, {-1.5, 0.1});
+    weights["W"] = tensor(DType::f64, {2, 2}, {10, 20, 30, 40.1});
+    weights["B"] = tensor(DType::f32, {2}, {7, 8});
+    weights["H"] = tensor(DType::f32, {2}, {-1.5, 0.1});
   }
   onnx::ModelProto written() {
     onnx::ModelProto m;
@@ -135,7 +134,7 @@ protected:
   std::filesystem::path dir;
   std::string source, output;
   OnnxImportOptions options;
-  runtime::TensorMap weights;
+  TensorMap weights;
 };
 
 TEST_F(OnnxExportTest, ReplacesParametersInTheirOwnDtypeAndField) {
@@ -156,8 +155,8 @@ TEST_F(OnnxExportTest, ReplacesParametersInTheirOwnDtypeAndField) {
   EXPECT_EQ(inits[1].raw_data(), bytesOf(std::vector<float>{7.f, 8.f}));
   // H: f32 values rounded to the initializer's f16, raw.
   EXPECT_EQ(inits[2].data_type(), onnx::TensorProto::FLOAT16);
-  EXPECT_EQ(inits[2].raw_data(), bytesOf(std::vector<uint16_t>{runtime::floatToHalf(-1.5f),
-                                                               runtime::floatToHalf(0.1f)}));
+  EXPECT_EQ(inits[2].raw_data(),
+            bytesOf(std::vector<uint16_t>{floatToHalf(-1.5f), floatToHalf(0.1f)}));
   // S (a one-element constant) and everything but the initializers' values: as they were.
   EXPECT_EQ(inits[3].SerializeAsString(), original.graph().initializer(3).SerializeAsString());
   got.mutable_graph()->clear_initializer();
@@ -172,17 +171,17 @@ TEST_F(OnnxExportTest, RefusesAMissingParameter) {
 }
 
 TEST_F(OnnxExportTest, RefusesATensorThatIsNoParameter) {
-  weights["Z"] = tensor(runtime::DType::f32, {2}, {1, 2});
+  weights["Z"] = tensor(DType::f32, {2}, {1, 2});
   std::string message = refused();
   EXPECT_NE(message.find("tensor 'Z' [2] is no parameter"), std::string::npos) << message;
   weights.erase("Z");
-  weights["S"] = tensor(runtime::DType::f32, {}, {1});
+  weights["S"] = tensor(DType::f32, {}, {1});
   message = refused();
   EXPECT_NE(message.find("tensor 'S' [] is no parameter"), std::string::npos) << message;
 }
 
 TEST_F(OnnxExportTest, RefusesAnotherShape) {
-  weights["W"] = tensor(runtime::DType::f32, {3, 2}, {1, 2, 3, 4, 5, 6});
+  weights["W"] = tensor(DType::f32, {3, 2}, {1, 2, 3, 4, 5, 6});
   std::string message = refused();
   EXPECT_NE(message.find("initializer 'W' is [2, 2]"), std::string::npos) << message;
   EXPECT_NE(message.find("tensor is [3, 2]"), std::string::npos) << message;

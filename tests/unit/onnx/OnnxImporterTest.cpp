@@ -18,6 +18,7 @@
 #include <map>
 #include <variant>
 
+using namespace megac;
 using namespace megac::onnx_import;
 
 namespace {
@@ -254,7 +255,7 @@ TEST(OnnxImporter, TiedWeightIsOneParameter) {
   const auto &weights = (*imp.result).weights;
   ASSERT_EQ(weights.size(), 1u);
   const auto &wte = weights.at("wte");
-  EXPECT_EQ(wte.dtype, megac::runtime::DType::f32);
+  EXPECT_EQ(wte.dtype, megac::DType::f32);
   EXPECT_EQ(wte.shape, (std::vector<int64_t>{5, 4}));
   ASSERT_EQ(wte.bytes.size(), 80u);
   float first;

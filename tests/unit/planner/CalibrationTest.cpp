@@ -4,7 +4,7 @@
 #include "planner/Calibration.h"
 #include "planner/Hardware.h"
 #include "planner/KernelModel.h"
-#include "runtime/io/Json.h"
+#include "support/Json.h"
 
 #include <gtest/gtest.h>
 
@@ -188,7 +188,7 @@ TEST(CalibrationJson, LoadErrorIsLocated) {
 }
 
 std::string parseError(const std::string &calibration) {
-  auto parsed = runtime::json::parse(calibration);
+  auto parsed = json::parse(calibration);
   if (!parsed.isOk())
     return "JSON: " + parsed.status().message();
   Calibration c;
@@ -210,7 +210,7 @@ const char *kComm = R"("op": "all_gather", "ranks": 2, "bytes": 8, "seconds": 1e
 std::string withField(const char *table, const char *fields, const std::string &key,
                       const std::string &value) {
   std::string object = std::string("{") + fields + "}";
-  auto parsed = runtime::json::parse(object);
+  auto parsed = json::parse(object);
   EXPECT_TRUE(parsed.isOk());
   std::string out = "{";
   bool found = false;

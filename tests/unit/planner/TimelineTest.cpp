@@ -3,7 +3,7 @@
 // overlaps) and the Chrome trace's events.
 #include "planner/Timeline.h"
 
-#include "runtime/io/Json.h"
+#include "support/Json.h"
 
 #include <gtest/gtest.h>
 
@@ -393,14 +393,14 @@ TEST(ChromeTraceTest, InterleavedIsValidJsonWithOneEventPerStep) {
     std::ofstream out(std::string(MEGAC_TIMELINE_OUT_DIR) + "/interleaved_pp4_vpp2_m8.json");
     out << text;
   }
-  auto parsed = runtime::json::parse(text);
+  auto parsed = json::parse(text);
   ASSERT_TRUE(parsed.isOk()) << parsed.status().message();
-  const runtime::json::Value *events = parsed->find("traceEvents");
-  ASSERT_TRUE(events && events->kind == runtime::json::Value::Kind::array);
+  const json::Value *events = parsed->find("traceEvents");
+  ASSERT_TRUE(events && events->kind == json::Value::Kind::array);
   const int64_t chunks = shape.stages * shape.virtualStages;
   int64_t steps = 0, transfers = 0;
   std::set<std::string> names;
-  for (const runtime::json::Value &e : events->items) {
+  for (const json::Value &e : events->items) {
     if (e.find("ph")->string != "X")
       continue;
     int64_t pid = e.find("pid")->integer, tid = e.find("tid")->integer;
@@ -412,7 +412,7 @@ TEST(ChromeTraceTest, InterleavedIsValidJsonWithOneEventPerStep) {
     }
     ++steps;
     EXPECT_EQ(tid, 2); // the pipeline lane, as in `megac train --trace`
-    const runtime::json::Value *args = e.find("args");
+    const json::Value *args = e.find("args");
     int64_t chunk = args->find("chunk")->integer, mb = args->find("micro_batch")->integer;
     bool forward = args->find("kind")->string == "forward";
     EXPECT_EQ(pid, chunk % shape.stages);
@@ -424,7 +424,7 @@ TEST(ChromeTraceTest, InterleavedIsValidJsonWithOneEventPerStep) {
   EXPECT_EQ(steps, 2 * chunks * shape.microBatches);
   EXPECT_EQ(static_cast<int64_t>(names.size()), steps);
   EXPECT_EQ(transfers, 2 * (chunks - 1) * shape.microBatches);
-  const runtime::json::Value *other = parsed->find("otherData");
+  const json::Value *other = parsed->find("otherData");
   ASSERT_TRUE(other);
   EXPECT_EQ(other->find("schedule")->string, "interleaved-1f1b");
   EXPECT_NEAR(other->find("bubble_fraction")->number, tl.bubbleFraction, 1e-8);

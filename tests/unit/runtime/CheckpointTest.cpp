@@ -14,6 +14,7 @@
 #include <fstream>
 #include <unistd.h>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
 namespace ckpt = megac::runtime::checkpoint;

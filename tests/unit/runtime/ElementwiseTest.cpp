@@ -2,13 +2,14 @@
 // unary/binary math, Compare, Where, Cast, Gelu and Dropout.
 #include "runtime/cpu/Kernels.h"
 #include "runtime/init/ParamInit.h"
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include "TestUtil.h"
 
 #include <limits>
 #include <numbers>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::cpu;
 using namespace megac::runtime::testing;

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <numbers>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
 

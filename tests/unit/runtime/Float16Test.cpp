@@ -1,5 +1,5 @@
 // bf16 and f16 conversions against independent oracles: GCC's _Float16 and exact arithmetic.
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-using namespace megac::runtime;
+using namespace megac;
 
 namespace {
 

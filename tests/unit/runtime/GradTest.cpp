@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::cpu;
 using namespace megac::runtime::testing;

@@ -2,11 +2,12 @@
 // on half buffers, exactly the f32 kernel's result on the widened inputs rounded to the dtype.
 #include "runtime/cpu/HalfCompute.h"
 #include "runtime/exec/Executor.h"
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include "PlanBuilder.h"
 #include "TestUtil.h"
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
 

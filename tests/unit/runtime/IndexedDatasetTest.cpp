@@ -14,6 +14,7 @@
 #include <random>
 #include <unistd.h>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::data;
 namespace fs = std::filesystem;

@@ -1,9 +1,9 @@
-// The small JSON parser used for safetensors headers: values, escapes and malformed input.
-#include "runtime/io/Json.h"
+// megac's JSON API (support/Json.h over nlohmann/json): values, escapes and malformed input.
+#include "support/Json.h"
 
 #include <gtest/gtest.h>
 
-using namespace megac::runtime;
+using namespace megac;
 
 TEST(Json, ParsesNestedValues) {
   auto v = json::parse(R"( {"a": [1, -2, 3.5e2, true, false, null], "b": {"c": "d"}} )");

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::comm;
 

@@ -2,13 +2,14 @@
 // of every collective over sub-groups of the mesh [dp = 2, tp = 2] (rank = tp + 2 dp), ring
 // transfers, and a collective one member skips, which times out with the op and group named.
 #include "runtime/comm/MpiCommunicator.h"
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <thread>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::comm;
 

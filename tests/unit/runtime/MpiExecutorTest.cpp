@@ -6,11 +6,12 @@
 #include "runtime/cpu/Kernels.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/exec/ShardGather.h"
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include "PlanBuilder.h"
 #include "TestUtil.h"
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
 

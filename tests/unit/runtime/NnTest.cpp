@@ -7,6 +7,7 @@
 
 #include <limits>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::cpu;
 using namespace megac::runtime::testing;
@@ -220,7 +221,9 @@ TEST(Nn, RopeMatchesRotateHalf) {
         for (int64_t i = 0; i < S; ++i)
           for (int64_t j = 0; j < D; ++j) {
             const double *xr = &x[((b * H + h) * S + i) * D];
-            int64_t t = tableShape.size() == 4 ? (b * S + i) * D : tableShape.size() == 2 ? i * D : 0;
+            int64_t t = tableShape.size() == 4   ? (b * S + i) * D
+                        : tableShape.size() == 2 ? i * D
+                                                 : 0;
             double rotated = j < D / 2 ? -xr[j + D / 2] : xr[j - D / 2];
             want.push_back(xr[j] * c[t + j] + rotated * s[t + j]);
           }

@@ -1,12 +1,13 @@
 // .npy reading and writing: round trips per dtype, hand-made headers of each version, files
 // written and read by numpy itself, and the errors for what is not supported.
 #include "runtime/io/Npy.h"
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include "TestUtil.h"
 
 #include <fstream>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
 

@@ -17,6 +17,7 @@
 extern "C" void openblas_set_num_threads(int threads) __attribute__((weak));
 extern "C" int openblas_get_num_threads(void) __attribute__((weak));
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::cpu;
 

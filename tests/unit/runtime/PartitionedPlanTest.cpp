@@ -10,6 +10,7 @@
 #include "PlanBuilder.h"
 #include "TestUtil.h"
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
 

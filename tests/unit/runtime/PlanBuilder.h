@@ -3,8 +3,8 @@
 // be overridden to make a bad plan.
 #pragma once
 
-#include "runtime/io/HostTensor.h"
 #include "runtime/plan/plan_generated.h"
+#include "support/HostTensor.h"
 
 #include <functional>
 #include <string>

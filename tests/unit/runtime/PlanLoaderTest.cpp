@@ -8,6 +8,7 @@
 
 #include <fstream>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
 

@@ -6,6 +6,7 @@
 
 #include <limits>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::cpu;
 using namespace megac::runtime::testing;

@@ -1,12 +1,13 @@
 // safetensors reading and writing: round trips, the byte layout, files made by an independent
 // Python writer, and truncated or corrupt files that must give errors naming file and tensor.
 #include "runtime/io/Safetensors.h"
-#include "runtime/io/Float16.h"
+#include "support/Float16.h"
 
 #include "TestUtil.h"
 
 #include <fstream>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
 

@@ -1,7 +1,7 @@
 // Helpers shared by the runtime tests: building host tensors, seeded random data, closeness.
 #pragma once
 
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
 
 #include <gtest/gtest.h>
 

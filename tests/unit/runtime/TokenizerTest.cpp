@@ -3,7 +3,7 @@
 #include "runtime/data/Tokenizer.h"
 #include "runtime/data/BpeTokenizer.h"
 #include "runtime/data/Unicode.h"
-#include "runtime/io/Json.h"
+#include "support/Json.h"
 
 #include <gtest/gtest.h>
 
@@ -14,6 +14,7 @@
 #include <thread>
 #include <unistd.h>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::data;
 

@@ -7,6 +7,7 @@
 
 #include <fstream>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::cpu;
 using namespace megac::runtime::testing;

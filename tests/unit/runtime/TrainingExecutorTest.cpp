@@ -10,6 +10,7 @@
 
 #include <cmath>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
 

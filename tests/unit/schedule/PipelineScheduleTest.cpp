@@ -178,7 +178,7 @@ void setData(Executor &ex) {
 }
 
 /// The unsplit @forward_backward.
-StepResult runWhole(Harness &h, mlir::ModuleOp module, const runtime::TensorMap &weights) {
+StepResult runWhole(Harness &h, mlir::ModuleOp module, const TensorMap &weights) {
   StepResult out;
   Compiled compiled = h.compile(module, weights);
   if (!compiled.executor)
@@ -195,7 +195,7 @@ StepResult runWhole(Harness &h, mlir::ModuleOp module, const runtime::TensorMap 
 /// activations, their gradients and the stash handed over by name; a parameter's gradient is
 /// summed over the stages that hold it (a tied embedding).
 StepResult runPipeline(Harness &h, mlir::ModuleOp module, int64_t chunks,
-                       const runtime::TensorMap &weights) {
+                       const TensorMap &weights) {
   StepResult out;
   std::vector<mlir::OwningOpRef<mlir::ModuleOp>> copies;
   std::vector<Compiled> stages;
@@ -256,7 +256,7 @@ TEST_P(ForwardBackwardSplit, EveryLayoutAndPolicyGivesTheUnsplitGradients) {
   ASSERT_TRUE(reference);
   std::mt19937 rng(7);
   std::normal_distribution<double> normal(0.0, 0.3);
-  runtime::TensorMap weights = sampleParameters(
+  TensorMap weights = sampleParameters(
       reference->lookupSymbol<mlir::func::FuncOp>("forward_backward"), [&] { return normal(rng); });
   ASSERT_TRUE(backwardHalf(h, *reference, "none")) << h.diagnostics();
   StepResult want = runWhole(h, *reference, weights);

@@ -10,6 +10,7 @@
 
 #include <unistd.h>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::train;
 

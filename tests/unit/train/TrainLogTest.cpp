@@ -1,7 +1,7 @@
 // Step logs: JSON lines parse back with every field, progress and log lines, durations.
 #include "runtime/train/TrainLog.h"
 
-#include "runtime/io/Json.h"
+#include "support/Json.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include <fstream>
 #include <unistd.h>
 
+using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::train;
 
@@ -110,7 +111,7 @@ TEST(TrainLog, LogIntervalPrintsEveryNthAndTheLastStepWithMeans) {
   for (int64_t step = 1; step <= 7; ++step) {
     StepRecord r = sample();
     r.step = step;
-    r.loss = double(step);            // means: (1+2+3)/3, (4+5+6)/3, 7
+    r.loss = double(step); // means: (1+2+3)/3, (4+5+6)/3, 7
     r.stepSeconds = 0.1 * double(step);
     r.gradNorm = 10.0 * double(step); // the last step's, not a mean
     if (std::optional<StepRecord> line = interval.add(r, 3, 7))

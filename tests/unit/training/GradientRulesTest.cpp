@@ -125,7 +125,7 @@ TEST_P(GradientRule, MatchesCentralDifferences) {
   };
   auto fb = module->lookupSymbol<mlir::func::FuncOp>("forward_backward");
   ASSERT_TRUE(fb);
-  runtime::TensorMap weights = sampleParameters(fb, sample);
+  TensorMap weights = sampleParameters(fb, sample);
   Compiled compiled = harness.compile(*module, weights);
   ASSERT_TRUE(compiled.executor) << ir;
   expectGradientsMatchDifferences(*compiled.executor, c.h, c.tolerance);
@@ -337,8 +337,7 @@ TEST(GradientRules, EveryRuleHasACase) {
                                            "mega.copy_to_shards"};
   int rules = 0;
   for (mlir::RegisteredOperationName op : harness.context().getRegisteredOperations()) {
-    if (!op.hasInterface<mega::GradientOpInterface>() ||
-        multiRank.count(op.getStringRef().str()))
+    if (!op.hasInterface<mega::GradientOpInterface>() || multiRank.count(op.getStringRef().str()))
       continue;
     ++rules;
     EXPECT_NE(all.find(" " + op.getStringRef().str() + " "), std::string::npos)

@@ -28,9 +28,7 @@
 
 namespace megac::training_test {
 
-using runtime::DType;
 using runtime::Executor;
-using runtime::HostTensor;
 
 /// A compiled plan and an executor over it (the executor refers to the plan).
 struct Compiled {
@@ -68,7 +66,7 @@ public:
 
   /// Lowers every function of `module` into one plan and loads it with these parameter values;
   /// null executor on failure.
-  Compiled compile(mlir::ModuleOp module, const runtime::TensorMap &weights) {
+  Compiled compile(mlir::ModuleOp module, const TensorMap &weights) {
     Compiled out;
     mlir::FailureOr<std::vector<uint8_t>> bytes = codegen::writePlan(module, {});
     if (mlir::failed(bytes)) {
@@ -112,9 +110,9 @@ inline std::vector<double> valuesOf(const HostTensor &t) {
 }
 
 /// Values for every `mega.param` argument of `function` (f64), drawn by `sample`.
-inline runtime::TensorMap sampleParameters(mlir::func::FuncOp function,
-                                           const std::function<double()> &sample) {
-  runtime::TensorMap weights;
+inline TensorMap sampleParameters(mlir::func::FuncOp function,
+                                  const std::function<double()> &sample) {
+  TensorMap weights;
   for (unsigned i = 0; i < function.getNumArguments(); ++i) {
     auto name = function.getArgAttrOfType<mlir::StringAttr>(i, mega::kParamAttr);
     if (!name)
@@ -130,12 +128,12 @@ inline runtime::TensorMap sampleParameters(mlir::func::FuncOp function,
 }
 
 /// Reads a value the executor produced, failing the test on an error.
-inline HostTensor expectValue(const runtime::StatusOr<HostTensor> &v, const std::string &what) {
+inline HostTensor expectValue(const StatusOr<HostTensor> &v, const std::string &what) {
   EXPECT_TRUE(v.isOk()) << what << ": " << v.status().message();
   return v.isOk() ? v.value() : HostTensor{};
 }
 
-inline void expectOk(const runtime::Status &s, const std::string &what) {
+inline void expectOk(const Status &s, const std::string &what) {
   EXPECT_TRUE(s.isOk()) << what << ": " << s.message();
 }
 

@@ -65,10 +65,10 @@ std::vector<double> asDoubles(const HostTensor &t) {
 }
 
 /// Random weights (f64 or f32) for the model's parameters, the same values either way.
-runtime::TensorMap modelWeights(mlir::func::FuncOp f, DType dtype) {
+TensorMap modelWeights(mlir::func::FuncOp f, DType dtype) {
   std::mt19937 rng(99);
   std::normal_distribution<double> normal(0.0, 0.5);
-  runtime::TensorMap weights = sampleParameters(f, [&] { return normal(rng); });
+  TensorMap weights = sampleParameters(f, [&] { return normal(rng); });
   if (dtype == DType::f64)
     return weights;
   for (auto &[name, t] : weights) {
@@ -91,8 +91,8 @@ struct Step {
     module = harness.parse(model(t));
     if (!module)
       return false;
-    runtime::TensorMap weights = modelWeights(module->lookupSymbol<mlir::func::FuncOp>("lm"),
-                                              t == "f64" ? DType::f64 : DType::f32);
+    TensorMap weights = modelWeights(module->lookupSymbol<mlir::func::FuncOp>("lm"),
+                                     t == "f64" ? DType::f64 : DType::f32);
     if (mlir::failed(passes::buildTrainingStep(*module, options))) {
       ADD_FAILURE() << harness.diagnostics();
       return false;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace megac::runtime {
+namespace megac {
 
 /// Element types, in the plan schema's order (megac.plan.DType has the same values).
 enum class DType : uint8_t { f64 = 0, f32, bf16, f16, i64, i32, i1 };
@@ -35,4 +35,4 @@ struct HostTensor {
 /// Named tensors: weights by parameter name, or a run's outputs.
 using TensorMap = std::map<std::string, HostTensor>;
 
-} // namespace megac::runtime
+} // namespace megac

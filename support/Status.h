@@ -1,4 +1,4 @@
-// Errors in the runtime: a Status carries a message with context, never an exception.
+// Errors everywhere below tools/: a Status carries a message with context, never an exception.
 //
 //   RETURN_IF_ERROR(loadWeights(path)) << "while loading plan " << planPath;
 //   ASSIGN_OR_RETURN(HostTensor t, readNpy(path));
@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-namespace megac::runtime {
+namespace megac {
 
 class [[nodiscard]] Status {
 public:
@@ -57,20 +57,20 @@ private:
   Status status_;
 };
 
-} // namespace megac::runtime
+} // namespace megac
 
 #define MEGAC_CONCAT_INNER(a, b) a##b
 #define MEGAC_CONCAT(a, b) MEGAC_CONCAT_INNER(a, b)
 
 /// Returns the Status of `expr` from the enclosing function if it failed; context may follow
 /// with <<. (The streamed text is appended to the error and the function returns it.)
-#define RETURN_IF_ERROR(expr)                                                                     \
-  for (::megac::runtime::Status megac_status_ = (expr); !megac_status_.isOk();)                  \
+#define RETURN_IF_ERROR(expr)                                                                      \
+  for (::megac::Status megac_status_ = (expr); !megac_status_.isOk();)                             \
   return megac_status_
 
 /// `ASSIGN_OR_RETURN(T x, expr)`: declares x from a StatusOr, or returns its Status.
-#define ASSIGN_OR_RETURN(decl, expr)                                                              \
-  auto MEGAC_CONCAT(megac_or_, __LINE__) = (expr);                                               \
-  if (!MEGAC_CONCAT(megac_or_, __LINE__).isOk())                                                  \
-    return MEGAC_CONCAT(megac_or_, __LINE__).status();                                            \
+#define ASSIGN_OR_RETURN(decl, expr)                                                               \
+  auto MEGAC_CONCAT(megac_or_, __LINE__) = (expr);                                                 \
+  if (!MEGAC_CONCAT(megac_or_, __LINE__).isOk())                                                   \
+    return MEGAC_CONCAT(megac_or_, __LINE__).status();                                             \
   decl = std::move(MEGAC_CONCAT(megac_or_, __LINE__)).value()

@@ -7,7 +7,7 @@
 #include <bit>
 #include <cstdint>
 
-namespace megac::runtime {
+namespace megac {
 
 inline float bf16ToFloat(uint16_t bits) { return std::bit_cast<float>(uint32_t(bits) << 16); }
 
@@ -56,4 +56,4 @@ inline uint16_t floatToHalf(float value) {
   return static_cast<uint16_t>(out | (sign >> 16));
 }
 
-} // namespace megac::runtime
+} // namespace megac

@@ -1,14 +1,14 @@
 // Whole-file reads and atomic writes (tmp, fsync, rename) for the runtime's file formats.
 #pragma once
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
-namespace megac::runtime {
+namespace megac {
 
 /// The bytes of `path`; `what` names the file's role in errors ("cannot open plan file ...").
 StatusOr<std::vector<uint8_t>> readFileBytes(const std::string &path, const char *what);
@@ -18,4 +18,4 @@ StatusOr<std::vector<uint8_t>> readFileBytes(const std::string &path, const char
 Status writeFileAtomically(const std::string &path,
                            std::span<const std::span<const uint8_t>> pieces);
 
-} // namespace megac::runtime
+} // namespace megac

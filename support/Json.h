@@ -1,14 +1,14 @@
 // A small JSON reader and writer, enough for safetensors headers (no third-party package).
 #pragma once
 
-#include "runtime/Status.h"
+#include "support/Status.h"
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace megac::runtime::json {
+namespace megac::json {
 
 /// A parsed JSON value. Objects keep their keys in file order; duplicate keys are rejected.
 struct Value {
@@ -33,4 +33,4 @@ StatusOr<Value> parse(std::string_view text);
 /// `text` as a JSON string literal, quotes included.
 std::string quote(std::string_view text);
 
-} // namespace megac::runtime::json
+} // namespace megac::json

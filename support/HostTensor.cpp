@@ -1,7 +1,7 @@
 // Element sizes and names of the runtime's dtypes, and the HostTensor helpers.
-#include "runtime/io/HostTensor.h"
+#include "support/HostTensor.h"
 
-namespace megac::runtime {
+namespace megac {
 
 size_t dtypeSize(DType dtype) {
   switch (dtype) {
@@ -65,4 +65,4 @@ HostTensor HostTensor::zeros(DType dtype, std::vector<int64_t> shape) {
   return t;
 }
 
-} // namespace megac::runtime
+} // namespace megac

@@ -1,5 +1,5 @@
 // Whole-file reads and atomic writes with POSIX calls, errors naming the file and errno.
-#include "runtime/io/Files.h"
+#include "support/Files.h"
 
 #include <cerrno>
 #include <cstring>
@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-namespace megac::runtime {
+namespace megac {
 
 namespace {
 
@@ -93,4 +93,4 @@ Status writeFileAtomically(const std::string &path,
   return Status::ok();
 }
 
-} // namespace megac::runtime
+} // namespace megac
