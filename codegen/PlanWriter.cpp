@@ -4,7 +4,7 @@
 
 #include "codegen/ProgramLowering.h"
 #include "ir/MegaOps.h"
-#include "planner/PipelineSchedule.h"
+#include "parallel/PipelineSchedule.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -87,10 +87,10 @@ mlir::FailureOr<std::vector<uint8_t>> writePlan(mlir::ModuleOp module,
   llvm::SmallVector<mlir::ModuleOp> containers =
       stages->empty() ? llvm::SmallVector<mlir::ModuleOp>{module} : *stages;
 
-  // The schedule every stage runs (one generator: planner/PipelineSchedule).
-  std::vector<std::vector<planner::ScheduleStep>> schedules;
-  planner::PipelineShape shape;
-  planner::ScheduleKind kind = planner::ScheduleKind::oneFOneB;
+  // The schedule every stage runs (one generator: parallel/PipelineSchedule).
+  std::vector<std::vector<schedule::ScheduleStep>> schedules;
+  schedule::PipelineShape shape;
+  schedule::ScheduleKind kind = options.schedule;
   if (!stages->empty()) {
     int64_t chunks = 0;
     for (mlir::ModuleOp stage : *stages)
@@ -99,15 +99,9 @@ mlir::FailureOr<std::vector<uint8_t>> writePlan(mlir::ModuleOp module,
     if (chunks % pp != 0)
       return module.emitError() << chunks << " chunks do not split evenly over " << pp
                                 << " stages";
-    if (options.schedule == "gpipe")
-      kind = planner::ScheduleKind::gpipe;
-    else if (options.schedule != "1f1b")
-      return module.emitError() << "unknown pipeline schedule '" << options.schedule
-                                << "' (1f1b or gpipe)";
-    if (shape.virtualStages > 1 && kind == planner::ScheduleKind::oneFOneB)
-      kind = planner::ScheduleKind::interleaved;
+    kind = schedule::resolveSchedule(options.schedule, shape.virtualStages);
     std::string error;
-    auto built = planner::buildSchedule(kind, shape, &error);
+    auto built = schedule::buildSchedule(kind, shape, &error);
     if (!built)
       return module.emitError() << "pipeline schedule: " << error;
     schedules = std::move(*built);
@@ -126,12 +120,7 @@ mlir::FailureOr<std::vector<uint8_t>> writePlan(mlir::ModuleOp module,
     if (!ok)
       continue;
     if (!schedules.empty()) {
-      std::vector<detail::ScheduleStepInfo> steps;
-      for (const planner::ScheduleStep &step : schedules[stage])
-        steps.push_back({step.kind == planner::StepKind::backward,
-                         static_cast<uint32_t>(step.chunk),
-                         static_cast<uint32_t>(step.microBatch)});
-      lowering.setSchedule(std::move(steps));
+      lowering.setSchedule(schedules[stage]);
     }
     auto program = lowering.finish();
     if (failed(program))
@@ -163,10 +152,9 @@ mlir::FailureOr<std::vector<uint8_t>> writePlan(mlir::ModuleOp module,
   auto meshTable = pl::CreateMeshDirect(fbb, &axisNameOffsets, &axisSizes);
   fb::Offset<pl::Pipeline> pipeline;
   if (!stages->empty())
-    pipeline = pl::CreatePipelineDirect(fbb, static_cast<uint32_t>(shape.stages),
-                                        static_cast<uint32_t>(shape.virtualStages),
-                                        static_cast<uint32_t>(shape.microBatches),
-                                        planner::scheduleName(kind));
+    pipeline = pl::CreatePipelineDirect(
+        fbb, static_cast<uint32_t>(shape.stages), static_cast<uint32_t>(shape.virtualStages),
+        static_cast<uint32_t>(shape.microBatches), schedule::scheduleName(kind));
   auto plan = pl::CreatePlanDirect(fbb, static_cast<uint32_t>(pl::FormatVersion::Current),
                                    kProducer, meshTable, &programs, &ranks,
                                    options.weightsFile.c_str(), options.seed, pipeline);

@@ -18,6 +18,8 @@
 // send/recv, reshard) are errors on the op. See docs/training-step.md.
 #pragma once
 
+#include "parallel/PipelineSchedule.h"
+
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LogicalResult.h"
 
@@ -34,9 +36,9 @@ struct CodegenOptions {
   std::string weightsFile;
   /// Seed for parameters that no weights file provides.
   uint64_t seed = 0;
-  /// Pipelined modules: the schedule ("1f1b", interleaved when there are several chunks per
-  /// stage, or "gpipe") and the micro-batches per optimizer step.
-  std::string schedule = "1f1b";
+  /// Pipelined modules: the schedule (1F1B runs interleaved when there are several chunks per
+  /// stage; parallel/PipelineSchedule.h) and the micro-batches per optimizer step.
+  schedule::ScheduleKind schedule = schedule::ScheduleKind::oneFOneB;
   int64_t microBatches = 1;
 };
 

@@ -617,14 +617,14 @@ mlir::FailureOr<fb::Offset<pl::Program>> ProgramLowering::finish() {
   std::string name = functions_.size() == 1 ? functions_.front().name
                      : module_.getSymName() ? module_.getSymName()->str()
                                             : "main";
-  std::vector<fb::Offset<pl::ScheduleStep>> schedule;
-  for (const ScheduleStepInfo &step : schedule_)
-    schedule.push_back(pl::CreateScheduleStep(
-        fbb_, step.backward ? pl::StepKind::Backward : pl::StepKind::Forward, step.chunk,
-        step.microBatch));
+  std::vector<fb::Offset<pl::ScheduleStep>> steps;
+  for (const schedule::ScheduleStep &step : schedule_)
+    steps.push_back(pl::CreateScheduleStep(
+        fbb_,
+        step.kind == schedule::StepKind::backward ? pl::StepKind::Backward : pl::StepKind::Forward,
+        static_cast<uint32_t>(step.chunk), static_cast<uint32_t>(step.microBatch)));
   return pl::CreateProgramDirect(fbb_, name.c_str(), memory.plan->arenaBytes, &buffers, &parameters,
-                                 &constants, &state, &functions,
-                                 schedule.empty() ? nullptr : &schedule);
+                                 &constants, &state, &functions, steps.empty() ? nullptr : &steps);
 }
 
 } // namespace megac::codegen::detail

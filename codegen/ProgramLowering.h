@@ -4,6 +4,7 @@
 
 #include "codegen/MemoryPlanner.h"
 #include "ir/MegaDialect.h"
+#include "parallel/PipelineSchedule.h"
 #include "runtime/plan/plan_generated.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -74,13 +75,6 @@ struct PortInfo {
   std::vector<uint32_t> partialAxes;
 };
 
-/// One step of a pipeline schedule (docs/pipeline.md).
-struct ScheduleStepInfo {
-  bool backward = false;
-  uint32_t chunk = 0;
-  uint32_t microBatch = 0;
-};
-
 struct ConstantInfo {
   uint32_t buffer = 0;
   fb::Offset<fb::Vector<uint8_t>> data;
@@ -102,7 +96,7 @@ public:
       : module_(module), functionCount_(functionCount), fbb_(fbb), mesh_(mesh) {}
 
   /// The pipeline schedule of this program's role (written by finish()).
-  void setSchedule(std::vector<ScheduleStepInfo> schedule) { schedule_ = std::move(schedule); }
+  void setSchedule(std::vector<schedule::ScheduleStep> steps) { schedule_ = std::move(steps); }
 
   /// Lowers one func into the next Function of the program.
   mlir::LogicalResult lowerFunction(mlir::func::FuncOp func);
@@ -155,7 +149,7 @@ private:
   size_t functionCount_;
   fb::FlatBufferBuilder &fbb_;
   mega::MeshAttr mesh_;
-  std::vector<ScheduleStepInfo> schedule_;
+  std::vector<schedule::ScheduleStep> schedule_;
 
   // The program.
   std::vector<BufferInfo> buffers_;

@@ -21,6 +21,7 @@ int64_t ffnOf(const TransformerShape &s) { return s.ffn > 0 ? s.ffn : 4 * s.hidd
 double peakFlops(const DeviceSpec &device, Precision precision) {
   switch (precision) {
   case Precision::fp32:
+  case Precision::fp64: // a reference precision, not a planned one: costed at the fp32 peak
     return device.peakFlopsFp32;
   case Precision::fp16:
     return device.peakFlopsFp16;
@@ -30,7 +31,9 @@ double peakFlops(const DeviceSpec &device, Precision precision) {
   return device.peakFlopsBf16;
 }
 
-int64_t elementBytes(Precision precision) { return precision == Precision::fp32 ? 4 : 2; }
+int64_t elementBytes(Precision precision) {
+  return precision == Precision::fp64 ? 8 : precision == Precision::fp32 ? 4 : 2;
+}
 
 double gemmEfficiency(const DeviceSpec &d, double peak, int64_t m, int64_t n, int64_t k,
                       int64_t batch, int64_t elementBytes) {
@@ -228,6 +231,8 @@ ParameterBytes parameterBytes(Precision precision) {
   switch (precision) {
   case Precision::fp32:
     return {4, 4, 8};
+  case Precision::fp64:
+    return {8, 8, 16};
   case Precision::fp16:
     return {2, 2, 16};
   case Precision::bf16:

@@ -3,9 +3,9 @@
 // parameter counts, Korthikanti activation memory. MLIR-free.
 #pragma once
 
+#include "parallel/PipelineSchedule.h"
 #include "planner/BlockKernels.h"
 #include "planner/Hardware.h"
-#include "planner/PipelineSchedule.h"
 #include "planner/Planner.h"
 
 #include <cstdint>
@@ -16,6 +16,12 @@
 #include <vector>
 
 namespace megac::planner {
+
+/// The schedule library's names (parallel/PipelineSchedule.h), as the planner simulates them.
+using schedule::PipelineShape;
+using schedule::ScheduleKind;
+using schedule::ScheduleSimulation;
+using schedule::ScheduleStep;
 
 /// Dense peak FLOP/s of `device` at `precision`.
 double peakFlops(const DeviceSpec &device, Precision precision);

@@ -4,6 +4,7 @@
 // it here. See planner/Hardware.h for the machines.
 #pragma once
 
+#include "parallel/Layout.h"
 #include "planner/Hardware.h"
 #include "planner/StackProfile.h"
 
@@ -37,19 +38,6 @@ struct TransformerShape {
   /// Dropout probability of the hidden states and attention probabilities (0: none). Megatron's
   /// GPT runs train with 0.1; megac's zoo models have none; `megac plan --dropout P` sets it.
   double dropout = 0;
-};
-
-enum class Precision { fp32, bf16, fp16 };
-enum class Recompute { none, selective, full };
-
-/// One candidate layout (what `megac train` flags name).
-struct Layout {
-  int64_t tp = 1, pp = 1, dp = 1, vpp = 1;
-  int64_t microBatch = 1; // per data-parallel rank
-  bool sequenceParallel = false;
-  int zero = 0;
-  Recompute recompute = Recompute::none;
-  Precision precision = Precision::bf16;
 };
 
 /// Which choices the user pinned (`megac plan --tp 8 ...`); unset ones are searched.
@@ -95,6 +83,7 @@ struct StepCost {
   std::vector<std::string> dominant;
 };
 
+/// One candidate: a Layout (parallel/Layout.h) and its predicted cost.
 struct PlanCandidate {
   Layout layout;
   StepCost cost;

@@ -28,11 +28,6 @@ std::string checkDurations(const std::vector<double> &list, const char *kind, in
 
 } // namespace
 
-std::string stepLabel(const ScheduleStep &step) {
-  return (step.kind == StepKind::forward ? "F" : "B") + std::to_string(step.microBatch) + " c" +
-         std::to_string(step.chunk);
-}
-
 // simulateSchedule's loop (PipelineSchedule.cpp), keeping each step's times: every stage runs
 // its steps in order as soon as both the stage is free and the step's input has arrived.
 Timeline simulateTimeline(const PipelineShape &shape,

@@ -1,16 +1,23 @@
 // The timed pipeline schedule: when each (forward|backward, chunk, micro-batch) step of the one
-// schedule generator (planner/PipelineSchedule.h) runs on its stage, and two renderings of it, an
+// schedule library (parallel/PipelineSchedule.h) runs on its stage, and two renderings of it, an
 // SVG a person reads (`megac plan --timeline`) and Chrome trace-event JSON that opens in Perfetto
 // (`megac plan --trace`, the same format as `megac train --trace`). MLIR-free.
 #pragma once
 
-#include "planner/PipelineSchedule.h"
+#include "parallel/PipelineSchedule.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace megac::planner {
+
+/// The schedule library's names (parallel/PipelineSchedule.h), as the planner simulates them.
+using schedule::PipelineShape;
+using schedule::ScheduleKind;
+using schedule::ScheduleSimulation;
+using schedule::ScheduleStep;
+using schedule::StepKind;
 
 /// How long the steps take, in seconds.
 struct StepDurations {
@@ -57,10 +64,6 @@ Timeline simulateTimeline(const PipelineShape &shape,
 Timeline scheduleTimeline(ScheduleKind kind, const PipelineShape &shape,
                           const StepDurations &durations);
 
-/// "F3 c1": forward of micro-batch 3 in chunk 1 ("B" for backward), the blocks' names in both
-/// renderings.
-std::string stepLabel(const ScheduleStep &step);
-
 /// A standalone SVG: one row per stage, a block per step labelled with its micro-batch
 /// (forwards blue, backwards orange, each chunk of a stage a different shade), idle time as
 /// gaps, cross-stage sends as thin lines from the producer's end to the consumer's row, a time
@@ -71,9 +74,9 @@ std::string timelineSvg(const Timeline &timeline, const std::string &subtitle = 
 /// Chrome trace-event JSON {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}
 /// with the lanes of `megac train --trace` (runtime/exec/Trace.h): per stage a process (pid =
 /// stage, named "stage s"), its steps as complete ("X") events on thread 2 ("pipeline") named by
-/// stepLabel with args kind/chunk/micro_batch, and, when sendLatency > 0, each cross-stage
-/// transfer on the receiving stage's thread 1 ("communication"); ts and dur in microseconds.
-/// otherData holds the schedule, shape, makespan_s and bubble_fraction.
+/// schedule::stepLabel with args kind/chunk/micro_batch, and, when sendLatency > 0, each
+/// cross-stage transfer on the receiving stage's thread 1 ("communication"); ts and dur in
+/// microseconds. otherData holds the schedule, shape, makespan_s and bubble_fraction.
 std::string chromeTrace(const Timeline &timeline);
 
 } // namespace megac::planner

@@ -1,7 +1,7 @@
 // mega-sharding-propagation: a layout for every value of @forward_backward's forward half, from
 // the inputs' batch split, the parameters' first uses and the ops' sharding rules (Passes.td).
-#include "passes/partition/Layout.h"
 #include "passes/partition/Passes.h"
+#include "passes/partition/Sharding.h"
 
 #include "ir/MegaDialect.h"
 #include "ir/MegaOps.h"
@@ -21,7 +21,7 @@ namespace megac::passes {
 namespace {
 
 using partition::AxisList;
-using partition::Layout;
+using partition::Sharding;
 
 constexpr unsigned kDp = 1, kTp = 2; // axes of #mega.mesh<pp, dp, tp>
 
@@ -47,7 +47,7 @@ public:
     // Casts whose users never fixed a layout (none had a rule that cares): whole.
     for (auto &[value, cast] : deferredCasts_)
       if (undecided_.contains(value))
-        if (failed(decide(value, Layout::replicated(
+        if (failed(decide(value, Sharding::replicated(
                                      cast_or_null<RankedTensorType>(value.getType()).getRank()))))
           return failure();
     // Parameters never used by a rule stay replicated; the signature takes the new types.
@@ -58,10 +58,10 @@ public:
   }
 
 private:
-  Layout get(Value v) const { return partition::layoutOf(v.getType(), mesh_); }
-  void set(Value v, const Layout &layout) {
+  Sharding get(Value v) const { return partition::shardingOf(v.getType(), mesh_); }
+  void set(Value v, const Sharding &layout) {
     auto type = cast<RankedTensorType>(v.getType());
-    v.setType(partition::withLayout(type, layout, mesh_));
+    v.setType(partition::withSharding(type, layout, mesh_));
   }
   bool isParam(Value v) const {
     if (deferredCasts_.count(v))
@@ -78,7 +78,7 @@ private:
 
   /// Fixes the layout of an undecided parameter, or of a deferred cast of one (and then of what
   /// it casts, which takes the same layout; if that was fixed otherwise, the cast reshards).
-  LogicalResult decide(Value v, const Layout &layout) {
+  LogicalResult decide(Value v, const Sharding &layout) {
     set(v, layout);
     undecided_.erase(v);
     auto it = deferredCasts_.find(v);
@@ -91,7 +91,8 @@ private:
     if (get(input) == layout)
       return success();
     OpBuilder b(cast);
-    auto type = partition::withLayout(cast_or_null<RankedTensorType>(input.getType()), layout, mesh_);
+    auto type =
+        partition::withSharding(cast_or_null<RankedTensorType>(input.getType()), layout, mesh_);
     auto reshard = mega::ReshardOp::create(b, cast.getLoc(), type, input);
     cast.getInputMutable().assign(reshard.getResult());
     return success();
@@ -111,7 +112,7 @@ private:
       if (type.getDimSize(0) % dp_ != 0)
         return f_.emitError() << "the batch dim of input '" << input.getValue() << "' has size "
                               << type.getDimSize(0) << ", which is not divisible by dp = " << dp_;
-      Layout layout = Layout::replicated(type.getRank());
+      Sharding layout = Sharding::replicated(type.getRank());
       layout.dims[0] = {kDp};
       set(arg, layout);
     }
@@ -139,7 +140,7 @@ private:
       if (!undecided_.contains(w))
         return success();
       ArrayRef<int64_t> shape = cast<RankedTensorType>(w.getType()).getShape();
-      Layout layout = Layout::replicated(2);
+      Sharding layout = Sharding::replicated(2);
       if (llvm::is_contained(get(linear.getInput()).dims.back(), kTp)) {
         layout.dims[1] = {kTp};
       } else {
@@ -161,7 +162,7 @@ private:
                           << ": it stays whole on every rank (pad the vocab to a multiple of tp)";
         return success();
       }
-      Layout layout = Layout::replicated(2);
+      Sharding layout = Sharding::replicated(2);
       layout.dims[0] = {kTp};
       if (failed(decide(table, layout)))
         return failure();
@@ -254,7 +255,7 @@ private:
     };
 
     size_t n = op->getNumOperands();
-    SmallVector<Layout> current;
+    SmallVector<Sharding> current;
     for (Value v : op->getOperands())
       current.push_back(get(v));
     SmallVector<bool> keepPartial(n, false);
@@ -291,13 +292,15 @@ private:
         // bias-free model (Llama, T5) would otherwise keep the whole residual an unreduced,
         // unsplit partial sum, reduced only at each norm, leaving no pipeline cut points.
         if (n > 0 && !current[0].partial.empty() && !(sp_ && current[0].isPartialOver(kTp)) &&
-            llvm::all_of(current, [&](const Layout &l) { return l.partial == current[0].partial; })) {
+            llvm::all_of(current,
+                         [&](const Sharding &l) { return l.partial == current[0].partial; })) {
           passThrough = current[0].partial;
           keepPartial.assign(n, true);
         }
         break;
       case mega::PartialRule::product: {
-        auto partialOperands = llvm::count_if(current, [](const Layout &l) { return !l.partial.empty(); });
+        auto partialOperands =
+            llvm::count_if(current, [](const Sharding &l) { return !l.partial.empty(); });
         if (partialOperands == 1)
           for (size_t i = 0; i < n; ++i)
             if (!current[i].partial.empty()) {
@@ -324,7 +327,7 @@ private:
     // What each operand must be; reshard where it is not.
     for (size_t i = 0; i < n; ++i) {
       Value v = op->getOperand(i);
-      Layout need = Layout::replicated(current[i].dims.size());
+      Sharding need = Sharding::replicated(current[i].dims.size());
       if (rule.known)
         for (size_t d = 0; d < need.dims.size(); ++d)
           if (!rule.operands[i][d].empty())
@@ -341,7 +344,7 @@ private:
       if (retypeBroadcast(v, current[i], need))
         continue;
       OpBuilder b(op);
-      auto type = partition::withLayout(cast<RankedTensorType>(v.getType()), need, mesh_);
+      auto type = partition::withSharding(cast<RankedTensorType>(v.getType()), need, mesh_);
       auto reshard = mega::ReshardOp::create(b, op->getLoc(), type, v);
       op->setOperand(i, reshard.getResult());
     }
@@ -352,7 +355,7 @@ private:
       auto type = dyn_cast<RankedTensorType>(r.getType());
       if (!type)
         continue;
-      Layout out = Layout::replicated(type.getRank());
+      Sharding out = Sharding::replicated(type.getRank());
       if (rule.known) {
         for (size_t d = 0; d < out.dims.size(); ++d)
           if (!rule.results[j][d].empty())
@@ -373,7 +376,7 @@ private:
   /// A broadcast used once produces the layout its user needs: split on the dims it creates
   /// with no communication (each rank broadcasts into its own slice), and on the dims it keeps
   /// by splitting its (smaller) input instead of its result.
-  bool retypeBroadcast(Value v, const Layout &have, const Layout &need) {
+  bool retypeBroadcast(Value v, const Sharding &have, const Sharding &need) {
     auto broadcast = v.getDefiningOp<mega::BroadcastOp>();
     if (!broadcast || !v.hasOneUse() || !have.partial.empty() || !need.partial.empty())
       return false;
@@ -381,10 +384,10 @@ private:
     ArrayRef<int64_t> in = cast<RankedTensorType>(input.getType()).getShape();
     ArrayRef<int64_t> out = cast<RankedTensorType>(v.getType()).getShape();
     size_t lead = out.size() - in.size();
-    Layout haveIn = get(input);
+    Sharding haveIn = get(input);
     if (!haveIn.partial.empty())
       return false;
-    Layout needIn = Layout::replicated(in.size());
+    Sharding needIn = Sharding::replicated(in.size());
     for (size_t d = 0; d < out.size(); ++d) {
       bool created = d < lead || (in[d - lead] == 1 && out[d] != 1);
       if (created) {
@@ -399,7 +402,7 @@ private:
         return false;
     } else if (haveIn != needIn) {
       OpBuilder b(broadcast);
-      auto type = partition::withLayout(cast<RankedTensorType>(input.getType()), needIn, mesh_);
+      auto type = partition::withSharding(cast<RankedTensorType>(input.getType()), needIn, mesh_);
       auto reshard = mega::ReshardOp::create(b, broadcast.getLoc(), type, input);
       broadcast.getInputMutable().assign(reshard.getResult());
     }

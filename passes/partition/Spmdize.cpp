@@ -1,7 +1,7 @@
 // mega-spmdize: the sharded @forward_backward becomes one rank's program over local shapes,
 // with collectives where layouts change (Passes.td).
-#include "passes/partition/Layout.h"
 #include "passes/partition/Passes.h"
+#include "passes/partition/Sharding.h"
 
 #include "ir/MegaDialect.h"
 #include "ir/MegaOps.h"
@@ -22,7 +22,7 @@ namespace megac::passes {
 namespace {
 
 using partition::AxisList;
-using partition::Layout;
+using partition::Sharding;
 
 bool isFloatTensor(Type t) {
   auto tensor = dyn_cast<RankedTensorType>(t);
@@ -48,7 +48,7 @@ public:
       auto type = dyn_cast<RankedTensorType>(v.getType());
       if (!type)
         return;
-      Layout layout = partition::layoutOf(type, mesh_);
+      Sharding layout = partition::shardingOf(type, mesh_);
       for (const AxisList &dim : layout.dims)
         if (dim.size() > 1)
           multiAxis_ = true;
@@ -86,11 +86,11 @@ public:
   }
 
 private:
-  Layout layoutOf(Value v) const {
+  Sharding shardingOf(Value v) const {
     auto it = layout_.find(v);
     if (it != layout_.end())
       return it->second;
-    return Layout::replicated(cast<RankedTensorType>(v.getType()).getRank());
+    return Sharding::replicated(cast<RankedTensorType>(v.getType()).getRank());
   }
 
   /// Mesh axes the op's computation is split over: any axis an operand or result is split or
@@ -100,7 +100,7 @@ private:
     auto add = [&](Value v) {
       if (!isa<RankedTensorType>(v.getType()))
         return;
-      for (unsigned a : layoutOf(v).allAxes())
+      for (unsigned a : shardingOf(v).allAxes())
         if (!llvm::is_contained(axes, a))
           axes.push_back(a);
     };
@@ -113,7 +113,7 @@ private:
 
   LogicalResult lowerReshard(mega::ReshardOp reshard) {
     Value value = reshard.getInput();
-    Layout have = layoutOf(value), need = layoutOf(reshard.getResult());
+    Sharding have = shardingOf(value), need = shardingOf(reshard.getResult());
     RankedTensorType global = global_[reshard.getResult()];
     Operation *user = reshard->hasOneUse() ? *reshard->getUsers().begin() : nullptr;
     AxisList userSplit = user ? splitAxes(user) : AxisList{};
@@ -126,7 +126,7 @@ private:
       if (fromPartial == toPartial && from == to)
         continue;
       ArrayAttr axes = partition::axisNames(context, mesh_, {axis});
-      auto step = [&](Layout next, auto build) {
+      auto step = [&](Sharding next, auto build) {
         value = build(partition::localType(global, next, mesh_));
         have = next;
       };
@@ -135,7 +135,7 @@ private:
                                    << mesh_.getAxisNames()[axis] << " from "
                                    << partition::describe(have, mesh_);
       if (fromPartial) {
-        Layout next = have;
+        Sharding next = have;
         next.partial = minus(have.partial, {axis});
         if (to >= 0) {
           next.dims[to].push_back(axis);
@@ -153,7 +153,7 @@ private:
         continue;
       }
       if (from >= 0) {
-        Layout next = have;
+        Sharding next = have;
         next.dims[from].clear();
         bool gradPartial = llvm::is_contained(userSplit, axis) && to < 0;
         step(next, [&](Type t) {
@@ -164,7 +164,7 @@ private:
         });
       }
       if (to >= 0) {
-        Layout next = have;
+        Sharding next = have;
         next.dims[to].push_back(axis);
         step(next, [&](Type t) {
           return mega::ShardSliceOp::create(b, loc, t, value, mesh_, axes, b.getI64IntegerAttr(to))
@@ -186,7 +186,7 @@ private:
       return;
     SmallVector<int64_t> limits(slice.getLimits());
     ArrayRef<int64_t> local = cast<RankedTensorType>(slice.getResult().getType()).getShape();
-    Layout layout = layoutOf(slice.getResult());
+    Sharding layout = shardingOf(slice.getResult());
     for (size_t d = 0; d < limits.size(); ++d)
       if (!layout.dims[d].empty())
         limits[d] = local[d];
@@ -196,11 +196,11 @@ private:
   void markVocabParallel(Operation *op) {
     MLIRContext *context = op->getContext();
     if (auto embedding = dyn_cast<mega::EmbeddingOp>(op)) {
-      AxisList vocab = layoutOf(embedding.getTable()).dims[0];
+      AxisList vocab = shardingOf(embedding.getTable()).dims[0];
       if (!vocab.empty())
         embedding.setVocabAxesAttr(partition::axisNames(context, mesh_, vocab));
     } else if (auto ce = dyn_cast<mega::CrossEntropyOp>(op)) {
-      AxisList vocab = layoutOf(ce.getLogits()).dims.back();
+      AxisList vocab = shardingOf(ce.getLogits()).dims.back();
       if (!vocab.empty())
         ce.setVocabAxesAttr(partition::axisNames(context, mesh_, vocab));
     }
@@ -216,7 +216,7 @@ private:
       Value v = use.get();
       if (!isFloatTensor(v.getType()))
         continue;
-      AxisList missing = minus(split, layoutOf(v).allAxes());
+      AxisList missing = minus(split, shardingOf(v).allAxes());
       if (auto gather = v.getDefiningOp<mega::AllGatherOp>(); gather && gather.getGradPartial())
         missing = minus(missing, layoutAxes(gather.getAxes()));
       if (missing.empty())
@@ -241,7 +241,7 @@ private:
     Value v = use.get();
     auto copy = mega::CopyToShardsOp::create(b, use.getOwner()->getLoc(), v.getType(), v, mesh_,
                                              partition::axisNames(b.getContext(), mesh_, axes));
-    layout_[copy.getResult()] = layoutOf(v);
+    layout_[copy.getResult()] = shardingOf(v);
     use.set(copy.getResult());
   }
 
@@ -297,7 +297,7 @@ private:
       auto it = global_.find(arg);
       if (it == global_.end())
         continue;
-      Layout layout = layoutOf(arg);
+      Sharding layout = shardingOf(arg);
       SmallVector<Attribute> dims;
       for (const AxisList &d : layout.dims)
         dims.push_back(partition::axisNames(context, mesh_, d));
@@ -307,7 +307,7 @@ private:
     }
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     for (OpOperand &result : ret->getOpOperands()) {
-      Layout layout = layoutOf(result.get());
+      Sharding layout = shardingOf(result.get());
       if (!layout.partial.empty())
         f_.setResultAttr(result.getOperandNumber(), kPartialAxesAttr,
                          partition::axisNames(context, mesh_, layout.partial));
@@ -319,7 +319,7 @@ private:
   mega::MeshAttr mesh_;
   bool multiAxis_ = false;
   llvm::DenseMap<Value, RankedTensorType> global_;
-  llvm::DenseMap<Value, Layout> layout_;
+  llvm::DenseMap<Value, Sharding> layout_;
   llvm::MapVector<Value, SmallVector<std::pair<OpOperand *, AxisList>>> paramUses_;
 };
 

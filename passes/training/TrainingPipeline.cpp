@@ -21,40 +21,15 @@ const char *lossKindName(LossKind kind) {
   return "causal";
 }
 
-const char *precisionName(Precision precision) {
-  switch (precision) {
-  case Precision::fp32:
-    return "fp32";
-  case Precision::fp64:
-    return "fp64";
-  case Precision::bf16:
-    return "bf16";
-  case Precision::fp16:
-    return "fp16";
-  }
-  return "fp32";
-}
-
-const char *recomputeName(Recompute recompute) {
-  switch (recompute) {
-  case Recompute::none:
-    return "none";
-  case Recompute::selective:
-    return "selective";
-  case Recompute::full:
-    return "full";
-  }
-  return "none";
-}
-
 mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptions &options) {
   mlir::PassManager pm(module->getContext());
   TrainingPrecisionOptions precision;
-  precision.precision = precisionName(options.precision);
+  precision.precision = precisionName(options.layout.precision);
   // fp64 converts the model itself (so @forward is f64 too); bf16/fp16 rewrite the forward half
   // of @forward_backward before autodiff, which then follows its casts.
-  bool mixed = options.precision == Precision::bf16 || options.precision == Precision::fp16;
-  if (options.precision == Precision::fp64)
+  bool mixed =
+      options.layout.precision == Precision::bf16 || options.layout.precision == Precision::fp16;
+  if (options.layout.precision == Precision::fp64)
     pm.addPass(createTrainingPrecision(precision));
   TrainingLossOptions loss;
   loss.function = options.function;
@@ -86,7 +61,7 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
     pm.addPass(createPipelineSplit(split));
   }
   TrainingAutodiffOptions autodiff;
-  if (options.precision == Precision::fp16)
+  if (options.layout.precision == Precision::fp16)
     autodiff.lossScale = "loss_scale";
   pm.addPass(createTrainingAutodiff(autodiff));
   if (chunks > 1 || layout.recompute != Recompute::none) {

@@ -10,6 +10,7 @@
 //   setInput("lr", ...); setInput("step", ...); run("apply_gradients"); output("grad_norm");
 #pragma once
 
+#include "parallel/PipelineSchedule.h"
 #include "runtime/plan/PlanLoader.h"
 #include "support/HostTensor.h"
 #include "support/Status.h"
@@ -66,14 +67,6 @@ struct ShardInfo {
   std::vector<int64_t> globalShape;
   std::vector<int64_t> offset; // this rank's start, per dim
   std::vector<int64_t> shape;  // the shard's (local) shape
-};
-
-/// One step of a pipelined program's schedule (plan Program.schedule): run "forward.c<chunk>"
-/// or "backward.c<chunk>" on micro-batch `microBatch`.
-struct ScheduleStep {
-  enum class Kind { forward, backward } kind = Kind::forward;
-  int64_t chunk = 0;
-  int64_t microBatch = 0;
 };
 
 class Executor {
@@ -137,7 +130,7 @@ public:
   virtual StatusOr<std::vector<uint32_t>> statePartialAxes(std::string_view name) const = 0;
   virtual StatusOr<std::vector<uint32_t>> outputPartialAxes(std::string_view name) const = 0;
   /// The program's pipeline schedule (empty: run "forward_backward" per micro-batch).
-  virtual std::vector<ScheduleStep> schedule() const = 0;
+  virtual std::vector<schedule::ScheduleStep> schedule() const = 0;
 };
 
 } // namespace megac::runtime

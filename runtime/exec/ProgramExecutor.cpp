@@ -2,6 +2,7 @@
 #include "runtime/exec/ProgramExecutor.h"
 
 #include "runtime/exec/Parameters.h"
+#include "runtime/plan/PlanSchedule.h"
 
 #include <algorithm>
 
@@ -275,14 +276,8 @@ StatusOr<std::vector<uint32_t>> ProgramExecutor::outputPartialAxes(std::string_v
                        "' (outputs: " + joinNames(outputNames()) + ")");
 }
 
-std::vector<ScheduleStep> ProgramExecutor::schedule() const {
-  std::vector<ScheduleStep> steps;
-  if (program_->schedule())
-    for (const fb::ScheduleStep *step : *program_->schedule())
-      steps.push_back({step->kind() == fb::StepKind::Backward ? ScheduleStep::Kind::backward
-                                                              : ScheduleStep::Kind::forward,
-                       int64_t(step->chunk()), int64_t(step->micro_batch())});
-  return steps;
+std::vector<schedule::ScheduleStep> ProgramExecutor::schedule() const {
+  return scheduleOf(*program_);
 }
 
 } // namespace megac::runtime::exec

@@ -80,7 +80,7 @@ public:
   StatusOr<ShardInfo> stateShard(std::string_view name) const override;
   StatusOr<std::vector<uint32_t>> statePartialAxes(std::string_view name) const override;
   StatusOr<std::vector<uint32_t>> outputPartialAxes(std::string_view name) const override;
-  std::vector<ScheduleStep> schedule() const override;
+  std::vector<schedule::ScheduleStep> schedule() const override;
 
 protected:
   /// Reads rank options.rank's (or options.comm's rank's) program into the tables; without

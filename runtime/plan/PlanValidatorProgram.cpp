@@ -3,6 +3,7 @@
 #include "runtime/plan/PlanValidator.h"
 
 #include "runtime/plan/PlanLoader.h"
+#include "runtime/plan/PlanSchedule.h"
 #include "support/HostTensor.h"
 
 #include <algorithm>
@@ -191,6 +192,14 @@ Status PlanValidator::schedule() const {
     if (!names.count(fn))
       return progError(which + " runs function '" + fn + "', which the program lacks");
   }
+  // The whole schedule (parallel/PipelineSchedule.h): every chunk of the stage the first step
+  // names runs forward and backward once per micro-batch, the forward first. The runtime runs
+  // the schedule as stored and checks it no further.
+  std::vector<schedule::ScheduleStep> all = scheduleOf(*prog_);
+  schedule::PipelineShape shape{pl->stages(), pl->virtual_stages(), pl->micro_batches()};
+  std::string error;
+  if (!schedule::checkStageSchedule(shape, all.front().chunk % shape.stages, all, &error))
+    return progError(error);
   return Status::ok();
 }
 

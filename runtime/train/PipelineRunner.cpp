@@ -1,8 +1,8 @@
 // The pipeline runtime protocol of docs/pipeline.md: one rank's scheduled chunk steps.
 #include "runtime/train/PipelineRunner.h"
 
-#include "planner/Timeline.h"
 #include "runtime/exec/Trace.h"
+#include "runtime/plan/PlanSchedule.h"
 #include "runtime/plan/plan_generated.h"
 #include "support/Float16.h"
 
@@ -18,8 +18,8 @@
 
 namespace megac::runtime::train {
 
-using planner::ScheduleStep;
-using planner::StepKind;
+using schedule::ScheduleStep;
+using schedule::StepKind;
 
 StatusOr<PipelineRun> pipelineRunForRank(const LoadedPlan &loaded, int rank) {
   const megac::plan::Plan &plan = loaded.plan();
@@ -39,10 +39,7 @@ StatusOr<PipelineRun> pipelineRunForRank(const LoadedPlan &loaded, int rank) {
   run.stages = pipeline->stages();
   run.chunks = int64_t(pipeline->stages()) * pipeline->virtual_stages();
   run.microBatches = pipeline->micro_batches();
-  for (const megac::plan::ScheduleStep *step : *program->schedule())
-    run.steps.push_back(
-        {step->kind() == megac::plan::StepKind::Forward ? StepKind::forward : StepKind::backward,
-         step->chunk(), step->micro_batch()});
+  run.steps = scheduleOf(*program);
   bool found = false;
   if (plan.mesh() && plan.mesh()->axis_names())
     for (uint32_t a = 0; a < plan.mesh()->axis_names()->size(); ++a)
@@ -261,12 +258,6 @@ Status Runner::prepare() {
                          ") must be positive and give tags below 2^31");
 
   RETURN_IF_ERROR(locate());
-  const int64_t rank = comm_.rank();
-  std::string error;
-  planner::PipelineShape shape{run_.stages, run_.chunks / run_.stages, run_.microBatches};
-  if (!planner::checkStageSchedule(shape, stage_, run_.steps, &error))
-    return Status::error("rank " + std::to_string(rank) + ": " + error);
-
   for (int64_t c = stage_; c < run_.chunks; c += run_.stages) {
     ASSIGN_OR_RETURN(ports_[c], chunkPorts(c));
   }
@@ -346,7 +337,7 @@ Status Runner::backward(int64_t c, int64_t m) {
   const ChunkPorts &p = ports_.at(c);
   RETURN_IF_ERROR(setData(m, p.backwardReadsData));
   auto kept = stash_.find({c, m});
-  if (kept == stash_.end()) // checkStageSchedule puts every forward before its backward
+  if (kept == stash_.end()) // the plan validator checked every forward runs before its backward
     return Status::error("no stashed values (internal error)");
   for (const auto &[name, value] : kept->second)
     RETURN_IF_ERROR(executor_.setInput(name, value));
@@ -366,13 +357,13 @@ Status Runner::runStep(const ScheduleStep &step) {
                                                  : backward(step.chunk, step.microBatch);
   if (trace) {
     const char *kind = step.kind == StepKind::forward ? "forward" : "backward";
-    trace->add(TraceLane::pipeline, planner::stepLabel(step), kind, start, Trace::Clock::now(),
+    trace->add(TraceLane::pipeline, schedule::stepLabel(step), kind, start, Trace::Clock::now(),
                std::string("\"kind\": \"") + kind + "\", \"chunk\": " + std::to_string(step.chunk) +
                    ", \"micro_batch\": " + std::to_string(step.microBatch));
   }
   if (status.isOk())
     return status;
-  return Status::error(planner::describeStep(step) + ": " + status.message());
+  return Status::error(schedule::describeStep(step) + ": " + status.message());
 }
 
 StatusOr<double> Runner::runAll() {

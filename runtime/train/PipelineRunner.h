@@ -4,7 +4,7 @@
 // executor and the communicator are interfaces.
 #pragma once
 
-#include "planner/PipelineSchedule.h"
+#include "parallel/PipelineSchedule.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/plan/PlanLoader.h"
@@ -18,8 +18,10 @@ namespace megac::runtime::train {
 
 /// What one rank runs in one optimizer step.
 struct PipelineRun {
-  /// This rank's stage's steps, in execution order (the plan's Program.schedule).
-  std::vector<planner::ScheduleStep> steps;
+  /// This rank's stage's steps, in execution order: the plan's Program.schedule as stored, which
+  /// the plan validator checked (every chunk of the stage forward then backward, once per
+  /// micro-batch); the runner does not check it again.
+  std::vector<schedule::ScheduleStep> steps;
   int64_t stages = 1;       // pp
   int64_t chunks = 1;       // stages * virtual stages; chunk c runs on stage c % stages
   int64_t microBatches = 1; // per optimizer step
@@ -31,7 +33,7 @@ struct PipelineRun {
   /// than act.*, grad.act.* and stash.*, when the micro-batch differs from the last one set
   /// (inputs persist in the executor). May be empty when the caller set them once for all.
   std::function<Status(int64_t microBatch)> setDataInputs;
-  /// While it records: each step on the pipeline lane, named "F3 c1" (planner::stepLabel) like
+  /// While it records: each step on the pipeline lane, named "F3 c1" (schedule::stepLabel) like
   /// the planned timeline. Null: no tracing.
   runtime::Trace *trace = nullptr; // declared in Executor.h
 };

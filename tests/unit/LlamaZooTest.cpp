@@ -202,7 +202,8 @@ TEST(LlamaPlanner, TensorParallelMustDivideKvHeads) {
   std::string why;
   auto cluster = planner::parseCluster("h100-sxm:128x8", &why);
   ASSERT_TRUE(cluster) << why;
-  planner::Layout layout;
+  Layout layout;
+  layout.precision = Precision::bf16;
   layout.tp = 16;
   layout.pp = 8;
   layout.dp = 8;

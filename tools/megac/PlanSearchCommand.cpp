@@ -14,7 +14,6 @@
 #include "planner/CostModel.h"
 #include "planner/ModelShape.h"
 #include "planner/ModelStats.h"
-#include "planner/PipelineSchedule.h"
 #include "planner/Planner.h"
 #include "planner/Timeline.h"
 #include "runtime/plan/PlanLoader.h"
@@ -34,37 +33,13 @@ namespace {
 
 constexpr const char *kCommand = "megac plan";
 
-const char *recomputeText(planner::Recompute r) {
-  switch (r) {
-  case planner::Recompute::none:
-    return "none";
-  case planner::Recompute::selective:
-    return "selective";
-  case planner::Recompute::full:
-    return "full";
-  }
-  return "none";
-}
-
-const char *precisionText(planner::Precision p) {
-  switch (p) {
-  case planner::Precision::fp32:
-    return "fp32";
-  case planner::Precision::bf16:
-    return "bf16";
-  case planner::Precision::fp16:
-    return "fp16";
-  }
-  return "bf16";
-}
-
 std::string gib(double bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f GiB", bytes / double(1ull << 30));
   return text;
 }
 
-std::string layoutText(const planner::Layout &l) {
+std::string layoutText(const Layout &l) {
   std::ostringstream out;
   out << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp;
   if (l.vpp > 1)
@@ -74,21 +49,21 @@ std::string layoutText(const planner::Layout &l) {
     out << " sp";
   if (l.zero)
     out << " zero1";
-  if (l.recompute != planner::Recompute::none)
-    out << " recompute=" << recomputeText(l.recompute);
+  if (l.recompute != Recompute::none)
+    out << " recompute=" << recomputeName(l.recompute);
   return out.str();
 }
 
 std::string candidateJson(const planner::PlanCandidate &c) {
-  const planner::Layout &l = c.layout;
+  const Layout &l = c.layout;
   const planner::StepCost &s = c.cost;
   std::ostringstream out;
   out.precision(17);
   out << "{\"tp\": " << l.tp << ", \"pp\": " << l.pp << ", \"dp\": " << l.dp
       << ", \"vpp\": " << l.vpp << ", \"micro_batch\": " << l.microBatch
       << ", \"sequence_parallel\": " << (l.sequenceParallel ? "true" : "false")
-      << ", \"zero\": " << l.zero << ", \"recompute\": \"" << recomputeText(l.recompute)
-      << "\", \"precision\": \"" << precisionText(l.precision)
+      << ", \"zero\": " << l.zero << ", \"recompute\": \"" << recomputeName(l.recompute)
+      << "\", \"precision\": \"" << precisionName(l.precision)
       << "\", \"step_time_s\": " << s.stepSeconds << ", \"tokens_per_s\": " << s.tokensPerSecond
       << ", \"tflops_per_gpu\": " << s.hardwareTflopsPerGpu << ", \"mfu\": " << s.mfu
       << ", \"memory_per_gpu_bytes\": " << s.totalBytes
@@ -234,21 +209,21 @@ int planSearchCommand(int argc, char **argv) {
   }
   if (auto r = args.get("recompute")) {
     if (*r == "none")
-      pins.recompute = planner::Recompute::none;
+      pins.recompute = Recompute::none;
     else if (*r == "selective")
-      pins.recompute = planner::Recompute::selective;
+      pins.recompute = Recompute::selective;
     else if (*r == "full")
-      pins.recompute = planner::Recompute::full;
+      pins.recompute = Recompute::full;
     else
       error = "--recompute: '" + *r + "' is not none, selective or full";
   }
   std::string precision = args.get("precision").value_or("bf16");
   if (precision == "bf16")
-    pins.precision = planner::Precision::bf16;
+    pins.precision = Precision::bf16;
   else if (precision == "fp16")
-    pins.precision = planner::Precision::fp16;
+    pins.precision = Precision::fp16;
   else if (precision == "fp32")
-    pins.precision = planner::Precision::fp32;
+    pins.precision = Precision::fp32;
   else if (error.empty())
     error = "--precision: '" + precision + "' is not bf16, fp16 or fp32";
   if (error.empty() && !globalBatch)
@@ -355,30 +330,30 @@ int planSearchCommand(int argc, char **argv) {
                     gib(small.cost.optimizerBytes).c_str(),
                     gib(small.cost.activationBytes).c_str());
         // One change at a time, the first that fits: what the user could do about it.
-        std::vector<std::pair<std::string, planner::Layout>> fixes;
-        planner::Layout l = small.layout;
+        std::vector<std::pair<std::string, Layout>> fixes;
+        Layout l = small.layout;
         auto with = [&](auto change) {
-          planner::Layout next = l;
+          Layout next = l;
           change(next);
           return next;
         };
-        fixes.push_back({"--recompute full",
-                         with([](planner::Layout &x) { x.recompute = planner::Recompute::full; })});
+        fixes.push_back(
+            {"--recompute full", with([](Layout &x) { x.recompute = Recompute::full; })});
         if (l.dp > 1)
-          fixes.push_back({"--zero 1", with([](planner::Layout &x) { x.zero = 1; })});
+          fixes.push_back({"--zero 1", with([](Layout &x) { x.zero = 1; })});
         if (l.dp % 2 == 0) {
-          fixes.push_back({"--tp " + std::to_string(2 * l.tp), with([](planner::Layout &x) {
+          fixes.push_back({"--tp " + std::to_string(2 * l.tp), with([](Layout &x) {
                              x.tp *= 2;
                              x.dp /= 2;
                            })});
-          fixes.push_back({"--pp " + std::to_string(2 * l.pp), with([](planner::Layout &x) {
+          fixes.push_back({"--pp " + std::to_string(2 * l.pp), with([](Layout &x) {
                              x.pp *= 2;
                              x.dp /= 2;
                            })});
         }
         if (l.microBatch > 1)
           fixes.push_back({"--micro-batch " + std::to_string(l.microBatch / 2),
-                           with([](planner::Layout &x) { x.microBatch /= 2; })});
+                           with([](Layout &x) { x.microBatch /= 2; })});
         bool found = false;
         for (auto &[flag, layout] : fixes) {
           std::string why;
@@ -423,19 +398,19 @@ int planSearchCommand(int argc, char **argv) {
   // The winner's pipeline, drawn and traced from the same schedule generator the runtime runs.
   const planner::PlanCandidate &win = result.best.front();
   if (args.get("timeline") || args.get("trace")) {
-    planner::PipelineShape pipe{win.layout.pp, win.layout.vpp,
-                                *globalBatch / (win.layout.microBatch * win.layout.dp)};
-    planner::ScheduleKind kind =
-        win.layout.vpp > 1 ? planner::ScheduleKind::interleaved : planner::ScheduleKind::oneFOneB;
+    schedule::PipelineShape pipe{win.layout.pp, win.layout.vpp,
+                                 *globalBatch / (win.layout.microBatch * win.layout.dp)};
+    schedule::ScheduleKind kind =
+        win.layout.vpp > 1 ? schedule::ScheduleKind::interleaved : schedule::ScheduleKind::oneFOneB;
     std::string why;
-    auto steps = planner::buildSchedule(kind, pipe, &why);
+    auto steps = schedule::buildSchedule(kind, pipe, &why);
     double chunks = double(win.layout.pp * win.layout.vpp);
     double forward =
         win.cost.computeSeconds / double(pipe.microBatches) / 3.0 * double(win.layout.pp) / chunks;
     if (steps) {
       planner::Timeline timeline =
           planner::simulateTimeline(pipe, *steps, {{forward}, {2 * forward}, /*sendLatency=*/0.0},
-                                    planner::scheduleName(kind));
+                                    schedule::scheduleName(kind));
       if (!timeline.error.empty()) {
         std::fprintf(stderr, "%s: error: the winner's timeline: %s\n", kCommand,
                      timeline.error.c_str());
@@ -484,20 +459,9 @@ int planSearchCommand(int argc, char **argv) {
     options.lossKind = s.name.rfind("t5:", 0) == 0     ? passes::LossKind::seq2seq
                        : s.name.rfind("bert:", 0) == 0 ? passes::LossKind::mlm
                                                        : passes::LossKind::causal;
-    options.precision = win.layout.precision == planner::Precision::fp32 ? passes::Precision::fp32
-                        : win.layout.precision == planner::Precision::fp16
-                            ? passes::Precision::fp16
-                            : passes::Precision::bf16;
-    options.layout.tp = win.layout.tp;
-    options.layout.pp = win.layout.pp;
-    options.layout.vpp = win.layout.vpp;
+    options.layout = win.layout;
     options.layout.dp = explain ? win.layout.dp : 1;
     options.layout.zero = explain ? win.layout.zero : 0;
-    options.layout.sequenceParallel = win.layout.sequenceParallel;
-    options.layout.recompute =
-        win.layout.recompute == planner::Recompute::full        ? passes::Recompute::full
-        : win.layout.recompute == planner::Recompute::selective ? passes::Recompute::selective
-                                                                : passes::Recompute::none;
     int64_t microBatches = *globalBatch / (win.layout.microBatch * win.layout.dp);
     options.layout.microBatches = explain ? microBatches : 1;
     auto t0 = std::chrono::steady_clock::now();

@@ -79,7 +79,7 @@ Status saveWeights(const runtime::Executor &executor, RankContext &rank, const s
 
 /// The layout of this run, as checkpoints record it.
 std::string layoutString(const TrainConfig &c) {
-  const passes::Layout &l = c.training.layout;
+  const Layout &l = c.training.layout;
   return "tp " + std::to_string(l.tp) + ", pp " + std::to_string(l.pp) + ", dp " +
          std::to_string(l.dp) + ", vpp " + std::to_string(l.vpp) + ", zero " +
          std::to_string(l.zero) + (l.sequenceParallel ? ", sequence parallel" : "");
@@ -98,7 +98,7 @@ Status saveCheckpoint(const runtime::Executor &executor, const TrainConfig &c, R
   if (scaler)
     meta.lossScaler = ckpt::LossScalerState{scaler->scale(), scaler->growthTracker(),
                                             scaler->hysteresisTracker()};
-  meta.config = {{"precision", passes::precisionName(c.training.precision)},
+  meta.config = {{"precision", precisionName(c.training.layout.precision)},
                  {"global_batch", std::to_string(c.split.globalBatch)},
                  {"lr", shortNumber(c.schedule.lr)},
                  {"lr_schedule", train::lrDecayName(c.schedule.decay)},
@@ -133,7 +133,7 @@ StatusOr<int64_t> loadCheckpoint(runtime::Executor &executor, const TrainConfig 
     std::map<std::string, std::string> now = {
         {"global_batch", std::to_string(c.split.globalBatch)},
         {"data", c.dataPath},
-        {"precision", passes::precisionName(c.training.precision)}};
+        {"precision", precisionName(c.training.layout.precision)}};
     for (const auto &[key, value] : now)
       if (auto it = checkpoint.meta.config.find(key);
           it != checkpoint.meta.config.end() && it->second != value)
@@ -154,13 +154,13 @@ Status writeTrace(const runtime::Executor &executor, const TrainConfig &c, RankC
   for (size_t a = 0; a < mesh.axisNames.size() && a < coords.size(); ++a)
     name += (a ? ", " : " (") + mesh.axisNames[a] + " " + std::to_string(coords[a]) +
             (a + 1 == mesh.axisNames.size() ? ")" : "");
-  const passes::Layout &layout = c.training.layout;
+  const Layout &layout = c.training.layout;
   std::string other =
       "\"traced_steps\": [" + std::to_string(c.traceFirst) + ", " + std::to_string(c.traceLast) +
       "], \"tp\": " + std::to_string(layout.tp) + ", \"pp\": " + std::to_string(layout.pp) +
       ", \"dp\": " + std::to_string(layout.dp) + ", \"vpp\": " + std::to_string(layout.vpp) +
       ", \"micro_batches\": " + std::to_string(layout.microBatches) + ", \"schedule\": \"" +
-      (layout.pp > 1 ? layout.schedule : "none") + "\"";
+      (layout.pp > 1 ? schedule::scheduleName(layout.schedule) : "none") + "\"";
   return runtime::writeGatheredTrace(*rank.comm, *rank.trace, {name, executor.arenaBytes()},
                                      *c.tracePath, other);
 }
@@ -184,7 +184,7 @@ int trainLoop(runtime::Executor &executor, const TrainConfig &c, runtime::data::
               runtime::data::SampleSource *evalData, runtime::data::SampleSource *testData,
               passes::LossKind kind, int64_t vocab, DType floatType, RankContext &rank) {
   std::optional<train::LossScaler> scaler;
-  if (c.training.precision == passes::Precision::fp16)
+  if (c.training.layout.precision == Precision::fp16)
     scaler.emplace(c.scaler);
   bool root = rank.root();
   train::JsonLinesWriter log;
@@ -503,7 +503,7 @@ int trainCommand(int argc, char **argv) {
     rank.pipeline->trace = trace.get();
     int64_t steps = 0;
     for (const auto &step : rank.pipeline->steps)
-      steps += step.kind == planner::StepKind::forward;
+      steps += step.kind == schedule::StepKind::forward;
     // The schedule must cover every micro-batch of the step's data.
     int64_t want = config.training.layout.microBatches;
     int64_t chunksHere = rank.pipeline->chunks / rank.pipeline->stages;
@@ -519,7 +519,7 @@ int trainCommand(int argc, char **argv) {
   if (!floatType.isOk())
     return fail(floatType.status().message(), &rank);
   if (root) {
-    const passes::Layout &layout = config.training.layout;
+    const Layout &layout = config.training.layout;
     std::string ranks = config.ranks == 1
                             ? std::string()
                             : ", " + std::to_string(config.ranks) + " ranks (tp " +
@@ -530,7 +530,7 @@ int trainCommand(int argc, char **argv) {
                 model->description.c_str(), (long long)config.schedule.totalSteps,
                 (long long)config.split.globalBatch, (long long)seq,
                 (long long)config.rankMicroBatch, (long long)config.split.microBatches(),
-                ranks.c_str(), passes::precisionName(config.training.precision), config.schedule.lr,
+                ranks.c_str(), precisionName(config.training.layout.precision), config.schedule.lr,
                 train::lrDecayName(config.schedule.decay), runtime::backendName(config.backend),
                 model->compileSeconds * 1e3);
     std::fflush(stdout);

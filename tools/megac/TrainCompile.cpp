@@ -173,7 +173,7 @@ std::optional<TrainModel> compileTrainingStep(const TrainConfig &c, int64_t seq)
   mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
   ctx.printOpOnDiagnostic(false);
   mlir::ModuleOp module = *model->module;
-  bool fp64 = training.precision == passes::Precision::fp64;
+  bool fp64 = training.layout.precision == Precision::fp64;
   if (!checkFloatTypes(module, fp64, out.description))
     return std::nullopt;
   if (mlir::failed(passes::runInputPipeline(module))) {

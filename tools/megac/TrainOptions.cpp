@@ -76,7 +76,7 @@ namespace {
 /// --tp/--pp/--dp/--vpp, --sequence-parallel, --zero, --recompute, --schedule into
 /// c.training.layout, and the per-rank micro-batch into the model's global micro-batch.
 std::string parseLayout(const Args &args, TrainConfig &c) {
-  passes::Layout &layout = c.training.layout;
+  Layout &layout = c.training.layout;
   int64_t zero = 0, dp = 0;
   for (std::string e :
        {countOption(args, "ranks", 1, c.ranks, false), countOption(args, "tp", 1, layout.tp, false),
@@ -104,16 +104,18 @@ std::string parseLayout(const Args &args, TrainConfig &c) {
   layout.sequenceParallel = args.has("sequence-parallel");
   std::string recompute = args.get("recompute").value_or("none");
   if (recompute == "none")
-    layout.recompute = passes::Recompute::none;
+    layout.recompute = Recompute::none;
   else if (recompute == "selective")
-    layout.recompute = passes::Recompute::selective;
+    layout.recompute = Recompute::selective;
   else if (recompute == "full")
-    layout.recompute = passes::Recompute::full;
+    layout.recompute = Recompute::full;
   else
     return "--recompute: '" + recompute + "' is not none, selective or full";
-  layout.schedule = args.get("schedule").value_or("1f1b");
-  if (layout.schedule != "1f1b" && layout.schedule != "gpipe")
-    return "--schedule: '" + layout.schedule + "' is not 1f1b or gpipe";
+  std::string scheduleName = args.get("schedule").value_or("1f1b");
+  std::optional<schedule::ScheduleKind> kind = schedule::parseScheduleKind(scheduleName);
+  if (!kind || *kind == schedule::ScheduleKind::interleaved)
+    return "--schedule: '" + scheduleName + "' is not 1f1b or gpipe";
+  layout.schedule = *kind;
   if (layout.vpp > 1 && layout.pp == 1)
     return "--vpp " + std::to_string(layout.vpp) + " needs pipeline stages (--pp > 1)";
   if (layout.sequenceParallel && layout.tp == 1)
@@ -229,20 +231,20 @@ std::string parseTrainArgs(const Args &args, TrainConfig &c) {
   }
   std::string precision = args.get("precision").value_or("fp32");
   if (precision == "fp32")
-    c.training.precision = passes::Precision::fp32;
+    c.training.layout.precision = Precision::fp32;
   else if (precision == "fp64")
-    c.training.precision = passes::Precision::fp64;
+    c.training.layout.precision = Precision::fp64;
   else if (precision == "bf16")
-    c.training.precision = passes::Precision::bf16;
+    c.training.layout.precision = Precision::bf16;
   else if (precision == "fp16")
-    c.training.precision = passes::Precision::fp16;
+    c.training.layout.precision = Precision::fp16;
   else
     return "--precision: '" + precision + "' is not fp32, fp64, bf16 or fp16";
   bool scaling = false;
   for (const char *name :
        {"initial-loss-scale", "loss-scale-window", "hysteresis", "min-loss-scale"})
     scaling = scaling || args.get(name).has_value();
-  if (scaling && c.training.precision != passes::Precision::fp16)
+  if (scaling && c.training.layout.precision != Precision::fp16)
     return "loss scaling (--initial-loss-scale, --loss-scale-window, --hysteresis, "
            "--min-loss-scale) applies to --precision fp16";
   for (std::string e :

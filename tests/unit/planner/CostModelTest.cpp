@@ -206,6 +206,7 @@ TEST(CostModelTest, BubbleOfFourStage1F1BWithEightMicroBatches) {
   // (p-1)/m of the busy time (REFERENCE.md, Narayanan et al.).
   TransformerShape s = gpt(4, 1024, 16, 512, 32000);
   Layout l;
+  l.precision = Precision::bf16;
   l.pp = 4;
   std::string why;
   std::optional<StepCost> c = estimate(s, cluster("a100-80g:4"), 8, l, &why);
@@ -324,7 +325,7 @@ TEST(CostModelTest, GoldenPredictions) {
        gpt(96, 12288, 96, 2048, 50257),
        "a100-80g:128x8",
        1536,
-       {8, 16, 8, 1, 1, true, 1, Recompute::selective},
+       {8, 16, 8, 1, 1, true, 1, Recompute::selective, Precision::bf16},
        22.043861412440403,
        23590198784,
        0.48077504172610275},
@@ -332,7 +333,7 @@ TEST(CostModelTest, GoldenPredictions) {
        gpt(128, 25600, 160, 2048, 50257),
        "a100-80g:384x8",
        3072,
-       {8, 64, 6, 2, 1, true, 1, Recompute::selective},
+       {8, 64, 6, 2, 1, true, 1, Recompute::selective, Precision::bf16},
        77.397520925533286,
        62639385600,
        0.51972122967918299},

@@ -160,7 +160,7 @@ TEST(KernelModelTest, ExplainClassesSumToTheStep) {
   for (const char *name : {"megac", "megatron-2021", "megatron-core"}) {
     SCOPED_TRACE(name);
     std::string why;
-    Layout l{8, 8, 16, 2, 1, true, 1, Recompute::selective};
+    Layout l{8, 8, 16, 2, 1, true, 1, Recompute::selective, Precision::bf16};
     std::optional<StepCost> c =
         estimate(s, *parseCluster("a100-80g:128x8", nullptr), 1536, l, &why, stack(name));
     ASSERT_TRUE(c) << why;
@@ -178,7 +178,7 @@ TEST(KernelModelTest, OverlapOnlyWhereTheProfileHasIt) {
   Cluster c = *parseCluster("a100-80g:8x8", nullptr);
   // One micro-batch of 8 per dp rank: its backward is longer than the reduction, so with
   // overlap only the last bucket (1/24 of the reduction) is exposed.
-  Layout l{8, 1, 8, 1, 8, true, 0, Recompute::selective};
+  Layout l{8, 1, 8, 1, 8, true, 0, Recompute::selective, Precision::bf16};
   std::string why;
   auto core = estimate(s, c, 64, l, &why, stack("megatron-core"));
   auto old = estimate(s, c, 64, l, &why, stack("megatron-2021"));

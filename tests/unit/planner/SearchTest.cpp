@@ -15,10 +15,6 @@ namespace {
 
 using testing::gpt;
 
-const char *recomputeName(Recompute r) {
-  return r == Recompute::none ? "none" : r == Recompute::selective ? "selective" : "full";
-}
-
 void print(const char *what, const SearchResult &r) {
   std::printf("%s: %lld evaluated in %.3f s\n", what, (long long)r.evaluated, r.seconds);
   for (const PlanCandidate &c : r.best) {

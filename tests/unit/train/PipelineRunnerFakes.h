@@ -283,7 +283,7 @@ public:
   StatusOr<std::vector<uint32_t>> outputPartialAxes(std::string_view) const override {
     return std::vector<uint32_t>{};
   }
-  std::vector<ScheduleStep> schedule() const override { return {}; }
+  std::vector<schedule::ScheduleStep> schedule() const override { return {}; }
 
   /// What communicator() returns.
   comm::Communicator *comm = nullptr;

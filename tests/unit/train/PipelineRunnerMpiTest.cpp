@@ -10,7 +10,7 @@
 
 using namespace megac;
 using namespace megac::runtime;
-using planner::ScheduleKind;
+using schedule::ScheduleKind;
 
 namespace {
 
@@ -25,12 +25,12 @@ int runCase(comm::Communicator &comm, const Case &tc) {
   const int64_t p = 2, dp = 2, chunks = p * tc.virtualStages;
   const int rank = comm.rank();
   const int64_t stage = rank / dp, replica = rank % dp;
-  std::string name = std::string(planner::scheduleName(tc.kind)) +
+  std::string name = std::string(schedule::scheduleName(tc.kind)) +
                      " v=" + std::to_string(tc.virtualStages) +
                      " m=" + std::to_string(tc.microBatches) +
                      " pieces=" + std::to_string(tc.pieces) + ", rank " + std::to_string(rank);
   std::string error;
-  auto schedule = planner::buildSchedule(tc.kind, {p, tc.virtualStages, tc.microBatches}, &error);
+  auto schedule = schedule::buildSchedule(tc.kind, {p, tc.virtualStages, tc.microBatches}, &error);
   if (!schedule) {
     std::fprintf(stderr, "%s: %s\n", name.c_str(), error.c_str());
     return 1;

@@ -13,10 +13,10 @@
 namespace megac::runtime::train {
 namespace {
 
-using planner::PipelineShape;
-using planner::ScheduleKind;
-using planner::ScheduleStep;
-using planner::StepKind;
+using schedule::PipelineShape;
+using schedule::ScheduleKind;
+using schedule::ScheduleStep;
+using schedule::StepKind;
 using testing::f64;
 using testing::FakeChunkExecutor;
 using testing::kWidth;
@@ -52,7 +52,7 @@ TEST_P(PipelineRunnerTest, MatchesSequentialEvaluation) {
   const int64_t p = tc.shape.stages, chunks = p * tc.shape.virtualStages,
                 mbs = tc.shape.microBatches;
   std::string error;
-  auto schedule = planner::buildSchedule(tc.kind, tc.shape, &error);
+  auto schedule = schedule::buildSchedule(tc.kind, tc.shape, &error);
   ASSERT_TRUE(schedule) << error;
 
   comm::Mesh mesh;
@@ -143,7 +143,7 @@ struct SingleRank {
   FakeChunkExecutor executor{0, 1, 2, 1};
   PipelineRun run;
   SingleRank() {
-    run.steps = (*planner::buildSchedule(ScheduleKind::interleaved, {1, 2, 2}, nullptr))[0];
+    run.steps = (*schedule::buildSchedule(ScheduleKind::interleaved, {1, 2, 2}, nullptr))[0];
     run.chunks = 2;
     run.microBatches = 2;
     run.setDataInputs = [this](int64_t m) -> Status {
@@ -179,17 +179,6 @@ TEST(PipelineRunnerErrors, DataInputErrorsNameTheStep) {
                        "micro-batch's data inputs)");
 }
 
-TEST(PipelineRunnerErrors, RejectsAMalformedSchedule) {
-  SingleRank s;
-  s.run.steps.pop_back();
-  EXPECT_EQ(s.error().substr(0, 40), "rank 0: stage 0 schedule, never runs bac");
-  SingleRank t;
-  t.run.steps.insert(t.run.steps.begin(), {StepKind::backward, 1, 0});
-  EXPECT_EQ(t.error(), "rank 0: stage 0 schedule, step 0 (backward of chunk 1, micro-batch 0): "
-                       "runs before its forward");
-  EXPECT_TRUE(t.executor.log.empty()) << "nothing may run before the schedule is checked";
-}
-
 TEST(PipelineRunnerErrors, RejectsAMismatchedMeshOrProgram) {
   ThreadWorld world(comm::Mesh{{"pp", "dp"}, {2, 2}});
   ThreadCommunicator comm(world, 1);
@@ -208,13 +197,13 @@ TEST(PipelineRunnerErrors, RejectsAMismatchedMeshOrProgram) {
   run.stages = 2;
   run.chunks = 4;
   run.microBatches = 2;
-  run.steps = (*planner::buildSchedule(ScheduleKind::interleaved, {2, 2, 2}, nullptr))[0];
+  run.steps = (*schedule::buildSchedule(ScheduleKind::interleaved, {2, 2, 2}, nullptr))[0];
   EXPECT_EQ(runPipelinedMicroBatches(twoChunks, comm, run).status().message(),
             "rank 1 (stage 0) has no function 'forward.c2'");
   // Stage 1 of a 6-chunk model in a 4-chunk pipeline: its chunk 3 is not the last chunk.
   ThreadCommunicator stage1(world, 2);
   FakeChunkExecutor wrongModel(1, 2, 6, 1);
-  run.steps = (*planner::buildSchedule(ScheduleKind::interleaved, {2, 2, 2}, nullptr))[1];
+  run.steps = (*schedule::buildSchedule(ScheduleKind::interleaved, {2, 2, 2}, nullptr))[1];
   EXPECT_EQ(runPipelinedMicroBatches(wrongModel, stage1, run).status().message(),
             "rank 2: 'forward.c3' must not have output 'act.c4' (or 'act.c4.<i>')");
 }
@@ -225,7 +214,7 @@ TEST(PipelineRunnerErrors, ReceiveSizeMismatchIsReported) {
   world.setTimeout(std::chrono::milliseconds(2000));
   ThreadCommunicator c0(world, 0), c1(world, 1);
   FakeChunkExecutor e0(0, 2, 2, 1, 4), e1(1, 2, 2, 1, 3);
-  auto schedule = *planner::buildSchedule(ScheduleKind::oneFOneB, {2, 1, 1}, nullptr);
+  auto schedule = *schedule::buildSchedule(ScheduleKind::oneFOneB, {2, 1, 1}, nullptr);
   PipelineRun r0, r1;
   for (auto [run, stage] : {std::pair(&r0, 0), std::pair(&r1, 1)}) {
     run->steps = schedule[stage];
@@ -290,14 +279,24 @@ std::vector<uint8_t> pipelinePlan(const std::vector<std::vector<ScheduleStep>> &
   return std::vector<uint8_t>(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
 }
 
+// Each stage's two chunks in GPipe order (every forward of both chunks, then every backward):
+// a complete schedule that no generator makes for two chunks per stage.
+std::vector<std::vector<ScheduleStep>> gpipeOverTwoChunks() {
+  std::vector<std::vector<ScheduleStep>> schedules(2);
+  for (int64_t s = 0; s < 2; ++s) {
+    for (int64_t c : {s, s + 2})
+      for (int64_t m = 0; m < 3; ++m)
+        schedules[s].push_back({StepKind::forward, c, m});
+    for (int64_t c : {s + 2, s})
+      for (int64_t m = 0; m < 3; ++m)
+        schedules[s].push_back({StepKind::backward, c, m});
+  }
+  return schedules;
+}
+
 TEST(PipelineRunForRank, ReadsTheRanksScheduleFromThePlan) {
-  // Steps unlike any generator's (micro-batch 2 on each stage's second chunk): they must be
-  // copied as they are.
-  auto schedules = *planner::buildSchedule(ScheduleKind::oneFOneB, {2, 1, 3}, nullptr);
-  for (size_t s = 0; s < 2; ++s)
-    for (ScheduleStep &step : schedules[s])
-      if (step.microBatch == 2)
-        step.chunk += 2; // micro-batch 2 runs on the second chunk of the stage
+  // Steps unlike any generator's: they must be copied as they are.
+  auto schedules = gpipeOverTwoChunks();
   StatusOr<LoadedPlan> plan = loadPlanFromBytes(pipelinePlan(schedules, "pp", true));
   ASSERT_TRUE(plan.isOk()) << plan.status().message();
   for (int rank = 0; rank < 4; ++rank) {
@@ -325,6 +324,29 @@ TEST(PipelineRunForRank, ReadsTheRanksScheduleFromThePlan) {
   ASSERT_TRUE(noPpAxis.isOk()) << noPpAxis.status().message();
   EXPECT_EQ(pipelineRunForRank(*noPpAxis, 0).status().message(),
             "the plan's pipeline has 2 stages but its mesh has no axis named 'pp'");
+}
+
+// The plan validator checks the whole schedule when the plan loads (the runner runs it as
+// stored): a step missing, or a backward before its forward, is refused, naming the program.
+TEST(PipelineRunForRank, APlanWithAMalformedScheduleDoesNotLoad) {
+  auto missing = gpipeOverTwoChunks();
+  missing[0].pop_back();
+  StatusOr<LoadedPlan> plan = loadPlanFromBytes(pipelinePlan(missing, "pp", true));
+  ASSERT_FALSE(plan.isOk());
+  EXPECT_NE(
+      plan.status().message().find(
+          "program 'stage0': stage 0 schedule, never runs backward of chunk 0, micro-batch 2"),
+      std::string::npos)
+      << plan.status().message();
+  auto early = gpipeOverTwoChunks();
+  early[1].insert(early[1].begin(), {StepKind::backward, 3, 0});
+  plan = loadPlanFromBytes(pipelinePlan(early, "pp", true));
+  ASSERT_FALSE(plan.isOk());
+  EXPECT_NE(plan.status().message().find(
+                "program 'stage1': stage 1 schedule, step 0 (backward of chunk 3, micro-batch 0): "
+                "runs before its forward"),
+            std::string::npos)
+      << plan.status().message();
 }
 
 } // namespace

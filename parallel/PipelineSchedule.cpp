@@ -1,10 +1,10 @@
 // The pipeline schedule generator, its per-stage checker and its discrete-event simulator.
-#include "planner/PipelineSchedule.h"
+#include "parallel/PipelineSchedule.h"
 
 #include <algorithm>
 #include <sstream>
 
-namespace megac::planner {
+namespace megac::schedule {
 
 const char *scheduleName(ScheduleKind kind) {
   switch (kind) {
@@ -23,6 +23,16 @@ std::optional<ScheduleKind> parseScheduleKind(std::string_view name) {
     if (name == scheduleName(kind))
       return kind;
   return std::nullopt;
+}
+
+ScheduleKind resolveSchedule(ScheduleKind requested, int64_t virtualStages) {
+  return requested == ScheduleKind::oneFOneB && virtualStages > 1 ? ScheduleKind::interleaved
+                                                                  : requested;
+}
+
+std::string stepLabel(const ScheduleStep &step) {
+  return (step.kind == StepKind::forward ? "F" : "B") + std::to_string(step.microBatch) + " c" +
+         std::to_string(step.chunk);
 }
 
 std::string describeStep(const ScheduleStep &step) {
@@ -246,4 +256,4 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
   return sim;
 }
 
-} // namespace megac::planner
+} // namespace megac::schedule

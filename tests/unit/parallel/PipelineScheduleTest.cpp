@@ -1,13 +1,13 @@
 // The pipeline schedule generator against Megatron-LM's schedules and the closed-form bubble
 // formulas of REFERENCE.md (Narayanan et al. 2021), and the simulator's deadlock detection.
-#include "planner/PipelineSchedule.h"
+#include "parallel/PipelineSchedule.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 #include <tuple>
 
-namespace megac::planner {
+namespace megac::schedule {
 namespace {
 
 constexpr ScheduleKind kAllKinds[] = {ScheduleKind::gpipe, ScheduleKind::oneFOneB,
@@ -246,4 +246,4 @@ TEST(PipelineScheduleTest, SimulationReportsDeadlocksAndMalformedSchedules) {
 }
 
 } // namespace
-} // namespace megac::planner
+} // namespace megac::schedule

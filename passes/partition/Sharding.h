@@ -1,4 +1,4 @@
-// A value's layout over the mesh, as the partition passes handle it: per dim the mesh axes it
+// A value's sharding over the mesh, as the partition passes handle it: per dim the mesh axes it
 // is split over, and the axes it is a partial sum over. Converts to and from the
 // #mega.sharding encoding that carries it in the IR between the two passes.
 #pragma once
@@ -14,12 +14,14 @@ namespace megac::partition {
 
 using AxisList = llvm::SmallVector<unsigned, 2>; // mesh axis indices, major first
 
-struct Layout {
+struct Sharding {
   llvm::SmallVector<AxisList, 4> dims;
   AxisList partial;
 
-  static Layout replicated(size_t rank) { return Layout{llvm::SmallVector<AxisList, 4>(rank), {}}; }
-  bool operator==(const Layout &other) const = default;
+  static Sharding replicated(size_t rank) {
+    return Sharding{llvm::SmallVector<AxisList, 4>(rank), {}};
+  }
+  bool operator==(const Sharding &other) const = default;
   bool isReplicated() const;
   /// Every axis the layout names (in dims or partial).
   AxisList allAxes() const;
@@ -29,18 +31,18 @@ struct Layout {
 };
 
 /// The layout a type's encoding gives (replicated when it has none).
-Layout layoutOf(mlir::Type type, mega::MeshAttr mesh);
+Sharding shardingOf(mlir::Type type, mega::MeshAttr mesh);
 /// `type` with the layout as its encoding (none when replicated).
-mlir::RankedTensorType withLayout(mlir::RankedTensorType type, const Layout &layout,
-                                  mega::MeshAttr mesh);
+mlir::RankedTensorType withSharding(mlir::RankedTensorType type, const Sharding &layout,
+                                    mega::MeshAttr mesh);
 /// The local shape of a value of `type` (global shape) under `layout`.
-mlir::RankedTensorType localType(mlir::RankedTensorType type, const Layout &layout,
+mlir::RankedTensorType localType(mlir::RankedTensorType type, const Sharding &layout,
                                  mega::MeshAttr mesh);
 /// The number of devices in the group of `axes`.
 int64_t groupSize(mega::MeshAttr mesh, const AxisList &axes);
 /// The axes' names, as a string array attribute.
 mlir::ArrayAttr axisNames(mlir::MLIRContext *context, mega::MeshAttr mesh, const AxisList &axes);
 /// "[dp], [], [tp] partial(tp)": for diagnostics.
-std::string describe(const Layout &layout, mega::MeshAttr mesh);
+std::string describe(const Sharding &layout, mega::MeshAttr mesh);
 
 } // namespace megac::partition

@@ -1,5 +1,5 @@
-// Layouts and their #mega.sharding encodings (Layout.h).
-#include "passes/partition/Layout.h"
+// Shardings and their #mega.sharding encodings (Sharding.h).
+#include "passes/partition/Sharding.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "llvm/ADT/STLExtras.h"
@@ -8,29 +8,29 @@ using namespace mlir;
 
 namespace megac::partition {
 
-bool Layout::isReplicated() const {
+bool Sharding::isReplicated() const {
   return partial.empty() && llvm::all_of(dims, [](const AxisList &a) { return a.empty(); });
 }
 
-AxisList Layout::allAxes() const {
+AxisList Sharding::allAxes() const {
   AxisList all(partial.begin(), partial.end());
   for (const AxisList &d : dims)
     all.append(d.begin(), d.end());
   return all;
 }
 
-int Layout::dimOf(unsigned axis) const {
+int Sharding::dimOf(unsigned axis) const {
   for (size_t d = 0; d < dims.size(); ++d)
     if (llvm::is_contained(dims[d], axis))
       return static_cast<int>(d);
   return -1;
 }
 
-bool Layout::isPartialOver(unsigned axis) const { return llvm::is_contained(partial, axis); }
+bool Sharding::isPartialOver(unsigned axis) const { return llvm::is_contained(partial, axis); }
 
-Layout layoutOf(Type type, mega::MeshAttr mesh) {
+Sharding shardingOf(Type type, mega::MeshAttr mesh) {
   auto tensor = cast<RankedTensorType>(type);
-  Layout layout = Layout::replicated(tensor.getRank());
+  Sharding layout = Sharding::replicated(tensor.getRank());
   auto sharding = dyn_cast_or_null<mega::ShardingAttr>(tensor.getEncoding());
   if (!sharding)
     return layout;
@@ -49,7 +49,7 @@ ArrayAttr axisNames(MLIRContext *context, mega::MeshAttr mesh, const AxisList &a
   return ArrayAttr::get(context, names);
 }
 
-RankedTensorType withLayout(RankedTensorType type, const Layout &layout, mega::MeshAttr mesh) {
+RankedTensorType withSharding(RankedTensorType type, const Sharding &layout, mega::MeshAttr mesh) {
   if (layout.isReplicated())
     return RankedTensorType::get(type.getShape(), type.getElementType());
   MLIRContext *context = type.getContext();
@@ -71,14 +71,14 @@ int64_t groupSize(mega::MeshAttr mesh, const AxisList &axes) {
   return n;
 }
 
-RankedTensorType localType(RankedTensorType type, const Layout &layout, mega::MeshAttr mesh) {
+RankedTensorType localType(RankedTensorType type, const Sharding &layout, mega::MeshAttr mesh) {
   SmallVector<int64_t> shape(type.getShape());
   for (size_t d = 0; d < shape.size() && d < layout.dims.size(); ++d)
     shape[d] /= groupSize(mesh, layout.dims[d]);
   return RankedTensorType::get(shape, type.getElementType());
 }
 
-std::string describe(const Layout &layout, mega::MeshAttr mesh) {
+std::string describe(const Sharding &layout, mega::MeshAttr mesh) {
   std::string out;
   for (size_t d = 0; d < layout.dims.size(); ++d) {
     out += d ? ", [" : "[";

@@ -1,7 +1,8 @@
-// The one pipeline schedule generator (docs/pipeline.md): per pipeline stage, the ordered
-// (forward|backward, chunk, micro-batch) steps of one optimizer step. Codegen writes it into the
-// plan (Program.schedule), the runtime executes it, and the planner simulates it, so the
-// predicted and the executed schedules cannot diverge. MLIR-free.
+// The pipeline schedule library (docs/pipeline.md): the one step type, the one parser of schedule
+// names, and the one generator of the ordered (forward|backward, chunk, micro-batch) steps of
+// each stage. Codegen writes them into the plan (Program.schedule), the plan validator checks
+// them, the runtime executes them as stored, and the planner simulates them, so the predicted and
+// the executed schedules cannot diverge. MLIR-free; depends on nothing of megac.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace megac::planner {
+namespace megac::schedule {
 
 enum class StepKind { forward, backward };
 
@@ -29,8 +30,12 @@ enum class ScheduleKind { gpipe, oneFOneB, interleaved };
 
 /// "gpipe", "1f1b", "interleaved-1f1b".
 const char *scheduleName(ScheduleKind kind);
-/// The kind named by scheduleName (the plan's Pipeline.schedule); nullopt for any other name.
+/// The kind named by scheduleName (the plan's Pipeline.schedule, `megac train --schedule`);
+/// nullopt for any other name.
 std::optional<ScheduleKind> parseScheduleKind(std::string_view name);
+/// The schedule a layout runs: 1F1B over several chunks per stage (virtualStages > 1) is
+/// Megatron's interleaved 1F1B; every other request runs as asked.
+ScheduleKind resolveSchedule(ScheduleKind requested, int64_t virtualStages);
 
 struct PipelineShape {
   int64_t stages = 1;        // pp
@@ -74,5 +79,8 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
 
 /// "forward of chunk 3, micro-batch 5": how errors name a step.
 std::string describeStep(const ScheduleStep &step);
+/// "F3 c1": forward of micro-batch 3 in chunk 1 ("B" for backward), how traces and timelines
+/// label a step (`megac train --trace`, `megac plan --timeline`).
+std::string stepLabel(const ScheduleStep &step);
 
-} // namespace megac::planner
+} // namespace megac::schedule
