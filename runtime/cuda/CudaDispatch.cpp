@@ -1,21 +1,20 @@
-// The CUDA executor's instruction dispatch (CudaDispatch.h): every opcode to its cuda:: kernel
-// or device collective, and the per-instruction scratch memory.
+// The CUDA executor's instruction dispatch (CudaDispatch.h): a handler per opcode, filled from
+// the opcode table (runtime/plan/Opcodes.def) — Unary and Binary opcodes call the elementwise
+// kernel of their name where kernels/ElementwiseMath.def has its formula, the others register
+// their cuda:: kernel or device collective below — and the per-instruction scratch memory.
 #include "runtime/cuda/CudaDispatch.h"
 
 #include "runtime/cuda/DeviceCommOps.h"
 #include "runtime/exec/Parameters.h"
+#include "runtime/plan/Opcodes.h"
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 namespace megac::runtime::cuda::exec {
 
 namespace fb = megac::plan;
-
-// The kernel enums list the ops in the opcode order, so the mapping is an offset.
-static_assert(int(UnaryOp::Neg) == int(fb::Opcode::Neg) &&
-              int(UnaryOp::Not) == int(fb::Opcode::Not));
-static_assert(int(BinaryOp::Or) == int(fb::Opcode::Or) - int(fb::Opcode::Add));
 
 namespace {
 
@@ -54,29 +53,15 @@ Status cudaFailure(const std::string &what, cudaError_t error, int device) {
 
 /// Opcodes that need the NCCL communicator: collectives, transfers, vocab-parallel ops.
 bool needsNccl(const fb::Instruction &inst) {
-  using O = fb::Opcode;
-  switch (inst.op()) {
-  case O::AllReduce:
-  case O::AllGather:
-  case O::ReduceScatter:
-  case O::AllToAll:
-  case O::ShardSlice:
-  case O::Send:
-  case O::Recv:
+  if (fb::opcodeHas(inst.op(), fb::opflag::Collective) ||
+      fb::opcodeHas(inst.op(), fb::opflag::PointToPoint))
     return true;
-  case O::Embedding:
-  case O::EmbeddingGrad: {
-    const fb::EmbeddingAttrs *a = inst.attrs_as_EmbeddingAttrs();
-    return a && a->vocab_axes() && a->vocab_axes()->size() > 0;
-  }
-  case O::CrossEntropy:
-  case O::CrossEntropyGrad: {
-    const fb::CrossEntropyAttrs *a = inst.attrs_as_CrossEntropyAttrs();
-    return a && a->vocab_axes() && a->vocab_axes()->size() > 0;
-  }
-  default:
-    return false;
-  }
+  // Vocab-parallel Embedding, EmbeddingGrad, CrossEntropy and CrossEntropyGrad.
+  if (const fb::EmbeddingAttrs *a = inst.attrs_as_EmbeddingAttrs())
+    return a->vocab_axes() && a->vocab_axes()->size() > 0;
+  if (const fb::CrossEntropyAttrs *a = inst.attrs_as_CrossEntropyAttrs())
+    return a->vocab_axes() && a->vocab_axes()->size() > 0;
+  return false;
 }
 
 /// The group axes an instruction communicates over (none for Send/Recv, which use the world).
@@ -134,207 +119,252 @@ Status ScratchArena::reset() {
 
 namespace {
 
-std::optional<Status> dispatchComm(const fb::Instruction &inst, const std::vector<TensorRef> &in,
-                                   const std::vector<TensorRef> &outs, const Context &ctx,
-                                   NcclCommunicator *nccl) {
-  using O = fb::Opcode;
-  if (!needsNccl(inst))
-    return std::nullopt;
-  if (!nccl)
-    return Status::error("no NCCL communicator (internal: the plan scan missed this opcode)");
-  NcclCommunicator &c = *nccl;
-  switch (inst.op()) {
-  case O::AllReduce: {
-    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
-    return devcomm::allReduce(c, ctx, spanOf(a->axes()), commKind(a->kind()), in[0], outs[0]);
-  }
-  case O::AllGather: {
-    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
-    return devcomm::allGather(c, ctx, spanOf(a->axes()), a->dim(), in[0], outs[0]);
-  }
-  case O::ReduceScatter: {
-    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
-    return devcomm::reduceScatter(c, ctx, spanOf(a->axes()), commKind(a->kind()), a->dim(), in[0],
-                                  outs[0]);
-  }
-  case O::AllToAll: {
-    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
-    return devcomm::allToAll(c, ctx, spanOf(a->axes()), a->dim(), a->concat_dim(), in[0], outs[0]);
-  }
-  case O::ShardSlice: {
-    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
-    return devcomm::shardSlice(c, ctx, spanOf(a->axes()), a->dim(), in[0], outs[0]);
-  }
-  case O::Send: {
-    const fb::P2PAttrs *a = inst.attrs_as_P2PAttrs();
-    return devcomm::send(c, a->axis(), a->shift(), a->tag(), in[0]);
-  }
-  case O::Recv: {
-    const fb::P2PAttrs *a = inst.attrs_as_P2PAttrs();
-    return devcomm::recv(c, a->axis(), a->shift(), a->tag(), outs[0]);
-  }
-  case O::Embedding:
-    return devcomm::vocabEmbedding(c, ctx, spanOf(inst.attrs_as_EmbeddingAttrs()->vocab_axes()),
-                                   in[0], in[1], outs[0]);
-  case O::EmbeddingGrad:
-    return devcomm::vocabEmbeddingGrad(c, ctx, spanOf(inst.attrs_as_EmbeddingAttrs()->vocab_axes()),
-                                       in[0], in[1], outs[0]);
-  case O::CrossEntropy: {
-    const fb::CrossEntropyAttrs *a = inst.attrs_as_CrossEntropyAttrs();
-    return devcomm::vocabCrossEntropy(c, ctx, spanOf(a->vocab_axes()), in[0], in[1], ignoreOf(a),
-                                      outs[0]);
-  }
-  case O::CrossEntropyGrad: {
-    const fb::CrossEntropyAttrs *a = inst.attrs_as_CrossEntropyAttrs();
-    return devcomm::vocabCrossEntropyGrad(c, ctx, spanOf(a->vocab_axes()), in[0], in[1], in[2],
-                                          ignoreOf(a), outs[0]);
-  }
-  default:
-    return std::nullopt;
-  }
+/// One instruction on the device (dispatch's arguments).
+struct CudaCall {
+  const fb::Instruction &inst;
+  const std::vector<TensorRef> &in, &out;
+  const Context &ctx;
+  NcclCommunicator *nccl;
+  const comm::Mesh &mesh;
+  int rank;
+};
+using Handler = Status (*)(const CudaCall &c);
+using Table = std::array<Handler, fb::kOpcodeCount>;
+using O = fb::Opcode;
+
+Handler &at(Table &t, O op) { return t[*fb::opcodeIndex(op)]; }
+
+/// The local kernel, or with vocab_axes the device collective version (over NCCL).
+bool vocabParallel(const CudaCall &c) { return c.nccl && needsNccl(c.inst); }
+
+void elementwiseAndDataMovement(Table &t) {
+  at(t, O::Compare) = [](const CudaCall &c) {
+    return compare(c.ctx,
+                   static_cast<ComparePredicate>(c.inst.attrs_as_CompareAttrs()->predicate()),
+                   c.in[0], c.in[1], c.out[0]);
+  };
+  at(t, O::Where) = [](const CudaCall &c) {
+    return where(c.ctx, c.in[0], c.in[1], c.in[2], c.out[0]);
+  };
+  at(t, O::Copy) = [](const CudaCall &c) { return copy(c.ctx, c.in[0], c.out[0]); };
+  at(t, O::Transpose) = [](const CudaCall &c) {
+    return transpose(c.ctx, c.in[0], spanOf(c.inst.attrs_as_TransposeAttrs()->perm()), c.out[0]);
+  };
+  at(t, O::Slice) = [](const CudaCall &c) {
+    const fb::SliceAttrs *a = c.inst.attrs_as_SliceAttrs();
+    return slice(c.ctx, c.in[0], spanOf(a->starts()), spanOf(a->strides()), c.out[0]);
+  };
+  at(t, O::Concat) = [](const CudaCall &c) {
+    return concat(c.ctx, c.in, c.inst.attrs_as_AxisAttrs()->axis(), c.out[0]);
+  };
+  at(t, O::Broadcast) = [](const CudaCall &c) { return broadcast(c.ctx, c.in[0], c.out[0]); };
+  at(t, O::Cast) = [](const CudaCall &c) { return cast(c.ctx, c.in[0], c.out[0]); };
+  at(t, O::Gather) = [](const CudaCall &c) {
+    return gather(c.ctx, c.in[0], c.in[1], c.inst.attrs_as_AxisAttrs()->axis(), c.out[0]);
+  };
+  at(t, O::Pad) = [](const CudaCall &c) {
+    const fb::PadAttrs *a = c.inst.attrs_as_PadAttrs();
+    return pad(c.ctx, c.in[0], spanOf(a->low()), spanOf(a->high()), spanOf(a->interior()),
+               c.out[0]);
+  };
+  at(t, O::Gelu) = [](const CudaCall &c) {
+    return gelu(c.ctx, c.in[0], c.inst.attrs_as_GeluAttrs()->tanh(), c.out[0]);
+  };
+  at(t, O::Silu) = [](const CudaCall &c) { return silu(c.ctx, c.in[0], c.out[0]); };
+  at(t, O::Dropout) = [](const CudaCall &c) {
+    const fb::DropoutAttrs *a = c.inst.attrs_as_DropoutAttrs();
+    if (a->global_shape() && a->shard_dims()) {
+      // Version 3: the shard's offset also depends on this rank's group index per dim.
+      std::vector<int64_t> offset = shardOffset(
+          c.mesh, c.rank, c.in[0].shape, spanOf(a->shard_offset()), shardingOf(a->shard_dims()));
+      return dropoutShard(c.ctx, c.in[0], c.in[1], a->ratio(), a->stream(),
+                          spanOf(a->global_shape()), offset, c.out[0]);
+    }
+    if (a->global_shape())
+      return dropoutShard(c.ctx, c.in[0], c.in[1], a->ratio(), a->stream(),
+                          spanOf(a->global_shape()), spanOf(a->shard_offset()), c.out[0]);
+    return dropout(c.ctx, c.in[0], c.in[1], a->ratio(), a->stream(), c.out[0]);
+  };
+}
+
+void reductionsAndCoarseOps(Table &t) {
+  at(t, O::Reduce) = [](const CudaCall &c) {
+    const fb::ReduceAttrs *a = c.inst.attrs_as_ReduceAttrs();
+    return reduce(c.ctx, static_cast<ReduceKind>(a->kind()), c.in[0], spanOf(a->axes()), c.out[0]);
+  };
+  at(t, O::Softmax) = [](const CudaCall &c) {
+    return softmax(c.ctx, c.in[0], c.inst.attrs_as_AxisAttrs()->axis(), c.out[0]);
+  };
+  at(t, O::MatMul) = [](const CudaCall &c) { return matmul(c.ctx, c.in[0], c.in[1], c.out[0]); };
+  at(t, O::Linear) = [](const CudaCall &c) {
+    return linear(c.ctx, c.in[0], c.in[1], c.in.size() > 2 ? &c.in[2] : nullptr, c.out[0]);
+  };
+  at(t, O::Embedding) = [](const CudaCall &c) {
+    if (vocabParallel(c))
+      return devcomm::vocabEmbedding(*c.nccl, c.ctx,
+                                     spanOf(c.inst.attrs_as_EmbeddingAttrs()->vocab_axes()),
+                                     c.in[0], c.in[1], c.out[0]);
+    return embedding(c.ctx, c.in[0], c.in[1], c.out[0]);
+  };
+  at(t, O::LayerNorm) = [](const CudaCall &c) {
+    return layerNorm(c.ctx, c.in[0], c.in[1], c.in.size() > 2 ? &c.in[2] : nullptr,
+                     c.inst.attrs_as_NormAttrs()->epsilon(), c.out[0]);
+  };
+  at(t, O::RmsNorm) = [](const CudaCall &c) {
+    return rmsNorm(c.ctx, c.in[0], c.in[1], c.inst.attrs_as_NormAttrs()->epsilon(), c.out[0]);
+  };
+  at(t, O::Attention) = [](const CudaCall &c) {
+    const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
+    return attention(c.ctx, c.in[0], c.in[1], c.in[2], c.in.size() > 3 ? &c.in[3] : nullptr,
+                     a->causal(), a->scale(), c.out[0]);
+  };
+  at(t, O::Rope) = [](const CudaCall &c) {
+    return rope(c.ctx, c.in[0], c.in[1], c.in[2], c.out[0]);
+  };
+  at(t, O::CrossEntropy) = [](const CudaCall &c) {
+    const fb::CrossEntropyAttrs *a = c.inst.attrs_as_CrossEntropyAttrs();
+    if (vocabParallel(c))
+      return devcomm::vocabCrossEntropy(*c.nccl, c.ctx, spanOf(a->vocab_axes()), c.in[0], c.in[1],
+                                        ignoreOf(a), c.out[0]);
+    return crossEntropy(c.ctx, c.in[0], c.in[1], ignoreOf(a), c.out[0]);
+  };
+}
+
+void backwardAndOptimizer(Table &t) {
+  at(t, O::LayerNormGrad) = [](const CudaCall &c) {
+    return layerNormGrad(c.ctx, c.in[0], c.in[1], c.in[2], c.inst.attrs_as_NormAttrs()->epsilon(),
+                         c.out[0], c.out[1], c.out[2]);
+  };
+  at(t, O::RmsNormGrad) = [](const CudaCall &c) {
+    return rmsNormGrad(c.ctx, c.in[0], c.in[1], c.in[2], c.inst.attrs_as_NormAttrs()->epsilon(),
+                       c.out[0], c.out[1]);
+  };
+  at(t, O::AttentionGrad) = [](const CudaCall &c) {
+    const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
+    bool masked = c.in.size() > 4;
+    return attentionGrad(c.ctx, c.in[0], c.in[1], c.in[2], c.in[3], masked ? &c.in[4] : nullptr,
+                         a->causal(), a->scale(), c.out[0], c.out[1], c.out[2],
+                         masked ? &c.out[3] : nullptr);
+  };
+  at(t, O::GeluGrad) = [](const CudaCall &c) {
+    return geluGrad(c.ctx, c.in[0], c.in[1], c.inst.attrs_as_GeluAttrs()->tanh(), c.out[0]);
+  };
+  at(t, O::SoftmaxGrad) = [](const CudaCall &c) {
+    return softmaxGrad(c.ctx, c.in[0], c.in[1], c.inst.attrs_as_AxisAttrs()->axis(), c.out[0]);
+  };
+  at(t, O::CrossEntropyGrad) = [](const CudaCall &c) {
+    const fb::CrossEntropyAttrs *a = c.inst.attrs_as_CrossEntropyAttrs();
+    if (vocabParallel(c))
+      return devcomm::vocabCrossEntropyGrad(*c.nccl, c.ctx, spanOf(a->vocab_axes()), c.in[0],
+                                            c.in[1], c.in[2], ignoreOf(a), c.out[0]);
+    return crossEntropyGrad(c.ctx, c.in[0], c.in[1], c.in[2], ignoreOf(a), c.out[0]);
+  };
+  at(t, O::EmbeddingGrad) = [](const CudaCall &c) {
+    if (vocabParallel(c))
+      return devcomm::vocabEmbeddingGrad(*c.nccl, c.ctx,
+                                         spanOf(c.inst.attrs_as_EmbeddingAttrs()->vocab_axes()),
+                                         c.in[0], c.in[1], c.out[0]);
+    return embeddingGrad(c.ctx, c.in[0], c.in[1], c.out[0]);
+  };
+  at(t, O::AdamW) = [](const CudaCall &c) {
+    const fb::AdamWAttrs *a = c.inst.attrs_as_AdamWAttrs();
+    AdamWConfig config{a->beta1(), a->beta2(), a->eps(), a->weight_decay()};
+    return adamw(c.ctx, c.in[0], c.in[1], c.in[2], c.in[3], c.in[4], c.in[5], config, c.out[0],
+                 c.out[1], c.out[2]);
+  };
+  at(t, O::GlobalNorm) = [](const CudaCall &c) { return globalNorm(c.ctx, c.in, c.out[0]); };
+  at(t, O::ClipByNorm) = [](const CudaCall &c) {
+    return clipByNorm(c.ctx, c.in[0], c.in[1], c.inst.attrs_as_ClipAttrs()->max_norm(), c.out[0]);
+  };
+}
+
+/// Collectives and transfers: NCCL (dispatch checks the communicator is there).
+void collectives(Table &t) {
+  at(t, O::AllReduce) = [](const CudaCall &c) {
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    return devcomm::allReduce(*c.nccl, c.ctx, spanOf(a->axes()), commKind(a->kind()), c.in[0],
+                              c.out[0]);
+  };
+  at(t, O::AllGather) = [](const CudaCall &c) {
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    return devcomm::allGather(*c.nccl, c.ctx, spanOf(a->axes()), a->dim(), c.in[0], c.out[0]);
+  };
+  at(t, O::ReduceScatter) = [](const CudaCall &c) {
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    return devcomm::reduceScatter(*c.nccl, c.ctx, spanOf(a->axes()), commKind(a->kind()), a->dim(),
+                                  c.in[0], c.out[0]);
+  };
+  at(t, O::AllToAll) = [](const CudaCall &c) {
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    return devcomm::allToAll(*c.nccl, c.ctx, spanOf(a->axes()), a->dim(), a->concat_dim(), c.in[0],
+                             c.out[0]);
+  };
+  at(t, O::ShardSlice) = [](const CudaCall &c) {
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    return devcomm::shardSlice(*c.nccl, c.ctx, spanOf(a->axes()), a->dim(), c.in[0], c.out[0]);
+  };
+  at(t, O::Send) = [](const CudaCall &c) {
+    const fb::P2PAttrs *a = c.inst.attrs_as_P2PAttrs();
+    return devcomm::send(*c.nccl, a->axis(), a->shift(), a->tag(), c.in[0]);
+  };
+  at(t, O::Recv) = [](const CudaCall &c) {
+    const fb::P2PAttrs *a = c.inst.attrs_as_P2PAttrs();
+    return devcomm::recv(*c.nccl, a->axis(), a->shift(), a->tag(), c.out[0]);
+  };
+}
+
+Table buildTable() {
+  Table t{};
+  // Unary and Binary rows: the elementwise kernel of the opcode's name, where the device has it
+  // (a formula in kernels/ElementwiseMath.def).
+#define MEGAC_CUDA_Unary(Name)                                                                     \
+  if (hasUnaryKernel(UnaryOp::Name))                                                               \
+    at(t, O::Name) = [](const CudaCall &c) {                                                       \
+      return unary(c.ctx, UnaryOp::Name, c.in[0], c.out[0]);                                       \
+    };
+#define MEGAC_CUDA_Binary(Name)                                                                    \
+  if (hasBinaryKernel(BinaryOp::Name))                                                             \
+    at(t, O::Name) = [](const CudaCall &c) {                                                       \
+      return binary(c.ctx, BinaryOp::Name, c.in[0], c.in[1], c.out[0]);                            \
+    };
+#define MEGAC_CUDA_Own(Name)
+#define MEGAC_OPCODE(Name, Number, MinIn, MaxIn, MinOut, MaxOut, Attrs, Kernel, Flags)             \
+  MEGAC_CUDA_##Kernel(Name)
+#include "runtime/plan/Opcodes.def"
+#undef MEGAC_OPCODE
+#undef MEGAC_CUDA_Own
+#undef MEGAC_CUDA_Binary
+#undef MEGAC_CUDA_Unary
+  elementwiseAndDataMovement(t);
+  reductionsAndCoarseOps(t);
+  backwardAndOptimizer(t);
+  collectives(t);
+  return t;
+}
+
+const Table &table() {
+  static const Table t = buildTable();
+  return t;
 }
 
 } // namespace
 
+bool hasHandler(fb::Opcode op) {
+  std::optional<size_t> index = fb::opcodeIndex(op);
+  return index && table()[*index] != nullptr;
+}
+
 Status dispatch(const fb::Instruction &inst, const std::vector<TensorRef> &in,
                 const std::vector<TensorRef> &outs, const Context &ctx, NcclCommunicator *nccl,
                 const comm::Mesh &mesh, int rank) {
-  using O = fb::Opcode;
-  O op = inst.op();
-  if (std::optional<Status> done = dispatchComm(inst, in, outs, ctx, nccl))
-    return std::move(*done);
-  const TensorRef &out = outs[0];
-  switch (op) {
-  case O::Neg:
-  case O::Abs:
-  case O::Exp:
-  case O::Log:
-  case O::Tanh:
-  case O::Erf:
-  case O::Sigmoid:
-  case O::Relu:
-  case O::Sqrt:
-  case O::Rsqrt:
-  case O::Not:
-    return unary(ctx, static_cast<UnaryOp>(op), in[0], out);
-  case O::Add:
-  case O::Sub:
-  case O::Mul:
-  case O::Div:
-  case O::Pow:
-  case O::Min:
-  case O::Max:
-  case O::And:
-  case O::Or:
-    return binary(ctx, static_cast<BinaryOp>(int(op) - int(O::Add)), in[0], in[1], out);
-  case O::Compare:
-    return compare(ctx, static_cast<ComparePredicate>(inst.attrs_as_CompareAttrs()->predicate()),
-                   in[0], in[1], out);
-  case O::Where:
-    return where(ctx, in[0], in[1], in[2], out);
-  case O::Copy:
-    return copy(ctx, in[0], out);
-  case O::Transpose:
-    return transpose(ctx, in[0], spanOf(inst.attrs_as_TransposeAttrs()->perm()), out);
-  case O::Slice:
-    return slice(ctx, in[0], spanOf(inst.attrs_as_SliceAttrs()->starts()),
-                 spanOf(inst.attrs_as_SliceAttrs()->strides()), out);
-  case O::Concat:
-    return concat(ctx, in, inst.attrs_as_AxisAttrs()->axis(), out);
-  case O::Broadcast:
-    return broadcast(ctx, in[0], out);
-  case O::Cast:
-    return cast(ctx, in[0], out);
-  case O::Gather:
-    return gather(ctx, in[0], in[1], inst.attrs_as_AxisAttrs()->axis(), out);
-  case O::Reduce:
-    return reduce(ctx, static_cast<ReduceKind>(inst.attrs_as_ReduceAttrs()->kind()), in[0],
-                  spanOf(inst.attrs_as_ReduceAttrs()->axes()), out);
-  case O::Softmax:
-    return softmax(ctx, in[0], inst.attrs_as_AxisAttrs()->axis(), out);
-  case O::MatMul:
-    return matmul(ctx, in[0], in[1], out);
-  case O::Linear:
-    return linear(ctx, in[0], in[1], in.size() > 2 ? &in[2] : nullptr, out);
-  case O::Embedding:
-    return embedding(ctx, in[0], in[1], out);
-  case O::LayerNorm:
-    return layerNorm(ctx, in[0], in[1], in.size() > 2 ? &in[2] : nullptr,
-                     inst.attrs_as_NormAttrs()->epsilon(), out);
-  case O::RmsNorm:
-    return rmsNorm(ctx, in[0], in[1], inst.attrs_as_NormAttrs()->epsilon(), out);
-  case O::Attention: {
-    const fb::AttentionAttrs *a = inst.attrs_as_AttentionAttrs();
-    return attention(ctx, in[0], in[1], in[2], in.size() > 3 ? &in[3] : nullptr, a->causal(),
-                     a->scale(), out);
-  }
-  case O::Gelu:
-    return gelu(ctx, in[0], inst.attrs_as_GeluAttrs()->tanh(), out);
-  case O::Silu:
-    return silu(ctx, in[0], out);
-  case O::Rope:
-    return rope(ctx, in[0], in[1], in[2], out);
-  case O::CrossEntropy:
-    return crossEntropy(ctx, in[0], in[1], ignoreOf(inst.attrs_as_CrossEntropyAttrs()), out);
-  case O::Dropout: {
-    const fb::DropoutAttrs *a = inst.attrs_as_DropoutAttrs();
-    if (a->global_shape() && a->shard_dims()) {
-      // Version 3: the shard's offset also depends on this rank's group index per dim.
-      std::vector<int64_t> offset = shardOffset(mesh, rank, in[0].shape, spanOf(a->shard_offset()),
-                                                shardingOf(a->shard_dims()));
-      return dropoutShard(ctx, in[0], in[1], a->ratio(), a->stream(), spanOf(a->global_shape()),
-                          offset, out);
-    }
-    if (a->global_shape())
-      return dropoutShard(ctx, in[0], in[1], a->ratio(), a->stream(), spanOf(a->global_shape()),
-                          spanOf(a->shard_offset()), out);
-    return dropout(ctx, in[0], in[1], a->ratio(), a->stream(), out);
-  }
-  case O::Pad: {
-    const fb::PadAttrs *a = inst.attrs_as_PadAttrs();
-    return pad(ctx, in[0], spanOf(a->low()), spanOf(a->high()), spanOf(a->interior()), out);
-  }
-  case O::LayerNormGrad:
-    return layerNormGrad(ctx, in[0], in[1], in[2], inst.attrs_as_NormAttrs()->epsilon(), outs[0],
-                         outs[1], outs[2]);
-  case O::RmsNormGrad:
-    return rmsNormGrad(ctx, in[0], in[1], in[2], inst.attrs_as_NormAttrs()->epsilon(), outs[0],
-                       outs[1]);
-  case O::AttentionGrad: {
-    const fb::AttentionAttrs *a = inst.attrs_as_AttentionAttrs();
-    bool masked = in.size() > 4;
-    return attentionGrad(ctx, in[0], in[1], in[2], in[3], masked ? &in[4] : nullptr, a->causal(),
-                         a->scale(), outs[0], outs[1], outs[2], masked ? &outs[3] : nullptr);
-  }
-  case O::GeluGrad:
-    return geluGrad(ctx, in[0], in[1], inst.attrs_as_GeluAttrs()->tanh(), out);
-  case O::SoftmaxGrad:
-    return softmaxGrad(ctx, in[0], in[1], inst.attrs_as_AxisAttrs()->axis(), out);
-  case O::CrossEntropyGrad:
-    return crossEntropyGrad(ctx, in[0], in[1], in[2], ignoreOf(inst.attrs_as_CrossEntropyAttrs()),
-                            out);
-  case O::EmbeddingGrad:
-    return embeddingGrad(ctx, in[0], in[1], out);
-  case O::AdamW: {
-    const fb::AdamWAttrs *a = inst.attrs_as_AdamWAttrs();
-    AdamWConfig config{a->beta1(), a->beta2(), a->eps(), a->weight_decay()};
-    return adamw(ctx, in[0], in[1], in[2], in[3], in[4], in[5], config, outs[0], outs[1], outs[2]);
-  }
-  case O::GlobalNorm:
-    return globalNorm(ctx, in, out);
-  case O::ClipByNorm:
-    return clipByNorm(ctx, in[0], in[1], inst.attrs_as_ClipAttrs()->max_norm(), out);
-  case O::AllReduce:
-  case O::AllGather:
-  case O::ReduceScatter:
-  case O::AllToAll:
-  case O::ShardSlice:
-  case O::Send:
-  case O::Recv:
-    break; // dispatchComm
-  }
-  return Status::error("opcode " + std::to_string(int(op)) +
-                       " is not supported by the CUDA executor");
+  std::optional<size_t> index = fb::opcodeIndex(inst.op());
+  Handler handler = index ? table()[*index] : nullptr;
+  if (!handler)
+    return Status::error("opcode " + std::to_string(int(inst.op())) +
+                         " is not supported by the CUDA executor");
+  if (needsNccl(inst) && !nccl)
+    return Status::error("no NCCL communicator (internal: the plan scan missed this opcode)");
+  return handler({inst, in, outs, ctx, nccl, mesh, rank});
 }
 
 } // namespace megac::runtime::cuda::exec

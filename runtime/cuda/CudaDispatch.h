@@ -1,6 +1,6 @@
 // The CUDA executor's instruction dispatch (runtime/cuda/CudaDispatch.cpp): one plan instruction
-// to its cuda:: kernel, or to a device collective over the NCCL communicator, and the scratch
-// memory the kernels draw from. Internal to runtime/cuda.
+// to its opcode's handler (a cuda:: kernel, or a device collective over the NCCL communicator),
+// and the scratch memory the kernels draw from. Internal to runtime/cuda.
 #pragma once
 
 #include "runtime/comm/Communicator.h"
@@ -18,6 +18,9 @@ namespace megac::runtime::cuda::exec {
 bool needsNccl(const megac::plan::Instruction &inst);
 /// The mesh axes of the group `inst` communicates over (none for Send/Recv: the world).
 std::optional<std::vector<uint32_t>> groupAxesOf(const megac::plan::Instruction &inst);
+
+/// Whether the CUDA backend has a handler for `op` (OpcodeTableTest asks it without a device).
+bool hasHandler(megac::plan::Opcode op);
 
 /// Enqueues `inst` on ctx.stream (collectives on nccl's stream, ordered with it): `in` and
 /// `outs` are its buffers' device refs, outputs never overlapping inputs except in place.

@@ -1,5 +1,8 @@
 // Elementwise fusion: finds runs of fusible instructions in a plan function (with liveness and
-// arena-overlap checks) and generates one CUDA C kernel per run (compiled by Nvrtc.cpp).
+// arena-overlap checks) and generates one CUDA C kernel per run (compiled by Nvrtc.cpp). Which
+// opcodes fuse is the opcode table's Fusible flag (runtime/plan/Opcodes.def); how each one is
+// written is its rule in the emitter table below: the Unary and Binary opcodes' formulas come
+// from kernels/ElementwiseMath.def (the unfused kernels' own), the others are written here.
 //
 // Numerics: each op is written as the CPU reference kernel writes it (runtime/cpu/Elementwise.cpp,
 // Grad.cpp), f32 math for f32/bf16/f16 and double for f64 (GeluGrad: double for all), and each
@@ -9,8 +12,11 @@
 // product to memory in between); contraction inside one op is left as nvcc does it.
 #include "runtime/cuda/Fusion.h"
 
+#include "runtime/plan/Opcodes.h"
 #include "runtime/plan/plan_generated.h"
 
+#include <array>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -74,64 +80,6 @@ std::optional<int64_t> elementsOf(const fb::Buffer &b) {
 }
 
 bool isValueType(DType d) { return isFloat(d) || d == DType::i1; }
-
-/// The element count shared by every operand when instruction `inst` is fusible, else nullopt.
-std::optional<int64_t> fusibleElements(const fb::Program &program, const fb::Instruction &inst) {
-  const auto *buffers = program.buffers();
-  if (!buffers || !inst.inputs() || !inst.outputs() || inst.outputs()->size() != 1)
-    return std::nullopt;
-  std::vector<const fb::Buffer *> ins;
-  for (uint32_t b : *inst.inputs()) {
-    if (b >= buffers->size())
-      return std::nullopt;
-    ins.push_back(buffers->Get(b));
-  }
-  uint32_t outIndex = inst.outputs()->Get(0);
-  if (outIndex >= buffers->size())
-    return std::nullopt;
-  const fb::Buffer *out = buffers->Get(outIndex);
-  std::optional<int64_t> n = elementsOf(*out);
-  if (!n)
-    return std::nullopt;
-  for (const fb::Buffer *b : ins)
-    if (elementsOf(*b) != n)
-      return std::nullopt;
-  auto all = [&](DType d) {
-    for (const fb::Buffer *b : ins)
-      if (b->dtype() != d)
-        return false;
-    return out->dtype() == d;
-  };
-  Opcode op = inst.op();
-  size_t arity = ins.size();
-  bool ok = false;
-  if (op >= Opcode::Neg && op <= Opcode::Rsqrt)
-    ok = arity == 1 && isFloat(out->dtype()) && all(out->dtype());
-  else if (op == Opcode::Not)
-    ok = arity == 1 && all(DType::i1);
-  else if (op >= Opcode::Add && op <= Opcode::Max)
-    ok = arity == 2 && isFloat(out->dtype()) && all(out->dtype());
-  else if (op == Opcode::And || op == Opcode::Or)
-    ok = arity == 2 && all(DType::i1);
-  else if (op == Opcode::Compare)
-    ok = arity == 2 && inst.attrs_as_CompareAttrs() &&
-         inst.attrs_as_CompareAttrs()->predicate() >= fb::ComparePredicate::eq &&
-         inst.attrs_as_CompareAttrs()->predicate() <= fb::ComparePredicate::ge &&
-         isFloat(ins[0]->dtype()) && ins[1]->dtype() == ins[0]->dtype() &&
-         out->dtype() == DType::i1;
-  else if (op == Opcode::Where)
-    ok = arity == 3 && ins[0]->dtype() == DType::i1 && isValueType(out->dtype()) &&
-         ins[1]->dtype() == out->dtype() && ins[2]->dtype() == out->dtype();
-  else if (op == Opcode::Copy)
-    ok = arity == 1 && isValueType(out->dtype()) && all(out->dtype());
-  else if (op == Opcode::Cast)
-    ok = arity == 1 && isValueType(ins[0]->dtype()) && isValueType(out->dtype());
-  else if (op == Opcode::Gelu)
-    ok = arity == 1 && inst.attrs_as_GeluAttrs() && isFloat(out->dtype()) && all(out->dtype());
-  else if (op == Opcode::GeluGrad)
-    ok = arity == 2 && inst.attrs_as_GeluAttrs() && isFloat(out->dtype()) && all(out->dtype());
-  return ok ? n : std::nullopt;
-}
 
 Location locationOf(const fb::Program &program, uint32_t buffer) {
   const fb::Buffer *b = program.buffers()->Get(buffer);
@@ -335,6 +283,33 @@ static __device__ __forceinline__ unsigned short megac_f2h(float f) {
 }
 )";
 
+class Generator;
+
+/// Which operand dtypes a fusible opcode admits.
+enum class Operands : uint8_t {
+  floatMath, // float inputs and output, all of one dtype
+  logic,     // i1 inputs and output
+  compare,   // float inputs of one dtype, an i1 output
+  select,    // Where: an i1 condition, branches of the output's value type
+  copy,      // a value type, the input's and output's
+  cast,      // value types (float or i1)
+};
+
+/// One entry of the emitter table: how a fusible opcode is admitted and written.
+struct FusionRule {
+  const char *name = nullptr; // the opcode's; null: no rule
+  Operands operands = Operands::floatMath;
+  size_t arity = 0;
+  fb::Attrs attrs = fb::Attrs::NONE; // the attrs member it reads
+  /// A formula of x (arity 1) or a, b (arity 2) in the compute type T, or null for `emit`.
+  const char *formula = nullptr;
+  int (Generator::*emit)(const fb::Instruction &inst, const std::vector<int> &in,
+                         DType d) = nullptr;
+};
+
+/// The rule of `op` when the opcode table flags it Fusible, else null.
+const FusionRule *ruleOf(Opcode op);
+
 /// Emits the body of one fused kernel: SSA values v<k> (f32/f64 compute value or i1 byte) and,
 /// for bf16/f16 values, h<k> (the storage bits; v<k> is their exact widening).
 class Generator {
@@ -422,107 +397,87 @@ private:
     return id;
   }
 
-  void emit(const fb::Instruction &inst) {
-    std::vector<int> in;
-    for (uint32_t b : *inst.inputs())
-      in.push_back(values_.at(key(locationOf(program_, b))));
-    Location outLoc = locationOf(program_, inst.outputs()->Get(0));
-    DType d = outLoc.dtype;
+  void emit(const fb::Instruction &inst);
+
+  /// The formula of a rule (an ElementwiseMath.def line, or Silu's) on the operands, written out
+  /// in the op's compute type: x (a, b) become the operands' values, T the compute type, and for
+  /// float each call gets libm's float name (exp -> expf: the function CUDA's float overload of
+  /// exp calls, so the unfused kernel's code), as cpu and the emulated host build read it too.
+  int formula(const FusionRule &rule, DType d, const std::vector<int> &in) {
     bool dbl = d == DType::f64;
-    auto v = [&](size_t k) { return "v" + std::to_string(in[k]); };
-    auto fn = [&](const char *name) { return std::string(name) + (dbl ? "" : "f"); };
-    auto lit = [&](const char *text) { return std::string(text) + (dbl ? "" : "f"); };
-    Opcode op = inst.op();
-    body_ << "    // " << fb::EnumNameOpcode(op) << "\n";
-    int id = -1;
-    switch (op) {
-    case Opcode::Neg:
-      id = define(d, "-" + v(0));
-      break;
-    case Opcode::Abs:
-      id = define(d, fn("fabs") + "(" + v(0) + ")");
-      break;
-    case Opcode::Exp:
-      id = define(d, fn("exp") + "(" + v(0) + ")");
-      break;
-    case Opcode::Log:
-      id = define(d, fn("log") + "(" + v(0) + ")");
-      break;
-    case Opcode::Tanh:
-      id = define(d, fn("tanh") + "(" + v(0) + ")");
-      break;
-    case Opcode::Erf:
-      id = define(d, fn("erf") + "(" + v(0) + ")");
-      break;
-    case Opcode::Sigmoid:
-      id = define(d, lit("1.0") + " / (" + lit("1.0") + " + " + fn("exp") + "(-" + v(0) + "))");
-      break;
-    case Opcode::Relu: // NaN stays NaN
-      id = define(d, v(0) + " < " + lit("0.0") + " ? " + lit("0.0") + " : " + v(0));
-      break;
-    case Opcode::Sqrt:
-      id = define(d, fn("sqrt") + "(" + v(0) + ")");
-      break;
-    case Opcode::Rsqrt: // 1 / sqrt, both correctly rounded, as on the CPU (not rsqrtf)
-      id = define(d, lit("1.0") + " / " + fn("sqrt") + "(" + v(0) + ")");
-      break;
-    case Opcode::Not:
-      id = define(d, v(0) + " == 0");
-      break;
-    case Opcode::Add:
-      id = define(d, v(0) + " + " + v(1));
-      break;
-    case Opcode::Sub:
-      id = define(d, v(0) + " - " + v(1));
-      break;
-    case Opcode::Mul:
-      id = define(d, v(0) + " * " + v(1));
-      break;
-    case Opcode::Div:
-      id = define(d, v(0) + " / " + v(1));
-      break;
-    case Opcode::Pow:
-      id = define(d, fn("pow") + "(" + v(0) + ", " + v(1) + ")");
-      break;
-    case Opcode::Min: // NaN propagates, as torch.minimum
-      id = define(d, v(0) + " != " + v(0) + " ? " + v(0) + " : (" + v(1) + " != " + v(1) + " ? " +
-                         v(1) + " : (" + v(1) + " < " + v(0) + " ? " + v(1) + " : " + v(0) + "))");
-      break;
-    case Opcode::Max:
-      id = define(d, v(0) + " != " + v(0) + " ? " + v(0) + " : (" + v(1) + " != " + v(1) + " ? " +
-                         v(1) + " : (" + v(1) + " > " + v(0) + " ? " + v(1) + " : " + v(0) + "))");
-      break;
-    case Opcode::And:
-      id = define(d, "(" + v(0) + " != 0) & (" + v(1) + " != 0)");
-      break;
-    case Opcode::Or:
-      id = define(d, "(" + v(0) + " != 0) | (" + v(1) + " != 0)");
-      break;
-    case Opcode::Compare: {
-      static const char *const kOps[] = {" == ", " != ", " < ", " <= ", " > ", " >= "};
-      auto p = static_cast<size_t>(inst.attrs_as_CompareAttrs()->predicate());
-      id = define(d, v(0) + kOps[p] + v(1));
-      break;
+    const std::string text = rule.formula;
+    std::string out;
+    for (size_t k = 0; k < text.size();) {
+      char c = text[k];
+      if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') { // a literal, as written
+        size_t e = k;
+        while (e < text.size() &&
+               (std::isalnum(static_cast<unsigned char>(text[e])) || text[e] == '.'))
+          ++e;
+        out += text.substr(k, e - k);
+        k = e;
+        continue;
+      }
+      if (!std::isalpha(static_cast<unsigned char>(c)) && c != '_') {
+        out += c;
+        ++k;
+        continue;
+      }
+      size_t e = k;
+      while (e < text.size() &&
+             (std::isalnum(static_cast<unsigned char>(text[e])) || text[e] == '_'))
+        ++e;
+      std::string word = text.substr(k, e - k);
+      k = e;
+      if (word == "T")
+        out += dbl ? "double" : "float";
+      else if (word == "x" || word == "a")
+        out += "v" + std::to_string(in[0]);
+      else if (word == "b")
+        out += "v" + std::to_string(in[1]);
+      else if (k < text.size() && text[k] == '(') // a libm call
+        out += dbl ? word : word + "f";
+      else
+        out += word;
     }
-    case Opcode::Where:
-      id = select(d, in[0], in[1], in[2]);
-      break;
-    case Opcode::Copy:
-      id = in[0]; // same bits
-      break;
-    case Opcode::Cast:
-      id = cast(in[0], d);
-      break;
-    case Opcode::Gelu:
-      id = define(d, gelu(v(0), inst.attrs_as_GeluAttrs()->tanh(), dbl));
-      break;
-    case Opcode::GeluGrad:
-      id = geluGrad(in[0], in[1], inst.attrs_as_GeluAttrs()->tanh(), d);
-      break;
-    default:
-      break; // fusibleElements admits none else
-    }
-    values_[key(outLoc)] = id;
+    return define(d, out);
+  }
+
+public:
+  // The hand-written emitters of the emitter table.
+  int notOp(const fb::Instruction &, const std::vector<int> &in, DType d) {
+    return define(d, arg(in, 0) + " == 0");
+  }
+  int andOp(const fb::Instruction &, const std::vector<int> &in, DType d) {
+    return define(d, "(" + arg(in, 0) + " != 0) & (" + arg(in, 1) + " != 0)");
+  }
+  int orOp(const fb::Instruction &, const std::vector<int> &in, DType d) {
+    return define(d, "(" + arg(in, 0) + " != 0) | (" + arg(in, 1) + " != 0)");
+  }
+  int compareOp(const fb::Instruction &inst, const std::vector<int> &in, DType d) {
+    static const char *const kOps[] = {" == ", " != ", " < ", " <= ", " > ", " >= "};
+    auto p = static_cast<size_t>(inst.attrs_as_CompareAttrs()->predicate());
+    return define(d, arg(in, 0) + kOps[p] + arg(in, 1));
+  }
+  int whereOp(const fb::Instruction &, const std::vector<int> &in, DType d) {
+    return select(d, in[0], in[1], in[2]);
+  }
+  int copyOp(const fb::Instruction &, const std::vector<int> &in, DType) {
+    return in[0]; // same bits
+  }
+  int castOp(const fb::Instruction &, const std::vector<int> &in, DType d) {
+    return cast(in[0], d);
+  }
+  int geluOp(const fb::Instruction &inst, const std::vector<int> &in, DType d) {
+    return define(d, gelu(arg(in, 0), inst.attrs_as_GeluAttrs()->tanh(), d == DType::f64));
+  }
+  int geluGradOp(const fb::Instruction &inst, const std::vector<int> &in, DType d) {
+    return geluGrad(in[0], in[1], inst.attrs_as_GeluAttrs()->tanh(), d);
+  }
+
+private:
+  static std::string arg(const std::vector<int> &in, size_t k) {
+    return "v" + std::to_string(in[k]);
   }
 
   /// The CPU's cast: via float for bf16/f16 (f64 -> float first), != 0 to i1, i1 -> 1 or 0.
@@ -586,7 +541,127 @@ private:
   int next_ = 0;
 };
 
+using Rules = std::array<FusionRule, fb::kOpcodeCount>;
+
+Rules buildRules() {
+  Rules rules{};
+  auto set = [&](Opcode op, FusionRule rule) {
+    rule.name = fb::opcodeInfo(op)->name;
+    rules[*fb::opcodeIndex(op)] = rule;
+  };
+  // The Unary and Binary opcodes' formulas, as the unfused kernels compute them.
+#define MEGAC_CUDA_UNARY(Name, ...)                                                                \
+  set(Opcode::Name, {nullptr, Operands::floatMath, 1, fb::Attrs::NONE, #__VA_ARGS__, nullptr});
+#define MEGAC_CUDA_BINARY(Name, ...)                                                               \
+  set(Opcode::Name, {nullptr, Operands::floatMath, 2, fb::Attrs::NONE, #__VA_ARGS__, nullptr});
+#include "runtime/cuda/kernels/ElementwiseMath.def"
+#undef MEGAC_CUDA_BINARY
+#undef MEGAC_CUDA_UNARY
+  using A = fb::Attrs;
+  set(Opcode::Not, {nullptr, Operands::logic, 1, A::NONE, nullptr, &Generator::notOp});
+  set(Opcode::And, {nullptr, Operands::logic, 2, A::NONE, nullptr, &Generator::andOp});
+  set(Opcode::Or, {nullptr, Operands::logic, 2, A::NONE, nullptr, &Generator::orOp});
+  set(Opcode::Compare,
+      {nullptr, Operands::compare, 2, A::CompareAttrs, nullptr, &Generator::compareOp});
+  set(Opcode::Where, {nullptr, Operands::select, 3, A::NONE, nullptr, &Generator::whereOp});
+  set(Opcode::Copy, {nullptr, Operands::copy, 1, A::NONE, nullptr, &Generator::copyOp});
+  set(Opcode::Cast, {nullptr, Operands::cast, 1, A::NONE, nullptr, &Generator::castOp});
+  set(Opcode::Gelu, {nullptr, Operands::floatMath, 1, A::GeluAttrs, nullptr, &Generator::geluOp});
+  set(Opcode::GeluGrad,
+      {nullptr, Operands::floatMath, 2, A::GeluAttrs, nullptr, &Generator::geluGradOp});
+  // cpu::silu's and kernels/Llama.cu's formula: SwiGLU's silu(gate) * up fuses into one kernel.
+  set(Opcode::Silu, {nullptr, Operands::floatMath, 1, A::NONE, "x / (T(1) + exp(-x))", nullptr});
+  return rules;
+}
+
+const Rules &rules() {
+  static const Rules r = buildRules();
+  return r;
+}
+
+const FusionRule *ruleOf(Opcode op) {
+  std::optional<size_t> index = fb::opcodeIndex(op);
+  if (!index || !rules()[*index].name || !fb::opcodeHas(op, fb::opflag::Fusible))
+    return nullptr;
+  return &rules()[*index];
+}
+
+void Generator::emit(const fb::Instruction &inst) {
+  std::vector<int> in;
+  for (uint32_t b : *inst.inputs())
+    in.push_back(values_.at(key(locationOf(program_, b))));
+  Location outLoc = locationOf(program_, inst.outputs()->Get(0));
+  body_ << "    // " << fb::EnumNameOpcode(inst.op()) << "\n";
+  const FusionRule &rule = *ruleOf(inst.op()); // fusibleElements admitted it
+  values_[key(outLoc)] =
+      rule.formula ? formula(rule, outLoc.dtype, in) : (this->*rule.emit)(inst, in, outLoc.dtype);
+}
+
+/// The element count shared by every operand when instruction `inst` is fusible, else nullopt.
+std::optional<int64_t> fusibleElements(const fb::Program &program, const fb::Instruction &inst) {
+  const FusionRule *rule = ruleOf(inst.op());
+  const auto *buffers = program.buffers();
+  if (!rule || !buffers || !inst.inputs() || !inst.outputs() || inst.outputs()->size() != 1)
+    return std::nullopt;
+  std::vector<const fb::Buffer *> ins;
+  for (uint32_t b : *inst.inputs()) {
+    if (b >= buffers->size())
+      return std::nullopt;
+    ins.push_back(buffers->Get(b));
+  }
+  uint32_t outIndex = inst.outputs()->Get(0);
+  if (outIndex >= buffers->size())
+    return std::nullopt;
+  const fb::Buffer *out = buffers->Get(outIndex);
+  std::optional<int64_t> n = elementsOf(*out);
+  if (!n)
+    return std::nullopt;
+  for (const fb::Buffer *b : ins)
+    if (elementsOf(*b) != n)
+      return std::nullopt;
+  if (ins.size() != rule->arity)
+    return std::nullopt;
+  if (rule->attrs != fb::Attrs::NONE && (inst.attrs_type() != rule->attrs || !inst.attrs()))
+    return std::nullopt;
+  auto all = [&](DType d) {
+    for (const fb::Buffer *b : ins)
+      if (b->dtype() != d)
+        return false;
+    return out->dtype() == d;
+  };
+  bool ok = false;
+  switch (rule->operands) {
+  case Operands::floatMath:
+    ok = isFloat(out->dtype()) && all(out->dtype());
+    break;
+  case Operands::logic:
+    ok = all(DType::i1);
+    break;
+  case Operands::compare:
+    ok = fb::EnumNameComparePredicate(inst.attrs_as_CompareAttrs()->predicate())[0] != 0 &&
+         isFloat(ins[0]->dtype()) && ins[1]->dtype() == ins[0]->dtype() &&
+         out->dtype() == DType::i1;
+    break;
+  case Operands::select:
+    ok = ins[0]->dtype() == DType::i1 && isValueType(out->dtype()) &&
+         ins[1]->dtype() == out->dtype() && ins[2]->dtype() == out->dtype();
+    break;
+  case Operands::copy:
+    ok = isValueType(out->dtype()) && all(out->dtype());
+    break;
+  case Operands::cast:
+    ok = isValueType(ins[0]->dtype()) && isValueType(out->dtype());
+    break;
+  }
+  return ok ? n : std::nullopt;
+}
+
 } // namespace
+
+bool hasFusionRule(megac::plan::Opcode op) {
+  std::optional<size_t> index = fb::opcodeIndex(op);
+  return index && rules()[*index].name != nullptr;
+}
 
 /// Longer runs are split: it bounds the kernel's size and parameter list (<= 3 per instruction,
 /// far below CUDA's 4 KiB of parameters) and the quadratic checks of analyzeGroup.

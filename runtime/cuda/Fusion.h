@@ -5,15 +5,16 @@
 // Fusion happens at load time, not in codegen: the plan stays backend-neutral (the same .mplan
 // runs on the CPU reference and on GPUs) and the CPU executor needs no fused opcode.
 //
-// A group is maximal run of >= 2 instructions, each of them fusible (float Neg..Rsqrt, Add..Max,
-// Compare, Where, Cast between float and i1 types, Copy of equal shapes, Gelu, GeluGrad), all of
-// one element count, in which each thread handles element i of every operand. A value produced
-// and consumed inside the group stays in registers; it is stored only when it is live-out: read
-// by a later instruction of the function, a function output, or a parameter/state buffer. The
-// group is cut where a live-out store could overlap memory another thread still reads (arena
-// reuse at a different offset), so the fused kernel is race-free and gives the unfused
-// results bit for bit (same f32/f64 arithmetic in the same order, half types rounded at the same
-// points as the unfused kernels).
+// A group is a maximal run of >= 2 instructions, each of them fusible (an opcode flagged Fusible
+// in runtime/plan/Opcodes.def, on the dtypes its emitter admits: float math for the Unary and
+// Binary formulas, Gelu, GeluGrad and Silu; i1 for Not, And, Or; Compare of floats, Where, Cast
+// between float and i1 types, Copy of equal shapes), all of one element count, in which each thread
+// handles element i of every operand. A value produced and consumed inside the group stays in
+// registers; it is stored only when it is live-out: read by a later instruction of the function, a
+// function output, or a parameter/state buffer. The group is cut where a live-out store could
+// overlap memory another thread still reads (arena reuse at a different offset), so the fused
+// kernel is race-free and gives the unfused results bit for bit (same f32/f64 arithmetic in the
+// same order, half types rounded at the same points as the unfused kernels).
 #pragma once
 
 #include "support/HostTensor.h"
@@ -26,6 +27,7 @@
 
 namespace megac::plan {
 struct Program;
+enum class Opcode : uint16_t;
 }
 
 namespace megac::runtime::cuda {
@@ -39,6 +41,10 @@ struct FusedGroup {
   std::string kernelName;        // extern "C" __global__ name in `source`
   std::string source;            // CUDA C: one kernel (const T* in..., T* out..., int64_t n)
 };
+
+/// Whether the fusion's emitter table writes `op` (OpcodeTableTest: exactly the opcodes flagged
+/// Fusible in Opcodes.def).
+bool hasFusionRule(megac::plan::Opcode op);
 
 /// The groups of function `function` of `program`, in instruction order (no overlap).
 std::vector<FusedGroup> findFusionGroups(const megac::plan::Program &program, size_t function);

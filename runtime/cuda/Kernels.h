@@ -73,6 +73,10 @@ struct Context {
 Status launchStatus(const char *op);
 
 // ---- Elementwise (kernels/Elementwise.cu) ---------------------------------------------------
+/// Whether unary()/binary() run `op` on a device: Not, And, Or and every opcode with a formula
+/// in kernels/ElementwiseMath.def. The others are an error naming the op.
+bool hasUnaryKernel(UnaryOp op);
+bool hasBinaryKernel(BinaryOp op);
 Status unary(const Context &ctx, UnaryOp op, const TensorRef &x, const TensorRef &out);
 Status binary(const Context &ctx, BinaryOp op, const TensorRef &a, const TensorRef &b,
               const TensorRef &out);

@@ -1,13 +1,12 @@
 // The CPU executor: one 64-byte aligned arena per program, constants and parameters filled and
 // state zeroed at creation, a function's instructions run in order on the reference kernels
-// (runtime/cpu).
+// (runtime/cpu) through the per-opcode handlers of CpuHandlers.cpp.
 #include "runtime/exec/Executor.h"
 
 #include "runtime/comm/Communicator.h"
-#include "runtime/cpu/HalfCompute.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/cuda/CudaExecutor.h"
-#include "runtime/exec/CommOps.h"
+#include "runtime/exec/CpuHandlers.h"
 #include "runtime/exec/Parameters.h"
 #include "runtime/exec/ProgramExecutor.h"
 #include "runtime/exec/Trace.h"
@@ -29,14 +28,6 @@ using exec::Function;
 using exec::InputSlot;
 using exec::Port;
 using exec::spanOf;
-
-// The kernel enums list the ops in the opcode order, so the mapping is an offset.
-static_assert(int(cpu::UnaryOp::Neg) == int(fb::Opcode::Neg) &&
-              int(cpu::UnaryOp::Not) == int(fb::Opcode::Not));
-static_assert(int(cpu::BinaryOp::Add) == 0 &&
-              int(cpu::BinaryOp::Or) == int(fb::Opcode::Or) - int(fb::Opcode::Add));
-static_assert(int(cpu::ComparePredicate::ge) == int(fb::ComparePredicate::ge));
-static_assert(int(cpu::ReduceKind::min) == int(fb::ReduceKind::min));
 
 namespace {
 
@@ -76,53 +67,6 @@ void copyBytes(void *dst, const void *src, size_t n) {
     std::memcpy(dst, src, n);
 }
 
-comm::ReduceKind commKind(fb::ReduceKind kind) {
-  return kind == fb::ReduceKind::max ? comm::ReduceKind::max : comm::ReduceKind::sum;
-}
-
-/// Opcodes whose bf16/f16 operands go through f32 (cpu::computeInF32); the data-movement ones
-/// and Cast handle half storage themselves.
-bool computesOnHalf(fb::Opcode op) {
-  switch (op) {
-  case fb::Opcode::Cast:
-  case fb::Opcode::Copy:
-  case fb::Opcode::Transpose:
-  case fb::Opcode::Slice:
-  case fb::Opcode::Concat:
-  case fb::Opcode::Broadcast:
-  case fb::Opcode::Where:
-  case fb::Opcode::Gather:
-  case fb::Opcode::Embedding:
-  case fb::Opcode::Pad:
-  // Collectives move or reduce half values themselves (a reduction in f32, rounded once).
-  case fb::Opcode::AllReduce:
-  case fb::Opcode::AllGather:
-  case fb::Opcode::ReduceScatter:
-  case fb::Opcode::AllToAll:
-  case fb::Opcode::ShardSlice:
-  case fb::Opcode::Send:
-  case fb::Opcode::Recv:
-    return false;
-  default:
-    return true;
-  }
-}
-
-/// The opcodes that only move data between ranks (traced by the communicator).
-bool communicates(fb::Opcode op) {
-  switch (op) {
-  case fb::Opcode::AllReduce:
-  case fb::Opcode::AllGather:
-  case fb::Opcode::ReduceScatter:
-  case fb::Opcode::AllToAll:
-  case fb::Opcode::Send:
-  case fb::Opcode::Recv:
-    return true;
-  default:
-    return false;
-  }
-}
-
 class CpuExecutor final : public exec::ProgramExecutor {
 public:
   Status init(const LoadedPlan &plan, const ExecutorOptions &options);
@@ -138,12 +82,6 @@ private:
   Status runFunction(size_t index) override;
   Status runFunctionTraced(size_t index, Trace::Clock::time_point start);
   Status execute(const fb::Instruction &inst);
-  Status dispatch(const fb::Instruction &inst, const std::vector<cpu::TensorRef> &in,
-                  const std::vector<cpu::TensorRef> &out);
-  /// The opcodes that need the communicator; nullopt for the others.
-  std::optional<Status> dispatchComm(const fb::Instruction &inst,
-                                     const std::vector<cpu::TensorRef> &in,
-                                     const std::vector<cpu::TensorRef> &out);
 
   AlignedBytes arena_;
   std::vector<std::vector<uint64_t>> scratch_; // per output, for outputs that overlap an input
@@ -232,7 +170,7 @@ Status CpuExecutor::runFunctionTraced(size_t index, Trace::Clock::time_point sta
       if (!status.isOk())
         status = Status::error(describeInstruction(*program_, programIndex_, index, i) + ": " +
                                status.message());
-      else if (!communicates(inst.op()))
+      else if (!exec::cpuHandler(inst.op()).communicates)
         trace_->add(TraceLane::kernels, fb::EnumNameOpcode(inst.op()), "kernel", begin,
                     Trace::Clock::now(), function + std::to_string(i));
     }
@@ -268,232 +206,10 @@ Status CpuExecutor::execute(const fb::Instruction &inst) {
     viaScratch.emplace_back(out.size(), o);
     out.push_back({ob.dtype, ob.shape, scratch.data()});
   }
-  if (computesOnHalf(inst.op()) && (cpu::anyHalf(in) || cpu::anyHalf(out))) {
-    // bf16/f16 arithmetic: the f32 kernel on widened inputs, its results rounded once.
-    RETURN_IF_ERROR(cpu::computeInF32(
-        in, out,
-        [&](std::span<const cpu::TensorRef> wideIn, std::span<const cpu::TensorRef> wideOut) {
-          return dispatch(inst, {wideIn.begin(), wideIn.end()}, {wideOut.begin(), wideOut.end()});
-        }));
-  } else {
-    RETURN_IF_ERROR(dispatch(inst, in, out));
-  }
+  RETURN_IF_ERROR(exec::runCpuInstruction({inst, in, out, comm_, rank_}));
   for (auto [position, o] : viaScratch)
     copyBytes(arena_.get() + buffers_[o].offset, scratch_[position].data(), buffers_[o].bytes);
   return Status::ok();
-}
-
-std::optional<Status> CpuExecutor::dispatchComm(const fb::Instruction &inst,
-                                                const std::vector<cpu::TensorRef> &in,
-                                                const std::vector<cpu::TensorRef> &outs) {
-  using O = fb::Opcode;
-  comm::Communicator &c = *comm_;
-  switch (inst.op()) {
-  case O::AllReduce: {
-    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
-    return commops::allReduce(c, spanOf(a->axes()), commKind(a->kind()), in[0], outs[0]);
-  }
-  case O::AllGather: {
-    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
-    return commops::allGather(c, spanOf(a->axes()), a->dim(), in[0], outs[0]);
-  }
-  case O::ReduceScatter: {
-    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
-    return commops::reduceScatter(c, spanOf(a->axes()), commKind(a->kind()), a->dim(), in[0],
-                                  outs[0]);
-  }
-  case O::AllToAll: {
-    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
-    return commops::allToAll(c, spanOf(a->axes()), a->dim(), a->concat_dim(), in[0], outs[0]);
-  }
-  case O::ShardSlice: {
-    const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
-    return commops::shardSlice(c, spanOf(a->axes()), a->dim(), in[0], outs[0]);
-  }
-  case O::Send: {
-    const fb::P2PAttrs *a = inst.attrs_as_P2PAttrs();
-    return commops::send(c, a->axis(), a->shift(), a->tag(), in[0]);
-  }
-  case O::Recv: {
-    const fb::P2PAttrs *a = inst.attrs_as_P2PAttrs();
-    return commops::recv(c, a->axis(), a->shift(), a->tag(), outs[0]);
-  }
-  case O::Embedding:
-  case O::EmbeddingGrad: {
-    const fb::EmbeddingAttrs *a = inst.attrs_as_EmbeddingAttrs();
-    if (!a || !a->vocab_axes() || a->vocab_axes()->size() == 0)
-      return std::nullopt;
-    if (inst.op() == O::Embedding)
-      return commops::vocabEmbedding(c, spanOf(a->vocab_axes()), in[0], in[1], outs[0]);
-    return commops::vocabEmbeddingGrad(c, spanOf(a->vocab_axes()), in[0], in[1], outs[0]);
-  }
-  case O::CrossEntropy:
-  case O::CrossEntropyGrad: {
-    const fb::CrossEntropyAttrs *a = inst.attrs_as_CrossEntropyAttrs();
-    if (!a->vocab_axes() || a->vocab_axes()->size() == 0)
-      return std::nullopt;
-    std::optional<int64_t> ignore;
-    if (a->has_ignore_index())
-      ignore = a->ignore_index();
-    if (inst.op() == O::CrossEntropy)
-      return commops::vocabCrossEntropy(c, spanOf(a->vocab_axes()), in[0], in[1], ignore, outs[0]);
-    return commops::vocabCrossEntropyGrad(c, spanOf(a->vocab_axes()), in[0], in[1], in[2], ignore,
-                                          outs[0]);
-  }
-  default:
-    return std::nullopt;
-  }
-}
-
-Status CpuExecutor::dispatch(const fb::Instruction &inst, const std::vector<cpu::TensorRef> &in,
-                             const std::vector<cpu::TensorRef> &outs) {
-  using O = fb::Opcode;
-  O op = inst.op();
-  if (std::optional<Status> done = dispatchComm(inst, in, outs))
-    return std::move(*done);
-  const cpu::TensorRef &out = outs[0];
-  switch (op) {
-  case O::Neg:
-  case O::Abs:
-  case O::Exp:
-  case O::Log:
-  case O::Tanh:
-  case O::Erf:
-  case O::Sigmoid:
-  case O::Relu:
-  case O::Sqrt:
-  case O::Rsqrt:
-  case O::Not:
-    return cpu::unary(static_cast<cpu::UnaryOp>(op), in[0], out);
-  case O::Add:
-  case O::Sub:
-  case O::Mul:
-  case O::Div:
-  case O::Pow:
-  case O::Min:
-  case O::Max:
-  case O::And:
-  case O::Or:
-    return cpu::binary(static_cast<cpu::BinaryOp>(int(op) - int(O::Add)), in[0], in[1], out);
-  case O::Compare:
-    return cpu::compare(
-        static_cast<cpu::ComparePredicate>(inst.attrs_as_CompareAttrs()->predicate()), in[0], in[1],
-        out);
-  case O::Where:
-    return cpu::where(in[0], in[1], in[2], out);
-  case O::Copy:
-    return cpu::copy(in[0], out);
-  case O::Transpose:
-    return cpu::transpose(in[0], spanOf(inst.attrs_as_TransposeAttrs()->perm()), out);
-  case O::Slice:
-    return cpu::slice(in[0], spanOf(inst.attrs_as_SliceAttrs()->starts()),
-                      spanOf(inst.attrs_as_SliceAttrs()->strides()), out);
-  case O::Concat:
-    return cpu::concat(in, inst.attrs_as_AxisAttrs()->axis(), out);
-  case O::Broadcast:
-    return cpu::broadcast(in[0], out);
-  case O::Cast:
-    return cpu::cast(in[0], out);
-  case O::Gather:
-    return cpu::gather(in[0], in[1], inst.attrs_as_AxisAttrs()->axis(), out);
-  case O::Reduce:
-    return cpu::reduce(static_cast<cpu::ReduceKind>(inst.attrs_as_ReduceAttrs()->kind()), in[0],
-                       spanOf(inst.attrs_as_ReduceAttrs()->axes()), out);
-  case O::Softmax:
-    return cpu::softmax(in[0], inst.attrs_as_AxisAttrs()->axis(), out);
-  case O::MatMul:
-    return cpu::matmul(in[0], in[1], out);
-  case O::Linear:
-    return cpu::linear(in[0], in[1], in.size() > 2 ? &in[2] : nullptr, out);
-  case O::Embedding:
-    return cpu::embedding(in[0], in[1], out);
-  case O::LayerNorm:
-    return cpu::layerNorm(in[0], in[1], in.size() > 2 ? &in[2] : nullptr,
-                          inst.attrs_as_NormAttrs()->epsilon(), out);
-  case O::RmsNorm:
-    return cpu::rmsNorm(in[0], in[1], inst.attrs_as_NormAttrs()->epsilon(), out);
-  case O::Attention: {
-    const fb::AttentionAttrs *a = inst.attrs_as_AttentionAttrs();
-    return cpu::attention(in[0], in[1], in[2], in.size() > 3 ? &in[3] : nullptr, a->causal(),
-                          a->scale(), out);
-  }
-  case O::Gelu:
-    return cpu::gelu(in[0], inst.attrs_as_GeluAttrs()->tanh(), out);
-  case O::Silu:
-    return cpu::silu(in[0], out);
-  case O::Rope:
-    return cpu::rope(in[0], in[1], in[2], out);
-  case O::CrossEntropy: {
-    const fb::CrossEntropyAttrs *a = inst.attrs_as_CrossEntropyAttrs();
-    std::optional<int64_t> ignore;
-    if (a->has_ignore_index())
-      ignore = a->ignore_index();
-    return cpu::crossEntropy(in[0], in[1], ignore, out);
-  }
-  case O::Dropout: {
-    const fb::DropoutAttrs *a = inst.attrs_as_DropoutAttrs();
-    if (a->global_shape() && a->shard_dims()) {
-      // Version 3: the shard's offset also depends on this rank's group index per dim.
-      std::vector<int64_t> offset =
-          shardOffset(comm_->mesh(), rank_, in[0].shape, spanOf(a->shard_offset()),
-                      shardingOf(a->shard_dims()));
-      return cpu::dropoutShard(in[0], in[1], a->ratio(), a->stream(), spanOf(a->global_shape()),
-                               offset, out);
-    }
-    if (a->global_shape())
-      return cpu::dropoutShard(in[0], in[1], a->ratio(), a->stream(), spanOf(a->global_shape()),
-                               spanOf(a->shard_offset()), out);
-    return cpu::dropout(in[0], in[1], a->ratio(), a->stream(), out);
-  }
-  case O::Pad: {
-    const fb::PadAttrs *a = inst.attrs_as_PadAttrs();
-    return cpu::pad(in[0], spanOf(a->low()), spanOf(a->high()), spanOf(a->interior()), out);
-  }
-  case O::LayerNormGrad:
-    return cpu::layerNormGrad(in[0], in[1], in[2], inst.attrs_as_NormAttrs()->epsilon(), outs[0],
-                              outs[1], outs[2]);
-  case O::RmsNormGrad:
-    return cpu::rmsNormGrad(in[0], in[1], in[2], inst.attrs_as_NormAttrs()->epsilon(), outs[0],
-                            outs[1]);
-  case O::AttentionGrad: {
-    const fb::AttentionAttrs *a = inst.attrs_as_AttentionAttrs();
-    bool masked = in.size() > 4;
-    return cpu::attentionGrad(in[0], in[1], in[2], in[3], masked ? &in[4] : nullptr, a->causal(),
-                              a->scale(), outs[0], outs[1], outs[2], masked ? &outs[3] : nullptr);
-  }
-  case O::GeluGrad:
-    return cpu::geluGrad(in[0], in[1], inst.attrs_as_GeluAttrs()->tanh(), out);
-  case O::SoftmaxGrad:
-    return cpu::softmaxGrad(in[0], in[1], inst.attrs_as_AxisAttrs()->axis(), out);
-  case O::CrossEntropyGrad: {
-    const fb::CrossEntropyAttrs *a = inst.attrs_as_CrossEntropyAttrs();
-    std::optional<int64_t> ignore;
-    if (a->has_ignore_index())
-      ignore = a->ignore_index();
-    return cpu::crossEntropyGrad(in[0], in[1], in[2], ignore, out);
-  }
-  case O::EmbeddingGrad:
-    return cpu::embeddingGrad(in[0], in[1], out);
-  case O::AdamW: {
-    const fb::AdamWAttrs *a = inst.attrs_as_AdamWAttrs();
-    cpu::AdamWConfig config{a->beta1(), a->beta2(), a->eps(), a->weight_decay()};
-    return cpu::adamw(in[0], in[1], in[2], in[3], in[4], in[5], config, outs[0], outs[1], outs[2]);
-  }
-  case O::GlobalNorm:
-    return cpu::globalNorm(in, out);
-  case O::ClipByNorm:
-    return cpu::clipByNorm(in[0], in[1], inst.attrs_as_ClipAttrs()->max_norm(), out);
-  case O::AllReduce:
-  case O::AllGather:
-  case O::ReduceScatter:
-  case O::AllToAll:
-  case O::ShardSlice:
-  case O::Send:
-  case O::Recv:
-    break; // dispatchComm
-  }
-  return Status::error("opcode " + std::to_string(int(op)) +
-                       " is not supported by the CPU executor");
 }
 
 } // namespace

@@ -1,5 +1,5 @@
-// The opcode signature table the plan loader checks instructions against: how many inputs each
-// opcode takes and which attrs table it carries.
+// The opcode signatures the plan loader checks instructions against: how many inputs each
+// opcode takes and which attrs table it carries (from runtime/plan/Opcodes.def).
 #pragma once
 
 #include "runtime/plan/plan_generated.h"

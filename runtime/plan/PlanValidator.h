@@ -29,6 +29,10 @@ public:
   /// The first problem found, as "plan SOURCE: WHERE: WHAT"; ok when there is none.
   Status run();
 
+  /// Whether the validator has a rule for `op`: its signature (Opcodes.def) and a check of the
+  /// contents of its attrs member.
+  static bool hasRule(megac::plan::Opcode op);
+
 private:
   /// What a buffer holds for the whole program, or `temporary` (a function's value).
   enum class Kind : uint8_t { temporary, parameter, state, constant };
@@ -119,14 +123,29 @@ private:
   /// own buffer only in place (writesInPlace); no persistent bytes through another buffer; and
   /// its outputs are disjoint.
   Status writes(const megac::plan::Instruction &inst, size_t i);
-  /// The opcodes that need plan format version 3 (collectives and point-to-point).
-  static bool isVersion3(megac::plan::Opcode op);
-  /// Attribute contents that need only the buffers' ranks; kernels check the rest.
-  Status attrs(const megac::plan::Instruction &inst, size_t i);
+  /// The opcodes that need plan format version 3: the Collective and PointToPoint ones.
+  static bool needsVersion3(megac::plan::Opcode op);
+  /// Attribute contents that need only the buffers' ranks (`inRank`: input 0's); kernels check
+  /// the rest. One check per attrs member of the Instruction.attrs union.
+  using AttrsCheck = Status (PlanValidator::*)(const megac::plan::Instruction &inst, size_t i,
+                                               size_t inRank);
+  /// The check of `attrs`' contents; null for a member this validator does not know.
+  static AttrsCheck attrsCheck(megac::plan::Attrs attrs);
+  Status axisInRange(size_t i, int64_t axis, size_t rank, const char *of) const;
+  Status noAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
+  Status compareAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
+  Status transposeAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
+  Status sliceAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
+  Status axisAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
+  Status reduceAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
+  Status normAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
+  Status attentionAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
+  /// CrossEntropyAttrs and EmbeddingAttrs: their vocab_axes.
+  Status vocabAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
   /// A collective's group, dims and the shapes they imply (input and output of one dtype).
-  Status collectiveAttrs(const megac::plan::Instruction &inst, size_t i);
+  Status collectiveAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
   /// Send/Recv: the axis exists, and every rank running this program has its peer in the mesh.
-  Status p2pAttrs(const megac::plan::Instruction &inst, size_t i);
+  Status p2pAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
   /// The attribute tables of the training opcodes (and Dropout's shard fields).
   Status trainingAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
 

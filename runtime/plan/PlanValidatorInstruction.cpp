@@ -1,9 +1,10 @@
 // The plan validator's checks of one instruction: its signature (input, output and buffer
-// counts, attrs table), what it may write, and its attributes, collectives' and Send/Recv's
-// groups and shapes included.
+// counts, attrs table) and format version from the opcode table (Opcodes.def), what it may
+// write, and its attributes, collectives' and Send/Recv's groups and shapes included.
 #include "runtime/plan/PlanValidator.h"
 
 #include "runtime/plan/OpSignatures.h"
+#include "runtime/plan/Opcodes.h"
 #include "runtime/plan/PlanLoader.h"
 #include "runtime/plan/PlanRules.h"
 #include "support/HostTensor.h"
@@ -48,10 +49,9 @@ Status PlanValidator::instruction(const fb::Instruction &inst, size_t i) {
                               ", but the program has " + std::to_string(numBuffers_) + " buffers");
   }
   RETURN_IF_ERROR(writes(inst, i));
-  bool optionalAttrs = inst.op() == fb::Opcode::Embedding || inst.op() == fb::Opcode::EmbeddingGrad;
-  if (optionalAttrs && inst.attrs_type() == fb::Attrs::NONE)
+  if (fb::opcodeHas(inst.op(), fb::opflag::OptionalAttrs) && inst.attrs_type() == fb::Attrs::NONE)
     return Status::ok();
-  if (isVersion3(inst.op()) && plan_.format_version() < 3)
+  if (needsVersion3(inst.op()) && plan_.format_version() < 3)
     return instError(i,
                      std::string(fb::EnumNameOpcode(inst.op())) + " needs plan format version 3");
   if (inst.attrs_type() != sig.attrs)
@@ -59,7 +59,16 @@ Status PlanValidator::instruction(const fb::Instruction &inst, size_t i) {
                             fb::EnumNameOpcode(inst.op()) + " takes " + attrsName(sig.attrs));
   if (sig.attrs != fb::Attrs::NONE && !inst.attrs())
     return instError(i, "its " + attrsName(sig.attrs) + " table is missing");
-  return attrs(inst, i);
+  AttrsCheck check = attrsCheck(sig.attrs);
+  if (!check)
+    return instError(i, "has " + attrsName(sig.attrs) + ", which this validator cannot check");
+  size_t inRank = sizeOf(inst.inputs()) ? rankOf(inst.inputs()->Get(0)) : 0;
+  return (this->*check)(inst, i, inRank);
+}
+
+bool PlanValidator::hasRule(fb::Opcode op) {
+  const fb::OpcodeInfo *info = fb::opcodeInfo(op);
+  return info && attrsCheck(info->attrs) != nullptr;
 }
 
 Status PlanValidator::writes(const fb::Instruction &inst, size_t i) {
@@ -87,85 +96,114 @@ Status PlanValidator::writes(const fb::Instruction &inst, size_t i) {
   return Status::ok();
 }
 
-bool PlanValidator::isVersion3(fb::Opcode op) {
-  return op >= fb::Opcode::AllReduce && op <= fb::Opcode::Recv;
+bool PlanValidator::needsVersion3(fb::Opcode op) {
+  return fb::opcodeHas(op, fb::opflag::Collective) || fb::opcodeHas(op, fb::opflag::PointToPoint);
 }
 
-Status PlanValidator::attrs(const fb::Instruction &inst, size_t i) {
-  if (sizeOf(inst.inputs()) == 0) // Recv
-    return p2pAttrs(inst, i);
-  size_t inRank = rankOf(inst.inputs()->Get(0));
-  auto axisCheck = [&](int64_t axis, size_t rank, const char *of) -> Status {
-    if (axis < 0 || axis >= static_cast<int64_t>(rank))
-      return instError(i, "axis " + std::to_string(axis) + " is out of range for " + of +
-                              " of rank " + std::to_string(rank));
-    return Status::ok();
-  };
-  switch (inst.attrs_type()) {
+PlanValidator::AttrsCheck PlanValidator::attrsCheck(fb::Attrs attrs) {
+  switch (attrs) {
+  case fb::Attrs::NONE:
+  case fb::Attrs::GeluAttrs: // one bool: nothing to check
+    return &PlanValidator::noAttrs;
   case fb::Attrs::CompareAttrs:
-    if (fb::EnumNameComparePredicate(inst.attrs_as_CompareAttrs()->predicate())[0] == 0)
-      return instError(i, "unknown compare predicate");
-    return Status::ok();
+    return &PlanValidator::compareAttrs;
   case fb::Attrs::TransposeAttrs:
-    if (sizeOf(inst.attrs_as_TransposeAttrs()->perm()) != inRank)
-      return instError(i, "perm has " +
-                              std::to_string(sizeOf(inst.attrs_as_TransposeAttrs()->perm())) +
-                              " entries for an input of rank " + std::to_string(inRank));
-    return Status::ok();
-  case fb::Attrs::SliceAttrs: {
-    const fb::SliceAttrs *a = inst.attrs_as_SliceAttrs();
-    if (sizeOf(a->starts()) != inRank || sizeOf(a->strides()) != inRank)
-      return instError(i,
-                       "starts and strides must have the input's rank " + std::to_string(inRank));
-    return Status::ok();
-  }
-  case fb::Attrs::AxisAttrs: {
-    int64_t axis = inst.attrs_as_AxisAttrs()->axis();
-    if (inst.op() == fb::Opcode::Concat)
-      return axisCheck(axis, rankOf(inst.outputs()->Get(0)), "the output");
-    return axisCheck(axis, inRank, "the input");
-  }
-  case fb::Attrs::ReduceAttrs: {
-    const fb::ReduceAttrs *a = inst.attrs_as_ReduceAttrs();
-    if (!a->axes())
-      return instError(i, "ReduceAttrs has no axes");
-    if (fb::EnumNameReduceKind(a->kind())[0] == 0)
-      return instError(i, "unknown reduce kind " + std::to_string(int(a->kind())));
-    for (int64_t axis : *a->axes())
-      RETURN_IF_ERROR(axisCheck(axis, inRank, "the input"));
-    return Status::ok();
-  }
-  case fb::Attrs::NormAttrs: {
-    double eps = inst.attrs_as_NormAttrs()->epsilon();
-    if (!std::isfinite(eps) || eps < 0)
-      return instError(i, "epsilon " + std::to_string(eps) + " must be finite and >= 0");
-    return Status::ok();
-  }
+    return &PlanValidator::transposeAttrs;
+  case fb::Attrs::SliceAttrs:
+    return &PlanValidator::sliceAttrs;
+  case fb::Attrs::AxisAttrs:
+    return &PlanValidator::axisAttrs;
+  case fb::Attrs::ReduceAttrs:
+    return &PlanValidator::reduceAttrs;
+  case fb::Attrs::NormAttrs:
+    return &PlanValidator::normAttrs;
   case fb::Attrs::AttentionAttrs:
-    if (!std::isfinite(inst.attrs_as_AttentionAttrs()->scale()))
-      return instError(i, "scale is not finite");
-    return Status::ok();
+    return &PlanValidator::attentionAttrs;
   case fb::Attrs::DropoutAttrs:
   case fb::Attrs::PadAttrs:
   case fb::Attrs::AdamWAttrs:
   case fb::Attrs::ClipAttrs:
-    return trainingAttrs(inst, i, inRank);
+    return &PlanValidator::trainingAttrs;
   case fb::Attrs::CrossEntropyAttrs:
-    return meshAxes(inst.attrs_as_CrossEntropyAttrs()->vocab_axes(), "vocab_axes", false,
-                    [&](const std::string &m) { return instError(i, m); });
   case fb::Attrs::EmbeddingAttrs:
-    return meshAxes(inst.attrs_as_EmbeddingAttrs()->vocab_axes(), "vocab_axes", false,
-                    [&](const std::string &m) { return instError(i, m); });
+    return &PlanValidator::vocabAttrs;
   case fb::Attrs::CollectiveAttrs:
-    return collectiveAttrs(inst, i);
+    return &PlanValidator::collectiveAttrs;
   case fb::Attrs::P2PAttrs:
-    return p2pAttrs(inst, i);
-  default:
-    return Status::ok();
+    return &PlanValidator::p2pAttrs;
   }
+  return nullptr;
 }
 
-Status PlanValidator::collectiveAttrs(const fb::Instruction &inst, size_t i) {
+Status PlanValidator::axisInRange(size_t i, int64_t axis, size_t rank, const char *of) const {
+  if (axis < 0 || axis >= static_cast<int64_t>(rank))
+    return instError(i, "axis " + std::to_string(axis) + " is out of range for " + of +
+                            " of rank " + std::to_string(rank));
+  return Status::ok();
+}
+
+Status PlanValidator::noAttrs(const fb::Instruction &, size_t, size_t) { return Status::ok(); }
+
+Status PlanValidator::compareAttrs(const fb::Instruction &inst, size_t i, size_t) {
+  if (fb::EnumNameComparePredicate(inst.attrs_as_CompareAttrs()->predicate())[0] == 0)
+    return instError(i, "unknown compare predicate");
+  return Status::ok();
+}
+
+Status PlanValidator::transposeAttrs(const fb::Instruction &inst, size_t i, size_t inRank) {
+  if (sizeOf(inst.attrs_as_TransposeAttrs()->perm()) != inRank)
+    return instError(i, "perm has " +
+                            std::to_string(sizeOf(inst.attrs_as_TransposeAttrs()->perm())) +
+                            " entries for an input of rank " + std::to_string(inRank));
+  return Status::ok();
+}
+
+Status PlanValidator::sliceAttrs(const fb::Instruction &inst, size_t i, size_t inRank) {
+  const fb::SliceAttrs *a = inst.attrs_as_SliceAttrs();
+  if (sizeOf(a->starts()) != inRank || sizeOf(a->strides()) != inRank)
+    return instError(i, "starts and strides must have the input's rank " + std::to_string(inRank));
+  return Status::ok();
+}
+
+Status PlanValidator::axisAttrs(const fb::Instruction &inst, size_t i, size_t inRank) {
+  int64_t axis = inst.attrs_as_AxisAttrs()->axis();
+  if (inst.op() == fb::Opcode::Concat) // the axis of the output, which any input may lack
+    return axisInRange(i, axis, rankOf(inst.outputs()->Get(0)), "the output");
+  return axisInRange(i, axis, inRank, "the input");
+}
+
+Status PlanValidator::reduceAttrs(const fb::Instruction &inst, size_t i, size_t inRank) {
+  const fb::ReduceAttrs *a = inst.attrs_as_ReduceAttrs();
+  if (!a->axes())
+    return instError(i, "ReduceAttrs has no axes");
+  if (fb::EnumNameReduceKind(a->kind())[0] == 0)
+    return instError(i, "unknown reduce kind " + std::to_string(int(a->kind())));
+  for (int64_t axis : *a->axes())
+    RETURN_IF_ERROR(axisInRange(i, axis, inRank, "the input"));
+  return Status::ok();
+}
+
+Status PlanValidator::normAttrs(const fb::Instruction &inst, size_t i, size_t) {
+  double eps = inst.attrs_as_NormAttrs()->epsilon();
+  if (!std::isfinite(eps) || eps < 0)
+    return instError(i, "epsilon " + std::to_string(eps) + " must be finite and >= 0");
+  return Status::ok();
+}
+
+Status PlanValidator::attentionAttrs(const fb::Instruction &inst, size_t i, size_t) {
+  if (!std::isfinite(inst.attrs_as_AttentionAttrs()->scale()))
+    return instError(i, "scale is not finite");
+  return Status::ok();
+}
+
+Status PlanValidator::vocabAttrs(const fb::Instruction &inst, size_t i, size_t) {
+  const flatbuffers::Vector<uint32_t> *axes = inst.attrs_type() == fb::Attrs::CrossEntropyAttrs
+                                                  ? inst.attrs_as_CrossEntropyAttrs()->vocab_axes()
+                                                  : inst.attrs_as_EmbeddingAttrs()->vocab_axes();
+  return meshAxes(axes, "vocab_axes", false, [&](const std::string &m) { return instError(i, m); });
+}
+
+Status PlanValidator::collectiveAttrs(const fb::Instruction &inst, size_t i, size_t) {
   const fb::CollectiveAttrs *a = inst.attrs_as_CollectiveAttrs();
   auto error = [&](const std::string &m) { return instError(i, m); };
   RETURN_IF_ERROR(meshAxes(a->axes(), "axes", true, error));
@@ -214,7 +252,7 @@ Status PlanValidator::collectiveAttrs(const fb::Instruction &inst, size_t i) {
   return Status::ok();
 }
 
-Status PlanValidator::p2pAttrs(const fb::Instruction &inst, size_t i) {
+Status PlanValidator::p2pAttrs(const fb::Instruction &inst, size_t i, size_t) {
   const fb::P2PAttrs *a = inst.attrs_as_P2PAttrs();
   if (a->axis() >= meshRank())
     return instError(i, "axis " + std::to_string(a->axis()) + " is not a mesh axis (the mesh has " +

@@ -10,6 +10,18 @@
 #include <numbers>
 #include <type_traits>
 
+// The float formulas of the Unary and Binary opcodes (ElementwiseMath.def), at global scope so
+// that `exp`, `sqrt`, ... are CUDA's float and double overloads.
+#define MEGAC_CUDA_UNARY(Name, ...)                                                                \
+  template <typename T> __device__ __forceinline__ T megacUnary##Name(T x) { return __VA_ARGS__; }
+#define MEGAC_CUDA_BINARY(Name, ...)                                                               \
+  template <typename T> __device__ __forceinline__ T megacBinary##Name(T a, T b) {                 \
+    return __VA_ARGS__;                                                                            \
+  }
+#include "runtime/cuda/kernels/ElementwiseMath.def"
+#undef MEGAC_CUDA_BINARY
+#undef MEGAC_CUDA_UNARY
+
 namespace megac::runtime::cuda {
 
 namespace {
@@ -48,22 +60,12 @@ Status unsupportedNumeric(const char *op, DType dtype) {
                       " is not supported (f64, f32, bf16, f16, i64, i32)");
 }
 
-// ---- Device math: one name for float and double ---------------------------------------------
+// ---- Device math of Gelu: one name for float and double ---------------------------------------
 
-__device__ __forceinline__ float dExp(float v) { return expf(v); }
-__device__ __forceinline__ double dExp(double v) { return exp(v); }
-__device__ __forceinline__ float dLog(float v) { return logf(v); }
-__device__ __forceinline__ double dLog(double v) { return log(v); }
 __device__ __forceinline__ float dTanh(float v) { return tanhf(v); }
 __device__ __forceinline__ double dTanh(double v) { return tanh(v); }
 __device__ __forceinline__ float dErf(float v) { return erff(v); }
 __device__ __forceinline__ double dErf(double v) { return erf(v); }
-__device__ __forceinline__ float dSqrt(float v) { return sqrtf(v); }
-__device__ __forceinline__ double dSqrt(double v) { return sqrt(v); }
-__device__ __forceinline__ float dAbs(float v) { return fabsf(v); }
-__device__ __forceinline__ double dAbs(double v) { return fabs(v); }
-__device__ __forceinline__ float dPow(float a, float b) { return powf(a, b); }
-__device__ __forceinline__ double dPow(double a, double b) { return pow(a, b); }
 
 /// Element value in its compute type: Compute<T> for floats, T itself for integers.
 template <typename T> using Value = std::conditional_t<std::is_integral_v<T>, T, Compute<T>>;
@@ -95,50 +97,33 @@ template <typename T> __device__ __forceinline__ T wrapNeg(T v) {
 template <typename T> __global__ void unaryKernel(UnaryOp op, const T *x, T *y, int64_t n) {
   using V = Value<T>;
   GRID_STRIDE(i, n) {
-    V v = get(x, i), r;
-    switch (op) {
-    case UnaryOp::Neg:
-      if constexpr (std::is_integral_v<T>)
+    V v = get(x, i), r = V(0);
+    if constexpr (std::is_integral_v<T>) {
+      switch (op) {
+      case UnaryOp::Neg:
         r = wrapNeg(v);
-      else
-        r = -v;
-      break;
-    case UnaryOp::Abs:
-      if constexpr (std::is_integral_v<T>)
+        break;
+      case UnaryOp::Abs:
         r = v < 0 ? wrapNeg(v) : v;
-      else
-        r = dAbs(v);
-      break;
-    case UnaryOp::Relu:
-      r = v < V(0) ? V(0) : v;
-      break;
-    default:
-      if constexpr (std::is_integral_v<T>) {
-        r = 0; // rejected on the host
-      } else {
-        switch (op) {
-        case UnaryOp::Exp:
-          r = dExp(v);
-          break;
-        case UnaryOp::Log:
-          r = dLog(v);
-          break;
-        case UnaryOp::Tanh:
-          r = dTanh(v);
-          break;
-        case UnaryOp::Erf:
-          r = dErf(v);
-          break;
-        case UnaryOp::Sigmoid:
-          r = V(1) / (V(1) + dExp(-v));
-          break;
-        case UnaryOp::Sqrt:
-          r = dSqrt(v);
-          break;
-        default: // Rsqrt, as the CPU: 1 / sqrt
-          r = V(1) / dSqrt(v);
-          break;
-        }
+        break;
+      case UnaryOp::Relu:
+        r = v < V(0) ? V(0) : v;
+        break;
+      default:
+        break; // rejected on the host
+      }
+    } else {
+      switch (op) {
+#define MEGAC_CUDA_UNARY(Name, ...)                                                                \
+  case UnaryOp::Name:                                                                              \
+    r = megacUnary##Name(v);                                                                       \
+    break;
+#define MEGAC_CUDA_BINARY(Name, ...)
+#include "runtime/cuda/kernels/ElementwiseMath.def"
+#undef MEGAC_CUDA_BINARY
+#undef MEGAC_CUDA_UNARY
+      default:
+        break; // rejected on the host (hasUnaryKernel)
       }
     }
     put(y, i, r);
@@ -185,26 +170,16 @@ __global__ void binaryKernel(BinaryOp op, const T *a, const T *b, T *y, int64_t 
       }
     } else {
       switch (op) {
-      case BinaryOp::Add:
-        r = p + q;
-        break;
-      case BinaryOp::Sub:
-        r = p - q;
-        break;
-      case BinaryOp::Mul:
-        r = p * q;
-        break;
-      case BinaryOp::Div:
-        r = p / q;
-        break;
-      case BinaryOp::Pow:
-        r = dPow(p, q);
-        break;
-      case BinaryOp::Min: // NaN propagates, as torch.minimum
-        r = p != p ? p : (q != q ? q : (q < p ? q : p));
-        break;
-      default: // Max
-        r = p != p ? p : (q != q ? q : (q > p ? q : p));
+#define MEGAC_CUDA_UNARY(Name, ...)
+#define MEGAC_CUDA_BINARY(Name, ...)                                                               \
+  case BinaryOp::Name:                                                                             \
+    r = megacBinary##Name(p, q);                                                                   \
+    break;
+#include "runtime/cuda/kernels/ElementwiseMath.def"
+#undef MEGAC_CUDA_BINARY
+#undef MEGAC_CUDA_UNARY
+      default:
+        r = V(0); // rejected on the host (hasBinaryKernel)
         break;
       }
     }
@@ -497,8 +472,40 @@ Status dropoutWith(const Context &ctx, const TensorRef &x, const TensorRef &seed
 
 // ---- Entry points -----------------------------------------------------------------------------
 
+bool hasUnaryKernel(UnaryOp op) {
+  switch (op) {
+  case UnaryOp::Not:
+#define MEGAC_CUDA_UNARY(Name, ...) case UnaryOp::Name:
+#define MEGAC_CUDA_BINARY(Name, ...)
+#include "runtime/cuda/kernels/ElementwiseMath.def"
+#undef MEGAC_CUDA_BINARY
+#undef MEGAC_CUDA_UNARY
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool hasBinaryKernel(BinaryOp op) {
+  switch (op) {
+  case BinaryOp::And:
+  case BinaryOp::Or:
+#define MEGAC_CUDA_UNARY(Name, ...)
+#define MEGAC_CUDA_BINARY(Name, ...) case BinaryOp::Name:
+#include "runtime/cuda/kernels/ElementwiseMath.def"
+#undef MEGAC_CUDA_BINARY
+#undef MEGAC_CUDA_UNARY
+    return true;
+  default:
+    return false;
+  }
+}
+
 Status unary(const Context &ctx, UnaryOp op, const TensorRef &x, const TensorRef &out) {
   const char *name = cpu::unaryOpName(op);
+  if (!hasUnaryKernel(op))
+    return fail(name,
+                "has no CUDA kernel (no formula in runtime/cuda/kernels/ElementwiseMath.def)");
   RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
   RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
   int64_t n = x.numElements();
@@ -529,6 +536,9 @@ Status unary(const Context &ctx, UnaryOp op, const TensorRef &x, const TensorRef
 Status binary(const Context &ctx, BinaryOp op, const TensorRef &a, const TensorRef &b,
               const TensorRef &out) {
   const char *name = cpu::binaryOpName(op);
+  if (!hasBinaryKernel(op))
+    return fail(name,
+                "has no CUDA kernel (no formula in runtime/cuda/kernels/ElementwiseMath.def)");
   RETURN_IF_ERROR(expectDtype(name, "rhs", b, a.dtype));
   RETURN_IF_ERROR(expectDtype(name, "output", out, a.dtype));
   RETURN_IF_ERROR(expectShape(name, "rhs", b, a.shape));

@@ -1,9 +1,10 @@
 // Fused kernels on a device against the CPU reference kernels run one instruction at a time on a
 // host copy of the same arena: bit-exact where both sides round correctly (+ - * /, sqrt, min,
 // max, compare, where, casts, bf16/f16 rounding points), within stated tolerances where CUDA's
-// libm differs from glibc's (exp, log, tanh, erf, pow, gelu); and bit for bit against the
+// libm differs from glibc's (exp, log, tanh, erf, pow, gelu, silu); and bit for bit against the
 // unfused CUDA kernels (runtime/cuda/kernels/Elementwise.cu), the header's promise. Also the
 // cubin cache and launch errors.
+#include "runtime/cuda/CudaDispatch.h"
 #include "runtime/cuda/Fusion.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/plan/PlanLoader.h"
@@ -170,6 +171,22 @@ TEST(FusedKernel, Bf16TranscendentalsAreCloseAndMostlyExact) {
   checkFused(transcendentals(DType::bf16), {1.0 / 32, 1.0 / 128, 0.99});
 }
 
+// SwiGLU's silu(gate) * up, one fused kernel: CUDA's expf within 2 ulp of the exact result,
+// glibc's within 1; x / (1 + e^-x) has condition <= 1 in e^-x and the product rounds once more:
+// a few f32 ulp apart (rtol 1e-5; atol 1e-6 for products near 0). f64: CUDA's exp within 1 ulp
+// (rtol 1e-13). bf16: the f32 values round to the same bf16 but where they straddle a rounding
+// boundary, by one bf16 ulp (2^-7), twice at most (silu, then the product): rtol 2^-5, almost
+// every element bit-exact. The device-check script runs these (scripts/device-check.sh).
+TEST(FusedKernel, F32SwigluIsClose) {
+  checkFused(swiglu(DType::f32), {1e-5, 1e-6}, swigluRanges());
+}
+TEST(FusedKernel, F64SwigluIsClose) {
+  checkFused(swiglu(DType::f64), {1e-13, 1e-15}, swigluRanges());
+}
+TEST(FusedKernel, Bf16SwigluIsCloseAndMostlyExact) {
+  checkFused(swiglu(DType::bf16), {1.0 / 32, 1.0 / 128, 0.99}, swigluRanges());
+}
+
 TEST(FusedKernel, LogicalOpsAndCastsAreBitExact) {
   checkFused(logicalOpsAndCasts(), {}, {{"d", {-3, 3}}});
 }
@@ -238,37 +255,17 @@ TEST(FusedKernel, LaunchChecksItsArgumentsAndCompileErrorsCarryTheLog) {
 
 namespace {
 
-/// One instruction through the unfused CUDA kernel, on a device arena.
+/// One instruction through the unfused CUDA kernel (the CUDA executor's dispatch), on a device
+/// arena.
 Status runUnfused(const cuda::Context &ctx, const fb::Program &program, const fb::Instruction &inst,
                   uint8_t *deviceArena) {
-  std::vector<cpu::TensorRef> in;
+  std::vector<cpu::TensorRef> in, out;
   for (uint32_t b : *inst.inputs())
     in.push_back(arenaRef(program, b, deviceArena));
-  cpu::TensorRef out = arenaRef(program, inst.outputs()->Get(0), deviceArena);
-  Opcode op = inst.op();
-  if (op >= Opcode::Neg && op <= Opcode::Not)
-    return cuda::unary(ctx, static_cast<cpu::UnaryOp>(op), in[0], out);
-  if (op >= Opcode::Add && op <= Opcode::Or)
-    return cuda::binary(ctx, static_cast<cpu::BinaryOp>(int(op) - int(Opcode::Add)), in[0], in[1],
-                        out);
-  switch (op) {
-  case Opcode::Compare:
-    return cuda::compare(
-        ctx, static_cast<cpu::ComparePredicate>(inst.attrs_as_CompareAttrs()->predicate()), in[0],
-        in[1], out);
-  case Opcode::Where:
-    return cuda::where(ctx, in[0], in[1], in[2], out);
-  case Opcode::Copy:
-    return cuda::copy(ctx, in[0], out);
-  case Opcode::Cast:
-    return cuda::cast(ctx, in[0], out);
-  case Opcode::Gelu:
-    return cuda::gelu(ctx, in[0], inst.attrs_as_GeluAttrs()->tanh(), out);
-  case Opcode::GeluGrad:
-    return cuda::geluGrad(ctx, in[0], in[1], inst.attrs_as_GeluAttrs()->tanh(), out);
-  default:
-    return Status::error(std::string("no unfused kernel for ") + fb::EnumNameOpcode(op));
-  }
+  for (uint32_t b : *inst.outputs())
+    out.push_back(arenaRef(program, b, deviceArena));
+  static const comm::Mesh oneRank;
+  return cuda::exec::dispatch(inst, in, out, ctx, nullptr, oneRank, 0);
 }
 
 } // namespace

@@ -3,8 +3,8 @@
 // CPU kernels run one instruction at a time on a host arena, as the CPU executor runs them.
 #pragma once
 
-#include "runtime/cpu/HalfCompute.h"
 #include "runtime/cpu/Kernels.h"
+#include "runtime/exec/CpuHandlers.h"
 #include "support/Float16.h"
 
 #include "tests/unit/runtime/PlanBuilder.h"
@@ -31,50 +31,14 @@ inline cpu::TensorRef arenaRef(const fb::Program &program, uint32_t b, uint8_t *
 
 inline Status runReference(const fb::Program &program, const fb::Instruction &inst,
                            uint8_t *arena) {
-  std::vector<cpu::TensorRef> in;
+  std::vector<cpu::TensorRef> in, out;
   for (uint32_t b : *inst.inputs())
     in.push_back(arenaRef(program, b, arena));
-  cpu::TensorRef out = arenaRef(program, inst.outputs()->Get(0), arena);
-  Opcode op = inst.op();
-  // Math on bf16/f16 runs the f32 kernel on widened inputs and rounds (cpu::computeInF32).
-  auto math = [&](auto kernel) {
-    return cpu::computeInF32(in, std::span<const cpu::TensorRef>(&out, 1),
-                             [&](std::span<const cpu::TensorRef> i,
-                                 std::span<const cpu::TensorRef> o) { return kernel(i, o[0]); });
-  };
-  using Refs = std::span<const cpu::TensorRef>;
-  if (op >= Opcode::Neg && op <= Opcode::Not)
-    return math([&](Refs i, const cpu::TensorRef &o) {
-      return cpu::unary(static_cast<cpu::UnaryOp>(op), i[0], o);
-    });
-  if (op >= Opcode::Add && op <= Opcode::Or)
-    return math([&](Refs i, const cpu::TensorRef &o) {
-      return cpu::binary(static_cast<cpu::BinaryOp>(int(op) - int(Opcode::Add)), i[0], i[1], o);
-    });
-  switch (op) {
-  case Opcode::Compare:
-    return math([&](Refs i, const cpu::TensorRef &o) {
-      return cpu::compare(
-          static_cast<cpu::ComparePredicate>(inst.attrs_as_CompareAttrs()->predicate()), i[0], i[1],
-          o);
-    });
-  case Opcode::Where:
-    return cpu::where(in[0], in[1], in[2], out);
-  case Opcode::Copy:
-    return cpu::copy(in[0], out);
-  case Opcode::Cast:
-    return cpu::cast(in[0], out);
-  case Opcode::Gelu:
-    return math([&](Refs i, const cpu::TensorRef &o) {
-      return cpu::gelu(i[0], inst.attrs_as_GeluAttrs()->tanh(), o);
-    });
-  case Opcode::GeluGrad:
-    return math([&](Refs i, const cpu::TensorRef &o) {
-      return cpu::geluGrad(i[0], i[1], inst.attrs_as_GeluAttrs()->tanh(), o);
-    });
-  default:
-    return Status::error(std::string("no reference for ") + fb::EnumNameOpcode(op));
-  }
+  for (uint32_t b : *inst.outputs())
+    out.push_back(arenaRef(program, b, arena));
+  // The CPU executor's handler: math on bf16/f16 runs the f32 kernel on widened inputs and
+  // rounds (cpu::computeInF32).
+  return exec::runCpuInstruction({inst, in, out, nullptr, 0});
 }
 
 /// Fills `n` elements of `dtype` at `p` with seeded values in [lo, hi) (i1: 0 or 1).
@@ -289,6 +253,24 @@ inline PlanSpec everyOp(DType dtype, size_t *instructions) {
   return spec;
 }
 
+/// SwiGLU's gate product silu(gate) * up on `dtype` (a Llama MLP's input to its down linear):
+/// only the product is stored.
+inline PlanSpec swiglu(DType dtype, int64_t n = kN) {
+  PlanSpec spec;
+  ProgramSpec &p = spec.program();
+  std::vector<int64_t> shape{n};
+  uint32_t gate = p.input("gate", dtype, shape), up = p.input("up", dtype, shape);
+  uint32_t act = p.buffer("act", dtype, shape), h = p.buffer("h", dtype, shape);
+  p.inst(Opcode::Silu, {gate}, act);
+  p.inst(Opcode::Mul, {act, up}, h);
+  p.output("h", h);
+  return spec;
+}
+
+inline std::map<std::string, InputRange> swigluRanges() {
+  return {{"gate", {-8, 8}}, {"up", {-2, 2}}};
+}
+
 /// Fills every input of function 0 (seeded per input, in `ranges` or [-1, 1)) in `arena`.
 inline void fillInputs(const fb::Program &program, std::vector<uint8_t> &arena,
                        const std::map<std::string, InputRange> &ranges) {
@@ -320,6 +302,7 @@ inline std::vector<NamedPlan> fusionTestPlans(int64_t n) {
     plans.push_back({std::string("transcendental ") + dtypeName(d), transcendentals(d, n), {}});
     size_t count = 0;
     plans.push_back({std::string("every op ") + dtypeName(d), everyOp(d, &count), {}});
+    plans.push_back({std::string("swiglu ") + dtypeName(d), swiglu(d, n), swigluRanges()});
   }
   plans.push_back({"logical", logicalOpsAndCasts(n), {{"d", {-3, 3}}}});
   plans.push_back({"in place", accumulateInPlace(n), {}});

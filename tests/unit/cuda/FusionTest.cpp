@@ -373,6 +373,38 @@ TEST(Fusion, NvrtcCompilesEveryGeneratedSourceForSm80AndSm90) {
     }
 }
 
+TEST(Fusion, SwigluSiluTimesUpIsOneKernelThatNvrtcCompiles) {
+  // SwiGLU's silu(gate) * up: one kernel reading gate and up and storing only the product.
+  for (DType d : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtypeName(d));
+    auto loaded = loadPlanFromBytes(swiglu(d, 4096).build());
+    ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+    const fb::Program &program = *loaded->plan().programs()->Get(0);
+    auto groups = findFusionGroups(program, 0);
+    ASSERT_EQ(groups.size(), 1u);
+    const FusedGroup &g = groups[0];
+    EXPECT_EQ(g.first, 0u);
+    EXPECT_EQ(g.count, 2u);
+    EXPECT_EQ(g.elements, 4096);
+    auto names = [&](const Buffers &buffers) {
+      std::vector<std::string> out;
+      for (uint32_t b : buffers)
+        out.push_back(program.buffers()->Get(b)->name()->str());
+      return out;
+    };
+    EXPECT_EQ(names(g.inputs), (std::vector<std::string>{"gate", "up"}));
+    EXPECT_EQ(names(g.outputs), (std::vector<std::string>{"h"})); // silu(gate) stays in a register
+    EXPECT_TRUE(contains(g.source, "// Silu\n") && contains(g.source, "// Mul\n")) << g.source;
+    EXPECT_TRUE(contains(g.source, d == DType::f64 ? "exp(-v" : "expf(-v")) << g.source;
+    for (const char *arch : {"sm_80", "sm_90"}) {
+      auto cubin = nvrtcCompile(g.source, g.kernelName, arch);
+      ASSERT_TRUE(cubin.isOk()) << arch << ": " << cubin.status().message() << "\n" << g.source;
+      EXPECT_EQ(std::string(cubin->data(), 4), "\x7f"
+                                               "ELF");
+    }
+  }
+}
+
 TEST(Fusion, NvrtcErrorsCarryTheLog) {
   auto bad = nvrtcCompile("extern \"C\" __global__ void k(float* p) { p[0] = undeclared; }",
                           "broken_kernel", "sm_90");
