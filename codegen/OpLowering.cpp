@@ -1,8 +1,11 @@
-// Lowering mega ops to plan instructions: the opcode and attribute table of every op.
+// Lowering mega ops to plan instructions: an op naming an attribute-free plan opcode
+// (Mega_Plan<"Name"> in ODS) lowers from its name through the opcode table
+// (runtime/plan/Opcodes.def); the ops that need attributes or a choice are lowered here by hand.
 #include "codegen/ProgramLowering.h"
 
 #include "ir/MegaOps.h"
 #include "ir/ShapeRules.h"
+#include "runtime/plan/Opcodes.h"
 #include "runtime/plan/PlanRules.h"
 
 #include "llvm/ADT/TypeSwitch.h"
@@ -157,6 +160,23 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
     return emit(op, opcode, pl::Attrs::P2PAttrs,
                 asVoid(pl::CreateP2PAttrs(fbb_, *index, shift, tag)));
   };
+  // An op naming an attribute-free opcode (Mega_Plan<"Name">): the opcode table has the rest.
+  auto byName = [&](llvm::StringRef name) -> LogicalResult {
+    std::optional<pl::Opcode> opcode = pl::opcodeNamed(std::string_view(name.data(), name.size()));
+    if (!opcode)
+      return op->emitOpError() << "names plan opcode '" << name
+                               << "', which is not in runtime/plan/Opcodes.def";
+    const pl::OpcodeInfo &info = *pl::opcodeInfo(*opcode);
+    if (info.attrs != pl::Attrs::NONE)
+      return op->emitOpError() << "lowers to " << info.name << ", which takes "
+                               << pl::EnumNameAttrs(info.attrs)
+                               << ": codegen/OpLowering.cpp lowers it by hand";
+    int inputs = static_cast<int>(op->getNumOperands());
+    if (!info.acceptsInputs(inputs) || info.outputsFor(inputs) != int(op->getNumResults()))
+      return op->emitOpError() << "has " << inputs << " operands and " << op->getNumResults()
+                               << " results, which plan opcode " << info.name << " does not take";
+    return emit(op, *opcode);
+  };
   auto unsupported = [](Operation *unlowered) -> LogicalResult {
     return unlowered->emitError() << "'" << unlowered->getName()
                                   << "' cannot be lowered to a plan (run mega-spmdize first)";
@@ -169,31 +189,10 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
       .Case([&](ConstantOp c) { return lowerConstant(c, c.getResult(), c.getValue()); })
       .Case([&](mlir::func::ReturnOp r) { return lowerReturn(r); })
       .Case([&](ReshapeOp r) { return lowerReshape(r.getInput(), r.getResult(), r.getLoc()); })
-      .Case([&](NegOp) { return emit(op, O::Neg); })
-      .Case([&](AbsOp) { return emit(op, O::Abs); })
-      .Case([&](ExpOp) { return emit(op, O::Exp); })
-      .Case([&](LogOp) { return emit(op, O::Log); })
-      .Case([&](TanhOp) { return emit(op, O::Tanh); })
-      .Case([&](ErfOp) { return emit(op, O::Erf); })
-      .Case([&](SigmoidOp) { return emit(op, O::Sigmoid); })
-      .Case([&](ReluOp) { return emit(op, O::Relu); })
-      .Case([&](SqrtOp) { return emit(op, O::Sqrt); })
-      .Case([&](RsqrtOp) { return emit(op, O::Rsqrt); })
-      .Case([&](NotOp) { return emit(op, O::Not); })
-      .Case([&](AddOp) { return emit(op, O::Add); })
-      .Case([&](SubOp) { return emit(op, O::Sub); })
-      .Case([&](MulOp) { return emit(op, O::Mul); })
-      .Case([&](DivOp) { return emit(op, O::Div); })
-      .Case([&](PowOp) { return emit(op, O::Pow); })
-      .Case([&](MinOp) { return emit(op, O::Min); })
-      .Case([&](MaxOp) { return emit(op, O::Max); })
-      .Case([&](AndOp) { return emit(op, O::And); })
-      .Case([&](OrOp) { return emit(op, O::Or); })
       .Case([&](CompareOp c) {
         return emit(op, O::Compare, A::CompareAttrs,
                     asVoid(pl::CreateCompareAttrs(fbb_, comparePredicate(c.getPredicate()))));
       })
-      .Case([&](WhereOp) { return emit(op, O::Where); })
       .Case([&](TransposeOp t) {
         std::vector<int64_t> perm(t.getPerm().begin(), t.getPerm().end());
         return emit(op, O::Transpose, A::TransposeAttrs,
@@ -208,8 +207,6 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
       .Case([&](ConcatOp c) {
         return emitWithAxis(op, O::Concat, c.getAxis(), rankOf(c.getResult()));
       })
-      .Case([&](BroadcastOp) { return emit(op, O::Broadcast); })
-      .Case([&](CastOp) { return emit(op, O::Cast); })
       .Case(
           [&](GatherOp g) { return emitWithAxis(op, O::Gather, g.getAxis(), rankOf(g.getData())); })
       .Case([&](ReduceOp r) -> LogicalResult {
@@ -228,8 +225,6 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
       .Case([&](SoftmaxOp s) {
         return emitWithAxis(op, O::Softmax, s.getAxis(), rankOf(s.getInput()));
       })
-      .Case([&](MatmulOp) { return emit(op, O::MatMul); })
-      .Case([&](LinearOp) { return emit(op, O::Linear); })
       .Case([&](EmbeddingOp e) { return embedding(O::Embedding, e.getVocabAxesAttr()); })
       .Case([&](LayerNormOp n) {
         return emit(op, O::LayerNorm, A::NormAttrs, normAttrs(n.getEpsilon()));
@@ -246,8 +241,6 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
         bool tanh = g.getApproximation() == GeluApproximation::tanh;
         return emit(op, O::Gelu, A::GeluAttrs, asVoid(pl::CreateGeluAttrs(fbb_, tanh)));
       })
-      .Case([&](SiluOp) { return emit(op, O::Silu); })
-      .Case([&](RopeOp) { return emit(op, O::Rope); })
       .Case([&](CrossEntropyOp c) {
         return crossEntropy(O::CrossEntropy, c.getIgnoreIndex(), c.getVocabAxesAttr());
       })
@@ -293,15 +286,12 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
                         fbb_, a.getBeta1().convertToDouble(), a.getBeta2().convertToDouble(),
                         a.getEps().convertToDouble(), a.getWeightDecay().convertToDouble())));
       })
-      .Case([&](GlobalNormOp) { return emit(op, O::GlobalNorm); })
       .Case([&](ClipByNormOp c) {
         return emit(op, O::ClipByNorm, A::ClipAttrs,
                     asVoid(pl::CreateClipAttrs(fbb_, c.getMaxNorm().convertToDouble())));
       })
       // Collectives and transfers (partitioned plans).
-      .Case([&](AllReduceOp c) {
-        return collective(O::AllReduce, c.getAxes(), c.getKind(), 0, 0);
-      })
+      .Case([&](AllReduceOp c) { return collective(O::AllReduce, c.getAxes(), c.getKind(), 0, 0); })
       .Case([&](AllGatherOp c) {
         return collective(O::AllGather, c.getAxes(), ReduceKind::sum, c.getDim(), 0);
       })
@@ -316,12 +306,11 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
         return collective(O::ShardSlice, c.getAxes(), ReduceKind::sum, c.getDim(), 0);
       })
       // The identity forward; its gradient (an all_reduce) is its own op after autodiff.
-      .Case([&](CopyToShardsOp c) {
-        return lowerReshape(c.getInput(), c.getResult(), c.getLoc());
-      })
+      .Case([&](CopyToShardsOp c) { return lowerReshape(c.getInput(), c.getResult(), c.getLoc()); })
       .Case([&](SendOp s) { return p2p(O::Send, s.getAxis(), s.getShift(), s.getTag()); })
       .Case([&](RecvOp r) { return p2p(O::Recv, r.getAxis(), r.getShift(), r.getTag()); })
       .Case<ReshardOp>(unsupported)
+      .Case([&](PlanOpInterface planned) { return byName(planned.getPlanOpcode()); })
       .Default([&](Operation *op) -> LogicalResult {
         return op->emitError() << "'" << op->getName()
                                << "' is not a mega op; codegen lowers only mega ops";

@@ -4,7 +4,7 @@
 #ifndef MEGA_GRAD_OPS_TD
 #define MEGA_GRAD_OPS_TD
 
-def Mega_PadOp : Mega_CostedOp<"pad", [Pure, Mega_InferShape], ["getFlops"]> {
+def Mega_PadOp : Mega_CostedOp<"pad", [Mega_Plan<"Pad">, Pure, Mega_InferShape], ["getFlops"]> {
   let summary = "pad with zeros (the gradient of slice)";
   let description = [{
     Per dim, `low` zeros before, `high` zeros after and `interior` zeros between neighbouring
@@ -21,7 +21,8 @@ def Mega_PadOp : Mega_CostedOp<"pad", [Pure, Mega_InferShape], ["getFlops"]> {
                        "type($input) `->` type($result)";
 }
 
-def Mega_LayerNormGradOp : Mega_CostedOp<"layer_norm_grad", [Pure], ["getFlops"]> {
+def Mega_LayerNormGradOp : Mega_CostedOp<"layer_norm_grad", [Mega_Plan<"LayerNormGrad">, Pure],
+    ["getFlops"]> {
   let summary = "gradients of layer_norm";
   let description = [{
     For `y = layer_norm(x, weight, bias, eps)` and the incoming gradient `dy` (x's type):
@@ -42,7 +43,8 @@ def Mega_LayerNormGradOp : Mega_CostedOp<"layer_norm_grad", [Pure], ["getFlops"]
   let hasVerifier = 1;
 }
 
-def Mega_RmsNormGradOp : Mega_CostedOp<"rms_norm_grad", [Pure], ["getFlops"]> {
+def Mega_RmsNormGradOp : Mega_CostedOp<"rms_norm_grad", [Mega_Plan<"RmsNormGrad">, Pure],
+    ["getFlops"]> {
   let summary = "gradients of rms_norm";
   let description = [{
     For `y = rms_norm(x, weight, eps)` and `dy`: `dx` and `dweight = sum(dy * x / rms)` over all
@@ -60,7 +62,7 @@ def Mega_RmsNormGradOp : Mega_CostedOp<"rms_norm_grad", [Pure], ["getFlops"]> {
   let hasVerifier = 1;
 }
 
-def Mega_AttentionGradOp : Mega_CostedOp<"attention_grad", [Pure],
+def Mega_AttentionGradOp : Mega_CostedOp<"attention_grad", [Mega_Plan<"AttentionGrad">, Pure],
     ["getFlops", "getMatmulFlops"]> {
   let summary = "gradients of attention";
   let description = [{
@@ -85,8 +87,8 @@ def Mega_AttentionGradOp : Mega_CostedOp<"attention_grad", [Pure],
   let hasVerifier = 1;
 }
 
-def Mega_GeluGradOp : Mega_CostedOp<"gelu_grad", [Pure, SameOperandsAndResultType],
-    ["getFlops"]> {
+def Mega_GeluGradOp : Mega_CostedOp<"gelu_grad", [Mega_Elementwise, Mega_Plan<"GeluGrad">, Pure,
+    SameOperandsAndResultType], ["getFlops"]> {
   let summary = "gradient of gelu";
   let description = [{
     `dx = dy * gelu'(x)` for the same approximation as the forward.
@@ -101,8 +103,8 @@ def Mega_GeluGradOp : Mega_CostedOp<"gelu_grad", [Pure, SameOperandsAndResultTyp
   let assemblyFormat = "$approximation $result_grad `,` $input attr-dict `:` type($input_grad)";
 }
 
-def Mega_SoftmaxGradOp : Mega_CostedOp<"softmax_grad", [Pure, SameOperandsAndResultType],
-    ["getFlops"]> {
+def Mega_SoftmaxGradOp : Mega_CostedOp<"softmax_grad", [Mega_Plan<"SoftmaxGrad">, Pure,
+    SameOperandsAndResultType], ["getFlops"]> {
   let summary = "gradient of softmax, from its output";
   let description = [{
     For `y = softmax(x, axis)`: `dx = y * (dy - sum(dy * y, axis))`.
@@ -117,7 +119,8 @@ def Mega_SoftmaxGradOp : Mega_CostedOp<"softmax_grad", [Pure, SameOperandsAndRes
   let hasVerifier = 1;
 }
 
-def Mega_CrossEntropyGradOp : Mega_CostedOp<"cross_entropy_grad", [Pure], ["getFlops"]> {
+def Mega_CrossEntropyGradOp : Mega_CostedOp<"cross_entropy_grad", [Mega_Plan<"CrossEntropyGrad">,
+    Pure], ["getFlops"]> {
   let summary = "gradient of cross_entropy with respect to the logits";
   let description = [{
     For per-token losses `l = cross_entropy(logits, labels)` and their gradient `dl [...]`:
@@ -136,7 +139,8 @@ def Mega_CrossEntropyGradOp : Mega_CostedOp<"cross_entropy_grad", [Pure], ["getF
   let hasVerifier = 1;
 }
 
-def Mega_EmbeddingGradOp : Mega_CostedOp<"embedding_grad", [Pure], ["getFlops"]> {
+def Mega_EmbeddingGradOp : Mega_CostedOp<"embedding_grad", [Mega_Plan<"EmbeddingGrad">, Pure],
+    ["getFlops"]> {
   let summary = "gradient of embedding: scatter-add rows into the table's shape";
   let description = [{
     `dtable[ids[i], :] += dy[i, :]` over every position i, in a fixed order (deterministic);

@@ -1,4 +1,5 @@
-// Op interfaces of the `mega` dialect: the cost every op reports and the gradient rules.
+// Op interfaces of the `mega` dialect: the cost every op reports, the gradient rules, the
+// sharding rules and the plan opcode an op lowers to.
 #ifndef MEGA_INTERFACES_TD
 #define MEGA_INTERFACES_TD
 
@@ -55,6 +56,20 @@ def Mega_ShardingRuleOpInterface : OpInterface<"ShardingRuleOpInterface"> {
   let methods = [
     InterfaceMethod<"The op's sharding rule for its current shapes.", "::mega::ShardingRule",
       "getShardingRule", (ins), "", [{ return ::mega::sharding::ruleOf($_op); }]>,
+  ];
+}
+
+def Mega_PlanOpInterface : OpInterface<"PlanOpInterface"> {
+  let cppNamespace = "::mega";
+  let description = [{
+    The plan opcode an op lowers to, by its name in runtime/plan/Opcodes.def (the IR knows no
+    runtime header). Ops declare it with `Mega_Plan<"Name">`. Codegen lowers an op whose opcode
+    takes no attributes from the name alone; a test checks every name against the opcode table
+    (it exists, the arity matches, Mega_Elementwise agrees with the Elementwise flag).
+  }];
+  let methods = [
+    StaticInterfaceMethod<"The plan opcode's name (\"Silu\").", "::llvm::StringRef",
+      "getPlanOpcode">,
   ];
 }
 

@@ -1,8 +1,9 @@
-// The ops of the `mega` dialect and their cost and gradient interfaces.
+// The ops of the `mega` dialect and their cost, gradient, sharding and plan-opcode interfaces.
 #pragma once
 
 #include "ir/MegaCost.h"
 #include "ir/MegaDialect.h"
+#include "ir/MegaTraits.h"
 #include "ir/ShardingRule.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"

@@ -20,6 +20,22 @@ def Mega_InferShape : InferTypeOpAdaptorBase<[{
 // A differentiable op builds its own vector-Jacobian product (ir/GradientRules.cpp).
 def Mega_Differentiable : DeclareOpInterfaceMethods<Mega_GradientOpInterface>;
 
+// Elementwise ops (ir/MegaTraits.h): their sharding rule is the elementwise one
+// (ir/ShardingRules.cpp), and the plan opcode they lower to is flagged Elementwise. A pending sum
+// over ranks passes through a Mega_PartialLinear op (neg, cast) and through a Mega_PartialSum op
+// whose operands are all partial over the same axes (add, sub); other ops resolve it first.
+def Mega_Elementwise : NativeOpTrait<"Elementwise"> { let cppNamespace = "::mega::OpTrait"; }
+def Mega_PartialLinear : NativeOpTrait<"PartialLinear"> { let cppNamespace = "::mega::OpTrait"; }
+def Mega_PartialSum : NativeOpTrait<"PartialSum"> { let cppNamespace = "::mega::OpTrait"; }
+
+// The plan opcode an op lowers to: `Mega_Plan<"Silu">` names a row of runtime/plan/Opcodes.def
+// (PlanOpInterface). Codegen lowers attribute-free opcodes from the name alone.
+class Mega_PlanOpcodeTrait<string name> : NativeOpTrait<"PlanOpcode", [],
+    "static constexpr ::llvm::StringLiteral getPlanOpcode() { return \"" # name # "\"; }"> {
+  let cppNamespace = "::mega::OpTrait";
+}
+class Mega_Plan<string name> : TraitList<[Mega_PlanOpcodeTrait<name>, Mega_PlanOpInterface]>;
+
 // Every op reports its cost; `costOverrides` names the methods it computes itself.
 class Mega_CostedOp<string mnemonic, list<Trait> traits = [], list<string> costOverrides = []>
     : Mega_Op<mnemonic, !listconcat(traits,
@@ -47,9 +63,12 @@ def Mega_ConstantOp : Mega_CostedOp<"constant",
   let hasFolder = 1;
 }
 
-class Mega_UnaryOp<string mnemonic, string what, TypeConstraint type = Mega_FloatTensor,
+// An elementwise op of one operand lowering to plan opcode `opcode`.
+class Mega_UnaryOp<string mnemonic, string opcode, string what,
+                   TypeConstraint type = Mega_FloatTensor,
                    list<Trait> extraTraits = [Mega_Differentiable]>
-    : Mega_CostedOp<mnemonic, !listconcat([Pure, SameOperandsAndResultType], extraTraits)> {
+    : Mega_CostedOp<mnemonic, !listconcat([Pure, SameOperandsAndResultType, Mega_Elementwise,
+                                           Mega_Plan<opcode>], extraTraits)> {
   let summary = "elementwise " # what;
   let description = "Elementwise " # what # " of a tensor; the result has the operand's type."
       # "\n\n```mlir\n%y = mega." # mnemonic # " %x : tensor<4x8xf32>\n```";
@@ -58,20 +77,24 @@ class Mega_UnaryOp<string mnemonic, string what, TypeConstraint type = Mega_Floa
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
-def Mega_NegOp : Mega_UnaryOp<"neg", "negation", Mega_NumTensor>;
-def Mega_AbsOp : Mega_UnaryOp<"abs", "absolute value", Mega_NumTensor>;
-def Mega_ExpOp : Mega_UnaryOp<"exp", "exponential e^x">;
-def Mega_LogOp : Mega_UnaryOp<"log", "natural logarithm">;
-def Mega_TanhOp : Mega_UnaryOp<"tanh", "hyperbolic tangent">;
-def Mega_ErfOp : Mega_UnaryOp<"erf", "error function">;
-def Mega_SigmoidOp : Mega_UnaryOp<"sigmoid", "logistic sigmoid 1 / (1 + e^-x)">;
-def Mega_ReluOp : Mega_UnaryOp<"relu", "rectifier max(x, 0)">;
-def Mega_SqrtOp : Mega_UnaryOp<"sqrt", "square root">;
-def Mega_RsqrtOp : Mega_UnaryOp<"rsqrt", "reciprocal square root 1 / sqrt(x)">;
+def Mega_NegOp : Mega_UnaryOp<"neg", "Neg", "negation", Mega_NumTensor,
+    [Mega_Differentiable, Mega_PartialLinear]>;
+def Mega_AbsOp : Mega_UnaryOp<"abs", "Abs", "absolute value", Mega_NumTensor>;
+def Mega_ExpOp : Mega_UnaryOp<"exp", "Exp", "exponential e^x">;
+def Mega_LogOp : Mega_UnaryOp<"log", "Log", "natural logarithm">;
+def Mega_TanhOp : Mega_UnaryOp<"tanh", "Tanh", "hyperbolic tangent">;
+def Mega_ErfOp : Mega_UnaryOp<"erf", "Erf", "error function">;
+def Mega_SigmoidOp : Mega_UnaryOp<"sigmoid", "Sigmoid", "logistic sigmoid 1 / (1 + e^-x)">;
+def Mega_ReluOp : Mega_UnaryOp<"relu", "Relu", "rectifier max(x, 0)">;
+def Mega_SqrtOp : Mega_UnaryOp<"sqrt", "Sqrt", "square root">;
+def Mega_RsqrtOp : Mega_UnaryOp<"rsqrt", "Rsqrt", "reciprocal square root 1 / sqrt(x)">;
 
-class Mega_BinaryOp<string mnemonic, string what, TypeConstraint type = Mega_NumTensor,
+// An elementwise op of two operands lowering to plan opcode `opcode`.
+class Mega_BinaryOp<string mnemonic, string opcode, string what,
+                    TypeConstraint type = Mega_NumTensor,
                     list<Trait> extraTraits = [Mega_Differentiable]>
-    : Mega_CostedOp<mnemonic, !listconcat([Pure, SameOperandsAndResultType], extraTraits)> {
+    : Mega_CostedOp<mnemonic, !listconcat([Pure, SameOperandsAndResultType, Mega_Elementwise,
+                                           Mega_Plan<opcode>], extraTraits)> {
   let summary = "elementwise " # what;
   let description = "Elementwise " # what # " of two tensors of the same type. Broadcasting "
       # "is explicit (`mega.broadcast`): the importer and the DSL insert it."
@@ -81,15 +104,20 @@ class Mega_BinaryOp<string mnemonic, string what, TypeConstraint type = Mega_Num
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
 }
 
-def Mega_AddOp : Mega_BinaryOp<"add", "sum x + y">;
-def Mega_SubOp : Mega_BinaryOp<"sub", "difference x - y">;
-def Mega_MulOp : Mega_BinaryOp<"mul", "product x * y">;
-def Mega_DivOp : Mega_BinaryOp<"div", "quotient x / y">;
-def Mega_PowOp : Mega_BinaryOp<"pow", "power x ^ y", Mega_FloatTensor>;
-def Mega_MinOp : Mega_BinaryOp<"min", "minimum">;
-def Mega_MaxOp : Mega_BinaryOp<"max", "maximum">;
+def Mega_AddOp : Mega_BinaryOp<"add", "Add", "sum x + y", Mega_NumTensor,
+    [Mega_Differentiable, Mega_PartialSum]>;
+def Mega_SubOp : Mega_BinaryOp<"sub", "Sub", "difference x - y", Mega_NumTensor,
+    [Mega_Differentiable, Mega_PartialSum]>;
+// mul could keep one partial operand partial, but its operands and result share one type
+// (encoding included), so partial sums are resolved before it.
+def Mega_MulOp : Mega_BinaryOp<"mul", "Mul", "product x * y">;
+def Mega_DivOp : Mega_BinaryOp<"div", "Div", "quotient x / y">;
+def Mega_PowOp : Mega_BinaryOp<"pow", "Pow", "power x ^ y", Mega_FloatTensor>;
+def Mega_MinOp : Mega_BinaryOp<"min", "Min", "minimum">;
+def Mega_MaxOp : Mega_BinaryOp<"max", "Max", "maximum">;
 
-def Mega_CompareOp : Mega_CostedOp<"compare", [Pure, SameTypeOperands, Mega_InferShape]> {
+def Mega_CompareOp : Mega_CostedOp<"compare", [Mega_Elementwise, Mega_Plan<"Compare">, Pure,
+    SameTypeOperands, Mega_InferShape]> {
   let summary = "elementwise comparison, giving i1";
   let description = [{
     Compares two tensors of the same type elementwise; the result has their shape (and
@@ -105,12 +133,13 @@ def Mega_CompareOp : Mega_CostedOp<"compare", [Pure, SameTypeOperands, Mega_Infe
   let assemblyFormat = "$predicate $lhs `,` $rhs attr-dict `:` type($lhs)";
 }
 
-def Mega_NotOp : Mega_UnaryOp<"not", "logical negation", Mega_BoolTensor, []>;
-def Mega_AndOp : Mega_BinaryOp<"and", "logical and", Mega_BoolTensor, []>;
-def Mega_OrOp : Mega_BinaryOp<"or", "logical or", Mega_BoolTensor, []>;
+def Mega_NotOp : Mega_UnaryOp<"not", "Not", "logical negation", Mega_BoolTensor, []>;
+def Mega_AndOp : Mega_BinaryOp<"and", "And", "logical and", Mega_BoolTensor, []>;
+def Mega_OrOp : Mega_BinaryOp<"or", "Or", "logical or", Mega_BoolTensor, []>;
 
 def Mega_WhereOp : Mega_CostedOp<"where",
-    [Pure, AllTypesMatch<["true_value", "false_value", "result"]>, Mega_Differentiable]> {
+    [Mega_Elementwise, Mega_Plan<"Where">, Pure,
+     AllTypesMatch<["true_value", "false_value", "result"]>, Mega_Differentiable]> {
   let summary = "elementwise select";
   let description = [{
     `result[i] = cond[i] ? true_value[i] : false_value[i]`; all three have the same shape.
@@ -130,8 +159,8 @@ def Mega_WhereOp : Mega_CostedOp<"where",
 // Low level: contraction, indexing, reduction, shape
 //===----------------------------------------------------------------------===//
 
-def Mega_MatmulOp : Mega_CostedOp<"matmul", [Pure, Mega_InferShape, Mega_Differentiable],
-    ["getFlops", "getMatmulFlops"]> {
+def Mega_MatmulOp : Mega_CostedOp<"matmul", [Mega_Plan<"MatMul">, Pure, Mega_InferShape,
+    Mega_Differentiable], ["getFlops", "getMatmulFlops"]> {
   let summary = "batched matrix product with broadcasting batch dims";
   let description = [{
     `[..., m, k] x [..., k, n] -> [..., m, n]`, both operands of rank >= 2; batch dims
@@ -146,7 +175,7 @@ def Mega_MatmulOp : Mega_CostedOp<"matmul", [Pure, Mega_InferShape, Mega_Differe
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)";
 }
 
-def Mega_GatherOp : Mega_CostedOp<"gather", [Pure, Mega_InferShape,
+def Mega_GatherOp : Mega_CostedOp<"gather", [Mega_Plan<"Gather">, Pure, Mega_InferShape,
     Mega_Differentiable], ["getFlops"]> {
   let summary = "gather slices of `data` along `axis` (ONNX Gather)";
   let description = [{
@@ -162,7 +191,7 @@ def Mega_GatherOp : Mega_CostedOp<"gather", [Pure, Mega_InferShape,
                        "type($indices) `->` type($result)";
 }
 
-def Mega_ReduceOp : Mega_CostedOp<"reduce", [Pure, Mega_InferShape,
+def Mega_ReduceOp : Mega_CostedOp<"reduce", [Mega_Plan<"Reduce">, Pure, Mega_InferShape,
     Mega_Differentiable], ["getFlops"]> {
   let summary = "reduce over axes (sum, mean, max, min)";
   let description = [{
@@ -180,9 +209,8 @@ def Mega_ReduceOp : Mega_CostedOp<"reduce", [Pure, Mega_InferShape,
                        "type($input) `->` type($result)";
 }
 
-def Mega_SoftmaxOp : Mega_CostedOp<"softmax", [Pure, SameOperandsAndResultType,
-    Mega_Differentiable],
-    ["getFlops"]> {
+def Mega_SoftmaxOp : Mega_CostedOp<"softmax", [Mega_Plan<"Softmax">, Pure,
+    SameOperandsAndResultType, Mega_Differentiable], ["getFlops"]> {
   let summary = "softmax along one axis";
   let description = [{
     `exp(x - max(x)) / sum(exp(x - max(x)))` along `axis` (negative counts from the end).
@@ -212,7 +240,7 @@ def Mega_ReshapeOp : Mega_CostedOp<"reshape", [Pure, Mega_Differentiable], ["get
   let hasVerifier = 1;
 }
 
-def Mega_TransposeOp : Mega_CostedOp<"transpose", [Pure, Mega_InferShape,
+def Mega_TransposeOp : Mega_CostedOp<"transpose", [Mega_Plan<"Transpose">, Pure, Mega_InferShape,
     Mega_Differentiable], ["getFlops"]> {
   let summary = "permute dims";
   let description = [{
@@ -227,7 +255,7 @@ def Mega_TransposeOp : Mega_CostedOp<"transpose", [Pure, Mega_InferShape,
   let assemblyFormat = "$input $perm attr-dict `:` type($input) `->` type($result)";
 }
 
-def Mega_SliceOp : Mega_CostedOp<"slice", [Pure, Mega_InferShape,
+def Mega_SliceOp : Mega_CostedOp<"slice", [Mega_Plan<"Slice">, Pure, Mega_InferShape,
     Mega_Differentiable], ["getFlops"]> {
   let summary = "static strided slice";
   let description = [{
@@ -246,7 +274,7 @@ def Mega_SliceOp : Mega_CostedOp<"slice", [Pure, Mega_InferShape,
                        "`->` type($result)";
 }
 
-def Mega_ConcatOp : Mega_CostedOp<"concat", [Pure, SameOperandsElementType,
+def Mega_ConcatOp : Mega_CostedOp<"concat", [Mega_Plan<"Concat">, Pure, SameOperandsElementType,
     Mega_InferShape, Mega_Differentiable], ["getFlops"]> {
   let summary = "concatenate along an axis";
   let description = [{
@@ -261,7 +289,8 @@ def Mega_ConcatOp : Mega_CostedOp<"concat", [Pure, SameOperandsElementType,
   let assemblyFormat = "$inputs `axis` $axis attr-dict `:` functional-type($inputs, $result)";
 }
 
-def Mega_BroadcastOp : Mega_CostedOp<"broadcast", [Pure, Mega_Differentiable], ["getFlops"]> {
+def Mega_BroadcastOp : Mega_CostedOp<"broadcast", [Mega_Plan<"Broadcast">, Pure,
+    Mega_Differentiable], ["getFlops"]> {
   let summary = "numpy-style broadcast to a larger shape";
   let description = [{
     Aligns shapes from the right; each input dim equals the result dim or is 1. The only way
@@ -277,7 +306,8 @@ def Mega_BroadcastOp : Mega_CostedOp<"broadcast", [Pure, Mega_Differentiable], [
   let hasVerifier = 1;
 }
 
-def Mega_CastOp : Mega_CostedOp<"cast", [Pure, Mega_Differentiable]> {
+def Mega_CastOp : Mega_CostedOp<"cast", [Mega_Elementwise, Mega_PartialLinear, Mega_Plan<"Cast">,
+    Pure, Mega_Differentiable]> {
   let summary = "convert element type";
   let description = [{
     Same shape, another element type (float <-> float rounds to nearest even; float -> int
@@ -297,8 +327,8 @@ def Mega_CastOp : Mega_CostedOp<"cast", [Pure, Mega_Differentiable]> {
 // Coarse ops: where the parallelism lives
 //===----------------------------------------------------------------------===//
 
-def Mega_LinearOp : Mega_CostedOp<"linear", [Pure, Mega_InferShape, Mega_Differentiable],
-    ["getFlops", "getMatmulFlops"]> {
+def Mega_LinearOp : Mega_CostedOp<"linear", [Mega_Plan<"Linear">, Pure, Mega_InferShape,
+    Mega_Differentiable], ["getFlops", "getMatmulFlops"]> {
   let summary = "affine map x W^T + b (PyTorch's nn.Linear)";
   let description = [{
     `input [..., in]`, `weight [out, in]` (PyTorch's and Megatron's layout), optional
@@ -316,7 +346,7 @@ def Mega_LinearOp : Mega_CostedOp<"linear", [Pure, Mega_InferShape, Mega_Differe
                        "functional-type(operands, results)";
 }
 
-def Mega_EmbeddingOp : Mega_CostedOp<"embedding", [Pure, Mega_InferShape,
+def Mega_EmbeddingOp : Mega_CostedOp<"embedding", [Mega_Plan<"Embedding">, Pure, Mega_InferShape,
     Mega_Differentiable], ["getFlops"]> {
   let summary = "look up rows of a table by token id";
   let description = [{
@@ -338,8 +368,8 @@ def Mega_EmbeddingOp : Mega_CostedOp<"embedding", [Pure, Mega_InferShape,
   }];
 }
 
-def Mega_LayerNormOp : Mega_CostedOp<"layer_norm", [Pure, AllTypesMatch<["input", "result"]>,
-    Mega_Differentiable], ["getFlops"]> {
+def Mega_LayerNormOp : Mega_CostedOp<"layer_norm", [Mega_Plan<"LayerNorm">, Pure,
+    AllTypesMatch<["input", "result"]>, Mega_Differentiable], ["getFlops"]> {
   let summary = "layer normalization over the last dim";
   let description = [{
     `(x - mean) / sqrt(var + epsilon) * weight + bias` with the biased variance over the last
@@ -359,8 +389,8 @@ def Mega_LayerNormOp : Mega_CostedOp<"layer_norm", [Pure, AllTypesMatch<["input"
   let hasVerifier = 1;
 }
 
-def Mega_RmsNormOp : Mega_CostedOp<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>,
-    Mega_Differentiable], ["getFlops"]> {
+def Mega_RmsNormOp : Mega_CostedOp<"rms_norm", [Mega_Plan<"RmsNorm">, Pure,
+    AllTypesMatch<["input", "result"]>, Mega_Differentiable], ["getFlops"]> {
   let summary = "root-mean-square normalization over the last dim";
   let description = [{
     `x / sqrt(mean(x^2) + epsilon) * weight` over the last dim; `weight` has shape `[h]`.
@@ -377,8 +407,8 @@ def Mega_RmsNormOp : Mega_CostedOp<"rms_norm", [Pure, AllTypesMatch<["input", "r
   let hasVerifier = 1;
 }
 
-def Mega_AttentionOp : Mega_CostedOp<"attention", [Pure, Mega_InferShape, Mega_Differentiable],
-    ["getFlops", "getMatmulFlops"]> {
+def Mega_AttentionOp : Mega_CostedOp<"attention", [Mega_Plan<"Attention">, Pure, Mega_InferShape,
+    Mega_Differentiable], ["getFlops", "getMatmulFlops"]> {
   let summary = "scaled dot-product attention over heads";
   let description = [{
     `query [b, s, h, d]`, `key [b, t, hk, d]`, `value [b, t, hk, dv]` -> `[b, s, h, dv]`:
@@ -401,8 +431,8 @@ def Mega_AttentionOp : Mega_CostedOp<"attention", [Pure, Mega_InferShape, Mega_D
                        "attr-dict `:` functional-type(operands, results)";
 }
 
-def Mega_GeluOp : Mega_CostedOp<"gelu", [Pure, SameOperandsAndResultType, Mega_Differentiable],
-    ["getFlops"]> {
+def Mega_GeluOp : Mega_CostedOp<"gelu", [Mega_Elementwise, Mega_Plan<"Gelu">, Pure,
+    SameOperandsAndResultType, Mega_Differentiable], ["getFlops"]> {
   let summary = "Gaussian error linear unit";
   let description = [{
     `none`: `x * 0.5 * (1 + erf(x / sqrt(2)))`; `tanh`:
@@ -417,8 +447,8 @@ def Mega_GeluOp : Mega_CostedOp<"gelu", [Pure, SameOperandsAndResultType, Mega_D
   let assemblyFormat = "$approximation $input attr-dict `:` type($result)";
 }
 
-def Mega_SiluOp : Mega_CostedOp<"silu", [Pure, SameOperandsAndResultType, Mega_Differentiable],
-    ["getFlops"]> {
+def Mega_SiluOp : Mega_CostedOp<"silu", [Mega_Elementwise, Mega_Plan<"Silu">, Pure,
+    SameOperandsAndResultType, Mega_Differentiable], ["getFlops"]> {
   let summary = "sigmoid linear unit x * sigmoid(x) (SwiGLU's gate)";
   let description = [{
     `x / (1 + exp(-x))` elementwise (PyTorch's `F.silu`). A SwiGLU MLP is
@@ -433,8 +463,8 @@ def Mega_SiluOp : Mega_CostedOp<"silu", [Pure, SameOperandsAndResultType, Mega_D
   let assemblyFormat = "$input attr-dict `:` type($result)";
 }
 
-def Mega_RopeOp : Mega_CostedOp<"rope", [Pure, AllTypesMatch<["input", "result"]>,
-    Mega_Differentiable], ["getFlops"]> {
+def Mega_RopeOp : Mega_CostedOp<"rope", [Mega_Plan<"Rope">, Pure,
+    AllTypesMatch<["input", "result"]>, Mega_Differentiable], ["getFlops"]> {
   let summary = "rotary position embedding (rotate_half convention)";
   let description = [{
     `x * cos + rotate_half(x) * sin` with `rotate_half(x) = concat(-x[..., d/2:], x[..., :d/2])`
@@ -453,9 +483,8 @@ def Mega_RopeOp : Mega_CostedOp<"rope", [Pure, AllTypesMatch<["input", "result"]
   let hasVerifier = 1;
 }
 
-def Mega_CrossEntropyOp : Mega_CostedOp<"cross_entropy", [Pure, Mega_InferShape,
-    Mega_Differentiable],
-    ["getFlops"]> {
+def Mega_CrossEntropyOp : Mega_CostedOp<"cross_entropy", [Mega_Plan<"CrossEntropy">, Pure,
+    Mega_InferShape, Mega_Differentiable], ["getFlops"]> {
   let summary = "per-token softmax cross-entropy";
   let description = [{
     `logits [..., V]`, `labels [...]` (i32/i64) -> per-token loss `[...]`
@@ -478,8 +507,8 @@ def Mega_CrossEntropyOp : Mega_CostedOp<"cross_entropy", [Pure, Mega_InferShape,
                        "type($result)";
 }
 
-def Mega_DropoutOp : Mega_CostedOp<"dropout", [Pure, AllTypesMatch<["input", "result"]>,
-    Mega_Differentiable], ["getFlops"]> {
+def Mega_DropoutOp : Mega_CostedOp<"dropout", [Mega_Plan<"Dropout">, Pure,
+    AllTypesMatch<["input", "result"]>, Mega_Differentiable], ["getFlops"]> {
   let summary = "seeded, layout-independent dropout";
   let description = [{
     Zeroes each element with probability `ratio` and scales the rest by 1/(1 - ratio). Whether
@@ -503,7 +532,7 @@ def Mega_DropoutOp : Mega_CostedOp<"dropout", [Pure, AllTypesMatch<["input", "re
 // Optimizer
 //===----------------------------------------------------------------------===//
 
-def Mega_AdamWUpdateOp : Mega_CostedOp<"adamw_update", [Pure, Mega_InferShape],
+def Mega_AdamWUpdateOp : Mega_CostedOp<"adamw_update", [Mega_Plan<"AdamW">, Pure, Mega_InferShape],
     ["getFlops"]> {
   let summary = "one AdamW step for one parameter (torch.optim.AdamW)";
   let description = [{
@@ -527,8 +556,8 @@ def Mega_AdamWUpdateOp : Mega_CostedOp<"adamw_update", [Pure, Mega_InferShape],
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
 }
 
-def Mega_GlobalNormOp : Mega_CostedOp<"global_norm", [Pure, Mega_InferShape],
-    ["getFlops"]> {
+def Mega_GlobalNormOp : Mega_CostedOp<"global_norm", [Mega_Plan<"GlobalNorm">, Pure,
+    Mega_InferShape], ["getFlops"]> {
   let summary = "L2 norm of all elements of all inputs";
   let description = [{
     `sqrt(sum_i sum(x_i^2))`, accumulated in f64 for f64 inputs and f32 otherwise; the
@@ -545,7 +574,7 @@ def Mega_GlobalNormOp : Mega_CostedOp<"global_norm", [Pure, Mega_InferShape],
 }
 
 def Mega_ClipByNormOp : Mega_CostedOp<"clip_by_norm",
-    [Pure, AllTypesMatch<["input", "result"]>]> {
+    [Mega_Plan<"ClipByNorm">, Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "scale a gradient so the global norm is at most max_norm";
   let description = [{
     `x * min(1, max_norm / (norm + 1e-6))` where `norm` is a `global_norm` result (PyTorch's
@@ -568,8 +597,8 @@ def Mega_ClipByNormOp : Mega_CostedOp<"clip_by_norm",
 class Mega_CollectiveOp<string mnemonic, list<Trait> traits = []>
     : Mega_CostedOp<mnemonic, !listconcat([Pure], traits)>;
 
-def Mega_AllReduceOp : Mega_CollectiveOp<"all_reduce", [SameOperandsAndResultType,
-    Mega_Differentiable]> {
+def Mega_AllReduceOp : Mega_CollectiveOp<"all_reduce", [Mega_Plan<"AllReduce">,
+    SameOperandsAndResultType, Mega_Differentiable]> {
   let summary = "reduce a per-device tensor over the devices of some mesh axes";
   let description = [{
     Every device in the group spanned by `axes` (the devices whose coordinates differ only on
@@ -586,7 +615,7 @@ def Mega_AllReduceOp : Mega_CollectiveOp<"all_reduce", [SameOperandsAndResultTyp
   let hasVerifier = 1;
 }
 
-def Mega_AllGatherOp : Mega_CollectiveOp<"all_gather", [Mega_InferShape,
+def Mega_AllGatherOp : Mega_CollectiveOp<"all_gather", [Mega_Plan<"AllGather">, Mega_InferShape,
     Mega_Differentiable]> {
   let summary = "concatenate per-device tensors along a dim over some mesh axes";
   let description = [{
@@ -607,8 +636,8 @@ def Mega_AllGatherOp : Mega_CollectiveOp<"all_gather", [Mega_InferShape,
                        "attr-dict `:` type($input) `->` type($result)";
 }
 
-def Mega_ReduceScatterOp : Mega_CollectiveOp<"reduce_scatter", [Mega_InferShape,
-    Mega_Differentiable]> {
+def Mega_ReduceScatterOp : Mega_CollectiveOp<"reduce_scatter", [Mega_Plan<"ReduceScatter">,
+    Mega_InferShape, Mega_Differentiable]> {
   let summary = "reduce over some mesh axes, each device keeping one slice along a dim";
   let description = [{
     The input's `dim` is divisible by the group size; device i of the group gets slice i of
@@ -625,7 +654,7 @@ def Mega_ReduceScatterOp : Mega_CollectiveOp<"reduce_scatter", [Mega_InferShape,
                        "type($input) `->` type($result)";
 }
 
-def Mega_AllToAllOp : Mega_CollectiveOp<"all_to_all", [Mega_InferShape]> {
+def Mega_AllToAllOp : Mega_CollectiveOp<"all_to_all", [Mega_Plan<"AllToAll">, Mega_InferShape]> {
   let summary = "split along one dim, exchange, concatenate along another";
   let description = [{
     Each device splits its input into group-size pieces along `split_dim`, sends piece i to
@@ -642,7 +671,7 @@ def Mega_AllToAllOp : Mega_CollectiveOp<"all_to_all", [Mega_InferShape]> {
                        "attr-dict `:` type($input) `->` type($result)";
 }
 
-def Mega_ShardSliceOp : Mega_CollectiveOp<"shard_slice", [Mega_InferShape,
+def Mega_ShardSliceOp : Mega_CollectiveOp<"shard_slice", [Mega_Plan<"ShardSlice">, Mega_InferShape,
     Mega_Differentiable]> {
   let summary = "this device's slice of a replicated tensor (no communication)";
   let description = [{
@@ -680,7 +709,8 @@ def Mega_CopyToShardsOp : Mega_CollectiveOp<"copy_to_shards", [SameOperandsAndRe
   let hasVerifier = 1;
 }
 
-def Mega_SendOp : Mega_CostedOp<"send", [MemoryEffects<[MemWrite]>], ["getFlops"]> {
+def Mega_SendOp : Mega_CostedOp<"send", [Mega_Plan<"Send">, MemoryEffects<[MemWrite]>],
+    ["getFlops"]> {
   let summary = "send a tensor to the device `shift` steps along a mesh axis";
   let description = [{
     Point-to-point transfer between pipeline stages: the peer is this device with its
@@ -698,7 +728,8 @@ def Mega_SendOp : Mega_CostedOp<"send", [MemoryEffects<[MemWrite]>], ["getFlops"
   let hasVerifier = 1;
 }
 
-def Mega_RecvOp : Mega_CostedOp<"recv", [MemoryEffects<[MemRead]>], ["getFlops"]> {
+def Mega_RecvOp : Mega_CostedOp<"recv", [Mega_Plan<"Recv">, MemoryEffects<[MemRead]>],
+    ["getFlops"]> {
   let summary = "receive a tensor from the device `shift` steps along a mesh axis";
   let description = [{
     The counterpart of `send`: the peer's coordinate on `axis` is this device's plus `shift`.

@@ -332,15 +332,14 @@ ShardingRule rope(RopeOp op) {
 } // namespace
 
 ShardingRule ruleOf(Operation *op) {
+  // Elementwise ops by their traits (ir/MegaTraits.h), not by a list.
+  if (op->hasTrait<mega::OpTrait::Elementwise>()) {
+    PartialRule partial = op->hasTrait<mega::OpTrait::PartialLinear>() ? PartialRule::linear
+                          : op->hasTrait<mega::OpTrait::PartialSum>()  ? PartialRule::sum
+                                                                       : PartialRule::none;
+    return elementwise(op, partial);
+  }
   return llvm::TypeSwitch<Operation *, ShardingRule>(op)
-      .Case<NegOp, CastOp>([](Operation *o) { return elementwise(o, PartialRule::linear); })
-      .Case<AbsOp, ExpOp, LogOp, TanhOp, ErfOp, SigmoidOp, ReluOp, SqrtOp, RsqrtOp, NotOp, GeluOp,
-            SiluOp, PowOp, MinOp, MaxOp, AndOp, OrOp, CompareOp, WhereOp>(
-          [](Operation *o) { return elementwise(o, PartialRule::none); })
-      .Case<AddOp, SubOp>([](Operation *o) { return elementwise(o, PartialRule::sum); })
-      // mul could keep one partial operand partial, but its operands and result share one
-      // type (encoding included), so partial sums are resolved before it.
-      .Case<MulOp, DivOp>([](Operation *o) { return elementwise(o, PartialRule::none); })
       .Case<ConstantOp>([](ConstantOp o) {
         ShardingRule rule;
         rule.known = true;
