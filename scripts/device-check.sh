@@ -2,7 +2,7 @@
 # Runs on the GPU machine (one H200, CUDA 13, PyTorch; no MLIR, OpenBLAS, MPI or network), from
 # the repository root, after scripts/device-prepare.sh staged .device-carry/ here:
 #   1. the GPU tests (kernels against the CPU reference, the executor's training steps against
-#      the CPU executor, NCCL on one rank, fused kernels);
+#      the CPU executor, NCCL on one rank, fused kernels; the fused SwiGLU kernel by name);
 #   2. bench-train-step --backend cuda for GPT-2 124M (seq 1024) and a 1.3B GPT (seq 2048), bf16;
 #   3. the same models in PyTorch (bf16 autocast, SDPA, fused AdamW, torch.compile) for the ratio;
 #   4. `megac calibrate --backend cuda` (as megac-calibrate, the MLIR-free build): the device spec
@@ -60,6 +60,16 @@ for t in cuda_kernels_elementwise_test cuda_kernels_nn_test cuda_fusion_gpu_test
   echo "-- $t: exit $rc"
   [ $rc -ne 0 ] && failed=$((failed + 1))
 done
+
+# Issue 16: SwiGLU's silu(gate) * up as one fused kernel (runtime/cuda/Fusion.cpp) against the
+# CPU reference (f32, f64, bf16 tolerances in FusedKernelTest.cpp) and the unfused CUDA kernels
+# (bit for bit); also part of cuda_fusion_gpu_test above, named here so the summary shows it.
+say "fused SwiGLU kernel (silu * mul) numerics"
+timeout 60 "$BIN/cuda_fusion_gpu_test" --gtest_brief=1 \
+  --gtest_filter='FusedKernel.*Swiglu*:FusedKernel.MatchesTheUnfusedCudaKernelsBitForBit'
+rc=$?
+echo "-- fused SwiGLU: exit $rc"
+[ $rc -ne 0 ] && failed=$((failed + 1))
 
 say "bench-train-step (megac, cuda)"
 timeout 120 "$BIN/bench-train-step" --plan "$PLANS/gpt2-124m-bf16.mplan" --backend cuda \
