@@ -144,6 +144,22 @@ LogicalResult RsqrtOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   });
 }
 
+// d sin(x) = cos(x) dy.
+LogicalResult SinOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                   SmallVectorImpl<Value> &operandGrads) {
+  return unary(*this, b, resultGrads, operandGrads, [](Emitter &e, Value g, Value x, Value) {
+    return e.mul(g, CosOp::create(e.b, e.loc, x.getType(), x));
+  });
+}
+
+// d cos(x) = -sin(x) dy.
+LogicalResult CosOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                   SmallVectorImpl<Value> &operandGrads) {
+  return unary(*this, b, resultGrads, operandGrads, [](Emitter &e, Value g, Value x, Value) {
+    return e.neg(e.mul(g, SinOp::create(e.b, e.loc, x.getType(), x)));
+  });
+}
+
 LogicalResult AddOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                    SmallVectorImpl<Value> &operandGrads) {
   return binary(*this, b, resultGrads, operandGrads,

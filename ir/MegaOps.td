@@ -88,6 +88,8 @@ def Mega_SigmoidOp : Mega_UnaryOp<"sigmoid", "Sigmoid", "logistic sigmoid 1 / (1
 def Mega_ReluOp : Mega_UnaryOp<"relu", "Relu", "rectifier max(x, 0)">;
 def Mega_SqrtOp : Mega_UnaryOp<"sqrt", "Sqrt", "square root">;
 def Mega_RsqrtOp : Mega_UnaryOp<"rsqrt", "Rsqrt", "reciprocal square root 1 / sqrt(x)">;
+def Mega_SinOp : Mega_UnaryOp<"sin", "Sin", "sine (radians)">;
+def Mega_CosOp : Mega_UnaryOp<"cos", "Cos", "cosine (radians)">;
 
 // An elementwise op of two operands lowering to plan opcode `opcode`.
 class Mega_BinaryOp<string mnemonic, string opcode, string what,

@@ -582,6 +582,8 @@ void addElementwiseHandlers(std::map<std::string, OpHandler> &h) {
   h["Erf"] = unaryOp<mega::ErfOp>;
   h["Sigmoid"] = unaryOp<mega::SigmoidOp>;
   h["Sqrt"] = unaryOp<mega::SqrtOp>;
+  h["Sin"] = unaryOp<mega::SinOp>;
+  h["Cos"] = unaryOp<mega::CosOp>;
   h["Relu"] = reluOp;
   h["Reciprocal"] = reciprocalOp;
   h["Sign"] = signOp;

@@ -16,8 +16,8 @@ using namespace detail;
 int64_t TensorRef::numElements() const { return product(shape); }
 
 const char *unaryOpName(UnaryOp op) {
-  static const char *const kNames[] = {"Neg",     "Abs",  "Exp",  "Log",   "Tanh", "Erf",
-                                       "Sigmoid", "Relu", "Sqrt", "Rsqrt", "Not"};
+  static const char *const kNames[] = {"Neg",  "Abs",  "Exp",   "Log", "Tanh", "Erf", "Sigmoid",
+                                       "Relu", "Sqrt", "Rsqrt", "Not", "Sin",  "Cos"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -96,6 +96,12 @@ template <typename T> Status unaryTyped(UnaryOp op, const T *x, T *y, int64_t n)
       return Status::ok();
     case UnaryOp::Rsqrt:
       mapUnary(x, y, n, [](T v) { return T(1) / std::sqrt(v); });
+      return Status::ok();
+    case UnaryOp::Sin:
+      mapUnary(x, y, n, [](T v) { return std::sin(v); });
+      return Status::ok();
+    case UnaryOp::Cos:
+      mapUnary(x, y, n, [](T v) { return std::cos(v); });
       return Status::ok();
     default:
       break;

@@ -44,7 +44,7 @@ inline TensorRef refOf(const HostTensor &t) {
 
 // ---- Elementwise (Elementwise.cpp) ---------------------------------------------------------
 
-enum class UnaryOp { Neg, Abs, Exp, Log, Tanh, Erf, Sigmoid, Relu, Sqrt, Rsqrt, Not };
+enum class UnaryOp { Neg, Abs, Exp, Log, Tanh, Erf, Sigmoid, Relu, Sqrt, Rsqrt, Not, Sin, Cos };
 enum class BinaryOp { Add, Sub, Mul, Div, Pow, Min, Max, And, Or };
 enum class ComparePredicate { eq, ne, lt, le, gt, ge };
 

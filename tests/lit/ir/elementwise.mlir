@@ -31,6 +31,8 @@ func.func @constants() -> (tensor<2xf32>, tensor<2x3xi64>, tensor<2xi1>, tensor<
 // CHECK: mega.relu %arg1 : tensor<8xbf16>
 // CHECK: mega.sqrt %arg0 : tensor<4x8xf32>
 // CHECK: mega.rsqrt %arg4 : tensor<3x5xf16>
+// CHECK: mega.sin %arg0 : tensor<4x8xf32>
+// CHECK: mega.cos %arg2 : tensor<2x2xf64>
 func.func @unary(%x: tensor<4x8xf32>, %h: tensor<8xbf16>, %d: tensor<2x2xf64>, %i: tensor<16xi32>, %f: tensor<3x5xf16>) {
   %0 = mega.neg %x : tensor<4x8xf32>
   %1 = mega.neg %i : tensor<16xi32>
@@ -44,6 +46,8 @@ func.func @unary(%x: tensor<4x8xf32>, %h: tensor<8xbf16>, %d: tensor<2x2xf64>, %
   %9 = mega.relu %h : tensor<8xbf16>
   %10 = mega.sqrt %x : tensor<4x8xf32>
   %11 = mega.rsqrt %f : tensor<3x5xf16>
+  %12 = mega.sin %x : tensor<4x8xf32>
+  %13 = mega.cos %d : tensor<2x2xf64>
   return
 }
 

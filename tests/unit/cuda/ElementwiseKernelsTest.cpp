@@ -20,9 +20,9 @@ using ElementwiseKernels = CudaKernelTest;
 // ---- Unary ----------------------------------------------------------------------------------
 
 TEST_F(ElementwiseKernels, UnaryFloatMatchesCpu) {
-  const UnaryOp ops[] = {UnaryOp::Neg,  UnaryOp::Abs,  UnaryOp::Exp,     UnaryOp::Log,
-                         UnaryOp::Tanh, UnaryOp::Erf,  UnaryOp::Sigmoid, UnaryOp::Relu,
-                         UnaryOp::Sqrt, UnaryOp::Rsqrt};
+  const UnaryOp ops[] = {UnaryOp::Neg,  UnaryOp::Abs,   UnaryOp::Exp,     UnaryOp::Log,
+                         UnaryOp::Tanh, UnaryOp::Erf,   UnaryOp::Sigmoid, UnaryOp::Relu,
+                         UnaryOp::Sqrt, UnaryOp::Rsqrt, UnaryOp::Sin,     UnaryOp::Cos};
   uint32_t seed = 1;
   for (UnaryOp op : ops)
     for (DType dtype : floatDtypes())

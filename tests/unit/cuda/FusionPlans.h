@@ -116,8 +116,8 @@ inline std::map<std::string, InputRange> simpleRanges() {
   return {{"x", {-2, 2}}, {"y", {0.5, 2}}, {"z", {-2, 2}}};
 }
 
-/// Transcendental ops on `dtype`: exp, log, tanh, erf, sigmoid, pow, gelu and its gradient in
-/// both forms. Every result is stored (a function output).
+/// Transcendental ops on `dtype`: exp, log, tanh, erf, sigmoid, pow, sin, cos, gelu and its
+/// gradient in both forms. Every result is stored (a function output).
 inline PlanSpec transcendentals(DType dtype, int64_t n = kN) {
   PlanSpec spec;
   ProgramSpec &p = spec.program();
@@ -141,6 +141,8 @@ inline PlanSpec transcendentals(DType dtype, int64_t n = kN) {
   op(Opcode::Erf, {t});
   op(Opcode::Sigmoid, {l});
   op(Opcode::Pow, {e, y});
+  op(Opcode::Sin, {op(Opcode::Mul, {x, y}, false)});
+  op(Opcode::Cos, {x});
   uint32_t g = op(Opcode::Gelu, {t}, true, false);
   uint32_t gt = op(Opcode::Gelu, {y}, true, true);
   op(Opcode::GeluGrad, {g, x}, true, false);
@@ -193,8 +195,9 @@ inline PlanSpec accumulateInPlace(int64_t n) {
   return spec;
 }
 
-/// Every fusible op on `dtype` in one chain: unary, binary, Compare, Where, Not/And/Or, Cast to
-/// every value type and back, Copy, Gelu and GeluGrad in both forms. Outputs: y5 and the i1 mask.
+/// Every fusible op on `dtype` in one chain: unary (Sin and Cos too), binary, Compare, Where,
+/// Not/And/Or, Cast to every value type and back, Copy, Gelu and GeluGrad in both forms. Outputs:
+/// y5 and the i1 mask.
 inline PlanSpec everyOp(DType dtype, size_t *instructions) {
   PlanSpec spec;
   ProgramSpec &p = spec.program();
@@ -208,6 +211,11 @@ inline PlanSpec everyOp(DType dtype, size_t *instructions) {
   for (int op = int(fb::Opcode::Neg); op <= int(fb::Opcode::Rsqrt); ++op) {
     uint32_t out = fresh(dtype);
     p.inst(fb::Opcode(op), {v}, out);
+    v = out;
+  }
+  for (fb::Opcode op : {fb::Opcode::Sin, fb::Opcode::Cos}) {
+    uint32_t out = fresh(dtype);
+    p.inst(op, {v}, out);
     v = out;
   }
   for (int op = int(fb::Opcode::Add); op <= int(fb::Opcode::Max); ++op) {

@@ -351,6 +351,24 @@ TEST(OnnxImporter, RotaryTablesFoldFromTheirBuffer) {
   EXPECT_EQ(h["mega.mul"], 2);
 }
 
+TEST(OnnxImporter, SinAndCosOfRunTimeValuesAreRunTimeOps) {
+  // Rotary tables computed at run time (the positions are an input): mega.sin and mega.cos.
+  Model m;
+  m.input("positions", onnx::TensorProto::FLOAT, {1, 1, 4});
+  m.floats("inv_freq", {1, 2, 1}, {1.0f, 0.01f});
+  m.node("MatMul", {"inv_freq", "positions"}, {"freqs"}); // [1, 2, 4]
+  m.node("Cos", {"freqs"}, {"cos"});
+  m.node("Sin", {"freqs"}, {"sin"});
+  m.node("Add", {"cos", "sin"}, {"y"});
+  m.output("y", onnx::TensorProto::FLOAT, 3);
+  Import imp(m.bytes());
+  ASSERT_TRUE(imp.ok()) << imp.firstError();
+  auto h = imp.histogram();
+  EXPECT_EQ(h["mega.sin"], 1);
+  EXPECT_EQ(h["mega.cos"], 1);
+  EXPECT_EQ(h["mega.matmul"], 1);
+}
+
 TEST(OnnxImporter, LargeConstantResultsStayRunTimeOps) {
   // Expanding a small constant mask to 2M elements: a broadcast in the IR, not a 2M constant.
   Model m;
@@ -468,7 +486,8 @@ TEST(OnnxImporter, SupportedOpListIsSortedAndCoversTheIssue) {
                          "Transpose",  "Reshape",   "Split",     "Slice",    "Concat",
                          "Squeeze",    "Unsqueeze", "Shape",     "Constant", "ConstantOfShape",
                          "Range",      "Where",     "Equal",     "Not",      "Cast",
-                         "Expand",     "Trilu",     "Identity",  "Dropout"})
+                         "Expand",     "Trilu",     "Identity",  "Dropout",  "Sin",
+                         "Cos"})
     EXPECT_TRUE(std::binary_search(ops.begin(), ops.end(), op)) << op;
   for (const std::string &op : constantOnlyOnnxOps())
     EXPECT_FALSE(std::binary_search(ops.begin(), ops.end(), op)) << op;

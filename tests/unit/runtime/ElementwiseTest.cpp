@@ -49,6 +49,8 @@ TEST(Elementwise, FloatUnaryOpsMatchDoubleFormulas) {
       {UnaryOp::Relu, &x, [](double v) { return v > 0 ? v : 0.0; }},
       {UnaryOp::Sqrt, &pos, [](double v) { return std::sqrt(v); }},
       {UnaryOp::Rsqrt, &pos, [](double v) { return 1.0 / std::sqrt(v); }},
+      {UnaryOp::Sin, &x, [](double v) { return std::sin(v); }},
+      {UnaryOp::Cos, &x, [](double v) { return std::cos(v); }},
   };
   for (const Case &c : cases) {
     std::vector<double> want;

@@ -85,6 +85,8 @@ std::vector<OpCase> cases() {
       {"div", O::Div, {{m}, {m}}, {m}},
       {"exp", O::Exp, {{m}}, {m}},
       {"tanh", O::Tanh, {{m}}, {m}},
+      {"sin", O::Sin, {{m}}, {m}},
+      {"cos", O::Cos, {{m}}, {m}},
       {"gelu", O::Gelu, {{m}}, {m}, fb::Attrs::GeluAttrs, geluAttrs(false)},
       {"gelu_grad", O::GeluGrad, {{m}, {m}}, {m}, fb::Attrs::GeluAttrs, geluAttrs(true)},
       {"silu", O::Silu, {{m}}, {m}},

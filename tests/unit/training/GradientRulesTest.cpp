@@ -145,7 +145,7 @@ std::vector<RuleCase> elementwiseCases() {
     cases.push_back({op, {kX, kY}, binary(op), kT23});
   cases.push_back({"div", {kX, kY}, binary("div"), kT23, Domain::positive});
   cases.push_back({"pow", {kX, kY}, binary("pow"), kT23, Domain::positive});
-  for (const char *op : {"neg", "exp", "tanh", "erf", "sigmoid"})
+  for (const char *op : {"neg", "exp", "tanh", "erf", "sigmoid", "sin", "cos"})
     cases.push_back({op, {kX}, unary(op), kT23});
   for (const char *op : {"log", "sqrt", "rsqrt"})
     cases.push_back({op, {kX}, unary(op), kT23, Domain::positive});
@@ -343,7 +343,7 @@ TEST(GradientRules, EveryRuleHasACase) {
     EXPECT_NE(all.find(" " + op.getStringRef().str() + " "), std::string::npos)
         << op.getStringRef().str() << " has a gradient rule but no finite-difference case";
   }
-  EXPECT_EQ(rules, 38);
+  EXPECT_EQ(rules, 40);
 }
 
 INSTANTIATE_TEST_SUITE_P(Elementwise, GradientRule, ::testing::ValuesIn(elementwiseCases()),
