@@ -103,10 +103,7 @@ TEST(OpcodeTable, HasEveryGeneratedOpcodeInNumberOrderUnderItsName) {
   EXPECT_EQ(fb::opcodeNamed("NoSuchOp"), std::nullopt);
 }
 
-TEST(OpcodeTable, EveryOpcodeHasASignatureAValidatorRuleACpuAndACudaHandler) {
-#ifndef MEGAC_TEST_CUDA
-  GTEST_SKIP() << "the CUDA backend is not built (MEGAC_CUDA off): its handlers are not checked";
-#else
+TEST(OpcodeTable, EveryOpcodeHasASignatureAValidatorRuleAndACpuHandler) {
   for (fb::Opcode op : generatedOpcodes()) {
     SCOPED_TRACE(fb::EnumNameOpcode(op));
     const fb::OpcodeInfo &info = *fb::opcodeInfo(op);
@@ -117,9 +114,18 @@ TEST(OpcodeTable, EveryOpcodeHasASignatureAValidatorRuleACpuAndACudaHandler) {
     EXPECT_GE(sig.minInputs, 0);
     EXPECT_TRUE(PlanValidator::hasRule(op));
     EXPECT_NE(exec::cpuHandler(op).run, nullptr) << "no CPU handler (runtime/exec/CpuHandlers.cpp)";
-    EXPECT_TRUE(cuda::exec::hasHandler(op)) << "no CUDA handler (runtime/cuda/CudaDispatch.cpp, "
-                                               "or no formula in kernels/ElementwiseMath.def)";
   }
+}
+
+TEST(OpcodeTable, EveryOpcodeHasACudaHandler) {
+#ifndef MEGAC_TEST_CUDA
+  GTEST_SKIP() << "the CUDA backend is not built (MEGAC_CUDA off): its handlers are not checked";
+#else
+  for (fb::Opcode op : generatedOpcodes())
+    EXPECT_TRUE(cuda::exec::hasHandler(op))
+        << fb::EnumNameOpcode(op)
+        << ": no CUDA handler (runtime/cuda/CudaDispatch.cpp, or no formula in "
+           "kernels/ElementwiseMath.def)";
 #endif
 }
 
