@@ -10,8 +10,8 @@ PACKAGES=(
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
   # ONNX frontend (libonnx + protobuf) and the ONNX backend node tests
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
-  # support/: JSON (nlohmann/json); checkpoints' CRC32 (zlib)
-  nlohmann-json3-dev zlib1g-dev
+  # support/: JSON (nlohmann/json); checkpoints' CRC32 (zlib); tools/megac's flags (CLI11)
+  nlohmann-json3-dev zlib1g-dev libcli11-dev
   # plans (FlatBuffers) and the CPU runtime (OpenBLAS)
   libflatbuffers-dev flatbuffers-compiler libopenblas-dev libopenmpi-dev openmpi-bin
   # unit tests

@@ -1,7 +1,7 @@
 // `megac describe --model SPEC | FILE.mlir`: parameters, FLOPs per token and the op histogram.
-#include "tools/megac/Args.h"
 #include "tools/megac/Commands.h"
-#include "tools/megac/ModelSource.h"
+#include "tools/megac/Help.h"
+#include "tools/megac/ModelFlags.h"
 
 #include "planner/ModelStats.h"
 
@@ -16,35 +16,27 @@ namespace megac::cli {
 
 int describeCommand(int argc, char **argv) {
   auto start = std::chrono::steady_clock::now();
-  Args args;
-  std::string error = args.parse(argc, argv, 2, {"model", "function"}, {"help"});
-  if (args.has("help")) {
-    std::puts("usage: megac describe (--model SPEC | FILE.mlir) [--function NAME]");
-    return 0;
-  }
-  std::optional<std::string> file;
-  if (error.empty() && args.positional().size() > 1)
-    error = "give one .mlir file";
-  if (!args.positional().empty())
-    file = args.positional().front();
-  if (!error.empty()) {
-    std::fprintf(stderr, "megac describe: error: %s\n", error.c_str());
-    return 2;
-  }
+  Flags f("megac describe", kDescribeHelp);
+  ModelFlags model;
+  std::optional<std::string> function;
+  model.declare(f, /*inputShape=*/false);
+  f.text("--function", function, "NAME");
+  if (std::optional<int> exit = f.parse(argc, argv, 2))
+    return *exit;
+  if (std::string e = model.configure(f, "give one .mlir file"); !e.empty())
+    return f.usage(e);
   mlir::MLIRContext ctx;
-  auto model = loadModel(ctx, args.get("model"), file);
-  if (!model)
+  auto loaded = model.load(ctx);
+  if (!loaded)
     return 1;
   planner::ModelStatsResult result =
-      planner::computeModelStats(*model->module, args.get("function").value_or(""));
-  if (!result.stats) {
-    std::fprintf(stderr, "megac describe: error: %s\n", result.error.c_str());
-    return 1;
-  }
+      planner::computeModelStats(*loaded->module, function.value_or(""));
+  if (!result.stats)
+    return fail("megac describe", result.error);
   const planner::ModelStats &s = *result.stats;
   using planner::humanCount;
   using planner::withCommas;
-  std::printf("model       %s (@%s)\n", model->description.c_str(), s.function.c_str());
+  std::printf("model       %s (@%s)\n", loaded->description.c_str(), s.function.c_str());
   std::printf("parameters  %s (%s) in %lld tensors, %s bytes\n", withCommas(s.parameters).c_str(),
               planner::humanParams(s.parameters).c_str(), (long long)s.parameterTensors,
               humanCount(s.parameterBytes).c_str());
@@ -64,7 +56,7 @@ int describeCommand(int argc, char **argv) {
     std::printf(" %s=%lld", name.c_str(), (long long)count);
   std::printf("\n");
   double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("time        built in %.1f ms, described in %.1f ms\n", model->buildSeconds * 1e3,
+  std::printf("time        built in %.1f ms, described in %.1f ms\n", loaded->buildSeconds * 1e3,
               total * 1e3);
   return 0;
 }

@@ -1,8 +1,8 @@
 // `megac import (--model SPEC | FILE.onnx | FILE.mlir) -o FILE.mlir`: a model's forward graph
 // as textual mega IR, its weights beside it as FILE.safetensors.
-#include "tools/megac/Args.h"
 #include "tools/megac/Commands.h"
-#include "tools/megac/ModelSource.h"
+#include "tools/megac/Help.h"
+#include "tools/megac/ModelFlags.h"
 
 #include "frontends/onnx/OnnxImporter.h"
 #include "passes/Pipelines.h"
@@ -23,21 +23,7 @@ namespace megac::cli {
 
 namespace {
 
-const char *kUsage =
-    "usage: megac import (--model SPEC | FILE.onnx | FILE.mlir) -o FILE.mlir\n"
-    "                    [--input-shape NAME=D0xD1x... ...] [--compile-to=input]\n"
-    "                    [--debug-locations]\n"
-    "       megac import --list-ops\n"
-    "  writes the forward graph as mega IR; '-o -' writes to stdout. Weights that come with\n"
-    "  the model (ONNX initializers) go beside the output as FILE.safetensors, named by the\n"
-    "  module attribute mega.weights. --input-shape binds an ONNX input's symbolic dims.\n"
-    "  --compile-to=input runs the input pipeline (raise LayerNorm/RMSNorm/GELU/SiLU/\n"
-    "  rotary/attention (with grouped k/v heads)/linear/embedding patterns, canonicalize,\n"
-    "  CSE). --debug-locations keeps each op's location\n"
-    "  (DSL call site and scope, or ONNX node). --list-ops prints the ONNX ops the importer\n"
-    "  maps.";
-
-int listOps() {
+int printOps() {
   std::puts("# ONNX ops (default domain) megac import maps:");
   for (const std::string &op : onnx_import::supportedOnnxOps())
     std::puts(op.c_str());
@@ -50,83 +36,74 @@ int listOps() {
 } // namespace
 
 int importCommand(int argc, char **argv) {
-  Args args;
-  std::string error = args.parse(argc, argv, 2, {"model", "o", "input-shape", "compile-to"},
-                                 {"debug-locations", "list-ops", "help"});
-  if (args.has("help")) {
-    std::puts(kUsage);
-    return 0;
-  }
-  if (error.empty() && args.has("list-ops"))
-    return listOps();
-  std::optional<std::string> file;
-  if (error.empty() && args.positional().size() > 1)
-    error = "give one model file";
-  if (!args.positional().empty())
-    file = args.positional().front();
-  if (error.empty() && !args.get("model") && !file)
+  Flags f("megac import", kImportHelp);
+  ModelFlags model;
+  std::optional<std::string> out, compileTo;
+  bool debugLocations = false, listOps = false;
+  model.declare(f);
+  f.text("-o,--output", out, "FILE.mlir").text("--compile-to", compileTo, "input");
+  f.flag("--debug-locations", debugLocations).flag("--list-ops", listOps);
+  if (std::optional<int> exit = f.parse(argc, argv, 2))
+    return *exit;
+  if (listOps)
+    return printOps();
+  std::string error = model.configure(f);
+  if (error.empty() && !model.source.spec && !model.source.file)
     error = "missing --model SPEC or a model file";
-  if (error.empty() && !args.get("o"))
+  if (error.empty() && !out)
     error = "missing -o FILE.mlir";
-  if (error.empty() && args.get("compile-to") && *args.get("compile-to") != "input")
-    error = "--compile-to=" + *args.get("compile-to") +
+  if (error.empty() && compileTo && *compileTo != "input")
+    error = "--compile-to=" + *compileTo +
             ": import stops at the input phase (--compile-to=input); later phases are "
             "`megac compile`'s";
-  InputShapes inputShapes;
-  if (error.empty())
-    error = parseInputShapes(args.getAll("input-shape"), inputShapes);
-  if (!error.empty()) {
-    std::fprintf(stderr, "megac import: error: %s\n", error.c_str());
-    return 2;
-  }
+  if (!error.empty())
+    return f.usage(error);
   mlir::MLIRContext ctx;
-  auto model = loadModel(ctx, args.get("model"), file, inputShapes);
-  if (!model)
+  std::optional<driver::LoadedModel> loaded = model.load(ctx);
+  if (!loaded)
     return 1;
-  if (args.get("compile-to")) {
+  mlir::ModuleOp module = *loaded->module;
+  if (compileTo) {
     llvm::SourceMgr sourceMgr;
     mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
-    if (mlir::failed(passes::runInputPipeline(*model->module))) {
-      std::fprintf(stderr, "megac import: error: the input pipeline failed on %s\n",
-                   model->description.c_str());
-      return 1;
-    }
+    if (mlir::failed(passes::runInputPipeline(module)))
+      return fail("megac import", "the input pipeline failed on " + loaded->description);
   }
-  std::string output = *args.get("o");
-  (*model->module)->removeAttr(kWeightsAttr);
+  std::string output = *out;
+  module->removeAttr(driver::kWeightsAttr);
   std::filesystem::path weightsPath;
-  if (!model->weights.empty()) {
+  if (!loaded->weights.empty()) {
     if (output == "-") {
       std::fprintf(stderr,
                    "megac import: error: %s has %zu weights, which go beside the output file; "
                    "write to a file (-o FILE.mlir) instead of stdout\n",
-                   model->description.c_str(), model->weights.size());
+                   loaded->description.c_str(), loaded->weights.size());
       return 1;
     }
     weightsPath = output;
     weightsPath.replace_extension(".safetensors");
-    Status status = runtime::writeSafetensors(weightsPath.string(), model->weights,
+    Status status = runtime::writeSafetensors(weightsPath.string(), loaded->weights,
                                               {{"producer", "megac import"}});
     if (!status.isOk()) {
       std::fprintf(stderr, "megac import: error: cannot write %s: %s\n",
                    weightsPath.string().c_str(), status.message().c_str());
       return 1;
     }
-    (*model->module)
-        ->setAttr(kWeightsAttr, mlir::StringAttr::get(&ctx, weightsPath.filename().string()));
+    module->setAttr(driver::kWeightsAttr,
+                    mlir::StringAttr::get(&ctx, weightsPath.filename().string()));
   }
   std::string errorMessage;
-  auto out = mlir::openOutputFile(output, &errorMessage);
-  if (!out) {
+  auto file = mlir::openOutputFile(output, &errorMessage);
+  if (!file) {
     std::fprintf(stderr, "megac import: error: cannot write %s: %s\n", output.c_str(),
                  errorMessage.c_str());
     return 1;
   }
   mlir::OpPrintingFlags flags;
-  if (args.has("debug-locations"))
+  if (debugLocations)
     flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
-  model->module->print(out->os(), flags);
-  out->keep();
+  module.print(file->os(), flags);
+  file->keep();
   return 0;
 }
 

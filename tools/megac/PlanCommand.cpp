@@ -1,84 +1,162 @@
-// `megac plan` (and `megac compile` with a layout): the partitioned training step's plan for
-// every rank, compiled here and explained or written, never run. The arguments are megac
-// train's (model, --data or the spec's seq, batch sizes, precision, layout); training-only
-// ones (--steps, --lr) are optional.
+// `megac plan`: with --cluster the planner (driver/PlanSearch.h); with a layout (--ranks N ...)
+// the partitioned training step's plan for every rank, compiled exactly as `megac train` with
+// the same flags would, explained or written, never run. `megac compile` with a layout is the
+// latter too.
 #include "tools/megac/Commands.h"
+#include "tools/megac/Help.h"
+#include "tools/megac/RunFlags.h"
+
+#include "driver/Compile.h"
+#include "driver/PlanExplain.h"
+#include "driver/PlanSearch.h"
+
+#include "frontends/models/ModelConfig.h"
+#include "runtime/plan/PlanLoader.h"
+#include "support/Files.h"
 
 #include <cstdio>
-#include <cstring>
-#include <string>
 #include <string_view>
-#include <vector>
 
 namespace megac::cli {
 
 namespace {
 
-constexpr const char *kPlanHelp = R"(usage: megac plan MODEL --cluster SPEC --global-batch B [--seq S] [--tp T --pp P --dp D
-                  --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel --zero 0|1
-                  --recompute none|selective|full] [--precision bf16|fp16|fp32] [--top K]
-                  [--stack megac|megatron-2021|megatron-core] [--dropout P] [--explain]
-                  [--json] [--timeline FILE.svg] [--trace FILE.json] [--no-compile]
-
-The planner: predicts the step time, throughput, TFLOP/s, MFU and memory per device of every
-layout on the cluster (a100-40g, a100-80g, h100-sxm, h200, cpu, or FILE.json; "a100-80g:128x8" is
-128 nodes of 8) and prints the best K, why #1 beats #2, and confirms the partitioner accepts #1.
-Degrees given are pinned; the rest are searched. --timeline draws #1's pipeline schedule (SVG),
---trace writes it as Chrome trace-event JSON (Perfetto). Predictions are for a hardware spec
-and a software stack: --stack megac (default: this build's CUDA runtime, or its CPU runtime on
-cpu devices and `megac calibrate --backend cpu` specs), megatron-2021 or megatron-core
-(docs/planner.md lists what each fuses and overlaps); --dropout P costs dropout the model's IR
-does not have. --explain splits #1's predicted step by op class (GEMM, attention,
-memory-bound, launch overhead, each collective, bubble) and explains its compiled plan.
-
-usage: megac plan MODEL --ranks N [--tp T --pp P --dp D --vpp V --sequence-parallel
-                  --zero 0|1 --recompute none|selective|full --schedule 1f1b|gpipe]
-                  [--micro-batch b] [--global-batch B] [--precision fp32|fp64|bf16|fp16]
-                  [--data TOKENS.npy] [--explain] [--json] [-o FILE.mplan]
-
-Compiles the training step exactly as `megac train` with the same arguments would, for every
-rank of the layout, and explains the plan: the mesh and pipeline, per role (pipeline stage) the
-parameters with their sharding and bytes per rank, gradient and optimizer-state bytes, the arena,
-and every collective and transfer of one call of each function with its group and size. --json
-prints the same numbers as JSON; -o writes the plan (one program per role and the rank table).
-Defaults: --micro-batch 1, --global-batch micro-batch x dp x pp, the sequence length from the
-model spec (or --data).)";
-
-/// Runs `megac train` in plan mode with `extra` arguments appended.
-int runPlanMode(int argc, char **argv, int first, const std::vector<std::string> &extra) {
-  std::vector<std::string> storage = {argv[0], "train"};
-  for (int i = first; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    if (arg == "-o" && i + 1 < argc) { // -o FILE is --plan-out FILE here
-      storage.push_back("--plan-out");
-      storage.push_back(argv[++i]);
-    } else if (arg.starts_with("-o=")) {
-      storage.push_back("--plan-out=" + std::string(arg.substr(3)));
-    } else {
-      storage.push_back(std::string(arg));
-    }
+/// The planner's flags into a request; a one-line error for a bad command line.
+std::string searchRequest(Flags &f, driver::PlanSearchRequest &r, const std::string &cluster,
+                          const std::optional<std::string> &stack,
+                          const std::optional<std::string> &zero, bool sp, bool noSp) {
+  if (f.positional().size() > 1)
+    return "give one model file";
+  if (!f.positional().empty())
+    r.model.file = f.positional().front();
+  if (r.model.spec.has_value() == r.model.file.has_value())
+    return "give either --model SPEC or a model file (.onnx, .mlir)";
+  std::string why;
+  std::optional<planner::Cluster> parsed = planner::parseCluster(cluster, &why);
+  if (!parsed)
+    return "--cluster: " + why;
+  r.cluster = *parsed;
+  r.clusterSpec = cluster;
+  if (sp || noSp)
+    r.pins.sequenceParallel = sp;
+  if (zero)
+    r.pins.zero = *zero == "1" ? 1 : 0;
+  if (!f.given("--global-batch"))
+    return "missing --global-batch B (samples per optimizer step)";
+  std::optional<planner::StackProfile> profile =
+      stack ? planner::stackProfile(*stack, r.cluster.device.name == "cpu" ||
+                                                r.cluster.device.calibration.threads > 0)
+            : planner::defaultStack(r.cluster);
+  if (!profile) {
+    std::string names;
+    for (const std::string &n : planner::stackNames())
+      names += (names.empty() ? "" : ", ") + n;
+    return "--stack: '" + *stack + "' is not a known software stack (" + names + ")";
   }
-  storage.insert(storage.end(), extra.begin(), extra.end());
-  std::vector<char *> args;
-  for (std::string &s : storage)
-    args.push_back(s.data());
-  args.push_back(nullptr);
-  return trainCommand(static_cast<int>(storage.size()), args.data());
+  r.stack = *profile;
+  if (r.model.spec)
+    if (models::ConfigResult spec = models::parseModelSpec(*r.model.spec); !spec.config)
+      return "--model: " + spec.error;
+  return {};
+}
+
+int searchCommand(int argc, char **argv) {
+  Flags f("megac plan", kPlanHelp);
+  driver::PlanSearchRequest r;
+  std::optional<std::string> cluster, stack, timeline, trace;
+  std::string zero, recompute, precision = "bf16";
+  std::vector<std::string> inputShapes;
+  int64_t seq = 0, top = 5, tp = 0, pp = 0, dp = 0, vpp = 0, microBatch = 0;
+  double dropout = 0;
+  bool sp = false, noSp = false, noCompile = false;
+  f.text("--model", r.model.spec, "SPEC").text("--cluster", cluster, "SPEC");
+  f.count("--global-batch", r.globalBatch, 1, "B").count("--seq", seq, 1, "S");
+  f.count("--tp", tp, 1, "T").count("--pp", pp, 1, "P").count("--dp", dp, 1, "D");
+  f.count("--vpp", vpp, 1, "V").count("--micro-batch", microBatch, 1, "b");
+  f.choice("--zero", zero, {"0", "1"})
+      .choice("--recompute", recompute, {"none", "selective", "full"});
+  f.choice("--precision", precision, {"bf16", "fp16", "fp32"});
+  f.count("--top", top, 1, "K").text("--timeline", timeline, "FILE.svg");
+  f.text("--trace", trace, "FILE.json").repeated("--input-shape", inputShapes, "NAME=DIMS");
+  f.text("--stack", stack, "NAME");
+  f.number(
+      "--dropout", dropout, [](double p) { return p >= 0 && p < 1; }, "a probability in [0, 1)",
+      "P");
+  f.flag("--json", r.json).flag("--explain", r.explain).flag("--sequence-parallel", sp);
+  f.flag("--no-sequence-parallel", noSp).flag("--no-compile", noCompile);
+  if (std::optional<int> exit = f.parse(argc, argv, 2))
+    return *exit;
+  for (auto [name, value, pin] : {std::tuple{"--tp", tp, &r.pins.tp},
+                                  {"--pp", pp, &r.pins.pp},
+                                  {"--dp", dp, &r.pins.dp},
+                                  {"--vpp", vpp, &r.pins.vpp},
+                                  {"--micro-batch", microBatch, &r.pins.microBatch}})
+    if (f.given(name))
+      *pin = value;
+  if (f.given("--recompute"))
+    r.pins.recompute = *parseRecompute(recompute);
+  r.pins.precision = *parsePrecision(precision);
+  if (f.given("--seq"))
+    r.seq = seq;
+  if (f.given("--dropout"))
+    r.dropout = dropout;
+  r.top = int(top);
+  r.compile = !noCompile;
+  r.timelinePath = timeline;
+  r.tracePath = trace;
+  if (std::string e =
+          searchRequest(f, r, cluster.value_or(""), stack,
+                        f.given("--zero") ? std::optional(zero) : std::nullopt, sp, noSp);
+      !e.empty())
+    return f.usage(e);
+  StatusOr<bool> found = driver::searchLayouts(r, [](const std::string &text) {
+    std::fputs(text.c_str(), stdout);
+    std::fflush(stdout);
+  });
+  if (!found.isOk())
+    return fail("megac plan", found.status().message());
+  return *found ? 0 : 1;
+}
+
+/// The plan of every rank of a layout: explained (--explain, --json) and/or written (-o).
+int layoutPlan(int argc, char **argv, const char *command, const char *help) {
+  Flags f(command, help);
+  RunFlags run;
+  run.declare(f);
+  bool explain = false, json = false;
+  std::optional<std::string> out;
+  f.flag("--explain", explain).flag("--json", json).text("-o,--output", out, "FILE.mplan");
+  if (std::optional<int> exit = f.parse(argc, argv, 2))
+    return *exit;
+  if (std::string e = run.configure(f, /*planOnly=*/true); !e.empty())
+    return f.usage(e);
+  StatusOr<driver::TrainModel> model = driver::compileRunPlan(run.config);
+  if (!model.isOk())
+    return fail(command, model.status().message());
+  StatusOr<runtime::LoadedPlan> plan = runtime::loadPlanFromBytes(model->plan);
+  if (!plan.isOk())
+    return fail(command, plan.status().message() + " (in the plan compiled from " +
+                             model->description + ")");
+  if (out) {
+    std::span<const uint8_t> bytes(model->plan);
+    if (Status s = writeFileAtomically(*out, {&bytes, 1}); !s.isOk())
+      return fail(command, "cannot write " + *out);
+  }
+  if (json)
+    std::fputs(driver::explainPlanJson(*plan).c_str(), stdout);
+  else if (explain || !out)
+    std::fputs(driver::explainPlan(*plan).c_str(), stdout);
+  return 0;
 }
 
 } // namespace
 
 int planCommand(int argc, char **argv) {
   for (int i = 2; i < argc; ++i)
-    if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
-      std::puts(kPlanHelp);
-      return 0;
-    }
-  for (int i = 2; i < argc; ++i)
     if (std::string_view(argv[i]) == "--cluster" ||
         std::string_view(argv[i]).starts_with("--cluster="))
-      return planSearchCommand(argc, argv);
-  return runPlanMode(argc, argv, 2, {"--plan-only"});
+      return searchCommand(argc, argv);
+  return layoutPlan(argc, argv, "megac plan", kPlanHelp);
 }
 
 bool hasLayoutFlag(int argc, char **argv) {
@@ -92,6 +170,8 @@ bool hasLayoutFlag(int argc, char **argv) {
   return false;
 }
 
-int compileWithLayout(int argc, char **argv) { return runPlanMode(argc, argv, 2, {"--plan-only"}); }
+int compileWithLayout(int argc, char **argv) {
+  return layoutPlan(argc, argv, "megac compile", kCompileHelp);
+}
 
 } // namespace megac::cli

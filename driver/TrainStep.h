@@ -1,9 +1,9 @@
-// One training step of `megac train` on one rank: feeding a micro-batch's rows, forward and
-// backward over the step's micro-batches (pipelined or not), the loss reduced over the job, the
-// optimizer update (with dynamic loss scaling), and evaluations through the same program.
+// One training step on one rank: feeding a micro-batch's rows, forward and backward over the
+// step's micro-batches (pipelined or not), the loss reduced over the job, the optimizer update
+// (with dynamic loss scaling), and evaluations through the same program. TrainSession's parts.
 #pragma once
 
-#include "tools/megac/TrainOptions.h"
+#include "driver/RunConfig.h"
 
 #include "passes/training/TrainingPipeline.h"
 #include "runtime/comm/Communicator.h"
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-namespace megac::cli {
+namespace megac::driver {
 
 /// What one rank of the job is: its data-parallel coordinate, its communicator and, for a
 /// pipelined plan, its pipeline run.
@@ -44,22 +44,19 @@ struct RankContext {
 StatusOr<DType> checkInputs(const runtime::Executor &executor, std::vector<int64_t> idsShape,
                             passes::LossKind kind, int64_t decoderSeq);
 
-/// An evaluation after step `step` (validation or the test part): the mean loss of --eval-iters
-/// batches of `samples`, through the same forward_backward (its gradients are dropped: the next
-/// step zeroes them first). Rank 0 prints "<what> after step N: loss, perplexity" and logs
-/// {"step", "<key>_loss", "<key>_ppl"}.
-Status evaluate(runtime::Executor &executor, const TrainConfig &c,
-                runtime::data::SampleSource &samples, passes::LossKind kind, int64_t vocab,
-                DType floatType, runtime::train::LossScaler *scaler, RankContext &rank,
-                int64_t step, const char *what, const char *key,
-                runtime::train::JsonLinesWriter *log);
+/// An evaluation (validation or the test part): the mean loss of evalIters batches of `samples`
+/// on every rank, through the same forward_backward (its gradients are dropped).
+StatusOr<double> evaluateLoss(runtime::Executor &executor, const RunConfig &c,
+                              runtime::data::SampleSource &samples, passes::LossKind kind,
+                              int64_t vocab, DType floatType, runtime::train::LossScaler *scaler,
+                              RankContext &rank);
 
 /// One optimizer step (docs/training-step.md, docs/pipeline.md); fills the record's loss and
 /// grad_norm. A non-finite loss stops before the update (on every rank: the loss is reduced
 /// over the job first).
-Status trainStep(runtime::Executor &executor, const TrainConfig &c,
-                 runtime::data::SampleSource &data, passes::LossKind kind, int64_t vocab,
-                 DType floatType, runtime::train::LossScaler *scaler, RankContext &rank,
+Status trainStep(runtime::Executor &executor, const RunConfig &c, runtime::data::SampleSource &data,
+                 passes::LossKind kind, int64_t vocab, DType floatType,
+                 runtime::train::LossScaler *scaler, RankContext &rank,
                  runtime::train::StepRecord &record);
 
-} // namespace megac::cli
+} // namespace megac::driver

@@ -1,17 +1,17 @@
 // The plan report (PlanExplain.h).
-#include "tools/megac/PlanExplain.h"
+#include "driver/PlanExplain.h"
 
 #include "runtime/plan/plan_generated.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <sstream>
 #include <vector>
 
-namespace megac::cli {
+namespace megac::driver {
 
 namespace {
 
@@ -144,11 +144,12 @@ std::vector<RoleReport> analyze(const pl::Plan &plan) {
           for (size_t b = t->axis() + 1; b < mesh.axis_sizes()->size(); ++b)
             stride *= mesh.axis_sizes()->Get(b);
           shapes[group] = {2, stride * std::abs(t->shift())};
-        } else if (auto ce = inst->attrs_as_CrossEntropyAttrs(); ce && ce->vocab_axes() &&
-                                                                 ce->vocab_axes()->size() > 0) {
+        } else if (auto ce = inst->attrs_as_CrossEntropyAttrs();
+                   ce && ce->vocab_axes() && ce->vocab_axes()->size() > 0) {
           // Vocab-parallel cross-entropy: three all-reduces of one value per token.
           group = axesText(mesh, ce->vocab_axes());
-          bytes = 3 * buffer(inst->inputs()->Get(op == pl::Opcode::CrossEntropy ? 1 : 2))->bytes() / 2;
+          bytes =
+              3 * buffer(inst->inputs()->Get(op == pl::Opcode::CrossEntropy ? 1 : 2))->bytes() / 2;
           shapes[group] = groupShape(mesh, ce->vocab_axes());
         } else {
           continue;
@@ -158,8 +159,8 @@ std::vector<RoleReport> analyze(const pl::Plan &plan) {
     }
     for (auto &[key, count] : comms) {
       auto [size, stride] = shapes[std::get<2>(key)];
-      role.comms.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key),
-                            std::get<3>(key), count, size, stride});
+      role.comms.push_back({std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key),
+                            count, size, stride});
     }
     if (program.schedule())
       role.scheduleSteps = program.schedule()->size();
@@ -201,8 +202,9 @@ std::string explainPlan(const runtime::LoadedPlan &loaded, const CommPredictor &
     out << "): functions";
     for (const std::string &f : role.functions)
       out << " " << f;
-    out << "\n  parameters per rank: " << mib(role.paramBytes) << " of " << mib(role.wholeParamBytes)
-        << " whole (" << mib(role.replicatedParamBytes) << " replicated)\n"
+    out << "\n  parameters per rank: " << mib(role.paramBytes) << " of "
+        << mib(role.wholeParamBytes) << " whole (" << mib(role.replicatedParamBytes)
+        << " replicated)\n"
         << "  gradient accumulators: " << mib(role.gradientBytes)
         << ", optimizer state: " << mib(role.optimizerBytes) << ", arena: " << mib(role.arenaBytes)
         << "\n";
@@ -269,4 +271,4 @@ std::string explainPlanJson(const runtime::LoadedPlan &loaded) {
   return out.str();
 }
 
-} // namespace megac::cli
+} // namespace megac::driver

@@ -1,5 +1,5 @@
 // The ONNX model a checkpoint records (CheckpointModel.h).
-#include "tools/megac/CheckpointModel.h"
+#include "driver/CheckpointModel.h"
 
 #include "frontends/onnx/OnnxExport.h"
 #include "runtime/checkpoint/Checkpoint.h"
@@ -11,7 +11,7 @@
 #include <fstream>
 #include <tuple>
 
-namespace megac::cli {
+namespace megac::driver {
 
 namespace {
 
@@ -176,4 +176,32 @@ StatusOr<InputShapes> bindTokenInput(const OnnxModelRecord &record, const std::s
   return InputShapes{{"input_ids", dims}};
 }
 
-} // namespace megac::cli
+StatusOr<ExportSource> openExportSource(const std::string &loadDir) {
+  namespace ckpt = runtime::checkpoint;
+  ASSIGN_OR_RETURN(
+      ckpt::Checkpoint checkpoint,
+      ckpt::loadLatestCheckpoint(loadDir, nullptr, ckpt::CheckpointParts::parametersOnly));
+  StatusOr<std::optional<OnnxModelRecord>> record = onnxRecordOf(checkpoint.meta.config);
+  if (!record.isOk())
+    return Status::error(checkpoint.path + ": " + record.status().message());
+  if (!record->has_value())
+    return Status::error(checkpoint.path + " is a checkpoint of '" + checkpoint.meta.model +
+                         "', not of an ONNX model trained by this megac; export writes weights "
+                         "back into the ONNX file they were trained from");
+  return ExportSource{checkpoint.path, checkpoint.meta.step, **record, std::move(checkpoint.model)};
+}
+
+StatusOr<ExportSummary> exportCheckpoint(const ExportSource &source, const std::string &onnx,
+                                         const std::string &output) {
+  RETURN_IF_ERROR(checkOnnxFile(source.model, onnx));
+  ASSIGN_OR_RETURN(InputShapes shapes, bindTokenInput(source.model, onnx, 1));
+  onnx_import::OnnxImportOptions options;
+  options.inputShapes = shapes;
+  auto summary = onnx_import::exportOnnxWeights(onnx, options, source.parameters, output);
+  if (!summary.isOk())
+    return Status::error(summary.status().message() + " (" + source.checkpointPath +
+                         "; nothing was written)");
+  return ExportSummary{summary->replaced, summary->kept, summary->outputBytes};
+}
+
+} // namespace megac::driver

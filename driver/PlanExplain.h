@@ -9,7 +9,7 @@
 #include <functional>
 #include <string>
 
-namespace megac::cli {
+namespace megac::driver {
 
 /// Predicted seconds of one communication instruction: its opcode name ("AllReduce", "Send",
 /// ...), the group's size and rank stride (Megatron's order: tp 1, dp tp, pp tp·dp) and the bytes
@@ -23,4 +23,4 @@ std::string explainPlan(const runtime::LoadedPlan &plan, const CommPredictor &pr
 /// The same numbers as JSON (`megac plan --explain --json`), for tests and tools.
 std::string explainPlanJson(const runtime::LoadedPlan &plan);
 
-} // namespace megac::cli
+} // namespace megac::driver

@@ -1,5 +1,5 @@
 // One training step on one rank (TrainStep.h).
-#include "tools/megac/TrainStep.h"
+#include "driver/TrainStep.h"
 
 #include "runtime/exec/Parameters.h"
 #include "runtime/exec/ShardGather.h"
@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdio>
 
-namespace megac::cli {
+namespace megac::driver {
 
 namespace {
 
@@ -98,24 +98,26 @@ Status setMicroBatch(runtime::Executor &executor, const train::MicroBatch &mb,
 /// Forward and backward of global batch `step` (0-based) of `data`, every micro-batch, the
 /// gradients accumulated; returns the batch's mean loss on every rank. This rank reads only its
 /// data-parallel rows of each micro-batch.
-StatusOr<double> batchLoss(runtime::Executor &executor, const TrainConfig &c,
+StatusOr<double> batchLoss(runtime::Executor &executor, const RunConfig &c,
                            runtime::data::SampleSource &data, int64_t step, passes::LossKind kind,
                            int64_t vocab, DType floatType, train::LossScaler *scaler,
                            RankContext &rank, train::StepRecord &record) {
   std::vector<train::MicroBatch> batches;
-  train::RankRows rows{rank.dpRank * c.rankMicroBatch, c.rankMicroBatch};
+  train::RankRows rows{rank.dpRank * c.layout().microBatch, c.layout().microBatch};
   if (kind == passes::LossKind::seq2seq) {
     int64_t seq = data.rowLength() - 1, dec = rank.decoderSeq;
-    ASSIGN_OR_RETURN(batches, train::seq2seqStep(data, step, c.split, seq - dec, dec, rows));
+    ASSIGN_OR_RETURN(batches, train::seq2seqStep(data, step, c.data.batch, seq - dec, dec, rows));
   } else if (kind == passes::LossKind::mlm) {
-    ASSIGN_OR_RETURN(batches, train::mlmStep(data, step, c.split, {c.seed, vocab - 1, 0.15}, rows));
+    ASSIGN_OR_RETURN(batches,
+                     train::mlmStep(data, step, c.data.batch, {c.seed, vocab - 1, 0.15}, rows));
   } else {
-    ASSIGN_OR_RETURN(batches, train::causalStep(data, step, c.split, rows));
+    ASSIGN_OR_RETURN(batches, train::causalStep(data, step, c.data.batch, rows));
   }
   // The normalizer counts the global batch's targets, so every rank's share sums to the mean.
   // Every row of a kind has the same number of labels (causal S, masked-LM round(0.15 S),
   // seq2seq D), so the batch's is this rank's times the ranks sharing the micro-batch.
-  int64_t targets = train::targetTokens(batches) * (c.split.microBatch / c.rankMicroBatch);
+  int64_t targets =
+      train::targetTokens(batches) * (c.data.batch.microBatch / c.layout().microBatch);
   if (targets == 0)
     return Status::error("batch " + std::to_string(step + 1) + " has no labelled tokens");
   DType idsType = DType::i64;
@@ -221,60 +223,43 @@ StatusOr<DType> checkInputs(const runtime::Executor &executor, std::vector<int64
   return lr.dtype;
 }
 
-/// An evaluation after step `step` (validation or the test part): the mean loss of --eval-iters
-/// batches of `samples`, through the same forward_backward (its gradients are dropped: the next
-/// step zeroes them first). Rank 0 prints "<what> after step N: loss, perplexity" and logs
-/// {"step", "<key>_loss", "<key>_ppl"}.
-Status evaluate(runtime::Executor &executor, const TrainConfig &c,
-                runtime::data::SampleSource &samples, passes::LossKind kind, int64_t vocab,
-                DType floatType, train::LossScaler *scaler, RankContext &rank, int64_t step,
-                const char *what, const char *key, train::JsonLinesWriter *log) {
+StatusOr<double> evaluateLoss(runtime::Executor &executor, const RunConfig &c,
+                              runtime::data::SampleSource &samples, passes::LossKind kind,
+                              int64_t vocab, DType floatType, train::LossScaler *scaler,
+                              RankContext &rank) {
   double sum = 0;
   train::StepRecord scratch;
-  for (int64_t k = 0; k < c.evalIters; ++k) {
-    StatusOr<double> loss =
-        batchLoss(executor, c, samples, k, kind, vocab, floatType, scaler, rank, scratch);
-    if (!loss.isOk())
-      return Status::error(loss.status().message() + " (" + what + " after step " +
-                           std::to_string(step) + ")");
-    sum += *loss;
+  for (int64_t k = 0; k < c.data.evalIters; ++k) {
+    ASSIGN_OR_RETURN(double loss, batchLoss(executor, c, samples, k, kind, vocab, floatType, scaler,
+                                            rank, scratch));
+    sum += loss;
   }
   RETURN_IF_ERROR(executor.zeroState("grad."));
-  double loss = sum / double(c.evalIters);
-  if (!rank.root())
-    return Status::ok();
-  std::printf("%s after step %lld: loss %.6g, perplexity %.6g\n", what, (long long)step, loss,
-              std::exp(loss));
-  if (!log)
-    return Status::ok();
-  char line[160];
-  std::snprintf(line, sizeof line, "{\"step\": %lld, \"%s_loss\": %.17g, \"%s_ppl\": %.17g}",
-                (long long)step, key, loss, key, std::exp(loss));
-  return log->write(line);
+  return sum / double(c.data.evalIters);
 }
 
 /// One optimizer step (docs/training-step.md, docs/pipeline.md); fills the record's loss and
 /// grad_norm. A non-finite loss stops before the update (on every rank: the loss is reduced
 /// over the job first).
-Status trainStep(runtime::Executor &executor, const TrainConfig &c,
-                 runtime::data::SampleSource &data, passes::LossKind kind, int64_t vocab,
-                 DType floatType, train::LossScaler *scaler, RankContext &rank,
-                 train::StepRecord &record) {
+Status trainStep(runtime::Executor &executor, const RunConfig &c, runtime::data::SampleSource &data,
+                 passes::LossKind kind, int64_t vocab, DType floatType, train::LossScaler *scaler,
+                 RankContext &rank, train::StepRecord &record) {
   ASSIGN_OR_RETURN(double loss, batchLoss(executor, c, data, record.step - 1, kind, vocab,
                                           floatType, scaler, rank, record));
   record.loss = loss;
-  record.lr = c.schedule.at(record.step);
+  record.lr = c.lr.at(record.step);
   if (!std::isfinite(loss))
     return Status::error("the loss is " + std::string(std::isnan(loss) ? "nan" : "inf") +
                          " at step " + std::to_string(record.step) + " (lr " +
                          shortNumber(record.lr) +
                          "); stopping before the update. Lower --lr or clip the "
                          "gradients (--clip-grad)");
-  if (c.saveGrads && record.step == 1) {
+  if (c.checkpoint.saveGrads && record.step == 1) {
     ASSIGN_OR_RETURN(TensorMap grads, runtime::gatherGradients(*rank.plan, executor, *rank.comm));
     if (rank.root())
-      RETURN_IF_ERROR(runtime::writeSafetensors(
-          *c.saveGrads, grads, {{"producer", "megac train"}, {"gradients_of_step", "1"}}));
+      RETURN_IF_ERROR(
+          runtime::writeSafetensors(*c.checkpoint.saveGrads, grads,
+                                    {{"producer", "megac train"}, {"gradients_of_step", "1"}}));
   }
   if (scaler) {
     // Dynamic loss scaling: an overflowing step (non-finite unscaled norm) is skipped.
@@ -298,4 +283,4 @@ Status trainStep(runtime::Executor &executor, const TrainConfig &c,
   return Status::ok();
 }
 
-} // namespace megac::cli
+} // namespace megac::driver

@@ -1,10 +1,12 @@
 // What a checkpoint records of an ONNX-imported model so that `megac generate` and `megac export`
 // can rebuild it: the file (absolute path, size and CRC32: a changed file is refused) and the
-// token input's bound shape. `megac train --save` writes these entries into meta.json's config.
+// token input's bound shape. A TrainSession's save() writes these entries into meta.json's
+// config; exportCheckpoint writes a checkpoint's weights back into the ONNX model.
 #pragma once
 
-#include "tools/megac/ModelSource.h"
+#include "driver/ModelSource.h"
 
+#include "support/HostTensor.h"
 #include "support/Status.h"
 
 #include <cstdint>
@@ -17,7 +19,7 @@ namespace megac::runtime {
 class Executor;
 } // namespace megac::runtime
 
-namespace megac::cli {
+namespace megac::driver {
 
 /// meta.config entries for a model trained from `file` when it is an .onnx file (else none):
 /// onnx (the absolute path), onnx_bytes, onnx_crc32 (8 hex digits), onnx_input_ids (the
@@ -50,4 +52,26 @@ StatusOr<InputShapes> bindTokenInput(const OnnxModelRecord &record, const std::s
 /// "2x16".
 std::string dimsString(const std::vector<int64_t> &dims);
 
-} // namespace megac::cli
+/// The newest checkpoint under a directory, of an ONNX model, for exportCheckpoint.
+struct ExportSource {
+  std::string checkpointPath;
+  int64_t step = 0;
+  OnnxModelRecord model;
+  TensorMap parameters;
+};
+
+/// The newest checkpoint under `loadDir` (its parameters only); an error when it is not of an
+/// ONNX model trained by this megac.
+StatusOr<ExportSource> openExportSource(const std::string &loadDir);
+
+struct ExportSummary {
+  int64_t replaced = 0, kept = 0; // initializers trained and written / kept as they were
+  uint64_t outputBytes = 0;
+};
+
+/// `megac export`: the checkpoint's parameters written into a copy of `onnx` at `output`;
+/// `onnx` must be the file the checkpoint records (size and CRC32). Nothing is written on error.
+StatusOr<ExportSummary> exportCheckpoint(const ExportSource &source, const std::string &onnx,
+                                         const std::string &output);
+
+} // namespace megac::driver

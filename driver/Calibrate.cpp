@@ -1,0 +1,137 @@
+// A device spec from `megac calibrate`'s measurements (Calibrate.h).
+#include "driver/Calibrate.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace megac::driver {
+
+namespace cal = runtime::calibrate;
+
+namespace {
+
+/// Link numbers when no collective was measured (one rank or one GPU): the matching datasheet
+/// preset's for a known GPU, else one copy in and one out of DRAM on a CPU; says which in `note`.
+void assumeLinks(planner::DeviceSpec &d, const cal::Results &r, std::string &note) {
+  std::optional<planner::DeviceSpec> base;
+  if (r.backend == "cuda") {
+    const std::string &name = r.deviceName;
+    if (name.find("H200") != std::string::npos)
+      base = planner::preset("h200");
+    else if (name.find("H100") != std::string::npos)
+      base = planner::preset("h100-sxm");
+    else if (name.find("A100") != std::string::npos)
+      base = planner::preset(r.memoryBytes > 50e9 ? "a100-80g" : "a100-40g");
+  }
+  if (base) {
+    d.intraNodeBandwidth = base->intraNodeBandwidth;
+    d.intraNodeLatency = base->intraNodeLatency;
+    d.interNodeBandwidth = base->interNodeBandwidth;
+    d.interNodeLatency = base->interNodeLatency;
+    note = "link numbers from the " + base->name + " preset (datasheet)";
+  } else if (r.backend == "cuda") {
+    d.intraNodeBandwidth = d.interNodeBandwidth = 25e9; // PCIe 4.0 x16, one direction
+    d.intraNodeLatency = d.interNodeLatency = 10e-6;
+    note = "link numbers assumed (PCIe 4.0 x16: 25 GB/s, 10 us)";
+  } else {
+    d.intraNodeBandwidth = d.interNodeBandwidth = r.dramBandwidth() / 2;
+    d.intraNodeLatency = d.interNodeLatency = 1e-6;
+    note = "link numbers assumed (shared memory: half the DRAM copy rate, 1 us)";
+  }
+}
+
+} // namespace
+
+planner::DeviceSpec deviceSpec(const cal::Results &r) {
+  planner::DeviceSpec d;
+  d.name = r.deviceName + " (calibrated)";
+  d.peakFlopsFp32 = r.peakFlops("f32");
+  d.peakFlopsBf16 = r.peakFlops("bf16") > 0 ? r.peakFlops("bf16") : d.peakFlopsFp32;
+  // The CPU runtime computes fp16 exactly as bf16 (widened to f32): the same rate.
+  d.peakFlopsFp16 = r.peakFlops("f16") > 0 ? r.peakFlops("f16") : d.peakFlopsBf16;
+  d.memoryBytes = r.memoryBytes;
+  d.memoryBandwidth = r.dramBandwidth();
+  d.devicesPerNode = r.ranks;
+  d.computeUnits = std::max<int64_t>(1, r.computeUnits);
+  if (r.backend == "cpu") { // the OpenBLAS sgemm micro-kernel's tile, as the cpu preset
+    d.gemmTileM = 16;
+    d.gemmTileN = 4;
+  }
+  d.gemmEfficiency = d.memoryEfficiency = d.linkEfficiency = 1.0;
+  d.reservedBytes = r.backend == "cuda" ? 2e9 : 0; // the presets' CUDA context and workspaces
+  d.launchSeconds = r.launchSeconds;
+  std::string source = r.source;
+  if (double bw = r.linkBandwidth(); bw > 0) {
+    d.intraNodeBandwidth = d.interNodeBandwidth = bw; // one node: the same links measured
+    d.intraNodeLatency = d.interNodeLatency = r.linkLatency();
+    source += "; inter-node links not measured (one node): the intra-node numbers";
+  } else {
+    std::string note;
+    assumeLinks(d, r, note);
+    source += "; " + note;
+  }
+  planner::Calibration &c = d.calibration;
+  c.source = source;
+  c.threads = r.threads;
+  c.instructionSeconds = r.instructionSeconds;
+  for (const cal::GemmResult &g : r.gemm)
+    c.gemm.push_back({g.m, g.n, g.k, g.elementBytes, g.flopsPerSecond});
+  for (const cal::BandwidthResult &b : r.bandwidth)
+    c.bandwidth.push_back({b.workingSetBytes, b.bytesPerSecond});
+  for (const cal::KernelResult &k : r.kernels)
+    c.kernels.push_back({k.kernel, k.bytes, k.seconds});
+  for (const cal::AttentionResult &a : r.attention)
+    c.attention.push_back(
+        {a.batchHeads, a.seq, a.headDim, a.causal, a.forwardSeconds, a.backwardSeconds});
+  for (const cal::CommResult &m : r.comm)
+    c.comm.push_back({m.op, m.ranks, m.bytes, m.seconds});
+  return d;
+}
+
+std::string summaryText(const std::string &path, const planner::DeviceSpec &d,
+                        const cal::Results &r) {
+  std::string out;
+  char line[256];
+  auto print = [&](auto... args) {
+    std::snprintf(line, sizeof line, args...);
+    out += line;
+  };
+  double low = 0, high = 0;
+  for (const cal::GemmResult &g : r.gemm)
+    if (g.dtype == "f32") {
+      low = low == 0 ? g.flopsPerSecond : std::min(low, g.flopsPerSecond);
+      high = std::max(high, g.flopsPerSecond);
+    }
+  print("wrote %s: %s, %lld rank(s)\n", path.c_str(), d.name.c_str(), (long long)d.devicesPerNode);
+  print("  gemm f32 %.1f-%.1f GFLOP/s, bf16 peak %.1f, fp16 peak %.1f\n", low / 1e9, high / 1e9,
+        d.peakFlopsBf16 / 1e9, d.peakFlopsFp16 / 1e9);
+  print("  streaming copy %.1f GB/s at %.0f MiB; instruction %.3f us", d.memoryBandwidth / 1e9,
+        r.bandwidth.empty() ? 0.0 : r.bandwidth.back().workingSetBytes / (1 << 20),
+        r.instructionSeconds * 1e6);
+  if (r.launchSeconds > 0)
+    print("; empty kernel launch %.2f us", r.launchSeconds * 1e6);
+  print("\n  kernels (GB/s, largest call):");
+  for (size_t i = 0; i < r.kernels.size(); ++i)
+    if (i + 1 == r.kernels.size() || r.kernels[i + 1].kernel != r.kernels[i].kernel)
+      print(" %s %.1f", r.kernels[i].kernel.c_str(),
+            r.kernels[i].bytes / r.kernels[i].seconds / 1e9);
+  print("\n");
+  const cal::CommResult *smallest = nullptr, *largest = nullptr;
+  for (const cal::CommResult &m : r.comm)
+    if (m.op == "all_reduce") {
+      smallest = !smallest || m.bytes < smallest->bytes ? &m : smallest;
+      largest = !largest || m.bytes > largest->bytes ? &m : largest;
+    }
+  for (const cal::CommResult *m : {smallest, largest})
+    if (m)
+      print("  all_reduce of %.0f bytes over %lld ranks: %.1f us\n", m->bytes, (long long)m->ranks,
+            m->seconds * 1e6);
+  if (largest)
+    print("  link: %.2f GB/s bus bandwidth, %.2f us per ring step\n", d.intraNodeBandwidth / 1e9,
+          d.intraNodeLatency * 1e6);
+  for (const std::string &note : r.notes)
+    print("  %s\n", note.c_str());
+  return out;
+}
+
+} // namespace megac::driver

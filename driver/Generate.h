@@ -1,0 +1,52 @@
+// Text from a checkpoint (`megac generate`): a zoo GPT, or an ONNX-imported causal LM rebuilt from
+// the .onnx file the checkpoint records, run as a one-rank forward plan over the window of the
+// last seq tokens (batch 1, or the model's fixed batch with the window in row 0); the logits of
+// the last real position pick the next token: greedy (temperature 0, the forward pass's argmax)
+// or sampled with top-k / top-p from a seeded generator.
+#pragma once
+
+#include "runtime/data/Tokenizer.h"
+#include "support/Status.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace megac::driver {
+
+struct Sampling {
+  int64_t maxTokens = 64;
+  double temperature = 0, topP = 1;
+  int64_t topK = 0;
+  uint64_t seed = 0;
+};
+
+class Generator {
+public:
+  /// The newest checkpoint under `loadDir` with its model: the zoo GPT of `spec` (default: the
+  /// checkpoint's), or the ONNX model it records (`onnx` gives a moved file, which must have the
+  /// recorded size and CRC32).
+  static StatusOr<std::unique_ptr<Generator>> open(const std::string &loadDir,
+                                                   const std::optional<std::string> &spec,
+                                                   const std::optional<std::string> &onnx);
+  ~Generator();
+
+  /// Continues `prompt`: `emit` gets the prompt, then each new token's text as it is chosen,
+  /// then "\n". Returns the tokens generated (an end-of-document one included).
+  StatusOr<int64_t> continuePrompt(const runtime::data::Tokenizer &tokenizer,
+                                   const std::string &prompt, const Sampling &sampling,
+                                   const std::function<void(std::string_view)> &emit);
+  /// The window (the model's sequence length) and the time the plan took to compile.
+  int64_t window() const;
+  double compileSeconds() const;
+
+private:
+  struct Session;
+  explicit Generator(std::unique_ptr<Session> session);
+  std::unique_ptr<Session> session_;
+};
+
+} // namespace megac::driver

@@ -1,0 +1,161 @@
+// Loading a model from a zoo spec, a .mlir file (and its weights) or an ONNX file (ModelSource.h).
+#include "driver/ModelSource.h"
+
+#include "frontends/models/ModelZoo.h"
+#include "frontends/onnx/OnnxImporter.h"
+#include "ir/MegaDialect.h"
+#include "runtime/io/Safetensors.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Parser/Parser.h"
+#include "llvm/Support/SourceMgr.h"
+
+#include <chrono>
+#include <filesystem>
+
+namespace megac::driver {
+
+namespace {
+
+/// Writes ONNX import diagnostics as "FILE: NODE: error: message": ONNX models have no lines,
+/// their locations name nodes, initializers and inputs.
+class OnnxDiagnosticPrinter {
+public:
+  OnnxDiagnosticPrinter(mlir::MLIRContext &ctx, std::string file, llvm::raw_ostream &os)
+      : handler_(&ctx, [file = std::move(file), &os](mlir::Diagnostic &diag) {
+          std::string where;
+          if (auto name = mlir::dyn_cast<mlir::NameLoc>(diag.getLocation());
+              name && name.getName() != file)
+            where = name.getName().str() + ": ";
+          const char *kind = diag.getSeverity() == mlir::DiagnosticSeverity::Error     ? "error"
+                             : diag.getSeverity() == mlir::DiagnosticSeverity::Warning ? "warning"
+                                                                                       : "note";
+          os << file << ": " << where << kind << ": " << diag.str() << "\n";
+          os.flush();
+          return mlir::success();
+        }) {}
+
+private:
+  mlir::ScopedDiagnosticHandler handler_;
+};
+
+StatusOr<LoadedModel> buildZooModel(mlir::MLIRContext &ctx, const std::string &spec) {
+  models::ConfigResult config = models::parseModelSpec(spec);
+  if (!config.config)
+    return Status::error("--model: " + config.error);
+  LoadedModel loaded;
+  std::string error;
+  loaded.module = models::buildModel(ctx, *config.config, error);
+  if (!loaded.module)
+    return Status::error("building " + spec + ": " + error);
+  loaded.description = config.config->spec();
+  return loaded;
+}
+
+StatusOr<LoadedModel> importOnnx(mlir::MLIRContext &ctx, const std::string &file,
+                                 const InputShapes &inputShapes, llvm::raw_ostream &diagnostics) {
+  onnx_import::OnnxImportOptions options;
+  options.inputShapes = inputShapes;
+  mlir::FailureOr<onnx_import::OnnxImport> imported = mlir::failure();
+  {
+    OnnxDiagnosticPrinter printer(ctx, file, diagnostics);
+    imported = onnx_import::importOnnxFile(ctx, file, options);
+  }
+  if (mlir::failed(imported))
+    return Status::error("cannot import " + file);
+  LoadedModel loaded;
+  loaded.module = std::move(imported->module);
+  loaded.weights = std::move(imported->weights);
+  loaded.description = file;
+  return loaded;
+}
+
+StatusOr<LoadedModel> parseMlir(mlir::MLIRContext &ctx, const std::string &file,
+                                llvm::raw_ostream &diagnostics) {
+  LoadedModel loaded;
+  {
+    // Parse and verifier errors are written as file:line:col with the offending line.
+    llvm::SourceMgr sourceMgr;
+    mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &ctx, diagnostics);
+    loaded.module = mlir::parseSourceFile<mlir::ModuleOp>(file, sourceMgr, &ctx);
+  }
+  if (!loaded.module)
+    return Status::error("cannot load " + file);
+  loaded.description = file;
+  if (auto weights = (*loaded.module)->getAttrOfType<mlir::StringAttr>(kWeightsAttr)) {
+    std::filesystem::path path = std::filesystem::path(file).parent_path() / weights.str();
+    auto read = runtime::readSafetensors(path.string());
+    if (!read.isOk())
+      return Status::error(file + " names weights file " + path.string() + ": " +
+                           read.status().message());
+    loaded.weights = std::move(read).value();
+  }
+  return loaded;
+}
+
+} // namespace
+
+bool ModelSource::isOnnx() const {
+  return file && std::filesystem::path(*file).extension() == ".onnx";
+}
+
+passes::LossKind lossKindOf(const ModelSource &source) {
+  if (!source.spec)
+    return passes::LossKind::causal;
+  models::ConfigResult parsed = models::parseModelSpec(*source.spec);
+  if (!parsed.config)
+    return passes::LossKind::causal;
+  return parsed.config->arch == models::Arch::bert ? passes::LossKind::mlm
+         : parsed.config->arch == models::Arch::t5 ? passes::LossKind::seq2seq
+                                                   : passes::LossKind::causal;
+}
+
+StatusOr<InputShapes> parseInputShapes(const std::vector<std::string> &specs) {
+  InputShapes shapes;
+  for (const std::string &spec : specs) {
+    size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return Status::error("--input-shape '" + spec +
+                           "' is not NAME=D0xD1x... (e.g. input_ids=8x128)");
+    std::string name = spec.substr(0, eq), dims = spec.substr(eq + 1);
+    std::vector<int64_t> shape;
+    size_t pos = 0;
+    while (pos < dims.size()) {
+      size_t x = dims.find('x', pos);
+      std::string d = dims.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
+      if (d.empty() || d.size() > 12 || d.find_first_not_of("0123456789") != std::string::npos)
+        return Status::error("--input-shape '" + spec + "': '" + d +
+                             "' is not a dim (D0xD1x..., e.g. 8x128)");
+      shape.push_back(std::stoll(d));
+      if (x == std::string::npos)
+        break;
+      pos = x + 1;
+      if (pos == dims.size())
+        return Status::error("--input-shape '" + spec + "' ends with 'x'");
+    }
+    if (!shapes.emplace(name, shape).second)
+      return Status::error("--input-shape gives '" + name + "' twice");
+  }
+  return shapes;
+}
+
+StatusOr<LoadedModel> loadModel(mlir::MLIRContext &ctx, const ModelSource &source,
+                                const InputShapes &inputShapes, llvm::raw_ostream &diagnostics) {
+  ctx.loadDialect<mega::MegaDialect, mlir::func::FuncDialect>();
+  if (source.spec.has_value() == source.file.has_value())
+    return Status::error("give either --model SPEC or a model file (.mlir, .onnx)");
+  if (!inputShapes.empty() && !source.isOnnx())
+    return Status::error("--input-shape applies to ONNX models only");
+  auto start = std::chrono::steady_clock::now();
+  StatusOr<LoadedModel> loaded = source.spec ? buildZooModel(ctx, *source.spec)
+                                 : source.isOnnx()
+                                     ? importOnnx(ctx, *source.file, inputShapes, diagnostics)
+                                     : parseMlir(ctx, *source.file, diagnostics);
+  if (loaded.isOk())
+    loaded->buildSeconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return loaded;
+}
+
+} // namespace megac::driver

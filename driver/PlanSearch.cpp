@@ -1,0 +1,404 @@
+// The layout search of `megac plan --cluster` and its report (PlanSearch.h).
+#include "driver/PlanSearch.h"
+
+#include "driver/PlanExplain.h"
+
+#include "codegen/PlanWriter.h"
+#include "frontends/models/ModelConfig.h"
+#include "passes/Pipelines.h"
+#include "passes/training/TrainingPipeline.h"
+#include "planner/CostModel.h"
+#include "planner/ModelShape.h"
+#include "planner/ModelStats.h"
+#include "planner/Timeline.h"
+#include "runtime/plan/PlanLoader.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace megac::driver {
+
+namespace {
+
+using Emit = std::function<void(const std::string &)>;
+
+std::string gib(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / double(1ull << 30));
+  return text;
+}
+
+std::string layoutText(const Layout &l) {
+  std::ostringstream out;
+  out << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp;
+  if (l.vpp > 1)
+    out << " vpp=" << l.vpp;
+  out << " mb=" << l.microBatch;
+  if (l.sequenceParallel)
+    out << " sp";
+  if (l.zero)
+    out << " zero1";
+  if (l.recompute != Recompute::none)
+    out << " recompute=" << recomputeName(l.recompute);
+  return out.str();
+}
+
+std::string candidateJson(const planner::PlanCandidate &c) {
+  const Layout &l = c.layout;
+  const planner::StepCost &s = c.cost;
+  std::ostringstream out;
+  out.precision(17);
+  out << "{\"tp\": " << l.tp << ", \"pp\": " << l.pp << ", \"dp\": " << l.dp
+      << ", \"vpp\": " << l.vpp << ", \"micro_batch\": " << l.microBatch
+      << ", \"sequence_parallel\": " << (l.sequenceParallel ? "true" : "false")
+      << ", \"zero\": " << l.zero << ", \"recompute\": \"" << recomputeName(l.recompute)
+      << "\", \"precision\": \"" << precisionName(l.precision)
+      << "\", \"step_time_s\": " << s.stepSeconds << ", \"tokens_per_s\": " << s.tokensPerSecond
+      << ", \"tflops_per_gpu\": " << s.hardwareTflopsPerGpu << ", \"mfu\": " << s.mfu
+      << ", \"memory_per_gpu_bytes\": " << s.totalBytes
+      << ", \"fits\": " << (s.fits ? "true" : "false")
+      << ", \"breakdown\": {\"compute_s\": " << s.computeSeconds
+      << ", \"tp_comm_s\": " << s.tpCommSeconds << ", \"pp_comm_s\": " << s.ppCommSeconds
+      << ", \"dp_comm_s\": " << s.dpCommSeconds << ", \"bubble_s\": " << s.bubbleSeconds
+      << ", \"optimizer_s\": " << s.optimizerSeconds << ", \"gemm_s\": " << s.gemmSeconds
+      << ", \"attention_s\": " << s.attentionSeconds
+      << ", \"memory_bound_s\": " << s.memoryBoundSeconds
+      << ", \"overhead_s\": " << s.overheadSeconds
+      << ", \"tp_all_reduce_s\": " << s.tpAllReduceSeconds
+      << ", \"tp_all_gather_s\": " << s.tpAllGatherSeconds
+      << ", \"tp_reduce_scatter_s\": " << s.tpReduceScatterSeconds
+      << ", \"dp_reduce_s\": " << s.dpReduceSeconds << ", \"dp_gather_s\": " << s.dpGatherSeconds
+      << "}, \"kernel_launches\": {";
+  for (size_t i = 0; i < s.kernelLaunches.size(); ++i)
+    out << (i ? ", " : "") << "\"" << s.kernelLaunches[i].first
+        << "\": " << s.kernelLaunches[i].second;
+  out << "}, \"memory\": {\"parameters\": " << s.parameterBytes
+      << ", \"gradients\": " << s.gradientBytes << ", \"optimizer\": " << s.optimizerBytes
+      << ", \"activations\": " << s.activationBytes << ", \"workspace\": " << s.workspaceBytes
+      << "}}";
+  return out.str();
+}
+
+/// printf into a string.
+template <typename... Args> std::string format(const char *fmt, Args... args) {
+  char text[512];
+  std::snprintf(text, sizeof text, fmt, args...);
+  return text;
+}
+
+std::string tableText(const std::vector<planner::PlanCandidate> &best) {
+  std::string out = format("%-4s %-52s %10s %12s %9s %6s %11s\n", "#", "layout", "step (s)",
+                           "tokens/s", "TFLOP/s", "MFU", "memory/GPU");
+  for (size_t i = 0; i < best.size(); ++i) {
+    const planner::StepCost &s = best[i].cost;
+    out += format("%-4zu %-52s %10.3f %12.0f %9.1f %5.1f%% %11s\n", i + 1,
+                  layoutText(best[i].layout).c_str(), s.stepSeconds, s.tokensPerSecond,
+                  s.hardwareTflopsPerGpu, 100 * s.mfu, gib(s.totalBytes).c_str());
+  }
+  return out;
+}
+
+/// Why the winner beats the runner-up: the cost components that differ most.
+std::string whyBetter(const planner::PlanCandidate &a, const planner::PlanCandidate &b) {
+  struct Part {
+    const char *name;
+    double a, b;
+  };
+  Part parts[] = {{"compute", a.cost.computeSeconds, b.cost.computeSeconds},
+                  {"tensor-parallel communication", a.cost.tpCommSeconds, b.cost.tpCommSeconds},
+                  {"pipeline transfers", a.cost.ppCommSeconds, b.cost.ppCommSeconds},
+                  {"exposed gradient reduction", a.cost.dpCommSeconds, b.cost.dpCommSeconds},
+                  {"pipeline bubble", a.cost.bubbleSeconds, b.cost.bubbleSeconds},
+                  {"optimizer", a.cost.optimizerSeconds, b.cost.optimizerSeconds}};
+  std::sort(std::begin(parts), std::end(parts),
+            [](const Part &x, const Part &y) { return std::abs(x.b - x.a) > std::abs(y.b - y.a); });
+  std::ostringstream out;
+  out.precision(3);
+  out << "#1 beats #2 by " << std::fixed << (b.cost.stepSeconds - a.cost.stepSeconds)
+      << " s/step: ";
+  for (int i = 0; i < 2; ++i)
+    out << (i ? "; " : "") << parts[i].name << " " << parts[i].a << " s vs " << parts[i].b << " s";
+  return out.str();
+}
+
+/// The winner's predicted step split by op class (`--explain`): kernels by class (the optimizer's
+/// included), each tensor-parallel collective, pipeline sends, the exposed data-parallel
+/// communication and the bubble. The lines sum to the step time.
+std::string timeByClass(const planner::StepCost &c, const std::string &stack) {
+  struct Line {
+    const char *name;
+    double seconds;
+  } lines[] = {{"GEMM", c.gemmSeconds},
+               {"attention", c.attentionSeconds},
+               {"memory-bound kernels", c.memoryBoundSeconds},
+               {"launch / instruction overhead", c.overheadSeconds},
+               {"tp all-reduce", c.tpAllReduceSeconds},
+               {"tp all-gather", c.tpAllGatherSeconds},
+               {"tp reduce-scatter", c.tpReduceScatterSeconds},
+               {"pipeline sends", c.ppCommSeconds},
+               {"dp gradient reduction (exposed)", c.dpReduceSeconds},
+               {"dp parameter all-gather (exposed)", c.dpGatherSeconds},
+               {"pipeline bubble", c.bubbleSeconds}};
+  std::ostringstream out;
+  char text[160];
+  std::snprintf(text, sizeof text, "predicted step time of #1 by op class (stack %s):\n",
+                stack.c_str());
+  out << text;
+  for (const Line &l : lines) {
+    std::snprintf(text, sizeof text, "  %-36s %10.4f s %6.1f%%\n", l.name, l.seconds,
+                  100 * l.seconds / c.stepSeconds);
+    out << text;
+  }
+  std::snprintf(text, sizeof text, "  %-36s %10.4f s\n", "total", c.stepSeconds);
+  out << text;
+  return out.str();
+}
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+/// The model with `rows` samples per micro-batch (a zoo spec's batch, an ONNX input_ids dim 0)
+/// and the request's sequence length, through the input pipeline.
+StatusOr<LoadedModel> loadRaised(mlir::MLIRContext &ctx, const PlanSearchRequest &r, int64_t rows,
+                                 int64_t seq, llvm::raw_ostream &diagnostics) {
+  ModelSource source = r.model;
+  InputShapes shapes;
+  if (r.model.spec) {
+    models::ConfigResult parsed = models::parseModelSpec(*r.model.spec);
+    if (!parsed.config)
+      return Status::error("--model: " + parsed.error);
+    parsed.config->batch = rows;
+    if (r.seq)
+      parsed.config->seq = *r.seq;
+    source.spec = parsed.config->spec();
+  } else if (seq > 0) {
+    shapes["input_ids"] = {rows, seq};
+  }
+  ASSIGN_OR_RETURN(LoadedModel model, loadModel(ctx, source, shapes, diagnostics));
+  if (mlir::failed(passes::runInputPipeline(*model.module)))
+    return Status::error("cannot raise " + model.description + " to coarse ops");
+  return model;
+}
+
+std::string headerText(const PlanSearchRequest &r, const planner::TransformerShape &s,
+                       const planner::SearchResult &result, double readSeconds) {
+  return format("%s: %s parameters, %lld blocks, hidden %lld, heads %lld, seq %lld, vocab %lld\n",
+                s.name.c_str(), planner::humanParams(double(s.parameters)).c_str(),
+                (long long)s.layers, (long long)s.hidden, (long long)s.heads, (long long)s.seq,
+                (long long)s.vocab) +
+         format("cluster %s: %lld x %s, global batch %lld, %s, stack %s; %lld layouts evaluated "
+                "in %.3f s (model read in %.3f s)\n\n",
+                r.clusterSpec.c_str(), (long long)r.cluster.devices(),
+                r.cluster.device.name.c_str(), (long long)r.globalBatch,
+                precisionName(r.pins.precision), r.stack.name.c_str(), (long long)result.evaluated,
+                result.seconds, readSeconds);
+}
+
+std::string jsonText(const PlanSearchRequest &r, const planner::TransformerShape &s,
+                     const planner::SearchResult &result) {
+  std::string out = format("{\"model\": \"%s\", \"cluster\": \"%s\", \"stack\": \"%s\", "
+                           "\"devices\": %lld, \"global_batch\": %lld, \"evaluated\": %lld, "
+                           "\"search_seconds\": %.6f, \"layouts\": [",
+                           s.name.c_str(), r.clusterSpec.c_str(), r.stack.name.c_str(),
+                           (long long)r.cluster.devices(), (long long)r.globalBatch,
+                           (long long)result.evaluated, result.seconds);
+  for (size_t i = 0; i < result.best.size(); ++i)
+    out += (i ? ", " : "") + candidateJson(result.best[i]);
+  out += "]";
+  if (result.best.empty() && result.smallestMemory)
+    out += ", \"smallest_memory\": " + candidateJson(*result.smallestMemory);
+  return out + "}\n";
+}
+
+/// Nothing fits: what the smallest layout needs, and the first single change that fits.
+std::string noFitText(const PlanSearchRequest &r, const planner::TransformerShape &s,
+                      const planner::SearchResult &result) {
+  std::string out = "no layout fits in " + gib(r.cluster.device.memoryBytes) + " per device.\n";
+  if (!result.smallestMemory)
+    return out;
+  const planner::PlanCandidate &small = *result.smallestMemory;
+  out += format("the smallest needs %s per device (%s): parameters %s, gradients %s, optimizer "
+                "%s, activations %s.\n",
+                gib(small.cost.totalBytes).c_str(), layoutText(small.layout).c_str(),
+                gib(small.cost.parameterBytes).c_str(), gib(small.cost.gradientBytes).c_str(),
+                gib(small.cost.optimizerBytes).c_str(), gib(small.cost.activationBytes).c_str());
+  const Layout &l = small.layout;
+  std::vector<std::pair<std::string, Layout>> fixes;
+  auto with = [&](auto change) {
+    Layout next = l;
+    change(next);
+    return next;
+  };
+  fixes.push_back({"--recompute full", with([](Layout &x) { x.recompute = Recompute::full; })});
+  if (l.dp > 1)
+    fixes.push_back({"--zero 1", with([](Layout &x) { x.zero = 1; })});
+  if (l.dp % 2 == 0) {
+    fixes.push_back({"--tp " + std::to_string(2 * l.tp), with([](Layout &x) {
+                       x.tp *= 2;
+                       x.dp /= 2;
+                     })});
+    fixes.push_back({"--pp " + std::to_string(2 * l.pp), with([](Layout &x) {
+                       x.pp *= 2;
+                       x.dp /= 2;
+                     })});
+  }
+  if (l.microBatch > 1)
+    fixes.push_back({"--micro-batch " + std::to_string(l.microBatch / 2),
+                     with([](Layout &x) { x.microBatch /= 2; })});
+  for (auto &[flag, layout] : fixes) {
+    std::string why;
+    auto cost = planner::estimate(s, r.cluster, r.globalBatch, layout, &why, r.stack);
+    if (cost && cost->fits)
+      return out + format("%s would fit: %s per device (%s).\n", flag.c_str(),
+                          gib(cost->totalBytes).c_str(), layoutText(layout).c_str());
+  }
+  return out + "no single change fits: more devices (--cluster) or a smaller model.\n";
+}
+
+std::string bestText(const PlanSearchRequest &r, const planner::SearchResult &result) {
+  std::string out = tableText(result.best);
+  const planner::StepCost &w = result.best.front().cost;
+  out += format("\n#1: compute %.3f s, tp comm %.3f s, pp comm %.3f s, exposed dp comm %.3f s, "
+                "bubble %.3f s, optimizer %.3f s\n",
+                w.computeSeconds, w.tpCommSeconds, w.ppCommSeconds, w.dpCommSeconds,
+                w.bubbleSeconds, w.optimizerSeconds);
+  out += format("    memory: parameters %s, gradients %s, optimizer %s, activations %s, "
+                "workspace %s\n",
+                gib(w.parameterBytes).c_str(), gib(w.gradientBytes).c_str(),
+                gib(w.optimizerBytes).c_str(), gib(w.activationBytes).c_str(),
+                gib(w.workspaceBytes).c_str());
+  if (!w.dominant.empty()) {
+    out += "    dominant:";
+    for (const std::string &d : w.dominant)
+      out += " " + d + ";";
+    out += "\n";
+  }
+  if (result.best.size() > 1)
+    out += "    " + whyBetter(result.best[0], result.best[1]) + "\n";
+  if (r.explain)
+    out += "\n" + timeByClass(w, r.stack.name);
+  return out;
+}
+
+/// The winner's pipeline, drawn and traced from the same schedule generator the runtime runs.
+Status writeTimeline(const PlanSearchRequest &r, const planner::PlanCandidate &win) {
+  const Layout &l = win.layout;
+  schedule::PipelineShape pipe{l.pp, l.vpp, r.globalBatch / (l.microBatch * l.dp)};
+  schedule::ScheduleKind kind = l.pipelineSchedule();
+  std::string why;
+  auto steps = schedule::buildSchedule(kind, pipe, &why);
+  if (!steps)
+    return Status::error("the winner's schedule: " + why);
+  double chunks = double(l.pp * l.vpp);
+  double forward =
+      win.cost.computeSeconds / double(pipe.microBatches) / 3.0 * double(l.pp) / chunks;
+  planner::Timeline timeline = planner::simulateTimeline(
+      pipe, *steps, {{forward}, {2 * forward}, /*sendLatency=*/0.0}, schedule::scheduleName(kind));
+  if (!timeline.error.empty())
+    return Status::error("the winner's timeline: " + timeline.error);
+  std::string subtitle = layoutText(l) + " on " + r.clusterSpec;
+  for (auto [path, svg] : {std::pair{&r.timelinePath, true}, {&r.tracePath, false}})
+    if (*path) {
+      std::ofstream out(**path);
+      out << (svg ? planner::timelineSvg(timeline, subtitle) : planner::chromeTrace(timeline));
+      if (!out)
+        return Status::error("cannot write " + **path);
+    }
+  return Status::ok();
+}
+
+/// The winner's training step compiled as `megac train` would (with --explain down to the plan,
+/// explained with predicted collective times; without, one sample per micro-batch and no data
+/// parallelism, which is quick).
+Status confirmWinner(const PlanSearchRequest &r, const planner::TransformerShape &s,
+                     const planner::PlanCandidate &win, std::optional<LoadedModel> model,
+                     mlir::MLIRContext &ctx, const Emit &emit, llvm::raw_ostream &diagnostics) {
+  const Layout &l = win.layout;
+  int64_t rows = r.explain ? l.microBatch * l.dp : 1;
+  if (r.explain) {
+    ASSIGN_OR_RETURN(
+        model, loadRaised(ctx, r, rows, r.model.file ? r.seq.value_or(s.seq) : 0, diagnostics));
+  }
+  passes::TrainingOptions options;
+  options.lossKind = lossKindOf(r.model);
+  options.layout = l;
+  options.layout.dp = r.explain ? l.dp : 1;
+  options.layout.zero = r.explain ? l.zero : 0;
+  int64_t microBatches = r.globalBatch / (l.microBatch * l.dp);
+  options.layout.microBatches = r.explain ? microBatches : 1;
+  auto start = std::chrono::steady_clock::now();
+  if (mlir::failed(passes::buildTrainingStep(*model->module, options)))
+    return Status::error("the winner (" + layoutText(l) + ") does not compile (see above)");
+  emit(format("    the partitioner accepts #1 (tp=%lld pp=%lld vpp=%lld%s): compiled in %.2f s\n",
+              (long long)l.tp, (long long)l.pp, (long long)l.vpp, l.sequenceParallel ? " sp" : "",
+              secondsSince(start)));
+  if (!r.explain)
+    return Status::ok();
+  codegen::CodegenOptions codegenOptions;
+  codegenOptions.microBatches = microBatches;
+  auto bytes = codegen::writePlan(*model->module, codegenOptions);
+  if (mlir::failed(bytes))
+    return Status::error("cannot write the winner's plan (see above)");
+  ASSIGN_OR_RETURN(runtime::LoadedPlan plan, runtime::loadPlanFromBytes(std::move(*bytes)));
+  const planner::Cluster &c = r.cluster;
+  CommPredictor predict = [&c](const std::string &op, int64_t size, int64_t stride,
+                               uint64_t bytes) {
+    if (op == "Send" || op == "Recv")
+      return planner::p2pSeconds(c, stride >= c.device.devicesPerNode, double(bytes));
+    planner::Collective kind = op == "AllGather"       ? planner::Collective::allGather
+                               : op == "ReduceScatter" ? planner::Collective::reduceScatter
+                                                       : planner::Collective::allReduce;
+    // An all-gather's input is one shard; the model takes the whole buffer.
+    double whole = op == "AllGather" ? double(bytes) * double(size) : double(bytes);
+    return planner::collectiveSeconds(c, kind, size, stride, whole);
+  };
+  emit("\n" + explainPlan(plan, predict));
+  return Status::ok();
+}
+
+} // namespace
+
+StatusOr<bool> searchLayouts(const PlanSearchRequest &r, const Emit &emit,
+                             llvm::raw_ostream &diagnostics) {
+  // The model, one sample per micro-batch: the planner scales it.
+  auto start = std::chrono::steady_clock::now();
+  mlir::MLIRContext ctx;
+  ASSIGN_OR_RETURN(LoadedModel model,
+                   loadRaised(ctx, r, 1, r.model.file ? r.seq.value_or(0) : 0, diagnostics));
+  planner::ModelShapeResult shape = planner::computeModelShape(*model.module, model.description);
+  if (!shape.shape)
+    return Status::error(model.description + ": " + shape.error);
+  double readSeconds = secondsSince(start);
+  if (r.dropout)
+    shape.shape->dropout = *r.dropout;
+  const planner::TransformerShape &s = *shape.shape;
+  planner::SearchResult result =
+      planner::search(s, r.cluster, r.globalBatch, r.pins, r.top, r.stack);
+  if (r.json) {
+    emit(jsonText(r, s, result));
+  } else {
+    emit(headerText(r, s, result, readSeconds));
+    if (result.best.empty()) {
+      emit(noFitText(r, s, result));
+      return false;
+    }
+    emit(bestText(r, result));
+  }
+  if (result.best.empty())
+    return false;
+  const planner::PlanCandidate &win = result.best.front();
+  if (r.timelinePath || r.tracePath)
+    RETURN_IF_ERROR(writeTimeline(r, win));
+  if (r.compile && !r.json)
+    RETURN_IF_ERROR(confirmWinner(r, s, win, std::move(model), ctx, emit, diagnostics));
+  return true;
+}
+
+} // namespace megac::driver

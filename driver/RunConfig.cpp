@@ -1,0 +1,100 @@
+// Completing and checking a run's configuration (RunConfig.h).
+#include "driver/RunConfig.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+namespace megac::driver {
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+/// The ranks of the job, dp derived from them, and the layout's combination checked; the
+/// model's micro-batch (b*dp) and the micro-batches per step from the batch sizes.
+Status finishLayout(RunConfig &c) {
+  Layout &layout = c.training.layout;
+  bool ranksGiven = c.exec.ranks > 0;
+  if (!ranksGiven)
+    c.exec.ranks = 1;
+  if (int64_t launched = launchedRanks(); launched > 1) {
+    if (ranksGiven && c.exec.ranks != launched)
+      return Status::error("--ranks " + str(c.exec.ranks) + " differs from the " + str(launched) +
+                           " ranks mpirun started");
+    c.exec.ranks = launched;
+  }
+  if (layout.vpp > 1 && layout.pp == 1)
+    return Status::error("--vpp " + str(layout.vpp) + " needs pipeline stages (--pp > 1)");
+  if (layout.sequenceParallel && layout.tp == 1)
+    return Status::error("--sequence-parallel needs tensor parallelism (--tp > 1)");
+  int64_t ranks = c.exec.ranks;
+  if (layout.dp == 0) // pure data parallel over whatever tp and pp leave
+    layout.dp = ranks % (layout.tp * layout.pp) == 0 ? ranks / (layout.tp * layout.pp) : 1;
+  if (layout.ranks() != ranks)
+    return Status::error("--ranks " + str(ranks) + " is not tp " + str(layout.tp) + " x pp " +
+                         str(layout.pp) + " x dp " + str(layout.dp) + " = " + str(layout.ranks()));
+  if (layout.zero == 1 && layout.dp == 1)
+    return Status::error(
+        "--zero 1 shards the optimizer state over data-parallel ranks; it needs dp > 1");
+  // Megatron: --micro-batch is per data-parallel rank; the model sees b*dp rows.
+  runtime::train::BatchSplit &split = c.data.batch;
+  int64_t b = layout.microBatch, global = b * layout.dp;
+  if (c.planOnly && split.globalBatch == 0) // a plan: enough micro-batches to fill the pipe
+    split.globalBatch = global * std::max<int64_t>(layout.pp, 1);
+  if (split.globalBatch % global != 0 && layout.dp > 1) // dp 1: BatchSplit::validate says it
+    return Status::error("--global-batch " + str(split.globalBatch) +
+                         " is not a multiple of --micro-batch " + str(b) + " x dp " +
+                         str(layout.dp) + " = " + str(global));
+  split.microBatch = global;
+  layout.microBatches = split.globalBatch / global;
+  return Status::ok();
+}
+
+/// Checkpoint, trace and output files: what can be checked before the run starts.
+Status finishFiles(RunConfig &c) {
+  const CheckpointConfig &k = c.checkpoint;
+  if (k.loadDir && !std::filesystem::is_directory(*k.loadDir))
+    return Status::error("--load: no checkpoint directory " + *k.loadDir);
+  if (k.loadDir && c.log.tracePath)
+    return Status::error(
+        "--trace with --load is not supported yet (the traced steps count from step 1)");
+  if (k.loadDir && k.saveGrads)
+    return Status::error(
+        "--save-grads writes step 1's gradients; a run resumed with --load does not run step 1");
+  if (c.log.tracePath) { // traceSteps steps from step 2, clipped to the run; one step: step 1
+    int64_t steps = c.lr.totalSteps;
+    c.log.traceFirst = steps >= 2 ? 2 : 1;
+    c.log.traceLast = std::min(steps, c.log.traceFirst + c.log.traceSteps - 1);
+  }
+  for (auto [flag, file] : {std::pair{"save-weights", &k.saveWeights},
+                            {"save-grads", &k.saveGrads},
+                            {"trace", &c.log.tracePath}})
+    if (*file) {
+      std::filesystem::path dir = std::filesystem::path(**file).parent_path();
+      if (!dir.empty() && !std::filesystem::is_directory(dir))
+        return Status::error(std::string("--") + flag + ": no directory " + dir.string());
+    }
+  return Status::ok();
+}
+
+} // namespace
+
+int64_t launchedRanks() {
+  for (const char *name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char *value = std::getenv(name))
+      return std::atoll(value);
+  return 0;
+}
+
+Status finishRunConfig(RunConfig &c) {
+  if (c.planOnly && c.lr.totalSteps == 0)
+    c.lr.totalSteps = 1;
+  RETURN_IF_ERROR(c.lr.validate());
+  RETURN_IF_ERROR(finishLayout(c));
+  RETURN_IF_ERROR(c.data.batch.validate());
+  RETURN_IF_ERROR(c.scaler.validate());
+  return finishFiles(c);
+}
+
+} // namespace megac::driver

@@ -1,0 +1,33 @@
+// One forward pass of a plan (`megac run`): the function it runs, its inputs read from .npy
+// files (each checked against the plan's dtype and shape), its outputs written as .npy files.
+#pragma once
+
+#include "runtime/exec/Executor.h"
+#include "support/Status.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace megac::driver {
+
+/// The function a forward pass runs: the plan's only one, else "forward" (Executor::run()).
+std::string forwardFunction(const runtime::Executor &executor);
+
+/// Sets every input of the forward function from `files` (input name -> .npy path), exactly
+/// those, each with the plan's dtype and shape.
+Status setInputsFromFiles(runtime::Executor &executor,
+                          const std::map<std::string, std::string> &files);
+
+struct WrittenOutput {
+  std::string name, path;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+};
+
+/// Writes every output of the forward function as DIR/<name>.npy (characters outside
+/// [A-Za-z0-9_.-] become '_'), creating DIR.
+StatusOr<std::vector<WrittenOutput>> writeOutputs(const runtime::Executor &executor,
+                                                  const std::string &dir);
+
+} // namespace megac::driver

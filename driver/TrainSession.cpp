@@ -1,0 +1,322 @@
+// One rank's training run: data, compiled step, communicator, executor, pipeline run,
+// evaluation, checkpoints and trace (TrainSession.h).
+#include "driver/TrainSession.h"
+
+#include "driver/CheckpointModel.h"
+#include "driver/TrainStep.h"
+
+#include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/ShardState.h"
+#include "runtime/comm/MpiCommunicator.h"
+#include "runtime/exec/Parameters.h"
+#include "runtime/exec/ShardGather.h"
+#include "runtime/exec/Trace.h"
+#include "runtime/io/Safetensors.h"
+#include "runtime/plan/PlanLoader.h"
+#include "runtime/train/LossScaler.h"
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+namespace megac::driver {
+
+namespace train = runtime::train;
+using runtime::data::SampleSource;
+
+struct TrainSession::State {
+  std::unique_ptr<SampleSource> data, evalData, testData;
+  std::optional<runtime::LoadedPlan> plan;
+  // One communicator for the job: MPI across ranks, else the executor's one-rank view; with a
+  // trace, a recording wrapper around it (over a one-rank communicator when there is no MPI).
+  std::unique_ptr<runtime::comm::Communicator> mpi, self, tracing;
+  std::unique_ptr<runtime::Trace> trace;
+  std::unique_ptr<runtime::Executor> executor;
+  RankContext rank;
+  std::optional<train::LossScaler> scaler;
+  DType floatType = DType::f32;
+  train::LossScaler *scalerOrNull() { return scaler ? &*scaler : nullptr; }
+};
+
+namespace {
+
+/// "0.001", "1e+30": a number for messages.
+std::string shortNumber(double value) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", value);
+  return buf;
+}
+
+} // namespace
+
+TrainSession::TrainSession(RunConfig config, SessionHooks hooks)
+    : config_(std::move(config)), hooks_(std::move(hooks)), state_(std::make_unique<State>()) {}
+
+TrainSession::~TrainSession() = default;
+
+int TrainSession::rank() const { return state_->rank.comm ? state_->rank.comm->rank() : 0; }
+int TrainSession::ranks() const { return state_->rank.comm ? state_->rank.comm->size() : 1; }
+
+StatusOr<std::unique_ptr<TrainSession>> TrainSession::create(RunConfig config, SessionHooks hooks) {
+  auto session = std::make_unique<TrainSession>(std::move(config), std::move(hooks));
+  RETURN_IF_ERROR(session->open());
+  return session;
+}
+
+Status TrainSession::open() {
+  RETURN_IF_ERROR(openData());
+  RETURN_IF_ERROR(openRank());
+  return openEvaluation();
+}
+
+/// The rows of --data / --data-path (an indexed dataset's are read as steps need them) and the
+/// step compiled for them.
+Status TrainSession::openData() {
+  const RunConfig &c = config_;
+  ASSIGN_OR_RETURN(state_->data, openSamples(c, DataPart::train));
+  seq_ = state_->data->rowLength() - 1;
+  ASSIGN_OR_RETURN(model_, compileTrainingStep(c, seq_));
+  if (model_.vocab < 2)
+    return Status::error("cannot find the vocabulary size (the logits' last dim) of " +
+                         model_.description);
+  StatusOr<runtime::LoadedPlan> plan = runtime::loadPlanFromBytes(model_.plan);
+  if (!plan.isOk())
+    return Status::error(plan.status().message() + " (in the plan compiled from " +
+                         model_.description + ")");
+  state_->plan = std::move(plan).value();
+  return Status::ok();
+}
+
+/// The job's communicator, the rank's executor and pipeline run, and the data checked against
+/// the model.
+Status TrainSession::openRank() {
+  const RunConfig &c = config_;
+  State &s = *state_;
+  runtime::comm::Mesh mesh = runtime::meshOf(*s.plan);
+  if (c.exec.ranks > 1) {
+    if (mesh.size() != c.exec.ranks)
+      return Status::error("the plan compiled from " + model_.description + " has " +
+                           std::to_string(mesh.size()) + " ranks, but the job has " +
+                           std::to_string(c.exec.ranks));
+    ASSIGN_OR_RETURN(s.mpi, runtime::comm::MpiCommunicator::create(
+                                mesh, std::chrono::seconds(c.exec.commTimeoutSeconds)));
+  }
+  // Tokens in the vocabulary (a .npy's now, an indexed dataset's as read); rank 0 warns when
+  // masked-LM's [MASK] token occurs in the data.
+  bool root = !s.mpi || s.mpi->rank() == 0;
+  SampleChecks checks{model_.vocab, std::nullopt, root ? hooks_.warn : nullptr};
+  if (model_.lossKind == passes::LossKind::mlm)
+    checks.maskToken = model_.vocab - 1;
+  ASSIGN_OR_RETURN(s.data, checkSamples(c, DataPart::train, std::move(s.data), checks));
+  if (c.log.tracePath) {
+    s.trace = std::make_unique<runtime::Trace>();
+    if (!s.mpi)
+      s.self = runtime::comm::makeSelfCommunicator(mesh);
+    s.tracing = runtime::makeTracingCommunicator(s.mpi ? *s.mpi : *s.self, *s.trace);
+  }
+  runtime::ExecutorOptions options;
+  if (!model_.weights.empty())
+    options.weights = &model_.weights;
+  options.comm = s.tracing ? s.tracing.get() : s.mpi.get();
+  options.trace = s.trace.get();
+  options.backend = c.exec.backend;
+  options.allowTf32 = c.exec.allowTf32;
+  s.rank.comm = s.mpi.get(); // from here on, a failing rank aborts the job
+  s.rank.plan = &*s.plan;
+  s.rank.decoderSeq = model_.decoderSeq;
+  s.rank.modelDescription = model_.description;
+  ASSIGN_OR_RETURN(s.executor, runtime::Executor::create(*s.plan, options));
+  s.rank.comm = &s.executor->communicator();
+  s.rank.trace = s.trace.get();
+  std::vector<int64_t> coords = s.executor->coords();
+  for (size_t a = 0; a < mesh.axisNames.size(); ++a) {
+    if (mesh.axisNames[a] == "dp")
+      s.rank.dpRank = coords[a];
+    if (mesh.axisNames[a] == "pp" && mesh.axisSizes[a] > 1)
+      s.rank.ppAxis = int64_t(a);
+  }
+  if (!s.executor->schedule().empty()) {
+    ASSIGN_OR_RETURN(s.rank.pipeline, train::pipelineRunForRank(*s.plan, s.executor->rank()));
+    s.rank.pipeline->trace = s.trace.get();
+    // The schedule must cover every micro-batch of the step's data.
+    int64_t want = c.layout().microBatches, forwards = 0;
+    for (const schedule::ScheduleStep &step : s.rank.pipeline->steps)
+      forwards += step.kind == schedule::StepKind::forward;
+    if (s.rank.pipeline->microBatches != want)
+      return Status::error("the plan's pipeline schedule runs " +
+                           std::to_string(s.rank.pipeline->microBatches) + " micro-batches (" +
+                           std::to_string(forwards) +
+                           " forward steps on this stage), but a step has " + std::to_string(want) +
+                           " (--global-batch / (--micro-batch x dp))");
+  }
+  ASSIGN_OR_RETURN(s.floatType, checkInputs(*s.executor, {c.layout().microBatch, seq_},
+                                            model_.lossKind, model_.decoderSeq));
+  if (c.layout().precision == Precision::fp16)
+    s.scaler.emplace(c.scaler);
+  return Status::ok();
+}
+
+/// Validation (--eval-data, else --split's validation part) and --split's test part.
+Status TrainSession::openEvaluation() {
+  const RunConfig &c = config_;
+  SampleChecks checks{model_.vocab, std::nullopt, nullptr};
+  if (model_.lossKind == passes::LossKind::mlm)
+    checks.maskToken = model_.vocab - 1;
+  for (auto [part, out] :
+       {std::pair{DataPart::validation, &state_->evalData}, {DataPart::test, &state_->testData}}) {
+    if (!evaluates(part))
+      continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<SampleSource> samples, openSamples(c, part));
+    if (samples->rowLength() != seq_ + 1)
+      return Status::error("--eval-data: rows of " + std::to_string(samples->rowLength()) +
+                           " tokens, but the training data's have " + std::to_string(seq_ + 1));
+    ASSIGN_OR_RETURN(*out, checkSamples(c, part, std::move(samples), checks));
+  }
+  return Status::ok();
+}
+
+bool TrainSession::evaluates(DataPart part) const {
+  const DataConfig &d = config_.data;
+  if (part == DataPart::validation)
+    return d.evalPath || (d.split && d.evalInterval > 0);
+  return part == DataPart::test && d.split && (*d.split)[2] > 0;
+}
+
+StatusOr<train::StepRecord> TrainSession::step() {
+  State &s = *state_;
+  const RunConfig &c = config_;
+  train::StepRecord record;
+  record.step = stepsDone_ + 1;
+  record.tokens = c.data.batch.globalBatch * seq_;
+  bool traced = s.trace && record.step >= c.log.traceFirst && record.step <= c.log.traceLast;
+  if (traced && record.step == c.log.traceFirst) { // the ranks start their clocks together
+    RETURN_IF_ERROR(s.rank.comm->barrier()) << " (before the traced steps)";
+    s.trace->start();
+  }
+  auto start = std::chrono::steady_clock::now();
+  Status status = trainStep(*s.executor, c, *s.data, model_.lossKind, model_.vocab, s.floatType,
+                            s.scalerOrNull(), s.rank, record);
+  if (traced) {
+    s.trace->add(runtime::TraceLane::pipeline, "step " + std::to_string(record.step), "step", start,
+                 std::chrono::steady_clock::now(), "\"step\": " + std::to_string(record.step));
+    if (record.step == c.log.traceLast)
+      s.trace->stop();
+  }
+  RETURN_IF_ERROR(status);
+  record.stepSeconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stepsDone_ = record.step;
+  return record;
+}
+
+StatusOr<double> TrainSession::evaluate(DataPart part) {
+  State &s = *state_;
+  SampleSource *samples = part == DataPart::test ? s.testData.get() : s.evalData.get();
+  const char *what = part == DataPart::test ? "test" : "validation";
+  if (!samples)
+    return Status::error(std::string("this run has no ") + what + " data");
+  StatusOr<double> loss = evaluateLoss(*s.executor, config_, *samples, model_.lossKind,
+                                       model_.vocab, s.floatType, s.scalerOrNull(), s.rank);
+  if (!loss.isOk())
+    return Status::error(loss.status().message() + " (" + what + " after step " +
+                         std::to_string(stepsDone_) + ")");
+  return loss;
+}
+
+Status TrainSession::save() {
+  namespace ckpt = runtime::checkpoint;
+  State &s = *state_;
+  const RunConfig &c = config_;
+  if (!c.checkpoint.saveDir)
+    return Status::error("the run has no checkpoint directory (--save DIR)");
+  ckpt::CheckpointMeta meta;
+  meta.step = stepsDone_;
+  meta.dataPosition = stepsDone_;
+  meta.seed = c.seed;
+  meta.model = model_.description;
+  meta.layout = c.layout().describe();
+  if (s.scaler)
+    meta.lossScaler = ckpt::LossScalerState{s.scaler->scale(), s.scaler->growthTracker(),
+                                            s.scaler->hysteresisTracker()};
+  meta.config = {{"precision", precisionName(c.layout().precision)},
+                 {"global_batch", std::to_string(c.data.batch.globalBatch)},
+                 {"lr", shortNumber(c.lr.lr)},
+                 {"lr_schedule", train::lrDecayName(c.lr.decay)},
+                 {"total_steps", std::to_string(c.lr.totalSteps)},
+                 {"data", c.data.path}};
+  // An ONNX model's file and bound input: what `megac generate` / `megac export` rebuild it from
+  // (rank 0 writes meta.json; it holds input_ids, the first pipeline stage's input).
+  if (root())
+    meta.config.merge(recordOnnxModel(c.model.file, *s.executor, c.training.logits));
+  return ckpt::saveShardedCheckpoint(*s.executor, *s.rank.comm, *c.checkpoint.saveDir, meta);
+}
+
+StatusOr<Resumed> TrainSession::load() {
+  namespace ckpt = runtime::checkpoint;
+  State &s = *state_;
+  const RunConfig &c = config_;
+  if (!c.checkpoint.loadDir)
+    return Status::error("the run has no checkpoint to load (--load DIR)");
+  std::vector<std::string> refused;
+  StatusOr<ckpt::LoadedCheckpoint> loaded =
+      ckpt::loadShardedCheckpoint(*s.executor, *s.rank.comm, *c.checkpoint.loadDir, &refused);
+  for (const std::string &line : refused)
+    if (hooks_.warn)
+      hooks_.warn(line);
+  if (!loaded.isOk())
+    return Status::error("--load: " + loaded.status().message());
+  const ckpt::CheckpointMeta &meta = loaded->meta;
+  if (s.scaler && meta.lossScaler)
+    s.scaler->restore(meta.lossScaler->scale, meta.lossScaler->growthTracker,
+                      meta.lossScaler->hysteresisTracker);
+  if (root() && hooks_.warn) {
+    // Settings that change what the resumed steps compute (not the layout, which may differ; a
+    // different model fails above, on its parameters' shapes).
+    std::map<std::string, std::string> now = {
+        {"global_batch", std::to_string(c.data.batch.globalBatch)},
+        {"data", c.data.path},
+        {"precision", precisionName(c.layout().precision)}};
+    for (const auto &[key, value] : now)
+      if (auto it = meta.config.find(key); it != meta.config.end() && it->second != value)
+        hooks_.warn(loaded->path + " was saved with " + key + " " + it->second + "; this run has " +
+                    value);
+  }
+  stepsDone_ = meta.step;
+  return Resumed{loaded->path, meta.step, meta.layout};
+}
+
+Status TrainSession::saveWeights(const std::string &path) {
+  State &s = *state_;
+  ASSIGN_OR_RETURN(TensorMap weights,
+                   runtime::gatherParameters(*s.plan, *s.executor, *s.rank.comm));
+  if (!root())
+    return Status::ok();
+  return runtime::writeSafetensors(
+      path, weights,
+      {{"producer", "megac train"}, {"step", std::to_string(config_.lr.totalSteps)}});
+}
+
+Status TrainSession::writeTrace() {
+  State &s = *state_;
+  const RunConfig &c = config_;
+  if (!s.trace)
+    return Status::error("the run records no trace (--trace FILE.json)");
+  const runtime::comm::Mesh &mesh = s.rank.comm->mesh();
+  std::string name = "rank " + std::to_string(s.rank.comm->rank());
+  std::vector<int64_t> coords = mesh.coordsOf(s.rank.comm->rank());
+  for (size_t a = 0; a < mesh.axisNames.size() && a < coords.size(); ++a)
+    name += (a ? ", " : " (") + mesh.axisNames[a] + " " + std::to_string(coords[a]) +
+            (a + 1 == mesh.axisNames.size() ? ")" : "");
+  const Layout &l = c.layout();
+  std::string other = "\"traced_steps\": [" + std::to_string(c.log.traceFirst) + ", " +
+                      std::to_string(c.log.traceLast) + "], \"tp\": " + std::to_string(l.tp) +
+                      ", \"pp\": " + std::to_string(l.pp) + ", \"dp\": " + std::to_string(l.dp) +
+                      ", \"vpp\": " + std::to_string(l.vpp) +
+                      ", \"micro_batches\": " + std::to_string(l.microBatches) +
+                      ", \"schedule\": \"" +
+                      (l.pp > 1 ? schedule::scheduleName(l.schedule) : "none") + "\"";
+  return runtime::writeGatheredTrace(*s.rank.comm, *s.trace, {name, s.executor->arenaBytes()},
+                                     *c.log.tracePath, other);
+}
+
+} // namespace megac::driver

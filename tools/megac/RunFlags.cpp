@@ -1,0 +1,222 @@
+// The flags of a training run into a driver::RunConfig (RunFlags.h), and the process-level parts
+// of a multi-rank launch (mpirun relaunch, threads, terminal).
+#include "tools/megac/RunFlags.h"
+
+#include "driver/Compile.h"
+#include "driver/TrainData.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <unistd.h>
+
+// OpenBLAS's thread count (libopenblas, linked through the CPU kernels).
+extern "C" void openblas_set_num_threads(int threads);
+
+namespace megac::cli {
+
+namespace {
+
+bool positive(double v) { return v > 0; }
+bool nonNegative(double v) { return v >= 0; }
+bool beta(double v) { return v >= 0 && v < 1; }
+
+} // namespace
+
+void RunFlags::declare(Flags &f) {
+  driver::RunConfig &c = config;
+  Layout &l = c.training.layout;
+  for (const char *unsupported : {"--cp", "--ep", "--fp8"})
+    f.refuse(unsupported, std::string(unsupported) + " is not supported yet");
+  f.text("--model", spec, "SPEC").text("--data", data, "PATH").values("--data-path", dataPath);
+  f.count("--seq", c.data.seq, 1, "S").text("--eval-data", evalData, "PATH");
+  f.count("--eval-interval", c.data.evalInterval, 1).count("--eval-iters", c.data.evalIters, 1);
+  f.text("--split", split, "A,B,C").count("--steps", c.lr.totalSteps, 1);
+  f.count("--global-batch", globalBatch, 1, "B").count("--micro-batch", l.microBatch, 1, "b");
+  f.count("--warmup-steps", c.lr.warmupSteps, 0, "W");
+  f.number("--lr", lrValue, nonNegative, "a number >= 0");
+  f.number("--min-lr", c.lr.minLr, nonNegative, "a number >= 0");
+  f.choice("--lr-schedule", lrSchedule, {"constant", "cosine"});
+  f.number("--adam-beta1", c.training.beta1, beta, "a number in [0, 1)");
+  f.number("--adam-beta2", c.training.beta2, beta, "a number in [0, 1)");
+  f.number("--adam-eps", c.training.eps, positive, "a number > 0");
+  f.number("--weight-decay", c.training.weightDecay, nonNegative, "a number >= 0");
+  f.number("--clip-grad", c.training.clipGrad, nonNegative, "a number >= 0 (0: no clipping)");
+  f.text("--seed", seed, "N").choice("--precision", precision, {"fp32", "fp64", "bf16", "fp16"});
+  f.number("--initial-loss-scale", c.scaler.initialScale, positive, "a number > 0");
+  f.number("--min-loss-scale", c.scaler.minScale, positive, "a number > 0");
+  f.count("--loss-scale-window", c.scaler.growthInterval, 1);
+  f.count("--hysteresis", c.scaler.hysteresis, 1);
+  f.text("--log-json", c.log.jsonPath, "FILE").count("--log-interval", c.log.interval, 1);
+  f.text("--logits", logits, "NAME").text("--save-weights", c.checkpoint.saveWeights, "FILE");
+  f.text("--save-grads", c.checkpoint.saveGrads, "FILE")
+      .text("--save", c.checkpoint.saveDir, "DIR");
+  f.count("--save-interval", c.checkpoint.saveInterval, 1)
+      .text("--load", c.checkpoint.loadDir, "DIR");
+  f.text("--trace", c.log.tracePath, "FILE").count("--trace-steps", traceSteps, 1);
+  f.count("--ranks", c.exec.ranks, 1).count("--tp", l.tp, 1, "T").count("--pp", l.pp, 1, "P");
+  f.count("--dp", l.dp, 1, "D").count("--vpp", l.vpp, 1, "V").count("--zero", zero, 0, "0|1");
+  f.flag("--sequence-parallel", sequenceParallel);
+  f.choice("--recompute", recompute, {"none", "selective", "full"});
+  f.choice("--schedule", schedule, {"1f1b", "gpipe"});
+  f.count("--threads", c.exec.threads, 1).count("--comm-timeout", c.exec.commTimeoutSeconds, 1);
+  f.flag("--oversubscribe", oversubscribe).text("--backend", backend, "cpu|cuda");
+  f.flag("--allow-tf32", c.exec.allowTf32);
+}
+
+namespace {
+
+/// --data / --data-path / --split / --seq / --eval-*: the data settings and their relations.
+std::string configureData(const Flags &f, RunFlags &r, bool planOnly) {
+  driver::DataConfig &d = r.config.data;
+  if (r.data && !r.dataPath.empty())
+    return "give either --data or --data-path, not both";
+  if (!r.data && r.dataPath.empty() && !planOnly)
+    return "missing --data TOKENS.npy | PREFIX (or --data-path [W1] PREFIX1 [W2 PREFIX2 ...])";
+  if (!r.dataPath.empty()) {
+    if (Status s = driver::setDataBlend(d, r.dataPath); !s.isOk())
+      return s.message();
+  } else {
+    driver::setDataPath(d, r.data.value_or(""));
+  }
+  d.evalPath = r.evalData;
+  if (r.split) {
+    if (!d.indexed)
+      return "--split applies to an indexed dataset (--data PREFIX of PREFIX.bin/.idx)";
+    if (Status s = driver::setDataSplit(d, *r.split); !s.isOk())
+      return s.message();
+  }
+  bool validationSplit = d.split && (*d.split)[1] > 0, testSplit = d.split && (*d.split)[2] > 0;
+  if (d.evalPath && !f.given("--eval-interval"))
+    return "--eval-data needs --eval-interval N (validate every N steps)";
+  if (!d.evalPath && !validationSplit &&
+      (f.given("--eval-interval") || (f.given("--eval-iters") && !testSplit)))
+    return "--eval-interval and --eval-iters need --eval-data (the validation tokens) or a "
+           "--split with a validation part (--eval-iters also applies to a test part)";
+  if (f.given("--seq") && !d.indexed)
+    return "--seq applies to an indexed dataset (--data PREFIX of PREFIX.bin/.idx)";
+  if (d.indexed && !f.given("--seq") && !r.spec)
+    return "--data " + d.path + " (an indexed dataset) with a model file needs --seq S";
+  return {};
+}
+
+/// The layout flags, the backend, precision and loss scaling.
+std::string configureStep(const Flags &f, RunFlags &r, bool planOnly) {
+  driver::RunConfig &c = r.config;
+  Layout &l = c.training.layout;
+  // Plan mode (`megac plan`, `megac compile --ranks`) runs nothing: no device query for the
+  // default backend.
+  if (planOnly && !r.backend) {
+    c.exec.backend = runtime::Backend::cpu;
+  } else {
+    StatusOr<runtime::Backend> backend = driver::resolveBackend(r.backend);
+    if (!backend.isOk())
+      return backend.status().message();
+    c.exec.backend = *backend;
+  }
+  if (r.zero > 1)
+    return "--zero: '" + std::to_string(r.zero) + "' is not 0 or 1";
+  l.zero = int(r.zero);
+  l.sequenceParallel = r.sequenceParallel;
+  l.recompute = *parseRecompute(r.recompute);
+  l.schedule = *schedule::parseScheduleKind(r.schedule);
+  if (!f.given("--dp"))
+    l.dp = 0; // the ranks left by tp and pp
+  if (r.seed) {
+    std::optional<uint64_t> value = driver::parseSeed(*r.seed);
+    if (!value)
+      return "--seed: '" + *r.seed + "' is not a non-negative integer";
+    c.seed = *value;
+  }
+  l.precision = *parsePrecision(r.precision);
+  for (const char *name :
+       {"--initial-loss-scale", "--loss-scale-window", "--hysteresis", "--min-loss-scale"})
+    if (f.given(name) && l.precision != Precision::fp16)
+      return "loss scaling (--initial-loss-scale, --loss-scale-window, --hysteresis, "
+             "--min-loss-scale) applies to --precision fp16";
+  return {};
+}
+
+} // namespace
+
+std::string RunFlags::configure(const Flags &f, bool planOnly) {
+  driver::RunConfig &c = config;
+  c.planOnly = planOnly;
+  if (f.positional().size() > 1)
+    return "give one model file";
+  if (!f.positional().empty())
+    c.model.file = f.positional().front();
+  c.model.spec = spec;
+  if (c.model.spec.has_value() == c.model.file.has_value())
+    return "give either --model SPEC or a model file (.onnx, .mlir)";
+  if (std::string e = configureData(f, *this, planOnly); !e.empty())
+    return e;
+  for (const char *required : {"--steps", "--global-batch", "--micro-batch", "--lr"})
+    if (!planOnly && !f.given(required))
+      return std::string("missing ") + required;
+  c.data.batch.globalBatch = globalBatch;
+  c.lr.lr = lrValue;
+  c.lr.decay = *runtime::train::parseLrDecay(lrSchedule);
+  if (c.lr.decay == runtime::train::LrDecay::constant && f.given("--min-lr"))
+    return "--min-lr applies to --lr-schedule cosine";
+  if (std::string e = configureStep(f, *this, planOnly); !e.empty())
+    return e;
+  c.training.logits = logits.value_or("");
+  if (c.checkpoint.saveInterval > 0 && !c.checkpoint.saveDir)
+    return "--save-interval needs --save DIR";
+  if (f.given("--trace-steps") && !c.log.tracePath)
+    return "--trace-steps needs --trace FILE.json";
+  c.log.traceSteps = traceSteps;
+  if (Status s = driver::finishRunConfig(c); !s.isOk())
+    return s.message();
+  return {};
+}
+
+bool stdoutIsTerminal() {
+  // Under mpirun a rank's stdout is the launcher's pipe or pty: `--ranks` passes on whether the
+  // launching process's stdout is a terminal.
+  if (const char *given = std::getenv("MEGAC_TRAIN_STDOUT_IS_TTY"))
+    return std::strcmp(given, "1") == 0;
+  return driver::launchedRanks() <= 1 && isatty(fileno(stdout));
+}
+
+int relaunchUnderMpirun(int argc, char **argv, const std::string &command, int64_t ranks,
+                        bool oversubscribe) {
+  std::vector<std::string> line = {"mpirun"};
+  if (geteuid() == 0)
+    line.push_back("--allow-run-as-root");
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (oversubscribe || ranks > int64_t(cores))
+    line.push_back("--oversubscribe");
+  line.insert(line.end(), {"-np", std::to_string(ranks)});
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  line.push_back(ec ? std::string(argv[0]) : self.string());
+  for (int i = 1; i < argc; ++i)
+    line.push_back(argv[i]);
+  std::vector<char *> args;
+  for (std::string &arg : line)
+    args.push_back(arg.data());
+  args.push_back(nullptr);
+  setenv("MEGAC_TRAIN_STDOUT_IS_TTY", isatty(fileno(stdout)) ? "1" : "0", 1);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  execvp("mpirun", args.data());
+  return fail(command, "--ranks " + std::to_string(ranks) +
+                           " runs the job under mpirun, which cannot be started (" +
+                           std::strerror(errno) + "); install Open MPI (Debian: openmpi-bin)");
+}
+
+void setThreads(int64_t threads, int64_t ranks) {
+  if (threads == 0) {
+    int64_t local = ranks;
+    if (const char *value = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
+      local = std::max<int64_t>(1, std::atoll(value));
+    threads = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) / local);
+  }
+  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  openblas_set_num_threads(int(threads));
+}
+
+} // namespace megac::cli

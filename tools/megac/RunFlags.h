@@ -1,0 +1,44 @@
+// The flags of a training run (`megac train`; `megac plan` and `megac compile` with a layout take
+// the same ones) into the driver's RunConfig: each flag's value range-checked as it is read, the
+// relations between flags checked here, the rest by driver::finishRunConfig.
+#pragma once
+
+#include "tools/megac/Cli.h"
+
+#include "driver/RunConfig.h"
+
+#include <string>
+#include <vector>
+
+namespace megac::cli {
+
+/// The run flags' raw values, bound to a Flags until it has parsed.
+struct RunFlags {
+  driver::RunConfig config;
+  std::optional<std::string> spec, data, evalData, split, seed, logits, backend;
+  std::vector<std::string> dataPath;
+  std::string lrSchedule = "constant", recompute = "none", schedule = "1f1b", precision = "fp32";
+  double lrValue = 0;
+  int64_t zero = 0, traceSteps = 2, globalBatch = 0;
+  bool sequenceParallel = false, oversubscribe = false;
+
+  /// Declares the flags of a run into `flags`.
+  void declare(Flags &flags);
+  /// After flags.parse: the configuration (finished and checked), or a one-line error.
+  /// `planOnly`: a plan, where --data, --steps, --global-batch, --micro-batch and --lr may be
+  /// left out.
+  std::string configure(const Flags &flags, bool planOnly);
+};
+
+/// `--ranks N` outside an MPI launch: re-executes this command under `mpirun -np N`. Returns
+/// (1, after printing why) only when mpirun cannot be started.
+int relaunchUnderMpirun(int argc, char **argv, const std::string &command, int64_t ranks,
+                        bool oversubscribe);
+
+/// BLAS and OpenMP threads per rank: `threads`, else the cores shared by the ranks on this node.
+void setThreads(int64_t threads, int64_t ranks);
+
+/// Whether stdout is a terminal (a live progress line) for the process writing the log.
+bool stdoutIsTerminal();
+
+} // namespace megac::cli
