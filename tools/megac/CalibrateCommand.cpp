@@ -50,47 +50,9 @@ int writeSpec(const std::string &out, const cal::Results &results) {
   return 0;
 }
 
-} // namespace
-
-int calibrateCommand(int argc, char **argv) {
-  Flags f(kCommand, kCalibrateHelp);
-  std::optional<std::string> backendName, out;
-  int64_t ranks = 1, threads = 0;
-  bool quick = false, allowTf32 = false, oversubscribe = false;
-  f.text("--backend", backendName, "cpu|cuda").count("--ranks", ranks, 1);
-  f.count("--threads", threads, 1, "T").flag("--quick", quick).flag("--allow-tf32", allowTf32);
-  f.flag("--oversubscribe", oversubscribe).text("-o,--output", out, "HW.json");
-  if (std::optional<int> exit = f.parse(argc, argv, 2))
-    return *exit;
-  if (!f.positional().empty())
-    return f.usage("unexpected argument '" + f.positional()[0] + "'");
-  if (!out)
-    return f.usage("missing -o HW.json (the device spec to write)");
-  std::filesystem::path dir = std::filesystem::path(*out).parent_path();
-  if (!dir.empty() && !std::filesystem::is_directory(dir))
-    return f.usage("-o: no directory " + dir.string());
-  StatusOr<runtime::Backend> resolved = driver::resolveBackend(backendName);
-  if (!resolved.isOk())
-    return f.usage(resolved.status().message());
-  runtime::Backend backend = *resolved;
-  if (int n = launched(); n > 1) {
-#ifdef MEGAC_CALIBRATE_STANDALONE
-    return f.usage("megac-calibrate runs one process, not " + std::to_string(n) +
-                   " under mpirun; use `megac calibrate --ranks N` (Open MPI)");
-#endif
-    if (f.given("--ranks") && ranks != n)
-      return f.usage("--ranks " + std::to_string(ranks) + " differs from the " + std::to_string(n) +
-                     " ranks mpirun started");
-    ranks = n;
-  } else if (ranks > 1) {
-#ifdef MEGAC_CALIBRATE_STANDALONE
-    return f.usage(
-        "--ranks " + std::to_string(ranks) +
-        ": megac-calibrate runs one process; use `megac calibrate --ranks N` (Open MPI)");
-#else
-    return relaunchUnderMpirun(argc, argv, kCommand, ranks, oversubscribe);
-#endif
-  }
+/// The microbenchmarks on `ranks` ranks (MPI when more than one), written by rank 0.
+int calibrate(const std::string &out, runtime::Backend backend, int64_t ranks, int64_t threads,
+              bool quick, bool allowTf32) {
   int64_t local = ranks;
   if (const char *value = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
     local = std::max<int64_t>(1, std::atoll(value));
@@ -134,7 +96,51 @@ int calibrateCommand(int argc, char **argv) {
 #endif
     return 1;
   }
-  return rank == 0 ? writeSpec(*out, *results) : 0;
+  return rank == 0 ? writeSpec(out, *results) : 0;
+}
+
+} // namespace
+
+int calibrateCommand(int argc, char **argv) {
+  Flags f(kCommand, kCalibrateHelp);
+  std::optional<std::string> backendName, out;
+  int64_t ranks = 1, threads = 0;
+  bool quick = false, allowTf32 = false, oversubscribe = false;
+  f.text("--backend", backendName, "cpu|cuda").count("--ranks", ranks, 1);
+  f.count("--threads", threads, 1, "T").flag("--quick", quick).flag("--allow-tf32", allowTf32);
+  f.flag("--oversubscribe", oversubscribe).text("-o,--output", out, "HW.json");
+  if (std::optional<int> exit = f.parse(argc, argv, 2))
+    return *exit;
+  if (!f.positional().empty())
+    return f.usage("unexpected argument '" + f.positional()[0] + "'");
+  if (!out)
+    return f.usage("missing -o HW.json (the device spec to write)");
+  std::filesystem::path dir = std::filesystem::path(*out).parent_path();
+  if (!dir.empty() && !std::filesystem::is_directory(dir))
+    return f.usage("-o: no directory " + dir.string());
+  StatusOr<runtime::Backend> resolved = driver::resolveBackend(backendName);
+  if (!resolved.isOk())
+    return f.usage(resolved.status().message());
+  runtime::Backend backend = *resolved;
+  if (int n = launched(); n > 1) {
+#ifdef MEGAC_CALIBRATE_STANDALONE
+    return f.usage("megac-calibrate runs one process, not " + std::to_string(n) +
+                   " under mpirun; use `megac calibrate --ranks N` (Open MPI)");
+#endif
+    if (f.given("--ranks") && ranks != n)
+      return f.usage("--ranks " + std::to_string(ranks) + " differs from the " + std::to_string(n) +
+                     " ranks mpirun started");
+    ranks = n;
+  } else if (ranks > 1) {
+#ifdef MEGAC_CALIBRATE_STANDALONE
+    return f.usage(
+        "--ranks " + std::to_string(ranks) +
+        ": megac-calibrate runs one process; use `megac calibrate --ranks N` (Open MPI)");
+#else
+    return relaunchUnderMpirun(argc, argv, kCommand, ranks, oversubscribe);
+#endif
+  }
+  return calibrate(*out, backend, ranks, threads, quick, allowTf32);
 }
 
 } // namespace megac::cli

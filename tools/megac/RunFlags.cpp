@@ -59,7 +59,9 @@ void RunFlags::declare(Flags &f) {
   f.count("--dp", l.dp, 1, "D").count("--vpp", l.vpp, 1, "V").count("--zero", zero, 0, "0|1");
   f.flag("--sequence-parallel", sequenceParallel);
   f.choice("--recompute", recompute, {"none", "selective", "full"});
-  f.choice("--schedule", schedule, {"1f1b", "gpipe"});
+  f.choice("--schedule", schedule,
+           {schedule::scheduleName(schedule::ScheduleKind::oneFOneB),
+            schedule::scheduleName(schedule::ScheduleKind::gpipe)});
   f.count("--threads", c.exec.threads, 1).count("--comm-timeout", c.exec.commTimeoutSeconds, 1);
   f.flag("--oversubscribe", oversubscribe).text("--backend", backend, "cpu|cuda");
   f.flag("--allow-tf32", c.exec.allowTf32);
