@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <vector>
@@ -58,6 +59,37 @@ std::string shortest(double v) {
 
 } // namespace
 
+namespace {
+
+/// Upper bounds of the integer spec keys: far above any model trained (the largest published
+/// have ~10^2 layers, hidden ~10^4, vocabularies ~10^5-10^6), low enough that parameter counts
+/// stay exact in 64-bit integers and a mistyped size fails at once instead of building for hours.
+int64_t specBound(std::string_view key) {
+  if (key == "layers" || key == "enc_layers" || key == "dec_layers")
+    return 4096;
+  if (key == "hidden")
+    return int64_t(1) << 18;
+  if (key == "heads" || key == "kv_heads")
+    return int64_t(1) << 14;
+  if (key == "ffn" || key == "seq" || key == "dec_seq")
+    return int64_t(1) << 22;
+  if (key == "vocab")
+    return 2147483647;     // token ids are int32
+  return int64_t(1) << 20; // batch
+}
+
+/// Forward FLOPs of one pass, in floating point: 2 x tokens x (the layers' matrices + the
+/// head) + the attention scores, for the bound on what megac counts in 64-bit integers.
+double approximateForwardFlops(const ModelConfig &c) {
+  double h = double(c.hidden), layers = double(c.totalLayers() > 0 ? c.totalLayers() : c.layers);
+  double tokens = double(c.batch) * double(std::max(c.seq, c.decSeq));
+  double perLayer = 4 * h * h + 3 * h * double(c.ffn);
+  return 2 * tokens * (layers * perLayer + double(c.vocab) * h) +
+         4 * tokens * double(std::max(c.seq, c.decSeq)) * h * layers;
+}
+
+} // namespace
+
 ConfigResult parseModelSpec(std::string_view spec) {
   auto colon = spec.find(':');
   std::string archText(spec.substr(0, colon));
@@ -103,6 +135,13 @@ ConfigResult parseModelSpec(std::string_view spec) {
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
     if ((ec != std::errc() || end != text.data() + text.size() || v < 1) && error.empty())
       error = "key '" + std::string(key) + "' needs a positive integer, got '" + text + "'";
+    int64_t bound = specBound(key);
+    if (v > bound) {
+      if (error.empty())
+        error = "key '" + std::string(key) + "' is " + text + ", above megac's bound of " +
+                std::to_string(bound) + " for it";
+      return bound; // keeps derived sizes (ffn = 4 x hidden) in range until the error is seen
+    }
     return v;
   };
   c.layers = integer("layers", 0);
@@ -179,6 +218,16 @@ ConfigResult parseModelSpec(std::string_view spec) {
   if (c.arch == Arch::llama && c.headDim() % 2 != 0)
     return fail("llama's head dim hidden/heads (" + std::to_string(c.headDim()) +
                 ") is odd; rotary embeddings rotate pairs of dims, so it must be even");
+  // FLOP and parameter counts are int64 (the cost interface, describe, plan): refuse a model
+  // whose forward pass would overflow them rather than print a wrapped number.
+  constexpr double kCountLimit = 4.6e18; // ~2^62
+  if (double flops = approximateForwardFlops(c); flops > kCountLimit) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.3g", flops);
+    return fail("model spec '" + std::string(spec) + "' is too large: about " + text +
+                " FLOP per forward pass of batch " + std::to_string(c.batch) +
+                ", beyond the 64-bit counts megac keeps (4.6e18); use smaller sizes or batch");
+  }
   return {c, {}};
 }
 

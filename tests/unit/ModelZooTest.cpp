@@ -116,6 +116,41 @@ TEST(ModelSpec, ErrorsNameTheKey) {
             std::string::npos);
 }
 
+// Issue 19, finding 9: a model spec had no upper bound, so `megac describe --model
+// gpt:layers=99999999999,...` built for minutes (and generate did the same from a checkpoint).
+TEST(ModelSpec, Issue19HugeLayerCountIsRefusedAtOnce) {
+  auto start = std::chrono::steady_clock::now();
+  models::ConfigResult r =
+      models::parseModelSpec("gpt:layers=99999999999,hidden=64,heads=4,seq=32,vocab=128");
+  EXPECT_FALSE(r.config);
+  EXPECT_EQ(r.error, "key 'layers' is 99999999999, above megac's bound of 4096 for it");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  EXPECT_NE(models::parseModelSpec("t5:enc_layers=5000,dec_layers=2,hidden=64,heads=4,seq=32,"
+                                   "vocab=128")
+                .error.find("'enc_layers' is 5000"),
+            std::string::npos);
+}
+
+// Issue 19, finding 6: hidden = 2^32 printed 408,021,893,120 parameters (int64 wrapped) and
+// vocab = 2^63 - 1 printed 25,952; both are refused by name now, and a model within every
+// per-key bound whose forward pass would overflow the 64-bit FLOP counts is refused as a whole.
+TEST(ModelSpec, Issue19SizesThatWouldOverflowCountsAreRefused) {
+  auto error = [](const char *spec) { return models::parseModelSpec(spec).error; };
+  EXPECT_EQ(error("gpt:layers=2,hidden=4294967296,heads=4,seq=32,vocab=128"),
+            "key 'hidden' is 4294967296, above megac's bound of 262144 for it");
+  EXPECT_EQ(error("gpt:layers=2,hidden=64,heads=4,seq=32,vocab=9223372036854775807"),
+            "key 'vocab' is 9223372036854775807, above megac's bound of 2147483647 for it");
+  std::string tooBig = error("gpt:layers=4096,hidden=262144,heads=64,seq=2048,vocab=51200");
+  EXPECT_NE(tooBig.find("is too large"), std::string::npos) << tooBig;
+  EXPECT_NE(tooBig.find("64-bit"), std::string::npos) << tooBig;
+  // The largest published shapes still parse (a 1T GPT; Llama-3-405B's).
+  EXPECT_TRUE(
+      models::parseModelSpec("gpt:layers=128,hidden=25600,heads=160,seq=2048,vocab=51200").config);
+  EXPECT_TRUE(models::parseModelSpec("llama:layers=126,hidden=16384,heads=128,kv_heads=8,"
+                                     "ffn=53248,seq=8192,vocab=128256")
+                  .config);
+}
+
 TEST(ModelSpec, SpecRoundTrips) {
   auto c =
       models::parseModelSpec("t5:layers=3,hidden=64,heads=4,seq=32,dec_seq=16,vocab=128,tied=0");
