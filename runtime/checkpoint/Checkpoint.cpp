@@ -12,6 +12,7 @@
 #include <array>
 #include <cerrno>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -317,6 +318,17 @@ StatusOr<CheckpointIndex> readCheckpointIndex(const std::string &stepDir) {
   CheckpointMeta &meta = index.meta;
   ASSIGN_OR_RETURN(meta.step, intMember(root, "step", path));
   ASSIGN_OR_RETURN(meta.dataPosition, intMember(root, "data_position", path));
+  // The step must be the one the folder is named for: a flipped digit would resume at another
+  // batch and learning-rate step without a word.
+  if (meta.step < 0 || meta.dataPosition < 0)
+    return Status::error(path + ": step " + std::to_string(meta.step) + " and data_position " +
+                         std::to_string(meta.dataPosition) + " must not be negative");
+  std::string folder = std::filesystem::path(stepDir).filename().string();
+  bool named = folder.size() > 5 && folder.rfind("step-", 0) == 0 &&
+               folder.find_first_not_of("0123456789", 5) == std::string::npos;
+  if (named && folder != "step-" + std::to_string(meta.step))
+    return Status::error(path + ": \"step\": " + std::to_string(meta.step) +
+                         " is not the step of its folder '" + folder + "'");
   ASSIGN_OR_RETURN(int64_t seed, intMember(root, "seed", path));
   meta.seed = static_cast<uint64_t>(seed);
   ASSIGN_OR_RETURN(meta.model, stringMember(root, "model", path));
@@ -333,8 +345,13 @@ StatusOr<CheckpointIndex> readCheckpointIndex(const std::string &stepDir) {
       return Status::error(path + ": loss_scaler has no numeric \"scale\"");
     LossScalerState s;
     s.scale = scale->number;
+    if (!std::isfinite(s.scale) || s.scale <= 0)
+      return Status::error(path + ": loss_scaler \"scale\" " + std::to_string(s.scale) +
+                           " is not a positive finite number (a zero scale skips every step)");
     ASSIGN_OR_RETURN(s.growthTracker, intMember(*scaler, "growth_tracker", path));
     ASSIGN_OR_RETURN(s.hysteresisTracker, intMember(*scaler, "hysteresis_tracker", path));
+    if (s.growthTracker < 0 || s.hysteresisTracker < 0)
+      return Status::error(path + ": loss_scaler trackers must not be negative");
     meta.lossScaler = s;
   }
   const json::Value *files = root.find("files");
@@ -342,7 +359,16 @@ StatusOr<CheckpointIndex> readCheckpointIndex(const std::string &stepDir) {
     return Status::error(path + ": missing \"files\"");
   for (size_t i = 0; i < files->keys.size(); ++i) {
     const json::Value &entry = files->items[i];
+    // Every file of a step lies in its folder: a name with a path in it ("../step-1/...") would
+    // resume one step with another's weights.
+    const std::string &name = files->keys[i];
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+        name.find('\0') != std::string::npos)
+      return Status::error(path + ": file name '" + name +
+                           "' is not a plain name in the step folder");
     ASSIGN_OR_RETURN(int64_t size, intMember(entry, "bytes", path));
+    if (size < 0)
+      return Status::error(path + ": '" + name + "' has a negative size");
     ASSIGN_OR_RETURN(std::string crc, stringMember(entry, "crc32", path));
     char *end = nullptr;
     unsigned long value = std::strtoul(crc.c_str(), &end, 16);

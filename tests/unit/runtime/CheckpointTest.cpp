@@ -271,6 +271,56 @@ TEST(Checkpoint, EmptyDirectoryAndBadMetaAreErrors) {
   EXPECT_NE(loaded.status().message().find("not valid JSON"), std::string::npos);
 }
 
+/// Saves step 1 and rewrites its meta.json with `edit` applied to the text.
+std::string editedMeta(const std::string &name, const std::string &from, const std::string &to) {
+  std::string dir = freshDir(name);
+  EXPECT_TRUE(ckpt::saveCheckpoint(dir, metaOf(1), modelOf(1), optimizerOf(1)).isOk());
+  std::string meta = dir + "/step-1/meta.json";
+  std::string text = readText(meta);
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos)
+    text.replace(at, from.size(), to);
+  writeText(meta, text);
+  return dir + "/step-1";
+}
+
+std::string refusal(const std::string &stepDir) {
+  StatusOr<ckpt::CheckpointIndex> index = ckpt::readCheckpointIndex(stepDir);
+  return index.isOk() ? "" : index.status().message();
+}
+
+// Issue 19, finding 1: one flipped digit of "step" resumed at another batch and learning-rate
+// step, exit 0; a negative step read sample -12.
+TEST(Checkpoint, Issue19StepMustMatchItsFolder) {
+  EXPECT_NE(refusal(editedMeta("step9", "\"step\": 1", "\"step\": 9"))
+                .find("\"step\": 9 is not the step of its folder 'step-1'"),
+            std::string::npos);
+  EXPECT_NE(refusal(editedMeta("stepneg", "\"step\": 1", "\"step\": -12")).find("negative"),
+            std::string::npos);
+  EXPECT_NE(refusal(editedMeta("stephuge", "\"step\": 1", "\"step\": 1000000000000"))
+                .find("is not the step of its folder"),
+            std::string::npos);
+}
+
+// Issue 19, finding 3: a shard path leaving the step folder loaded step 1's weights as step 2.
+TEST(Checkpoint, Issue19FileNamesStayInTheStepFolder) {
+  std::string refused = refusal(editedMeta("escape", "\"model-rank-00000.safetensors\": {",
+                                           "\"../step-0/model-rank-00000.safetensors\": {"));
+  EXPECT_NE(refused.find("is not a plain name in the step folder"), std::string::npos) << refused;
+}
+
+// Issue 19, finding 5: a loss scale of 0 silently skipped every step; a negative one was taken.
+TEST(Checkpoint, Issue19LossScaleIsValidated) {
+  for (const char *bad : {"0", "-4", "0.0"}) {
+    std::string refused = refusal(editedMeta(std::string("scale") + bad, "\"scale\": 32768",
+                                             std::string("\"scale\": ") + bad));
+    EXPECT_NE(refused.find("is not a positive finite number"), std::string::npos)
+        << bad << ": " << refused;
+  }
+  EXPECT_FALSE(refusal(editedMeta("scaleinf", "\"scale\": 32768", "\"scale\": 1e400")).empty());
+}
+
 TEST(CheckpointShards, ExtractAndInsertBoxesRoundTrip) {
   // A [4, 6] tensor cut into 2 x 3 boxes of [2, 2], as tp/dp shards would cut it.
   std::vector<double> values(24);
