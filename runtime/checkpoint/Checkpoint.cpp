@@ -5,6 +5,7 @@
 #include "runtime/checkpoint/ShardFiles.h"
 
 #include "runtime/io/Safetensors.h"
+#include "support/Checked.h"
 #include "support/Files.h"
 #include "support/Json.h"
 
@@ -158,6 +159,9 @@ StatusOr<TensorTable> readTable(const json::Value &root, const char *key, const 
     if (!dtypeFromSafetensors(dtype, tensor.dtype))
       return Status::error(what + ": unknown dtype '" + dtype + "'");
     ASSIGN_OR_RETURN(tensor.shape, shapeMember(entry, "shape", what));
+    if (StatusOr<uint64_t> bytes = checkedByteSize(tensor.shape, dtypeSize(tensor.dtype));
+        !bytes.isOk())
+      return Status::error(what + ": " + bytes.status().message());
     const json::Value *shards = entry.find("shards");
     if (!shards || shards->kind != json::Value::Kind::array)
       return Status::error(what + ": missing \"shards\"");
@@ -169,7 +173,8 @@ StatusOr<TensorTable> readTable(const json::Value &root, const char *key, const 
       bool inside =
           shard.offset.size() == tensor.shape.size() && shard.shape.size() == tensor.shape.size();
       for (size_t d = 0; inside && d < tensor.shape.size(); ++d)
-        inside = shard.offset[d] + shard.shape[d] <= tensor.shape[d];
+        inside = shard.offset[d] <= tensor.shape[d] &&
+                 shard.shape[d] <= tensor.shape[d] - shard.offset[d];
       if (!inside)
         return Status::error(what + ": a shard at " + shapeString(shard.offset) + " of shape " +
                              shapeString(shard.shape) + " lies outside its shape " +

@@ -2,6 +2,7 @@
 #include "runtime/checkpoint/ShardFiles.h"
 #include "runtime/io/Safetensors.h"
 
+#include "support/Checked.h"
 #include "support/Json.h"
 
 #include <algorithm>
@@ -146,8 +147,11 @@ StatusOr<uint64_t> parseHeader(int fd, uint64_t fileSize, const std::string &pat
         !offsets->items[0].isInteger || !offsets->items[1].isInteger)
       return Status::error(where + ": \"data_offsets\" must be [begin, end]");
     int64_t begin = offsets->items[0].integer, end = offsets->items[1].integer;
+    StatusOr<uint64_t> bytes = checkedByteSize(dims, dtypeSize(dt));
+    if (!bytes.isOk())
+      return Status::error(where + ": " + bytes.status().message());
     if (begin < 0 || begin > end || static_cast<uint64_t>(end) > dataSize ||
-        static_cast<uint64_t>(end - begin) != uint64_t(product(dims)) * dtypeSize(dt))
+        static_cast<uint64_t>(end - begin) != *bytes)
       return Status::error(where + ": data_offsets [" + std::to_string(begin) + ", " +
                            std::to_string(end) + "] do not fit its shape or the file");
     infos[name] = {dt, std::move(dims)};
@@ -309,7 +313,11 @@ Status ShardReader::verifyAll() {
 StatusOr<HostTensor> ShardReader::readBox(const TensorTable &table, const std::string &name,
                                           const Box &box) {
   const TensorRecord &tensor = table.at(name);
-  HostTensor out = HostTensor::zeros(tensor.dtype, box.shape);
+  StatusOr<HostTensor> zeroed = checkedZeros(tensor.dtype, box.shape);
+  if (!zeroed.isOk())
+    return Status::error(index_.path + "/meta.json: tensor '" + name +
+                         "': " + zeroed.status().message());
+  HostTensor out = std::move(zeroed).value();
   size_t elem = dtypeSize(tensor.dtype);
   std::vector<uint8_t> covered(size_t(product(box.shape)), 0);
   for (const ShardRecord &shard : tensor.shards) {

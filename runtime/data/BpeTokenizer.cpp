@@ -147,13 +147,22 @@ private:
   uint64_t serial_ = nextTokenizerSerial++;
 };
 
+/// How many unused ids a vocabulary may leave below its largest id.
+constexpr int64_t kMaxIdGap = 1 << 16;
+
 StatusOr<std::unique_ptr<Tokenizer>> BpeTokenizer::make(BpeSpec spec) {
   auto t = std::make_unique<BpeTokenizer>();
   const std::string &src = spec.source;
+  // Ids index a table, so an id far past the number of tokens is a corrupt file, refused before
+  // the table grows to it; real vocabularies are dense or have small gaps.
+  int64_t idLimit = std::min<int64_t>(
+      INT32_MAX, int64_t(spec.vocab.size() + spec.addedTokens.size()) + kMaxIdGap);
   auto setToken = [&](int64_t id, std::string bytes, const std::string &name) -> Status {
-    if (id < 0 || id >= INT32_MAX)
-      return Status::error(src + ": token '" + name + "' has id " + std::to_string(id) +
-                           " (ids are 0.." + std::to_string(INT32_MAX - 1) + ")");
+    if (id < 0 || id >= idLimit)
+      return Status::error(
+          src + ": token '" + name + "' has id " + std::to_string(id) + ", but the ids of its " +
+          std::to_string(spec.vocab.size() + spec.addedTokens.size()) + " tokens must lie in 0.." +
+          std::to_string(idLimit - 1) + " (a corrupt id?)");
     if (static_cast<size_t>(id) >= t->pieces_.size()) {
       t->pieces_.resize(id + 1);
       t->present_.resize(id + 1);

@@ -1,6 +1,7 @@
 // Reading and writing NumPy .npy files (versions 1.0, 2.0, 3.0), little-endian C order.
 #include "runtime/io/Npy.h"
 
+#include "support/Checked.h"
 #include "support/Files.h"
 #include "support/Float16.h"
 
@@ -203,13 +204,7 @@ StatusOr<HostTensor> parseNpy(const std::vector<uint8_t> &bytes) {
     return Status::error("fortran_order=True is not supported; save a C-order array "
                          "(numpy.ascontiguousarray)");
   ASSIGN_OR_RETURN(DType dtype, dtypeFromDescr(header.descr));
-  uint64_t count = 1;
-  for (int64_t d : header.shape) {
-    if (d != 0 && count > std::numeric_limits<uint64_t>::max() / 8 / static_cast<uint64_t>(d))
-      return Status::error("shape " + shapeString(header.shape) + " is too large");
-    count *= static_cast<uint64_t>(d);
-  }
-  uint64_t dataBytes = count * dtypeSize(dtype);
+  ASSIGN_OR_RETURN(uint64_t dataBytes, checkedByteSize(header.shape, dtypeSize(dtype)));
   if (bytes.size() - dataStart != dataBytes)
     return Status::error("shape " + shapeString(header.shape) + " of " + header.descr + " needs " +
                          std::to_string(dataBytes) + " data bytes but the file has " +

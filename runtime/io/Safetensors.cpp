@@ -1,6 +1,7 @@
 // Reading and writing safetensors files, validating the header against the file's size.
 #include "runtime/io/Safetensors.h"
 
+#include "support/Checked.h"
 #include "support/Files.h"
 #include "support/Json.h"
 
@@ -35,16 +36,13 @@ Status parseTensor(const std::string &name, const json::Value &entry, std::span<
                          "' is not supported (supported: F64 F32 BF16 F16 I64 I32 BOOL)");
   if (!shape || shape->kind != json::Value::Kind::array)
     return Status::error("missing or non-array \"shape\"");
-  uint64_t count = 1;
   for (const json::Value &d : shape->items) {
     int64_t dim;
     if (!nonNegativeInt(d, dim))
       return Status::error("shape entries must be non-negative integers");
-    if (dim != 0 && count > std::numeric_limits<uint64_t>::max() / 8 / static_cast<uint64_t>(dim))
-      return Status::error("shape is too large");
-    count *= static_cast<uint64_t>(dim);
     out.shape.push_back(dim);
   }
+  ASSIGN_OR_RETURN(uint64_t need, checkedByteSize(out.shape, dtypeSize(out.dtype)));
   if (!offsets || offsets->kind != json::Value::Kind::array || offsets->items.size() != 2)
     return Status::error("\"data_offsets\" must be an array [begin, end]");
   int64_t begin, end;
@@ -54,7 +52,6 @@ Status parseTensor(const std::string &name, const json::Value &entry, std::span<
   if (begin > end || static_cast<uint64_t>(end) > data.size())
     return Status::error("data_offsets " + range + " lie outside the data section (" +
                          std::to_string(data.size()) + " bytes; is the file truncated?)");
-  uint64_t need = count * dtypeSize(out.dtype);
   if (static_cast<uint64_t>(end - begin) != need)
     return Status::error("data_offsets " + range + " hold " + std::to_string(end - begin) +
                          " bytes, but shape " + shapeString(out.shape) + " of " + dtype->string +

@@ -321,6 +321,34 @@ TEST(Checkpoint, Issue19LossScaleIsValidated) {
   EXPECT_FALSE(refusal(editedMeta("scaleinf", "\"scale\": 32768", "\"scale\": 1e400")).empty());
 }
 
+// Issue 19, finding 10: a meta.json shape of [2^32, 2^32] wrapped the element count to 0, the
+// tensor was allocated empty and written past (SIGSEGV); [2^40] and [2^61] threw bad_alloc.
+TEST(Checkpoint, Issue19HugeShapesAreRefusedNotAllocated) {
+  for (const char *shape : {"[4294967296, 4294967296]", "[1099511627776, 1]",
+                            "[2305843009213693952, 1]", "[9223372036854775807, 2]"}) {
+    std::string refused = refusal(editedMeta("huge", "\"shape\": [2, 3], \"shards\"",
+                                             std::string("\"shape\": ") + shape + ", \"shards\""));
+    EXPECT_NE(refused.find("tensor 'wte': shape "), std::string::npos) << shape << ": " << refused;
+  }
+  // A shard's offset + shape past int64 is outside its tensor, not a wrapped small number.
+  std::string refused = refusal(
+      editedMeta("hugeoffset", "\"offset\": [0, 0]", "\"offset\": [9223372036854775807, 0]"));
+  EXPECT_NE(refused.find("lies outside its shape"), std::string::npos) << refused;
+  // readBox checks the size it allocates even for a table built in memory.
+  std::string dir = freshDir("hugebox");
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(1), modelOf(1), optimizerOf(1)).isOk());
+  StatusOr<ckpt::CheckpointIndex> index = ckpt::readCheckpointIndex(dir + "/step-1");
+  ASSERT_TRUE(index.isOk()) << index.status().message();
+  ckpt::ShardReader reader(*index);
+  for (std::vector<int64_t> shape : {std::vector<int64_t>{int64_t(1) << 32, int64_t(1) << 32},
+                                     std::vector<int64_t>{int64_t(1) << 40, 1}}) {
+    StatusOr<HostTensor> box = reader.readBox(index->parameters, "wte", {{0, 0}, shape});
+    ASSERT_FALSE(box.isOk());
+    EXPECT_NE(box.status().message().find("tensor 'wte': shape"), std::string::npos)
+        << box.status().message();
+  }
+}
+
 TEST(CheckpointShards, ExtractAndInsertBoxesRoundTrip) {
   // A [4, 6] tensor cut into 2 x 3 boxes of [2, 2], as tp/dp shards would cut it.
   std::vector<double> values(24);

@@ -431,6 +431,31 @@ TEST(BpeTokenizer, HuggingFaceJsonRefusals) {
   EXPECT_NE(missing.status().message().find("/nonexistent/tokenizer.json"), std::string::npos);
 }
 
+// Issue 19, finding 12: a token id of 2147483646 in vocab.json or tokenizer.json (vocabulary
+// or added_tokens) grew the id table to 2^31 entries and aborted with bad_alloc.
+TEST(BpeTokenizer, Issue19HugeTokenIdIsRefused) {
+  TempDir dir;
+  TinyVocab v(Merges{{"a", "b"}});
+  auto message = [](const std::string &spec) {
+    auto t = makeTokenizer(spec);
+    return t.isOk() ? std::string("(no error)") : t.status().message();
+  };
+  std::string merges = dir.write("merges.txt", v.mergesTxt());
+  std::string vocab = v.vocabJson();
+  vocab.insert(vocab.size() - 1, ",\n\"zz\": 2147483646");
+  std::string gpt2 = message("gpt2:" + dir.write("vocab.json", vocab) + "," + merges);
+  EXPECT_NE(gpt2.find("token 'zz' has id 2147483646, but the ids of its"), std::string::npos)
+      << gpt2;
+  std::string added = message(
+      "hf:" + dir.write("t.json", hfJson(v, {{"added_tokens", R"([{"id": 2147483646, "content":
+          "<big>", "special": true}])"}})));
+  EXPECT_NE(added.find("token '<big>' has id 2147483646"), std::string::npos) << added;
+  // A small gap is a real vocabulary's, and fine.
+  std::string gap = message("hf:" + dir.write("g.json", hfJson(v, {{"added_tokens", R"([{"id":
+          1000, "content": "<gap>", "special": true}])"}})));
+  EXPECT_EQ(gap, "(no error)");
+}
+
 TEST(ByteTokenizer, RoundTripAndErrors) {
   auto t = makeTokenizer("byte");
   ASSERT_TRUE(t.isOk());
