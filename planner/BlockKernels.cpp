@@ -5,6 +5,8 @@
 
 #include "planner/CostModel.h"
 
+#include <algorithm>
+
 namespace megac::planner {
 namespace {
 
@@ -55,7 +57,11 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
                           const StackProfile &stack) {
   const int64_t t = g.tp, e = elementBytes(g.precision);
   const int64_t T = g.microBatch * s.seq, h = s.hidden, dh = s.hidden / s.heads;
-  const int64_t heads = s.heads / t, kvHeads = (s.kvHeads > 0 ? s.kvHeads : s.heads) / t;
+  // Fewer kv heads than tp (megac replicates them, passes/partition): every rank computes all
+  // kv heads in whole k/v projections, repeats each `replicas` times and keeps its slice.
+  const int64_t kvAll = s.kvHeads > 0 ? s.kvHeads : s.heads;
+  const int64_t replicas = std::max<int64_t>(1, kvReplicas(s, t));
+  const int64_t heads = s.heads / t, kvHeads = replicas > 1 ? kvAll : kvAll / t;
   const int64_t ffn = ceilDiv(s.ffn > 0 ? s.ffn : 4 * h, t);
   const double Tl = g.sequenceParallel ? double(T) / double(t) : double(T);
   const double act = double(T) * double(h) * double(e); // one full activation, bytes
@@ -186,7 +192,24 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
       b.mem(KernelClass::rope, qBytes + kBytes);
     }
   };
+  // Replicated kv heads: k and v repeated (a broadcast of the whole heads) and each rank's slice
+  // copied out; backward, the slices' gradients all-gathered and summed over the replicas.
+  const double kvWhole = double(T) * double(kvAll * dh) * double(e);
+  auto repeatKv = [&](Builder &b, bool backward) {
+    if (replicas == 1)
+      return;
+    double repeated = kvWhole * double(replicas);
+    if (!backward) {
+      b.mem(KernelClass::broadcast, kvWhole + repeated, 2);
+      b.mem(KernelClass::copy, 2 * repeated / double(t), 2);
+    } else {
+      b.comm(Collective::allGather, repeated);
+      b.comm(Collective::allGather, repeated);
+      b.mem(KernelClass::reduce, repeated + kvWhole, 2);
+    }
+  };
   rope(fwd);
+  repeatKv(fwd, false);
   headCopies(fwd);
   coreForward();
   linearForward(proj);
@@ -242,6 +265,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   linearBackward(proj);
   headCopies(bwd);
   coreBackward();
+  repeatKv(bwd, true);
   rope(bwd);
   for (const Linear &l : qkv)
     linearBackward(l);
@@ -253,7 +277,8 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   if (stack.separateGradAccumulation) {
     // Per micro-batch: main_grad (fp32) += this micro-batch's gradient of every local weight.
     // One add per parameter tensor (megac's accumulators; Megatron's main_grad hooks).
-    double params = layerParameters(s) / double(t);
+    double wholeKv = replicas > 1 ? kvProjectionParameters(s) : 0.0;
+    double params = (layerParameters(s) - wholeKv) / double(t) + wholeKv;
     double matrices = double(qkv.size()) + 1 + (s.gatedMlp ? 3 : 2);
     double tensors = matrices * (bias ? 2 : 1) + (bias ? 4 : 2);
     PassKernels acc;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 
 namespace megac::planner {
 namespace {
@@ -164,6 +165,21 @@ double layerParameters(const TransformerShape &s) {
   double proj = h * h + bias * h;
   double mlp = (s.gatedMlp ? 3 * h * f : 2 * h * f) + bias * ((s.gatedMlp ? 2 : 1) * f + h);
   return qkv + proj + mlp + (s.biases ? 4 : 2) * h; // + two norms (scale, and LayerNorm's bias)
+}
+
+int64_t kvReplicas(const TransformerShape &s, int64_t tp) {
+  int64_t kv = s.kvHeads > 0 ? s.kvHeads : s.heads;
+  if (tp < 1 || kv < 1 || s.heads % tp != 0)
+    return 0;
+  if (kv % tp == 0)
+    return 1;
+  int64_t replicas = std::lcm(kv, tp) / kv;
+  return s.heads % (kv * replicas) == 0 ? replicas : 0;
+}
+
+double kvProjectionParameters(const TransformerShape &s) {
+  double h = double(s.hidden), g = kvFraction(s);
+  return 2 * g * h * (h + (s.biases ? 1 : 0));
 }
 
 double nonLayerParameters(const TransformerShape &s) {

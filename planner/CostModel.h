@@ -67,6 +67,13 @@ double p2pSeconds(const Cluster &cluster, bool crossNode, double bytes);
 
 /// Parameters of one transformer block (weights, biases, two norms) from the dims.
 double layerParameters(const TransformerShape &shape);
+/// How many copies of each key/value head tp makes: 1 when tp divides the kv heads; with fewer
+/// (or indivisible) kv heads, the smallest r with tp | kv·r | heads — megac's partitioner then
+/// keeps the k/v projections whole and repeats each head r times (passes/partition); 0 when no
+/// such r exists (or tp does not divide the query heads).
+int64_t kvReplicas(const TransformerShape &shape, int64_t tp);
+/// The k/v projection parameters (weights and biases) of one block.
+double kvProjectionParameters(const TransformerShape &shape);
 /// Parameters outside the blocks: shape.parameters minus the blocks when the IR gave a count,
 /// else the embedding, learned positions, final norm (and an untied head).
 double nonLayerParameters(const TransformerShape &shape);

@@ -1,6 +1,7 @@
 // One training step's predicted time and memory under a layout (planner/Planner.h's estimate),
 // assembled from planner/CostModel.h's pieces. Model assumptions are stated where they are used.
 #include "planner/CostModel.h"
+#include "support/Checked.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,10 @@ namespace megac::planner {
 namespace {
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The most micro-batches per step the planner simulates: a pipeline schedule holds about
+// 2*m*vpp steps per stage, so an unbounded m (a global batch of 10^12) exhausted memory.
+constexpr int64_t kMaxMicroBatchesPerStep = int64_t(1) << 16;
 
 // Without SP the norms, residual adds and the tensors around them are replicated over tp: two
 // LayerNorms (scale and bias) and the two row-parallel biases, or two RMSNorm scales.
@@ -71,14 +76,23 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
   if (s.heads % l.tp)
     return fail("tp " + std::to_string(l.tp) + " does not divide the " + std::to_string(s.heads) +
                 " attention heads");
-  if (s.kvHeads % l.tp)
+  if (s.kvHeads % l.tp && !stack_.replicatesKvHeads)
     return fail("tp " + std::to_string(l.tp) + " does not divide the " + std::to_string(s.kvHeads) +
-                " key/value heads (grouped-query attention keeps whole kv heads per rank); use a "
-                "tp that divides " +
+                " key/value heads, and " + stack_.name +
+                " keeps whole kv heads per rank (megac's own stack replicates them); use a tp "
+                "that divides " +
                 std::to_string(s.kvHeads));
+  if (kvReplicas(s, l.tp) == 0)
+    return fail("tp " + std::to_string(l.tp) + " cannot replicate the " +
+                std::to_string(s.kvHeads) + " key/value heads to a multiple of tp that divides the " +
+                std::to_string(s.heads) + " query heads");
   if (s.ffn % l.tp)
     return fail("tp " + std::to_string(l.tp) + " does not divide the MLP size " +
                 std::to_string(s.ffn));
+  std::optional<int64_t> dpTimesB = checkedMul(l.dp, l.microBatch);
+  if (!dpTimesB || *dpTimesB > globalBatch_)
+    return fail("dp*micro-batch = " + std::to_string(l.dp) + "*" + std::to_string(l.microBatch) +
+                " exceeds the global batch " + std::to_string(globalBatch_));
   if (globalBatch_ % (l.dp * l.microBatch))
     return fail("dp*micro-batch = " + std::to_string(l.dp * l.microBatch) +
                 " does not divide the global batch " + std::to_string(globalBatch_));
@@ -86,6 +100,12 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
     return fail("pp*vpp = " + std::to_string(l.pp * l.vpp) + " chunks but only " +
                 std::to_string(s.layers) + " layers");
   int64_t m = globalBatch_ / (l.dp * l.microBatch);
+  if (m > kMaxMicroBatchesPerStep)
+    return fail("global batch " + std::to_string(globalBatch_) + " / (dp*micro-batch = " +
+                std::to_string(l.dp * l.microBatch) + ") is " + std::to_string(m) +
+                " micro-batches per step, more than the " +
+                std::to_string(kMaxMicroBatchesPerStep) +
+                " the planner simulates; use a larger --micro-batch or a smaller --global-batch");
   if (l.vpp > 1 && (l.pp == 1 || m % l.pp))
     return fail("vpp " + std::to_string(l.vpp) + " needs pp > 1 and the " + std::to_string(m) +
                 " micro-batches divisible by pp " + std::to_string(l.pp));
@@ -141,6 +161,8 @@ const StepEstimator::Pipeline &StepEstimator::pipeline(int64_t pp, int64_t vpp, 
 double StepEstimator::stageParameters(const Layout &l, bool first, bool last) const {
   const TransformerShape &s = shape_;
   double replicated = double(replicatedLayerParameters(s));
+  if (s.kvHeads > 0 && s.kvHeads % l.tp != 0) // replicated kv heads: whole k/v projections
+    replicated += kvProjectionParameters(s);
   double perLayer = (layerParameters(s) - replicated) / double(l.tp) + replicated;
   double layers = double(l.vpp * ceilDiv(s.layers, l.pp * l.vpp));
   double table = double(ceilDiv(s.vocab, l.tp)) * double(s.hidden);

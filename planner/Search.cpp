@@ -36,7 +36,8 @@ public:
   Searcher(const TransformerShape &shape, const Cluster &cluster, int64_t globalBatch,
            const Pins &pins, int topK, const StackProfile &stack)
       : shape_(shape), cluster_(cluster), globalBatch_(globalBatch), pins_(pins),
-        topK_(std::max(1, topK)), estimator_(shape, cluster, globalBatch, stack) {}
+        topK_(std::max(1, topK)), estimator_(shape, cluster, globalBatch, stack),
+        replicatesKvHeads_(stack.replicatesKvHeads) {}
 
   SearchResult run() {
     int64_t devices = cluster_.devices();
@@ -44,13 +45,15 @@ public:
       result_.why = "model shape, global batch and cluster size must be positive";
       return result_;
     }
-    // tp divides the heads (and kv heads, ffn) and stays in a node unless pinned; pp divides
+    // tp divides the heads and ffn (and the kv heads, unless the stack replicates them) and
+    // stays in a node unless pinned; pp divides
     // the layers (whole blocks per stage, as Megatron requires).
     int64_t kvHeads = shape_.kvHeads > 0 ? shape_.kvHeads : shape_.heads;
     int64_t ffn = shape_.ffn > 0 ? shape_.ffn : 4 * shape_.hidden;
     std::vector<int64_t> tps;
     for (int64_t t : divisors(shape_.heads))
-      if (kvHeads % t == 0 && ffn % t == 0 && t <= cluster_.device.devicesPerNode)
+      if ((kvHeads % t == 0 || (replicatesKvHeads_ && kvReplicas(shape_, t) > 0)) &&
+          ffn % t == 0 && t <= cluster_.device.devicesPerNode)
         tps.push_back(t);
     for (int64_t tp : pinnedOr(pins_.tp, tps))
       for (int64_t pp : pinnedOr(pins_.pp, divisors(shape_.layers)))
@@ -188,6 +191,7 @@ private:
   const Pins &pins_;
   int64_t topK_;
   StepEstimator estimator_;
+  bool replicatesKvHeads_; // the stack replicates kv heads when tp exceeds them
   SearchResult result_;
   std::string firstInvalid_;
   std::optional<Layout> smallest_;

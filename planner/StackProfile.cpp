@@ -19,6 +19,7 @@ StackProfile megac(bool cpu) {
                         "no overlap, pipeline sends through host memory";
   p.transposeInstructions = true;
   p.separateGradAccumulation = true;
+  p.replicatesKvHeads = true;
   if (cpu) {
     p.inOrder = true;
     return p;

@@ -55,6 +55,9 @@ struct StackProfile {
   /// Gradient clipping as its own pass over the gradients (apex's multi_tensor_scale); megac
   /// folds the clip coefficient into AdamW.
   bool clipPass = false;
+  /// Fewer key/value heads than tp: each kv head replicated over the ranks whose query heads
+  /// read it (megac); Megatron-Core refuses such a tp.
+  bool replicatesKvHeads = false;
 };
 
 /// The built-in profiles: megac (the stack this build runs: its CUDA runtime on GPUs, its

@@ -11,6 +11,8 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include <numeric>
+
 using namespace mlir;
 
 namespace megac::passes {
@@ -38,6 +40,7 @@ public:
   LogicalResult run() {
     if (failed(seedArguments()))
       return failure();
+    replicateKeyValueHeads();
     SmallVector<Operation *> ops;
     for (Operation &op : f_.getBody().front())
       ops.push_back(&op);
@@ -129,6 +132,69 @@ private:
     return success();
   }
 
+  /// Grouped-query attention with fewer key/value heads than tp (Gemma's one kv head,
+  /// Falcon's multi-query attention): tp must divide the query heads; the kv heads are
+  /// replicated so that every rank holds the kv head(s) its query heads read. Key and value are
+  /// repeated r times along the head dim (r the smallest with tp | g·r | h: query head i still
+  /// reads replica i / (h / (g·r)) of kv head i / (h / g)), and the projections that produce
+  /// them keep their weights whole on every rank: each rank computes all g kv heads (g·d
+  /// columns, small next to the query's h·d / tp) and takes its replica. The gradient of a
+  /// replica flows back through the repeat into the one whole projection; it is complete on
+  /// every rank (the slice's gradient gathers the replicas), so checkpoints store each kv head
+  /// once. Megatron-Core refuses this case; vLLM replicates the same way for inference.
+  void replicateKeyValueHeads() {
+    if (tp_ == 1)
+      return;
+    SmallVector<mega::AttentionOp> attentions;
+    f_.walk([&](mega::AttentionOp op) { attentions.push_back(op); });
+    for (mega::AttentionOp attention : attentions) {
+      auto q = cast<RankedTensorType>(attention.getQuery().getType());
+      auto k = cast<RankedTensorType>(attention.getKey().getType());
+      int64_t heads = q.getDimSize(2), kvHeads = k.getDimSize(2);
+      if (heads % tp_ != 0 || kvHeads % tp_ == 0)
+        continue; // not divisible: an error when the attention is visited
+      int64_t replicas = std::lcm(kvHeads, tp_) / kvHeads;
+      if (heads % (kvHeads * replicas) != 0)
+        continue;
+      for (OpOperand *operand : {&attention.getKeyMutable(), &attention.getValueMutable()}) {
+        markKeyValueProjection(operand->get());
+        operand->set(repeatHeads(attention, operand->get(), replicas));
+      }
+    }
+  }
+
+  /// x [b, t, g, d] -> [b, t, g·r, d], each head repeated r times in place (g0 g0 g1 g1 ...).
+  Value repeatHeads(Operation *before, Value x, int64_t replicas) {
+    OpBuilder b(before);
+    Location loc = before->getLoc();
+    auto type = cast<RankedTensorType>(x.getType());
+    ArrayRef<int64_t> s = type.getShape();
+    Type element = type.getElementType();
+    auto split = RankedTensorType::get({s[0], s[1], s[2], 1, s[3]}, element);
+    auto repeated = RankedTensorType::get({s[0], s[1], s[2], replicas, s[3]}, element);
+    auto merged = RankedTensorType::get({s[0], s[1], s[2] * replicas, s[3]}, element);
+    Value v = mega::ReshapeOp::create(b, loc, split, x);
+    v = mega::BroadcastOp::create(b, loc, repeated, v);
+    return mega::ReshapeOp::create(b, loc, merged, v);
+  }
+
+  /// The linear whose output `v` is, through reshapes, transposes, rotary and casts: its weight
+  /// stays whole under tp (it is then not an error that tp does not divide its output dim).
+  void markKeyValueProjection(Value v) {
+    while (Operation *def = v.getDefiningOp()) {
+      if (auto linear = dyn_cast<mega::LinearOp>(def)) {
+        wholeWeights_.insert(linear.getWeight());
+        return;
+      }
+      if (isa<mega::ReshapeOp, mega::TransposeOp, mega::CastOp>(def))
+        v = def->getOperand(0);
+      else if (auto rope = dyn_cast<mega::RopeOp>(def))
+        v = rope.getInput();
+      else
+        return;
+    }
+  }
+
   /// Megatron's choices, made where a parameter is first used: linear weights column parallel
   /// unless their input is already split on the contracted dim (row parallel), embedding tables
   /// vocab parallel.
@@ -139,6 +205,8 @@ private:
       Value w = linear.getWeight();
       if (!undecided_.contains(w))
         return success();
+      if (wholeWeights_.contains(w))
+        return decide(w, Sharding::replicated(2));
       ArrayRef<int64_t> shape = cast<RankedTensorType>(w.getType()).getShape();
       Sharding layout = Sharding::replicated(2);
       if (llvm::is_contained(get(linear.getInput()).dims.back(), kTp)) {
@@ -169,9 +237,16 @@ private:
     } else if (auto attention = dyn_cast<mega::AttentionOp>(op)) {
       int64_t heads = cast<RankedTensorType>(attention.getQuery().getType()).getDimSize(2);
       int64_t kvHeads = cast<RankedTensorType>(attention.getKey().getType()).getDimSize(2);
-      if (heads % tp_ != 0 || kvHeads % tp_ != 0)
-        return op->emitError() << "attention has " << heads << " heads (" << kvHeads
-                               << " key/value heads), which are not divisible by tp = " << tp_;
+      if (heads % tp_ != 0)
+        return op->emitError() << "attention has " << heads << " query heads, which tp = " << tp_
+                               << " does not divide: tensor parallelism splits the query heads "
+                                  "(choose a tp that divides "
+                               << heads << ")";
+      if (kvHeads % tp_ != 0) // replicateKeyValueHeads found no replication
+        return op->emitError() << "attention has " << heads << " query heads on " << kvHeads
+                               << " key/value heads: tp = " << tp_ << " needs the key/value "
+                               << "heads replicated to a multiple of " << tp_
+                               << " that divides " << heads;
     }
     return success();
   }
@@ -415,6 +490,7 @@ private:
   int64_t tp_, dp_;
   bool sp_;
   llvm::DenseSet<Value> undecided_;
+  llvm::DenseSet<Value> wholeWeights_; // key/value projections of replicated kv heads
   llvm::MapVector<Value, mega::CastOp> deferredCasts_;
 };
 

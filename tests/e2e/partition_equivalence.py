@@ -228,6 +228,15 @@ GPT_H12 = dict(name="gpt-h12", spec=f"gpt:layers=2,hidden=12,heads=4,seq={SEQ},v
 LLAMA = dict(name="llama",
              spec=f"llama:layers=4,hidden=16,heads=4,kv_heads=2,ffn=24,seq={SEQ},vocab={VOCAB}",
              layers=4, vocab=VOCAB)
+# Fewer key/value heads than tp (issue 18): one kv head (Gemma-2B, Falcon-7B multi-query) under
+# tp 2 and tp 4, two kv heads under tp 4; each rank holds the kv head its query heads read, the
+# kv projections stay whole and their gradients complete on every rank.
+LLAMA_MQA = dict(name="llama-mqa",
+                 spec=f"llama:layers=2,hidden=16,heads=4,kv_heads=1,ffn=24,seq={SEQ},vocab={VOCAB}",
+                 layers=2, vocab=VOCAB)
+LLAMA_KV2 = dict(name="llama-kv2",
+                 spec=f"llama:layers=2,hidden=32,heads=8,kv_heads=2,ffn=24,seq={SEQ},vocab={VOCAB}",
+                 layers=2, vocab=VOCAB)
 T5 = dict(name="t5", spec=f"t5:layers=2,hidden=16,heads=4,seq=4,dec_seq=4,vocab={VOCAB}",
           layers=4, vocab=VOCAB)
 
@@ -247,7 +256,9 @@ def plan(groups):
         cases += [(GPT, Layout(tp=2, pp=2, dp=2), ("fp32",)),
                   (GPT, Layout(tp=2, sp=True), ("fp32",)),
                   (GPT, CONTROL, ("fp64",)),
-                  (LLAMA, Layout(tp=2, pp=2, dp=2, sp=True), ("fp64",))]
+                  (LLAMA, Layout(tp=2, pp=2, dp=2, sp=True), ("fp64",)),
+                  (LLAMA_MQA, Layout(tp=2), ("fp64",)),
+                  (LLAMA_KV2, Layout(tp=4), ("fp64",))]
     if "grid" in groups:
         cases += [(GPT, layout, ("fp64", "fp32")) for layout in grid_layouts(GPT["layers"])]
     if "features" in groups:
@@ -275,6 +286,10 @@ def plan(groups):
                   for layout in (Layout(tp=2), Layout(pp=2), Layout(dp=2, zero=1),
                                  Layout(tp=2, dp=2, sp=True), Layout(pp=2, vpp=2),
                                  Layout(tp=2, pp=2, recompute="selective"))]
+        cases += [(LLAMA_MQA, layout, ("fp64", "fp32"))
+                  for layout in (Layout(tp=4), Layout(tp=2, dp=2, sp=True),
+                                 Layout(tp=2, pp=2, dp=2, zero=1))]
+        cases += [(LLAMA_KV2, layout, ("fp64",)) for layout in (Layout(tp=4, sp=True),)]
     if "mixed" in groups:
         for precision in ("bf16", "fp16"):
             cases += [(GPT, layout, (precision,))
@@ -521,7 +536,7 @@ def main():
         except ImportError as e:
             skipped.append(f"onnx: torch/onnx not importable ({e})")
             cases = [c for c in cases if c[0]["name"] != "onnx"]
-    for m in (GPT, BERT, GPT_UNTIED, GPT_V30, GPT_FFN, GPT_H12, T5, LLAMA):
+    for m in (GPT, BERT, GPT_UNTIED, GPT_V30, GPT_FFN, GPT_H12, T5, LLAMA, LLAMA_MQA, LLAMA_KV2):
         model_args[m["name"]] = ["--model", m["spec"]]
 
     references = {}

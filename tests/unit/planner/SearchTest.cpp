@@ -157,5 +157,57 @@ TEST(SearchTest, ImpossiblePinsSayWhy) {
   EXPECT_EQ(r.why, "dp 3 != devices/(tp*pp) = 8");
 }
 
+// Issue 18: fewer key/value heads than tp. megac's partitioner replicates them (each rank
+// computes the whole k/v projections and keeps the replica its query heads read), so its stack
+// accepts tp 8 for one kv head and counts the whole projections in every rank's parameters;
+// Megatron's stacks refuse, saying why.
+TEST(SearchTest, FewerKvHeadsThanTpAreReplicatedOnMegacsStack) {
+  EXPECT_EQ(kvReplicas([] { auto s = gpt(1, 64, 8, 64, 64); s.kvHeads = 1; return s; }(), 8), 8);
+  EXPECT_EQ(kvReplicas([] { auto s = gpt(1, 64, 8, 64, 64); s.kvHeads = 2; return s; }(), 4), 2);
+  EXPECT_EQ(kvReplicas([] { auto s = gpt(1, 60, 6, 64, 64); s.kvHeads = 3; return s; }(), 2), 2);
+  EXPECT_EQ(kvReplicas([] { auto s = gpt(1, 64, 8, 64, 64); s.kvHeads = 8; return s; }(), 4), 1);
+  EXPECT_EQ(kvReplicas([] { auto s = gpt(1, 60, 3, 64, 64); s.kvHeads = 3; return s; }(), 2), 0);
+
+  Cluster cluster = *parseCluster("h100-sxm:1x8", nullptr);
+  TransformerShape mqa = gpt(8, 4096, 32, 2048, 32000);
+  mqa.kvHeads = 1;
+  Layout tp8{8, 1, 1, 1, 1, true, 0, Recompute::selective, Precision::bf16};
+  std::string why;
+  std::optional<StepCost> megac = estimate(mqa, cluster, 8, tp8, &why);
+  ASSERT_TRUE(megac) << why;
+  // Per rank, the whole k/v projections of one kv head hold as many parameters as 1/8 of the
+  // projections of 8 kv heads: the same shape with 8 kv heads at tp 8 has equal parameter bytes.
+  TransformerShape gqa = mqa;
+  gqa.kvHeads = 8;
+  std::optional<StepCost> sharded = estimate(gqa, cluster, 8, tp8, &why);
+  ASSERT_TRUE(sharded) << why;
+  EXPECT_NEAR(megac->parameterBytes, sharded->parameterBytes, 1e-9 * sharded->parameterBytes);
+  // At tp 4 each rank holds the one whole kv head against 8/4 = 2 of the grouped shape's.
+  Layout tp4 = tp8;
+  tp4.tp = 4;
+  tp4.dp = 2;
+  std::optional<StepCost> mqa4 = estimate(mqa, cluster, 8, tp4, &why);
+  std::optional<StepCost> gqa4 = estimate(gqa, cluster, 8, tp4, &why);
+  ASSERT_TRUE(mqa4 && gqa4) << why;
+  EXPECT_LT(mqa4->parameterBytes, gqa4->parameterBytes);
+  for (const char *name : {"megatron-2021", "megatron-core"}) {
+    std::optional<StepCost> refused =
+        estimate(mqa, cluster, 8, tp8, &why, *stackProfile(name, false));
+    EXPECT_FALSE(refused) << name;
+    EXPECT_NE(why.find("does not divide the 1 key/value heads"), std::string::npos) << why;
+  }
+  // The search offers tp 2..8 on megac's stack; tp 1 only on Megatron's.
+  Pins pins;
+  pins.pp = 1;
+  std::set<int64_t> tps;
+  SearchResult r = search(mqa, cluster, 8, pins, 100);
+  for (const PlanCandidate &c : r.best)
+    tps.insert(c.layout.tp);
+  EXPECT_TRUE(tps.count(8));
+  SearchResult core = search(mqa, cluster, 8, pins, 100, *stackProfile("megatron-core", false));
+  for (const PlanCandidate &c : core.best)
+    EXPECT_EQ(c.layout.tp, 1);
+}
+
 } // namespace
 } // namespace megac::planner

@@ -17,7 +17,7 @@ module attributes {mega.model = "gpt:layers=1,hidden=6,heads=2,ffn=24,seq=4,voca
     %7 = mega.reshape %6 : tensor<4x4x6xf32> -> tensor<4x4x2x3xf32>
     %8 = mega.linear %3, %arg9, %arg10 : (tensor<4x4x6xf32>, tensor<6x6xf32>, tensor<6xf32>) -> tensor<4x4x6xf32>
     %9 = mega.reshape %8 : tensor<4x4x6xf32> -> tensor<4x4x2x3xf32>
-    // expected-error@+1 {{attention has 2 heads (2 key/value heads), which are not divisible by tp = 3}}
+    // expected-error@+1 {{attention has 2 query heads, which tp = 3 does not divide: tensor parallelism splits the query heads (choose a tp that divides 2)}}
     %10 = mega.attention %5, %7, %9 causal : (tensor<4x4x2x3xf32>, tensor<4x4x2x3xf32>, tensor<4x4x2x3xf32>) -> tensor<4x4x2x3xf32>
     %11 = mega.reshape %10 : tensor<4x4x2x3xf32> -> tensor<4x4x6xf32>
     %12 = mega.linear %11, %arg11, %arg12 : (tensor<4x4x6xf32>, tensor<6x6xf32>, tensor<6xf32>) -> tensor<4x4x6xf32>

@@ -2,9 +2,10 @@
 // Hugging Face LlamaForCausalLM export, shrunk): rope on q [b, h, s, d] and k [b, hk, s, d]
 // keeps the heads split over tp, grouped-query attention splits its 2 kv heads, and the SwiGLU
 // gate's silu is split like its column-parallel linear. tp = 4 does not divide the 2 kv heads:
-// a clear error.
+// they are replicated (issue 18): the k and v projections stay whole, each kv head is repeated
+// twice, and the 4 repeated heads split over tp like the 4 query heads (a local slice).
 // RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="tp=2" | FileCheck %s
-// RUN: not megac-opt %s --mega-training-loss --mega-sharding-propagation="tp=4" 2>&1 | FileCheck %s --check-prefix=TP4
+// RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="tp=4" | FileCheck %s --check-prefix=TP4
 
 // CHECK-LABEL: func.func @forward_backward(
 // CHECK-SAME: tensor<8x8xf32, #mega.sharding<#mesh, {{\[\[}}tp], []]>> {mega.param = "q"}
@@ -21,7 +22,16 @@
 // CHECK: mega.silu %{{.*}} : tensor<2x4x16xf32, #mega.sharding<#mesh, {{\[\[}}], [], [tp]]>>
 // CHECK-NEXT: mega.mul %{{.*}}, %{{.*}} : tensor<2x4x16xf32, #mega.sharding<#mesh, {{\[\[}}], [], [tp]]>>
 
-// TP4: error: attention has 4 heads (2 key/value heads), which are not divisible by tp = 4
+// TP4-LABEL: func.func @forward_backward(
+// TP4-SAME: tensor<8x8xf32, #mega.sharding<#mesh, {{\[\[}}tp], []]>> {mega.param = "q"}
+// TP4-SAME: tensor<4x8xf32> {mega.param = "k"}
+// TP4-SAME: tensor<4x8xf32> {mega.param = "v"}
+// TP4: %[[K:.*]] = mega.rope {{.*}} -> tensor<2x2x4x2xf32>
+// TP4: %[[K1:.*]] = mega.reshape %{{.*}} : tensor<2x4x2x2xf32> -> tensor<2x4x2x1x2xf32>
+// TP4-NEXT: %[[K2:.*]] = mega.broadcast %[[K1]] : tensor<2x4x2x1x2xf32> -> tensor<2x4x2x2x2xf32>
+// TP4-NEXT: %[[K3:.*]] = mega.reshape %[[K2]] : tensor<2x4x2x2x2xf32> -> tensor<2x4x4x2xf32>
+// TP4: %[[KS:.*]] = mega.reshard %[[K3]] : tensor<2x4x4x2xf32> -> tensor<2x4x4x2xf32, #mega.sharding<#mesh, {{\[\[}}], [], [tp], []]>>
+// TP4: mega.attention %{{.*}}, %[[KS]], %{{.*}} causal : (tensor<2x4x4x2xf32, #mega.sharding<#mesh, {{\[\[}}], [], [tp], []]>>, tensor<2x4x4x2xf32, #mega.sharding<#mesh, {{\[\[}}], [], [tp], []]>>, tensor<2x4x4x2xf32, #mega.sharding<#mesh, {{\[\[}}], [], [tp], []]>>)
 
 func.func @llama(%ids: tensor<2x4xi64> {mega.input = "input_ids"}, %wte: tensor<16x8xf32> {mega.param = "embed"}, %wq: tensor<8x8xf32> {mega.param = "q"}, %wk: tensor<4x8xf32> {mega.param = "k"}, %wv: tensor<4x8xf32> {mega.param = "v"}, %wo: tensor<8x8xf32> {mega.param = "o"}, %wg: tensor<16x8xf32> {mega.param = "gate"}, %wu: tensor<16x8xf32> {mega.param = "up"}, %wd: tensor<8x16xf32> {mega.param = "down"}, %wh: tensor<16x8xf32> {mega.param = "head"}) -> (tensor<2x4x16xf32> {mega.output = "logits"}) {
   %cos = mega.constant dense<0.5> : tensor<4x2xf32>
