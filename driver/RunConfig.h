@@ -52,6 +52,10 @@ struct CheckpointConfig {
   int64_t saveInterval = 0;                    // 0: only at the end of the run
   std::optional<std::string> saveWeights;      // the final parameters, whole
   std::optional<std::string> saveGrads;        // step 1's gradients, whole
+  /// Retention after each save (--keep-last N, --keep-steps a,b,...): the keepLast newest
+  /// complete steps and every listed one stay; 0 keeps every step.
+  int64_t keepLast = 0;
+  std::vector<int64_t> keepSteps;
 };
 
 /// What a run records.
@@ -72,6 +76,11 @@ struct ExecConfig {
   runtime::Backend backend = runtime::Backend::cpu;
   bool allowTf32 = false;
   int64_t commTimeoutSeconds = 300;
+  /// Stopping early (runtime/train/StopRequest.h): on a signal (--exit-signal-handler; on by
+  /// default with --save) and when the wall time passes --exit-duration-in-mins, the ranks agree
+  /// at a step boundary, save (with --save) and end.
+  bool exitOnSignal = false;
+  std::optional<double> exitDurationMinutes;
 };
 
 struct RunConfig {

@@ -6,6 +6,7 @@
 #include "driver/TrainStep.h"
 
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/SaveFolder.h"
 #include "runtime/checkpoint/ShardState.h"
 #include "runtime/comm/MpiCommunicator.h"
 #include "runtime/exec/Parameters.h"
@@ -36,6 +37,7 @@ struct TrainSession::State {
   std::optional<train::LossScaler> scaler;
   DType floatType = DType::f32;
   train::LossScaler *scalerOrNull() { return scaler ? &*scaler : nullptr; }
+  std::unique_ptr<runtime::checkpoint::SaveFolderLock> saveLock; // rank 0's, with --save
 };
 
 namespace {
@@ -66,7 +68,21 @@ StatusOr<std::unique_ptr<TrainSession>> TrainSession::create(RunConfig config, S
 Status TrainSession::open() {
   RETURN_IF_ERROR(openData());
   RETURN_IF_ERROR(openRank());
+  RETURN_IF_ERROR(lockSaveFolder());
   return openEvaluation();
+}
+
+/// Rank 0 holds the --save folder's lock for the session's life: a second run saving there is
+/// refused (a stale lock is taken over, with a warning).
+Status TrainSession::lockSaveFolder() {
+  const std::optional<std::string> &dir = config_.checkpoint.saveDir;
+  if (!dir || !root())
+    return Status::ok();
+  std::string tookOver;
+  ASSIGN_OR_RETURN(state_->saveLock, runtime::checkpoint::SaveFolderLock::acquire(*dir, &tookOver));
+  if (!tookOver.empty() && hooks_.warn)
+    hooks_.warn(tookOver);
+  return Status::ok();
 }
 
 /// The rows of --data / --data-path (an indexed dataset's are read as steps need them) and the
@@ -248,7 +264,19 @@ Status TrainSession::save() {
   // (rank 0 writes meta.json; it holds input_ids, the first pipeline stage's input).
   if (root())
     meta.config.merge(recordOnnxModel(c.model.file, *s.executor, c.training.logits));
-  return ckpt::saveShardedCheckpoint(*s.executor, *s.rank.comm, *c.checkpoint.saveDir, meta);
+  RETURN_IF_ERROR(
+      ckpt::saveShardedCheckpoint(*s.executor, *s.rank.comm, *c.checkpoint.saveDir, meta));
+  if (root()) { // a folder that cannot be tidied still holds a good checkpoint: warn only
+    StatusOr<std::vector<std::string>> pruned = ckpt::pruneSaveFolder(
+        *c.checkpoint.saveDir, {c.checkpoint.keepLast, c.checkpoint.keepSteps});
+    if (!pruned.isOk() && hooks_.warn)
+      hooks_.warn(pruned.status().message());
+  }
+  return Status::ok();
+}
+
+StatusOr<train::StopDecision> TrainSession::agreeToStop(const train::StopRequest &request) {
+  return request.agree(*state_->rank.comm);
 }
 
 StatusOr<Resumed> TrainSession::load() {

@@ -14,6 +14,7 @@
 #include "driver/RunConfig.h"
 #include "driver/TrainData.h"
 
+#include "runtime/train/StopRequest.h"
 #include "runtime/train/TrainLog.h"
 #include "support/Status.h"
 
@@ -64,8 +65,13 @@ public:
   /// The mean loss of evalIters global batches of `part` (the same on every rank).
   StatusOr<double> evaluate(DataPart part);
   /// A sharded checkpoint of the current step in checkpoint.saveDir: every rank its shards,
-  /// rank 0 the meta.json.
+  /// rank 0 the meta.json; then rank 0 removes what failed saves left and the steps the
+  /// retention (keepLast, keepSteps) drops. open() locks the folder (runtime/checkpoint/
+  /// SaveFolder.h): a second run saving there fails to open.
   Status save();
+  /// Whether to stop after this step: every rank's `request` combined (signals, the time limit),
+  /// the same answer on every rank. Every rank calls it at the same step boundary.
+  StatusOr<runtime::train::StopDecision> agreeToStop(const runtime::train::StopRequest &request);
   /// Resumes from checkpoint.loadDir's newest usable checkpoint: parameters, Adam state, the
   /// loss scale and the step count (so step() continues after it).
   StatusOr<Resumed> load();
@@ -92,6 +98,7 @@ private:
   Status openData();
   Status openRank();
   Status openEvaluation();
+  Status lockSaveFolder();
   RunConfig config_;
   SessionHooks hooks_;
   TrainModel model_;

@@ -51,8 +51,9 @@ StatusOr<std::vector<uint8_t>> readFileBytes(const std::string &path, const char
 }
 
 Status writeFileAtomically(const std::string &path,
-                           std::span<const std::span<const uint8_t>> pieces) {
-  std::string tmp = path + ".tmp";
+                           std::span<const std::span<const uint8_t>> pieces,
+                           const std::string &tmpSuffix) {
+  std::string tmp = path + tmpSuffix;
   {
     Fd f;
     f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

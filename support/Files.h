@@ -13,9 +13,11 @@ namespace megac {
 /// The bytes of `path`; `what` names the file's role in errors ("cannot open plan file ...").
 StatusOr<std::vector<uint8_t>> readFileBytes(const std::string &path, const char *what);
 
-/// Writes the concatenation of `pieces` to `path`.tmp, fsyncs it, renames it over `path` and
-/// fsyncs the directory, so a crash leaves either the old file or the new one.
+/// Writes the concatenation of `pieces` to `path` + `tmpSuffix`, fsyncs it, renames it over
+/// `path` and fsyncs the directory, so a crash leaves either the old file or the new one. Writers
+/// that may race on one path give a suffix unique to them.
 Status writeFileAtomically(const std::string &path,
-                           std::span<const std::span<const uint8_t>> pieces);
+                           std::span<const std::span<const uint8_t>> pieces,
+                           const std::string &tmpSuffix = ".tmp");
 
 } // namespace megac

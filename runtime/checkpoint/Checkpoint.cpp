@@ -2,6 +2,7 @@
 // fallback to older steps (Checkpoint.h).
 #include "runtime/checkpoint/Checkpoint.h"
 
+#include "runtime/checkpoint/SaveFolder.h"
 #include "runtime/checkpoint/ShardFiles.h"
 
 #include "runtime/io/Safetensors.h"
@@ -247,8 +248,10 @@ StatusOr<std::string> beginSave(const std::string &dir, int64_t step) {
   fs::create_directories(dir, ec);
   if (ec)
     return Status::error("cannot create checkpoint directory '" + dir + "': " + ec.message());
-  std::string tmp = stepPath(dir, step) + ".tmp";
-  fs::remove_all(tmp, ec); // a save that crashed earlier
+  // Unique to this process: another run's save never collides with it. What crashed saves left
+  // is removed by pruneSaveFolder after the next save that completes.
+  std::string tmp = stepPath(dir, step) + tempSuffix();
+  fs::remove_all(tmp, ec);
   if (!fs::create_directory(tmp, ec) || ec)
     return Status::error("cannot create '" + tmp + "': " + ec.message());
   return tmp;
@@ -278,7 +281,7 @@ Status commitSave(const std::string &dir, const std::string &tmp, const Checkpoi
   std::string latest = std::to_string(meta.step) + "\n";
   std::span<const uint8_t> latestPiece(reinterpret_cast<const uint8_t *>(latest.data()),
                                        latest.size());
-  RETURN_IF_ERROR(writeFileAtomically(dir + "/latest", {&latestPiece, 1}));
+  RETURN_IF_ERROR(writeFileAtomically(dir + "/latest", {&latestPiece, 1}, tempSuffix()));
   fs::remove_all(old, ec);
   return Status::ok();
 }

@@ -18,9 +18,9 @@
 //
 // Format version 1 (still read): model.safetensors and optimizer.safetensors with whole tensors.
 //
-// A save writes DIR/step-N.tmp/ (every rank its files, fsynced), then meta.json, fsyncs the
-// directory, renames it to step-N and replaces `latest`; a crash at any point leaves the previous
-// checkpoint intact. A load tries the step `latest` names, then every other complete step-N
+// A save writes DIR/step-N.tmp-<host>-<pid>/ (rank 0's name; every rank its files, fsynced),
+// then meta.json, fsyncs the directory, renames it to step-N and replaces `latest`; a crash at
+// any point leaves the previous checkpoint intact (the next save removes the temporary folder). A load tries the step `latest` names, then every other complete step-N
 // newest first, and refuses a checkpoint whose file sizes or CRC32s differ from its meta.json.
 #pragma once
 
@@ -107,8 +107,8 @@ std::string stepPath(const std::string &dir, int64_t step);
 /// "model-rank-00003.safetensors" / "optimizer-rank-00003.safetensors".
 std::string rankFileName(bool optimizer, int rank);
 
-/// Creates `dir` if missing and an empty DIR/step-<step>.tmp (removing a crashed save's);
-/// returns the temporary directory.
+/// Creates `dir` if missing and an empty DIR/step-<step><tempSuffix()> (SaveFolder.h); returns
+/// the temporary directory.
 StatusOr<std::string> beginSave(const std::string &dir, int64_t step);
 
 /// Completes a save whose shard files are in `tmp` (fsynced): writes meta.json, fsyncs, renames

@@ -253,11 +253,13 @@ std::pair<uint64_t, std::string> decodeVerdict(const std::vector<uint8_t> &blob)
 }
 
 /// A save's first phase on every rank: the box lists go to rank 0, which fills `tables` (its
-/// own only), creates DIR/step-<step>.tmp and tells each rank which of its shards it writes
-/// (a flag per held shard) or the error that stops the save everywhere.
+/// own only), creates the temporary folder (`tmp`: rank 0's name, unique to its process) and
+/// tells each rank which of its shards it writes (a flag per held shard) and where, or the error
+/// that stops the save everywhere.
 StatusOr<std::vector<uint8_t>> agreeOnWriters(comm::Communicator &comm,
                                               const std::vector<Held> &held, const std::string &dir,
-                                              int64_t step, TensorTable tables[2]) {
+                                              int64_t step, TensorTable tables[2],
+                                              std::string &tmp) {
   std::vector<uint8_t> writes;
   if (comm.rank() != 0) {
     RETURN_IF_ERROR(sendBlob(comm, 0, encodeHeld(held))) << " (sending checkpoint boxes)";
@@ -269,6 +271,7 @@ StatusOr<std::vector<uint8_t>> agreeOnWriters(comm::Communicator &comm,
     r.u64();
     r.str();
     std::string flags = r.str();
+    tmp = r.str();
     if (!r.ok)
       return Status::error("the checkpoint writer plan from rank 0 is malformed");
     writes.assign(flags.begin(), flags.end());
@@ -281,11 +284,16 @@ StatusOr<std::vector<uint8_t>> agreeOnWriters(comm::Communicator &comm,
     }
     std::vector<std::vector<uint8_t>> plan;
     Status status = planWriters(all, tables, plan);
-    if (status.isOk())
-      status = beginSave(dir, step).status();
+    if (status.isOk()) {
+      StatusOr<std::string> begun = beginSave(dir, step);
+      status = begun.status();
+      if (begun.isOk())
+        tmp = *begun;
+    }
     for (int r = 1; r < comm.size(); ++r) {
       Writer w{encodeVerdict(status.isOk() ? 0 : 1, status.isOk() ? "" : status.message())};
       w.str(status.isOk() ? std::string(plan[r].begin(), plan[r].end()) : "");
+      w.str(tmp);
       RETURN_IF_ERROR(sendBlob(comm, r, w.out));
     }
     RETURN_IF_ERROR(status);
@@ -371,9 +379,10 @@ Status saveShardedCheckpoint(const Executor &executor, comm::Communicator &comm,
   ASSIGN_OR_RETURN(std::vector<Held> held, heldShards(executor, true));
   // Phase 1: the box lists to rank 0, which picks the writers and creates step-N.tmp.
   TensorTable tables[2];
-  ASSIGN_OR_RETURN(std::vector<uint8_t> writes, agreeOnWriters(comm, held, dir, meta.step, tables));
+  std::string tmp;
+  ASSIGN_OR_RETURN(std::vector<uint8_t> writes,
+                   agreeOnWriters(comm, held, dir, meta.step, tables, tmp));
   // Phase 2: every rank writes its files; their sizes and CRC32s (or an error) go to rank 0.
-  std::string tmp = stepPath(dir, meta.step) + ".tmp";
   StatusOr<FileTable> mine = writeRankFiles(executor, me, tmp, held, writes, meta.step);
   if (me != 0) {
     Writer w{encodeVerdict(mine.isOk() ? 0 : 1, mine.isOk() ? "" : mine.status().message())};

@@ -22,7 +22,7 @@ bool isCheckpointedState(std::string_view name);
 
 /// Every rank calls this at a step boundary. Rank 0 gathers every rank's list of boxes (names,
 /// offsets, shapes: no data), picks each distinct box's writer (the lowest rank holding it) and
-/// creates DIR/step-<meta.step>.tmp; each rank writes and fsyncs its files there
+/// creates DIR/step-<meta.step>.tmp-<host>-<pid>; each rank writes and fsyncs its files there
 /// (model-rank-R / optimizer-rank-R.safetensors) and sends their sizes and CRC32s to rank 0,
 /// which writes meta.json and completes the save (commitSave). Every rank returns rank 0's
 /// verdict, so a failure anywhere fails the save everywhere.

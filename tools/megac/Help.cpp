@@ -95,7 +95,9 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--log-json FILE] [--log-interval N] [--logits NAME]
                    [--save-weights FILE.safetensors]
                    [--save-grads FILE.safetensors] [--trace FILE.json [--trace-steps N]]
-                   [--save DIR [--save-interval N]] [--load DIR]
+                   [--save DIR [--save-interval N] [--keep-last N [--keep-steps A,B,...]]]
+                   [--load DIR] [--exit-signal-handler | --no-exit-signal-handler]
+                   [--exit-duration-in-mins M]
                    [--eval-data TOKENS.npy|PREFIX --eval-interval N [--eval-iters K]]
                    [--split TRAIN,VALID,TEST]
                    [--ranks N] [--tp T] [--pp P] [--dp D] [--vpp V] [--sequence-parallel]
@@ -190,14 +192,27 @@ optimizer-rank-<R>.safetensors (the Adam moments, adam.m.<p>, adam.v.<p>), a sha
 ranks hold (dp replicas) by the lowest of them only; rank 0 writes meta.json (format version
 2, step, data position, seed, loss scaler, model, layout, every tensor's dtype, global shape
 and shards {file, offset, shape}, each file's bytes and CRC32). It is written as
-step-<N>.tmp, fsynced and renamed, then DIR/latest (the step) is replaced, so a crash never
-damages the previous checkpoint. --load DIR resumes from the step DIR/latest names (else the
+step-<N>.tmp-<host>-<pid>, fsynced and renamed, then DIR/latest (the step) is replaced, so a
+crash never damages the previous checkpoint; the next save removes what failed saves left.
+--keep-last N keeps the N newest steps (and every step --keep-steps A,B,... lists) and removes
+the others after each save. Rank 0 locks DIR (DIR/save.lock: host, pid) for the run: a second
+run saving there fails naming the holder; a lock whose process has ended (same host) is taken
+over with a warning. --load DIR resumes from the step DIR/latest names (else the
 newest complete step-<N>): each rank reads only the parts of the shards that overlap its
 own, so a checkpoint loads under any layout (tp, pp, dp, ZeRO); a missing file, or one whose
 size or CRC32 differs from meta.json, is refused, naming it, and every rank tries the next
 older checkpoint. --steps is the total: resuming step 4 with --steps 8 runs steps
 5..8 (logs, lr schedule, data and Adam's step count continue from the global step); the same
 layout continues bit-for-bit.
+stopping: with --exit-signal-handler (the default with --save; --no-exit-signal-handler turns
+it off) a rank that receives SIGUSR1 or SIGUSR2 (and, run without mpirun, SIGTERM or SIGINT)
+asks to stop; with --exit-duration-in-mins M one whose wall time passes M minutes does. At
+every step boundary the ranks all-reduce the requests, and when any rank asked they save
+DIR/step-<N> together (with --save), print "stopped after step N of T on <why>" and exit 0;
+--load DIR resumes from there. The --ranks launcher turns a SIGTERM or SIGINT it receives into
+SIGUSR2 for the ranks (mpirun forwards SIGUSR1/SIGUSR2 untouched, but follows a SIGTERM with
+SIGKILL about a second later): under a scheduler with mpirun, signal mpirun with SIGUSR2
+(examples/sbatch-train.sh).
 --trace writes the executed timeline of N steps (--trace-steps, default 2) from step 2 (step 1
 warms up; a one-step run traces step 1) as Chrome trace-event JSON, the format of
 `megac plan --trace` (open it in Perfetto): per rank (pid) the functions and instructions run

@@ -1,13 +1,11 @@
 // The flags of a training run into a driver::RunConfig (RunFlags.h), and the process-level parts
-// of a multi-rank launch (mpirun relaunch, threads, terminal).
+// of a multi-rank launch (threads, terminal; the mpirun launcher is Launcher.cpp).
 #include "tools/megac/RunFlags.h"
 
 #include "driver/Compile.h"
 #include "driver/TrainData.h"
 
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <thread>
 #include <unistd.h>
 
@@ -181,33 +179,6 @@ bool stdoutIsTerminal() {
   if (const char *given = std::getenv("MEGAC_TRAIN_STDOUT_IS_TTY"))
     return std::strcmp(given, "1") == 0;
   return driver::launchedRanks() <= 1 && isatty(fileno(stdout));
-}
-
-int relaunchUnderMpirun(int argc, char **argv, const std::string &command, int64_t ranks,
-                        bool oversubscribe) {
-  std::vector<std::string> line = {"mpirun"};
-  if (geteuid() == 0)
-    line.push_back("--allow-run-as-root");
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (oversubscribe || ranks > int64_t(cores))
-    line.push_back("--oversubscribe");
-  line.insert(line.end(), {"-np", std::to_string(ranks)});
-  std::error_code ec;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  line.push_back(ec ? std::string(argv[0]) : self.string());
-  for (int i = 1; i < argc; ++i)
-    line.push_back(argv[i]);
-  std::vector<char *> args;
-  for (std::string &arg : line)
-    args.push_back(arg.data());
-  args.push_back(nullptr);
-  setenv("MEGAC_TRAIN_STDOUT_IS_TTY", isatty(fileno(stdout)) ? "1" : "0", 1);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  execvp("mpirun", args.data());
-  return fail(command, "--ranks " + std::to_string(ranks) +
-                           " runs the job under mpirun, which cannot be started (" +
-                           std::strerror(errno) + "); install Open MPI (Debian: openmpi-bin)");
 }
 
 void setThreads(int64_t threads, int64_t ranks) {

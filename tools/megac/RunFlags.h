@@ -30,8 +30,10 @@ struct RunFlags {
   std::string configure(const Flags &flags, bool planOnly);
 };
 
-/// `--ranks N` outside an MPI launch: re-executes this command under `mpirun -np N`. Returns
-/// (1, after printing why) only when mpirun cannot be started.
+/// `--ranks N` outside an MPI launch: runs this command under `mpirun -np N` as a child, turning
+/// a SIGTERM or SIGINT this process receives into SIGUSR2 for the ranks, and returns mpirun's
+/// exit code (128 + the signal when a signal ended it; 1, after printing why, when mpirun cannot
+/// be started). Launcher.cpp.
 int relaunchUnderMpirun(int argc, char **argv, const std::string &command, int64_t ranks,
                         bool oversubscribe);
 

@@ -3,11 +3,14 @@
 // they happen (docs/training-step.md, docs/pipeline.md). Several ranks run under mpirun (`--ranks
 // N` starts it), one process per rank of the mesh <pp, dp, tp>.
 #include "tools/megac/Commands.h"
+#include "tools/megac/ExitFlags.h"
 #include "tools/megac/Help.h"
 #include "tools/megac/RunFlags.h"
 
 #include "driver/TrainSession.h"
+#include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/MpiCommunicator.h"
+#include "runtime/train/StopRequest.h"
 #include "runtime/train/TrainLog.h"
 
 #include <cmath>
@@ -67,14 +70,31 @@ Status evaluate(driver::TrainSession &s, driver::DataPart part, int64_t step,
   return log->write(line);
 }
 
-/// The training loop: steps, evaluations, checkpoints, logs and progress (rank 0).
-Status trainLoop(driver::TrainSession &s, train::JsonLinesWriter *log, double &elapsed,
-                 double &firstLoss, double &lastLoss) {
+/// At a step boundary before the last: whether the ranks agree to stop (a signal, the time
+/// limit); if so, the checkpoint of this step (unless the step just saved one).
+Status checkStop(driver::TrainSession &s, const train::StopRequest &stop, bool saved,
+                 std::optional<train::StopDecision> &stopped) {
+  if (!stop.enabled())
+    return Status::ok();
+  ASSIGN_OR_RETURN(train::StopDecision decision, s.agreeToStop(stop));
+  if (!decision.stop())
+    return Status::ok();
+  if (s.config().checkpoint.saveDir && !saved)
+    RETURN_IF_ERROR(s.save()) << " (saving on " << decision.reason(stop.limitMinutes()) << ")";
+  stopped = decision;
+  return Status::ok();
+}
+
+/// The training loop: steps, evaluations, checkpoints, logs and progress (rank 0); ends early,
+/// with `stopped` set, when the ranks agree to stop.
+Status trainLoop(driver::TrainSession &s, const train::StopRequest &stop,
+                 train::JsonLinesWriter *log, double &elapsed, double &firstLoss, double &lastLoss,
+                 std::optional<train::StopDecision> &stopped) {
   const driver::RunConfig &c = s.config();
   bool terminal = s.root() && stdoutIsTerminal();
   int64_t steps = c.lr.totalSteps, done = s.stepsDone();
   train::LogInterval interval;
-  for (int64_t step = done + 1; step <= steps; ++step) {
+  for (int64_t step = done + 1; step <= steps && !stopped; ++step) {
     StatusOr<train::StepRecord> record = s.step();
     if (!record.isOk()) {
       if (terminal)
@@ -92,9 +112,13 @@ Status trainLoop(driver::TrainSession &s, train::JsonLinesWriter *log, double &e
         std::fputc('\n', stdout);
       RETURN_IF_ERROR(evaluate(s, driver::DataPart::validation, step, log));
     }
-    if (c.checkpoint.saveDir &&
-        (step == steps || (c.checkpoint.saveInterval > 0 && step % c.checkpoint.saveInterval == 0)))
+    bool save =
+        c.checkpoint.saveDir &&
+        (step == steps || (c.checkpoint.saveInterval > 0 && step % c.checkpoint.saveInterval == 0));
+    if (save)
       RETURN_IF_ERROR(s.save());
+    if (step < steps)
+      RETURN_IF_ERROR(checkStop(s, stop, save, stopped));
     if (!s.root())
       continue;
     if (log)
@@ -110,6 +134,27 @@ Status trainLoop(driver::TrainSession &s, train::JsonLinesWriter *log, double &e
   }
   if (terminal)
     std::fputc('\n', stdout);
+  return Status::ok();
+}
+
+/// After a stop the ranks agreed on: rank 0 closes the log and says why and where it saved.
+Status finishStopped(driver::TrainSession &s, train::JsonLinesWriter *log,
+                     const train::StopRequest &stop, const train::StopDecision &why) {
+  if (!s.root())
+    return Status::ok();
+  if (log)
+    RETURN_IF_ERROR(log->close());
+  const driver::RunConfig &c = s.config();
+  std::string reason = why.reason(stop.limitMinutes());
+  if (c.checkpoint.saveDir)
+    std::printf("stopped after step %lld of %lld on %s: saved %s (resume with --load %s)\n",
+                (long long)s.stepsDone(), (long long)c.lr.totalSteps, reason.c_str(),
+                runtime::checkpoint::stepPath(*c.checkpoint.saveDir, s.stepsDone()).c_str(),
+                c.checkpoint.saveDir->c_str());
+  else
+    std::printf("stopped after step %lld of %lld on %s (no --save: nothing saved)\n",
+                (long long)s.stepsDone(), (long long)c.lr.totalSteps, reason.c_str());
+  std::fflush(stdout);
   return Status::ok();
 }
 
@@ -149,8 +194,9 @@ Status finishRun(driver::TrainSession &s, train::JsonLinesWriter *log, int64_t d
   return Status::ok();
 }
 
-/// A session opened, resumed when asked, trained and finished; returns the exit code.
-int run(driver::TrainSession &s) {
+/// A session opened, resumed when asked, trained and finished (or stopped early, with a
+/// checkpoint); returns the exit code.
+int run(driver::TrainSession &s, const train::StopRequest &stop) {
   if (Status st = s.open(); !st.isOk())
     return abortRun(s, st.message());
   const driver::RunConfig &c = s.config();
@@ -173,8 +219,11 @@ int run(driver::TrainSession &s) {
   }
   int64_t done = s.stepsDone();
   double elapsed = 0, firstLoss = 0, lastLoss = 0;
-  Status st = trainLoop(s, logging ? &log : nullptr, elapsed, firstLoss, lastLoss);
-  if (st.isOk())
+  std::optional<train::StopDecision> stopped;
+  Status st = trainLoop(s, stop, logging ? &log : nullptr, elapsed, firstLoss, lastLoss, stopped);
+  if (st.isOk() && stopped)
+    st = finishStopped(s, logging ? &log : nullptr, stop, *stopped);
+  else if (st.isOk())
     st = finishRun(s, logging ? &log : nullptr, done, elapsed, firstLoss, lastLoss);
   return st.isOk() ? 0 : abortRun(s, st.message());
 }
@@ -182,23 +231,34 @@ int run(driver::TrainSession &s) {
 } // namespace
 
 int trainCommand(int argc, char **argv) {
+  auto started = train::StopRequest::Clock::now(); // --exit-duration-in-mins counts from here
   Flags flags(kCommand, kTrainHelp);
   RunFlags run;
+  ExitFlags exitFlags;
   run.declare(flags);
+  exitFlags.declare(flags);
   if (std::optional<int> exit = flags.parse(argc, argv, 2))
     return *exit;
   if (std::string e = run.configure(flags, /*planOnly=*/false); !e.empty())
     return flags.usage(e);
   driver::RunConfig &c = run.config;
+  if (std::string e = exitFlags.configure(flags, c); !e.empty())
+    return flags.usage(e);
   if (c.exec.ranks > 1 && driver::launchedRanks() <= 1)
     return relaunchUnderMpirun(argc, argv, kCommand, c.exec.ranks, run.oversubscribe);
+  train::StopRequest stop(c.exec.exitOnSignal, c.exec.exitDurationMinutes, started);
+  if (c.exec.exitOnSignal)
+    if (Status st = train::installStopSignalHandler(
+            train::stopSignals(/*underMpirun=*/driver::launchedRanks() > 0));
+        !st.isOk())
+      return fail(kCommand, st.message());
   setThreads(c.exec.threads, c.exec.ranks);
   driver::SessionHooks hooks;
   hooks.warn = [](const std::string &line) {
     std::fprintf(stderr, "%s: warning: %s\n", kCommand, line.c_str());
   };
   driver::TrainSession session(std::move(c), hooks);
-  return ::megac::cli::run(session);
+  return ::megac::cli::run(session, stop);
 }
 
 } // namespace megac::cli
