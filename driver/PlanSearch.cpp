@@ -220,6 +220,10 @@ std::string jsonText(const PlanSearchRequest &r, const planner::TransformerShape
 /// Nothing fits: what the smallest layout needs, and the first single change that fits.
 std::string noFitText(const PlanSearchRequest &r, const planner::TransformerShape &s,
                       const planner::SearchResult &result) {
+  // No layout is valid at all (dp cannot divide the batch, ...): say why, not that none fits.
+  if (!result.smallestMemory && !result.why.empty())
+    return "no layout of the " + std::to_string(r.cluster.devices()) +
+           " devices is valid: " + result.why + "\n";
   std::string out = "no layout fits in " + gib(r.cluster.device.memoryBytes) + " per device.\n";
   if (!result.smallestMemory)
     return out;

@@ -52,8 +52,8 @@ public:
     int64_t ffn = shape_.ffn > 0 ? shape_.ffn : 4 * shape_.hidden;
     std::vector<int64_t> tps;
     for (int64_t t : divisors(shape_.heads))
-      if ((kvHeads % t == 0 || (replicatesKvHeads_ && kvReplicas(shape_, t) > 0)) &&
-          ffn % t == 0 && t <= cluster_.device.devicesPerNode)
+      if ((kvHeads % t == 0 || (replicatesKvHeads_ && kvReplicas(shape_, t) > 0)) && ffn % t == 0 &&
+          t <= cluster_.device.devicesPerNode)
         tps.push_back(t);
     for (int64_t tp : pinnedOr(pins_.tp, tps))
       for (int64_t pp : pinnedOr(pins_.pp, divisors(shape_.layers)))
@@ -73,9 +73,13 @@ public:
   }
 
 private:
-  void invalid(std::string why) {
-    if (firstInvalid_.empty())
+  /// Records why a layout is invalid. A `deep` reason (a layout whose degrees divide the
+  /// devices and the batch, refused by the estimator) says more than a degree's, so it wins.
+  void invalid(std::string why, bool deep = false) {
+    if (firstInvalid_.empty() || (deep && !deepInvalid_)) {
       firstInvalid_ = std::move(why);
+      deepInvalid_ = deep;
+    }
   }
 
   void considerMemory(const Layout &l, const StepCost &memory) {
@@ -160,7 +164,7 @@ private:
       std::string why;
       std::optional<StepCost> memory = estimator_.memory(l, &why);
       if (!memory)
-        return invalid(why); // invalid for every recompute choice alike
+        return invalid(why, /*deep=*/true); // invalid for every recompute choice alike
       considerMemory(l, *memory);
       if (!memory->fits)
         continue;
@@ -194,6 +198,7 @@ private:
   bool replicatesKvHeads_; // the stack replicates kv heads when tp exceeds them
   SearchResult result_;
   std::string firstInvalid_;
+  bool deepInvalid_ = false;
   std::optional<Layout> smallest_;
   double smallestBytes_ = 0;
 };

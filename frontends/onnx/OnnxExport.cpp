@@ -23,16 +23,8 @@ namespace megac::onnx_import {
 namespace {
 
 StatusOr<std::string> readBytes(const std::string &path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return Status::error("cannot open ONNX model '" + path + "'");
-  in.seekg(0, std::ios::end);
-  std::streamoff size = in.tellg();
-  std::string bytes(size > 0 ? size_t(size) : 0, '\0');
-  in.seekg(0);
-  if (size < 0 || !in.read(bytes.data(), size))
-    return Status::error("cannot read ONNX model '" + path + "'");
-  return bytes;
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "ONNX model"));
+  return std::string(bytes.begin(), bytes.end());
 }
 
 StatusOr<onnx::ModelProto> parse(const std::string &path, const std::string &bytes) {

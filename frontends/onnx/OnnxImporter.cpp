@@ -5,6 +5,7 @@
 #include "frontends/onnx/OnnxGraph.h"
 
 #include "ir/MegaDialect.h"
+#include "support/Files.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -203,20 +204,13 @@ FailureOr<OnnxImport> importOnnxFile(MLIRContext &ctx, const std::string &path,
   ctx.loadDialect<mega::MegaDialect, func::FuncDialect>();
   onnx::ModelProto model;
   {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-      return emitError(modelLoc(ctx, path)) << "cannot open ONNX model '" << path << "'";
-    in.seekg(0, std::ios::end);
-    auto size = in.tellg();
-    std::string bytes;
-    if (size >= 0) {
-      bytes.resize(size_t(size));
-      in.seekg(0);
-    }
-    if (size < 0 || !in.read(bytes.data(), size))
-      return emitError(modelLoc(ctx, path)) << "cannot read ONNX model '" << path << "'";
+    // readFileBytes refuses a directory by name (tellg() on one gave a huge size: bad_alloc).
+    StatusOr<std::vector<uint8_t>> bytes = readFileBytes(path, "ONNX model");
+    if (!bytes.isOk())
+      return emitError(modelLoc(ctx, path)) << bytes.status().message();
     // The file's bytes are freed before the weights are copied out of the parsed model.
-    if (failed(parseModel(ctx, bytes, model)))
+    if (failed(
+            parseModel(ctx, {reinterpret_cast<const char *>(bytes->data()), bytes->size()}, model)))
       return failure();
   }
   return importModel(ctx, model, options);

@@ -24,6 +24,10 @@
 
 namespace megac::runtime::comm {
 
+/// The longest a collective may wait for its peers (a week): a deadline past it would overflow
+/// the clock's arithmetic.
+constexpr int64_t kMaxCommTimeoutSeconds = 7 * 24 * 3600;
+
 /// The mesh of a plan: axis names and sizes, slowest-varying first; rank = row-major index.
 struct Mesh {
   std::vector<std::string> axisNames;

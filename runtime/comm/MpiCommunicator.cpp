@@ -405,8 +405,9 @@ StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::create(Mesh mesh,
   if (mesh.size() != size)
     return Status::error("rank " + std::to_string(rank) + ": the job has " + std::to_string(size) +
                          " MPI ranks but the mesh has " + std::to_string(mesh.size()));
-  if (timeout.count() <= 0)
-    return Status::error("the communication timeout must be positive");
+  if (timeout.count() <= 0 || timeout.count() > kMaxCommTimeoutSeconds)
+    return Status::error("the communication timeout " + std::to_string(timeout.count()) +
+                         " s is not in 1.." + std::to_string(kMaxCommTimeoutSeconds) + " s");
   auto comm = std::make_unique<MpiComm>(std::move(mesh), rank, timeout);
   RETURN_IF_ERROR(comm->splitGroups());
   return std::unique_ptr<Communicator>(std::move(comm));

@@ -63,14 +63,19 @@ void Flags::valueError(const std::string &name, const std::string &message) {
     firstError_ = name + ": " + message;
 }
 
-Flags &Flags::count(const std::string &names, int64_t &out, int64_t min, const char *value) {
+Flags &Flags::count(const std::string &names, int64_t &out, int64_t min, const char *value,
+                    int64_t max) {
   std::string name = longName(names);
   app_.add_option_function<std::string>(
           names,
-          [this, &out, min, name](const std::string &v) {
+          [this, &out, min, max, name](const std::string &v) {
             std::optional<int64_t> n = parseCount(v);
-            if (!n || *n < min)
-              return valueError(name, "'" + v + "' is not an integer >= " + std::to_string(min));
+            if (!n || *n < min || *n > max)
+              return valueError(
+                  name, "'" + v + "' is not an integer " +
+                            (max == std::numeric_limits<int64_t>::max()
+                                 ? ">= " + std::to_string(min)
+                                 : "in " + std::to_string(min) + ".." + std::to_string(max)));
             out = *n;
           })
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)

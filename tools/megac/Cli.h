@@ -28,8 +28,10 @@ public:
   /// Every argument up to the next flag (--data-path 0.7 A 0.3 B).
   Flags &values(const std::string &names, std::vector<std::string> &out, const char *value = "X");
   Flags &flag(const std::string &names, bool &out);
-  /// An integer >= min ("--steps: '0' is not an integer >= 1").
-  Flags &count(const std::string &names, int64_t &out, int64_t min, const char *value = "N");
+  /// An integer in [min, max] ("--steps: '0' is not an integer >= 1"; with a max: "is not an
+  /// integer in 1..604800").
+  Flags &count(const std::string &names, int64_t &out, int64_t min, const char *value = "N",
+               int64_t max = std::numeric_limits<int64_t>::max());
   /// A finite number for which `valid` holds; else "--lr: 'x' is not <expected>".
   Flags &number(const std::string &names, double &out, std::function<bool(double)> valid,
                 const std::string &expected, const char *value = "X");

@@ -23,7 +23,7 @@ int prepCommand(int argc, char **argv) {
   driver::PrepOptions o;
   int64_t workers = std::max(1u, std::thread::hardware_concurrency());
   f.text("-o,--output", out, "PREFIX").text("--tokenizer", tokenizerSpec, "SPEC");
-  f.flag("--append-eod", o.appendEod).count("--workers", workers, 1);
+  f.flag("--append-eod", o.appendEod).count("--workers", workers, 1, "N", 4096);
   std::optional<std::string> key;
   f.text("--json-key", key, "KEY");
   if (std::optional<int> exit = f.parse(argc, argv, 3))

@@ -4,6 +4,7 @@
 #include "tools/megac/Commands.h"
 #include "tools/megac/Help.h"
 
+#include "driver/Compile.h"
 #include "driver/Generate.h"
 
 #include <chrono>
@@ -14,19 +15,23 @@ namespace megac::cli {
 int generateCommand(int argc, char **argv) {
   const char *command = "megac generate";
   Flags f(command, kGenerateHelp);
-  std::optional<std::string> load, spec, onnx, tokenizerSpec, prompt;
+  std::optional<std::string> load, spec, onnx, tokenizerSpec, prompt, seedText;
   driver::Sampling sampling;
-  double topK = 0, seed = 0, maxTokens = 64;
+  int64_t topK = 0, maxTokens = 64;
   auto atLeast = [](double low) { return [low](double v) { return v >= low; }; };
   f.text("--load", load, "DIR").text("--model", spec, "SPEC").text("--onnx", onnx, "MODEL.onnx");
   f.text("--tokenizer", tokenizerSpec, "SPEC").text("--prompt", prompt, "TEXT");
-  f.number("--max-tokens", maxTokens, atLeast(1), "a number >= 1", "N");
+  // Integers, parsed as such: 1e30 or inf cast to int64_t was undefined (nothing generated).
+  f.count("--max-tokens", maxTokens, 1, "N", int64_t(1) << 40);
   f.number("--temperature", sampling.temperature, atLeast(0), "a number >= 0", "T");
-  f.number("--top-k", topK, atLeast(0), "a number >= 0", "K");
+  f.count("--top-k", topK, 0, "K", std::numeric_limits<int32_t>::max());
   f.number("--top-p", sampling.topP, atLeast(0), "a number >= 0", "P");
-  f.number("--seed", seed, atLeast(0), "a number >= 0", "S");
+  f.text("--seed", seedText, "S");
   if (std::optional<int> exit = f.parse(argc, argv, 2))
     return *exit;
+  std::optional<uint64_t> seed = 0;
+  if (seedText && !(seed = driver::parseSeed(*seedText)))
+    return f.usage("--seed: '" + *seedText + "' is not a non-negative integer");
   if (!load)
     return f.usage("missing --load DIR (a megac train --save directory)");
   if (!prompt)
@@ -40,9 +45,9 @@ int generateCommand(int argc, char **argv) {
   auto generator = driver::Generator::open(*load, spec, onnx);
   if (!generator.isOk())
     return fail(command, generator.status().message());
-  sampling.maxTokens = int64_t(maxTokens);
-  sampling.topK = int64_t(topK);
-  sampling.seed = uint64_t(seed);
+  sampling.maxTokens = maxTokens;
+  sampling.topK = topK;
+  sampling.seed = *seed;
   auto start = std::chrono::steady_clock::now();
   auto generated =
       (*generator)->continuePrompt(**tokenizer, *prompt, sampling, [](std::string_view text) {

@@ -76,7 +76,7 @@ int searchCommand(int argc, char **argv) {
   f.choice("--zero", zero, {"0", "1"})
       .choice("--recompute", recompute, {"none", "selective", "full"});
   f.choice("--precision", precision, {"bf16", "fp16", "fp32"});
-  f.count("--top", top, 1, "K").text("--timeline", timeline, "FILE.svg");
+  f.count("--top", top, 1, "K", 1 << 20).text("--timeline", timeline, "FILE.svg");
   f.text("--trace", trace, "FILE.json").repeated("--input-shape", inputShapes, "NAME=DIMS");
   f.text("--stack", stack, "NAME");
   f.number(

@@ -4,6 +4,7 @@
 
 #include "driver/Compile.h"
 #include "driver/TrainData.h"
+#include "runtime/comm/Communicator.h"
 
 #include <cstring>
 #include <thread>
@@ -60,7 +61,9 @@ void RunFlags::declare(Flags &f) {
   f.choice("--schedule", schedule,
            {schedule::scheduleName(schedule::ScheduleKind::oneFOneB),
             schedule::scheduleName(schedule::ScheduleKind::gpipe)});
-  f.count("--threads", c.exec.threads, 1).count("--comm-timeout", c.exec.commTimeoutSeconds, 1);
+  f.count("--threads", c.exec.threads, 1, "N", 4096);
+  f.count("--comm-timeout", c.exec.commTimeoutSeconds, 1, "S",
+          runtime::comm::kMaxCommTimeoutSeconds);
   f.flag("--oversubscribe", oversubscribe).text("--backend", backend, "cpu|cuda");
   f.flag("--allow-tf32", c.exec.allowTf32);
 }
