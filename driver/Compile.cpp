@@ -1,6 +1,7 @@
 // Compiling models to plans: forward plans and training steps (Compile.h).
 #include "driver/Compile.h"
 
+#include "driver/ModelFingerprint.h"
 #include "driver/TrainData.h"
 
 #include "codegen/PlanWriter.h"
@@ -233,6 +234,7 @@ StatusOr<TrainModel> compileTrainingStep(const RunConfig &c, int64_t seq,
   RETURN_IF_ERROR(checkFloatTypes(module, fp64, out.description));
   if (mlir::failed(passes::runInputPipeline(module)))
     return Status::error("the input pipeline failed on " + out.description);
+  out.fingerprint = fingerprintOf(module, out.description); // before layout and precision
   if (fp64) // the IR is converted by mega-training-precision in buildTrainingStep
     convertWeightsToF64(out.weights);
   // Read before the training phase: partitioning makes the logits a vocab shard.

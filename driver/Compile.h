@@ -7,6 +7,7 @@
 #include "driver/RunConfig.h"
 
 #include "codegen/PlanWriter.h"
+#include "runtime/checkpoint/Integrity.h"
 #include "support/HostTensor.h"
 #include "support/Status.h"
 
@@ -46,6 +47,7 @@ struct TrainModel {
   int64_t decoderSeq = 0; // seq2seq (t5): the decoder's length D
   passes::LossKind lossKind = passes::LossKind::causal;
   double compileSeconds = 0;
+  runtime::checkpoint::ModelFingerprint fingerprint; // checked when a checkpoint loads
 };
 
 /// The training step of `c` compiled for rows of `seq` tokens: the model bound to the data (a

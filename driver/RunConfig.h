@@ -56,6 +56,10 @@ struct CheckpointConfig {
   /// complete steps and every listed one stay; 0 keeps every step.
   int64_t keepLast = 0;
   std::vector<int64_t> keepSteps;
+  /// What --load takes (Megatron's names): --finetune loads the parameters only and starts at
+  /// step 0; --no-load-optim keeps the optimizer state fresh; --no-load-rng takes this run's
+  /// --seed over the checkpoint's without a warning.
+  bool finetune = false, noLoadOptim = false, noLoadRng = false;
 };
 
 /// What a run records.

@@ -251,6 +251,7 @@ Status TrainSession::save() {
   meta.seed = c.seed;
   meta.model = model_.description;
   meta.layout = c.layout().describe();
+  meta.fingerprint = model_.fingerprint;
   if (s.scaler)
     meta.lossScaler = ckpt::LossScalerState{s.scaler->scale(), s.scaler->growthTracker(),
                                             s.scaler->hysteresisTracker()};
@@ -286,14 +287,31 @@ StatusOr<Resumed> TrainSession::load() {
   if (!c.checkpoint.loadDir)
     return Status::error("the run has no checkpoint to load (--load DIR)");
   std::vector<std::string> refused;
-  StatusOr<ckpt::LoadedCheckpoint> loaded =
-      ckpt::loadShardedCheckpoint(*s.executor, *s.rank.comm, *c.checkpoint.loadDir, &refused);
+  bool parametersOnly = c.checkpoint.finetune || c.checkpoint.noLoadOptim;
+  StatusOr<ckpt::LoadedCheckpoint> loaded = ckpt::loadShardedCheckpoint(
+      *s.executor, *s.rank.comm, *c.checkpoint.loadDir, &refused,
+      parametersOnly ? ckpt::CheckpointParts::parametersOnly : ckpt::CheckpointParts::all);
   for (const std::string &line : refused)
     if (hooks_.warn)
       hooks_.warn(line);
   if (!loaded.isOk())
     return Status::error("--load: " + loaded.status().message());
   const ckpt::CheckpointMeta &meta = loaded->meta;
+  // Another model whose tensors happen to fit (a 2-layer checkpoint in a 1-layer model, heads 2
+  // in heads 4) is refused, naming what differs; checkpoints of older megac have no fingerprint.
+  if (meta.fingerprint)
+    if (std::string why = ckpt::fingerprintMismatch(*meta.fingerprint, model_.fingerprint);
+        !why.empty())
+      return Status::error("--load: " + loaded->path + ": " + why);
+  if (c.checkpoint.finetune) { // the parameters only: step 0, a fresh scaler and optimizer
+    stepsDone_ = 0;
+    return Resumed{loaded->path, 0, meta.layout};
+  }
+  if (root() && hooks_.warn && !c.checkpoint.noLoadRng && meta.seed != c.seed)
+    hooks_.warn(loaded->path + " was saved by a run with --seed " + std::to_string(meta.seed) +
+                "; this run's dropout and sampling follow --seed " + std::to_string(c.seed) +
+                " (give --seed " + std::to_string(meta.seed) +
+                " to continue that run exactly, or --no-load-rng)");
   if (s.scaler && meta.lossScaler)
     s.scaler->restore(meta.lossScaler->scale, meta.lossScaler->growthTracker,
                       meta.lossScaler->hysteresisTracker);

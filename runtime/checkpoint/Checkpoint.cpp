@@ -102,6 +102,8 @@ std::string metaJson(const CheckpointMeta &meta, const TensorTable &parameters,
        << ", \"hysteresis_tracker\": " << meta.lossScaler->hysteresisTracker << "}";
   else
     os << "null";
+  if (meta.fingerprint)
+    os << ",\n  \"model_fingerprint\": " << fingerprintJson(*meta.fingerprint);
   writeTable(os, "parameters", parameters);
   writeTable(os, "optimizer", optimizer);
   os << ",\n  \"files\": {";
@@ -261,7 +263,7 @@ Status commitSave(const std::string &dir, const std::string &tmp, const Checkpoi
                   const TensorTable &parameters, const TensorTable &optimizer,
                   const FileTable &files) {
   std::string target = stepPath(dir, meta.step);
-  std::string text = metaJson(meta, parameters, optimizer, files);
+  std::string text = sealMeta(metaJson(meta, parameters, optimizer, files));
   std::span<const uint8_t> piece(reinterpret_cast<const uint8_t *>(text.data()), text.size());
   RETURN_IF_ERROR(writeFileAtomically(tmp + "/" + kMetaFile, {&piece, 1}));
   RETURN_IF_ERROR(syncDirectory(tmp));
@@ -309,6 +311,8 @@ Status saveCheckpoint(const std::string &dir, const CheckpointMeta &meta, const 
 StatusOr<CheckpointIndex> readCheckpointIndex(const std::string &stepDir) {
   std::string path = stepDir + "/" + kMetaFile;
   ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "checkpoint metadata"));
+  RETURN_IF_ERROR(
+      verifyMetaSeal({reinterpret_cast<const char *>(bytes.data()), bytes.size()}, path));
   StatusOr<json::Value> parsed =
       json::parse(std::string_view(reinterpret_cast<const char *>(bytes.data()), bytes.size()));
   if (!parsed.isOk())
@@ -346,6 +350,9 @@ StatusOr<CheckpointIndex> readCheckpointIndex(const std::string &stepDir) {
     for (size_t i = 0; i < config->keys.size(); ++i)
       if (config->items[i].kind == json::Value::Kind::string)
         meta.config[config->keys[i]] = config->items[i].string;
+  if (const json::Value *fingerprint = root.find("model_fingerprint")) {
+    ASSIGN_OR_RETURN(meta.fingerprint, parseFingerprint(*fingerprint, path));
+  }
   if (const json::Value *scaler = root.find("loss_scaler");
       scaler && scaler->kind == json::Value::Kind::object) {
     const json::Value *scale = scaler->find("scale");

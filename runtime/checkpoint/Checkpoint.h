@@ -24,6 +24,7 @@
 // newest first, and refuses a checkpoint whose file sizes or CRC32s differ from its meta.json.
 #pragma once
 
+#include "runtime/checkpoint/Integrity.h"
 #include "support/HostTensor.h"
 #include "support/Status.h"
 
@@ -55,6 +56,7 @@ struct CheckpointMeta {
   std::string model;  // the model's description, for messages
   std::string layout; // the saving run's layout, for messages ("tp 2, pp 2, dp 1, zero 0")
   std::map<std::string, std::string> config; // other settings, recorded as strings
+  std::optional<ModelFingerprint> fingerprint; // absent in checkpoints of older megac
 };
 
 /// One stored shard of a logical tensor: the file holding it (under the tensor's name) and its

@@ -330,7 +330,7 @@ constexpr uint64_t kLoaded = 0, kRefused = 1, kFatal = 2;
 
 /// Sets this rank's shards from the checkpoint in `stepDir`.
 std::pair<uint64_t, std::string> loadFrom(Executor &executor, const std::string &stepDir,
-                                          CheckpointMeta &meta) {
+                                          CheckpointMeta &meta, CheckpointParts parts) {
   StatusOr<CheckpointIndex> index = readCheckpointIndex(stepDir);
   if (!index.isOk())
     return {kRefused, index.status().message()};
@@ -341,6 +341,8 @@ std::pair<uint64_t, std::string> loadFrom(Executor &executor, const std::string 
   if (!held.isOk())
     return {kFatal, held.status().message()};
   for (const Held &h : *held) {
+    if (h.kind != 0 && parts == CheckpointParts::parametersOnly)
+      continue;
     const TensorTable &table = h.kind == 0 ? index->parameters : index->optimizer;
     const char *what = h.kind == 0 ? "parameter" : "optimizer state";
     auto it = table.find(h.name);
@@ -417,7 +419,8 @@ Status saveShardedCheckpoint(const Executor &executor, comm::Communicator &comm,
 
 StatusOr<LoadedCheckpoint> loadShardedCheckpoint(Executor &executor, comm::Communicator &comm,
                                                  const std::string &dir,
-                                                 std::vector<std::string> *refused) {
+                                                 std::vector<std::string> *refused,
+                                                 CheckpointParts parts) {
   const int me = comm.rank(), size = comm.size();
   // The candidates, as rank 0 finds them, so every rank tries the same steps in the same order.
   std::vector<std::string> reasons;
@@ -442,7 +445,7 @@ StatusOr<LoadedCheckpoint> loadShardedCheckpoint(Executor &executor, comm::Commu
 
   for (size_t i = 0; i < candidates.size(); ++i) {
     LoadedCheckpoint loaded{{}, stepPath(dir, candidates[i])};
-    auto [mineCode, mineMessage] = loadFrom(executor, loaded.path, loaded.meta);
+    auto [mineCode, mineMessage] = loadFrom(executor, loaded.path, loaded.meta, parts);
     // Every rank's outcome to rank 0; the first fatal, else the first refusal, decides for all.
     std::vector<uint8_t> verdict;
     if (me != 0) {

@@ -40,8 +40,10 @@ struct LoadedCheckpoint {
 /// ranks agree on the checkpoint: when any rank refuses one (a missing, truncated or corrupt
 /// file, named), all try the next (rank 0 adds a line to `refused` for each). A tensor that is
 /// missing or whose dtype or global shape differs from this run's is an error, without fallback.
+/// With `parts` parametersOnly the optimizer state is left as it is (--finetune, --no-load-optim).
 StatusOr<LoadedCheckpoint> loadShardedCheckpoint(Executor &executor, comm::Communicator &comm,
                                                  const std::string &dir,
-                                                 std::vector<std::string> *refused = nullptr);
+                                                 std::vector<std::string> *refused = nullptr,
+                                                 CheckpointParts parts = CheckpointParts::all);
 
 } // namespace megac::runtime::checkpoint

@@ -230,7 +230,13 @@ def check_errors(megac, workdir, onnx_path, ckpt, data):
     blob = open(other, "rb").read()
     meta["config"].update(onnx=os.path.abspath(other), onnx_bytes=str(len(blob)),
                           onnx_crc32="%08x" % zlib.crc32(blob))
-    json.dump(meta, open(meta_path, "w"))
+    # Re-sealed (meta_crc32: the CRC32 of the text with the value as zeros), as a deliberate
+    # edit would be, so that the tensor mapping is what refuses it.
+    meta["meta_crc32"] = "00000000"
+    text = json.dumps(meta)
+    text = text.replace('"meta_crc32": "00000000"',
+                        '"meta_crc32": "%08x"' % zlib.crc32(text.encode()))
+    open(meta_path, "w").write(text)
     fails([megac, "export", "--load", moved, "--onnx", other, "-o", out], "but the checkpoint's tensor is",
           "a checkpoint of a different model (the tensor is named)")
     check(not os.path.exists(out), "nothing is written when export refuses")

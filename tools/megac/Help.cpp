@@ -96,7 +96,8 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--save-weights FILE.safetensors]
                    [--save-grads FILE.safetensors] [--trace FILE.json [--trace-steps N]]
                    [--save DIR [--save-interval N] [--keep-last N [--keep-steps A,B,...]]]
-                   [--load DIR] [--exit-signal-handler | --no-exit-signal-handler]
+                   [--load DIR [--finetune] [--no-load-optim] [--no-load-rng]]
+                   [--exit-signal-handler | --no-exit-signal-handler]
                    [--exit-duration-in-mins M]
                    [--eval-data TOKENS.npy|PREFIX --eval-interval N [--eval-iters K]]
                    [--split TRAIN,VALID,TEST]
@@ -203,7 +204,11 @@ own, so a checkpoint loads under any layout (tp, pp, dp, ZeRO); a missing file, 
 size or CRC32 differs from meta.json, is refused, naming it, and every rank tries the next
 older checkpoint. --steps is the total: resuming step 4 with --steps 8 runs steps
 5..8 (logs, lr schedule, data and Adam's step count continue from the global step); the same
-layout continues bit-for-bit.
+layout continues bit-for-bit. meta.json carries its own CRC32 and the model's fingerprint
+(parameter names and shapes, the forward graph): a checkpoint of another model is refused,
+naming what differs. --finetune loads the parameters only and starts at step 0;
+--no-load-optim keeps a fresh optimizer state; --no-load-rng takes this run's --seed over the
+checkpoint's without a warning.
 stopping: with --exit-signal-handler (the default with --save; --no-exit-signal-handler turns
 it off) a rank that receives SIGUSR1 or SIGUSR2 (and, run without mpirun, SIGTERM or SIGINT)
 asks to stop; with --exit-duration-in-mins M one whose wall time passes M minutes does. At

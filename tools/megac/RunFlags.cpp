@@ -53,6 +53,8 @@ void RunFlags::declare(Flags &f) {
       .text("--save", c.checkpoint.saveDir, "DIR");
   f.count("--save-interval", c.checkpoint.saveInterval, 1)
       .text("--load", c.checkpoint.loadDir, "DIR");
+  f.flag("--finetune", c.checkpoint.finetune).flag("--no-load-optim", c.checkpoint.noLoadOptim);
+  f.flag("--no-load-rng", c.checkpoint.noLoadRng);
   f.text("--trace", c.log.tracePath, "FILE").count("--trace-steps", traceSteps, 1);
   f.count("--ranks", c.exec.ranks, 1).count("--tp", l.tp, 1, "T").count("--pp", l.pp, 1, "P");
   f.count("--dp", l.dp, 1, "D").count("--vpp", l.vpp, 1, "V").count("--zero", zero, 0, "0|1");
@@ -168,6 +170,9 @@ std::string RunFlags::configure(const Flags &f, bool planOnly) {
   c.training.logits = logits.value_or("");
   if (c.checkpoint.saveInterval > 0 && !c.checkpoint.saveDir)
     return "--save-interval needs --save DIR";
+  for (const char *flag : {"--finetune", "--no-load-optim", "--no-load-rng"})
+    if (f.given(flag) && !c.checkpoint.loadDir)
+      return std::string(flag) + " needs --load DIR";
   if (f.given("--trace-steps") && !c.log.tracePath)
     return "--trace-steps needs --trace FILE.json";
   c.log.traceSteps = traceSteps;

@@ -260,7 +260,7 @@ TEST(Checkpoint, EmptyDirectoryAndBadMetaAreErrors) {
   std::string meta = dir + "/step-1/meta.json";
   std::string text = readText(meta);
   text.replace(text.find("\"format_version\": 2"), 19, "\"format_version\": 9");
-  writeText(meta, text);
+  writeText(meta, ckpt::sealMeta(text));
   StatusOr<ckpt::Checkpoint> loaded = ckpt::readCheckpoint(dir + "/step-1");
   ASSERT_FALSE(loaded.isOk());
   EXPECT_NE(loaded.status().message().find(meta), std::string::npos);
@@ -271,7 +271,8 @@ TEST(Checkpoint, EmptyDirectoryAndBadMetaAreErrors) {
   EXPECT_NE(loaded.status().message().find("not valid JSON"), std::string::npos);
 }
 
-/// Saves step 1 and rewrites its meta.json with `edit` applied to the text.
+/// Saves step 1 and rewrites its meta.json with `edit` applied to the text, re-sealed (its
+/// "meta_crc32" recomputed) so that the check behind the checksum is the one exercised.
 std::string editedMeta(const std::string &name, const std::string &from, const std::string &to) {
   std::string dir = freshDir(name);
   EXPECT_TRUE(ckpt::saveCheckpoint(dir, metaOf(1), modelOf(1), optimizerOf(1)).isOk());
@@ -281,7 +282,7 @@ std::string editedMeta(const std::string &name, const std::string &from, const s
   EXPECT_NE(at, std::string::npos) << from;
   if (at != std::string::npos)
     text.replace(at, from.size(), to);
-  writeText(meta, text);
+  writeText(meta, ckpt::sealMeta(text));
   return dir + "/step-1";
 }
 
@@ -347,6 +348,67 @@ TEST(Checkpoint, Issue19HugeShapesAreRefusedNotAllocated) {
     EXPECT_NE(box.status().message().find("tensor 'wte': shape"), std::string::npos)
         << box.status().message();
   }
+}
+
+// Issue 19, finding 1: meta.json had no checksum, so one flipped digit went unnoticed.
+TEST(Checkpoint, Issue19MetaJsonChecksumIsVerified) {
+  std::string dir = freshDir("metacrc");
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, metaOf(1), modelOf(1), optimizerOf(1)).isOk());
+  std::string meta = dir + "/step-1/meta.json";
+  std::string text = readText(meta);
+  ASSERT_NE(text.find("\"meta_crc32\": \""), std::string::npos) << text;
+  EXPECT_EQ(ckpt::sealMeta(text), text); // sealing is idempotent
+  size_t at = text.find("\"data_position\": 1");
+  ASSERT_NE(at, std::string::npos);
+  text[at + 17] = '2'; // data_position 1 -> 2: still valid JSON, still a sane value
+  writeText(meta, text);
+  std::string refused = refusal(dir + "/step-1");
+  EXPECT_NE(refused.find("meta.json has CRC32 "), std::string::npos) << refused;
+  EXPECT_NE(refused.find("(corrupt or edited)"), std::string::npos) << refused;
+  // The loader falls back to no checkpoint rather than resuming from the edited one.
+  EXPECT_FALSE(ckpt::loadLatestCheckpoint(dir).isOk());
+  writeText(meta, ckpt::sealMeta(text));
+  EXPECT_EQ(refusal(dir + "/step-1"), "");
+  std::string garbled = text;
+  garbled.replace(garbled.find("\"meta_crc32\": \"") + 15, 8, "zz");
+  writeText(meta, garbled);
+  EXPECT_NE(refusal(dir + "/step-1").find("is not 8 hex digits"), std::string::npos);
+}
+
+// Issue 19, finding 2: the fingerprint saved with a checkpoint round-trips through meta.json, and
+// a different model is refused naming what differs.
+TEST(Checkpoint, Issue19ModelFingerprintRoundTripsAndNamesTheDifference) {
+  ckpt::ModelFingerprint two{"gpt:layers=2,hidden=8", "00000000000000aa",
+                             {{"h0.w", {8, 8}}, {"h1.w", {8, 8}}, {"wte", {16, 8}}}};
+  ckpt::CheckpointMeta meta = metaOf(1);
+  meta.fingerprint = two;
+  std::string dir = freshDir("fingerprint");
+  ASSERT_TRUE(ckpt::saveCheckpoint(dir, meta, modelOf(1), optimizerOf(1)).isOk());
+  StatusOr<ckpt::CheckpointIndex> index = ckpt::readCheckpointIndex(dir + "/step-1");
+  ASSERT_TRUE(index.isOk()) << index.status().message();
+  ASSERT_TRUE(index->meta.fingerprint.has_value());
+  EXPECT_EQ(index->meta.fingerprint->parameters, two.parameters);
+  EXPECT_EQ(index->meta.fingerprint->graphHash, two.graphHash);
+  EXPECT_EQ(ckpt::fingerprintMismatch(two, two), "");
+
+  ckpt::ModelFingerprint one{"gpt:layers=1,hidden=8", "00000000000000bb",
+                             {{"h0.w", {8, 8}}, {"wte", {16, 8}}}};
+  EXPECT_EQ(ckpt::fingerprintMismatch(two, one),
+            "the checkpoint has 3 parameters, this model 2: h1.w not in this model (checkpoint of "
+            "gpt:layers=2,hidden=8, this run gpt:layers=1,hidden=8)");
+  EXPECT_NE(ckpt::fingerprintMismatch(one, two).find("this model has parameters the checkpoint "
+                                                     "lacks: h1.w"),
+            std::string::npos);
+  ckpt::ModelFingerprint wider = two;
+  wider.parameters["h1.w"] = {8, 16};
+  EXPECT_NE(ckpt::fingerprintMismatch(two, wider).find("parameter 'h1.w' has shape [8, 8]; this "
+                                                       "model's has [8, 16]"),
+            std::string::npos);
+  ckpt::ModelFingerprint heads = two; // same tensors, another computation (heads 2 vs 4)
+  heads.model = "gpt:layers=2,hidden=8,heads=4";
+  heads.graphHash = "00000000000000cc";
+  EXPECT_NE(ckpt::fingerprintMismatch(two, heads).find("computes something else"),
+            std::string::npos);
 }
 
 TEST(CheckpointShards, ExtractAndInsertBoxesRoundTrip) {
