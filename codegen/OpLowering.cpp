@@ -116,8 +116,7 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
   auto normAttrs = [&](llvm::APFloat eps) {
     return asVoid(pl::CreateNormAttrs(fbb_, eps.convertToDouble()));
   };
-  auto crossEntropyAttrs = [&](std::optional<int64_t> ignore,
-                               const std::vector<uint32_t> &vocab) {
+  auto crossEntropyAttrs = [&](std::optional<int64_t> ignore, const std::vector<uint32_t> &vocab) {
     return asVoid(pl::CreateCrossEntropyAttrsDirect(fbb_, ignore.has_value(), ignore.value_or(0),
                                                     vocab.empty() ? nullptr : &vocab));
   };
@@ -148,9 +147,9 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
     auto axes = meshAxes(op, names);
     if (failed(axes))
       return failure();
-    return emit(op, opcode, pl::Attrs::CollectiveAttrs,
-                asVoid(pl::CreateCollectiveAttrsDirect(fbb_, &*axes, reduceKind(kind), dim,
-                                                       concatDim)));
+    return emit(
+        op, opcode, pl::Attrs::CollectiveAttrs,
+        asVoid(pl::CreateCollectiveAttrsDirect(fbb_, &*axes, reduceKind(kind), dim, concatDim)));
   };
   auto p2p = [&](pl::Opcode opcode, llvm::StringRef axis, int64_t shift,
                  int64_t tag) -> LogicalResult {
@@ -209,6 +208,27 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
       })
       .Case(
           [&](GatherOp g) { return emitWithAxis(op, O::Gather, g.getAxis(), rankOf(g.getData())); })
+      .Case([&](GatherElementsOp g) {
+        return emitWithAxis(op, O::GatherElements, g.getAxis(), rankOf(g.getData()));
+      })
+      .Case([&](ScatterElementsOp s) -> LogicalResult {
+        std::optional<int64_t> axis = mega::shape::normalizeAxis(s.getAxis(), rankOf(s.getData()));
+        if (!axis)
+          return s.emitOpError() << "axis " << s.getAxis() << " is out of range";
+        return emit(op, O::ScatterElements, A::ScatterAttrs,
+                    asVoid(pl::CreateScatterAttrs(fbb_, *axis, s.getAccumulate())));
+      })
+      .Case([&](ScatterNdOp s) {
+        return emit(op, O::ScatterND, A::ScatterAttrs,
+                    asVoid(pl::CreateScatterAttrs(fbb_, 0, s.getAccumulate())));
+      })
+      .Case([&](CumSumOp c) -> LogicalResult {
+        std::optional<int64_t> axis = mega::shape::normalizeAxis(c.getAxis(), rankOf(c.getInput()));
+        if (!axis)
+          return c.emitOpError() << "axis " << c.getAxis() << " is out of range";
+        return emit(op, O::CumSum, A::CumSumAttrs,
+                    asVoid(pl::CreateCumSumAttrs(fbb_, *axis, c.getExclusive(), c.getReverse())));
+      })
       .Case([&](ReduceOp r) -> LogicalResult {
         int64_t rank = rankOf(r.getInput());
         std::vector<int64_t> axes;

@@ -137,6 +137,7 @@ Status TrainSession::openRank() {
   options.trace = s.trace.get();
   options.backend = c.exec.backend;
   options.allowTf32 = c.exec.allowTf32;
+  options.commTimeout = std::chrono::seconds(c.exec.commTimeoutSeconds);
   s.rank.comm = s.mpi.get(); // from here on, a failing rank aborts the job
   s.rank.plan = &*s.plan;
   s.rank.decoderSeq = model_.decoderSeq;

@@ -2,6 +2,8 @@
 // contraction, indexing, reduction and shape ops. Coarse ops are in GradientRulesNn.cpp.
 #include "ir/GradientEmitter.h"
 
+#include "mlir/IR/Matchers.h"
+
 #include <cmath>
 #include <numbers>
 
@@ -253,33 +255,198 @@ LogicalResult MatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
+/// Whether a constant integer tensor has no negative entry.
+static bool nonNegativeConstant(Value v) {
+  DenseIntElementsAttr values;
+  if (!matchPattern(v, m_Constant(&values)))
+    return false;
+  return llvm::all_of(values.getValues<APInt>(), [](const APInt &i) { return !i.isNegative(); });
+}
+
+/// An integer constant of `type`'s shape and element type filled with v.
+static Value intSplat(OpBuilder &b, Location loc, RankedTensorType type, int64_t v) {
+  return ConstantOp::create(
+      b, loc,
+      DenseElementsAttr::get(type, APInt(type.getElementTypeBitWidth(), v, /*isSigned=*/true)));
+}
+
+/// Indices in [-n, n) wrapped to [0, n): where(i < 0, i + n, i).
+static Value wrapIndices(Emitter &e, Value indices, int64_t n) {
+  auto type = cast<RankedTensorType>(indices.getType());
+  Value negative = e.compare(ComparePredicate::lt, indices, intSplat(e.b, e.loc, type, 0));
+  return e.where(negative, e.add(indices, intSplat(e.b, e.loc, type, n)), indices);
+}
+
 // Gather along axis 0 is an embedding lookup; its gradient is embedding_grad's scatter-add over
-// the rows flattened to [V, rest].
+// the rows flattened to [V, rest]. Along another axis the same runs on the data with that axis
+// moved to the front: the result's gradient is permuted to [indices..., data dims but axis...],
+// scattered into [V, rest] and permuted back (a constant pick of q, k or v out of a fused
+// projection, as Falcon's, is a gather on axis 2 or 3).
 LogicalResult GatherOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
   if (noIncoming(*this, resultGrads, operandGrads))
     return success();
+  if (!isFloatTensor(getData())) {
+    operandGrads.append(2, Value());
+    return success();
+  }
   auto data = getData().getType();
   int64_t rank = data.getRank();
-  int64_t axis = shape::normalizeAxis(static_cast<int64_t>(getAxis()), rank).value_or(-1);
-  if (axis != 0)
-    return emitOpError() << "has a gradient only along axis 0 (an embedding lookup), not axis "
-                         << getAxis() << "; gather the transposed data instead";
+  std::optional<int64_t> normalized = shape::normalizeAxis(static_cast<int64_t>(getAxis()), rank);
+  if (!normalized)
+    return emitOpError() << "axis " << getAxis() << " is out of range for rank " << rank;
+  int64_t axis = *normalized;
+  Emitter e{b, getLoc()};
+  ArrayRef<int64_t> ids = getIndices().getType().getShape();
+  int64_t nIds = static_cast<int64_t>(ids.size());
+  // The result is [data[:axis], ids, data[axis+1:]]; bring the ids' dims to the front.
+  Value g = resultGrads[0];
+  if (axis != 0) {
+    SmallVector<int64_t> perm;
+    for (int64_t i = 0; i < nIds; ++i)
+      perm.push_back(axis + i);
+    for (int64_t i = 0; i < axis; ++i)
+      perm.push_back(i);
+    for (int64_t i = axis + nIds; i < rank - 1 + nIds; ++i)
+      perm.push_back(i);
+    g = e.transpose(g, perm);
+  }
+  // The data with `axis` in front: [V, rest...].
+  SmallVector<int64_t> movedShape{data.getShape()[axis]};
+  for (int64_t i = 0; i < rank; ++i)
+    if (i != axis)
+      movedShape.push_back(data.getShape()[i]);
+  int64_t rows = movedShape[0];
+  int64_t rest = shape::numElements(dims(ArrayRef<int64_t>(movedShape).drop_front()));
+  SmallVector<int64_t> rowShape(ids.begin(), ids.end());
+  rowShape.push_back(rest);
+  g = e.reshape(g, rowShape);
+  // embedding_grad takes rows in [0, V); gather also takes [-V, 0).
+  Value rowIds = getIndices();
+  if (!nonNegativeConstant(rowIds))
+    rowIds = wrapIndices(e, rowIds, rows);
+  Value table =
+      EmbeddingGradOp::create(b, getLoc(), withShape(g, {rows, rest}), g, rowIds, ArrayAttr());
+  Value moved = e.reshape(table, movedShape);
+  if (axis != 0) {
+    // Inverse of [axis, 0..axis-1, axis+1..]: dim 0 goes back to position `axis`.
+    SmallVector<int64_t> back;
+    for (int64_t i = 0; i < rank; ++i)
+      back.push_back(i < axis ? i + 1 : i == axis ? 0 : i);
+    moved = e.transpose(moved, back);
+  }
+  operandGrads.push_back(moved);
+  operandGrads.push_back(Value());
+  return success();
+}
+
+// d data = scatter-add of dy into zeros at the gathered positions (repeated indices add up).
+LogicalResult GatherElementsOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                              SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
   if (!isFloatTensor(getData())) {
     operandGrads.append(2, Value());
     return success();
   }
   Emitter e{b, getLoc()};
-  auto ids = getIndices().getType().getShape();
-  int64_t rows = data.getShape()[0];
-  int64_t rest = shape::numElements(dims(data.getShape().drop_front()));
-  SmallVector<int64_t> rowShape(ids.begin(), ids.end());
-  rowShape.push_back(rest);
-  Value g = e.reshape(resultGrads[0], rowShape);
-  Value table = EmbeddingGradOp::create(b, getLoc(), withShape(g, {rows, rest}), g, getIndices(),
-                                        ArrayAttr());
-  operandGrads.push_back(e.reshape(table, data.getShape()));
+  Value zeros = e.constantLike(getData(), 0.0);
+  operandGrads.push_back(ScatterElementsOp::create(b, getLoc(), getData().getType(), zeros,
+                                                   getIndices(), resultGrads[0], getAxis(),
+                                                   /*accumulate=*/true));
   operandGrads.push_back(Value());
+  return success();
+}
+
+// Overwrite: d data is dy with the written positions zeroed, d updates is dy gathered at them.
+// Accumulate: d data is dy itself.
+LogicalResult ScatterElementsOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                               SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  if (!isFloatTensor(getData())) {
+    operandGrads.append(3, Value());
+    return success();
+  }
+  Emitter e{b, getLoc()};
+  Value g = resultGrads[0];
+  operandGrads.push_back(getAccumulate() ? g
+                                         : ScatterElementsOp::create(
+                                               b, getLoc(), g.getType(), g, getIndices(),
+                                               e.constantLike(getUpdates(), 0.0), getAxis(), false)
+                                               .getResult());
+  operandGrads.push_back(Value());
+  operandGrads.push_back(
+      GatherElementsOp::create(b, getLoc(), getUpdates().getType(), g, getIndices(), getAxis()));
+  return success();
+}
+
+// As scatter_elements; d updates gathers dy's slices at the index tuples: dy flattened to
+// [prod(data[:k]), rest] and gathered on axis 0 at the tuples' row-major row numbers.
+LogicalResult ScatterNdOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                         SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  if (!isFloatTensor(getData())) {
+    operandGrads.append(3, Value());
+    return success();
+  }
+  Emitter e{b, getLoc()};
+  Value g = resultGrads[0];
+  operandGrads.push_back(getAccumulate()
+                             ? g
+                             : ScatterNdOp::create(b, getLoc(), g.getType(), g, getIndices(),
+                                                   e.constantLike(getUpdates(), 0.0), false)
+                                   .getResult());
+  operandGrads.push_back(Value());
+  auto indices = getIndices().getType();
+  ArrayRef<int64_t> data = getData().getType().getShape();
+  int64_t k = indices.getShape().back();
+  SmallVector<int64_t> tuples(indices.getShape().drop_back());
+  // row = sum_j idx[..., j] * stride_j (negative entries wrapped first: idx + n where idx < 0).
+  auto intType = [&](ArrayRef<int64_t> shape) {
+    return RankedTensorType::get(shape, indices.getElementType());
+  };
+  auto intConstant = [&](ArrayRef<int64_t> shape, int64_t v) {
+    return intSplat(b, getLoc(), intType(shape), v);
+  };
+  Value row;
+  int64_t stride = 1;
+  for (int64_t j = k - 1; j >= 0; --j) {
+    SmallVector<int64_t> starts(indices.getRank(), 0), strides(indices.getRank(), 1);
+    SmallVector<int64_t> limits(indices.getShape());
+    starts.back() = j;
+    limits.back() = j + 1;
+    SmallVector<int64_t> one(tuples);
+    one.push_back(1);
+    Value col = SliceOp::create(b, getLoc(), intType(one), getIndices(), starts, limits, strides);
+    col = e.reshape(col, tuples);
+    Value wrapped = wrapIndices(e, col, data[j]);
+    Value term = stride == 1 ? wrapped : e.mul(wrapped, intConstant(tuples, stride));
+    row = row ? e.add(row, term) : term;
+    stride *= data[j];
+  }
+  int64_t rest = shape::numElements(dims(data.drop_front(k)));
+  Value flat = e.reshape(g, {stride, rest});
+  SmallVector<int64_t> gathered(tuples);
+  gathered.push_back(rest);
+  Value rows = GatherOp::create(b, getLoc(), withShape(g, gathered), flat, row, 0);
+  operandGrads.push_back(e.reshape(rows, getUpdates().getType().getShape()));
+  return success();
+}
+
+// y_i = sum_{j<=i} x_j gives dx_j = sum_{i>=j} dy_i: the cumulative sum the other way round
+// (exclusive stays exclusive).
+LogicalResult CumSumOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  if (!isFloatTensor(getInput())) {
+    operandGrads.push_back(Value());
+    return success();
+  }
+  operandGrads.push_back(CumSumOp::create(b, getLoc(), getInput().getType(), resultGrads[0],
+                                          getAxis(), getExclusive(), !getReverse()));
   return success();
 }
 

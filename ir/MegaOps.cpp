@@ -482,8 +482,7 @@ LogicalResult inferDividedDim(std::optional<Location> loc, StringRef opName, Val
   auto in = dimsOf(input);
   auto dim = shape::normalizeAxis(rawDim, in.size());
   if (!dim)
-    return emitOptionalError(loc, opName, " dim ", rawDim, " is out of range for ",
-                             shape::str(in));
+    return emitOptionalError(loc, opName, " dim ", rawDim, " is out of range for ", shape::str(in));
   int64_t group = mesh.getGroupSize(axisNames(axes));
   if (in[*dim] % group != 0)
     return emitOptionalError(loc, opName, " dim ", *dim, " of size ", in[*dim],
@@ -566,3 +565,68 @@ int64_t ReshardOp::getFlops() { return 0; }
 #include "ir/MegaOps.cpp.inc"
 
 #include "ir/MegaInterfaces.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Element gathers and scatters, cumulative sum
+//===----------------------------------------------------------------------===//
+
+namespace {
+LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
+  if (!shape::normalizeAxis(axis, rank))
+    return op->emitOpError() << "axis " << axis << " is out of range for rank " << rank;
+  return success();
+}
+} // namespace
+
+LogicalResult GatherElementsOp::verify() {
+  auto data = getData().getType(), indices = getIndices().getType();
+  auto result = getResult().getType();
+  if (indices.getShape() != result.getShape() || data.getRank() != indices.getRank())
+    return emitOpError() << "indices " << shape::str(span(indices.getShape())) << " and result "
+                         << shape::str(span(result.getShape()))
+                         << " must have one shape, of the data's rank " << data.getRank();
+  if (data.getElementType() != result.getElementType())
+    return emitOpError() << "result element type differs from the data's";
+  return verifyAxis(*this, getAxis(), data.getRank());
+}
+int64_t GatherElementsOp::getFlops() { return 0; }
+
+LogicalResult ScatterElementsOp::verify() {
+  auto data = getData().getType(), indices = getIndices().getType();
+  auto updates = getUpdates().getType();
+  if (indices.getShape() != updates.getShape() || data.getRank() != indices.getRank())
+    return emitOpError() << "indices " << shape::str(span(indices.getShape())) << " and updates "
+                         << shape::str(span(updates.getShape()))
+                         << " must have one shape, of the data's rank " << data.getRank();
+  if (data.getElementType() != updates.getElementType())
+    return emitOpError() << "updates element type differs from the data's";
+  return verifyAxis(*this, getAxis(), data.getRank());
+}
+int64_t ScatterElementsOp::getFlops() {
+  return getAccumulate() ? getUpdates().getType().getNumElements() : 0;
+}
+
+LogicalResult ScatterNdOp::verify() {
+  auto data = getData().getType(), indices = getIndices().getType();
+  auto updates = getUpdates().getType();
+  int64_t k = indices.getRank() ? indices.getShape().back() : 0;
+  if (indices.getRank() < 1 || k < 1 || k > data.getRank())
+    return emitOpError() << "indices " << shape::str(span(indices.getShape()))
+                         << " must end in a tuple size from 1 to the data's rank "
+                         << data.getRank();
+  SmallVector<int64_t> want(indices.getShape().drop_back());
+  llvm::append_range(want, data.getShape().drop_front(k));
+  if (updates.getShape() != ArrayRef<int64_t>(want))
+    return emitOpError() << "updates " << shape::str(span(updates.getShape())) << " must be "
+                         << shape::str(span(ArrayRef<int64_t>(want)));
+  if (data.getElementType() != updates.getElementType())
+    return emitOpError() << "updates element type differs from the data's";
+  return success();
+}
+int64_t ScatterNdOp::getFlops() {
+  return getAccumulate() ? getUpdates().getType().getNumElements() : 0;
+}
+
+LogicalResult CumSumOp::verify() {
+  return verifyAxis(*this, getAxis(), getInput().getType().getRank());
+}

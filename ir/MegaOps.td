@@ -193,6 +193,86 @@ def Mega_GatherOp : Mega_CostedOp<"gather", [Mega_Plan<"Gather">, Pure, Mega_Inf
                        "type($indices) `->` type($result)";
 }
 
+def Mega_GatherElementsOp : Mega_CostedOp<"gather_elements", [Mega_Plan<"GatherElements">, Pure,
+    Mega_Differentiable], ["getFlops"]> {
+  let summary = "pick one element of `data` per index along `axis` (ONNX GatherElements)";
+  let description = [{
+    `result[i...] = data[i_0, ..., indices[i...], ..., i_r1]` with the index in position
+    `axis`; indices and result have one shape, of data's rank, and may be smaller than data on
+    every dim. Indices count from the end when negative. The gradient scatter-adds into zeros.
+
+    ```mlir
+    %r = mega.gather_elements %data[%idx] axis 1 : tensor<2x8xf32>, tensor<2x3xi64> -> tensor<2x3xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$data, Mega_IntTensor:$indices, I64Attr:$axis);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$data `[` $indices `]` `axis` $axis attr-dict `:` type($data) `,` "
+                       "type($indices) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Mega_ScatterElementsOp : Mega_CostedOp<"scatter_elements", [Mega_Plan<"ScatterElements">,
+    Pure, AllTypesMatch<["data", "result"]>, Mega_Differentiable], ["getFlops"]> {
+  let summary = "write (or add) `updates` into a copy of `data` along `axis` (ONNX ScatterElements)";
+  let description = [{
+    `result = data`, then `result[i_0, ..., indices[i...], ..., i_r1] = updates[i...]` (or
+    `+=` with `accumulate`) in row-major order of `i`; indices and updates have one shape of
+    data's rank. Negative indices count from the end. The gradient of `gather_elements`.
+
+    ```mlir
+    %r = mega.scatter_elements %upd into %data[%idx] axis 1 {accumulate = true}
+        : tensor<2x8xf32>, tensor<2x3xi64>, tensor<2x3xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$data, Mega_IntTensor:$indices, Mega_Tensor:$updates,
+                       I64Attr:$axis, DefaultValuedAttr<BoolAttr, "false">:$accumulate);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$updates `into` $data `[` $indices `]` `axis` $axis attr-dict `:` "
+                       "type($data) `,` type($indices) `,` type($updates)";
+  let hasVerifier = 1;
+}
+
+def Mega_ScatterNdOp : Mega_CostedOp<"scatter_nd", [Mega_Plan<"ScatterND">, Pure,
+    AllTypesMatch<["data", "result"]>, Mega_Differentiable], ["getFlops"]> {
+  let summary = "write (or add) slices of `updates` at index tuples of `data` (ONNX ScatterND)";
+  let description = [{
+    indices `[..., k]` name slices `data[j_0, ..., j_k1, :, ...]` (negative entries count
+    from the end); `updates` has shape `indices.shape[:-1] + data.shape[k:]`. `result = data`,
+    then each slice is overwritten (or added to, with `accumulate`) in row-major order.
+
+    ```mlir
+    %r = mega.scatter_nd %upd into %data[%idx] : tensor<4x8xf32>, tensor<2x1xi64>, tensor<2x8xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$data, Mega_IntTensor:$indices, Mega_Tensor:$updates,
+                       DefaultValuedAttr<BoolAttr, "false">:$accumulate);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$updates `into` $data `[` $indices `]` attr-dict `:` type($data) `,` "
+                       "type($indices) `,` type($updates)";
+  let hasVerifier = 1;
+}
+
+def Mega_CumSumOp : Mega_CostedOp<"cumsum", [Mega_Plan<"CumSum">, Pure, SameOperandsAndResultType,
+    Mega_Differentiable]> {
+  let summary = "cumulative sum along `axis` (ONNX CumSum)";
+  let description = [{
+    `result[.., i, ..] = sum of input[.., j, ..]` over `j <= i` (`j < i` with `exclusive`;
+    `j >= i` / `j > i` with `reverse`), summed in index order. Integers wrap. The gradient is
+    the cumulative sum of the result's gradient in the other direction.
+
+    ```mlir
+    %r = mega.cumsum %mask axis 1 {exclusive = false, reverse = false} : tensor<2x16xi64>
+    ```
+  }];
+  let arguments = (ins Mega_NumTensor:$input, I64Attr:$axis,
+                       DefaultValuedAttr<BoolAttr, "false">:$exclusive,
+                       DefaultValuedAttr<BoolAttr, "false">:$reverse);
+  let results = (outs Mega_NumTensor:$result);
+  let assemblyFormat = "$input `axis` $axis attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def Mega_ReduceOp : Mega_CostedOp<"reduce", [Mega_Plan<"Reduce">, Pure, Mega_InferShape,
     Mega_Differentiable], ["getFlops"]> {
   let summary = "reduce over axes (sum, mean, max, min)";

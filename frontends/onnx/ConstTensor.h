@@ -146,6 +146,13 @@ Folded matmul(const ConstTensor &a, const ConstTensor &b);
 /// Reduces over `axes` (normalized, unique).
 Folded reduce(ReduceFn fn, const ConstTensor &x, const std::vector<int64_t> &axes, bool keepDims);
 Folded argReduce(bool isMax, const ConstTensor &x, int64_t axis, bool keepDims, bool selectLast);
+// Element indexing (ConstIndexKernels.cpp); axes normalized, indices in [-n, n).
+Folded cumsum(const ConstTensor &x, int64_t axis, bool exclusive, bool reverse);
+Folded gatherElements(const ConstTensor &data, const ConstTensor &indices, int64_t axis);
+Folded scatterElements(const ConstTensor &data, const ConstTensor &indices,
+                       const ConstTensor &updates, int64_t axis, bool accumulate);
+Folded scatterNd(const ConstTensor &data, const ConstTensor &indices, const ConstTensor &updates,
+                 bool accumulate);
 
 /// ONNX Slice semantics for one axis of size `dim`: clamps start/end, counts elements.
 /// Returns an error message for step 0.

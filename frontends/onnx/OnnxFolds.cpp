@@ -1,6 +1,7 @@
 // Import-time evaluation of ONNX nodes whose inputs are all constants (shape arithmetic,
 // masks, position tables): the IR never sees Shape/Gather/Concat/Range chains.
 #include "frontends/onnx/OnnxGraph.h"
+#include "frontends/onnx/OnnxOps.h"
 
 #include <limits>
 
@@ -406,6 +407,7 @@ const std::map<std::string, FoldHandler> &foldHandlers() {
       {"Constant", foldConstant},
       {"ConstantOfShape", foldConstantOfShape},
       {"Cos", foldUnary<UnaryFn::cos>},
+      {"CumSum", foldCumSum},
       {"Div", foldBinary<BinaryFn::div>},
       {"Dropout", foldDropout},
       {"Equal", foldCompare<CompareFn::eq>},
@@ -415,6 +417,7 @@ const std::map<std::string, FoldHandler> &foldHandlers() {
       {"Flatten", foldReshapeLike<flattenTarget>},
       {"Floor", foldUnary<UnaryFn::floor>},
       {"Gather", foldGather},
+      {"GatherElements", foldGatherElements},
       {"Greater", foldCompare<CompareFn::gt>},
       {"GreaterOrEqual", foldCompare<CompareFn::ge>},
       {"Identity", foldIdentity},
@@ -440,6 +443,9 @@ const std::map<std::string, FoldHandler> &foldHandlers() {
       {"Relu", foldUnary<UnaryFn::relu>},
       {"Reshape", foldReshapeLike<reshapeTarget>},
       {"Round", foldUnary<UnaryFn::round>},
+      {"Scatter", foldScatterElements},
+      {"ScatterElements", foldScatterElements},
+      {"ScatterND", foldScatterNd},
       {"Shape", foldShape},
       {"Sigmoid", foldUnary<UnaryFn::sigmoid>},
       {"Sign", foldUnary<UnaryFn::sign>},

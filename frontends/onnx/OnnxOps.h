@@ -39,5 +39,12 @@ mlir::FailureOr<Shape> broadcastInputs(NodeContext &c, const std::vector<int> &i
 void addElementwiseHandlers(std::map<std::string, OpHandler> &handlers);
 void addShapeHandlers(std::map<std::string, OpHandler> &handlers);
 void addLossHandlers(std::map<std::string, OpHandler> &handlers);
+void addIndexHandlers(std::map<std::string, OpHandler> &handlers);
+
+// Folds of the element-indexing ops (OnnxOpsIndex.cpp), listed in foldHandlers().
+mlir::LogicalResult foldCumSum(NodeContext &c);
+mlir::LogicalResult foldGatherElements(NodeContext &c);
+mlir::LogicalResult foldScatterElements(NodeContext &c);
+mlir::LogicalResult foldScatterNd(NodeContext &c);
 
 } // namespace megac::onnx_import

@@ -383,6 +383,7 @@ const std::map<std::string, OpHandler> &opHandlers() {
     addElementwiseHandlers(h);
     addShapeHandlers(h);
     addLossHandlers(h);
+    addIndexHandlers(h);
     return h;
   }();
   return handlers;

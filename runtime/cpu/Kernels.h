@@ -112,6 +112,26 @@ Status embedding(const TensorRef &table, const TensorRef &ids, const TensorRef &
 Status pad(const TensorRef &x, std::span<const int64_t> low, std::span<const int64_t> high,
            std::span<const int64_t> interior, const TensorRef &out);
 
+// ---- Element indexing (Indexing.cpp) -------------------------------------------------------
+// Indices are i64 or i32 in [-n, n) for the dim they index (negative ones count from the end);
+// any other is an error naming it, raised before the output is written.
+
+/// Cumulative sum along `axis` (j <= i; j < i with exclusive; from the end with reverse), in
+/// index order; f32 f64 i64 i32 (integers wrap). May run in place.
+Status cumsum(const TensorRef &x, int64_t axis, bool exclusive, bool reverse, const TensorRef &out);
+/// ONNX GatherElements: out[i...] = data[i with coordinate `axis` replaced by indices[i...]];
+/// indices (data's rank, no dim larger than data's but `axis`) and out have one shape.
+Status gatherElements(const TensorRef &data, const TensorRef &indices, int64_t axis,
+                      const TensorRef &out);
+/// ONNX ScatterElements: out = data, then out[i with `axis` = indices[i...]] = updates[i...]
+/// (+= with accumulate: f32 f64 i64 i32) in row-major order; updates has indices' shape.
+Status scatterElements(const TensorRef &data, const TensorRef &indices, const TensorRef &updates,
+                       int64_t axis, bool accumulate, const TensorRef &out);
+/// ONNX ScatterND: indices [..., k]; out = data, then the slice data[j_0..j_{k-1}] of each tuple
+/// is overwritten by (or, with accumulate, added to) the matching updates slice, in order.
+Status scatterNd(const TensorRef &data, const TensorRef &indices, const TensorRef &updates,
+                 bool accumulate, const TensorRef &out);
+
 // ---- Reductions (Reduction.cpp) -----------------------------------------------------------
 
 enum class ReduceKind { sum, mean, max, min };

@@ -107,4 +107,20 @@ struct ReduceGeometry {
 StatusOr<ReduceGeometry> checkReduce(ReduceKind kind, const TensorRef &x,
                                      std::span<const int64_t> axes, const TensorRef &out);
 
+/// CumSum's checks (axis, out of x's shape and dtype); the geometry around the axis.
+struct AxisGeometry {
+  int64_t outer = 1, dim = 1, inner = 1;
+};
+StatusOr<AxisGeometry> checkCumSum(const TensorRef &x, int64_t axis, const TensorRef &out);
+/// GatherElements' and ScatterElements' checks (indices of data's rank, no dim but `axis` larger
+/// than data's; out and updates of the right shapes and dtypes); updates may be null (gather).
+Status checkElementIndexing(const char *op, const TensorRef &data, const TensorRef &indices,
+                            const TensorRef *updates, int64_t axis, const TensorRef &out);
+/// ScatterND's checks; returns (tuples, k, slice elements).
+struct ScatterNdGeometry {
+  int64_t tuples = 0, k = 0, slice = 0;
+};
+StatusOr<ScatterNdGeometry> checkScatterNd(const TensorRef &data, const TensorRef &indices,
+                                           const TensorRef &updates, const TensorRef &out);
+
 } // namespace megac::runtime::cpu::detail

@@ -162,6 +162,21 @@ void elementwiseAndDataMovement(Table &t) {
   at(t, O::Gather) = [](const CudaCall &c) {
     return gather(c.ctx, c.in[0], c.in[1], c.inst.attrs_as_AxisAttrs()->axis(), c.out[0]);
   };
+  at(t, O::GatherElements) = [](const CudaCall &c) {
+    return gatherElements(c.ctx, c.in[0], c.in[1], c.inst.attrs_as_AxisAttrs()->axis(), c.out[0]);
+  };
+  at(t, O::ScatterElements) = [](const CudaCall &c) {
+    const fb::ScatterAttrs *a = c.inst.attrs_as_ScatterAttrs();
+    return scatterElements(c.ctx, c.in[0], c.in[1], c.in[2], a->axis(), a->accumulate(), c.out[0]);
+  };
+  at(t, O::ScatterND) = [](const CudaCall &c) {
+    return scatterNd(c.ctx, c.in[0], c.in[1], c.in[2], c.inst.attrs_as_ScatterAttrs()->accumulate(),
+                     c.out[0]);
+  };
+  at(t, O::CumSum) = [](const CudaCall &c) {
+    const fb::CumSumAttrs *a = c.inst.attrs_as_CumSumAttrs();
+    return cumsum(c.ctx, c.in[0], a->axis(), a->exclusive(), a->reverse(), c.out[0]);
+  };
   at(t, O::Pad) = [](const CudaCall &c) {
     const fb::PadAttrs *a = c.inst.attrs_as_PadAttrs();
     return pad(c.ctx, c.in[0], spanOf(a->low()), spanOf(a->high()), spanOf(a->interior()),

@@ -427,7 +427,8 @@ Status CudaExecutor::checkDeviceErrors(size_t index) {
   std::vector<fb::Opcode> ops;
   switch (error) {
   case DeviceError::indexOutOfRange:
-    ops = {fb::Opcode::Gather};
+    ops = {fb::Opcode::Gather, fb::Opcode::GatherElements, fb::Opcode::ScatterElements,
+           fb::Opcode::ScatterND};
     break;
   case DeviceError::idOutOfRange:
     ops = {fb::Opcode::Embedding, fb::Opcode::EmbeddingGrad};

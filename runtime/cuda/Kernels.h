@@ -113,6 +113,17 @@ Status gather(const Context &ctx, const TensorRef &data, const TensorRef &indice
               const TensorRef &out);
 Status embedding(const Context &ctx, const TensorRef &table, const TensorRef &ids,
                  const TensorRef &out);
+
+// ---- Element indexing (kernels/Indexing.cu): the CPU kernels' contracts, deterministic ------
+Status cumsum(const Context &ctx, const TensorRef &x, int64_t axis, bool exclusive, bool reverse,
+              const TensorRef &out);
+Status gatherElements(const Context &ctx, const TensorRef &data, const TensorRef &indices,
+                      int64_t axis, const TensorRef &out);
+Status scatterElements(const Context &ctx, const TensorRef &data, const TensorRef &indices,
+                       const TensorRef &updates, int64_t axis, bool accumulate,
+                       const TensorRef &out);
+Status scatterNd(const Context &ctx, const TensorRef &data, const TensorRef &indices,
+                 const TensorRef &updates, bool accumulate, const TensorRef &out);
 /// dtable = 0, then dtable[ids[i]] += dy[i] summed in a fixed order (ids sorted with their
 /// positions, each row's contributions added in position order): deterministic.
 Status embeddingGrad(const Context &ctx, const TensorRef &dy, const TensorRef &ids,

@@ -77,6 +77,21 @@ void elementwiseAndDataMovement(Table &t) {
   storage(t, O::Gather, [](const CpuCall &c) {
     return cpu::gather(c.in[0], c.in[1], c.inst.attrs_as_AxisAttrs()->axis(), c.out[0]);
   });
+  storage(t, O::GatherElements, [](const CpuCall &c) {
+    return cpu::gatherElements(c.in[0], c.in[1], c.inst.attrs_as_AxisAttrs()->axis(), c.out[0]);
+  });
+  math(t, O::ScatterElements, [](const CpuCall &c) {
+    const fb::ScatterAttrs *a = c.inst.attrs_as_ScatterAttrs();
+    return cpu::scatterElements(c.in[0], c.in[1], c.in[2], a->axis(), a->accumulate(), c.out[0]);
+  });
+  math(t, O::ScatterND, [](const CpuCall &c) {
+    return cpu::scatterNd(c.in[0], c.in[1], c.in[2], c.inst.attrs_as_ScatterAttrs()->accumulate(),
+                          c.out[0]);
+  });
+  math(t, O::CumSum, [](const CpuCall &c) {
+    const fb::CumSumAttrs *a = c.inst.attrs_as_CumSumAttrs();
+    return cpu::cumsum(c.in[0], a->axis(), a->exclusive(), a->reverse(), c.out[0]);
+  });
   storage(t, O::Pad, [](const CpuCall &c) {
     const fb::PadAttrs *a = c.inst.attrs_as_PadAttrs();
     return cpu::pad(c.in[0], spanOf(a->low()), spanOf(a->high()), spanOf(a->interior()), c.out[0]);

@@ -146,6 +146,8 @@ private:
   Status collectiveAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
   /// Send/Recv: the axis exists, and every rank running this program has its peer in the mesh.
   Status p2pAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
+  /// CumSumAttrs and ScatterAttrs: the axis is in range (ScatterND's is 0).
+  Status indexAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
   /// The attribute tables of the training opcodes (and Dropout's shard fields).
   Status trainingAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
 

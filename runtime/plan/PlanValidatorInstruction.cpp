@@ -131,6 +131,9 @@ PlanValidator::AttrsCheck PlanValidator::attrsCheck(fb::Attrs attrs) {
     return &PlanValidator::collectiveAttrs;
   case fb::Attrs::P2PAttrs:
     return &PlanValidator::p2pAttrs;
+  case fb::Attrs::CumSumAttrs:
+  case fb::Attrs::ScatterAttrs:
+    return &PlanValidator::indexAttrs;
   }
   return nullptr;
 }
@@ -169,6 +172,15 @@ Status PlanValidator::axisAttrs(const fb::Instruction &inst, size_t i, size_t in
   int64_t axis = inst.attrs_as_AxisAttrs()->axis();
   if (inst.op() == fb::Opcode::Concat) // the axis of the output, which any input may lack
     return axisInRange(i, axis, rankOf(inst.outputs()->Get(0)), "the output");
+  return axisInRange(i, axis, inRank, "the input");
+}
+
+Status PlanValidator::indexAttrs(const fb::Instruction &inst, size_t i, size_t inRank) {
+  if (const fb::CumSumAttrs *a = inst.attrs_as_CumSumAttrs())
+    return axisInRange(i, a->axis(), inRank, "the input");
+  int64_t axis = inst.attrs_as_ScatterAttrs()->axis();
+  if (inst.op() == fb::Opcode::ScatterND && axis != 0)
+    return instError(i, "ScatterND's axis must be 0, not " + std::to_string(axis));
   return axisInRange(i, axis, inRank, "the input");
 }
 

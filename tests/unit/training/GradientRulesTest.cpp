@@ -248,6 +248,62 @@ std::vector<RuleCase> shapeCases() {
        "  %out = mega.gather %t[%ids] axis -3 : tensor<4x2x3xf64>, tensor<3xi32> -> "
        "tensor<3x2x3xf64>",
        "tensor<3x2x3xf64>"},
+      // Falcon's pick of q, k or v out of a fused projection: a scalar index on a middle axis.
+      {"gather_axis2_scalar",
+       {"%t: tensor<2x3x4x2xf64>"},
+       "  %ids = mega.constant dense<1> : tensor<i64>\n"
+       "  %out = mega.gather %t[%ids] axis 2 : tensor<2x3x4x2xf64>, tensor<i64> -> "
+       "tensor<2x3x2xf64>",
+       "tensor<2x3x2xf64>"},
+      {"gather_axis1_repeated_negative",
+       {"%t: tensor<2x4x3xf64>"},
+       "  %ids = mega.constant dense<[[3, -1], [0, 2]]> : tensor<2x2xi64>\n"
+       "  %out = mega.gather %t[%ids] axis 1 : tensor<2x4x3xf64>, tensor<2x2xi64> -> "
+       "tensor<2x2x2x3xf64>",
+       "tensor<2x2x2x3xf64>"},
+      {"gather_last_axis",
+       {"%t: tensor<2x5xf64>"},
+       "  %ids = mega.constant dense<[4, 0, 4]> : tensor<3xi32>\n"
+       "  %out = mega.gather %t[%ids] axis -1 : tensor<2x5xf64>, tensor<3xi32> -> tensor<2x3xf64>",
+       "tensor<2x3xf64>"},
+      {"gather_elements_repeated",
+       {"%t: tensor<3x4xf64>"},
+       "  %ids = mega.constant dense<[[3, 3], [0, -1], [1, 2]]> : tensor<3x2xi64>\n"
+       "  %out = mega.gather_elements %t[%ids] axis 1 : tensor<3x4xf64>, tensor<3x2xi64> -> "
+       "tensor<3x2xf64>",
+       "tensor<3x2xf64>"},
+      {"scatter_elements",
+       {"%d: tensor<3x4xf64>", "%u: tensor<2x4xf64>"},
+       "  %ids = mega.constant dense<[[2, 0, 1, 2], [0, 1, 2, 1]]> : tensor<2x4xi64>\n"
+       "  %out = mega.scatter_elements %u into %d[%ids] axis 0 : tensor<3x4xf64>, "
+       "tensor<2x4xi64>, tensor<2x4xf64>",
+       "tensor<3x4xf64>"},
+      {"scatter_elements_add",
+       {"%d: tensor<2x3xf64>", "%u: tensor<2x3xf64>"},
+       "  %ids = mega.constant dense<[[1, 1, 0], [2, 0, 0]]> : tensor<2x3xi64>\n"
+       "  %out = mega.scatter_elements %u into %d[%ids] axis 1 {accumulate = true} : "
+       "tensor<2x3xf64>, tensor<2x3xi64>, tensor<2x3xf64>",
+       "tensor<2x3xf64>"},
+      {"scatter_nd",
+       {"%d: tensor<4x2x3xf64>", "%u: tensor<2x3xf64>"},
+       "  %ids = mega.constant dense<[[3, 1], [-4, 0]]> : tensor<2x2xi64>\n"
+       "  %out = mega.scatter_nd %u into %d[%ids] : tensor<4x2x3xf64>, tensor<2x2xi64>, "
+       "tensor<2x3xf64>",
+       "tensor<4x2x3xf64>"},
+      {"scatter_nd_add",
+       {"%d: tensor<4x3xf64>", "%u: tensor<3x3xf64>"},
+       "  %ids = mega.constant dense<[[2], [0], [2]]> : tensor<3x1xi32>\n"
+       "  %out = mega.scatter_nd %u into %d[%ids] {accumulate = true} : tensor<4x3xf64>, "
+       "tensor<3x1xi32>, tensor<3x3xf64>",
+       "tensor<4x3xf64>"},
+      {"cumsum",
+       {"%x: tensor<2x5x3xf64>"},
+       "  %out = mega.cumsum %x axis 1 : tensor<2x5x3xf64>",
+       "tensor<2x5x3xf64>"},
+      {"cumsum_exclusive_reverse",
+       {"%x: tensor<3x4xf64>"},
+       "  %out = mega.cumsum %x axis -1 {exclusive = true, reverse = true} : tensor<3x4xf64>",
+       "tensor<3x4xf64>"},
   };
 }
 
@@ -343,7 +399,7 @@ TEST(GradientRules, EveryRuleHasACase) {
     EXPECT_NE(all.find(" " + op.getStringRef().str() + " "), std::string::npos)
         << op.getStringRef().str() << " has a gradient rule but no finite-difference case";
   }
-  EXPECT_EQ(rules, 40);
+  EXPECT_EQ(rules, 44);
 }
 
 INSTANTIATE_TEST_SUITE_P(Elementwise, GradientRule, ::testing::ValuesIn(elementwiseCases()),

@@ -78,11 +78,3 @@ func.func @forward_backward(%w: tensor<4xf32> {mega.param = "w"}, %x: tensor<4xf
   return %l : tensor<f32>
 }
 
-// -----
-
-func.func @forward_backward(%w: tensor<3x5xf32> {mega.param = "w"}, %ids: tensor<2xi64> {mega.input = "ids"}) -> (tensor<f32> {mega.output = "loss"}) {
-  // expected-error@+1 {{'mega.gather' op has a gradient only along axis 0 (an embedding lookup), not axis 1; gather the transposed data instead}}
-  %g = mega.gather %w[%ids] axis 1 : tensor<3x5xf32>, tensor<2xi64> -> tensor<3x2xf32>
-  %l = mega.reduce sum %g over [0, 1] : tensor<3x2xf32> -> tensor<f32>
-  return %l : tensor<f32>
-}

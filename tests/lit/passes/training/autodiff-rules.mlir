@@ -220,14 +220,19 @@ func.func @forward_backward(%x: tensor<6x5xf32> {mega.param = "x"}, %y: tensor<6
 // -----
 
 // softmax (softmax_grad from the output) and gather on axis 0 of a rank-3 table
-// (embedding_grad over rows flattened to [V, 6]).
+// (embedding_grad over rows flattened to [V, 6]; run-time ids in [-V, V) wrapped to [0, V)).
 // CHECK-LABEL: func.func @forward_backward(
 // CHECK-SAME: %[[T:[a-z0-9]+]]: tensor<10x2x3xf32> {mega.param = "t"}, %[[IDS:[a-z0-9]+]]: tensor<4xi64>
 // CHECK: %[[SM:.*]] = mega.softmax %{{.*}} axis -1 : tensor<4x2x3xf32>
 // CHECK: %[[G:.*]] = mega.broadcast
 // CHECK-NEXT: %[[DS:.*]] = mega.softmax_grad %[[G]], %[[SM]] axis -1 : tensor<4x2x3xf32>
 // CHECK-NEXT: %[[R:.*]] = mega.reshape %[[DS]] : tensor<4x2x3xf32> -> tensor<4x6xf32>
-// CHECK-NEXT: %[[E:.*]] = mega.embedding_grad %[[R]][%[[IDS]]] : tensor<4x6xf32>, tensor<4xi64> -> tensor<10x6xf32>
+// CHECK-NEXT: %[[ZERO:.*]] = mega.constant dense<0> : tensor<4xi64>
+// CHECK-NEXT: %[[NEG:.*]] = mega.compare lt %[[IDS]], %[[ZERO]]
+// CHECK-NEXT: %[[V:.*]] = mega.constant dense<10> : tensor<4xi64>
+// CHECK-NEXT: %[[UP:.*]] = mega.add %[[IDS]], %[[V]] : tensor<4xi64>
+// CHECK-NEXT: %[[ROWS:.*]] = mega.where %[[NEG]], %[[UP]], %[[IDS]]
+// CHECK-NEXT: %[[E:.*]] = mega.embedding_grad %[[R]][%[[ROWS]]] : tensor<4x6xf32>, tensor<4xi64> -> tensor<10x6xf32>
 // CHECK-NEXT: %[[DT:.*]] = mega.reshape %[[E]] : tensor<10x6xf32> -> tensor<10x2x3xf32>
 // CHECK-NEXT: mega.add %{{.*}}, %[[DT]]
 func.func @forward_backward(%t: tensor<10x2x3xf32> {mega.param = "t"}, %ids: tensor<4xi64> {mega.input = "ids"}) -> (tensor<f32> {mega.output = "loss"}) {
@@ -330,5 +335,22 @@ func.func @forward_backward(%x: tensor<2x3x4x6xf32> {mega.param = "x"}) -> (tens
   %y = mega.rope %x, %c, %s : (tensor<2x3x4x6xf32>, tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<2x3x4x6xf32>
   %z = mega.silu %y : tensor<2x3x4x6xf32>
   %l = mega.reduce sum %z over [0, 1, 2, 3] : tensor<2x3x4x6xf32> -> tensor<f32>
+  return %l : tensor<f32>
+}
+
+// -----
+
+// gather on axis 1 (a constant pick out of a fused projection, as Falcon's q/k/v): the
+// gradient moves the axis to the front, scatters with embedding_grad and moves it back.
+// CHECK-LABEL: func.func @forward_backward(
+// CHECK: %[[G:.*]] = mega.broadcast
+// CHECK-NEXT: %[[T:.*]] = mega.transpose %[[G]] [1, 0] : tensor<3x2xf32> -> tensor<2x3xf32>
+// CHECK-NEXT: %[[E:.*]] = mega.embedding_grad %[[T]][%{{.*}}] : tensor<2x3xf32>, tensor<2xi64> -> tensor<5x3xf32>
+// CHECK-NEXT: %[[B:.*]] = mega.transpose %[[E]] [1, 0] : tensor<5x3xf32> -> tensor<3x5xf32>
+// CHECK-NEXT: mega.add %{{.*}}, %[[B]] : tensor<3x5xf32>
+func.func @forward_backward(%w: tensor<3x5xf32> {mega.param = "w"}) -> (tensor<f32> {mega.output = "loss"}) {
+  %ids = mega.constant dense<[4, 1]> : tensor<2xi64>
+  %g = mega.gather %w[%ids] axis 1 : tensor<3x5xf32>, tensor<2xi64> -> tensor<3x2xf32>
+  %l = mega.reduce sum %g over [0, 1] : tensor<3x2xf32> -> tensor<f32>
   return %l : tensor<f32>
 }
