@@ -1,0 +1,150 @@
+"""The transformers families the HF tests run (hf_models_test.py forward, hf_train_test.py
+training): tiny random-weight configs (2 layers, hidden 64, 4 heads, vocab 128, dropout 0), one
+exporter with a cache keyed by a hash of everything that shapes the file, and token data that
+never holds a model's pad_token_id.
+
+Why no pad tokens: an embedding built with `padding_idx` (OPT, BLOOM-style configs, RoBERTa,
+BERT, ...) never receives a gradient for that row in PyTorch, but torch.onnx drops the
+`padding_idx` property, so megac (like any ONNX consumer) trains that row; the models only agree
+when no input is the pad id. RoBERTa also derives position ids from `input_ids != pad`.
+
+Mistral is exported with its sliding window (8 < the 16-token sequence). torch 1.13 has no ONNX
+symbolic for `aten::bitwise_or`, which transformers uses on the boolean window mask; the exporter
+registers one that emits ONNX `Or` (exact on booleans; ONNX's BitwiseOr needs opset 18).
+"""
+import hashlib
+import json
+import os
+
+VOCAB, HIDDEN, HEADS, LAYERS, SEQ = 128, 64, 4, 2, 16
+
+# Causal LMs train (hf_train_test.py); masked LMs run forward only.
+CAUSAL = ["gpt2", "gptj", "gpt_neox", "opt", "bloom", "falcon", "llama", "mistral", "qwen2",
+          "gemma", "phi", "stablelm"]
+MASKED = ["bert", "roberta", "distilbert", "electra"]
+FAMILIES = CAUSAL + MASKED
+
+
+def config(name):
+    """(model class, config) of family `name`."""
+    import transformers as T
+    common = dict(vocab_size=VOCAB, use_cache=False)
+    llama_like = dict(num_hidden_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
+                      num_key_value_heads=2, intermediate_size=128,
+                      max_position_embeddings=2 * SEQ, **common)
+    bert_like = dict(num_hidden_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
+                     intermediate_size=128, vocab_size=VOCAB, max_position_embeddings=2 * SEQ + 2,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    table = {
+        "gpt2": (T.GPT2LMHeadModel, T.GPT2Config(
+            n_layer=LAYERS, n_embd=HIDDEN, n_head=HEADS, n_positions=2 * SEQ, resid_pdrop=0.0,
+            embd_pdrop=0.0, attn_pdrop=0.0, **common)),
+        # Interleaved rotary (rotate_every_two) on the first 8 of 16 head dims.
+        "gptj": (T.GPTJForCausalLM, T.GPTJConfig(
+            n_layer=LAYERS, n_embd=HIDDEN, n_head=HEADS, n_positions=2 * SEQ, rotary_dim=8,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common)),
+        # Partial rotary (a quarter of the head dims), fused [heads, 3, d] q/k/v, parallel MLP.
+        "gpt_neox": (T.GPTNeoXForCausalLM, T.GPTNeoXConfig(
+            num_hidden_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
+            intermediate_size=128, rotary_pct=0.25, max_position_embeddings=2 * SEQ,
+            hidden_dropout=0.0, attention_dropout=0.0, **common)),
+        # Learned positions from the attention mask's cumulative sum (offset 2).
+        "opt": (T.OPTForCausalLM, T.OPTConfig(
+            num_hidden_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS, ffn_dim=128,
+            max_position_embeddings=2 * SEQ, word_embed_proj_dim=HIDDEN, dropout=0.0,
+            attention_dropout=0.0, **common)),
+        # ALiBi attention bias (from the mask's cumulative sum), embedding layer norm.
+        "bloom": (T.BloomForCausalLM, T.BloomConfig(
+            n_layer=LAYERS, hidden_size=HIDDEN, n_head=HEADS, hidden_dropout=0.0,
+            attention_dropout=0.0, **common)),
+        # Multi-query attention: q/k/v picked out of one fused projection.
+        "falcon": (T.FalconForCausalLM, T.FalconConfig(
+            num_hidden_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
+            hidden_dropout=0.0, attention_dropout=0.0, **common)),
+        "llama": (T.LlamaForCausalLM, T.LlamaConfig(**llama_like)),
+        "mistral": (T.MistralForCausalLM, T.MistralConfig(sliding_window=8, **llama_like)),
+        "qwen2": (T.Qwen2ForCausalLM, T.Qwen2Config(**llama_like)),
+        "gemma": (T.GemmaForCausalLM, T.GemmaConfig(
+            head_dim=HIDDEN // HEADS, hidden_activation="gelu_pytorch_tanh", **llama_like)),
+        "phi": (T.PhiForCausalLM, T.PhiConfig(
+            num_hidden_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
+            intermediate_size=128, partial_rotary_factor=0.5, max_position_embeddings=2 * SEQ,
+            resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0, **common)),
+        "stablelm": (T.StableLmForCausalLM, T.StableLmConfig(
+            partial_rotary_factor=0.25, **llama_like)),
+        "bert": (T.BertForMaskedLM, T.BertConfig(**bert_like)),
+        "roberta": (T.RobertaForMaskedLM, T.RobertaConfig(**bert_like)),
+        "distilbert": (T.DistilBertForMaskedLM, T.DistilBertConfig(
+            n_layers=LAYERS, dim=HIDDEN, n_heads=HEADS, hidden_dim=128, vocab_size=VOCAB,
+            max_position_embeddings=2 * SEQ, dropout=0.0, attention_dropout=0.0)),
+        "electra": (T.ElectraForMaskedLM, T.ElectraConfig(embedding_size=32, **bert_like)),
+    }
+    return table[name]
+
+
+def build(name, seed):
+    """Family `name` with seeded random weights, as a module from input_ids to logits."""
+    import torch
+    cls, cfg = config(name)
+    torch.manual_seed(seed)
+    model = cls(cfg)
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hf = model
+
+        def forward(self, input_ids):
+            return self.hf(input_ids=input_ids, return_dict=False)[0]
+
+    return Logits(), cfg
+
+
+def pad_free(ids, cfg):
+    """`ids` (numpy ints) with every pad_token_id replaced by the next id (see the docstring)."""
+    pad = getattr(cfg, "pad_token_id", None)
+    if pad is not None:
+        ids = ids.copy()
+        ids[ids == pad] = (pad + 1) % VOCAB
+    return ids
+
+
+def _register_bitwise_or():
+    from torch.onnx import register_custom_op_symbolic
+
+    def bitwise_or(g, a, b):  # boolean masks only (transformers' sliding window)
+        return g.op("Or", a, b)
+
+    register_custom_op_symbolic("aten::bitwise_or", bitwise_or, 17)
+
+
+def export(name, model, cfg, cache_dir, training, batch=2):
+    """The ONNX file of `model` (opset 17, no constant folding), exported once per hash of the
+    family, its config, the weights' seed state, the mode and the versions; returns its path."""
+    import numpy as np
+    import torch
+    import transformers
+    key = json.dumps({"family": name, "config": cfg.to_dict(), "training": training,
+                      "batch": batch, "seq": SEQ, "torch": torch.__version__,
+                      "transformers": transformers.__version__,
+                      "weights": float(sum(p.double().sum() for p in model.parameters()))},
+                     sort_keys=True, default=str)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    os.makedirs(cache_dir, exist_ok=True)
+    path = os.path.join(cache_dir, f"{name}-{digest}.onnx")
+    if os.path.exists(path):
+        return path
+    _register_bitwise_or()
+    ids = torch.from_numpy(pad_free(np.random.default_rng(0).integers(0, VOCAB, (batch, SEQ)),
+                                    cfg))
+    kwargs = dict(input_names=["input_ids"], output_names=["logits"], opset_version=17,
+                  do_constant_folding=False)
+    if training:
+        # Static shapes: GPT-J's repeat_interleave exports as a Loop over sequences when the
+        # batch is dynamic; megac compiles each run at the model's batch (micro-batch x dp)
+        # anyway.
+        kwargs["training"] = torch.onnx.TrainingMode.TRAINING
+    tmp = path + ".tmp"
+    torch.onnx.export(model.eval() if not training else model, (ids,), tmp, **kwargs)
+    os.replace(tmp, path)
+    return path
