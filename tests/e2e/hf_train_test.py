@@ -1,15 +1,20 @@
-"""Training Hugging Face models exported to ONNX: `megac train` on a transformers GPT2LMHeadModel
-and a Llama-style LlamaForCausalLM (RMSNorm, rotary, SwiGLU, GQA; random weights from small
-configs, dropout off) gives PyTorch's AdamW run step by step, and a tp=2 x dp=2 run gives the
-one-rank run.
+"""Training Hugging Face models exported to ONNX: `megac train` on every causal LM family of
+hf_families.py (GPT-2, GPT-J, GPT-NeoX, OPT, BLOOM, Falcon, Llama, Mistral with a sliding window,
+Qwen2, Gemma, Phi, StableLM; random weights from tiny configs, dropout off, exported in training
+mode and cached by config hash beside WORKDIR) gives PyTorch's AdamW run step by step, and a
+tp=2 x dp=2 run gives the one-rank run.
 
-  - parity: 10 steps on one rank against the same model trained in PyTorch (train_test.py's
-    reference loop: the same rows, mean cross-entropy, AdamW with decay on dim >= 2); every loss
-    and grad_norm within 1e-4 relative, every final parameter within 1e-4 ||p|| + 1e-6 sqrt(n);
-  - layout: the same 10 steps with --ranks 4 --tp 2 --dp 2 against the one-rank log (losses
+  - parity: GPT-2 and Llama 10 steps, the others 3, on one rank against the same model trained
+    in PyTorch (train_test.py's reference loop: the same rows, mean cross-entropy, AdamW with
+    eps 1e-6 and decay on dim >= 2); every loss and grad_norm within 1e-4 relative, every final
+    parameter within 1e-4 ||p|| + 1e-6 sqrt(n);
+  - layout: the same steps with --ranks 4 --tp 2 --dp 2 against the one-rank log (losses
     within 1e-5 relative: fp32 partial sums reassociate) and its final weights.
 
-usage: hf_train_test.py --megac build/bin/megac --workdir DIR [--venv .venv]
+The token data never holds the model's pad_token_id: PyTorch never updates an embedding's
+padding_idx row and torch.onnx drops padding_idx (hf_families.py).
+
+usage: hf_train_test.py --megac build/bin/megac --workdir DIR [--venv .venv] [--only A,B]
 Needs transformers (the test venv from scripts/bootstrap.sh; the script re-executes itself with
 the venv's python, or exits 77 without it) and mpirun for the layout case.
 """
@@ -22,46 +27,21 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_models_test import ensure_venv  # noqa: E402
 
-SEQ, VOCAB, ROWS = 16, 128, 24
+SEQ, VOCAB, ROWS = 16, 128, 24  # hf_families.SEQ and .VOCAB
 
 
-def make_model(name, workdir):
-    """A transformers model with random weights (dropout off) exported for training."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(1234)
-    if name == "gpt2":
-        hf = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=SEQ,
-                                        vocab_size=VOCAB, resid_pdrop=0.0, embd_pdrop=0.0,
-                                        attn_pdrop=0.0, use_cache=False))
-    else:  # Llama-style: RMSNorm, rotary, SwiGLU, GQA (4 heads on 2 kv heads), untied head
-        hf = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, hidden_size=64,
-                                          num_attention_heads=4, num_key_value_heads=2,
-                                          intermediate_size=128, vocab_size=VOCAB,
-                                          max_position_embeddings=SEQ, use_cache=False))
-
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.hf = hf
-
-        def forward(self, input_ids):
-            return self.hf(input_ids=input_ids, return_dict=False)[0]
-
-    model = Logits()
-    path = os.path.join(workdir, f"{name}.onnx")
-    ids = torch.randint(0, VOCAB, (2, SEQ), dtype=torch.long)
-    torch.onnx.export(model, (ids,), path, input_names=["input_ids"], output_names=["logits"],
-                      opset_version=17, do_constant_folding=False,
-                      training=torch.onnx.TrainingMode.TRAINING,
-                      dynamic_axes={"input_ids": {0: "batch"}})
-    return model, path
+def make_model(name, workdir, cache):
+    """A transformers model of family `name` with random weights (dropout off), its config, and
+    its training-mode export (hf_families.export, cached by config hash)."""
+    import hf_families as hf
+    model, cfg = hf.build(name, seed=1234)
+    return model, cfg, hf.export(name, model, cfg, cache, training=True)
 
 
-def check(args, name, tokens, data):
+def check(args, name, steps):
     """Returns the number of problems of model `name`: parity with PyTorch, then tp2 x dp2."""
     import numpy as np
+    import hf_families as hf
     import train_test as tt
     from safetensors_np import read_safetensors
 
@@ -69,16 +49,21 @@ def check(args, name, tokens, data):
     one, four = os.path.join(workdir, "one-rank"), os.path.join(workdir, "tp2-dp2")
     os.makedirs(one)
     os.makedirs(four)
-    model, onnx_path = make_model(name, workdir)
+    model, cfg, onnx_path = make_model(name, workdir, os.path.join(args.cache, "train"))
+    # No pad_token_id in the data: PyTorch keeps an embedding's padding_idx row fixed, and
+    # torch.onnx drops padding_idx (hf_families.py says more).
+    tokens = hf.pad_free(np.random.default_rng(7).integers(0, VOCAB, size=(ROWS, SEQ + 1)), cfg)
+    data = os.path.join(workdir, "tokens.npy")
+    np.save(data, tokens.astype(np.int64))
     # Adam eps 1e-6, not 1e-8: GPT-2's key third of c_attn.bias has an exactly zero gradient
     # (softmax ignores a per-row constant), so its "gradient" is roundoff (~1e-10), which Adam
     # with eps 1e-8 turns into steps of ~1e-2·lr that differ between any two implementations.
-    c = dict(steps=10, global_batch=4, micro_batch=2, torch_micro_batch=2, lr=1e-3,
+    c = dict(steps=steps, global_batch=4, micro_batch=2, torch_micro_batch=2, lr=1e-3,
              schedule="constant", warmup=0, min_lr=0.0, beta1=0.9, beta2=0.999, eps=1e-6,
              wd=0.1, clip=0.0, precision="fp32")
     failures = 0
 
-    print(f"{name} (transformers), 10 steps on one rank against PyTorch")
+    print(f"{name} (transformers), {steps} steps on one rank against PyTorch", flush=True)
     records, weights, _ = tt.megac_train(args.megac, [onnx_path], data, one, c)
     reference = copy.deepcopy(model)
     losses, norms = tt.torch_train(reference, tokens, c)
@@ -88,7 +73,7 @@ def check(args, name, tokens, data):
         print(f"  FAIL {p}")
     failures += len(problems)
 
-    print(f"{name} (transformers), tp 2 x dp 2 against one rank")
+    print(f"{name} (transformers), tp 2 x dp 2 against one rank", flush=True)
     c4 = dict(c, micro_batch=1)  # per data-parallel rank: the same 2-row micro-batches
     try:
         records4, weights4, _ = tt.megac_train(args.megac, [onnx_path], data, four, c4,
@@ -123,20 +108,21 @@ def main():
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--venv", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                        ".venv"))
+    parser.add_argument("--only", help="comma-separated families (default: every causal LM)")
     args = parser.parse_args()
     ensure_venv(args.venv)
-    import numpy as np
     import torch
+    import hf_families as hf
 
     torch.set_num_threads(1)
+    # Exports are cached beside the work folder, which is made anew.
+    args.cache = args.workdir.rstrip("/") + "-cache"
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
-    tokens = np.random.default_rng(7).integers(0, VOCAB, size=(ROWS, SEQ + 1)).astype(np.int64)
-    data = os.path.join(args.workdir, "tokens.npy")
-    np.save(data, tokens)
     failures = 0
-    for name in ("gpt2", "llama"):
-        failures += check(args, name, tokens, data)
+    for name in (args.only.split(",") if args.only else hf.CAUSAL):
+        # GPT-2 and Llama keep their 10-step runs; the other families run 3 steps.
+        failures += check(args, name, 10 if name in ("gpt2", "llama") else 3)
     print("PASS" if failures == 0 else f"FAIL ({failures} problems)")
     return 1 if failures else 0
 
