@@ -2,7 +2,8 @@
 # Runs on the GPU machine (one H200, CUDA 13, PyTorch; no MLIR, OpenBLAS, MPI or network), from
 # the repository root, after scripts/device-prepare.sh staged .device-carry/ here:
 #   1. the GPU tests (kernels against the CPU reference, the executor's training steps against
-#      the CPU executor, NCCL on one rank, fused kernels; the fused SwiGLU kernel by name);
+#      the CPU executor, NCCL on one rank and its watchdog (a withheld rank), fused kernels; the
+#      fused SwiGLU kernel by name);
 #   2. bench-train-step --backend cuda for GPT-2 124M (seq 1024) and a 1.3B GPT (seq 2048), bf16;
 #   3. the same models in PyTorch (bf16 autocast, SDPA, fused AdamW, torch.compile) for the ratio;
 #   4. `megac calibrate --backend cuda` (as megac-calibrate, the MLIR-free build): the device spec
@@ -69,6 +70,16 @@ timeout 60 "$BIN/cuda_fusion_gpu_test" --gtest_brief=1 \
   --gtest_filter='FusedKernel.*Swiglu*:FusedKernel.MatchesTheUnfusedCudaKernelsBitForBit'
 rc=$?
 echo "-- fused SwiGLU: exit $rc"
+[ $rc -ne 0 ] && failed=$((failed + 1))
+
+# Issue 20: NCCL's watchdog (--comm-timeout on the CUDA backend). A world of two ranks whose
+# rank 1 withholds its part of the collective that creates it: rank 0 must fail within the 3 s
+# timeout, naming the rank, operation and group, after ncclCommAbort, not hang (one GPU: a
+# withheld all-reduce between two live ranks needs two devices). Also part of nccl_comm_test.
+say "NCCL watchdog: a withheld rank"
+timeout 90 "$BIN/nccl_comm_test" --gtest_brief=1 --gtest_filter='NcclWatchdog.*'
+rc=$?
+echo "-- NCCL watchdog: exit $rc"
 [ $rc -ne 0 ] && failed=$((failed + 1))
 
 say "bench-train-step (megac, cuda)"

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
 
 namespace megac::runtime::checkpoint {
@@ -30,21 +31,26 @@ std::string hostName() {
   return name;
 }
 
-/// Field 22 of /proc/PID/stat: when the process started, in clock ticks since boot (tells a
-/// reused pid from the holder). -1 when unknown.
-int64_t startTicks(int64_t pid) {
+/// Fields 3 (state) and 22 (start time, in clock ticks since boot: tells a reused pid from the
+/// holder) of /proc/PID/stat; {"", -1} when unknown.
+std::pair<std::string, int64_t> procStat(int64_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   size_t close = text.rfind(')'); // the command name may hold spaces and parentheses
   if (close == std::string::npos)
-    return -1;
+    return {"", -1};
   std::istringstream fields(text.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= 22 && fields >> field; ++i)
+  std::string field, state;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 3)
+      state = field;
     if (i == 22)
-      return std::atoll(field.c_str());
-  return -1;
+      return {state, std::atoll(field.c_str())};
+  }
+  return {state, -1};
 }
+
+int64_t startTicks(int64_t pid) { return procStat(pid).second; }
 
 std::string utcNow() {
   std::time_t now = std::time(nullptr);
@@ -90,15 +96,26 @@ StatusOr<Holder> readHolder(const std::string &path) {
   return h;
 }
 
-/// Whether the holder has gone: on this host, no process with its pid, or one started at
-/// another time (the pid was reused).
+/// Whether the holder has gone: on this host, no process with its pid, a zombie (killed, not
+/// yet reaped by its parent), or one started at another time (the pid was reused).
+bool holderGoneNow(const Holder &h) {
+  if (::kill(pid_t(h.pid), 0) != 0 && errno == ESRCH)
+    return true;
+  auto [state, ticks] = procStat(h.pid);
+  return state == "Z" || state == "X" || (h.ticks >= 0 && ticks >= 0 && ticks != h.ticks);
+}
+
+/// holderGoneNow, waiting up to 3 s for a holder that is being killed (a job stopped and
+/// started again at once: its ranks may take a moment to end).
 bool holderGone(const Holder &h) {
   if (h.host != hostName() || h.pid <= 0)
     return false;
-  if (::kill(pid_t(h.pid), 0) != 0 && errno == ESRCH)
-    return true;
-  int64_t ticks = startTicks(h.pid);
-  return h.ticks >= 0 && ticks >= 0 && ticks != h.ticks;
+  for (int i = 0; i < 30; ++i) {
+    if (holderGoneNow(h))
+      return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
 }
 
 Status writeNew(const std::string &path, const std::string &content, bool &exists) {

@@ -4,9 +4,10 @@
 //
 // DIR/save.lock holds {"host", "pid", "start_ticks", "since"} of the run saving there. A second
 // run is refused with the holder's host and pid. A lock whose holder is gone (same host, and no
-// process with that pid, or one started at another time) is stale: the next run takes it over
-// and says so. A holder on another host cannot be checked: the message says to remove the file
-// once that run has ended.
+// process with that pid, a zombie, or one started at another time; a holder still alive gets
+// 3 s to end, as a job killed and started again at once may overlap) is stale: the next run
+// takes it over and says so. A holder on another host cannot be checked: the message says to remove
+// the file once that run has ended.
 #pragma once
 
 #include "support/Status.h"

@@ -106,6 +106,7 @@ private:
   Context ctx_;
   std::unique_ptr<exec::ScratchArena> scratch_;
   std::unique_ptr<NcclCommunicator> nccl_;
+  std::chrono::seconds commTimeout_{300};
 };
 
 CudaExecutor::~CudaExecutor() {
@@ -135,6 +136,7 @@ Status CudaExecutor::bind() const {
 Status CudaExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options) {
   RETURN_IF_ERROR(loadProgram(plan, options));
   trace_ = options.trace;
+  commTimeout_ = options.commTimeout;
   StatusOr<int> usable = usableDevices();
   if (!usable.isOk())
     return Status::error("no usable CUDA device: " + usable.status().message());
@@ -248,7 +250,7 @@ Status CudaExecutor::initNccl(const std::string &source) {
   if (!any)
     return Status::ok();
   ASSIGN_OR_RETURN(nccl_, NcclCommunicator::create(comm_->mesh(), rank_, ownComm_ ? nullptr : comm_,
-                                                   ctx_.stream));
+                                                   ctx_.stream, commTimeout_));
   // Groups this rank cannot form without a communicator fail when used, not here.
   if (!ownComm_)
     RETURN_IF_ERROR(nccl_->prepare(axisSets)) << " (plan " << source << ")";

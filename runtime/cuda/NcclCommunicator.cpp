@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <string>
 
 namespace megac::runtime::cuda {
@@ -62,6 +63,54 @@ ncclRedOp_t ncclOp(comm::ReduceKind kind) {
   return kind == comm::ReduceKind::max ? ncclMax : ncclSum;
 }
 
+/// An NCCL call in flight on a non-blocking communicator, for the watchdog: NCCL's asynchronous
+/// state (ncclInProgress while it takes the call), then the event recorded after it on the
+/// communication stream (when it must have completed).
+class NcclPending final : public comm::PendingOp {
+public:
+  NcclPending(ncclComm_t comm, cudaEvent_t event, std::function<void()> abort)
+      : comm_(comm), event_(event), abort_(std::move(abort)) {}
+  State poll(std::string &why) override {
+    ncclResult_t state = ncclSuccess;
+    if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) {
+      why = std::string("ncclCommGetAsyncError: ") + ncclGetErrorString(r);
+      return State::failed;
+    }
+    if (state == ncclInProgress)
+      return State::pending;
+    if (state != ncclSuccess) {
+      why = ncclGetErrorString(state);
+      if (const char *last = ncclGetLastError(comm_); last && *last)
+        why += std::string(" (") + last + ")";
+      return State::failed;
+    }
+    if (!event_)
+      return State::done;
+    cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaSuccess)
+      return State::done;
+    if (e == cudaErrorNotReady)
+      return State::pending;
+    why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    return State::failed;
+  }
+  void abort() override { abort_(); }
+
+private:
+  ncclComm_t comm_;
+  cudaEvent_t event_;
+  std::function<void()> abort_;
+};
+
+/// Every communicator megac makes is non-blocking, so that the watchdog can poll it.
+ncclConfig_t nonBlocking() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  return config;
+}
+
+constexpr const char *kAborted = " (the NCCL communicators of this rank were aborted)";
+
 std::vector<uint32_t> allAxes(const comm::Mesh &mesh) {
   std::vector<uint32_t> axes(mesh.axisSizes.size());
   for (size_t a = 0; a < axes.size(); ++a)
@@ -71,14 +120,14 @@ std::vector<uint32_t> allAxes(const comm::Mesh &mesh) {
 
 } // namespace
 
-StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(const comm::Mesh &mesh,
-                                                                     int rank,
-                                                                     comm::Communicator *host,
-                                                                     cudaStream_t compute) {
+StatusOr<std::unique_ptr<NcclCommunicator>>
+NcclCommunicator::create(const comm::Mesh &mesh, int rank, comm::Communicator *host,
+                         cudaStream_t compute, std::chrono::seconds timeout) {
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
   c->mesh_ = mesh;
   c->rank_ = rank;
   c->compute_ = compute;
+  c->watch_.timeout = timeout;
   int &device_ = c->device_;
   CUDA_OR_RETURN(cudaGetDevice(&device_), "cudaGetDevice");
   CUDA_OR_RETURN(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking),
@@ -102,28 +151,39 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create(const comm:
         << " (while sharing the NCCL id)";
     std::memcpy(&id, ids.data(), sizeof id);
   }
-  // Blocks until every rank of the world has joined.
-  NCCL_OR_RETURN(ncclCommInitRank(&c->world_, c->worldSize_, id, alone ? 0 : rank),
-                 "ncclCommInitRank (rank " + std::to_string(rank) + " of " +
-                     std::to_string(c->worldSize_) + ")",
-                 nullptr);
+  // Completes when every rank of the world has joined (or the deadline passes).
+  ncclConfig_t config = nonBlocking();
+  ncclResult_t r = ncclCommInitRankConfig(&c->world_, c->worldSize_, id, alone ? 0 : rank, &config);
+  RETURN_IF_ERROR(c->await(
+      r, c->world_,
+      "ncclCommInitRankConfig of the world (" + std::to_string(c->worldSize_) + " ranks)", false));
   return c;
 }
 
 NcclCommunicator::~NcclCommunicator() {
   // Staged sends still waiting would leave their peers hanging; send them before tearing down.
-  if (world_)
+  if (world_ && !aborted_)
     (void)flushSends();
   for (Staged &s : toSelf_) // sends to itself never received
     if (s.data)
       cudaFreeAsync(s.data, stream_);
-  if (stream_)
+  if (stream_ && world_ && !aborted_)
+    (void)synchronize(); // aborts on the deadline: a send no peer receives
+  else if (stream_)
     cudaStreamSynchronize(stream_);
+  // Non-blocking communicators are finalized (flushed) before they are destroyed.
+  std::vector<ncclComm *> comms;
   for (auto &[axes, comm] : groups_)
     if (comm != world_)
-      ncclCommDestroy(comm);
+      comms.push_back(comm);
   if (world_)
-    ncclCommDestroy(world_);
+    comms.push_back(world_);
+  for (ncclComm *comm : comms)
+    if (!aborted_)
+      (void)await(ncclCommFinalize(comm), comm, "ncclCommFinalize", false);
+  if (!aborted_)
+    for (ncclComm *comm : comms)
+      ncclCommDestroy(comm);
   if (computeDone_)
     cudaEventDestroy(computeDone_);
   if (commDone_)
@@ -133,6 +193,9 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 StatusOr<ncclComm *> NcclCommunicator::groupComm(std::span<const uint32_t> axes) {
+  if (aborted_)
+    return Status::error(prefix() + "NCCL cannot run more calls: an earlier failure or timeout" +
+                         kAborted);
   std::vector<uint32_t> key(axes.begin(), axes.end());
   auto it = groups_.find(key);
   if (it != groups_.end())
@@ -156,11 +219,16 @@ StatusOr<ncclComm *> NcclCommunicator::groupComm(std::span<const uint32_t> axes)
                          std::to_string(members.size()) +
                          " ranks, but this executor has no communicator to reach them (pass "
                          "ExecutorOptions::comm)");
-  else
-    NCCL_OR_RETURN(ncclCommSplit(world_, static_cast<int>(members.front()),
-                                 static_cast<int>(mesh_.indexInGroup(rank_, axes)), &comm, nullptr),
-                   "ncclCommSplit for the group " + mesh_.describeGroup(rank_, axes), world_);
-  groups_.emplace(std::move(key), comm);
+  if (comm)
+    return groups_.emplace(std::move(key), comm).first->second;
+  ncclConfig_t config = nonBlocking();
+  ncclResult_t r = ncclCommSplit(world_, static_cast<int>(members.front()),
+                                 static_cast<int>(mesh_.indexInGroup(rank_, axes)), &comm, &config);
+  if (comm)
+    groups_.emplace(std::move(key), comm); // aborted with the others should the split time out
+  std::string what = "ncclCommSplit for the group " + mesh_.describeGroup(rank_, axes);
+  RETURN_IF_ERROR(await(r, comm ? comm : world_, what, false));
+  RETURN_IF_ERROR(await(ncclSuccess, world_, what, false));
   return comm;
 }
 
@@ -186,42 +254,71 @@ Status NcclCommunicator::endCall(const char *what) {
   return Status::ok();
 }
 
+Status NcclCommunicator::await(int result, ncclComm *comm, const std::string &what,
+                               bool completion) {
+  auto r = static_cast<ncclResult_t>(result);
+  if (r != ncclSuccess && r != ncclInProgress)
+    return Status::error(prefix() + ncclError(what, r, comm).message());
+  NcclPending op(comm, completion ? commDone_ : nullptr, [this] { abortAll(); });
+  return comm::waitWithDeadline(op, prefix() + "NCCL " + what, watch_, kAborted);
+}
+
+void NcclCommunicator::abortAll() {
+  if (aborted_)
+    return;
+  aborted_ = true;
+  // Aborting stops this rank's NCCL kernels, so the streams waiting on them drain.
+  for (auto &[axes, comm] : groups_)
+    if (comm != world_)
+      ncclCommAbort(comm);
+  if (world_)
+    ncclCommAbort(world_);
+  groups_.clear();
+  world_ = nullptr;
+  pending_.clear(); // their buffers are freed in stream order by whatever runs next, or leak
+}
+
+/// One collective: ordered after the compute work, taken by NCCL, ordered before later compute
+/// work, and waited for against the deadline.
+#define MEGAC_NCCL_COLLECTIVE(call, op, comm, what)                                                \
+  do {                                                                                             \
+    RETURN_IF_ERROR(flushSends());                                                                 \
+    RETURN_IF_ERROR(beginCall(op));                                                                \
+    RETURN_IF_ERROR(await((call), comm, what, false));                                             \
+    RETURN_IF_ERROR(endCall(op));                                                                  \
+    return await(ncclSuccess, comm, what, true);                                                   \
+  } while (0)
+
 Status NcclCommunicator::allReduce(std::span<const uint32_t> axes, const void *in, void *out,
                                    size_t count, DType dtype, comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  RETURN_IF_ERROR(flushSends());
-  RETURN_IF_ERROR(beginCall("AllReduce"));
-  NCCL_OR_RETURN(ncclAllReduce(in, out, count, type, ncclOp(kind), comm, stream_),
-                 "ncclAllReduce over " + mesh_.describeGroup(rank_, axes), comm);
-  return endCall("AllReduce");
+  MEGAC_NCCL_COLLECTIVE(ncclAllReduce(in, out, count, type, ncclOp(kind), comm, stream_),
+                        "AllReduce", comm,
+                        "ncclAllReduce over " + mesh_.describeGroup(rank_, axes));
 }
 
 Status NcclCommunicator::allGather(std::span<const uint32_t> axes, const void *in, void *out,
                                    size_t bytesPerRank) {
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  RETURN_IF_ERROR(flushSends());
-  RETURN_IF_ERROR(beginCall("AllGather"));
-  NCCL_OR_RETURN(ncclAllGather(in, out, bytesPerRank, ncclUint8, comm, stream_),
-                 "ncclAllGather over " + mesh_.describeGroup(rank_, axes), comm);
-  return endCall("AllGather");
+  MEGAC_NCCL_COLLECTIVE(ncclAllGather(in, out, bytesPerRank, ncclUint8, comm, stream_), "AllGather",
+                        comm, "ncclAllGather over " + mesh_.describeGroup(rank_, axes));
 }
 
 Status NcclCommunicator::reduceScatter(std::span<const uint32_t> axes, const void *in, void *out,
                                        size_t countPerRank, DType dtype, comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  RETURN_IF_ERROR(flushSends());
-  RETURN_IF_ERROR(beginCall("ReduceScatter"));
-  NCCL_OR_RETURN(ncclReduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, stream_),
-                 "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes), comm);
-  return endCall("ReduceScatter");
+  MEGAC_NCCL_COLLECTIVE(ncclReduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, stream_),
+                        "ReduceScatter", comm,
+                        "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes));
 }
 
 Status NcclCommunicator::allToAll(std::span<const uint32_t> axes, const void *in, void *out,
                                   size_t bytesPerRank) {
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
   int members = static_cast<int>(mesh_.groupOf(rank_, axes).size());
+  std::string what = "AllToAll over " + mesh_.describeGroup(rank_, axes);
   RETURN_IF_ERROR(flushSends());
   RETURN_IF_ERROR(beginCall("AllToAll"));
   // One send and one receive per member (NCCL rank = group index), progressing together.
@@ -229,16 +326,17 @@ Status NcclCommunicator::allToAll(std::span<const uint32_t> axes, const void *in
   for (int i = 0; i < members; ++i) {
     ncclResult_t r = ncclSend(static_cast<const char *>(in) + size_t(i) * bytesPerRank,
                               bytesPerRank, ncclUint8, i, comm, stream_);
-    if (r == ncclSuccess)
+    if (r == ncclSuccess || r == ncclInProgress)
       r = ncclRecv(static_cast<char *>(out) + size_t(i) * bytesPerRank, bytesPerRank, ncclUint8, i,
                    comm, stream_);
-    if (r != ncclSuccess) {
+    if (r != ncclSuccess && r != ncclInProgress) {
       ncclGroupEnd();
-      return ncclError("AllToAll over " + mesh_.describeGroup(rank_, axes), r, comm);
+      return Status::error(prefix() + ncclError(what, r, comm).message());
     }
   }
-  NCCL_OR_RETURN(ncclGroupEnd(), "AllToAll over " + mesh_.describeGroup(rank_, axes), comm);
-  return endCall("AllToAll");
+  RETURN_IF_ERROR(await(ncclGroupEnd(), comm, what, false));
+  RETURN_IF_ERROR(endCall("AllToAll"));
+  return await(ncclSuccess, comm, what, true);
 }
 
 Status NcclCommunicator::stage(int peer, int tag, const void *data, size_t bytes, Staged &out) {
@@ -261,6 +359,8 @@ Status NcclCommunicator::send(int peer, int tag, const void *data, size_t bytes)
     return Status::error("NCCL send: rank " + std::to_string(rank_) + " cannot reach rank " +
                          std::to_string(peer) +
                          " without a communicator (pass ExecutorOptions::comm)");
+  if (aborted_)
+    return Status::error(prefix() + "NCCL send: an earlier failure or timeout" + kAborted);
   Staged s;
   RETURN_IF_ERROR(stage(peer, tag, data, bytes, s));
   if (peer == rank_)
@@ -271,9 +371,11 @@ Status NcclCommunicator::send(int peer, int tag, const void *data, size_t bytes)
 }
 
 Status NcclCommunicator::issueStagedSends() {
-  for (const Staged &s : pending_)
-    NCCL_OR_RETURN(ncclSend(s.data, s.bytes, ncclUint8, s.peer, world_, stream_),
-                   "ncclSend to rank " + std::to_string(s.peer), world_);
+  for (const Staged &s : pending_) {
+    ncclResult_t r = ncclSend(s.data, s.bytes, ncclUint8, s.peer, world_, stream_);
+    if (r != ncclSuccess && r != ncclInProgress)
+      return ncclError("ncclSend to rank " + std::to_string(s.peer), r, world_);
+  }
   return Status::ok();
 }
 
@@ -304,6 +406,9 @@ Status NcclCommunicator::recv(int peer, int tag, void *data, size_t bytes) {
                          std::to_string(peer) +
                          (worldSize_ == 1 ? " without a communicator (pass ExecutorOptions::comm)"
                                           : " (not in the mesh)"));
+  if (aborted_)
+    return Status::error(prefix() + "NCCL recv: an earlier failure or timeout" + kAborted);
+  std::string what = "ncclRecv from rank " + std::to_string(peer);
   RETURN_IF_ERROR(beginCall("Recv"));
   // The staged sends and this receive in one group: crossing transfers progress together.
   NCCL_OR_RETURN(ncclGroupStart(), "ncclGroupStart", world_);
@@ -313,26 +418,28 @@ Status NcclCommunicator::recv(int peer, int tag, void *data, size_t bytes) {
     r = ncclRecv(data, bytes, ncclUint8, peer, world_, stream_);
   ncclResult_t end = ncclGroupEnd();
   RETURN_IF_ERROR(issued);
-  if (r != ncclSuccess)
-    return ncclError("ncclRecv from rank " + std::to_string(peer), r, world_);
-  if (end != ncclSuccess)
-    return ncclError("ncclRecv from rank " + std::to_string(peer), end, world_);
+  if (r != ncclSuccess && r != ncclInProgress)
+    return Status::error(prefix() + ncclError(what, r, world_).message());
+  RETURN_IF_ERROR(await(end, world_, what, false));
   for (const Staged &s : pending_)
     if (s.data)
       CUDA_OR_RETURN(cudaFreeAsync(s.data, stream_), "cudaFreeAsync (send buffer)");
   pending_.clear();
-  return endCall("Recv");
+  RETURN_IF_ERROR(endCall("Recv"));
+  return await(ncclSuccess, world_, what, true);
 }
 
 Status NcclCommunicator::flushSends() {
   if (pending_.empty())
     return Status::ok();
+  if (aborted_)
+    return Status::error(prefix() + "NCCL send: an earlier failure or timeout" + kAborted);
   NCCL_OR_RETURN(ncclGroupStart(), "ncclGroupStart", world_);
   Status issued = issueStagedSends();
   ncclResult_t end = ncclGroupEnd();
   RETURN_IF_ERROR(issued);
-  if (end != ncclSuccess)
-    return ncclError("ncclSend", end, world_);
+  std::string what = "ncclSend to rank " + std::to_string(pending_.front().peer);
+  RETURN_IF_ERROR(await(end, world_, what, false)); // taken; it completes in the background
   for (const Staged &s : pending_)
     if (s.data)
       CUDA_OR_RETURN(cudaFreeAsync(s.data, stream_), "cudaFreeAsync (send buffer)");
@@ -342,8 +449,13 @@ Status NcclCommunicator::flushSends() {
 }
 
 Status NcclCommunicator::synchronize() {
-  CUDA_OR_RETURN(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (NCCL stream)");
-  return Status::ok();
+  if (aborted_ || !world_) {
+    CUDA_OR_RETURN(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (NCCL stream)");
+    return Status::ok();
+  }
+  // Everything issued, sends included, against the deadline.
+  CUDA_OR_RETURN(cudaEventRecord(commDone_, stream_), "cudaEventRecord (synchronize)");
+  return await(ncclSuccess, world_, "synchronize (the sends and receives issued)", true);
 }
 
 } // namespace megac::runtime::cuda

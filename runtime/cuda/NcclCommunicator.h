@@ -15,9 +15,15 @@
 // stream then waits for an event recorded after the call (so later compute sees its result).
 // Nothing blocks the host: NCCL calls are asynchronous.
 //
-// Timeouts: there are none here. A rank that never joins a collective makes the others hang in
-// NCCL's kernels; NCCL_TIMEOUT-style watchdogs (polling ncclCommGetAsyncError and aborting with
-// ncclCommAbort) are not implemented.
+// Timeouts (`--comm-timeout`, as the MPI communicator's): every NCCL communicator is
+// non-blocking (ncclConfig_t blocking = 0). Each call, including the world's creation and the
+// group splits, is polled until NCCL has taken it (ncclCommGetAsyncError no longer
+// ncclInProgress) and, for collectives and receives, until it has completed on the
+// communication stream (an event after it), against the deadline (runtime/comm/CommWatchdog.h).
+// An asynchronous error or an expired deadline aborts every communicator of this rank
+// (ncclCommAbort) and returns an error naming the rank, the operation and the group; later calls
+// fail at once. The host thus waits for each collective (the compute stream waited for it
+// anyway; what is lost is queueing later kernels while it runs).
 //
 // Sends: send() copies the data into a staging buffer and returns (like comm::Communicator's
 // send, so 1F1B's crossing transfers cannot deadlock); the staged sends go out in one NCCL group
@@ -25,11 +31,13 @@
 // very rank is kept until the recv() from itself with the same tag.
 #pragma once
 
+#include "runtime/comm/CommWatchdog.h"
 #include "runtime/comm/Communicator.h"
 #include "support/Status.h"
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -45,9 +53,11 @@ public:
   /// The communicator of `rank` in `mesh` on the current device; `compute` is the stream the
   /// callers' kernels run on. With `host` (whose mesh is `mesh`), every rank of the mesh must call
   /// this at the same time: rank 0's NCCL id travels over `host`. Without it (a one-rank view),
-  /// NCCL gets a world of this rank alone and only groups of one rank work.
+  /// NCCL gets a world of this rank alone and only groups of one rank work. A call that waits
+  /// longer than `timeout` fails (see Timeouts above).
   static StatusOr<std::unique_ptr<NcclCommunicator>>
-  create(const comm::Mesh &mesh, int rank, comm::Communicator *host, cudaStream_t compute);
+  create(const comm::Mesh &mesh, int rank, comm::Communicator *host, cudaStream_t compute,
+         std::chrono::seconds timeout = std::chrono::seconds(300));
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator &) = delete;
   NcclCommunicator &operator=(const NcclCommunicator &) = delete;
@@ -82,6 +92,8 @@ public:
   Status flushSends();
   /// Waits for everything issued on the communication stream.
   Status synchronize();
+  /// Whether a failure or timeout aborted the communicators (every later call fails).
+  bool aborted() const { return aborted_; }
 
 private:
   NcclCommunicator() = default;
@@ -100,6 +112,14 @@ private:
   Status stage(int peer, int tag, const void *data, size_t bytes, Staged &out);
   /// ncclSend of every staged send to another rank, inside the caller's group (or its own).
   Status issueStagedSends();
+  /// After an NCCL call on `comm` returned `result`: waits until NCCL has taken it (non-blocking
+  /// communicators answer ncclInProgress) and, with `completion`, until the communication stream
+  /// has run it; `what` names the operation and group for errors.
+  Status await(int result, ncclComm *comm, const std::string &what, bool completion);
+  /// ncclCommAbort on every communicator of this rank.
+  void abortAll();
+  /// "rank R: ": errors name the rank.
+  std::string prefix() const { return "rank " + std::to_string(rank_) + ": "; }
 
   comm::Mesh mesh_;
   int rank_ = 0;
@@ -111,6 +131,8 @@ private:
   std::vector<Staged> pending_; // staged sends to other ranks, in issue order
   std::deque<Staged> toSelf_;   // sends to this rank, waiting for their recv
   int device_ = 0;
+  comm::WatchdogOptions watch_;
+  bool aborted_ = false;
 };
 
 } // namespace megac::runtime::cuda

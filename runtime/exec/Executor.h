@@ -15,6 +15,7 @@
 #include "support/HostTensor.h"
 #include "support/Status.h"
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -46,6 +47,9 @@ struct ExecutorOptions {
   /// executor and its mesh must be the plan's. Null: a one-rank view of the plan's mesh (groups
   /// of one rank only).
   comm::Communicator *comm = nullptr;
+  /// How long a device collective may wait for its peers (Backend::cuda; NCCL's watchdog,
+  /// runtime/cuda/NcclCommunicator.h): `megac train --comm-timeout`.
+  std::chrono::seconds commTimeout{300};
   /// Parameter values by name. Parameters missing here are read from the plan's weights_file
   /// (if any), else initialized from their init spec with the plan's seed (runtime/init).
   const TensorMap *weights = nullptr;

@@ -39,8 +39,12 @@ std::vector<std::string> mpirunLine(int argc, char **argv, int64_t ranks, bool o
     line.push_back("--oversubscribe");
   line.insert(line.end(), {"-np", std::to_string(ranks)});
   std::error_code ec;
-  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  line.push_back(ec ? std::string(argv[0]) : self.string());
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  // A binary replaced on disk since it started (a rebuild) reads "PATH (deleted)": the ranks run
+  // what is at PATH now.
+  if (const std::string deleted = " (deleted)"; self.ends_with(deleted))
+    self.resize(self.size() - deleted.size());
+  line.push_back(ec ? std::string(argv[0]) : self);
   for (int i = 1; i < argc; ++i)
     line.push_back(argv[i]);
   return line;

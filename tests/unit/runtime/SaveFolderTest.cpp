@@ -81,6 +81,21 @@ TEST_F(SaveFolderTest, StaleLockOfAGoneProcessIsTakenOver) {
   EXPECT_NE(read(lockPath()).find("\"pid\": " + std::to_string(getpid())), std::string::npos);
 }
 
+TEST_F(SaveFolderTest, KilledButUnreapedHolderIsStale) {
+  // A zombie: the child has ended, its parent (this test) has not reaped it yet.
+  pid_t child = fork();
+  if (child == 0)
+    _exit(0);
+  usleep(200 * 1000);
+  write(lockPath(), "{\"host\": \"" + host() + "\", \"pid\": " + std::to_string(child) + "}\n");
+  std::string tookOver;
+  auto lock = ckpt::SaveFolderLock::acquire(dir_, &tookOver);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(lock.isOk()) << lock.status().message();
+  EXPECT_NE(tookOver.find("pid " + std::to_string(child)), std::string::npos) << tookOver;
+}
+
 TEST_F(SaveFolderTest, ReusedPidIsStale) {
   // This very pid, but a process started at another time: the holder is gone.
   write(lockPath(), "{\"host\": \"" + host() + "\", \"pid\": " + std::to_string(getpid()) +
