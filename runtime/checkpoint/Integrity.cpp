@@ -44,6 +44,7 @@ std::string listNames(const std::vector<std::string> &names) {
 std::string sealMeta(std::string text) {
   size_t at = sealAt(text);
   if (at == std::string::npos) {
+    std::string original = text;
     size_t close = text.rfind('}');
     if (close == std::string::npos)
       return text;
@@ -54,6 +55,8 @@ std::string sealMeta(std::string text) {
     text.replace(end, close - end,
                  std::string(empty ? "\n  " : ",\n  ") + std::string(kSealKey) + "00000000\"\n");
     at = sealAt(text);
+    if (at == std::string::npos) // a malformed seal later in the text: nothing to seal
+      return original;
   }
   text.replace(at, 8, "00000000");
   text.replace(at, 8, hex32(crcOf(text)));

@@ -4,6 +4,7 @@
 // function and instruction.
 #include "runtime/plan/PlanLoader.h"
 
+#include "runtime/plan/PlanSeal.h"
 #include "runtime/plan/PlanValidator.h"
 #include "runtime/plan/plan_generated.h"
 #include "support/Files.h"
@@ -102,6 +103,7 @@ StatusOr<LoadedPlan> loadPlanFromBytes(std::vector<uint8_t> bytes, std::string p
 
 StatusOr<LoadedPlan> loadPlanFile(const std::string &path) {
   ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "plan file"));
+  ASSIGN_OR_RETURN(bytes, unsealPlan(std::move(bytes), path));
   return loadPlanFromBytes(std::move(bytes), path);
 }
 

@@ -7,6 +7,7 @@
 #include "codegen/MemoryPlanner.h"
 #include "driver/Compile.h"
 #include "runtime/io/Safetensors.h"
+#include "runtime/plan/PlanSeal.h"
 #include "runtime/plan/plan_generated.h"
 #include "support/Files.h"
 
@@ -70,8 +71,9 @@ int compileCommand(int argc, char **argv) {
   std::optional<driver::CompiledModel> compiled = model.compile(kCommand, options);
   if (!compiled)
     return 1;
-  std::span<const uint8_t> planBytes(compiled->plan);
-  if (Status s = writeFileAtomically(planPath.string(), {&planBytes, 1}); !s.isOk())
+  auto seal = runtime::planSealHeader(compiled->plan);
+  std::span<const uint8_t> planPieces[] = {seal, compiled->plan};
+  if (Status s = writeFileAtomically(planPath.string(), planPieces); !s.isOk())
     return fail(kCommand, s.message());
   if (!compiled->weights.empty())
     if (Status s = runtime::writeSafetensors(weightsPath.string(), compiled->weights,

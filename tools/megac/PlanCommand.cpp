@@ -9,6 +9,7 @@
 #include "driver/Compile.h"
 #include "driver/PlanExplain.h"
 #include "driver/PlanSearch.h"
+#include "runtime/plan/PlanSeal.h"
 
 #include "frontends/models/ModelConfig.h"
 #include "runtime/plan/PlanLoader.h"
@@ -138,8 +139,9 @@ int layoutPlan(int argc, char **argv, const char *command, const char *help) {
     return fail(command, plan.status().message() + " (in the plan compiled from " +
                              model->description + ")");
   if (out) {
-    std::span<const uint8_t> bytes(model->plan);
-    if (Status s = writeFileAtomically(*out, {&bytes, 1}); !s.isOk())
+    auto seal = runtime::planSealHeader(model->plan);
+    std::span<const uint8_t> pieces[] = {seal, model->plan};
+    if (Status s = writeFileAtomically(*out, pieces); !s.isOk())
       return fail(command, "cannot write " + *out);
   }
   if (json)
