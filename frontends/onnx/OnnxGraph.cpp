@@ -110,6 +110,8 @@ const ConstTensor *NodeContext::constant(int i) {
 FailureOr<Value> NodeContext::value(int i) {
   if (!hasInput(i))
     return fail("input " + Twine(i) + " is missing");
+  if (input(i).sequence)
+    return fail("input " + Twine(i) + " ('" + node_.input(i) + "') is a sequence, not a tensor");
   auto v = g_.materializeValue(input(i), loc_, node_.input(i));
   if (mlir::failed(v))
     failed_ = true;
@@ -205,6 +207,19 @@ void NodeContext::setOutput(int i, Value v) {
   info.shape.assign(type.getShape().begin(), type.getShape().end());
   info.type = elemTypeOf(type);
   g_.values[node_.output(i)] = std::move(info);
+}
+
+void NodeContext::setOutputInfo(int i, ValueInfo info) {
+  if (hasOutput(i))
+    g_.values[node_.output(i)] = std::move(info);
+}
+
+FailureOr<const std::vector<ValueInfo> *> NodeContext::sequence(int i) {
+  if (!hasInput(i))
+    return fail("input " + Twine(i) + " is missing");
+  if (!input(i).sequence)
+    return fail("input " + Twine(i) + " ('" + node_.input(i) + "') is a tensor, not a sequence");
+  return input(i).sequence.get();
 }
 
 void NodeContext::setOutput(int i, ConstTensor t) {
@@ -551,7 +566,9 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int64_t ind
     if (!in.empty() && values.at(in).isConstant())
       constants.insert(in);
   LogicalResult result = failure();
-  if (nodeFolds(node, constants)) {
+  if (node.op_type() == "Loop") {
+    result = importLoop(c, index);
+  } else if (nodeFolds(node, constants)) {
     result = foldHandlers().at(node.op_type())(c);
   } else if (auto it = opHandlers().find(node.op_type()); it != opHandlers().end()) {
     result = it->second(c);

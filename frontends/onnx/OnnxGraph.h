@@ -22,12 +22,15 @@ namespace megac::onnx_import {
 
 /// One ONNX value: known at import time (`constant`, or an undecoded `initializer`), or a
 /// run-time mega value. A constant gets a `value` once something needs it as an operand.
+/// A sequence value (SplitToSequence, SequenceInsert, ...) is a list of tensor values, known at
+/// import time; sequence ops rearrange it and no IR sees it.
 struct ValueInfo {
   std::shared_ptr<const ConstTensor> constant;
   const onnx::TensorProto *initializer = nullptr;
   mlir::Value value;
   ElemType type = ElemType::undefined;
   Shape shape;
+  std::shared_ptr<const std::vector<ValueInfo>> sequence;
   bool isConstant() const { return constant || initializer; }
 };
 
@@ -81,6 +84,10 @@ public:
   bool hasOutput(int i) const;
   void setOutput(int i, mlir::Value v);
   void setOutput(int i, ConstTensor t);
+  /// Output i is `info` itself (a sequence, or a tensor taken out of one).
+  void setOutputInfo(int i, ValueInfo info);
+  /// The tensors of sequence input i, or an error when it is a tensor.
+  mlir::FailureOr<const std::vector<ValueInfo> *> sequence(int i);
 
   // Building.
   mlir::Type elementType(ElemType t);
@@ -172,6 +179,8 @@ private:
   mlir::LogicalResult declareValues();
   std::set<std::string> findParameters();
   mlir::LogicalResult importNode(const onnx::NodeProto &node, int64_t index);
+  /// Loop with a constant trip count: the body imported once per iteration (OnnxLoop.cpp).
+  mlir::LogicalResult importLoop(NodeContext &c, int64_t index);
   bool nodeFolds(const onnx::NodeProto &node, const std::set<std::string> &constants) const;
 
   onnx::GraphProto &graph_;

@@ -40,6 +40,7 @@ void addElementwiseHandlers(std::map<std::string, OpHandler> &handlers);
 void addShapeHandlers(std::map<std::string, OpHandler> &handlers);
 void addLossHandlers(std::map<std::string, OpHandler> &handlers);
 void addIndexHandlers(std::map<std::string, OpHandler> &handlers);
+void addSequenceHandlers(std::map<std::string, OpHandler> &handlers);
 
 // Folds of the element-indexing ops (OnnxOpsIndex.cpp), listed in foldHandlers().
 mlir::LogicalResult foldCumSum(NodeContext &c);

@@ -384,6 +384,7 @@ const std::map<std::string, OpHandler> &opHandlers() {
     addShapeHandlers(h);
     addLossHandlers(h);
     addIndexHandlers(h);
+    addSequenceHandlers(h);
     return h;
   }();
   return handlers;
@@ -399,6 +400,7 @@ std::vector<std::string> supportedOnnxOps() {
   for (const auto &[name, handler] : opHandlers())
     ops.push_back(name);
   ops.insert(ops.end(), std::begin(kAlwaysConstant), std::end(kAlwaysConstant));
+  ops.push_back("Loop"); // unrolled by the graph importer (OnnxLoop.cpp)
   std::sort(ops.begin(), ops.end());
   return ops;
 }

@@ -125,6 +125,7 @@ def export(name, model, cfg, cache_dir, training, batch=2):
     import torch
     import transformers
     key = json.dumps({"family": name, "config": cfg.to_dict(), "training": training,
+                      "dynamic_batch": training,
                       "batch": batch, "seq": SEQ, "torch": torch.__version__,
                       "transformers": transformers.__version__,
                       "weights": float(sum(p.double().sum() for p in model.parameters()))},
@@ -140,10 +141,10 @@ def export(name, model, cfg, cache_dir, training, batch=2):
     kwargs = dict(input_names=["input_ids"], output_names=["logits"], opset_version=17,
                   do_constant_folding=False)
     if training:
-        # Static shapes: GPT-J's repeat_interleave exports as a Loop over sequences when the
-        # batch is dynamic; megac compiles each run at the model's batch (micro-batch x dp)
-        # anyway.
+        # A dynamic batch, as users export for training: GPT-J's repeat_interleave then becomes
+        # SplitToSequence + Loop + ConcatFromSequence, which megac unrolls at import.
         kwargs["training"] = torch.onnx.TrainingMode.TRAINING
+        kwargs["dynamic_axes"] = {"input_ids": {0: "batch"}}
     tmp = path + ".tmp"
     torch.onnx.export(model.eval() if not training else model, (ids,), tmp, **kwargs)
     os.replace(tmp, path)

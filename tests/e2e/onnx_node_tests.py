@@ -41,6 +41,7 @@ SHAPE_INPUTS = {
     "Trilu": [1], "Dropout": [1, 2], "ReduceSum": [1], "ReduceMean": [1], "ReduceMax": [1],
     "ReduceMin": [1], "ReduceProd": [1], "ReduceL1": [1], "ReduceL2": [1],
     "ReduceLogSum": [1], "ReduceLogSumExp": [1], "ReduceSumSquare": [1], "CumSum": [1],
+    "Loop": [0, 1],
 }
 
 

@@ -551,3 +551,97 @@ TEST(ConstTensor, FoldKernelsMatchOnnxSemantics) {
 }
 
 } // namespace
+
+namespace {
+
+/// repeat_interleave(x, 2, dim=1) as torch.onnx writes it for a dynamic batch: x split into a
+/// sequence of columns, a Loop over them (trip count `trips`, a constant unless `runtimeTrips`)
+/// that inserts each column twice into the carried sequence, then ConcatFromSequence.
+Model repeatInterleave(bool runtimeTrips) {
+  Model m;
+  m.input("x", onnx::TensorProto::FLOAT, {2, 3});
+  auto *split = m.node("SplitToSequence", {"x"}, {"columns"}, "split");
+  Model::attrInt(split, "axis", 1);
+  Model::attrInt(split, "keepdims", 1); // [2, 1] each
+  if (runtimeTrips)
+    m.input("trips", onnx::TensorProto::INT64, {});
+  else
+    m.ints("trips", {}, {3});
+  auto *cond = m.graph().add_initializer();
+  cond->set_name("true");
+  cond->set_data_type(onnx::TensorProto::BOOL);
+  cond->add_int32_data(1);
+  auto *empty = m.node("SequenceEmpty", {}, {"empty"}, "empty");
+  Model::attrInt(empty, "dtype", onnx::TensorProto::FLOAT);
+  auto *loop = m.node("Loop", {"trips", "true", "empty"}, {"pairs"}, "loop");
+  auto *attr = loop->add_attribute();
+  attr->set_name("body");
+  attr->set_type(onnx::AttributeProto::GRAPH);
+  onnx::GraphProto *body = attr->mutable_g();
+  body->set_name("body");
+  auto typed = [](onnx::ValueInfoProto *v, const std::string &name, int elem, bool sequence) {
+    v->set_name(name);
+    auto *tt =
+        sequence
+            ? v->mutable_type()->mutable_sequence_type()->mutable_elem_type()->mutable_tensor_type()
+            : v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(elem);
+    if (!sequence)
+      tt->mutable_shape();
+  };
+  typed(body->add_input(), "i", onnx::TensorProto::INT64, false);
+  typed(body->add_input(), "c", onnx::TensorProto::BOOL, false);
+  typed(body->add_input(), "acc", onnx::TensorProto::FLOAT, true);
+  typed(body->add_output(), "c_out", onnx::TensorProto::BOOL, false);
+  typed(body->add_output(), "acc_out", onnx::TensorProto::FLOAT, true);
+  auto bodyNode = [&](const std::string &op, std::vector<std::string> in,
+                      std::vector<std::string> out) {
+    auto *n = body->add_node();
+    n->set_op_type(op);
+    n->set_name("body_" + out[0]);
+    for (auto &s : in)
+      n->add_input(s);
+    for (auto &s : out)
+      n->add_output(s);
+    return n;
+  };
+  bodyNode("Identity", {"c"}, {"c_out"});
+  bodyNode("SequenceAt", {"columns", "i"}, {"col"});
+  bodyNode("SequenceInsert", {"acc", "col"}, {"acc1"});
+  bodyNode("SequenceInsert", {"acc1", "col"}, {"acc_out"});
+  auto *concat = m.node("ConcatFromSequence", {"pairs"}, {"y"}, "concat");
+  Model::attrInt(concat, "axis", 1);
+  m.output("y", onnx::TensorProto::FLOAT, 2);
+  return m;
+}
+
+} // namespace
+
+TEST(OnnxImporter, SequenceLoopsUnrollIntoSlicesAndOneConcat) {
+  Import imp(repeatInterleave(false).bytes());
+  ASSERT_TRUE(imp.ok()) << imp.firstError();
+  auto h = imp.histogram();
+  EXPECT_EQ(h["mega.slice"], 3); // one per column, each used twice
+  EXPECT_EQ(h["mega.concat"], 1);
+  auto result = mlir::cast<mlir::RankedTensorType>(imp.func().getResultTypes()[0]);
+  EXPECT_EQ(result.getShape(), (llvm::ArrayRef<int64_t>{2, 6}));
+  // Column k lands at positions 2k and 2k+1.
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  imp.func().print(os);
+  auto concat = *imp.func().getOps<mega::ConcatOp>().begin();
+  ASSERT_EQ(concat.getInputs().size(), 6u);
+  for (int k = 0; k < 3; ++k) {
+    auto a = concat.getInputs()[2 * k].getDefiningOp<mega::SliceOp>();
+    ASSERT_TRUE(a) << text;
+    EXPECT_EQ(concat.getInputs()[2 * k + 1], concat.getInputs()[2 * k]);
+    EXPECT_EQ(a.getStarts()[1], k) << text;
+  }
+}
+
+TEST(OnnxImporter, LoopWithRunTimeTripCountIsAnError) {
+  Import imp(repeatInterleave(true).bytes());
+  ASSERT_FALSE(imp.ok());
+  EXPECT_CONTAINS(imp.errors.back(), "Loop (node 'loop', opset 17)");
+  EXPECT_CONTAINS(imp.errors.back(), "only a Loop with a constant trip count");
+}
