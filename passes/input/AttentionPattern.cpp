@@ -121,7 +121,9 @@ struct RaiseAttention : OpRewritePattern<mega::MatmulOp> {
   LogicalResult matchAndRewrite(mega::MatmulOp qk, PatternRewriter &rewriter) const override {
     Value qh = qk.getLhs(), kt = qk.getRhs();
     auto qs = shapeOf(qh), ks = shapeOf(kt), ss = shapeOf(qk.getResult());
-    if (qs.size() != 4 || ks.size() != 4 || qs[0] != ks[0] || qs[1] != ks[1])
+    // k and v have the query's heads, or one head broadcast over them (multi-query attention,
+    // Falcon's): mega.attention takes hk = 1 key/value head as it is.
+    if (qs.size() != 4 || ks.size() != 4 || qs[0] != ks[0] || (qs[1] != ks[1] && ks[1] != 1))
       return failure();
     std::optional<ScoreChain> chain = followScores(qk.getResult());
     if (!chain)
@@ -133,7 +135,7 @@ struct RaiseAttention : OpRewritePattern<mega::MatmulOp> {
       return failure();
     Value vh = pv.getRhs();
     auto vs = shapeOf(vh);
-    if (vs.size() != 4 || vs[0] != qs[0] || vs[1] != qs[1] || vs[2] != ss[3])
+    if (vs.size() != 4 || vs[0] != qs[0] || vs[1] != ks[1] || vs[2] != ss[3])
       return failure();
     int64_t s = ss[2], t = ss[3], d = qs[3];
     if (!(chain->scale > 0))

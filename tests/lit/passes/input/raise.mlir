@@ -279,6 +279,31 @@ func.func @masked_attention(%q: tensor<2x4x2x8xf32>, %k: tensor<2x4x2x8xf32>, %v
 
 // -----
 
+// Falcon's multi-query attention: one key/value head broadcast over the query heads by the
+// matmuls; mega.attention takes it as it is (hk = 1).
+// CHECK-LABEL: func.func @multi_query_attention
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<2x4x2x8xf32>, %[[K:[^:]*]]: tensor<2x4x1x8xf32>, %[[V:[^:]*]]: tensor<2x4x1x8xf32>)
+// CHECK-NEXT: %[[O:.*]] = mega.attention %[[Q]], %[[K]], %[[V]] causal : (tensor<2x4x2x8xf32>, tensor<2x4x1x8xf32>, tensor<2x4x1x8xf32>) -> tensor<2x4x2x8xf32>
+// CHECK-NEXT: return %[[O]]
+func.func @multi_query_attention(%q: tensor<2x4x2x8xf32>, %k: tensor<2x4x1x8xf32>, %v: tensor<2x4x1x8xf32>) -> tensor<2x4x2x8xf32> {
+  %upper = mega.constant dense<[[[[false, true, true, true], [false, false, true, true], [false, false, false, true], [false, false, false, false]]]]> : tensor<1x1x4x4xi1>
+  %sqrtd = mega.constant dense<2.82842708> : tensor<2x2x4x4xf32>
+  %ninf = mega.constant dense<0xFF800000> : tensor<2x2x4x4xf32>
+  %qh = mega.transpose %q [0, 2, 1, 3] : tensor<2x4x2x8xf32> -> tensor<2x2x4x8xf32>
+  %kt = mega.transpose %k [0, 2, 3, 1] : tensor<2x4x1x8xf32> -> tensor<2x1x8x4xf32>
+  %vh = mega.transpose %v [0, 2, 1, 3] : tensor<2x4x1x8xf32> -> tensor<2x1x4x8xf32>
+  %s = mega.matmul %qh, %kt : tensor<2x2x4x8xf32>, tensor<2x1x8x4xf32> -> tensor<2x2x4x4xf32>
+  %ss = mega.div %s, %sqrtd : tensor<2x2x4x4xf32>
+  %mask = mega.broadcast %upper : tensor<1x1x4x4xi1> -> tensor<2x2x4x4xi1>
+  %m = mega.where %mask, %ninf, %ss : tensor<2x2x4x4xi1>, tensor<2x2x4x4xf32>
+  %p = mega.softmax %m axis -1 : tensor<2x2x4x4xf32>
+  %o = mega.matmul %p, %vh : tensor<2x2x4x4xf32>, tensor<2x1x4x8xf32> -> tensor<2x2x4x8xf32>
+  %ot = mega.transpose %o [0, 2, 1, 3] : tensor<2x2x4x8xf32> -> tensor<2x4x2x8xf32>
+  return %ot : tensor<2x4x2x8xf32>
+}
+
+// -----
+
 // T5: no scaling (scale 1), a position bias [1, h, s, t] added; the [b, h, s, d] result is
 // used as it is, so the attention's [b, s, h, d] result is transposed back.
 // CHECK-LABEL: func.func @unscaled_attention_with_bias
