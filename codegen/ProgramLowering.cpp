@@ -163,7 +163,10 @@ LogicalResult ProgramLowering::lowerPersistentArgument(mlir::BlockArgument arg, 
   if ((isParam ? stateIndex_ : parameterIndex_).count(name))
     return mlir::emitError(loc) << "'" << name << "' names both a parameter and a state buffer";
 
-  ParameterInfo spec{name, 0, arg.getType(), pl::InitKind::none, 0.0, false, {}};
+  ParameterInfo spec{name, 0, arg.getType(), pl::InitKind::none, 0.0, false, {}, {}};
+  if (auto source = func_.getArgAttrOfType<mlir::DenseI64ArrayAttr>(arg.getArgNumber(),
+                                                                    mega::kSourceShapeAttr))
+    spec.sourceShape.assign(source.asArrayRef().begin(), source.asArrayRef().end());
   if (init) {
     auto attr = mlir::dyn_cast<mega::InitAttr>(init);
     if (!attr)
@@ -578,9 +581,10 @@ mlir::FailureOr<fb::Offset<pl::Program>> ProgramLowering::finish() {
         param.sharding.globalShape.empty() ? local : param.sharding.globalShape;
     std::vector<int64_t> offset(shape.size(), 0);
     auto dims = dimShardings(param.sharding);
-    parameters.push_back(pl::CreateParameterDirect(fbb_, param.name.c_str(), param.buffer, &shape,
-                                                   &offset, param.init, param.initStd,
-                                                   dims.empty() ? nullptr : &dims));
+    parameters.push_back(pl::CreateParameterDirect(
+        fbb_, param.name.c_str(), param.buffer, &shape, &offset, param.init, param.initStd,
+        dims.empty() ? nullptr : &dims,
+        param.sourceShape.empty() ? nullptr : &param.sourceShape));
   }
   std::vector<fb::Offset<pl::Constant>> constants;
   for (const ConstantInfo &constant : constants_)

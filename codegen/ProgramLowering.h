@@ -60,6 +60,7 @@ struct ParameterInfo {
   double initStd = 0.0;
   bool hasInit = false;
   ShardingInfo sharding;
+  std::vector<int64_t> sourceShape; // mega.source_shape; empty when the IR's shape is the model's
 };
 
 struct StateInfo {

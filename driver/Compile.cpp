@@ -181,6 +181,7 @@ StatusOr<CompiledModel> compileForward(LoadedModel model, const codegen::Codegen
   ctx->printOpOnDiagnostic(false);
   if (mlir::failed(passes::runInputPipeline(*model.module)))
     return Status::error("the input pipeline failed on " + compiled.description);
+  RETURN_IF_ERROR(fitWeightsToModel(*model.module, compiled.weights));
   codegen::CodegenOptions planOptions = options;
   if (compiled.weights.empty())
     planOptions.weightsFile.clear();
@@ -234,6 +235,8 @@ StatusOr<TrainModel> compileTrainingStep(const RunConfig &c, int64_t seq,
   RETURN_IF_ERROR(checkFloatTypes(module, fp64, out.description));
   if (mlir::failed(passes::runInputPipeline(module)))
     return Status::error("the input pipeline failed on " + out.description);
+  RETURN_IF_ERROR(fitWeightsToModel(module, out.weights));
+  out.sourceShapes = sourceShapesOf(module);
   out.fingerprint = fingerprintOf(module, out.description); // before layout and precision
   if (fp64) // the IR is converted by mega-training-precision in buildTrainingStep
     convertWeightsToF64(out.weights);

@@ -48,6 +48,7 @@ struct TrainModel {
   passes::LossKind lossKind = passes::LossKind::causal;
   double compileSeconds = 0;
   runtime::checkpoint::ModelFingerprint fingerprint; // checked when a checkpoint loads
+  SourceShapes sourceShapes; // parameters held in another shape than the model's files
 };
 
 /// The training step of `c` compiled for rows of `seq` tokens: the model bound to the data (a

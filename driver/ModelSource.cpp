@@ -13,6 +13,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
+#include <numeric>
 
 namespace megac::driver {
 
@@ -95,6 +97,49 @@ StatusOr<LoadedModel> parseMlir(mlir::MLIRContext &ctx, const std::string &file,
 }
 
 } // namespace
+
+Status fitWeightsToModel(mlir::ModuleOp module, TensorMap &weights) {
+  auto count = [](const std::vector<int64_t> &shape) {
+    return std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<int64_t>());
+  };
+  for (auto f : module.getOps<mlir::func::FuncOp>()) {
+    for (mlir::BlockArgument arg : f.getArguments()) {
+      auto name = f.getArgAttrOfType<mlir::StringAttr>(arg.getArgNumber(), mega::kParamAttr);
+      auto source =
+          f.getArgAttrOfType<mlir::DenseI64ArrayAttr>(arg.getArgNumber(), mega::kSourceShapeAttr);
+      if (!name || !source)
+        continue;
+      auto it = weights.find(name.str());
+      if (it == weights.end())
+        continue;
+      auto type = mlir::cast<mlir::RankedTensorType>(arg.getType());
+      std::vector<int64_t> want(type.getShape().begin(), type.getShape().end());
+      std::vector<int64_t> from(source.asArrayRef().begin(), source.asArrayRef().end());
+      HostTensor &tensor = it->second;
+      if (tensor.shape == want)
+        continue;
+      if (tensor.shape != from || count(want) != count(from))
+        return Status::error("weight '" + name.str() + "' is " + shapeString(tensor.shape) +
+                             "; the model's parameter is " + shapeString(want) + " (from " +
+                             shapeString(from) + ")");
+      tensor.shape = want;
+    }
+  }
+  return Status::ok();
+}
+
+SourceShapes sourceShapesOf(mlir::ModuleOp module) {
+  SourceShapes shapes;
+  for (auto f : module.getOps<mlir::func::FuncOp>())
+    for (mlir::BlockArgument arg : f.getArguments()) {
+      auto name = f.getArgAttrOfType<mlir::StringAttr>(arg.getArgNumber(), mega::kParamAttr);
+      auto source =
+          f.getArgAttrOfType<mlir::DenseI64ArrayAttr>(arg.getArgNumber(), mega::kSourceShapeAttr);
+      if (name && source)
+        shapes[name.str()].assign(source.asArrayRef().begin(), source.asArrayRef().end());
+    }
+  return shapes;
+}
 
 bool ModelSource::isOnnx() const {
   return file && std::filesystem::path(*file).extension() == ".onnx";

@@ -3,6 +3,7 @@
 // mega IR, and the loss it trains with, decided here and nowhere else.
 #pragma once
 
+#include "driver/SourceShapes.h"
 #include "passes/training/TrainingPipeline.h"
 #include "support/HostTensor.h"
 #include "support/Status.h"
@@ -50,6 +51,15 @@ struct LoadedModel {
 StatusOr<LoadedModel> loadModel(mlir::MLIRContext &ctx, const ModelSource &source,
                                 const InputShapes &inputShapes = {},
                                 llvm::raw_ostream &diagnostics = llvm::errs());
+
+/// Gives each weight the shape its parameter has after the input pipeline: a parameter with
+/// `mega.source_shape` (mega-split-fused-projections gave a fused projection's weight its part
+/// dim) holds the same elements in the same order as the model's file, so only the shape
+/// changes. A weight already in the parameter's shape is left alone.
+Status fitWeightsToModel(mlir::ModuleOp module, TensorMap &weights);
+
+/// The parameters with mega.source_shape, and that shape.
+SourceShapes sourceShapesOf(mlir::ModuleOp module);
 
 /// Parses `--input-shape` values "NAME=8x128" (a scalar is "NAME=").
 StatusOr<InputShapes> parseInputShapes(const std::vector<std::string> &specs);

@@ -142,6 +142,7 @@ Status TrainSession::openRank() {
   s.rank.plan = &*s.plan;
   s.rank.decoderSeq = model_.decoderSeq;
   s.rank.modelDescription = model_.description;
+  s.rank.sourceShapes = &model_.sourceShapes;
   ASSIGN_OR_RETURN(s.executor, runtime::Executor::create(*s.plan, options));
   s.rank.comm = &s.executor->communicator();
   s.rank.trace = s.trace.get();
@@ -338,6 +339,7 @@ Status TrainSession::saveWeights(const std::string &path) {
                    runtime::gatherParameters(*s.plan, *s.executor, *s.rank.comm));
   if (!root())
     return Status::ok();
+  toSourceShapes(weights, model_.sourceShapes);
   return runtime::writeSafetensors(
       path, weights,
       {{"producer", "megac train"}, {"step", std::to_string(config_.lr.totalSteps)}});

@@ -256,6 +256,8 @@ Status trainStep(runtime::Executor &executor, const RunConfig &c, runtime::data:
                          "gradients (--clip-grad)");
   if (c.checkpoint.saveGrads && record.step == 1) {
     ASSIGN_OR_RETURN(TensorMap grads, runtime::gatherGradients(*rank.plan, executor, *rank.comm));
+    if (rank.sourceShapes)
+      toSourceShapes(grads, *rank.sourceShapes);
     if (rank.root())
       RETURN_IF_ERROR(
           runtime::writeSafetensors(*c.checkpoint.saveGrads, grads,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "driver/RunConfig.h"
+#include "driver/SourceShapes.h"
 
 #include "passes/training/TrainingPipeline.h"
 #include "runtime/comm/Communicator.h"
@@ -33,6 +34,7 @@ struct RankContext {
   std::optional<runtime::train::PipelineRun> pipeline;
   runtime::Trace *trace = nullptr; // --trace
   std::string modelDescription;    // for checkpoints' meta.json
+  const SourceShapes *sourceShapes = nullptr; // --save-grads writes the model's own shapes
   bool root() const { return comm->rank() == 0; }
 };
 

@@ -21,5 +21,9 @@ inline constexpr const char *kParamAttr = "mega.param";
 inline constexpr const char *kInitAttr = "mega.init";
 inline constexpr const char *kInputAttr = "mega.input";
 inline constexpr const char *kOutputAttr = "mega.output";
+/// On a parameter whose IR shape differs from the shape the model's own files hold (a fused
+/// projection's part dim, mega-split-fused-projections): that shape. The elements are the same,
+/// in the same order; weights and exports reshape between the two.
+inline constexpr const char *kSourceShapeAttr = "mega.source_shape";
 
 } // namespace mega

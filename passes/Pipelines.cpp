@@ -10,6 +10,7 @@ namespace megac::passes {
 mlir::LogicalResult runInputPipeline(mlir::ModuleOp module) {
   mlir::PassManager pm(module->getContext());
   pm.addPass(createInputRaise());
+  pm.addPass(createSplitFusedProjections());
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createCSEPass());
   return pm.run(module);

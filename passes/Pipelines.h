@@ -6,8 +6,8 @@
 
 namespace megac::passes {
 
-/// The input phase: raise (LayerNorm, GELU, linear, embedding, attention, trivial ops), then
-/// canonicalize and CSE. Errors are emitted as diagnostics on the module's context.
+/// The input phase: raise (LayerNorm, GELU, linear, embedding, attention, trivial ops), split
+/// fused projections into their parts, then canonicalize and CSE. Errors are emitted as diagnostics on the module's context.
 mlir::LogicalResult runInputPipeline(mlir::ModuleOp module);
 
 } // namespace megac::passes

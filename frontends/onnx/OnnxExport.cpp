@@ -13,6 +13,7 @@
 
 #include "onnx/onnx_pb.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <fstream>
@@ -25,6 +26,22 @@ namespace {
 StatusOr<std::string> readBytes(const std::string &path) {
   ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "ONNX model"));
   return std::string(bytes.begin(), bytes.end());
+}
+
+/// `split` is `dims` with one dim d written as two, a·b = dims[d]: how a fused projection's
+/// weight holds its initializer (the part dim of mega-split-fused-projections; same elements,
+/// same order). A transpose or any other reshape is not.
+bool splitsOneDim(const std::vector<int64_t> &dims, const std::vector<int64_t> &split) {
+  if (split.size() != dims.size() + 1)
+    return false;
+  for (size_t d = 0; d < dims.size(); ++d) {
+    bool before = std::equal(dims.begin(), dims.begin() + long(d), split.begin());
+    bool after = std::equal(dims.begin() + long(d) + 1, dims.end(), split.begin() + long(d) + 2);
+    if (before && after && split[d] > 0 && split[d + 1] > 0 &&
+        split[d] * split[d + 1] == dims[d])
+      return true;
+  }
+  return false;
 }
 
 StatusOr<onnx::ModelProto> parse(const std::string &path, const std::string &bytes) {
@@ -188,7 +205,7 @@ StatusOr<OnnxExportSummary> exportOnnxWeights(const std::string &source,
                            "another model?)");
     const HostTensor &value = it->second;
     std::vector<int64_t> dims(init.dims().begin(), init.dims().end());
-    if (value.shape != dims)
+    if (value.shape != dims && !splitsOneDim(dims, value.shape))
       return Status::error("initializer '" + init.name() + "' is " + shapeOf(init) + " in " +
                            source + ", but the checkpoint's tensor is " + shapeString(value.shape) +
                            " (a checkpoint of another model?)");

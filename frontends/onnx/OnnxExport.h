@@ -3,8 +3,9 @@
 //
 // The importer makes one parameter of each float initializer whose data reaches a run-time node
 // (OnnxGraph.cpp findParameters), named by the initializer and holding its values unchanged:
-// no transpose, split, fusion or folding touches a parameter. Export is therefore the exact
-// inverse: each parameter's initializer gets the trained tensor, converted to the initializer's
+// no transpose, split, fusion or folding touches a parameter (a fused projection's weight only
+// gains a part dim, mega-split-fused-projections: [3h, in] is held as [3, h, in], the same
+// elements in the same order). Export is therefore the exact inverse: each parameter's initializer gets the trained tensor, converted to the initializer's
 // own element type and stored in the field it used (raw_data or the typed field); every other
 // byte of the model (graph, constants, metadata, opsets) is kept as it was read.
 #pragma once

@@ -84,4 +84,26 @@ def InputRaise : Pass<"mega-input-raise", "mlir::ModuleOp"> {
   ];
 }
 
+def SplitFusedProjections : Pass<"mega-split-fused-projections", "mlir::ModuleOp"> {
+  let summary = "split a fused projection (q | k | v) into one linear per part";
+  let description = [{
+    A linear whose output columns are cut, by slices on the last dim (possibly after a reshape
+    that keeps it), into n >= 2 equal consecutive parts -- GPT-2's `c_attn` [3, heads, d], any
+    fused q/k/v or gate/up projection -- becomes n linears, each reading part i of the same
+    weight and bias. The parameters gain the part dim: a weight [n·p, in] becomes [n, p, in], a
+    Conv1D weight [in, n·p] (transposed at its use) [in, n, p], a bias [n·p] becomes [n, p]; the
+    elements and their order are unchanged, and `mega.source_shape` records the shape the
+    model's files hold (weights are reshaped on load, `megac export` writes that shape back).
+
+    Why: tensor parallelism splits a column-parallel weight on its output dim in contiguous
+    blocks, which for a fused dim cuts across q, k and v and needs the output re-gathered before
+    the slices. With the part dim, each part splits by heads like an ordinary column-parallel
+    linear (the blocked layout Megatron gives its fused QKV), with no all-gather.
+
+    Only weights and biases used by nothing else are rewritten; a projection cut unevenly
+    (Falcon's multi-query [heads + 2, d]) is left as it is.
+  }];
+  let dependentDialects = ["mega::MegaDialect"];
+}
+
 #endif // MEGA_INPUT_PASSES_TD

@@ -47,8 +47,8 @@ public:
     for (Operation *op : ops)
       if (failed(visit(op)))
         return failure();
-    // Casts whose users never fixed a layout (none had a rule that cares): whole.
-    for (auto &[value, cast] : deferredCasts_)
+    // Views whose users never fixed a layout (none had a rule that cares): whole.
+    for (auto &[value, view] : deferredViews_)
       if (undecided_.contains(value))
         if (failed(decide(value, Sharding::replicated(
                                      cast_or_null<RankedTensorType>(value.getType()).getRank()))))
@@ -67,38 +67,88 @@ private:
     v.setType(partition::withSharding(type, layout, mesh_));
   }
   bool isParam(Value v) const {
-    if (deferredCasts_.count(v))
-      return true; // a parameter's cast ranks with parameters
+    if (deferredViews_.count(v))
+      return true; // a view of a parameter ranks with parameters
     auto arg = dyn_cast<BlockArgument>(v);
     return arg && f_.getArgAttr(arg.getArgNumber(), mega::kParamAttr);
   }
   std::string paramName(Value v) const {
-    while (auto c = v.getDefiningOp<mega::CastOp>())
-      v = c.getInput();
+    while (deferredViews_.count(v))
+      v = deferredViews_.lookup(v)->getOperand(0);
     auto arg = cast<BlockArgument>(v);
     return f_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kParamAttr).getValue().str();
   }
 
-  /// Fixes the layout of an undecided parameter, or of a deferred cast of one (and then of what
-  /// it casts, which takes the same layout; if that was fixed otherwise, the cast reshards).
+  /// Fixes the layout of an undecided parameter, or of a deferred view of one (and then of what
+  /// it views: the layout the view's sharding rule maps back; if that was fixed otherwise, the
+  /// view's input is resharded). A view that cannot carry `layout` back (a split its input has
+  /// no dim for) is decided whole, with its input; the caller then reshards its result.
   LogicalResult decide(Value v, const Sharding &layout) {
-    set(v, layout);
     undecided_.erase(v);
-    auto it = deferredCasts_.find(v);
-    if (it == deferredCasts_.end())
+    auto it = deferredViews_.find(v);
+    if (it == deferredViews_.end()) {
+      set(v, layout);
       return success();
-    mega::CastOp cast = it->second;
-    Value input = cast.getInput();
+    }
+    Operation *view = it->second;
+    Value input = view->getOperand(0);
+    auto inputType = cast_or_null<RankedTensorType>(input.getType());
+    std::optional<Sharding> need = operandLayoutOfView(view, layout);
+    Sharding result = layout;
+    if (!need) {
+      need = Sharding::replicated(inputType.getRank());
+      result = Sharding::replicated(layout.dims.size());
+    }
+    set(v, result);
     if (undecided_.contains(input))
-      return decide(input, layout);
-    if (get(input) == layout)
+      return decide(input, *need);
+    if (get(input) == *need)
       return success();
-    OpBuilder b(cast);
-    auto type =
-        partition::withSharding(cast_or_null<RankedTensorType>(input.getType()), layout, mesh_);
-    auto reshard = mega::ReshardOp::create(b, cast.getLoc(), type, input);
-    cast.getInputMutable().assign(reshard.getResult());
+    OpBuilder b(view);
+    auto type = partition::withSharding(inputType, *need, mesh_);
+    auto reshard = mega::ReshardOp::create(b, view->getLoc(), type, input);
+    view->setOperand(0, reshard.getResult());
     return success();
+  }
+
+  /// The layout of a view's operand that gives its result `layout` under the view's sharding
+  /// rule: each split result dim's major factor found as the major factor of an operand dim.
+  /// None when some split cannot be carried back (or `layout` has partial sums).
+  std::optional<Sharding> operandLayoutOfView(Operation *view, const Sharding &layout) {
+    auto inputType = cast<RankedTensorType>(view->getOperand(0).getType());
+    if (isa<mega::CastOp>(view))
+      return layout;
+    if (!layout.partial.empty())
+      return std::nullopt;
+    auto iface = dyn_cast<mega::ShardingRuleOpInterface>(view);
+    if (!iface)
+      return std::nullopt;
+    mega::ShardingRule rule = iface.getShardingRule();
+    if (!rule.known)
+      return std::nullopt;
+    Sharding need = Sharding::replicated(inputType.getRank());
+    for (size_t d = 0; d < layout.dims.size(); ++d) {
+      if (layout.dims[d].empty())
+        continue;
+      const auto &factors = rule.results[0][d];
+      if (factors.empty())
+        return std::nullopt;
+      int f = factors[0];
+      if (rule.factorKinds[f] != mega::FactorKind::parallel)
+        return std::nullopt;
+      bool found = false;
+      for (size_t e = 0; e < rule.operands[0].size() && !found; ++e)
+        if (!rule.operands[0][e].empty() && rule.operands[0][e][0] == f) {
+          // The split covers the whole result dim: its factor must be the dim's only one.
+          if (factors.size() != 1 || rule.operands[0][e].size() != 1)
+            return std::nullopt;
+          need.dims[e] = layout.dims[d];
+          found = true;
+        }
+      if (!found)
+        return std::nullopt;
+    }
+    return need;
   }
 
   /// Data inputs with a batch dim are split on it over dp.
@@ -278,11 +328,13 @@ private:
     if (isa<mega::DropoutOp>(op))
       return op->emitError() << "dropout is not supported by the partitioner yet (run on one "
                                 "rank, or build the model without dropout)";
-    // A cast of a parameter (mixed precision: f32 master weights cast to bf16 at their use)
-    // takes the layout its users give the parameter: it waits, undecided, like the parameter.
-    if (auto cast = dyn_cast<mega::CastOp>(op); cast && undecided_.contains(cast.getInput())) {
-      undecided_.insert(cast.getResult());
-      deferredCasts_[cast.getResult()] = cast;
+    // A view of a parameter -- a cast (mixed precision: f32 master weights cast to bf16 at
+    // their use), a reshape, slice or transpose (a fused projection's part, a Conv1D weight) --
+    // takes the layout its users give it: it waits, undecided, like the parameter.
+    if (isa<mega::CastOp, mega::ReshapeOp, mega::SliceOp, mega::TransposeOp>(op) &&
+        undecided_.contains(op->getOperand(0))) {
+      undecided_.insert(op->getResult(0));
+      deferredViews_[op->getResult(0)] = op;
       return success();
     }
     if (failed(seedParameters(op)))
@@ -412,7 +464,7 @@ private:
       if (undecided_.contains(v)) {
         if (failed(decide(v, need)))
           return failure();
-        continue;
+        current[i] = get(v);
       }
       if (current[i] == need)
         continue;
@@ -491,7 +543,7 @@ private:
   bool sp_;
   llvm::DenseSet<Value> undecided_;
   llvm::DenseSet<Value> wholeWeights_; // key/value projections of replicated kv heads
-  llvm::MapVector<Value, mega::CastOp> deferredCasts_;
+  llvm::MapVector<Value, Operation *> deferredViews_;
 };
 
 struct ShardingPropagationPass

@@ -78,6 +78,16 @@ bool zeroSharded(const Distribution &dist, const Param &p) {
          p.type.getDimSize(0) % dp == 0;
 }
 
+/// Weight decay applies to matrices, not to biases and norm scales (Megatron's rule), judged by
+/// the shape the model's files hold: a split fused projection's bias is [3, h] in the IR but a
+/// vector in the model (mega.source_shape).
+bool decays(const Param &p) {
+  if (p.attrs)
+    if (auto source = p.attrs.getAs<DenseI64ArrayAttr>(mega::kSourceShapeAttr))
+      return source.size() >= 2;
+  return p.type.getRank() >= 2;
+}
+
 struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass> {
   using TrainingOptimizerBase::TrainingOptimizerBase;
 
@@ -291,7 +301,7 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     SmallVector<Value> newParams, newMs, newVs;
     for (size_t i = 0; i < n; ++i) {
       const Param &p = (*params)[i];
-      double decay = p.type.getRank() >= 2 ? weightDecay : 0.0;
+      double decay = decays(p) ? weightDecay : 0.0;
       bool sharded = zeroSharded(dist, p);
       Value param = paramArgs[i];
       ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});

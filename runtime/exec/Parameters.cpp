@@ -5,6 +5,7 @@
 #include "runtime/init/ParamInit.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/plan_generated.h"
+#include "support/Checked.h"
 
 #include <optional>
 
@@ -29,7 +30,17 @@ Status copyShard(const HostTensor &whole, const fb::Parameter &param,
     return Status::error("parameter '" + name + "': " + source + " holds " +
                          dtypeName(whole.dtype) + ", but the parameter is " + dtypeName(dst.dtype));
   std::span<const int64_t> global = spanOf(param.global_shape());
-  if (!std::equal(whole.shape.begin(), whole.shape.end(), global.begin(), global.end()))
+  std::span<const int64_t> modelShape = spanOf(param.source_shape()); // as the model's files
+  auto count = [](std::span<const int64_t> shape) {
+    StatusOr<int64_t> n = checkedNumElements(shape);
+    return n.isOk() ? *n : int64_t(-1);
+  };
+  bool inSourceShape = !modelShape.empty() && count(modelShape) >= 0 &&
+                       count(modelShape) == count(global) &&
+                       std::equal(whole.shape.begin(), whole.shape.end(), modelShape.begin(),
+                                  modelShape.end());
+  if (!inSourceShape &&
+      !std::equal(whole.shape.begin(), whole.shape.end(), global.begin(), global.end()))
     return Status::error("parameter '" + name + "': " + source + " holds shape " +
                          shapeString(whole.shape) + ", but the parameter's global shape is " +
                          shapeString(global));
@@ -38,7 +49,9 @@ Status copyShard(const HostTensor &whole, const fb::Parameter &param,
                          std::to_string(whole.bytes.size()) + " bytes for shape " +
                          shapeString(whole.shape));
   std::vector<int64_t> ones(global.size(), 1);
-  RETURN_IF_ERROR(cpu::slice(cpu::refOf(whole), offset, ones, dst))
+  cpu::TensorRef wholeRef = cpu::refOf(whole);
+  wholeRef.shape = global; // a tensor in the source shape holds the same elements in order
+  RETURN_IF_ERROR(cpu::slice(wholeRef, offset, ones, dst))
       << " (while copying the shard of parameter '" << name << "' from " << source << ")";
   return Status::ok();
 }

@@ -217,11 +217,12 @@ def training_case(args, m, weights, tokens, data):
 
 
 def error_case(args, data):
-    """One-line errors: tp that does not divide kv_heads, kv_heads that do not divide heads."""
+    """One-line errors: a tp that does not divide the heads (fewer kv heads than tp are fine:
+    they are replicated, the partition suite's llama-mqa), kv_heads that do not divide heads."""
     problems = []
     cases = [
-        (spec(dict(GQA, kv_heads=1)), ["--ranks", "2", "--tp", "2"],
-         "attention has 4 heads (1 key/value heads), which are not divisible by tp = 2"),
+        (spec(dict(GQA, kv_heads=1)), ["--ranks", "3", "--tp", "3"],
+         "which is not divisible by tp = 3"),
         (spec(dict(GQA, kv_heads=3)), [],
          "key 'heads' (4) is not divisible by key 'kv_heads' (3)"),
     ]

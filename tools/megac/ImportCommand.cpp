@@ -68,6 +68,8 @@ int importCommand(int argc, char **argv) {
     mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
     if (mlir::failed(passes::runInputPipeline(module)))
       return fail("megac import", "the input pipeline failed on " + loaded->description);
+    if (Status fitted = driver::fitWeightsToModel(module, loaded->weights); !fitted.isOk())
+      return fail("megac import", fitted.message());
   }
   std::string output = *out;
   module->removeAttr(driver::kWeightsAttr);
