@@ -5,7 +5,9 @@ JOBS ?= 2
 CMAKE_ARGS = -G Ninja -DCMAKE_BUILD_TYPE=Release \
              -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
 
-.PHONY: all setup configure build demo test bench clean
+ASAN_DIR ?= build-asan
+
+.PHONY: all setup configure build demo test sanitize bench clean
 
 all: build
 
@@ -25,6 +27,13 @@ demo: build
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) sanitize
+
+# The MLIR-free parsers, their unit tests and fuzz drivers under ASan + UBSan (tests/sanitize).
+sanitize: setup
+	cmake -S tests/sanitize -B $(ASAN_DIR) -G Ninja -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+	cmake --build $(ASAN_DIR) -j $(JOBS)
+	cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
 	$(BUILD_DIR)/bin/bench-model-build
@@ -42,4 +51,4 @@ bench: build
 	    --steps 5 --gpt 4,256,128,512 --peak-tflops 0.23
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)

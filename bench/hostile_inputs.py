@@ -30,12 +30,12 @@ class Runner:
         self.counts = {"ok": 0, "crash": 0, "hang": 0, "silent": 0}
         self.by_class = {}
 
-    def run(self, cls, name, args, expect="error", stdin=None):
+    def run(self, cls, name, args, expect="error", stdin=None, preexec=None):
         """expect: "error" (exit 1/2 naming the problem) or "ok" (exit 0)."""
         cmd = [self.megac] + [str(a) for a in args]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT,
-                               cwd=self.workdir, input=stdin)
+                               cwd=self.workdir, input=stdin, preexec_fn=preexec)
         except subprocess.TimeoutExpired:
             return self.record(cls, name, "hang", "ran past %d s" % TIMEOUT)
         err = p.stderr
@@ -123,6 +123,21 @@ def checkpoints(r, tok):
     open(shard, "wb").write(b)
     r.run("checkpoint shard", "flipped byte", ["train", "--model", MODEL, "--steps", "3", "--load", d] +
           [tok if a is None else a for a in TRAIN])
+    # A save whose writes fail (a file-size limit: write() fails with EFBIG as on a full disk)
+    # is an error, and the previous checkpoint still loads.
+    import resource
+    import signal
+
+    def small_disk():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))
+    d = os.path.join(r.workdir, "ck-full")
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(base, d)
+    r.run("disk full", "save fails", ["train", "--model", MODEL, "--steps", "3", "--load", d, "--save", d] +
+          [tok if a is None else a for a in TRAIN], preexec=small_disk)
+    r.run("disk full", "previous checkpoint loads", ["train", "--model", MODEL, "--steps", "3", "--load", d] +
+          [tok if a is None else a for a in TRAIN], expect="ok")
     # Another model: layers, heads, width.
     for other in ["gpt:layers=1,hidden=32,heads=2,seq=8,vocab=64",
                   "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64",

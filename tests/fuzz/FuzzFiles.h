@@ -25,7 +25,8 @@ inline const std::string &scratchDir() {
 
 inline void writeFile(const std::string &path, std::string_view bytes) {
   if (FILE *f = std::fopen(path.c_str(), "wb")) {
-    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    if (!bytes.empty()) // fwrite's buffer may not be null, even for 0 bytes
+      std::fwrite(bytes.data(), 1, bytes.size(), f);
     std::fclose(f);
   }
 }
