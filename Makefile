@@ -43,6 +43,7 @@ bench: build
 	/usr/bin/python3 bench/train_step.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-train-step --threads $(JOBS)
 	/usr/bin/python3 bench/partition_step.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-partition-step
 	/usr/bin/python3 bench/plan_search.py --megac $(BUILD_DIR)/bin/megac
+	/usr/bin/python3 bench/hostile_inputs.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-hostile
 	/usr/bin/python3 bench/published_runs.py --megac $(BUILD_DIR)/bin/megac
 	/usr/bin/python3 bench/cpu_cost_model.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-cpu-cost-model
 	$(BUILD_DIR)/bin/megac compile --model gpt:layers=4,hidden=256,heads=8,seq=128,vocab=512 \
