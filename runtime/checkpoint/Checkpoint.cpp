@@ -251,9 +251,11 @@ StatusOr<std::string> beginSave(const std::string &dir, int64_t step) {
   if (ec)
     return Status::error("cannot create checkpoint directory '" + dir + "': " + ec.message());
   // Unique to this process: another run's save never collides with it. What crashed saves left
-  // is removed by pruneSaveFolder after the next save that completes.
+  // is removed by pruneSaveFolder after the next save that completes (and a crashed save of this
+  // step under the name older megac versions used, here).
   std::string tmp = stepPath(dir, step) + tempSuffix();
   fs::remove_all(tmp, ec);
+  fs::remove_all(stepPath(dir, step) + ".tmp", ec);
   if (!fs::create_directory(tmp, ec) || ec)
     return Status::error("cannot create '" + tmp + "': " + ec.message());
   return tmp;
