@@ -208,6 +208,15 @@ StatusOr<TrainModel> compileTrainingStep(const RunConfig &c, int64_t seq,
   TrainModel out;
   passes::TrainingOptions training = c.training;
   training.lossKind = lossKindOf(c.model);
+  if (!c.data.objective.empty()) {
+    passes::LossKind asked =
+        c.data.objective == "mlm" ? passes::LossKind::mlm : passes::LossKind::causal;
+    if (c.model.spec && asked != training.lossKind)
+      return Status::error("--objective " + c.data.objective + ": the zoo model " + *c.model.spec +
+                           " trains with its architecture's objective (" +
+                           passes::lossKindName(training.lossKind) + ")");
+    training.lossKind = asked;
+  }
   ModelSource source = c.model;
   InputShapes shapes;
   if (c.model.spec) {
@@ -242,6 +251,10 @@ StatusOr<TrainModel> compileTrainingStep(const RunConfig &c, int64_t seq,
     convertWeightsToF64(out.weights);
   // Read before the training phase: partitioning makes the logits a vocab shard.
   out.vocab = vocabOf(module, training.logits);
+  if (c.data.maskTokenId && *c.data.maskTokenId >= out.vocab)
+    return Status::error("--mask-token-id " + std::to_string(*c.data.maskTokenId) +
+                         " is outside the model's vocabulary of " + std::to_string(out.vocab) +
+                         " tokens");
   if (mlir::failed(passes::buildTrainingStep(module, training)))
     return Status::error("cannot build the training step of " + out.description + " (see above)");
   out.lossKind = training.lossKind;

@@ -41,6 +41,11 @@ struct DataConfig {
   int64_t evalIters = 1;
   /// --split A,B,C (Megatron's): each dataset's documents in train/validation/test parts.
   std::optional<std::vector<double>> split;
+  /// --objective causal|mlm: the training objective of a model file (empty: causal; a zoo
+  /// model's is its architecture's). mlm masks a seeded 15% of each row's positions with
+  /// --mask-token-id (default: the vocabulary's last id), as the zoo's BERT does.
+  std::string objective;
+  std::optional<int64_t> maskTokenId;
   /// Samples per optimizer step and per micro-batch of the whole model (b * dp; finishRunConfig
   /// sets it from layout.microBatch). globalBatch 0 in a plan: enough to fill the pipeline.
   runtime::train::BatchSplit batch;

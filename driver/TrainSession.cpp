@@ -122,7 +122,7 @@ Status TrainSession::openRank() {
   bool root = !s.mpi || s.mpi->rank() == 0;
   SampleChecks checks{model_.vocab, std::nullopt, root ? hooks_.warn : nullptr};
   if (model_.lossKind == passes::LossKind::mlm)
-    checks.maskToken = model_.vocab - 1;
+    checks.maskToken = c.data.maskTokenId.value_or(model_.vocab - 1);
   ASSIGN_OR_RETURN(s.data, checkSamples(c, DataPart::train, std::move(s.data), checks));
   if (c.log.tracePath) {
     s.trace = std::make_unique<runtime::Trace>();
@@ -179,7 +179,7 @@ Status TrainSession::openEvaluation() {
   const RunConfig &c = config_;
   SampleChecks checks{model_.vocab, std::nullopt, nullptr};
   if (model_.lossKind == passes::LossKind::mlm)
-    checks.maskToken = model_.vocab - 1;
+    checks.maskToken = c.data.maskTokenId.value_or(model_.vocab - 1);
   for (auto [part, out] :
        {std::pair{DataPart::validation, &state_->evalData}, {DataPart::test, &state_->testData}}) {
     if (!evaluates(part))

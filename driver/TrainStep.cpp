@@ -109,7 +109,8 @@ StatusOr<double> batchLoss(runtime::Executor &executor, const RunConfig &c,
     ASSIGN_OR_RETURN(batches, train::seq2seqStep(data, step, c.data.batch, seq - dec, dec, rows));
   } else if (kind == passes::LossKind::mlm) {
     ASSIGN_OR_RETURN(batches,
-                     train::mlmStep(data, step, c.data.batch, {c.seed, vocab - 1, 0.15}, rows));
+                     train::mlmStep(data, step, c.data.batch,
+                                    {c.seed, c.data.maskTokenId.value_or(vocab - 1), 0.15}, rows));
   } else {
     ASSIGN_OR_RETURN(batches, train::causalStep(data, step, c.data.batch, rows));
   }

@@ -87,6 +87,7 @@ A model that is not a plan yet is compiled in memory first (see megac compile).)
 const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --model SPEC)
                    (--data TOKENS.npy|PREFIX | --data-path [W1] PREFIX1 [W2 PREFIX2 ...])
                    [--seq S] --steps N --global-batch B --micro-batch b --lr X
+                   [--objective causal|mlm [--mask-token-id ID]]
                    [--lr-schedule constant|cosine] [--warmup-steps W] [--min-lr Y]
                    [--adam-beta1 0.9] [--adam-beta2 0.999] [--adam-eps 1e-8]
                    [--weight-decay 0.01] [--clip-grad 0] [--seed 0]
@@ -139,7 +140,9 @@ i*B + j for j = 0..B-1, in order (of a .npy: row (i*B + j) mod N); micro-batches
 consecutive rows are accumulated (B must be a multiple of b). Causal models (gpt, ONNX, .mlir): input_ids =
 row[:S], labels = row[1:]. BERT (zoo): masked LM on row[:S] -- round(15% of S) seeded
 positions per row become the token vocab-1 ([MASK]) and are the only labelled ones;
-attention_mask is all ones. T5 (zoo): S = seq + dec_seq; the encoder reads row[:seq], the
+attention_mask is all ones. A model file trains as a causal LM, or with --objective mlm as
+a masked LM the same way, the mask token --mask-token-id ID (default vocab-1; give the
+tokenizer's [MASK] / <mask> id). T5 (zoo): S = seq + dec_seq; the encoder reads row[:seq], the
 decoder reads row[seq:S] and predicts row[seq+1:S+1]. The loss is the mean cross-entropy
 over the global batch's labelled tokens. An ONNX model's input_ids is bound to [b, S]; a
 zoo spec's seq must be S (t5: seq + dec_seq; its batch is set to b).

@@ -7,6 +7,7 @@
 #include "runtime/comm/Communicator.h"
 
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <unistd.h>
 
@@ -32,6 +33,8 @@ void RunFlags::declare(Flags &f) {
   f.count("--seq", c.data.seq, 1, "S").text("--eval-data", evalData, "PATH");
   f.count("--eval-interval", c.data.evalInterval, 1).count("--eval-iters", c.data.evalIters, 1);
   f.text("--split", split, "A,B,C").count("--steps", c.lr.totalSteps, 1);
+  f.choice("--objective", objective, {"causal", "mlm"});
+  f.count("--mask-token-id", maskTokenId, 0, "ID", std::numeric_limits<int32_t>::max());
   f.count("--global-batch", globalBatch, 1, "B").count("--micro-batch", l.microBatch, 1, "b");
   f.count("--warmup-steps", c.lr.warmupSteps, 0, "W");
   f.number("--lr", lrValue, nonNegative, "a number >= 0");
@@ -99,6 +102,13 @@ std::string configureData(const Flags &f, RunFlags &r, bool planOnly) {
       (f.given("--eval-interval") || (f.given("--eval-iters") && !testSplit)))
     return "--eval-interval and --eval-iters need --eval-data (the validation tokens) or a "
            "--split with a validation part (--eval-iters also applies to a test part)";
+  if (f.given("--objective"))
+    d.objective = r.objective;
+  if (f.given("--mask-token-id")) {
+    if (d.objective != "mlm")
+      return "--mask-token-id applies to masked-LM training (--objective mlm)";
+    d.maskTokenId = r.maskTokenId;
+  }
   if (f.given("--seq") && !d.indexed)
     return "--seq applies to an indexed dataset (--data PREFIX of PREFIX.bin/.idx)";
   if (d.indexed && !f.given("--seq") && !r.spec)

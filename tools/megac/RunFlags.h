@@ -17,6 +17,8 @@ struct RunFlags {
   driver::RunConfig config;
   std::optional<std::string> spec, data, evalData, split, seed, logits, backend;
   std::vector<std::string> dataPath;
+  std::string objective = "causal";
+  int64_t maskTokenId = 0;
   std::string lrSchedule = "constant", recompute = "none", schedule = "1f1b", precision = "fp32";
   double lrValue = 0;
   int64_t zero = 0, traceSteps = 2, globalBatch = 0;
