@@ -204,10 +204,77 @@ struct RaiseAttention : OpRewritePattern<mega::MatmulOp> {
   }
 };
 
+/// GPT-NeoX's baddbmm scores: matmul(reshape(q), transpose(reshape(k))) over [b*h, s, d], scaled
+/// by constants, plus a zero bias, then reshaped to [b, h, s, t]. Rewritten as the same matmul
+/// and scales over [b, h, s, d], so that RaiseAttention sees the usual rank-4 chain.
+struct LiftBatchedScores : OpRewritePattern<mega::MatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(mega::MatmulOp qk, PatternRewriter &rewriter) const override {
+    auto q3 = qk.getLhs().getDefiningOp<mega::ReshapeOp>();
+    auto kt3 = qk.getRhs().getDefiningOp<mega::TransposeOp>();
+    if (!q3 || !kt3 || shapeOf(qk.getResult()).size() != 3 ||
+        kt3.getPerm() != ArrayRef<int64_t>{0, 2, 1})
+      return failure();
+    auto k3 = kt3.getInput().getDefiningOp<mega::ReshapeOp>();
+    if (!k3)
+      return failure();
+    Value q4 = q3.getInput(), k4 = k3.getInput();
+    auto qs = shapeOf(q4), ks = shapeOf(k4);
+    if (qs.size() != 4 || ks.size() != 4 || qs[0] != ks[0] || qs[1] != ks[1] || qs[3] != ks[3] ||
+        qs[0] * qs[1] != shapeOf(qk.getResult())[0])
+      return failure();
+    // Constant scales and zero biases up to the reshape back to [b, h, s, t].
+    double scale = 1.0;
+    Value cur = qk.getResult();
+    mega::ReshapeOp back;
+    while (!back) {
+      if (!cur.hasOneUse())
+        return failure();
+      Operation *user = *cur.getUsers().begin();
+      if (auto reshape = dyn_cast<mega::ReshapeOp>(user)) {
+        back = reshape;
+        continue;
+      }
+      auto mul = dyn_cast<mega::MulOp>(user);
+      auto add = dyn_cast<mega::AddOp>(user);
+      Value other = !mul && !add                 ? Value()
+                    : user->getOperand(0) == cur ? user->getOperand(1)
+                                                 : user->getOperand(0);
+      std::optional<double> c = other && other != cur ? splatValue(other) : std::nullopt;
+      if (!c || (add && *c != 0.0))
+        return failure();
+      if (mul)
+        scale *= *c;
+      cur = user->getResult(0);
+    }
+    auto out = shapeOf(back.getResult());
+    if (out.size() != 4 || out[0] != qs[0] || out[1] != qs[1])
+      return failure();
+
+    Location loc = qk.getLoc();
+    rewriter.setInsertionPoint(back);
+    auto element = cast<RankedTensorType>(qk.getType()).getElementType();
+    auto ktType = RankedTensorType::get({ks[0], ks[1], ks[3], ks[2]}, element);
+    Value kt = mega::TransposeOp::create(rewriter, loc, ktType, k4,
+                                         rewriter.getDenseI64ArrayAttr({0, 1, 3, 2}));
+    auto scoresType = RankedTensorType::get(out, element);
+    Value scores = mega::MatmulOp::create(rewriter, loc, scoresType, q4, kt);
+    if (scale != 1.0) {
+      Value c = mega::ConstantOp::create(
+          rewriter, loc, scoresType,
+          DenseElementsAttr::get(scoresType, rewriter.getFloatAttr(element, scale)));
+      scores = mega::MulOp::create(rewriter, loc, scoresType, scores, c);
+    }
+    rewriter.replaceOp(back, scores);
+    return success();
+  }
+};
+
 } // namespace
 
 void populateAttentionPattern(RewritePatternSet &patterns) {
-  patterns.add<RaiseAttention>(patterns.getContext());
+  patterns.add<RaiseAttention, LiftBatchedScores>(patterns.getContext());
 }
 
 } // namespace megac::passes

@@ -304,6 +304,36 @@ func.func @multi_query_attention(%q: tensor<2x4x2x8xf32>, %k: tensor<2x4x1x8xf32
 
 // -----
 
+// GPT-NeoX's baddbmm: the scores over [b*h, s, t] from reshaped q and k, scaled, plus a zero
+// bias, reshaped back to [b, h, s, t]; lifted to rank 4 and raised (causal where-mask).
+// CHECK-LABEL: func.func @batched_scores_attention
+// CHECK-SAME: (%[[Q:[^:]*]]: tensor<2x2x4x8xf32>, %[[K:[^:]*]]: tensor<2x2x4x8xf32>, %[[V:[^:]*]]: tensor<2x2x4x8xf32>)
+// CHECK-DAG: %[[QT:.*]] = mega.transpose %[[Q]] [0, 2, 1, 3]
+// CHECK-DAG: %[[KT:.*]] = mega.transpose %[[K]] [0, 2, 1, 3]
+// CHECK-DAG: %[[VT:.*]] = mega.transpose %[[V]] [0, 2, 1, 3]
+// CHECK: mega.attention %[[QT]], %[[KT]], %[[VT]] causal :
+// CHECK-NOT: mega.softmax
+func.func @batched_scores_attention(%qh: tensor<2x2x4x8xf32>, %kh: tensor<2x2x4x8xf32>, %vh: tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32> {
+  %keep = mega.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %scale = mega.constant dense<0.353553385> : tensor<4x4x4xf32>
+  %zero = mega.constant dense<0.0> : tensor<4x4x4xf32>
+  %min = mega.constant dense<-3.40282347E+38> : tensor<2x2x4x4xf32>
+  %q3 = mega.reshape %qh : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %k3 = mega.reshape %kh : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %kt = mega.transpose %k3 [0, 2, 1] : tensor<4x4x8xf32> -> tensor<4x8x4xf32>
+  %s = mega.matmul %q3, %kt : tensor<4x4x8xf32>, tensor<4x8x4xf32> -> tensor<4x4x4xf32>
+  %ss = mega.mul %s, %scale : tensor<4x4x4xf32>
+  %sb = mega.add %ss, %zero : tensor<4x4x4xf32>
+  %s4 = mega.reshape %sb : tensor<4x4x4xf32> -> tensor<2x2x4x4xf32>
+  %mask = mega.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x2x4x4xi1>
+  %m = mega.where %mask, %s4, %min : tensor<2x2x4x4xi1>, tensor<2x2x4x4xf32>
+  %p = mega.softmax %m axis 3 : tensor<2x2x4x4xf32>
+  %o = mega.matmul %p, %vh : tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32> -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
+}
+
+// -----
+
 // T5: no scaling (scale 1), a position bias [1, h, s, t] added; the [b, h, s, d] result is
 // used as it is, so the attention's [b, s, h, d] result is transposed back.
 // CHECK-LABEL: func.func @unscaled_attention_with_bias
