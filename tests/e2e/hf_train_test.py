@@ -30,12 +30,18 @@ from hf_models_test import ensure_venv  # noqa: E402
 SEQ, VOCAB, ROWS = 16, 128, 24  # hf_families.SEQ and .VOCAB
 
 
-def make_model(name, workdir, cache):
+def make_family(name, cache):
     """A transformers model of family `name` with random weights (dropout off), its config, and
-    its training-mode export (hf_families.export, cached by config hash)."""
+    its training-mode export (hf_families.export, cached by config hash under `cache`)."""
     import hf_families as hf
     model, cfg = hf.build(name, seed=1234)
     return model, cfg, hf.export(name, model, cfg, cache, training=True)
+
+
+def make_model(name, workdir):
+    """(model, path of its training-mode export in `workdir`): generate_test.py's entry."""
+    model, _, path = make_family(name, workdir)
+    return model, path
 
 
 def check(args, name, steps):
@@ -49,7 +55,7 @@ def check(args, name, steps):
     one, four = os.path.join(workdir, "one-rank"), os.path.join(workdir, "tp2-dp2")
     os.makedirs(one)
     os.makedirs(four)
-    model, cfg, onnx_path = make_model(name, workdir, os.path.join(args.cache, "train"))
+    model, cfg, onnx_path = make_family(name, os.path.join(args.cache, "train"))
     # No pad_token_id in the data: PyTorch keeps an embedding's padding_idx row fixed, and
     # torch.onnx drops padding_idx (hf_families.py says more).
     tokens = hf.pad_free(np.random.default_rng(7).integers(0, VOCAB, size=(ROWS, SEQ + 1)), cfg)
