@@ -106,10 +106,21 @@ LogicalResult bindInputShapes(MLIRContext &ctx, onnx::GraphProto &graph,
   return success();
 }
 
+/// The default-domain opset, within the range the linked ONNX library's schemas cover (its
+/// shape inference and checker are what megac validates a model with; opset 1 through the
+/// library's last release, 17 for Debian 12's ONNX 1.12). Outside it: an error naming the range.
 FailureOr<int64_t> defaultOpset(MLIRContext &ctx, const onnx::ModelProto &model) {
   for (const auto &op : model.opset_import())
-    if (op.domain().empty() || op.domain() == "ai.onnx")
+    if (op.domain().empty() || op.domain() == "ai.onnx") {
+      auto [first, last] =
+          onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map().at(onnx::ONNX_DOMAIN);
+      if (op.version() < first || op.version() > last)
+        return emitError(modelLoc(ctx, model.graph().name()))
+               << "the model uses ONNX opset " << op.version() << "; megac imports opsets "
+               << first << " to " << last << " (export with opset_version between them, e.g. "
+               << last << ")";
       return int64_t(op.version());
+    }
   return emitError(modelLoc(ctx, model.graph().name()))
          << "the model imports no version of the default ONNX opset";
 }

@@ -182,6 +182,29 @@ TEST(OnnxImporter, ShapeInferenceErrorsAreLocatedAtTheNode) {
   EXPECT_CONTAINS(imp.firstError(), "loc(\"bad_matmul\"(\"MatMul\")): ONNX shape inference failed");
 }
 
+// Issue 19: an opset newer than the ONNX schemas megac validates with (opset 99) is refused
+// naming the supported range; every opset in the range imports (opset 1 Relu included).
+TEST(OnnxImporter, Issue19OpsetOutsideTheSupportedRangeIsRefused) {
+  for (int64_t opset : {int64_t(99), int64_t(0)}) {
+    Model m(opset);
+    m.input("x", onnx::TensorProto::FLOAT, {2});
+    m.node("Relu", {"x"}, {"y"});
+    m.output("y", onnx::TensorProto::FLOAT, 1);
+    Import imp(m.bytes());
+    ASSERT_FALSE(imp.ok()) << "opset " << opset;
+    EXPECT_CONTAINS(imp.firstError(), "the model uses ONNX opset " + std::to_string(opset) +
+                                          "; megac imports opsets 1 to ");
+  }
+  for (int64_t opset : {int64_t(1), int64_t(14), int64_t(17)}) {
+    Model m(opset);
+    m.input("x", onnx::TensorProto::FLOAT, {2});
+    m.node("Relu", {"x"}, {"y"});
+    m.output("y", onnx::TensorProto::FLOAT, 1);
+    Import imp(m.bytes());
+    EXPECT_TRUE(imp.ok()) << "opset " << opset << ": " << imp.firstError();
+  }
+}
+
 TEST(OnnxImporter, NonDefaultDomainIsUnsupported) {
   Model m;
   auto *op = m.proto.add_opset_import();
