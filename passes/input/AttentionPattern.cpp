@@ -1,5 +1,6 @@
 // The attention pattern of mega-input-raise: matmul(q, k^T) -> scale -> mask -> softmax ->
-// matmul(., v) over [b, h, s, d] becomes mega.attention over [b, s, h, d].
+// matmul(., v) over [b, h, s, d] becomes mega.attention over [b, s, h, d]; the rank-3 batched
+// forms (baddbmm/bmm over [b*h, s, t], GPT-NeoX and BLOOM) are lifted to rank 4 first.
 #include "passes/input/RaiseUtils.h"
 
 #include "ir/MegaOps.h"
@@ -48,6 +49,8 @@ struct ScoreChain {
   bool causal = false;
   /// Additive mask before broadcasting (rank <= 4), or where-mask parts to build one from.
   Value additive;
+  /// Further additive terms (BLOOM: the ALiBi bias and the causal mask), summed into one mask.
+  SmallVector<Value> moreAdditive;
   Value whereCond, whereFill;
   bool whereKeepsTrue = true;
   mega::SoftmaxOp softmax;
@@ -83,9 +86,12 @@ std::optional<ScoreChain> followScores(Value scores) {
       chain.scale /= *c;
     } else if (auto add = dyn_cast<mega::AddOp>(user)) {
       Value other = add.getLhs() == cur ? add.getRhs() : add.getLhs();
-      if (chain.additive || other == cur)
+      if (other == cur)
         return std::nullopt;
-      chain.additive = stripBroadcast(other);
+      if (chain.additive)
+        chain.moreAdditive.push_back(stripBroadcast(other));
+      else
+        chain.additive = stripBroadcast(other);
       masked = true;
     } else if (auto where = dyn_cast<mega::WhereOp>(user)) {
       if (whereSeen || where.getCond() == cur)
@@ -158,17 +164,23 @@ struct RaiseAttention : OpRewritePattern<mega::MatmulOp> {
       else
         whereToAdditive = true;
     }
-    if (chain->additive || whereToAdditive) {
-      Value source = whereToAdditive ? chain->whereCond : chain->additive;
+    int64_t full[4] = {qs[0], qs[1], s, t};
+    auto fits = [&](Value source, bool boolean) {
       auto ms = shapeOf(source);
-      if (ms.size() > 4 || (!whereToAdditive &&
-                            cast<RankedTensorType>(source.getType()).getElementType() != element))
-        return failure();
-      int64_t full[4] = {qs[0], qs[1], s, t};
+      if (ms.size() > 4 ||
+          (!boolean && cast<RankedTensorType>(source.getType()).getElementType() != element))
+        return false;
       for (size_t i = 0; i < ms.size(); ++i)
         if (ms[i] != 1 && ms[i] != full[4 - ms.size() + i])
-          return failure();
-    }
+          return false;
+      return true;
+    };
+    if ((chain->additive || whereToAdditive) &&
+        !fits(whereToAdditive ? chain->whereCond : chain->additive, whereToAdditive))
+      return failure();
+    for (Value more : chain->moreAdditive)
+      if (!fits(more, false))
+        return failure();
 
     Location loc = pv.getLoc();
     rewriter.setInsertionPoint(pv);
@@ -186,6 +198,19 @@ struct RaiseAttention : OpRewritePattern<mega::MatmulOp> {
     }
     if (mask)
       mask = toRank4(rewriter, loc, mask);
+    if (!chain->moreAdditive.empty()) {
+      // One mask: the terms broadcast to [b, h, s, t] and summed in their order.
+      auto fullType = RankedTensorType::get(full, element);
+      auto broadcastFull = [&](Value v) -> Value {
+        v = toRank4(rewriter, loc, v);
+        if (shapeOf(v) == ArrayRef<int64_t>(full))
+          return v;
+        return mega::BroadcastOp::create(rewriter, loc, fullType, v);
+      };
+      mask = broadcastFull(mask);
+      for (Value more : chain->moreAdditive)
+        mask = mega::AddOp::create(rewriter, loc, fullType, mask, broadcastFull(more));
+    }
 
     // [b, h, s, d] -> [b, s, h, d]; k^T [b, h, d, t] -> [b, t, h, d].
     Value q = transposeThrough(rewriter, loc, qh, {0, 2, 1, 3});
@@ -224,8 +249,10 @@ struct LiftBatchedScores : OpRewritePattern<mega::MatmulOp> {
     if (qs.size() != 4 || ks.size() != 4 || qs[0] != ks[0] || qs[1] != ks[1] || qs[3] != ks[3] ||
         qs[0] * qs[1] != shapeOf(qk.getResult())[0])
       return failure();
-    // Constant scales and zero biases up to the reshape back to [b, h, s, t].
+    // Constant scales, zero biases and at most one bias [b*h, 1 or s, t] after the scales
+    // (BLOOM's ALiBi), up to the reshape back to [b, h, s, t].
     double scale = 1.0;
+    Value bias;
     Value cur = qk.getResult();
     mega::ReshapeOp back;
     while (!back) {
@@ -241,20 +268,33 @@ struct LiftBatchedScores : OpRewritePattern<mega::MatmulOp> {
       Value other = !mul && !add                 ? Value()
                     : user->getOperand(0) == cur ? user->getOperand(1)
                                                  : user->getOperand(0);
-      std::optional<double> c = other && other != cur ? splatValue(other) : std::nullopt;
-      if (!c || (add && *c != 0.0))
+      if (!other || other == cur)
         return failure();
-      if (mul)
+      std::optional<double> c = splatValue(other);
+      if (add && !c && !bias) {
+        bias = stripBroadcast(other);
+      } else if (!c || (add && *c != 0.0) || (mul && bias)) {
+        return failure();
+      } else if (mul) {
         scale *= *c;
+      }
       cur = user->getResult(0);
     }
     auto out = shapeOf(back.getResult());
     if (out.size() != 4 || out[0] != qs[0] || out[1] != qs[1])
       return failure();
+    auto element = cast<RankedTensorType>(qk.getType()).getElementType();
+    SmallVector<int64_t> biasShape;
+    if (bias) {
+      auto bs = shapeOf(bias);
+      if (bs.size() != 3 || bs[0] != out[0] * out[1] || (bs[1] != 1 && bs[1] != out[2]) ||
+          bs[2] != out[3] || cast<RankedTensorType>(bias.getType()).getElementType() != element)
+        return failure();
+      biasShape = {out[0], out[1], bs[1], bs[2]};
+    }
 
     Location loc = qk.getLoc();
     rewriter.setInsertionPoint(back);
-    auto element = cast<RankedTensorType>(qk.getType()).getElementType();
     auto ktType = RankedTensorType::get({ks[0], ks[1], ks[3], ks[2]}, element);
     Value kt = mega::TransposeOp::create(rewriter, loc, ktType, k4,
                                          rewriter.getDenseI64ArrayAttr({0, 1, 3, 2}));
@@ -266,7 +306,40 @@ struct LiftBatchedScores : OpRewritePattern<mega::MatmulOp> {
           DenseElementsAttr::get(scoresType, rewriter.getFloatAttr(element, scale)));
       scores = mega::MulOp::create(rewriter, loc, scoresType, scores, c);
     }
+    if (bias) {
+      Value b4 =
+          mega::ReshapeOp::create(rewriter, loc, RankedTensorType::get(biasShape, element), bias);
+      if (biasShape[2] != out[2])
+        b4 = mega::BroadcastOp::create(rewriter, loc, scoresType, b4);
+      scores = mega::AddOp::create(rewriter, loc, scoresType, scores, b4);
+    }
     rewriter.replaceOp(back, scores);
+    return success();
+  }
+};
+
+/// BLOOM's probabilities-times-values over [b*h, s, t] x [b*h, t, d]: both operands reshaped
+/// from rank 4 and the result reshaped back to [b, h, s, d]. Rewritten as the rank-4 matmul.
+struct LiftBatchedValues : OpRewritePattern<mega::MatmulOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(mega::MatmulOp pv, PatternRewriter &rewriter) const override {
+    auto p3 = pv.getLhs().getDefiningOp<mega::ReshapeOp>();
+    auto v3 = pv.getRhs().getDefiningOp<mega::ReshapeOp>();
+    if (!p3 || !v3 || shapeOf(pv.getResult()).size() != 3 || !pv.getResult().hasOneUse() ||
+        !p3.getInput().getDefiningOp<mega::SoftmaxOp>())
+      return failure();
+    auto back = dyn_cast<mega::ReshapeOp>(*pv.getResult().getUsers().begin());
+    Value p4 = p3.getInput(), v4 = v3.getInput();
+    auto ps = shapeOf(p4), vs = shapeOf(v4);
+    if (!back || ps.size() != 4 || vs.size() != 4 || ps[0] != vs[0] || ps[1] != vs[1] ||
+        ps[3] != vs[2])
+      return failure();
+    auto out = shapeOf(back.getResult());
+    if (out.size() != 4 || out[0] != ps[0] || out[1] != ps[1] || out[2] != ps[2] || out[3] != vs[3])
+      return failure();
+    rewriter.setInsertionPoint(back);
+    rewriter.replaceOpWithNewOp<mega::MatmulOp>(back, back.getType(), p4, v4);
     return success();
   }
 };
@@ -274,7 +347,7 @@ struct LiftBatchedScores : OpRewritePattern<mega::MatmulOp> {
 } // namespace
 
 void populateAttentionPattern(RewritePatternSet &patterns) {
-  patterns.add<RaiseAttention, LiftBatchedScores>(patterns.getContext());
+  patterns.add<RaiseAttention, LiftBatchedScores, LiftBatchedValues>(patterns.getContext());
 }
 
 } // namespace megac::passes

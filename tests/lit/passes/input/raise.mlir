@@ -334,6 +334,37 @@ func.func @batched_scores_attention(%qh: tensor<2x2x4x8xf32>, %kh: tensor<2x2x4x
 
 // -----
 
+// BLOOM: baddbmm(alibi [b*h, 1, t], q, k^T, alpha) over [b*h, s, t], reshaped to [b, h, s, t],
+// plus an additive causal mask, softmax, then bmm with v over [b*h, s, d]: both matmuls lifted
+// to rank 4, the ALiBi bias and the mask summed into one [b, h, s, t] attention mask.
+// CHECK-LABEL: func.func @alibi_attention
+// CHECK: %[[B:.*]] = mega.broadcast %{{.*}} : tensor<2x2x1x4xf32> -> tensor<2x2x4x4xf32>
+// CHECK: %[[M:.*]] = mega.broadcast %{{.*}} : tensor<2x1x4x4xf32> -> tensor<2x2x4x4xf32>
+// CHECK: %[[SUM:.*]] = mega.add %[[B]], %[[M]] : tensor<2x2x4x4xf32>
+// CHECK: mega.attention %{{.*}}, %{{.*}}, %{{.*}} mask %[[SUM]] :
+// CHECK-NOT: mega.softmax
+func.func @alibi_attention(%qh: tensor<2x2x4x8xf32>, %kh: tensor<2x2x4x8xf32>, %vh: tensor<2x2x4x8xf32>, %alibi: tensor<4x1x4xf32>, %causal: tensor<2x1x4x4xf32>) -> tensor<2x2x4x8xf32> {
+  %scale = mega.constant dense<0.353553385> : tensor<4x4x4xf32>
+  %q3 = mega.reshape %qh : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %k3 = mega.reshape %kh : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %v3 = mega.reshape %vh : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %kt = mega.transpose %k3 [0, 2, 1] : tensor<4x4x8xf32> -> tensor<4x8x4xf32>
+  %s = mega.matmul %q3, %kt : tensor<4x4x8xf32>, tensor<4x8x4xf32> -> tensor<4x4x4xf32>
+  %ss = mega.mul %s, %scale : tensor<4x4x4xf32>
+  %ab = mega.broadcast %alibi : tensor<4x1x4xf32> -> tensor<4x4x4xf32>
+  %sb = mega.add %ss, %ab : tensor<4x4x4xf32>
+  %s4 = mega.reshape %sb : tensor<4x4x4xf32> -> tensor<2x2x4x4xf32>
+  %cb = mega.broadcast %causal : tensor<2x1x4x4xf32> -> tensor<2x2x4x4xf32>
+  %m = mega.add %s4, %cb : tensor<2x2x4x4xf32>
+  %p = mega.softmax %m axis 3 : tensor<2x2x4x4xf32>
+  %p3 = mega.reshape %p : tensor<2x2x4x4xf32> -> tensor<4x4x4xf32>
+  %o3 = mega.matmul %p3, %v3 : tensor<4x4x4xf32>, tensor<4x4x8xf32> -> tensor<4x4x8xf32>
+  %o = mega.reshape %o3 : tensor<4x4x8xf32> -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
+}
+
+// -----
+
 // T5: no scaling (scale 1), a position bias [1, h, s, t] added; the [b, h, s, d] result is
 // used as it is, so the attention's [b, s, h, d] result is transposed back.
 // CHECK-LABEL: func.func @unscaled_attention_with_bias
