@@ -1,6 +1,6 @@
 // The attention pattern of mega-input-raise: matmul(q, k^T) -> scale -> mask -> softmax ->
 // matmul(., v) over [b, h, s, d] becomes mega.attention over [b, s, h, d]; the rank-3 batched
-// forms (baddbmm/bmm over [b*h, s, t], GPT-NeoX and BLOOM) are lifted to rank 4 first.
+// forms (baddbmm, softmax and bmm over [b*h, s, t]: GPT-NeoX, OPT, BLOOM) are lifted to rank 4.
 #include "passes/input/RaiseUtils.h"
 
 #include "ir/MegaOps.h"
@@ -93,6 +93,13 @@ std::optional<ScoreChain> followScores(Value scores) {
       else
         chain.additive = stripBroadcast(other);
       masked = true;
+    } else if (auto max = dyn_cast<mega::MaxOp>(user)) {
+      // OPT's clamp max(scores, finfo.min) after the mask: the identity on every score a
+      // softmax weighs (a fully masked row aside, which no causal row is).
+      Value other = max.getLhs() == cur ? max.getRhs() : max.getLhs();
+      auto floor = splatValue(other);
+      if (!floor || !(*floor <= -1e30) || other == cur)
+        return std::nullopt;
     } else if (auto where = dyn_cast<mega::WhereOp>(user)) {
       if (whereSeen || where.getCond() == cur)
         return std::nullopt;
@@ -344,10 +351,31 @@ struct LiftBatchedValues : OpRewritePattern<mega::MatmulOp> {
   }
 };
 
+/// OPT's softmax over [b*h, s, t] of scores reshaped from [b, h, s, t]: the softmax runs on the
+/// rank-4 scores (the same rows), reshaped after.
+struct LiftBatchedSoftmax : OpRewritePattern<mega::SoftmaxOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  LogicalResult matchAndRewrite(mega::SoftmaxOp softmax, PatternRewriter &rewriter) const override {
+    auto reshape = softmax.getInput().getDefiningOp<mega::ReshapeOp>();
+    auto in = reshape ? shapeOf(reshape.getInput()) : ArrayRef<int64_t>();
+    auto out = shapeOf(softmax.getResult());
+    int64_t axis = softmax.getAxis();
+    if (!reshape || in.size() != 4 || out.size() != 3 || (axis != -1 && axis != 2) ||
+        out[0] != in[0] * in[1] || out[1] != in[2] || out[2] != in[3])
+      return failure();
+    Value lifted = mega::SoftmaxOp::create(rewriter, softmax.getLoc(), reshape.getInput().getType(),
+                                           reshape.getInput(), rewriter.getI64IntegerAttr(3));
+    rewriter.replaceOpWithNewOp<mega::ReshapeOp>(softmax, softmax.getType(), lifted);
+    return success();
+  }
+};
+
 } // namespace
 
 void populateAttentionPattern(RewritePatternSet &patterns) {
-  patterns.add<RaiseAttention, LiftBatchedScores, LiftBatchedValues>(patterns.getContext());
+  patterns.add<RaiseAttention, LiftBatchedScores, LiftBatchedValues, LiftBatchedSoftmax>(
+      patterns.getContext());
 }
 
 } // namespace megac::passes

@@ -365,6 +365,28 @@ func.func @alibi_attention(%qh: tensor<2x2x4x8xf32>, %kh: tensor<2x2x4x8xf32>, %
 
 // -----
 
+// OPT: q scaled before the q.k matmul (scale 1 here), an additive causal mask, the clamp
+// max(scores, finfo.min), then softmax and bmm over [b*h, s, t]: lifted to rank 4 and raised.
+// CHECK-LABEL: func.func @clamped_batched_softmax_attention
+// CHECK: mega.attention %{{.*}}, %{{.*}}, %{{.*}} mask %arg3 {scale = 1.000000e+00 : f64}
+// CHECK-NOT: mega.softmax
+// CHECK-NOT: mega.max
+func.func @clamped_batched_softmax_attention(%qh: tensor<2x2x4x8xf32>, %kt: tensor<2x2x8x4xf32>, %vh: tensor<2x2x4x8xf32>, %causal: tensor<2x1x4x4xf32>) -> tensor<2x2x4x8xf32> {
+  %min = mega.constant dense<-3.40282347E+38> : tensor<2x2x4x4xf32>
+  %s = mega.matmul %qh, %kt : tensor<2x2x4x8xf32>, tensor<2x2x8x4xf32> -> tensor<2x2x4x4xf32>
+  %cb = mega.broadcast %causal : tensor<2x1x4x4xf32> -> tensor<2x2x4x4xf32>
+  %m = mega.add %s, %cb : tensor<2x2x4x4xf32>
+  %c = mega.max %m, %min : tensor<2x2x4x4xf32>
+  %c3 = mega.reshape %c : tensor<2x2x4x4xf32> -> tensor<4x4x4xf32>
+  %p = mega.softmax %c3 axis 2 : tensor<4x4x4xf32>
+  %v3 = mega.reshape %vh : tensor<2x2x4x8xf32> -> tensor<4x4x8xf32>
+  %o3 = mega.matmul %p, %v3 : tensor<4x4x4xf32>, tensor<4x4x8xf32> -> tensor<4x4x8xf32>
+  %o = mega.reshape %o3 : tensor<4x4x8xf32> -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
+}
+
+// -----
+
 // T5: no scaling (scale 1), a position bias [1, h, s, t] added; the [b, h, s, d] result is
 // used as it is, so the attention's [b, s, h, d] result is transposed back.
 // CHECK-LABEL: func.func @unscaled_attention_with_bias
