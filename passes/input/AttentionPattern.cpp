@@ -52,6 +52,9 @@ struct ScoreChain {
   /// Further additive terms (BLOOM: the ALiBi bias and the causal mask), summed into one mask.
   SmallVector<Value> moreAdditive;
   Value whereCond, whereFill;
+  /// The where's fill as the softmax sees it: scales after a where-mask scale it too (GPT-J
+  /// divides the masked scores by sqrt(d)).
+  double fill = 0;
   bool whereKeepsTrue = true;
   mega::SoftmaxOp softmax;
 };
@@ -73,17 +76,23 @@ std::optional<ScoreChain> followScores(Value scores) {
       chain.softmax = softmax;
       return chain;
     }
+    // A positive scale after a where-mask alone scales its fill, which must stay a mask value.
+    auto scaleBy = [&](double factor) {
+      if (masked && (chain.additive || !(factor > 0) || !(chain.fill * factor <= kMaskedFill)))
+        return false;
+      chain.scale *= factor;
+      chain.fill *= factor;
+      return true;
+    };
     if (auto mul = dyn_cast<mega::MulOp>(user)) {
       Value other = mul.getLhs() == cur ? mul.getRhs() : mul.getLhs();
       auto c = splatValue(other);
-      if (!c || masked || other == cur)
+      if (!c || other == cur || !scaleBy(*c))
         return std::nullopt;
-      chain.scale *= *c;
     } else if (auto div = dyn_cast<mega::DivOp>(user)) {
       auto c = div.getLhs() == cur ? splatValue(div.getRhs()) : std::nullopt;
-      if (!c || masked || *c == 0)
+      if (!c || *c == 0 || !scaleBy(1.0 / *c))
         return std::nullopt;
-      chain.scale /= *c;
     } else if (auto add = dyn_cast<mega::AddOp>(user)) {
       Value other = add.getLhs() == cur ? add.getRhs() : add.getLhs();
       if (other == cur)
@@ -108,6 +117,7 @@ std::optional<ScoreChain> followScores(Value scores) {
       auto fill = splatValue(chain.whereFill);
       if (!fill || !(*fill <= kMaskedFill))
         return std::nullopt;
+      chain.fill = *fill;
       chain.whereCond = stripBroadcast(where.getCond());
       whereSeen = masked = true;
     } else {
@@ -194,7 +204,7 @@ struct RaiseAttention : OpRewritePattern<mega::MatmulOp> {
     Value mask = chain->additive;
     if (whereToAdditive) {
       auto type = RankedTensorType::get(shapeOf(chain->whereCond), element);
-      double fill = *splatValue(chain->whereFill);
+      double fill = chain->fill;
       Value zero = mega::ConstantOp::create(
           rewriter, loc, type, DenseElementsAttr::get(type, rewriter.getFloatAttr(element, 0)));
       Value filled = mega::ConstantOp::create(

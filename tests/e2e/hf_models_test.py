@@ -85,13 +85,13 @@ RAISED = {
 }
 
 
-# Families whose attention raises to mega.attention (2 layers; T5: 2 encoder self, 2 decoder
-# self and 2 cross; Falcon's multi-query attention takes its one key/value head as it is;
-# GPT-NeoX's, OPT's and BLOOM's rank-3 baddbmm/bmm/softmax are lifted to [b, h, s, t] first,
-# BLOOM's ALiBi bias and causal mask becoming one attention mask). The
-# rest run attention as matmul + softmax, for these reasons:
-#   gptj      interleaved rotary (rotate_every_two) on part of the head: mega.rope is rotate-half
-ATTENTION_RAISED = {"gpt2": 2, "gpt_neox": 2, "opt": 2, "bloom": 2, "falcon": 2, "llama": 2, "mistral": 2, "qwen2": 2, "gemma": 2,
+# Every family's attention raises to mega.attention (2 layers; T5: 2 encoder self, 2 decoder
+# self and 2 cross). Falcon's multi-query attention takes its one key/value head as it is;
+# GPT-NeoX's, OPT's and BLOOM's rank-3 baddbmm/softmax/bmm are lifted to [b, h, s, t] first,
+# BLOOM's ALiBi bias and causal mask becoming one attention mask; GPT-J scales its where-masked
+# scores. Rotary embeddings: rotate-half (Llama-style, and the partial rotary of GPT-NeoX, Phi,
+# StableLM) raise to mega.rope; GPT-J's interleaved rotate_every_two stays elementwise ops.
+ATTENTION_RAISED = {"gpt2": 2, "gptj": 2, "gpt_neox": 2, "opt": 2, "bloom": 2, "falcon": 2, "llama": 2, "mistral": 2, "qwen2": 2, "gemma": 2,
                     "phi": 2, "stablelm": 2, "bert": 2, "roberta": 2, "distilbert": 2,
                     "electra": 2, "t5": 6}
 

@@ -387,6 +387,26 @@ func.func @clamped_batched_softmax_attention(%qh: tensor<2x2x4x8xf32>, %kt: tens
 
 // -----
 
+// GPT-J: the causal where-mask first, then the division by sqrt(d), which scales the fill too
+// (still a mask value).
+// CHECK-LABEL: func.func @scaled_after_where_attention
+// CHECK: mega.attention %{{.*}}, %{{.*}}, %{{.*}} causal :
+// CHECK-NOT: mega.softmax
+func.func @scaled_after_where_attention(%qh: tensor<2x2x4x8xf32>, %kt: tensor<2x2x8x4xf32>, %vh: tensor<2x2x4x8xf32>) -> tensor<2x2x4x8xf32> {
+  %keep = mega.constant dense<[[[[true, false, false, false], [true, true, false, false], [true, true, true, false], [true, true, true, true]]]]> : tensor<1x1x4x4xi1>
+  %min = mega.constant dense<-3.40282347E+38> : tensor<2x2x4x4xf32>
+  %sqrtd = mega.constant dense<2.82842708> : tensor<2x2x4x4xf32>
+  %s = mega.matmul %qh, %kt : tensor<2x2x4x8xf32>, tensor<2x2x8x4xf32> -> tensor<2x2x4x4xf32>
+  %mask = mega.broadcast %keep : tensor<1x1x4x4xi1> -> tensor<2x2x4x4xi1>
+  %m = mega.where %mask, %s, %min : tensor<2x2x4x4xi1>, tensor<2x2x4x4xf32>
+  %ms = mega.div %m, %sqrtd : tensor<2x2x4x4xf32>
+  %p = mega.softmax %ms axis -1 : tensor<2x2x4x4xf32>
+  %o = mega.matmul %p, %vh : tensor<2x2x4x4xf32>, tensor<2x2x4x8xf32> -> tensor<2x2x4x8xf32>
+  return %o : tensor<2x2x4x8xf32>
+}
+
+// -----
+
 // T5: no scaling (scale 1), a position bias [1, h, s, t] added; the [b, h, s, d] result is
 // used as it is, so the attention's [b, s, h, d] result is transposed back.
 // CHECK-LABEL: func.func @unscaled_attention_with_bias
