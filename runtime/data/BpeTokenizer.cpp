@@ -147,8 +147,10 @@ private:
   uint64_t serial_ = nextTokenizerSerial++;
 };
 
-/// How many unused ids a vocabulary may leave below its largest id.
-constexpr int64_t kMaxIdGap = 1 << 16;
+/// How many unused ids a vocabulary may leave below its largest id: generous for real
+/// tokenizers (HF allows gaps; added tokens sit past the vocabulary), while the id table stays
+/// under ~40 MB for a corrupt id.
+constexpr int64_t kMaxIdGap = 1 << 20;
 
 StatusOr<std::unique_ptr<Tokenizer>> BpeTokenizer::make(BpeSpec spec) {
   auto t = std::make_unique<BpeTokenizer>();
