@@ -125,13 +125,10 @@ def check(args, name):
     except RuntimeError as e:
         print(f"  FAIL {e}")
         return failures + 1
-    worst = 0.0
-    for a, b in zip(records4, records):
-        rel = abs(a["loss"] - b["loss"]) / abs(b["loss"])
-        worst = max(worst, rel)
-        if rel > 1e-5:
-            print(f"  FAIL step {a['step']}: loss {a['loss']!r} vs one rank {b['loss']!r}")
-            failures += 1
+    problems, worst = tt.check_layout_losses(records4, records, 1e-5)
+    for p in problems:
+        print(f"  FAIL {p}")
+    failures += len(problems)
     print(f"    losses: max relative difference to one rank {worst:.2e}")
     return failures
 

@@ -154,6 +154,20 @@ def check_records(records, c, want_losses, want_norms, loss_rtol, norm_rtol):
     return problems
 
 
+def check_layout_losses(records, reference, rtol):
+    """A partitioned run's losses against the one-rank run's (a layout only reassociates the
+    partial sums): the problems and the worst relative difference."""
+    problems, worst = [], 0.0
+    if len(records) != len(reference):
+        problems.append(f"{len(records)} logged steps, the one-rank run {len(reference)}")
+    for a, b in zip(records, reference):
+        rel = abs(a["loss"] - b["loss"]) / abs(b["loss"])
+        worst = max(worst, rel)
+        if rel > rtol:
+            problems.append(f"step {a['step']}: loss {a['loss']!r} vs one rank {b['loss']!r}")
+    return problems, worst
+
+
 def check_params(model, weights_path, dtype, rtol, atol):
     got = read_safetensors(weights_path)
     problems = []
