@@ -188,6 +188,15 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
       .Case([&](ConstantOp c) { return lowerConstant(c, c.getResult(), c.getValue()); })
       .Case([&](mlir::func::ReturnOp r) { return lowerReturn(r); })
       .Case([&](ReshapeOp r) { return lowerReshape(r.getInput(), r.getResult(), r.getLoc()); })
+      // The aux term only seeds the backward: the forward is its input, shared.
+      .Case([&](AddAuxLossOp a) { return lowerReshape(a.getInput(), a.getResult(), a.getLoc()); })
+      .Case([&](TopKMaskOp t) {
+        return emit(op, O::TopKMask, A::TopKAttrs, asVoid(pl::CreateTopKAttrs(fbb_, t.getK())));
+      })
+      .Case([&](MoeMatmulOp m) {
+        return emit(op, O::MoeMatmul, A::MoeMatmulAttrs,
+                    asVoid(pl::CreateMoeMatmulAttrs(fbb_, m.getTransposeWeight())));
+      })
       .Case([&](CompareOp c) {
         return emit(op, O::Compare, A::CompareAttrs,
                     asVoid(pl::CreateCompareAttrs(fbb_, comparePredicate(c.getPredicate()))));

@@ -7,6 +7,7 @@
 #include "runtime/train/TokenBatches.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -82,6 +83,78 @@ bool hasOutput(const runtime::Executor &executor, const std::string &name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
+/// The values of an f32 or f64 tensor, as doubles.
+std::vector<double> valuesOf(const HostTensor &t) {
+  std::vector<double> out(static_cast<size_t>(t.numElements()));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = t.dtype == DType::f64 ? t.data<double>()[i] : double(t.data<float>()[i]);
+  return out;
+}
+
+/// A step's mixture-of-experts metrics (docs/moe.md): the forward's `moe.*` outputs summed over
+/// the micro-batches, then over each output's partial axes and the pipeline stages.
+class MoeMetrics {
+public:
+  /// Adds this micro-batch's outputs, if the program has them.
+  Status add(const runtime::Executor &executor) {
+    if (!hasOutput(executor, "moe.load"))
+      return Status::ok();
+    for (size_t i = 0; i < kOutputs.size(); ++i) {
+      ASSIGN_OR_RETURN(HostTensor value, executor.output(kOutputs[i]));
+      std::vector<double> values = valuesOf(value);
+      if (sums_[i].empty())
+        sums_[i].assign(values.size(), 0.0);
+      if (i == 0)
+        experts_ = value.shape.empty() ? 1 : value.shape.back();
+      for (size_t j = 0; j < values.size() && j < sums_[i].size(); ++j)
+        sums_[i][j] += values[j];
+    }
+    return Status::ok();
+  }
+
+  /// The step's metrics, the same on every rank; nullopt for a model without MoE layers.
+  StatusOr<std::optional<train::StepRecord::Moe>> finish(const runtime::Executor &executor,
+                                                        RankContext &rank) {
+    if (hasOutput(executor, "moe.load"))
+      for (size_t i = 0; i < kOutputs.size(); ++i) {
+        ASSIGN_OR_RETURN(std::vector<uint32_t> axes, executor.outputPartialAxes(kOutputs[i]));
+        if (!axes.empty() && !sums_[i].empty())
+          RETURN_IF_ERROR(rank.comm->allReduce(axes, sums_[i].data(), sums_[i].size(),
+                                               DType::f64, runtime::comm::ReduceKind::sum))
+              << " (summing " << kOutputs[i] << ")";
+      }
+    if (rank.ppAxis) { // only the last stage has them: the sizes first, then the values
+      uint32_t pp[] = {uint32_t(*rank.ppAxis)};
+      double sizes[2] = {double(sums_[0].size()), double(experts_)};
+      RETURN_IF_ERROR(
+          rank.comm->allReduce(pp, sizes, 2, DType::f64, runtime::comm::ReduceKind::max))
+          << " (the MoE metrics' size)";
+      experts_ = int64_t(sizes[1]);
+      for (size_t i = 0; i < kOutputs.size(); ++i) {
+        sums_[i].resize(i == 0 ? size_t(sizes[0]) : 1, 0.0);
+        if (sizes[0] > 0)
+          RETURN_IF_ERROR(rank.comm->allReduce(pp, sums_[i].data(), sums_[i].size(), DType::f64,
+                                               runtime::comm::ReduceKind::sum))
+              << " (taking " << kOutputs[i] << " from the last pipeline stage)";
+      }
+    }
+    if (sums_[0].empty() || experts_ < 1)
+      return std::optional<train::StepRecord::Moe>();
+    train::StepRecord::Moe moe;
+    for (size_t i = 0; i + size_t(experts_) <= sums_[0].size(); i += size_t(experts_))
+      moe.load.emplace_back(sums_[0].begin() + long(i), sums_[0].begin() + long(i + size_t(experts_)));
+    moe.dropped = sums_[1].empty() ? 0 : sums_[1][0];
+    moe.auxLoss = sums_[2].empty() ? 0 : sums_[2][0];
+    return std::optional(moe);
+  }
+
+private:
+  static constexpr std::array<const char *, 3> kOutputs = {"moe.load", "moe.dropped",
+                                                           "moe.aux_loss"};
+  std::array<std::vector<double>, 3> sums_;
+  int64_t experts_ = 0;
+};
+
 /// Sets the data inputs of micro-batch `mb` (this rank's rows) that the program reads.
 Status setMicroBatch(runtime::Executor &executor, const train::MicroBatch &mb,
                      passes::LossKind kind, DType idsType) {
@@ -133,6 +206,11 @@ StatusOr<double> batchLoss(runtime::Executor &executor, const RunConfig &c,
   }
   if (hasInput(executor, "loss_normalizer"))
     RETURN_IF_ERROR(executor.setInput("loss_normalizer", floatScalar(floatType, 1.0 / targets)));
+  // MoE layers' auxiliary losses are means over the global batch's sequences (docs/moe.md).
+  if (hasInput(executor, "row_normalizer"))
+    RETURN_IF_ERROR(executor.setInput(
+        "row_normalizer", floatScalar(floatType, 1.0 / double(c.data.batch.globalBatch))));
+  MoeMetrics moe;
   if (scaler) {
     record.lossScale = scaler->scale();
     if (hasInput(executor, "loss_scale"))
@@ -143,8 +221,10 @@ StatusOr<double> batchLoss(runtime::Executor &executor, const RunConfig &c,
     rank.pipeline->setDataInputs = [&](int64_t m) {
       return setMicroBatch(executor, batches[size_t(m)], kind, idsType);
     };
+    rank.pipeline->afterLastForward = [&] { return moe.add(executor); };
     StatusOr<double> sum = train::runPipelinedMicroBatches(executor, *rank.comm, *rank.pipeline);
     rank.pipeline->setDataInputs = nullptr;
+    rank.pipeline->afterLastForward = nullptr;
     if (!sum.isOk())
       return sum.status();
     loss = sum.value();
@@ -155,8 +235,10 @@ StatusOr<double> batchLoss(runtime::Executor &executor, const RunConfig &c,
       RETURN_IF_ERROR(executor.run("forward_backward"));
       ASSIGN_OR_RETURN(HostTensor part, executor.output("loss"));
       loss += scalarValue(part);
+      RETURN_IF_ERROR(moe.add(executor));
     }
   }
+  ASSIGN_OR_RETURN(record.moe, moe.finish(executor, rank));
   // The logged loss: the data-parallel shares summed (the output's partial axes), and with
   // pipeline stages the last stage's value (the others hold 0), on every rank.
   if (hasOutput(executor, "loss")) {
@@ -194,7 +276,7 @@ StatusOr<DType> checkInputs(const runtime::Executor &executor, std::vector<int64
       continue;
     for (const std::string &name : executor.inputNames(function))
       if (name != "input_ids" && name != "attention_mask" && name != "labels" &&
-          name != "loss_normalizer" && name != "loss_scale" &&
+          name != "loss_normalizer" && name != "loss_scale" && name != "row_normalizer" &&
           !(name == "decoder_input_ids" && kind == passes::LossKind::seq2seq) &&
           !(pipelined && (name.starts_with("act.") || name.starts_with("grad.act.") ||
                           name.starts_with("stash."))))

@@ -846,5 +846,6 @@ def Mega_ReshardOp : Mega_CostedOp<"reshard", [Pure], ["getFlops"]> {
 }
 
 include "ir/MegaGradOps.td"
+include "ir/MegaMoeOps.td"
 
 #endif // MEGA_OPS_TD

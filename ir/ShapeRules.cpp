@@ -266,4 +266,89 @@ Result crossEntropy(Dims logits, Dims labels) {
   return {Shape(labels.begin(), labels.end()), {}};
 }
 
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Why `weights` is not [t..., E] for the tokens `tokens` (empty when it is).
+std::string checkRouting(const char *op, Dims tokens, Dims weights) {
+  if (weights.size() != tokens.size() + 1 || !std::equal(tokens.begin(), tokens.end(),
+                                                          weights.begin()))
+    return std::string(op) + " routing weights " + str(weights) + " must be [tokens..., experts]" +
+           " with the tokens " + str(tokens);
+  return {};
+}
+
+/// Why `routed` is not [E, t..., h] for the routing weights [t..., E] (empty when it is).
+std::string checkRouted(const char *op, Dims routed, Dims weights) {
+  if (routed.size() != weights.size() + 1 || routed[0] != weights.back() ||
+      !std::equal(weights.begin(), weights.end() - 1, routed.begin() + 1))
+    return std::string(op) + " input " + str(routed) +
+           " must be [experts, tokens..., features] for the routing weights " + str(weights);
+  return {};
+}
+
+} // namespace
+
+Result moeDispatch(Dims input, Dims weights) {
+  if (input.size() < 2)
+    return Result::fail("moe_dispatch input must be [tokens..., hidden], got " + str(input));
+  if (std::string e = checkRouting("moe_dispatch", input.first(input.size() - 1), weights);
+      !e.empty())
+    return Result::fail(e);
+  Shape out{weights.back()};
+  out.insert(out.end(), input.begin(), input.end());
+  return {out, {}};
+}
+
+Result moeCombine(Dims input, Dims weights) {
+  if (weights.size() < 2)
+    return Result::fail("moe_combine routing weights must be [tokens..., experts], got " +
+                        str(weights));
+  if (std::string e = checkRouted("moe_combine", input, weights); !e.empty())
+    return Result::fail(e);
+  return {Shape(input.begin() + 1, input.end()), {}};
+}
+
+Result moeMatmul(Dims input, Dims weight, Dims weights, bool transposeWeight) {
+  if (weights.size() < 2)
+    return Result::fail("moe_matmul routing weights must be [tokens..., experts], got " +
+                        str(weights));
+  if (std::string e = checkRouted("moe_matmul", input, weights); !e.empty())
+    return Result::fail(e);
+  int64_t in = transposeWeight ? 1 : 2, out = transposeWeight ? 2 : 1;
+  if (weight.size() != 3 || weight[0] != input[0] || weight[in] != input.back())
+    return Result::fail("moe_matmul weight " + str(weight) + " must be [" +
+                        std::to_string(input[0]) + (transposeWeight ? ", in, out" : ", out, in") +
+                        "] with in = " + std::to_string(input.back()) + " for the input " +
+                        str(input));
+  Shape result(input.begin(), input.end());
+  result.back() = weight[out];
+  return {result, {}};
+}
+
+Result moeRowDot(Dims input, Dims other, Dims weights) {
+  if (weights.size() < 2)
+    return Result::fail("moe_row_dot routing weights must be [tokens..., experts], got " +
+                        str(weights));
+  if (std::string e = checkRouted("moe_row_dot", input, weights); !e.empty())
+    return Result::fail(e);
+  if (!std::equal(other.begin(), other.end(), input.begin() + 1, input.end()))
+    return Result::fail("moe_row_dot other " + str(other) + " must be [tokens..., features] of " +
+                        "the input " + str(input));
+  return {Shape(weights.begin(), weights.end()), {}};
+}
+
+Result moeMatmulWeightGrad(Dims lhs, Dims rhs, Dims weights) {
+  if (weights.size() < 2)
+    return Result::fail("moe_matmul_weight_grad routing weights must be [tokens..., experts], "
+                        "got " + str(weights));
+  for (Dims side : {lhs, rhs})
+    if (std::string e = checkRouted("moe_matmul_weight_grad", side, weights); !e.empty())
+      return Result::fail(e);
+  return {Shape{lhs[0], lhs.back(), rhs.back()}, {}};
+}
+
 } // namespace mega::shape

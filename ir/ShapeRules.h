@@ -49,4 +49,18 @@ Result attention(Dims query, Dims key, Dims value, std::optional<Shape> mask);
 std::string checkRope(Dims input, Dims cos, Dims sin);
 Result crossEntropy(Dims logits, Dims labels);
 
+// Mixture of experts (ir/MegaMoeOps.td): tokens t... are leading dims, routing weights [t..., E],
+// routed tensors [E, t..., h].
+/// moe_dispatch(input [t..., h], weights [t..., E]) -> [E, t..., h].
+Result moeDispatch(Dims input, Dims weights);
+/// moe_combine(input [E, t..., h], weights [t..., E]) -> [t..., h].
+Result moeCombine(Dims input, Dims weights);
+/// moe_matmul(input [E, t..., in], weight [E, out, in] (transposed: [E, in, out]), weights)
+/// -> [E, t..., out].
+Result moeMatmul(Dims input, Dims weight, Dims weights, bool transposeWeight);
+/// moe_row_dot(input [E, t..., h], other [t..., h], weights [t..., E]) -> [t..., E].
+Result moeRowDot(Dims input, Dims other, Dims weights);
+/// moe_matmul_weight_grad(lhs [E, t..., p], rhs [E, t..., q], weights) -> [E, p, q].
+Result moeMatmulWeightGrad(Dims lhs, Dims rhs, Dims weights);
+
 } // namespace mega::shape

@@ -25,8 +25,10 @@ enum class FactorKind : uint8_t {
 
 /// How partial sums (pending reductions) pass through the op: `linear` ops of one operand keep
 /// a partial operand partial; `sum` (add, sub, concat) needs every operand partial on the same
-/// axes; `product` (mul, matmul) keeps the result partial when exactly one operand is.
-enum class PartialRule : uint8_t { none, linear, sum, product };
+/// axes; `product` (mul, matmul) keeps the result partial when exactly one operand is;
+/// `auxiliary` is `linear` for operand 0 and leaves the other operands' partial sums as they
+/// are (add_aux_loss: its aux term only seeds the backward, each rank its own share).
+enum class PartialRule : uint8_t { none, linear, sum, product, auxiliary };
 
 struct ShardingRule {
   using DimFactors = llvm::SmallVector<int, 2>;             // major factor first

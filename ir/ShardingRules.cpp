@@ -329,6 +329,116 @@ ShardingRule rope(RopeOp op) {
   return rule;
 }
 
+/// Mixture of experts (ir/MegaMoeOps.td): routing weights w [t..., E], routed tensors
+/// [E, t..., h]. Tokens and features are parallel everywhere; the expert dim is parallel where
+/// the op keeps it (splitting it is expert parallelism) and a reduction where the op sums over
+/// it (moe_combine).
+struct MoeFactors {
+  TensorFactors tokens;
+  DimFactors expert;
+};
+
+MoeFactors moeFactors(ShardingRule &rule, Value weights, FactorKind expertKind) {
+  ArrayRef<int64_t> w = shapeOf(weights);
+  MoeFactors f{freshFactors(rule, w.drop_back(), FactorKind::parallel), {}};
+  if (w.back() != 1)
+    f.expert = {rule.addFactor(w.back(), expertKind)};
+  return f;
+}
+
+TensorFactors routed(const MoeFactors &f, DimFactors feature) {
+  TensorFactors t{f.expert};
+  llvm::append_range(t, f.tokens);
+  t.push_back(feature);
+  return t;
+}
+
+TensorFactors perToken(const MoeFactors &f, DimFactors last) {
+  TensorFactors t = f.tokens;
+  t.push_back(last);
+  return t;
+}
+
+DimFactors factorOf(ShardingRule &rule, int64_t size, FactorKind kind) {
+  return size == 1 ? DimFactors{} : DimFactors{rule.addFactor(size, kind)};
+}
+
+ShardingRule moeDispatch(MoeDispatchOp op) {
+  ShardingRule rule;
+  rule.known = true;
+  rule.partial = PartialRule::product;
+  MoeFactors f = moeFactors(rule, op.getWeights(), FactorKind::parallel);
+  DimFactors h = factorOf(rule, shapeOf(op.getInput()).back(), FactorKind::parallel);
+  rule.operands = {perToken(f, h), perToken(f, f.expert)};
+  rule.results = {routed(f, h)};
+  return rule;
+}
+
+ShardingRule moeCombine(MoeCombineOp op) {
+  ShardingRule rule;
+  rule.known = true;
+  rule.partial = PartialRule::product;
+  MoeFactors f = moeFactors(rule, op.getWeights(), FactorKind::reduction);
+  DimFactors h = factorOf(rule, shapeOf(op.getInput()).back(), FactorKind::parallel);
+  rule.operands = {routed(f, h), perToken(f, f.expert)};
+  rule.results = {perToken(f, h)};
+  return rule;
+}
+
+ShardingRule moeMatmul(MoeMatmulOp op) {
+  ShardingRule rule;
+  rule.known = true;
+  rule.partial = PartialRule::product;
+  MoeFactors f = moeFactors(rule, op.getWeights(), FactorKind::parallel);
+  ArrayRef<int64_t> w = shapeOf(op.getWeight());
+  bool transposed = op.getTransposeWeight();
+  DimFactors in = factorOf(rule, w[transposed ? 1 : 2], FactorKind::reduction);
+  DimFactors out = factorOf(rule, w[transposed ? 2 : 1], FactorKind::parallel);
+  TensorFactors weight = transposed ? TensorFactors{f.expert, in, out}
+                                    : TensorFactors{f.expert, out, in};
+  rule.operands = {routed(f, in), weight, perToken(f, f.expert)};
+  rule.results = {routed(f, out)};
+  return rule;
+}
+
+ShardingRule moeRowDot(MoeRowDotOp op) {
+  ShardingRule rule;
+  rule.known = true;
+  rule.partial = PartialRule::product;
+  MoeFactors f = moeFactors(rule, op.getWeights(), FactorKind::parallel);
+  DimFactors h = factorOf(rule, shapeOf(op.getOther()).back(), FactorKind::reduction);
+  rule.operands = {routed(f, h), perToken(f, h), perToken(f, f.expert)};
+  rule.results = {perToken(f, f.expert)};
+  return rule;
+}
+
+ShardingRule moeMatmulWeightGrad(MoeMatmulWeightGradOp op) {
+  ShardingRule rule;
+  rule.known = true;
+  rule.partial = PartialRule::product;
+  ArrayRef<int64_t> w = shapeOf(op.getWeights());
+  MoeFactors f{freshFactors(rule, w.drop_back(), FactorKind::reduction), {}};
+  if (w.back() != 1)
+    f.expert = {rule.addFactor(w.back(), FactorKind::parallel)};
+  DimFactors p = factorOf(rule, shapeOf(op.getLhs()).back(), FactorKind::parallel);
+  DimFactors q = factorOf(rule, shapeOf(op.getRhs()).back(), FactorKind::parallel);
+  rule.operands = {routed(f, p), routed(f, q), perToken(f, f.expert)};
+  rule.results = {{f.expert, p, q}};
+  return rule;
+}
+
+/// Identity on the input (every dim parallel, partial sums pass); the scalar aux has no dims
+/// and stays as it is, a partial sum included: each rank seeds its own share's gradient.
+ShardingRule addAuxLoss(AddAuxLossOp op) {
+  ShardingRule rule;
+  rule.known = true;
+  rule.partial = PartialRule::auxiliary;
+  TensorFactors t = freshFactors(rule, shapeOf(op.getInput()), FactorKind::parallel);
+  rule.operands = {t, {}};
+  rule.results = {t};
+  return rule;
+}
+
 } // namespace
 
 ShardingRule ruleOf(Operation *op) {
@@ -378,6 +488,15 @@ ShardingRule ruleOf(Operation *op) {
       .Case<CrossEntropyOp>(crossEntropy)
       .Case<AttentionOp>(attention)
       .Case<RopeOp>(rope)
+      .Case<TopKMaskOp>([](TopKMaskOp o) {
+        return allButWhole(o, {static_cast<int64_t>(shapeOf(o.getInput()).size()) - 1});
+      })
+      .Case<MoeDispatchOp>(moeDispatch)
+      .Case<MoeCombineOp>(moeCombine)
+      .Case<MoeMatmulOp>(moeMatmul)
+      .Case<MoeRowDotOp>(moeRowDot)
+      .Case<MoeMatmulWeightGradOp>(moeMatmulWeightGrad)
+      .Case<AddAuxLossOp>(addAuxLoss)
       .Default([](Operation *) { return ShardingRule{}; });
 }
 

@@ -698,6 +698,92 @@ Tensor GraphBuilder::gelu(const Tensor &x, Gelu approximation, Loc loc) {
   return I.wrap(op.getResult(), x.shape(), x.dtype());
 }
 
+Tensor GraphBuilder::cumsum(const Tensor &x, int64_t axis, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x}, loc))
+    return {};
+  if (!rules::normalizeAxis(axis, x.rank()) || x.dtype() == DType::i1)
+    return I.fail("cumsum axis " + std::to_string(axis) + " is out of range for " +
+                      rules::str(dims(x.shape())) + " (or the input is i1)",
+                  loc),
+           Tensor{};
+  auto op = mega::CumSumOp::create(I.b, I.location(loc), I.value(x).getType(), I.value(x), axis,
+                                   false, false);
+  return I.wrap(op.getResult(), x.shape(), x.dtype());
+}
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+Tensor GraphBuilder::topkMask(const Tensor &x, int64_t k, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x}, loc))
+    return {};
+  if (!isFloat(x.dtype()) || x.rank() < 1 || k < 1 || k > x.dim(-1))
+    return I.fail("topk_mask needs a floating-point tensor and 1 <= k <= its last dim (k = " +
+                      std::to_string(k) + ", input " + rules::str(dims(x.shape())) + ")",
+                  loc),
+           Tensor{};
+  auto op = mega::TopKMaskOp::create(I.b, I.location(loc), I.value(x).getType(), I.value(x), k);
+  return I.wrap(op.getResult(), x.shape(), x.dtype());
+}
+
+namespace {
+/// Why the MoE operands are not all of one floating type (empty when they are).
+std::string moeDtypes(const char *op, std::initializer_list<const Tensor *> operands) {
+  DType first = (*operands.begin())->dtype();
+  for (const Tensor *t : operands)
+    if (t->dtype() != first || !isFloat(t->dtype()))
+      return std::string(op) + ": operands must share one floating-point type; cast first";
+  return {};
+}
+} // namespace
+
+Tensor GraphBuilder::moeDispatch(const Tensor &x, const Tensor &weights, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x, &weights}, loc) || !I.check(moeDtypes("moe_dispatch", {&x, &weights}), loc))
+    return {};
+  rules::Result r = rules::moeDispatch(dims(x.shape()), dims(weights.shape()));
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::MoeDispatchOp::create(I.b, I.location(loc), I.tensorType(r.shape, x.dtype()),
+                                        I.value(x), I.value(weights));
+  return I.wrap(op.getResult(), r.shape, x.dtype());
+}
+
+Tensor GraphBuilder::moeCombine(const Tensor &y, const Tensor &weights, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&y, &weights}, loc) || !I.check(moeDtypes("moe_combine", {&y, &weights}), loc))
+    return {};
+  rules::Result r = rules::moeCombine(dims(y.shape()), dims(weights.shape()));
+  if (!I.check(r, loc))
+    return {};
+  auto op = mega::MoeCombineOp::create(I.b, I.location(loc), I.tensorType(r.shape, y.dtype()),
+                                       I.value(y), I.value(weights));
+  return I.wrap(op.getResult(), r.shape, y.dtype());
+}
+
+Tensor GraphBuilder::moeMatmul(const Tensor &x, const Tensor &weight, const Tensor &weights,
+                               int64_t topk, Loc loc) {
+  Impl &I = *impl_;
+  if (!I.usable({&x, &weight, &weights}, loc) ||
+      !I.check(moeDtypes("moe_matmul", {&x, &weight, &weights}), loc))
+    return {};
+  rules::Result r =
+      rules::moeMatmul(dims(x.shape()), dims(weight.shape()), dims(weights.shape()), false);
+  if (!I.check(r, loc))
+    return {};
+  if (topk < 1 || topk > weight.dim(0))
+    return I.fail("moe_matmul topk = " + std::to_string(topk) + " must be in [1, " +
+                      std::to_string(weight.dim(0)) + "]",
+                  loc),
+           Tensor{};
+  auto op = mega::MoeMatmulOp::create(I.b, I.location(loc), I.tensorType(r.shape, x.dtype()),
+                                      I.value(x), I.value(weight), I.value(weights), topk, false);
+  return I.wrap(op.getResult(), r.shape, x.dtype());
+}
+
 Tensor GraphBuilder::crossEntropy(const Tensor &logits, const Tensor &labels, Loc loc) {
   Impl &I = *impl_;
   if (!I.usable({&logits, &labels}, loc))

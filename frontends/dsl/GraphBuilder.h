@@ -156,6 +156,21 @@ public:
                    const AttentionOptions &options = {}, Loc loc = Loc::current());
   Tensor gelu(const Tensor &x, Gelu approximation = Gelu::erf, Loc loc = Loc::current());
   Tensor crossEntropy(const Tensor &logits, const Tensor &labels, Loc loc = Loc::current());
+  /// Cumulative sum along `axis` (mega.cumsum).
+  Tensor cumsum(const Tensor &x, int64_t axis, Loc loc = Loc::current());
+
+  // Mixture of experts (ir/MegaMoeOps.td): tokens t... are leading dims, routing weights
+  // [t..., E] (non-zero = routed), routed tensors [E, t..., h].
+  /// 1 at the k largest entries of each last-dim row, 0 elsewhere (ties: lower index).
+  Tensor topkMask(const Tensor &x, int64_t k, Loc loc = Loc::current());
+  /// x [t..., h] -> [E, t..., h]: token t's copy for each expert it is routed to, times w.
+  Tensor moeDispatch(const Tensor &x, const Tensor &weights, Loc loc = Loc::current());
+  /// y [E, t..., h] -> [t..., h]: the routed rows of each token summed, weighted by w.
+  Tensor moeCombine(const Tensor &y, const Tensor &weights, Loc loc = Loc::current());
+  /// Each expert's nn.Linear (weight [E, out, in]) on its routed rows; `topk` routed experts
+  /// per token (the cost).
+  Tensor moeMatmul(const Tensor &x, const Tensor &weight, const Tensor &weights, int64_t topk,
+                   Loc loc = Loc::current());
 
   /// True once an error has been recorded.
   bool failed() const;

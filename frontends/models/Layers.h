@@ -5,6 +5,7 @@
 #include "frontends/models/ModelConfig.h"
 
 #include <cmath>
+#include <functional>
 #include <string_view>
 
 namespace megac::models {
@@ -51,5 +52,14 @@ void buildGpt(dsl::GraphBuilder &b, const ModelConfig &c);
 void buildBert(dsl::GraphBuilder &b, const ModelConfig &c);
 void buildT5(dsl::GraphBuilder &b, const ModelConfig &c);
 void buildLlama(dsl::GraphBuilder &b, const ModelConfig &c);
+void buildMixtral(dsl::GraphBuilder &b, const ModelConfig &c);
+
+/// A decoder layer's feed-forward block on the normalized residual `x [b, s, hidden]`.
+using FeedForward =
+    std::function<dsl::Tensor(dsl::GraphBuilder &, const ModelConfig &, const dsl::Tensor &)>;
+/// Llama's decoder (Llama.cpp): embedding, layers of pre-RMSNorm rotary grouped-query attention
+/// and `feedForward` (in each layer's scope), the final norm and the head (transformers' names
+/// without "model.").
+void buildLlamaDecoder(dsl::GraphBuilder &b, const ModelConfig &c, const FeedForward &feedForward);
 
 } // namespace megac::models

@@ -76,9 +76,7 @@ Tensor swigluMlp(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x) {
 
 } // namespace
 
-// input_ids [b, s] -> logits [b, s, vocab]. Parameters, with d = hidden/heads and g = kv_heads:
-// l (2 h^2 + 2 h g d + 3 h ffn + 2 h) + V h (embedding) + h (final norm) + V h (untied head).
-void buildLlama(dsl::GraphBuilder &b, const ModelConfig &c) {
+void buildLlamaDecoder(dsl::GraphBuilder &b, const ModelConfig &c, const FeedForward &feedForward) {
   InitStd std(c);
   Tensor ids = b.input("input_ids", {c.batch, c.seq}, dsl::DType::i64);
   Tensor embed =
@@ -90,7 +88,7 @@ void buildLlama(dsl::GraphBuilder &b, const ModelConfig &c) {
     Tensor a = rmsNormLayer(b, "input_layernorm", x, c.normEps);
     x = x + selfAttention(b, c, a, rotary);
     Tensor m = rmsNormLayer(b, "post_attention_layernorm", x, c.normEps);
-    x = x + swigluMlp(b, c, m);
+    x = x + feedForward(b, c, m);
   }
   x = rmsNormLayer(b, "norm", x, c.normEps);
   Tensor head = c.tied ? embed
@@ -98,5 +96,9 @@ void buildLlama(dsl::GraphBuilder &b, const ModelConfig &c) {
                                      dsl::Init::normal(std.base));
   b.output("logits", b.linear(x, head, std::nullopt));
 }
+
+// input_ids [b, s] -> logits [b, s, vocab]. Parameters, with d = hidden/heads and g = kv_heads:
+// l (2 h^2 + 2 h g d + 3 h ffn + 2 h) + V h (embedding) + h (final norm) + V h (untied head).
+void buildLlama(dsl::GraphBuilder &b, const ModelConfig &c) { buildLlamaDecoder(b, c, swigluMlp); }
 
 } // namespace megac::models

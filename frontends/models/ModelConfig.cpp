@@ -21,6 +21,8 @@ const char *archName(Arch arch) {
     return "t5";
   case Arch::llama:
     return "llama";
+  case Arch::mixtral:
+    return "mixtral";
   }
   return "?";
 }
@@ -36,8 +38,13 @@ const std::vector<std::string> &keysOf(Arch arch) {
   static const std::vector<std::string> llama = {"layers", "hidden", "heads",      "kv_heads",
                                                  "ffn",    "seq",    "vocab",      "batch",
                                                  "tied",   "dtype",  "rope_theta", "norm_eps"};
+  static const std::vector<std::string> mixtral = {
+      "layers", "hidden", "heads",      "kv_heads", "ffn",     "seq",  "vocab",   "batch",
+      "tied",   "dtype",  "rope_theta", "norm_eps", "experts", "topk", "capacity"};
   if (arch == Arch::llama)
     return llama;
+  if (arch == Arch::mixtral)
+    return mixtral;
   return arch == Arch::t5 ? t5 : gpt;
 }
 
@@ -71,6 +78,8 @@ int64_t specBound(std::string_view key) {
     return int64_t(1) << 18;
   if (key == "heads" || key == "kv_heads")
     return int64_t(1) << 14;
+  if (key == "experts" || key == "topk")
+    return int64_t(1) << 12;
   if (key == "ffn" || key == "seq" || key == "dec_seq")
     return int64_t(1) << 22;
   if (key == "vocab")
@@ -83,7 +92,8 @@ int64_t specBound(std::string_view key) {
 double approximateForwardFlops(const ModelConfig &c) {
   double h = double(c.hidden), layers = double(c.totalLayers() > 0 ? c.totalLayers() : c.layers);
   double tokens = double(c.batch) * double(std::max(c.seq, c.decSeq));
-  double perLayer = 4 * h * h + 3 * h * double(c.ffn);
+  double routed = c.arch == Arch::mixtral ? double(c.topk) : 1.0;
+  double perLayer = 4 * h * h + 3 * h * double(c.ffn) * routed;
   return 2 * tokens * (layers * perLayer + double(c.vocab) * h) +
          4 * tokens * double(std::max(c.seq, c.decSeq)) * h * layers;
 }
@@ -102,9 +112,11 @@ ConfigResult parseModelSpec(std::string_view spec) {
     c.arch = Arch::t5;
   else if (archText == "llama")
     c.arch = Arch::llama;
+  else if (archText == "mixtral")
+    c.arch = Arch::mixtral;
   else
     return fail("unknown model '" + archText + "' in spec '" + std::string(spec) +
-                "'; expected gpt, bert, t5 or llama (e.g. "
+                "'; expected gpt, bert, t5, llama or mixtral (e.g. "
                 "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128)");
 
   const std::vector<std::string> &known = keysOf(c.arch);
@@ -150,7 +162,9 @@ ConfigResult parseModelSpec(std::string_view spec) {
   c.seq = integer("seq", 0);
   c.vocab = integer("vocab", 0);
   c.batch = integer("batch", 1);
-  c.ffn = integer("ffn", c.arch == Arch::llama ? llamaDefaultFfn(c.hidden) : 4 * c.hidden);
+  c.ffn = integer("ffn", c.llamaLike() ? llamaDefaultFfn(c.hidden) : 4 * c.hidden);
+  c.experts = integer("experts", 0);
+  c.topk = integer("topk", 0);
   c.kvHeads = integer("kv_heads", c.heads);
   if (c.arch == Arch::t5) {
     c.encLayers = integer("enc_layers", c.layers);
@@ -172,10 +186,12 @@ ConfigResult parseModelSpec(std::string_view spec) {
   };
   c.ropeTheta = real("rope_theta", c.ropeTheta);
   c.normEps = real("norm_eps", c.normEps);
+  if (auto it = values.find("capacity"); it != values.end() && it->second != "0")
+    c.capacity = real("capacity", 0.0);
   if (!error.empty())
     return fail(error);
 
-  c.tied = c.arch != Arch::llama; // Llama's head is its own matrix; the others share the table
+  c.tied = !c.llamaLike(); // Llama's head is its own matrix; the others share the table
   if (auto it = values.find("tied"); it != values.end()) {
     if (it->second != "0" && it->second != "1")
       return fail("key 'tied' needs 0 or 1, got '" + it->second + "'");
@@ -205,6 +221,10 @@ ConfigResult parseModelSpec(std::string_view spec) {
   } else {
     required.insert(required.begin(), "layers");
   }
+  if (c.arch == Arch::mixtral) {
+    required.push_back("experts");
+    required.push_back("topk");
+  }
   for (const std::string &key : required)
     if (!values.count(key))
       return fail("missing key '" + key + "' for " + archText);
@@ -215,8 +235,11 @@ ConfigResult parseModelSpec(std::string_view spec) {
     return fail("key 'heads' (" + std::to_string(c.heads) + ") is not divisible by key " +
                 "'kv_heads' (" + std::to_string(c.kvHeads) +
                 "); grouped-query attention needs kv_heads to divide heads");
-  if (c.arch == Arch::llama && c.headDim() % 2 != 0)
-    return fail("llama's head dim hidden/heads (" + std::to_string(c.headDim()) +
+  if (c.arch == Arch::mixtral && c.topk > c.experts)
+    return fail("key 'topk' (" + std::to_string(c.topk) + ") is larger than key 'experts' (" +
+                std::to_string(c.experts) + "): each token is routed to topk distinct experts");
+  if (c.llamaLike() && c.headDim() % 2 != 0)
+    return fail(std::string(archName(c.arch)) + "'s head dim hidden/heads (" + std::to_string(c.headDim()) +
                 ") is odd; rotary embeddings rotate pairs of dims, so it must be even");
   // FLOP and parameter counts are int64 (the cost interface, describe, plan): refuse a model
   // whose forward pass would overflow them rather than print a wrapped number.
@@ -243,14 +266,18 @@ std::string ModelConfig::spec() const {
   else
     s += "layers=" + std::to_string(layers);
   s += ",hidden=" + std::to_string(hidden) + ",heads=" + std::to_string(heads);
-  if (arch == Arch::llama)
+  if (llamaLike())
     s += ",kv_heads=" + std::to_string(kvHeads);
+  if (arch == Arch::mixtral)
+    s += ",experts=" + std::to_string(experts) + ",topk=" + std::to_string(topk);
   s += ",ffn=" + std::to_string(ffn) + ",seq=" + std::to_string(seq);
   if (arch == Arch::t5)
     s += ",dec_seq=" + std::to_string(decSeq);
   s += ",vocab=" + std::to_string(vocab) + ",batch=" + std::to_string(batch) +
        ",tied=" + (tied ? "1" : "0");
-  if (arch == Arch::llama)
+  if (arch == Arch::mixtral && capacity > 0)
+    s += ",capacity=" + shortest(capacity);
+  if (llamaLike())
     s += ",rope_theta=" + shortest(ropeTheta) + ",norm_eps=" + shortest(normEps);
   else if (arch != Arch::t5)
     s += std::string(",gelu=") + (gelu == dsl::Gelu::tanh ? "tanh" : "erf");

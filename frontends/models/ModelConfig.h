@@ -4,6 +4,7 @@
 //   bert:layers=2,hidden=64,heads=4,seq=32,vocab=128
 //   t5:enc_layers=2,dec_layers=2,hidden=64,heads=4,seq=32,vocab=128
 //   llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,seq=32,vocab=128
+//   mixtral:layers=2,hidden=64,heads=4,kv_heads=2,experts=8,topk=2,ffn=128,seq=32,vocab=128
 //
 // Keys: layers (gpt, bert; for t5 it sets both enc_layers and dec_layers), enc_layers and
 // dec_layers (t5), hidden, heads, seq (max positions = the built sequence length), dec_seq (t5,
@@ -12,6 +13,9 @@
 // (default f32). Llama adds kv_heads (default heads; grouped-query attention when fewer), ffn
 // (default Llama's rule: 8/3 hidden rounded up to a multiple of 256), rope_theta (default
 // 10000), norm_eps (RMSNorm epsilon, default 1e-5) and an untied head by default (tied=0).
+// Mixtral is Llama with a sparse mixture-of-experts block for the MLP (docs/moe.md): experts
+// (required), topk (required, experts each token is routed to) and capacity (capacity factor;
+// absent or 0: dropless); ffn is each expert's SwiGLU size.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +27,7 @@
 
 namespace megac::models {
 
-enum class Arch { gpt, bert, t5, llama };
+enum class Arch { gpt, bert, t5, llama, mixtral };
 const char *archName(Arch arch);
 
 struct ModelConfig {
@@ -44,8 +48,13 @@ struct ModelConfig {
   dsl::DType dtype = dsl::DType::f32;
   double ropeTheta = 10000.0; // llama: rotary base
   double normEps = 1e-5;      // llama: RMSNorm epsilon
+  int64_t experts = 0;        // mixtral: experts per MoE layer
+  int64_t topk = 0;           // mixtral: experts each token is routed to
+  double capacity = 0.0;      // mixtral: capacity factor; 0 = dropless
 
   int64_t headDim() const { return hidden / heads; }
+  /// Llama's decoder (rotary, RMSNorm, grouped-query attention): llama and mixtral.
+  bool llamaLike() const { return arch == Arch::llama || arch == Arch::mixtral; }
   /// Transformer layers in total (encoder plus decoder for t5).
   int64_t totalLayers() const { return arch == Arch::t5 ? encLayers + decLayers : layers; }
   /// "gpt:layers=2,hidden=64,...": a spec that parses back to this config.

@@ -21,6 +21,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext &ctx, const Model
   case Arch::llama:
     buildLlama(b, config);
     break;
+  case Arch::mixtral:
+    buildMixtral(b, config);
+    break;
   }
   mlir::Operation *module = b.finish();
   if (!module) {

@@ -408,6 +408,7 @@ private:
       case mega::PartialRule::none:
         break;
       case mega::PartialRule::linear:
+      case mega::PartialRule::auxiliary:
         if (n > 0 && !current[0].partial.empty()) {
           passThrough = current[0].partial;
           keepPartial[0] = true;
@@ -441,6 +442,9 @@ private:
         passThrough.clear();
         keepPartial.assign(n, false);
       }
+      if (rule.partial == mega::PartialRule::auxiliary)
+        for (size_t i = 1; i < n; ++i)
+          keepPartial[i] = !current[i].partial.empty();
       used.append(passThrough.begin(), passThrough.end());
       // Sequence parallelism: a tensor-parallel partial sum resolved here becomes split on the
       // sequence dim (reduce-scatter) instead of whole (all-reduce).

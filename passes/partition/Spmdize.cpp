@@ -216,6 +216,10 @@ private:
       Value v = use.get();
       if (!isFloatTensor(v.getType()))
         continue;
+      // An auxiliary loss term takes no part in the split computation: every rank seeds its own
+      // copy (a replicated term) or share (a partial one), which is its whole gradient.
+      if (isa<mega::AddAuxLossOp>(op) && use.getOperandNumber() == 1)
+        continue;
       AxisList missing = minus(split, shardingOf(v).allAxes());
       if (auto gather = v.getDefiningOp<mega::AllGatherOp>(); gather && gather.getGradPartial())
         missing = minus(missing, layoutAxes(gather.getAxes()));

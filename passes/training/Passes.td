@@ -22,6 +22,13 @@ def TrainingLoss : Pass<"mega-training-loss", "mlir::ModuleOp"> {
     its inputs shifted right), are this cross-entropy; the data side builds the labels, and the
     kind is recorded as `mega.loss_kind` on @forward_backward.
 
+    Mixture-of-experts layers (one `mega.moe_dispatch` each, its routing weights derived from a
+    `mega.topk_mask` of the router probabilities) add their load-balancing loss (and z-loss)
+    to the objective through `mega.add_aux_loss` on the dispatched tokens, with statistics per
+    sequence and a new input `row_normalizer` (1 / rows of the global batch), and return
+    `moe.load` ([layers, experts] routed assignments), `moe.dropped` and `moe.aux_loss`
+    (docs/moe.md).
+
     Errors: an unknown loss kind; no model function (or several and none named); a model
     without a body; an existing @forward_backward, or an @forward that is another function;
     inputs already named `labels` or `loss_normalizer`; logits that are not found (by name, or
@@ -62,6 +69,10 @@ def TrainingLoss : Pass<"mega-training-loss", "mlir::ModuleOp"> {
     Option<"lossKind", "loss-kind", "std::string", /*default=*/"\"causal\"",
            "causal (next-token), mlm (masked tokens) or seq2seq (decoder targets); all are "
            "cross-entropy over the labels">,
+    Option<"moeAuxLossCoeff", "moe-aux-loss-coeff", "double", /*default=*/"0.01",
+           "coefficient of the mixture-of-experts load-balancing loss (docs/moe.md)">,
+    Option<"moeZLossCoeff", "moe-z-loss-coeff", "double", /*default=*/"0.0",
+           "coefficient of the router z-loss (0: none)">,
   ];
 }
 

@@ -42,7 +42,9 @@ public:
   /// `lossIndex`: the loss result, if the function has it; `seed`: the value of d(loss), or
   /// null for 1. Results named `act.c<c>` (a pipeline chunk's activations out) are seeded by new
   /// `grad.act.c<c>` arguments; arguments named `act.c<c>` get their gradient as results.
-  LogicalResult run(std::optional<unsigned> lossIndex, Value seed);
+  /// `lossScale`: the loss scale input (fp16), which seeds auxiliary losses
+  /// (mega.add_aux_loss) as it seeds the loss; null for 1.
+  LogicalResult run(std::optional<unsigned> lossIndex, Value seed, Value lossScale);
 
 private:
   /// Marks the float values that depend on a parameter (`varied_`) and those the loss depends
@@ -99,7 +101,8 @@ void Differentiator::accumulate(OpBuilder &b, Value v, Value grad) {
 
 bool isActivationPort(StringAttr name) { return name && name.getValue().starts_with("act.c"); }
 
-LogicalResult Differentiator::run(std::optional<unsigned> lossIndex, Value seed) {
+LogicalResult Differentiator::run(std::optional<unsigned> lossIndex, Value seed,
+                                  Value lossScale) {
   MLIRContext *ctx = f_.getContext();
   for (BlockArgument arg : f_.getArguments()) {
     if (isActivationPort(f_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kInputAttr)) &&
@@ -160,6 +163,26 @@ LogicalResult Differentiator::run(std::optional<unsigned> lossIndex, Value seed)
                         : Value(mega::ConstantOp::create(b, loss.getLoc(),
                                                          DenseElementsAttr::get(lossType, one)));
   }
+  // Auxiliary losses join the objective where they are computed (Megatron's
+  // MoEAuxLossAutoScaler): their gradient is the loss's seed, in whatever pipeline chunk.
+  for (Operation &op : block_)
+    if (auto aux = dyn_cast<mega::AddAuxLossOp>(op)) {
+      Value term = aux.getAux();
+      if (!varied_.contains(term) || !useful_.contains(term))
+        continue;
+      auto type = cast<RankedTensorType>(term.getType());
+      Value one = lossScale;
+      if (!one) {
+        APFloat v(1.0);
+        bool lost = false;
+        v.convert(cast<FloatType>(type.getElementType()).getFloatSemantics(),
+                  APFloat::rmNearestTiesToEven, &lost);
+        one = mega::ConstantOp::create(b, aux.getLoc(), DenseElementsAttr::get(type, v));
+      } else if (one.getType() != type) {
+        one = mega::CastOp::create(b, aux.getLoc(), type, one);
+      }
+      accumulate(b, term, one);
+    }
   // A chunk's activations out are seeded by their gradients, received from the next chunk:
   // new arguments `grad.act.c<c+1>` before the accumulators.
   unsigned nArgs = f_.getNumArguments(), nResults = f_.getNumResults();
@@ -328,7 +351,19 @@ struct TrainingAutodiffPass : impl::TrainingAutodiffBase<TrainingAutodiffPass> {
     if (!lossIndex && !activations)
       return f.emitError() << "mega-training-autodiff: @" << name << " has no result named \""
                            << loss << "\" (mega.output)";
-    Value seed;
+    Value seed, scale;
+    if (!lossScale.empty())
+      for (unsigned i = 0; i < f.getNumArguments(); ++i)
+        if (auto in = f.getArgAttrOfType<StringAttr>(i, mega::kInputAttr);
+            in && in.getValue() == lossScale)
+          scale = f.getArgument(i);
+    bool auxLosses = false;
+    f.walk([&](mega::AddAuxLossOp) { auxLosses = true; });
+    if (auxLosses && !lossScale.empty() && !scale)
+      return f.emitError() << "mega-training-autodiff: @" << name << " adds an auxiliary loss "
+                           << "(mixture of experts) but has no loss scale input '" << lossScale
+                           << "' to seed it; fp16 loss scaling of MoE layers outside the last "
+                              "pipeline stage is not supported yet (use bf16)";
     if (lossIndex) {
       auto type = dyn_cast<RankedTensorType>(f.getResultTypes()[*lossIndex]);
       if (!type || type.getRank() != 0 || !isFloatTensor(type))
@@ -345,7 +380,7 @@ struct TrainingAutodiffPass : impl::TrainingAutodiffBase<TrainingAutodiffPass> {
             seed = f.getArgument(i);
           }
     }
-    return Differentiator(f).run(lossIndex, seed);
+    return Differentiator(f).run(lossIndex, seed, scale);
   }
 };
 

@@ -1,6 +1,7 @@
 // mega-training-loss: renames the model @forward and adds @forward_backward's forward half,
 // the model followed by the summed, normalized cross-entropy loss.
 #include "passes/training/Passes.h"
+#include "passes/training/MoeLoss.h"
 
 #include "ir/MegaDialect.h"
 #include "ir/MegaOps.h"
@@ -173,6 +174,9 @@ struct TrainingLossPass : impl::TrainingLossBase<TrainingLossPass> {
     fb.setType(FunctionType::get(module.getContext(), fb.getArgumentTypes(), {scalar}));
     fb.setAllResultAttrs(ArrayRef<DictionaryAttr>{
         b.getDictionaryAttr(b.getNamedAttr(mega::kOutputAttr, b.getStringAttr("loss")))});
+    int64_t rows = labelsType.getRank() > 0 ? labelsType.getDimSize(0) : 1;
+    if (failed(addMoeLosses(fb, rows, {moeAuxLossCoeff, moeZLossCoeff})))
+      return failure();
     eraseDeadOps(body);
     return success();
   }

@@ -36,6 +36,8 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
   loss.logits = options.logits;
   loss.ignoreIndex = options.ignoreIndex;
   loss.lossKind = lossKindName(options.lossKind);
+  loss.moeAuxLossCoeff = options.moeAuxLossCoeff;
+  loss.moeZLossCoeff = options.moeZLossCoeff;
   pm.addPass(createTrainingLoss(loss));
   if (mixed)
     pm.addPass(createTrainingPrecision(precision));

@@ -32,6 +32,9 @@ struct TrainingOptions {
   double weightDecay = 0.01;
   /// Clip the global gradient norm to this value; 0: no clipping.
   double clipGrad = 0.0;
+  /// Mixture of experts: the load-balancing loss's and the router z-loss's coefficients.
+  double moeAuxLossCoeff = 0.01;
+  double moeZLossCoeff = 0.0;
   /// How the step is partitioned, recomputed and in which precision it computes.
   Layout layout;
 };

@@ -212,6 +212,30 @@ Status crossEntropyGrad(const TensorRef &dloss, const TensorRef &logits, const T
 /// [...] i64/i32). An id outside [0, V) is an error.
 Status embeddingGrad(const TensorRef &dy, const TensorRef &ids, const TensorRef &dtable);
 
+// ---- Mixture of experts (Moe.cpp), f32 and f64 ---------------------------------------------
+// Routing weights w [t..., E] (T tokens: the leading dims flattened); routed tensors [E, t..., f];
+// (t, e) is active where w[t, e] != 0. Only active rows are computed; inactive rows are 0.
+// Sums run experts ascending, tokens ascending (deterministic).
+
+/// out = 1 at the k largest entries of each last-dim row of x, 0 elsewhere; ties go to the
+/// lower index, NaN ranks last. 1 <= k <= the last dim.
+Status topkMask(const TensorRef &x, int64_t k, const TensorRef &out);
+/// out [E, t..., h]: row (e, t) = w[t, e] x[t] where active, else 0; x [t..., h].
+Status moeDispatch(const TensorRef &x, const TensorRef &w, const TensorRef &out);
+/// out [t..., h] = sum over active e (ascending) of w[t, e] y[e, t]; y [E, t..., h].
+Status moeCombine(const TensorRef &y, const TensorRef &w, const TensorRef &out);
+/// out [E, t..., out]: active rows x[e, t] weight[e]^T (weight [E, out, in]) or, with
+/// transposeWeight, x[e, t] weight[e] (weight [E, in, out]); one GEMM per expert on its active
+/// rows packed in token order.
+Status moeMatmul(const TensorRef &x, const TensorRef &weight, const TensorRef &w,
+                 bool transposeWeight, const TensorRef &out);
+/// out [t..., E] = dot(y[e, t], z[t]) where active, else 0; y [E, t..., h], z [t..., h].
+Status moeRowDot(const TensorRef &y, const TensorRef &z, const TensorRef &w, const TensorRef &out);
+/// out [E, p, q] = sum over e's active rows (token order) of a[e, t]^T b[e, t]; a [E, t..., p],
+/// b [E, t..., q]. One GEMM per expert.
+Status moeMatmulWeightGrad(const TensorRef &a, const TensorRef &b, const TensorRef &w,
+                           const TensorRef &out);
+
 // ---- Optimizer (Optim.cpp), f32 and f64 -----------------------------------------------------
 
 struct AdamWConfig {

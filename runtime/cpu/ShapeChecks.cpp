@@ -292,4 +292,121 @@ StatusOr<ReduceGeometry> checkReduce(ReduceKind kind, const TensorRef &x,
   return g;
 }
 
+namespace {
+
+const char *moeName(MoeKernel kernel) {
+  switch (kernel) {
+  case MoeKernel::dispatch:
+    return "MoeDispatch";
+  case MoeKernel::combine:
+    return "MoeCombine";
+  case MoeKernel::matmul:
+    return "MoeMatmul";
+  case MoeKernel::rowDot:
+    return "MoeRowDot";
+  case MoeKernel::weightGrad:
+    return "MoeMatmulWeightGrad";
+  }
+  return "Moe";
+}
+
+std::vector<int64_t> joined(std::initializer_list<std::span<const int64_t>> parts) {
+  std::vector<int64_t> out;
+  for (std::span<const int64_t> p : parts)
+    out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+} // namespace
+
+StatusOr<MoeGeometry> checkMoe(MoeKernel kernel, const TensorRef &a, const TensorRef *b,
+                               const TensorRef &w, bool transposeWeight, const TensorRef &out) {
+  const char *op = moeName(kernel);
+  if (w.dtype != DType::f32 && w.dtype != DType::f64)
+    return unsupportedDtype(op, w.dtype);
+  for (const TensorRef *t : {&a, b, &out})
+    if (t && t->dtype != w.dtype)
+      return fail(op, std::string("operands must share the routing weights' dtype ") +
+                          dtypeName(w.dtype) + ", got " + dtypeName(t->dtype));
+  if (w.shape.size() < 2)
+    return fail(op, "routing weights must be [tokens..., experts], got " + shapeString(w.shape));
+  std::span<const int64_t> tokens = w.shape.first(w.shape.size() - 1);
+  int64_t experts = w.shape.back();
+  std::vector<int64_t> e{experts};
+  MoeGeometry g{experts, product(tokens), 0, 0};
+  auto routed = [&](const char *what, const TensorRef &t) -> StatusOr<int64_t> {
+    if (t.shape.size() != tokens.size() + 2)
+      return fail(op, std::string(what) + " has shape " + shapeString(t.shape) +
+                          ", expected [" + std::to_string(experts) + ", tokens " +
+                          shapeString(tokens) + ", features]");
+    int64_t f = t.shape.back();
+    RETURN_IF_ERROR(expectShape(op, what, t, joined({e, tokens, std::span<const int64_t>(&f, 1)})));
+    return f;
+  };
+  auto perToken = [&](const char *what, const TensorRef &t) -> StatusOr<int64_t> {
+    if (t.shape.size() != tokens.size() + 1)
+      return fail(op, std::string(what) + " has shape " + shapeString(t.shape) +
+                          ", expected [tokens " + shapeString(tokens) + ", features]");
+    int64_t f = t.shape.back();
+    RETURN_IF_ERROR(expectShape(op, what, t, joined({tokens, std::span<const int64_t>(&f, 1)})));
+    return f;
+  };
+  switch (kernel) {
+  case MoeKernel::dispatch: {
+    ASSIGN_OR_RETURN(g.in, perToken("input", a));
+    g.out = g.in;
+    ASSIGN_OR_RETURN(int64_t f, routed("output", out));
+    (void)f;
+    break;
+  }
+  case MoeKernel::combine: {
+    ASSIGN_OR_RETURN(g.in, routed("input", a));
+    g.out = g.in;
+    ASSIGN_OR_RETURN(int64_t f, perToken("output", out));
+    if (f != g.in)
+      return fail(op, "output features " + std::to_string(f) + " differ from the input's " +
+                          std::to_string(g.in));
+    break;
+  }
+  case MoeKernel::matmul: {
+    ASSIGN_OR_RETURN(g.in, routed("input", a));
+    ASSIGN_OR_RETURN(g.out, routed("output", out));
+    std::vector<int64_t> want = transposeWeight ? std::vector<int64_t>{experts, g.in, g.out}
+                                                : std::vector<int64_t>{experts, g.out, g.in};
+    RETURN_IF_ERROR(expectShape(op, "weight", *b, want));
+    break;
+  }
+  case MoeKernel::rowDot: {
+    ASSIGN_OR_RETURN(g.in, routed("input", a));
+    ASSIGN_OR_RETURN(int64_t f, perToken("other", *b));
+    if (f != g.in)
+      return fail(op, "other's features " + std::to_string(f) + " differ from the input's " +
+                          std::to_string(g.in));
+    RETURN_IF_ERROR(expectShape(op, "output", out, w.shape));
+    break;
+  }
+  case MoeKernel::weightGrad: {
+    ASSIGN_OR_RETURN(g.in, routed("lhs", a));
+    ASSIGN_OR_RETURN(g.out, routed("rhs", *b));
+    RETURN_IF_ERROR(expectShape(op, "output", out, std::vector<int64_t>{experts, g.in, g.out}));
+    break;
+  }
+  }
+  return g;
+}
+
+StatusOr<int64_t> checkTopKMask(const TensorRef &x, int64_t k, const TensorRef &out) {
+  const char *op = "TopKMask";
+  if (x.dtype != DType::f32 && x.dtype != DType::f64)
+    return unsupportedDtype(op, x.dtype);
+  if (x.shape.empty())
+    return fail(op, "the input needs a last dim to choose from");
+  RETURN_IF_ERROR(expectShape(op, "output", out, x.shape));
+  RETURN_IF_ERROR(expectDtype(op, "output", out, x.dtype));
+  int64_t n = x.shape.back();
+  if (k < 1 || k > n)
+    return fail(op, "k = " + std::to_string(k) + " must be in [1, " + std::to_string(n) + "]");
+  return n;
+}
+
 } // namespace megac::runtime::cpu::detail

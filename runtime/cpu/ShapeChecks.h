@@ -123,4 +123,18 @@ struct ScatterNdGeometry {
 StatusOr<ScatterNdGeometry> checkScatterNd(const TensorRef &data, const TensorRef &indices,
                                            const TensorRef &updates, const TensorRef &out);
 
+/// The mixture-of-experts kernels' geometry (plan.fbs MoeDispatch ... MoeMatmulWeightGrad):
+/// experts E, tokens T (the product of the routing weights' leading dims) and the feature sizes
+/// of the routed input (`in`) and output (`out`).
+struct MoeGeometry {
+  int64_t experts = 0, tokens = 0, in = 0, out = 0;
+};
+enum class MoeKernel { dispatch, combine, matmul, rowDot, weightGrad };
+/// The checks of one MoE kernel: routing weights w [t..., E]; `a`, `b` its other inputs (b is
+/// null for dispatch and combine); every tensor of one floating dtype; shapes as plan.fbs says.
+StatusOr<MoeGeometry> checkMoe(MoeKernel kernel, const TensorRef &a, const TensorRef *b,
+                               const TensorRef &w, bool transposeWeight, const TensorRef &out);
+/// TopKMask's checks: x [..., E] float, 1 <= k <= E, out of x's shape and dtype. Returns E.
+StatusOr<int64_t> checkTopKMask(const TensorRef &x, int64_t k, const TensorRef &out);
+
 } // namespace megac::runtime::cpu::detail

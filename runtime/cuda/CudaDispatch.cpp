@@ -293,6 +293,28 @@ void backwardAndOptimizer(Table &t) {
   };
 }
 
+void mixtureOfExperts(Table &t) {
+  at(t, O::TopKMask) = [](const CudaCall &c) {
+    return topkMask(c.ctx, c.in[0], c.inst.attrs_as_TopKAttrs()->k(), c.out[0]);
+  };
+  at(t, O::MoeDispatch) = [](const CudaCall &c) {
+    return moeDispatch(c.ctx, c.in[0], c.in[1], c.out[0]);
+  };
+  at(t, O::MoeCombine) = [](const CudaCall &c) {
+    return moeCombine(c.ctx, c.in[0], c.in[1], c.out[0]);
+  };
+  at(t, O::MoeMatmul) = [](const CudaCall &c) {
+    return moeMatmul(c.ctx, c.in[0], c.in[1], c.in[2],
+                     c.inst.attrs_as_MoeMatmulAttrs()->transpose_weight(), c.out[0]);
+  };
+  at(t, O::MoeRowDot) = [](const CudaCall &c) {
+    return moeRowDot(c.ctx, c.in[0], c.in[1], c.in[2], c.out[0]);
+  };
+  at(t, O::MoeMatmulWeightGrad) = [](const CudaCall &c) {
+    return moeMatmulWeightGrad(c.ctx, c.in[0], c.in[1], c.in[2], c.out[0]);
+  };
+}
+
 /// Collectives and transfers: NCCL (dispatch checks the communicator is there).
 void collectives(Table &t) {
   at(t, O::AllReduce) = [](const CudaCall &c) {
@@ -353,6 +375,7 @@ Table buildTable() {
   elementwiseAndDataMovement(t);
   reductionsAndCoarseOps(t);
   backwardAndOptimizer(t);
+  mixtureOfExperts(t);
   collectives(t);
   return t;
 }

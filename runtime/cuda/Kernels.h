@@ -203,6 +203,21 @@ Status attentionGrad(const Context &ctx, const TensorRef &dout, const TensorRef 
                      double scale, const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
                      const TensorRef *dmask);
 
+// ---- Mixture of experts (kernels/Moe.cu): the CPU kernels' contracts, deterministic ----------
+// Routing weights w [t..., E]; routed tensors [E, t..., f]; only active rows (w != 0) are
+// computed. The GEMMs gather each expert's active rows on the device (a routing kernel writes
+// the token lists and counts into ctx.scratch), with no host synchronization.
+Status topkMask(const Context &ctx, const TensorRef &x, int64_t k, const TensorRef &out);
+Status moeDispatch(const Context &ctx, const TensorRef &x, const TensorRef &w,
+                   const TensorRef &out);
+Status moeCombine(const Context &ctx, const TensorRef &y, const TensorRef &w, const TensorRef &out);
+Status moeMatmul(const Context &ctx, const TensorRef &x, const TensorRef &weight,
+                 const TensorRef &w, bool transposeWeight, const TensorRef &out);
+Status moeRowDot(const Context &ctx, const TensorRef &y, const TensorRef &z, const TensorRef &w,
+                 const TensorRef &out);
+Status moeMatmulWeightGrad(const Context &ctx, const TensorRef &a, const TensorRef &b,
+                           const TensorRef &w, const TensorRef &out);
+
 // ---- Optimizer (kernels/Optim.cu) -------------------------------------------------------------
 /// lr and step are 0-d device tensors.
 Status adamw(const Context &ctx, const TensorRef &p, const TensorRef &g, const TensorRef &m,

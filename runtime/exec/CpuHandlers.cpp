@@ -92,6 +92,22 @@ void elementwiseAndDataMovement(Table &t) {
     const fb::CumSumAttrs *a = c.inst.attrs_as_CumSumAttrs();
     return cpu::cumsum(c.in[0], a->axis(), a->exclusive(), a->reverse(), c.out[0]);
   });
+  math(t, O::TopKMask, [](const CpuCall &c) {
+    return cpu::topkMask(c.in[0], c.inst.attrs_as_TopKAttrs()->k(), c.out[0]);
+  });
+  math(t, O::MoeDispatch,
+       [](const CpuCall &c) { return cpu::moeDispatch(c.in[0], c.in[1], c.out[0]); });
+  math(t, O::MoeCombine,
+       [](const CpuCall &c) { return cpu::moeCombine(c.in[0], c.in[1], c.out[0]); });
+  math(t, O::MoeMatmul, [](const CpuCall &c) {
+    return cpu::moeMatmul(c.in[0], c.in[1], c.in[2],
+                          c.inst.attrs_as_MoeMatmulAttrs()->transpose_weight(), c.out[0]);
+  });
+  math(t, O::MoeRowDot,
+       [](const CpuCall &c) { return cpu::moeRowDot(c.in[0], c.in[1], c.in[2], c.out[0]); });
+  math(t, O::MoeMatmulWeightGrad, [](const CpuCall &c) {
+    return cpu::moeMatmulWeightGrad(c.in[0], c.in[1], c.in[2], c.out[0]);
+  });
   storage(t, O::Pad, [](const CpuCall &c) {
     const fb::PadAttrs *a = c.inst.attrs_as_PadAttrs();
     return cpu::pad(c.in[0], spanOf(a->low()), spanOf(a->high()), spanOf(a->interior()), c.out[0]);

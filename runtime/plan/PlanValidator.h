@@ -148,6 +148,8 @@ private:
   Status p2pAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
   /// CumSumAttrs and ScatterAttrs: the axis is in range (ScatterND's is 0).
   Status indexAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
+  /// TopKAttrs: k in [1, the input's last dim]; MoeMatmulAttrs: nothing to check.
+  Status moeAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
   /// The attribute tables of the training opcodes (and Dropout's shard fields).
   Status trainingAttrs(const megac::plan::Instruction &inst, size_t i, size_t inRank);
 

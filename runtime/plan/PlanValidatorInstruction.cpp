@@ -134,6 +134,9 @@ PlanValidator::AttrsCheck PlanValidator::attrsCheck(fb::Attrs attrs) {
   case fb::Attrs::CumSumAttrs:
   case fb::Attrs::ScatterAttrs:
     return &PlanValidator::indexAttrs;
+  case fb::Attrs::TopKAttrs:
+  case fb::Attrs::MoeMatmulAttrs:
+    return &PlanValidator::moeAttrs;
   }
   return nullptr;
 }
@@ -182,6 +185,18 @@ Status PlanValidator::indexAttrs(const fb::Instruction &inst, size_t i, size_t i
   if (inst.op() == fb::Opcode::ScatterND && axis != 0)
     return instError(i, "ScatterND's axis must be 0, not " + std::to_string(axis));
   return axisInRange(i, axis, inRank, "the input");
+}
+
+Status PlanValidator::moeAttrs(const fb::Instruction &inst, size_t i, size_t inRank) {
+  const fb::TopKAttrs *a = inst.attrs_as_TopKAttrs();
+  if (!a)
+    return Status::ok(); // MoeMatmulAttrs: a flag
+  const auto *shape = buffer(inst.inputs()->Get(0)).shape();
+  int64_t n = inRank ? shape->Get(static_cast<flatbuffers::uoffset_t>(inRank - 1)) : 0;
+  if (a->k() < 1 || a->k() > n)
+    return instError(i, "TopKMask's k = " + std::to_string(a->k()) + " must be in [1, " +
+                            std::to_string(n) + "] (the input's last dim)");
+  return Status::ok();
 }
 
 Status PlanValidator::reduceAttrs(const fb::Instruction &inst, size_t i, size_t inRank) {

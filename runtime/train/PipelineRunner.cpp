@@ -330,6 +330,8 @@ Status Runner::forward(int64_t c, int64_t m) {
   ASSIGN_OR_RETURN(HostTensor loss, executor_.output("loss"));
   ASSIGN_OR_RETURN(double value, sumAsDouble(loss));
   loss_ += value;
+  if (run_.afterLastForward)
+    RETURN_IF_ERROR(run_.afterLastForward());
   return Status::ok();
 }
 

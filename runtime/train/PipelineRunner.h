@@ -33,6 +33,9 @@ struct PipelineRun {
   /// than act.*, grad.act.* and stash.*, when the micro-batch differs from the last one set
   /// (inputs persist in the executor). May be empty when the caller set them once for all.
   std::function<Status(int64_t microBatch)> setDataInputs;
+  /// Called after each forward step of the last chunk (its outputs, such as the loss and the MoE
+  /// metrics, are readable then). May be empty.
+  std::function<Status()> afterLastForward;
   /// While it records: each step on the pipeline lane, named "F3 c1" (schedule::stepLabel) like
   /// the planned timeline. Null: no tracing.
   runtime::Trace *trace = nullptr; // declared in Executor.h

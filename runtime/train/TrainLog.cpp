@@ -24,6 +24,35 @@ std::string format(const char *fmt, double value) {
   return buf;
 }
 
+std::string moeJson(const StepRecord &r) {
+  if (!r.moe)
+    return "";
+  std::string load;
+  for (const std::vector<double> &layer : r.moe->load) {
+    std::string row;
+    for (double v : layer)
+      row += (row.empty() ? "" : ", ") + number(v);
+    load += (load.empty() ? "[" : ", [") + row + "]";
+  }
+  return ", \"moe_aux_loss\": " + number(r.moe->auxLoss) +
+         ", \"moe_dropped\": " + number(r.moe->dropped) + ", \"moe_load\": [" + load + "]";
+}
+
+/// The busiest expert's load over the mean load, in the worst layer (1 = perfectly balanced).
+double worstImbalance(const StepRecord::Moe &moe) {
+  double worst = 0;
+  for (const std::vector<double> &layer : moe.load) {
+    double total = 0, most = 0;
+    for (double v : layer) {
+      total += v;
+      most = std::max(most, v);
+    }
+    if (total > 0)
+      worst = std::max(worst, most * double(layer.size()) / total);
+  }
+  return worst;
+}
+
 } // namespace
 
 std::string stepRecordJson(const StepRecord &r) {
@@ -33,7 +62,7 @@ std::string stepRecordJson(const StepRecord &r) {
          ", \"skipped\": " + (r.skipped ? "true" : "false") +
          ", \"tokens\": " + std::to_string(r.tokens) +
          ", \"tokens_per_s\": " + number(r.tokensPerSecond()) +
-         ", \"step_time_s\": " + number(r.stepSeconds) + "}";
+         ", \"step_time_s\": " + number(r.stepSeconds) + moeJson(r) + "}";
 }
 
 std::optional<StepRecord> LogInterval::add(const StepRecord &record, int64_t every,
@@ -62,6 +91,10 @@ std::string stepLogLine(const StepRecord &r, int64_t totalSteps) {
     line += " | loss_scale " + format("%g", r.lossScale);
   if (r.skipped)
     line += " | skipped";
+  if (r.moe)
+    line += " | aux " + format("%.3e", r.moe->auxLoss) + " | dropped " +
+            format("%.0f", r.moe->dropped) + " | load max/mean " +
+            format("%.2f", worstImbalance(*r.moe));
   return line;
 }
 

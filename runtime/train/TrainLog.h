@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace megac::runtime::train {
 
@@ -20,12 +21,22 @@ struct StepRecord {
   bool skipped = false; // the optimizer step was skipped (overflow under loss scaling)
   int64_t tokens = 0;   // input tokens processed (global batch x sequence)
   double stepSeconds = 0;
+  /// Mixture of experts (docs/moe.md), when the model has MoE layers: per layer and expert the
+  /// (token, choice) assignments routed over the global batch, those dropped by capacity, and
+  /// the auxiliary loss terms added to the objective (`loss` excludes them).
+  struct Moe {
+    std::vector<std::vector<double>> load;
+    double dropped = 0;
+    double auxLoss = 0;
+  };
+  std::optional<Moe> moe;
 
   double tokensPerSecond() const { return stepSeconds > 0 ? tokens / stepSeconds : 0; }
 };
 
 /// {"step": 1, "loss": ..., "lr": ..., "grad_norm": ..., "loss_scale": 1, "skipped": false,
-/// "tokens": ..., "tokens_per_s": ..., "step_time_s": ...} on one line, no newline. Numbers
+/// "tokens": ..., "tokens_per_s": ..., "step_time_s": ...[, "moe_aux_loss": ..., "moe_dropped": ...,
+/// "moe_load": [[...] per layer]]} on one line, no newline. Numbers
 /// round-trip (%.17g); a non-finite one is written as null (JSON has no NaN).
 std::string stepRecordJson(const StepRecord &record);
 
@@ -41,7 +52,9 @@ private:
   double loss_ = 0, seconds_ = 0, tokens_ = 0;
 };
 
-/// "step 3/20 | loss 4.8512 | lr 1.00e-03 | grad_norm 1.234 | 12.3 ms/step | 10400 tok/s"
+/// "step 3/20 | loss 4.8512 | lr 1.00e-03 | grad_norm 1.234 | 12.3 ms/step | 10400 tok/s"; MoE
+/// models add "| aux 1.2e-02 | dropped 0 | load max/mean 1.31" (the busiest expert's share over
+/// the mean, worst layer).
 std::string stepLogLine(const StepRecord &record, int64_t totalSteps);
 /// "step 3/20 [=====>      ] loss 4.8512 | 10400 tok/s | ETA 1m05s": for a terminal line.
 std::string progressLine(const StepRecord &record, int64_t totalSteps, double etaSeconds);

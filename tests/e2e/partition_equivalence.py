@@ -42,6 +42,7 @@ usage: partition_equivalence.py --megac build/bin/megac --workdir DIR
   groups: quick (CI subset), grid (every (tp, pp, dp) in {1,2,4}^3 with 1 < tp*pp*dp <= 8),
           features (sequence parallel, ZeRO-1, vpp, recompute, accumulation, gpipe), bert, onnx,
           models (untied head, vocab not divisible by tp, ffn 24 + tanh GELU, T5, Llama),
+          moe (Mixtral, dropless and capacity factor 1, with the load-balancing loss),
           mixed (bf16 and fp16 layouts against the 1-rank run of the same precision).
   --full runs every group. Default: --quick.
 Prints one table row per (layout, precision): max relative loss / grad_norm difference, the
@@ -237,6 +238,15 @@ LLAMA_MQA = dict(name="llama-mqa",
 LLAMA_KV2 = dict(name="llama-kv2",
                  spec=f"llama:layers=2,hidden=32,heads=8,kv_heads=2,ffn=24,seq={SEQ},vocab={VOCAB}",
                  layers=2, vocab=VOCAB)
+# Mixture of experts (issue 21, docs/moe.md): Mixtral with 4 experts, 2 per token, dropless and
+# with capacity factor 1 (tokens dropped per sequence in position order), the load-balancing loss
+# at its default coefficient 0.01 in the objective.
+MIXTRAL = dict(name="mixtral",
+               spec=f"mixtral:layers=2,hidden=16,heads=4,kv_heads=2,experts=4,topk=2,ffn=24,"
+                    f"seq={SEQ},vocab={VOCAB}",
+               layers=2, vocab=VOCAB)
+MIXTRAL_CAPACITY = dict(name="mixtral-capacity", spec=MIXTRAL["spec"] + ",capacity=1",
+                        layers=2, vocab=VOCAB)
 T5 = dict(name="t5", spec=f"t5:layers=2,hidden=16,heads=4,seq=4,dec_seq=4,vocab={VOCAB}",
           layers=4, vocab=VOCAB)
 
@@ -258,7 +268,9 @@ def plan(groups):
                   (GPT, CONTROL, ("fp64",)),
                   (LLAMA, Layout(tp=2, pp=2, dp=2, sp=True), ("fp64",)),
                   (LLAMA_MQA, Layout(tp=2), ("fp64",)),
-                  (LLAMA_KV2, Layout(tp=4), ("fp64",))]
+                  (LLAMA_KV2, Layout(tp=4), ("fp64",)),
+                  (MIXTRAL, Layout(tp=2, pp=2, dp=2, sp=True), ("fp64",)),
+                  (MIXTRAL_CAPACITY, Layout(tp=2, dp=2, sp=True), ("fp64",))]
     if "grid" in groups:
         cases += [(GPT, layout, ("fp64", "fp32")) for layout in grid_layouts(GPT["layers"])]
     if "features" in groups:
@@ -290,6 +302,15 @@ def plan(groups):
                   for layout in (Layout(tp=4), Layout(tp=2, dp=2, sp=True),
                                  Layout(tp=2, pp=2, dp=2, zero=1))]
         cases += [(LLAMA_KV2, layout, ("fp64",)) for layout in (Layout(tp=4, sp=True),)]
+    if "moe" in groups:
+        cases += [(MIXTRAL, layout, ("fp64", "fp32"))
+                  for layout in (Layout(tp=2), Layout(pp=2), Layout(dp=2), Layout(dp=4),
+                                 Layout(tp=2, sp=True), Layout(dp=2, zero=1),
+                                 Layout(tp=2, pp=2, dp=2), Layout(pp=2, vpp=2),
+                                 Layout(tp=2, dp=2, recompute="full"))]
+        cases += [(MIXTRAL_CAPACITY, layout, ("fp64",))
+                  for layout in (Layout(dp=2), Layout(tp=2, sp=True), Layout(pp=2),
+                                 Layout(tp=2, pp=2, dp=2, zero=1))]
     if "mixed" in groups:
         for precision in ("bf16", "fp16"):
             cases += [(GPT, layout, (precision,))
@@ -498,14 +519,15 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--full", action="store_true")
     parser.add_argument("--group", action="append", default=[],
-                        choices=["quick", "grid", "features", "bert", "onnx", "models", "mixed"])
+                        choices=["quick", "grid", "features", "bert", "onnx", "models", "moe",
+                                 "mixed"])
     parser.add_argument("--only", help="run only the layouts whose name contains this")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per megac run")
     args = parser.parse_args()
 
     groups = set(args.group)
     if args.full:
-        groups |= {"quick", "grid", "features", "bert", "onnx", "models", "mixed"}
+        groups |= {"quick", "grid", "features", "bert", "onnx", "models", "moe", "mixed"}
     if args.quick or not groups:
         groups.add("quick")
 
@@ -536,7 +558,8 @@ def main():
         except ImportError as e:
             skipped.append(f"onnx: torch/onnx not importable ({e})")
             cases = [c for c in cases if c[0]["name"] != "onnx"]
-    for m in (GPT, BERT, GPT_UNTIED, GPT_V30, GPT_FFN, GPT_H12, T5, LLAMA, LLAMA_MQA, LLAMA_KV2):
+    for m in (GPT, BERT, GPT_UNTIED, GPT_V30, GPT_FFN, GPT_H12, T5, LLAMA, LLAMA_MQA, LLAMA_KV2,
+              MIXTRAL, MIXTRAL_CAPACITY):
         model_args[m["name"]] = ["--model", m["spec"]]
 
     references = {}

@@ -91,6 +91,7 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--lr-schedule constant|cosine] [--warmup-steps W] [--min-lr Y]
                    [--adam-beta1 0.9] [--adam-beta2 0.999] [--adam-eps 1e-8]
                    [--weight-decay 0.01] [--clip-grad 0] [--seed 0]
+                   [--moe-aux-loss-coeff 0.01] [--moe-z-loss-coeff 0]
                    [--precision fp32|fp64|bf16|fp16] [--initial-loss-scale 65536]
                    [--loss-scale-window 1000] [--hysteresis 2] [--min-loss-scale 1]
                    [--log-json FILE] [--log-interval N] [--logits NAME]

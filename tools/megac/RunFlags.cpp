@@ -45,6 +45,8 @@ void RunFlags::declare(Flags &f) {
   f.number("--adam-eps", c.training.eps, positive, "a number > 0");
   f.number("--weight-decay", c.training.weightDecay, nonNegative, "a number >= 0");
   f.number("--clip-grad", c.training.clipGrad, nonNegative, "a number >= 0 (0: no clipping)");
+  f.number("--moe-aux-loss-coeff", c.training.moeAuxLossCoeff, nonNegative, "a number >= 0");
+  f.number("--moe-z-loss-coeff", c.training.moeZLossCoeff, nonNegative, "a number >= 0");
   f.text("--seed", seed, "N").choice("--precision", precision, {"fp32", "fp64", "bf16", "fp16"});
   f.number("--initial-loss-scale", c.scaler.initialScale, positive, "a number > 0");
   f.number("--min-loss-scale", c.scaler.minScale, positive, "a number > 0");

@@ -77,10 +77,12 @@ std::string str(Range r) {
   return "[" + std::to_string(r.min) + ", " + (r.max < 0 ? "any" : std::to_string(r.max)) + "]";
 }
 
-/// The mega ops that become no instruction: constants become constant buffers, reshape and
-/// copy_to_shards alias their input's bytes, reshard is lowered by spmdize before codegen.
+/// The mega ops that become no instruction: constants become constant buffers, reshape,
+/// copy_to_shards and add_aux_loss alias their input's bytes, reshard is lowered by spmdize
+/// before codegen.
 const std::set<std::string> kNotInstructions = {"mega.constant", "mega.reshape",
-                                                "mega.copy_to_shards", "mega.reshard"};
+                                                "mega.copy_to_shards", "mega.reshard",
+                                                "mega.add_aux_loss"};
 
 } // namespace
 

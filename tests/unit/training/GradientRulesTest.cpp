@@ -307,6 +307,10 @@ std::vector<RuleCase> shapeCases() {
   };
 }
 
+const std::string kMoeMask =
+    "  %mask = mega.constant dense<[[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0], "
+    "[1.0, 0.0, 0.0, 1.0]]> : tensor<3x4xf64>\n";
+
 std::vector<RuleCase> coarseCases() {
   return {
       {"linear",
@@ -371,12 +375,108 @@ std::vector<RuleCase> coarseCases() {
        "  %out = mega.cross_entropy %z, %labels {ignore_index = -100 : i64} : "
        "tensor<2x3x5xf64>, tensor<2x3xi64> -> tensor<2x3xf64>",
        "tensor<2x3xf64>"},
+      // Mixture of experts: routing weights w = wp * mask keep their zeros under perturbation
+      // (an entry's activity is fixed); 3 tokens, 4 experts, 2 per token.
+      {"moe_dispatch",
+       {"%x: tensor<3x2xf64>", "%wp: tensor<3x4xf64>"},
+       kMoeMask + "  %w = mega.mul %wp, %mask : tensor<3x4xf64>\n"
+       "  %out = mega.moe_dispatch %x, %w : (tensor<3x2xf64>, tensor<3x4xf64>) -> "
+       "tensor<4x3x2xf64>",
+       "tensor<4x3x2xf64>"},
+      {"moe_dispatch_two_token_dims",
+       {"%x: tensor<1x3x2xf64>", "%wp: tensor<1x3x4xf64>"},
+       "  %mask = mega.constant dense<[[[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0], "
+       "[1.0, 0.0, 0.0, 1.0]]]> : tensor<1x3x4xf64>\n"
+       "  %w = mega.mul %wp, %mask : tensor<1x3x4xf64>\n"
+       "  %out = mega.moe_dispatch %x, %w : (tensor<1x3x2xf64>, tensor<1x3x4xf64>) -> "
+       "tensor<4x1x3x2xf64>",
+       "tensor<4x1x3x2xf64>"},
+      {"moe_combine",
+       {"%y: tensor<4x3x2xf64>", "%wp: tensor<3x4xf64>"},
+       kMoeMask + "  %w = mega.mul %wp, %mask : tensor<3x4xf64>\n"
+       "  %out = mega.moe_combine %y, %w : (tensor<4x3x2xf64>, tensor<3x4xf64>) -> "
+       "tensor<3x2xf64>",
+       "tensor<3x2xf64>"},
+      {"moe_matmul",
+       {"%x: tensor<4x3x2xf64>", "%W: tensor<4x5x2xf64>"},
+       kMoeMask + "  %out = mega.moe_matmul %x, %W, %mask topk 2 : (tensor<4x3x2xf64>, "
+       "tensor<4x5x2xf64>, tensor<3x4xf64>) -> tensor<4x3x5xf64>",
+       "tensor<4x3x5xf64>"},
+      {"moe_matmul_transposed",
+       {"%x: tensor<4x3x2xf64>", "%W: tensor<4x2x5xf64>"},
+       kMoeMask + "  %out = mega.moe_matmul %x, %W, %mask topk 2 {transpose_weight = true} : "
+       "(tensor<4x3x2xf64>, tensor<4x2x5xf64>, tensor<3x4xf64>) -> tensor<4x3x5xf64>",
+       "tensor<4x3x5xf64>"},
+      // The choice has no gradient; what it selects does.
+      {"topk_mask",
+       {"%x: tensor<3x4xf64>"},
+       "  %m = mega.topk_mask %x k 2 : tensor<3x4xf64>\n"
+       "  %out = mega.mul %m, %x : tensor<3x4xf64>",
+       "tensor<3x4xf64>"},
+      // A constant aux term: identity on the input (its seeding: AuxLossJoinsTheObjective).
+      {"add_aux_loss",
+       {kX},
+       "  %a = mega.constant dense<0.5> : tensor<f64>\n"
+       "  %out = mega.add_aux_loss %x, %a : tensor<2x3xf64>, tensor<f64>",
+       kT23},
+      // A whole MoE layer: router softmax, top-2, renormalised gates, dispatch, one expert
+      // matrix per expert, combine: the gradient reaches the router logits through the gates.
+      {"moe_layer",
+       {"%x: tensor<3x2xf64>", "%l: tensor<3x4xf64>", "%W: tensor<4x5x2xf64>"},
+       "  %p = mega.softmax %l axis -1 : tensor<3x4xf64>\n"
+       "  %m = mega.topk_mask %p k 2 : tensor<3x4xf64>\n"
+       "  %c = mega.mul %p, %m : tensor<3x4xf64>\n"
+       "  %s = mega.reduce sum %c over [1] keep_dims : tensor<3x4xf64> -> tensor<3x1xf64>\n"
+       "  %sb = mega.broadcast %s : tensor<3x1xf64> -> tensor<3x4xf64>\n"
+       "  %g = mega.div %c, %sb : tensor<3x4xf64>\n"
+       "  %d = mega.moe_dispatch %x, %m : (tensor<3x2xf64>, tensor<3x4xf64>) -> "
+       "tensor<4x3x2xf64>\n"
+       "  %h = mega.moe_matmul %d, %W, %m topk 2 : (tensor<4x3x2xf64>, tensor<4x5x2xf64>, "
+       "tensor<3x4xf64>) -> tensor<4x3x5xf64>\n"
+       "  %out = mega.moe_combine %h, %g : (tensor<4x3x5xf64>, tensor<3x4xf64>) -> "
+       "tensor<3x5xf64>",
+       "tensor<3x5xf64>"},
       {"dropout",
        {"%x: tensor<4x5xf64>"},
        "  %seed = mega.constant dense<7> : tensor<i64>\n"
        "  %out = mega.dropout %x, %seed ratio 3.0e-01 stream 2 : tensor<4x5xf64>, tensor<i64>",
        "tensor<4x5xf64>"},
   };
+}
+
+// mega.add_aux_loss adds its scalar to the objective where it stands: the gradient the step
+// accumulates is that of loss + aux (Megatron's MoEAuxLossAutoScaler), though only the loss is
+// the seeded output; the "total" output spells the objective out for the differences.
+TEST(GradientRules, AuxLossJoinsTheObjective) {
+  Harness harness;
+  const std::string ir = R"(
+func.func @forward_backward(%x: tensor<2x3xf64> {mega.param = "x"})
+    -> (tensor<f64> {mega.output = "loss"}, tensor<f64> {mega.output = "total"}) {
+  %sq = mega.mul %x, %x : tensor<2x3xf64>
+  %e = mega.exp %x : tensor<2x3xf64>
+  %t = mega.mul %sq, %e : tensor<2x3xf64>
+  %a = mega.reduce sum %t over [0, 1] : tensor<2x3xf64> -> tensor<f64>
+  %y = mega.add_aux_loss %x, %a : tensor<2x3xf64>, tensor<f64>
+  %w = mega.constant dense<[[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]]> : tensor<2x3xf64>
+  %p = mega.mul %y, %w : tensor<2x3xf64>
+  %l = mega.reduce sum %p over [0, 1] : tensor<2x3xf64> -> tensor<f64>
+  %total = mega.add %l, %a : tensor<f64>
+  return %l, %total : tensor<f64>, tensor<f64>
+}
+)";
+  auto module = harness.parse(ir);
+  ASSERT_TRUE(module);
+  ASSERT_TRUE(harness.runPasses(
+      *module, [](mlir::PassManager &pm) { pm.addPass(passes::createTrainingAutodiff()); }))
+      << harness.diagnostics();
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  auto fb = module->lookupSymbol<mlir::func::FuncOp>("forward_backward");
+  ASSERT_TRUE(fb);
+  TensorMap weights = sampleParameters(fb, [&] { return unit(rng); });
+  Compiled compiled = harness.compile(*module, weights);
+  ASSERT_TRUE(compiled.executor);
+  expectGradientsMatchDifferences(*compiled.executor, 1e-5, 1e-6, "forward_backward", "total");
 }
 
 // A new differentiable op needs a case above: every op with a rule appears in some case.
@@ -399,7 +499,7 @@ TEST(GradientRules, EveryRuleHasACase) {
     EXPECT_NE(all.find(" " + op.getStringRef().str() + " "), std::string::npos)
         << op.getStringRef().str() << " has a gradient rule but no finite-difference case";
   }
-  EXPECT_EQ(rules, 44);
+  EXPECT_EQ(rules, 49);
 }
 
 INSTANTIATE_TEST_SUITE_P(Elementwise, GradientRule, ::testing::ValuesIn(elementwiseCases()),

@@ -1,0 +1,144 @@
+// Verifiers, result-shape inference and costs of the mixture-of-experts ops (ir/MegaMoeOps.td).
+#include "ir/MegaCost.h"
+#include "ir/MegaOps.h"
+#include "ir/ShapeRules.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+
+using namespace mlir;
+using namespace mega;
+
+namespace {
+
+shape::Dims dimsOf(Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  return {t.getShape().data(), t.getShape().size()};
+}
+
+Type elementOf(Value v) { return cast<RankedTensorType>(v.getType()).getElementType(); }
+
+bool allRanked(ValueRange values) {
+  return llvm::all_of(values, [](Value v) { return v && isa<RankedTensorType>(v.getType()); });
+}
+
+/// The inferred type of an MoE op: the rule's shape in the first operand's element type, which
+/// every operand must share.
+LogicalResult inferMoe(std::optional<Location> loc, ValueRange operands, const char *op,
+                       const std::function<shape::Result()> &rule, SmallVectorImpl<Type> &out) {
+  if (!allRanked(operands))
+    return emitOptionalError(loc, "operands must be ranked tensors");
+  Type element = elementOf(operands.front());
+  for (Value v : operands)
+    if (elementOf(v) != element)
+      return emitOptionalError(loc, op, " operands must share one element type; cast first");
+  shape::Result r = rule();
+  if (!r.ok())
+    return emitOptionalError(loc, r.error);
+  out.push_back(RankedTensorType::get(r.shape, element));
+  return success();
+}
+
+/// Tokens routed by `weights [t..., E]`: the product of its leading dims.
+int64_t tokensOf(Value weights) {
+  auto t = cast<RankedTensorType>(weights.getType());
+  return t.getNumElements() / std::max<int64_t>(1, t.getShape().back());
+}
+
+int64_t elems(Value v) { return cost::numElements(v.getType()); }
+
+} // namespace
+
+LogicalResult TopKMaskOp::verify() {
+  auto type = getInput().getType();
+  if (type.getRank() < 1)
+    return emitOpError() << "needs a last dim to choose from";
+  int64_t n = type.getShape().back(), k = static_cast<int64_t>(getK());
+  if (k < 1 || k > n)
+    return emitOpError() << "k = " << k << " must be in [1, " << n
+                         << "] (the size of the last dim)";
+  return success();
+}
+int64_t TopKMaskOp::getFlops() { return elems(getInput()); }
+
+LogicalResult MoeDispatchOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                              Adaptor a, SmallVectorImpl<Type> &out) {
+  Value input = a.getInput(), weights = a.getWeights();
+  return inferMoe(loc, {input, weights}, "moe_dispatch",
+                  [&] { return shape::moeDispatch(dimsOf(input), dimsOf(weights)); }, out);
+}
+LogicalResult MoeDispatchOp::verify() { return success(); }
+int64_t MoeDispatchOp::getFlops() { return elems(getInput()); }
+
+LogicalResult MoeCombineOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                             Adaptor a, SmallVectorImpl<Type> &out) {
+  Value input = a.getInput(), weights = a.getWeights();
+  return inferMoe(loc, {input, weights}, "moe_combine",
+                  [&] { return shape::moeCombine(dimsOf(input), dimsOf(weights)); }, out);
+}
+LogicalResult MoeCombineOp::verify() { return success(); }
+int64_t MoeCombineOp::getFlops() { return 2 * elems(getInput()); }
+
+LogicalResult MoeMatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor a, SmallVectorImpl<Type> &out) {
+  Value input = a.getInput(), weight = a.getWeight(), weights = a.getWeights();
+  bool transposed = a.getTransposeWeight();
+  return inferMoe(loc, {input, weight, weights}, "moe_matmul",
+                  [&] {
+                    return shape::moeMatmul(dimsOf(input), dimsOf(weight), dimsOf(weights),
+                                            transposed);
+                  },
+                  out);
+}
+LogicalResult MoeMatmulOp::verify() {
+  int64_t experts = getWeight().getType().getShape()[0];
+  auto topk = static_cast<int64_t>(getTopk());
+  if (topk < 1 || topk > experts)
+    return emitOpError() << "topk = " << topk << " must be in [1, " << experts << "]";
+  return success();
+}
+int64_t MoeMatmulOp::getMatmulFlops() {
+  ArrayRef<int64_t> w = getWeight().getType().getShape();
+  return 2 * tokensOf(getWeights()) * static_cast<int64_t>(getTopk()) * w[1] * w[2];
+}
+int64_t MoeMatmulOp::getFlops() { return getMatmulFlops(); }
+
+LogicalResult AddAuxLossOp::verify() {
+  if (getAux().getType().getRank() != 0)
+    return emitOpError() << "aux must be a scalar (0-d), not " << getAux().getType();
+  return success();
+}
+int64_t AddAuxLossOp::getFlops() { return 0; }
+
+LogicalResult MoeRowDotOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                            Adaptor a, SmallVectorImpl<Type> &out) {
+  Value input = a.getInput(), other = a.getOther(), weights = a.getWeights();
+  return inferMoe(loc, {input, other, weights}, "moe_row_dot",
+                  [&] {
+                    return shape::moeRowDot(dimsOf(input), dimsOf(other), dimsOf(weights));
+                  },
+                  out);
+}
+LogicalResult MoeRowDotOp::verify() { return success(); }
+int64_t MoeRowDotOp::getFlops() { return 2 * elems(getInput()); }
+
+LogicalResult MoeMatmulWeightGradOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
+                                                      Adaptor a, SmallVectorImpl<Type> &out) {
+  Value lhs = a.getLhs(), rhs = a.getRhs(), weights = a.getWeights();
+  return inferMoe(loc, {lhs, rhs, weights}, "moe_matmul_weight_grad",
+                  [&] {
+                    return shape::moeMatmulWeightGrad(dimsOf(lhs), dimsOf(rhs), dimsOf(weights));
+                  },
+                  out);
+}
+LogicalResult MoeMatmulWeightGradOp::verify() {
+  int64_t experts = getLhs().getType().getShape()[0];
+  auto topk = static_cast<int64_t>(getTopk());
+  if (topk < 1 || topk > experts)
+    return emitOpError() << "topk = " << topk << " must be in [1, " << experts << "]";
+  return success();
+}
+int64_t MoeMatmulWeightGradOp::getMatmulFlops() {
+  ArrayRef<int64_t> r = getResult().getType().getShape();
+  return 2 * tokensOf(getWeights()) * static_cast<int64_t>(getTopk()) * r[1] * r[2];
+}
+int64_t MoeMatmulWeightGradOp::getFlops() { return getMatmulFlops(); }

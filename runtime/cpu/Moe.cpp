@@ -1,0 +1,197 @@
+// CPU reference kernels of the mixture-of-experts opcodes (plan.fbs TopKMask ... 
+// MoeMatmulWeightGrad): routing weights w [T, E] (leading token dims flattened), routed tensors
+// [E, T, f]; (t, e) is active where w[t, e] != 0. Each expert's GEMM runs on its active rows
+// only, packed in token order, so the work follows the real per-expert counts. Every sum runs in
+// a fixed order (experts ascending, tokens ascending): results are bit-identical run to run.
+#include "runtime/cpu/AttentionUtil.h"
+#include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/ShapeChecks.h"
+
+#include <climits>
+#include <vector>
+
+namespace megac::runtime::cpu {
+
+using namespace detail;
+
+namespace {
+
+/// The active tokens of expert e, ascending.
+template <typename T> std::vector<int64_t> activeRows(const T *w, const MoeGeometry &g, int64_t e) {
+  std::vector<int64_t> rows;
+  for (int64_t t = 0; t < g.tokens; ++t)
+    if (w[t * g.experts + e] != T(0))
+      rows.push_back(t);
+  return rows;
+}
+
+/// BLAS takes int dimensions.
+Status checkBlasDims(const char *op, int64_t m, int64_t n, int64_t k) {
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+    return fail(op, "a matrix dimension exceeds the BLAS int range (m=" + std::to_string(m) +
+                        ", n=" + std::to_string(n) + ", k=" + std::to_string(k) + ")");
+  return Status::ok();
+}
+
+/// Whether x ranks above y in a top-k choice: larger first, NaN last.
+template <typename T> bool ranksAbove(T x, T y) {
+  if (x != x)
+    return false;
+  if (y != y)
+    return true;
+  return x > y;
+}
+
+} // namespace
+
+Status topkMask(const TensorRef &x, int64_t k, const TensorRef &out) {
+  ASSIGN_OR_RETURN(int64_t n, checkTopKMask(x, k, out));
+  return dispatchFloat("TopKMask", x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *in = x.as<const T>();
+    T *o = out.as<T>();
+    int64_t rows = n ? x.numElements() / n : 0;
+    std::vector<int64_t> order(n);
+    for (int64_t r = 0; r < rows; ++r) {
+      const T *row = in + r * n;
+      for (int64_t i = 0; i < n; ++i)
+        order[i] = i;
+      // Stable: among equal values the lower index stays first.
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return ranksAbove(row[a], row[b]); });
+      T *dst = o + r * n;
+      std::fill(dst, dst + n, T(0));
+      for (int64_t i = 0; i < k; ++i)
+        dst[order[i]] = T(1);
+    }
+    return Status::ok();
+  });
+}
+
+Status moeDispatch(const TensorRef &x, const TensorRef &w, const TensorRef &out) {
+  ASSIGN_OR_RETURN(MoeGeometry g, checkMoe(MoeKernel::dispatch, x, nullptr, w, false, out));
+  return dispatchFloat("MoeDispatch", x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *in = x.as<const T>(), *wt = w.as<const T>();
+    T *o = out.as<T>();
+    for (int64_t e = 0; e < g.experts; ++e)
+      for (int64_t t = 0; t < g.tokens; ++t) {
+        T scale = wt[t * g.experts + e];
+        T *dst = o + (e * g.tokens + t) * g.in;
+        const T *src = in + t * g.in;
+        for (int64_t i = 0; i < g.in; ++i)
+          dst[i] = scale != T(0) ? scale * src[i] : T(0);
+      }
+    return Status::ok();
+  });
+}
+
+Status moeCombine(const TensorRef &y, const TensorRef &w, const TensorRef &out) {
+  ASSIGN_OR_RETURN(MoeGeometry g, checkMoe(MoeKernel::combine, y, nullptr, w, false, out));
+  return dispatchFloat("MoeCombine", y.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *in = y.as<const T>(), *wt = w.as<const T>();
+    T *o = out.as<T>();
+    for (int64_t t = 0; t < g.tokens; ++t) {
+      T *dst = o + t * g.in;
+      std::fill(dst, dst + g.in, T(0));
+      for (int64_t e = 0; e < g.experts; ++e) {
+        T scale = wt[t * g.experts + e];
+        if (scale == T(0))
+          continue;
+        const T *src = in + (e * g.tokens + t) * g.in;
+        for (int64_t i = 0; i < g.in; ++i)
+          dst[i] += scale * src[i];
+      }
+    }
+    return Status::ok();
+  });
+}
+
+Status moeMatmul(const TensorRef &x, const TensorRef &weight, const TensorRef &w,
+                 bool transposeWeight, const TensorRef &out) {
+  const char *name = "MoeMatmul";
+  ASSIGN_OR_RETURN(MoeGeometry g, checkMoe(MoeKernel::matmul, x, &weight, w, transposeWeight, out));
+  RETURN_IF_ERROR(checkBlasDims(name, g.tokens, g.out, g.in));
+  return dispatchFloat(name, x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *in = x.as<const T>(), *wt = w.as<const T>(), *W = weight.as<const T>();
+    T *o = out.as<T>();
+    std::fill(o, o + g.experts * g.tokens * g.out, T(0));
+    std::vector<T> packedIn, packedOut;
+    for (int64_t e = 0; e < g.experts; ++e) {
+      std::vector<int64_t> rows = activeRows(wt, g, e);
+      int64_t n = static_cast<int64_t>(rows.size());
+      if (n == 0)
+        continue;
+      packedIn.resize(n * g.in);
+      packedOut.resize(n * g.out);
+      for (int64_t r = 0; r < n; ++r)
+        copyBytes(packedIn.data() + r * g.in, in + (e * g.tokens + rows[r]) * g.in,
+                  g.in * sizeof(T));
+      const T *We = W + e * g.in * g.out;
+      // [n, in] x W[e]^T (W[e] [out, in]) or x W[e] (W[e] [in, out]).
+      gemmStrided<T>(false, !transposeWeight, n, g.out, g.in, T(1), packedIn.data(), g.in, We,
+                     transposeWeight ? g.out : g.in, T(0), packedOut.data(), g.out);
+      for (int64_t r = 0; r < n; ++r)
+        copyBytes(o + (e * g.tokens + rows[r]) * g.out, packedOut.data() + r * g.out,
+                  g.out * sizeof(T));
+    }
+    return Status::ok();
+  });
+}
+
+Status moeRowDot(const TensorRef &y, const TensorRef &z, const TensorRef &w,
+                 const TensorRef &out) {
+  ASSIGN_OR_RETURN(MoeGeometry g, checkMoe(MoeKernel::rowDot, y, &z, w, false, out));
+  return dispatchFloat("MoeRowDot", y.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *a = y.as<const T>(), *b = z.as<const T>(), *wt = w.as<const T>();
+    T *o = out.as<T>();
+    for (int64_t t = 0; t < g.tokens; ++t)
+      for (int64_t e = 0; e < g.experts; ++e) {
+        T sum = T(0);
+        if (wt[t * g.experts + e] != T(0)) {
+          const T *ra = a + (e * g.tokens + t) * g.in, *rb = b + t * g.in;
+          for (int64_t i = 0; i < g.in; ++i)
+            sum += ra[i] * rb[i];
+        }
+        o[t * g.experts + e] = sum;
+      }
+    return Status::ok();
+  });
+}
+
+Status moeMatmulWeightGrad(const TensorRef &a, const TensorRef &b, const TensorRef &w,
+                           const TensorRef &out) {
+  const char *name = "MoeMatmulWeightGrad";
+  ASSIGN_OR_RETURN(MoeGeometry g, checkMoe(MoeKernel::weightGrad, a, &b, w, false, out));
+  RETURN_IF_ERROR(checkBlasDims(name, g.in, g.out, g.tokens));
+  return dispatchFloat(name, a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *pa = a.as<const T>(), *pb = b.as<const T>(), *wt = w.as<const T>();
+    T *o = out.as<T>();
+    std::fill(o, o + g.experts * g.in * g.out, T(0));
+    std::vector<T> packedA, packedB;
+    for (int64_t e = 0; e < g.experts; ++e) {
+      std::vector<int64_t> rows = activeRows(wt, g, e);
+      int64_t n = static_cast<int64_t>(rows.size());
+      if (n == 0)
+        continue;
+      packedA.resize(n * g.in);
+      packedB.resize(n * g.out);
+      for (int64_t r = 0; r < n; ++r) {
+        copyBytes(packedA.data() + r * g.in, pa + (e * g.tokens + rows[r]) * g.in,
+                  g.in * sizeof(T));
+        copyBytes(packedB.data() + r * g.out, pb + (e * g.tokens + rows[r]) * g.out,
+                  g.out * sizeof(T));
+      }
+      // [p, n] x [n, q]: A^T B over the active rows.
+      gemmStrided<T>(true, false, g.in, g.out, n, T(1), packedA.data(), g.in, packedB.data(),
+                     g.out, T(0), o + e * g.in * g.out, g.out);
+    }
+    return Status::ok();
+  });
+}
+
+} // namespace megac::runtime::cpu
