@@ -45,8 +45,8 @@ std::optional<Recompute> parseRecompute(std::string_view name) {
 
 std::string Layout::describe() const {
   return "tp " + std::to_string(tp) + ", pp " + std::to_string(pp) + ", dp " + std::to_string(dp) +
-         ", vpp " + std::to_string(vpp) + ", zero " + std::to_string(zero) +
-         (sequenceParallel ? ", sequence parallel" : "");
+         (ep > 1 ? ", ep " + std::to_string(ep) : "") + ", vpp " + std::to_string(vpp) +
+         ", zero " + std::to_string(zero) + (sequenceParallel ? ", sequence parallel" : "");
 }
 
 } // namespace megac

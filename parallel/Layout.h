@@ -36,6 +36,9 @@ struct Layout {
   int64_t tp = 1;
   int64_t pp = 1;
   int64_t dp = 1;
+  /// Expert parallelism (docs/moe.md), carved out of dp as Megatron does: ep divides dp; the
+  /// experts of each MoE layer are split over ep ranks, the tokens stay split over all dp.
+  int64_t ep = 1;
   /// Virtual pipeline stages (model chunks) per pipeline rank: interleaved 1F1B when > 1.
   int64_t vpp = 1;
   /// Samples per micro-batch on each data-parallel rank (Megatron's --micro-batch-size).
