@@ -36,9 +36,6 @@ struct Layout {
   int64_t tp = 1;
   int64_t pp = 1;
   int64_t dp = 1;
-  /// Expert parallelism (docs/moe.md), carved out of dp as Megatron does: ep divides dp; the
-  /// experts of each MoE layer are split over ep ranks, the tokens stay split over all dp.
-  int64_t ep = 1;
   /// Virtual pipeline stages (model chunks) per pipeline rank: interleaved 1F1B when > 1.
   int64_t vpp = 1;
   /// Samples per micro-batch on each data-parallel rank (Megatron's --micro-batch-size).
@@ -53,6 +50,10 @@ struct Layout {
   int64_t microBatches = 1;
   /// The requested pipeline schedule (1f1b or gpipe); pipelineSchedule() is what runs.
   schedule::ScheduleKind schedule = schedule::ScheduleKind::oneFOneB;
+  /// Expert parallelism (docs/moe.md), carved out of dp as Megatron does: ep divides dp; the
+  /// experts of each MoE layer are split over ep ranks, the tokens stay split over all dp.
+  /// (Last, so that positional initializers of the fields above stay valid.)
+  int64_t ep = 1;
 
   int64_t ranks() const { return tp * pp * dp; }
   bool partitioned() const { return ranks() > 1; }
