@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Predicted vs measured step time for published large-model training runs.
 
-Each run in bench/published_runs.json pins the whole layout a paper (or its authors' scripts) used;
+Each run in bench/published_runs.json pins the whole layout a paper (or its authors' scripts) used
+(GPTs, and "arch": "mixtral" runs with experts, topk, kv_heads and ep);
 this calls `megac plan` with every choice pinned and compares layouts[0].step_time_s with the
 run's measured_step_seconds (the paper's figure converted with that paper's own FLOP formula).
 
@@ -27,13 +28,18 @@ missing = set()
 
 
 def plan_command(megac, run, stack):
-    model = ("gpt:layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab},ffn={ffn}"
-             .format(**run))
+    if run.get("arch") == "mixtral":  # a mixture of experts (docs/moe.md): experts, topk, ep
+        model = ("mixtral:layers={layers},hidden={hidden},heads={heads},kv_heads={kv_heads},"
+                 "experts={experts},topk={topk},ffn={ffn},seq={seq},vocab={vocab}".format(**run))
+    else:
+        model = ("gpt:layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab},"
+                 "ffn={ffn}".format(**run))
     cmd = [megac, "plan", "--model", model,
            "--cluster", "{device}:{nodes}x{gpus_per_node}".format(**run),
            "--global-batch", str(run["global_batch"])]
-    for key in ("tp", "pp", "dp", "vpp"):
-        cmd += ["--" + key, str(run[key])]
+    for key in ("tp", "pp", "dp", "ep", "vpp"):
+        if key in run:
+            cmd += ["--" + key, str(run[key])]
     cmd += ["--micro-batch", str(run["micro_batch"]), "--recompute", run["recompute"],
             "--sequence-parallel" if run["sequence_parallel"] else "--no-sequence-parallel",
             "--zero", str(run["zero"]), "--precision", run["precision"],
@@ -61,11 +67,11 @@ def plan(megac, run, stack):
             print(f"warning: {megac} has no {option} yet; planning without it", file=sys.stderr)
             missing.add(option)
             cmd = without(cmd, option)
-    if proc.returncode != 0:
-        return None, (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:]
-    try:
+    try:  # `megac plan` exits 1 when nothing fits, with the smallest layout in its JSON
         result = json.loads(proc.stdout)
     except ValueError:
+        if proc.returncode != 0:
+            return None, (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-1:]
         return None, ["unreadable JSON from megac plan"]
     if result.get("layouts"):
         return result["layouts"][0], None

@@ -37,6 +37,8 @@ std::string gib(double bytes) {
 std::string layoutText(const Layout &l) {
   std::ostringstream out;
   out << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp;
+  if (l.ep > 1)
+    out << " ep=" << l.ep;
   if (l.vpp > 1)
     out << " vpp=" << l.vpp;
   out << " mb=" << l.microBatch;
@@ -54,7 +56,7 @@ std::string candidateJson(const planner::PlanCandidate &c) {
   const planner::StepCost &s = c.cost;
   std::ostringstream out;
   out.precision(17);
-  out << "{\"tp\": " << l.tp << ", \"pp\": " << l.pp << ", \"dp\": " << l.dp
+  out << "{\"tp\": " << l.tp << ", \"pp\": " << l.pp << ", \"dp\": " << l.dp << ", \"ep\": " << l.ep
       << ", \"vpp\": " << l.vpp << ", \"micro_batch\": " << l.microBatch
       << ", \"sequence_parallel\": " << (l.sequenceParallel ? "true" : "false")
       << ", \"zero\": " << l.zero << ", \"recompute\": \"" << recomputeName(l.recompute)
@@ -65,9 +67,9 @@ std::string candidateJson(const planner::PlanCandidate &c) {
       << ", \"fits\": " << (s.fits ? "true" : "false")
       << ", \"breakdown\": {\"compute_s\": " << s.computeSeconds
       << ", \"tp_comm_s\": " << s.tpCommSeconds << ", \"pp_comm_s\": " << s.ppCommSeconds
-      << ", \"dp_comm_s\": " << s.dpCommSeconds << ", \"bubble_s\": " << s.bubbleSeconds
-      << ", \"optimizer_s\": " << s.optimizerSeconds << ", \"gemm_s\": " << s.gemmSeconds
-      << ", \"attention_s\": " << s.attentionSeconds
+      << ", \"dp_comm_s\": " << s.dpCommSeconds << ", \"ep_comm_s\": " << s.epCommSeconds
+      << ", \"bubble_s\": " << s.bubbleSeconds << ", \"optimizer_s\": " << s.optimizerSeconds
+      << ", \"gemm_s\": " << s.gemmSeconds << ", \"attention_s\": " << s.attentionSeconds
       << ", \"memory_bound_s\": " << s.memoryBoundSeconds
       << ", \"overhead_s\": " << s.overheadSeconds
       << ", \"tp_all_reduce_s\": " << s.tpAllReduceSeconds
@@ -112,6 +114,7 @@ std::string whyBetter(const planner::PlanCandidate &a, const planner::PlanCandid
   };
   Part parts[] = {{"compute", a.cost.computeSeconds, b.cost.computeSeconds},
                   {"tensor-parallel communication", a.cost.tpCommSeconds, b.cost.tpCommSeconds},
+                  {"expert-parallel all-to-all", a.cost.epCommSeconds, b.cost.epCommSeconds},
                   {"pipeline transfers", a.cost.ppCommSeconds, b.cost.ppCommSeconds},
                   {"exposed gradient reduction", a.cost.dpCommSeconds, b.cost.dpCommSeconds},
                   {"pipeline bubble", a.cost.bubbleSeconds, b.cost.bubbleSeconds},
@@ -141,6 +144,7 @@ std::string timeByClass(const planner::StepCost &c, const std::string &stack) {
                {"tp all-reduce", c.tpAllReduceSeconds},
                {"tp all-gather", c.tpAllGatherSeconds},
                {"tp reduce-scatter", c.tpReduceScatterSeconds},
+               {"ep all-to-all", c.epCommSeconds},
                {"pipeline sends", c.ppCommSeconds},
                {"dp gradient reduction (exposed)", c.dpReduceSeconds},
                {"dp parameter all-gather (exposed)", c.dpGatherSeconds},
@@ -189,10 +193,17 @@ StatusOr<LoadedModel> loadRaised(mlir::MLIRContext &ctx, const PlanSearchRequest
 
 std::string headerText(const PlanSearchRequest &r, const planner::TransformerShape &s,
                        const planner::SearchResult &result, double readSeconds) {
-  return format("%s: %s parameters, %lld blocks, hidden %lld, heads %lld, seq %lld, vocab %lld\n",
+  std::string moe;
+  if (s.experts > 0) {
+    double active = double(s.parameters) - double(s.layers) * (planner::layerParameters(s) -
+                                                               planner::activeLayerParameters(s));
+    moe = format(", %lld experts top-%lld (%s active)", (long long)s.experts, (long long)s.topk,
+                 planner::humanParams(active).c_str());
+  }
+  return format("%s: %s parameters, %lld blocks, hidden %lld, heads %lld, seq %lld, vocab %lld%s\n",
                 s.name.c_str(), planner::humanParams(double(s.parameters)).c_str(),
                 (long long)s.layers, (long long)s.hidden, (long long)s.heads, (long long)s.seq,
-                (long long)s.vocab) +
+                (long long)s.vocab, moe.c_str()) +
          format("cluster %s: %lld x %s, global batch %lld, %s, stack %s; %lld layouts evaluated "
                 "in %.3f s (model read in %.3f s)\n\n",
                 r.clusterSpec.c_str(), (long long)r.cluster.devices(),
@@ -253,6 +264,8 @@ std::string noFitText(const PlanSearchRequest &r, const planner::TransformerShap
                        x.dp /= 2;
                      })});
   }
+  if (s.experts > 0 && l.dp % (2 * l.ep) == 0 && s.experts % (2 * l.ep) == 0)
+    fixes.push_back({"--ep " + std::to_string(2 * l.ep), with([](Layout &x) { x.ep *= 2; })});
   if (l.microBatch > 1)
     fixes.push_back({"--micro-batch " + std::to_string(l.microBatch / 2),
                      with([](Layout &x) { x.microBatch /= 2; })});
@@ -270,9 +283,12 @@ std::string bestText(const PlanSearchRequest &r, const planner::SearchResult &re
   std::string out = tableText(result.best);
   const planner::StepCost &w = result.best.front().cost;
   out += format("\n#1: compute %.3f s, tp comm %.3f s, pp comm %.3f s, exposed dp comm %.3f s, "
-                "bubble %.3f s, optimizer %.3f s\n",
+                "bubble %.3f s, optimizer %.3f s",
                 w.computeSeconds, w.tpCommSeconds, w.ppCommSeconds, w.dpCommSeconds,
                 w.bubbleSeconds, w.optimizerSeconds);
+  if (w.epCommSeconds > 0)
+    out += format(", ep all-to-all %.3f s", w.epCommSeconds);
+  out += "\n";
   out += format("    memory: parameters %s, gradients %s, optimizer %s, activations %s, "
                 "workspace %s\n",
                 gib(w.parameterBytes).c_str(), gib(w.gradientBytes).c_str(),
@@ -335,6 +351,7 @@ Status confirmWinner(const PlanSearchRequest &r, const planner::TransformerShape
   options.layout = l;
   options.layout.dp = r.explain ? l.dp : 1;
   options.layout.zero = r.explain ? l.zero : 0;
+  options.layout.ep = r.explain ? l.ep : 1; // ep is carved out of dp
   int64_t microBatches = r.globalBatch / (l.microBatch * l.dp);
   options.layout.microBatches = r.explain ? microBatches : 1;
   auto start = std::chrono::steady_clock::now();
@@ -356,9 +373,10 @@ Status confirmWinner(const PlanSearchRequest &r, const planner::TransformerShape
                                uint64_t bytes) {
     if (op == "Send" || op == "Recv")
       return planner::p2pSeconds(c, stride >= c.device.devicesPerNode, double(bytes));
-    planner::Collective kind = op == "AllGather"       ? planner::Collective::allGather
-                               : op == "ReduceScatter" ? planner::Collective::reduceScatter
-                                                       : planner::Collective::allReduce;
+    planner::Collective kind = op == "AllGather"              ? planner::Collective::allGather
+                               : op == "ReduceScatter"        ? planner::Collective::reduceScatter
+                               : op.rfind("AllToAll", 0) == 0 ? planner::Collective::allToAll
+                                                              : planner::Collective::allReduce;
     // An all-gather's input is one shard; the model takes the whole buffer.
     double whole = op == "AllGather" ? double(bytes) * double(size) : double(bytes);
     return planner::collectiveSeconds(c, kind, size, stride, whole);

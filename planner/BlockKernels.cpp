@@ -6,6 +6,8 @@
 #include "planner/CostModel.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
 namespace megac::planner {
 namespace {
@@ -51,6 +53,140 @@ struct Linear {
   bool bias;
 };
 
+/// The MLP of an MoE block (docs/moe.md, "Planner"), forward and backward, on one rank for one
+/// micro-batch: the router, the dispatch of each token to its topk experts, the local experts'
+/// GEMMs on their rows, the combine; under expert parallelism the token all-to-alls (Megatron's
+/// alltoall dispatcher: dispatch and combine forward, their adjoints backward, each moving the
+/// rank's T_local·k rows of h); under Megatron's expert tensor parallelism the routed rows'
+/// all-gather and reduce-scatter over tp. Balanced routing: each expert gets T·k/E of the rows.
+struct MoeKernels {
+  const TransformerShape &s;
+  const LayerGeometry &g;
+  const StackProfile &stack;
+  int64_t t, e, h, E, k, localExperts, ffn;
+  bool split, grouped;
+  double Tr;          // tokens this rank routes (its micro-batch tokens, T/tp under SP)
+  int64_t rows;       // expert GEMM rows on this rank (all its local experts)
+  int64_t perExpert;  // rows of one local expert's GEMM
+  double routedRows;  // rows of the routed buffers its memory-bound passes touch
+  double routerBytes; // one fp32 [Tr, E] tensor
+
+  MoeKernels(const TransformerShape &shape, const LayerGeometry &geometry,
+             const StackProfile &profile)
+      : s(shape), g(geometry), stack(profile) {
+    t = g.tp;
+    e = elementBytes(g.precision);
+    h = s.hidden;
+    E = s.experts;
+    k = std::max<int64_t>(1, s.topk);
+    localExperts = std::max<int64_t>(1, E / std::max<int64_t>(1, g.ep));
+    split = stack.expertTensorParallel && t > 1;
+    grouped = stack.packedRouting;
+    int64_t fullFfn = s.ffn > 0 ? s.ffn : 4 * h;
+    ffn = split ? ceilDiv(fullFfn, t) : fullFfn;
+    int64_t T = g.microBatch * s.seq;
+    Tr = g.sequenceParallel ? double(T) / double(t) : double(T);
+    // Megatron gathers the tp group's routed rows before its tp-split experts.
+    double gathered = split && g.sequenceParallel ? double(t) : 1.0;
+    rows = int64_t(std::llround(Tr * double(k) * gathered));
+    perExpert = ceilDiv(rows, localExperts);
+    routedRows = stack.packedRouting ? double(rows) : double(E) * Tr;
+    routerBytes = Tr * double(E) * 4;
+  }
+
+  double tokenBytes(double n) const { return n * double(h) * double(e); }
+  // One GEMM per local expert (megac) or one grouped GEMM over them (Megatron).
+  void expertGemm(Builder &b, int64_t m, int64_t n, int64_t kDim) const {
+    if (grouped)
+      b.gemm(m, n, kDim, localExperts);
+    else
+      b.gemm(m, n, kDim, 1, double(localExperts));
+  }
+  int fc1Count() const { return s.gatedMlp && !grouped ? 2 : 1; }
+  int64_t fc1Width() const { return s.gatedMlp && grouped ? 2 * ffn : ffn; }
+  void exchange(Builder &b) const {
+    if (g.ep > 1)
+      b.pass->ep.push_back({Collective::allToAll, tokenBytes(Tr * double(k))});
+  }
+  void gatherRows(Builder &b, Collective kind) const {
+    if (split && g.sequenceParallel)
+      b.comm(kind, tokenBytes(double(rows)));
+  }
+
+  void forward(Builder &b) const {
+    // Router: logits, softmax (fp32), top-k mask, renormalised gates, the aux loss' sums.
+    b.gemm(int64_t(Tr), E, h);
+    b.mem(KernelClass::softmax, 2 * routerBytes);
+    b.mem(KernelClass::elementwise, 2 * routerBytes, 4);
+    b.mem(KernelClass::reduce, routerBytes, 2);
+    // Dispatch: each token copied to its experts' rows, sent to the experts' ranks.
+    b.mem(KernelClass::copy, tokenBytes(Tr + routedRows));
+    exchange(b);
+    gatherRows(b, Collective::allGather);
+    for (int i = 0; i < fc1Count(); ++i)
+      expertGemm(b, perExpert, fc1Width(), h);
+    double mlpAct = routedRows * double(ffn) * double(e);
+    if (s.gatedMlp) {
+      if (stack.elementwiseFusion || stack.fusedBiasActivation)
+        b.mem(KernelClass::silu, 3 * mlpAct);
+      else {
+        b.mem(KernelClass::silu, 2 * mlpAct);
+        b.mem(KernelClass::elementwise, 3 * mlpAct);
+      }
+    } else {
+      b.mem(KernelClass::gelu, 2 * mlpAct);
+    }
+    expertGemm(b, perExpert, h, ffn);
+    gatherRows(b, Collective::reduceScatter);
+    exchange(b);
+    // Combine: the k outputs of each token weighted by its gates.
+    b.mem(KernelClass::elementwise, tokenBytes(routedRows + Tr) + routerBytes);
+    if (split && !g.sequenceParallel) // tp-split experts without SP: partial sums all-reduced
+      b.comm(Collective::allReduce, tokenBytes(Tr));
+  }
+
+  void backward(Builder &b) const {
+    // Combine's adjoint (a dispatch of dy by the gates) and the gates' gradient (row dots).
+    b.mem(KernelClass::copy, tokenBytes(Tr + routedRows) + routerBytes);
+    b.mem(KernelClass::reduce, tokenBytes(routedRows + Tr));
+    exchange(b);
+    gatherRows(b, Collective::allGather);
+    auto linearBackward = [&](int64_t in, int64_t out) {
+      expertGemm(b, perExpert, in, out); // dx
+      expertGemm(b, out, in, perExpert); // dW, per expert
+      if (stack.transposeInstructions)
+        b.mem(KernelClass::transpose, 2.0 * double(in) * double(out) * double(e),
+              double(localExperts));
+    };
+    linearBackward(ffn, h);
+    double mlpAct = routedRows * double(ffn) * double(e);
+    if (s.gatedMlp) {
+      if (stack.elementwiseFusion || stack.name != "megac")
+        b.mem(KernelClass::elementwise, 5 * mlpAct);
+      else
+        b.mem(KernelClass::elementwise, 3 * mlpAct, 7);
+    } else {
+      b.mem(KernelClass::geluGrad, 3 * mlpAct);
+    }
+    for (int i = 0; i < fc1Count(); ++i)
+      linearBackward(h, fc1Width());
+    if (fc1Count() > 1)
+      b.mem(KernelClass::elementwise, 3 * tokenBytes(routedRows));
+    gatherRows(b, Collective::reduceScatter);
+    exchange(b);
+    // Dispatch's adjoint (each token's k row gradients summed), the router's backward, and
+    // the router's input gradient added to the experts'.
+    b.mem(KernelClass::elementwise, tokenBytes(routedRows + Tr));
+    b.mem(KernelClass::softmaxGrad, 3 * routerBytes);
+    b.mem(KernelClass::elementwise, 2 * routerBytes, 3);
+    b.gemm(int64_t(Tr), h, E);
+    b.gemm(E, h, int64_t(Tr));
+    b.mem(KernelClass::elementwise, 3 * tokenBytes(Tr));
+    if (split && !g.sequenceParallel)
+      b.comm(Collective::allReduce, tokenBytes(Tr));
+  }
+};
+
 } // namespace
 
 BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
@@ -89,6 +225,9 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
 
   BlockKernels out;
   Builder fwd{&out.forward}, bwd{&out.backward};
+  std::optional<MoeKernels> moe;
+  if (s.experts > 0)
+    moe.emplace(s, g, stack);
   auto linearForward = [&](const Linear &l) {
     // The bias rides in the GEMM (cuBLAS epilogue / addmm, megac's Linear kernel) or in the
     // next fused elementwise kernel.
@@ -218,47 +357,56 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     fwd.mem(KernelClass::broadcast, 2 * region);
   residual(fwd, false);
   fwd.mem(norm, 2 * region);
-  tpEnter(fwd, false);
-  for (const Linear &l : fc1)
-    linearForward(l);
   double mlpAct = double(T) * double(ffn) * double(e);
-  if (s.gatedMlp) {
-    if (stack.elementwiseFusion || stack.fusedBiasActivation)
-      fwd.mem(KernelClass::silu, 3 * mlpAct); // silu(gate) · up in one kernel
-    else {
-      fwd.mem(KernelClass::silu, 2 * mlpAct);
-      fwd.mem(KernelClass::elementwise, 3 * mlpAct);
-    }
+  if (moe) {
+    moe->forward(fwd);
+    residual(fwd, false);
   } else {
-    fwd.mem(KernelClass::gelu, 2 * mlpAct);
+    tpEnter(fwd, false);
+    for (const Linear &l : fc1)
+      linearForward(l);
+    if (s.gatedMlp) {
+      if (stack.elementwiseFusion || stack.fusedBiasActivation)
+        fwd.mem(KernelClass::silu, 3 * mlpAct); // silu(gate) · up in one kernel
+      else {
+        fwd.mem(KernelClass::silu, 2 * mlpAct);
+        fwd.mem(KernelClass::elementwise, 3 * mlpAct);
+      }
+    } else {
+      fwd.mem(KernelClass::gelu, 2 * mlpAct);
+    }
+    linearForward(fc2);
+    tpLeave(fwd, false);
+    if (stack.name == "megac" && t > 1 && bias)
+      fwd.mem(KernelClass::broadcast, 2 * region);
+    residual(fwd, false);
   }
-  linearForward(fc2);
-  tpLeave(fwd, false);
-  if (stack.name == "megac" && t > 1 && bias)
-    fwd.mem(KernelClass::broadcast, 2 * region);
-  residual(fwd, false);
   out.attentionCore.assign(out.forward.kernels.begin() + long(coreBegin),
                            out.forward.kernels.begin() + long(coreEnd));
 
   // ---- backward, in reverse.
   residual(bwd, true);
-  tpLeave(bwd, true);
-  linearBackward(fc2);
-  if (s.gatedMlp) {
-    // d(silu(a)·b): one fused kernel (reads dy, a, b; writes da, db), or megac's graph of it
-    // (five products, a sigmoid and 1 - σ).
-    if (stack.elementwiseFusion || stack.name != "megac")
-      bwd.mem(KernelClass::elementwise, 5 * mlpAct);
-    else
-      bwd.mem(KernelClass::elementwise, 3 * mlpAct, 7);
+  if (moe) {
+    moe->backward(bwd);
   } else {
-    bwd.mem(KernelClass::geluGrad, 3 * mlpAct);
+    tpLeave(bwd, true);
+    linearBackward(fc2);
+    if (s.gatedMlp) {
+      // d(silu(a)·b): one fused kernel (reads dy, a, b; writes da, db), or megac's graph of it
+      // (five products, a sigmoid and 1 - σ).
+      if (stack.elementwiseFusion || stack.name != "megac")
+        bwd.mem(KernelClass::elementwise, 5 * mlpAct);
+      else
+        bwd.mem(KernelClass::elementwise, 3 * mlpAct, 7);
+    } else {
+      bwd.mem(KernelClass::geluGrad, 3 * mlpAct);
+    }
+    for (const Linear &l : fc1)
+      linearBackward(l);
+    if (fc1.size() > 1) // the gate's and the up projection's input gradients summed
+      bwd.mem(KernelClass::elementwise, 3 * act);
+    tpEnter(bwd, true);
   }
-  for (const Linear &l : fc1)
-    linearBackward(l);
-  if (fc1.size() > 1) // the gate's and the up projection's input gradients summed
-    bwd.mem(KernelClass::elementwise, 3 * act);
-  tpEnter(bwd, true);
   bwd.mem(normGrad, 3 * region);
   residual(bwd, true);
   tpLeave(bwd, true);
@@ -278,8 +426,10 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     // Per micro-batch: main_grad (fp32) += this micro-batch's gradient of every local weight.
     // One add per parameter tensor (megac's accumulators; Megatron's main_grad hooks).
     double wholeKv = replicas > 1 ? kvProjectionParameters(s) : 0.0;
-    double params = (layerParameters(s) - wholeKv) / double(t) + wholeKv;
-    double matrices = double(qkv.size()) + 1 + (s.gatedMlp ? 3 : 2);
+    double experts = expertParameters(s);
+    double params = (layerParameters(s) - experts - wholeKv) / double(t) + wholeKv +
+                    experts / double(g.ep) / (stack.expertTensorParallel ? double(t) : 1.0);
+    double matrices = double(qkv.size()) + 1 + (s.gatedMlp ? 3 : 2) + (s.experts > 0 ? 1 : 0);
     double tensors = matrices * (bias ? 2 : 1) + (bias ? 4 : 2);
     PassKernels acc;
     Builder{&acc}.mem(KernelClass::elementwise, params * double(e + 8) / tensors, tensors);

@@ -14,9 +14,11 @@
 
 namespace megac::planner {
 
-enum class Collective { allReduce, allGather, reduceScatter };
+enum class Collective { allReduce, allGather, reduceScatter, allToAll };
+constexpr int kCollectiveCount = int(Collective::allToAll) + 1;
 
-/// One collective over the tensor-parallel group; `bytes` is the whole (unsharded) buffer.
+/// One collective over the tensor-parallel group (or, in PassKernels::ep, the expert-parallel
+/// group); `bytes` is the whole (unsharded) buffer, for an all-to-all what each rank holds.
 struct CommOp {
   Collective kind = Collective::allReduce;
   double bytes = 0;
@@ -25,6 +27,7 @@ struct CommOp {
 struct PassKernels {
   std::vector<KernelOp> kernels;
   std::vector<CommOp> tp;
+  std::vector<CommOp> ep; // MoE token exchange among the ep ranks (stride tp)
 };
 
 struct BlockKernels {
@@ -45,6 +48,7 @@ struct LayerGeometry {
   int64_t tp = 1, microBatch = 1;
   bool sequenceParallel = false;
   Precision precision = Precision::bf16;
+  int64_t ep = 1; // expert parallelism (MoE blocks)
 };
 
 BlockKernels blockKernels(const TransformerShape &shape, const LayerGeometry &g,

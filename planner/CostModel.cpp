@@ -17,6 +17,17 @@ double kvFraction(const TransformerShape &s) {
 
 int64_t ffnOf(const TransformerShape &s) { return s.ffn > 0 ? s.ffn : 4 * s.hidden; }
 
+// One MLP (or one expert): its matrices and biases.
+double mlpParameters(const TransformerShape &s) {
+  double h = double(s.hidden), f = double(ffnOf(s)), bias = s.biases ? 1 : 0;
+  return (s.gatedMlp ? 3 * h * f : 2 * h * f) + bias * ((s.gatedMlp ? 2 : 1) * f + h);
+}
+
+// The router of an MoE block: a linear map h -> E.
+double routerParameters(const TransformerShape &s) {
+  return s.experts > 0 ? double(s.experts) * (double(s.hidden) + (s.biases ? 1 : 0)) : 0.0;
+}
+
 } // namespace
 
 double peakFlops(const DeviceSpec &device, Precision precision) {
@@ -71,6 +82,7 @@ double ringSeconds(Collective kind, int64_t ranks, double bytes, double bandwidt
   if (ranks <= 1 || bytes <= 0)
     return 0;
   double n = double(ranks);
+  // An all-to-all's pairwise exchange: n-1 rounds, each moving 1/n of the rank's bytes.
   double steps = kind == Collective::allReduce ? 2 * (n - 1) : n - 1;
   return steps / n * bytes / bandwidth + steps * latency;
 }
@@ -116,6 +128,8 @@ const char *commName(Collective kind) {
     return "all_gather";
   case Collective::reduceScatter:
     return "reduce_scatter";
+  case Collective::allToAll:
+    return "all_to_all";
   }
   return "all_reduce";
 }
@@ -138,6 +152,13 @@ double collectiveSeconds(const Cluster &cluster, Collective kind, int64_t size, 
     return ringSeconds(kind, size, bytes, intraBw, d.intraNodeLatency);
   if (g.perNode == 1)
     return ringSeconds(kind, size, bytes, interBw, d.interNodeLatency);
+  if (kind == Collective::allToAll) {
+    double n = double(size), local = double(g.perNode);
+    double inter =
+        (n - local) / n * bytes / interBw + double(size - g.perNode) * d.interNodeLatency;
+    double intra = (local - 1) / n * bytes / intraBw + double(g.perNode - 1) * d.intraNodeLatency;
+    return std::max(inter, intra);
+  }
   double inter = ringSeconds(kind, g.nodes, bytes / double(g.perNode), interBw, d.interNodeLatency);
   double intraHalf =
       ringSeconds(Collective::allGather, g.perNode, bytes, intraBw, d.intraNodeLatency);
@@ -159,12 +180,21 @@ double p2pSeconds(const Cluster &cluster, bool crossNode, double bytes) {
 }
 
 double layerParameters(const TransformerShape &s) {
-  double h = double(s.hidden), f = double(ffnOf(s)), g = kvFraction(s);
+  double h = double(s.hidden), g = kvFraction(s);
   double bias = s.biases ? 1 : 0;
   double qkv = h * h * (1 + 2 * g) + bias * h * (1 + 2 * g);
   double proj = h * h + bias * h;
-  double mlp = (s.gatedMlp ? 3 * h * f : 2 * h * f) + bias * ((s.gatedMlp ? 2 : 1) * f + h);
+  double mlp = s.experts > 0 ? routerParameters(s) + expertParameters(s) : mlpParameters(s);
   return qkv + proj + mlp + (s.biases ? 4 : 2) * h; // + two norms (scale, and LayerNorm's bias)
+}
+
+double expertParameters(const TransformerShape &s) {
+  return s.experts > 0 ? double(s.experts) * mlpParameters(s) : 0.0;
+}
+
+double activeLayerParameters(const TransformerShape &s) {
+  return layerParameters(s) - expertParameters(s) +
+         (s.experts > 0 ? double(s.topk) * mlpParameters(s) : 0.0);
 }
 
 int64_t kvReplicas(const TransformerShape &s, int64_t tp) {
@@ -200,6 +230,8 @@ double layerForwardFlops(const TransformerShape &s, double samples) {
   double g = kvFraction(s);
   double qkv = 2 * t * h * h * (1 + 2 * g), proj = 2 * t * h * h;
   double mlp = 2 * t * h * f * (s.gatedMlp ? 3 : 2);
+  if (s.experts > 0) // the router, and the topk experts of every token
+    mlp = 2 * t * h * double(s.experts) + mlp * double(s.topk);
   return qkv + proj + mlp + attentionCoreForwardFlops(s, samples);
 }
 
@@ -222,7 +254,8 @@ double hardwareFlopsPerStep(const TransformerShape &s, int64_t globalBatch, Reco
 }
 
 double layerActivationBytes(const TransformerShape &s, int64_t microBatch, int64_t tp,
-                            bool sequenceParallel, Recompute recompute, Precision precision) {
+                            bool sequenceParallel, Recompute recompute, Precision precision,
+                            const StackProfile *stack) {
   // Korthikanti's 34 = attention 11 (QKV input 2, Q and K 4, V 2, projection input 2, dropout
   // mask 1) + MLP 19 (input 2, fc1 output 8, fc2 input 8, mask 1) + norms 4, in units of s·b·h
   // bytes at 2-byte elements. Generalised: K and V scale with kv heads, the MLP's 16 with ffn/h
@@ -240,6 +273,28 @@ double layerActivationBytes(const TransformerShape &s, int64_t microBatch, int64
     perSbh = 10 + (linear - 10) / t;
   if (recompute == Recompute::none || recompute == Recompute::full)
     perSbh += scores / t;
+  if (s.experts > 0) {
+    // An MoE block keeps, instead of the MLP's fc1/fc2 tensors ((gated ? 6 : 4)·ffn/h): the
+    // router's fp32 probabilities, mask and gates [T, E] (12·E/h); the
+    // dispatched tokens X and the experts' outputs Y (2 + 2 per routed row); the experts'
+    // ffn-sized tensors per routed row. Routed rows per token: k packed (Megatron), E in megac's
+    // [E, T, h] layout (docs/moe.md "Memory"); under expert parallelism a rank holds E/ep
+    // experts of the ep group's ep·T tokens, the same count. Megac's experts run whole on every
+    // tensor-parallel rank on its tokens (split only under SP); Megatron splits their ffn over
+    // tp but gathers the routed rows (X and Y whole on every rank).
+    bool packed = stack && stack->packedRouting,
+         splitExperts = stack && stack->expertTensorParallel;
+    double rows = packed ? double(s.topk) : double(s.experts);
+    double mlpDense = (s.gatedMlp ? 6 : 4) * fOverH; // replaced: the fc1/fc2 tensors
+    double router = 12.0 * double(s.experts) / h;
+    double ffnPart = rows * (s.gatedMlp ? 6 : 4) * fOverH, tokenPart = rows * 4;
+    double moe;
+    if (splitExperts)
+      moe = (sequenceParallel ? router / t : router) + ffnPart / t + tokenPart;
+    else
+      moe = (router + ffnPart + tokenPart) / (sequenceParallel ? t : 1.0);
+    perSbh += moe - mlpDense / t;
+  }
   return sbh * perSbh * double(elementBytes(precision)) / 2.0;
 }
 

@@ -42,7 +42,9 @@ double gemmSeconds(const DeviceSpec &device, double peak, int64_t m, int64_t n, 
 double memoryBoundSeconds(const DeviceSpec &device, double bytes);
 
 /// One ring over `ranks` on a link: all-reduce 2(n-1)/n·bytes/bw + 2(n-1)·alpha; all-gather and
-/// reduce-scatter (n-1)/n·bytes/bw + (n-1)·alpha. `bytes` is the full (unsharded) buffer.
+/// reduce-scatter (n-1)/n·bytes/bw + (n-1)·alpha. `bytes` is the full (unsharded) buffer. An
+/// all-to-all (pairwise exchange: each rank sends (n-1)/n of the `bytes` it holds) costs what an
+/// all-gather does.
 double ringSeconds(Collective kind, int64_t ranks, double bytes, double bandwidth, double latency);
 
 /// Where a process group lies: `size` ranks whose ids step by `stride` (Megatron's order:
@@ -56,6 +58,8 @@ GroupPlacement placeGroup(const Cluster &cluster, int64_t size, int64_t stride);
 /// member is on its own node, else hierarchical (reduce-scatter in the node, all-reduce of
 /// bytes/perNode across nodes with every GPU on its own NIC, all-gather in the node; an
 /// all-gather or reduce-scatter does the matching half). Link bandwidth times linkEfficiency.
+/// An all-to-all across nodes sends the share for other nodes, (n - perNode)/n of its bytes,
+/// on the rank's own NIC while the in-node share goes over NVLink: the slower of the two.
 double collectiveSeconds(const Cluster &cluster, Collective kind, int64_t size, int64_t stride,
                          double bytes);
 /// A calibrated collective (`megac calibrate`'s "comm" table: op "all_reduce", "all_gather",
@@ -65,8 +69,13 @@ double calibratedCommSeconds(const Calibration &calibration, const std::string &
 /// One point-to-point message.
 double p2pSeconds(const Cluster &cluster, bool crossNode, double bytes);
 
-/// Parameters of one transformer block (weights, biases, two norms) from the dims.
+/// Parameters of one transformer block (weights, biases, two norms) from the dims; an MoE
+/// block's router and all its experts included.
 double layerParameters(const TransformerShape &shape);
+/// The experts of one MoE block (E·3·h·ffn for SwiGLU experts; 0 for a dense model), and the
+/// parameters one token uses in a block: all but the experts, plus topk of them.
+double expertParameters(const TransformerShape &shape);
+double activeLayerParameters(const TransformerShape &shape);
 /// How many copies of each key/value head tp makes: 1 when tp divides the kv heads; with fewer
 /// (or indivisible) kv heads, the smallest r with tp | kv·r | heads — megac's partitioner then
 /// keeps the k/v projections whole and repeats each head r times (passes/partition); 0 when no
@@ -79,6 +88,8 @@ double kvProjectionParameters(const TransformerShape &shape);
 double nonLayerParameters(const TransformerShape &shape);
 /// Forward FLOPs of one block for `tokens` tokens in samples of shape.seq: the GEMMs
 /// (24·b·s·h² + 4·b·s²·h for a GPT with ffn = 4h, REFERENCE.md), and the attention-core part.
+/// An MoE block counts the router and the topk experts each token uses (active FLOPs: what
+/// 6·active parameters·tokens + attention counts, the MFU convention for MoE).
 double layerForwardFlops(const TransformerShape &shape, double samples);
 double attentionCoreForwardFlops(const TransformerShape &shape, double samples);
 /// Logit layer forward FLOPs: 2·b·s·h·V.
@@ -94,8 +105,11 @@ double hardwareFlopsPerStep(const TransformerShape &shape, int64_t globalBatch,
 /// shape's ffn, gated MLP and kv heads; 2-byte elements, scaled for fp32):
 /// none: s·b·h·(10 + 24/t + 5·a·s/(h·t)), with SP s·b·h/t·(34 + 5·a·s/h), selective drops the
 /// 5·a·s/h term. `full` is not per block (see estimate): this returns the none-value for it.
+/// An MoE block's MLP part is its routed buffers instead (see the definition): `stack` says
+/// whether they are packed (T·k rows) and split over tp; nullptr is megac's stack.
 double layerActivationBytes(const TransformerShape &shape, int64_t microBatch, int64_t tp,
-                            bool sequenceParallel, Recompute recompute, Precision precision);
+                            bool sequenceParallel, Recompute recompute, Precision precision,
+                            const StackProfile *stack = nullptr);
 
 /// Bytes per parameter (params, gradients, optimizer state) at `precision` (REFERENCE.md,
 /// Megatron's distributed-optimizer table): bf16 2 + 4 + 12, fp16 2 + 2 + 16, fp32 4 + 4 + 8;
@@ -114,19 +128,27 @@ int64_t peakInFlight(const PipelineShape &shape, int64_t stage);
 /// its kernels, and its tensor-parallel collectives by kind.
 struct PassCost {
   KernelTime compute;
-  double tp[3] = {0, 0, 0}; // indexed by Collective
-  double tpSeconds() const { return tp[0] + tp[1] + tp[2]; }
+  double tp[kCollectiveCount] = {}; // indexed by Collective
+  double ep = 0;                    // expert-parallel all-to-alls
+  double tpSeconds() const {
+    double sum = 0;
+    for (double t : tp)
+      sum += t;
+    return sum;
+  }
   PassCost &operator+=(const PassCost &o) {
     compute += o.compute;
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < kCollectiveCount; ++i)
       tp[i] += o.tp[i];
+    ep += o.ep;
     return *this;
   }
   PassCost scaled(double f) const {
     PassCost c;
     c.compute = compute.scaled(f);
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < kCollectiveCount; ++i)
       c.tp[i] = tp[i] * f;
+    c.ep = ep * f;
     return c;
   }
 };
@@ -158,9 +180,9 @@ public:
   double lowerBoundSeconds(const Layout &layout);
 
   const LayerCost &layerCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
-                             Precision precision);
+                             Precision precision, int64_t ep = 1);
   const EdgeCost &edgeCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
-                           Precision precision);
+                           Precision precision, int64_t ep = 1);
 
 private:
   struct Pipeline {
@@ -170,21 +192,25 @@ private:
   const Pipeline &pipeline(int64_t pp, int64_t vpp, int64_t microBatches);
   bool validate(const Layout &layout, std::string *why) const;
   struct ChunkTimes {
-    double forward = 0, backward = 0;   // per chunk step of the busiest stage, averaged
-    double compute = 0, tp = 0, pp = 0; // per micro-batch over the stage's chunks
-    PassCost split;                     // compute and tp of one micro-batch, by class and kind
+    double forward = 0, backward = 0;           // per chunk step of the busiest stage, averaged
+    double compute = 0, tp = 0, pp = 0, ep = 0; // per micro-batch over the stage's chunks
+    PassCost split; // compute and tp of one micro-batch, by class and kind
   };
   ChunkTimes chunkTimes(const Layout &layout);
   void fillMemory(const Layout &layout, StepCost &cost);
   double stageParameters(const Layout &layout, bool first, bool last) const;
-  KernelTime optimizerTime(const Layout &layout, double localParameters) const;
+  /// The experts among stageParameters (each rank holds E/ep of them, split over tp too when
+  /// the stack splits experts); their gradients are reduced over dp/ep ranks.
+  double stageExpertParameters(const Layout &layout) const;
+  KernelTime optimizerTime(const Layout &layout, double localParameters, double localExperts) const;
   double pipelineSendSeconds(const Layout &layout, double bytes) const;
 
   TransformerShape shape_;
   Cluster cluster_;
   StackProfile stack_;
   int64_t globalBatch_;
-  std::map<std::tuple<int64_t, int64_t, bool, int>, std::pair<LayerCost, EdgeCost>> layers_;
+  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t>, std::pair<LayerCost, EdgeCost>>
+      layers_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, Pipeline> pipelines_;
 };
 

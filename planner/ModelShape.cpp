@@ -28,6 +28,8 @@ ModelShapeResult computeModelShape(mlir::ModuleOp module, const std::string &nam
   TransformerShape shape;
   shape.name = name;
   shape.parameters = stats.stats->parameters;
+  shape.experts = stats.stats->experts;
+  shape.topk = stats.stats->topk;
   // Samples: the token input's leading dim; its other dims are the sequence.
   int64_t batch = 0, seq = 0;
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
@@ -94,7 +96,8 @@ ModelShapeResult computeModelShape(mlir::ModuleOp module, const std::string &nam
   int64_t kvDim = shape.kvHeads ? shape.hidden / shape.heads * shape.kvHeads : 0;
   func.walk([&](mega::LinearOp linear) {
     auto w = shapeOf(linear.getWeight());
-    if (w[1] == shape.hidden && w[0] != shape.hidden && w[0] != 3 * shape.hidden && w[0] != kvDim)
+    if (w[1] == shape.hidden && w[0] != shape.hidden && w[0] != 3 * shape.hidden && w[0] != kvDim &&
+        (shape.experts == 0 || w[0] != shape.experts)) // not an MoE router
       ++linearOut[w[0]];
     if (w[0] == shape.vocab && w[1] == shape.hidden)
       tied = tied || linear.getWeight() == table; // the LM head reads the embedding table
@@ -112,6 +115,23 @@ ModelShapeResult computeModelShape(mlir::ModuleOp module, const std::string &nam
   // Gated MLPs (SwiGLU) have two hidden -> ffn matrices per block.
   int64_t mlpBlocks = shape.layers;
   shape.gatedMlp = ffnCount >= 2 * mlpBlocks;
+  if (shape.experts > 0) {
+    // MoE blocks: each expert's MLP from the moe_matmul weights [E, out, in] (or [E, in, out]):
+    // the inner size is the dim that is not the hidden size; SwiGLU experts have three.
+    int64_t expertMatrices = 0;
+    func.walk([&](mega::MoeMatmulOp moe) {
+      auto w = shapeOf(moe.getWeight());
+      if (w.size() != 3)
+        return;
+      ++expertMatrices;
+      if (w[1] != shape.hidden)
+        shape.ffn = w[1];
+      else if (w[2] != shape.hidden)
+        shape.ffn = w[2];
+    });
+    int64_t moeLayers = std::max<int64_t>(1, stats.stats->moeLayers);
+    shape.gatedMlp = expertMatrices >= 3 * moeLayers;
+  }
   shape.tiedEmbedding = tied;
   shape.biases = biases;
   (void)crossAttention;

@@ -5,6 +5,7 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -47,6 +48,8 @@ ModelStatsResult computeModelStats(mlir::ModuleOp module, std::string_view name)
   if (!s.tokens)
     s.tokens = firstIntInput;
 
+  // Expert weights: parameters moe_matmul reads as its weight, each counted once.
+  std::map<unsigned, std::pair<int64_t, int64_t>> expertWeights; // argument -> (E, topk)
   func.walk([&](mlir::Operation *op) {
     if (op == func.getOperation())
       return;
@@ -56,7 +59,26 @@ ModelStatsResult computeModelStats(mlir::ModuleOp module, std::string_view name)
       s.forwardMatmulFlops += cost.getMatmulFlops();
       s.forwardBytes += cost.getBytesRead() + cost.getBytesWritten();
     }
+    if (auto moe = mlir::dyn_cast<mega::MoeMatmulOp>(op)) {
+      auto arg = mlir::dyn_cast<mlir::BlockArgument>(moe.getWeight());
+      auto type = mlir::dyn_cast<mlir::RankedTensorType>(moe.getWeight().getType());
+      if (arg && type && arg.getOwner() == &func.getBody().front() &&
+          func.getArgAttr(arg.getArgNumber(), mega::kParamAttr))
+        expertWeights[arg.getArgNumber()] = {type.getDimSize(0), int64_t(moe.getTopk())};
+    }
   });
+  s.activeParameters = s.parameters;
+  for (auto [index, expertsAndTopk] : expertWeights) {
+    auto [experts, topk] = expertsAndTopk;
+    int64_t elements = mega::cost::numElements(func.getArgument(index).getType());
+    s.expertParameters += elements;
+    s.activeParameters -= elements - elements / experts * std::min(topk, experts);
+    s.experts = std::max(s.experts, experts);
+    s.topk = std::max(s.topk, topk);
+  }
+  // The MoE layers: one dispatch each.
+  if (!expertWeights.empty())
+    func.walk([&](mega::MoeDispatchOp) { ++s.moeLayers; });
   return {s, {}};
 }
 

@@ -20,6 +20,14 @@ struct ModelStats {
   int64_t forwardMatmulFlops = 0;
   int64_t forwardBytes = 0;                   // bytes read plus written, op by op (no fusion)
   std::map<std::string, int64_t> opHistogram; // "mega.linear" -> count
+  /// Mixture of experts (docs/moe.md): the parameters that moe_matmul reads as expert weights
+  /// ([E, ...] stacked over the experts), their experts per layer and topk, and the MoE layers
+  /// (moe_dispatch ops). activeParameters: what one token uses, the
+  /// dense parameters (the router included) and topk/E of every expert weight; == parameters
+  /// for a dense model.
+  int64_t activeParameters = 0;
+  int64_t expertParameters = 0;
+  int64_t experts = 0, topk = 0, moeLayers = 0;
 
   /// Model FLOPs of one training step (forward + backward = 3x forward, no recompute), the
   /// convention of Korthikanti et al. (REFERENCE.md) and of MFU.

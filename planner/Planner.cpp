@@ -23,18 +23,23 @@ int64_t replicatedLayerParameters(const TransformerShape &s) {
 }
 
 // Parameter tensors of one block: q, k, v, projection and the MLP's matrices (with their
-// biases), two norms (scale, and LayerNorm's bias).
+// biases), two norms (scale, and LayerNorm's bias). An MoE block: the router, and each expert
+// matrix stacked over the experts in one tensor (megac's [E, ffn, h]; Megatron's grouped GEMM
+// weights are as many tensors as local experts, which a multi-tensor optimizer does not see).
 double tensorsPerBlock(const TransformerShape &s) {
-  double matrices = 4 + (s.gatedMlp ? 3 : 2);
+  double matrices = 4 + (s.gatedMlp ? 3 : 2) + (s.experts > 0 ? 1 : 0);
   return matrices * (s.biases ? 2 : 1) + (s.biases ? 4 : 2);
 }
 
 PassCost passCost(const PassKernels &pass, const KernelModel &kernels, const Cluster &cluster,
-                  int64_t tp) {
+                  int64_t tp, int64_t ep) {
   PassCost c;
   c.compute = kernels.time(pass.kernels);
   for (const CommOp &op : pass.tp)
     c.tp[int(op.kind)] += collectiveSeconds(cluster, op.kind, tp, 1, op.bytes);
+  // The ep group: ep consecutive data-parallel ranks, tp apart (Megatron's tp-cp-ep-dp-pp).
+  for (const CommOp &op : pass.ep)
+    c.ep += collectiveSeconds(cluster, op.kind, ep, tp, op.bytes);
   return c;
 }
 
@@ -84,8 +89,9 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
                 std::to_string(s.kvHeads));
   if (kvReplicas(s, l.tp) == 0)
     return fail("tp " + std::to_string(l.tp) + " cannot replicate the " +
-                std::to_string(s.kvHeads) + " key/value heads to a multiple of tp that divides the " +
-                std::to_string(s.heads) + " query heads");
+                std::to_string(s.kvHeads) +
+                " key/value heads to a multiple of tp that divides the " + std::to_string(s.heads) +
+                " query heads");
   if (s.ffn % l.tp)
     return fail("tp " + std::to_string(l.tp) + " does not divide the MLP size " +
                 std::to_string(s.ffn));
@@ -101,9 +107,9 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
                 std::to_string(s.layers) + " layers");
   int64_t m = globalBatch_ / (l.dp * l.microBatch);
   if (m > kMaxMicroBatchesPerStep)
-    return fail("global batch " + std::to_string(globalBatch_) + " / (dp*micro-batch = " +
-                std::to_string(l.dp * l.microBatch) + ") is " + std::to_string(m) +
-                " micro-batches per step, more than the " +
+    return fail("global batch " + std::to_string(globalBatch_) +
+                " / (dp*micro-batch = " + std::to_string(l.dp * l.microBatch) + ") is " +
+                std::to_string(m) + " micro-batches per step, more than the " +
                 std::to_string(kMaxMicroBatchesPerStep) +
                 " the planner simulates; use a larger --micro-batch or a smaller --global-batch");
   if (l.vpp > 1 && (l.pp == 1 || m % l.pp))
@@ -113,36 +119,53 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
     return fail("sequence parallelism needs tp > 1 dividing the sequence " + std::to_string(s.seq));
   if (l.zero != 0 && l.zero != 1)
     return fail("zero must be 0 or 1, not " + std::to_string(l.zero));
+  if (l.ep < 1)
+    return fail("ep must be positive");
+  if (l.ep > 1) {
+    if (s.experts == 0)
+      return fail("ep " + std::to_string(l.ep) + " needs a mixture-of-experts model; " + s.name +
+                  " is dense");
+    if (!stack_.supportsExpertParallel)
+      return fail("the " + stack_.name + " stack has no expert parallelism; use ep 1");
+    if (l.dp % l.ep)
+      return fail("ep " + std::to_string(l.ep) + " does not divide dp " + std::to_string(l.dp) +
+                  " (expert parallelism is carved out of data parallelism)");
+    if (s.experts % l.ep)
+      return fail("ep " + std::to_string(l.ep) + " does not divide the " +
+                  std::to_string(s.experts) + " experts");
+  }
   return true;
 }
 
-const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precision precision) {
-  auto key = std::make_tuple(tp, b, sp, int(precision));
+const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precision precision,
+                                          int64_t ep) {
+  auto key = std::make_tuple(tp, b, sp, int(precision), ep);
   auto it = layers_.find(key);
   if (it != layers_.end())
     return it->second.first;
   // The block's and the edges' kernels for this geometry, timed once (issue 15: one block per
   // distinct tp, sequence parallelism and micro-batch; every layout with them reuses it).
   KernelModel kernels(cluster_.device, stack_, precision);
-  LayerGeometry g{tp, b, sp, precision};
+  LayerGeometry g{tp, b, sp, precision, ep};
   BlockKernels block = blockKernels(shape_, g, stack_);
   LayerCost lc;
-  lc.forward = passCost(block.forward, kernels, cluster_, tp);
-  lc.backward = passCost(block.backward, kernels, cluster_, tp);
+  lc.forward = passCost(block.forward, kernels, cluster_, tp, ep);
+  lc.backward = passCost(block.backward, kernels, cluster_, tp, ep);
   lc.attentionCore = kernels.time(block.attentionCore);
   lc.gradAccumulation = kernels.time(block.gradAccumulation);
   EdgeKernels edges = edgeKernels(shape_, g, stack_);
   EdgeCost ec;
-  ec.embedForward = passCost(edges.embedForward, kernels, cluster_, tp);
-  ec.embedBackward = passCost(edges.embedBackward, kernels, cluster_, tp);
-  ec.headForward = passCost(edges.headForward, kernels, cluster_, tp);
-  ec.headBackward = passCost(edges.headBackward, kernels, cluster_, tp);
+  ec.embedForward = passCost(edges.embedForward, kernels, cluster_, tp, ep);
+  ec.embedBackward = passCost(edges.embedBackward, kernels, cluster_, tp, ep);
+  ec.headForward = passCost(edges.headForward, kernels, cluster_, tp, ep);
+  ec.headBackward = passCost(edges.headBackward, kernels, cluster_, tp, ep);
   return layers_.emplace(key, std::make_pair(lc, ec)).first->second.first;
 }
 
-const EdgeCost &StepEstimator::edgeCost(int64_t tp, int64_t b, bool sp, Precision precision) {
-  layerCost(tp, b, sp, precision);
-  return layers_.find(std::make_tuple(tp, b, sp, int(precision)))->second.second;
+const EdgeCost &StepEstimator::edgeCost(int64_t tp, int64_t b, bool sp, Precision precision,
+                                        int64_t ep) {
+  layerCost(tp, b, sp, precision, ep);
+  return layers_.find(std::make_tuple(tp, b, sp, int(precision), ep))->second.second;
 }
 
 const StepEstimator::Pipeline &StepEstimator::pipeline(int64_t pp, int64_t vpp, int64_t m) {
@@ -163,7 +186,8 @@ double StepEstimator::stageParameters(const Layout &l, bool first, bool last) co
   double replicated = double(replicatedLayerParameters(s));
   if (s.kvHeads > 0 && s.kvHeads % l.tp != 0) // replicated kv heads: whole k/v projections
     replicated += kvProjectionParameters(s);
-  double perLayer = (layerParameters(s) - replicated) / double(l.tp) + replicated;
+  double experts = expertParameters(s);
+  double perLayer = (layerParameters(s) - experts - replicated) / double(l.tp) + replicated;
   double layers = double(l.vpp * ceilDiv(s.layers, l.pp * l.vpp));
   double table = double(ceilDiv(s.vocab, l.tp)) * double(s.hidden);
   double rest = nonLayerParameters(s) - double(s.vocab) * double(s.hidden) *
@@ -174,12 +198,18 @@ double StepEstimator::stageParameters(const Layout &l, bool first, bool last) co
   // The logit layer: its own weight, or the tied table's copy on the last stage (pp > 1).
   if (last && (!first || !s.tiedEmbedding))
     edges += table;
-  return layers * perLayer + edges;
+  return layers * perLayer + edges + stageExpertParameters(l);
+}
+
+double StepEstimator::stageExpertParameters(const Layout &l) const {
+  double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp));
+  double split = double(l.ep) * (stack_.expertTensorParallel ? double(l.tp) : 1.0);
+  return layers * expertParameters(shape_) / split;
 }
 
 StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
-  const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision);
-  const EdgeCost &ec = edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision);
+  const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep);
+  const EdgeCost &ec = edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep);
   double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)); // on the stage
   // Recompute, in the backward: selective repeats the attention core, full the whole forward
   // with its collectives.
@@ -209,10 +239,11 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
       b += ec.headBackward;
     }
     double sends = double(l.vpp) * send;
-    fwd = f.compute.total() + f.tpSeconds() + sends;
-    bwd = b.compute.total() + b.tpSeconds() + sends;
+    fwd = f.compute.total() + f.tpSeconds() + f.ep + sends;
+    bwd = b.compute.total() + b.tpSeconds() + b.ep + sends;
     t.compute = f.compute.total() + b.compute.total();
     t.tp = f.tpSeconds() + b.tpSeconds();
+    t.ep = f.ep + b.ep;
     t.pp = 2 * sends;
     t.split = f;
     t.split += b;
@@ -244,10 +275,13 @@ double StepEstimator::pipelineSendSeconds(const Layout &l, double bytes) const {
   return seconds;
 }
 
-KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters) const {
-  // ZeRO-1 updates 1/dp of the local parameters; one kernel per parameter tensor unless the
-  // stack has a multi-tensor optimizer.
-  double updated = localParameters / double(l.zero ? l.dp : 1);
+KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
+                                        double localExperts) const {
+  // ZeRO-1 updates 1/dp of the local parameters (of the experts, 1/(dp/ep): their optimizer
+  // state is sharded over the ranks that hold the same experts); one kernel per parameter
+  // tensor unless the stack has a multi-tensor optimizer.
+  double updated = (localParameters - localExperts) / double(l.zero ? l.dp : 1) +
+                   localExperts / double(l.zero ? l.dp / l.ep : 1);
   double perBlock = tensorsPerBlock(shape_);
   // Outside the blocks: the embedding table (and an untied head), learned positions and the
   // final norm (scale, and LayerNorm's bias).
@@ -265,20 +299,21 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
   ParameterBytes pb = parameterBytes(l.precision);
   int64_t e = elementBytes(l.precision);
   int64_t layersPerChunk = ceilDiv(s.layers, l.pp * l.vpp);
-  double none =
-      layerActivationBytes(s, l.microBatch, l.tp, l.sequenceParallel, Recompute::none, l.precision);
-  double kept =
-      layerActivationBytes(s, l.microBatch, l.tp, l.sequenceParallel, l.recompute, l.precision);
+  double none = layerActivationBytes(s, l.microBatch, l.tp, l.sequenceParallel, Recompute::none,
+                                     l.precision, &stack_);
+  double kept = layerActivationBytes(s, l.microBatch, l.tp, l.sequenceParallel, l.recompute,
+                                     l.precision, &stack_);
   // A block's input, 2·s·b·h bytes at 2-byte elements (sequence-split under SP).
   double residual = double(l.microBatch * s.seq * s.hidden) * double(e) /
                     (l.sequenceParallel ? double(l.tp) : 1.0);
   double logits = double(l.microBatch * s.seq) * double(ceilDiv(s.vocab, l.tp)) * 4;
   auto stage = [&](int64_t index, StepCost &c) {
     bool first = index == 0, last = index == l.pp - 1;
-    double params = stageParameters(l, first, last);
+    double params = stageParameters(l, first, last), experts = stageExpertParameters(l);
     c.parameterBytes = params * pb.parameter;
     c.gradientBytes = params * pb.gradient;
-    c.optimizerBytes = params * pb.optimizer / double(l.zero ? l.dp : 1);
+    c.optimizerBytes = (params - experts) * pb.optimizer / double(l.zero ? l.dp : 1) +
+                       experts * pb.optimizer / double(l.zero ? l.dp / l.ep : 1);
     double inFlight = double(peakInFlight({l.pp, l.vpp, m}, index));
     double transient;
     if (l.recompute == Recompute::full) {
@@ -325,7 +360,8 @@ double StepEstimator::lowerBoundSeconds(const Layout &l) {
   ChunkTimes ct = chunkTimes(l);
   int64_t m = globalBatch_ / (l.dp * l.microBatch);
   double local = std::max(stageParameters(l, true, l.pp == 1), stageParameters(l, l.pp == 1, true));
-  return double(m) * (ct.compute + ct.tp + ct.pp) + optimizerTime(l, local).total();
+  return double(m) * (ct.compute + ct.tp + ct.pp + ct.ep) +
+         optimizerTime(l, local, stageExpertParameters(l)).total();
 }
 
 std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *why) {
@@ -338,9 +374,10 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   c.computeSeconds = double(m) * ct.compute;
   c.tpCommSeconds = double(m) * ct.tp;
   c.ppCommSeconds = double(m) * ct.pp;
+  c.epCommSeconds = double(m) * ct.ep;
   c.chunkForwardSeconds = ct.forward;
   c.chunkBackwardSeconds = ct.backward;
-  double busy = c.computeSeconds + c.tpCommSeconds + c.ppCommSeconds;
+  double busy = c.computeSeconds + c.tpCommSeconds + c.ppCommSeconds + c.epCommSeconds;
   double makespan = busy;
   if (l.pp > 1) {
     const Pipeline &pipe = pipeline(l.pp, l.vpp, m);
@@ -369,9 +406,16 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   // ZeRO all-gather overlaps the next forward only with --overlap-param-gather.
   ParameterBytes pb = parameterBytes(l.precision);
   double local = std::max(stageParameters(l, true, l.pp == 1), stageParameters(l, l.pp == 1, true));
+  // MoE: the experts' gradients are reduced over the dp/ep ranks holding the same experts
+  // (ranks tp·ep apart), the rest over dp. Megac runs whole experts on the sequence shards of
+  // its tensor-parallel ranks (SP), so their gradients are summed over tp as well.
+  double experts = stageExpertParameters(l);
+  Collective reduceKind = l.zero ? Collective::reduceScatter : Collective::allReduce;
   double reduce =
-      collectiveSeconds(cluster_, l.zero ? Collective::reduceScatter : Collective::allReduce, l.dp,
-                        l.tp, local * pb.gradient);
+      collectiveSeconds(cluster_, reduceKind, l.dp, l.tp, (local - experts) * pb.gradient) +
+      collectiveSeconds(cluster_, reduceKind, l.dp / l.ep, l.tp * l.ep, experts * pb.gradient);
+  if (experts > 0 && !stack_.expertTensorParallel && l.sequenceParallel)
+    reduce += collectiveSeconds(cluster_, Collective::allReduce, l.tp, 1, experts * pb.gradient);
   double lastBackward = double(l.vpp) * ct.backward;
   double blocks = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp));
   double exposed = reduce;
@@ -379,7 +423,10 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
     exposed = std::max(reduce / blocks, reduce - lastBackward);
   double gather = 0;
   if (l.zero) {
-    gather = collectiveSeconds(cluster_, Collective::allGather, l.dp, l.tp, local * pb.parameter);
+    gather = collectiveSeconds(cluster_, Collective::allGather, l.dp, l.tp,
+                               (local - experts) * pb.parameter) +
+             collectiveSeconds(cluster_, Collective::allGather, l.dp / l.ep, l.tp * l.ep,
+                               experts * pb.parameter);
     if (stack_.overlapParamGather)
       gather /= blocks;
   }
@@ -390,7 +437,7 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   c.dpReduceSeconds = exposed;
   c.dpGatherSeconds = gather;
   c.dpCommSeconds = exposed + gather;
-  KernelTime optimizer = optimizerTime(l, local);
+  KernelTime optimizer = optimizerTime(l, local, experts);
   c.optimizerSeconds = optimizer.total();
   c.stepSeconds = makespan + c.dpCommSeconds + c.optimizerSeconds;
   KernelTime kernels = ct.split.compute.scaled(double(m));
@@ -414,9 +461,13 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   c.mfu = modelFlopsPerStep(shape_, globalBatch_) / c.stepSeconds / (devices * peak);
 
   std::vector<std::pair<double, const char *>> parts = {
-      {c.computeSeconds, "compute"},           {c.tpCommSeconds, "tensor-parallel comm"},
-      {c.bubbleSeconds, "pipeline bubble"},    {c.ppCommSeconds, "pipeline sends"},
-      {c.dpCommSeconds, "data-parallel comm"}, {c.optimizerSeconds, "optimizer"}};
+      {c.computeSeconds, "compute"},
+      {c.tpCommSeconds, "tensor-parallel comm"},
+      {c.epCommSeconds, "expert-parallel all-to-all"},
+      {c.bubbleSeconds, "pipeline bubble"},
+      {c.ppCommSeconds, "pipeline sends"},
+      {c.dpCommSeconds, "data-parallel comm"},
+      {c.optimizerSeconds, "optimizer"}};
   std::stable_sort(parts.begin(), parts.end(),
                    [](const auto &a, const auto &b) { return a.first > b.first; });
   for (const auto &[seconds, name] : parts) {

@@ -30,6 +30,10 @@ struct TransformerShape {
   bool rope = false;     // rotary position embedding on q and k (no learned positions)
   bool biases = true;    // linear biases and LayerNorm (GPT, BERT); false: bias-free, RMSNorm
   bool tiedEmbedding = true;
+  /// Mixture of experts (docs/moe.md): every block's MLP is `experts` expert MLPs (each of the
+  /// shape above: ffn, gatedMlp) behind a router, of which each token uses `topk`. 0: dense.
+  int64_t experts = 0;
+  int64_t topk = 0;
   int64_t parameters = 0; // exact count from the IR
   /// Forward FLOPs of one sample (seq tokens), all ops, from the CostOpInterface; and the GEMM
   /// part. Per-block and embedding/head splits are derived from the dims above.
@@ -42,7 +46,7 @@ struct TransformerShape {
 
 /// Which choices the user pinned (`megac plan --tp 8 ...`); unset ones are searched.
 struct Pins {
-  std::optional<int64_t> tp, pp, dp, vpp, microBatch;
+  std::optional<int64_t> tp, pp, dp, ep, vpp, microBatch;
   std::optional<bool> sequenceParallel;
   std::optional<int> zero;
   std::optional<Recompute> recompute;
@@ -55,6 +59,7 @@ struct StepCost {
   double tpCommSeconds = 0;  // tensor/sequence-parallel collectives (not overlapped)
   double ppCommSeconds = 0;  // activations between stages
   double dpCommSeconds = 0;  // gradient reduction (ZeRO: reduce-scatter + all-gather), exposed part
+  double epCommSeconds = 0;  // expert-parallel token all-to-alls (not overlapped)
   double bubbleSeconds = 0;  // pipeline idle time, from simulating the schedule
   double optimizerSeconds = 0;
   double stepSeconds = 0; // the total

@@ -25,7 +25,7 @@ template <typename T> std::vector<T> pinnedOr(const std::optional<T> &pin, std::
 
 /// The choices left for one (tp, pp, dp).
 struct Choices {
-  std::vector<int64_t> vpps, microBatches;
+  std::vector<int64_t> eps, vpps, microBatches;
   std::vector<bool> sps;
   std::vector<int> zeros;
   std::vector<Recompute> recomputes;
@@ -37,7 +37,8 @@ public:
            const Pins &pins, int topK, const StackProfile &stack)
       : shape_(shape), cluster_(cluster), globalBatch_(globalBatch), pins_(pins),
         topK_(std::max(1, topK)), estimator_(shape, cluster, globalBatch, stack),
-        replicatesKvHeads_(stack.replicatesKvHeads) {}
+        replicatesKvHeads_(stack.replicatesKvHeads), expertParallel_(stack.supportsExpertParallel) {
+  }
 
   SearchResult run() {
     int64_t devices = cluster_.devices();
@@ -91,6 +92,11 @@ private:
 
   Choices choices(int64_t tp, int64_t pp, int64_t dp) const {
     Choices c;
+    // Expert parallelism: ep divides dp and the experts (MoE models on stacks that have it).
+    for (int64_t e : divisors(dp))
+      if (e == 1 || (shape_.experts > 0 && expertParallel_ && shape_.experts % e == 0))
+        c.eps.push_back(e);
+    c.eps = pinnedOr(pins_.ep, c.eps);
     for (int64_t v = 1; pp * v <= shape_.layers; v *= 2)
       if (shape_.layers % (pp * v) == 0 && (v == 1 || pp > 1))
         c.vpps.push_back(v);
@@ -116,6 +122,8 @@ private:
   bool frugalFits(int64_t tp, int64_t pp, int64_t dp, const Choices &c) {
     if (c.vpps.empty() || c.microBatches.empty())
       return false;
+    if (c.eps.empty())
+      return false;
     Layout l{tp,
              pp,
              dp,
@@ -125,6 +133,7 @@ private:
              *std::max_element(c.zeros.begin(), c.zeros.end()),
              c.recomputes.back(),
              pins_.precision};
+    l.ep = *std::max_element(c.eps.begin(), c.eps.end()); // the least expert memory
     std::optional<StepCost> memory = estimator_.memory(l, nullptr);
     if (!memory)
       return true; // invalid here; the full enumeration says why
@@ -147,12 +156,15 @@ private:
     Choices c = choices(tp, pp, dp);
     if (!frugalFits(tp, pp, dp, c))
       return;
-    for (int64_t vpp : c.vpps)
-      for (int64_t b : c.microBatches)
-        for (bool sp : c.sps)
-          for (int zero : c.zeros)
-            tryRecomputes(Layout{tp, pp, dp, vpp, b, sp, zero, Recompute::none, pins_.precision},
-                          c.recomputes);
+    for (int64_t ep : c.eps)
+      for (int64_t vpp : c.vpps)
+        for (int64_t b : c.microBatches)
+          for (bool sp : c.sps)
+            for (int zero : c.zeros) {
+              Layout l{tp, pp, dp, vpp, b, sp, zero, Recompute::none, pins_.precision};
+              l.ep = ep;
+              tryRecomputes(l, c.recomputes);
+            }
   }
 
   // The least recompute that fits is the fastest (recompute only adds work), so the later
@@ -196,6 +208,7 @@ private:
   int64_t topK_;
   StepEstimator estimator_;
   bool replicatesKvHeads_; // the stack replicates kv heads when tp exceeds them
+  bool expertParallel_;    // the stack has expert parallelism
   SearchResult result_;
   std::string firstInvalid_;
   bool deepInvalid_ = false;

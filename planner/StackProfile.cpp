@@ -20,6 +20,8 @@ StackProfile megac(bool cpu) {
   p.transposeInstructions = true;
   p.separateGradAccumulation = true;
   p.replicatesKvHeads = true;
+  // Expert parallelism in megac's partitioner (issue 21): planned as built this session.
+  p.supportsExpertParallel = true;
   if (cpu) {
     p.inOrder = true;
     return p;
@@ -72,6 +74,12 @@ StackProfile megatronCore() {
   p.overlapParamGather = true;
   p.p2pScatterGather = true;
   p.recomputePerLayer = true;
+  // MoE (Megatron-Core's moe/README.md): --expert-model-parallel-size with the alltoall
+  // dispatcher, expert tensor parallelism equal to tp by default, --moe-grouped-gemm and
+  // --moe-permute-fusion (packed [T·k, h] routed tokens).
+  p.supportsExpertParallel = true;
+  p.expertTensorParallel = true;
+  p.packedRouting = true;
   return p;
 }
 

@@ -58,6 +58,21 @@ struct StackProfile {
   /// Fewer key/value heads than tp: each kv head replicated over the ranks whose query heads
   /// read it (megac); Megatron-Core refuses such a tp.
   bool replicatesKvHeads = false;
+
+  // Mixture of experts (docs/moe.md, "Planner").
+  /// Expert parallelism (Layout::ep > 1) is built: the experts of a layer split over ep ranks
+  /// carved out of dp, tokens exchanged by all-to-all. A stack without it plans ep = 1 only.
+  bool supportsExpertParallel = false;
+  /// The experts are split over tp like the dense MLP (Megatron-Core: --expert-tensor-parallel-
+  /// size defaults to tp; the routed tokens are all-gathered over tp before the experts and
+  /// reduce-scattered after); otherwise every tensor-parallel rank runs whole experts on its
+  /// own tokens (megac: the experts are replicated over tp, the tokens split under SP).
+  bool expertTensorParallel = false;
+  /// Routed tokens packed, T·k rows per micro-batch (Megatron's permute into a [T·k, h]
+  /// buffer, grouped GEMMs over the local experts); otherwise megac's static [E, T, h] layout
+  /// whose memory-bound passes and saved activations span E·T rows (its GEMMs still compute
+  /// the T·k active rows only), one GEMM launch per local expert.
+  bool packedRouting = false;
 };
 
 /// The built-in profiles: megac (the stack this build runs: its CUDA runtime on GPUs, its

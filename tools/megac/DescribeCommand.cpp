@@ -1,4 +1,5 @@
-// `megac describe --model SPEC | FILE.mlir`: parameters, FLOPs per token and the op histogram.
+// `megac describe --model SPEC | FILE.mlir`: parameters (and, for mixtures of experts, the
+// active ones a token uses), FLOPs per token and the op histogram.
 #include "tools/megac/Commands.h"
 #include "tools/megac/Help.h"
 #include "tools/megac/ModelFlags.h"
@@ -40,6 +41,13 @@ int describeCommand(int argc, char **argv) {
   std::printf("parameters  %s (%s) in %lld tensors, %s bytes\n", withCommas(s.parameters).c_str(),
               planner::humanParams(s.parameters).c_str(), (long long)s.parameterTensors,
               humanCount(s.parameterBytes).c_str());
+  if (s.experts > 0)
+    std::printf("active      %s (%s) per token: the dense parameters and %lld of the %lld experts "
+                "in each of %lld MoE layers (experts hold %s)\n",
+                withCommas(s.activeParameters).c_str(),
+                planner::humanParams(s.activeParameters).c_str(), (long long)s.topk,
+                (long long)s.experts, (long long)s.moeLayers,
+                withCommas(s.expertParameters).c_str());
   std::printf("tokens      %s per forward pass\n", withCommas(s.tokens).c_str());
   double perToken = s.tokens ? 1.0 / s.tokens : 0.0;
   std::printf("forward     %s FLOP per token (%s in matmuls); %s FLOP per pass\n",

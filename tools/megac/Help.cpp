@@ -277,8 +277,8 @@ rename).)";
 
 const char *const kPlanHelp =
     R"(usage: megac plan MODEL --cluster SPEC --global-batch B [--seq S] [--tp T --pp P --dp D
-                  --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel --zero 0|1
-                  --recompute none|selective|full] [--precision bf16|fp16|fp32] [--top K]
+                  --ep E --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel
+                  --zero 0|1 --recompute none|selective|full] [--precision bf16|fp16|fp32] [--top K]
                   [--stack megac|megatron-2021|megatron-core] [--dropout P] [--explain]
                   [--json] [--timeline FILE.svg] [--trace FILE.json] [--no-compile]
 
@@ -290,7 +290,8 @@ Degrees given are pinned; the rest are searched. --timeline draws #1's pipeline 
 and a software stack: --stack megac (default: this build's CUDA runtime, or its CPU runtime on
 cpu devices and `megac calibrate --backend cpu` specs), megatron-2021 or megatron-core
 (docs/planner.md lists what each fuses and overlaps); --dropout P costs dropout the model's IR
-does not have. --explain splits #1's predicted step by op class (GEMM, attention,
+does not have. Mixture-of-experts models also search --ep (expert parallelism, dividing dp and
+the experts; docs/moe.md). --explain splits #1's predicted step by op class (GEMM, attention,
 memory-bound, launch overhead, each collective, bubble) and explains its compiled plan.
 
 usage: megac plan MODEL --ranks N [--tp T --pp P --dp D --vpp V --sequence-parallel

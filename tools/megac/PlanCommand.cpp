@@ -67,12 +67,13 @@ int searchCommand(int argc, char **argv) {
   std::optional<std::string> cluster, stack, timeline, trace;
   std::string zero, recompute, precision = "bf16";
   std::vector<std::string> inputShapes;
-  int64_t seq = 0, top = 5, tp = 0, pp = 0, dp = 0, vpp = 0, microBatch = 0;
+  int64_t seq = 0, top = 5, tp = 0, pp = 0, dp = 0, ep = 0, vpp = 0, microBatch = 0;
   double dropout = 0;
   bool sp = false, noSp = false, noCompile = false;
   f.text("--model", r.model.spec, "SPEC").text("--cluster", cluster, "SPEC");
   f.count("--global-batch", r.globalBatch, 1, "B").count("--seq", seq, 1, "S");
   f.count("--tp", tp, 1, "T").count("--pp", pp, 1, "P").count("--dp", dp, 1, "D");
+  f.count("--ep", ep, 1, "E");
   f.count("--vpp", vpp, 1, "V").count("--micro-batch", microBatch, 1, "b");
   f.choice("--zero", zero, {"0", "1"})
       .choice("--recompute", recompute, {"none", "selective", "full"});
@@ -90,6 +91,7 @@ int searchCommand(int argc, char **argv) {
   for (auto [name, value, pin] : {std::tuple{"--tp", tp, &r.pins.tp},
                                   {"--pp", pp, &r.pins.pp},
                                   {"--dp", dp, &r.pins.dp},
+                                  {"--ep", ep, &r.pins.ep},
                                   {"--vpp", vpp, &r.pins.vpp},
                                   {"--micro-batch", microBatch, &r.pins.microBatch}})
     if (f.given(name))
