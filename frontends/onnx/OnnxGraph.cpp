@@ -565,6 +565,8 @@ LogicalResult GraphImporter::importNode(const onnx::NodeProto &node, int64_t ind
   for (const std::string &in : node.input())
     if (!in.empty() && values.at(in).isConstant())
       constants.insert(in);
+  if (node.op_type() == "TopK")
+    return importMoeBlock(c, index);
   LogicalResult result = failure();
   if (node.op_type() == "Loop") {
     result = importLoop(c, index);
@@ -643,7 +645,7 @@ FailureOr<OnnxImport> GraphImporter::run() {
   }
 
   for (int64_t i = 0; i < graph_.node_size(); ++i)
-    if (mlir::failed(importNode(graph_.node(int(i)), i)))
+    if (!skipped_.count(i) && mlir::failed(importNode(graph_.node(int(i)), i)))
       return failure();
 
   SmallVector<Value> results;

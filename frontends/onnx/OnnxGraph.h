@@ -181,12 +181,17 @@ private:
   mlir::LogicalResult importNode(const onnx::NodeProto &node, int64_t index);
   /// Loop with a constant trip count: the body imported once per iteration (OnnxLoop.cpp).
   mlir::LogicalResult importLoop(NodeContext &c, int64_t index);
+  /// TopK as the router of a mixture-of-experts block (transformers' MixtralSparseMoeBlock):
+  /// the whole block raised to mega's MoE ops, its nodes added to skipped_ (OnnxMoe.cpp).
+  mlir::LogicalResult importMoeBlock(NodeContext &c, int64_t index);
   bool nodeFolds(const onnx::NodeProto &node, const std::set<std::string> &constants) const;
 
   onnx::GraphProto &graph_;
   int64_t opset_;
   /// Element counts of values from ONNX shape inference, where static.
   std::map<std::string, int64_t> inferredElements_;
+  /// Nodes a raised block (a mixture of experts) replaced: left out of the import.
+  std::set<int64_t> skipped_;
   mlir::OwningOpRef<mlir::ModuleOp> module_;
   mlir::func::FuncOp func_;
   std::vector<mlir::Type> argTypes_;
