@@ -55,10 +55,10 @@ struct Linear {
 
 /// The MLP of an MoE block (docs/moe.md, "Planner"), forward and backward, on one rank for one
 /// micro-batch: the router, the dispatch of each token to its topk experts, the local experts'
-/// GEMMs on their rows, the combine; under expert parallelism the token all-to-alls (Megatron's
-/// alltoall dispatcher: dispatch and combine forward, their adjoints backward, each moving the
-/// rank's T_local·k rows of h); under Megatron's expert tensor parallelism the routed rows'
-/// all-gather and reduce-scatter over tp. Balanced routing: each expert gets T·k/E of the rows.
+/// GEMMs on their rows, the combine; under expert parallelism the token exchange among the ep
+/// ranks (exchange() below; forward and, as adjoints, backward); under Megatron's expert tensor
+/// parallelism the routed rows' all-gather and reduce-scatter over tp. Balanced routing: each
+/// expert gets T·k/E of the rows.
 struct MoeKernels {
   const TransformerShape &s;
   const LayerGeometry &g;
@@ -70,6 +70,7 @@ struct MoeKernels {
   int64_t perExpert;  // rows of one local expert's GEMM
   double routedRows;  // rows of the routed buffers its memory-bound passes touch
   double routerBytes; // one fp32 [Tr, E] tensor
+  double dispatched;  // tokens the dispatch reads and the combine writes (megac: the ep group's)
 
   MoeKernels(const TransformerShape &shape, const LayerGeometry &geometry,
              const StackProfile &profile)
@@ -92,6 +93,7 @@ struct MoeKernels {
     perExpert = ceilDiv(rows, localExperts);
     routedRows = stack.packedRouting ? double(rows) : double(E) * Tr;
     routerBytes = Tr * double(E) * 4;
+    dispatched = stack.allToAllDispatch ? Tr : Tr * double(std::max<int64_t>(1, g.ep));
   }
 
   double tokenBytes(double n) const { return n * double(h) * double(e); }
@@ -104,9 +106,26 @@ struct MoeKernels {
   }
   int fc1Count() const { return s.gatedMlp && !grouped ? 2 : 1; }
   int64_t fc1Width() const { return s.gatedMlp && grouped ? 2 * ffn : ffn; }
-  void exchange(Builder &b) const {
-    if (g.ep > 1)
+  // The token exchange among the ep ranks, entering (`into`) or leaving the experts. Megatron's
+  // alltoall dispatcher sends each rank's T·k routed rows to their experts' ranks and back.
+  // megac's partitioner (docs/moe.md) all-gathers the ep group's tokens (and routing weights)
+  // before the dispatch, each rank routing all of them to its E/ep experts, and reduce-scatters
+  // the combine's partial sums back: ep·T rows of h each way, ep/k times the all-to-all's bytes.
+  void exchange(Builder &b, bool into, bool forward) const {
+    if (g.ep <= 1)
+      return;
+    if (stack.allToAllDispatch) {
       b.pass->ep.push_back({Collective::allToAll, tokenBytes(Tr * double(k))});
+      return;
+    }
+    double group = Tr * double(g.ep);
+    if (into) {
+      b.pass->ep.push_back({Collective::allGather, tokenBytes(group)});
+      if (forward) // the routing weights, kept for the backward
+        b.pass->ep.push_back({Collective::allGather, group * double(E) * 4});
+    } else {
+      b.pass->ep.push_back({Collective::reduceScatter, tokenBytes(group)});
+    }
   }
   void gatherRows(Builder &b, Collective kind) const {
     if (split && g.sequenceParallel)
@@ -120,8 +139,8 @@ struct MoeKernels {
     b.mem(KernelClass::elementwise, 2 * routerBytes, 4);
     b.mem(KernelClass::reduce, routerBytes, 2);
     // Dispatch: each token copied to its experts' rows, sent to the experts' ranks.
-    b.mem(KernelClass::copy, tokenBytes(Tr + routedRows));
-    exchange(b);
+    exchange(b, true, true);
+    b.mem(KernelClass::copy, tokenBytes(dispatched + routedRows));
     gatherRows(b, Collective::allGather);
     for (int i = 0; i < fc1Count(); ++i)
       expertGemm(b, perExpert, fc1Width(), h);
@@ -138,18 +157,18 @@ struct MoeKernels {
     }
     expertGemm(b, perExpert, h, ffn);
     gatherRows(b, Collective::reduceScatter);
-    exchange(b);
+    exchange(b, false, true);
     // Combine: the k outputs of each token weighted by its gates.
-    b.mem(KernelClass::elementwise, tokenBytes(routedRows + Tr) + routerBytes);
+    b.mem(KernelClass::elementwise, tokenBytes(routedRows + dispatched) + routerBytes);
     if (split && !g.sequenceParallel) // tp-split experts without SP: partial sums all-reduced
       b.comm(Collective::allReduce, tokenBytes(Tr));
   }
 
   void backward(Builder &b) const {
     // Combine's adjoint (a dispatch of dy by the gates) and the gates' gradient (row dots).
-    b.mem(KernelClass::copy, tokenBytes(Tr + routedRows) + routerBytes);
-    b.mem(KernelClass::reduce, tokenBytes(routedRows + Tr));
-    exchange(b);
+    exchange(b, true, false);
+    b.mem(KernelClass::copy, tokenBytes(dispatched + routedRows) + routerBytes);
+    b.mem(KernelClass::reduce, tokenBytes(routedRows + dispatched));
     gatherRows(b, Collective::allGather);
     auto linearBackward = [&](int64_t in, int64_t out) {
       expertGemm(b, perExpert, in, out); // dx
@@ -173,10 +192,10 @@ struct MoeKernels {
     if (fc1Count() > 1)
       b.mem(KernelClass::elementwise, 3 * tokenBytes(routedRows));
     gatherRows(b, Collective::reduceScatter);
-    exchange(b);
-    // Dispatch's adjoint (each token's k row gradients summed), the router's backward, and
-    // the router's input gradient added to the experts'.
-    b.mem(KernelClass::elementwise, tokenBytes(routedRows + Tr));
+    // Dispatch's adjoint (each token's k row gradients summed), sent back; the router's
+    // backward, and the router's input gradient added to the experts'.
+    b.mem(KernelClass::elementwise, tokenBytes(routedRows + dispatched));
+    exchange(b, false, false);
     b.mem(KernelClass::softmaxGrad, 3 * routerBytes);
     b.mem(KernelClass::elementwise, 2 * routerBytes, 3);
     b.gemm(int64_t(Tr), h, E);

@@ -75,11 +75,13 @@ StackProfile megatronCore() {
   p.p2pScatterGather = true;
   p.recomputePerLayer = true;
   // MoE (Megatron-Core's moe/README.md): --expert-model-parallel-size with the alltoall
-  // dispatcher, expert tensor parallelism equal to tp by default, --moe-grouped-gemm and
+  // dispatcher (--moe-token-dispatcher-type alltoall), expert tensor parallelism equal to tp by
+  // default, --moe-grouped-gemm and
   // --moe-permute-fusion (packed [T·k, h] routed tokens).
   p.supportsExpertParallel = true;
   p.expertTensorParallel = true;
   p.packedRouting = true;
+  p.allToAllDispatch = true;
   return p;
 }
 

@@ -73,6 +73,11 @@ struct StackProfile {
   /// whose memory-bound passes and saved activations span E·T rows (its GEMMs still compute
   /// the T·k active rows only), one GEMM launch per local expert.
   bool packedRouting = false;
+  /// Under expert parallelism, tokens reach their experts' ranks by all-to-all (Megatron's
+  /// alltoall dispatcher: T·k rows of h per rank each way); otherwise megac's partitioner
+  /// all-gathers the ep group's tokens before the experts and reduce-scatters the combine's
+  /// partial sums after (ep·T rows of h each way).
+  bool allToAllDispatch = false;
 };
 
 /// The built-in profiles: megac (the stack this build runs: its CUDA runtime on GPUs, its

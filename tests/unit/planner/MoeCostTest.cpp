@@ -171,6 +171,24 @@ TEST(MoeCostTest, BlockKernelsRouteTopkRowsAndExchangeTokens) {
     }
     EXPECT_TRUE(b.forward.tp.empty());
   }
+  // megac, ep 4: the same expert rows, but the ep group's tokens all-gathered before the
+  // dispatch (with the routing weights, fp32 [4T, E]) and the combine's partial sums
+  // reduce-scattered after (4·T rows of h, the whole buffer), adjoints in the backward.
+  {
+    LayerGeometry g{1, 1, false, Precision::bf16, 4};
+    BlockKernels b = blockKernels(s, g, stack("megac"));
+    EXPECT_DOUBLE_EQ(gemmFlops(b.forward.kernels), attentionGemms + router + experts);
+    ASSERT_EQ(b.forward.ep.size(), 3u);
+    EXPECT_EQ(b.forward.ep[0].kind, Collective::allGather);
+    EXPECT_DOUBLE_EQ(b.forward.ep[0].bytes, 4 * T * h * 2);
+    EXPECT_EQ(b.forward.ep[1].kind, Collective::allGather);
+    EXPECT_DOUBLE_EQ(b.forward.ep[1].bytes, 4 * T * E * 4);
+    EXPECT_EQ(b.forward.ep[2].kind, Collective::reduceScatter);
+    EXPECT_DOUBLE_EQ(b.forward.ep[2].bytes, 4 * T * h * 2);
+    ASSERT_EQ(b.backward.ep.size(), 2u);
+    EXPECT_EQ(b.backward.ep[0].kind, Collective::allGather);
+    EXPECT_EQ(b.backward.ep[1].kind, Collective::reduceScatter);
+  }
   // megac, tp 2 with SP: whole experts on each rank's T/2 tokens; no tensor-parallel
   // collective in the MoE part (the attention's all-gather and reduce-scatter remain).
   LayerGeometry g{2, 1, true, Precision::bf16};
