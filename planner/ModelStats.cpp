@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 
 namespace megac::planner {
 
@@ -48,8 +49,25 @@ ModelStatsResult computeModelStats(mlir::ModuleOp module, std::string_view name)
   if (!s.tokens)
     s.tokens = firstIntInput;
 
-  // Expert weights: parameters moe_matmul reads as its weight, each counted once.
+  // Expert weights: parameters moe_matmul reads as its weight, each counted once: a stacked
+  // [E, ...] parameter (the zoo), or one parameter per expert reshaped, transposed or cast and
+  // concatenated (the raised ONNX pattern).
   std::map<unsigned, std::pair<int64_t, int64_t>> expertWeights; // argument -> (E, topk)
+  std::function<void(mlir::Value, int64_t, int64_t, int)> collect =
+      [&](mlir::Value v, int64_t experts, int64_t topk, int depth) {
+        if (auto arg = mlir::dyn_cast<mlir::BlockArgument>(v)) {
+          if (arg.getOwner() == &func.getBody().front() &&
+              func.getArgAttr(arg.getArgNumber(), mega::kParamAttr))
+            expertWeights[arg.getArgNumber()] = {experts, topk};
+          return;
+        }
+        mlir::Operation *def = v.getDefiningOp();
+        if (!def || depth > 4 ||
+            !mlir::isa<mega::ConcatOp, mega::ReshapeOp, mega::TransposeOp, mega::CastOp>(def))
+          return;
+        for (mlir::Value operand : def->getOperands())
+          collect(operand, experts, topk, depth + 1);
+      };
   func.walk([&](mlir::Operation *op) {
     if (op == func.getOperation())
       return;
@@ -59,23 +77,22 @@ ModelStatsResult computeModelStats(mlir::ModuleOp module, std::string_view name)
       s.forwardMatmulFlops += cost.getMatmulFlops();
       s.forwardBytes += cost.getBytesRead() + cost.getBytesWritten();
     }
-    if (auto moe = mlir::dyn_cast<mega::MoeMatmulOp>(op)) {
-      auto arg = mlir::dyn_cast<mlir::BlockArgument>(moe.getWeight());
-      auto type = mlir::dyn_cast<mlir::RankedTensorType>(moe.getWeight().getType());
-      if (arg && type && arg.getOwner() == &func.getBody().front() &&
-          func.getArgAttr(arg.getArgNumber(), mega::kParamAttr))
-        expertWeights[arg.getArgNumber()] = {type.getDimSize(0), int64_t(moe.getTopk())};
-    }
+    if (auto moe = mlir::dyn_cast<mega::MoeMatmulOp>(op))
+      if (auto type = mlir::dyn_cast<mlir::RankedTensorType>(moe.getWeight().getType()))
+        collect(moe.getWeight(), type.getDimSize(0), int64_t(moe.getTopk()), 0);
   });
-  s.activeParameters = s.parameters;
+  // A token uses topk/E of every expert weight (of a stacked one, topk of its E slices; of
+  // per-expert ones, topk of the E in its stack: the same share, summed exactly below).
+  double inactive = 0;
   for (auto [index, expertsAndTopk] : expertWeights) {
     auto [experts, topk] = expertsAndTopk;
     int64_t elements = mega::cost::numElements(func.getArgument(index).getType());
     s.expertParameters += elements;
-    s.activeParameters -= elements - elements / experts * std::min(topk, experts);
+    inactive += double(elements) * double(experts - std::min(topk, experts)) / double(experts);
     s.experts = std::max(s.experts, experts);
     s.topk = std::max(s.topk, topk);
   }
+  s.activeParameters = s.parameters - static_cast<int64_t>(std::llround(inactive));
   // The MoE layers: one dispatch each.
   if (!expertWeights.empty())
     func.walk([&](mega::MoeDispatchOp) { ++s.moeLayers; });

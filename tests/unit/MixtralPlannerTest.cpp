@@ -1,11 +1,14 @@
 // The zoo's Mixtral as `megac describe` and the planner read it: exact total and active
-// parameter counts against the closed form (frontends/models/Mixtral.cpp), and the
-// TransformerShape (experts, topk, the experts' ffn, SwiGLU) read off the IR.
+// parameter counts against the closed form (frontends/models/Mixtral.cpp), per-expert
+// parameters concatenated as the raised ONNX pattern has them, and the TransformerShape
+// (experts, topk, the experts' ffn, SwiGLU) read off the IR.
+#include "frontends/dsl/GraphBuilder.h"
 #include "frontends/models/ModelZoo.h"
 #include "planner/CostModel.h"
 #include "planner/ModelShape.h"
 #include "planner/ModelStats.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 
 #include <gtest/gtest.h>
@@ -114,4 +117,31 @@ TEST(MixtralPlanner, ShapeFromTheIr) {
     double perSample = planner::modelFlopsPerStep(s, 1) / 3.0;
     EXPECT_NEAR(s.forwardGemmFlopsPerSample, perSample, 1e-12 * perSample) << m.spec();
   }
+}
+
+// The raised ONNX pattern keeps each expert's matrix its own parameter and concatenates them
+// into the [E, out, in] stack moe_matmul reads: the active count sees through the concat.
+TEST(MixtralDescribe, PerExpertParametersConcatenatedCountAsExperts) {
+  mlir::MLIRContext ctx;
+  dsl::GraphBuilder b(ctx, "moe");
+  const int64_t T = 6, h = 8, f = 16, E = 4, k = 2;
+  dsl::Tensor x = b.input("x", {T, h}, dsl::DType::f32);
+  dsl::Tensor gate = b.parameter("gate", {E, h}, dsl::DType::f32, dsl::Init::normal(0.02));
+  dsl::Tensor mask = b.topkMask(b.softmax(b.linear(x, gate, std::nullopt), -1), k);
+  std::vector<dsl::Tensor> parts;
+  for (int64_t e = 0; e < E; ++e)
+    parts.push_back(b.reshape(
+        b.parameter("w" + std::to_string(e), {f, h}, dsl::DType::f32, dsl::Init::normal(0.02)),
+        {1, f, h}));
+  dsl::Tensor routed = b.moeDispatch(x, mask);
+  b.output("y", b.moeCombine(b.moeMatmul(routed, b.concat(parts, 0), mask, k), mask));
+  mlir::OwningOpRef<mlir::ModuleOp> module(mlir::cast<mlir::ModuleOp>(b.finish()));
+  ASSERT_TRUE(module) << b.error();
+  planner::ModelStatsResult r = planner::computeModelStats(*module);
+  ASSERT_TRUE(r.stats) << r.error;
+  EXPECT_EQ(r.stats->parameters, E * h + E * f * h);
+  EXPECT_EQ(r.stats->expertParameters, E * f * h);
+  EXPECT_EQ(r.stats->activeParameters, E * h + k * f * h); // the router, and k of the experts
+  EXPECT_EQ(r.stats->experts, E);
+  EXPECT_EQ(r.stats->moeLayers, 1);
 }
