@@ -16,6 +16,7 @@
 //     h  = Reshape(Gather(Unsqueeze(x [T, h], axes [0]), tok, axis 1))
 //     y  = MatMul(silu(MatMul(h, Transpose(W1_e))) * MatMul(h, Transpose(W3_e)), Transpose(W2_e))
 //          with silu(a) = a * Sigmoid(a), W1_e, W3_e [ffn, h] and W2_e [h, ffn] initializers
+//          (constant folding stores them transposed, without the Transpose nodes)
 //     r  = Reshape*(Gather(Flatten(Unsqueeze(G, axes [2]), axis 2),
 //                          slot + tok * Gather(Shape(Unsqueeze(G, axes [2])), 1), axis 0))
 //     z  = Cast?(y * r)
@@ -31,9 +32,10 @@
 //   out = moe_combine(moe_matmul(silu(g) * u, W2, m), gates)
 //
 // with W1 = concat of the E experts' W1_e reshaped to [1, ffn, h] (the experts stay separate
-// parameters). Shape arithmetic feeding Reshape/Expand shapes inside the block is dropped with
-// it. Everything computed from the routing must end in `out`; a block whose routing is used
-// elsewhere, or whose nodes differ from the pattern, is an error naming the node.
+// parameters; folded weights stack to [E, h, ffn] with transpose_weight). Shape arithmetic
+// feeding Reshape/Expand shapes inside the block is dropped with it. Everything computed from
+// the routing must end in `out`; a block whose routing is used elsewhere, or whose nodes differ
+// from the pattern, is an error naming the node.
 #include "frontends/onnx/OnnxGraph.h"
 #include "frontends/onnx/OnnxOps.h"
 
@@ -49,12 +51,18 @@ namespace megac::onnx_import {
 
 namespace {
 
-/// One matched expert: its three weights (initializer names), the accumulation step that adds
-/// its output (an Add, or a ScatterElements with reduction add), the step's previous
-/// accumulator and its result.
+/// An expert's weight: its initializer, stored as nn.Linear's [out, in] (under a Transpose in
+/// the graph) or `transposed` as [in, out] (torch.onnx's constant folding transposes it once).
+struct MoeWeight {
+  std::string name;
+  bool transposed = false;
+};
+
+/// One matched expert: its three weights, the accumulation step that adds its output (an Add,
+/// or a ScatterElements with reduction add), the step's previous accumulator and its result.
 struct MoeExpert {
   int64_t index = -1;
-  std::string w1, w3, w2;
+  MoeWeight w1, w3, w2;
   int step = -1;
   std::string previous, result;
 };
@@ -152,8 +160,9 @@ private:
 
   LogicalResult matchRouter(MoeBlock &b);
   LogicalResult matchExpert(MoeBlock &b, int selector, std::string &gates);
-  /// W of `Transpose(W, perm [1, 0])` feeding input 1 of MatMul `mm`, with its shape checked.
-  FailureOr<std::string> linearWeight(int mm, int64_t out, int64_t in);
+  /// The weight of MatMul `mm`'s input 1: W of `Transpose(W, perm [1, 0])`, or a transposed
+  /// initializer; its [out, in] shape checked where `out` >= 0.
+  FailureOr<MoeWeight> linearWeight(int mm, int64_t out, int64_t in);
   LogicalResult matchWeight(MoeBlock &b, const std::string &r, const std::string &slot,
                             const std::string &tok, std::string &gates);
   LogicalResult matchAccumulation(MoeBlock &b);
@@ -332,21 +341,27 @@ LogicalResult MoeMatcher::matchRouter(MoeBlock &b) {
   return success();
 }
 
-FailureOr<std::string> MoeMatcher::linearWeight(int mm, int64_t out, int64_t in) {
-  int t = defOp(node(mm).input(1), "Transpose");
-  const auto *perm = t >= 0 ? attr(node(t), "perm") : nullptr;
-  if (t < 0 || !perm || perm->ints_size() != 2 || perm->ints(0) != 1 || perm->ints(1) != 0)
-    return refuse(mm, "is an expert's linear layer without the Transpose of an nn.Linear weight");
-  const std::string &w = node(t).input(0);
-  auto info = g_.values.find(w);
-  if (!isInitializer(w) || info == g_.values.end() || info->second.shape.size() != 2)
-    return refuse(t, "transposes '" + w +
-                         "', which is not an initializer matrix (an expert's weight)");
-  const Shape &s = info->second.shape;
+FailureOr<MoeWeight> MoeMatcher::linearWeight(int mm, int64_t out, int64_t in) {
+  MoeWeight w{node(mm).input(1), true};
+  int at = mm;
+  if (int t = defOp(w.name, "Transpose"); t >= 0) {
+    const auto *perm = attr(node(t), "perm");
+    if (perm && (perm->ints_size() != 2 || perm->ints(0) != 1 || perm->ints(1) != 0))
+      return refuse(t, "transposes an expert's weight with a perm other than [1, 0]");
+    w = {node(t).input(0), false};
+    at = t;
+  }
+  auto info = g_.values.find(w.name);
+  if (!isInitializer(w.name) || info == g_.values.end() || info->second.shape.size() != 2)
+    return refuse(at, "takes '" + w.name +
+                          "', which is not an initializer matrix (an expert's weight)");
+  Shape s = info->second.shape; // as [out, in]
+  if (w.transposed)
+    std::swap(s[0], s[1]);
   if ((out >= 0 && s[0] != out) || s[1] != in)
-    return refuse(t, "transposes '" + w + "' of shape " + shapeStr(s) +
-                         ", which does not fit the block's hidden size " + Twine(hidden_) +
-                         " and ffn size " + Twine(ffn_));
+    return refuse(at, "takes '" + w.name + "' of shape " + shapeStr(info->second.shape) +
+                          ", which does not fit the block's hidden size " + Twine(hidden_) +
+                          " and ffn size " + Twine(ffn_));
   return w;
 }
 
@@ -463,9 +478,9 @@ LogicalResult MoeMatcher::matchExpert(MoeBlock &b, int selector, std::string &ga
   if (failed(w1))
     return failure();
   if (ffn_ < 0)
-    ffn_ = g_.values.at(*w1).shape[0];
+    ffn_ = g_.values.at(w1->name).shape[w1->transposed ? 1 : 0];
   auto w3 = linearWeight(upMm, ffn_, hidden_);
-  auto w2 = succeeded(w3) ? linearWeight(down, hidden_, ffn_) : FailureOr<std::string>();
+  auto w2 = succeeded(w3) ? linearWeight(down, hidden_, ffn_) : FailureOr<MoeWeight>();
   if (failed(w3) || failed(w2))
     return failure();
   ex.w1 = *w1;
@@ -678,6 +693,40 @@ FailureOr<std::set<int>> MoeMatcher::region(const MoeBlock &block) {
   return skip;
 }
 
+/// The experts' weights stacked (each stays its own parameter): [E, out, in], or [E, in, out]
+/// with `transposed` (moe_matmul's transpose_weight) when every expert's is stored transposed.
+struct Stacked {
+  Value weight;
+  bool transposed;
+};
+
+FailureOr<Stacked> stackWeights(GraphImporter &g, NodeContext &c, const MoeBlock &block,
+                                MoeWeight MoeExpert::*which) {
+  bool transposed =
+      llvm::all_of(block.expert, [&](const MoeExpert &e) { return (e.*which).transposed; });
+  Type elem;
+  SmallVector<Value> parts;
+  Shape one;
+  for (const MoeExpert &e : block.expert) {
+    const std::string &name = (e.*which).name;
+    auto w = g.materializeValue(g.values.at(name), c.loc(), name);
+    if (failed(w))
+      return failure();
+    Type t = mlir::cast<RankedTensorType>(w->getType()).getElementType();
+    if (elem && t != elem)
+      return c.fail("expert weight '" + name + "' has another element type than the others");
+    elem = t;
+    Value v = (e.*which).transposed && !transposed ? c.transpose(*w, {1, 0}) : *w;
+    auto shape = mlir::cast<RankedTensorType>(v.getType()).getShape();
+    one = {1, shape[0], shape[1]};
+    parts.push_back(c.reshape(v, one));
+  }
+  auto type = RankedTensorType::get({int64_t(parts.size()), one[1], one[2]}, elem);
+  Value w =
+      mega::ConcatOp::create(c.builder(), c.loc(), type, parts, c.builder().getI64IntegerAttr(0));
+  return Stacked{w, transposed};
+}
+
 } // namespace
 
 LogicalResult GraphImporter::importMoeBlock(NodeContext &c, int64_t index) {
@@ -716,35 +765,26 @@ LogicalResult GraphImporter::importMoeBlock(NodeContext &c, int64_t index) {
   m = c.cast(m, elemTypeOf(xType));
   gates = c.cast(gates, elemTypeOf(xType));
 
-  // The experts' weights stacked [E, out, in] (each stays its own parameter).
-  auto stack = [&](std::string MoeExpert::*which) -> FailureOr<Value> {
-    SmallVector<Value> parts;
-    Shape one;
-    for (MoeExpert &e : block->expert) {
-      auto w = materializeValue(values.at(e.*which), loc, e.*which);
-      if (failed(w))
-        return failure();
-      if (mlir::cast<RankedTensorType>(w->getType()).getElementType() != elem)
-        return c.fail("expert weight '" + e.*which + "' has another element type than the tokens");
-      auto shape = mlir::cast<RankedTensorType>(w->getType()).getShape();
-      one = {1, shape[0], shape[1]};
-      parts.push_back(c.reshape(*w, one));
-    }
-    return mega::ConcatOp::create(b, loc, RankedTensorType::get({E, one[1], one[2]}, elem), parts,
-                                  b.getI64IntegerAttr(0))
-        .getResult();
-  };
-  auto w1 = stack(&MoeExpert::w1), w3 = stack(&MoeExpert::w3), w2 = stack(&MoeExpert::w2);
+  // The experts' weights, stacked.
+  auto w1 = stackWeights(*this, c, *block, &MoeExpert::w1);
+  auto w3 = stackWeights(*this, c, *block, &MoeExpert::w3);
+  auto w2 = stackWeights(*this, c, *block, &MoeExpert::w2);
   if (failed(w1) || failed(w3) || failed(w2))
     return failure();
-  int64_t F = mlir::cast<RankedTensorType>(w1->getType()).getDimSize(1);
+  for (const Stacked *w : {&*w1, &*w3, &*w2})
+    if (mlir::cast<RankedTensorType>(w->weight.getType()).getElementType() != elem)
+      return c.fail("has expert weights of another element type than the tokens they multiply");
+  int64_t F = mlir::cast<RankedTensorType>(w1->weight.getType()).getDimSize(w1->transposed ? 2 : 1);
 
   auto routed = [&](int64_t d) { return RankedTensorType::get({E, T, d}, elem); };
-  // Built from named attributes: moe_matmul's other attributes keep their defaults (weights in
-  // nn.Linear layout, all experts local).
-  auto grouped = [&](Value in, Value w, int64_t out) -> Value {
-    return mega::MoeMatmulOp::create(b, loc, TypeRange{routed(out)}, ValueRange{in, w, m},
-                                     {b.getNamedAttr("topk", b.getI64IntegerAttr(K))});
+  // Built from named attributes: moe_matmul's other attributes keep their defaults (all experts
+  // local).
+  auto grouped = [&](Value in, const Stacked &w, int64_t out) -> Value {
+    SmallVector<NamedAttribute> attrs{b.getNamedAttr("topk", b.getI64IntegerAttr(K))};
+    if (w.transposed)
+      attrs.push_back(b.getNamedAttr("transpose_weight", b.getBoolAttr(true)));
+    return mega::MoeMatmulOp::create(b, loc, TypeRange{routed(out)}, ValueRange{in, w.weight, m},
+                                     attrs);
   };
   Value dispatched = mega::MoeDispatchOp::create(b, loc, routed(H), *x, m);
   Value g = grouped(dispatched, *w1, F);

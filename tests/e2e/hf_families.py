@@ -127,10 +127,11 @@ def _register_bitwise_or():
     register_custom_op_symbolic("aten::bitwise_or", bitwise_or, 17)
 
 
-def export(name, model, cfg, cache_dir, training, batch=2, opset=17):
-    """The ONNX file of `model` (opset 17 unless given, no constant folding), exported once per
-    hash of the family, its config, the weights' seed state, the mode, the opset and the
-    versions; returns its path."""
+def export(name, model, cfg, cache_dir, training, batch=2, opset=17, fold=False):
+    """The ONNX file of `model` (opset 17 unless given; constant folding only with `fold`, which
+    stores nn.Linear weights pre-transposed under names like onnx::MatMul_123), exported once
+    per hash of the family, its config, the weights' seed state, the mode, the opset, folding
+    and the versions; returns its path."""
     import numpy as np
     import torch
     import transformers
@@ -139,11 +140,12 @@ def export(name, model, cfg, cache_dir, training, batch=2, opset=17):
                       "batch": batch, "seq": SEQ, "torch": torch.__version__,
                       "transformers": transformers.__version__,
                       "weights": float(sum(p.double().sum() for p in model.parameters())),
-                      **({} if opset == 17 else {"opset": opset})},
+                      **({} if opset == 17 else {"opset": opset}),
+                      **({"fold": True} if fold else {})},
                      sort_keys=True, default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     os.makedirs(cache_dir, exist_ok=True)
-    tag = name if opset == 17 else f"{name}-opset{opset}"
+    tag = (name if opset == 17 else f"{name}-opset{opset}") + ("-folded" if fold else "")
     path = os.path.join(cache_dir, f"{tag}-{digest}.onnx")
     if os.path.exists(path):
         return path
@@ -151,7 +153,7 @@ def export(name, model, cfg, cache_dir, training, batch=2, opset=17):
     ids = torch.from_numpy(pad_free(np.random.default_rng(0).integers(0, VOCAB, (batch, SEQ)),
                                     cfg))
     kwargs = dict(input_names=["input_ids"], output_names=["logits"], opset_version=opset,
-                  do_constant_folding=False)
+                  do_constant_folding=fold)
     if training:
         # A dynamic batch, as users export for training: GPT-J's repeat_interleave then becomes
         # SplitToSequence + Loop + ConcatFromSequence, which megac unrolls at import.
