@@ -114,7 +114,7 @@ std::string whyBetter(const planner::PlanCandidate &a, const planner::PlanCandid
   };
   Part parts[] = {{"compute", a.cost.computeSeconds, b.cost.computeSeconds},
                   {"tensor-parallel communication", a.cost.tpCommSeconds, b.cost.tpCommSeconds},
-                  {"expert-parallel all-to-all", a.cost.epCommSeconds, b.cost.epCommSeconds},
+                  {"expert-parallel token exchange", a.cost.epCommSeconds, b.cost.epCommSeconds},
                   {"pipeline transfers", a.cost.ppCommSeconds, b.cost.ppCommSeconds},
                   {"exposed gradient reduction", a.cost.dpCommSeconds, b.cost.dpCommSeconds},
                   {"pipeline bubble", a.cost.bubbleSeconds, b.cost.bubbleSeconds},
@@ -144,7 +144,7 @@ std::string timeByClass(const planner::StepCost &c, const std::string &stack) {
                {"tp all-reduce", c.tpAllReduceSeconds},
                {"tp all-gather", c.tpAllGatherSeconds},
                {"tp reduce-scatter", c.tpReduceScatterSeconds},
-               {"ep all-to-all", c.epCommSeconds},
+               {"ep token exchange", c.epCommSeconds},
                {"pipeline sends", c.ppCommSeconds},
                {"dp gradient reduction (exposed)", c.dpReduceSeconds},
                {"dp parameter all-gather (exposed)", c.dpGatherSeconds},
@@ -287,7 +287,7 @@ std::string bestText(const PlanSearchRequest &r, const planner::SearchResult &re
                 w.computeSeconds, w.tpCommSeconds, w.ppCommSeconds, w.dpCommSeconds,
                 w.bubbleSeconds, w.optimizerSeconds);
   if (w.epCommSeconds > 0)
-    out += format(", ep all-to-all %.3f s", w.epCommSeconds);
+    out += format(", ep token exchange %.3f s", w.epCommSeconds);
   out += "\n";
   out += format("    memory: parameters %s, gradients %s, optimizer %s, activations %s, "
                 "workspace %s\n",

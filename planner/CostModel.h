@@ -129,7 +129,7 @@ int64_t peakInFlight(const PipelineShape &shape, int64_t stage);
 struct PassCost {
   KernelTime compute;
   double tp[kCollectiveCount] = {}; // indexed by Collective
-  double ep = 0;                    // expert-parallel all-to-alls
+  double ep = 0;                    // expert-parallel token exchange
   double tpSeconds() const {
     double sum = 0;
     for (double t : tp)

@@ -463,7 +463,7 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   std::vector<std::pair<double, const char *>> parts = {
       {c.computeSeconds, "compute"},
       {c.tpCommSeconds, "tensor-parallel comm"},
-      {c.epCommSeconds, "expert-parallel all-to-all"},
+      {c.epCommSeconds, "expert-parallel token exchange"},
       {c.bubbleSeconds, "pipeline bubble"},
       {c.ppCommSeconds, "pipeline sends"},
       {c.dpCommSeconds, "data-parallel comm"},

@@ -59,7 +59,7 @@ struct StepCost {
   double tpCommSeconds = 0;  // tensor/sequence-parallel collectives (not overlapped)
   double ppCommSeconds = 0;  // activations between stages
   double dpCommSeconds = 0;  // gradient reduction (ZeRO: reduce-scatter + all-gather), exposed part
-  double epCommSeconds = 0;  // expert-parallel token all-to-alls (not overlapped)
+  double epCommSeconds = 0;  // expert-parallel token exchange (not overlapped)
   double bubbleSeconds = 0;  // pipeline idle time, from simulating the schedule
   double optimizerSeconds = 0;
   double stepSeconds = 0; // the total
