@@ -18,6 +18,8 @@ at import to megac's MoE ops (frontends/onnx/OnnxMoe.cpp).
     (not for the folded export, whose weights have onnx::MatMul_* names);
     Mixtral at opset 17 also with --ranks 4 --tp 2 --dp 2 against the one-rank run (losses
     within 1e-5 relative, as hf_train_test.py);
+  - router logits: a Mixtral export that also outputs each layer's router logits (computed
+    before the TopK, outside the raised block) matches PyTorch on every output;
   - errors: Mixtral exports edited into variants megac does not raise (another expert
     activation, renormalisation by a product, the routing used as a graph output), and a TopK
     that is no router, fail to import with an error naming the node that differs.
@@ -159,6 +161,55 @@ def check_training(args, family, opset, fold):
     return problems
 
 
+def check_router_logits(args):
+    """Problems of a Mixtral export whose outputs include the router logits (computed before the
+    TopK, they stay outside the raised block): every output against PyTorch."""
+    import numpy as np
+    import torch
+    import hf_families as hf
+
+    model, cfg = hf.build("mixtral", seed=21)
+
+    class WithRouter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.hf = model.hf
+
+        def forward(self, input_ids):
+            out = self.hf(input_ids=input_ids, output_router_logits=True, return_dict=True)
+            return (out.logits, *out.router_logits)
+
+    module = WithRouter().eval()
+    workdir = os.path.join(args.workdir, "router-logits")
+    os.makedirs(workdir)
+    ids = torch.from_numpy(hf.pad_free(np.random.default_rng(121).integers(0, VOCAB, (2, SEQ)),
+                                       cfg))
+    names = ["logits"] + [f"router_logits_{i}" for i in range(cfg.num_hidden_layers)]
+    path = os.path.join(workdir, "mixtral.onnx")
+    torch.onnx.export(module, (ids,), path, input_names=["input_ids"], output_names=names,
+                      opset_version=17, do_constant_folding=False)
+    with torch.no_grad():
+        expected = [t.numpy() for t in module(ids)]
+    np.save(os.path.join(workdir, "input_ids.npy"), ids.numpy())
+    out_dir = os.path.join(workdir, "out")
+    megac(args.megac, "run", path, f"--input-shape=input_ids=2x{SEQ}",
+          f"--input=input_ids={workdir}/input_ids.npy", "--output-dir", out_dir)
+    problems, errors = [], []
+    for name, want in zip(names, expected):
+        if not os.path.exists(os.path.join(out_dir, f"{name}.npy")):
+            problems.append(f"router logits export: megac wrote no output {name}")
+            continue
+        got = np.load(os.path.join(out_dir, f"{name}.npy"))
+        errors.append(float(np.max(np.abs(got.astype(np.float64) - want))))
+        if got.shape != want.shape or not np.allclose(got, want, rtol=1e-4, atol=1e-4):
+            problems.append(f"router logits export: {name} differs from PyTorch's "
+                            f"(max {errors[-1]:.2e})")
+    print(f"mixtral with router logits as outputs: max |megac - torch| "
+          f"{dict(zip(names, ('%.2e' % e for e in errors)))} -> "
+          f"{'ok' if not problems else 'FAIL'}", flush=True)
+    return problems
+
+
 def mutate(source, target, edit):
     """Writes `source` with `edit(graph)` applied to `target`; returns the name `edit` gives."""
     import onnx
@@ -247,6 +298,10 @@ def main():
                 problems += [f"{what}: {p}" for p in check(args, family, opset, fold)]
             except RuntimeError as e:
                 problems.append(f"{what}: {e}")
+    try:
+        problems += check_router_logits(args)
+    except RuntimeError as e:
+        problems.append(f"router logits export: {e}")
     problems += check_errors(args)
     for p in problems:
         print(f"  FAIL {p}")
