@@ -198,6 +198,7 @@ def check_router_logits(args):
     for name, want in zip(names, expected):
         if not os.path.exists(os.path.join(out_dir, f"{name}.npy")):
             problems.append(f"router logits export: megac wrote no output {name}")
+            errors.append(float("nan"))
             continue
         got = np.load(os.path.join(out_dir, f"{name}.npy"))
         errors.append(float(np.max(np.abs(got.astype(np.float64) - want))))
