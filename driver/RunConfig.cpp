@@ -37,6 +37,12 @@ Status finishLayout(RunConfig &c) {
   if (layout.zero == 1 && layout.dp == 1)
     return Status::error(
         "--zero 1 shards the optimizer state over data-parallel ranks; it needs dp > 1");
+  if (layout.ep < 1 || layout.dp % layout.ep != 0)
+    return Status::error("--ep " + str(layout.ep) + " must divide dp = " + str(layout.dp) +
+                         ": expert parallelism is carved out of data parallelism (docs/moe.md)");
+  if (layout.ep > 1 && layout.zero == 1)
+    return Status::error("--ep " + str(layout.ep) + " with --zero 1 is not supported yet (the "
+                         "distributed optimizer shards over dp only); use one of them");
   // Megatron: --micro-batch is per data-parallel rank; the model sees b*dp rows.
   runtime::train::BatchSplit &split = c.data.batch;
   int64_t b = layout.microBatch, global = b * layout.dp;

@@ -147,12 +147,19 @@ Status TrainSession::openRank() {
   s.rank.comm = &s.executor->communicator();
   s.rank.trace = s.trace.get();
   std::vector<int64_t> coords = s.executor->coords();
+  // The data-parallel index over every rank that reads its own rows: dp, and within it ep.
+  int64_t dpCoord = 0, epCoord = 0, epSize = 1;
   for (size_t a = 0; a < mesh.axisNames.size(); ++a) {
     if (mesh.axisNames[a] == "dp")
-      s.rank.dpRank = coords[a];
+      dpCoord = coords[a];
+    if (mesh.axisNames[a] == "ep") {
+      epCoord = coords[a];
+      epSize = mesh.axisSizes[a];
+    }
     if (mesh.axisNames[a] == "pp" && mesh.axisSizes[a] > 1)
       s.rank.ppAxis = int64_t(a);
   }
+  s.rank.dpRank = dpCoord * epSize + epCoord;
   if (!s.executor->schedule().empty()) {
     ASSIGN_OR_RETURN(s.rank.pipeline, train::pipelineRunForRank(*s.plan, s.executor->rank()));
     s.rank.pipeline->trace = s.trace.get();

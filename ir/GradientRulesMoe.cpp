@@ -50,10 +50,10 @@ LogicalResult MoeMatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
   Value g = resultGrads[0], x = getInput(), w = getWeight(), mask = getWeights();
   bool transposed = getTransposeWeight();
   operandGrads.push_back(MoeMatmulOp::create(b, getLoc(), x.getType(), g, w, mask, getTopk(),
-                                             !transposed));
+                                             !transposed, getGlobalExpertsAttr()));
   Value lhs = transposed ? x : g, rhs = transposed ? g : x;
-  operandGrads.push_back(
-      MoeMatmulWeightGradOp::create(b, getLoc(), w.getType(), lhs, rhs, mask, getTopk()));
+  operandGrads.push_back(MoeMatmulWeightGradOp::create(b, getLoc(), w.getType(), lhs, rhs, mask,
+                                                       getTopk(), getGlobalExpertsAttr()));
   operandGrads.push_back(Value());
   return success();
 }

@@ -70,7 +70,9 @@ def Mega_MoeMatmulOp : Mega_CostedOp<"moe_matmul", [Mega_Plan<"MoeMatmul">, Pure
     `transpose_weight`, `[E, in, out]`), `weights [t..., E]` -> `[E, t..., out]`: active rows
     (`weights[t, e] != 0`) are `input[e, t] · weight[e]^T` (`· weight[e]`), other rows are 0
     and cost nothing. `topk` is the number of experts each token is routed to, for the cost
-    (T·topk active rows without dropping); splitting the expert dim is expert parallelism.
+    (T·topk active rows without dropping); splitting the expert dim is expert parallelism, and
+    a shard records the model's expert count in `global_experts` (its share of the rows is
+    E/global_experts of them).
 
     ```mlir
     %y = mega.moe_matmul %x, %w1, %m topk 2 : (tensor<4x16x64xf32>, tensor<4x128x64xf32>, tensor<16x4xf32>) -> tensor<4x16x128xf32>
@@ -78,7 +80,8 @@ def Mega_MoeMatmulOp : Mega_CostedOp<"moe_matmul", [Mega_Plan<"MoeMatmul">, Pure
   }];
   let arguments = (ins Mega_FloatTensor:$input, Mega_FloatTensor:$weight,
                        Mega_FloatTensor:$weights, I64Attr:$topk,
-                       DefaultValuedAttr<BoolAttr, "false">:$transpose_weight);
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_weight,
+                       OptionalAttr<I64Attr>:$global_experts);
   let results = (outs Mega_FloatTensor:$result);
   let assemblyFormat = "$input `,` $weight `,` $weights `topk` $topk attr-dict `:` "
                        "functional-type(operands, results)";
@@ -133,14 +136,14 @@ def Mega_MoeMatmulWeightGradOp : Mega_CostedOp<"moe_matmul_weight_grad",
   let description = [{
     `lhs [E, t..., p]`, `rhs [E, t..., q]`, `weights [t..., E]` -> `[E, p, q]`: expert e's
     matrix is the sum over its active rows t (`weights[t, e] != 0`), in token order, of
-    `lhs[e, t]^T rhs[e, t]`. `topk` as for moe_matmul.
+    `lhs[e, t]^T rhs[e, t]`. `topk` and `global_experts` as for moe_matmul.
 
     ```mlir
     %dw = mega.moe_matmul_weight_grad %dy, %x, %m topk 2 : (tensor<4x16x128xf32>, tensor<4x16x64xf32>, tensor<16x4xf32>) -> tensor<4x128x64xf32>
     ```
   }];
   let arguments = (ins Mega_FloatTensor:$lhs, Mega_FloatTensor:$rhs, Mega_FloatTensor:$weights,
-                       I64Attr:$topk);
+                       I64Attr:$topk, OptionalAttr<I64Attr>:$global_experts);
   let results = (outs Mega_FloatTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs `,` $weights `topk` $topk attr-dict `:` "
                        "functional-type(operands, results)";

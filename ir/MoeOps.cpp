@@ -5,6 +5,8 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 
+#include <string>
+
 using namespace mlir;
 using namespace mega;
 
@@ -45,6 +47,24 @@ int64_t tokensOf(Value weights) {
 }
 
 int64_t elems(Value v) { return cost::numElements(v.getType()); }
+
+/// Why `topk` and `global_experts` do not fit `experts` (this op's expert dim), or empty.
+std::string checkRouting(int64_t topk, std::optional<uint64_t> globalExperts, int64_t experts) {
+  int64_t all = globalExperts ? static_cast<int64_t>(*globalExperts) : experts;
+  if (all < experts || (experts > 0 && all % experts != 0))
+    return "global_experts = " + std::to_string(all) + " must be a multiple of the " +
+           std::to_string(experts) + " experts it holds";
+  if (topk < 1 || topk > all)
+    return "topk = " + std::to_string(topk) + " must be in [1, " + std::to_string(all) + "]";
+  return {};
+}
+
+/// 2 x the active rows x in x out: T·topk rows over all experts, the shard's share of them.
+int64_t routedFlops(int64_t tokens, uint64_t topk, std::optional<uint64_t> globalExperts,
+                    int64_t experts, int64_t in, int64_t out) {
+  int64_t all = globalExperts ? static_cast<int64_t>(*globalExperts) : experts;
+  return 2 * tokens * static_cast<int64_t>(topk) * in * out * experts / std::max<int64_t>(1, all);
+}
 
 } // namespace
 
@@ -91,14 +111,14 @@ LogicalResult MoeMatmulOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
 }
 LogicalResult MoeMatmulOp::verify() {
   int64_t experts = getWeight().getType().getShape()[0];
-  auto topk = static_cast<int64_t>(getTopk());
-  if (topk < 1 || topk > experts)
-    return emitOpError() << "topk = " << topk << " must be in [1, " << experts << "]";
+  if (std::string e = checkRouting(static_cast<int64_t>(getTopk()), getGlobalExperts(), experts);
+      !e.empty())
+    return emitOpError() << e;
   return success();
 }
 int64_t MoeMatmulOp::getMatmulFlops() {
   ArrayRef<int64_t> w = getWeight().getType().getShape();
-  return 2 * tokensOf(getWeights()) * static_cast<int64_t>(getTopk()) * w[1] * w[2];
+  return routedFlops(tokensOf(getWeights()), getTopk(), getGlobalExperts(), w[0], w[1], w[2]);
 }
 int64_t MoeMatmulOp::getFlops() { return getMatmulFlops(); }
 
@@ -132,13 +152,13 @@ LogicalResult MoeMatmulWeightGradOp::inferReturnTypes(MLIRContext *, std::option
 }
 LogicalResult MoeMatmulWeightGradOp::verify() {
   int64_t experts = getLhs().getType().getShape()[0];
-  auto topk = static_cast<int64_t>(getTopk());
-  if (topk < 1 || topk > experts)
-    return emitOpError() << "topk = " << topk << " must be in [1, " << experts << "]";
+  if (std::string e = checkRouting(static_cast<int64_t>(getTopk()), getGlobalExperts(), experts);
+      !e.empty())
+    return emitOpError() << e;
   return success();
 }
 int64_t MoeMatmulWeightGradOp::getMatmulFlops() {
   ArrayRef<int64_t> r = getResult().getType().getShape();
-  return 2 * tokensOf(getWeights()) * static_cast<int64_t>(getTopk()) * r[1] * r[2];
+  return routedFlops(tokensOf(getWeights()), getTopk(), getGlobalExperts(), r[0], r[1], r[2]);
 }
 int64_t MoeMatmulWeightGradOp::getFlops() { return getMatmulFlops(); }

@@ -780,7 +780,8 @@ Tensor GraphBuilder::moeMatmul(const Tensor &x, const Tensor &weight, const Tens
                   loc),
            Tensor{};
   auto op = mega::MoeMatmulOp::create(I.b, I.location(loc), I.tensorType(r.shape, x.dtype()),
-                                      I.value(x), I.value(weight), I.value(weights), topk, false);
+                                      I.value(x), I.value(weight), I.value(weights), topk, false,
+                                      mlir::IntegerAttr());
   return I.wrap(op.getResult(), r.shape, x.dtype());
 }
 

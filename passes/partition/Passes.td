@@ -33,6 +33,9 @@ def ShardingPropagation : Pass<"mega-sharding-propagation", "mlir::ModuleOp"> {
     Option<"pp", "pp", "int64_t", "1", "pipeline-parallel degree (the mesh's pp axis)">,
     Option<"sequenceParallel", "sequence-parallel", "bool", "false",
            "shard norms and residuals on the sequence dim between tensor-parallel regions">,
+    Option<"ep", "ep", "int64_t", "1",
+           "expert-parallel degree, carved out of dp (docs/moe.md): the mesh becomes "
+           "<pp, dp = dp/ep, ep, tp>, the batch is split over (dp, ep) and the experts over ep">,
   ];
   let dependentDialects = ["mega::MegaDialect"];
 }

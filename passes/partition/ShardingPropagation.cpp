@@ -25,7 +25,6 @@ namespace {
 using partition::AxisList;
 using partition::Sharding;
 
-constexpr unsigned kDp = 1, kTp = 2; // axes of #mega.mesh<pp, dp, tp>
 
 int64_t numElements(Value v) {
   auto t = cast<RankedTensorType>(v.getType());
@@ -34,8 +33,15 @@ int64_t numElements(Value v) {
 
 class Propagator {
 public:
-  Propagator(func::FuncOp f, mega::MeshAttr mesh, int64_t tp, int64_t dp, bool sp)
-      : f_(f), mesh_(mesh), tp_(tp), dp_(dp), sp_(sp) {}
+  /// `dp` counts every data-parallel rank (ep of them in each expert-parallel group).
+  Propagator(func::FuncOp f, mega::MeshAttr mesh, int64_t tp, int64_t dp, int64_t ep, bool sp)
+      : f_(f), mesh_(mesh), tp_(tp), dp_(dp), ep_(ep), sp_(sp),
+        kTp(*mesh.findAxis("tp")), batchAxes_{*mesh.findAxis("dp")} {
+    if (ep_ > 1) {
+      epAxis_ = *mesh.findAxis("ep");
+      batchAxes_.push_back(*epAxis_);
+    }
+  }
 
   LogicalResult run() {
     if (failed(seedArguments()))
@@ -166,7 +172,7 @@ private:
         return f_.emitError() << "the batch dim of input '" << input.getValue() << "' has size "
                               << type.getDimSize(0) << ", which is not divisible by dp = " << dp_;
       Sharding layout = Sharding::replicated(type.getRank());
-      layout.dims[0] = {kDp};
+      layout.dims[0] = batchAxes_;
       set(arg, layout);
     }
     // Sequence parallelism splits the sequence dim of the activations over tp.
@@ -249,6 +255,8 @@ private:
   /// unless their input is already split on the contracted dim (row parallel), embedding tables
   /// vocab parallel.
   LogicalResult seedParameters(Operation *op) {
+    if (auto moe = dyn_cast<mega::MoeMatmulOp>(op); moe && epAxis_)
+      return seedExpertWeight(moe);
     if (tp_ == 1)
       return success();
     if (auto linear = dyn_cast<mega::LinearOp>(op)) {
@@ -301,6 +309,47 @@ private:
     return success();
   }
 
+  /// Expert parallelism: an expert weight [E, ...] is split on E over ep (Megatron's expert
+  /// parallelism; each ep rank holds E / ep experts).
+  LogicalResult seedExpertWeight(mega::MoeMatmulOp op) {
+    Value w = op.getWeight();
+    if (!undecided_.contains(w))
+      return success();
+    int64_t experts = cast<RankedTensorType>(w.getType()).getDimSize(0);
+    if (experts % ep_ != 0)
+      return op->emitError() << "expert weight '" << paramName(w) << "' has " << experts
+                             << " experts, which ep = " << ep_
+                             << " does not divide (choose an ep that divides " << experts << ")";
+    Sharding layout = Sharding::replicated(3);
+    layout.dims[0] = {*epAxis_};
+    return decide(w, layout);
+  }
+
+  /// Expert parallelism at a dispatch: the tokens of each expert-parallel group are gathered
+  /// (their split over ep undone) and the routing weights split on the expert dim, so the
+  /// dispatch sends the group's tokens to this rank's experts only; moe_combine's sum over the
+  /// experts is then a partial sum over ep, reduce-scattered back to the tokens' split
+  /// (Megatron's all-gather token dispatcher).
+  void gatherTokensForExperts(mega::MoeDispatchOp op) {
+    auto reshard = [&](OpOperand &operand, bool splitExperts) {
+      Value v = operand.get();
+      Sharding layout = get(v), want = layout;
+      for (AxisList &dim : want.dims)
+        llvm::erase(dim, *epAxis_);
+      int64_t experts = cast<RankedTensorType>(v.getType()).getShape().back();
+      if (splitExperts && experts % ep_ == 0 && want.dims.back().empty() &&
+          !llvm::is_contained(want.partial, *epAxis_))
+        want.dims.back() = {*epAxis_};
+      if (want == layout || undecided_.contains(v))
+        return;
+      OpBuilder b(op);
+      auto type = partition::withSharding(cast<RankedTensorType>(v.getType()), want, mesh_);
+      operand.set(mega::ReshardOp::create(b, op.getLoc(), type, v).getResult());
+    };
+    reshard(op.getInputMutable(), false);
+    reshard(op.getWeightsMutable(), true);
+  }
+
   /// A row-parallel linear's bias must be added once, after the partial sums are reduced: the
   /// linear becomes linear + broadcast(bias) + add, and the add resolves the partial sum.
   FailureOr<SmallVector<Operation *>> splitRowParallelBias(mega::LinearOp linear) {
@@ -339,6 +388,8 @@ private:
     }
     if (failed(seedParameters(op)))
       return failure();
+    if (auto dispatch = dyn_cast<mega::MoeDispatchOp>(op); dispatch && epAxis_)
+      gatherTokensForExperts(dispatch);
     if (auto linear = dyn_cast<mega::LinearOp>(op)) {
       auto split = splitRowParallelBias(linear);
       if (failed(split))
@@ -543,8 +594,11 @@ private:
 
   mutable func::FuncOp f_;
   mega::MeshAttr mesh_;
-  int64_t tp_, dp_;
+  int64_t tp_, dp_, ep_;
   bool sp_;
+  unsigned kTp;          // the mesh axis "tp"
+  AxisList batchAxes_;   // the batch's split: dp, then ep
+  std::optional<unsigned> epAxis_;
   llvm::DenseSet<Value> undecided_;
   llvm::DenseSet<Value> wholeWeights_; // key/value projections of replicated kv heads
   llvm::MapVector<Value, Operation *> deferredViews_;
@@ -569,9 +623,21 @@ struct ShardingPropagationPass
                             "mega-training-loss first)";
       return signalPassFailure();
     }
-    SmallVector<StringAttr> names = {StringAttr::get(context, "pp"), StringAttr::get(context, "dp"),
-                                     StringAttr::get(context, "tp")};
-    SmallVector<int64_t> sizes = {pp, dp, tp};
+    if (ep < 1 || dp % ep != 0) {
+      module.emitError() << "mega-sharding-propagation: ep = " << static_cast<int64_t>(ep)
+                         << " must divide dp = " << static_cast<int64_t>(dp)
+                         << " (expert parallelism is carved out of data parallelism)";
+      return signalPassFailure();
+    }
+    // Megatron's rank order tp-ep-dp-pp: the ep ranks of a group are adjacent after tp.
+    SmallVector<StringAttr> names = {StringAttr::get(context, "pp"), StringAttr::get(context, "dp")};
+    SmallVector<int64_t> sizes = {pp, dp / ep};
+    if (ep > 1) {
+      names.push_back(StringAttr::get(context, "ep"));
+      sizes.push_back(ep);
+    }
+    names.push_back(StringAttr::get(context, "tp"));
+    sizes.push_back(tp);
     auto mesh = mega::MeshAttr::get(context, names, sizes);
     module->setAttr(kMeshAttr, mesh);
     // Evaluation runs on one rank: @forward would need whole parameters.
@@ -579,7 +645,7 @@ struct ShardingPropagationPass
       forward.erase();
     if (tp * dp == 1)
       return;
-    if (failed(Propagator(f, mesh, tp, dp, sequenceParallel).run()))
+    if (failed(Propagator(f, mesh, tp, dp, ep, sequenceParallel).run()))
       return signalPassFailure();
   }
 };

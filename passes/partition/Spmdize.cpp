@@ -10,6 +10,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/STLExtras.h"
 
+#include <algorithm>
 #include <map>
 
 using namespace mlir;
@@ -49,9 +50,6 @@ public:
       if (!type)
         return;
       Sharding layout = partition::shardingOf(type, mesh_);
-      for (const AxisList &dim : layout.dims)
-        if (dim.size() > 1)
-          multiAxis_ = true;
       global_[v] = RankedTensorType::get(type.getShape(), type.getElementType());
       layout_[v] = layout;
       v.setType(partition::localType(global_[v], layout, mesh_));
@@ -61,9 +59,6 @@ public:
     for (Operation &op : body)
       for (Value r : op.getResults())
         record(r);
-    if (multiAxis_)
-      return f_.emitError() << "mega-spmdize: a dim split over several mesh axes is not "
-                               "supported yet";
 
     SmallVector<Operation *> ops;
     for (Operation &op : body)
@@ -111,6 +106,10 @@ private:
     return axes;
   }
 
+  /// A layout change as collectives, one mesh axis at a time. A dim split over several axes
+  /// (the batch over dp and ep) lists them major first, so axes leave a dim from its minor end
+  /// (all-gather, reduce of nothing else) and join it there (shard_slice, reduce_scatter): every
+  /// step keeps each rank's piece one contiguous block.
   LogicalResult lowerReshard(mega::ReshardOp reshard) {
     Value value = reshard.getInput();
     Sharding have = shardingOf(value), need = shardingOf(reshard.getResult());
@@ -120,58 +119,78 @@ private:
     OpBuilder b(reshard);
     Location loc = reshard.getLoc();
     MLIRContext *context = b.getContext();
-    for (unsigned axis = 0; axis < mesh_.getAxisSizes().size(); ++axis) {
-      int from = have.dimOf(axis), to = need.dimOf(axis);
-      bool fromPartial = have.isPartialOver(axis), toPartial = need.isPartialOver(axis);
-      if (fromPartial == toPartial && from == to)
-        continue;
-      ArrayAttr axes = partition::axisNames(context, mesh_, {axis});
-      auto step = [&](Sharding next, auto build) {
-        value = build(partition::localType(global, next, mesh_));
-        have = next;
-      };
-      if (toPartial)
+    auto step = [&](Sharding next, auto build) {
+      value = build(partition::localType(global, next, mesh_));
+      have = next;
+    };
+    auto isPrefix = [](const AxisList &a, const AxisList &b) {
+      return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
+    };
+    for (unsigned axis : need.partial)
+      if (!have.isPartialOver(axis))
         return reshard.emitError() << "mega-spmdize: cannot make a partial sum over "
                                    << mesh_.getAxisNames()[axis] << " from "
                                    << partition::describe(have, mesh_);
-      if (fromPartial) {
-        Sharding next = have;
-        next.partial = minus(have.partial, {axis});
-        if (to >= 0) {
-          next.dims[to].push_back(axis);
-          step(next, [&](Type t) {
-            return mega::ReduceScatterOp::create(b, loc, t, mega::ReduceKind::sum, value, mesh_,
-                                                 axes, static_cast<uint64_t>(to))
-                .getResult();
-          });
-        } else {
-          step(next, [&](Type t) {
-            return mega::AllReduceOp::create(b, loc, t, mega::ReduceKind::sum, value, mesh_, axes)
-                .getResult();
-          });
-        }
+    // Partial sums: reduce-scattered onto the dim that takes the axis next, else all-reduced
+    // (one all-reduce over every such axis: dp and ep of a dense gradient together).
+    AxisList reduced;
+    for (unsigned axis : AxisList(have.partial)) {
+      if (need.isPartialOver(axis))
+        continue;
+      int to = need.dimOf(axis);
+      if (to < 0 || !isPrefix(have.dims[to], need.dims[to]) ||
+          need.dims[to][have.dims[to].size()] != axis) {
+        reduced.push_back(axis);
         continue;
       }
-      if (from >= 0) {
+      Sharding next = have;
+      next.partial = minus(have.partial, {axis});
+      next.dims[to].push_back(axis);
+      ArrayAttr axes = partition::axisNames(context, mesh_, {axis});
+      step(next, [&](Type t) {
+        return mega::ReduceScatterOp::create(b, loc, t, mega::ReduceKind::sum, value, mesh_, axes,
+                                             static_cast<uint64_t>(to))
+            .getResult();
+      });
+    }
+    if (!reduced.empty()) {
+      llvm::sort(reduced);
+      Sharding next = have;
+      next.partial = minus(have.partial, reduced);
+      ArrayAttr axes = partition::axisNames(context, mesh_, reduced);
+      step(next, [&](Type t) {
+        return mega::AllReduceOp::create(b, loc, t, mega::ReduceKind::sum, value, mesh_, axes)
+            .getResult();
+      });
+    }
+    // Gathers, minor axis first, until each dim's axes begin the needed ones.
+    for (size_t d = 0; d < have.dims.size(); ++d)
+      while (!isPrefix(have.dims[d], need.dims[d])) {
+        unsigned axis = have.dims[d].back();
         Sharding next = have;
-        next.dims[from].clear();
-        bool gradPartial = llvm::is_contained(userSplit, axis) && to < 0;
+        next.dims[d].pop_back();
+        bool gradPartial = llvm::is_contained(userSplit, axis) && need.dimOf(axis) < 0;
+        ArrayAttr axes = partition::axisNames(context, mesh_, {axis});
         step(next, [&](Type t) {
           return mega::AllGatherOp::create(b, loc, t, value, mesh_, axes,
-                                           b.getI64IntegerAttr(from),
+                                           b.getI64IntegerAttr(static_cast<int64_t>(d)),
                                            gradPartial ? b.getUnitAttr() : UnitAttr())
               .getResult();
         });
       }
-      if (to >= 0) {
+    // Slices, major axis first.
+    for (size_t d = 0; d < need.dims.size(); ++d)
+      while (have.dims[d].size() < need.dims[d].size()) {
+        unsigned axis = need.dims[d][have.dims[d].size()];
         Sharding next = have;
-        next.dims[to].push_back(axis);
+        next.dims[d].push_back(axis);
+        ArrayAttr axes = partition::axisNames(context, mesh_, {axis});
         step(next, [&](Type t) {
-          return mega::ShardSliceOp::create(b, loc, t, value, mesh_, axes, b.getI64IntegerAttr(to))
+          return mega::ShardSliceOp::create(b, loc, t, value, mesh_, axes,
+                                            b.getI64IntegerAttr(static_cast<int64_t>(d)))
               .getResult();
         });
       }
-    }
     reshard.getResult().replaceAllUsesWith(value);
     layout_[value] = need;
     reshard.erase();
@@ -181,6 +200,14 @@ private:
   /// Attributes that spell out global sizes: a slice keeps split dims whole (start 0, step 1),
   /// so its limit there becomes the local size.
   void localizeAttributes(Operation *op) {
+    // A shard of the experts records how many there are in all (its share of the rows).
+    if (isa<mega::MoeMatmulOp>(op)) {
+      auto moe = cast<mega::MoeMatmulOp>(op);
+      Value w = moe.getWeight();
+      if (!moe.getGlobalExperts() && !shardingOf(w).dims[0].empty())
+        moe.setGlobalExperts(global_[w].getDimSize(0));
+      return;
+    }
     auto slice = dyn_cast<mega::SliceOp>(op);
     if (!slice)
       return;
@@ -321,7 +348,6 @@ private:
 
   mutable func::FuncOp f_;
   mega::MeshAttr mesh_;
-  bool multiAxis_ = false;
   llvm::DenseMap<Value, RankedTensorType> global_;
   llvm::DenseMap<Value, Sharding> layout_;
   llvm::MapVector<Value, SmallVector<std::pair<OpOperand *, AxisList>>> paramUses_;

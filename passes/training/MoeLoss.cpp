@@ -190,10 +190,10 @@ LogicalResult addMoeLosses(func::FuncOp fb, int64_t rows, const MoeLossOptions &
                                                   loads, 0));
   // Sums of partial values stay partial: no collective here, the runtime reduces each output.
   Value drops = dropped.front();
-  for (Value d : ArrayRef<Value>(dropped).drop_front())
+  for (Value d : llvm::drop_begin(dropped))
     drops = e.add(drops, d);
   Value aux = terms.empty() ? e.scalar(lossElement, 0.0) : terms.front();
-  for (Value t : ArrayRef<Value>(terms).drop_front())
+  for (Value t : llvm::drop_begin(terms))
     aux = e.add(aux, t);
 
   SmallVector<Value> results(ret.getOperands());

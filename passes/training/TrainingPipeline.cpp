@@ -51,6 +51,7 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
     sharding.dp = layout.dp;
     sharding.pp = layout.pp;
     sharding.sequenceParallel = layout.sequenceParallel;
+    sharding.ep = layout.ep;
     pm.addPass(createShardingPropagation(sharding));
     pm.addPass(createSpmdize());
     // One copy_to_shards per value (not per use), so the backward all-reduces each once.

@@ -91,8 +91,8 @@ from safetensors_np import read_safetensors  # noqa: E402
 # --- layouts -------------------------------------------------------------------------------------
 class Layout:
     def __init__(self, tp=1, pp=1, dp=1, vpp=1, sp=False, zero=0, recompute="none", micro=None,
-                 schedule=None, extra=(), tag=None, mpirun=False):
-        self.tp, self.pp, self.dp, self.vpp = tp, pp, dp, vpp
+                 schedule=None, extra=(), tag=None, mpirun=False, ep=1):
+        self.tp, self.pp, self.dp, self.vpp, self.ep = tp, pp, dp, vpp, ep
         # mpirun: started by `mpirun -np N megac train ...` (no --ranks; megac detects the job)
         # instead of megac re-executing itself under mpirun.
         self.mpirun = mpirun
@@ -111,6 +111,8 @@ class Layout:
 
     def name(self):
         parts = [f"tp{self.tp}.pp{self.pp}.dp{self.dp}"]
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
         if self.sp:
@@ -138,6 +140,8 @@ class Layout:
                  "--comm-timeout", "30"]
         if self.vpp > 1:
             argv += ["--vpp", str(self.vpp)]
+        if self.ep > 1:
+            argv += ["--ep", str(self.ep)]
         if self.sp:
             argv.append("--sequence-parallel")
         if self.zero:
@@ -311,6 +315,14 @@ def plan(groups):
         cases += [(MIXTRAL_CAPACITY, layout, ("fp64",))
                   for layout in (Layout(dp=2), Layout(tp=2, sp=True), Layout(pp=2),
                                  Layout(tp=2, pp=2, dp=2, zero=1))]
+        # Expert parallelism, carved out of dp: 2 or 4 ranks of experts, with tp, pp, sp.
+        cases += [(model, layout, ("fp64",))
+                  for model in (MIXTRAL, MIXTRAL_CAPACITY)
+                  for layout in (Layout(dp=2, ep=2), Layout(dp=4, ep=4), Layout(dp=4, ep=2),
+                                 Layout(tp=2, dp=2, ep=2, sp=True), Layout(pp=2, dp=2, ep=2),
+                                 Layout(tp=2, pp=2, dp=2, ep=2))]
+        cases += [(MIXTRAL, layout, ("fp32",))
+                  for layout in (Layout(dp=2, ep=2), Layout(tp=2, dp=4, ep=4))]
     if "mixed" in groups:
         for precision in ("bf16", "fp16"):
             cases += [(GPT, layout, (precision,))
@@ -411,7 +423,8 @@ def megac_train(megac, model_args, data, rundir, layout, precision, timeout):
     # The run must have used the layout (not silently one rank): megac's first line says
     # "... N ranks (tp T, pp P, dp D) ...".
     if layout.ranks > 1:
-        said = f"{layout.ranks} ranks (tp {layout.tp}, pp {layout.pp}, dp {layout.dp})"
+        said = f"{layout.ranks} ranks (tp {layout.tp}, pp {layout.pp}, dp {layout.dp}" + (
+            f", ep {layout.ep})" if layout.ep > 1 else ")")
         if said not in result.stdout:
             raise RunError(f"the output does not say '{said}': {' '.join(argv)}\n"
                            f"{result.stdout.splitlines()[0] if result.stdout else ''}")

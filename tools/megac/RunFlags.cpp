@@ -27,7 +27,7 @@ bool beta(double v) { return v >= 0 && v < 1; }
 void RunFlags::declare(Flags &f) {
   driver::RunConfig &c = config;
   Layout &l = c.training.layout;
-  for (const char *unsupported : {"--cp", "--ep", "--fp8"})
+  for (const char *unsupported : {"--cp", "--fp8"})
     f.refuse(unsupported, std::string(unsupported) + " is not supported yet");
   f.text("--model", spec, "SPEC").text("--data", data, "PATH").values("--data-path", dataPath);
   f.count("--seq", c.data.seq, 1, "S").text("--eval-data", evalData, "PATH");
@@ -63,6 +63,7 @@ void RunFlags::declare(Flags &f) {
   f.text("--trace", c.log.tracePath, "FILE").count("--trace-steps", traceSteps, 1);
   f.count("--ranks", c.exec.ranks, 1).count("--tp", l.tp, 1, "T").count("--pp", l.pp, 1, "P");
   f.count("--dp", l.dp, 1, "D").count("--vpp", l.vpp, 1, "V").count("--zero", zero, 0, "0|1");
+  f.count("--ep", l.ep, 1, "E");
   f.flag("--sequence-parallel", sequenceParallel);
   f.choice("--recompute", recompute, {"none", "selective", "full"});
   f.choice("--schedule", schedule,
