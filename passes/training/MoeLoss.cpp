@@ -190,11 +190,11 @@ LogicalResult addMoeLosses(func::FuncOp fb, int64_t rows, const MoeLossOptions &
                                                   loads, 0));
   // Sums of partial values stay partial: no collective here, the runtime reduces each output.
   Value drops = dropped.front();
-  for (Value d : llvm::drop_begin(dropped))
-    drops = e.add(drops, d);
+  for (size_t i = 1; i < dropped.size(); ++i)
+    drops = e.add(drops, dropped[i]);
   Value aux = terms.empty() ? e.scalar(lossElement, 0.0) : terms.front();
-  for (Value t : llvm::drop_begin(terms))
-    aux = e.add(aux, t);
+  for (size_t i = 1; i < terms.size(); ++i)
+    aux = e.add(aux, terms[i]);
 
   SmallVector<Value> results(ret.getOperands());
   results.append({load, drops, aux});

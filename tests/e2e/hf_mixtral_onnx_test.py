@@ -134,10 +134,8 @@ def check_training(args, family, opset, fold):
              schedule="constant", warmup=0, min_lr=0.0, beta1=0.9, beta2=0.999, eps=1e-6,
              wd=0.1, clip=0.0, precision="fp32")
     # No load-balancing loss: transformers trains without one unless asked (output_router_logits),
-    # megac adds its own by default. 1e-12, not 0: with every MoE loss coefficient 0, `megac
-    # train` crashes in mega-training-loss (passes/training/MoeLoss.cpp iterates
-    # drop_front() of an empty list of terms); 1e-12 changes the loss by ~2e-12.
-    no_aux = ["--moe-aux-loss-coeff", "1e-12"]
+    # megac adds its own by default.
+    no_aux = ["--moe-aux-loss-coeff", "0"]
     records, weights, _ = tt.megac_train(args.megac, [path], data, workdir, c, no_aux)
     reference = copy.deepcopy(model)
     losses, norms = tt.torch_train(reference, tokens, c)
