@@ -357,9 +357,10 @@ Status confirmWinner(const PlanSearchRequest &r, const planner::TransformerShape
   auto start = std::chrono::steady_clock::now();
   if (mlir::failed(passes::buildTrainingStep(*model->module, options)))
     return Status::error("the winner (" + layoutText(l) + ") does not compile (see above)");
-  emit(format("    the partitioner accepts #1 (tp=%lld pp=%lld vpp=%lld%s): compiled in %.2f s\n",
-              (long long)l.tp, (long long)l.pp, (long long)l.vpp, l.sequenceParallel ? " sp" : "",
-              secondsSince(start)));
+  std::string ep = options.layout.ep > 1 ? format(" ep=%lld", (long long)options.layout.ep) : "";
+  emit(format("    the partitioner accepts #1 (tp=%lld pp=%lld vpp=%lld%s%s): compiled in %.2f s\n",
+              (long long)l.tp, (long long)l.pp, (long long)l.vpp, ep.c_str(),
+              l.sequenceParallel ? " sp" : "", secondsSince(start)));
   if (!r.explain)
     return Status::ok();
   codegen::CodegenOptions codegenOptions;
