@@ -2,8 +2,8 @@
 
 usage: plan_search.py --megac build/bin/megac [--repeats 5]
 Runs `megac plan --json --no-compile` (the search alone; the model is read once per run) for
-GPT-3 175B on 1024 A100s, a 1T GPT on 3072 A100s and Llama-3-70B on 1024 H100s under every
-stack profile, and prints the median search time, the layouts evaluated and the winner. Exits
+GPT-3 175B on 1024 A100s, a 1T GPT on 3072 A100s, Llama-3-70B on 1024 H100s and Mixtral-8x7B
+(a mixture of experts: ep searched too) on 64 H100s under every stack profile, and prints the median search time, the layouts evaluated and the winner. Exits
 non-zero only if a search fails; never on time.
 """
 import argparse
@@ -19,6 +19,8 @@ CASES = [
      3072),
     ("Llama-3-70B", "llama:layers=80,hidden=8192,heads=64,kv_heads=8,ffn=28672,seq=8192,"
      "vocab=128256", "h100-sxm:128x8", 512),
+    ("Mixtral-8x7B", "mixtral:layers=32,hidden=4096,heads=32,kv_heads=8,experts=8,topk=2,"
+     "ffn=14336,seq=4096,vocab=32000", "h100-sxm:8x8", 256),
 ]
 STACKS = ["megac", "megatron-2021", "megatron-core"]
 
@@ -40,8 +42,9 @@ def main():
                 result = json.loads(out)
                 times.append(result["search_seconds"])
             w = result["layouts"][0]
-            winner = "tp%d pp%d dp%d vpp%d mb%d %s%s, %.1f s/step, MFU %.1f%%" % (
-                w["tp"], w["pp"], w["dp"], w["vpp"], w["micro_batch"], w["recompute"],
+            winner = "tp%d pp%d dp%d ep%d vpp%d mb%d %s%s, %.1f s/step, MFU %.1f%%" % (
+                w["tp"], w["pp"], w["dp"], w.get("ep", 1), w["vpp"], w["micro_batch"],
+                w["recompute"],
                 " sp" if w["sequence_parallel"] else "", w["step_time_s"], 100 * w["mfu"])
             print("%-12s %-14s %10.1f %10d  %s" % (name, stack, 1e3 * statistics.median(times),
                                                   result["evaluated"], winner))
