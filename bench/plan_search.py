@@ -3,8 +3,9 @@
 usage: plan_search.py --megac build/bin/megac [--repeats 5]
 Runs `megac plan --json --no-compile` (the search alone; the model is read once per run) for
 GPT-3 175B on 1024 A100s, a 1T GPT on 3072 A100s, Llama-3-70B on 1024 H100s and Mixtral-8x7B
-(a mixture of experts: ep searched too) on 64 H100s under every stack profile, and prints the median search time, the layouts evaluated and the winner. Exits
-non-zero only if a search fails; never on time.
+(a mixture of experts: ep searched too) on 64 H100s under every stack profile, and prints the
+median search time, the layouts evaluated and the winner. Exits non-zero only if a search fails;
+never on time.
 """
 import argparse
 import json
