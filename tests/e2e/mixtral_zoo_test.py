@@ -549,12 +549,12 @@ def main():
                                                     capacity=1.0)
         problems += gradient_case(GQA, capacity_init, grads, record, tokens, capacity=1.0)
         print(f"{spec(GQA)}: 10 dropless steps, aux coefficient 0, against MixtralForCausalLM; "
-              "tp 2 x dp 2 against one rank")
+              "tp 2 x dp 2 and dp 4 x ep 4 against one rank")
         problems += training_case(args, GQA, init["gqa"], tokens, data)
         for capacity in (None, 1.0):
             print(f"{spec(GQA, capacity=capacity)}: 3 steps, aux coefficient {COEFF:g}, against "
                   "megac's MoE definition in PyTorch" + (
-                      "; tp 2 x dp 2 against one rank" if capacity else ""))
+                      "; tp 2 x dp 2 x ep 2 against one rank" if capacity else ""))
             weights = capacity_init if capacity else init["gqa"]
             problems += aux_case(args, GQA, weights, tokens, data, capacity)
     except RuntimeError as e:
