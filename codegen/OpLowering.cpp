@@ -331,6 +331,12 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
         return collective(O::AllToAll, c.getAxes(), ReduceKind::sum, c.getSplitDim(),
                           c.getConcatDim());
       })
+      // Tokens to experts: the expert dim is split, the token dim gathered; back, the reverse.
+      .Case([&](MoeExchangeOp c) {
+        bool toExperts = c.getToExperts();
+        return collective(O::MoeAllToAll, c.getAxes(), ReduceKind::sum, toExperts ? 0 : 1,
+                          toExperts ? 1 : 0);
+      })
       .Case([&](ShardSliceOp c) {
         return collective(O::ShardSlice, c.getAxes(), ReduceKind::sum, c.getDim(), 0);
       })

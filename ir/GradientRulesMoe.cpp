@@ -66,3 +66,15 @@ LogicalResult AddAuxLossOp::buildGradient(OpBuilder &, ArrayRef<Value> resultGra
   operandGrads.push_back(Value());
   return success();
 }
+
+// The identity globally: the gradient goes back the other way over the same routing.
+LogicalResult MoeExchangeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                           SmallVectorImpl<Value> &operandGrads) {
+  if (noIncoming(*this, resultGrads, operandGrads))
+    return success();
+  auto back = MoeExchangeOp::create(b, getLoc(), getInput().getType(), resultGrads[0],
+                                    getTokenMask(), getExpertMask(), getMesh(), getAxes(),
+                                    !getToExperts());
+  operandGrads.append({back.getResult(), Value(), Value()});
+  return success();
+}

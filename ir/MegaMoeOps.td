@@ -108,6 +108,33 @@ def Mega_AddAuxLossOp : Mega_CostedOp<"add_aux_loss", [Pure, Mega_Differentiable
   let hasVerifier = 1;
 }
 
+def Mega_MoeExchangeOp : Mega_CostedOp<"moe_exchange", [Mega_Plan<"MoeAllToAll">, Pure,
+    Mega_Differentiable], ["getFlops", "getBytesRead", "getBytesWritten"]> {
+  let summary = "expert parallelism's token exchange: the identity, sending only routed rows";
+  let description = [{
+    Inserted by sharding propagation under expert parallelism (docs/moe.md). Globally the
+    identity on a routed tensor `input [E, t..., h]` (zero where a token is not routed);
+    what it does is change the layout: with `to_experts`, from the tokens split over `axes`
+    (every expert) to the experts split over them (each rank all tokens of its group), and back
+    without. After mega-spmdize each rank sends, to each member of the group, only the rows
+    that member needs — those active in `token_mask` (this rank's tokens, every expert) and
+    `expert_mask` (the group's tokens, this rank's experts), two views of one routing — with a
+    variable-split all-to-all (Megatron's all-to-all token dispatcher). Its gradient is the
+    exchange the other way.
+
+    ```mlir
+    %e = mega.moe_exchange %d, %m, %mg on #mesh axes ["ep"] {to_experts} : (tensor<4x1x4x8xf32>, tensor<1x4x4xf32>, tensor<2x4x2xf32>) -> tensor<2x2x4x8xf32>
+    ```
+  }];
+  let arguments = (ins Mega_FloatTensor:$input, Mega_FloatTensor:$token_mask,
+                       Mega_FloatTensor:$expert_mask, Mega_MeshAttr:$mesh, StrArrayAttr:$axes,
+                       UnitAttr:$to_experts);
+  let results = (outs Mega_FloatTensor:$result);
+  let assemblyFormat = "$input `,` $token_mask `,` $expert_mask `on` $mesh `axes` $axes "
+                       "attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 // ---- Backward ops -------------------------------------------------------------------------
 
 def Mega_MoeRowDotOp : Mega_CostedOp<"moe_row_dot", [Mega_Plan<"MoeRowDot">, Pure,

@@ -162,3 +162,18 @@ int64_t MoeMatmulWeightGradOp::getMatmulFlops() {
   return routedFlops(tokensOf(getWeights()), getTopk(), getGlobalExperts(), r[0], r[1], r[2]);
 }
 int64_t MoeMatmulWeightGradOp::getFlops() { return getMatmulFlops(); }
+
+LogicalResult MoeExchangeOp::verify() {
+  auto in = getInput().getType(), out = getResult().getType();
+  if (in.getRank() < 3 || in.getRank() != out.getRank() ||
+      in.getElementType() != out.getElementType())
+    return emitOpError() << "input " << in << " and result " << out
+                         << " must be routed tensors [E, tokens..., h] of one element type";
+  if (getAxes().empty())
+    return emitOpError() << "needs the expert-parallel mesh axes";
+  return success();
+}
+int64_t MoeExchangeOp::getFlops() { return 0; }
+// What crosses the network is the routed rows only; as a bound, the input once.
+int64_t MoeExchangeOp::getBytesRead() { return cost::numBytes(getInput().getType()); }
+int64_t MoeExchangeOp::getBytesWritten() { return cost::numBytes(getResult().getType()); }

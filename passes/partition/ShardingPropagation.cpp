@@ -350,6 +350,83 @@ private:
     reshard(op.getWeightsMutable(), true);
   }
 
+  /// Whether the tokens of a routed value `[t..., E]` or `[E, t..., h]` (first token dim at
+  /// `tokenDim`) are split over ep as the minor axis of the first token dim: the layout the
+  /// token exchange moves from and back to.
+  bool tokensOverEp(const Sharding &layout, size_t tokenDim) const {
+    return layout.partial.empty() && layout.dims.size() > tokenDim &&
+           !layout.dims[tokenDim].empty() && layout.dims[tokenDim].back() == *epAxis_ &&
+           llvm::count_if(layout.allAxes(), [&](unsigned a) { return a == *epAxis_; }) == 1;
+  }
+
+  /// `layout` without ep on its token dims (from `first`, `count` of them).
+  Sharding withoutEp(Sharding layout, size_t first, size_t count) const {
+    for (size_t d = first; d < first + count && d < layout.dims.size(); ++d)
+      llvm::erase(layout.dims[d], *epAxis_);
+    return layout;
+  }
+
+  /// The routing as the experts' ranks see it: the group's tokens (ep gathered), the experts
+  /// split over ep. A reshard of `mask [t..., E]` inserted before `before`.
+  Value expertView(Value mask, Operation *before) {
+    auto type = cast<RankedTensorType>(mask.getType());
+    Sharding want = withoutEp(get(mask), 0, type.getRank() - 1);
+    want.dims.back() = {*epAxis_};
+    OpBuilder b(before);
+    return mega::ReshardOp::create(b, before->getLoc(),
+                                   partition::withSharding(type, want, mesh_), mask);
+  }
+
+  /// Expert parallelism's token exchange (Megatron's all-to-all dispatcher): after a dispatch
+  /// on this rank's tokens (every expert), a moe_exchange moves the routed rows to the ranks
+  /// of their experts — [E, t..., h] from tokens over (dp, ep) to experts over ep, tokens over
+  /// dp — sending only the active rows.
+  void exchangeToExperts(mega::MoeDispatchOp dispatch) {
+    Value routed = dispatch.getResult(), mask = dispatch.getWeights();
+    auto type = cast<RankedTensorType>(routed.getType());
+    Sharding have = get(routed);
+    if (!tokensOverEp(have, 1) || !have.dims[0].empty() || type.getDimSize(0) % ep_ != 0)
+      return;
+    Sharding want = withoutEp(have, 1, type.getRank() - 2);
+    want.dims[0] = {*epAxis_};
+    OpBuilder b(dispatch->getBlock(), std::next(Block::iterator(dispatch)));
+    Value experts = expertView(mask, &*b.getInsertionPoint());
+    auto exchange = mega::MoeExchangeOp::create(
+        b, dispatch.getLoc(), partition::withSharding(type, want, mesh_), routed, mask, experts,
+        mesh_, partition::axisNames(b.getContext(), mesh_, {*epAxis_}), b.getUnitAttr());
+    routed.replaceAllUsesExcept(exchange.getResult(), exchange);
+  }
+
+  /// Before a combine of expert outputs split over ep: the exchange back to the tokens' ranks,
+  /// so the combine runs on this rank's tokens with every expert's rows (no partial sum). The
+  /// routing is the one the experts computed with (their moe_matmul's).
+  void exchangeToTokens(mega::MoeCombineOp combine) {
+    Value routed = combine.getInput();
+    auto matmul = routed.getDefiningOp<mega::MoeMatmulOp>();
+    if (!matmul)
+      return;
+    Value mask = matmul.getWeights();
+    while (auto reshard = mask.getDefiningOp<mega::ReshardOp>())
+      mask = reshard.getInput();
+    auto type = cast<RankedTensorType>(routed.getType());
+    Sharding have = get(routed), tokens = get(mask);
+    if (have.dims[0] != AxisList{*epAxis_} || !have.partial.empty() || !tokensOverEp(tokens, 0))
+      return;
+    Sharding want = have;
+    want.dims[0].clear();
+    for (size_t d = 0; d + 1 < tokens.dims.size(); ++d) {
+      if (withoutEp(tokens, 0, tokens.dims.size() - 1).dims[d] != have.dims[d + 1])
+        return; // the experts' tokens are not the group's tokens of this routing
+      want.dims[d + 1] = tokens.dims[d];
+    }
+    Value experts = expertView(mask, combine);
+    OpBuilder b(combine);
+    auto exchange = mega::MoeExchangeOp::create(
+        b, combine.getLoc(), partition::withSharding(type, want, mesh_), routed, mask, experts,
+        mesh_, partition::axisNames(b.getContext(), mesh_, {*epAxis_}), UnitAttr());
+    combine.getInputMutable().assign(exchange.getResult());
+  }
+
   /// A row-parallel linear's bias must be added once, after the partial sums are reduced: the
   /// linear becomes linear + broadcast(bias) + add, and the add resolves the partial sum.
   FailureOr<SmallVector<Operation *>> splitRowParallelBias(mega::LinearOp linear) {
@@ -388,8 +465,15 @@ private:
     }
     if (failed(seedParameters(op)))
       return failure();
-    if (auto dispatch = dyn_cast<mega::MoeDispatchOp>(op); dispatch && epAxis_)
+    // Expert parallelism: the token exchange around the experts, or (tokens not split over ep
+    // as the exchange expects) the ep group's tokens gathered before the dispatch.
+    auto dispatch = dyn_cast<mega::MoeDispatchOp>(op);
+    bool exchange = dispatch && epAxis_ && tokensOverEp(get(dispatch.getInput()), 0) &&
+                    tokensOverEp(get(dispatch.getWeights()), 0);
+    if (dispatch && epAxis_ && !exchange)
       gatherTokensForExperts(dispatch);
+    if (auto combine = dyn_cast<mega::MoeCombineOp>(op); combine && epAxis_)
+      exchangeToTokens(combine);
     if (auto linear = dyn_cast<mega::LinearOp>(op)) {
       auto split = splitRowParallelBias(linear);
       if (failed(split))
@@ -403,7 +487,11 @@ private:
     }
     auto iface = dyn_cast<mega::ShardingRuleOpInterface>(op);
     mega::ShardingRule rule = iface ? iface.getShardingRule() : mega::ShardingRule{};
-    return apply(op, rule);
+    if (failed(apply(op, rule)))
+      return failure();
+    if (exchange)
+      exchangeToExperts(dispatch);
+    return success();
   }
 
   LogicalResult apply(Operation *op, const mega::ShardingRule &rule) {

@@ -247,6 +247,9 @@ private:
       // copy (a replicated term) or share (a partial one), which is its whole gradient.
       if (isa<mega::AddAuxLossOp>(op) && use.getOperandNumber() == 1)
         continue;
+      // Nor does a token exchange's routing: it only says which rows move.
+      if (isa<mega::MoeExchangeOp>(op) && use.getOperandNumber() > 0)
+        continue;
       AxisList missing = minus(split, shardingOf(v).allAxes());
       if (auto gather = v.getDefiningOp<mega::AllGatherOp>(); gather && gather.getGradPartial())
         missing = minus(missing, layoutAxes(gather.getAxes()));

@@ -68,6 +68,15 @@ public:
   /// Block i of `in` (bytesPerRank each) goes to member i; block j of `out` comes from member j.
   virtual Status allToAll(std::span<const uint32_t> axes, const void *in, void *out,
                           size_t bytesPerRank) = 0;
+  /// Variable blocks: `sendBytes[i]` bytes of `in` (blocks back to back in member order) go to
+  /// member i; `recvBytes[j]` bytes from member j land in `out`, back to back. Both sides must
+  /// agree on every size (the MoE token exchange derives them from the routing both hold).
+  virtual Status allToAllV(std::span<const uint32_t> axes, const void *in,
+                           std::span<const size_t> sendBytes, void *out,
+                           std::span<const size_t> recvBytes) {
+    (void)axes, (void)in, (void)sendBytes, (void)out, (void)recvBytes;
+    return Status::error("this communicator has no variable-split all-to-all");
+  }
 
   /// Point to point (pipeline stages), matched by (peer, tag). send copies `data` and returns at
   /// once (the transfer completes in the background, so 1F1B's crossing sends cannot deadlock);

@@ -105,6 +105,16 @@ public:
     copy(out, in, bytesPerRank);
     return Status::ok();
   }
+  Status allToAllV(std::span<const uint32_t> axes, const void *in,
+                   std::span<const size_t> sendBytes, void *out,
+                   std::span<const size_t> recvBytes) override {
+    RETURN_IF_ERROR(single(axes, "all_to_all_v"));
+    if (sendBytes.size() != 1 || recvBytes.size() != 1 || sendBytes[0] != recvBytes[0])
+      return Status::error("rank " + std::to_string(rank_) +
+                           ": all_to_all_v over one rank sends and receives one block");
+    copy(out, in, sendBytes[0]);
+    return Status::ok();
+  }
   Status send(int peer, int tag, const void *data, size_t bytes) override {
     if (peer != rank_)
       return Status::error("rank " + std::to_string(rank_) + ": send to rank " +

@@ -217,6 +217,36 @@ public:
     return exchange(g, axes, in, out, bytesPerRank, "all_to_all");
   }
 
+  Status allToAllV(std::span<const uint32_t> axes, const void *in,
+                   std::span<const size_t> sendBytes, void *out,
+                   std::span<const size_t> recvBytes) override {
+    ASSIGN_OR_RETURN(Group g, group(axes, "all_to_all_v"));
+    if (sendBytes.size() != g.size || recvBytes.size() != g.size)
+      return Status::error(prefix() + "all_to_all_v over a group of " + std::to_string(g.size) +
+                           " with " + std::to_string(sendBytes.size()) + " send and " +
+                           std::to_string(recvBytes.size()) + " receive sizes");
+    std::vector<int> sendCounts(g.size), sendOffsets(g.size), recvCounts(g.size),
+        recvOffsets(g.size);
+    size_t sendTotal = 0, recvTotal = 0;
+    for (size_t i = 0; i < g.size; ++i) {
+      sendOffsets[i] = static_cast<int>(sendTotal);
+      recvOffsets[i] = static_cast<int>(recvTotal);
+      sendCounts[i] = static_cast<int>(sendBytes[i]);
+      recvCounts[i] = static_cast<int>(recvBytes[i]);
+      sendTotal += sendBytes[i];
+      recvTotal += recvBytes[i];
+    }
+    std::string what = describe(axes, "all_to_all_v", std::max(sendTotal, recvTotal));
+    if (sendTotal > size_t(INT32_MAX) || recvTotal > size_t(INT32_MAX))
+      return Status::error(prefix() + what + ": more than 2 GiB per rank is not supported");
+    MPI_Request request;
+    int rc = MPI_Ialltoallv(in, sendCounts.data(), sendOffsets.data(), MPI_BYTE, out,
+                            recvCounts.data(), recvOffsets.data(), MPI_BYTE, g.comm, &request);
+    if (rc != MPI_SUCCESS)
+      return Status::error(prefix() + what + " failed: " + mpiError(rc));
+    return wait(request, what, nullptr);
+  }
+
   Status send(int peer, int tag, const void *data, size_t bytes) override {
     std::string what = "send to rank " + std::to_string(peer) + " (tag " + std::to_string(tag) +
                        ", " + std::to_string(bytes) + " bytes)";

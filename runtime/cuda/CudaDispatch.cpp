@@ -336,6 +336,12 @@ void collectives(Table &t) {
     return devcomm::allToAll(*c.nccl, c.ctx, spanOf(a->axes()), a->dim(), a->concat_dim(), c.in[0],
                              c.out[0]);
   };
+  // Expert parallelism's token exchange: not built for NCCL yet (a grouped ncclSend/ncclRecv
+  // of the routed rows); refused by name rather than run some other way.
+  at(t, O::MoeAllToAll) = [](const CudaCall &) {
+    return Status::error("MoeAllToAll: expert parallelism (--ep > 1) is not supported by the "
+                         "CUDA backend yet; run it with --backend cpu, or --ep 1 on GPUs");
+  };
   at(t, O::ShardSlice) = [](const CudaCall &c) {
     const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
     return devcomm::shardSlice(*c.nccl, c.ctx, spanOf(a->axes()), a->dim(), c.in[0], c.out[0]);

@@ -28,6 +28,15 @@ Status reduceScatter(comm::Communicator &comm, std::span<const uint32_t> axes,
 /// concatenated along `concatDim` in group order.
 Status allToAll(comm::Communicator &comm, std::span<const uint32_t> axes, int64_t dim,
                 int64_t concatDim, const TensorRef &x, const TensorRef &out);
+/// Expert parallelism's token exchange (mega.moe_exchange, docs/moe.md): AllToAll's shapes with
+/// only the routed rows sent. dim 0 (to the experts): x [E, T_loc.., h] -> out [E / g, g·T_loc..,
+/// h]; dim 1 (back): x [E / g, T_group.., h] -> out [E, T_group / g.., h]. tokenMask [T_loc.., E]
+/// is this rank's tokens' routing, expertMask [T_group.., E / g] the group's routing to this
+/// rank's experts (two views of one routing); a row is sent when its entry is non-zero, every
+/// other output row is 0. One variable-split all-to-all; exact (rows are copied).
+Status moeAllToAll(comm::Communicator &comm, std::span<const uint32_t> axes, int64_t dim,
+                   const TensorRef &x, const TensorRef &tokenMask, const TensorRef &expertMask,
+                   const TensorRef &out);
 /// This rank's block (its group index) of x along `dim`; no communication.
 Status shardSlice(const comm::Communicator &comm, std::span<const uint32_t> axes, int64_t dim,
                   const TensorRef &x, const TensorRef &out);

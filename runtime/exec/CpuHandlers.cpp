@@ -263,6 +263,13 @@ void collectives(Table &t) {
     return commops::allToAll(*c.comm, spanOf(a->axes()), a->dim(), a->concat_dim(), c.in[0],
                              c.out[0]);
   });
+  comm(t, O::MoeAllToAll, [](const CpuCall &c) -> Status {
+    if (!c.comm)
+      return needsComm(c);
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    return commops::moeAllToAll(*c.comm, spanOf(a->axes()), a->dim(), c.in[0], c.in[1], c.in[2],
+                                c.out[0]);
+  });
   // No communication: this rank's slice, traced as a kernel.
   storage(t, O::ShardSlice, [](const CpuCall &c) -> Status {
     if (!c.comm)

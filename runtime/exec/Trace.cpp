@@ -100,6 +100,15 @@ public:
     return traced("AllToAll", group(axes, bytesPerRank * groupSize(axes)),
                   [&] { return inner_.allToAll(axes, in, out, bytesPerRank); });
   }
+  Status allToAllV(std::span<const uint32_t> axes, const void *in,
+                   std::span<const size_t> sendBytes, void *out,
+                   std::span<const size_t> recvBytes) override {
+    size_t total = 0;
+    for (size_t b : sendBytes)
+      total += b;
+    return traced("AllToAllV", group(axes, total),
+                  [&] { return inner_.allToAllV(axes, in, sendBytes, out, recvBytes); });
+  }
   Status send(int peer, int tag, const void *data, size_t bytes) override {
     return traced("Send", transfer(peer, tag, bytes),
                   [&] { return inner_.send(peer, tag, data, bytes); });

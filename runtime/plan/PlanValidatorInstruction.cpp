@@ -266,7 +266,7 @@ Status PlanValidator::collectiveAttrs(const fb::Instruction &inst, size_t i, siz
                      " does not divide over the group's " + std::to_string(g) + " ranks");
       d /= g;
     }
-    if (op == fb::Opcode::AllToAll) {
+    if (op == fb::Opcode::AllToAll || op == fb::Opcode::MoeAllToAll) {
       if (a->concat_dim() < 0 || a->concat_dim() >= int64_t(rank))
         return error("concat_dim " + std::to_string(a->concat_dim()) +
                      " is out of range for the input of rank " + std::to_string(rank));

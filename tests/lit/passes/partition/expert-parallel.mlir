@@ -2,27 +2,29 @@
 // hidden=8,heads=2,kv_heads=1,experts=4,topk=2,ffn=8,seq=4,vocab=16,batch=4, inline below) on
 // dp 4 with ep 2: the mesh is <pp, dp = 2, ep = 2, tp>, the batch split over (dp, ep); each
 // rank holds 2 of the 4 experts, whose gradients are partial sums over dp only, while dense
-// parameters' are over dp and ep. At the dispatch the ep group's tokens are gathered and the
-// routing split by expert; the combine's sum over experts is reduce-scattered back over ep.
-// The load-balancing term is reduced once over (dp, ep) and enters add_aux_loss without
-// copy_to_shards (its seed is every rank's own).
-// RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="dp=4 ep=2" --mega-spmdize | FileCheck %s
+// parameters' are over dp and ep. Each rank dispatches its own tokens to every expert; a
+// moe_exchange (a variable-split all-to-all of the routed rows, after the routing is
+// all-gathered over ep and sliced to this rank's experts) moves them to the experts' ranks, and
+// another brings the experts' outputs back before a local combine. The load-balancing term is
+// reduced once over (dp, ep) and enters add_aux_loss without copy_to_shards.
+// RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="dp=4 ep=2" --mega-spmdize --cse | FileCheck %s
 
 // CHECK: #mesh = #mega.mesh<pp = 1, dp = 2, ep = 2, tp = 1>
 // CHECK-LABEL: func.func @forward_backward(
 // CHECK-SAME: tensor<1x4xi64> {mega.dim_axes = {{\[\[}}"dp", "ep"], []], mega.global_shape = array<i64: 4, 4>, mega.input = "input_ids"}
 // CHECK-SAME: %[[GATE:arg[0-9]+]]: tensor<4x8xf32> {mega.dim_axes = {{\[\[}}], []], mega.global_shape = array<i64: 4, 8>, mega.grad_partial = ["dp", "ep"], {{[^}]*}}mega.param = "layers.0.block_sparse_moe.gate.weight"}
 // CHECK-SAME: %[[W1:arg[0-9]+]]: tensor<2x8x8xf32> {mega.dim_axes = {{\[\[}}"ep"], [], []], mega.global_shape = array<i64: 4, 8, 8>, mega.grad_partial = ["dp"], {{[^}]*}}mega.param = "layers.0.block_sparse_moe.experts.w1.weight"}
-// CHECK: %[[AUX:.*]] = mega.all_reduce sum %{{.*}} on #mesh axes ["dp", "ep"] : tensor<f32>
+// CHECK: mega.all_reduce sum %{{.*}} on #mesh axes ["dp", "ep"] : tensor<f32>
 // CHECK-NOT: copy_to_shards
 // CHECK: %[[X:.*]] = mega.add_aux_loss %{{.*}}, %{{.*}} : tensor<1x4x8xf32>, tensor<f32>
-// CHECK: %[[XG:.*]] = mega.all_gather %[[X]] on #mesh axes ["ep"] dim 0 grad_partial : tensor<1x4x8xf32> -> tensor<2x4x8xf32>
-// CHECK: %[[MG:.*]] = mega.all_gather %{{.*}} on #mesh axes ["ep"] dim 0 : tensor<1x4x4xf32> -> tensor<2x4x4xf32>
-// CHECK: %[[M:.*]] = mega.shard_slice %[[MG]] on #mesh axes ["ep"] dim 2 : tensor<2x4x4xf32> -> tensor<2x4x2xf32>
-// CHECK: %[[D:.*]] = mega.moe_dispatch %[[XG]], %[[M]] : (tensor<2x4x8xf32>, tensor<2x4x2xf32>) -> tensor<2x2x4x8xf32>
-// CHECK: mega.moe_matmul %[[D]], %[[W1]], %{{.*}} topk 2 {global_experts = 4 : i64} : (tensor<2x2x4x8xf32>, tensor<2x8x8xf32>, tensor<2x4x2xf32>) -> tensor<2x2x4x8xf32>
-// CHECK: %[[C:.*]] = mega.moe_combine %{{.*}}, %{{.*}} : (tensor<2x2x4x8xf32>, tensor<2x4x2xf32>) -> tensor<2x4x8xf32>
-// CHECK: mega.reduce_scatter sum %[[C]] on #mesh axes ["ep"] dim 0 : tensor<2x4x8xf32> -> tensor<1x4x8xf32>
+// CHECK: %[[D:.*]] = mega.moe_dispatch %[[X]], %[[M:.*]] : (tensor<1x4x8xf32>, tensor<1x4x4xf32>) -> tensor<4x1x4x8xf32>
+// CHECK: %[[MG:.*]] = mega.all_gather %[[M]] on #mesh axes ["ep"] dim 0 : tensor<1x4x4xf32> -> tensor<2x4x4xf32>
+// CHECK: %[[ME:.*]] = mega.shard_slice %[[MG]] on #mesh axes ["ep"] dim 2 : tensor<2x4x4xf32> -> tensor<2x4x2xf32>
+// CHECK: %[[TO:.*]] = mega.moe_exchange %[[D]], %[[M]], %[[ME]] on #mesh axes ["ep"] {to_experts} : (tensor<4x1x4x8xf32>, tensor<1x4x4xf32>, tensor<2x4x2xf32>) -> tensor<2x2x4x8xf32>
+// CHECK: mega.moe_matmul %[[TO]], %[[W1]], %[[ME]] topk 2 {global_experts = 4 : i64} : (tensor<2x2x4x8xf32>, tensor<2x8x8xf32>, tensor<2x4x2xf32>) -> tensor<2x2x4x8xf32>
+// CHECK: %[[BACK:.*]] = mega.moe_exchange %{{.*}}, %[[M]], %[[ME]] on #mesh axes ["ep"] : (tensor<2x2x4x8xf32>, tensor<1x4x4xf32>, tensor<2x4x2xf32>) -> tensor<4x1x4x8xf32>
+// CHECK: mega.moe_combine %[[BACK]], %{{.*}} : (tensor<4x1x4x8xf32>, tensor<1x4x4xf32>) -> tensor<1x4x8xf32>
+// CHECK-NOT: reduce_scatter
 // CHECK: return
 
 module attributes {mega.model = "mixtral:layers=1,hidden=8,heads=2,kv_heads=1,experts=4,topk=2,ffn=8,seq=4,vocab=16,batch=4,tied=0,rope_theta=10000,norm_eps=1e-05,dtype=f32"} {
