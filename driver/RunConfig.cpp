@@ -40,9 +40,12 @@ Status finishLayout(RunConfig &c) {
   if (layout.ep < 1 || layout.dp % layout.ep != 0)
     return Status::error("--ep " + str(layout.ep) + " must divide dp = " + str(layout.dp) +
                          ": expert parallelism is carved out of data parallelism (docs/moe.md)");
-  if (layout.ep > 1 && layout.zero == 1)
-    return Status::error("--ep " + str(layout.ep) + " with --zero 1 is not supported yet (the "
-                         "distributed optimizer shards over dp only); use one of them");
+  // ZeRO-1 shards over the mesh's dp axis: with ep, the dp / ep ranks holding the same experts.
+  if (layout.zero == 1 && layout.ep > 1 && layout.dp == layout.ep)
+    return Status::error("--zero 1 with --ep " + str(layout.ep) + " = dp leaves no ranks to "
+                         "shard the optimizer over (ZeRO-1 shards over the dp / ep = 1 ranks that "
+                         "hold the same experts); use dp > ep");
+
   // Megatron: --micro-batch is per data-parallel rank; the model sees b*dp rows.
   runtime::train::BatchSplit &split = c.data.batch;
   int64_t b = layout.microBatch, global = b * layout.dp;

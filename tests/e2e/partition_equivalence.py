@@ -320,7 +320,7 @@ def plan(groups):
                   for model in (MIXTRAL, MIXTRAL_CAPACITY)
                   for layout in (Layout(dp=2, ep=2), Layout(dp=4, ep=4), Layout(dp=4, ep=2),
                                  Layout(tp=2, dp=2, ep=2, sp=True), Layout(pp=2, dp=2, ep=2),
-                                 Layout(tp=2, pp=2, dp=2, ep=2))]
+                                 Layout(tp=2, pp=2, dp=2, ep=2), Layout(dp=4, ep=2, zero=1))]
         cases += [(MIXTRAL, layout, ("fp32",))
                   for layout in (Layout(dp=2, ep=2), Layout(tp=2, dp=4, ep=4))]
     if "mixed" in groups:
