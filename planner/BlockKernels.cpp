@@ -106,15 +106,19 @@ struct MoeKernels {
   }
   int fc1Count() const { return s.gatedMlp && !grouped ? 2 : 1; }
   int64_t fc1Width() const { return s.gatedMlp && grouped ? 2 * ffn : ffn; }
-  // The token exchange among the ep ranks, entering (`into`) or leaving the experts. Megatron's
-  // alltoall dispatcher sends each rank's T·k routed rows to their experts' ranks and back.
-  // megac's partitioner (docs/moe.md) all-gathers the ep group's tokens (and routing weights)
-  // before the dispatch, each rank routing all of them to its E/ep experts, and reduce-scatters
-  // the combine's partial sums back: ep·T rows of h each way, ep/k times the all-to-all's bytes.
+  // The token exchange among the ep ranks, entering (`into`) or leaving the experts. The
+  // all-to-all dispatchers (Megatron's alltoall, megac's moe_exchange) send each rank's T·k
+  // routed rows to their experts' ranks and back; megac first all-gathers the group's [T, E]
+  // routing (in the model's element type). The all-gather dispatcher gathers the ep group's
+  // tokens (and routing weights) before the dispatch, each rank routing all of them to its E/ep
+  // experts, and reduce-scatters the combine's partial sums back: ep·T rows of h each way, ep/k
+  // times the all-to-all's bytes.
   void exchange(Builder &b, bool into, bool forward) const {
     if (g.ep <= 1)
       return;
     if (stack.allToAllDispatch) {
+      if (into && forward && stack.gathersRouting)
+        b.pass->ep.push_back({Collective::allGather, Tr * double(g.ep) * double(E) * double(e)});
       b.pass->ep.push_back({Collective::allToAll, tokenBytes(Tr * double(k))});
       return;
     }

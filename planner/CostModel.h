@@ -202,6 +202,11 @@ private:
   /// The experts among stageParameters (each rank holds E/ep of them, split over tp too when
   /// the stack splits experts); their gradients are reduced over dp/ep ranks.
   double stageExpertParameters(const Layout &layout) const;
+  /// The ranks ZeRO-1 shards the dense parameters' optimizer state over: dp, or dp/ep on a
+  /// stack that shards everything over the mesh's dp axis (StackProfile).
+  int64_t denseZeroShards(const Layout &layout) const {
+    return stack_.zeroOverExpertDataParallel ? layout.dp / layout.ep : layout.dp;
+  }
   KernelTime optimizerTime(const Layout &layout, double localParameters, double localExperts) const;
   double pipelineSendSeconds(const Layout &layout, double bytes) const;
 

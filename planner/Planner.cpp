@@ -133,6 +133,9 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
     if (s.experts % l.ep)
       return fail("ep " + std::to_string(l.ep) + " does not divide the " +
                   std::to_string(s.experts) + " experts");
+    if (l.zero && l.ep == l.dp && stack_.zeroOverExpertDataParallel)
+      return fail("zero 1 with ep = dp = " + std::to_string(l.dp) + " shards nothing on " +
+                  stack_.name + " (its optimizer state is sharded over dp/ep ranks); use zero 0");
   }
   return true;
 }
@@ -280,7 +283,7 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
   // ZeRO-1 updates 1/dp of the local parameters (of the experts, 1/(dp/ep): their optimizer
   // state is sharded over the ranks that hold the same experts); one kernel per parameter
   // tensor unless the stack has a multi-tensor optimizer.
-  double updated = (localParameters - localExperts) / double(l.zero ? l.dp : 1) +
+  double updated = (localParameters - localExperts) / double(l.zero ? denseZeroShards(l) : 1) +
                    localExperts / double(l.zero ? l.dp / l.ep : 1);
   double perBlock = tensorsPerBlock(shape_);
   // Outside the blocks: the embedding table (and an untied head), learned positions and the
@@ -312,7 +315,7 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
     double params = stageParameters(l, first, last), experts = stageExpertParameters(l);
     c.parameterBytes = params * pb.parameter;
     c.gradientBytes = params * pb.gradient;
-    c.optimizerBytes = (params - experts) * pb.optimizer / double(l.zero ? l.dp : 1) +
+    c.optimizerBytes = (params - experts) * pb.optimizer / double(l.zero ? denseZeroShards(l) : 1) +
                        experts * pb.optimizer / double(l.zero ? l.dp / l.ep : 1);
     double inFlight = double(peakInFlight({l.pp, l.vpp, m}, index));
     double transient;
@@ -414,6 +417,13 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   double reduce =
       collectiveSeconds(cluster_, reduceKind, l.dp, l.tp, (local - experts) * pb.gradient) +
       collectiveSeconds(cluster_, reduceKind, l.dp / l.ep, l.tp * l.ep, experts * pb.gradient);
+  if (l.zero && denseZeroShards(l) != l.dp) // dense: reduce-scattered over dp/ep, summed over ep
+    reduce =
+        collectiveSeconds(cluster_, reduceKind, l.dp / l.ep, l.tp * l.ep,
+                          (local - experts) * pb.gradient) +
+        collectiveSeconds(cluster_, Collective::allReduce, l.ep, l.tp,
+                          (local - experts) * pb.gradient / double(l.dp / l.ep)) +
+        collectiveSeconds(cluster_, reduceKind, l.dp / l.ep, l.tp * l.ep, experts * pb.gradient);
   if (experts > 0 && !stack_.expertTensorParallel && l.sequenceParallel)
     reduce += collectiveSeconds(cluster_, Collective::allReduce, l.tp, 1, experts * pb.gradient);
   double lastBackward = double(l.vpp) * ct.backward;
@@ -423,7 +433,8 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
     exposed = std::max(reduce / blocks, reduce - lastBackward);
   double gather = 0;
   if (l.zero) {
-    gather = collectiveSeconds(cluster_, Collective::allGather, l.dp, l.tp,
+    gather = collectiveSeconds(cluster_, Collective::allGather, denseZeroShards(l),
+                               denseZeroShards(l) == l.dp ? l.tp : l.tp * l.ep,
                                (local - experts) * pb.parameter) +
              collectiveSeconds(cluster_, Collective::allGather, l.dp / l.ep, l.tp * l.ep,
                                experts * pb.parameter);

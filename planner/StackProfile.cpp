@@ -20,9 +20,15 @@ StackProfile megac(bool cpu) {
   p.transposeInstructions = true;
   p.separateGradAccumulation = true;
   p.replicatesKvHeads = true;
-  // Expert parallelism in megac's partitioner (issue 21): planned as built this session.
-  p.supportsExpertParallel = true;
+  // Expert parallelism (issue 21, docs/moe.md): the routing all-gathered over ep, then
+  // moe_exchange (an all-to-all-v of the routed rows) each way; ZeRO-1 over the dp/ep axis. The
+  // CPU runtime runs it over MPI; the CUDA runtime refuses MoeAllToAll (no NCCL all-to-all-v
+  // yet), so its profile plans ep = 1 until that lands.
+  p.allToAllDispatch = true;
+  p.gathersRouting = true;
+  p.zeroOverExpertDataParallel = true;
   if (cpu) {
+    p.supportsExpertParallel = true;
     p.inOrder = true;
     return p;
   }

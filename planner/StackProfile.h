@@ -74,10 +74,18 @@ struct StackProfile {
   /// the T·k active rows only), one GEMM launch per local expert.
   bool packedRouting = false;
   /// Under expert parallelism, tokens reach their experts' ranks by all-to-all (Megatron's
-  /// alltoall dispatcher: T·k rows of h per rank each way); otherwise megac's partitioner
-  /// all-gathers the ep group's tokens before the experts and reduce-scatters the combine's
-  /// partial sums after (ep·T rows of h each way).
+  /// alltoall dispatcher and megac's moe_exchange: T·k rows of h per rank each way); otherwise
+  /// the all-gather dispatcher: the ep group's tokens gathered before the experts and the
+  /// combine's partial sums reduce-scattered after (ep·T rows of h each way).
   bool allToAllDispatch = false;
+  /// The routing ([T, E] 0/1) is all-gathered over ep before the exchange (megac places rows by
+  /// token, so each rank needs the group's routing, not only per-expert counts).
+  bool gathersRouting = false;
+  /// ZeRO-1 shards every parameter's optimizer state over the mesh's dp axis, the dp/ep ranks
+  /// holding the same experts (megac: dense parameters' state then dp/ep ways, and ZeRO-1 with
+  /// dp = ep shards nothing and is refused); otherwise dense state over all dp ranks (Megatron's
+  /// distributed optimizer), the experts' over dp/ep.
+  bool zeroOverExpertDataParallel = false;
 };
 
 /// The built-in profiles: megac (the stack this build runs: its CUDA runtime on GPUs, its

@@ -124,6 +124,25 @@ TEST(MoeCostTest, ExpertMemoryIsSplitOverEp) {
   }
 }
 
+// megac shards every parameter's optimizer state over the mesh's dp axis (dp/ep ranks): the
+// dense parameters' state is then split dp/ep ways, not dp ways; ZeRO-1 with ep = dp is refused.
+TEST(MoeCostTest, MegacShardsZeroOverTheDpAxisOfTheMesh) {
+  TransformerShape s = mixtral8x7b();
+  Cluster c = cluster("h100-sxm:1x8");
+  double experts = 32 * expertParameters(s), dense = 46702792704.0 - experts;
+  StepEstimator estimator(s, c, 64, *stackProfile("megac", true));
+  Layout l{1, 1, 8, 1, 1, false, 1, Recompute::full, Precision::bf16};
+  l.ep = 4;
+  std::string why;
+  std::optional<StepCost> m = estimator.memory(l, &why);
+  ASSERT_TRUE(m) << why;
+  EXPECT_DOUBLE_EQ(m->optimizerBytes, 12 * dense / 2 + 12 * (experts / 4) / 2);
+  l.ep = 8;
+  EXPECT_FALSE(estimator.memory(l, &why));
+  EXPECT_EQ(why, "zero 1 with ep = dp = 8 shards nothing on megac (its optimizer state is "
+                 "sharded over dp/ep ranks); use zero 0");
+}
+
 TEST(MoeCostTest, RoutedActivationsByHand) {
   TransformerShape s = mixtral8x7b();
   double sbh = 4096.0 * 4096; // s·b·h at micro-batch 1
@@ -171,13 +190,28 @@ TEST(MoeCostTest, BlockKernelsRouteTopkRowsAndExchangeTokens) {
     }
     EXPECT_TRUE(b.forward.tp.empty());
   }
-  // megac, ep 4: the same expert rows, but the ep group's tokens all-gathered before the
-  // dispatch (with the routing weights, fp32 [4T, E]) and the combine's partial sums
-  // reduce-scattered after (4·T rows of h, the whole buffer), adjoints in the backward.
+  // megac (its CPU runtime has expert parallelism), ep 4: the same expert rows; the group's
+  // [T, E] routing all-gathered first (model element type), then the routed rows exchanged
+  // both ways by all-to-all (moe_exchange), forward and backward.
   {
     LayerGeometry g{1, 1, false, Precision::bf16, 4};
-    BlockKernels b = blockKernels(s, g, stack("megac"));
+    StackProfile cpu = *stackProfile("megac", true);
+    BlockKernels b = blockKernels(s, g, cpu);
     EXPECT_DOUBLE_EQ(gemmFlops(b.forward.kernels), attentionGemms + router + experts);
+    ASSERT_EQ(b.forward.ep.size(), 3u);
+    EXPECT_EQ(b.forward.ep[0].kind, Collective::allGather);
+    EXPECT_DOUBLE_EQ(b.forward.ep[0].bytes, 4 * T * E * 2);
+    for (int i : {1, 2}) {
+      EXPECT_EQ(b.forward.ep[i].kind, Collective::allToAll);
+      EXPECT_DOUBLE_EQ(b.forward.ep[i].bytes, T * k * h * 2);
+    }
+    ASSERT_EQ(b.backward.ep.size(), 2u);
+    EXPECT_EQ(b.backward.ep[0].kind, Collective::allToAll);
+    // The all-gather dispatcher (the partitioner's fallback): the ep group's 4·T tokens (and
+    // fp32 routing weights) gathered before the dispatch, the combine's partial sums
+    // reduce-scattered after, adjoints in the backward.
+    cpu.allToAllDispatch = false;
+    b = blockKernels(s, g, cpu);
     ASSERT_EQ(b.forward.ep.size(), 3u);
     EXPECT_EQ(b.forward.ep[0].kind, Collective::allGather);
     EXPECT_DOUBLE_EQ(b.forward.ep[0].bytes, 4 * T * h * 2);
@@ -220,6 +254,8 @@ TEST(MoeCostTest, InvalidExpertParallelLayoutsSayWhy) {
   EXPECT_EQ(why(16, 16, "megatron-core", s), "ep 16 does not divide the 8 experts");
   EXPECT_EQ(why(16, 8, "megatron-2021", s),
             "the megatron-2021 stack has no expert parallelism; use ep 1");
+  // megac's CUDA runtime has no all-to-all-v yet (its CPU runtime has).
+  EXPECT_EQ(why(16, 8, "megac", s), "the megac stack has no expert parallelism; use ep 1");
   TransformerShape dense = s;
   dense.experts = dense.topk = 0;
   EXPECT_EQ(why(16, 2, "megatron-core", dense),
