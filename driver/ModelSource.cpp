@@ -98,6 +98,52 @@ StatusOr<LoadedModel> parseMlir(mlir::MLIRContext &ctx, const std::string &file,
 
 } // namespace
 
+namespace {
+
+/// A stacked parameter's members (the model's own per-expert tensors) stacked into it, when the
+/// weights hold the members and not the parameter; they must be complete and of one shape.
+Status stackMembers(const std::string &name, mlir::ArrayAttr members, TensorMap &weights) {
+  if (!members || members.empty() || weights.count(name))
+    return Status::ok();
+  std::vector<const HostTensor *> parts;
+  for (mlir::Attribute member : members) {
+    std::string memberName = mlir::cast<mlir::StringAttr>(member).str();
+    auto it = weights.find(memberName);
+    if (it == weights.end()) {
+      if (parts.empty())
+        continue; // neither form: the weights do not hold this parameter
+      return Status::error("weights hold part of '" + name + "' (its first " +
+                           std::to_string(parts.size()) + " members) but not '" + memberName + "'");
+    }
+    if (!parts.empty() && (it->second.shape != parts.front()->shape ||
+                           it->second.dtype != parts.front()->dtype))
+      return Status::error("weight '" + memberName + "' is " + shapeString(it->second.shape) +
+                           ", unlike '" + mlir::cast<mlir::StringAttr>(members[0]).str() +
+                           "' (" + shapeString(parts.front()->shape) + "): '" + name +
+                           "' stacks them");
+    parts.push_back(&it->second);
+  }
+  if (parts.empty())
+    return Status::ok();
+  if (parts.size() != members.size())
+    return Status::error("weights hold " + std::to_string(parts.size()) + " of the " +
+                         std::to_string(members.size()) + " tensors '" + name + "' stacks");
+  std::vector<int64_t> shape{static_cast<int64_t>(parts.size())};
+  shape.insert(shape.end(), parts.front()->shape.begin(), parts.front()->shape.end());
+  HostTensor stacked = HostTensor::zeros(parts.front()->dtype, shape);
+  size_t at = 0;
+  for (const HostTensor *part : parts) {
+    std::copy(part->bytes.begin(), part->bytes.end(), stacked.bytes.begin() + long(at));
+    at += part->bytes.size();
+  }
+  for (mlir::Attribute member : members)
+    weights.erase(mlir::cast<mlir::StringAttr>(member).str());
+  weights[name] = std::move(stacked);
+  return Status::ok();
+}
+
+} // namespace
+
 Status fitWeightsToModel(mlir::ModuleOp module, TensorMap &weights) {
   auto count = [](const std::vector<int64_t> &shape) {
     return std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<int64_t>());
@@ -105,6 +151,11 @@ Status fitWeightsToModel(mlir::ModuleOp module, TensorMap &weights) {
   for (auto f : module.getOps<mlir::func::FuncOp>()) {
     for (mlir::BlockArgument arg : f.getArguments()) {
       auto name = f.getArgAttrOfType<mlir::StringAttr>(arg.getArgNumber(), mega::kParamAttr);
+      if (name)
+        RETURN_IF_ERROR(stackMembers(name.str(),
+                                     f.getArgAttrOfType<mlir::ArrayAttr>(arg.getArgNumber(),
+                                                                         mega::kSourceStackAttr),
+                                     weights));
       auto source =
           f.getArgAttrOfType<mlir::DenseI64ArrayAttr>(arg.getArgNumber(), mega::kSourceShapeAttr);
       if (!name || !source)
@@ -129,16 +180,22 @@ Status fitWeightsToModel(mlir::ModuleOp module, TensorMap &weights) {
 }
 
 SourceShapes sourceShapesOf(mlir::ModuleOp module) {
-  SourceShapes shapes;
+  SourceShapes out;
   for (auto f : module.getOps<mlir::func::FuncOp>())
     for (mlir::BlockArgument arg : f.getArguments()) {
       auto name = f.getArgAttrOfType<mlir::StringAttr>(arg.getArgNumber(), mega::kParamAttr);
-      auto source =
-          f.getArgAttrOfType<mlir::DenseI64ArrayAttr>(arg.getArgNumber(), mega::kSourceShapeAttr);
-      if (name && source)
-        shapes[name.str()].assign(source.asArrayRef().begin(), source.asArrayRef().end());
+      if (!name)
+        continue;
+      if (auto source = f.getArgAttrOfType<mlir::DenseI64ArrayAttr>(arg.getArgNumber(),
+                                                                      mega::kSourceShapeAttr))
+        out.shapes[name.str()].assign(source.asArrayRef().begin(), source.asArrayRef().end());
+      if (auto stack =
+              f.getArgAttrOfType<mlir::ArrayAttr>(arg.getArgNumber(), mega::kSourceStackAttr))
+        for (mlir::Attribute member : stack)
+          if (auto text = mlir::dyn_cast<mlir::StringAttr>(member))
+            out.stacks[name.str()].push_back(text.str());
     }
-  return shapes;
+  return out;
 }
 
 bool ModelSource::isOnnx() const {

@@ -25,5 +25,8 @@ inline constexpr const char *kOutputAttr = "mega.output";
 /// projection's part dim, mega-split-fused-projections): that shape. The elements are the same,
 /// in the same order; weights and exports reshape between the two.
 inline constexpr const char *kSourceShapeAttr = "mega.source_shape";
+/// On a parameter: the names of the model's own tensors it stacks along dim 0 (a mixture of
+/// experts' per-expert weights, held as one [E, ...] tensor); weights files may hold either.
+inline constexpr const char *kSourceStackAttr = "mega.source_stack";
 
 } // namespace mega

@@ -259,6 +259,27 @@ Tensor GraphBuilder::parameter(std::string_view name, Shape shape, DType dtype, 
   return I.wrap(arg, shape, dtype);
 }
 
+Tensor GraphBuilder::stackedParameter(std::string_view name, Shape shape, DType dtype, Init init,
+                                      const std::vector<std::string> &members, Loc loc) {
+  Impl &I = *impl_;
+  if (!shape.empty() && shape[0] != static_cast<int64_t>(members.size()))
+    return I.fail("parameter " + std::string(name) + " stacks " + std::to_string(members.size()) +
+                      " tensors on a dim of " + std::to_string(shape[0]),
+                  loc),
+           Tensor{};
+  Tensor t = parameter(name, shape, dtype, init, loc);
+  if (!t.valid())
+    return t;
+  std::string path = scopePath();
+  llvm::SmallVector<mlir::Attribute> names;
+  for (const std::string &m : members)
+    names.push_back(I.b.getStringAttr(path.empty() ? m : path + "." + m));
+  mlir::NamedAttrList attrs(I.argAttrs.back());
+  attrs.set(mega::kSourceStackAttr, I.b.getArrayAttr(names));
+  I.argAttrs.back() = attrs.getDictionary(&I.ctx);
+  return t;
+}
+
 Tensor GraphBuilder::input(std::string_view name, Shape shape, DType dtype, Loc loc) {
   Impl &I = *impl_;
   if (failed())

@@ -101,6 +101,10 @@ public:
   // Function signature.
   Tensor parameter(std::string_view name, Shape shape, DType dtype, Init init,
                    Loc loc = Loc::current());
+  /// A parameter the model's own files hold as separate tensors stacked along dim 0 (a mixture
+  /// of experts' per-expert weights): `members` are their names in this scope, one per row.
+  Tensor stackedParameter(std::string_view name, Shape shape, DType dtype, Init init,
+                          const std::vector<std::string> &members, Loc loc = Loc::current());
   Tensor input(std::string_view name, Shape shape, DType dtype, Loc loc = Loc::current());
   void output(std::string_view name, const Tensor &value, Loc loc = Loc::current());
 

@@ -5,7 +5,9 @@
 // tokens routed to it, and the token's output is the weighted sum of its experts' outputs.
 // Parameter names are transformers' without "model.", except that each layer's E experts are
 // one stacked tensor per matrix: `block_sparse_moe.experts.w1.weight [E, ffn, h]` holds
-// transformers' `block_sparse_moe.experts.{e}.w1.weight` at index e.
+// transformers' `block_sparse_moe.experts.{e}.w1.weight` at index e. Weights files use
+// transformers' per-expert names (mega.source_stack): --save-weights writes them, and files
+// with either form load.
 #include "frontends/models/Layers.h"
 
 #include <cmath>
@@ -55,8 +57,11 @@ Tensor sparseMoe(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x) {
     mask = b.cast(mask, c.dtype);
   }
   auto expertWeight = [&](const char *name, int64_t out, int64_t in, double stddev) {
-    return b.parameter(std::string("experts.") + name + ".weight", {E, out, in}, c.dtype,
-                       dsl::Init::normal(stddev));
+    std::vector<std::string> members;
+    for (int64_t e = 0; e < E; ++e)
+      members.push_back("experts." + std::to_string(e) + "." + name + ".weight");
+    return b.stackedParameter(std::string("experts.") + name + ".weight", {E, out, in}, c.dtype,
+                              dsl::Init::normal(stddev), members);
   };
   Tensor w1 = expertWeight("w1", c.ffn, c.hidden, std.base);
   Tensor w2 = expertWeight("w2", c.hidden, c.ffn, std.output);
