@@ -204,8 +204,10 @@ private:
     if (isa<mega::MoeMatmulOp>(op)) {
       auto moe = cast<mega::MoeMatmulOp>(op);
       Value w = moe.getWeight();
-      if (!moe.getGlobalExperts() && !shardingOf(w).dims[0].empty())
-        moe.setGlobalExperts(global_[w].getDimSize(0));
+      const AxisList &split = shardingOf(w).dims[0];
+      if (!moe.getGlobalExperts() && !split.empty())
+        moe.setGlobalExperts(cast<RankedTensorType>(w.getType()).getDimSize(0) *
+                             partition::groupSize(mesh_, split));
       return;
     }
     auto slice = dyn_cast<mega::SliceOp>(op);

@@ -17,7 +17,7 @@ at import to megac's MoE ops (frontends/onnx/OnnxMoe.cpp).
     grad_norm within 1e-4 relative, every final parameter within 1e-4 ||p|| + 1e-6 sqrt(n)
     (not for the folded export, whose weights have onnx::MatMul_* names);
     Mixtral at opset 17 also with --ranks 4 --tp 2 --dp 2 against the one-rank run (losses
-    within 1e-5 relative, as hf_train_test.py);
+    within 1e-5 relative, as hf_train_test.py), and dp 4 x ep 2 likewise;
   - router logits: a Mixtral export that also outputs each layer's router logits (computed
     before the TopK, outside the raised block) matches PyTorch on every output;
   - errors: Mixtral exports edited into variants megac does not raise (another expert
@@ -148,14 +148,19 @@ def check_training(args, family, opset, fold):
           f"max relative difference {worst:.2e} -> {'ok' if not problems else 'FAIL'}",
           flush=True)
     if (family, opset, fold) == LAYOUT:
-        four = os.path.join(workdir, "tp2-dp2")
-        os.makedirs(four)
-        records4, _, _ = tt.megac_train(args.megac, [path], data, four, dict(c, micro_batch=1),
-                                        no_aux + ["--ranks", "4", "--tp", "2", "--dp", "2"])
-        layout, worst = tt.check_layout_losses(records4, records, 1e-5)
-        print(f"{family} opset {opset} tp 2 x dp 2: losses max relative difference to one rank "
-              f"{worst:.2e} -> {'ok' if not layout else 'FAIL'}", flush=True)
-        problems += layout
+        # tp 2 x dp 2, and expert parallelism over the export's separate expert parameters
+        # (concatenated by the raise, exchanged by moe_exchange like the zoo's).
+        for name, extra in (("tp 2 x dp 2", ["--tp", "2", "--dp", "2"]),
+                            ("dp 4 x ep 2", ["--dp", "4", "--ep", "2"])):
+            four = os.path.join(workdir, name.replace(" ", ""))
+            os.makedirs(four)
+            records4, _, _ = tt.megac_train(args.megac, [path], data, four,
+                                            dict(c, micro_batch=1),
+                                            no_aux + ["--ranks", "4"] + extra)
+            layout, worst = tt.check_layout_losses(records4, records, 1e-5)
+            print(f"{family} opset {opset} {name}: losses max relative difference to one rank "
+                  f"{worst:.2e} -> {'ok' if not layout else 'FAIL'}", flush=True)
+            problems += layout
     return problems
 
 
