@@ -436,6 +436,19 @@ std::vector<RuleCase> coarseCases() {
        "  %out = mega.moe_combine %h, %g : (tensor<4x3x5xf64>, tensor<3x4xf64>) -> "
        "tensor<3x5xf64>",
        "tensor<3x5xf64>"},
+      // A GELU expert MLP (the grouped form of GPT's MLP): up, gelu, down per expert.
+      {"moe_gelu_experts",
+       {"%x: tensor<3x2xf64>", "%W1: tensor<4x5x2xf64>", "%W2: tensor<4x2x5xf64>"},
+       kMoeMask + "  %d = mega.moe_dispatch %x, %mask : (tensor<3x2xf64>, tensor<3x4xf64>) -> "
+       "tensor<4x3x2xf64>\n"
+       "  %u = mega.moe_matmul %d, %W1, %mask topk 2 : (tensor<4x3x2xf64>, tensor<4x5x2xf64>, "
+       "tensor<3x4xf64>) -> tensor<4x3x5xf64>\n"
+       "  %g = mega.gelu none %u : tensor<4x3x5xf64>\n"
+       "  %y = mega.moe_matmul %g, %W2, %mask topk 2 : (tensor<4x3x5xf64>, tensor<4x2x5xf64>, "
+       "tensor<3x4xf64>) -> tensor<4x3x2xf64>\n"
+       "  %out = mega.moe_combine %y, %mask : (tensor<4x3x2xf64>, tensor<3x4xf64>) -> "
+       "tensor<3x2xf64>",
+       "tensor<3x2xf64>"},
       {"dropout",
        {"%x: tensor<4x5xf64>"},
        "  %seed = mega.constant dense<7> : tensor<i64>\n"
