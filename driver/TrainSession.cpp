@@ -14,6 +14,7 @@
 #include "runtime/exec/Trace.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/PlanLoader.h"
+#include "runtime/plan/plan_generated.h"
 #include "runtime/train/LossScaler.h"
 
 #include <chrono>
@@ -103,6 +104,23 @@ Status TrainSession::openData() {
   return Status::ok();
 }
 
+namespace {
+
+/// Whether some program of the plan runs an expert's matrix multiplication (an MoE layer).
+bool hasExperts(const runtime::LoadedPlan &plan) {
+  if (const auto *programs = plan.plan().programs())
+    for (const auto *program : *programs)
+      if (const auto *functions = program->functions())
+        for (const auto *function : *functions)
+          if (const auto *instructions = function->instructions())
+            for (const auto *inst : *instructions)
+              if (inst->op() == megac::plan::Opcode::MoeMatmul)
+                return true;
+  return false;
+}
+
+} // namespace
+
 /// The job's communicator, the rank's executor and pipeline run, and the data checked against
 /// the model.
 Status TrainSession::openRank() {
@@ -120,6 +138,10 @@ Status TrainSession::openRank() {
   // Tokens in the vocabulary (a .npy's now, an indexed dataset's as read); rank 0 warns when
   // masked-LM's [MASK] token occurs in the data.
   bool root = !s.mpi || s.mpi->rank() == 0;
+  if (root && hooks_.warn && c.layout().ep > 1 && !hasExperts(*s.plan))
+    hooks_.warn("--ep " + std::to_string(c.layout().ep) + " splits the experts of "
+                "mixture-of-experts layers, and " + model_.description + " has none: this run "
+                "is plain data parallelism over dp = " + std::to_string(c.layout().dp));
   SampleChecks checks{model_.vocab, std::nullopt, root ? hooks_.warn : nullptr};
   if (model_.lossKind == passes::LossKind::mlm)
     checks.maskToken = c.data.maskTokenId.value_or(model_.vocab - 1);
