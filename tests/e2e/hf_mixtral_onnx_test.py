@@ -28,17 +28,15 @@ usage: hf_mixtral_onnx_test.py --megac build/bin/megac --workdir DIR [--venv .ve
 Needs transformers (the test venv from scripts/bootstrap.sh; the script re-executes itself with
 the venv's python, or exits 77 without it) and mpirun for the layout case.
 """
-import argparse
 import collections
 import copy
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_models_test import ensure_venv  # noqa: E402
+from hf_models_test import venv_test_args  # noqa: E402
 
 # (family, opset, constant folding): the families of hf_families.py with a mixture of experts.
 # Folded, torch.onnx stores the experts' weights pre-transposed under onnx::MatMul_* names.
@@ -281,19 +279,8 @@ def check_errors(args):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--megac", required=True)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--venv", default=os.path.join(os.path.dirname(__file__), "..", "..",
-                                                       ".venv"))
-    args = parser.parse_args()
-    ensure_venv(args.venv)
-    import torch
-    torch.set_num_threads(1)
     # Exports are cached beside the work folder, which is made anew.
-    args.cache = args.workdir.rstrip("/") + "-cache"
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    os.makedirs(args.workdir)
+    args = venv_test_args(cache=True)
     problems = []
     for family, opset, fold in CASES:
         for check in (check_forward, check_training):

@@ -15,15 +15,13 @@ mask id.
 
 usage: hf_mlm_test.py --megac build/bin/megac --workdir DIR [--venv .venv] [--only A,B]
 """
-import argparse
 import copy
 import math
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_models_test import ensure_venv  # noqa: E402
+from hf_models_test import venv_test_args  # noqa: E402
 
 SEQ, VOCAB, ROWS, STEPS = 16, 128, 24, 3
 MASK64 = (1 << 64) - 1
@@ -134,21 +132,11 @@ def check(args, name):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--megac", required=True)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--venv", default=os.path.join(os.path.dirname(__file__), "..", "..",
-                                                       ".venv"))
-    parser.add_argument("--only", help="comma-separated families (default: every masked LM)")
-    args = parser.parse_args()
-    ensure_venv(args.venv)
+    args = venv_test_args(lambda p: p.add_argument(
+        "--only", help="comma-separated families (default: every masked LM)"), cache=True)
     import torch
     import hf_families as hf
 
-    torch.set_num_threads(1)
-    args.cache = args.workdir.rstrip("/") + "-cache"
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    os.makedirs(args.workdir)
     failures = 0
     for name in (args.only.split(",") if args.only else hf.MASKED):
         failures += check(args, name)

@@ -18,6 +18,7 @@ histogram after raising, and the max errors against PyTorch and onnxruntime.
 import argparse
 import collections
 import os
+import shutil
 import subprocess
 import sys
 
@@ -40,6 +41,31 @@ def ensure_venv(venv):
     print(f"SKIP: transformers/onnxruntime are not importable and {python} is missing or lacks "
           "them; run scripts/bootstrap.sh")
     sys.exit(SKIP)
+
+
+def venv_test_args(add_arguments=None, cache=False, fresh_workdir=True):
+    """The command line the venv-based e2e tests share (--megac, --workdir, --venv and what
+    `add_arguments(parser)` adds), parsed, with --megac made absolute; then the script runs
+    under the test venv (ensure_venv), torch on one thread; with `fresh_workdir` the work folder
+    is made anew, with `cache` its export cache is named beside it (args.cache, kept)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--megac", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--venv", default=os.path.join(os.path.dirname(__file__), "..", "..",
+                                                       ".venv"))
+    if add_arguments:
+        add_arguments(parser)
+    args = parser.parse_args()
+    args.megac = os.path.abspath(args.megac)
+    ensure_venv(args.venv)
+    import torch
+    torch.set_num_threads(1)
+    if cache:
+        args.cache = args.workdir.rstrip("/") + "-cache"
+    if fresh_workdir:
+        shutil.rmtree(args.workdir, ignore_errors=True)
+        os.makedirs(args.workdir)
+    return args
 
 
 def models():
@@ -183,16 +209,7 @@ def check_model(args, name, model, inputs, cfg):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--megac", required=True)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--venv", default=os.path.join(os.path.dirname(__file__), "..", "..",
-                                                       ".venv"))
-    parser.add_argument("--only")
-    args = parser.parse_args()
-    ensure_venv(args.venv)
-    import torch
-    torch.set_num_threads(1)
+    args = venv_test_args(lambda p: p.add_argument("--only"), fresh_workdir=False)
     failed = []
     for name, model, inputs, cfg in models():
         if args.only and name != args.only:

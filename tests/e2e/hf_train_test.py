@@ -18,14 +18,12 @@ usage: hf_train_test.py --megac build/bin/megac --workdir DIR [--venv .venv] [--
 Needs transformers (the test venv from scripts/bootstrap.sh; the script re-executes itself with
 the venv's python, or exits 77 without it) and mpirun for the layout case.
 """
-import argparse
 import copy
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_models_test import ensure_venv  # noqa: E402
+from hf_models_test import venv_test_args  # noqa: E402
 
 SEQ, VOCAB, ROWS = 16, 128, 24  # hf_families.SEQ and .VOCAB
 
@@ -106,22 +104,11 @@ def check(args, name, steps):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--megac", required=True)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--venv", default=os.path.join(os.path.dirname(__file__), "..", "..",
-                                                       ".venv"))
-    parser.add_argument("--only", help="comma-separated families (default: every causal LM)")
-    args = parser.parse_args()
-    ensure_venv(args.venv)
-    import torch
+    # Exports are cached beside the work folder, which is made anew.
+    args = venv_test_args(lambda p: p.add_argument(
+        "--only", help="comma-separated families (default: every causal LM)"), cache=True)
     import hf_families as hf
 
-    torch.set_num_threads(1)
-    # Exports are cached beside the work folder, which is made anew.
-    args.cache = args.workdir.rstrip("/") + "-cache"
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    os.makedirs(args.workdir)
     failures = 0
     for name in (args.only.split(",") if args.only else hf.CAUSAL):
         # GPT-2 and Llama keep their 10-step runs; the other families run 3 steps.

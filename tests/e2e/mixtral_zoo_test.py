@@ -45,7 +45,6 @@ Needs transformers (the test venv from scripts/bootstrap.sh; the script re-execu
 the venv's python, or exits 77 without it) and mpirun for the layout case (skipped, and said so,
 without it).
 """
-import argparse
 import json
 import math
 import os
@@ -54,7 +53,7 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_models_test import ensure_venv  # noqa: E402
+from hf_models_test import venv_test_args  # noqa: E402
 from llama_zoo_test import logits_module, run, tensor_problems  # noqa: E402
 
 SEQ, VOCAB, ROWS = 16, 128, 24
@@ -517,20 +516,10 @@ def aux_case(args, m, weights, tokens, data, capacity):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--megac", required=True)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--venv", default=os.path.join(os.path.dirname(__file__), "..", "..",
-                                                       ".venv"))
-    args = parser.parse_args()
-    args.megac = os.path.abspath(args.megac)
-    ensure_venv(args.venv)
+    args = venv_test_args()
     import numpy as np
     import torch
 
-    torch.set_num_threads(1)
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    os.makedirs(args.workdir)
     tokens = np.random.default_rng(7).integers(0, VOCAB, size=(ROWS, SEQ + 1)).astype(np.int64)
     data = os.path.join(args.workdir, "tokens.npy")
     np.save(data, tokens)
