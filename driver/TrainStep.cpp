@@ -256,6 +256,21 @@ StatusOr<double> batchLoss(runtime::Executor &executor, const RunConfig &c,
   return loss;
 }
 
+/// --save-grads writes only finite gradients, as a non-finite loss stops the run: a step whose
+/// gradient overflowed would turn every parameter it updates into NaN, and a file of NaNs would
+/// pass for a result. fp16 runs are exempt: there an overflowing step is the loss scaler's to
+/// skip (the log says so), and the gradients are written loss-scaled.
+Status refuseNonFiniteGradients(const TensorMap &grads, int64_t step) {
+  for (const auto &[name, grad] : grads)
+    if (int64_t bad = countNonFinite(grad))
+      return Status::error("step " + std::to_string(step) + "'s gradient of " + name + " has " +
+                           std::to_string(bad) + " non-finite values (of " +
+                           std::to_string(grad.numElements()) +
+                           "); --save-grads does not write them. Lower --lr, clip the gradients "
+                           "(--clip-grad) or look for an overflow in the model's forward pass");
+  return Status::ok();
+}
+
 } // namespace
 
 /// The inputs of the training step megac train can feed (input_ids [b, S]; for encoder-decoder
@@ -341,6 +356,8 @@ Status trainStep(runtime::Executor &executor, const RunConfig &c, runtime::data:
     ASSIGN_OR_RETURN(TensorMap grads, runtime::gatherGradients(*rank.plan, executor, *rank.comm));
     if (rank.sourceShapes)
       toSourceShapes(grads, *rank.sourceShapes);
+    if (rank.root() && !scaler)
+      RETURN_IF_ERROR(refuseNonFiniteGradients(grads, record.step));
     if (rank.root())
       RETURN_IF_ERROR(
           runtime::writeSafetensors(*c.checkpoint.saveGrads, grads,

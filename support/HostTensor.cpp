@@ -1,6 +1,10 @@
 // Element sizes and names of the runtime's dtypes, and the HostTensor helpers.
 #include "support/HostTensor.h"
 
+#include "support/Float16.h"
+
+#include <cmath>
+
 namespace megac {
 
 size_t dtypeSize(DType dtype) {
@@ -38,6 +42,29 @@ const char *dtypeName(DType dtype) {
     return "i1";
   }
   return "<invalid dtype>";
+}
+
+int64_t countNonFinite(const HostTensor &tensor) {
+  int64_t n = tensor.numElements(), bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    switch (tensor.dtype) {
+    case DType::f64:
+      bad += !std::isfinite(tensor.data<double>()[i]);
+      break;
+    case DType::f32:
+      bad += !std::isfinite(tensor.data<float>()[i]);
+      break;
+    case DType::bf16:
+      bad += !std::isfinite(bf16ToFloat(tensor.data<uint16_t>()[i]));
+      break;
+    case DType::f16:
+      bad += !std::isfinite(halfToFloat(tensor.data<uint16_t>()[i]));
+      break;
+    default:
+      return 0;
+    }
+  }
+  return bad;
 }
 
 std::string shapeString(std::span<const int64_t> shape) {

@@ -32,6 +32,9 @@ struct HostTensor {
   template <typename T> const T *data() const { return reinterpret_cast<const T *>(bytes.data()); }
 };
 
+/// How many elements of a floating-point tensor are NaN or infinite (0 for integer dtypes).
+int64_t countNonFinite(const HostTensor &tensor);
+
 /// Named tensors: weights by parameter name, or a run's outputs.
 using TensorMap = std::map<std::string, HostTensor>;
 

@@ -8,8 +8,13 @@ tp=2 x dp=2 run gives the one-rank run.
     in PyTorch (train_test.py's reference loop: the same rows, mean cross-entropy, AdamW with
     eps 1e-6 and decay on dim >= 2); every loss and grad_norm within 1e-4 relative, every final
     parameter within 1e-4 ||p|| + 1e-6 sqrt(n);
-  - layout: the same steps with --ranks 4 --tp 2 --dp 2 against the one-rank log (losses
-    within 1e-5 relative: fp32 partial sums reassociate) and its final weights.
+  - layout: the same steps in fp64 (megac runs the fp32 export in fp64) with --ranks 4 --tp 2
+    --dp 2 against one rank in fp64: losses and grad_norms within 1e-10 relative, step-1
+    gradients and final parameters within 1e-9 ||p|| + 1e-12 sqrt(n) (numerics.py gives the
+    error model). Not fp32: a last-bit difference in a near-zero gradient (GPT-2's c_proj.bias
+    starts at zero) moves its Adam steps by far more than a bound relative to its norm allows,
+    and which last bit differs depends on the CPU's OpenBLAS kernels (issue 26).
+The parity bounds' error model is train_test.py's.
 
 The token data never holds the model's pad_token_id: PyTorch never updates an embedding's
 padding_idx row and torch.onnx drops padding_idx (hf_families.py).
@@ -20,9 +25,11 @@ the venv's python, or exits 77 without it) and mpirun for the layout case.
 """
 import copy
 import os
+import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numerics  # noqa: E402
 from hf_models_test import venv_test_args  # noqa: E402
 
 SEQ, VOCAB, ROWS = 16, 128, 24  # hf_families.SEQ and .VOCAB
@@ -47,12 +54,10 @@ def check(args, name, steps):
     import numpy as np
     import hf_families as hf
     import train_test as tt
-    from safetensors_np import read_safetensors
 
     workdir = os.path.join(args.workdir, name)
-    one, four = os.path.join(workdir, "one-rank"), os.path.join(workdir, "tp2-dp2")
+    one = os.path.join(workdir, "one-rank")
     os.makedirs(one)
-    os.makedirs(four)
     model, cfg, onnx_path = make_family(name, os.path.join(args.cache, "train"))
     # No pad_token_id in the data: PyTorch keeps an embedding's padding_idx row fixed, and
     # torch.onnx drops padding_idx (hf_families.py says more).
@@ -77,29 +82,17 @@ def check(args, name, steps):
         print(f"  FAIL {p}")
     failures += len(problems)
 
-    print(f"{name} (transformers), tp 2 x dp 2 against one rank", flush=True)
+    if shutil.which("mpirun") is None:
+        numerics.skip(f"{name}: tp 2 x dp 2 needs mpirun, which is not on PATH")
+        return failures
+    print(f"{name} (transformers), tp 2 x dp 2 against one rank, fp64", flush=True)
     c4 = dict(c, micro_batch=1)  # per data-parallel rank: the same 2-row micro-batches
-    try:
-        records4, weights4, _ = tt.megac_train(args.megac, [onnx_path], data, four, c4,
-                                               ["--ranks", "4", "--tp", "2", "--dp", "2"])
-    except RuntimeError as e:
-        print(f"  FAIL {e}")
-        return failures + 1
-    problems, worst = tt.check_layout_losses(records4, records, 1e-5)
+    problems = numerics.layout_check(args.megac, [onnx_path], data, os.path.join(workdir, "layout"),
+                                     c, c4, ["--ranks", "4", "--tp", "2", "--dp", "2"],
+                                     "4 ranks (tp 2, pp 1, dp 2)")
     for p in problems:
         print(f"  FAIL {p}")
     failures += len(problems)
-    print(f"    losses: max relative difference to one rank {worst:.2e}")
-    got, want = read_safetensors(weights4), read_safetensors(weights)
-    worst = 0.0
-    for key, w in want.items():
-        d = np.linalg.norm((got[key].astype(np.float64) - w.astype(np.float64)).ravel())
-        bound = 1e-5 * np.linalg.norm(w.astype(np.float64).ravel()) + 1e-7 * np.sqrt(w.size)
-        worst = max(worst, d / bound)
-        if d > bound:
-            print(f"  FAIL {key}: ||tp2dp2 - one rank|| = {d:.3g} > {bound:.3g}")
-            failures += 1
-    print(f"    parameters: worst ||dp|| / bound = {worst:.3f}")
     return failures
 
 
@@ -114,7 +107,7 @@ def main():
         # GPT-2 and Llama keep their 10-step runs; the other families run 3 steps.
         failures += check(args, name, 10 if name in ("gpt2", "llama") else 3)
     print("PASS" if failures == 0 else f"FAIL ({failures} problems)")
-    return 1 if failures else 0
+    return numerics.exit_code(failures)
 
 
 if __name__ == "__main__":

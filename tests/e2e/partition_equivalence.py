@@ -73,6 +73,14 @@ HYPER = ["--lr", "1e-3", "--adam-eps", "1e-8", "--adam-beta1", "0.9", "--adam-be
          "--seed", "3"]
 
 # precision -> loss/grad_norm rtol, (param rtol, atol) or None, (step-1 grad rtol, atol)
+# fp64: numerics.py's error model (a layout only reassociates sums: ~sqrt(n)·u, u = 1.1e-16).
+# fp32: the same reassociation at u = 2^-24 = 6e-8. The loss is a mean of B·S cross-entropies
+# over V logits from GEMMs of K terms (B·S = 64, V = 32, K <= 64 here), errors of independent
+# sums adding in quadrature: sqrt(3 levels)·sqrt(64)·u ~ 1e-6 on the loss and grad_norm, the same
+# on a gradient tensor relative to its norm; 1e-5 leaves a margin near 10. The absolute 1e-7
+# sqrt(n) is for gradients that are 0 in exact arithmetic (the key bias), which are roundoff
+# of O(1e-1) sums: ~1e-8 per element. No fp32 parameter bound: roundoff in a near-zero gradient
+# moves Adam's update by up to lr (TESTING.md).
 TOLERANCES = {
     "fp64": dict(loss=1e-10, param=(1e-9, 1e-12), grad=(1e-9, 1e-12)),
     "fp32": dict(loss=1e-5, param=None, grad=(1e-5, 1e-7)),
@@ -85,6 +93,8 @@ TOLERANCES = {
 }
 
 
+sys.path.insert(0, HERE)
+import numerics  # noqa: E402
 from safetensors_np import read_safetensors  # noqa: E402
 
 
@@ -399,7 +409,7 @@ def megac_train(megac, model_args, data, rundir, layout, precision, timeout):
             launcher.insert(1, "--allow-run-as-root")
     argv = [*launcher, megac, "train", *model_args, "--data", data, "--steps", str(STEPS),
             "--global-batch", str(GLOBAL_BATCH), *HYPER, "--precision", precision,
-            "--threads", "1", *PRECISION_ARGS.get(precision, []), "--log-json", log,
+            *numerics.threads_args(), *PRECISION_ARGS.get(precision, []), "--log-json", log,
             "--save-weights", weights, "--save-grads", grads, *layout.argv()]
     with open(os.path.join(rundir, "command.txt"), "w") as f:
         f.write(" ".join(argv) + "\n")
@@ -615,6 +625,15 @@ def main():
               f"{fmt(r.get('loss')):>9} {fmt(r.get('norm')):>9} {fmt(r.get('param')):>8} "
               f"{fmt(r.get('grad')):>8} {(f'{seconds:.1f}s' if seconds else '-'):>6}  "
               f"{'PASS' if ok else 'FAIL'}")
+        if result is not None and layout is not CONTROL:
+            # One line for scripts/numerics-sweep.py: the worst of the four ratios to their bounds.
+            tol = TOLERANCES[precision]
+            ratios = [r.get("loss"), r.get("norm")]
+            ratios = [x / tol["loss"] if x is not None else None for x in ratios]
+            ratios += [r.get("param"), r.get("grad")]
+            ratios = [math.inf if (x is not None and not math.isfinite(x)) else x for x in ratios]
+            worst = max((x for x in ratios if x is not None), default=math.inf)
+            print(f"      error/bound {model['name']} {layout.name()} {precision}: {worst:.3g}")
         for p in problems[:8]:
             for line in p.splitlines():
                 print(f"      {line}")
@@ -633,7 +652,7 @@ def main():
     if not rows:
         print("FAIL: nothing ran")
         return 1
-    return 0
+    return SKIP if skipped else 0
 
 
 if __name__ == "__main__":

@@ -78,10 +78,11 @@ rank table.)";
 const char *const kRunHelp = R"(usage: megac run (--model SPEC | FILE.mlir | FILE.onnx | FILE.mplan)
                  --input NAME=FILE.npy ... --output-dir DIR
                  [--seed N] [--function NAME] [--input-shape NAME=D0xD1x...]
-                 [--backend cpu|cuda] [--allow-tf32]
+                 [--backend cpu|cuda] [--allow-tf32] [--threads N]
 
 runs one forward pass and writes every output as DIR/NAME.npy; on a GPU
-(--backend cuda) by default when one is usable, else on the CPU.
+(--backend cuda) by default when one is usable, else on the CPU. --threads N sets the
+CPU's BLAS/OpenMP threads (default: the cores of this node).
 A model that is not a plan yet is compiled in memory first (see megac compile).)";
 
 const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --model SPEC)
@@ -181,7 +182,8 @@ JSON log still has every step.
 of a one-rank run. --save-grads writes the gradient of every parameter after step 1's
 backward pass, before the optimizer (the accumulators summed over their data-parallel shares,
 shards gathered; fp16 runs write loss-scaled gradients). A non-finite loss stops the run
-(exit 1).
+(exit 1), and so does a non-finite step-1 gradient with --save-grads (except in fp16, where
+an overflowing step is the loss scaler's to skip).
 validation: --eval-data (rows like --data's) is evaluated every --eval-interval steps and
 after the last: the mean loss of --eval-iters global batches and its perplexity, printed and
 logged as {"step", "val_loss", "val_ppl"} lines; training is unaffected (its gradients are

@@ -2,6 +2,7 @@
 #include "tools/megac/Commands.h"
 #include "tools/megac/Help.h"
 #include "tools/megac/ModelFlags.h"
+#include "tools/megac/RunFlags.h"
 
 #include "driver/RunConfig.h"
 #include "driver/RunForward.h"
@@ -66,10 +67,12 @@ int runCommand(int argc, char **argv) {
   std::vector<std::string> inputs;
   std::optional<std::string> outputDir, seed, function, backendName;
   bool allowTf32 = false;
+  int64_t threads = 0; // 0: the cores of this node (setThreads)
   model.declare(f);
   f.repeated("--input", inputs, "NAME=FILE.npy").text("--output-dir", outputDir, "DIR");
   f.text("--seed", seed, "N").text("--function", function, "NAME");
   f.text("--backend", backendName, "cpu|cuda").flag("--allow-tf32", allowTf32);
+  f.count("--threads", threads, 1, "N", 4096);
   if (std::optional<int> exit = f.parse(argc, argv, 2))
     return *exit;
   if (f.positional().size() > 1)
@@ -99,6 +102,7 @@ int runCommand(int argc, char **argv) {
     error = backend.status().message();
   if (!error.empty())
     return f.usage(error);
+  setThreads(threads, 1);
 
   auto start = std::chrono::steady_clock::now();
   std::optional<driver::CompiledModel> compiled;

@@ -1,11 +1,15 @@
-// bf16 and f16 conversions against independent oracles: GCC's _Float16 and exact arithmetic.
+// bf16 and f16 conversions against independent oracles: GCC's _Float16 and exact arithmetic;
+// countNonFinite over every float dtype.
 #include "support/Float16.h"
+#include "support/HostTensor.h"
 
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
+#include <vector>
 
 using namespace megac;
 
@@ -111,4 +115,29 @@ TEST(Float16, Bf16RoundsToNearestEven) {
       ASSERT_EQ(floatToBf16(v), bits);
     }
   }
+}
+
+// countNonFinite (support/HostTensor.h), which --save-grads uses to refuse NaN/inf gradients:
+// every float dtype, NaN and both infinities counted, the largest finite values not.
+TEST(CountNonFinite, EveryFloatDtype) {
+  const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> values = {0.f, -1.5f, nan, inf, -inf, 3.0e38f, 1e-40f};
+  const int64_t n = int64_t(values.size());
+  HostTensor f32 = HostTensor::zeros(DType::f32, {n});
+  HostTensor f64 = HostTensor::zeros(DType::f64, {n});
+  HostTensor bf = HostTensor::zeros(DType::bf16, {n});
+  HostTensor half = HostTensor::zeros(DType::f16, {n});
+  for (int64_t i = 0; i < n; ++i) {
+    f32.data<float>()[i] = values[i];
+    f64.data<double>()[i] = values[i];
+    bf.data<uint16_t>()[i] = floatToBf16(values[i]);
+    // 3e38 overflows f16 to inf: f16 counts four.
+    half.data<uint16_t>()[i] = floatToHalf(values[i]);
+  }
+  EXPECT_EQ(countNonFinite(f32), 3);
+  EXPECT_EQ(countNonFinite(f64), 3);
+  EXPECT_EQ(countNonFinite(bf), 3);
+  EXPECT_EQ(countNonFinite(half), 4);
+  EXPECT_EQ(countNonFinite(HostTensor::zeros(DType::i32, {4})), 0);
+  EXPECT_EQ(countNonFinite(HostTensor::zeros(DType::f32, {0})), 0);
 }
