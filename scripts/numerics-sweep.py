@@ -19,6 +19,10 @@ margin of 2, not a coin flip).
 
 usage: scripts/numerics-sweep.py [--build build] [--tests e2e_train,...] [--cores A,B]
                                  [--threads 1,2] [--budget SECONDS] [--limit 0.5]
+                                 [--megac COPY]
+--megac runs the tests on a copy of the megac binary (the sweep copies build/bin/megac to
+BUILD/numerics-sweep/megac by default), so a rebuild during the sweep does not pull the
+binary from under a running test.
 Exit 0 when every configuration passes, 1 otherwise. Needs a built tree and the test venv.
 """
 import argparse
@@ -26,6 +30,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -121,6 +126,8 @@ def main():
     parser.add_argument("--limit", type=float, default=0.5)
     parser.add_argument("--log-dir", help="where each run's output is kept "
                         "(default BUILD/numerics-sweep)")
+    parser.add_argument("--megac", help="the megac binary the tests run (default: a copy of "
+                        "BUILD/bin/megac made now)")
     args = parser.parse_args()
 
     names = args.tests.split(",") if args.tests else list(SENSITIVE)
@@ -132,6 +139,14 @@ def main():
     names = [n for n in names if n in tests]
     log_dir = args.log_dir or os.path.join(args.build, "numerics-sweep")
     os.makedirs(log_dir, exist_ok=True)
+    built = os.path.abspath(os.path.join(args.build, "bin", "megac"))
+    megac = args.megac
+    if not megac:
+        megac = os.path.join(log_dir, "megac")
+        shutil.copy2(built, megac)
+    # The tests name the built binary in their commands (--megac PATH): point them at the copy.
+    tests = {name: ([megac if os.path.abspath(a) == built else a for a in command], cwd, env)
+             for name, (command, cwd, env) in tests.items()}
     configs = [(core_label, core, int(t)) for core_label, core in core_types(
         args.cores.split(",") if args.cores else None) for t in args.threads.split(",")]
     print(f"{len(names)} tests x {len(configs)} configurations, budget {args.budget:.0f} s each, "

@@ -63,8 +63,8 @@ Every comparison is NaN-proof (`not diff <= bound`, finiteness of both sides che
 usage: bert_t5_zoo_test.py --megac build/bin/megac --workdir DIR [--venv .venv]
                            [--break bert-eps|bert-pad|t5-eps|t5-distance]
 Needs transformers (the test venv from scripts/bootstrap.sh; the script re-executes itself with
-the venv's python, or exits 77 without it). megac runs with --threads 1 (train) and
-OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=1 (run, which has no --threads); torch on one thread.
+the venv's python, or exits 77 without it). megac runs with --threads from MEGAC_TEST_THREADS
+(numerics.threads_args, 1 by default); torch on one thread.
 """
 import contextlib
 import json
@@ -124,8 +124,9 @@ def spec(m, batch=None, f64=True):
 
 
 def run(argv):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    result = subprocess.run(argv, capture_output=True, text=True, env=env)
+    """Runs megac (`argv[0]`) with the tests' thread count (numerics.threads_args)."""
+    import numerics
+    result = subprocess.run([*argv, *numerics.threads_args()], capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}):\n"
                            f"{result.stdout}{result.stderr}")
@@ -343,7 +344,7 @@ def initial_weights(args, m, data):
     log = os.path.join(workdir, "log.jsonl")
     run([args.megac, "train", "--model", spec(m, f64=False), "--data", data, "--steps", "1",
          "--global-batch", str(GLOBAL_BATCH), "--micro-batch", str(MICRO_BATCH), "--lr", "0",
-         "--seed", str(SEED), "--precision", "fp64", "--threads", "1", "--log-json", log,
+         "--seed", str(SEED), "--precision", "fp64", "--log-json", log,
          "--save-weights", paths["weights"], "--save-grads", paths["grads"]])
     with open(log) as f:
         records = [json.loads(line) for line in f if line.strip()]
@@ -484,6 +485,9 @@ def check_model(args, m, tokens, data):
     problems += p
     print(f"    gradients: worst ||diff|| / bound = {ratios['gradients']:.1e} ({where}) over "
           f"{len(grads)} tensors")
+    if not overrides:  # the lines scripts/numerics-sweep.py collects
+        for what, ratio in ratios.items():
+            print(f"    error/bound {m['name']} {what} against transformers: {ratio:.3g}")
     if m["arch"] == "t5" and not overrides:
         # transformers' unmodified code (fp32 softmax and RMS variance): for information.
         l2, s2, g2, _ = reference(m, weights, inputs, labels, fwd, keep_fp64=False)
