@@ -32,6 +32,18 @@ make_venv() {
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -r "$ROOT/scripts/requirements-test.txt"
 }
+# A venv that still cannot import its packages after make_venv fails the bootstrap here, naming
+# the error: otherwise every test that needs it would skip and CI would pass without them.
+ensure_venv() {
+  venv_ok && return 0
+  make_venv
+  if ! venv_ok; then
+    echo "bootstrap: the test venv $VENV was created but cannot import transformers and" \
+      "onnxruntime:" >&2
+    "$VENV/bin/python" -c "import transformers, onnxruntime" 2>&1 | tail -n 3 >&2 || true
+    exit 1
+  fi
+}
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -59,7 +71,7 @@ fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "bootstrap: all ${#PACKAGES[@]} packages already installed"
-  venv_ok || make_venv
+  ensure_venv
   exit 0
 fi
 
@@ -69,5 +81,5 @@ echo "bootstrap: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-venv_ok || make_venv
+ensure_venv
 echo "bootstrap: done"

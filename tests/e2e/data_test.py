@@ -22,14 +22,16 @@ Cases:
     and a {"step", "test_loss", "test_ppl"} log record), the loss of --eval-iters batches of the
     test part's windows (equal to validating on a .npy of them).
   - ranks: --ranks 2 (dp 2) on the dataset and on a blend gives the 1-rank losses, each rank
-    reading only its rows (skipped without mpirun).
+    reading only its rows (skipped without mpirun: the other cases still run, and the script
+    exits 77, ctest's SKIP_RETURN_CODE, when none failed).
   - errors: a corrupt .idx is refused naming the file; a window with a token outside the
     model's vocabulary is refused naming the dataset and window; --seq with a .npy and a
     tokenizer whose vocabulary file is missing are refused.
   - throughput: prep of a ~20 MB generated text file; prints MB/s (never asserted).
 
 usage: data_test.py --megac build/bin/megac --workdir DIR [--throughput-mb 20]
-Prints PASS/FAIL per case and ends with "N passed, M failed".
+Prints PASS/FAIL/SKIP per case and ends with "N passed, M failed, K skipped". Compared losses must
+be finite, and bounds are written `not diff <= bound`, which a NaN fails.
 """
 import argparse
 import glob
@@ -44,6 +46,7 @@ import sys
 
 import numpy as np
 
+SKIP = 77  # ctest's SKIP_RETURN_CODE for this test
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MASK64 = (1 << 64) - 1
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64,
@@ -389,7 +392,7 @@ def case_test(args, work):
         problems.append("training losses differ from the train part's windows'")
     if len(tests) != 1 or tests[0]["step"] != steps or [tests[0]["test_loss"]] != want:
         problems.append(f"test records {tests} != the test part's loss {want}")
-    elif abs(tests[0]["test_ppl"] - math.exp(tests[0]["test_loss"])) > 1e-9 * tests[0]["test_ppl"]:
+    elif not close(tests[0]["test_ppl"], math.exp(tests[0]["test_loss"]), 1e-9):
         problems.append(f"test perplexity {tests[0]['test_ppl']} != exp(loss)")
     if not re.search(rf"test after step {steps}: loss [\d.]+, perplexity [\d.]+", out):
         problems.append(f"no test line in {out!r}")
@@ -397,6 +400,11 @@ def case_test(args, work):
         problems.append("validation ran without --eval-interval")
     print(f"  documents: test [{s0}, {s1}); test loss {tests[0]['test_loss'] if tests else None}")
     return problems
+
+
+def close(got, want, rtol):
+    """|got - want| <= rtol |want| with both finite (False for a NaN or an infinity)."""
+    return math.isfinite(got) and math.isfinite(want) and abs(got - want) <= rtol * abs(want)
 
 
 def case_ranks(args, work):
@@ -416,7 +424,7 @@ def case_ranks(args, work):
             losses.append([json.loads(line)["loss"] for line in f])
     one, two = losses
     problems = []
-    if len(two) != 3 or any(abs(a - b) > 1e-5 * abs(a) for a, b in zip(one, two)):
+    if len(one) != 3 or len(two) != 3 or not all(close(b, a, 1e-5) for a, b in zip(one, two)):
         problems.append(f"2 ranks: losses {two} differ from 1 rank's {one}")
     # A blend with its epochs, every rank reading only its rows of each micro-batch.
     blend = ["--data-path", "5", os.path.join(work, "corpus"), "3", os.path.join(work, "small"),
@@ -427,7 +435,7 @@ def case_ranks(args, work):
                                [*common[:2], *common[4:8], *blend, *extra])
         blended.append([r["loss"] for r in records])
     one, two = blended
-    if len(two) != 4 or any(abs(a - b) > 1e-5 * abs(a) for a, b in zip(one, two)):
+    if len(one) != 4 or len(two) != 4 or not all(close(b, a, 1e-5) for a, b in zip(one, two)):
         problems.append(f"2 ranks on a blend: losses {two} differ from 1 rank's {one}")
     return problems
 
@@ -491,7 +499,7 @@ def main():
     parser.add_argument("--throughput-mb", type=float, default=20)
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
-    passed = failed = 0
+    passed = failed = skipped = 0
     for name, case in (("prep", case_prep), ("jsonl", case_jsonl), ("train", case_train),
                        ("split", case_split), ("blend", case_blend), ("test", case_test),
                        ("ranks", case_ranks), ("errors", case_errors),
@@ -501,15 +509,18 @@ def main():
         except Exception as e:  # a crash is a failure of this case, not of the script
             problems = [f"{type(e).__name__}: {e}"]
         if problems is None:
-            print(f"SKIP: {name} (no mpirun)")
+            print(f"SKIP: {name} (mpirun is not on PATH; install openmpi-bin)")
+            skipped += 1
             continue
         print(f"{'PASS' if not problems else 'FAIL'}: {name}")
         for p in problems:
             print(f"  {p}")
         passed += not problems
         failed += bool(problems)
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed or not passed else 0
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    if failed or not passed:
+        return 1
+    return SKIP if skipped else 0
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@ few steps with --ranks N and a layout (--tp/--pp/--dp/...) must give
   - every step's loss within 1e-10 relative and every final parameter (--save-weights) within
     1e-9 * max|one| + 1e-12,
   - safetensors files with the same names, shapes and dtypes.
-The error cases check the one-line messages of refused or inconsistent layouts (no mpirun needed:
-they fail before the relaunch).
+Every compared value must be finite in both runs (two NaN runs would otherwise agree), and each
+bound is written `not diff <= bound`, which a NaN fails. The error cases check the one-line
+messages of refused or inconsistent layouts (no mpirun needed: they fail before the relaunch).
 
 usage: train_ranks_test.py --megac build/bin/megac --workdir DIR [--only NAME]
-Needs mpirun for the layout cases (each is reported as a skip without it) and numpy.
+Needs mpirun for the layout cases and numpy. Without mpirun the layout cases are skipped, the rest
+still run, and the script exits 77 (ctest's SKIP_RETURN_CODE) when nothing failed.
 """
 import argparse
 import json
@@ -23,6 +25,8 @@ import sys
 
 import numpy as np
 
+SKIP = 77  # ctest's SKIP_RETURN_CODE for this test
+STEPS = 3
 SPEC = "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"
 
 
@@ -53,7 +57,7 @@ def tokens(workdir):
 def train(megac, workdir, name, layout):
     out = os.path.join(workdir, name)
     os.makedirs(out, exist_ok=True)
-    argv = [megac, "train", "--model", SPEC, "--data", tokens(workdir), "--steps", "3",
+    argv = [megac, "train", "--model", SPEC, "--data", tokens(workdir), "--steps", str(STEPS),
             "--global-batch", "8", "--micro-batch", "2", "--lr", "1e-2", "--precision", "fp64",
             "--log-json", os.path.join(out, "log.jsonl"),
             "--save-weights", os.path.join(out, "weights.safetensors"),
@@ -78,9 +82,19 @@ def compare(what, got, want, rtol, atol):
         if g.shape != w.shape or g.dtype != w.dtype:
             problems.append(f"{what} {name}: {g.dtype} {g.shape}, one rank {w.dtype} {w.shape}")
             continue
-        err = float(np.max(np.abs(g - w))) if w.size else 0.0
-        bound = rtol * float(np.max(np.abs(w)) if w.size else 0.0) + atol
-        if err > bound:
+        if not w.size:
+            problems.append(f"{what} {name}: empty")
+            continue
+        if not np.isfinite(w).all():
+            problems.append(f"{what} {name}: the one-rank run has {np.sum(~np.isfinite(w))} "
+                            f"non-finite values")
+            continue
+        if not np.isfinite(g).all():
+            problems.append(f"{what} {name}: {np.sum(~np.isfinite(g))} non-finite values")
+            continue
+        err = float(np.max(np.abs(g - w)))
+        bound = rtol * float(np.max(np.abs(w))) + atol
+        if not err <= bound:
             problems.append(f"{what} {name}: max |diff| {err:.3g} > {bound:.3g}")
     return problems
 
@@ -92,8 +106,10 @@ def layout_case(megac, workdir, layout):
     multi = train(megac, workdir, "multi", layout)
     problems = compare("gradient", multi[1], one[1], 1e-10, 1e-13)
     problems += compare("weight", multi[2], one[2], 1e-9, 1e-12)
+    if len(multi[0]) != STEPS or len(one[0]) != STEPS:
+        problems.append(f"{len(multi[0])} losses logged, one rank {len(one[0])}; expected {STEPS}")
     for step, (g, w) in enumerate(zip(multi[0], one[0]), 1):
-        if abs(g - w) > 1e-10 * abs(w):
+        if not (np.isfinite(g) and np.isfinite(w) and abs(g - w) <= 1e-10 * abs(w)):
             problems.append(f"step {step}: loss {g!r}, one rank {w!r}")
     print(f"    losses: {' '.join(f'{x:.6f}' for x in multi[0])}")
     return problems
@@ -162,7 +178,7 @@ def main():
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             problems = [str(e)]
         if problems is None:
-            print(f"SKIP: {name} (mpirun is not installed)")
+            print(f"SKIP: {name} (mpirun is not on PATH)")
             skipped += 1
             continue
         print(f"{'PASS' if not problems else 'FAIL'}: {name}")
@@ -172,7 +188,13 @@ def main():
         passed += not problems
         failed += bool(problems)
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    return 1 if failed or not passed else 0
+    if failed or not passed:
+        return 1
+    if skipped:
+        print(f"SKIP: {skipped} layout case(s) not run: mpirun is not on PATH (install "
+              "openmpi-bin)")
+        return SKIP
+    return 0
 
 
 if __name__ == "__main__":

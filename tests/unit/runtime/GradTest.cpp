@@ -5,6 +5,8 @@
 
 #include "TestUtil.h"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 
@@ -68,23 +70,33 @@ std::vector<double> numericGrad(HostTensor &x, const std::function<double()> &lo
   return grad;
 }
 
-/// max |got - want| <= rtol * max |want| (normwise, so tiny components do not dominate).
+/// max |got - want| <= rtol * max |want| (normwise, so tiny components do not dominate). Every
+/// element of both must be finite first: a NaN compares false with everything, so a bare
+/// `|got - want| > err` would pass an all-NaN gradient. The bound is written !(err <= bound) too.
 void expectNormClose(const std::vector<double> &got, const std::vector<double> &want, double rtol,
                      const std::string &what) {
   ASSERT_EQ(got.size(), want.size()) << what;
+  ASSERT_FALSE(want.empty()) << what << ": no elements to compare";
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(want[i])) << what << ": expected element " << i << " is " << want[i];
+    ASSERT_TRUE(std::isfinite(got[i]))
+        << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
+  }
   double scale = 0.0, err = 0.0;
   size_t worst = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     scale = std::max(scale, std::fabs(want[i]));
-    if (std::fabs(got[i] - want[i]) > err) {
-      err = std::fabs(got[i] - want[i]);
+    double diff = std::fabs(got[i] - want[i]);
+    if (!(diff <= err)) {
+      err = diff;
       worst = i;
     }
   }
   EXPECT_GT(scale, 0.0) << what << ": a gradient that is all zeros proves nothing";
-  EXPECT_LE(err, rtol * scale) << what << ": element " << worst << " is " << got[worst]
-                               << ", expected " << want[worst] << " (max |expected| " << scale
-                               << ")";
+  if (!(err <= rtol * scale))
+    ADD_FAILURE() << what << ": element " << worst << " is " << got[worst] << ", expected "
+                  << want[worst] << ": |diff| " << err << " > " << rtol << " * max |expected| "
+                  << scale;
 }
 
 void expectGrad(const HostTensor &got, const std::vector<double> &numeric,
