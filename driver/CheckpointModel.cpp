@@ -176,11 +176,16 @@ StatusOr<InputShapes> bindTokenInput(const OnnxModelRecord &record, const std::s
   return InputShapes{{"input_ids", dims}};
 }
 
-StatusOr<ExportSource> openExportSource(const std::string &loadDir) {
+StatusOr<ExportSource> openExportSource(const std::string &loadDir,
+                                        const std::function<void(const std::string &)> &warn) {
   namespace ckpt = runtime::checkpoint;
-  ASSIGN_OR_RETURN(
-      ckpt::Checkpoint checkpoint,
-      ckpt::loadLatestCheckpoint(loadDir, nullptr, ckpt::CheckpointParts::parametersOnly));
+  std::vector<std::string> refused;
+  StatusOr<ckpt::Checkpoint> loaded =
+      ckpt::loadLatestCheckpoint(loadDir, &refused, ckpt::CheckpointParts::parametersOnly);
+  for (const std::string &line : refused)
+    if (warn)
+      warn(line);
+  ASSIGN_OR_RETURN(ckpt::Checkpoint checkpoint, std::move(loaded));
   StatusOr<std::optional<OnnxModelRecord>> record = onnxRecordOf(checkpoint.meta.config);
   if (!record.isOk())
     return Status::error(checkpoint.path + ": " + record.status().message());

@@ -10,6 +10,7 @@
 #include "support/Status.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -60,9 +61,11 @@ struct ExportSource {
   TensorMap parameters;
 };
 
-/// The newest checkpoint under `loadDir` (its parameters only); an error when it is not of an
-/// ONNX model trained by this megac.
-StatusOr<ExportSource> openExportSource(const std::string &loadDir);
+/// The newest usable checkpoint under `loadDir` (its parameters only, picked as `megac train
+/// --load` picks it); an error when it is not of an ONNX model trained by this megac. `warn` gets
+/// a line for each checkpoint refused and for a garbled `latest`, naming the one used instead.
+StatusOr<ExportSource> openExportSource(const std::string &loadDir,
+                                        const std::function<void(const std::string &)> &warn);
 
 struct ExportSummary {
   int64_t replaced = 0, kept = 0; // initializers trained and written / kept as they were

@@ -276,12 +276,17 @@ struct Generator::Session : GenerationSession {};
 Generator::Generator(std::unique_ptr<Session> session) : session_(std::move(session)) {}
 Generator::~Generator() = default;
 
-StatusOr<std::unique_ptr<Generator>> Generator::open(const std::string &loadDir,
-                                                     const std::optional<std::string> &spec,
-                                                     const std::optional<std::string> &onnx) {
-  ASSIGN_OR_RETURN(runtime::checkpoint::Checkpoint checkpoint,
-                   runtime::checkpoint::loadLatestCheckpoint(
-                       loadDir, nullptr, runtime::checkpoint::CheckpointParts::parametersOnly));
+StatusOr<std::unique_ptr<Generator>>
+Generator::open(const std::string &loadDir, const std::optional<std::string> &spec,
+                const std::optional<std::string> &onnx,
+                const std::function<void(const std::string &)> &warn) {
+  std::vector<std::string> refused;
+  StatusOr<runtime::checkpoint::Checkpoint> loaded = runtime::checkpoint::loadLatestCheckpoint(
+      loadDir, &refused, runtime::checkpoint::CheckpointParts::parametersOnly);
+  for (const std::string &line : refused)
+    if (warn)
+      warn(line);
+  ASSIGN_OR_RETURN(runtime::checkpoint::Checkpoint checkpoint, std::move(loaded));
   StatusOr<Forward> forward = forwardOf(checkpoint, spec, onnx);
   if (!forward.isOk())
     return forward.status();

@@ -26,12 +26,15 @@ struct Sampling {
 
 class Generator {
 public:
-  /// The newest checkpoint under `loadDir` with its model: the zoo GPT of `spec` (default: the
+  /// The newest usable checkpoint under `loadDir` (picked as `megac train --load` picks it:
+  /// runtime::checkpoint::pickCheckpoint) with its model: the zoo GPT of `spec` (default: the
   /// checkpoint's), or the ONNX model it records (`onnx` gives a moved file, which must have the
-  /// recorded size and CRC32).
-  static StatusOr<std::unique_ptr<Generator>> open(const std::string &loadDir,
-                                                   const std::optional<std::string> &spec,
-                                                   const std::optional<std::string> &onnx);
+  /// recorded size and CRC32). `warn` gets a line for each checkpoint refused and for a garbled
+  /// `latest`, naming the checkpoint used instead.
+  static StatusOr<std::unique_ptr<Generator>>
+  open(const std::string &loadDir, const std::optional<std::string> &spec,
+       const std::optional<std::string> &onnx,
+       const std::function<void(const std::string &)> &warn);
   ~Generator();
 
   /// Continues `prompt`: `emit` gets the prompt, then each new token's text as it is chosen,

@@ -12,6 +12,7 @@
 #include "planner/ModelStats.h"
 #include "planner/Timeline.h"
 #include "runtime/plan/PlanLoader.h"
+#include "support/Files.h"
 
 #include "mlir/IR/MLIRContext.h"
 
@@ -19,7 +20,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 namespace megac::driver {
@@ -325,11 +325,12 @@ Status writeTimeline(const PlanSearchRequest &r, const planner::PlanCandidate &w
     return Status::error("the winner's timeline: " + timeline.error);
   std::string subtitle = layoutText(l) + " on " + r.clusterSpec;
   for (auto [path, svg] : {std::pair{&r.timelinePath, true}, {&r.tracePath, false}})
-    if (*path) {
-      std::ofstream out(**path);
-      out << (svg ? planner::timelineSvg(timeline, subtitle) : planner::chromeTrace(timeline));
-      if (!out)
-        return Status::error("cannot write " + **path);
+    if (*path) { // checked to the close: a stream's buffered bytes failed only there, unseen
+      std::string text =
+          svg ? planner::timelineSvg(timeline, subtitle) : planner::chromeTrace(timeline);
+      std::span<const uint8_t> piece(reinterpret_cast<const uint8_t *>(text.data()), text.size());
+      RETURN_IF_ERROR(writeFileAtomically(**path, {&piece, 1}))
+          << (svg ? " (--timeline)" : " (--trace)");
     }
   return Status::ok();
 }

@@ -474,24 +474,46 @@ StatusOr<std::vector<int64_t>> checkpointCandidates(const std::string &dir,
   return candidates;
 }
 
-StatusOr<Checkpoint> loadLatestCheckpoint(const std::string &dir, std::vector<std::string> *refused,
-                                          CheckpointParts parts) {
-  std::vector<std::string> reasons;
-  ASSIGN_OR_RETURN(std::vector<int64_t> candidates, checkpointCandidates(dir, reasons));
+StatusOr<int64_t> pickCheckpoint(
+    const std::string &dir, const std::vector<int64_t> &candidates,
+    const std::vector<std::string> &problems, std::vector<std::string> *refused,
+    const std::function<StatusOr<CandidateOutcome>(const std::string &stepDir)> &attempt) {
+  if (refused && !candidates.empty())
+    for (const std::string &problem : problems)
+      refused->push_back(problem + "; trying " + stepPath(dir, candidates.front()) +
+                         " (the newest checkpoint) instead");
+  std::vector<std::string> reasons = problems;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    StatusOr<Checkpoint> ckpt = readCheckpoint(stepPath(dir, candidates[i]), parts);
-    if (ckpt.isOk())
-      return ckpt;
-    std::string why = ckpt.status().message();
+    ASSIGN_OR_RETURN(CandidateOutcome outcome, attempt(stepPath(dir, candidates[i])));
+    if (outcome.kind == CandidateOutcome::loaded)
+      return candidates[i];
+    if (outcome.kind == CandidateOutcome::fatal)
+      return Status::error(outcome.why);
     if (refused && i + 1 < candidates.size())
-      refused->push_back("refusing checkpoint: " + why + "; trying " +
+      refused->push_back("refusing checkpoint: " + outcome.why + "; trying " +
                          stepPath(dir, candidates[i + 1]) + " next");
-    reasons.push_back(why);
+    reasons.push_back(outcome.why);
   }
   std::string all;
   for (const std::string &r : reasons)
     all += (all.empty() ? "" : "; ") + r;
   return Status::error("no usable checkpoint in '" + dir + "': " + all);
+}
+
+StatusOr<Checkpoint> loadLatestCheckpoint(const std::string &dir, std::vector<std::string> *refused,
+                                          CheckpointParts parts) {
+  std::vector<std::string> problems;
+  ASSIGN_OR_RETURN(std::vector<int64_t> candidates, checkpointCandidates(dir, problems));
+  std::optional<Checkpoint> picked;
+  auto read = [&](const std::string &stepDir) -> StatusOr<CandidateOutcome> {
+    StatusOr<Checkpoint> checkpoint = readCheckpoint(stepDir, parts);
+    if (!checkpoint.isOk())
+      return CandidateOutcome{CandidateOutcome::refused, checkpoint.status().message()};
+    picked = std::move(checkpoint).value();
+    return CandidateOutcome{CandidateOutcome::loaded, ""};
+  };
+  RETURN_IF_ERROR(pickCheckpoint(dir, candidates, problems, refused, read).status());
+  return std::move(*picked);
 }
 
 } // namespace megac::runtime::checkpoint

@@ -20,8 +20,9 @@
 //
 // A save writes DIR/step-N.tmp-<host>-<pid>/ (rank 0's name; every rank its files, fsynced),
 // then meta.json, fsyncs the directory, renames it to step-N and replaces `latest`; a crash at
-// any point leaves the previous checkpoint intact (the next save removes the temporary folder). A load tries the step `latest` names, then every other complete step-N
-// newest first, and refuses a checkpoint whose file sizes or CRC32s differ from its meta.json.
+// any point leaves the previous checkpoint intact (the next save removes the temporary folder). A
+// load tries the step `latest` names, then every other complete step-N newest first, and refuses a
+// checkpoint whose file sizes or CRC32s differ from its meta.json.
 #pragma once
 
 #include "runtime/checkpoint/Integrity.h"
@@ -29,6 +30,7 @@
 #include "support/Status.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -55,7 +57,7 @@ struct CheckpointMeta {
   std::optional<LossScalerState> lossScaler;
   std::string model;  // the model's description, for messages
   std::string layout; // the saving run's layout, for messages ("tp 2, pp 2, dp 1, zero 0")
-  std::map<std::string, std::string> config; // other settings, recorded as strings
+  std::map<std::string, std::string> config;   // other settings, recorded as strings
   std::optional<ModelFingerprint> fingerprint; // absent in checkpoints of older megac
 };
 
@@ -143,10 +145,30 @@ StatusOr<Checkpoint> readCheckpoint(const std::string &stepDir,
 StatusOr<std::vector<int64_t>> checkpointCandidates(const std::string &dir,
                                                     std::vector<std::string> &problems);
 
+/// What pickCheckpoint's `attempt` made of one candidate: loaded (the pick), refused (a corrupt
+/// or unusable checkpoint: try the next) or fatal (stop: no other candidate is tried).
+struct CandidateOutcome {
+  enum Kind { loaded, refused, fatal } kind = loaded;
+  std::string why; // refused, fatal: the reason, naming the file at fault
+};
+
+/// The one loop that picks the checkpoint to load, for every reader (train on every rank through
+/// loadShardedCheckpoint; generate and export through loadLatestCheckpoint): tries `candidates`
+/// (checkpointCandidates' steps, in its order) with `attempt(DIR/step-N)` until one loads and
+/// returns its step. No checkpoint is picked silently: each of `problems` (checkpointCandidates'
+/// lines about `latest`) and each refused candidate with another after it add a line to
+/// `refused`, when given, naming the checkpoint tried next. Errors when `attempt` does or says
+/// fatal, and when no candidate loads (with `problems` and every candidate's reason).
+StatusOr<int64_t> pickCheckpoint(
+    const std::string &dir, const std::vector<int64_t> &candidates,
+    const std::vector<std::string> &problems, std::vector<std::string> *refused,
+    const std::function<StatusOr<CandidateOutcome>(const std::string &stepDir)> &attempt);
+
 /// The newest usable checkpoint under `dir`, whole: the step `latest` names, else (latest
 /// missing, unreadable or naming a refused checkpoint) every other complete step-N, newest
-/// first. Each refused candidate with another after it adds a line to `refused` ("<why>; trying
-/// DIR/step-M next"). Errors when no candidate is usable, with every candidate's reason.
+/// first (pickCheckpoint). A garbled `latest` and each refused candidate with another after it
+/// add a line to `refused` ("<why>; trying DIR/step-M next"). Errors when no candidate is usable,
+/// with every candidate's reason.
 StatusOr<Checkpoint> loadLatestCheckpoint(const std::string &dir,
                                           std::vector<std::string> *refused = nullptr,
                                           CheckpointParts parts = CheckpointParts::all);

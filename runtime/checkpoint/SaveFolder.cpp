@@ -128,11 +128,16 @@ Status writeNew(const std::string &path, const std::string &content, bool &exist
                                   "': " + std::strerror(errno));
   }
   ssize_t n = ::write(fd, content.data(), content.size());
-  bool ok = n == ssize_t(content.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok) {
+  std::string why = n < 0                          ? std::strerror(errno)
+                    : n != ssize_t(content.size()) ? "a short write"
+                                                   : "";
+  if (why.empty() && ::fsync(fd) != 0)
+    why = std::strerror(errno);
+  if (::close(fd) != 0 && why.empty())
+    why = std::strerror(errno);
+  if (!why.empty()) {
     ::unlink(path.c_str());
-    return Status::error("cannot write the save folder lock '" + path + "'");
+    return Status::error("cannot write the save folder lock '" + path + "': " + why);
   }
   return Status::ok();
 }

@@ -423,10 +423,10 @@ StatusOr<LoadedCheckpoint> loadShardedCheckpoint(Executor &executor, comm::Commu
                                                  CheckpointParts parts) {
   const int me = comm.rank(), size = comm.size();
   // The candidates, as rank 0 finds them, so every rank tries the same steps in the same order.
-  std::vector<std::string> reasons;
+  std::vector<std::string> problems;
   Writer list;
   if (me == 0) {
-    StatusOr<std::vector<int64_t>> candidates = checkpointCandidates(dir, reasons);
+    StatusOr<std::vector<int64_t>> candidates = checkpointCandidates(dir, problems);
     list.out = encodeVerdict(candidates.isOk() ? 0 : 1,
                              candidates.isOk() ? "" : candidates.status().message());
     for (int64_t step : candidates.isOk() ? *candidates : std::vector<int64_t>{})
@@ -443,10 +443,12 @@ StatusOr<LoadedCheckpoint> loadShardedCheckpoint(Executor &executor, comm::Commu
   while (rd.ok && rd.at < blob.size())
     candidates.push_back(static_cast<int64_t>(rd.u64()));
 
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    LoadedCheckpoint loaded{{}, stepPath(dir, candidates[i])};
+  // Each candidate: every rank's outcome to rank 0; the first fatal, else the first refusal,
+  // decides for all; pickCheckpoint (rank 0's lines in `refused`) moves on or stops.
+  LoadedCheckpoint loaded;
+  auto agree = [&](const std::string &stepDir) -> StatusOr<CandidateOutcome> {
+    loaded = LoadedCheckpoint{{}, stepDir};
     auto [mineCode, mineMessage] = loadFrom(executor, loaded.path, loaded.meta, parts);
-    // Every rank's outcome to rank 0; the first fatal, else the first refusal, decides for all.
     std::vector<uint8_t> verdict;
     if (me != 0) {
       RETURN_IF_ERROR(sendBlob(comm, 0, encodeVerdict(mineCode, mineMessage)));
@@ -462,19 +464,14 @@ StatusOr<LoadedCheckpoint> loadShardedCheckpoint(Executor &executor, comm::Commu
     }
     ASSIGN_OR_RETURN(verdict, broadcast(comm, std::move(verdict)));
     auto [agreed, why] = decodeVerdict(verdict);
-    if (agreed == kLoaded)
-      return loaded;
-    if (agreed == kFatal)
-      return Status::error(why);
-    if (refused && me == 0 && i + 1 < candidates.size())
-      refused->push_back("refusing checkpoint: " + why + "; trying " +
-                         stepPath(dir, candidates[i + 1]) + " next");
-    reasons.push_back(why);
-  }
-  std::string all;
-  for (const std::string &r : reasons)
-    all += (all.empty() ? "" : "; ") + r;
-  return Status::error("no usable checkpoint in '" + dir + "': " + all);
+    CandidateOutcome::Kind kind = agreed == kLoaded    ? CandidateOutcome::loaded
+                                  : agreed == kRefused ? CandidateOutcome::refused
+                                                       : CandidateOutcome::fatal;
+    return CandidateOutcome{kind, why};
+  };
+  RETURN_IF_ERROR(
+      pickCheckpoint(dir, candidates, problems, me == 0 ? refused : nullptr, agree).status());
+  return loaded;
 }
 
 } // namespace megac::runtime::checkpoint

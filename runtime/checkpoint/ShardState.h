@@ -38,7 +38,8 @@ struct LoadedCheckpoint {
 /// Every rank calls this: sets its shard of every parameter and checkpointed state buffer from
 /// the newest usable checkpoint under `dir`, reading only the stored boxes that intersect it. The
 /// ranks agree on the checkpoint: when any rank refuses one (a missing, truncated or corrupt
-/// file, named), all try the next (rank 0 adds a line to `refused` for each). A tensor that is
+/// file, named), all try the next (pickCheckpoint: rank 0 adds a line to `refused` for each, and
+/// for a garbled `latest`). A tensor that is
 /// missing or whose dtype or global shape differs from this run's is an error, without fallback.
 /// With `parts` parametersOnly the optimizer state is left as it is (--finetune, --no-load-optim).
 StatusOr<LoadedCheckpoint> loadShardedCheckpoint(Executor &executor, comm::Communicator &comm,

@@ -9,6 +9,7 @@
 #include "driver/Calibrate.h"
 #include "planner/Calibration.h"
 #include "runtime/calibrate/Calibrate.h"
+#include "support/Files.h"
 
 #ifndef MEGAC_CALIBRATE_STANDALONE
 #include "runtime/comm/MpiCommunicator.h"
@@ -19,7 +20,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 namespace megac::cli {
 namespace {
@@ -37,12 +37,10 @@ int launched() {
 /// The calibration written to `out` by rank 0, loaded back as the planner will read it.
 int writeSpec(const std::string &out, const cal::Results &results) {
   planner::DeviceSpec spec = driver::deviceSpec(results);
-  {
-    std::ofstream file(out, std::ios::binary | std::ios::trunc);
-    file << planner::deviceSpecJson(spec);
-    if (!file.flush())
-      return fail(kCommand, "-o: cannot write '" + out + "'");
-  }
+  std::string json = planner::deviceSpecJson(spec);
+  std::span<const uint8_t> piece(reinterpret_cast<const uint8_t *>(json.data()), json.size());
+  if (Status st = writeFileAtomically(out, {&piece, 1}); !st.isOk())
+    return fail(kCommand, "-o: " + st.message());
   std::string error;
   if (!planner::loadDeviceSpec(out, &error))
     return fail(kCommand, "the written spec does not load: " + error);

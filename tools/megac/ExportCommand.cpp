@@ -24,7 +24,10 @@ int exportCommand(int argc, char **argv) {
     return f.usage("missing --load DIR (a megac train --save directory)");
   if (!output)
     return f.usage("missing -o TRAINED.onnx (the file to write)");
-  StatusOr<driver::ExportSource> source = driver::openExportSource(*load);
+  StatusOr<driver::ExportSource> source =
+      driver::openExportSource(*load, [&](const std::string &line) {
+        std::fprintf(stderr, "%s: warning: %s\n", command, line.c_str());
+      });
   if (!source.isOk())
     return fail(command, source.status().message());
   if (!onnx)

@@ -42,7 +42,9 @@ int generateCommand(int argc, char **argv) {
   auto tokenizer = runtime::data::makeTokenizer(tokenizerSpec.value_or("byte"));
   if (!tokenizer.isOk())
     return fail(command, "--tokenizer: " + tokenizer.status().message());
-  auto generator = driver::Generator::open(*load, spec, onnx);
+  auto generator = driver::Generator::open(*load, spec, onnx, [&](const std::string &line) {
+    std::fprintf(stderr, "%s: warning: %s\n", command, line.c_str());
+  });
   if (!generator.isOk())
     return fail(command, generator.status().message());
   sampling.maxTokens = maxTokens;
