@@ -116,7 +116,7 @@ def test_outputs(project):
 
 
 def skip_lines(output):
-    """The lines of `output` that report a skip (else its last line), at most 5."""
+    """The last 5 lines of `output` that report a skip (else its last 5 lines)."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     marked = [line for line in lines if SKIP_IN_OUTPUT.search(line) or "SKIP" in line.upper()]
     return (marked or lines)[-5:]
