@@ -57,7 +57,8 @@ def exit_code(failures):
     if failures:
         return 1
     if _skipped:
-        print(f"{len(_skipped)} case(s) skipped: " + "; ".join(_skipped))
+        print(f"SKIP: {len(_skipped)} case(s) did not run (the rest passed): "
+              + "; ".join(_skipped))
         return SKIP
     return 0
 
