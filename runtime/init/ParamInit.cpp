@@ -1,8 +1,11 @@
 // Layout-independent parameter initialization with a counter-based generator.
 #include "runtime/init/ParamInit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 namespace megac::init {
@@ -76,9 +79,49 @@ double initialValue(const InitSpec &spec, uint64_t seed, std::string_view name, 
   return 0.0;
 }
 
+namespace {
+
+/// The shard box and its generator key: what every thread of fillShard reads.
+struct ShardFill {
+  const InitSpec &spec;
+  uint64_t seed, key;
+  std::string_view name;
+  std::span<const int64_t> globalShape, offset, localShape;
+  std::span<float> out;
+
+  /// Elements [begin, end) of `out` (row-major in the box; begin < end <= out.size()).
+  void range(int64_t begin, int64_t end) const {
+    size_t rank = globalShape.size();
+    // The box coordinates of `begin`: every extent is positive, since the box is not empty.
+    std::vector<int64_t> local(rank, 0);
+    for (size_t d = rank, rest = size_t(begin); d-- > 0;) {
+      local[d] = int64_t(rest % size_t(localShape[d]));
+      rest /= size_t(localShape[d]);
+    }
+    for (int64_t i = begin; i < end; ++i) {
+      uint64_t global = 0;
+      for (size_t d = 0; d < rank; ++d)
+        global = global * globalShape[d] + offset[d] + local[d];
+      double v = spec.kind == InitKind::normal ? spec.stddev * standardNormal(key, global)
+                                               : initialValue(spec, seed, name, global);
+      out[i] = static_cast<float>(v);
+      for (size_t d = rank; d-- > 0;) {
+        if (++local[d] < localShape[d])
+          break;
+        local[d] = 0;
+      }
+    }
+  }
+};
+
+/// Below this many elements per thread a thread costs more than it saves (~1 ms of draws).
+constexpr int64_t kMinElementsPerThread = int64_t(1) << 16;
+
+} // namespace
+
 bool fillShard(const InitSpec &spec, uint64_t seed, std::string_view name,
                std::span<const int64_t> globalShape, std::span<const int64_t> offset,
-               std::span<const int64_t> localShape, std::span<float> out) {
+               std::span<const int64_t> localShape, std::span<float> out, int threads) {
   size_t rank = globalShape.size();
   if (offset.size() != rank || localShape.size() != rank)
     return false;
@@ -90,21 +133,30 @@ bool fillShard(const InitSpec &spec, uint64_t seed, std::string_view name,
   }
   if (static_cast<int64_t>(out.size()) != count)
     return false;
-  uint64_t key = mix(seed) ^ hashName(name);
-  std::vector<int64_t> local(rank, 0);
-  for (int64_t i = 0; i < count; ++i) {
-    uint64_t global = 0;
-    for (size_t d = 0; d < rank; ++d)
-      global = global * globalShape[d] + offset[d] + local[d];
-    double v = spec.kind == InitKind::normal ? spec.stddev * standardNormal(key, global)
-                                             : initialValue(spec, seed, name, global);
-    out[i] = static_cast<float>(v);
-    for (size_t d = rank; d-- > 0;) {
-      if (++local[d] < localShape[d])
-        break;
-      local[d] = 0;
+  if (count == 0)
+    return true;
+  ShardFill fill{spec,       seed, mix(seed) ^ hashName(name), name, globalShape, offset,
+                 localShape, out};
+  if (threads <= 0)
+    threads = std::max(1, int(std::thread::hardware_concurrency()));
+  int64_t chunks = std::clamp<int64_t>(count / kMinElementsPerThread, 1, threads);
+  // Chunk c is [count * c / chunks, count * (c + 1) / chunks): contiguous, disjoint, covering
+  // (computed without forming count * c, which could overflow).
+  auto bound = [&](int64_t c) { return count / chunks * c + count % chunks * c / chunks; };
+  std::vector<std::thread> workers;
+  int64_t next = 1; // chunk 0 is the caller's
+  for (; next < chunks; ++next) {
+    try {
+      workers.emplace_back([&fill, b = bound(next), e = bound(next + 1)] { fill.range(b, e); });
+    } catch (const std::system_error &) {
+      break; // no more threads: the caller fills the rest
     }
   }
+  fill.range(bound(0), bound(1));
+  for (int64_t c = next; c < chunks; ++c)
+    fill.range(bound(c), bound(c + 1));
+  for (std::thread &worker : workers)
+    worker.join();
   return true;
 }
 

@@ -24,9 +24,13 @@ double initialValue(const InitSpec &spec, uint64_t seed, std::string_view name, 
 
 /// Fills a shard: the box of `localShape` at `offset` in a tensor of `globalShape`, row-major
 /// into `out` (localShape's element count). Returns false if the box does not fit.
+///
+/// Contiguous ranges of `out` are filled on up to `threads` threads (0: one per hardware thread;
+/// a small shard stays on the caller). Every element is a pure function of (seed, name, global
+/// index), so the values do not depend on the thread count.
 bool fillShard(const InitSpec &spec, uint64_t seed, std::string_view name,
                std::span<const int64_t> globalShape, std::span<const int64_t> offset,
-               std::span<const int64_t> localShape, std::span<float> out);
+               std::span<const int64_t> localShape, std::span<float> out, int threads = 0);
 
 /// Philox4x32-10 (Salmon et al., SC11): four 32-bit outputs for a 128-bit counter and a
 /// 64-bit key.
