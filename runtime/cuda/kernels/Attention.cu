@@ -17,6 +17,7 @@
 // materialized in scratch (f32, f64 for f64) by a block per query row, then simple reduction
 // kernels (a thread per output element, sums in a fixed order) give out, dq, dk, dv and dmask.
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cuda/kernels/AttentionTiling.h"
 #include "runtime/cuda/kernels/BlockReduce.cuh"
 
 #include <mma.h>
@@ -44,12 +45,17 @@ struct AttnArgs {
   double scale;
 };
 
-/// Keys query i may see: j < visible(i).
+/// Keys query i may see: j < visible(i) (AttentionTiling.h).
 __device__ __forceinline__ int64_t visible(const AttnArgs &a, int64_t i) {
-  if (!a.causal)
-    return a.t;
-  int64_t v = i + (a.t - a.s) + 1;
-  return v < 0 ? 0 : (v > a.t ? a.t : v);
+  return tiling::attnVisible(a.causal, a.s, a.t, i);
+}
+/// Keys a block of query rows [q0, q0 + rows) visits; later key tiles are masked for every row.
+__device__ __forceinline__ int64_t keyEnd(const AttnArgs &a, int64_t q0, int64_t rows) {
+  return tiling::attnKeyEnd(a.causal, a.s, a.t, q0, rows);
+}
+/// First query a block of keys from k0 visits; earlier queries see none of its keys.
+__device__ __forceinline__ int64_t queryStart(const AttnArgs &a, int64_t k0) {
+  return tiling::attnQueryStart(a.causal, a.s, a.t, k0);
 }
 
 __device__ __forceinline__ int64_t qIndex(const AttnArgs &a, int64_t bi, int64_t i, int64_t hi) {
@@ -67,18 +73,11 @@ __device__ __forceinline__ int64_t vIndex(const AttnArgs &a, int64_t bi, int64_t
 
 // ---- Fused (flash) kernels -------------------------------------------------------------------
 
-constexpr int kWarps = 4;
-constexpr int kRows = 4;                // query (or key) rows per warp
-constexpr int kBQ = kWarps * kRows;     // rows per block
-constexpr int kBK = 32;                 // keys (or queries) per shared tile, one per lane
-constexpr int kThreads = kWarps * 32;
-
-/// Floats of dynamic shared memory of each fused kernel for head dims padded to D.
-constexpr size_t forwardFloats(int D) { return kBQ * D + kBK * (D + 1) + kBK * D + kWarps * 32; }
-constexpr size_t gradQFloats(int D) { return 2 * kBQ * D + 2 * kBK * (D + 1) + kWarps * 32; }
-constexpr size_t gradKVFloats(int D) {
-  return 2 * kBQ * D + 2 * kBK * (D + 1) + 2 * kBK + 2 * kWarps * 32;
-}
+constexpr int kWarps = tiling::kAttnWarps;
+constexpr int kRows = tiling::kSimtRows; // query (or key) rows per warp
+constexpr int kBQ = tiling::kSimtBQ;     // rows per block
+constexpr int kBK = tiling::kSimtBK;     // keys (or queries) per shared tile, one per lane
+constexpr int kThreads = tiling::kAttnThreads;
 
 /// Copies rows [r0, r0 + n) (of `count`) of a [.., heads, dim] tensor at row stride `rowStride`
 /// into dst [n][ld] as f32, zero beyond `count` rows and `dim` columns (up to D).
@@ -102,10 +101,10 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int D = DC * 32, KP = D + 1;
   const float scale = static_cast<float>(a.scale);
   extern __shared__ float smem[];
-  float *Qs = smem;             // [kBQ][D]
-  float *Ks = Qs + kBQ * D;     // [kBK][KP]
-  float *Vs = Ks + kBK * KP;    // [kBK][D]
-  float *Ps = Vs + kBK * D;     // [kWarps][32]
+  float *Qs = smem;          // [kBQ][D]
+  float *Ks = Qs + kBQ * D;  // [kBK][KP]
+  float *Vs = Ks + kBK * KP; // [kBK][D]
+  float *Ps = Vs + kBK * D;  // [kWarps][32]
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t bi = blockIdx.z, hi = blockIdx.y, q0 = int64_t(blockIdx.x) * kBQ;
   int64_t kh = hi / (a.h / a.hk);
@@ -119,8 +118,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int cc = 0; cc < DC; ++cc)
       acc[rr][cc] = 0.0f;
   }
-  int64_t lastRow = (a.s < q0 + kBQ ? a.s : q0 + kBQ) - 1;
-  int64_t kEnd = visible(a, lastRow); // causal: later key tiles are masked for every row
+  int64_t kEnd = keyEnd(a, q0, kBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kBK) {
     __syncthreads(); // the previous tile's readers are done
     loadTile<T, D>(Ks, KP, kBK, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
@@ -198,11 +196,11 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int D = DC * 32, KP = D + 1;
   const float scale = static_cast<float>(a.scale);
   extern __shared__ float smem[];
-  float *Qs = smem;             // [kBQ][D]
-  float *Os = Qs + kBQ * D;     // [kBQ][D] dout rows
-  float *Ks = Os + kBQ * D;     // [kBK][KP]
-  float *Vs = Ks + kBK * KP;    // [kBK][KP]
-  float *Ss = Vs + kBK * KP;    // [kWarps][32] dS
+  float *Qs = smem;          // [kBQ][D]
+  float *Os = Qs + kBQ * D;  // [kBQ][D] dout rows
+  float *Ks = Os + kBQ * D;  // [kBK][KP]
+  float *Vs = Ks + kBK * KP; // [kBK][KP]
+  float *Ss = Vs + kBK * KP; // [kWarps][32] dS
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t bi = blockIdx.z, hi = blockIdx.y, q0 = int64_t(blockIdx.x) * kBQ;
   int64_t kh = hi / (a.h / a.hk);
@@ -219,8 +217,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int cc = 0; cc < DC; ++cc)
       acc[rr][cc] = 0.0f;
   }
-  int64_t lastRow = (a.s < q0 + kBQ ? a.s : q0 + kBQ) - 1;
-  int64_t kEnd = visible(a, lastRow);
+  int64_t kEnd = keyEnd(a, q0, kBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kBK) {
     __syncthreads();
     loadTile<T, D>(Ks, KP, kBK, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
@@ -298,8 +295,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int cc = 0; cc < DC; ++cc)
       accK[rr][cc] = accV[rr][cc] = 0.0f;
-  // Causal: query i sees key j iff i >= j - (t - s); earlier queries see none of these keys.
-  int64_t qStart = a.causal && k0 > a.t - a.s ? k0 - (a.t - a.s) : 0;
+  int64_t qStart = queryStart(a, k0);
   for (int64_t g = 0; g < group; ++g) {
     int64_t hi = kh * group + g;
     for (int64_t i0 = qStart; i0 < a.s; i0 += kBK) {
@@ -364,6 +360,16 @@ __global__ void __launch_bounds__(kThreads)
 #include "runtime/cuda/kernels/AttentionWmma.cuh"
 #include "runtime/cuda/kernels/AttentionWmmaGrad.cuh"
 
+/// The launch sizes of a fused kernel (AttentionTiling.h).
+template <typename T, int D> LaunchConfig launchOf(tiling::AttnKernel kernel, const AttnArgs &a) {
+  tiling::AttnLaunchShape shape{a.b, a.s, a.h, a.t, a.hk, D, sizeof(T), !std::is_same_v<T, float>};
+  return tiling::attnLaunch(kernel, shape);
+}
+inline dim3 gridOf(const LaunchConfig &c) {
+  return dim3(static_cast<unsigned>(c.grid[0]), static_cast<unsigned>(c.grid[1]),
+              static_cast<unsigned>(c.grid[2]));
+}
+
 /// Sets the dynamic shared memory limit of `kernel` to `bytes` (above 48 KiB needs opting in).
 template <typename K> Status allowSmem(const char *op, K kernel, size_t bytes) {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -375,103 +381,74 @@ template <typename K> Status allowSmem(const char *op, K kernel, size_t bytes) {
 template <typename T, int DC>
 Status fusedForward(const char *op, const Context &ctx, const TensorRef &q, const TensorRef &k,
                     const TensorRef &v, const TensorRef &out, const AttnArgs &a) {
+  constexpr int D = DC * 32;
+  LaunchConfig c = launchOf<T, D>(tiling::AttnKernel::Forward, a);
   if constexpr (!std::is_same_v<T, float>) { // bf16/f16: tensor cores
-    constexpr int D = DC * 32;
-    size_t bytes = wmmaForwardBytes(D, sizeof(T));
     auto kernel = flashForwardWmma<T, D, false>;
-    RETURN_IF_ERROR(allowSmem(op, kernel, bytes));
-    dim3 grid(static_cast<unsigned>((a.s + kWmmaBQ - 1) / kWmmaBQ), static_cast<unsigned>(a.h),
-              static_cast<unsigned>(a.b));
-    kernel<<<grid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
-                                                  v.as<const T>(), out.as<T>(), nullptr, nullptr,
-                                                  nullptr, a);
-    return launchStatus(op);
+    RETURN_IF_ERROR(allowSmem(op, kernel, c.smem));
+    kernel<<<gridOf(c), kThreads, c.smem, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
+                                                        v.as<const T>(), out.as<T>(), nullptr,
+                                                        nullptr, nullptr, a);
   } else {
-    size_t bytes = forwardFloats(DC * 32) * sizeof(float);
     auto kernel = flashForward<T, DC, false>;
-    RETURN_IF_ERROR(allowSmem(op, kernel, bytes));
-    dim3 grid(static_cast<unsigned>((a.s + kBQ - 1) / kBQ), static_cast<unsigned>(a.h),
-              static_cast<unsigned>(a.b));
-    kernel<<<grid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
-                                                  v.as<const T>(), out.as<T>(), nullptr, nullptr,
-                                                  nullptr, a);
-    return launchStatus(op);
+    RETURN_IF_ERROR(allowSmem(op, kernel, c.smem));
+    kernel<<<gridOf(c), kThreads, c.smem, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
+                                                        v.as<const T>(), out.as<T>(), nullptr,
+                                                        nullptr, nullptr, a);
   }
+  return launchStatus(op);
 }
 
-/// The tensor-core backward (bf16/f16): lse/delta, then dq and dk/dv (AttentionWmmaGrad.cuh).
-template <typename T, int D>
-Status wmmaBackward(const char *op, const Context &ctx, const TensorRef &dout, const TensorRef &q,
-                    const TensorRef &k, const TensorRef &v, const TensorRef &dq,
-                    const TensorRef &dk, const TensorRef &dv, const AttnArgs &a, float *lse,
-                    float *delta) {
-  dim3 qGrid(static_cast<unsigned>((a.s + kWmmaBQ - 1) / kWmmaBQ), static_cast<unsigned>(a.h),
-             static_cast<unsigned>(a.b));
-  if (a.s > 0) {
-    size_t bytes = wmmaForwardBytes(D, sizeof(T));
-    auto stats = flashForwardWmma<T, D, true>;
-    RETURN_IF_ERROR(allowSmem(op, stats, bytes));
-    stats<<<qGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
-                                                  v.as<const T>(), nullptr, dout.as<const T>(),
-                                                  lse, delta, a);
-    RETURN_IF_ERROR(launchStatus(op));
-    bytes = wmmaGradQBytes(D, sizeof(T));
-    auto gq = flashGradQWmma<T, D>;
-    RETURN_IF_ERROR(allowSmem(op, gq, bytes));
-    gq<<<qGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(), v.as<const T>(),
-                                               dout.as<const T>(), lse, delta, dq.as<T>(), a);
-    RETURN_IF_ERROR(launchStatus(op));
-  }
-  if (a.t > 0) {
-    size_t bytes = wmmaGradKVBytes(D, sizeof(T));
-    auto gkv = flashGradKVWmma<T, D>;
-    RETURN_IF_ERROR(allowSmem(op, gkv, bytes));
-    dim3 kGrid(static_cast<unsigned>((a.t + 63) / 64), static_cast<unsigned>(a.hk),
-               static_cast<unsigned>(a.b));
-    gkv<<<kGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
-                                                v.as<const T>(), dout.as<const T>(), lse, delta,
-                                                dk.as<T>(), dv.as<T>(), a);
-    RETURN_IF_ERROR(launchStatus(op));
-  }
-  return Status::ok();
-}
-
+/// The backward: lse/delta (the forward in stats mode), then dq and dk/dv; tensor cores for
+/// bf16/f16 (AttentionWmmaGrad.cuh), the SIMT kernels for f32.
 template <typename T, int DC>
 Status fusedBackward(const char *op, const Context &ctx, const TensorRef &dout, const TensorRef &q,
                      const TensorRef &k, const TensorRef &v, const TensorRef &dq,
                      const TensorRef &dk, const TensorRef &dv, const AttnArgs &a) {
+  constexpr int D = DC * 32;
+  constexpr bool kWmma = !std::is_same_v<T, float>;
   size_t rows = static_cast<size_t>(a.b * a.h * a.s);
   ASSIGN_OR_RETURN(void *lseMem, ctx.scratch(std::max<size_t>(rows, 1) * sizeof(float)));
   ASSIGN_OR_RETURN(void *deltaMem, ctx.scratch(std::max<size_t>(rows, 1) * sizeof(float)));
   float *lse = static_cast<float *>(lseMem), *delta = static_cast<float *>(deltaMem);
-  if constexpr (!std::is_same_v<T, float>)
-    return wmmaBackward<T, DC * 32>(op, ctx, dout, q, k, v, dq, dk, dv, a, lse, delta);
-  dim3 qGrid(static_cast<unsigned>((a.s + kBQ - 1) / kBQ), static_cast<unsigned>(a.h),
-             static_cast<unsigned>(a.b));
   if (a.s > 0) {
-    size_t bytes = forwardFloats(DC * 32) * sizeof(float);
-    auto stats = flashForward<T, DC, true>;
-    RETURN_IF_ERROR(allowSmem(op, stats, bytes));
-    stats<<<qGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
-                                                  v.as<const T>(), nullptr, dout.as<const T>(),
-                                                  lse, delta, a);
+    LaunchConfig c = launchOf<T, D>(tiling::AttnKernel::Forward, a);
+    auto stats = [] {
+      if constexpr (kWmma)
+        return flashForwardWmma<T, D, true>;
+      else
+        return flashForward<T, DC, true>;
+    }();
+    RETURN_IF_ERROR(allowSmem(op, stats, c.smem));
+    stats<<<gridOf(c), kThreads, c.smem, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
+                                                       v.as<const T>(), nullptr, dout.as<const T>(),
+                                                       lse, delta, a);
     RETURN_IF_ERROR(launchStatus(op));
-    bytes = gradQFloats(DC * 32) * sizeof(float);
-    auto gq = flashGradQ<T, DC>;
-    RETURN_IF_ERROR(allowSmem(op, gq, bytes));
-    gq<<<qGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(), v.as<const T>(),
-                                               dout.as<const T>(), lse, delta, dq.as<T>(), a);
+    c = launchOf<T, D>(tiling::AttnKernel::GradQ, a);
+    auto gq = [] {
+      if constexpr (kWmma)
+        return flashGradQWmma<T, D>;
+      else
+        return flashGradQ<T, DC>;
+    }();
+    RETURN_IF_ERROR(allowSmem(op, gq, c.smem));
+    gq<<<gridOf(c), kThreads, c.smem, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
+                                                    v.as<const T>(), dout.as<const T>(), lse, delta,
+                                                    dq.as<T>(), a);
     RETURN_IF_ERROR(launchStatus(op));
   }
   if (a.t > 0) {
-    size_t bytes = gradKVFloats(DC * 32) * sizeof(float);
-    auto gkv = flashGradKV<T, DC>;
-    RETURN_IF_ERROR(allowSmem(op, gkv, bytes));
-    dim3 kGrid(static_cast<unsigned>((a.t + kBQ - 1) / kBQ), static_cast<unsigned>(a.hk),
-               static_cast<unsigned>(a.b));
-    gkv<<<kGrid, kThreads, bytes, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
-                                                v.as<const T>(), dout.as<const T>(), lse, delta,
-                                                dk.as<T>(), dv.as<T>(), a);
+    LaunchConfig c = launchOf<T, D>(tiling::AttnKernel::GradKV, a);
+    auto gkv = [] {
+      if constexpr (kWmma)
+        return flashGradKVWmma<T, D>;
+      else
+        return flashGradKV<T, DC>;
+    }();
+    RETURN_IF_ERROR(allowSmem(op, gkv, c.smem));
+    gkv<<<gridOf(c), kThreads, c.smem, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
+                                                     v.as<const T>(), dout.as<const T>(), lse,
+                                                     delta, dk.as<T>(), dv.as<T>(), a);
     RETURN_IF_ERROR(launchStatus(op));
   }
   return Status::ok();
@@ -488,8 +465,8 @@ StatusOr<AttnArgs> attentionArgs(const char *name, const TensorRef &q, const Ten
     return fail(name, "q, k, v must be [b,s,h,d], [b,t,hk,d], [b,t,hk,dv]; got " +
                           shapeString(q.shape) + ", " + shapeString(k.shape) + ", " +
                           shapeString(v.shape));
-  AttnArgs a{q.shape[0], q.shape[1], q.shape[2], q.shape[3], k.shape[1], k.shape[2], v.shape[3],
-             causal ? 1 : 0, scale};
+  AttnArgs a{q.shape[0], q.shape[1], q.shape[2],     q.shape[3], k.shape[1],
+             k.shape[2], v.shape[3], causal ? 1 : 0, scale};
   if (k.shape[0] != a.b || k.shape[3] != a.d || v.shape[0] != a.b || v.shape[1] != a.t ||
       v.shape[2] != a.hk)
     return fail(name, "q " + shapeString(q.shape) + ", k " + shapeString(k.shape) + ", v " +
@@ -589,8 +566,8 @@ Status attention(const Context &ctx, const TensorRef &q, const TensorRef &k, con
     C *P = static_cast<C *>(pMem);
     probsKernel<T, C><<<rowBlocks(a.b * a.h * a.s), rowThreads(a.t), 0, ctx.stream>>>(
         q.as<const T>(), k.as<const T>(), margs, P, a);
-    probsTimesV<T, C><<<blocksFor(out.numElements()), 256, 0, ctx.stream>>>(
-        P, v.as<const T>(), out.as<T>(), a);
+    probsTimesV<T, C>
+        <<<blocksFor(out.numElements()), 256, 0, ctx.stream>>>(P, v.as<const T>(), out.as<T>(), a);
     return launchStatus(name);
   });
 }
@@ -653,8 +630,8 @@ Status attentionGrad(const Context &ctx, const TensorRef &dout, const TensorRef 
           P, dout.as<const T>(), v.as<const T>(), dS, a);
     }
     if (dq.numElements() > 0)
-      dqKernel<T, C><<<blocksFor(dq.numElements()), 256, 0, ctx.stream>>>(dS, k.as<const T>(),
-                                                                          dq.as<T>(), a);
+      dqKernel<T, C>
+          <<<blocksFor(dq.numElements()), 256, 0, ctx.stream>>>(dS, k.as<const T>(), dq.as<T>(), a);
     int64_t kv = a.b * a.t * a.hk * std::max(a.d, a.dv);
     if (kv > 0)
       dkdvKernel<T, C><<<blocksFor(kv), 256, 0, ctx.stream>>>(
@@ -665,8 +642,8 @@ Status attentionGrad(const Context &ctx, const TensorRef &dout, const TensorRef 
       int rank = static_cast<int>(mask->shape.size());
       for (int d = 0; d < 4; ++d)
         msize.size[d] = d < 4 - rank ? 1 : mask->shape[d - (4 - rank)];
-      dmaskKernel<T, C><<<blocksFor(dmask->numElements()), 256, 0, ctx.stream>>>(
-          dS, dmask->as<T>(), msize, a);
+      dmaskKernel<T, C>
+          <<<blocksFor(dmask->numElements()), 256, 0, ctx.stream>>>(dS, dmask->as<T>(), msize, a);
     }
     return launchStatus(name);
   });

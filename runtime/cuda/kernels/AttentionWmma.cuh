@@ -15,16 +15,11 @@
 
 // Needs <mma.h>, included at the top of Attention.cu.
 
-constexpr int kWmmaRowsPerWarp = 16;
-constexpr int kWmmaBQ = kWarps * kWmmaRowsPerWarp; // 64 query rows per block
-constexpr int kWmmaBK = 64;                        // keys per tile
-
-/// Shared memory of the WMMA forward, in bytes, for element size `es` and head dims padded to D.
-constexpr size_t wmmaForwardBytes(int D, size_t es) {
-  return (size_t(kWmmaBQ) * (D + 8) + 2 * size_t(kWmmaBK) * (D + 8) +
-          size_t(kWmmaBQ) * (kWmmaBK + 8)) * es +
-         (size_t(kWmmaBQ) * (kWmmaBK + 4) + size_t(kWmmaBQ) * (D + 4)) * sizeof(float);
-}
+// Tile sizes, leading dims and the shared-memory layout are AttentionTiling.h's (checked there
+// with static_asserts: 32-byte aligned fragments, under 227 KiB).
+using tiling::kWmmaBK;
+using tiling::kWmmaBQ;
+using tiling::kWmmaRowsPerWarp;
 
 /// Copies rows [r0, r0 + n) of a [.., heads, dim] tensor into dst [n][ld] unconverted, zero
 /// beyond `count` rows and `dim` columns (up to D).
@@ -45,22 +40,24 @@ __global__ void __launch_bounds__(kThreads)
     flashForwardWmma(const T *q, const T *k, const T *v, T *out, const T *dout, float *lse,
                      float *delta, AttnArgs a) {
   namespace wmma = nvcuda::wmma;
-  constexpr int LD = D + 8, LS = kWmmaBK + 4, LP = kWmmaBK + 8, LO = D + 4;
+  constexpr int LD = tiling::wmmaLdIn(D), LS = tiling::kWmmaLdS, LP = tiling::kWmmaLdP;
+  constexpr int LO = tiling::wmmaLdAcc(D);
+  constexpr tiling::WmmaForwardLayout Lay = tiling::wmmaForwardLayout(D, sizeof(T));
   const float scale = static_cast<float>(a.scale);
   extern __shared__ __align__(32) unsigned char wmmaSmem[];
-  T *Qs = reinterpret_cast<T *>(wmmaSmem);   // [64][LD]
-  T *Ks = Qs + kWmmaBQ * LD;                  // [64][LD]
-  T *Vs = Ks + kWmmaBK * LD;                  // [64][LD]
-  T *Ps = Vs + kWmmaBK * LD;                  // [64][LP], 16 rows per warp
-  float *Ss = reinterpret_cast<float *>(Ps + kWmmaBQ * LP); // [64][LS]
-  float *Os = Ss + kWmmaBQ * LS;                            // [64][LO]
+  T *Qs = reinterpret_cast<T *>(wmmaSmem + Lay.q);         // [64][LD]
+  T *Ks = reinterpret_cast<T *>(wmmaSmem + Lay.k);         // [64][LD]
+  T *Vs = reinterpret_cast<T *>(wmmaSmem + Lay.v);         // [64][LD]
+  T *Ps = reinterpret_cast<T *>(wmmaSmem + Lay.p);         // [64][LP], 16 rows per warp
+  float *Ss = reinterpret_cast<float *>(wmmaSmem + Lay.s); // [64][LS]
+  float *Os = reinterpret_cast<float *>(wmmaSmem + Lay.o); // [64][LO]
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int64_t bi = blockIdx.z, hi = blockIdx.y, q0 = int64_t(blockIdx.x) * kWmmaBQ;
   int64_t kh = hi / (a.h / a.hk);
   copyTile<T, D>(Qs, LD, kWmmaBQ, q, qIndex(a, bi, 0, hi), a.h * a.d, q0, a.s, a.d);
   for (int idx = threadIdx.x; idx < kWmmaBQ * LO; idx += blockDim.x)
     Os[idx] = 0.0f;
-  __syncthreads(); // Q and O ready even when no key tile follows
+  __syncthreads();                       // Q and O ready even when no key tile follows
   int rowBase = warp * kWmmaRowsPerWarp; // this warp's rows in the block's tiles
   float m[kWmmaRowsPerWarp], l[kWmmaRowsPerWarp];
 #pragma unroll
@@ -68,8 +65,7 @@ __global__ void __launch_bounds__(kThreads)
     m[r] = -INFINITY;
     l[r] = 0.0f;
   }
-  int64_t lastRow = (a.s < q0 + kWmmaBQ ? a.s : q0 + kWmmaBQ) - 1;
-  int64_t kEnd = visible(a, lastRow);
+  int64_t kEnd = keyEnd(a, q0, kWmmaBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kWmmaBK) {
     __syncthreads(); // the previous tile's readers are done
     copyTile<T, D>(Ks, LD, kWmmaBK, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);

@@ -10,17 +10,7 @@
 //   their query tiles in order, dV += P^T dO and dK += dS^T Q; dk = scale dK.
 #pragma once
 
-/// Shared memory of flashGradQWmma: Q, dO, K, V tiles, S and dP (f32), dS, dQ (f32).
-constexpr size_t wmmaGradQBytes(int D, size_t es) {
-  return (4 * size_t(64) * (D + 8) + size_t(64) * (kWmmaBK + 8)) * es +
-         (2 * size_t(64) * (kWmmaBK + 4) + size_t(64) * (D + 4)) * sizeof(float);
-}
-/// Shared memory of flashGradKVWmma: K, V, Q, dO tiles, S^T and dP^T (f32), P^T and dS^T,
-/// dK and dV (f32), lse and delta of the query tile.
-constexpr size_t wmmaGradKVBytes(int D, size_t es) {
-  return (4 * size_t(64) * (D + 8) + 2 * size_t(64) * (kWmmaBK + 8)) * es +
-         (2 * size_t(64) * (kWmmaBK + 4) + 2 * size_t(64) * (D + 4) + 2 * 64) * sizeof(float);
-}
+// Shared-memory layouts: AttentionTiling.h (wmmaGradQLayout, wmmaGradKVLayout).
 
 namespace wmmagrad {
 
@@ -70,17 +60,19 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     flashGradQWmma(const T *q, const T *k, const T *v, const T *dout, const float *lse,
                    const float *delta, T *dq, AttnArgs a) {
-  constexpr int LD = D + 8, LS = kWmmaBK + 4, LP = kWmmaBK + 8, LO = D + 4;
+  constexpr int LD = tiling::wmmaLdIn(D), LS = tiling::kWmmaLdS, LP = tiling::kWmmaLdP;
+  constexpr int LO = tiling::wmmaLdAcc(D);
+  constexpr tiling::WmmaGradQLayout Lay = tiling::wmmaGradQLayout(D, sizeof(T));
   const float scale = static_cast<float>(a.scale);
   extern __shared__ __align__(32) unsigned char wmmaSmem[];
-  T *Qs = reinterpret_cast<T *>(wmmaSmem); // [64][LD]
-  T *Os = Qs + 64 * LD;                     // [64][LD] dout rows
-  T *Ks = Os + 64 * LD;                     // [64][LD]
-  T *Vs = Ks + 64 * LD;                     // [64][LD]
-  T *Gs = Vs + 64 * LD;                     // [64][LP] dS
-  float *Ss = reinterpret_cast<float *>(Gs + 64 * LP); // [64][LS] S
-  float *Ps = Ss + 64 * LS;                            // [64][LS] dP
-  float *Acc = Ps + 64 * LS;                           // [64][LO] dQ
+  T *Qs = reinterpret_cast<T *>(wmmaSmem + Lay.q);            // [64][LD]
+  T *Os = reinterpret_cast<T *>(wmmaSmem + Lay.dout);         // [64][LD] dout rows
+  T *Ks = reinterpret_cast<T *>(wmmaSmem + Lay.k);            // [64][LD]
+  T *Vs = reinterpret_cast<T *>(wmmaSmem + Lay.v);            // [64][LD]
+  T *Gs = reinterpret_cast<T *>(wmmaSmem + Lay.ds);           // [64][LP] dS
+  float *Ss = reinterpret_cast<float *>(wmmaSmem + Lay.s);    // [64][LS] S
+  float *Ps = reinterpret_cast<float *>(wmmaSmem + Lay.dp);   // [64][LS] dP
+  float *Acc = reinterpret_cast<float *>(wmmaSmem + Lay.acc); // [64][LO] dQ
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rowBase = warp * 16;
   int64_t bi = blockIdx.z, hi = blockIdx.y, q0 = int64_t(blockIdx.x) * 64;
   int64_t kh = hi / (a.h / a.hk);
@@ -88,8 +80,7 @@ __global__ void __launch_bounds__(kThreads)
   copyTile<T, D>(Os, LD, 64, dout, oIndex(a, bi, 0, hi), a.h * a.dv, q0, a.s, a.dv);
   for (int idx = threadIdx.x; idx < 64 * LO; idx += blockDim.x)
     Acc[idx] = 0.0f;
-  int64_t lastRow = (a.s < q0 + 64 ? a.s : q0 + 64) - 1;
-  int64_t kEnd = visible(a, lastRow);
+  int64_t kEnd = keyEnd(a, q0, kWmmaBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += 64) {
     __syncthreads();
     copyTile<T, D>(Ks, LD, 64, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
@@ -129,21 +120,23 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     flashGradKVWmma(const T *q, const T *k, const T *v, const T *dout, const float *lse,
                     const float *delta, T *dk, T *dv, AttnArgs a) {
-  constexpr int LD = D + 8, LS = kWmmaBK + 4, LP = kWmmaBK + 8, LO = D + 4;
+  constexpr int LD = tiling::wmmaLdIn(D), LS = tiling::kWmmaLdS, LP = tiling::kWmmaLdP;
+  constexpr int LO = tiling::wmmaLdAcc(D);
+  constexpr tiling::WmmaGradKVLayout Lay = tiling::wmmaGradKVLayout(D, sizeof(T));
   const float scale = static_cast<float>(a.scale);
   extern __shared__ __align__(32) unsigned char wmmaSmem[];
-  T *Ks = reinterpret_cast<T *>(wmmaSmem); // [64][LD] this block's keys
-  T *Vs = Ks + 64 * LD;                     // [64][LD]
-  T *Qs = Vs + 64 * LD;                     // [64][LD] a query tile
-  T *Os = Qs + 64 * LD;                     // [64][LD] its dout rows
-  T *Pt = Os + 64 * LD;                     // [64][LP] P^T (key rows)
-  T *Gt = Pt + 64 * LP;                     // [64][LP] dS^T
-  float *St = reinterpret_cast<float *>(Gt + 64 * LP); // [64][LS] S^T
-  float *Dt = St + 64 * LS;                            // [64][LS] dP^T
-  float *AccK = Dt + 64 * LS;                          // [64][LO]
-  float *AccV = AccK + 64 * LO;                        // [64][LO]
-  float *Ls = AccV + 64 * LO;                          // [64]
-  float *Ds = Ls + 64;                                 // [64]
+  T *Ks = reinterpret_cast<T *>(wmmaSmem + Lay.k);              // [64][LD] this block's keys
+  T *Vs = reinterpret_cast<T *>(wmmaSmem + Lay.v);              // [64][LD]
+  T *Qs = reinterpret_cast<T *>(wmmaSmem + Lay.q);              // [64][LD] a query tile
+  T *Os = reinterpret_cast<T *>(wmmaSmem + Lay.dout);           // [64][LD] its dout rows
+  T *Pt = reinterpret_cast<T *>(wmmaSmem + Lay.pt);             // [64][LP] P^T (key rows)
+  T *Gt = reinterpret_cast<T *>(wmmaSmem + Lay.dst);            // [64][LP] dS^T
+  float *St = reinterpret_cast<float *>(wmmaSmem + Lay.st);     // [64][LS] S^T
+  float *Dt = reinterpret_cast<float *>(wmmaSmem + Lay.dpt);    // [64][LS] dP^T
+  float *AccK = reinterpret_cast<float *>(wmmaSmem + Lay.accK); // [64][LO]
+  float *AccV = reinterpret_cast<float *>(wmmaSmem + Lay.accV); // [64][LO]
+  float *Ls = reinterpret_cast<float *>(wmmaSmem + Lay.lse);    // [64]
+  float *Ds = reinterpret_cast<float *>(wmmaSmem + Lay.delta);  // [64]
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rowBase = warp * 16;
   int64_t bi = blockIdx.z, kh = blockIdx.y, k0 = int64_t(blockIdx.x) * 64;
   int64_t group = a.h / a.hk;
@@ -151,8 +144,7 @@ __global__ void __launch_bounds__(kThreads)
   copyTile<T, D>(Vs, LD, 64, v, vIndex(a, bi, 0, kh), a.hk * a.dv, k0, a.t, a.dv);
   for (int idx = threadIdx.x; idx < 64 * LO; idx += blockDim.x)
     AccK[idx] = AccV[idx] = 0.0f;
-  // Causal: query i sees key j iff i >= j - (t - s); earlier queries see none of these keys.
-  int64_t qStart = a.causal && k0 > a.t - a.s ? k0 - (a.t - a.s) : 0;
+  int64_t qStart = queryStart(a, k0);
   for (int64_t g = 0; g < group; ++g) {
     int64_t hi = kh * group + g;
     for (int64_t i0 = qStart; i0 < a.s; i0 += 64) {

@@ -39,10 +39,10 @@ template <typename A, typename Op> __device__ A blockReduce(A v, Op op) {
     partial[warp] = v;
   __syncthreads();
   int warps = blockDim.x >> 5;
-  A r = partial[lane < warps ? lane : 0];
+  A r = partial[reducePartialSlot(lane, warps)];
   for (int o = 16; o > 0; o >>= 1) {
     A other = __shfl_xor_sync(0xffffffffu, r, o);
-    if ((lane ^ o) < warps && lane < warps)
+    if (reduceTakesPartner(lane, o, warps))
       r = op(r, other);
   }
   return __shfl_sync(0xffffffffu, r, 0);
@@ -60,22 +60,5 @@ struct MinOp {
 
 template <typename A> __device__ A blockSum(A v) { return blockReduce(v, SumOp{}); }
 template <typename A> __device__ A blockMax(A v) { return blockReduce(v, MaxOp{}); }
-
-/// Threads for a block working on one row of n elements: 32..256, a multiple of 32.
-inline int rowThreads(int64_t n) {
-  if (n > 128)
-    return 256;
-  if (n > 64)
-    return 128;
-  if (n > 32)
-    return 64;
-  return 32;
-}
-
-/// Blocks for a grid-stride loop over `rows` rows, one block per row.
-inline unsigned rowBlocks(int64_t rows) {
-  int64_t b = rows < 1 ? 1 : rows;
-  return static_cast<unsigned>(b > (1 << 20) ? (1 << 20) : b);
-}
 
 } // namespace megac::runtime::cuda::detail

@@ -7,6 +7,7 @@
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/ShapeChecks.h"
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/kernels/GemmShape.h"
 
 #include <algorithm>
 #include <cstring>
@@ -21,15 +22,14 @@ namespace megac::runtime::cuda {
 namespace {
 
 using cpu::detail::fail;
-using cpu::detail::product;
 
 bool isFloatType(DType d) {
   return d == DType::f64 || d == DType::f32 || d == DType::bf16 || d == DType::f16;
 }
 
 Status unsupported(const char *op, DType dtype) {
-  return fail(op, std::string("dtype ") + dtypeName(dtype) +
-                      " is not supported (f64, f32, bf16, f16)");
+  return fail(op,
+              std::string("dtype ") + dtypeName(dtype) + " is not supported (f64, f32, bf16, f16)");
 }
 
 /// The dtypes cuBLASLt runs, checked between MatMul's/Linear's dtype and shape checks.
@@ -101,7 +101,7 @@ Status ltError(const char *op, const char *what, cublasStatus_t status, const Ge
                       std::to_string(static_cast<int>(status)) + " for " + problemString(key));
 }
 
-#define LT_CHECK(call, what)                                                                      \
+#define LT_CHECK(call, what)                                                                       \
   do {                                                                                             \
     cublasStatus_t st_ = (call);                                                                   \
     if (st_ != CUBLAS_STATUS_SUCCESS)                                                              \
@@ -217,8 +217,8 @@ Status runPlan(const char *op, const Context &ctx, const GemmKey &key, GemmPlan 
   double oneD = 1.0, zeroD = 0.0;
   bool f64 = static_cast<DType>(key.dtype) == DType::f64;
   const void *alpha = f64 ? static_cast<const void *>(&oneD) : &oneF;
-  const void *beta = f64 ? static_cast<const void *>(accumulate ? &oneD : &zeroD)
-                         : (accumulate ? &oneF : &zeroF);
+  const void *beta =
+      f64 ? static_cast<const void *>(accumulate ? &oneD : &zeroD) : (accumulate ? &oneF : &zeroF);
   LT_CHECK(cublasLtMatmul(ctx.lt, plan->desc, alpha, a, plan->a, b, plan->b, beta, d, plan->d, d,
                           plan->d, &plan->algo, ctx.workspace, key.workspace, ctx.stream),
            "cublasLtMatmul");
@@ -226,32 +226,31 @@ Status runPlan(const char *op, const Context &ctx, const GemmKey &key, GemmPlan 
 }
 
 /// With `accumulate`, D += op(A) B (beta 1) instead of D = op(A) B.
-Status runGemm(const char *op, const Context &ctx, const GemmKey &key, const void *a,
-               const void *b, void *d, const void *bias, bool accumulate = false) {
+Status runGemm(const char *op, const Context &ctx, const GemmKey &key, const void *a, const void *b,
+               void *d, const void *bias, bool accumulate = false) {
   if (!ctx.lt)
     return fail(op, "no cuBLASLt handle in the context");
   ASSIGN_OR_RETURN(GemmPlan * plan, planFor(op, ctx, key));
   return runPlan(op, ctx, key, *plan, a, b, d, bias, accumulate);
 }
-/// Whether one stride describes the flattened batch: offset(i) = i * stride for every i, given
-/// per-dim strides (0 on broadcast dims) over `batch`. Dims of size 1 do not matter.
-bool linearStride(std::span<const int64_t> batch, std::span<const int64_t> strides,
-                  int64_t &stride) {
-  int64_t inner = 1; // elements of the flattened batch inside dim d
-  bool set = false;
-  stride = 0;
-  for (size_t d = batch.size(); d-- > 0;) {
-    if (batch[d] == 1)
-      continue;
-    if (!set) {
-      stride = strides[d];
-      set = true;
-    } else if (strides[d] != stride * inner) {
-      return false;
-    }
-    inner *= batch[d];
-  }
-  return true;
+/// The cache key of problem `p` (alignments and bias left to the caller).
+GemmKey keyOf(const GemmProblem &p, DType dtype, const Context &ctx) {
+  GemmKey key;
+  key.dtype = static_cast<int>(dtype);
+  key.tf32 = dtype == DType::f32 && ctx.allowTf32;
+  key.workspace = ctx.workspace ? ctx.workspaceBytes : 0;
+  key.transA = p.transA;
+  key.rows = static_cast<uint64_t>(p.rows);
+  key.cols = static_cast<uint64_t>(p.cols);
+  key.inner = static_cast<uint64_t>(p.inner);
+  key.lda = p.lda;
+  key.ldb = p.ldb;
+  key.ldd = p.ldd;
+  key.batch = p.batch;
+  key.strideA = p.strideA;
+  key.strideB = p.strideB;
+  key.strideD = p.strideD;
+  return key;
 }
 
 } // namespace
@@ -262,7 +261,6 @@ Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs,
   ASSIGN_OR_RETURN(cpu::detail::MatMulGeometry g,
                    cpu::detail::checkMatMul(lhs, rhs, out, checkGemmDtype));
   int64_t m = g.m, n = g.n, k = g.k, batches = g.batches;
-  const std::vector<int64_t> &batch = g.batch;
   size_t es = dtypeSize(lhs.dtype);
   if (m == 0 || n == 0 || batches == 0)
     return Status::ok();
@@ -271,68 +269,25 @@ Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs,
       return launchStatus(op);
     return Status::ok();
   }
-  GemmKey key;
-  key.dtype = static_cast<int>(lhs.dtype);
-  key.tf32 = lhs.dtype == DType::f32 && ctx.allowTf32;
-  key.workspace = ctx.workspace ? ctx.workspaceBytes : 0;
-  // Column-major: D = out^T [n, m] (ld n); A = rhs^T [n, k] (ld n), B = lhs^T [k, m] (ld k).
-  key.rows = static_cast<uint64_t>(n);
-  key.cols = static_cast<uint64_t>(m);
-  key.inner = static_cast<uint64_t>(k);
-  key.lda = n;
-  key.ldb = k;
-  key.ldd = n;
-  const char *a = static_cast<const char *>(rhs.data);
-  const char *b = static_cast<const char *>(lhs.data);
+  GemmProblem p = matmulProblem(g);
+  GemmKey key = keyOf(p, lhs.dtype, ctx);
+  const char *a = static_cast<const char *>((p.a == GemmOperand::Rhs ? rhs : lhs).data);
+  const char *b = static_cast<const char *>((p.b == GemmOperand::Rhs ? rhs : lhs).data);
   char *d = static_cast<char *>(out.data);
-  if (g.foldBatch) { // one rhs: fold lhs's batch into m
-    key.cols = static_cast<uint64_t>(batches * m);
-    key.alignA = alignmentOf(a, {});
-    key.alignB = alignmentOf(b, {});
-    key.alignD = alignmentOf(d, {});
-    return runGemm(op, ctx, key, a, b, d, nullptr);
-  }
-  const std::vector<int64_t> &ls = g.lhsStrides, &rs = g.rhsStrides;
-  // Split the batch dims into an outer part looped on the host and the longest inner suffix
-  // that one stride per operand describes (a strided-batched GEMM).
-  size_t split = 0;
-  int64_t strideL = 0, strideR = 0;
-  std::span<const int64_t> bs(batch);
-  for (split = 0; split < batch.size(); ++split)
-    if (linearStride(bs.subspan(split), std::span<const int64_t>(ls).subspan(split), strideL) &&
-        linearStride(bs.subspan(split), std::span<const int64_t>(rs).subspan(split), strideR))
-      break;
-  if (split == batch.size())
-    strideL = strideR = 0;
-  int64_t innerCount = product(bs.subspan(split)), outerCount = product(bs.first(split));
-  key.batch = innerCount;
-  key.strideA = strideR;
-  key.strideB = strideL;
-  key.strideD = m * n;
-  std::vector<int64_t> outerL(ls.begin(), ls.begin() + split), outerR(rs.begin(), rs.begin() + split);
   // Alignment over every pointer the loop produces: the base and each outer dim's step.
   uint64_t bitsA = 0, bitsB = 0;
-  for (size_t dd = 0; dd < split; ++dd) {
-    bitsA |= static_cast<uint64_t>(outerR[dd] * static_cast<int64_t>(es));
-    bitsB |= static_cast<uint64_t>(outerL[dd] * static_cast<int64_t>(es));
+  for (size_t dd = 0; dd < p.outerSizes.size(); ++dd) {
+    bitsA |= static_cast<uint64_t>(p.outerStepA[dd] * static_cast<int64_t>(es));
+    bitsB |= static_cast<uint64_t>(p.outerStepB[dd] * static_cast<int64_t>(es));
   }
-  key.alignA = alignmentOf(a, {static_cast<int64_t>(bitsA), strideR * int64_t(es)});
-  key.alignB = alignmentOf(b, {static_cast<int64_t>(bitsB), strideL * int64_t(es)});
-  key.alignD = alignmentOf(d, {innerCount * m * n * int64_t(es), m * n * int64_t(es)});
-  std::vector<int64_t> index(split, 0);
-  int64_t offL = 0, offR = 0;
-  for (int64_t o = 0; o < outerCount; ++o) {
-    RETURN_IF_ERROR(runGemm(op, ctx, key, a + offR * int64_t(es), b + offL * int64_t(es),
-                            d + o * innerCount * m * n * int64_t(es), nullptr));
-    for (size_t dd = split; dd-- > 0;) {
-      offL += outerL[dd];
-      offR += outerR[dd];
-      if (++index[dd] < batch[dd])
-        break;
-      offL -= outerL[dd] * batch[dd];
-      offR -= outerR[dd] * batch[dd];
-      index[dd] = 0;
-    }
+  int64_t ses = static_cast<int64_t>(es);
+  key.alignA = alignmentOf(a, {static_cast<int64_t>(bitsA), p.strideA * ses});
+  key.alignB = alignmentOf(b, {static_cast<int64_t>(bitsB), p.strideB * ses});
+  key.alignD = alignmentOf(d, {p.outerStepD * ses, p.strideD * ses});
+  for (int64_t o = 0; o < p.outerCount; ++o) {
+    int64_t offA = 0, offB = 0, offD = 0;
+    p.offsets(o, offA, offB, offD);
+    RETURN_IF_ERROR(runGemm(op, ctx, key, a + offA * ses, b + offB * ses, d + offD * ses, nullptr));
   }
   return Status::ok();
 }
@@ -358,37 +313,28 @@ Status linear(const Context &ctx, const TensorRef &x, const TensorRef &weight,
         return launchStatus(op);
     return Status::ok();
   }
-  // Column-major: out^T [outF, rows] = W [outF, in] (W^T-view of the row-major [outF, in]
-  // buffer, which column-major reads as [in, outF] with ld in) times x^T [in, rows] (ld in).
-  GemmKey key;
-  key.dtype = static_cast<int>(x.dtype);
-  key.tf32 = x.dtype == DType::f32 && ctx.allowTf32;
-  key.workspace = ctx.workspace ? ctx.workspaceBytes : 0;
-  key.transA = true;
+  // Column-major (GemmShape.h): out^T [outF, rows] = W x^T, the weight transposed by op.
+  GemmProblem p = linearProblem(g);
+  GemmKey key = keyOf(p, x.dtype, ctx);
   key.bias = bias != nullptr;
-  key.rows = static_cast<uint64_t>(outF);
-  key.cols = static_cast<uint64_t>(rows);
-  key.inner = static_cast<uint64_t>(inF);
-  key.lda = inF;
-  key.ldb = inF;
-  key.ldd = outF;
-  key.alignA = alignmentOf(weight.data, {});
-  key.alignB = alignmentOf(x.data, {});
+  const void *a = (p.a == GemmOperand::Rhs ? weight : x).data;
+  const void *b = (p.b == GemmOperand::Rhs ? weight : x).data;
+  key.alignA = alignmentOf(a, {});
+  key.alignB = alignmentOf(b, {});
   key.alignD = alignmentOf(out.data, {});
   key.alignBias = bias ? alignmentOf(bias->data, {}) : 0;
   if (!bias)
-    return runGemm(op, ctx, key, weight.data, x.data, out.data, nullptr);
+    return runGemm(op, ctx, key, a, b, out.data, nullptr);
   if (!ctx.lt)
     return fail(op, "no cuBLASLt handle in the context");
   StatusOr<GemmPlan *> fused = planFor(op, ctx, key);
   if (fused.isOk())
-    return runPlan(op, ctx, key, **fused, weight.data, x.data, out.data, bias->data, false);
+    return runPlan(op, ctx, key, **fused, a, b, out.data, bias->data, false);
   // No bias epilogue for this problem (some dtypes have none): out = bias per row (row 0, then
   // doubling copies of the rows already written), then out += x W^T.
   char *y = static_cast<char *>(out.data);
   size_t rowBytes = static_cast<size_t>(outF) * es;
-  if (cudaMemcpyAsync(y, bias->data, rowBytes, cudaMemcpyDeviceToDevice, ctx.stream) !=
-      cudaSuccess)
+  if (cudaMemcpyAsync(y, bias->data, rowBytes, cudaMemcpyDeviceToDevice, ctx.stream) != cudaSuccess)
     return launchStatus(op);
   for (int64_t done = 1; done < rows;) {
     int64_t n = std::min(done, rows - done);
@@ -399,7 +345,7 @@ Status linear(const Context &ctx, const TensorRef &x, const TensorRef &weight,
   }
   key.bias = false;
   key.alignBias = 0;
-  return runGemm(op, ctx, key, weight.data, x.data, out.data, nullptr, true);
+  return runGemm(op, ctx, key, a, b, out.data, nullptr, true);
 }
 
 } // namespace megac::runtime::cuda

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "runtime/cuda/Kernels.h"
+#include "runtime/cuda/kernels/LaunchConfig.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -14,19 +15,15 @@
 namespace megac::runtime::cuda::detail {
 
 /// The compute type of a storage type: double for double, float for everything else.
-template <typename T> struct ComputeOf {
-  using type = float;
-};
-template <> struct ComputeOf<double> {
-  using type = double;
-};
+template <typename T> struct ComputeOf { using type = float; };
+template <> struct ComputeOf<double> { using type = double; };
 template <typename T> using Compute = typename ComputeOf<T>::type;
 
 template <typename T> __device__ __forceinline__ Compute<T> load(const T *p, int64_t i) {
   return static_cast<Compute<T>>(p[i]);
 }
-template <> __device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bfloat16 *p,
-                                                                 int64_t i) {
+template <>
+__device__ __forceinline__ float load<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i) {
   return __bfloat162float(p[i]);
 }
 template <> __device__ __forceinline__ float load<__half>(const __half *p, int64_t i) {
@@ -36,8 +33,8 @@ template <> __device__ __forceinline__ float load<__half>(const __half *p, int64
 template <typename T, typename C> __device__ __forceinline__ void store(T *p, int64_t i, C v) {
   p[i] = static_cast<T>(v);
 }
-template <> __device__ __forceinline__ void store<__nv_bfloat16, float>(__nv_bfloat16 *p,
-                                                                        int64_t i, float v) {
+template <>
+__device__ __forceinline__ void store<__nv_bfloat16, float>(__nv_bfloat16 *p, int64_t i, float v) {
   p[i] = __float2bfloat16_rn(v);
 }
 template <> __device__ __forceinline__ void store<__half, float>(__half *p, int64_t i, float v) {
@@ -79,16 +76,6 @@ inline int64_t elementsOf(std::span<const int64_t> shape) {
   for (int64_t d : shape)
     n *= d;
   return n;
-}
-
-/// Blocks for a grid-stride loop over n elements with `threads` per block.
-inline unsigned blocksFor(int64_t n, int threads = 256) {
-  int64_t blocks = (n + threads - 1) / threads;
-  if (blocks < 1)
-    blocks = 1;
-  if (blocks > 65535LL * 32)
-    blocks = 65535LL * 32;
-  return static_cast<unsigned>(blocks);
 }
 
 /// Up to 8 dims of sizes and strides, passed by value to kernels.
