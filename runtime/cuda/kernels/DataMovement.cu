@@ -20,8 +20,8 @@ using detail::Dims;
 
 constexpr int kThreads = 256;
 
-#define GRID_STRIDE(i, n)                                                                         \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);                       \
+#define GRID_STRIDE(i, n)                                                                          \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);                        \
        i += int64_t(gridDim.x) * blockDim.x)
 
 /// Calls f(T{}) with an unsigned type of the dtype's size (element moves by bits).
@@ -68,9 +68,8 @@ Status rankLimit(const char *op, size_t rank) {
   return Status::ok();
 }
 
-Status launchGather(const Context &ctx, const char *op, DType dtype,
-                    std::span<const int64_t> shape, std::span<const int64_t> srcStrides,
-                    const void *src, int64_t base, void *dst) {
+Status launchGather(const Context &ctx, const char *op, DType dtype, std::span<const int64_t> shape,
+                    std::span<const int64_t> srcStrides, const void *src, int64_t base, void *dst) {
   RETURN_IF_ERROR(rankLimit(op, shape.size()));
   int64_t n = detail::elementsOf(shape);
   if (n == 0)
@@ -212,8 +211,8 @@ __global__ void embeddingKeysKernel(const I *ids, int64_t count, int64_t start, 
 /// order (the sort is stable), accumulated in Compute<T> from 0. dtable is zero elsewhere.
 template <typename T>
 __global__ void embeddingGradRunsKernel(const int64_t *keys, const int64_t *positions,
-                                        int64_t count, int64_t hidden, int64_t vocab,
-                                        const T *dy, T *dtable) {
+                                        int64_t count, int64_t hidden, int64_t vocab, const T *dy,
+                                        T *dtable) {
   using C = detail::Compute<T>;
   for (int64_t k = blockIdx.x; k < count; k += gridDim.x) {
     int64_t key = keys[k];
@@ -258,11 +257,10 @@ Status embeddingGradWith(const Context &ctx, const char *name, const TensorRef &
   int items = static_cast<int>(count);
   int endBit = bitsFor(vocab); // keys are in [0, vocab]
   size_t tempBytes = 0;
-  if (cub::DeviceRadixSort::SortPairs(nullptr, tempBytes, static_cast<const int64_t *>(nullptr),
-                                      static_cast<int64_t *>(nullptr),
-                                      static_cast<const int64_t *>(nullptr),
-                                      static_cast<int64_t *>(nullptr), items, 0, endBit,
-                                      ctx.stream) != cudaSuccess)
+  if (cub::DeviceRadixSort::SortPairs(
+          nullptr, tempBytes, static_cast<const int64_t *>(nullptr),
+          static_cast<int64_t *>(nullptr), static_cast<const int64_t *>(nullptr),
+          static_cast<int64_t *>(nullptr), items, 0, endBit, ctx.stream) != cudaSuccess)
     return launchStatus(name);
   size_t arrayBytes = static_cast<size_t>(count) * sizeof(int64_t);
   int64_t *arrays[4];
@@ -325,14 +323,15 @@ Status transpose(const Context &ctx, const TensorRef &x, std::span<const int64_t
     int64_t batch = detail::elementsOf(x.shape.first(rank - 2));
     if (rows * cols * batch == 0)
       return Status::ok();
-    int64_t rowTiles = (rows + kTile - 1) / kTile, colTiles = (cols + kTile - 1) / kTile;
-    if (rowTiles <= 65535 && colTiles <= int64_t(INT32_MAX)) {
-      dim3 grid(static_cast<unsigned>(colTiles), static_cast<unsigned>(rowTiles),
-                static_cast<unsigned>(std::min<int64_t>(batch, 65535)));
+    LaunchConfig c = detail::transposeLastTwoLaunch(batch, rows, cols, kTile);
+    if (c.grid[0] > 0) {
+      dim3 grid(static_cast<unsigned>(c.grid[0]), static_cast<unsigned>(c.grid[1]),
+                static_cast<unsigned>(c.grid[2]));
+      dim3 block(static_cast<unsigned>(c.block[0]), static_cast<unsigned>(c.block[1]));
       bySize(x.dtype, [&](auto tag) {
         using T = decltype(tag);
-        transposeLastTwoKernel<T><<<grid, dim3(kTile, 8), 0, ctx.stream>>>(
-            x.as<const T>(), out.as<T>(), batch, rows, cols);
+        transposeLastTwoKernel<T>
+            <<<grid, block, 0, ctx.stream>>>(x.as<const T>(), out.as<T>(), batch, rows, cols);
       });
       return launchStatus("Transpose");
     }
@@ -424,8 +423,7 @@ Status embeddingShardGrad(const Context &ctx, const TensorRef &dy, const TensorR
 }
 
 Status pad(const Context &ctx, const TensorRef &x, std::span<const int64_t> low,
-           std::span<const int64_t> high, std::span<const int64_t> interior,
-           const TensorRef &out) {
+           std::span<const int64_t> high, std::span<const int64_t> interior, const TensorRef &out) {
   ASSIGN_OR_RETURN(cpu::detail::PadTarget target,
                    cpu::detail::checkPad(x, low, high, interior, out));
   size_t rank = x.shape.size();

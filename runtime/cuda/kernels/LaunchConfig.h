@@ -3,6 +3,7 @@
 // (tests/unit/cuda/LaunchConfigTest.cpp), so no CUDA headers here.
 #pragma once
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -79,6 +80,58 @@ inline int rowThreads(int64_t n) {
 inline unsigned rowBlocks(int64_t rows) {
   int64_t b = rows < 1 ? 1 : rows;
   return static_cast<unsigned>(b > (1 << 20) ? (1 << 20) : b);
+}
+
+/// Transpose of the last two dims (DataMovement.cu): 32x32 tiles, grid (column tiles, row tiles,
+/// batch up to 65535; the kernel loops over the rest), blocks of 32x8. grid[0] 0 when the tiles
+/// do not fit a grid (the gather kernel does those).
+inline LaunchConfig transposeLastTwoLaunch(int64_t batch, int64_t rows, int64_t cols,
+                                           int tile = 32) {
+  LaunchConfig c;
+  int64_t rowTiles = (rows + tile - 1) / tile, colTiles = (cols + tile - 1) / tile;
+  if (rowTiles > 65535 || colTiles > int64_t(INT32_MAX)) {
+    c.grid[0] = 0;
+    return c;
+  }
+  c.grid[0] = colTiles;
+  c.grid[1] = rowTiles;
+  c.grid[2] = batch < 65535 ? batch : 65535;
+  c.block[0] = tile;
+  c.block[1] = 8;
+  return c;
+}
+
+/// The norm gradient's parameter partials (Norm.cu): rows in chunks of at least 32 rows and at
+/// most 1024 chunks; grid (ceil(n / 256), chunks) of 256 threads.
+struct NormChunks {
+  int64_t rowsPerChunk = 32, chunks = 1;
+};
+inline NormChunks normGradChunks(int64_t rows) {
+  NormChunks c;
+  c.rowsPerChunk = (rows + 1023) / 1024 > 32 ? (rows + 1023) / 1024 : 32;
+  int64_t chunks = (rows + c.rowsPerChunk - 1) / c.rowsPerChunk;
+  c.chunks = chunks > 1 ? chunks : 1;
+  return c;
+}
+inline LaunchConfig normParamPartialsLaunch(int64_t rows, int64_t n) {
+  LaunchConfig c;
+  c.grid[0] = (n + 255) / 256;
+  c.grid[1] = normGradChunks(rows).chunks;
+  c.block[0] = 256;
+  return c;
+}
+
+/// The mixture-of-experts grouped GEMM (Moe.cu): grid (m tiles, n tiles, experts), each capped
+/// (the kernel loops over the rest), `threads` per block.
+inline LaunchConfig groupedGemmLaunch(int64_t experts, int64_t maxM, int64_t n, int tileM,
+                                      int tileN, int threads) {
+  LaunchConfig c;
+  int64_t mTiles = (maxM + tileM - 1) / tileM, nTiles = (n + tileN - 1) / tileN;
+  c.grid[0] = mTiles < INT32_MAX ? mTiles : INT32_MAX;
+  c.grid[1] = nTiles < 65535 ? nTiles : 65535;
+  c.grid[2] = experts < 65535 ? experts : 65535;
+  c.block[0] = threads;
+  return c;
 }
 
 /// The block reduction (BlockReduce.cuh) combines, after each warp's shuffle tree, the warps'

@@ -381,9 +381,9 @@ template <typename S, typename Problem>
 Status launchGemm(const char *op, const Context &ctx, const Problem &problem, int64_t experts,
                   int64_t maxM, int64_t n) {
   int64_t mTiles = (maxM + kTileM - 1) / kTileM, nTiles = (n + kTileN - 1) / kTileN;
-  dim3 grid(static_cast<unsigned>(std::min<int64_t>(mTiles, INT_MAX)),
-            static_cast<unsigned>(std::min<int64_t>(nTiles, 65535)),
-            static_cast<unsigned>(std::min<int64_t>(experts, 65535)));
+  LaunchConfig c = detail::groupedGemmLaunch(experts, maxM, n, kTileM, kTileN, kThreads);
+  dim3 grid(static_cast<unsigned>(c.grid[0]), static_cast<unsigned>(c.grid[1]),
+            static_cast<unsigned>(c.grid[2]));
   groupedGemmKernel<S><<<grid, kThreads, 0, ctx.stream>>>(problem, experts, mTiles, nTiles);
   return launchStatus(op);
 }

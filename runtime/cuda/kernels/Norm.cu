@@ -99,7 +99,8 @@ __global__ void normParamPartials(const T *dy, const T *x, const double *stats, 
   if (j >= n)
     return;
   int64_t chunk = blockIdx.y;
-  int64_t begin = chunk * rowsPerChunk, end = begin + rowsPerChunk < rows ? begin + rowsPerChunk : rows;
+  int64_t begin = chunk * rowsPerChunk,
+          end = begin + rowsPerChunk < rows ? begin + rowsPerChunk : rows;
   double gw = 0.0, gb = 0.0;
   for (int64_t r = begin; r < end; ++r) {
     double d = static_cast<double>(load(dy, r * n + j));
@@ -186,9 +187,9 @@ Status launchGrad(const char *name, const Context &ctx, const TensorRef &dy, con
   int64_t n = x.shape.back(), rows = product(x.shape.first(x.shape.size() - 1));
   if (n == 0)
     return Status::ok();
-  // Rows per chunk: at least 32, and at most 1024 chunks.
-  int64_t rowsPerChunk = std::max<int64_t>(32, (rows + 1023) / 1024);
-  int64_t chunks = std::max<int64_t>(1, (rows + rowsPerChunk - 1) / rowsPerChunk);
+  // Rows per chunk: at least 32, and at most 1024 chunks (LaunchConfig.h).
+  NormChunks split = normGradChunks(rows);
+  int64_t rowsPerChunk = split.rowsPerChunk, chunks = split.chunks;
   ASSIGN_OR_RETURN(void *statsMem, ctx.scratch(sizeof(double) * 2 * std::max<int64_t>(rows, 1)));
   ASSIGN_OR_RETURN(void *pwMem, ctx.scratch(sizeof(double) * chunks * n));
   double *pb = nullptr;
@@ -203,9 +204,10 @@ Status launchGrad(const char *name, const Context &ctx, const TensorRef &dy, con
       normGradRows<T, kLayer><<<rowBlocks(rows), rowThreads(n), 0, ctx.stream>>>(
           dy.as<const T>(), x.as<const T>(), weight.as<const T>(), dx.as<T>(), stats, rows, n,
           epsilon);
-    dim3 grid(static_cast<unsigned>((n + 255) / 256), static_cast<unsigned>(chunks));
-    normParamPartials<T><<<grid, 256, 0, ctx.stream>>>(dy.as<const T>(), x.as<const T>(), stats,
-                                                        pw, pb, rows, n, rowsPerChunk);
+    LaunchConfig c = normParamPartialsLaunch(rows, n);
+    dim3 grid(static_cast<unsigned>(c.grid[0]), static_cast<unsigned>(c.grid[1]));
+    normParamPartials<T><<<grid, 256, 0, ctx.stream>>>(dy.as<const T>(), x.as<const T>(), stats, pw,
+                                                       pb, rows, n, rowsPerChunk);
     sumPartials<T><<<blocksFor(n), 256, 0, ctx.stream>>>(pw, dweight.as<T>(), chunks, n);
     if (dbias)
       sumPartials<T><<<blocksFor(n), 256, 0, ctx.stream>>>(pb, dbias->as<T>(), chunks, n);

@@ -250,11 +250,13 @@ TEST(AttentionLaunch, FitsTheH200ForTheTestAndBenchmarkShapes) {
     const char *name;
   };
   const Problem problems[] = {
-      // GPT 1.3B (layers 24, hidden 2048, seq 2048): 16 heads of 128 or 32 heads of 64; the
-      // benchmark's micro-batches 1..8 (bench/, scripts/device-check.sh).
-      {1, 2048, 16, 2048, 16, 128, "gpt-1.3b heads 16 mb 1"},
+      // scripts/device-check.sh's benchmark: GPT 1.3B (hidden 2048, seq 2048) at micro-batch 4,
+      // as 16 heads of 128 or 32 of 64 (and micro-batch 8 for headroom); GPT-2 124M (12 heads
+      // of 64, seq 1024) at micro-batch 16.
+      {4, 2048, 16, 2048, 16, 128, "gpt-1.3b heads 16 mb 4"},
       {8, 2048, 16, 2048, 16, 128, "gpt-1.3b heads 16 mb 8"},
-      {8, 2048, 32, 2048, 32, 64, "gpt-1.3b heads 32 mb 8"},
+      {4, 2048, 32, 2048, 32, 64, "gpt-1.3b heads 32 mb 4"},
+      {16, 1024, 12, 1024, 12, 64, "gpt2-124m mb 16"},
       // The unit tests' and executor tests' shapes (small, odd, grouped-query).
       {2, 32, 4, 32, 4, 16, "test gpt"},
       {3, 17, 4, 33, 2, 40, "test gqa odd"},
@@ -301,8 +303,9 @@ TEST(LaunchLimits, RefuseWhatTheH200Refuses) {
 
 TEST(LaunchLimits, GenericHelpersFitForTheBenchmarkShapes) {
   // The element-wise and row kernels launch blocksFor(n) x 256, rowBlocks(rows) x rowThreads(n)
-  // (up to 256 threads). GPT 1.3B, micro-batch 8: logits 8*2048*50257 elements, the attention
-  // fallback's probabilities 8*32*2048*2048, rows 8*2048 (norms) and 8*32*2048 (softmax).
+  // (up to 256 threads). GPT 1.3B at micro-batch 8 (the benchmark runs 4): logits 8*2048*50257
+  // elements, the attention fallback's probabilities 8*32*2048*2048, rows 8*2048 (norms) and
+  // 8*32*2048 (softmax).
   const int64_t ns[] = {0,
                         1,
                         255,
@@ -321,6 +324,36 @@ TEST(LaunchLimits, GenericHelpersFitForTheBenchmarkShapes) {
     r.block[0] = detail::rowThreads(n);
     EXPECT_EQ(launchLimitError(r), "") << "rowBlocks/rowThreads(" << n << ")";
     EXPECT_EQ(r.block[0] % 32, 0);
+  }
+}
+
+TEST(LaunchLimits, TransposeNormAndGroupedGemmFitForTheBenchmarkShapes) {
+  // Transposes of the last two dims: GPT 1.3B weights [2048, 8192], the embedding [50257, 2048],
+  // attention's [mb * heads, 2048, 64]; a batch past grid.z; tiles past grid.y (gather instead).
+  struct T3 {
+    int64_t batch, rows, cols;
+  };
+  for (T3 t : {T3{1, 2048, 8192}, T3{1, 50257, 2048}, T3{8 * 32, 2048, 64}, T3{1000000, 3, 5},
+               T3{1, 65535 * 32, 7}}) {
+    LaunchConfig c = detail::transposeLastTwoLaunch(t.batch, t.rows, t.cols);
+    ASSERT_GT(c.grid[0], 0) << t.rows << " rows";
+    EXPECT_EQ(launchLimitError(c), "") << t.batch << " x " << t.rows << " x " << t.cols;
+    EXPECT_GE(c.grid[0] * 32, t.cols);
+    EXPECT_GE(c.grid[1] * 32, t.rows);
+  }
+  EXPECT_EQ(detail::transposeLastTwoLaunch(1, 65535 * 32 + 1, 7).grid[0], 0); // gathered instead
+  // Norm gradients: rows = micro-batch 8 x seq 2048, hidden 2048; and far more rows.
+  for (int64_t rows : {int64_t(1), int64_t(33), int64_t(8) * 2048, int64_t(1) << 40}) {
+    LaunchConfig c = detail::normParamPartialsLaunch(rows, 2048);
+    EXPECT_EQ(launchLimitError(c), "") << rows << " rows";
+    detail::NormChunks k = detail::normGradChunks(rows);
+    EXPECT_LE(k.chunks, 1024);
+    EXPECT_GE(k.chunks * k.rowsPerChunk, rows);
+  }
+  // Grouped GEMM: 8 experts over 16384 tokens x 8192, and sizes past every cap.
+  for (int64_t scale : {int64_t(1), int64_t(1) << 30}) {
+    LaunchConfig c = detail::groupedGemmLaunch(8 * scale, 16384 * scale, 8192 * scale, 64, 64, 256);
+    EXPECT_EQ(launchLimitError(c), "") << "scale " << scale;
   }
 }
 
