@@ -182,7 +182,7 @@ StatusOr<Results> calibrate(const Options &options) {
     if (!devices.isOk())
       return Status::error("calibrate --backend cuda: no usable CUDA device: " +
                            devices.status().message());
-    int index = cuda::defaultDeviceFor(sync.rank());
+    ASSIGN_OR_RETURN(int index, cuda::defaultDeviceFor(sync.rank()));
     ASSIGN_OR_RETURN(GpuInfo gpu, gpuInfo(index));
     r.deviceName = gpu.name;
     r.memoryBytes = gpu.memoryBytes;

@@ -2,17 +2,21 @@
 // (runtime/exec/CpuExecutor.cpp): one device arena, constants and parameters copied in and state
 // zeroed at creation, a function's instructions enqueued in order on one stream (the cuda::
 // kernels, NVRTC-fused elementwise runs, multi-tensor AdamW, NCCL collectives), then one
-// synchronization per function run that also reads the kernels' error flag.
+// synchronization per function run that also reads the kernels' error flag. MEGAC_CUDA_SYNC_EACH=1
+// synchronizes and reads the flag after every launch instead, so that a device fault (an illegal
+// address, a kernel's error flag) names its instruction, opcode and location, not just the run.
 //
-// Hangs: unlike the host communicators, nothing here times out. A peer that never joins an NCCL
-// collective or transfer (or ncclCommInitRank at creation) blocks the synchronization at the end
-// of the run in NCCL's kernels; an NCCL_TIMEOUT-style watchdog (ncclCommGetAsyncError polling
-// and ncclCommAbort) is not implemented (NcclCommunicator.h).
+// Hangs: NCCL calls are watched (NcclCommunicator.h, runtime/comm/CommWatchdog.h): a peer that
+// never joins a collective, a receive or the communicators' creation fails after --comm-timeout
+// with an error naming the rank, operation and group, and every communicator of the rank is
+// aborted. Nothing times out a kernel of megac's own: one that never ends blocks the
+// synchronization at the end of the run.
 #include "runtime/cuda/CudaExecutor.h"
 
 #include "runtime/cuda/CudaDispatch.h"
 
 #include "runtime/cuda/Device.h"
+#include "runtime/cuda/ExecutorSupport.h"
 #include "runtime/cuda/Fusion.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/NcclCommunicator.h"
@@ -62,6 +66,18 @@ struct Step {
   size_t fused = 0; // index into fusedKernels_ (Kind::fused)
 };
 
+StepKind kindOf(const Step &step) {
+  switch (step.kind) {
+  case Step::Kind::fused:
+    return StepKind::fused;
+  case Step::Kind::adamw:
+    return StepKind::adamw;
+  case Step::Kind::single:
+    break;
+  }
+  return StepKind::single;
+}
+
 /// How a function runs on the device: its launch steps and whether it has a Recv.
 struct Launch {
   std::vector<Step> steps;
@@ -94,6 +110,7 @@ private:
   Status runFunction(size_t index) override;
   Status runStep(const Function &f, const Step &step);
   Status checkDeviceErrors(size_t function);
+  Status checkStep(size_t function, const Step &step);
   Status execute(const fb::Instruction &inst);
 
   std::vector<Launch> launches_; // per function
@@ -107,6 +124,7 @@ private:
   std::unique_ptr<exec::ScratchArena> scratch_;
   std::unique_ptr<NcclCommunicator> nccl_;
   std::chrono::seconds commTimeout_{300};
+  bool syncEach_ = false; // MEGAC_CUDA_SYNC_EACH=1
 };
 
 CudaExecutor::~CudaExecutor() {
@@ -137,11 +155,19 @@ Status CudaExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options
   RETURN_IF_ERROR(loadProgram(plan, options));
   trace_ = options.trace;
   commTimeout_ = options.commTimeout;
+  ASSIGN_OR_RETURN(syncEach_, syncEachRequested(std::getenv("MEGAC_CUDA_SYNC_EACH")));
+  if (syncEach_ && rank_ == 0)
+    std::fprintf(stderr, "megac: MEGAC_CUDA_SYNC_EACH=1: synchronizing after every instruction "
+                         "(slow; a device fault names its instruction)\n");
   StatusOr<int> usable = usableDevices();
   if (!usable.isOk())
     return Status::error("no usable CUDA device: " + usable.status().message());
   int devices = *usable;
-  device_ = options.device >= 0 ? options.device : defaultDeviceFor(rank_);
+  if (options.device >= 0) {
+    device_ = options.device;
+  } else {
+    ASSIGN_OR_RETURN(device_, defaultDeviceFor(rank_));
+  }
   if (device_ >= devices)
     return Status::error("CUDA device " + std::to_string(device_) + " does not exist (" +
                          std::to_string(devices) + " usable)");
@@ -387,14 +413,13 @@ Status CudaExecutor::runFunction(size_t index) {
   for (const Step &step : launches_[index].steps) {
     status = runStep(fn, step);
     if (!status.isOk()) {
-      std::string where = describeInstruction(*program_, programIndex_, index, step.first);
-      if (step.kind == Step::Kind::fused)
-        where += " (fused with the " + std::to_string(step.count - 1) + " instructions after it)";
-      else if (step.kind == Step::Kind::adamw)
-        where += " (with the " + std::to_string(step.count - 1) + " AdamW instructions after it)";
-      status = Status::error(where + ": " + status.message());
+      status = Status::error(
+          describeStep(*program_, programIndex_, index, step.first, step.count, kindOf(step)) +
+          ": " + status.message());
       break;
     }
+    if (syncEach_ && !(status = checkStep(index, step)).isOk())
+      break;
   }
   cudaError_t synced = cudaStreamSynchronize(ctx_.stream);
   if (tracing)
@@ -411,6 +436,30 @@ Status CudaExecutor::runFunction(size_t index) {
   RETURN_IF_ERROR(checkDeviceErrors(index));
   lastRun_ = index;
   return Status::ok();
+}
+
+// MEGAC_CUDA_SYNC_EACH=1: after each launch, the stream's error (an illegal address is sticky:
+// every later call fails too, so the first one found is the one to name) and the error flag.
+Status CudaExecutor::checkStep(size_t function, const Step &step) {
+  cudaError_t error = cudaStreamSynchronize(ctx_.stream);
+  if (error == cudaSuccess)
+    error = cudaGetLastError();
+  if (error != cudaSuccess)
+    return Status::error(syncEachFailure(*program_, programIndex_, function, step.first, step.count,
+                                         kindOf(step), cudaGetErrorName(error),
+                                         cudaGetErrorString(error), device_));
+  int code = 0;
+  CUDA_TRY(cudaMemcpyAsync(&code, ctx_.errors, sizeof code, cudaMemcpyDeviceToHost, ctx_.stream),
+           "cudaMemcpyAsync (error flag)");
+  CUDA_TRY(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize");
+  if (code == 0)
+    return Status::ok();
+  CUDA_TRY(cudaMemsetAsync(ctx_.errors, 0, sizeof(int), ctx_.stream),
+           "cudaMemsetAsync (error flag)");
+  return Status::error(
+      describeStep(*program_, programIndex_, function, step.first, step.count, kindOf(step)) +
+      ": " + deviceErrorMessage(static_cast<DeviceError>(code)) +
+      " (MEGAC_CUDA_SYNC_EACH=1 read the kernels' error flag after every instruction before it)");
 }
 
 // Reads (and clears) the kernels' error flag after a run. The flag does not say which
@@ -534,14 +583,11 @@ Status CudaExecutor::execute(const fb::Instruction &inst) {
 
 } // namespace
 
-int defaultDeviceFor(int rank) {
-  int local = rank;
-  if (const char *env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"))
-    local = std::atoi(env);
+StatusOr<int> defaultDeviceFor(int rank) {
   StatusOr<int> devices = usableDevices();
-  if (!devices.isOk() || *devices < 1)
-    return 0;
-  return (local % *devices + *devices) % *devices;
+  if (!devices.isOk())
+    return Status::error("no usable CUDA device: " + devices.status().message());
+  return deviceForLocalRank(launcherEnvironment(), rank, *devices);
 }
 
 StatusOr<std::unique_ptr<Executor>> createCudaExecutor(const LoadedPlan &plan,

@@ -7,12 +7,16 @@
 
 namespace megac::runtime::cuda {
 
-/// The device the executor of `rank` uses when ExecutorOptions::device is -1: the local rank
-/// (OMPI_COMM_WORLD_LOCAL_RANK, else the rank) modulo the devices.
-int defaultDeviceFor(int rank);
+/// The device the executor of `rank` uses when ExecutorOptions::device is -1: its local rank
+/// from the launcher's variables, or an error when the node has more local ranks than visible
+/// devices (deviceForLocalRank, runtime/cuda/ExecutorSupport.h).
+StatusOr<int> defaultDeviceFor(int rank);
 
 /// An executor for `plan` on the GPU. Errors: the backend not built, no usable device (one
 /// line), or the plan's (as the CPU executor's).
+///
+/// MEGAC_CUDA_SYNC_EACH=1 synchronizes after every launch and reads the kernels' error flag, so
+/// that a device fault names the instruction that raised it (slow: for locating faults).
 StatusOr<std::unique_ptr<Executor>> createCudaExecutor(const LoadedPlan &plan,
                                                        const ExecutorOptions &options);
 

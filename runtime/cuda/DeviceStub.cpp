@@ -13,7 +13,7 @@ bool backendBuilt() { return false; }
 StatusOr<int> usableDevices() { return Status::error(kNotBuilt); }
 StatusOr<std::string> describeDevice(int) { return Status::error(kNotBuilt); }
 double peakBf16Flops(int) { return 0; }
-int defaultDeviceFor(int) { return 0; }
+StatusOr<int> defaultDeviceFor(int) { return Status::error(kNotBuilt); }
 StatusOr<std::unique_ptr<Executor>> createCudaExecutor(const LoadedPlan &,
                                                        const ExecutorOptions &) {
   return Status::error(kNotBuilt);
