@@ -12,12 +12,15 @@
 #include "tests/unit/cuda/FusionPlans.h"
 #include "tests/unit/runtime/TestUtil.h"
 
+#include <cuda.h> // CUDA_VERSION: the toolkit whose nvcc compiled the unfused kernels
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <nvrtc.h>
 
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -268,12 +271,54 @@ Status runUnfused(const cuda::Context &ctx, const fb::Program &program, const fb
   return cuda::exec::dispatch(inst, in, out, ctx, nullptr, oneRank, 0);
 }
 
+/// NVRTC compiles the fused kernels on the GPU machine with its own libdevice; nvcc compiled the
+/// unfused ones here. When the two are different CUDA releases (the machine's libnvrtc is not
+/// staged), their transcendentals (expf, tanhf, erff, powf: within 2-4 ulp of exact in each) may
+/// differ in the last bits, while correctly rounded ops (+ - * /, sqrt, min, max, casts) cannot.
+/// Returns "" when they are the same release, else what differs.
+std::string nvrtcToolkitSkew() {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS)
+    return "nvrtcVersion failed";
+  int toolkitMajor = CUDA_VERSION / 1000, toolkitMinor = (CUDA_VERSION % 1000) / 10;
+  if (major == toolkitMajor && minor == toolkitMinor)
+    return "";
+  return "NVRTC " + std::to_string(major) + "." + std::to_string(minor) + ", nvcc's toolkit " +
+         std::to_string(toolkitMajor) + "." + std::to_string(toolkitMinor);
+}
+
+/// Two libdevice releases each within 2 ulp (powf 4) of the exact result differ by at most the
+/// sum; the chains of the test plans have at most three such ops with condition <= 3, so the
+/// bounds of the glibc comparisons above (derived for a 2-ulp and a 1-ulp library) hold with
+/// room: f32 rtol 1e-5, f64 1e-13; half types one rounding flip of their ulp, twice, almost every
+/// element still bit-exact.
+Tolerance libdeviceSkewTolerance(DType dtype) {
+  switch (dtype) {
+  case DType::f32:
+    return {1e-5, 1e-6};
+  case DType::f64:
+    return {1e-13, 1e-15};
+  case DType::bf16:
+    return {1.0 / 32, 1.0 / 128, 0.99};
+  case DType::f16:
+    return {1.0 / 256, 1.0 / 1024, 0.99};
+  default:
+    return {};
+  }
+}
+
 } // namespace
 
 // Same libdevice functions, same expressions, same rounding points, and no FMA across two ops:
 // the fused kernel stores what the unfused kernels store, every bit (NaN: any NaN, as the
-// unfused Cast keeps payloads and PTX cvt does not). Every test plan, transcendentals included.
+// unfused Cast keeps payloads and PTX cvt does not). Every test plan, transcendentals included,
+// when NVRTC and nvcc are the same release; otherwise the plans with transcendentals are held to
+// libdeviceSkewTolerance and the correctly rounded ones still to every bit.
 TEST(FusedKernel, MatchesTheUnfusedCudaKernelsBitForBit) {
+  const std::string skew = nvrtcToolkitSkew();
+  if (!skew.empty())
+    std::printf("note: %s: transcendentals compared within libdevice's ulp bounds\n",
+                skew.c_str());
   int *errors = nullptr;
   CUDA_OK(cudaMalloc(&errors, sizeof(int)));
   CUDA_OK(cudaMemset(errors, 0, sizeof(int)));
@@ -317,8 +362,14 @@ TEST(FusedKernel, MatchesTheUnfusedCudaKernelsBitForBit) {
     CUDA_OK(cudaMemcpy(got.data(), fused, arena.size(), cudaMemcpyDeviceToHost));
     CUDA_OK(cudaFree(unfused));
     CUDA_OK(cudaFree(fused));
-    for (uint32_t b : group.outputs)
-      expectMatches(program, b, got, want, {});
+    const bool correctlyRounded = plan.name.rfind("simple", 0) == 0 ||
+                                  plan.name == "logical" || plan.name == "in place";
+    for (uint32_t b : group.outputs) {
+      Tolerance tol;
+      if (!skew.empty() && !correctlyRounded)
+        tol = libdeviceSkewTolerance(static_cast<DType>(program.buffers()->Get(b)->dtype()));
+      expectMatches(program, b, got, want, tol);
+    }
   }
   int deviceError = 0;
   CUDA_OK(cudaMemcpy(&deviceError, errors, sizeof(int), cudaMemcpyDeviceToHost));
