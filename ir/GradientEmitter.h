@@ -9,6 +9,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 
 #include <cassert>
+#include <utility>
 
 namespace mega::grad {
 
@@ -112,16 +113,36 @@ struct Emitter {
   }
 };
 
-/// For an op with one result: true (and null operand gradients) when that result has none.
-inline bool noIncoming(Operation *op, ArrayRef<Value> resultGrads,
-                       SmallVectorImpl<Value> &operandGrads) {
-  if (resultGrads.size() == 1 && resultGrads[0])
-    return false;
-  operandGrads.append(op->getNumOperands(), Value());
-  return true;
+/// The gradients a rule's math returns: one per operand, in operand order (null: none).
+using Grads = SmallVector<Value, 4>;
+
+/// The preamble every rule of a one-result op shares, so that a rule states only its math.
+/// With no incoming gradient, or when one of `floats` (the values whose element type makes the
+/// op differentiable: a shape op's input, a gather's data) is not a float tensor, every operand
+/// gets none. Otherwise `math(e, g)`, given an emitter at the op and the result's gradient `g`,
+/// returns the operands' gradients: `Grads`, or `FailureOr<Grads>` for a rule that can fail
+/// (after a diagnostic on the op).
+template <typename Math>
+LogicalResult vjp(Operation *op, OpBuilder &b, ArrayRef<Value> resultGrads,
+                  SmallVectorImpl<Value> &operandGrads, ArrayRef<Value> floats, Math &&math) {
+  if (resultGrads.size() != 1 || !resultGrads[0] || !llvm::all_of(floats, isFloatTensor)) {
+    operandGrads.append(op->getNumOperands(), Value());
+    return success();
+  }
+  Emitter e{b, op->getLoc()};
+  FailureOr<Grads> grads = math(e, resultGrads[0]);
+  if (failed(grads))
+    return failure();
+  assert(grads->size() == op->getNumOperands() && "one gradient per operand");
+  operandGrads.append(grads->begin(), grads->end());
+  return success();
 }
 
-/// `g` where the operand is a float tensor, else null (integer and i1 operands have none).
-inline Value ifFloat(Value operand, Value g) { return isFloatTensor(operand) ? g : Value(); }
+/// `vjp` of an op differentiable whatever its operands' types.
+template <typename Math>
+LogicalResult vjp(Operation *op, OpBuilder &b, ArrayRef<Value> resultGrads,
+                  SmallVectorImpl<Value> &operandGrads, Math &&math) {
+  return vjp(op, b, resultGrads, operandGrads, {}, std::forward<Math>(math));
+}
 
 } // namespace mega::grad

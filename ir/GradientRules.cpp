@@ -26,12 +26,9 @@ using Rule = llvm::function_ref<Value(Emitter &e, Value g, Value x, Value y)>;
 /// A one-operand, one-result op: dx = rule(dy, x, y).
 LogicalResult unary(Operation *op, OpBuilder &b, ArrayRef<Value> resultGrads,
                     SmallVectorImpl<Value> &operandGrads, Rule rule) {
-  if (noIncoming(op, resultGrads, operandGrads))
-    return success();
-  Emitter e{b, op->getLoc()};
   Value x = op->getOperand(0);
-  operandGrads.push_back(isFloatTensor(x) ? rule(e, resultGrads[0], x, op->getResult(0)) : Value());
-  return success();
+  return vjp(op, b, resultGrads, operandGrads, {x},
+             [&](Emitter &e, Value g) -> Grads { return {rule(e, g, x, op->getResult(0))}; });
 }
 
 /// A two-operand elementwise op: (dx, dy) = (lhsRule, rhsRule)(dz, x, y), with z the result
@@ -40,18 +37,11 @@ using BinaryRule =
     llvm::function_ref<std::pair<Value, Value>(Emitter &e, Value g, Value x, Value y, Value z)>;
 LogicalResult binary(Operation *op, OpBuilder &b, ArrayRef<Value> resultGrads,
                      SmallVectorImpl<Value> &operandGrads, BinaryRule rule) {
-  if (noIncoming(op, resultGrads, operandGrads))
-    return success();
   Value x = op->getOperand(0), y = op->getOperand(1);
-  if (!isFloatTensor(x)) {
-    operandGrads.append(2, Value());
-    return success();
-  }
-  Emitter e{b, op->getLoc()};
-  auto [dx, dy] = rule(e, resultGrads[0], x, y, op->getResult(0));
-  operandGrads.push_back(dx);
-  operandGrads.push_back(dy);
-  return success();
+  return vjp(op, b, resultGrads, operandGrads, {x}, [&](Emitter &e, Value g) -> Grads {
+    auto [dx, dy] = rule(e, g, x, y, op->getResult(0));
+    return {dx, dy};
+  });
 }
 
 /// Gradients of max (or min, with `wins` = lt) of two tensors: the winner takes the gradient,
@@ -224,18 +214,10 @@ LogicalResult MinOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
 
 LogicalResult WhereOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                      SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  operandGrads.push_back(Value()); // the condition
-  if (!isFloatTensor(getResult())) {
-    operandGrads.append(2, Value());
-    return success();
-  }
-  Emitter e{b, getLoc()};
-  Value g = resultGrads[0], zero = e.constantLike(g, 0);
-  operandGrads.push_back(e.where(getCond(), g, zero));
-  operandGrads.push_back(e.where(getCond(), zero, g));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, {getResult()}, [&](Emitter &e, Value g) -> Grads {
+    Value zero = e.constantLike(g, 0);
+    return {Value() /* the condition */, e.where(getCond(), g, zero), e.where(getCond(), zero, g)};
+  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -246,13 +228,10 @@ LogicalResult WhereOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
 // dims its operand was broadcast along.
 LogicalResult MatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Emitter e{b, getLoc()};
-  Value g = resultGrads[0];
-  operandGrads.push_back(e.sumTo(e.matmul(g, e.transposeLast2(getRhs())), getLhs().getType()));
-  operandGrads.push_back(e.sumTo(e.matmul(e.transposeLast2(getLhs()), g), getRhs().getType()));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &e, Value g) -> Grads {
+    return {e.sumTo(e.matmul(g, e.transposeLast2(getRhs())), getLhs().getType()),
+            e.sumTo(e.matmul(e.transposeLast2(getLhs()), g), getRhs().getType())};
+  });
 }
 
 /// Whether a constant integer tensor has no negative entry.
@@ -284,316 +263,245 @@ static Value wrapIndices(Emitter &e, Value indices, int64_t n) {
 // projection, as Falcon's, is a gather on axis 2 or 3).
 LogicalResult GatherOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (!isFloatTensor(getData())) {
-    operandGrads.append(2, Value());
-    return success();
-  }
-  auto data = getData().getType();
-  int64_t rank = data.getRank();
-  std::optional<int64_t> normalized = shape::normalizeAxis(static_cast<int64_t>(getAxis()), rank);
-  if (!normalized)
-    return emitOpError() << "axis " << getAxis() << " is out of range for rank " << rank;
-  int64_t axis = *normalized;
-  Emitter e{b, getLoc()};
-  ArrayRef<int64_t> ids = getIndices().getType().getShape();
-  int64_t nIds = static_cast<int64_t>(ids.size());
-  // The result is [data[:axis], ids, data[axis+1:]]; bring the ids' dims to the front.
-  Value g = resultGrads[0];
-  if (axis != 0) {
-    SmallVector<int64_t> perm;
-    for (int64_t i = 0; i < nIds; ++i)
-      perm.push_back(axis + i);
-    for (int64_t i = 0; i < axis; ++i)
-      perm.push_back(i);
-    for (int64_t i = axis + nIds; i < rank - 1 + nIds; ++i)
-      perm.push_back(i);
-    g = e.transpose(g, perm);
-  }
-  // The data with `axis` in front: [V, rest...].
-  SmallVector<int64_t> movedShape{data.getShape()[axis]};
-  for (int64_t i = 0; i < rank; ++i)
-    if (i != axis)
-      movedShape.push_back(data.getShape()[i]);
-  int64_t rows = movedShape[0];
-  int64_t rest = shape::numElements(dims(ArrayRef<int64_t>(movedShape).drop_front()));
-  SmallVector<int64_t> rowShape(ids.begin(), ids.end());
-  rowShape.push_back(rest);
-  g = e.reshape(g, rowShape);
-  // embedding_grad takes rows in [0, V); gather also takes [-V, 0).
-  Value rowIds = getIndices();
-  if (!nonNegativeConstant(rowIds))
-    rowIds = wrapIndices(e, rowIds, rows);
-  Value table =
-      EmbeddingGradOp::create(b, getLoc(), withShape(g, {rows, rest}), g, rowIds, ArrayAttr());
-  Value moved = e.reshape(table, movedShape);
-  if (axis != 0) {
-    // Inverse of [axis, 0..axis-1, axis+1..]: dim 0 goes back to position `axis`.
-    SmallVector<int64_t> back;
+  auto math = [&](Emitter &e, Value g) -> FailureOr<Grads> {
+    auto data = getData().getType();
+    int64_t rank = data.getRank();
+    std::optional<int64_t> normalized = shape::normalizeAxis(static_cast<int64_t>(getAxis()), rank);
+    if (!normalized)
+      return emitOpError() << "axis " << getAxis() << " is out of range for rank " << rank;
+    int64_t axis = *normalized;
+    ArrayRef<int64_t> ids = getIndices().getType().getShape();
+    int64_t nIds = static_cast<int64_t>(ids.size());
+    // The result is [data[:axis], ids, data[axis+1:]]; bring the ids' dims to the front.
+    if (axis != 0) {
+      SmallVector<int64_t> perm;
+      for (int64_t i = 0; i < nIds; ++i)
+        perm.push_back(axis + i);
+      for (int64_t i = 0; i < axis; ++i)
+        perm.push_back(i);
+      for (int64_t i = axis + nIds; i < rank - 1 + nIds; ++i)
+        perm.push_back(i);
+      g = e.transpose(g, perm);
+    }
+    // The data with `axis` in front: [V, rest...].
+    SmallVector<int64_t> movedShape{data.getShape()[axis]};
     for (int64_t i = 0; i < rank; ++i)
-      back.push_back(i < axis ? i + 1 : i == axis ? 0 : i);
-    moved = e.transpose(moved, back);
-  }
-  operandGrads.push_back(moved);
-  operandGrads.push_back(Value());
-  return success();
+      if (i != axis)
+        movedShape.push_back(data.getShape()[i]);
+    int64_t rows = movedShape[0];
+    int64_t rest = shape::numElements(dims(ArrayRef<int64_t>(movedShape).drop_front()));
+    SmallVector<int64_t> rowShape(ids.begin(), ids.end());
+    rowShape.push_back(rest);
+    g = e.reshape(g, rowShape);
+    // embedding_grad takes rows in [0, V); gather also takes [-V, 0).
+    Value rowIds = getIndices();
+    if (!nonNegativeConstant(rowIds))
+      rowIds = wrapIndices(e, rowIds, rows);
+    Value table =
+        EmbeddingGradOp::create(b, getLoc(), withShape(g, {rows, rest}), g, rowIds, ArrayAttr());
+    Value moved = e.reshape(table, movedShape);
+    if (axis != 0) {
+      // Inverse of [axis, 0..axis-1, axis+1..]: dim 0 goes back to position `axis`.
+      SmallVector<int64_t> back;
+      for (int64_t i = 0; i < rank; ++i)
+        back.push_back(i < axis ? i + 1 : i == axis ? 0 : i);
+      moved = e.transpose(moved, back);
+    }
+    return Grads{moved, Value()};
+  };
+  return vjp(*this, b, resultGrads, operandGrads, {getData()}, math);
 }
 
 // d data = scatter-add of dy into zeros at the gathered positions (repeated indices add up).
 LogicalResult GatherElementsOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                               SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (!isFloatTensor(getData())) {
-    operandGrads.append(2, Value());
-    return success();
-  }
-  Emitter e{b, getLoc()};
-  Value zeros = e.constantLike(getData(), 0.0);
-  operandGrads.push_back(ScatterElementsOp::create(b, getLoc(), getData().getType(), zeros,
-                                                   getIndices(), resultGrads[0], getAxis(),
-                                                   /*accumulate=*/true));
-  operandGrads.push_back(Value());
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, {getData()}, [&](Emitter &e, Value g) -> Grads {
+    Value zeros = e.constantLike(getData(), 0.0);
+    return {ScatterElementsOp::create(b, getLoc(), getData().getType(), zeros, getIndices(), g,
+                                      getAxis(), /*accumulate=*/true),
+            Value()};
+  });
 }
 
 // Overwrite: d data is dy with the written positions zeroed, d updates is dy gathered at them.
 // Accumulate: d data is dy itself.
 LogicalResult ScatterElementsOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                                SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (!isFloatTensor(getData())) {
-    operandGrads.append(3, Value());
-    return success();
-  }
-  Emitter e{b, getLoc()};
-  Value g = resultGrads[0];
-  operandGrads.push_back(getAccumulate() ? g
-                                         : ScatterElementsOp::create(
-                                               b, getLoc(), g.getType(), g, getIndices(),
-                                               e.constantLike(getUpdates(), 0.0), getAxis(), false)
-                                               .getResult());
-  operandGrads.push_back(Value());
-  operandGrads.push_back(
-      GatherElementsOp::create(b, getLoc(), getUpdates().getType(), g, getIndices(), getAxis()));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, {getData()}, [&](Emitter &e, Value g) -> Grads {
+    Value data =
+        getAccumulate()
+            ? g
+            : ScatterElementsOp::create(b, getLoc(), g.getType(), g, getIndices(),
+                                        e.constantLike(getUpdates(), 0.0), getAxis(), false)
+                  .getResult();
+    return {
+        data, Value(),
+        GatherElementsOp::create(b, getLoc(), getUpdates().getType(), g, getIndices(), getAxis())};
+  });
 }
 
 // As scatter_elements; d updates gathers dy's slices at the index tuples: dy flattened to
 // [prod(data[:k]), rest] and gathered on axis 0 at the tuples' row-major row numbers.
 LogicalResult ScatterNdOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (!isFloatTensor(getData())) {
-    operandGrads.append(3, Value());
-    return success();
-  }
-  Emitter e{b, getLoc()};
-  Value g = resultGrads[0];
-  operandGrads.push_back(getAccumulate()
-                             ? g
-                             : ScatterNdOp::create(b, getLoc(), g.getType(), g, getIndices(),
-                                                   e.constantLike(getUpdates(), 0.0), false)
-                                   .getResult());
-  operandGrads.push_back(Value());
-  auto indices = getIndices().getType();
-  ArrayRef<int64_t> data = getData().getType().getShape();
-  int64_t k = indices.getShape().back();
-  SmallVector<int64_t> tuples(indices.getShape().drop_back());
-  // row = sum_j idx[..., j] * stride_j (negative entries wrapped first: idx + n where idx < 0).
-  auto intType = [&](ArrayRef<int64_t> shape) {
-    return RankedTensorType::get(shape, indices.getElementType());
-  };
-  auto intConstant = [&](ArrayRef<int64_t> shape, int64_t v) {
-    return intSplat(b, getLoc(), intType(shape), v);
-  };
-  Value row;
-  int64_t stride = 1;
-  for (int64_t j = k - 1; j >= 0; --j) {
-    SmallVector<int64_t> starts(indices.getRank(), 0), strides(indices.getRank(), 1);
-    SmallVector<int64_t> limits(indices.getShape());
-    starts.back() = j;
-    limits.back() = j + 1;
-    SmallVector<int64_t> one(tuples);
-    one.push_back(1);
-    Value col = SliceOp::create(b, getLoc(), intType(one), getIndices(), starts, limits, strides);
-    col = e.reshape(col, tuples);
-    Value wrapped = wrapIndices(e, col, data[j]);
-    Value term = stride == 1 ? wrapped : e.mul(wrapped, intConstant(tuples, stride));
-    row = row ? e.add(row, term) : term;
-    stride *= data[j];
-  }
-  int64_t rest = shape::numElements(dims(data.drop_front(k)));
-  Value flat = e.reshape(g, {stride, rest});
-  SmallVector<int64_t> gathered(tuples);
-  gathered.push_back(rest);
-  Value rows = GatherOp::create(b, getLoc(), withShape(g, gathered), flat, row, 0);
-  operandGrads.push_back(e.reshape(rows, getUpdates().getType().getShape()));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, {getData()}, [&](Emitter &e, Value g) -> Grads {
+    Value dataGrad = getAccumulate()
+                         ? g
+                         : ScatterNdOp::create(b, getLoc(), g.getType(), g, getIndices(),
+                                               e.constantLike(getUpdates(), 0.0), false)
+                               .getResult();
+    auto indices = getIndices().getType();
+    ArrayRef<int64_t> data = getData().getType().getShape();
+    int64_t k = indices.getShape().back();
+    SmallVector<int64_t> tuples(indices.getShape().drop_back());
+    // row = sum_j idx[..., j] * stride_j (negative entries wrapped first: idx + n where idx < 0).
+    auto intType = [&](ArrayRef<int64_t> shape) {
+      return RankedTensorType::get(shape, indices.getElementType());
+    };
+    auto intConstant = [&](ArrayRef<int64_t> shape, int64_t v) {
+      return intSplat(b, getLoc(), intType(shape), v);
+    };
+    Value row;
+    int64_t stride = 1;
+    for (int64_t j = k - 1; j >= 0; --j) {
+      SmallVector<int64_t> starts(indices.getRank(), 0), strides(indices.getRank(), 1);
+      SmallVector<int64_t> limits(indices.getShape());
+      starts.back() = j;
+      limits.back() = j + 1;
+      SmallVector<int64_t> one(tuples);
+      one.push_back(1);
+      Value col = SliceOp::create(b, getLoc(), intType(one), getIndices(), starts, limits, strides);
+      col = e.reshape(col, tuples);
+      Value wrapped = wrapIndices(e, col, data[j]);
+      Value term = stride == 1 ? wrapped : e.mul(wrapped, intConstant(tuples, stride));
+      row = row ? e.add(row, term) : term;
+      stride *= data[j];
+    }
+    int64_t rest = shape::numElements(dims(data.drop_front(k)));
+    Value flat = e.reshape(g, {stride, rest});
+    SmallVector<int64_t> gathered(tuples);
+    gathered.push_back(rest);
+    Value rows = GatherOp::create(b, getLoc(), withShape(g, gathered), flat, row, 0);
+    return {dataGrad, Value(), e.reshape(rows, getUpdates().getType().getShape())};
+  });
 }
 
 // y_i = sum_{j<=i} x_j gives dx_j = sum_{i>=j} dy_i: the cumulative sum the other way round
 // (exclusive stays exclusive).
 LogicalResult CumSumOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (!isFloatTensor(getInput())) {
-    operandGrads.push_back(Value());
-    return success();
-  }
-  operandGrads.push_back(CumSumOp::create(b, getLoc(), getInput().getType(), resultGrads[0],
-                                          getAxis(), getExclusive(), !getReverse()));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, {getInput()}, [&](Emitter &, Value g) -> Grads {
+    return {CumSumOp::create(b, getLoc(), getInput().getType(), g, getAxis(), getExclusive(),
+                             !getReverse())};
+  });
 }
 
 // sum: broadcast back; mean: and divide by the count; max/min: to the elements equal to the
 // extremum, split evenly among ties (as torch.amax).
 LogicalResult ReduceOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (!isFloatTensor(getInput())) {
-    operandGrads.push_back(Value());
-    return success();
-  }
-  Emitter e{b, getLoc()};
-  auto input = getInput().getType();
-  SmallVector<int64_t> kept = keptShape(input.getShape(), getAxes());
-  Value g = e.broadcastTo(e.reshape(resultGrads[0], kept), input);
-  switch (getKind()) {
-  case ReduceKind::sum:
-    operandGrads.push_back(g);
-    break;
-  case ReduceKind::mean: {
-    int64_t count = input.getNumElements() / std::max<int64_t>(1, shape::numElements(dims(kept)));
-    operandGrads.push_back(e.scale(g, 1.0 / static_cast<double>(count)));
-    break;
-  }
-  case ReduceKind::max:
-  case ReduceKind::min: {
-    Value extremum = e.broadcastTo(e.reshape(getResult(), kept), input);
-    Value hit = e.indicator(e.compare(ComparePredicate::eq, getInput(), extremum), getInput());
-    Value ties = e.broadcastTo(e.reduceSum(hit, getAxes(), /*keepDims=*/true), input);
-    operandGrads.push_back(e.mul(e.div(g, ties), hit));
-    break;
-  }
-  }
-  return success();
+  auto math = [&](Emitter &e, Value resultGrad) -> Grads {
+    auto input = getInput().getType();
+    SmallVector<int64_t> kept = keptShape(input.getShape(), getAxes());
+    Value g = e.broadcastTo(e.reshape(resultGrad, kept), input);
+    switch (getKind()) {
+    case ReduceKind::sum:
+      return {g};
+    case ReduceKind::mean: {
+      int64_t count = input.getNumElements() / std::max<int64_t>(1, shape::numElements(dims(kept)));
+      return {e.scale(g, 1.0 / static_cast<double>(count))};
+    }
+    case ReduceKind::max:
+    case ReduceKind::min: {
+      Value extremum = e.broadcastTo(e.reshape(getResult(), kept), input);
+      Value hit = e.indicator(e.compare(ComparePredicate::eq, getInput(), extremum), getInput());
+      Value ties = e.broadcastTo(e.reduceSum(hit, getAxes(), /*keepDims=*/true), input);
+      return {e.mul(e.div(g, ties), hit)};
+    }
+    }
+    llvm_unreachable("every reduce kind has a case");
+  };
+  return vjp(*this, b, resultGrads, operandGrads, {getInput()}, math);
 }
 
 LogicalResult SoftmaxOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  operandGrads.push_back(
-      SoftmaxGradOp::create(b, getLoc(), getType(), resultGrads[0], getResult(), getAxis()));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    return {SoftmaxGradOp::create(b, getLoc(), getType(), g, getResult(), getAxis())};
+  });
 }
 
 LogicalResult ReshapeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Emitter e{b, getLoc()};
-  operandGrads.push_back(
-      ifFloat(getInput(), e.reshape(resultGrads[0], getInput().getType().getShape())));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, {getInput()}, [&](Emitter &e, Value g) -> Grads {
+    return {e.reshape(g, getInput().getType().getShape())};
+  });
 }
 
 LogicalResult TransposeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (!isFloatTensor(getInput())) {
-    operandGrads.push_back(Value());
-    return success();
-  }
-  ArrayRef<int64_t> perm = getPerm();
-  SmallVector<int64_t> inverse(perm.size());
-  for (size_t i = 0; i < perm.size(); ++i)
-    inverse[perm[i]] = static_cast<int64_t>(i);
-  Emitter e{b, getLoc()};
-  operandGrads.push_back(e.transpose(resultGrads[0], inverse));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, {getInput()}, [&](Emitter &e, Value g) -> Grads {
+    ArrayRef<int64_t> perm = getPerm();
+    SmallVector<int64_t> inverse(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i)
+      inverse[perm[i]] = static_cast<int64_t>(i);
+    return {e.transpose(g, inverse)};
+  });
 }
 
 // The slice's elements go back where they came from, zeros elsewhere: pad with `starts`
 // before, the stride's gaps between and what is left after.
 LogicalResult SliceOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                      SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (!isFloatTensor(getInput())) {
-    operandGrads.push_back(Value());
-    return success();
-  }
-  Emitter e{b, getLoc()};
-  auto input = getInput().getType();
-  auto out = getType().getShape();
-  if (getType().getNumElements() == 0) {
-    operandGrads.push_back(e.constant(input, 0));
-    return success();
-  }
-  SmallVector<int64_t> low, high, interior;
-  for (size_t d = 0; d < out.size(); ++d) {
-    int64_t start = getStarts()[d], stride = getStrides()[d];
-    int64_t last = start + (out[d] - 1) * stride;
-    low.push_back(start);
-    high.push_back(input.getShape()[d] - 1 - last);
-    interior.push_back(stride - 1);
-  }
-  operandGrads.push_back(PadOp::create(b, getLoc(), input, resultGrads[0], low, high, interior));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, {getInput()}, [&](Emitter &e, Value g) -> Grads {
+    auto input = getInput().getType();
+    auto out = getType().getShape();
+    if (getType().getNumElements() == 0)
+      return {e.constant(input, 0)};
+    SmallVector<int64_t> low, high, interior;
+    for (size_t d = 0; d < out.size(); ++d) {
+      int64_t start = getStarts()[d], stride = getStrides()[d];
+      int64_t last = start + (out[d] - 1) * stride;
+      low.push_back(start);
+      high.push_back(input.getShape()[d] - 1 - last);
+      interior.push_back(stride - 1);
+    }
+    return {PadOp::create(b, getLoc(), input, g, low, high, interior)};
+  });
 }
 
 // Each input gets its slice of the gradient along the concat axis.
 LogicalResult ConcatOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (!isFloatTensor(getResult())) {
-    operandGrads.append(getNumOperands(), Value());
-    return success();
-  }
-  auto out = getType().getShape();
-  int64_t axis = *shape::normalizeAxis(static_cast<int64_t>(getAxis()), out.size());
-  int64_t offset = 0;
-  for (Value input : getInputs()) {
-    auto type = cast<RankedTensorType>(input.getType());
-    SmallVector<int64_t> starts(out.size(), 0), limits(out.begin(), out.end()),
-        strides(out.size(), 1);
-    starts[axis] = offset;
-    limits[axis] = offset + type.getShape()[axis];
-    offset = limits[axis];
-    operandGrads.push_back(
-        SliceOp::create(b, getLoc(), type, resultGrads[0], starts, limits, strides));
-  }
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, {getResult()}, [&](Emitter &, Value g) {
+    auto out = getType().getShape();
+    int64_t axis = *shape::normalizeAxis(static_cast<int64_t>(getAxis()), out.size());
+    int64_t offset = 0;
+    Grads grads;
+    for (Value input : getInputs()) {
+      auto type = cast<RankedTensorType>(input.getType());
+      SmallVector<int64_t> starts(out.size(), 0), limits(out.begin(), out.end()),
+          strides(out.size(), 1);
+      starts[axis] = offset;
+      limits[axis] = offset + type.getShape()[axis];
+      offset = limits[axis];
+      grads.push_back(SliceOp::create(b, getLoc(), type, g, starts, limits, strides));
+    }
+    return grads;
+  });
 }
 
 LogicalResult BroadcastOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Emitter e{b, getLoc()};
-  operandGrads.push_back(ifFloat(getInput(), e.sumTo(resultGrads[0], getInput().getType())));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, {getInput()},
+             [&](Emitter &e, Value g) -> Grads { return {e.sumTo(g, getInput().getType())}; });
 }
 
 // Back to the input's precision; an integer or i1 input has no gradient.
 LogicalResult CastOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (!isFloatTensor(getInput()) || !isFloatTensor(getResult())) {
-    operandGrads.push_back(Value());
-    return success();
-  }
-  operandGrads.push_back(
-      CastOp::create(b, getLoc(), getInput().getType(), resultGrads[0]).getResult());
-  return success();
+  auto math = [&](Emitter &, Value g) -> Grads {
+    return {CastOp::create(b, getLoc(), getInput().getType(), g).getResult()};
+  };
+  return vjp(*this, b, resultGrads, operandGrads, {getInput(), getResult()}, math);
 }

@@ -20,24 +20,20 @@ LogicalResult TopKMaskOp::buildGradient(OpBuilder &, ArrayRef<Value>,
 // dw[t,e] = dot(dy[e,t], x[t]) on active entries.
 LogicalResult MoeDispatchOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                            SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Value g = resultGrads[0], x = getInput(), w = getWeights();
-  operandGrads.push_back(MoeCombineOp::create(b, getLoc(), x.getType(), g, w));
-  operandGrads.push_back(MoeRowDotOp::create(b, getLoc(), w.getType(), g, x, w));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    return {MoeCombineOp::create(b, getLoc(), getInput().getType(), g, getWeights()),
+            MoeRowDotOp::create(b, getLoc(), getWeights().getType(), g, getInput(), getWeights())};
+  });
 }
 
 // y[t] = sum_e w[t,e] x[e,t]: dx[e,t] = w[t,e] dy[t] = moe_dispatch(dy, w);
 // dw[t,e] = dot(x[e,t], dy[t]) on active entries (x is 0 on the others).
 LogicalResult MoeCombineOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                           SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Value g = resultGrads[0], x = getInput(), w = getWeights();
-  operandGrads.push_back(MoeDispatchOp::create(b, getLoc(), x.getType(), g, w));
-  operandGrads.push_back(MoeRowDotOp::create(b, getLoc(), w.getType(), x, g, w));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    return {MoeDispatchOp::create(b, getLoc(), getInput().getType(), g, getWeights()),
+            MoeRowDotOp::create(b, getLoc(), getWeights().getType(), getInput(), g, getWeights())};
+  });
 }
 
 // y[e,t] = x[e,t] W[e]^T: dx[e,t] = dy[e,t] W[e] (moe_matmul with the weight transposed),
@@ -45,36 +41,33 @@ LogicalResult MoeCombineOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGr
 // The routing weights only select rows: no gradient.
 LogicalResult MoeMatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Value g = resultGrads[0], x = getInput(), w = getWeight(), mask = getWeights();
-  bool transposed = getTransposeWeight();
-  operandGrads.push_back(MoeMatmulOp::create(b, getLoc(), x.getType(), g, w, mask, getTopk(),
-                                             !transposed, getGlobalExpertsAttr()));
-  Value lhs = transposed ? x : g, rhs = transposed ? g : x;
-  operandGrads.push_back(MoeMatmulWeightGradOp::create(b, getLoc(), w.getType(), lhs, rhs, mask,
-                                                       getTopk(), getGlobalExpertsAttr()));
-  operandGrads.push_back(Value());
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    Value x = getInput(), w = getWeight(), mask = getWeights();
+    bool transposed = getTransposeWeight();
+    Value lhs = transposed ? x : g, rhs = transposed ? g : x;
+    return {MoeMatmulOp::create(b, getLoc(), x.getType(), g, w, mask, getTopk(), !transposed,
+                                getGlobalExpertsAttr()),
+            MoeMatmulWeightGradOp::create(b, getLoc(), w.getType(), lhs, rhs, mask, getTopk(),
+                                          getGlobalExpertsAttr()),
+            Value()};
+  });
 }
 
 // Identity on the input; the aux term's gradient is the loss's seed, which the autodiff pass
 // gives it (passes/training/TrainingAutodiff.cpp), not the input's gradient.
-LogicalResult AddAuxLossOp::buildGradient(OpBuilder &, ArrayRef<Value> resultGrads,
+LogicalResult AddAuxLossOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                           SmallVectorImpl<Value> &operandGrads) {
-  operandGrads.push_back(resultGrads.empty() ? Value() : resultGrads[0]);
-  operandGrads.push_back(Value());
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [](Emitter &, Value g) -> Grads {
+    return {g, Value()};
+  });
 }
 
 // The identity globally: the gradient goes back the other way over the same routing.
 LogicalResult MoeExchangeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                            SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  auto back = MoeExchangeOp::create(b, getLoc(), getInput().getType(), resultGrads[0],
-                                    getTokenMask(), getExpertMask(), getMesh(), getAxes(),
-                                    !getToExperts());
-  operandGrads.append({back.getResult(), Value(), Value()});
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    auto back = MoeExchangeOp::create(b, getLoc(), getInput().getType(), g, getTokenMask(),
+                                      getExpertMask(), getMesh(), getAxes(), !getToExperts());
+    return {back.getResult(), Value(), Value()};
+  });
 }

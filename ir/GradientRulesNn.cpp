@@ -14,81 +14,71 @@ using namespace mega::grad;
 // the forward), dW = dy^T x over all rows, db = the row sum of dy.
 LogicalResult LinearOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Emitter e{b, getLoc()};
-  Value g = resultGrads[0], x = getInput(), w = getWeight();
-  int64_t out = getWeight().getType().getShape()[0], in = getWeight().getType().getShape()[1];
-  int64_t rows = shape::numElements(dims(getType().getShape().drop_back()));
-  Value wt = e.transpose(w, {1, 0});
-  operandGrads.push_back(LinearOp::create(b, getLoc(), x.getType(), g, wt, Value()));
-  Value g2 = e.reshape(g, {rows, out}), x2 = e.reshape(x, {rows, in});
-  operandGrads.push_back(e.matmul(e.transposeLast2(g2), x2));
-  if (getBias())
-    operandGrads.push_back(e.reduceSum(g2, {0}, /*keepDims=*/false));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &e, Value g) {
+    Value x = getInput(), w = getWeight();
+    int64_t out = getWeight().getType().getShape()[0], in = getWeight().getType().getShape()[1];
+    int64_t rows = shape::numElements(dims(getType().getShape().drop_back()));
+    Value wt = e.transpose(w, {1, 0});
+    Grads grads{LinearOp::create(b, getLoc(), x.getType(), g, wt, Value())};
+    Value g2 = e.reshape(g, {rows, out}), x2 = e.reshape(x, {rows, in});
+    grads.push_back(e.matmul(e.transposeLast2(g2), x2));
+    if (getBias())
+      grads.push_back(e.reduceSum(g2, {0}, /*keepDims=*/false));
+    return grads;
+  });
 }
 
 LogicalResult EmbeddingOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  operandGrads.push_back(
-      EmbeddingGradOp::create(b, getLoc(), getTable().getType(), resultGrads[0], getIds(),
-                              getVocabAxesAttr()));
-  operandGrads.push_back(Value());
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    return {
+        EmbeddingGradOp::create(b, getLoc(), getTable().getType(), g, getIds(), getVocabAxesAttr()),
+        Value()};
+  });
 }
 
 LogicalResult LayerNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Type w = getWeight().getType();
-  auto grad = LayerNormGradOp::create(b, getLoc(), getInput().getType(), w, w, resultGrads[0],
-                                      getInput(), getWeight(), getEpsilon());
-  operandGrads.push_back(grad.getInputGrad());
-  operandGrads.push_back(grad.getWeightGrad());
-  if (getBias())
-    operandGrads.push_back(grad.getBiasGrad());
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) {
+    Type w = getWeight().getType();
+    auto grad = LayerNormGradOp::create(b, getLoc(), getInput().getType(), w, w, g, getInput(),
+                                        getWeight(), getEpsilon());
+    Grads grads{grad.getInputGrad(), grad.getWeightGrad()};
+    if (getBias())
+      grads.push_back(grad.getBiasGrad());
+    return grads;
+  });
 }
 
 LogicalResult RmsNormOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  auto grad = RmsNormGradOp::create(b, getLoc(), getInput().getType(), getWeight().getType(),
-                                    resultGrads[0], getInput(), getWeight(), getEpsilon());
-  operandGrads.push_back(grad.getInputGrad());
-  operandGrads.push_back(grad.getWeightGrad());
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    auto grad = RmsNormGradOp::create(b, getLoc(), getInput().getType(), getWeight().getType(), g,
+                                      getInput(), getWeight(), getEpsilon());
+    return {grad.getInputGrad(), grad.getWeightGrad()};
+  });
 }
 
 LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Value mask = getMask();
-  Type maskType = mask ? mask.getType() : Type();
-  auto grad = AttentionGradOp::create(b, getLoc(), getQuery().getType(), getKey().getType(),
-                                      getValue().getType(), maskType, resultGrads[0], getQuery(),
-                                      getKey(), getValue(), mask, getCausalAttr(), getScaleAttr());
-  operandGrads.push_back(grad.getQueryGrad());
-  operandGrads.push_back(grad.getKeyGrad());
-  operandGrads.push_back(grad.getValueGrad());
-  if (mask)
-    operandGrads.push_back(grad.getMaskGrad());
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) {
+    Value mask = getMask();
+    Type maskType = mask ? mask.getType() : Type();
+    auto grad = AttentionGradOp::create(b, getLoc(), getQuery().getType(), getKey().getType(),
+                                        getValue().getType(), maskType, g, getQuery(), getKey(),
+                                        getValue(), mask, getCausalAttr(), getScaleAttr());
+    Grads grads{grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()};
+    if (mask)
+      grads.push_back(grad.getMaskGrad());
+    return grads;
+  });
 }
 
 LogicalResult GeluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  operandGrads.push_back(
-      GeluGradOp::create(b, getLoc(), getType(), getApproximation(), resultGrads[0], getInput()));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    return {GeluGradOp::create(b, getLoc(), getType(), getApproximation(), g, getInput())};
+  });
 }
 
 // silu'(x) = s + x s (1 - s) = (s - y s) + y with s = sigmoid(x) and y = silu(x) (the forward's
@@ -96,14 +86,12 @@ LogicalResult GeluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
 // fuses into one kernel.
 LogicalResult SiluOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Emitter e{b, getLoc()};
-  Value x = getInput(), y = getResult();
-  Value s = SigmoidOp::create(b, getLoc(), x.getType(), x);
-  Value slope = e.add(e.sub(s, e.mul(y, s)), y);
-  operandGrads.push_back(e.mul(resultGrads[0], slope));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &e, Value g) -> Grads {
+    Value x = getInput(), y = getResult();
+    Value s = SigmoidOp::create(b, getLoc(), x.getType(), x);
+    Value slope = e.add(e.sub(s, e.mul(y, s)), y);
+    return {e.mul(g, slope)};
+  });
 }
 
 namespace {
@@ -132,103 +120,98 @@ Value lastDimConcat(OpBuilder &b, Location loc, Value lhs, Value rhs) {
 // dc = dy x and ds = dy R(x), summed over the dims the tables broadcast along.
 LogicalResult RopeOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                     SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Emitter e{b, getLoc()};
-  Location loc = getLoc();
-  Value g = resultGrads[0], x = getInput(), sin = getSin();
-  int64_t d = tensorOf(x).getShape().back(), half = d / 2;
-  Value swapped = lastDimConcat(b, loc, lastDimSlice(b, loc, sin, half, d),
-                                lastDimSlice(b, loc, sin, 0, half));
-  operandGrads.push_back(
-      RopeOp::create(b, loc, x.getType(), g, getCos(), e.neg(swapped)).getResult());
-  Value rotated = lastDimConcat(b, loc, e.neg(lastDimSlice(b, loc, x, half, d)),
-                                lastDimSlice(b, loc, x, 0, half));
-  operandGrads.push_back(e.sumTo(e.mul(g, x), tensorOf(getCos())));
-  operandGrads.push_back(e.sumTo(e.mul(g, rotated), tensorOf(sin)));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &e, Value g) -> Grads {
+    Location loc = getLoc();
+    Value x = getInput(), sin = getSin();
+    int64_t d = tensorOf(x).getShape().back(), half = d / 2;
+    Value swapped = lastDimConcat(b, loc, lastDimSlice(b, loc, sin, half, d),
+                                  lastDimSlice(b, loc, sin, 0, half));
+    Value dx = RopeOp::create(b, loc, x.getType(), g, getCos(), e.neg(swapped)).getResult();
+    Value rotated = lastDimConcat(b, loc, e.neg(lastDimSlice(b, loc, x, half, d)),
+                                  lastDimSlice(b, loc, x, 0, half));
+    return {dx, e.sumTo(e.mul(g, x), tensorOf(getCos())),
+            e.sumTo(e.mul(g, rotated), tensorOf(sin))};
+  });
 }
 
 LogicalResult CrossEntropyOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                             SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  operandGrads.push_back(CrossEntropyGradOp::create(b, getLoc(), getLogits().getType(),
-                                                    resultGrads[0], getLogits(), getLabels(),
-                                                    getIgnoreIndexAttr(), getVocabAxesAttr()));
-  operandGrads.push_back(Value());
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    return {CrossEntropyGradOp::create(b, getLoc(), getLogits().getType(), g, getLogits(),
+                                       getLabels(), getIgnoreIndexAttr(), getVocabAxesAttr()),
+            Value()};
+  });
 }
 
 // The same elements drop (same seed and stream) and the survivors scale the same way.
 LogicalResult DropoutOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                        SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  operandGrads.push_back(DropoutOp::create(b, getLoc(), getType(), resultGrads[0], getSeed(),
-                                           getRatioAttr(), getStreamAttr()));
-  operandGrads.push_back(Value());
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    return {
+        DropoutOp::create(b, getLoc(), getType(), g, getSeed(), getRatioAttr(), getStreamAttr()),
+        Value()};
+  });
 }
 
 //===----------------------------------------------------------------------===//
 // Collectives (docs/pipeline.md): the backward of the partitioned model
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// The diagnostic of a collective whose reduction is not a sum.
+template <typename Op> InFlightDiagnostic noSumRule(Op op) {
+  return op.emitOpError() << "has no gradient rule for a " << stringifyReduceKind(op.getKind())
+                          << " reduction";
+}
+
+/// The input's gradient of a collective that splits its input's dim `dim` over `axes`
+/// (reduce_scatter, shard_slice): the result's gradient gathered back.
+template <typename Op> Value gatherBack(OpBuilder &b, Op op, Value g) {
+  return AllGatherOp::create(b, op.getLoc(), op.getInput().getType(), g, op.getMesh(), op.getAxes(),
+                             op.getDimAttr(), UnitAttr());
+}
+} // namespace
+
 // A sum over devices whose result every device then uses whole: each device's input
 // contributes to the result on every device, and the result's gradient is already whole.
-LogicalResult AllReduceOp::buildGradient(OpBuilder &, ArrayRef<Value> resultGrads,
+LogicalResult AllReduceOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (getKind() != ReduceKind::sum)
-    return emitOpError() << "has no gradient rule for a " << stringifyReduceKind(getKind())
-                         << " reduction";
-  operandGrads.push_back(resultGrads[0]);
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> FailureOr<Grads> {
+    if (getKind() != ReduceKind::sum)
+      return noSumRule(*this);
+    return Grads{g};
+  });
 }
 
 LogicalResult AllGatherOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                          SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  Type type = getInput().getType();
-  if (getGradPartial())
-    operandGrads.push_back(ReduceScatterOp::create(b, getLoc(), type, ReduceKind::sum,
-                                                   resultGrads[0], getMesh(), getAxes(),
-                                                   getDim()));
-  else
-    operandGrads.push_back(
-        ShardSliceOp::create(b, getLoc(), type, resultGrads[0], getMesh(), getAxes(), getDim()));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    Type type = getInput().getType();
+    if (getGradPartial())
+      return {ReduceScatterOp::create(b, getLoc(), type, ReduceKind::sum, g, getMesh(), getAxes(),
+                                      getDim())};
+    return {ShardSliceOp::create(b, getLoc(), type, g, getMesh(), getAxes(), getDim())};
+  });
 }
 
 LogicalResult ReduceScatterOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                              SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  if (getKind() != ReduceKind::sum)
-    return emitOpError() << "has no gradient rule for a " << stringifyReduceKind(getKind())
-                         << " reduction";
-  operandGrads.push_back(AllGatherOp::create(b, getLoc(), getInput().getType(), resultGrads[0],
-                                             getMesh(), getAxes(), getDimAttr(), UnitAttr()));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> FailureOr<Grads> {
+    if (getKind() != ReduceKind::sum)
+      return noSumRule(*this);
+    return Grads{gatherBack(b, *this, g)};
+  });
 }
 
 LogicalResult ShardSliceOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                           SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  operandGrads.push_back(AllGatherOp::create(b, getLoc(), getInput().getType(), resultGrads[0],
-                                             getMesh(), getAxes(), getDimAttr(), UnitAttr()));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads,
+             [&](Emitter &, Value g) -> Grads { return {gatherBack(b, *this, g)}; });
 }
 
 LogicalResult CopyToShardsOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                             SmallVectorImpl<Value> &operandGrads) {
-  if (noIncoming(*this, resultGrads, operandGrads))
-    return success();
-  operandGrads.push_back(AllReduceOp::create(b, getLoc(), getType(), ReduceKind::sum,
-                                             resultGrads[0], getMesh(), getAxes()));
-  return success();
+  return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) -> Grads {
+    return {AllReduceOp::create(b, getLoc(), getType(), ReduceKind::sum, g, getMesh(), getAxes())};
+  });
 }
