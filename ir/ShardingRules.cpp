@@ -13,54 +13,77 @@ using TensorFactors = ShardingRule::TensorFactors;
 
 ArrayRef<int64_t> shapeOf(Value v) { return cast<RankedTensorType>(v.getType()).getShape(); }
 
-/// A fresh factor per dim of `shape` (size-1 dims get none: there is nothing to split).
-TensorFactors freshFactors(ShardingRule &rule, ArrayRef<int64_t> shape, FactorKind kind) {
-  TensorFactors t;
-  for (int64_t n : shape)
-    t.push_back(n == 1 ? DimFactors{} : DimFactors{rule.addFactor(n, kind)});
-  return t;
-}
+/// The set-up every rule shares, so that a rule states only its factors: a known rule with how
+/// partial sums pass through the op, the factors added in order (their ids), and at the end the
+/// operands' and results' factors.
+class RuleBuilder {
+public:
+  explicit RuleBuilder(PartialRule partial = PartialRule::none) {
+    rule_.known = true;
+    rule_.partial = partial;
+  }
+
+  /// A fresh factor of a dim of `size`.
+  int add(int64_t size, FactorKind kind) { return rule_.addFactor(size, kind); }
+  /// A fresh factor of a dim of `size`, none for a size-1 dim (there is nothing to split).
+  DimFactors dim(int64_t size, FactorKind kind) {
+    return size == 1 ? DimFactors{} : DimFactors{add(size, kind)};
+  }
+  /// A fresh factor per dim of `shape` (size-1 dims get none).
+  TensorFactors fresh(ArrayRef<int64_t> shape, FactorKind kind) {
+    TensorFactors t;
+    for (int64_t n : shape)
+      t.push_back(dim(n, kind));
+    return t;
+  }
+  /// Marks the factor of vocab-parallel embedding and cross-entropy (ShardingRule::specialFactor).
+  void special(int factor, bool resultPartial) {
+    rule_.specialFactor = factor;
+    rule_.specialResultPartial = resultPartial;
+  }
+
+  /// The rule, given the factors of each operand and each result.
+  ShardingRule done(SmallVector<TensorFactors, 4> operands, SmallVector<TensorFactors, 2> results) {
+    rule_.operands = std::move(operands);
+    rule_.results = std::move(results);
+    return std::move(rule_);
+  }
+
+private:
+  ShardingRule rule_;
+};
 
 /// Every operand and result shares the result's dims (elementwise ops of one shape).
 ShardingRule elementwise(Operation *op, PartialRule partial) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = partial;
-  TensorFactors t = freshFactors(rule, shapeOf(op->getResult(0)), FactorKind::parallel);
-  for (size_t i = 0; i < op->getNumOperands(); ++i)
-    rule.operands.push_back(shapeOf(op->getOperand(i)) == shapeOf(op->getResult(0))
-                                ? t
-                                : freshFactors(rule, shapeOf(op->getOperand(i)),
-                                               FactorKind::whole));
-  rule.results.push_back(t);
-  return rule;
+  RuleBuilder rule(partial);
+  TensorFactors t = rule.fresh(shapeOf(op->getResult(0)), FactorKind::parallel);
+  SmallVector<TensorFactors, 4> operands;
+  for (Value operand : op->getOperands())
+    operands.push_back(shapeOf(operand) == shapeOf(op->getResult(0))
+                           ? t
+                           : rule.fresh(shapeOf(operand), FactorKind::whole));
+  return rule.done(operands, {t});
 }
 
 /// Numpy broadcast, shapes aligned from the right: an input dim equal to the result's shares
 /// its factor; a size-1 input dim has none.
 ShardingRule broadcast(BroadcastOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::linear;
+  RuleBuilder rule(PartialRule::linear);
   ArrayRef<int64_t> in = shapeOf(op.getInput()), out = shapeOf(op.getResult());
-  TensorFactors result = freshFactors(rule, out, FactorKind::parallel);
+  TensorFactors result = rule.fresh(out, FactorKind::parallel);
   TensorFactors operand(in.size());
   size_t lead = out.size() - in.size();
   for (size_t d = 0; d < in.size(); ++d)
     if (in[d] == out[lead + d])
       operand[d] = result[lead + d];
-  rule.operands.push_back(operand);
-  rule.results.push_back(result);
-  return rule;
+  return rule.done({operand}, {result});
 }
 
 /// Groups of input and output dims with equal products; a group of one dim on either side is
 /// the finer side's factors (how [b, s, h*d] <-> [b, s, h, d] turns a hidden split into a head
 /// split: the merged dim's major factor is the heads). Other regroupings are whole.
 ShardingRule reshape(ReshapeOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::linear;
+  RuleBuilder rule(PartialRule::linear);
   ArrayRef<int64_t> in = shapeOf(op.getInput()), out = shapeOf(op.getResult());
   TensorFactors operand(in.size()), result(out.size());
   size_t i = 0, o = 0;
@@ -95,101 +118,83 @@ ShardingRule reshape(ReshapeOp op) {
       for (size_t k = 0; k < fine.size(); ++k) {
         if (fine[k] == 1)
           continue;
-        int f = rule.addFactor(fine[k], FactorKind::parallel);
+        int f = rule.add(fine[k], FactorKind::parallel);
         merged.push_back(f);
         (splitIn ? result[o0 + k] : operand[i0 + k]) = DimFactors{f};
       }
       (splitIn ? operand[i0] : result[o0]) = merged;
     } else {
       for (size_t k = 0; k < ni; ++k)
-        operand[i0 + k] = DimFactors{rule.addFactor(in[i0 + k], FactorKind::whole)};
+        operand[i0 + k] = DimFactors{rule.add(in[i0 + k], FactorKind::whole)};
       for (size_t k = 0; k < no; ++k)
-        result[o0 + k] = DimFactors{rule.addFactor(out[o0 + k], FactorKind::whole)};
+        result[o0 + k] = DimFactors{rule.add(out[o0 + k], FactorKind::whole)};
     }
   }
-  rule.operands.push_back(operand);
-  rule.results.push_back(result);
-  return rule;
+  return rule.done({operand}, {result});
 }
 
 ShardingRule transpose(TransposeOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::linear;
-  TensorFactors in = freshFactors(rule, shapeOf(op.getInput()), FactorKind::parallel);
+  RuleBuilder rule(PartialRule::linear);
+  TensorFactors in = rule.fresh(shapeOf(op.getInput()), FactorKind::parallel);
   TensorFactors out;
   for (int64_t p : op.getPerm())
     out.push_back(in[p]);
-  rule.operands.push_back(in);
-  rule.results.push_back(out);
-  return rule;
+  return rule.done({in}, {out});
 }
 
 /// Dims that the slice keeps whole (same size, stride 1, from 0) stay shardable.
 ShardingRule slice(SliceOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::linear;
+  RuleBuilder rule(PartialRule::linear);
   ArrayRef<int64_t> in = shapeOf(op.getInput()), out = shapeOf(op.getResult());
   TensorFactors operand, result;
   for (size_t d = 0; d < in.size(); ++d) {
     if (in[d] == out[d] && in[d] != 1) {
-      int f = rule.addFactor(in[d], FactorKind::parallel);
+      int f = rule.add(in[d], FactorKind::parallel);
       operand.push_back({f});
       result.push_back({f});
     } else {
-      operand.push_back(in[d] == 1 ? DimFactors{}
-                                   : DimFactors{rule.addFactor(in[d], FactorKind::whole)});
-      result.push_back(out[d] == 1 ? DimFactors{}
-                                   : DimFactors{rule.addFactor(out[d], FactorKind::whole)});
+      operand.push_back(rule.dim(in[d], FactorKind::whole));
+      result.push_back(rule.dim(out[d], FactorKind::whole));
     }
   }
-  rule.operands.push_back(operand);
-  rule.results.push_back(result);
-  return rule;
+  return rule.done({operand}, {result});
 }
 
 ShardingRule concat(ConcatOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::sum;
+  RuleBuilder rule(PartialRule::sum);
   ArrayRef<int64_t> out = shapeOf(op.getResult());
   int64_t axis = op.getAxisAttr().getInt();
   if (axis < 0)
     axis += static_cast<int64_t>(out.size());
-  TensorFactors result = freshFactors(rule, out, FactorKind::parallel);
-  result[axis] = {rule.addFactor(out[axis], FactorKind::whole)};
+  TensorFactors result = rule.fresh(out, FactorKind::parallel);
+  result[axis] = {rule.add(out[axis], FactorKind::whole)};
+  SmallVector<TensorFactors, 4> operands;
   for (Value v : op.getInputs()) {
     TensorFactors t = result;
-    t[axis] = {rule.addFactor(shapeOf(v)[axis], FactorKind::whole)};
-    rule.operands.push_back(t);
+    t[axis] = {rule.add(shapeOf(v)[axis], FactorKind::whole)};
+    operands.push_back(t);
   }
-  rule.results.push_back(result);
-  return rule;
+  return rule.done(operands, {result});
 }
 
 ShardingRule reduce(ReduceOp op) {
-  ShardingRule rule;
-  rule.known = true;
   bool linear = op.getKind() == ReduceKind::sum || op.getKind() == ReduceKind::mean;
-  rule.partial = linear ? PartialRule::linear : PartialRule::none;
+  RuleBuilder rule(linear ? PartialRule::linear : PartialRule::none);
   ArrayRef<int64_t> in = shapeOf(op.getInput());
   TensorFactors operand, result;
   llvm::SmallDenseSet<int64_t> reduced(op.getAxes().begin(), op.getAxes().end());
   for (size_t d = 0; d < in.size(); ++d) {
     bool r = reduced.contains(static_cast<int64_t>(d));
-    FactorKind kind = !r ? FactorKind::parallel
-                         : (linear ? FactorKind::reduction : FactorKind::whole);
-    DimFactors f = in[d] == 1 ? DimFactors{} : DimFactors{rule.addFactor(in[d], kind)};
+    FactorKind kind =
+        !r ? FactorKind::parallel : (linear ? FactorKind::reduction : FactorKind::whole);
+    DimFactors f = rule.dim(in[d], kind);
     operand.push_back(f);
     if (!r)
       result.push_back(f);
     else if (op.getKeepDims())
       result.push_back({});
   }
-  rule.operands.push_back(operand);
-  rule.results.push_back(result);
-  return rule;
+  return rule.done({operand}, {result});
 }
 
 /// A rule whose operand and result dims share factors by position, except the listed dims,
@@ -204,30 +209,25 @@ ShardingRule allButWhole(Operation *op, ArrayRef<int64_t> wholeDims) {
 
 /// x [..., k] W [n, k] (+ b [n]) -> [..., n]: k is a reduction, n and the rows parallel.
 ShardingRule linear(LinearOp op) {
-  ShardingRule rule;
-  rule.known = true;
+  RuleBuilder rule;
   ArrayRef<int64_t> x = shapeOf(op.getInput()), w = shapeOf(op.getWeight());
-  TensorFactors rows = freshFactors(rule, x.drop_back(), FactorKind::parallel);
-  int k = rule.addFactor(w[1], FactorKind::reduction);
-  int n = rule.addFactor(w[0], FactorKind::parallel);
+  TensorFactors rows = rule.fresh(x.drop_back(), FactorKind::parallel);
+  int k = rule.add(w[1], FactorKind::reduction);
+  int n = rule.add(w[0], FactorKind::parallel);
   TensorFactors input = rows, result = rows;
   input.push_back({k});
   result.push_back({n});
-  rule.operands.push_back(input);
-  rule.operands.push_back({{n}, {k}});
+  SmallVector<TensorFactors, 4> operands{input, {{n}, {k}}};
   if (op.getBias())
-    rule.operands.push_back({{n}});
-  rule.results.push_back(result);
-  return rule;
+    operands.push_back({{n}});
+  return rule.done(operands, {result});
 }
 
 /// [..., m, k] x [..., k, n]: batch dims aligned from the right, shared where equal.
 ShardingRule matmul(MatmulOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::product;
+  RuleBuilder rule(PartialRule::product);
   ArrayRef<int64_t> a = shapeOf(op.getLhs()), b = shapeOf(op.getRhs()), r = shapeOf(op.getResult());
-  TensorFactors result = freshFactors(rule, r.drop_back(2), FactorKind::parallel);
+  TensorFactors result = rule.fresh(r.drop_back(2), FactorKind::parallel);
   auto batchOf = [&](ArrayRef<int64_t> s) {
     TensorFactors t;
     size_t lead = result.size() - (s.size() - 2);
@@ -235,9 +235,9 @@ ShardingRule matmul(MatmulOp op) {
       t.push_back(s[d] == r[lead + d] ? result[lead + d] : DimFactors{});
     return t;
   };
-  int m = rule.addFactor(a[a.size() - 2], FactorKind::parallel);
-  int k = rule.addFactor(a.back(), FactorKind::reduction);
-  int n = rule.addFactor(b.back(), FactorKind::parallel);
+  int m = rule.add(a[a.size() - 2], FactorKind::parallel);
+  int k = rule.add(a.back(), FactorKind::reduction);
+  int n = rule.add(b.back(), FactorKind::parallel);
   TensorFactors lhs = batchOf(a), rhs = batchOf(b);
   lhs.push_back({m});
   lhs.push_back({k});
@@ -245,59 +245,50 @@ ShardingRule matmul(MatmulOp op) {
   rhs.push_back({n});
   result.push_back({m});
   result.push_back({n});
-  rule.operands = {lhs, rhs};
-  rule.results = {result};
-  return rule;
+  return rule.done({lhs, rhs}, {result});
 }
 
 /// table [V, h], ids [...] -> [..., h]; V is special (vocab-parallel: masked lookup, partial).
 ShardingRule embedding(EmbeddingOp op) {
-  ShardingRule rule;
-  rule.known = true;
+  RuleBuilder rule;
   ArrayRef<int64_t> table = shapeOf(op.getTable());
-  TensorFactors ids = freshFactors(rule, shapeOf(op.getIds()), FactorKind::parallel);
-  int v = rule.addFactor(table[0], FactorKind::whole);
-  int h = rule.addFactor(table[1], FactorKind::parallel);
-  rule.specialFactor = v;
-  rule.specialResultPartial = true;
+  TensorFactors ids = rule.fresh(shapeOf(op.getIds()), FactorKind::parallel);
+  int v = rule.add(table[0], FactorKind::whole);
+  int h = rule.add(table[1], FactorKind::parallel);
+  rule.special(v, /*resultPartial=*/true);
   TensorFactors result = ids;
   result.push_back({h});
-  rule.operands = {{{v}, {h}}, ids};
-  rule.results = {result};
-  return rule;
+  return rule.done({{{v}, {h}}, ids}, {result});
 }
 
 /// logits [..., V], labels [...] -> [...]; V is special (vocab-parallel cross-entropy).
 ShardingRule crossEntropy(CrossEntropyOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  TensorFactors rows = freshFactors(rule, shapeOf(op.getLabels()), FactorKind::parallel);
-  int v = rule.addFactor(shapeOf(op.getLogits()).back(), FactorKind::whole);
-  rule.specialFactor = v;
+  RuleBuilder rule;
+  TensorFactors rows = rule.fresh(shapeOf(op.getLabels()), FactorKind::parallel);
+  int v = rule.add(shapeOf(op.getLogits()).back(), FactorKind::whole);
+  rule.special(v, /*resultPartial=*/false);
   TensorFactors logits = rows;
   logits.push_back({v});
-  rule.operands = {logits, rows};
-  rule.results = {rows};
-  return rule;
+  return rule.done({logits, rows}, {rows});
 }
 
 /// q [b, s, h, d], k [b, t, g, d], v [b, t, g, dv] (+ mask, broadcast to [b, h, s, t]) ->
 /// [b, s, h, dv]. Heads split as (g, h/g) so grouped-query attention shards by kv group.
 ShardingRule attention(AttentionOp op) {
-  ShardingRule rule;
-  rule.known = true;
+  RuleBuilder rule;
   ArrayRef<int64_t> q = shapeOf(op.getQuery()), k = shapeOf(op.getKey()),
                     v = shapeOf(op.getValue());
-  int b = rule.addFactor(q[0], FactorKind::parallel);
-  int s = rule.addFactor(q[1], FactorKind::whole);
-  int t = rule.addFactor(k[1], FactorKind::whole);
-  int g = rule.addFactor(k[2], FactorKind::parallel);
+  int b = rule.add(q[0], FactorKind::parallel);
+  int s = rule.add(q[1], FactorKind::whole);
+  int t = rule.add(k[1], FactorKind::whole);
+  int g = rule.add(k[2], FactorKind::parallel);
   DimFactors heads{g};
   if (q[2] != k[2])
-    heads.push_back(rule.addFactor(q[2] / k[2], FactorKind::parallel));
-  int d = rule.addFactor(q[3], FactorKind::whole);
-  int dv = rule.addFactor(v[3], FactorKind::parallel);
-  rule.operands = {{{b}, {s}, heads, {d}}, {{b}, {t}, {g}, {d}}, {{b}, {t}, {g}, {dv}}};
+    heads.push_back(rule.add(q[2] / k[2], FactorKind::parallel));
+  int d = rule.add(q[3], FactorKind::whole);
+  int dv = rule.add(v[3], FactorKind::parallel);
+  SmallVector<TensorFactors, 4> operands{
+      {{b}, {s}, heads, {d}}, {{b}, {t}, {g}, {d}}, {{b}, {t}, {g}, {dv}}};
   if (Value mask = op.getMask()) {
     ArrayRef<int64_t> m = shapeOf(mask);
     int64_t full[4] = {q[0], q[2], q[1], k[1]};
@@ -306,137 +297,103 @@ ShardingRule attention(AttentionOp op) {
     size_t lead = 4 - m.size();
     for (size_t i = 0; i < m.size(); ++i)
       mf.push_back(m[i] == full[lead + i] && m[i] != 1 ? byDim[lead + i] : DimFactors{});
-    rule.operands.push_back(mf);
+    operands.push_back(mf);
   }
-  rule.results = {{{b}, {s}, heads, {dv}}};
-  return rule;
+  return rule.done(operands, {{{b}, {s}, heads, {dv}}});
 }
 
 /// x [..., d], cos and sin broadcasting to it from the right: every dim of x but the rotated
 /// last one is parallel (batch, heads, sequence); a table dim equal to x's shares its factor.
 ShardingRule rope(RopeOp op) {
-  ShardingRule rule;
-  rule.known = true;
+  RuleBuilder rule;
   ArrayRef<int64_t> x = shapeOf(op.getInput()), table = shapeOf(op.getCos());
-  TensorFactors t = freshFactors(rule, x.drop_back(), FactorKind::parallel);
-  t.push_back({rule.addFactor(x.back(), FactorKind::whole)});
+  TensorFactors t = rule.fresh(x.drop_back(), FactorKind::parallel);
+  t.push_back({rule.add(x.back(), FactorKind::whole)});
   TensorFactors tables;
   size_t lead = x.size() - table.size();
   for (size_t i = 0; i < table.size(); ++i)
     tables.push_back(table[i] == x[lead + i] && table[i] != 1 ? t[lead + i] : DimFactors{});
-  rule.operands = {t, tables, tables};
-  rule.results = {t};
-  return rule;
+  return rule.done({t, tables, tables}, {t});
 }
 
 /// Mixture of experts (ir/MegaMoeOps.td): routing weights w [t..., E], routed tensors
 /// [E, t..., h]. Tokens and features are parallel everywhere; the expert dim is parallel where
 /// the op keeps it (splitting it is expert parallelism) and a reduction where the op sums over
 /// it (moe_combine).
-struct MoeFactors {
+struct MoeRule : RuleBuilder {
   TensorFactors tokens;
   DimFactors expert;
+
+  /// The tokens' and the expert dim's factors, from the routing weights w [t..., E].
+  MoeRule(Value weights, FactorKind tokenKind, FactorKind expertKind)
+      : RuleBuilder(PartialRule::product) {
+    ArrayRef<int64_t> w = shapeOf(weights);
+    tokens = fresh(w.drop_back(), tokenKind);
+    expert = dim(w.back(), expertKind);
+  }
+  /// The factors of the last dim of `v`.
+  DimFactors feature(Value v, FactorKind kind) { return dim(shapeOf(v).back(), kind); }
+
+  /// [E, t..., feature].
+  TensorFactors routed(const DimFactors &feature) const {
+    TensorFactors t{expert};
+    llvm::append_range(t, tokens);
+    t.push_back(feature);
+    return t;
+  }
+  /// [t..., last].
+  TensorFactors perToken(const DimFactors &last) const {
+    TensorFactors t = tokens;
+    t.push_back(last);
+    return t;
+  }
 };
 
-MoeFactors moeFactors(ShardingRule &rule, Value weights, FactorKind expertKind) {
-  ArrayRef<int64_t> w = shapeOf(weights);
-  MoeFactors f{freshFactors(rule, w.drop_back(), FactorKind::parallel), {}};
-  if (w.back() != 1)
-    f.expert = {rule.addFactor(w.back(), expertKind)};
-  return f;
-}
-
-TensorFactors routed(const MoeFactors &f, DimFactors feature) {
-  TensorFactors t{f.expert};
-  llvm::append_range(t, f.tokens);
-  t.push_back(feature);
-  return t;
-}
-
-TensorFactors perToken(const MoeFactors &f, DimFactors last) {
-  TensorFactors t = f.tokens;
-  t.push_back(last);
-  return t;
-}
-
-DimFactors factorOf(ShardingRule &rule, int64_t size, FactorKind kind) {
-  return size == 1 ? DimFactors{} : DimFactors{rule.addFactor(size, kind)};
-}
-
 ShardingRule moeDispatch(MoeDispatchOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::product;
-  MoeFactors f = moeFactors(rule, op.getWeights(), FactorKind::parallel);
-  DimFactors h = factorOf(rule, shapeOf(op.getInput()).back(), FactorKind::parallel);
-  rule.operands = {perToken(f, h), perToken(f, f.expert)};
-  rule.results = {routed(f, h)};
-  return rule;
+  MoeRule rule(op.getWeights(), FactorKind::parallel, FactorKind::parallel);
+  DimFactors h = rule.feature(op.getInput(), FactorKind::parallel);
+  return rule.done({rule.perToken(h), rule.perToken(rule.expert)}, {rule.routed(h)});
 }
 
 ShardingRule moeCombine(MoeCombineOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::product;
-  MoeFactors f = moeFactors(rule, op.getWeights(), FactorKind::reduction);
-  DimFactors h = factorOf(rule, shapeOf(op.getInput()).back(), FactorKind::parallel);
-  rule.operands = {routed(f, h), perToken(f, f.expert)};
-  rule.results = {perToken(f, h)};
-  return rule;
+  MoeRule rule(op.getWeights(), FactorKind::parallel, FactorKind::reduction);
+  DimFactors h = rule.feature(op.getInput(), FactorKind::parallel);
+  return rule.done({rule.routed(h), rule.perToken(rule.expert)}, {rule.perToken(h)});
 }
 
 ShardingRule moeMatmul(MoeMatmulOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::product;
-  MoeFactors f = moeFactors(rule, op.getWeights(), FactorKind::parallel);
+  MoeRule rule(op.getWeights(), FactorKind::parallel, FactorKind::parallel);
   ArrayRef<int64_t> w = shapeOf(op.getWeight());
   bool transposed = op.getTransposeWeight();
-  DimFactors in = factorOf(rule, w[transposed ? 1 : 2], FactorKind::reduction);
-  DimFactors out = factorOf(rule, w[transposed ? 2 : 1], FactorKind::parallel);
-  TensorFactors weight = transposed ? TensorFactors{f.expert, in, out}
-                                    : TensorFactors{f.expert, out, in};
-  rule.operands = {routed(f, in), weight, perToken(f, f.expert)};
-  rule.results = {routed(f, out)};
-  return rule;
+  DimFactors in = rule.dim(w[transposed ? 1 : 2], FactorKind::reduction);
+  DimFactors out = rule.dim(w[transposed ? 2 : 1], FactorKind::parallel);
+  TensorFactors weight =
+      transposed ? TensorFactors{rule.expert, in, out} : TensorFactors{rule.expert, out, in};
+  return rule.done({rule.routed(in), weight, rule.perToken(rule.expert)}, {rule.routed(out)});
 }
 
 ShardingRule moeRowDot(MoeRowDotOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::product;
-  MoeFactors f = moeFactors(rule, op.getWeights(), FactorKind::parallel);
-  DimFactors h = factorOf(rule, shapeOf(op.getOther()).back(), FactorKind::reduction);
-  rule.operands = {routed(f, h), perToken(f, h), perToken(f, f.expert)};
-  rule.results = {perToken(f, f.expert)};
-  return rule;
+  MoeRule rule(op.getWeights(), FactorKind::parallel, FactorKind::parallel);
+  DimFactors h = rule.feature(op.getOther(), FactorKind::reduction);
+  return rule.done({rule.routed(h), rule.perToken(h), rule.perToken(rule.expert)},
+                   {rule.perToken(rule.expert)});
 }
 
+/// The weight gradient sums over the tokens: they are the reduction; each expert's is parallel.
 ShardingRule moeMatmulWeightGrad(MoeMatmulWeightGradOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::product;
-  ArrayRef<int64_t> w = shapeOf(op.getWeights());
-  MoeFactors f{freshFactors(rule, w.drop_back(), FactorKind::reduction), {}};
-  if (w.back() != 1)
-    f.expert = {rule.addFactor(w.back(), FactorKind::parallel)};
-  DimFactors p = factorOf(rule, shapeOf(op.getLhs()).back(), FactorKind::parallel);
-  DimFactors q = factorOf(rule, shapeOf(op.getRhs()).back(), FactorKind::parallel);
-  rule.operands = {routed(f, p), routed(f, q), perToken(f, f.expert)};
-  rule.results = {{f.expert, p, q}};
-  return rule;
+  MoeRule rule(op.getWeights(), FactorKind::reduction, FactorKind::parallel);
+  DimFactors p = rule.feature(op.getLhs(), FactorKind::parallel);
+  DimFactors q = rule.feature(op.getRhs(), FactorKind::parallel);
+  return rule.done({rule.routed(p), rule.routed(q), rule.perToken(rule.expert)},
+                   {{rule.expert, p, q}});
 }
 
 /// Identity on the input (every dim parallel, partial sums pass); the scalar aux has no dims
 /// and stays as it is, a partial sum included: each rank seeds its own share's gradient.
 ShardingRule addAuxLoss(AddAuxLossOp op) {
-  ShardingRule rule;
-  rule.known = true;
-  rule.partial = PartialRule::auxiliary;
-  TensorFactors t = freshFactors(rule, shapeOf(op.getInput()), FactorKind::parallel);
-  rule.operands = {t, {}};
-  rule.results = {t};
-  return rule;
+  RuleBuilder rule(PartialRule::auxiliary);
+  TensorFactors t = rule.fresh(shapeOf(op.getInput()), FactorKind::parallel);
+  return rule.done({t, {}}, {t});
 }
 
 } // namespace
@@ -451,10 +408,9 @@ ShardingRule ruleOf(Operation *op) {
   }
   return llvm::TypeSwitch<Operation *, ShardingRule>(op)
       .Case<ConstantOp>([](ConstantOp o) {
-        ShardingRule rule;
-        rule.known = true;
-        rule.results.push_back(freshFactors(rule, shapeOf(o.getResult()), FactorKind::parallel));
-        return rule;
+        RuleBuilder rule;
+        TensorFactors t = rule.fresh(shapeOf(o.getResult()), FactorKind::parallel);
+        return rule.done({}, {t});
       })
       .Case<BroadcastOp>(broadcast)
       .Case<ReshapeOp>(reshape)
@@ -470,17 +426,14 @@ ShardingRule ruleOf(Operation *op) {
         return allButWhole(o, {axis});
       })
       .Case<LayerNormOp, RmsNormOp>([](Operation *o) {
-        ShardingRule rule;
-        rule.known = true;
+        RuleBuilder rule;
         ArrayRef<int64_t> x = shapeOf(o->getOperand(0));
-        TensorFactors t = freshFactors(rule, x.drop_back(), FactorKind::parallel);
-        int h = rule.addFactor(x.back(), FactorKind::whole);
+        TensorFactors t = rule.fresh(x.drop_back(), FactorKind::parallel);
+        int h = rule.add(x.back(), FactorKind::whole);
         t.push_back({h});
-        rule.operands.push_back(t);
-        for (size_t i = 1; i < o->getNumOperands(); ++i)
-          rule.operands.push_back({{h}});
-        rule.results.push_back(t);
-        return rule;
+        SmallVector<TensorFactors, 4> operands{t};
+        operands.append(o->getNumOperands() - 1, TensorFactors{{h}});
+        return rule.done(operands, {t});
       })
       .Case<LinearOp>(linear)
       .Case<MatmulOp>(matmul)
