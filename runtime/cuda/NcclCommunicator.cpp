@@ -1,7 +1,7 @@
 // Device collectives and transfers through NCCL (NcclCommunicator.h).
 #include "runtime/cuda/NcclCommunicator.h"
 
-#include <nccl.h>
+#include "runtime/cuda/NcclApi.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,21 +12,21 @@ namespace megac::runtime::cuda {
 
 namespace {
 
-Status cudaError(const std::string &what, cudaError_t error, int device) {
+Status cudaError(NcclApi &api, const std::string &what, cudaError_t error, int device) {
   return Status::error(what + " on CUDA device " + std::to_string(device) + ": " +
-                       cudaGetErrorName(error) + ": " + cudaGetErrorString(error));
+                       api.errorName(error) + ": " + api.errorString(error));
 }
 
 #define CUDA_OR_RETURN(call, what)                                                                 \
   do {                                                                                             \
     cudaError_t cuda_error_ = (call);                                                              \
     if (cuda_error_ != cudaSuccess)                                                                \
-      return cudaError(what, cuda_error_, device_);                                                \
+      return cudaError(*api_, what, cuda_error_, device_);                                         \
   } while (0)
 
-Status ncclError(const std::string &what, ncclResult_t result, ncclComm_t comm) {
-  std::string text = "NCCL " + what + ": " + ncclGetErrorString(result);
-  const char *last = ncclGetLastError(comm);
+Status ncclError(NcclApi &api, const std::string &what, ncclResult_t result, ncclComm_t comm) {
+  std::string text = "NCCL " + what + ": " + api.getErrorString(result);
+  const char *last = api.getLastError(comm);
   if (last && *last)
     text += std::string(" (") + last + ")";
   return Status::error(text);
@@ -36,7 +36,7 @@ Status ncclError(const std::string &what, ncclResult_t result, ncclComm_t comm) 
   do {                                                                                             \
     ncclResult_t nccl_result_ = (call);                                                            \
     if (nccl_result_ != ncclSuccess)                                                               \
-      return ncclError(what, nccl_result_, comm);                                                  \
+      return ncclError(*api_, what, nccl_result_, comm);                                           \
   } while (0)
 
 StatusOr<ncclDataType_t> ncclType(DType dtype) {
@@ -68,35 +68,36 @@ ncclRedOp_t ncclOp(comm::ReduceKind kind) {
 /// communication stream (when it must have completed).
 class NcclPending final : public comm::PendingOp {
 public:
-  NcclPending(ncclComm_t comm, cudaEvent_t event, std::function<void()> abort)
-      : comm_(comm), event_(event), abort_(std::move(abort)) {}
+  NcclPending(NcclApi &api, ncclComm_t comm, cudaEvent_t event, std::function<void()> abort)
+      : api_(api), comm_(comm), event_(event), abort_(std::move(abort)) {}
   State poll(std::string &why) override {
     ncclResult_t state = ncclSuccess;
-    if (ncclResult_t r = ncclCommGetAsyncError(comm_, &state); r != ncclSuccess) {
-      why = std::string("ncclCommGetAsyncError: ") + ncclGetErrorString(r);
+    if (ncclResult_t r = api_.commGetAsyncError(comm_, &state); r != ncclSuccess) {
+      why = std::string("ncclCommGetAsyncError: ") + api_.getErrorString(r);
       return State::failed;
     }
     if (state == ncclInProgress)
       return State::pending;
     if (state != ncclSuccess) {
-      why = ncclGetErrorString(state);
-      if (const char *last = ncclGetLastError(comm_); last && *last)
+      why = api_.getErrorString(state);
+      if (const char *last = api_.getLastError(comm_); last && *last)
         why += std::string(" (") + last + ")";
       return State::failed;
     }
     if (!event_)
       return State::done;
-    cudaError_t e = cudaEventQuery(event_);
+    cudaError_t e = api_.eventQuery(event_);
     if (e == cudaSuccess)
       return State::done;
     if (e == cudaErrorNotReady)
       return State::pending;
-    why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    why = std::string(api_.errorName(e)) + ": " + api_.errorString(e);
     return State::failed;
   }
   void abort() override { abort_(); }
 
 private:
+  NcclApi &api_;
   ncclComm_t comm_;
   cudaEvent_t event_;
   std::function<void()> abort_;
@@ -122,19 +123,21 @@ std::vector<uint32_t> allAxes(const comm::Mesh &mesh) {
 
 StatusOr<std::unique_ptr<NcclCommunicator>>
 NcclCommunicator::create(const comm::Mesh &mesh, int rank, comm::Communicator *host,
-                         cudaStream_t compute, std::chrono::seconds timeout) {
+                         cudaStream_t compute, std::chrono::seconds timeout, NcclApi *api) {
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
+  c->api_ = api ? api : &NcclApi::real();
+  NcclApi *api_ = c->api_; // for CUDA_OR_RETURN and NCCL_OR_RETURN
   c->mesh_ = mesh;
   c->rank_ = rank;
   c->compute_ = compute;
   c->watch_.timeout = timeout;
   int &device_ = c->device_;
-  CUDA_OR_RETURN(cudaGetDevice(&device_), "cudaGetDevice");
-  CUDA_OR_RETURN(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking),
+  CUDA_OR_RETURN(api_->getDevice(&device_), "cudaGetDevice");
+  CUDA_OR_RETURN(api_->streamCreateWithFlags(&c->stream_, cudaStreamNonBlocking),
                  "cudaStreamCreate (NCCL stream)");
-  CUDA_OR_RETURN(cudaEventCreateWithFlags(&c->computeDone_, cudaEventDisableTiming),
+  CUDA_OR_RETURN(api_->eventCreateWithFlags(&c->computeDone_, cudaEventDisableTiming),
                  "cudaEventCreate");
-  CUDA_OR_RETURN(cudaEventCreateWithFlags(&c->commDone_, cudaEventDisableTiming),
+  CUDA_OR_RETURN(api_->eventCreateWithFlags(&c->commDone_, cudaEventDisableTiming),
                  "cudaEventCreate");
 
   ncclUniqueId id;
@@ -142,7 +145,7 @@ NcclCommunicator::create(const comm::Mesh &mesh, int rank, comm::Communicator *h
   bool alone = !host || mesh.size() == 1;
   c->worldSize_ = alone ? 1 : static_cast<int>(mesh.size());
   if (alone || rank == 0)
-    NCCL_OR_RETURN(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
+    NCCL_OR_RETURN(api_->getUniqueId(&id), "ncclGetUniqueId", nullptr);
   if (!alone) {
     // Rank 0's id reaches everyone: an all-gather over every axis (the group in rank order).
     std::vector<uint32_t> axes = allAxes(mesh);
@@ -153,7 +156,8 @@ NcclCommunicator::create(const comm::Mesh &mesh, int rank, comm::Communicator *h
   }
   // Completes when every rank of the world has joined (or the deadline passes).
   ncclConfig_t config = nonBlocking();
-  ncclResult_t r = ncclCommInitRankConfig(&c->world_, c->worldSize_, id, alone ? 0 : rank, &config);
+  ncclResult_t r =
+      api_->commInitRankConfig(&c->world_, c->worldSize_, id, alone ? 0 : rank, &config);
   RETURN_IF_ERROR(c->await(
       r, c->world_,
       "ncclCommInitRankConfig of the world (" + std::to_string(c->worldSize_) + " ranks)", false));
@@ -166,11 +170,11 @@ NcclCommunicator::~NcclCommunicator() {
     (void)flushSends();
   for (Staged &s : toSelf_) // sends to itself never received
     if (s.data)
-      cudaFreeAsync(s.data, stream_);
+      api_->freeAsync(s.data, stream_);
   if (stream_ && world_ && !aborted_)
     (void)synchronize(); // aborts on the deadline: a send no peer receives
   else if (stream_)
-    cudaStreamSynchronize(stream_);
+    api_->streamSynchronize(stream_);
   // Non-blocking communicators are finalized (flushed) before they are destroyed.
   std::vector<ncclComm *> comms;
   for (auto &[axes, comm] : groups_)
@@ -180,16 +184,16 @@ NcclCommunicator::~NcclCommunicator() {
     comms.push_back(world_);
   for (ncclComm *comm : comms)
     if (!aborted_)
-      (void)await(ncclCommFinalize(comm), comm, "ncclCommFinalize", false);
+      (void)await(api_->commFinalize(comm), comm, "ncclCommFinalize", false);
   if (!aborted_)
     for (ncclComm *comm : comms)
-      ncclCommDestroy(comm);
+      api_->commDestroy(comm);
   if (computeDone_)
-    cudaEventDestroy(computeDone_);
+    api_->eventDestroy(computeDone_);
   if (commDone_)
-    cudaEventDestroy(commDone_);
+    api_->eventDestroy(commDone_);
   if (stream_)
-    cudaStreamDestroy(stream_);
+    api_->streamDestroy(stream_);
 }
 
 StatusOr<ncclComm *> NcclCommunicator::groupComm(std::span<const uint32_t> axes) {
@@ -222,8 +226,9 @@ StatusOr<ncclComm *> NcclCommunicator::groupComm(std::span<const uint32_t> axes)
   if (comm)
     return groups_.emplace(std::move(key), comm).first->second;
   ncclConfig_t config = nonBlocking();
-  ncclResult_t r = ncclCommSplit(world_, static_cast<int>(members.front()),
-                                 static_cast<int>(mesh_.indexInGroup(rank_, axes)), &comm, &config);
+  ncclResult_t r =
+      api_->commSplit(world_, static_cast<int>(members.front()),
+                      static_cast<int>(mesh_.indexInGroup(rank_, axes)), &comm, &config);
   if (comm)
     groups_.emplace(std::move(key), comm); // aborted with the others should the split time out
   std::string what = "ncclCommSplit for the group " + mesh_.describeGroup(rank_, axes);
@@ -239,17 +244,17 @@ Status NcclCommunicator::prepare(const std::vector<std::vector<uint32_t>> &axisS
 }
 
 Status NcclCommunicator::beginCall(const char *what) {
-  CUDA_OR_RETURN(cudaEventRecord(computeDone_, compute_),
+  CUDA_OR_RETURN(api_->eventRecord(computeDone_, compute_),
                  std::string("cudaEventRecord (") + what + ")");
-  CUDA_OR_RETURN(cudaStreamWaitEvent(stream_, computeDone_, 0),
+  CUDA_OR_RETURN(api_->streamWaitEvent(stream_, computeDone_, 0),
                  std::string("cudaStreamWaitEvent (") + what + ")");
   return Status::ok();
 }
 
 Status NcclCommunicator::endCall(const char *what) {
-  CUDA_OR_RETURN(cudaEventRecord(commDone_, stream_),
+  CUDA_OR_RETURN(api_->eventRecord(commDone_, stream_),
                  std::string("cudaEventRecord (") + what + ")");
-  CUDA_OR_RETURN(cudaStreamWaitEvent(compute_, commDone_, 0),
+  CUDA_OR_RETURN(api_->streamWaitEvent(compute_, commDone_, 0),
                  std::string("cudaStreamWaitEvent (") + what + ")");
   return Status::ok();
 }
@@ -258,8 +263,8 @@ Status NcclCommunicator::await(int result, ncclComm *comm, const std::string &wh
                                bool completion) {
   auto r = static_cast<ncclResult_t>(result);
   if (r != ncclSuccess && r != ncclInProgress)
-    return Status::error(prefix() + ncclError(what, r, comm).message());
-  NcclPending op(comm, completion ? commDone_ : nullptr, [this] { abortAll(); });
+    return Status::error(prefix() + ncclError(*api_, what, r, comm).message());
+  NcclPending op(*api_, comm, completion ? commDone_ : nullptr, [this] { abortAll(); });
   return comm::waitWithDeadline(op, prefix() + "NCCL " + what, watch_, kAborted);
 }
 
@@ -270,9 +275,9 @@ void NcclCommunicator::abortAll() {
   // Aborting stops this rank's NCCL kernels, so the streams waiting on them drain.
   for (auto &[axes, comm] : groups_)
     if (comm != world_)
-      ncclCommAbort(comm);
+      api_->commAbort(comm);
   if (world_)
-    ncclCommAbort(world_);
+    api_->commAbort(world_);
   groups_.clear();
   world_ = nullptr;
   pending_.clear(); // their buffers are freed in stream order by whatever runs next, or leak
@@ -293,7 +298,7 @@ Status NcclCommunicator::allReduce(std::span<const uint32_t> axes, const void *i
                                    size_t count, DType dtype, comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  MEGAC_NCCL_COLLECTIVE(ncclAllReduce(in, out, count, type, ncclOp(kind), comm, stream_),
+  MEGAC_NCCL_COLLECTIVE(api_->allReduce(in, out, count, type, ncclOp(kind), comm, stream_),
                         "AllReduce", comm,
                         "ncclAllReduce over " + mesh_.describeGroup(rank_, axes));
 }
@@ -301,17 +306,18 @@ Status NcclCommunicator::allReduce(std::span<const uint32_t> axes, const void *i
 Status NcclCommunicator::allGather(std::span<const uint32_t> axes, const void *in, void *out,
                                    size_t bytesPerRank) {
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  MEGAC_NCCL_COLLECTIVE(ncclAllGather(in, out, bytesPerRank, ncclUint8, comm, stream_), "AllGather",
-                        comm, "ncclAllGather over " + mesh_.describeGroup(rank_, axes));
+  MEGAC_NCCL_COLLECTIVE(api_->allGather(in, out, bytesPerRank, ncclUint8, comm, stream_),
+                        "AllGather", comm,
+                        "ncclAllGather over " + mesh_.describeGroup(rank_, axes));
 }
 
 Status NcclCommunicator::reduceScatter(std::span<const uint32_t> axes, const void *in, void *out,
                                        size_t countPerRank, DType dtype, comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  MEGAC_NCCL_COLLECTIVE(ncclReduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, stream_),
-                        "ReduceScatter", comm,
-                        "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes));
+  MEGAC_NCCL_COLLECTIVE(
+      api_->reduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, stream_),
+      "ReduceScatter", comm, "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes));
 }
 
 Status NcclCommunicator::allToAll(std::span<const uint32_t> axes, const void *in, void *out,
@@ -322,19 +328,19 @@ Status NcclCommunicator::allToAll(std::span<const uint32_t> axes, const void *in
   RETURN_IF_ERROR(flushSends());
   RETURN_IF_ERROR(beginCall("AllToAll"));
   // One send and one receive per member (NCCL rank = group index), progressing together.
-  NCCL_OR_RETURN(ncclGroupStart(), "ncclGroupStart", comm);
+  NCCL_OR_RETURN(api_->groupStart(), "ncclGroupStart", comm);
   for (int i = 0; i < members; ++i) {
-    ncclResult_t r = ncclSend(static_cast<const char *>(in) + size_t(i) * bytesPerRank,
-                              bytesPerRank, ncclUint8, i, comm, stream_);
+    ncclResult_t r = api_->send(static_cast<const char *>(in) + size_t(i) * bytesPerRank,
+                                bytesPerRank, ncclUint8, i, comm, stream_);
     if (r == ncclSuccess || r == ncclInProgress)
-      r = ncclRecv(static_cast<char *>(out) + size_t(i) * bytesPerRank, bytesPerRank, ncclUint8, i,
-                   comm, stream_);
+      r = api_->recv(static_cast<char *>(out) + size_t(i) * bytesPerRank, bytesPerRank, ncclUint8,
+                     i, comm, stream_);
     if (r != ncclSuccess && r != ncclInProgress) {
-      ncclGroupEnd();
-      return Status::error(prefix() + ncclError(what, r, comm).message());
+      api_->groupEnd();
+      return Status::error(prefix() + ncclError(*api_, what, r, comm).message());
     }
   }
-  RETURN_IF_ERROR(await(ncclGroupEnd(), comm, what, false));
+  RETURN_IF_ERROR(await(api_->groupEnd(), comm, what, false));
   RETURN_IF_ERROR(endCall("AllToAll"));
   return await(ncclSuccess, comm, what, true);
 }
@@ -343,9 +349,9 @@ Status NcclCommunicator::stage(int peer, int tag, const void *data, size_t bytes
   out = {peer, tag, nullptr, bytes};
   RETURN_IF_ERROR(beginCall("Send"));
   if (bytes) {
-    CUDA_OR_RETURN(cudaMallocAsync(&out.data, bytes, stream_),
+    CUDA_OR_RETURN(api_->mallocAsync(&out.data, bytes, stream_),
                    "cudaMallocAsync of a " + std::to_string(bytes) + "-byte send buffer");
-    CUDA_OR_RETURN(cudaMemcpyAsync(out.data, data, bytes, cudaMemcpyDeviceToDevice, stream_),
+    CUDA_OR_RETURN(api_->memcpyAsync(out.data, data, bytes, cudaMemcpyDeviceToDevice, stream_),
                    "cudaMemcpyAsync (Send staging)");
   }
   // The compute stream may overwrite `data` once the copy is done.
@@ -370,11 +376,13 @@ Status NcclCommunicator::send(int peer, int tag, const void *data, size_t bytes)
   return Status::ok();
 }
 
-Status NcclCommunicator::issueStagedSends() {
+Status NcclCommunicator::issueStagedSends(int peer) {
   for (const Staged &s : pending_) {
-    ncclResult_t r = ncclSend(s.data, s.bytes, ncclUint8, s.peer, world_, stream_);
+    if (peer >= 0 && s.peer != peer)
+      continue;
+    ncclResult_t r = api_->send(s.data, s.bytes, ncclUint8, s.peer, world_, stream_);
     if (r != ncclSuccess && r != ncclInProgress)
-      return ncclError("ncclSend to rank " + std::to_string(s.peer), r, world_);
+      return ncclError(*api_, "ncclSend to rank " + std::to_string(s.peer), r, world_);
   }
   return Status::ok();
 }
@@ -395,10 +403,10 @@ Status NcclCommunicator::recv(int peer, int tag, void *data, size_t bytes) {
     toSelf_.erase(it);
     RETURN_IF_ERROR(beginCall("Recv"));
     if (bytes)
-      CUDA_OR_RETURN(cudaMemcpyAsync(data, s.data, bytes, cudaMemcpyDeviceToDevice, stream_),
+      CUDA_OR_RETURN(api_->memcpyAsync(data, s.data, bytes, cudaMemcpyDeviceToDevice, stream_),
                      "cudaMemcpyAsync (Recv from itself)");
     if (s.data)
-      CUDA_OR_RETURN(cudaFreeAsync(s.data, stream_), "cudaFreeAsync (send buffer)");
+      CUDA_OR_RETURN(api_->freeAsync(s.data, stream_), "cudaFreeAsync (send buffer)");
     return endCall("Recv");
   }
   if (peer < 0 || peer >= mesh_.size() || worldSize_ == 1)
@@ -410,23 +418,36 @@ Status NcclCommunicator::recv(int peer, int tag, void *data, size_t bytes) {
     return Status::error(prefix() + "NCCL recv: an earlier failure or timeout" + kAborted);
   std::string what = "ncclRecv from rank " + std::to_string(peer);
   RETURN_IF_ERROR(beginCall("Recv"));
-  // The staged sends and this receive in one group: crossing transfers progress together.
-  NCCL_OR_RETURN(ncclGroupStart(), "ncclGroupStart", world_);
-  Status issued = issueStagedSends();
+  // The staged sends to `peer` and this receive in one group: crossing transfers progress
+  // together. Sends to other ranks stay staged: in the group, this receive would wait for them,
+  // and so for ranks that may themselves wait for this one (see the sends note in the header).
+  NCCL_OR_RETURN(api_->groupStart(), "ncclGroupStart", world_);
+  Status issued = issueStagedSends(peer);
   ncclResult_t r = ncclSuccess;
   if (issued.isOk())
-    r = ncclRecv(data, bytes, ncclUint8, peer, world_, stream_);
-  ncclResult_t end = ncclGroupEnd();
+    r = api_->recv(data, bytes, ncclUint8, peer, world_, stream_);
+  ncclResult_t end = api_->groupEnd();
   RETURN_IF_ERROR(issued);
   if (r != ncclSuccess && r != ncclInProgress)
-    return Status::error(prefix() + ncclError(what, r, world_).message());
+    return Status::error(prefix() + ncclError(*api_, what, r, world_).message());
   RETURN_IF_ERROR(await(end, world_, what, false));
-  for (const Staged &s : pending_)
-    if (s.data)
-      CUDA_OR_RETURN(cudaFreeAsync(s.data, stream_), "cudaFreeAsync (send buffer)");
-  pending_.clear();
+  RETURN_IF_ERROR(releaseStagedSends(peer));
   RETURN_IF_ERROR(endCall("Recv"));
   return await(ncclSuccess, world_, what, true);
+}
+
+Status NcclCommunicator::releaseStagedSends(int peer) {
+  // Freed in stream order, after the sends that read them.
+  Status status = Status::ok();
+  std::erase_if(pending_, [&](const Staged &s) {
+    if (peer >= 0 && s.peer != peer)
+      return false;
+    if (s.data && status.isOk())
+      if (cudaError_t e = api_->freeAsync(s.data, stream_); e != cudaSuccess)
+        status = cudaError(*api_, "cudaFreeAsync (send buffer)", e, device_);
+    return true;
+  });
+  return status;
 }
 
 Status NcclCommunicator::flushSends() {
@@ -434,27 +455,24 @@ Status NcclCommunicator::flushSends() {
     return Status::ok();
   if (aborted_)
     return Status::error(prefix() + "NCCL send: an earlier failure or timeout" + kAborted);
-  NCCL_OR_RETURN(ncclGroupStart(), "ncclGroupStart", world_);
-  Status issued = issueStagedSends();
-  ncclResult_t end = ncclGroupEnd();
+  NCCL_OR_RETURN(api_->groupStart(), "ncclGroupStart", world_);
+  Status issued = issueStagedSends(-1);
+  ncclResult_t end = api_->groupEnd();
   RETURN_IF_ERROR(issued);
   std::string what = "ncclSend to rank " + std::to_string(pending_.front().peer);
   RETURN_IF_ERROR(await(end, world_, what, false)); // taken; it completes in the background
-  for (const Staged &s : pending_)
-    if (s.data)
-      CUDA_OR_RETURN(cudaFreeAsync(s.data, stream_), "cudaFreeAsync (send buffer)");
-  pending_.clear();
+  RETURN_IF_ERROR(releaseStagedSends(-1));
   // No event back to the compute stream: the sends read only their own buffers.
   return Status::ok();
 }
 
 Status NcclCommunicator::synchronize() {
   if (aborted_ || !world_) {
-    CUDA_OR_RETURN(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (NCCL stream)");
+    CUDA_OR_RETURN(api_->streamSynchronize(stream_), "cudaStreamSynchronize (NCCL stream)");
     return Status::ok();
   }
   // Everything issued, sends included, against the deadline.
-  CUDA_OR_RETURN(cudaEventRecord(commDone_, stream_), "cudaEventRecord (synchronize)");
+  CUDA_OR_RETURN(api_->eventRecord(commDone_, stream_), "cudaEventRecord (synchronize)");
   return await(ncclSuccess, world_, "synchronize (the sends and receives issued)", true);
 }
 

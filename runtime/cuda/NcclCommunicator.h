@@ -26,9 +26,16 @@
 // anyway; what is lost is queueing later kernels while it runs).
 //
 // Sends: send() copies the data into a staging buffer and returns (like comm::Communicator's
-// send, so 1F1B's crossing transfers cannot deadlock); the staged sends go out in one NCCL group
-// with the next recv(), or on their own at the next collective or flushSends(). A send to this
-// very rank is kept until the recv() from itself with the same tag.
+// send, so 1F1B's crossing transfers cannot deadlock); the staged sends to a rank go out in one
+// NCCL group with the next recv() from that rank (in issue order, as NCCL matches each pair's
+// messages in order), or, with those to every rank, at the next collective, flushSends() or
+// destruction. A recv() never carries sends to other ranks: its group completes only when all of
+// its operations have, so a receive from rank A would wait for rank B to take a send, and B may
+// itself be waiting for this rank (pipelines: tests/unit/cuda/NcclFakeTest.cpp).
+// The other side of that choice: a send stays staged while this rank waits on a receive from
+// another rank, so code that must let a send out before such a receive calls flushSends() first
+// (the CUDA executor does at the start of every function without receives). A send to this very
+// rank is kept until the recv() from itself with the same tag.
 #pragma once
 
 #include "runtime/comm/CommWatchdog.h"
@@ -48,16 +55,19 @@ struct ncclComm;
 
 namespace megac::runtime::cuda {
 
+class NcclApi;
+
 class NcclCommunicator {
 public:
   /// The communicator of `rank` in `mesh` on the current device; `compute` is the stream the
   /// callers' kernels run on. With `host` (whose mesh is `mesh`), every rank of the mesh must call
   /// this at the same time: rank 0's NCCL id travels over `host`. Without it (a one-rank view),
   /// NCCL gets a world of this rank alone and only groups of one rank work. A call that waits
-  /// longer than `timeout` fails (see Timeouts above).
+  /// longer than `timeout` fails (see Timeouts above). `api` makes the NCCL and CUDA calls
+  /// (NcclApi.h; a fake in tests); null: the real ones. It must outlive the communicator.
   static StatusOr<std::unique_ptr<NcclCommunicator>>
   create(const comm::Mesh &mesh, int rank, comm::Communicator *host, cudaStream_t compute,
-         std::chrono::seconds timeout = std::chrono::seconds(300));
+         std::chrono::seconds timeout = std::chrono::seconds(300), NcclApi *api = nullptr);
   ~NcclCommunicator();
   NcclCommunicator(const NcclCommunicator &) = delete;
   NcclCommunicator &operator=(const NcclCommunicator &) = delete;
@@ -110,8 +120,12 @@ private:
   /// Orders the compute stream after the communication issued so far.
   Status endCall(const char *what);
   Status stage(int peer, int tag, const void *data, size_t bytes, Staged &out);
-  /// ncclSend of every staged send to another rank, inside the caller's group (or its own).
-  Status issueStagedSends();
+  /// ncclSend of every staged send to `peer` (every one with -1), in issue order, inside the
+  /// caller's group.
+  Status issueStagedSends(int peer);
+  /// Frees (in stream order) and forgets the staged sends to `peer` (every one with -1), once
+  /// issued.
+  Status releaseStagedSends(int peer);
   /// After an NCCL call on `comm` returned `result`: waits until NCCL has taken it (non-blocking
   /// communicators answer ncclInProgress) and, with `completion`, until the communication stream
   /// has run it; `what` names the operation and group for errors.
@@ -121,6 +135,7 @@ private:
   /// "rank R: ": errors name the rank.
   std::string prefix() const { return "rank " + std::to_string(rank_) + ": "; }
 
+  NcclApi *api_ = nullptr; // the NCCL and CUDA calls
   comm::Mesh mesh_;
   int rank_ = 0;
   int worldSize_ = 1; // ranks in the NCCL world (1 without a host communicator)
