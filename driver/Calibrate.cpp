@@ -1,8 +1,14 @@
-// A device spec from `megac calibrate`'s measurements (Calibrate.h).
+// `megac calibrate`'s measurements and the device spec from them (Calibrate.h).
 #include "driver/Calibrate.h"
+
+#include "planner/Calibration.h"
+#include "runtime/calibrate/Calibrate.h"
+#include "support/Files.h"
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <span>
 
 namespace megac::driver {
 
@@ -41,6 +47,42 @@ void assumeLinks(planner::DeviceSpec &d, const cal::Results &r, std::string &not
 }
 
 } // namespace
+
+StatusOr<CalibrationResults> calibrate(const CalibrateRequest &request, Communicator *world) {
+  int64_t threads = request.threads;
+  if (threads == 0) {
+    int64_t local = request.ranks;
+    if (const char *value = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
+      local = std::max<int64_t>(1, std::atoll(value));
+    threads = cal::defaultThreads(local);
+  }
+  cal::setKernelThreads(threads);
+  cal::Options options;
+  options.backend = request.backend;
+  options.allowTf32 = request.allowTf32;
+  options.quick = request.quick;
+  options.threads = threads;
+  options.world = world;
+  options.command =
+      std::string("megac calibrate --backend ") + backendName(request.backend) + " --ranks " +
+      std::to_string(request.ranks) +
+      (request.backend == Backend::cpu ? " --threads " + std::to_string(threads) : std::string()) +
+      (request.quick ? " --quick" : "");
+  options.progress = request.progress;
+  return cal::calibrate(options);
+}
+
+StatusOr<std::string> writeDeviceSpec(const std::string &path, const CalibrationResults &results) {
+  planner::DeviceSpec spec = deviceSpec(results);
+  std::string json = planner::deviceSpecJson(spec);
+  std::span<const uint8_t> piece(reinterpret_cast<const uint8_t *>(json.data()), json.size());
+  if (Status st = writeFileAtomically(path, {&piece, 1}); !st.isOk())
+    return Status::error("-o: " + st.message());
+  std::string error;
+  if (!planner::loadDeviceSpec(path, &error))
+    return Status::error("the written spec does not load: " + error);
+  return summaryText(path, spec, results);
+}
 
 planner::DeviceSpec deviceSpec(const cal::Results &r) {
   planner::DeviceSpec d;

@@ -216,4 +216,16 @@ StatusOr<PrepSummary> prepareDataset(const PrepOptions &o,
   return summary;
 }
 
+StatusOr<DatasetInfo> datasetInfo(const std::string &prefix) {
+  ASSIGN_OR_RETURN(runtime::data::IndexedDataset ds, runtime::data::IndexedDataset::open(prefix));
+  static const char *names[] = {"?",     "uint8",   "int8",    "int16", "int32",
+                                "int64", "float64", "float32", "uint16"};
+  DatasetInfo info;
+  info.tokenType = names[static_cast<int>(ds.tokenType())];
+  info.sequences = ds.sequenceCount();
+  info.documents = ds.documentCount();
+  info.tokens = ds.totalTokens();
+  return info;
+}
+
 } // namespace megac::driver

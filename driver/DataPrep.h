@@ -1,5 +1,6 @@
 // `megac data prep`: text or JSON lines to Megatron's indexed dataset (PREFIX.bin/.idx),
-// tokenized by worker threads; the output does not depend on their number.
+// tokenized by worker threads; the output does not depend on their number. `megac data info`:
+// a dataset's summary.
 #pragma once
 
 #include "runtime/data/Tokenizer.h"
@@ -12,10 +13,15 @@
 
 namespace megac::driver {
 
+// The runtime's tokenizers, re-exported (as Backend.h does): a command makes one from its
+// --tokenizer spec (byte, gpt2:VOCAB.json,MERGES.txt, hf:TOKENIZER.json).
+using runtime::data::makeTokenizer;
+using runtime::data::Tokenizer;
+
 struct PrepOptions {
   std::string input;  // .jsonl: one JSON object per line; anything else: paragraphs
   std::string output; // PREFIX
-  const runtime::data::Tokenizer *tokenizer = nullptr; // runtime/data makeTokenizer
+  const Tokenizer *tokenizer = nullptr; // makeTokenizer
   std::string jsonKey = "text";
   bool appendEod = false; // end every document with the tokenizer's end-of-document token
   int workers = 1;
@@ -33,5 +39,14 @@ struct PrepSummary {
 /// written. Errors name the input (and line, for JSON lines) or the tokenizer.
 StatusOr<PrepSummary> prepareDataset(const PrepOptions &options,
                                      const std::function<void(double, double)> &progress = {});
+
+/// What `megac data info` prints about a dataset.
+struct DatasetInfo {
+  std::string tokenType; // uint16, int32, ... ("?" for a code it does not know)
+  int64_t sequences = 0, documents = 0, tokens = 0;
+};
+
+/// The indexed dataset PREFIX (PREFIX.bin, PREFIX.idx) summarized.
+StatusOr<DatasetInfo> datasetInfo(const std::string &prefix);
 
 } // namespace megac::driver

@@ -17,6 +17,10 @@
 
 namespace megac::driver {
 
+// The runtime's tokenizers, re-exported (as DataPrep.h does).
+using runtime::data::makeTokenizer;
+using runtime::data::Tokenizer;
+
 struct Sampling {
   int64_t maxTokens = 64;
   double temperature = 0, topP = 1;

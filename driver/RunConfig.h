@@ -9,6 +9,7 @@
 #include "driver/ModelSource.h"
 
 #include "passes/training/TrainingPipeline.h"
+#include "runtime/comm/Communicator.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/train/LossScaler.h"
 #include "runtime/train/LrSchedule.h"
@@ -22,6 +23,12 @@
 #include <vector>
 
 namespace megac::driver {
+
+// The runtime's names a configuration's filler sets and prints, re-exported (as Backend.h does).
+using runtime::comm::kMaxCommTimeoutSeconds;
+using runtime::train::LrDecay;
+using runtime::train::lrDecayName;
+using runtime::train::parseLrDecay;
 
 /// The data of a run: training rows, their split into documents parts, evaluation.
 struct DataConfig {

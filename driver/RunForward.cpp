@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <filesystem>
 #include <set>
 
@@ -78,6 +79,26 @@ StatusOr<std::vector<WrittenOutput>> writeOutputs(const runtime::Executor &execu
     out.push_back({name, path, tensor.dtype, tensor.shape});
   }
   return out;
+}
+
+StatusOr<ForwardRun> runForward(const LoadedPlan &plan, const ForwardOptions &options,
+                                const std::map<std::string, std::string> &files,
+                                const std::string &dir) {
+  runtime::ExecutorOptions executorOptions;
+  executorOptions.backend = options.backend;
+  executorOptions.allowTf32 = options.allowTf32;
+  if (options.weights && !options.weights->empty())
+    executorOptions.weights = options.weights;
+  ASSIGN_OR_RETURN(std::unique_ptr<runtime::Executor> executor,
+                   runtime::Executor::create(plan, executorOptions));
+  RETURN_IF_ERROR(setInputsFromFiles(*executor, files));
+  ForwardRun run;
+  auto start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(executor->run());
+  run.runSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSIGN_OR_RETURN(run.outputs, writeOutputs(*executor, dir));
+  run.arenaBytes = executor->arenaBytes();
+  return run;
 }
 
 } // namespace megac::driver

@@ -2,6 +2,9 @@
 // files (each checked against the plan's dtype and shape), its outputs written as .npy files.
 #pragma once
 
+#include "driver/Backend.h"
+#include "driver/PlanFile.h"
+
 #include "runtime/exec/Executor.h"
 #include "support/Status.h"
 
@@ -29,5 +32,26 @@ struct WrittenOutput {
 /// [A-Za-z0-9_.-] become '_'), creating DIR.
 StatusOr<std::vector<WrittenOutput>> writeOutputs(const runtime::Executor &executor,
                                                   const std::string &dir);
+
+/// How `megac run` runs a plan.
+struct ForwardOptions {
+  Backend backend = Backend::cpu;
+  bool allowTf32 = false;
+  /// The model's weights when it came with them; null or empty: the plan's (runtime/init).
+  const TensorMap *weights = nullptr;
+};
+
+/// What one forward pass did.
+struct ForwardRun {
+  std::vector<WrittenOutput> outputs;
+  uint64_t arenaBytes = 0;
+  double runSeconds = 0; // the pass alone, without creating the executor or reading inputs
+};
+
+/// An executor of `plan`, its inputs set from `files` (setInputsFromFiles), one forward pass, its
+/// outputs written in `dir` (writeOutputs).
+StatusOr<ForwardRun> runForward(const LoadedPlan &plan, const ForwardOptions &options,
+                                const std::map<std::string, std::string> &files,
+                                const std::string &dir);
 
 } // namespace megac::driver

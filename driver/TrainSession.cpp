@@ -311,6 +311,10 @@ StatusOr<train::StopDecision> TrainSession::agreeToStop(const train::StopRequest
   return request.agree(*state_->rank.comm);
 }
 
+std::string TrainSession::savedPath() const {
+  return runtime::checkpoint::stepPath(config_.checkpoint.saveDir.value_or(""), stepsDone_);
+}
+
 StatusOr<Resumed> TrainSession::load() {
   namespace ckpt = runtime::checkpoint;
   State &s = *state_;

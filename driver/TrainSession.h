@@ -26,6 +26,13 @@
 
 namespace megac::driver {
 
+// The runtime's names a session's caller holds and prints with, re-exported (as Backend.h does):
+// a step's record and its log lines (runtime/train/TrainLog.h), the stop request and decision
+// (runtime/train/StopRequest.h).
+using runtime::train::JsonLinesWriter, runtime::train::LogInterval, runtime::train::formatDuration,
+    runtime::train::progressLine, runtime::train::stepLogLine, runtime::train::stepRecordJson;
+using runtime::train::StepRecord, runtime::train::StopDecision, runtime::train::StopRequest;
+
 struct SessionHooks {
   /// One-line warnings (a checkpoint refused, a setting that differs from the checkpoint's, the
   /// data holding masked-LM's [MASK] token); empty: dropped.
@@ -75,6 +82,8 @@ public:
   /// Resumes from checkpoint.loadDir's newest usable checkpoint: parameters, Adam state, the
   /// loss scale and the step count (so step() continues after it).
   StatusOr<Resumed> load();
+  /// The folder save() writes for the steps done (checkpoint.saveDir's step folder).
+  std::string savedPath() const;
   /// Every parameter, whole, written by rank 0 in the layout of a one-rank run.
   Status saveWeights(const std::string &path);
   /// The traced steps' events of every rank, written by rank 0 (log.tracePath).

@@ -1,22 +1,17 @@
-// `megac calibrate`: flags -> runtime/calibrate's microbenchmarks -> a device spec file
-// (driver/Calibrate.h) that `megac plan --cluster FILE.json:NODESxPER_NODE` reads. Also built
-// without the compiler as megac-calibrate (MEGAC_CALIBRATE_STANDALONE: no MLIR, no MPI; one
-// process).
+// `megac calibrate`: flags -> the driver's calibration (driver/Calibrate.h) -> a device spec file
+// that `megac plan --cluster FILE.json:NODESxPER_NODE` reads. Also built without the compiler as
+// megac-calibrate (MEGAC_CALIBRATE_STANDALONE: no MLIR, no MPI; one process).
 #include "tools/megac/Cli.h"
 #include "tools/megac/Help.h"
 
 #include "driver/Backend.h"
 #include "driver/Calibrate.h"
-#include "planner/Calibration.h"
-#include "runtime/calibrate/Calibrate.h"
-#include "support/Files.h"
 
 #ifndef MEGAC_CALIBRATE_STANDALONE
-#include "runtime/comm/MpiCommunicator.h"
+#include "driver/Job.h"
 #include "tools/megac/RunFlags.h"
 #endif
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -24,7 +19,6 @@
 namespace megac::cli {
 namespace {
 
-namespace cal = runtime::calibrate;
 constexpr const char *kCommand = "megac calibrate";
 
 int launched() {
@@ -34,67 +28,39 @@ int launched() {
   return 0;
 }
 
-/// The calibration written to `out` by rank 0, loaded back as the planner will read it.
-int writeSpec(const std::string &out, const cal::Results &results) {
-  planner::DeviceSpec spec = driver::deviceSpec(results);
-  std::string json = planner::deviceSpecJson(spec);
-  std::span<const uint8_t> piece(reinterpret_cast<const uint8_t *>(json.data()), json.size());
-  if (Status st = writeFileAtomically(out, {&piece, 1}); !st.isOk())
-    return fail(kCommand, "-o: " + st.message());
-  std::string error;
-  if (!planner::loadDeviceSpec(out, &error))
-    return fail(kCommand, "the written spec does not load: " + error);
-  std::fputs(driver::summaryText(out, spec, results).c_str(), stdout);
-  return 0;
-}
-
-/// The microbenchmarks on `ranks` ranks (MPI when more than one), written by rank 0.
-int calibrate(const std::string &out, runtime::Backend backend, int64_t ranks, int64_t threads,
-              bool quick, bool allowTf32) {
-  int64_t local = ranks;
-  if (const char *value = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
-    local = std::max<int64_t>(1, std::atoll(value));
-  if (threads == 0)
-    threads = cal::defaultThreads(local);
-  cal::setKernelThreads(threads);
-
-  std::unique_ptr<runtime::comm::Communicator> world;
+/// The microbenchmarks on `ranks` ranks (MPI when more than one); rank 0 writes the spec.
+int calibrate(const std::string &out, driver::CalibrateRequest request) {
+  std::unique_ptr<driver::Communicator> world;
 #ifndef MEGAC_CALIBRATE_STANDALONE
-  if (ranks > 1) {
-    auto created =
-        runtime::comm::MpiCommunicator::create(cal::worldMesh(ranks), std::chrono::seconds(300));
-    if (!created.isOk())
-      return fail(kCommand, created.status().message());
-    world = std::move(created.value());
+  if (request.ranks > 1) {
+    auto joined = driver::joinCalibrationJob(request.ranks);
+    if (!joined.isOk())
+      return fail(kCommand, joined.status().message());
+    world = std::move(joined.value());
   }
 #endif
   int rank = world ? world->rank() : 0;
-  cal::Options options;
-  options.backend = backend;
-  options.allowTf32 = allowTf32;
-  options.quick = quick;
-  options.threads = threads;
-  options.world = world.get();
-  options.command =
-      std::string("megac calibrate --backend ") + runtime::backendName(backend) + " --ranks " +
-      std::to_string(ranks) +
-      (backend == runtime::Backend::cpu ? " --threads " + std::to_string(threads) : std::string()) +
-      (quick ? " --quick" : "");
-  options.progress = [](const std::string &line) {
+  request.progress = [](const std::string &line) {
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
   };
-  StatusOr<cal::Results> results = cal::calibrate(options);
+  StatusOr<driver::CalibrationResults> results = driver::calibrate(request, world.get());
   if (!results.isOk()) {
-    fail(kCommand, (ranks > 1 ? "rank " + std::to_string(rank) + ": " : std::string()) +
+    fail(kCommand, (request.ranks > 1 ? "rank " + std::to_string(rank) + ": " : std::string()) +
                        results.status().message());
 #ifndef MEGAC_CALIBRATE_STANDALONE
     if (world)
-      runtime::comm::MpiCommunicator::abortJob(1);
+      driver::abortJob(1);
 #endif
     return 1;
   }
-  return rank == 0 ? writeSpec(out, *results) : 0;
+  if (rank != 0)
+    return 0;
+  StatusOr<std::string> summary = driver::writeDeviceSpec(out, *results);
+  if (!summary.isOk())
+    return fail(kCommand, summary.status().message());
+  std::fputs(summary->c_str(), stdout);
+  return 0;
 }
 
 } // namespace
@@ -116,10 +82,9 @@ int calibrateCommand(int argc, char **argv) {
   std::filesystem::path dir = std::filesystem::path(*out).parent_path();
   if (!dir.empty() && !std::filesystem::is_directory(dir))
     return f.usage("-o: no directory " + dir.string());
-  StatusOr<runtime::Backend> resolved = driver::resolveBackend(backendName);
-  if (!resolved.isOk())
-    return f.usage(resolved.status().message());
-  runtime::Backend backend = *resolved;
+  StatusOr<driver::Backend> backend = driver::resolveBackend(backendName);
+  if (!backend.isOk())
+    return f.usage(backend.status().message());
   if (int n = launched(); n > 1) {
 #ifdef MEGAC_CALIBRATE_STANDALONE
     return f.usage("megac-calibrate runs one process, not " + std::to_string(n) +
@@ -138,7 +103,13 @@ int calibrateCommand(int argc, char **argv) {
     return relaunchUnderMpirun(argc, argv, kCommand, ranks, oversubscribe);
 #endif
   }
-  return calibrate(*out, backend, ranks, threads, quick, allowTf32);
+  driver::CalibrateRequest request;
+  request.backend = *backend;
+  request.ranks = ranks;
+  request.threads = threads;
+  request.quick = quick;
+  request.allowTf32 = allowTf32;
+  return calibrate(*out, request);
 }
 
 } // namespace megac::cli

@@ -4,12 +4,8 @@
 #include "tools/megac/Help.h"
 #include "tools/megac/ModelFlags.h"
 
-#include "codegen/MemoryPlanner.h"
 #include "driver/Compile.h"
-#include "runtime/io/Safetensors.h"
-#include "runtime/plan/PlanSeal.h"
-#include "runtime/plan/plan_generated.h"
-#include "support/Files.h"
+#include "driver/PlanFile.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -23,19 +19,12 @@ constexpr const char *kCommand = "megac compile";
 /// One line about the plan: instructions, buffers, parameters, the arena with and without reuse.
 void summarize(const std::string &planPath, const driver::CompiledModel &compiled,
                const std::filesystem::path &weightsPath) {
-  const plan::Program *program = plan::GetPlan(compiled.plan.data())->programs()->Get(0);
-  uint64_t unplanned = 0;
-  for (const plan::Buffer *buffer : *program->buffers())
-    unplanned += (buffer->bytes() + codegen::kArenaAlignment - 1) / codegen::kArenaAlignment *
-                 codegen::kArenaAlignment;
-  unsigned instructions = 0;
-  for (const plan::Function *function : *program->functions())
-    instructions += function->instructions() ? function->instructions()->size() : 0;
-  std::printf("wrote %s: %u instructions, %u buffers, %u parameters, arena %llu bytes "
+  driver::PlanSummary plan = driver::summarizePlan(compiled.plan);
+  std::printf("wrote %s: %llu instructions, %llu buffers, %llu parameters, arena %llu bytes "
               "(%llu without reuse)\n",
-              planPath.c_str(), instructions, program->buffers()->size(),
-              program->parameters()->size(), (unsigned long long)program->arena_bytes(),
-              (unsigned long long)unplanned);
+              planPath.c_str(), (unsigned long long)plan.instructions,
+              (unsigned long long)plan.buffers, (unsigned long long)plan.parameters,
+              (unsigned long long)plan.arenaBytes, (unsigned long long)plan.unplannedBytes);
   if (!compiled.weights.empty())
     std::printf("wrote %s: %zu tensors\n", weightsPath.string().c_str(), compiled.weights.size());
   std::printf("time: loaded in %.1f ms, compiled in %.1f ms\n", compiled.loadSeconds * 1e3,
@@ -71,13 +60,10 @@ int compileCommand(int argc, char **argv) {
   std::optional<driver::CompiledModel> compiled = model.compile(kCommand, options);
   if (!compiled)
     return 1;
-  auto seal = runtime::planSealHeader(compiled->plan);
-  std::span<const uint8_t> planPieces[] = {seal, compiled->plan};
-  if (Status s = writeFileAtomically(planPath.string(), planPieces); !s.isOk())
+  if (Status s = driver::writePlanFile(planPath.string(), compiled->plan); !s.isOk())
     return fail(kCommand, s.message());
   if (!compiled->weights.empty())
-    if (Status s = runtime::writeSafetensors(weightsPath.string(), compiled->weights,
-                                             {{"producer", "megac"}});
+    if (Status s = driver::writeWeightsFile(weightsPath.string(), compiled->weights, "megac");
         !s.isOk())
       return fail(kCommand, s.message());
   summarize(planPath.string(), *compiled, weightsPath);

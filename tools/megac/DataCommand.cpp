@@ -5,7 +5,6 @@
 #include "tools/megac/Help.h"
 
 #include "driver/DataPrep.h"
-#include "runtime/data/IndexedDataset.h"
 
 #include <chrono>
 #include <cstdio>
@@ -36,8 +35,7 @@ int prepCommand(int argc, char **argv) {
     return f.usage("missing -o PREFIX");
   if (!tokenizerSpec)
     return f.usage("missing --tokenizer (byte, gpt2:VOCAB.json,MERGES.txt or hf:TOKENIZER.json)");
-  StatusOr<std::unique_ptr<runtime::data::Tokenizer>> tokenizer =
-      runtime::data::makeTokenizer(*tokenizerSpec);
+  StatusOr<std::unique_ptr<driver::Tokenizer>> tokenizer = driver::makeTokenizer(*tokenizerSpec);
   if (!tokenizer.isOk())
     return f.usage("--tokenizer: " + tokenizer.status().message());
   if (o.appendEod && !(*tokenizer)->endOfDocument())
@@ -85,15 +83,11 @@ int infoCommand(int argc, char **argv) {
     return *exit;
   if (f.positional().size() != 1)
     return f.usage("give one dataset PREFIX (of PREFIX.bin, PREFIX.idx)");
-  StatusOr<runtime::data::IndexedDataset> ds =
-      runtime::data::IndexedDataset::open(f.positional()[0]);
+  StatusOr<driver::DatasetInfo> ds = driver::datasetInfo(f.positional()[0]);
   if (!ds.isOk())
     return fail("megac data info", ds.status().message());
-  static const char *names[] = {"?",     "uint8",   "int8",    "int16", "int32",
-                                "int64", "float64", "float32", "uint16"};
-  std::printf("dtype %s, %lld sequences, %lld documents, %lld tokens\n",
-              names[static_cast<int>(ds->tokenType())], (long long)ds->sequenceCount(),
-              (long long)ds->documentCount(), (long long)ds->totalTokens());
+  std::printf("dtype %s, %lld sequences, %lld documents, %lld tokens\n", ds->tokenType.c_str(),
+              (long long)ds->sequences, (long long)ds->documents, (long long)ds->tokens);
   return 0;
 }
 

@@ -39,7 +39,7 @@ int generateCommand(int argc, char **argv) {
   if (spec && onnx)
     return f.usage(
         "give --model (a zoo checkpoint's spec) or --onnx (an ONNX checkpoint's file), not both");
-  auto tokenizer = runtime::data::makeTokenizer(tokenizerSpec.value_or("byte"));
+  auto tokenizer = driver::makeTokenizer(tokenizerSpec.value_or("byte"));
   if (!tokenizer.isOk())
     return fail(command, "--tokenizer: " + tokenizer.status().message());
   auto generator = driver::Generator::open(*load, spec, onnx, [&](const std::string &line) {

@@ -4,20 +4,12 @@
 #include "tools/megac/Help.h"
 #include "tools/megac/ModelFlags.h"
 
+#include "driver/Import.h"
 #include "frontends/onnx/OnnxImporter.h"
-#include "passes/Pipelines.h"
-#include "runtime/io/Safetensors.h"
 
-#include "mlir/IR/BuiltinAttributes.h"
-#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/IR/OperationSupport.h"
-#include "mlir/Support/FileUtilities.h"
-#include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/ToolOutputFile.h"
 
 #include <cstdio>
-#include <filesystem>
 
 namespace megac::cli {
 
@@ -62,50 +54,11 @@ int importCommand(int argc, char **argv) {
   std::optional<driver::LoadedModel> loaded = model.load(ctx);
   if (!loaded)
     return 1;
-  mlir::ModuleOp module = *loaded->module;
-  if (compileTo) {
-    llvm::SourceMgr sourceMgr;
-    mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
-    if (mlir::failed(passes::runInputPipeline(module)))
-      return fail("megac import", "the input pipeline failed on " + loaded->description);
-    if (Status fitted = driver::fitWeightsToModel(module, loaded->weights); !fitted.isOk())
-      return fail("megac import", fitted.message());
-  }
-  std::string output = *out;
-  module->removeAttr(driver::kWeightsAttr);
-  std::filesystem::path weightsPath;
-  if (!loaded->weights.empty()) {
-    if (output == "-") {
-      std::fprintf(stderr,
-                   "megac import: error: %s has %zu weights, which go beside the output file; "
-                   "write to a file (-o FILE.mlir) instead of stdout\n",
-                   loaded->description.c_str(), loaded->weights.size());
-      return 1;
-    }
-    weightsPath = output;
-    weightsPath.replace_extension(".safetensors");
-    Status status = runtime::writeSafetensors(weightsPath.string(), loaded->weights,
-                                              {{"producer", "megac import"}});
-    if (!status.isOk()) {
-      std::fprintf(stderr, "megac import: error: cannot write %s: %s\n",
-                   weightsPath.string().c_str(), status.message().c_str());
-      return 1;
-    }
-    module->setAttr(driver::kWeightsAttr,
-                    mlir::StringAttr::get(&ctx, weightsPath.filename().string()));
-  }
-  std::string errorMessage;
-  auto file = mlir::openOutputFile(output, &errorMessage);
-  if (!file) {
-    std::fprintf(stderr, "megac import: error: cannot write %s: %s\n", output.c_str(),
-                 errorMessage.c_str());
-    return 1;
-  }
-  mlir::OpPrintingFlags flags;
-  if (debugLocations)
-    flags.enableDebugInfo(/*enable=*/true, /*prettyForm=*/false);
-  module.print(file->os(), flags);
-  file->keep();
+  driver::ImportOptions options;
+  options.inputPhase = compileTo.has_value();
+  options.debugLocations = debugLocations;
+  if (Status s = driver::writeImportedModel(*loaded, *out, options); !s.isOk())
+    return fail("megac import", s.message());
   return 0;
 }
 

@@ -8,12 +8,10 @@
 
 #include "driver/Compile.h"
 #include "driver/PlanExplain.h"
+#include "driver/PlanFile.h"
 #include "driver/PlanSearch.h"
-#include "runtime/plan/PlanSeal.h"
 
 #include "frontends/models/ModelConfig.h"
-#include "runtime/plan/PlanLoader.h"
-#include "support/Files.h"
 
 #include <cstdio>
 #include <string_view>
@@ -136,16 +134,12 @@ int layoutPlan(int argc, char **argv, const char *command, const char *help) {
   StatusOr<driver::TrainModel> model = driver::compileRunPlan(run.config);
   if (!model.isOk())
     return fail(command, model.status().message());
-  StatusOr<runtime::LoadedPlan> plan = runtime::loadPlanFromBytes(model->plan);
+  StatusOr<driver::LoadedPlan> plan = driver::loadCompiledPlan(model->plan, model->description);
   if (!plan.isOk())
-    return fail(command, plan.status().message() + " (in the plan compiled from " +
-                             model->description + ")");
-  if (out) {
-    auto seal = runtime::planSealHeader(model->plan);
-    std::span<const uint8_t> pieces[] = {seal, model->plan};
-    if (Status s = writeFileAtomically(*out, pieces); !s.isOk())
+    return fail(command, plan.status().message());
+  if (out)
+    if (Status s = driver::writePlanFile(*out, model->plan); !s.isOk())
       return fail(command, "cannot write " + *out);
-  }
   if (json)
     std::fputs(driver::explainPlanJson(*plan).c_str(), stdout);
   else if (explain || !out)

@@ -6,7 +6,6 @@
 
 #include "driver/RunConfig.h"
 #include "driver/RunForward.h"
-#include "runtime/plan/PlanLoader.h"
 
 #include <chrono>
 #include <cstdio>
@@ -38,11 +37,11 @@ std::string parseInputs(const std::vector<std::string> &specs,
 }
 
 /// The plan: from a .mplan file, or compiled here (with the model's weights in `compiled`).
-std::optional<runtime::LoadedPlan> preparePlan(const ModelFlags &model, bool fromPlan,
-                                               const codegen::CodegenOptions &options,
-                                               std::optional<driver::CompiledModel> &compiled) {
+std::optional<driver::LoadedPlan> preparePlan(const ModelFlags &model, bool fromPlan,
+                                              const codegen::CodegenOptions &options,
+                                              std::optional<driver::CompiledModel> &compiled) {
   if (fromPlan) {
-    auto plan = runtime::loadPlanFile(*model.source.file);
+    auto plan = driver::loadPlanFile(*model.source.file);
     if (!plan.isOk())
       fail(kCommand, plan.status().message());
     return plan.isOk() ? std::optional(std::move(plan).value()) : std::nullopt;
@@ -50,10 +49,9 @@ std::optional<runtime::LoadedPlan> preparePlan(const ModelFlags &model, bool fro
   compiled = model.compile(kCommand, options);
   if (!compiled)
     return std::nullopt;
-  auto plan = runtime::loadPlanFromBytes(compiled->plan);
+  auto plan = driver::loadCompiledPlan(compiled->plan, compiled->description);
   if (!plan.isOk()) {
-    fail(kCommand,
-         plan.status().message() + " (in the plan compiled from " + compiled->description + ")");
+    fail(kCommand, plan.status().message());
     return std::nullopt;
   }
   return std::move(plan).value();
@@ -97,7 +95,7 @@ int runCommand(int argc, char **argv) {
               " is compiled already";
   if (error.empty())
     error = parseInputs(inputs, files);
-  StatusOr<runtime::Backend> backend = driver::resolveBackend(backendName);
+  StatusOr<driver::Backend> backend = driver::resolveBackend(backendName);
   if (error.empty() && !backend.isOk())
     error = backend.status().message();
   if (!error.empty())
@@ -106,33 +104,22 @@ int runCommand(int argc, char **argv) {
 
   auto start = std::chrono::steady_clock::now();
   std::optional<driver::CompiledModel> compiled;
-  std::optional<runtime::LoadedPlan> plan = preparePlan(model, fromPlan, options, compiled);
+  std::optional<driver::LoadedPlan> plan = preparePlan(model, fromPlan, options, compiled);
   if (!plan)
     return 1;
   double prepareMs = millisecondsSince(start);
-  runtime::ExecutorOptions executorOptions;
-  executorOptions.backend = *backend;
-  executorOptions.allowTf32 = allowTf32;
-  if (compiled && !compiled->weights.empty())
-    executorOptions.weights = &compiled->weights;
-  auto executor = runtime::Executor::create(*plan, executorOptions);
-  if (!executor.isOk())
-    return fail(kCommand, executor.status().message());
-  if (Status s = driver::setInputsFromFiles(**executor, files); !s.isOk())
-    return fail(kCommand, s.message());
-  auto runStart = std::chrono::steady_clock::now();
-  if (Status s = (*executor)->run(); !s.isOk())
-    return fail(kCommand, s.message());
-  double runMs = millisecondsSince(runStart);
-  auto written = driver::writeOutputs(**executor, *outputDir);
-  if (!written.isOk())
-    return fail(kCommand, written.status().message());
-  for (const driver::WrittenOutput &o : *written)
+  driver::ForwardOptions forward;
+  forward.backend = *backend;
+  forward.allowTf32 = allowTf32;
+  forward.weights = compiled ? &compiled->weights : nullptr;
+  StatusOr<driver::ForwardRun> ran = driver::runForward(*plan, forward, files, *outputDir);
+  if (!ran.isOk())
+    return fail(kCommand, ran.status().message());
+  for (const driver::WrittenOutput &o : ran->outputs)
     std::printf("output %s %s %s -> %s\n", o.name.c_str(), dtypeName(o.dtype),
                 shapeString(o.shape).c_str(), o.path.c_str());
-  std::printf("arena %llu bytes; %s %.1f ms, run %.1f ms\n",
-              (unsigned long long)(*executor)->arenaBytes(),
-              fromPlan ? "plan loaded in" : "compile", prepareMs, runMs);
+  std::printf("arena %llu bytes; %s %.1f ms, run %.1f ms\n", (unsigned long long)ran->arenaBytes,
+              fromPlan ? "plan loaded in" : "compile", prepareMs, ran->runSeconds * 1e3);
   return 0;
 }
 

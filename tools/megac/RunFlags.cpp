@@ -4,7 +4,6 @@
 
 #include "driver/Compile.h"
 #include "driver/TrainData.h"
-#include "runtime/comm/Communicator.h"
 
 #include <cstring>
 #include <limits>
@@ -70,8 +69,7 @@ void RunFlags::declare(Flags &f) {
            {schedule::scheduleName(schedule::ScheduleKind::oneFOneB),
             schedule::scheduleName(schedule::ScheduleKind::gpipe)});
   f.count("--threads", c.exec.threads, 1, "N", 4096);
-  f.count("--comm-timeout", c.exec.commTimeoutSeconds, 1, "S",
-          runtime::comm::kMaxCommTimeoutSeconds);
+  f.count("--comm-timeout", c.exec.commTimeoutSeconds, 1, "S", driver::kMaxCommTimeoutSeconds);
   f.flag("--oversubscribe", oversubscribe).text("--backend", backend, "cpu|cuda");
   f.flag("--allow-tf32", c.exec.allowTf32);
 }
@@ -126,9 +124,9 @@ std::string configureStep(const Flags &f, RunFlags &r, bool planOnly) {
   // Plan mode (`megac plan`, `megac compile --ranks`) runs nothing: no device query for the
   // default backend.
   if (planOnly && !r.backend) {
-    c.exec.backend = runtime::Backend::cpu;
+    c.exec.backend = driver::Backend::cpu;
   } else {
-    StatusOr<runtime::Backend> backend = driver::resolveBackend(r.backend);
+    StatusOr<driver::Backend> backend = driver::resolveBackend(r.backend);
     if (!backend.isOk())
       return backend.status().message();
     c.exec.backend = *backend;
@@ -175,8 +173,8 @@ std::string RunFlags::configure(const Flags &f, bool planOnly) {
       return std::string("missing ") + required;
   c.data.batch.globalBatch = globalBatch;
   c.lr.lr = lrValue;
-  c.lr.decay = *runtime::train::parseLrDecay(lrSchedule);
-  if (c.lr.decay == runtime::train::LrDecay::constant && f.given("--min-lr"))
+  c.lr.decay = *driver::parseLrDecay(lrSchedule);
+  if (c.lr.decay == driver::LrDecay::constant && f.given("--min-lr"))
     return "--min-lr applies to --lr-schedule cosine";
   if (std::string e = configureStep(f, *this, planOnly); !e.empty())
     return e;

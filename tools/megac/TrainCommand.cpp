@@ -7,11 +7,8 @@
 #include "tools/megac/Help.h"
 #include "tools/megac/RunFlags.h"
 
+#include "driver/Job.h"
 #include "driver/TrainSession.h"
-#include "runtime/checkpoint/Checkpoint.h"
-#include "runtime/comm/MpiCommunicator.h"
-#include "runtime/train/StopRequest.h"
-#include "runtime/train/TrainLog.h"
 
 #include <cmath>
 #include <cstdio>
@@ -20,7 +17,6 @@ namespace megac::cli {
 
 namespace {
 
-namespace train = runtime::train;
 constexpr const char *kCommand = "megac train";
 
 /// The ranks of a multi-rank job abort together: one failing rank would leave the others
@@ -29,7 +25,7 @@ int abortRun(const driver::TrainSession &session, const std::string &message) {
   bool multi = session.ranks() > 1;
   fail(kCommand, multi ? "rank " + std::to_string(session.rank()) + ": " + message : message);
   if (multi)
-    runtime::comm::MpiCommunicator::abortJob(1);
+    driver::abortJob(1);
   return 1;
 }
 
@@ -47,15 +43,15 @@ void printHeader(const driver::TrainSession &s) {
               s.description().c_str(), (long long)c.lr.totalSteps,
               (long long)c.data.batch.globalBatch, (long long)s.sequenceLength(),
               (long long)l.microBatch, (long long)c.data.batch.microBatches(), ranks.c_str(),
-              precisionName(l.precision), c.lr.lr, train::lrDecayName(c.lr.decay),
-              runtime::backendName(c.exec.backend), s.compileSeconds() * 1e3);
+              precisionName(l.precision), c.lr.lr, driver::lrDecayName(c.lr.decay),
+              driver::backendName(c.exec.backend), s.compileSeconds() * 1e3);
   std::fflush(stdout);
 }
 
 /// An evaluation after `step`: rank 0 prints "<what> after step N: loss, perplexity" and logs
 /// {"step", "<key>_loss", "<key>_ppl"}.
 Status evaluate(driver::TrainSession &s, driver::DataPart part, int64_t step,
-                train::JsonLinesWriter *log) {
+                driver::JsonLinesWriter *log) {
   ASSIGN_OR_RETURN(double loss, s.evaluate(part));
   if (!s.root())
     return Status::ok();
@@ -73,11 +69,11 @@ Status evaluate(driver::TrainSession &s, driver::DataPart part, int64_t step,
 
 /// At a step boundary before the last: whether the ranks agree to stop (a signal, the time
 /// limit); if so, the checkpoint of this step (unless the step just saved one).
-Status checkStop(driver::TrainSession &s, const train::StopRequest &stop, bool saved,
-                 std::optional<train::StopDecision> &stopped) {
+Status checkStop(driver::TrainSession &s, const driver::StopRequest &stop, bool saved,
+                 std::optional<driver::StopDecision> &stopped) {
   if (!stop.enabled())
     return Status::ok();
-  ASSIGN_OR_RETURN(train::StopDecision decision, s.agreeToStop(stop));
+  ASSIGN_OR_RETURN(driver::StopDecision decision, s.agreeToStop(stop));
   if (!decision.stop())
     return Status::ok();
   if (s.config().checkpoint.saveDir && !saved)
@@ -88,15 +84,15 @@ Status checkStop(driver::TrainSession &s, const train::StopRequest &stop, bool s
 
 /// The training loop: steps, evaluations, checkpoints, logs and progress (rank 0); ends early,
 /// with `stopped` set, when the ranks agree to stop.
-Status trainLoop(driver::TrainSession &s, const train::StopRequest &stop,
-                 train::JsonLinesWriter *log, double &elapsed, double &firstLoss, double &lastLoss,
-                 std::optional<train::StopDecision> &stopped) {
+Status trainLoop(driver::TrainSession &s, const driver::StopRequest &stop,
+                 driver::JsonLinesWriter *log, double &elapsed, double &firstLoss, double &lastLoss,
+                 std::optional<driver::StopDecision> &stopped) {
   const driver::RunConfig &c = s.config();
   bool terminal = s.root() && stdoutIsTerminal();
   int64_t steps = c.lr.totalSteps, done = s.stepsDone();
-  train::LogInterval interval;
+  driver::LogInterval interval;
   for (int64_t step = done + 1; step <= steps && !stopped; ++step) {
-    StatusOr<train::StepRecord> record = s.step();
+    StatusOr<driver::StepRecord> record = s.step();
     if (!record.isOk()) {
       if (terminal)
         std::fputc('\n', stdout);
@@ -123,13 +119,13 @@ Status trainLoop(driver::TrainSession &s, const train::StopRequest &stop,
     if (!s.root())
       continue;
     if (log)
-      RETURN_IF_ERROR(log->write(train::stepRecordJson(*record)));
+      RETURN_IF_ERROR(log->write(driver::stepRecordJson(*record)));
     if (terminal) {
       double eta = elapsed / double(step - done) * double(steps - step);
-      std::printf("\r%s\x1b[K", train::progressLine(*record, steps, eta).c_str());
-    } else if (std::optional<train::StepRecord> line =
+      std::printf("\r%s\x1b[K", driver::progressLine(*record, steps, eta).c_str());
+    } else if (std::optional<driver::StepRecord> line =
                    interval.add(*record, c.log.interval, steps)) {
-      std::printf("%s\n", train::stepLogLine(*line, steps).c_str());
+      std::printf("%s\n", driver::stepLogLine(*line, steps).c_str());
     }
     std::fflush(stdout);
   }
@@ -139,8 +135,8 @@ Status trainLoop(driver::TrainSession &s, const train::StopRequest &stop,
 }
 
 /// After a stop the ranks agreed on: rank 0 closes the log and says why and where it saved.
-Status finishStopped(driver::TrainSession &s, train::JsonLinesWriter *log,
-                     const train::StopRequest &stop, const train::StopDecision &why) {
+Status finishStopped(driver::TrainSession &s, driver::JsonLinesWriter *log,
+                     const driver::StopRequest &stop, const driver::StopDecision &why) {
   if (!s.root())
     return Status::ok();
   if (log)
@@ -150,8 +146,7 @@ Status finishStopped(driver::TrainSession &s, train::JsonLinesWriter *log,
   if (c.checkpoint.saveDir)
     std::printf("stopped after step %lld of %lld on %s: saved %s (resume with --load %s)\n",
                 (long long)s.stepsDone(), (long long)c.lr.totalSteps, reason.c_str(),
-                runtime::checkpoint::stepPath(*c.checkpoint.saveDir, s.stepsDone()).c_str(),
-                c.checkpoint.saveDir->c_str());
+                s.savedPath().c_str(), c.checkpoint.saveDir->c_str());
   else
     std::printf("stopped after step %lld of %lld on %s (no --save: nothing saved)\n",
                 (long long)s.stepsDone(), (long long)c.lr.totalSteps, reason.c_str());
@@ -160,8 +155,8 @@ Status finishStopped(driver::TrainSession &s, train::JsonLinesWriter *log,
 }
 
 /// After the loop: the test part, the summary, the trace and the final weights.
-Status finishRun(driver::TrainSession &s, train::JsonLinesWriter *log, int64_t done, double elapsed,
-                 double firstLoss, double lastLoss) {
+Status finishRun(driver::TrainSession &s, driver::JsonLinesWriter *log, int64_t done,
+                 double elapsed, double firstLoss, double lastLoss) {
   const driver::RunConfig &c = s.config();
   int64_t steps = c.lr.totalSteps;
   if (s.evaluates(driver::DataPart::test))
@@ -172,7 +167,7 @@ Status finishRun(driver::TrainSession &s, train::JsonLinesWriter *log, int64_t d
     int64_t ran = steps - std::min(done, steps);
     double tokens = double(c.data.batch.globalBatch * s.sequenceLength() * ran);
     std::printf("trained %lld steps in %s (%.0f tokens/s): loss %.6g -> %.6g\n", (long long)ran,
-                train::formatDuration(elapsed).c_str(), elapsed > 0 ? tokens / elapsed : 0.0,
+                driver::formatDuration(elapsed).c_str(), elapsed > 0 ? tokens / elapsed : 0.0,
                 firstLoss, lastLoss);
     if (c.checkpoint.saveDir && ran > 0)
       std::printf("saved checkpoints in %s (latest: step %lld)\n", c.checkpoint.saveDir->c_str(),
@@ -197,13 +192,13 @@ Status finishRun(driver::TrainSession &s, train::JsonLinesWriter *log, int64_t d
 
 /// A session opened, resumed when asked, trained and finished (or stopped early, with a
 /// checkpoint); returns the exit code.
-int run(driver::TrainSession &s, const train::StopRequest &stop) {
+int run(driver::TrainSession &s, const driver::StopRequest &stop) {
   if (Status st = s.open(); !st.isOk())
     return abortRun(s, st.message());
   const driver::RunConfig &c = s.config();
   if (s.root())
     printHeader(s);
-  train::JsonLinesWriter log;
+  driver::JsonLinesWriter log;
   bool logging = c.log.jsonPath && s.root();
   if (logging)
     if (Status st = log.open(*c.log.jsonPath); !st.isOk())
@@ -220,7 +215,7 @@ int run(driver::TrainSession &s, const train::StopRequest &stop) {
   }
   int64_t done = s.stepsDone();
   double elapsed = 0, firstLoss = 0, lastLoss = 0;
-  std::optional<train::StopDecision> stopped;
+  std::optional<driver::StopDecision> stopped;
   Status st = trainLoop(s, stop, logging ? &log : nullptr, elapsed, firstLoss, lastLoss, stopped);
   if (st.isOk() && stopped)
     st = finishStopped(s, logging ? &log : nullptr, stop, *stopped);
@@ -232,7 +227,7 @@ int run(driver::TrainSession &s, const train::StopRequest &stop) {
 } // namespace
 
 int trainCommand(int argc, char **argv) {
-  auto started = train::StopRequest::Clock::now(); // --exit-duration-in-mins counts from here
+  auto started = driver::StopRequest::Clock::now(); // --exit-duration-in-mins counts from here
   Flags flags(kCommand, kTrainHelp);
   RunFlags run;
   ExitFlags exitFlags;
@@ -247,11 +242,9 @@ int trainCommand(int argc, char **argv) {
     return flags.usage(e);
   if (c.exec.ranks > 1 && driver::launchedRanks() <= 1)
     return relaunchUnderMpirun(argc, argv, kCommand, c.exec.ranks, run.oversubscribe);
-  train::StopRequest stop(c.exec.exitOnSignal, c.exec.exitDurationMinutes, started);
+  driver::StopRequest stop(c.exec.exitOnSignal, c.exec.exitDurationMinutes, started);
   if (c.exec.exitOnSignal)
-    if (Status st = train::installStopSignalHandler(
-            train::stopSignals(/*underMpirun=*/driver::launchedRanks() > 0));
-        !st.isOk())
+    if (Status st = driver::handleStopSignals(); !st.isOk())
       return fail(kCommand, st.message());
   setThreads(c.exec.threads, c.exec.ranks);
   driver::SessionHooks hooks;
