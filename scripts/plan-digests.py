@@ -84,7 +84,7 @@ def main():
     print(f"{len(found)} plans", file=sys.stderr)
     if args.compare:
         with open(args.compare) as f:
-            want = dict((l.split("  ", 1)[1], l.split("  ", 1)[0]) for l in f if l.strip())
+            want = dict(reversed(l.rstrip("\n").split("  ", 1)) for l in f if l.strip())
         got = {" ".join(k): d for k, d in found.items()}
         differ = [k for k in want if got.get(k) != want[k]] + [k for k in got if k not in want]
         for k in differ:
