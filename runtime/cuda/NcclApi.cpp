@@ -1,50 +1,115 @@
-// The real NCCL and CUDA runtime behind NcclApi (NcclApi.h): each method forwards to its call.
+// The real NCCL and CUDA runtime behind NcclApi (NcclApi.h): each method forwards to its call;
+// NCCL's functions come from libnccl.so.2 opened with dlopen at the first use, not at link time.
 #include "runtime/cuda/NcclApi.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
 
 namespace megac::runtime::cuda {
 
 namespace {
 
+// The NCCL functions megac calls: X(member, symbol).
+#define MEGAC_NCCL_FUNCTIONS(X)                                                                    \
+  X(getUniqueId, ncclGetUniqueId)                                                                  \
+  X(commInitRankConfig, ncclCommInitRankConfig)                                                    \
+  X(commSplit, ncclCommSplit)                                                                      \
+  X(commGetAsyncError, ncclCommGetAsyncError)                                                      \
+  X(commFinalize, ncclCommFinalize)                                                                \
+  X(commDestroy, ncclCommDestroy)                                                                  \
+  X(commAbort, ncclCommAbort)                                                                      \
+  X(getErrorString, ncclGetErrorString)                                                            \
+  X(getLastError, ncclGetLastError)                                                                \
+  X(groupStart, ncclGroupStart)                                                                    \
+  X(groupEnd, ncclGroupEnd)                                                                        \
+  X(allReduce, ncclAllReduce)                                                                      \
+  X(allGather, ncclAllGather)                                                                      \
+  X(reduceScatter, ncclReduceScatter)                                                              \
+  X(send, ncclSend)                                                                                \
+  X(recv, ncclRecv)
+
+/// libnccl's functions, resolved from one dlopen handle (kept open for the process).
+struct NcclLibrary {
+#define MEGAC_NCCL_POINTER(member, symbol) decltype(&symbol) member = nullptr;
+  MEGAC_NCCL_FUNCTIONS(MEGAC_NCCL_POINTER)
+#undef MEGAC_NCCL_POINTER
+  std::string error; // empty when every function resolved
+
+  explicit NcclLibrary(const std::string &path) {
+    void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const char *why = dlerror();
+      error = "cannot load NCCL (" + path + "): " + (why ? why : "dlopen failed") +
+              "; NCCL collectives need libnccl.so.2 (CUDA's lib64, the nvidia-nccl-cu13 wheel, "
+              "or MEGAC_NCCL_LIBRARY=/path/to/libnccl.so.2)";
+      return;
+    }
+#define MEGAC_NCCL_RESOLVE(member, symbol)                                                         \
+  member = reinterpret_cast<decltype(&symbol)>(dlsym(handle, #symbol));                            \
+  if (!member && error.empty())                                                                    \
+    error = "NCCL (" + path + ") has no " #symbol ": megac needs NCCL 2.19 or newer";
+    MEGAC_NCCL_FUNCTIONS(MEGAC_NCCL_RESOLVE)
+#undef MEGAC_NCCL_RESOLVE
+  }
+};
+
 class RealNcclApi final : public NcclApi {
 public:
-  ncclResult_t getUniqueId(ncclUniqueId *id) override { return ncclGetUniqueId(id); }
+  explicit RealNcclApi(const std::string &path) : nccl_(path) {}
+
+  std::string loadError() const override { return nccl_.error; }
+
+  ncclResult_t getUniqueId(ncclUniqueId *id) override {
+    return ok() ? nccl_.getUniqueId(id) : ncclSystemError;
+  }
   ncclResult_t commInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                   ncclConfig_t *config) override {
-    return ncclCommInitRankConfig(comm, nranks, id, rank, config);
+    return ok() ? nccl_.commInitRankConfig(comm, nranks, id, rank, config) : ncclSystemError;
   }
   ncclResult_t commSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                          ncclConfig_t *config) override {
-    return ncclCommSplit(comm, color, key, newcomm, config);
+    return ok() ? nccl_.commSplit(comm, color, key, newcomm, config) : ncclSystemError;
   }
   ncclResult_t commGetAsyncError(ncclComm_t comm, ncclResult_t *state) override {
-    return ncclCommGetAsyncError(comm, state);
+    return ok() ? nccl_.commGetAsyncError(comm, state) : ncclSystemError;
   }
-  ncclResult_t commFinalize(ncclComm_t comm) override { return ncclCommFinalize(comm); }
-  ncclResult_t commDestroy(ncclComm_t comm) override { return ncclCommDestroy(comm); }
-  ncclResult_t commAbort(ncclComm_t comm) override { return ncclCommAbort(comm); }
-  const char *getErrorString(ncclResult_t result) override { return ncclGetErrorString(result); }
-  const char *getLastError(ncclComm_t comm) override { return ncclGetLastError(comm); }
-  ncclResult_t groupStart() override { return ncclGroupStart(); }
-  ncclResult_t groupEnd() override { return ncclGroupEnd(); }
+  ncclResult_t commFinalize(ncclComm_t comm) override {
+    return ok() ? nccl_.commFinalize(comm) : ncclSystemError;
+  }
+  ncclResult_t commDestroy(ncclComm_t comm) override {
+    return ok() ? nccl_.commDestroy(comm) : ncclSystemError;
+  }
+  ncclResult_t commAbort(ncclComm_t comm) override {
+    return ok() ? nccl_.commAbort(comm) : ncclSystemError;
+  }
+  const char *getErrorString(ncclResult_t result) override {
+    return ok() ? nccl_.getErrorString(result) : nccl_.error.c_str();
+  }
+  const char *getLastError(ncclComm_t comm) override {
+    return ok() ? nccl_.getLastError(comm) : nccl_.error.c_str();
+  }
+  ncclResult_t groupStart() override { return ok() ? nccl_.groupStart() : ncclSystemError; }
+  ncclResult_t groupEnd() override { return ok() ? nccl_.groupEnd() : ncclSystemError; }
   ncclResult_t allReduce(const void *in, void *out, size_t count, ncclDataType_t type,
                          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) override {
-    return ncclAllReduce(in, out, count, type, op, comm, stream);
+    return ok() ? nccl_.allReduce(in, out, count, type, op, comm, stream) : ncclSystemError;
   }
   ncclResult_t allGather(const void *in, void *out, size_t count, ncclDataType_t type,
                          ncclComm_t comm, cudaStream_t stream) override {
-    return ncclAllGather(in, out, count, type, comm, stream);
+    return ok() ? nccl_.allGather(in, out, count, type, comm, stream) : ncclSystemError;
   }
   ncclResult_t reduceScatter(const void *in, void *out, size_t count, ncclDataType_t type,
                              ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) override {
-    return ncclReduceScatter(in, out, count, type, op, comm, stream);
+    return ok() ? nccl_.reduceScatter(in, out, count, type, op, comm, stream) : ncclSystemError;
   }
   ncclResult_t send(const void *data, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                     cudaStream_t stream) override {
-    return ncclSend(data, count, type, peer, comm, stream);
+    return ok() ? nccl_.send(data, count, type, peer, comm, stream) : ncclSystemError;
   }
   ncclResult_t recv(void *data, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                     cudaStream_t stream) override {
-    return ncclRecv(data, count, type, peer, comm, stream);
+    return ok() ? nccl_.recv(data, count, type, peer, comm, stream) : ncclSystemError;
   }
 
   cudaError_t getDevice(int *device) override { return cudaGetDevice(device); }
@@ -78,13 +143,25 @@ public:
   }
   const char *errorName(cudaError_t error) override { return cudaGetErrorName(error); }
   const char *errorString(cudaError_t error) override { return cudaGetErrorString(error); }
+
+private:
+  bool ok() const { return nccl_.error.empty(); }
+
+  NcclLibrary nccl_;
 };
 
 } // namespace
 
+std::unique_ptr<NcclApi> NcclApi::open(const std::string &path) {
+  return std::make_unique<RealNcclApi>(path);
+}
+
 NcclApi &NcclApi::real() {
-  static RealNcclApi api;
-  return api;
+  static std::unique_ptr<NcclApi> api = [] {
+    const char *path = std::getenv("MEGAC_NCCL_LIBRARY");
+    return open(path && *path ? path : "libnccl.so.2");
+  }();
+  return *api;
 }
 
 } // namespace megac::runtime::cuda

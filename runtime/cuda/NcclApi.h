@@ -12,14 +12,25 @@
 #include <nccl.h>
 
 #include <cstddef>
+#include <memory>
+#include <string>
 
 namespace megac::runtime::cuda {
 
 class NcclApi {
 public:
   virtual ~NcclApi() = default;
-  /// The real NCCL and CUDA runtime (a process-wide instance).
+  /// The real NCCL and CUDA runtime (a process-wide instance). NCCL is opened at run time, at
+  /// the first call, from $MEGAC_NCCL_LIBRARY or else "libnccl.so.2" on the loader's path: no
+  /// megac binary needs libnccl to start, and only a run that makes an NCCL communicator fails
+  /// without it, naming the library (every NCCL call then returns ncclSystemError and
+  /// getErrorString says why).
   static NcclApi &real();
+  /// The real binding with NCCL opened from `path` (as dlopen reads it); a binding whose library
+  /// did not load says why in loadError() and fails every NCCL call.
+  static std::unique_ptr<NcclApi> open(const std::string &path);
+  /// Empty when NCCL loaded with every function megac calls, else why not.
+  virtual std::string loadError() const { return {}; }
 
   // NCCL.
   virtual ncclResult_t getUniqueId(ncclUniqueId *id) = 0;
