@@ -4,8 +4,10 @@
 // their cuda:: kernel or device collective below — and the per-instruction scratch memory.
 #include "runtime/cuda/CudaDispatch.h"
 
+#include "runtime/cuda/CudaTry.h"
 #include "runtime/cuda/DeviceCommOps.h"
 #include "runtime/exec/Parameters.h"
+#include "runtime/exec/ProgramExecutor.h"
 #include "runtime/plan/Opcodes.h"
 
 #include <algorithm>
@@ -18,16 +20,8 @@ namespace fb = megac::plan;
 
 namespace {
 
-std::span<const int64_t> spanOf(const flatbuffers::Vector<int64_t> *v) {
-  return v ? std::span<const int64_t>(v->data(), v->size()) : std::span<const int64_t>();
-}
-std::span<const uint32_t> spanOf(const flatbuffers::Vector<uint32_t> *v) {
-  return v ? std::span<const uint32_t>(v->data(), v->size()) : std::span<const uint32_t>();
-}
-std::vector<uint32_t> vectorOf(const flatbuffers::Vector<uint32_t> *v) {
-  std::span<const uint32_t> s = spanOf(v);
-  return {s.begin(), s.end()};
-}
+using runtime::exec::spanOf;
+using runtime::exec::vectorOf;
 
 comm::ReduceKind commKind(fb::ReduceKind kind) {
   return kind == fb::ReduceKind::max ? comm::ReduceKind::max : comm::ReduceKind::sum;
@@ -36,18 +30,6 @@ comm::ReduceKind commKind(fb::ReduceKind kind) {
 std::optional<int64_t> ignoreOf(const fb::CrossEntropyAttrs *a) {
   return a->has_ignore_index() ? std::optional<int64_t>(a->ignore_index()) : std::nullopt;
 }
-
-Status cudaFailure(const std::string &what, cudaError_t error, int device) {
-  return Status::error(what + " on CUDA device " + std::to_string(device) + ": " +
-                       cudaGetErrorName(error) + ": " + cudaGetErrorString(error));
-}
-
-#define CUDA_TRY(call, what)                                                                       \
-  do {                                                                                             \
-    cudaError_t cuda_error_ = (call);                                                              \
-    if (cuda_error_ != cudaSuccess)                                                                \
-      return cudaFailure(what, cuda_error_, device_);                                              \
-  } while (0)
 
 } // namespace
 

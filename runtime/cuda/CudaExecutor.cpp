@@ -15,6 +15,7 @@
 
 #include "runtime/cuda/CudaDispatch.h"
 
+#include "runtime/cuda/CudaTry.h"
 #include "runtime/cuda/Device.h"
 #include "runtime/cuda/ExecutorSupport.h"
 #include "runtime/cuda/Fusion.h"
@@ -45,18 +46,6 @@ using runtime::exec::spanOf;
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(64) << 20; // cuBLASLt workspace
-
-Status cudaFailure(const std::string &what, cudaError_t error, int device) {
-  return Status::error(what + " on CUDA device " + std::to_string(device) + ": " +
-                       cudaGetErrorName(error) + ": " + cudaGetErrorString(error));
-}
-
-#define CUDA_TRY(call, what)                                                                       \
-  do {                                                                                             \
-    cudaError_t cuda_error_ = (call);                                                              \
-    if (cuda_error_ != cudaSuccess)                                                                \
-      return cudaFailure(what, cuda_error_, device_);                                              \
-  } while (0)
 
 /// How a function's instructions are launched: one at a time, a fused elementwise group, or a
 /// run of AdamW instructions in one multi-tensor launch.
@@ -109,6 +98,7 @@ private:
   bool joinsAdamW(const Function &f, size_t first, size_t candidate) const;
   Status runFunction(size_t index) override;
   Status runStep(const Function &f, const Step &step);
+  StatusOr<int> takeErrorFlag();
   Status checkDeviceErrors(size_t function);
   Status checkStep(size_t function, const Step &step);
   Status execute(const fb::Instruction &inst);
@@ -397,12 +387,9 @@ Status CudaExecutor::runFunction(size_t index) {
   const bool tracing = trace_ && trace_->recording();
   Trace::Clock::time_point start = tracing ? Trace::Clock::now() : Trace::Clock::time_point();
   for (const Port &port : fn.inputs) {
-    const InputSlot &slot = inputs_.at(port.name);
-    if (!slot.value)
-      return Status::error("input '" + port.name + "' was not set before running function '" +
-                           fn.name + "'");
+    ASSIGN_OR_RETURN(const HostTensor *value, inputValue(fn, port));
     if (buffers_[port.buffer].bytes)
-      CUDA_TRY(cudaMemcpyAsync(arena_ + buffers_[port.buffer].offset, slot.value->bytes.data(),
+      CUDA_TRY(cudaMemcpyAsync(arena_ + buffers_[port.buffer].offset, value->bytes.data(),
                                buffers_[port.buffer].bytes, cudaMemcpyHostToDevice, ctx_.stream),
                "cudaMemcpyAsync (input '" + port.name + "')");
   }
@@ -438,6 +425,18 @@ Status CudaExecutor::runFunction(size_t index) {
   return Status::ok();
 }
 
+// The kernels' error flag (0: none raised), read after the stream's work and cleared.
+StatusOr<int> CudaExecutor::takeErrorFlag() {
+  int code = 0;
+  CUDA_TRY(cudaMemcpyAsync(&code, ctx_.errors, sizeof code, cudaMemcpyDeviceToHost, ctx_.stream),
+           "cudaMemcpyAsync (error flag)");
+  CUDA_TRY(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize");
+  if (code != 0)
+    CUDA_TRY(cudaMemsetAsync(ctx_.errors, 0, sizeof(int), ctx_.stream),
+             "cudaMemsetAsync (error flag)");
+  return code;
+}
+
 // MEGAC_CUDA_SYNC_EACH=1: after each launch, the stream's error (an illegal address is sticky:
 // every later call fails too, so the first one found is the one to name) and the error flag.
 Status CudaExecutor::checkStep(size_t function, const Step &step) {
@@ -448,14 +447,9 @@ Status CudaExecutor::checkStep(size_t function, const Step &step) {
     return Status::error(syncEachFailure(*program_, programIndex_, function, step.first, step.count,
                                          kindOf(step), cudaGetErrorName(error),
                                          cudaGetErrorString(error), device_));
-  int code = 0;
-  CUDA_TRY(cudaMemcpyAsync(&code, ctx_.errors, sizeof code, cudaMemcpyDeviceToHost, ctx_.stream),
-           "cudaMemcpyAsync (error flag)");
-  CUDA_TRY(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize");
+  ASSIGN_OR_RETURN(int code, takeErrorFlag());
   if (code == 0)
     return Status::ok();
-  CUDA_TRY(cudaMemsetAsync(ctx_.errors, 0, sizeof(int), ctx_.stream),
-           "cudaMemsetAsync (error flag)");
   return Status::error(
       describeStep(*program_, programIndex_, function, step.first, step.count, kindOf(step)) +
       ": " + deviceErrorMessage(static_cast<DeviceError>(code)) +
@@ -466,14 +460,9 @@ Status CudaExecutor::checkStep(size_t function, const Step &step) {
 // instruction raised it; when the function has one instruction of the raising kind, that one is
 // named, else the function and the kinds.
 Status CudaExecutor::checkDeviceErrors(size_t index) {
-  int code = 0;
-  CUDA_TRY(cudaMemcpyAsync(&code, ctx_.errors, sizeof code, cudaMemcpyDeviceToHost, ctx_.stream),
-           "cudaMemcpyAsync (error flag)");
-  CUDA_TRY(cudaStreamSynchronize(ctx_.stream), "cudaStreamSynchronize");
+  ASSIGN_OR_RETURN(int code, takeErrorFlag());
   if (code == 0)
     return Status::ok();
-  CUDA_TRY(cudaMemsetAsync(ctx_.errors, 0, sizeof(int), ctx_.stream),
-           "cudaMemsetAsync (error flag)");
   auto error = static_cast<DeviceError>(code);
   std::vector<fb::Opcode> ops;
   switch (error) {
@@ -550,32 +539,15 @@ Status CudaExecutor::zeroState(std::string_view prefix) {
 
 Status CudaExecutor::execute(const fb::Instruction &inst) {
   RETURN_IF_ERROR(scratch_->reset());
-  std::vector<TensorRef> in, out;
-  if (inst.inputs())
-    for (uint32_t b : *inst.inputs())
-      in.push_back(ref(b));
-  // Kernels assume outputs do not overlap inputs, except in place (exactly an input's bytes)
-  // for the opcodes that allow it; anything else is computed into scratch and copied over.
-  bool inPlace = fb::writesInPlace(inst.op());
-  std::vector<std::pair<void *, uint32_t>> viaScratch; // (scratch, output buffer)
-  std::span<const uint32_t> outputs = spanOf(inst.outputs()), inputs = spanOf(inst.inputs());
-  for (uint32_t o : outputs) {
-    bool conflict = false;
-    for (uint32_t b : inputs)
-      conflict = conflict || (overlaps(b, o) && !(inPlace && sameBytes(b, o)));
-    if (!conflict) {
-      out.push_back(ref(o));
-      continue;
-    }
-    const BufferInfo &ob = buffers_[o];
-    ASSIGN_OR_RETURN(void *scratch, scratch_->get(std::max<uint64_t>(ob.bytes, 1)));
-    viaScratch.emplace_back(scratch, o);
-    out.push_back({ob.dtype, ob.shape, scratch});
-  }
-  RETURN_IF_ERROR(exec::dispatch(inst, in, out, ctx_, nccl_.get(), comm_->mesh(), rank_));
-  for (auto [scratch, o] : viaScratch)
+  ASSIGN_OR_RETURN(InstructionTensors t, tensorsOf(
+                                             inst, [this](uint32_t b) { return ref(b); },
+                                             [this](size_t, uint64_t bytes) -> StatusOr<void *> {
+                                               return scratch_->get(std::max<uint64_t>(bytes, 1));
+                                             }));
+  RETURN_IF_ERROR(exec::dispatch(inst, t.in, t.out, ctx_, nccl_.get(), comm_->mesh(), rank_));
+  for (auto [position, o] : t.viaScratch)
     if (buffers_[o].bytes)
-      CUDA_TRY(cudaMemcpyAsync(arena_ + buffers_[o].offset, scratch, buffers_[o].bytes,
+      CUDA_TRY(cudaMemcpyAsync(arena_ + buffers_[o].offset, t.out[position].data, buffers_[o].bytes,
                                cudaMemcpyDeviceToDevice, ctx_.stream),
                "cudaMemcpyAsync (output from scratch)");
   return Status::ok();

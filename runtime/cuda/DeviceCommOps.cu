@@ -3,6 +3,7 @@
 #include "runtime/cuda/DeviceCommOps.h"
 
 #include "runtime/cuda/kernels/KernelCommon.cuh"
+#include "runtime/exec/CollectiveLayout.h"
 
 #include <string>
 #include <vector>
@@ -13,25 +14,20 @@ using detail::blocksFor;
 
 namespace {
 
-Status fail(const char *op, const std::string &message) {
-  return Status::error(std::string(op) + ": " + message);
-}
+using collective::expectIndexDtype;
+using collective::expectSameDtype;
+using collective::expectSplit;
 
-/// A tensor viewed as [outer, blocks, rowBytes] around one dim (CommOps' Blocks): block g of
-/// outer row o is the rowBytes at (o * blocks + g) * rowBytes.
+Status fail(const char *op, const std::string &message) { return collective::opError(op, message); }
+
+/// CollectiveLayout's block layout as the relayout kernels see it: block g of outer row o is the
+/// rowBytes at BlockLayout::pieceOffset(o, g, blocks, rowBytes).
 struct Blocks {
   size_t outer = 1, blocks = 1, rowBytes = 0;
 
   static Blocks of(std::span<const int64_t> shape, int64_t dim, size_t blocks, DType dtype) {
-    Blocks b;
-    size_t n = static_cast<size_t>(shape[dim]), inner = 1;
-    for (int64_t d = 0; d < dim; ++d)
-      b.outer *= static_cast<size_t>(shape[d]);
-    for (size_t d = static_cast<size_t>(dim) + 1; d < shape.size(); ++d)
-      inner *= static_cast<size_t>(shape[d]);
-    b.blocks = blocks;
-    b.rowBytes = n / blocks * inner * dtypeSize(dtype);
-    return b;
+    collective::BlockLayout b = collective::BlockLayout::of(shape, dim, blocks, dtype);
+    return {b.outer, b.blocks, b.pieceRowBytes()};
   }
 };
 
@@ -48,11 +44,11 @@ __global__ void relayKernel(const U *__restrict__ src, U *__restrict__ dst, int6
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t e = i % rowUnits, t = i / rowUnits;
     if (layout == Layout::slice) {
-      dst[i] = src[(t * blocks + block) * rowUnits + e];
+      dst[i] = src[collective::BlockLayout::pieceOffset(t, block, blocks, rowUnits) + e];
       continue;
     }
     int64_t o = t % outer, g = t / outer;
-    int64_t whole = (o * blocks + g) * rowUnits + e;
+    int64_t whole = collective::BlockLayout::pieceOffset(o, g, blocks, rowUnits) + e;
     if (layout == Layout::pack)
       dst[i] = src[whole];
     else
@@ -88,22 +84,8 @@ Status relay(const Context &ctx, const void *src, void *dst, const Blocks &b, in
   return launchRelay<uint8_t>(ctx, src, dst, b, block, layout);
 }
 
-Status expectSameDtype(const char *op, const TensorRef &x, const TensorRef &out) {
-  if (x.dtype != out.dtype)
-    return fail(op, std::string("the output is ") + dtypeName(out.dtype) + ", the input " +
-                        dtypeName(x.dtype));
-  return Status::ok();
-}
-
-Status expectIndexDtype(const char *op, const char *what, const TensorRef &t) {
-  if (t.dtype != DType::i64 && t.dtype != DType::i32)
-    return fail(op, std::string(what) + " must be i64 or i32, not " + dtypeName(t.dtype));
-  return Status::ok();
-}
-
 std::pair<size_t, int64_t> groupOf(const NcclCommunicator &nccl, std::span<const uint32_t> axes) {
-  return {nccl.mesh().groupOf(nccl.rank(), axes).size(),
-          nccl.mesh().indexInGroup(nccl.rank(), axes)};
+  return collective::groupOf(nccl.mesh(), nccl.rank(), axes);
 }
 
 Status checkAxes(const char *op, const NcclCommunicator &nccl, std::span<const uint32_t> axes) {
@@ -114,23 +96,6 @@ Status checkAxes(const char *op, const NcclCommunicator &nccl, std::span<const u
   return Status::ok();
 }
 
-/// Checks that `big`'s dim `dim` is the group size times `small`'s and the other dims agree.
-Status expectSplit(const char *op, const TensorRef &big, const TensorRef &small, int64_t dim,
-                   size_t groupSize, const char *bigName, const char *smallName) {
-  bool ok = big.shape.size() == small.shape.size() && dim >= 0 &&
-            dim < static_cast<int64_t>(big.shape.size());
-  for (size_t d = 0; ok && d < big.shape.size(); ++d)
-    ok = static_cast<int64_t>(d) == dim
-             ? big.shape[d] == small.shape[d] * static_cast<int64_t>(groupSize)
-             : big.shape[d] == small.shape[d];
-  if (!ok)
-    return fail(op, std::string("the ") + bigName + " " + shapeString(big.shape) + " is not the " +
-                        smallName + " " + shapeString(small.shape) + " with dim " +
-                        std::to_string(dim) + " times the group's " + std::to_string(groupSize) +
-                        " ranks");
-  return Status::ok();
-}
-
 StatusOr<void *> scratchFor(const Context &ctx, size_t bytes) {
   if (!ctx.scratch)
     return Status::error("no scratch allocator in the CUDA context");
@@ -138,16 +103,7 @@ StatusOr<void *> scratchFor(const Context &ctx, size_t bytes) {
 }
 
 StatusOr<int> peerOf(const NcclCommunicator &nccl, uint32_t axis, int64_t shift) {
-  const comm::Mesh &mesh = nccl.mesh();
-  std::vector<int64_t> coords = mesh.coordsOf(nccl.rank());
-  if (axis >= coords.size())
-    return Status::error("mesh axis " + std::to_string(axis) + " does not exist");
-  coords[axis] += shift;
-  if (coords[axis] < 0 || coords[axis] >= mesh.axisSizes[axis])
-    return Status::error("rank " + std::to_string(nccl.rank()) + " has no peer " +
-                         std::to_string(shift) + " along mesh axis " + std::to_string(axis) +
-                         " (size " + std::to_string(mesh.axisSizes[axis]) + ")");
-  return static_cast<int>(mesh.rankOf(coords));
+  return collective::peerOf(nccl.mesh(), nccl.rank(), axis, shift);
 }
 
 /// Raises `error` for every index outside [0, limit) that is not `ignore` (when hasIgnore).
@@ -228,19 +184,7 @@ Status allToAll(NcclCommunicator &nccl, const Context &ctx, std::span<const uint
   RETURN_IF_ERROR(checkAxes(name, nccl, axes));
   RETURN_IF_ERROR(expectSameDtype(name, x, out));
   auto [size, index] = groupOf(nccl, axes);
-  int64_t rank = static_cast<int64_t>(x.shape.size());
-  if (dim < 0 || dim >= rank || concatDim < 0 || concatDim >= rank)
-    return fail(name, "dims " + std::to_string(dim) + " and " + std::to_string(concatDim) +
-                          " must be in [0, " + std::to_string(rank) + ")");
-  std::vector<int64_t> want(x.shape.begin(), x.shape.end());
-  if (want[dim] % static_cast<int64_t>(size) != 0)
-    return fail(name, "dim " + std::to_string(dim) + " of " + shapeString(x.shape) +
-                          " does not divide over " + std::to_string(size) + " ranks");
-  want[dim] /= static_cast<int64_t>(size);
-  want[concatDim] *= static_cast<int64_t>(size);
-  if (want.size() != out.shape.size() || !std::equal(want.begin(), want.end(), out.shape.begin()))
-    return fail(name,
-                "the output is " + shapeString(out.shape) + ", expected " + shapeString(want));
+  RETURN_IF_ERROR(collective::expectAllToAll(name, x, out, dim, concatDim, size));
   // x -> pieces (sent) -> received pieces -> out; NCCL needs distinct send and receive buffers.
   ASSIGN_OR_RETURN(void *sent, scratchFor(ctx, x.byteSize()));
   ASSIGN_OR_RETURN(void *received, scratchFor(ctx, x.byteSize()));
@@ -272,34 +216,37 @@ Status recv(NcclCommunicator &nccl, uint32_t axis, int64_t shift, int64_t tag,
   return nccl.recv(peer, static_cast<int>(tag), out.data, out.byteSize());
 }
 
+namespace {
+
+/// Vocab-parallel Embedding or EmbeddingGrad (tableName "the table" or "dtable"): the checks,
+/// `kernel(start)` on this rank's shard, then the ids' range over the whole vocabulary.
+template <typename Kernel>
+Status onVocabShard(const char *name, const char *tableName, const NcclCommunicator &nccl,
+                    const Context &ctx, std::span<const uint32_t> axes, const TensorRef &table,
+                    const TensorRef &ids, Kernel &&kernel) {
+  RETURN_IF_ERROR(checkAxes(name, nccl, axes));
+  ASSIGN_OR_RETURN(collective::VocabShard shard,
+                   collective::vocabShard(name, tableName, nccl.mesh(), nccl.rank(), axes, table,
+                                          ids, Status::ok()));
+  RETURN_IF_ERROR(kernel(shard.start));
+  return checkRange(ctx, ids, shard.vocab, std::nullopt, DeviceError::idOutOfRange, name);
+}
+
+} // namespace
+
 Status vocabEmbedding(const NcclCommunicator &nccl, const Context &ctx,
                       std::span<const uint32_t> axes, const TensorRef &table, const TensorRef &ids,
                       const TensorRef &out) {
-  const char *name = "Embedding";
-  RETURN_IF_ERROR(checkAxes(name, nccl, axes));
-  RETURN_IF_ERROR(expectIndexDtype(name, "ids", ids));
-  if (table.shape.size() != 2)
-    return fail(name, "the table must be [V, h], not " + shapeString(table.shape));
-  auto [size, index] = groupOf(nccl, axes);
-  int64_t local = table.shape[0];
-  RETURN_IF_ERROR(embeddingShard(ctx, table, ids, index * local, out));
-  return checkRange(ctx, ids, local * static_cast<int64_t>(size), std::nullopt,
-                    DeviceError::idOutOfRange, name);
+  return onVocabShard("Embedding", "the table", nccl, ctx, axes, table, ids,
+                      [&](int64_t start) { return embeddingShard(ctx, table, ids, start, out); });
 }
 
 Status vocabEmbeddingGrad(const NcclCommunicator &nccl, const Context &ctx,
                           std::span<const uint32_t> axes, const TensorRef &dy, const TensorRef &ids,
                           const TensorRef &dtable) {
-  const char *name = "EmbeddingGrad";
-  RETURN_IF_ERROR(checkAxes(name, nccl, axes));
-  RETURN_IF_ERROR(expectIndexDtype(name, "ids", ids));
-  if (dtable.shape.size() != 2)
-    return fail(name, "dtable must be [V, h], not " + shapeString(dtable.shape));
-  auto [size, index] = groupOf(nccl, axes);
-  int64_t local = dtable.shape[0];
-  RETURN_IF_ERROR(embeddingShardGrad(ctx, dy, ids, index * local, dtable));
-  return checkRange(ctx, ids, local * static_cast<int64_t>(size), std::nullopt,
-                    DeviceError::idOutOfRange, name);
+  return onVocabShard("EmbeddingGrad", "dtable", nccl, ctx, axes, dtable, ids, [&](int64_t start) {
+    return embeddingShardGrad(ctx, dy, ids, start, dtable);
+  });
 }
 
 namespace {

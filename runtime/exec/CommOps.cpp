@@ -3,6 +3,7 @@
 #include "runtime/exec/CommOps.h"
 
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/exec/CollectiveLayout.h"
 
 #include <cmath>
 #include <cstring>
@@ -19,26 +20,17 @@ using detail::loadIndex;
 
 namespace {
 
-/// A tensor viewed as [outer, n, inner] around one dim, cut into `blocks` equal pieces of that
-/// dim; piece g is the contiguous bytes [outer, n / blocks, inner].
-struct Blocks {
-  size_t outer = 1, n = 1, inner = 1, elementSize = 1, blocks = 1;
+using collective::expectSameDtype;
+using collective::expectSplit;
 
+/// The collectives' block layout (CollectiveLayout.h) with host copies between the whole tensor
+/// and its pieces laid out one after another.
+struct Blocks : collective::BlockLayout {
   static Blocks of(std::span<const int64_t> shape, int64_t dim, size_t blocks, DType dtype) {
-    Blocks b;
-    for (int64_t d = 0; d < dim; ++d)
-      b.outer *= static_cast<size_t>(shape[d]);
-    b.n = static_cast<size_t>(shape[dim]);
-    for (size_t d = static_cast<size_t>(dim) + 1; d < shape.size(); ++d)
-      b.inner *= static_cast<size_t>(shape[d]);
-    b.elementSize = dtypeSize(dtype);
-    b.blocks = blocks;
-    return b;
+    return {BlockLayout::of(shape, dim, blocks, dtype)};
   }
-  size_t pieceRowBytes() const { return n / blocks * inner * elementSize; }
-  size_t pieceBytes() const { return outer * pieceRowBytes(); }
   const uint8_t *at(const void *whole, size_t o, size_t g) const {
-    return static_cast<const uint8_t *>(whole) + (o * n + g * (n / blocks)) * inner * elementSize;
+    return static_cast<const uint8_t *>(whole) + pieceOffset(o, g);
   }
   /// whole -> pieces laid out one after another.
   void pack(const void *whole, void *pieces) const {
@@ -56,34 +48,9 @@ struct Blocks {
   }
 };
 
-Status expectSameDtype(const char *op, const TensorRef &x, const TensorRef &out) {
-  if (x.dtype != out.dtype)
-    return fail(op, std::string("the output is ") + dtypeName(out.dtype) + ", the input " +
-                        dtypeName(x.dtype));
-  return Status::ok();
-}
-
 /// The group's size and this rank's index in it.
 std::pair<size_t, int64_t> groupOf(const comm::Communicator &comm, std::span<const uint32_t> axes) {
-  return {comm.mesh().groupOf(comm.rank(), axes).size(),
-          comm.mesh().indexInGroup(comm.rank(), axes)};
-}
-
-/// Checks that `big`'s dim `dim` is the group size times `small`'s and the other dims agree.
-Status expectSplit(const char *op, const TensorRef &big, const TensorRef &small, int64_t dim,
-                   size_t groupSize, const char *bigName, const char *smallName) {
-  bool ok = big.shape.size() == small.shape.size() && dim >= 0 &&
-            dim < static_cast<int64_t>(big.shape.size());
-  for (size_t d = 0; ok && d < big.shape.size(); ++d)
-    ok = static_cast<int64_t>(d) == dim
-             ? big.shape[d] == small.shape[d] * static_cast<int64_t>(groupSize)
-             : big.shape[d] == small.shape[d];
-  if (!ok)
-    return fail(op, std::string("the ") + bigName + " " + shapeString(big.shape) + " is not the " +
-                        smallName + " " + shapeString(small.shape) + " with dim " +
-                        std::to_string(dim) + " times the group's " + std::to_string(groupSize) +
-                        " ranks");
-  return Status::ok();
+  return collective::groupOf(comm.mesh(), comm.rank(), axes);
 }
 
 } // namespace
@@ -126,19 +93,7 @@ Status allToAll(comm::Communicator &comm, std::span<const uint32_t> axes, int64_
   const char *name = "AllToAll";
   RETURN_IF_ERROR(expectSameDtype(name, x, out));
   auto [size, index] = groupOf(comm, axes);
-  int64_t rank = static_cast<int64_t>(x.shape.size());
-  if (dim < 0 || dim >= rank || concatDim < 0 || concatDim >= rank)
-    return fail(name, "dims " + std::to_string(dim) + " and " + std::to_string(concatDim) +
-                          " must be in [0, " + std::to_string(rank) + ")");
-  std::vector<int64_t> want(x.shape.begin(), x.shape.end());
-  if (want[dim] % static_cast<int64_t>(size) != 0)
-    return fail(name, "dim " + std::to_string(dim) + " of " + shapeString(x.shape) +
-                          " does not divide over " + std::to_string(size) + " ranks");
-  want[dim] /= static_cast<int64_t>(size);
-  want[concatDim] *= static_cast<int64_t>(size);
-  if (!detail::sameShape(want, out.shape))
-    return fail(name,
-                "the output is " + shapeString(out.shape) + ", expected " + shapeString(want));
+  RETURN_IF_ERROR(collective::expectAllToAll(name, x, out, dim, concatDim, size));
   std::vector<uint8_t> sent(x.byteSize()), received(x.byteSize());
   Blocks::of(x.shape, dim, size, x.dtype).pack(x.data, sent.data());
   RETURN_IF_ERROR(comm.allToAll(axes, sent.data(), received.data(), x.byteSize() / size));
@@ -170,8 +125,8 @@ Status moeAllToAll(comm::Communicator &comm, std::span<const uint32_t> axes, int
   for (const TensorRef *m : {&tokenMask, &expertMask})
     if (m->dtype != DType::f64 && m->dtype != DType::f32 && m->dtype != DType::bf16 &&
         m->dtype != DType::f16)
-      return fail(name, std::string("routing masks must be floating point, not ") +
-                            dtypeName(m->dtype));
+      return fail(name,
+                  std::string("routing masks must be floating point, not ") + dtypeName(m->dtype));
   if (dim != 0 && dim != 1)
     return fail(name, "dim must be 0 (to the experts) or 1 (back), not " + std::to_string(dim));
   bool toExperts = dim == 0;
@@ -190,9 +145,9 @@ Status moeAllToAll(comm::Communicator &comm, std::span<const uint32_t> axes, int
   wantOut[0] = localExperts;
   wantOut[1] *= g;
   if (experts % g != 0 || !detail::sameShape(wantOut, routedOut.shape))
-    return fail(name, "for a group of " + std::to_string(g) + ", " +
-                          shapeString(routedIn.shape) + " (every expert) and " +
-                          shapeString(routedOut.shape) + " (this rank's experts) do not match");
+    return fail(name, "for a group of " + std::to_string(g) + ", " + shapeString(routedIn.shape) +
+                          " (every expert) and " + shapeString(routedOut.shape) +
+                          " (this rank's experts) do not match");
   if (tokenMask.numElements() != localTokens * experts ||
       expertMask.numElements() != g * localTokens * localExperts)
     return fail(name, "token mask " + shapeString(tokenMask.shape) + " and expert mask " +
@@ -281,16 +236,7 @@ Status shardSlice(const comm::Communicator &comm, std::span<const uint32_t> axes
 }
 
 StatusOr<int> peerOf(const comm::Communicator &comm, uint32_t axis, int64_t shift) {
-  const comm::Mesh &mesh = comm.mesh();
-  std::vector<int64_t> coords = mesh.coordsOf(comm.rank());
-  if (axis >= coords.size())
-    return Status::error("mesh axis " + std::to_string(axis) + " does not exist");
-  coords[axis] += shift;
-  if (coords[axis] < 0 || coords[axis] >= mesh.axisSizes[axis])
-    return Status::error("rank " + std::to_string(comm.rank()) + " has no peer " +
-                         std::to_string(shift) + " along mesh axis " + std::to_string(axis) +
-                         " (size " + std::to_string(mesh.axisSizes[axis]) + ")");
-  return static_cast<int>(mesh.rankOf(coords));
+  return collective::peerOf(comm.mesh(), comm.rank(), axis, shift);
 }
 
 Status send(comm::Communicator &comm, uint32_t axis, int64_t shift, int64_t tag,
@@ -305,26 +251,44 @@ Status recv(comm::Communicator &comm, uint32_t axis, int64_t shift, int64_t tag,
   return comm.recv(peer, static_cast<int>(tag), out.data, out.byteSize());
 }
 
+namespace {
+
+/// The shard of a vocab-parallel table after the checks in order: ids' dtype, `dtypeCheck`, the
+/// table's rank, and `rows` (the output or dy) being [ids.., h].
+StatusOr<collective::VocabShard> vocabShard(const char *name, const char *tableName,
+                                            const comm::Communicator &comm,
+                                            std::span<const uint32_t> axes, const TensorRef &table,
+                                            const TensorRef &ids, Status dtypeCheck,
+                                            const char *rowsName, const TensorRef &rows) {
+  ASSIGN_OR_RETURN(collective::VocabShard shard,
+                   collective::vocabShard(name, tableName, comm.mesh(), comm.rank(), axes, table,
+                                          ids, std::move(dtypeCheck)));
+  std::vector<int64_t> expected(ids.shape.begin(), ids.shape.end());
+  expected.push_back(shard.hidden);
+  RETURN_IF_ERROR(detail::expectShape(name, rowsName, rows, expected));
+  return shard;
+}
+
+Status idOutsideVocab(const char *name, int64_t id, int64_t j, int64_t vocab) {
+  return fail(name, "id " + std::to_string(id) + " (element " + std::to_string(j) +
+                        " of the ids) is outside the vocabulary's " + std::to_string(vocab) +
+                        " rows");
+}
+
+} // namespace
+
 Status vocabEmbedding(const comm::Communicator &comm, std::span<const uint32_t> axes,
                       const TensorRef &table, const TensorRef &ids, const TensorRef &out) {
   const char *name = "Embedding";
-  RETURN_IF_ERROR(expectIndexDtype(name, "ids", ids));
-  RETURN_IF_ERROR(expectSameDtype(name, table, out));
-  if (table.shape.size() != 2)
-    return fail(name, "the table must be [V, h], not " + shapeString(table.shape));
-  int64_t local = table.shape[0], hidden = table.shape[1];
-  std::vector<int64_t> expected(ids.shape.begin(), ids.shape.end());
-  expected.push_back(hidden);
-  RETURN_IF_ERROR(detail::expectShape(name, "output", out, expected));
-  auto [size, index] = groupOf(comm, axes);
-  int64_t start = index * local, vocab = local * static_cast<int64_t>(size);
-  size_t rowBytes = static_cast<size_t>(hidden) * dtypeSize(table.dtype);
+  ASSIGN_OR_RETURN(collective::VocabShard shard,
+                   vocabShard(name, "the table", comm, axes, table, ids,
+                              expectSameDtype(name, table, out), "output", out));
+  int64_t start = shard.start, local = shard.local;
+  size_t rowBytes = static_cast<size_t>(shard.hidden) * dtypeSize(table.dtype);
   for (int64_t j = 0; j < ids.numElements(); ++j) {
     int64_t id = loadIndex(ids, j);
-    if (id < 0 || id >= vocab)
-      return fail(name, "id " + std::to_string(id) + " (element " + std::to_string(j) +
-                            " of the ids) is outside the vocabulary's " + std::to_string(vocab) +
-                            " rows");
+    if (id < 0 || id >= shard.vocab)
+      return idOutsideVocab(name, id, j, shard.vocab);
     auto *dst = static_cast<uint8_t *>(out.data) + j * rowBytes;
     if (id >= start && id < start + local)
       detail::copyBytes(dst, static_cast<const uint8_t *>(table.data) + (id - start) * rowBytes,
@@ -338,23 +302,15 @@ Status vocabEmbedding(const comm::Communicator &comm, std::span<const uint32_t> 
 Status vocabEmbeddingGrad(const comm::Communicator &comm, std::span<const uint32_t> axes,
                           const TensorRef &dy, const TensorRef &ids, const TensorRef &dtable) {
   const char *name = "EmbeddingGrad";
-  RETURN_IF_ERROR(expectIndexDtype(name, "ids", ids));
-  RETURN_IF_ERROR(detail::expectDtype(name, "dtable", dtable, dy.dtype));
-  if (dtable.shape.size() != 2)
-    return fail(name, "dtable must be [V, h], not " + shapeString(dtable.shape));
-  int64_t local = dtable.shape[0], hidden = dtable.shape[1];
-  std::vector<int64_t> expected(ids.shape.begin(), ids.shape.end());
-  expected.push_back(hidden);
-  RETURN_IF_ERROR(detail::expectShape(name, "dy", dy, expected));
-  auto [size, index] = groupOf(comm, axes);
-  int64_t start = index * local, vocab = local * static_cast<int64_t>(size);
+  ASSIGN_OR_RETURN(collective::VocabShard shard,
+                   vocabShard(name, "dtable", comm, axes, dtable, ids,
+                              detail::expectDtype(name, "dtable", dtable, dy.dtype), "dy", dy));
+  int64_t start = shard.start, local = shard.local, hidden = shard.hidden;
   int64_t count = ids.numElements();
   for (int64_t j = 0; j < count; ++j) {
     int64_t id = loadIndex(ids, j);
-    if (id < 0 || id >= vocab)
-      return fail(name, "id " + std::to_string(id) + " (element " + std::to_string(j) +
-                            " of the ids) is outside the vocabulary's " + std::to_string(vocab) +
-                            " rows");
+    if (id < 0 || id >= shard.vocab)
+      return idOutsideVocab(name, id, j, shard.vocab);
   }
   return dispatchFloat(name, dy.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -419,6 +375,22 @@ StatusOr<VocabStats> vocabStats(comm::Communicator &comm, std::span<const uint32
   return s;
 }
 
+/// Runs `row(T(), r, label, stats)` for every row r of the logits (as T, a float dtype) after
+/// vocabStats.
+template <typename Row>
+Status forEachRow(const char *name, comm::Communicator &comm, std::span<const uint32_t> axes,
+                  const TensorRef &logits, const TensorRef &labels,
+                  std::optional<int64_t> ignoreIndex, bool withTarget, int64_t start, Row &&row) {
+  return dispatchFloat(name, logits.dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    ASSIGN_OR_RETURN(VocabStats s,
+                     vocabStats<T>(comm, axes, logits, labels, ignoreIndex, withTarget, start));
+    for (int64_t r = 0; r < labels.numElements(); ++r)
+      row(tag, r, loadIndex(labels, r), s);
+    return Status::ok();
+  });
+}
+
 /// Shapes and label range of a vocab-parallel cross-entropy; returns the shard's start.
 StatusOr<int64_t> checkVocabLoss(const char *name, const comm::Communicator &comm,
                                  std::span<const uint32_t> axes, const TensorRef &logits,
@@ -448,18 +420,14 @@ Status vocabCrossEntropy(comm::Communicator &comm, std::span<const uint32_t> axe
   RETURN_IF_ERROR(detail::expectDtype(name, "output", out, logits.dtype));
   ASSIGN_OR_RETURN(int64_t start, checkVocabLoss(name, comm, axes, logits, labels, ignoreIndex));
   RETURN_IF_ERROR(detail::expectShape(name, "output", out, labels.shape));
-  return dispatchFloat(name, logits.dtype, [&](auto tag) -> Status {
-    using T = decltype(tag);
-    ASSIGN_OR_RETURN(VocabStats s,
-                     vocabStats<T>(comm, axes, logits, labels, ignoreIndex, true, start));
-    for (int64_t r = 0; r < labels.numElements(); ++r) {
-      int64_t label = loadIndex(labels, r);
-      out.as<T>()[r] = ignoreIndex && label == *ignoreIndex
-                           ? T(0)
-                           : static_cast<T>(s.max[r] + std::log(s.sum[r]) - s.target[r]);
-    }
-    return Status::ok();
-  });
+  return forEachRow(name, comm, axes, logits, labels, ignoreIndex, true, start,
+                    [&](auto tag, int64_t r, int64_t label, const VocabStats &s) {
+                      using T = decltype(tag);
+                      out.as<T>()[r] =
+                          ignoreIndex && label == *ignoreIndex
+                              ? T(0)
+                              : static_cast<T>(s.max[r] + std::log(s.sum[r]) - s.target[r]);
+                    });
 }
 
 Status vocabCrossEntropyGrad(comm::Communicator &comm, std::span<const uint32_t> axes,
@@ -473,26 +441,21 @@ Status vocabCrossEntropyGrad(comm::Communicator &comm, std::span<const uint32_t>
   RETURN_IF_ERROR(detail::expectDtype(name, "dlogits", dlogits, logits.dtype));
   RETURN_IF_ERROR(detail::expectShape(name, "dlogits", dlogits, logits.shape));
   int64_t local = logits.shape.back();
-  return dispatchFloat(name, logits.dtype, [&](auto tag) -> Status {
-    using T = decltype(tag);
-    ASSIGN_OR_RETURN(VocabStats s,
-                     vocabStats<T>(comm, axes, logits, labels, ignoreIndex, false, start));
-    for (int64_t r = 0; r < labels.numElements(); ++r) {
-      int64_t label = loadIndex(labels, r);
-      T *out = dlogits.as<T>() + r * local;
-      if (ignoreIndex && label == *ignoreIndex) {
-        std::fill(out, out + local, T(0));
-        continue;
-      }
-      const T *row = logits.as<const T>() + r * local;
-      double dl = static_cast<double>(dloss.as<const T>()[r]);
-      for (int64_t j = 0; j < local; ++j) {
-        double p = std::exp(static_cast<double>(row[j]) - s.max[r]) / s.sum[r];
-        out[j] = static_cast<T>(dl * (p - (j + start == label ? 1.0 : 0.0)));
-      }
-    }
-    return Status::ok();
-  });
+  return forEachRow(name, comm, axes, logits, labels, ignoreIndex, false, start,
+                    [&](auto tag, int64_t r, int64_t label, const VocabStats &s) {
+                      using T = decltype(tag);
+                      T *out = dlogits.as<T>() + r * local;
+                      if (ignoreIndex && label == *ignoreIndex) {
+                        std::fill(out, out + local, T(0));
+                        return;
+                      }
+                      const T *row = logits.as<const T>() + r * local;
+                      double dl = static_cast<double>(dloss.as<const T>()[r]);
+                      for (int64_t j = 0; j < local; ++j) {
+                        double p = std::exp(static_cast<double>(row[j]) - s.max[r]) / s.sum[r];
+                        out[j] = static_cast<T>(dl * (p - (j + start == label ? 1.0 : 0.0)));
+                      }
+                    });
 }
 
 } // namespace megac::runtime::commops

@@ -134,11 +134,8 @@ Status CpuExecutor::runFunction(size_t index) {
   Trace::Clock::time_point start = tracing ? Trace::Clock::now() : Trace::Clock::time_point();
   // Inputs are copied in on every run: the memory plan may reuse their bytes once they are dead.
   for (const Port &port : fn.inputs) {
-    const InputSlot &slot = inputs_.at(port.name);
-    if (!slot.value)
-      return Status::error("input '" + port.name + "' was not set before running function '" +
-                           fn.name + "'");
-    copyBytes(arena_.get() + buffers_[port.buffer].offset, slot.value->bytes.data(),
+    ASSIGN_OR_RETURN(const HostTensor *value, inputValue(fn, port));
+    copyBytes(arena_.get() + buffers_[port.buffer].offset, value->bytes.data(),
               buffers_[port.buffer].bytes);
   }
   if (tracing)
@@ -182,33 +179,18 @@ Status CpuExecutor::runFunctionTraced(size_t index, Trace::Clock::time_point sta
 }
 
 Status CpuExecutor::execute(const fb::Instruction &inst) {
-  std::vector<cpu::TensorRef> in, out;
-  if (inst.inputs())
-    for (uint32_t b : *inst.inputs())
-      in.push_back(ref(b));
-  // Kernels assume outputs do not overlap inputs, except in place (exactly an input's bytes)
-  // for the opcodes that allow it; anything else is computed into scratch and copied over.
-  bool inPlace = fb::writesInPlace(inst.op());
-  std::vector<std::pair<size_t, uint32_t>> viaScratch; // (output position, buffer)
-  std::span<const uint32_t> outputs = spanOf(inst.outputs()), inputs = spanOf(inst.inputs());
-  scratch_.resize(std::max<size_t>(scratch_.size(), outputs.size()));
-  for (uint32_t o : outputs) {
-    bool conflict = false;
-    for (uint32_t b : inputs)
-      conflict = conflict || (overlaps(b, o) && !(inPlace && sameBytes(b, o)));
-    if (!conflict) {
-      out.push_back(ref(o));
-      continue;
-    }
-    const BufferInfo &ob = buffers_[o];
-    std::vector<uint64_t> &scratch = scratch_[out.size()];
-    scratch.resize(std::max<size_t>(scratch.size(), (ob.bytes + 7) / 8));
-    viaScratch.emplace_back(out.size(), o);
-    out.push_back({ob.dtype, ob.shape, scratch.data()});
-  }
-  RETURN_IF_ERROR(exec::runCpuInstruction({inst, in, out, comm_, rank_}));
-  for (auto [position, o] : viaScratch)
-    copyBytes(arena_.get() + buffers_[o].offset, scratch_[position].data(), buffers_[o].bytes);
+  scratch_.resize(std::max<size_t>(scratch_.size(), spanOf(inst.outputs()).size()));
+  ASSIGN_OR_RETURN(InstructionTensors t,
+                   tensorsOf(
+                       inst, [this](uint32_t b) { return ref(b); },
+                       [this](size_t position, uint64_t bytes) -> StatusOr<void *> {
+                         std::vector<uint64_t> &scratch = scratch_[position];
+                         scratch.resize(std::max<size_t>(scratch.size(), (bytes + 7) / 8));
+                         return static_cast<void *>(scratch.data());
+                       }));
+  RETURN_IF_ERROR(exec::runCpuInstruction({inst, t.in, t.out, comm_, rank_}));
+  for (auto [position, o] : t.viaScratch)
+    copyBytes(arena_.get() + buffers_[o].offset, t.out[position].data, buffers_[o].bytes);
   return Status::ok();
 }
 

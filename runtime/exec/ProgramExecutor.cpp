@@ -91,6 +91,15 @@ std::vector<std::string> ProgramExecutor::names(const std::vector<Named> &list) 
   return out;
 }
 
+StatusOr<const HostTensor *> ProgramExecutor::inputValue(const Function &fn,
+                                                         const Port &port) const {
+  const InputSlot &slot = inputs_.at(port.name);
+  if (!slot.value)
+    return Status::error("input '" + port.name + "' was not set before running function '" +
+                         fn.name + "'");
+  return &*slot.value;
+}
+
 const Named *ProgramExecutor::find(const std::vector<Named> &list, std::string_view name) {
   for (const Named &n : list)
     if (n.name == name)

@@ -6,13 +6,16 @@
 #pragma once
 
 #include "runtime/comm/Communicator.h"
+#include "runtime/cpu/Kernels.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/plan/PlanRules.h"
 #include "runtime/plan/plan_generated.h"
 
 #include <map>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace megac::runtime::exec {
@@ -97,6 +100,8 @@ protected:
   /// The error when `value` does not have buffer's dtype, shape and byte size; `what` names it.
   Status checkFits(uint32_t buffer, const HostTensor &value, const std::string &what) const;
   static const Named *find(const std::vector<Named> &list, std::string_view name);
+  /// The value set for `port`, an input of `fn`; the error names both when none was set.
+  StatusOr<const HostTensor *> inputValue(const Function &fn, const Port &port) const;
   bool overlaps(uint32_t a, uint32_t b) const {
     const BufferInfo &x = buffers_[a], &y = buffers_[b];
     return x.bytes && y.bytes && x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
@@ -104,11 +109,43 @@ protected:
   bool sameBytes(uint32_t a, uint32_t b) const {
     return buffers_[a].offset == buffers_[b].offset && buffers_[a].bytes == buffers_[b].bytes;
   }
+  /// An instruction's tensors as its kernel takes them (see tensorsOf).
+  struct InstructionTensors {
+    std::vector<cpu::TensorRef> in, out;
+    std::vector<std::pair<size_t, uint32_t>> viaScratch; // (output position, its buffer)
+  };
+  /// The tensors of `inst`'s buffers, each `ref(buffer)`. Kernels assume outputs do not overlap
+  /// inputs, except in place (exactly an input's bytes) for the opcodes that allow it; any other
+  /// such output is computed into `scratch(position, bytes)` (a StatusOr<void *>) and listed in
+  /// viaScratch, for the backend to copy over after the kernel.
+  template <typename Ref, typename Scratch>
+  StatusOr<InstructionTensors> tensorsOf(const megac::plan::Instruction &inst, Ref &&ref,
+                                         Scratch &&scratch) const {
+    InstructionTensors t;
+    std::span<const uint32_t> outputs = spanOf(inst.outputs()), inputs = spanOf(inst.inputs());
+    for (uint32_t b : inputs)
+      t.in.push_back(ref(b));
+    bool inPlace = megac::plan::writesInPlace(inst.op());
+    for (uint32_t o : outputs) {
+      bool conflict = false;
+      for (uint32_t b : inputs)
+        conflict = conflict || (overlaps(b, o) && !(inPlace && sameBytes(b, o)));
+      if (!conflict) {
+        t.out.push_back(ref(o));
+        continue;
+      }
+      const BufferInfo &ob = buffers_[o];
+      ASSIGN_OR_RETURN(void *memory, scratch(t.out.size(), ob.bytes));
+      t.viaScratch.emplace_back(t.out.size(), o);
+      t.out.push_back({ob.dtype, ob.shape, memory});
+    }
+    return t;
+  }
   const megac::plan::Instruction &instruction(const Function &f, size_t i) const {
     return *f.plan->instructions()->Get(static_cast<flatbuffers::uoffset_t>(i));
   }
 
-  LoadedPlan plan_; // a copy: the executor may outlive the caller's plan
+  LoadedPlan plan_;    // a copy: the executor may outlive the caller's plan
   std::string source_; // "'path'" or "(from memory)", for messages
   const megac::plan::Program *program_ = nullptr;
   size_t programIndex_ = 0;
