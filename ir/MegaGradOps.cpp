@@ -1,5 +1,6 @@
 // Verifiers, shape inference and costs of the backward ops (ir/MegaGradOps.td).
 #include "ir/MegaOps.h"
+#include "ir/MegaVerify.h"
 #include "ir/ShapeRules.h"
 
 #include "mlir/IR/BuiltinTypes.h"
@@ -9,11 +10,6 @@ using namespace mega;
 
 namespace {
 
-shape::Dims dimsOf(Type type) {
-  auto t = cast<RankedTensorType>(type);
-  return {t.getShape().data(), t.getShape().size()};
-}
-shape::Dims span(ArrayRef<int64_t> a) { return {a.data(), a.size()}; }
 int64_t elems(Value v) { return cost::numElements(v.getType()); }
 
 /// Shape and element type equal (encodings may differ).
@@ -23,6 +19,19 @@ bool sameTensor(Type a, Type b) { return sameShapesAndElementTypes(TypeRange(a),
 LogicalResult expectSame(Operation *op, Type got, Type want, const char *what) {
   if (!sameTensor(got, want))
     return op->emitOpError() << what << " has type " << got << " but must match " << want;
+  return success();
+}
+
+/// The norm backward ops: the forward's parameters, epsilon > 0, and result_grad, input_grad
+/// shaped like the input `x`, weight_grad like the weight `w`.
+LogicalResult verifyNormGrad(Operation *op, const char *name, Type x, Type w,
+                             const APFloat &epsilon, Type resultGrad, Type inputGrad,
+                             Type weightGrad) {
+  if (failed(verifyNormParams(op, name, dimsOf(x), dimsOf(w), std::nullopt, epsilon)) ||
+      failed(expectSame(op, resultGrad, x, "result_grad")) ||
+      failed(expectSame(op, inputGrad, x, "input_grad")) ||
+      failed(expectSame(op, weightGrad, w, "weight_grad")))
+    return failure();
   return success();
 }
 
@@ -43,17 +52,10 @@ LogicalResult PadOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc
 int64_t PadOp::getFlops() { return 0; }
 
 LogicalResult LayerNormGradOp::verify() {
-  std::string why = shape::checkNormParams("layer_norm_grad", dimsOf(getInput().getType()),
-                                           dimsOf(getWeight().getType()), std::nullopt);
-  if (!why.empty())
-    return emitOpError() << why;
-  if (!(getEpsilon().convertToDouble() > 0))
-    return emitOpError() << "epsilon must be > 0";
-  Type x = getInput().getType(), w = getWeight().getType();
-  if (failed(expectSame(*this, getResultGrad().getType(), x, "result_grad")) ||
-      failed(expectSame(*this, getInputGrad().getType(), x, "input_grad")) ||
-      failed(expectSame(*this, getWeightGrad().getType(), w, "weight_grad")) ||
-      failed(expectSame(*this, getBiasGrad().getType(), w, "bias_grad")))
+  if (failed(verifyNormGrad(*this, "layer_norm_grad", getInput().getType(), getWeight().getType(),
+                            getEpsilon(), getResultGrad().getType(), getInputGrad().getType(),
+                            getWeightGrad().getType())) ||
+      failed(expectSame(*this, getBiasGrad().getType(), getWeight().getType(), "bias_grad")))
     return failure();
   return success();
 }
@@ -61,18 +63,9 @@ LogicalResult LayerNormGradOp::verify() {
 int64_t LayerNormGradOp::getFlops() { return 12 * elems(getInput()); }
 
 LogicalResult RmsNormGradOp::verify() {
-  std::string why = shape::checkNormParams("rms_norm_grad", dimsOf(getInput().getType()),
-                                           dimsOf(getWeight().getType()), std::nullopt);
-  if (!why.empty())
-    return emitOpError() << why;
-  if (!(getEpsilon().convertToDouble() > 0))
-    return emitOpError() << "epsilon must be > 0";
-  Type x = getInput().getType(), w = getWeight().getType();
-  if (failed(expectSame(*this, getResultGrad().getType(), x, "result_grad")) ||
-      failed(expectSame(*this, getInputGrad().getType(), x, "input_grad")) ||
-      failed(expectSame(*this, getWeightGrad().getType(), w, "weight_grad")))
-    return failure();
-  return success();
+  return verifyNormGrad(*this, "rms_norm_grad", getInput().getType(), getWeight().getType(),
+                        getEpsilon(), getResultGrad().getType(), getInputGrad().getType(),
+                        getWeightGrad().getType());
 }
 int64_t RmsNormGradOp::getFlops() { return 8 * elems(getInput()); }
 
@@ -117,10 +110,7 @@ int64_t AttentionGradOp::getFlops() {
 int64_t GeluGradOp::getFlops() { return 12 * elems(getInputGrad()); }
 
 LogicalResult SoftmaxGradOp::verify() {
-  int64_t rank = getType().getRank(), axis = static_cast<int64_t>(getAxis());
-  if (!shape::normalizeAxis(axis, rank))
-    return emitOpError() << "axis " << axis << " is out of range for rank " << rank;
-  return success();
+  return verifyAxis(*this, static_cast<int64_t>(getAxis()), getType().getRank());
 }
 int64_t SoftmaxGradOp::getFlops() { return 4 * elems(getInputGrad()); }
 

@@ -1,5 +1,6 @@
 // Verifiers, result-shape inference and costs of the mega ops.
 #include "ir/MegaOps.h"
+#include "ir/MegaVerify.h"
 #include "ir/ShapeRules.h"
 
 #include "mlir/IR/Builders.h"
@@ -15,13 +16,6 @@ using namespace mega;
 //===----------------------------------------------------------------------===//
 
 namespace {
-
-shape::Dims dimsOf(Type type) {
-  auto t = cast<RankedTensorType>(type);
-  return {t.getShape().data(), t.getShape().size()};
-}
-shape::Dims dimsOf(Value v) { return dimsOf(v.getType()); }
-shape::Dims span(ArrayRef<int64_t> a) { return {a.data(), a.size()}; }
 
 /// True when every value is a ranked tensor: inference may run on unverified operands while
 /// parsing, and must fail (not crash) on anything else.
@@ -167,10 +161,7 @@ LogicalResult ReduceOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
 int64_t ReduceOp::getFlops() { return elems(getInput()); }
 
 LogicalResult SoftmaxOp::verify() {
-  int64_t rank = getType().getRank(), axis = static_cast<int64_t>(getAxis());
-  if (!shape::normalizeAxis(axis, rank))
-    return emitOpError() << "axis " << axis << " is out of range for rank " << rank;
-  return success();
+  return verifyAxis(*this, static_cast<int64_t>(getAxis()), getType().getRank());
 }
 // max, subtract, exp, sum, divide.
 int64_t SoftmaxOp::getFlops() { return 5 * elems(getResult()); }
@@ -277,25 +268,15 @@ LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
 int64_t EmbeddingOp::getFlops() { return 0; }
 
 LogicalResult LayerNormOp::verify() {
-  std::string why = shape::checkNormParams("layer_norm", dimsOf(getInput()), dimsOf(getWeight()),
-                                           optionalShape(getBias()));
-  if (!why.empty())
-    return emitOpError() << why;
-  if (!(getEpsilon().convertToDouble() > 0))
-    return emitOpError() << "epsilon must be > 0";
-  return success();
+  return verifyNormParams(*this, "layer_norm", dimsOf(getInput()), dimsOf(getWeight()),
+                          optionalShape(getBias()), getEpsilon());
 }
 // mean, subtract, square, variance, rsqrt-scale, weight, bias.
 int64_t LayerNormOp::getFlops() { return 8 * elems(getResult()); }
 
 LogicalResult RmsNormOp::verify() {
-  std::string why =
-      shape::checkNormParams("rms_norm", dimsOf(getInput()), dimsOf(getWeight()), std::nullopt);
-  if (!why.empty())
-    return emitOpError() << why;
-  if (!(getEpsilon().convertToDouble() > 0))
-    return emitOpError() << "epsilon must be > 0";
-  return success();
+  return verifyNormParams(*this, "rms_norm", dimsOf(getInput()), dimsOf(getWeight()), std::nullopt,
+                          getEpsilon());
 }
 // square, sum, rsqrt-scale, weight.
 int64_t RmsNormOp::getFlops() { return 4 * elems(getResult()); }
@@ -571,36 +552,30 @@ int64_t ReshardOp::getFlops() { return 0; }
 //===----------------------------------------------------------------------===//
 
 namespace {
-LogicalResult verifyAxis(Operation *op, int64_t axis, int64_t rank) {
-  if (!shape::normalizeAxis(axis, rank))
-    return op->emitOpError() << "axis " << axis << " is out of range for rank " << rank;
-  return success();
+/// GatherElements and ScatterElements: the indices and `other` (the result or the updates, named
+/// `what`) have one shape, of the data's rank, `other` the data's element type, and the axis is
+/// in range.
+LogicalResult verifyElementIndexing(Operation *op, ShapedType data, ShapedType indices,
+                                    ShapedType other, const char *what, int64_t axis) {
+  if (indices.getShape() != other.getShape() || data.getRank() != indices.getRank())
+    return op->emitOpError() << "indices " << shape::str(span(indices.getShape())) << " and "
+                             << what << " " << shape::str(span(other.getShape()))
+                             << " must have one shape, of the data's rank " << data.getRank();
+  if (data.getElementType() != other.getElementType())
+    return op->emitOpError() << what << " element type differs from the data's";
+  return verifyAxis(op, axis, data.getRank());
 }
 } // namespace
 
 LogicalResult GatherElementsOp::verify() {
-  auto data = getData().getType(), indices = getIndices().getType();
-  auto result = getResult().getType();
-  if (indices.getShape() != result.getShape() || data.getRank() != indices.getRank())
-    return emitOpError() << "indices " << shape::str(span(indices.getShape())) << " and result "
-                         << shape::str(span(result.getShape()))
-                         << " must have one shape, of the data's rank " << data.getRank();
-  if (data.getElementType() != result.getElementType())
-    return emitOpError() << "result element type differs from the data's";
-  return verifyAxis(*this, getAxis(), data.getRank());
+  return verifyElementIndexing(*this, getData().getType(), getIndices().getType(),
+                               getResult().getType(), "result", getAxis());
 }
 int64_t GatherElementsOp::getFlops() { return 0; }
 
 LogicalResult ScatterElementsOp::verify() {
-  auto data = getData().getType(), indices = getIndices().getType();
-  auto updates = getUpdates().getType();
-  if (indices.getShape() != updates.getShape() || data.getRank() != indices.getRank())
-    return emitOpError() << "indices " << shape::str(span(indices.getShape())) << " and updates "
-                         << shape::str(span(updates.getShape()))
-                         << " must have one shape, of the data's rank " << data.getRank();
-  if (data.getElementType() != updates.getElementType())
-    return emitOpError() << "updates element type differs from the data's";
-  return verifyAxis(*this, getAxis(), data.getRank());
+  return verifyElementIndexing(*this, getData().getType(), getIndices().getType(),
+                               getUpdates().getType(), "updates", getAxis());
 }
 int64_t ScatterElementsOp::getFlops() {
   return getAccumulate() ? getUpdates().getType().getNumElements() : 0;

@@ -46,16 +46,15 @@ StackProfile megac(bool cpu) {
 // bmm over materialised scores (no flash attention); cuBLAS takes weight transposes as flags;
 // the context is permuted back with one copy; weight gradients go to an fp32 main_grad by a
 // separate add; the data-parallel all-reduce runs after the backward (no overlap).
-StackProfile megatron2021() {
+/// What both Megatron generations do: fused softmax, bias-activation and bias-dropout-add, a
+/// multi-tensor optimizer, a clip pass, scatter-gather p2p and per-layer recomputation.
+StackProfile megatronFamily(const char *name, const char *description) {
   StackProfile p;
-  p.name = "megatron-2021";
-  p.description = "Megatron-LM 2021-22: fused bias-GeLU, fused masked softmax, apex LayerNorm, "
-                  "no flash attention, no gradient-reduction overlap";
+  p.name = name;
+  p.description = description;
   p.fusedSoftmax = true;
   p.fusedBiasActivation = true;
   p.fusedBiasDropoutAdd = true;
-  p.headCopies = 1;
-  p.separateGradAccumulation = true;
   p.multiTensorOptimizer = true;
   p.clipPass = true;
   p.p2pScatterGather = true;
@@ -63,23 +62,25 @@ StackProfile megatron2021() {
   return p;
 }
 
+StackProfile megatron2021() {
+  StackProfile p =
+      megatronFamily("megatron-2021", "Megatron-LM 2021-22: fused bias-GeLU, fused masked "
+                                      "softmax, apex LayerNorm, no flash attention, no "
+                                      "gradient-reduction overlap");
+  p.headCopies = 1;
+  p.separateGradAccumulation = true;
+  return p;
+}
+
 // Megatron-Core (2023-): flash attention (TE/cuDNN), gradient accumulation fused into the wgrad
 // GEMM, --overlap-grad-reduce and --overlap-param-gather with the distributed optimizer.
 StackProfile megatronCore() {
-  StackProfile p;
-  p.name = "megatron-core";
-  p.description = "Megatron-Core: flash attention, fused kernels, overlapped gradient "
-                  "reduction and parameter all-gather";
+  StackProfile p =
+      megatronFamily("megatron-core", "Megatron-Core: flash attention, fused kernels, overlapped "
+                                      "gradient reduction and parameter all-gather");
   p.flashAttention = true;
-  p.fusedSoftmax = true;
-  p.fusedBiasActivation = true;
-  p.fusedBiasDropoutAdd = true;
-  p.multiTensorOptimizer = true;
-  p.clipPass = true;
   p.overlapGradReduce = true;
   p.overlapParamGather = true;
-  p.p2pScatterGather = true;
-  p.recomputePerLayer = true;
   // MoE (Megatron-Core's moe/README.md): --expert-model-parallel-size with the alltoall
   // dispatcher (--moe-token-dispatcher-type alltoall), expert tensor parallelism equal to tp by
   // default, --moe-grouped-gemm and

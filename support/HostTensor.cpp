@@ -1,6 +1,7 @@
 // Element sizes and names of the runtime's dtypes, and the HostTensor helpers.
 #include "support/HostTensor.h"
 
+#include "support/DTypeName.h"
 #include "support/Float16.h"
 
 #include <cmath>
@@ -24,25 +25,7 @@ size_t dtypeSize(DType dtype) {
   return 0;
 }
 
-const char *dtypeName(DType dtype) {
-  switch (dtype) {
-  case DType::f64:
-    return "f64";
-  case DType::f32:
-    return "f32";
-  case DType::bf16:
-    return "bf16";
-  case DType::f16:
-    return "f16";
-  case DType::i64:
-    return "i64";
-  case DType::i32:
-    return "i32";
-  case DType::i1:
-    return "i1";
-  }
-  return "<invalid dtype>";
-}
+const char *dtypeName(DType dtype) { return dtypeNameOr(dtype, "<invalid dtype>"); }
 
 int64_t countNonFinite(const HostTensor &tensor) {
   int64_t n = tensor.numElements(), bad = 0;

@@ -2,6 +2,7 @@
 // here the signature, constants, elementwise and data-movement ops, and the operators (the
 // coarse ops are in GraphBuilderCoarse.cpp).
 #include "frontends/dsl/GraphBuilderImpl.h"
+#include "support/DTypeName.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
@@ -12,25 +13,7 @@ using namespace mlir;
 
 namespace megac::dsl {
 
-const char *dtypeName(DType dtype) {
-  switch (dtype) {
-  case DType::f64:
-    return "f64";
-  case DType::f32:
-    return "f32";
-  case DType::bf16:
-    return "bf16";
-  case DType::f16:
-    return "f16";
-  case DType::i64:
-    return "i64";
-  case DType::i32:
-    return "i32";
-  case DType::i1:
-    return "i1";
-  }
-  return "?";
-}
+const char *dtypeName(DType dtype) { return dtypeNameOr(dtype, "?"); }
 
 // Defined in the operators' file: their Loc::current() is this __FILE__.
 Location GraphBuilder::Impl::location(const Loc &loc) {
@@ -205,52 +188,55 @@ Tensor GraphBuilder::splat(double value, Shape shape, DType dtype, Loc loc) {
   return I.wrap(op.getResult(), shape, dtype);
 }
 
+template <typename T, typename ElementsFn>
+Tensor GraphBuilder::Impl::constant(const std::vector<T> &values, const Shape &shape, DType dtype,
+                                    const Loc &loc, bool typeOk, const char *typeError,
+                                    ElementsFn elements) {
+  if (!typeOk)
+    return fail(typeError, loc), Tensor{};
+  if (static_cast<int64_t>(values.size()) != rules::numElements(dims(shape)))
+    return fail("constant has " + std::to_string(values.size()) + " values for shape " +
+                    rules::str(dims(shape)),
+                loc),
+           Tensor{};
+  RankedTensorType type = tensorType(shape, dtype);
+  auto op =
+      mega::ConstantOp::create(b, location(loc), DenseElementsAttr::get(type, elements(type)));
+  return wrap(op.getResult(), shape, dtype);
+}
+
 Tensor GraphBuilder::constant(const std::vector<int64_t> &values, Shape shape, DType dtype,
                               Loc loc) {
-  Impl &I = *impl_;
   if (failed())
     return {};
-  if (!isInt(dtype))
-    return I.fail("integer constants need an integer type", loc), Tensor{};
-  if (static_cast<int64_t>(values.size()) != rules::numElements(dims(shape)))
-    return I.fail("constant has " + std::to_string(values.size()) + " values for shape " +
-                      rules::str(dims(shape)),
-                  loc),
-           Tensor{};
-  RankedTensorType type = I.tensorType(shape, dtype);
-  SmallVector<APInt> ints;
-  unsigned width = type.getElementType().getIntOrFloatBitWidth();
-  for (int64_t v : values)
-    ints.emplace_back(width, static_cast<uint64_t>(v), /*isSigned=*/true);
-  auto op = mega::ConstantOp::create(I.b, I.location(loc), DenseElementsAttr::get(type, ints));
-  return I.wrap(op.getResult(), shape, dtype);
+  return impl_->constant(values, shape, dtype, loc, isInt(dtype),
+                         "integer constants need an integer type", [&](RankedTensorType type) {
+                           SmallVector<APInt> ints;
+                           unsigned width = type.getElementType().getIntOrFloatBitWidth();
+                           for (int64_t v : values)
+                             ints.emplace_back(width, static_cast<uint64_t>(v), /*isSigned=*/true);
+                           return ints;
+                         });
 }
 
 Tensor GraphBuilder::constant(const std::vector<double> &values, Shape shape, DType dtype,
                               Loc loc) {
-  Impl &I = *impl_;
   if (failed())
     return {};
-  if (!isFloat(dtype))
-    return I.fail("floating-point constants need a float type", loc), Tensor{};
-  if (static_cast<int64_t>(values.size()) != rules::numElements(dims(shape)))
-    return I.fail("constant has " + std::to_string(values.size()) + " values for shape " +
-                      rules::str(dims(shape)),
-                  loc),
-           Tensor{};
-  RankedTensorType type = I.tensorType(shape, dtype);
-  const llvm::fltSemantics &semantics =
-      mlir::cast<FloatType>(type.getElementType()).getFloatSemantics();
-  SmallVector<APFloat> floats;
-  floats.reserve(values.size());
-  for (double v : values) {
-    APFloat f(v);
-    bool lost = false;
-    f.convert(semantics, APFloat::rmNearestTiesToEven, &lost);
-    floats.push_back(f);
-  }
-  auto op = mega::ConstantOp::create(I.b, I.location(loc), DenseElementsAttr::get(type, floats));
-  return I.wrap(op.getResult(), shape, dtype);
+  return impl_->constant(values, shape, dtype, loc, isFloat(dtype),
+                         "floating-point constants need a float type", [&](RankedTensorType type) {
+                           const llvm::fltSemantics &semantics =
+                               mlir::cast<FloatType>(type.getElementType()).getFloatSemantics();
+                           SmallVector<APFloat> floats;
+                           floats.reserve(values.size());
+                           for (double v : values) {
+                             APFloat f(v);
+                             bool lost = false;
+                             f.convert(semantics, APFloat::rmNearestTiesToEven, &lost);
+                             floats.push_back(f);
+                           }
+                           return floats;
+                         });
 }
 
 Tensor GraphBuilder::add(const Tensor &a, const Tensor &b, Loc loc) {

@@ -112,6 +112,11 @@ struct GraphBuilder::Impl {
     t.dtype_ = dtype;
     return t;
   }
+  /// A constant of `values` once `typeOk` holds (else `typeError`) and their count fits `shape`;
+  /// `elements(type)` turns them into the attribute's elements (defined in GraphBuilder.cpp).
+  template <typename T, typename ElementsFn>
+  Tensor constant(const std::vector<T> &values, const Shape &shape, DType dtype, const Loc &loc,
+                  bool typeOk, const char *typeError, ElementsFn elements);
   Tensor wrap(mlir::Value v, DType dtype) {
     auto type = mlir::cast<mlir::RankedTensorType>(v.getType());
     return wrap(v, Shape(type.getShape().begin(), type.getShape().end()), dtype);

@@ -34,6 +34,26 @@ std::string normalizeSlice(int64_t dim, int64_t start, int64_t end, int64_t step
   return {};
 }
 
+/// out's element i := x's element src (same element type).
+void copyElement(ConstTensor &out, const ConstTensor &x, int64_t i, int64_t src) {
+  if (x.isFloat())
+    out.floats[i] = x.floats[src];
+  else
+    out.ints[i] = x.ints[src];
+}
+
+/// A tensor of `outShape` whose elements are x's at the flat indices forEachPosition sums from
+/// `sourceTerm`.
+template <typename TermFn>
+Folded copyFrom(const ConstTensor &x, const Shape &outShape, TermFn sourceTerm) {
+  Folded r = allocateFolded(x.type, outShape);
+  if (!r.ok())
+    return r;
+  forEachPosition(outShape, sourceTerm,
+                  [&](int64_t i, int64_t src) { copyElement(r.tensor, x, i, src); });
+  return r;
+}
+
 Folded reshape(const ConstTensor &x, const Shape &shape) {
   if (checkedNumElements(shape) != x.numElements())
     return Folded::fail("cannot reshape " + shapeStr(x.shape) + " to " + shapeStr(shape));
@@ -54,12 +74,8 @@ Folded expand(const ConstTensor &x, const Shape &shape) {
   if (!r.ok())
     return r;
   auto index = broadcastIndex(x.shape, shape);
-  for (size_t i = 0; i < index.size(); ++i) {
-    if (x.isFloat())
-      r.tensor.floats[i] = x.floats[index[i]];
-    else
-      r.tensor.ints[i] = x.ints[index[i]];
-  }
+  for (size_t i = 0; i < index.size(); ++i)
+    copyElement(r.tensor, x, int64_t(i), index[i]);
   return r;
 }
 
@@ -77,24 +93,9 @@ Folded transpose(const ConstTensor &x, const std::vector<int64_t> &perm) {
   Shape outShape(rank);
   for (int64_t d = 0; d < rank; ++d)
     outShape[d] = x.shape[perm[d]];
-  Folded r = allocateFolded(x.type, outShape);
-  if (!r.ok())
-    return r;
-  auto inStrides = rowMajorStrides(x.shape), outStrides = rowMajorStrides(outShape);
-  int64_t n = x.numElements();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rest = i, src = 0;
-    for (int64_t d = 0; d < rank; ++d) {
-      int64_t coord = rest / outStrides[d];
-      rest %= outStrides[d];
-      src += coord * inStrides[perm[d]];
-    }
-    if (x.isFloat())
-      r.tensor.floats[i] = x.floats[src];
-    else
-      r.tensor.ints[i] = x.ints[src];
-  }
-  return r;
+  auto inStrides = rowMajorStrides(x.shape);
+  return copyFrom(x, outShape,
+                  [&](int64_t d, int64_t coord) { return coord * inStrides[perm[d]]; });
 }
 
 Folded slice(const ConstTensor &x, const std::vector<SliceDim> &dims) {
@@ -104,24 +105,10 @@ Folded slice(const ConstTensor &x, const std::vector<SliceDim> &dims) {
   Shape outShape(rank);
   for (int64_t d = 0; d < rank; ++d)
     outShape[d] = dims[d].count;
-  Folded r = allocateFolded(x.type, outShape);
-  if (!r.ok())
-    return r;
-  auto inStrides = rowMajorStrides(x.shape), outStrides = rowMajorStrides(outShape);
-  int64_t n = checkedNumElements(outShape);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rest = i, src = 0;
-    for (int64_t d = 0; d < rank; ++d) {
-      int64_t coord = rest / outStrides[d];
-      rest %= outStrides[d];
-      src += (dims[d].start + coord * dims[d].step) * inStrides[d];
-    }
-    if (x.isFloat())
-      r.tensor.floats[i] = x.floats[src];
-    else
-      r.tensor.ints[i] = x.ints[src];
-  }
-  return r;
+  auto inStrides = rowMajorStrides(x.shape);
+  return copyFrom(x, outShape, [&](int64_t d, int64_t coord) {
+    return (dims[d].start + coord * dims[d].step) * inStrides[d];
+  });
 }
 
 Folded gather(const ConstTensor &data, const ConstTensor &indices, int64_t axis) {
@@ -217,24 +204,9 @@ Folded tile(const ConstTensor &x, const std::vector<int64_t> &repeats) {
       return Folded::fail("the tiled shape " + shapeStr(outShape) + " is too large to fold");
     outShape[d] *= repeats[d];
   }
-  Folded r = allocateFolded(x.type, outShape);
-  if (!r.ok())
-    return r;
-  auto inStrides = rowMajorStrides(x.shape), outStrides = rowMajorStrides(outShape);
-  int64_t n = checkedNumElements(outShape);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rest = i, src = 0;
-    for (int64_t d = 0; d < x.rank(); ++d) {
-      int64_t coord = rest / outStrides[d];
-      rest %= outStrides[d];
-      src += (coord % x.shape[d]) * inStrides[d];
-    }
-    if (x.isFloat())
-      r.tensor.floats[i] = x.floats[src];
-    else
-      r.tensor.ints[i] = x.ints[src];
-  }
-  return r;
+  auto inStrides = rowMajorStrides(x.shape);
+  return copyFrom(x, outShape,
+                  [&](int64_t d, int64_t coord) { return (coord % x.shape[d]) * inStrides[d]; });
 }
 
 Folded range(ElemType type, double start, double limit, double delta) {
@@ -300,16 +272,10 @@ Folded reduce(ReduceFn fn, const ConstTensor &x, const std::vector<int64_t> &axe
   std::vector<double> accF(outN, fn == ReduceFn::prod ? 1.0 : 0.0);
   std::vector<int64_t> accI(outN, fn == ReduceFn::prod ? 1 : 0);
   std::vector<bool> started(outN, false);
-  auto inStrides = rowMajorStrides(x.shape), outStrides = rowMajorStrides(kept);
+  auto outStrides = rowMajorStrides(kept);
   int64_t n = x.numElements();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rest = i, dst = 0;
-    for (int64_t d = 0; d < rank; ++d) {
-      int64_t coord = rest / inStrides[d];
-      rest %= inStrides[d];
-      if (!reduced[d])
-        dst += coord * outStrides[d];
-    }
+  auto keptTerm = [&](int64_t d, int64_t coord) { return reduced[d] ? 0 : coord * outStrides[d]; };
+  forEachPosition(x.shape, keptTerm, [&](int64_t i, int64_t dst) {
     if (x.isFloat()) {
       double v = x.floats[i];
       double &a = accF[dst];
@@ -334,7 +300,7 @@ Folded reduce(ReduceFn fn, const ConstTensor &x, const std::vector<int64_t> &axe
         a = fn == ReduceFn::max ? std::max(a, v) : std::min(a, v);
     }
     started[dst] = true;
-  }
+  });
   int64_t count = outN ? n / outN : 0;
   for (int64_t j = 0; j < outN; ++j) {
     if (x.isFloat())

@@ -45,21 +45,15 @@ Folded allocateFolded(ElemType type, const Shape &shape) {
 }
 
 std::vector<int64_t> broadcastIndex(const Shape &from, const Shape &to) {
-  int64_t n = checkedNumElements(to);
-  std::vector<int64_t> index(n);
-  auto toStrides = rowMajorStrides(to);
+  std::vector<int64_t> index(checkedNumElements(to));
   auto fromStrides = rowMajorStrides(from);
-  size_t offset = to.size() - from.size();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rest = i, src = 0;
-    for (size_t d = 0; d < to.size(); ++d) {
-      int64_t coord = rest / toStrides[d];
-      rest %= toStrides[d];
-      if (d >= offset && from[d - offset] != 1)
-        src += coord * fromStrides[d - offset];
-    }
-    index[i] = src;
-  }
+  int64_t offset = int64_t(to.size()) - int64_t(from.size());
+  forEachPosition(
+      to,
+      [&](int64_t d, int64_t coord) {
+        return d >= offset && from[d - offset] != 1 ? coord * fromStrides[d - offset] : 0;
+      },
+      [&](int64_t i, int64_t src) { index[i] = src; });
   return index;
 }
 

@@ -93,6 +93,23 @@ std::vector<int64_t> broadcastIndex(const Shape &from, const Shape &to);
 int64_t checkedNumElements(const Shape &shape);
 /// "[2, 8, 64]".
 std::string shapeStr(const Shape &shape);
+
+/// Calls visit(i, flat) for each row-major position i of `shape`, where flat is the sum over its
+/// dims d of term(d, coord) (coord: the position's coordinate along d), a flat index elsewhere.
+template <typename TermFn, typename VisitFn>
+void forEachPosition(const Shape &shape, TermFn term, VisitFn visit) {
+  auto strides = rowMajorStrides(shape);
+  int64_t n = checkedNumElements(shape);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i, flat = 0;
+    for (int64_t d = 0; d < int64_t(shape.size()); ++d) {
+      int64_t coord = rest / strides[d];
+      rest %= strides[d];
+      flat += term(d, coord);
+    }
+    visit(i, flat);
+  }
+}
 /// numpy broadcasting, or nullopt.
 std::optional<Shape> broadcastShapes(const Shape &a, const Shape &b);
 

@@ -97,6 +97,53 @@ FailureOr<Shape> broadcastInputs(NodeContext &c, const std::vector<int> &inputs)
 
 namespace {
 
+LogicalResult requireBool(NodeContext &c, int i) {
+  if (c.type(i) == ElemType::boolean)
+    return success();
+  return c.fail("input " + Twine(i) + " must be BOOL, not " + elemTypeName(int(c.type(i))));
+}
+
+using InputCheck = LogicalResult (*)(NodeContext &, int);
+
+/// Checks input 0 with `check` (none when null), then sets output 0 to fn(input 0); `fn`
+/// reports its own errors.
+LogicalResult mapInput(NodeContext &c, InputCheck check,
+                       const std::function<FailureOr<Value>(Emitter &, Value)> &fn) {
+  if (check && failed(check(c, 0)))
+    return failure();
+  auto x = c.value(0);
+  if (failed(x))
+    return failure();
+  Emitter e{c};
+  auto y = fn(e, *x);
+  if (failed(y))
+    return failure();
+  c.setOutput(0, *y);
+  return success();
+}
+
+/// Broadcasts `inputs` to their common shape, then sets output 0 to fn(those values).
+LogicalResult mapBroadcast(NodeContext &c, const std::vector<int> &inputs,
+                           const std::function<Value(Emitter &, ArrayRef<Value>)> &fn) {
+  auto shape = broadcastInputs(c, inputs);
+  if (failed(shape))
+    return failure();
+  SmallVector<Value> values;
+  bool ok = true;
+  for (int i : inputs) { // every input is materialized, as before, even after a failure
+    auto v = c.valueAs(i, *shape);
+    if (failed(v))
+      ok = false;
+    else
+      values.push_back(*v);
+  }
+  if (!ok)
+    return failure();
+  Emitter e{c};
+  c.setOutput(0, fn(e, values));
+  return success();
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise
 //===----------------------------------------------------------------------===//
@@ -156,38 +203,20 @@ LogicalResult meanOp(NodeContext &c) {
 }
 
 template <typename OpTy, bool FloatOnly = true> LogicalResult unaryOp(NodeContext &c) {
-  if (failed(FloatOnly ? requireFloat(c, 0) : requireNumeric(c, 0)))
-    return failure();
-  auto x = c.value(0);
-  if (failed(x))
-    return failure();
-  c.setOutput(0, OpTy::create(c.builder(), c.loc(), x->getType(), *x));
-  return success();
+  return mapInput(c, FloatOnly ? requireFloat : requireNumeric,
+                  [](Emitter &e, Value x) { return e.make<OpTy>(x); });
 }
 
 /// Float inputs only; `fn` spells the op in mega ops.
 LogicalResult composite(NodeContext &c, const std::function<Value(Emitter &, Value)> &fn) {
-  if (failed(requireFloat(c, 0)))
-    return failure();
-  auto x = c.value(0);
-  if (failed(x))
-    return failure();
-  Emitter e{c};
-  c.setOutput(0, fn(e, *x));
-  return success();
+  return mapInput(c, requireFloat, fn);
 }
 
 LogicalResult reluOp(NodeContext &c) {
   if (isFloatType(c.type(0)))
     return unaryOp<mega::ReluOp>(c);
-  if (failed(requireNumeric(c, 0)))
-    return failure();
-  auto x = c.value(0);
-  if (failed(x))
-    return failure();
-  Emitter e{c};
-  c.setOutput(0, e.make<mega::MaxOp>(*x, e.splatLike(0, *x)));
-  return success();
+  return mapInput(c, requireNumeric,
+                  [](Emitter &e, Value x) { return e.make<mega::MaxOp>(x, e.splatLike(0, x)); });
 }
 
 LogicalResult reciprocalOp(NodeContext &c) {
@@ -196,18 +225,12 @@ LogicalResult reciprocalOp(NodeContext &c) {
 }
 
 LogicalResult signOp(NodeContext &c) {
-  if (failed(requireNumeric(c, 0)))
-    return failure();
-  auto x = c.value(0);
-  if (failed(x))
-    return failure();
-  Emitter e{c};
-  Value zero = e.splatLike(0, *x);
-  Value negative =
-      e.select(e.compare(mega::ComparePredicate::lt, *x, zero), e.splatLike(-1, *x), zero);
-  c.setOutput(
-      0, e.select(e.compare(mega::ComparePredicate::gt, *x, zero), e.splatLike(1, *x), negative));
-  return success();
+  return mapInput(c, requireNumeric, [](Emitter &e, Value x) {
+    Value zero = e.splatLike(0, x);
+    Value negative =
+        e.select(e.compare(mega::ComparePredicate::lt, x, zero), e.splatLike(-1, x), zero);
+    return e.select(e.compare(mega::ComparePredicate::gt, x, zero), e.splatLike(1, x), negative);
+  });
 }
 
 /// x >= 0 ? x : negative(x), for the ReLU family.
@@ -301,51 +324,40 @@ LogicalResult mishOp(NodeContext &c) {
 LogicalResult preluOp(NodeContext &c) {
   if (failed(requireFloat(c, 0)) || failed(requireSameType(c, 0, 1)))
     return failure();
-  auto shape = broadcastInputs(c, {0, 1});
-  if (failed(shape))
-    return failure();
-  auto x = c.valueAs(0, *shape), slope = c.valueAs(1, *shape);
-  if (failed(x) || failed(slope))
-    return failure();
-  Emitter e{c};
-  c.setOutput(0, piecewise(e, *x, e.make<mega::MulOp>(*x, *slope)));
-  return success();
+  return mapBroadcast(c, {0, 1}, [](Emitter &e, ArrayRef<Value> v) {
+    return piecewise(e, v[0], e.make<mega::MulOp>(v[0], v[1]));
+  });
 }
 
 LogicalResult clipOp(NodeContext &c) {
-  if (failed(requireNumeric(c, 0)))
-    return failure();
-  auto x = c.value(0);
-  if (failed(x))
-    return failure();
-  Emitter e{c};
-  Value y = *x;
-  Shape shape = c.shape(0);
-  auto bound = [&](int index, const char *attrName, bool isMin) -> LogicalResult {
-    Value b;
-    if (c.opset() < 11) {
-      if (!c.attr(attrName))
-        return success();
-      b = e.splatLike(c.attrFloat(attrName, 0), y);
-    } else {
-      if (!c.hasInput(index))
-        return success();
-      if (failed(requireSameType(c, 0, index)))
-        return failure();
-      if (!c.shape(index).empty() && checkedNumElements(c.shape(index)) != 1)
-        return c.fail("Clip bounds must be scalars");
-      auto v = c.valueAs(index, {});
-      if (failed(v))
-        return failure();
-      b = c.broadcast(*v, shape);
-    }
-    y = isMin ? e.make<mega::MaxOp>(y, b) : e.make<mega::MinOp>(y, b);
-    return success();
-  };
-  if (failed(bound(1, "min", true)) || failed(bound(2, "max", false)))
-    return failure();
-  c.setOutput(0, y);
-  return success();
+  return mapInput(c, requireNumeric, [&](Emitter &e, Value x) -> FailureOr<Value> {
+    Value y = x;
+    Shape shape = c.shape(0);
+    auto bound = [&](int index, const char *attrName, bool isMin) -> LogicalResult {
+      Value b;
+      if (c.opset() < 11) {
+        if (!c.attr(attrName))
+          return success();
+        b = e.splatLike(c.attrFloat(attrName, 0), y);
+      } else {
+        if (!c.hasInput(index))
+          return success();
+        if (failed(requireSameType(c, 0, index)))
+          return failure();
+        if (!c.shape(index).empty() && checkedNumElements(c.shape(index)) != 1)
+          return c.fail("Clip bounds must be scalars");
+        auto v = c.valueAs(index, {});
+        if (failed(v))
+          return failure();
+        b = c.broadcast(*v, shape);
+      }
+      y = isMin ? e.make<mega::MaxOp>(y, b) : e.make<mega::MinOp>(y, b);
+      return success();
+    };
+    if (failed(bound(1, "min", true)) || failed(bound(2, "max", false)))
+      return failure();
+    return y;
+  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -364,53 +376,23 @@ template <mega::ComparePredicate P> LogicalResult compareOp(NodeContext &c) {
   bool boolEq = c.type(0) == ElemType::boolean && P == mega::ComparePredicate::eq;
   if (!boolEq && failed(requireNumeric(c, 0)))
     return failure();
-  auto shape = broadcastInputs(c, {0, 1});
-  if (failed(shape))
-    return failure();
-  auto a = c.valueAs(0, *shape), b = c.valueAs(1, *shape);
-  if (failed(a) || failed(b))
-    return failure();
-  Emitter e{c};
-  if (boolEq) {
-    Value x = logicalXor(e, *a, *b);
-    c.setOutput(0, mega::NotOp::create(c.builder(), c.loc(), x.getType(), x));
-  } else {
-    c.setOutput(0, e.compare(P, *a, *b));
-  }
-  return success();
-}
-
-LogicalResult requireBool(NodeContext &c, int i) {
-  if (c.type(i) == ElemType::boolean)
-    return success();
-  return c.fail("input " + Twine(i) + " must be BOOL, not " + elemTypeName(int(c.type(i))));
+  return mapBroadcast(c, {0, 1}, [boolEq](Emitter &e, ArrayRef<Value> v) {
+    return boolEq ? e.make<mega::NotOp>(logicalXor(e, v[0], v[1])) : e.compare(P, v[0], v[1]);
+  });
 }
 
 template <int Kind> LogicalResult logicOp(NodeContext &c) {
   if (failed(requireBool(c, 0)) || failed(requireBool(c, 1)))
     return failure();
-  auto shape = broadcastInputs(c, {0, 1});
-  if (failed(shape))
-    return failure();
-  auto a = c.valueAs(0, *shape), b = c.valueAs(1, *shape);
-  if (failed(a) || failed(b))
-    return failure();
-  Emitter e{c};
-  Value r = Kind == 0   ? e.make<mega::AndOp>(*a, *b)
-            : Kind == 1 ? e.make<mega::OrOp>(*a, *b)
-                        : logicalXor(e, *a, *b);
-  c.setOutput(0, r);
-  return success();
+  return mapBroadcast(c, {0, 1}, [](Emitter &e, ArrayRef<Value> v) {
+    return Kind == 0   ? e.make<mega::AndOp>(v[0], v[1])
+           : Kind == 1 ? e.make<mega::OrOp>(v[0], v[1])
+                       : logicalXor(e, v[0], v[1]);
+  });
 }
 
 LogicalResult notOp(NodeContext &c) {
-  if (failed(requireBool(c, 0)))
-    return failure();
-  auto x = c.value(0);
-  if (failed(x))
-    return failure();
-  c.setOutput(0, mega::NotOp::create(c.builder(), c.loc(), x->getType(), *x));
-  return success();
+  return mapInput(c, requireBool, [](Emitter &e, Value x) { return e.make<mega::NotOp>(x); });
 }
 
 LogicalResult whereOp(NodeContext &c) {
@@ -418,14 +400,8 @@ LogicalResult whereOp(NodeContext &c) {
     return failure();
   if (!isMegaElemType(c.type(1)))
     return c.fail("values of element type " + elemTypeName(int(c.type(1))) + " are not supported");
-  auto shape = broadcastInputs(c, {0, 1, 2});
-  if (failed(shape))
-    return failure();
-  auto cond = c.valueAs(0, *shape), a = c.valueAs(1, *shape), b = c.valueAs(2, *shape);
-  if (failed(cond) || failed(a) || failed(b))
-    return failure();
-  c.setOutput(0, Emitter{c}.select(*cond, *a, *b));
-  return success();
+  return mapBroadcast(c, {0, 1, 2},
+                      [](Emitter &e, ArrayRef<Value> v) { return e.select(v[0], v[1], v[2]); });
 }
 
 //===----------------------------------------------------------------------===//
@@ -448,25 +424,16 @@ LogicalResult castOp(NodeContext &c) {
                   "INT64, INT32, BOOL)");
   if (!isMegaElemType(c.type(0)))
     return c.fail("cannot cast from " + elemTypeName(int(c.type(0))));
-  auto x = c.value(0);
-  if (failed(x))
-    return failure();
-  Emitter e{c};
-  // ONNX casts numbers to BOOL as "!= 0"; mega.cast does not define that direction.
-  if (to == ElemType::boolean && c.type(0) != ElemType::boolean) {
-    c.setOutput(0, e.compare(mega::ComparePredicate::ne, *x, e.splatLike(0, *x)));
-    return success();
-  }
-  c.setOutput(0, c.cast(*x, to));
-  return success();
+  return mapInput(c, nullptr, [&](Emitter &e, Value x) {
+    // ONNX casts numbers to BOOL as "!= 0"; mega.cast does not define that direction.
+    if (to == ElemType::boolean && c.type(0) != ElemType::boolean)
+      return e.compare(mega::ComparePredicate::ne, x, e.splatLike(0, x));
+    return c.cast(x, to);
+  });
 }
 
 LogicalResult identityOp(NodeContext &c) {
-  auto x = c.value(0);
-  if (failed(x))
-    return failure();
-  c.setOutput(0, *x);
-  return success();
+  return mapInput(c, nullptr, [](Emitter &, Value x) { return x; });
 }
 
 LogicalResult dropoutOp(NodeContext &c) {
