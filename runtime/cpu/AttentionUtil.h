@@ -2,6 +2,7 @@
 // cblas gemm and the per-(batch, head) softmax probabilities both kernels compute.
 #pragma once
 
+#include "runtime/cpu/AttentionDims.h"
 #include "runtime/cpu/KernelUtil.h"
 
 #ifdef MEGAC_HAVE_BLAS
@@ -14,30 +15,6 @@
 #include <type_traits>
 
 namespace megac::runtime::cpu::detail {
-
-/// The sizes of q [b,s,h,d], k [b,t,hk,d] and v [b,t,hk,dv].
-struct AttentionDims {
-  int64_t b, s, h, d, t, hk, dv;
-};
-
-/// Checks that q, k and v have attention's shapes (hk dividing h) and returns their sizes.
-inline StatusOr<AttentionDims> attentionDims(const char *name, const TensorRef &q,
-                                             const TensorRef &k, const TensorRef &v) {
-  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
-    return fail(name, "q, k, v must be [b,s,h,d], [b,t,hk,d], [b,t,hk,dv]; got " +
-                          shapeString(q.shape) + ", " + shapeString(k.shape) + ", " +
-                          shapeString(v.shape));
-  AttentionDims a{q.shape[0], q.shape[1], q.shape[2], q.shape[3],
-                  k.shape[1], k.shape[2], v.shape[3]};
-  if (k.shape[0] != a.b || k.shape[3] != a.d || v.shape[0] != a.b || v.shape[1] != a.t ||
-      v.shape[2] != a.hk)
-    return fail(name, "q " + shapeString(q.shape) + ", k " + shapeString(k.shape) + ", v " +
-                          shapeString(v.shape) + " do not agree on b, t, hk or d");
-  if (a.hk < 1 || a.h % a.hk != 0)
-    return fail(name, std::to_string(a.hk) + " kv heads do not divide " + std::to_string(a.h) +
-                          " query heads");
-  return a;
-}
 
 /// C[m,n] = alpha * op(A) op(B) + beta * C, row-major with leading dims lda, ldb, ldc (in
 /// elements); op(A) is A [m,k] or, with transA, A^T for A [k,m]; likewise op(B) is B [k,n] or
@@ -69,7 +46,8 @@ void gemmStrided(bool transA, bool transB, int64_t m, int64_t n, int64_t k, T al
     for (int64_t j = 0; j < n; ++j) {
       T sum = T(0);
       for (int64_t p = 0; p < k; ++p)
-        sum += (transA ? a[p * lda + i] : a[i * lda + p]) * (transB ? b[j * ldb + p] : b[p * ldb + j]);
+        sum +=
+            (transA ? a[p * lda + i] : a[i * lda + p]) * (transB ? b[j * ldb + p] : b[p * ldb + j]);
       c[i * ldc + j] = alpha * sum + (beta == T(0) ? T(0) : beta * c[i * ldc + j]);
     }
 #endif

@@ -16,6 +16,7 @@
 // Fallback (a mask tensor, f64, or head dims > 128): the probabilities [b,h,s,t] are
 // materialized in scratch (f32, f64 for f64) by a block per query row, then simple reduction
 // kernels (a thread per output element, sums in a fixed order) give out, dq, dk, dv and dmask.
+#include "runtime/cpu/AttentionDims.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cuda/kernels/AttentionTiling.h"
 #include "runtime/cuda/kernels/BlockReduce.cuh"
@@ -24,7 +25,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace megac::runtime::cuda {
@@ -71,7 +75,68 @@ __device__ __forceinline__ int64_t vIndex(const AttnArgs &a, int64_t bi, int64_t
   return ((bi * a.t + j) * a.hk + kh) * a.dv;
 }
 
-// ---- Fused (flash) kernels -------------------------------------------------------------------
+// ---- Pieces shared by the fused kernels (SIMT here, WMMA in AttentionWmma*.cuh) ---------------
+
+/// Copies rows [r0, r0 + n) (of `count`) of a [.., heads, dim] tensor at row stride `rowStride`
+/// into dst [n][ld], zero beyond `count` rows and `dim` columns (up to D): as f32 into a float
+/// tile (the SIMT kernels), unconverted into a tile of the input type (the WMMA kernels).
+template <typename T, int D, typename Dst>
+__device__ void loadTile(Dst *dst, int ld, int n, const T *src, int64_t base, int64_t rowStride,
+                         int64_t r0, int64_t count, int64_t dim) {
+  for (int idx = threadIdx.x; idx < n * D; idx += blockDim.x) {
+    int rr = idx / D, c = idx % D;
+    int64_t r = r0 + rr;
+    bool in = r < count && c < dim;
+    if constexpr (std::is_same_v<Dst, T>)
+      dst[rr * ld + c] = in ? src[base + r * rowStride + c] : T(0.0f);
+    else
+      dst[rr * ld + c] = in ? load(src, base + r * rowStride + c) : 0.0f;
+  }
+}
+
+/// Which attention tensor a tile comes from: q and dout have a row per query and h heads, k and
+/// v a row per key and hk heads; q and k rows are d wide, dout and v rows dv.
+enum class Operand { Q, Dout, K, V };
+
+/// loadTile of rows [r0, r0 + n) of operand X (batch bi, head `head`) into dst [n][ld].
+template <Operand X, int D, typename T, typename Dst>
+__device__ __forceinline__ void loadRows(Dst *dst, int ld, int n, const T *src, const AttnArgs &a,
+                                         int64_t bi, int64_t head, int64_t r0) {
+  constexpr bool kQuery = X == Operand::Q || X == Operand::Dout;
+  constexpr bool kWide = X == Operand::Dout || X == Operand::V;
+  int64_t rows = kQuery ? a.s : a.t, heads = kQuery ? a.h : a.hk, dim = kWide ? a.dv : a.d;
+  loadTile<T, D>(dst, ld, n, src, (bi * rows * heads + head) * dim, heads * dim, r0, rows, dim);
+}
+
+/// A fused block's place: its warp and lane, batch blockIdx.z, (query or kv) head blockIdx.y and
+/// first (query or key) row blockIdx.x * rowsPerBlock.
+struct Place {
+  int warp, lane;
+  int64_t bi, head, row0;
+};
+__device__ __forceinline__ Place placeOf(int rowsPerBlock) {
+  return {static_cast<int>(threadIdx.x >> 5), static_cast<int>(threadIdx.x & 31), blockIdx.z,
+          blockIdx.y, int64_t(blockIdx.x) * rowsPerBlock};
+}
+
+/// lse and delta of query row i of head hi ([b,h,s]); +inf and 0 past s (a row that sees no key).
+__device__ __forceinline__ void readRowStats(const AttnArgs &a, const float *lse,
+                                             const float *delta, int64_t bi, int64_t hi, int64_t i,
+                                             float &L, float &Dl) {
+  int64_t at = (bi * a.h + hi) * a.s + i;
+  L = i < a.s ? lse[at] : INFINITY;
+  Dl = i < a.s ? delta[at] : 0.0f;
+}
+/// The stats pass's result for query row i: lse (+inf for a row that sees no key) and delta.
+__device__ __forceinline__ void writeRowStats(const AttnArgs &a, float *lse, float *delta,
+                                              int64_t bi, int64_t hi, int64_t i, float m, float l,
+                                              float dd) {
+  int64_t at = (bi * a.h + hi) * a.s + i;
+  lse[at] = l > 0.0f ? m + logf(l) : INFINITY;
+  delta[at] = dd;
+}
+
+// ---- Fused (flash) SIMT kernels --------------------------------------------------------------
 
 constexpr int kWarps = tiling::kAttnWarps;
 constexpr int kRows = tiling::kSimtRows; // query (or key) rows per warp
@@ -79,15 +144,48 @@ constexpr int kBQ = tiling::kSimtBQ;     // rows per block
 constexpr int kBK = tiling::kSimtBK;     // keys (or queries) per shared tile, one per lane
 constexpr int kThreads = tiling::kAttnThreads;
 
-/// Copies rows [r0, r0 + n) (of `count`) of a [.., heads, dim] tensor at row stride `rowStride`
-/// into dst [n][ld] as f32, zero beyond `count` rows and `dim` columns (up to D).
-template <typename T, int D>
-__device__ void loadTile(float *dst, int ld, int n, const T *src, int64_t base, int64_t rowStride,
-                         int64_t r0, int64_t count, int64_t dim) {
-  for (int idx = threadIdx.x; idx < n * D; idx += blockDim.x) {
-    int rr = idx / D, c = idx % D;
-    int64_t r = r0 + rr;
-    dst[rr * ld + c] = (r < count && c < dim) ? load(src, base + r * rowStride + c) : 0.0f;
+template <int DC> __device__ __forceinline__ void zeroRows(float (&acc)[kRows][DC]) {
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr)
+#pragma unroll
+    for (int cc = 0; cc < DC; ++cc)
+      acc[rr][cc] = 0.0f;
+}
+
+/// x . y over D columns of two shared rows, in column order.
+template <int D> __device__ __forceinline__ float rowDot(const float *x, const float *y) {
+  float dot = 0.0f;
+#pragma unroll 16
+  for (int c = 0; c < D; ++c)
+    dot += x[c] * y[c];
+  return dot;
+}
+
+/// sum over the kBK rows jj of a shared tile of w[jj] * col[jj * ld], in row order.
+__device__ __forceinline__ float columnSum(const float *w, const float *col, int ld) {
+  float sum = 0.0f;
+#pragma unroll 8
+  for (int jj = 0; jj < kBK; ++jj)
+    sum += w[jj] * col[jj * ld];
+  return sum;
+}
+
+/// Stores acc * scale of the warp's rows p.row0 + warp * kRows + rr below `count`, columns
+/// c < dim, at dst[index(row) + c].
+template <typename T, int DC, typename Index>
+__device__ __forceinline__ void storeRows(T *dst, const float (&acc)[kRows][DC], float scale,
+                                          const Place &p, int64_t count, int64_t dim, Index index) {
+#pragma unroll
+  for (int rr = 0; rr < kRows; ++rr) {
+    int64_t i = p.row0 + p.warp * kRows + rr;
+    if (i >= count)
+      break;
+#pragma unroll
+    for (int cc = 0; cc < DC; ++cc) {
+      int c = cc * 32 + p.lane;
+      if (c < dim)
+        store(dst, index(i) + c, acc[rr][cc] * scale);
+    }
   }
 }
 
@@ -105,24 +203,22 @@ __global__ void __launch_bounds__(kThreads)
   float *Ks = Qs + kBQ * D;  // [kBK][KP]
   float *Vs = Ks + kBK * KP; // [kBK][D]
   float *Ps = Vs + kBK * D;  // [kWarps][32]
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int64_t bi = blockIdx.z, hi = blockIdx.y, q0 = int64_t(blockIdx.x) * kBQ;
-  int64_t kh = hi / (a.h / a.hk);
-  loadTile<T, D>(Qs, D, kBQ, q, qIndex(a, bi, 0, hi), a.h * a.d, q0, a.s, a.d);
+  const Place p = placeOf(kBQ);
+  const int warp = p.warp, lane = p.lane;
+  const int64_t bi = p.bi, hi = p.head, q0 = p.row0, kh = hi / (a.h / a.hk);
+  loadRows<Operand::Q, D>(Qs, D, kBQ, q, a, bi, hi, q0);
   float m[kRows], l[kRows], acc[kRows][DC];
+  zeroRows(acc);
 #pragma unroll
   for (int rr = 0; rr < kRows; ++rr) {
     m[rr] = -INFINITY;
     l[rr] = 0.0f;
-#pragma unroll
-    for (int cc = 0; cc < DC; ++cc)
-      acc[rr][cc] = 0.0f;
   }
   int64_t kEnd = keyEnd(a, q0, kBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kBK) {
     __syncthreads(); // the previous tile's readers are done
-    loadTile<T, D>(Ks, KP, kBK, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
-    loadTile<T, D>(Vs, D, kBK, v, vIndex(a, bi, 0, kh), a.hk * a.dv, k0, a.t, a.dv);
+    loadRows<Operand::K, D>(Ks, KP, kBK, k, a, bi, kh, k0);
+    loadRows<Operand::V, D>(Vs, D, kBK, v, a, bi, kh, k0);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < kRows; ++rr) {
@@ -132,28 +228,20 @@ __global__ void __launch_bounds__(kThreads)
         break; // uniform in the warp
       int64_t j = k0 + lane;
       bool ok = j < visible(a, i);
-      float dot = 0.0f;
-#pragma unroll 16
-      for (int c = 0; c < D; ++c)
-        dot += Qs[r * D + c] * Ks[lane * KP + c];
+      float dot = rowDot<D>(Qs + r * D, Ks + lane * KP);
       float sc = ok ? dot * scale : -INFINITY;
       float mNew = maxNaN(m[rr], warpMax(sc));
       if (mNew == -INFINITY)
         continue; // nothing visible yet in this row (uniform in the warp)
-      float p = ok ? expf(sc - mNew) : 0.0f;
+      float pr = ok ? expf(sc - mNew) : 0.0f;
       float alpha = expf(m[rr] - mNew); // 0 for the first visible tile
-      l[rr] = l[rr] * alpha + warpSum(p);
+      l[rr] = l[rr] * alpha + warpSum(pr);
       m[rr] = mNew;
-      Ps[warp * 32 + lane] = p;
+      Ps[warp * 32 + lane] = pr;
       __syncwarp();
 #pragma unroll
-      for (int cc = 0; cc < DC; ++cc) {
-        float sum = 0.0f;
-#pragma unroll 8
-        for (int jj = 0; jj < kBK; ++jj)
-          sum += Ps[warp * 32 + jj] * Vs[jj * D + cc * 32 + lane];
-        acc[rr][cc] = acc[rr][cc] * alpha + sum;
-      }
+      for (int cc = 0; cc < DC; ++cc)
+        acc[rr][cc] = acc[rr][cc] * alpha + columnSum(Ps + warp * 32, Vs + cc * 32 + lane, D);
       __syncwarp();
     }
   }
@@ -179,11 +267,8 @@ __global__ void __launch_bounds__(kThreads)
           dd += acc[rr][cc] * inv * load(dout, oIndex(a, bi, i, hi) + c);
       }
       dd = warpSum(dd);
-      if (lane == 0) {
-        int64_t at = (bi * a.h + hi) * a.s + i;
-        lse[at] = l[rr] > 0.0f ? m[rr] + logf(l[rr]) : INFINITY;
-        delta[at] = dd;
-      }
+      if (lane == 0)
+        writeRowStats(a, lse, delta, bi, hi, i, m[rr], l[rr], dd);
     }
   }
 }
@@ -201,70 +286,42 @@ __global__ void __launch_bounds__(kThreads)
   float *Ks = Os + kBQ * D;  // [kBK][KP]
   float *Vs = Ks + kBK * KP; // [kBK][KP]
   float *Ss = Vs + kBK * KP; // [kWarps][32] dS
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int64_t bi = blockIdx.z, hi = blockIdx.y, q0 = int64_t(blockIdx.x) * kBQ;
-  int64_t kh = hi / (a.h / a.hk);
-  loadTile<T, D>(Qs, D, kBQ, q, qIndex(a, bi, 0, hi), a.h * a.d, q0, a.s, a.d);
-  loadTile<T, D>(Os, D, kBQ, dout, oIndex(a, bi, 0, hi), a.h * a.dv, q0, a.s, a.dv);
+  const Place p = placeOf(kBQ);
+  const int64_t bi = p.bi, hi = p.head, q0 = p.row0, kh = hi / (a.h / a.hk);
+  loadRows<Operand::Q, D>(Qs, D, kBQ, q, a, bi, hi, q0);
+  loadRows<Operand::Dout, D>(Os, D, kBQ, dout, a, bi, hi, q0);
   float L[kRows], Dl[kRows], acc[kRows][DC];
+  zeroRows(acc);
 #pragma unroll
-  for (int rr = 0; rr < kRows; ++rr) {
-    int64_t i = q0 + warp * kRows + rr;
-    int64_t at = (bi * a.h + hi) * a.s + i;
-    L[rr] = i < a.s ? lse[at] : INFINITY;
-    Dl[rr] = i < a.s ? delta[at] : 0.0f;
-#pragma unroll
-    for (int cc = 0; cc < DC; ++cc)
-      acc[rr][cc] = 0.0f;
-  }
+  for (int rr = 0; rr < kRows; ++rr)
+    readRowStats(a, lse, delta, bi, hi, q0 + p.warp * kRows + rr, L[rr], Dl[rr]);
   int64_t kEnd = keyEnd(a, q0, kBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kBK) {
     __syncthreads();
-    loadTile<T, D>(Ks, KP, kBK, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
-    loadTile<T, D>(Vs, KP, kBK, v, vIndex(a, bi, 0, kh), a.hk * a.dv, k0, a.t, a.dv);
+    loadRows<Operand::K, D>(Ks, KP, kBK, k, a, bi, kh, k0);
+    loadRows<Operand::V, D>(Vs, KP, kBK, v, a, bi, kh, k0);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < kRows; ++rr) {
-      int r = warp * kRows + rr;
+      int r = p.warp * kRows + rr;
       int64_t i = q0 + r;
       if (i >= a.s)
         break;
       if (L[rr] == INFINITY)
         continue; // a row that sees no key passes nothing back
-      int64_t j = k0 + lane;
-      bool ok = j < visible(a, i);
-      float dot = 0.0f, dp = 0.0f;
-#pragma unroll 16
-      for (int c = 0; c < D; ++c) {
-        dot += Qs[r * D + c] * Ks[lane * KP + c];
-        dp += Os[r * D + c] * Vs[lane * KP + c];
-      }
-      float p = ok ? expf(dot * scale - L[rr]) : 0.0f;
-      Ss[warp * 32 + lane] = ok ? p * (dp - Dl[rr]) : 0.0f;
+      bool ok = k0 + p.lane < visible(a, i);
+      float dot = rowDot<D>(Qs + r * D, Ks + p.lane * KP);
+      float dp = rowDot<D>(Os + r * D, Vs + p.lane * KP);
+      float pr = ok ? expf(dot * scale - L[rr]) : 0.0f;
+      Ss[p.warp * 32 + p.lane] = ok ? pr * (dp - Dl[rr]) : 0.0f;
       __syncwarp();
 #pragma unroll
-      for (int cc = 0; cc < DC; ++cc) {
-        float sum = 0.0f;
-#pragma unroll 8
-        for (int jj = 0; jj < kBK; ++jj)
-          sum += Ss[warp * 32 + jj] * Ks[jj * KP + cc * 32 + lane];
-        acc[rr][cc] += sum;
-      }
+      for (int cc = 0; cc < DC; ++cc)
+        acc[rr][cc] += columnSum(Ss + p.warp * 32, Ks + cc * 32 + p.lane, KP);
       __syncwarp();
     }
   }
-#pragma unroll
-  for (int rr = 0; rr < kRows; ++rr) {
-    int64_t i = q0 + warp * kRows + rr;
-    if (i >= a.s)
-      break;
-#pragma unroll
-    for (int cc = 0; cc < DC; ++cc) {
-      int c = cc * 32 + lane;
-      if (c < a.d)
-        store(dq, qIndex(a, bi, i, hi) + c, acc[rr][cc] * scale);
-    }
-  }
+  storeRows(dq, acc, scale, p, a.s, a.d, [&](int64_t i) { return qIndex(a, bi, i, hi); });
 }
 
 /// dk and dv for 16 keys of kv head (blockIdx.z, blockIdx.y): over the group's query heads in
@@ -284,29 +341,23 @@ __global__ void __launch_bounds__(kThreads)
   float *Ds = Ls + kBK;         // [kBK] delta
   float *Ps = Ds + kBK;         // [kWarps][32]
   float *Ss = Ps + kWarps * 32; // [kWarps][32]
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int64_t bi = blockIdx.z, kh = blockIdx.y, k0 = int64_t(blockIdx.x) * kBQ;
-  int64_t group = a.h / a.hk;
-  loadTile<T, D>(Ks, D, kBQ, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
-  loadTile<T, D>(Vs, D, kBQ, v, vIndex(a, bi, 0, kh), a.hk * a.dv, k0, a.t, a.dv);
+  const Place p = placeOf(kBQ);
+  const int warp = p.warp, lane = p.lane;
+  const int64_t bi = p.bi, kh = p.head, k0 = p.row0, group = a.h / a.hk;
+  loadRows<Operand::K, D>(Ks, D, kBQ, k, a, bi, kh, k0);
+  loadRows<Operand::V, D>(Vs, D, kBQ, v, a, bi, kh, k0);
   float accK[kRows][DC], accV[kRows][DC];
-#pragma unroll
-  for (int rr = 0; rr < kRows; ++rr)
-#pragma unroll
-    for (int cc = 0; cc < DC; ++cc)
-      accK[rr][cc] = accV[rr][cc] = 0.0f;
+  zeroRows(accK);
+  zeroRows(accV);
   int64_t qStart = queryStart(a, k0);
   for (int64_t g = 0; g < group; ++g) {
     int64_t hi = kh * group + g;
     for (int64_t i0 = qStart; i0 < a.s; i0 += kBK) {
       __syncthreads();
-      loadTile<T, D>(Qs, KP, kBK, q, qIndex(a, bi, 0, hi), a.h * a.d, i0, a.s, a.d);
-      loadTile<T, D>(Os, KP, kBK, dout, oIndex(a, bi, 0, hi), a.h * a.dv, i0, a.s, a.dv);
-      if (threadIdx.x < kBK) {
-        int64_t i = i0 + threadIdx.x, at = (bi * a.h + hi) * a.s + i;
-        Ls[threadIdx.x] = i < a.s ? lse[at] : INFINITY;
-        Ds[threadIdx.x] = i < a.s ? delta[at] : 0.0f;
-      }
+      loadRows<Operand::Q, D>(Qs, KP, kBK, q, a, bi, hi, i0);
+      loadRows<Operand::Dout, D>(Os, KP, kBK, dout, a, bi, hi, i0);
+      if (threadIdx.x < kBK)
+        readRowStats(a, lse, delta, bi, hi, i0 + threadIdx.x, Ls[threadIdx.x], Ds[threadIdx.x]);
       __syncthreads();
 #pragma unroll
       for (int rr = 0; rr < kRows; ++rr) {
@@ -316,45 +367,23 @@ __global__ void __launch_bounds__(kThreads)
           break;
         int64_t i = i0 + lane;
         bool ok = i < a.s && Ls[lane] != INFINITY && j < visible(a, i);
-        float dot = 0.0f, dp = 0.0f;
-#pragma unroll 16
-        for (int c = 0; c < D; ++c) {
-          dot += Qs[lane * KP + c] * Ks[r * D + c];
-          dp += Os[lane * KP + c] * Vs[r * D + c];
-        }
-        float p = ok ? expf(dot * scale - Ls[lane]) : 0.0f;
-        Ps[warp * 32 + lane] = p;
-        Ss[warp * 32 + lane] = ok ? p * (dp - Ds[lane]) : 0.0f;
+        float dot = rowDot<D>(Qs + lane * KP, Ks + r * D);
+        float dp = rowDot<D>(Os + lane * KP, Vs + r * D);
+        float pr = ok ? expf(dot * scale - Ls[lane]) : 0.0f;
+        Ps[warp * 32 + lane] = pr;
+        Ss[warp * 32 + lane] = ok ? pr * (dp - Ds[lane]) : 0.0f;
         __syncwarp();
 #pragma unroll
         for (int cc = 0; cc < DC; ++cc) {
-          float sv = 0.0f, sk = 0.0f;
-#pragma unroll 8
-          for (int ii = 0; ii < kBK; ++ii) {
-            sv += Ps[warp * 32 + ii] * Os[ii * KP + cc * 32 + lane];
-            sk += Ss[warp * 32 + ii] * Qs[ii * KP + cc * 32 + lane];
-          }
-          accV[rr][cc] += sv;
-          accK[rr][cc] += sk;
+          accV[rr][cc] += columnSum(Ps + warp * 32, Os + cc * 32 + lane, KP);
+          accK[rr][cc] += columnSum(Ss + warp * 32, Qs + cc * 32 + lane, KP);
         }
         __syncwarp();
       }
     }
   }
-#pragma unroll
-  for (int rr = 0; rr < kRows; ++rr) {
-    int64_t j = k0 + warp * kRows + rr;
-    if (j >= a.t)
-      break;
-#pragma unroll
-    for (int cc = 0; cc < DC; ++cc) {
-      int c = cc * 32 + lane;
-      if (c < a.d)
-        store(dk, kIndex(a, bi, j, kh) + c, accK[rr][cc] * scale);
-      if (c < a.dv)
-        store(dv, vIndex(a, bi, j, kh) + c, accV[rr][cc]);
-    }
-  }
+  storeRows(dk, accK, scale, p, a.t, a.d, [&](int64_t j) { return kIndex(a, bi, j, kh); });
+  storeRows(dv, accV, 1.0f, p, a.t, a.dv, [&](int64_t j) { return vIndex(a, bi, j, kh); });
 }
 
 #include "runtime/cuda/kernels/AttentionWmma.cuh"
@@ -378,79 +407,71 @@ template <typename K> Status allowSmem(const char *op, K kernel, size_t bytes) {
   return Status::ok();
 }
 
-template <typename T, int DC>
-Status fusedForward(const char *op, const Context &ctx, const TensorRef &q, const TensorRef &k,
-                    const TensorRef &v, const TensorRef &out, const AttnArgs &a) {
-  constexpr int D = DC * 32;
-  LaunchConfig c = launchOf<T, D>(tiling::AttnKernel::Forward, a);
-  if constexpr (!std::is_same_v<T, float>) { // bf16/f16: tensor cores
-    auto kernel = flashForwardWmma<T, D, false>;
-    RETURN_IF_ERROR(allowSmem(op, kernel, c.smem));
-    kernel<<<gridOf(c), kThreads, c.smem, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
-                                                        v.as<const T>(), out.as<T>(), nullptr,
-                                                        nullptr, nullptr, a);
+/// The fused kernels of storage type T: the forward writing out, the forward in stats mode
+/// (lse, delta), dq and dk/dv.
+template <typename T> struct FusedKernels {
+  using Forward = void (*)(const T *, const T *, const T *, T *, const T *, float *, float *,
+                           AttnArgs);
+  Forward forward, stats;
+  void (*gradQ)(const T *, const T *, const T *, const T *, const float *, const float *, T *,
+                AttnArgs);
+  void (*gradKV)(const T *, const T *, const T *, const T *, const float *, const float *, T *, T *,
+                 AttnArgs);
+};
+/// Tensor cores for bf16/f16 (AttentionWmma*.cuh), the SIMT kernels for f32; head dims padded
+/// to DC * 32.
+template <typename T, int DC> FusedKernels<T> fusedKernels() {
+  if constexpr (std::is_same_v<T, float>) {
+    return {flashForward<T, DC, false>, flashForward<T, DC, true>, flashGradQ<T, DC>,
+            flashGradKV<T, DC>};
   } else {
-    auto kernel = flashForward<T, DC, false>;
-    RETURN_IF_ERROR(allowSmem(op, kernel, c.smem));
-    kernel<<<gridOf(c), kThreads, c.smem, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
-                                                        v.as<const T>(), out.as<T>(), nullptr,
-                                                        nullptr, nullptr, a);
+    constexpr int D = DC * 32;
+    return {flashForwardWmma<T, D, false>, flashForwardWmma<T, D, true>, flashGradQWmma<T, D>,
+            flashGradKVWmma<T, D>};
   }
+}
+
+/// Launches a fused kernel with `which`'s launch sizes (AttentionTiling.h) on ctx's stream,
+/// after allowing its shared memory.
+template <typename T, int DC, typename... P>
+Status launchFused(const char *op, const Context &ctx, tiling::AttnKernel which,
+                   void (*kernel)(P...), std::type_identity_t<P>... args) {
+  const AttnArgs &a = std::get<sizeof...(P) - 1>(std::forward_as_tuple(args...));
+  LaunchConfig c = launchOf<T, DC * 32>(which, a);
+  RETURN_IF_ERROR(allowSmem(op, kernel, c.smem));
+  kernel<<<gridOf(c), kThreads, c.smem, ctx.stream>>>(args...);
   return launchStatus(op);
 }
 
-/// The backward: lse/delta (the forward in stats mode), then dq and dk/dv; tensor cores for
-/// bf16/f16 (AttentionWmmaGrad.cuh), the SIMT kernels for f32.
+template <typename T, int DC>
+Status fusedForward(const char *op, const Context &ctx, const TensorRef &q, const TensorRef &k,
+                    const TensorRef &v, const TensorRef &out, const AttnArgs &a) {
+  return launchFused<T, DC>(op, ctx, tiling::AttnKernel::Forward, fusedKernels<T, DC>().forward,
+                            q.as<const T>(), k.as<const T>(), v.as<const T>(), out.as<T>(), nullptr,
+                            nullptr, nullptr, a);
+}
+
+/// The backward: lse/delta (the forward in stats mode), then dq and dk/dv.
 template <typename T, int DC>
 Status fusedBackward(const char *op, const Context &ctx, const TensorRef &dout, const TensorRef &q,
                      const TensorRef &k, const TensorRef &v, const TensorRef &dq,
                      const TensorRef &dk, const TensorRef &dv, const AttnArgs &a) {
-  constexpr int D = DC * 32;
-  constexpr bool kWmma = !std::is_same_v<T, float>;
+  const FusedKernels<T> f = fusedKernels<T, DC>();
   size_t rows = static_cast<size_t>(a.b * a.h * a.s);
   ASSIGN_OR_RETURN(void *lseMem, ctx.scratch(std::max<size_t>(rows, 1) * sizeof(float)));
   ASSIGN_OR_RETURN(void *deltaMem, ctx.scratch(std::max<size_t>(rows, 1) * sizeof(float)));
   float *lse = static_cast<float *>(lseMem), *delta = static_cast<float *>(deltaMem);
+  const T *qp = q.as<const T>(), *kp = k.as<const T>(), *vp = v.as<const T>();
+  const T *doutp = dout.as<const T>();
   if (a.s > 0) {
-    LaunchConfig c = launchOf<T, D>(tiling::AttnKernel::Forward, a);
-    auto stats = [] {
-      if constexpr (kWmma)
-        return flashForwardWmma<T, D, true>;
-      else
-        return flashForward<T, DC, true>;
-    }();
-    RETURN_IF_ERROR(allowSmem(op, stats, c.smem));
-    stats<<<gridOf(c), kThreads, c.smem, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
-                                                       v.as<const T>(), nullptr, dout.as<const T>(),
-                                                       lse, delta, a);
-    RETURN_IF_ERROR(launchStatus(op));
-    c = launchOf<T, D>(tiling::AttnKernel::GradQ, a);
-    auto gq = [] {
-      if constexpr (kWmma)
-        return flashGradQWmma<T, D>;
-      else
-        return flashGradQ<T, DC>;
-    }();
-    RETURN_IF_ERROR(allowSmem(op, gq, c.smem));
-    gq<<<gridOf(c), kThreads, c.smem, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
-                                                    v.as<const T>(), dout.as<const T>(), lse, delta,
-                                                    dq.as<T>(), a);
-    RETURN_IF_ERROR(launchStatus(op));
+    RETURN_IF_ERROR((launchFused<T, DC>(op, ctx, tiling::AttnKernel::Forward, f.stats, qp, kp, vp,
+                                        nullptr, doutp, lse, delta, a)));
+    RETURN_IF_ERROR((launchFused<T, DC>(op, ctx, tiling::AttnKernel::GradQ, f.gradQ, qp, kp, vp,
+                                        doutp, lse, delta, dq.as<T>(), a)));
   }
-  if (a.t > 0) {
-    LaunchConfig c = launchOf<T, D>(tiling::AttnKernel::GradKV, a);
-    auto gkv = [] {
-      if constexpr (kWmma)
-        return flashGradKVWmma<T, D>;
-      else
-        return flashGradKV<T, DC>;
-    }();
-    RETURN_IF_ERROR(allowSmem(op, gkv, c.smem));
-    gkv<<<gridOf(c), kThreads, c.smem, ctx.stream>>>(q.as<const T>(), k.as<const T>(),
-                                                     v.as<const T>(), dout.as<const T>(), lse,
-                                                     delta, dk.as<T>(), dv.as<T>(), a);
-    RETURN_IF_ERROR(launchStatus(op));
-  }
+  if (a.t > 0)
+    RETURN_IF_ERROR((launchFused<T, DC>(op, ctx, tiling::AttnKernel::GradKV, f.gradKV, qp, kp, vp,
+                                        doutp, lse, delta, dk.as<T>(), dv.as<T>(), a)));
   return Status::ok();
 }
 
@@ -461,19 +482,8 @@ Status fusedBackward(const char *op, const Context &ctx, const TensorRef &dout, 
 /// attentionDims of the CPU kernels (runtime/cpu/AttentionUtil.h), same messages.
 StatusOr<AttnArgs> attentionArgs(const char *name, const TensorRef &q, const TensorRef &k,
                                  const TensorRef &v, bool causal, double scale) {
-  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
-    return fail(name, "q, k, v must be [b,s,h,d], [b,t,hk,d], [b,t,hk,dv]; got " +
-                          shapeString(q.shape) + ", " + shapeString(k.shape) + ", " +
-                          shapeString(v.shape));
-  AttnArgs a{q.shape[0], q.shape[1], q.shape[2],     q.shape[3], k.shape[1],
-             k.shape[2], v.shape[3], causal ? 1 : 0, scale};
-  if (k.shape[0] != a.b || k.shape[3] != a.d || v.shape[0] != a.b || v.shape[1] != a.t ||
-      v.shape[2] != a.hk)
-    return fail(name, "q " + shapeString(q.shape) + ", k " + shapeString(k.shape) + ", v " +
-                          shapeString(v.shape) + " do not agree on b, t, hk or d");
-  if (a.hk < 1 || a.h % a.hk != 0)
-    return fail(name, std::to_string(a.hk) + " kv heads do not divide " + std::to_string(a.h) +
-                          " query heads");
+  ASSIGN_OR_RETURN(cpu::detail::AttentionDims dims, cpu::detail::attentionDims(name, q, k, v));
+  AttnArgs a{dims.b, dims.s, dims.h, dims.d, dims.t, dims.hk, dims.dv, causal ? 1 : 0, scale};
   if (!std::isfinite(scale))
     return fail(name, "scale " + std::to_string(scale) + " is not finite");
   if (!isFloat(q.dtype))
@@ -482,6 +492,13 @@ StatusOr<AttnArgs> attentionArgs(const char *name, const TensorRef &q, const Ten
     return fail(name, "batch " + std::to_string(a.b) + " or heads " + std::to_string(a.h) +
                           " exceed the CUDA grid (65535)");
   return a;
+}
+
+/// expectDtype, then expectShape.
+Status expectLike(const char *name, const char *what, const TensorRef &t, DType dtype,
+                  std::span<const int64_t> shape) {
+  RETURN_IF_ERROR(expectDtype(name, what, t, dtype));
+  return expectShape(name, what, t, shape);
 }
 
 /// The mask's strides over [b,h,s,t], after checking that it broadcasts there.
@@ -525,6 +542,22 @@ template <typename F> Status dispatchFloat(DType dtype, F &&f) {
   }
 }
 
+/// Calls f(T{}, std::integral_constant<int, DC>{}) for q's storage type T (f32, bf16 or f16;
+/// f64 is never fused, useFused) and DC = chunksFor(a).
+template <typename F> Status dispatchFused(DType dtype, const AttnArgs &a, F &&f) {
+  return dispatchFloat(dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, double>) {
+      return Status::ok(); // not fused (useFused)
+    } else {
+      int dc = chunksFor(a);
+      return dc == 1   ? f(tag, std::integral_constant<int, 1>{})
+             : dc == 2 ? f(tag, std::integral_constant<int, 2>{})
+                       : f(tag, std::integral_constant<int, 4>{});
+    }
+  });
+}
+
 template <typename T> using ComputeC = Compute<T>;
 
 } // namespace
@@ -547,16 +580,8 @@ Status attention(const Context &ctx, const TensorRef &q, const TensorRef &k, con
   if (a.b * a.s * a.h * a.dv == 0)
     return Status::ok();
   if (useFused(q, mask, a))
-    return dispatchFloat(q.dtype, [&](auto tag) -> Status {
-      using T = decltype(tag);
-      if constexpr (std::is_same_v<T, double>) {
-        return Status::ok(); // not fused (useFused)
-      } else {
-        int dc = chunksFor(a);
-        return dc == 1   ? fusedForward<T, 1>(name, ctx, q, k, v, out, a)
-               : dc == 2 ? fusedForward<T, 2>(name, ctx, q, k, v, out, a)
-                         : fusedForward<T, 4>(name, ctx, q, k, v, out, a);
-      }
+    return dispatchFused(q.dtype, a, [&](auto tag, auto dc) {
+      return fusedForward<decltype(tag), decltype(dc)::value>(name, ctx, q, k, v, out, a);
     });
   return dispatchFloat(q.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
@@ -580,14 +605,11 @@ Status attentionGrad(const Context &ctx, const TensorRef &dout, const TensorRef 
   RETURN_IF_ERROR(expectDtype(name, "k", k, q.dtype));
   RETURN_IF_ERROR(expectDtype(name, "v", v, q.dtype));
   ASSIGN_OR_RETURN(AttnArgs a, attentionArgs(name, q, k, v, causal, scale));
-  RETURN_IF_ERROR(expectDtype(name, "dout", dout, q.dtype));
-  RETURN_IF_ERROR(expectShape(name, "dout", dout, std::vector<int64_t>{a.b, a.s, a.h, a.dv}));
-  RETURN_IF_ERROR(expectDtype(name, "dq", dq, q.dtype));
-  RETURN_IF_ERROR(expectShape(name, "dq", dq, q.shape));
-  RETURN_IF_ERROR(expectDtype(name, "dk", dk, k.dtype));
-  RETURN_IF_ERROR(expectShape(name, "dk", dk, k.shape));
-  RETURN_IF_ERROR(expectDtype(name, "dv", dv, v.dtype));
-  RETURN_IF_ERROR(expectShape(name, "dv", dv, v.shape));
+  RETURN_IF_ERROR(
+      expectLike(name, "dout", dout, q.dtype, std::vector<int64_t>{a.b, a.s, a.h, a.dv}));
+  RETURN_IF_ERROR(expectLike(name, "dq", dq, q.dtype, q.shape));
+  RETURN_IF_ERROR(expectLike(name, "dk", dk, k.dtype, k.shape));
+  RETURN_IF_ERROR(expectLike(name, "dv", dv, v.dtype, v.shape));
   if (bool(mask) != bool(dmask))
     return fail(name, "there is a mask gradient exactly when there is a mask");
   MaskArgs margs;
@@ -603,16 +625,9 @@ Status attentionGrad(const Context &ctx, const TensorRef &dout, const TensorRef 
   if (useFused(q, mask, a)) {
     if (a.b == 0 || a.h == 0)
       return Status::ok();
-    return dispatchFloat(q.dtype, [&](auto tag) -> Status {
-      using T = decltype(tag);
-      if constexpr (std::is_same_v<T, double>) {
-        return Status::ok(); // not fused (useFused)
-      } else {
-        int dc = chunksFor(a);
-        return dc == 1   ? fusedBackward<T, 1>(name, ctx, dout, q, k, v, dq, dk, dv, a)
-               : dc == 2 ? fusedBackward<T, 2>(name, ctx, dout, q, k, v, dq, dk, dv, a)
-                         : fusedBackward<T, 4>(name, ctx, dout, q, k, v, dq, dk, dv, a);
-      }
+    return dispatchFused(q.dtype, a, [&](auto tag, auto dc) {
+      return fusedBackward<decltype(tag), decltype(dc)::value>(name, ctx, dout, q, k, v, dq, dk, dv,
+                                                               a);
     });
   }
   return dispatchFloat(q.dtype, [&](auto tag) -> Status {

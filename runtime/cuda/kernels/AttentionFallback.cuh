@@ -30,8 +30,8 @@ __global__ void probsKernel(const T *q, const T *k, MaskArgs mask, C *P, AttnArg
           dot += static_cast<C>(load(q, qIndex(a, bi, i, hi) + c)) *
                  static_cast<C>(load(k, kIndex(a, bi, j, kh) + c));
         sc = dot * static_cast<C>(a.scale);
-        int64_t mo = bi * mask.stride[0] + hi * mask.stride[1] + i * mask.stride[2] +
-                     j * mask.stride[3];
+        int64_t mo =
+            bi * mask.stride[0] + hi * mask.stride[1] + i * mask.stride[2] + j * mask.stride[3];
         if (mask.kind == 1)
           sc += static_cast<C>(load(static_cast<const T *>(mask.data), mo));
         else if (mask.kind == 2 && !static_cast<const uint8_t *>(mask.data)[mo])
@@ -58,20 +58,29 @@ __global__ void probsKernel(const T *q, const T *k, MaskArgs mask, C *P, AttnArg
   }
 }
 
+/// dst [b,s,h,width] = scale * R X with R [b,h,s,t] (C) and X a key-side tensor (k or v, read at
+/// index(bi, j, kh) + c); a thread per element, keys in order.
+template <typename T, typename C, typename Index>
+__device__ void rowsTimesKeys(const C *R, const T *x, T *dst, int64_t width, C scale,
+                              const AttnArgs &a, Index index) {
+  int64_t total = a.b * a.s * a.h * width;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    int64_t c = e % width, hi = (e / width) % a.h, i = (e / (width * a.h)) % a.s;
+    int64_t bi = e / (width * a.h * a.s), kh = hi / (a.h / a.hk);
+    const C *rr = R + ((bi * a.h + hi) * a.s + i) * a.t;
+    C sum = 0;
+    for (int64_t j = 0; j < a.t; ++j)
+      sum += rr[j] * static_cast<C>(load(x, index(bi, j, kh) + c));
+    store(dst, e, sum * scale);
+  }
+}
+
 /// out [b,s,h,dv] = P V, a thread per element.
 template <typename T, typename C>
 __global__ void probsTimesV(const C *P, const T *v, T *out, AttnArgs a) {
-  int64_t total = a.b * a.s * a.h * a.dv;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    int64_t c = e % a.dv, hi = (e / a.dv) % a.h, i = (e / (a.dv * a.h)) % a.s;
-    int64_t bi = e / (a.dv * a.h * a.s), kh = hi / (a.h / a.hk);
-    const C *pr = P + ((bi * a.h + hi) * a.s + i) * a.t;
-    C sum = 0;
-    for (int64_t j = 0; j < a.t; ++j)
-      sum += pr[j] * static_cast<C>(load(v, vIndex(a, bi, j, kh) + c));
-    store(out, e, sum);
-  }
+  rowsTimesKeys(P, v, out, a.dv, C(1), a,
+                [&](int64_t bi, int64_t j, int64_t kh) { return vIndex(a, bi, j, kh); });
 }
 
 /// dS [b,h,s,t] = P (dP - sum_j P dP) with dP_ij = dout_i . v_j; a block per query row.
@@ -95,26 +104,17 @@ __global__ void dScoresKernel(const C *P, const T *dout, const T *v, C *dS, Attn
     }
     pdp = blockSum(pdp);
     for (int64_t j = threadIdx.x; j < a.t; j += blockDim.x)
-      dr[j] = pr[j] == C(0) ? C(0)
-                            : static_cast<C>(static_cast<double>(pr[j]) *
-                                             (static_cast<double>(dr[j]) - pdp));
+      dr[j] = pr[j] == C(0)
+                  ? C(0)
+                  : static_cast<C>(static_cast<double>(pr[j]) * (static_cast<double>(dr[j]) - pdp));
   }
 }
 
 /// dq [b,s,h,d] = scale * dS K, a thread per element.
 template <typename T, typename C>
 __global__ void dqKernel(const C *dS, const T *k, T *dq, AttnArgs a) {
-  int64_t total = a.b * a.s * a.h * a.d;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
-       e += int64_t(gridDim.x) * blockDim.x) {
-    int64_t c = e % a.d, hi = (e / a.d) % a.h, i = (e / (a.d * a.h)) % a.s;
-    int64_t bi = e / (a.d * a.h * a.s), kh = hi / (a.h / a.hk);
-    const C *dr = dS + ((bi * a.h + hi) * a.s + i) * a.t;
-    C sum = 0;
-    for (int64_t j = 0; j < a.t; ++j)
-      sum += dr[j] * static_cast<C>(load(k, kIndex(a, bi, j, kh) + c));
-    store(dq, e, sum * static_cast<C>(a.scale));
-  }
+  rowsTimesKeys(dS, k, dq, a.d, static_cast<C>(a.scale), a,
+                [&](int64_t bi, int64_t j, int64_t kh) { return kIndex(a, bi, j, kh); });
 }
 
 /// dk [b,t,hk,d] = scale * sum over the group's heads of dS^T Q, dv [b,t,hk,dv] = sum of P^T dO;
@@ -177,4 +177,3 @@ __global__ void dmaskKernel(const C *dS, T *dmask, Dims msize, AttnArgs a) {
     store(dmask, e, static_cast<Compute<T>>(sum));
   }
 }
-

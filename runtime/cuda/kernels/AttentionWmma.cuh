@@ -21,17 +21,50 @@ using tiling::kWmmaBK;
 using tiling::kWmmaBQ;
 using tiling::kWmmaRowsPerWarp;
 
-/// Copies rows [r0, r0 + n) of a [.., heads, dim] tensor into dst [n][ld] unconverted, zero
-/// beyond `count` rows and `dim` columns (up to D).
-template <typename T, int D>
-__device__ void copyTile(T *dst, int ld, int n, const T *src, int64_t base, int64_t rowStride,
-                         int64_t r0, int64_t count, int64_t dim) {
-  for (int idx = threadIdx.x; idx < n * D; idx += blockDim.x) {
-    int rr = idx / D, c = idx % D;
-    int64_t r = r0 + rr;
-    dst[rr * ld + c] = (r < count && c < dim) ? src[base + r * rowStride + c] : T(0.0f);
+// The warp-level products of the forward and the backward (AttentionWmmaGrad.cuh).
+namespace wmmaops {
+
+namespace wmma = nvcuda::wmma;
+
+/// C [16, N] (f32, ldc) = A [16, K] (row-major, lda) times B, or C += that with kAccumulate;
+/// B is [K][N] (row-major, ldb) or, with kBt, B^T for B [N][K] (row-major, ldb): the N columns
+/// are B's rows. Warp-collective.
+template <typename T, int N, int K, bool kBt, bool kAccumulate>
+__device__ void product(float *c, int ldc, const T *a, int lda, const T *b, int ldb) {
+  using BLayout = std::conditional_t<kBt, wmma::col_major, wmma::row_major>;
+  for (int n = 0; n < N / 16; ++n) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    if constexpr (kAccumulate)
+      wmma::load_matrix_sync(acc, c + n * 16, ldc, wmma::mem_row_major);
+    else
+      wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, BLayout> fb;
+      wmma::load_matrix_sync(fa, a + kk * 16, lda);
+      wmma::load_matrix_sync(fb, kBt ? b + n * 16 * ldb + kk * 16 : b + kk * 16 * ldb + n * 16,
+                             ldb);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(c + n * 16, acc, ldc, wmma::mem_row_major);
   }
 }
+
+/// C [16, 64] = A [16, D] times B^T, B [64][D].
+template <typename T, int D>
+__device__ __forceinline__ void productNT(float *c, int ldc, const T *a, int lda, const T *b,
+                                          int ldb) {
+  product<T, 64, D, true, false>(c, ldc, a, lda, b, ldb);
+}
+/// C [16, D] += A [16, 64] times B [64][D].
+template <typename T, int D>
+__device__ __forceinline__ void productNNAccumulate(float *c, int ldc, const T *a, int lda,
+                                                    const T *b, int ldb) {
+  product<T, D, 64, false, true>(c, ldc, a, lda, b, ldb);
+}
+
+} // namespace wmmaops
 
 /// Without kStats writes out; with kStats writes lse (+inf for a row that sees no key) and
 /// delta = dout . out per row ([b,h,s] f32) for the backward instead.
@@ -39,7 +72,6 @@ template <typename T, int D, bool kStats>
 __global__ void __launch_bounds__(kThreads)
     flashForwardWmma(const T *q, const T *k, const T *v, T *out, const T *dout, float *lse,
                      float *delta, AttnArgs a) {
-  namespace wmma = nvcuda::wmma;
   constexpr int LD = tiling::wmmaLdIn(D), LS = tiling::kWmmaLdS, LP = tiling::kWmmaLdP;
   constexpr int LO = tiling::wmmaLdAcc(D);
   constexpr tiling::WmmaForwardLayout Lay = tiling::wmmaForwardLayout(D, sizeof(T));
@@ -51,10 +83,10 @@ __global__ void __launch_bounds__(kThreads)
   T *Ps = reinterpret_cast<T *>(wmmaSmem + Lay.p);         // [64][LP], 16 rows per warp
   float *Ss = reinterpret_cast<float *>(wmmaSmem + Lay.s); // [64][LS]
   float *Os = reinterpret_cast<float *>(wmmaSmem + Lay.o); // [64][LO]
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int64_t bi = blockIdx.z, hi = blockIdx.y, q0 = int64_t(blockIdx.x) * kWmmaBQ;
-  int64_t kh = hi / (a.h / a.hk);
-  copyTile<T, D>(Qs, LD, kWmmaBQ, q, qIndex(a, bi, 0, hi), a.h * a.d, q0, a.s, a.d);
+  const Place p = placeOf(kWmmaBQ);
+  const int warp = p.warp, lane = p.lane;
+  const int64_t bi = p.bi, hi = p.head, q0 = p.row0, kh = hi / (a.h / a.hk);
+  loadRows<Operand::Q, D>(Qs, LD, kWmmaBQ, q, a, bi, hi, q0);
   for (int idx = threadIdx.x; idx < kWmmaBQ * LO; idx += blockDim.x)
     Os[idx] = 0.0f;
   __syncthreads();                       // Q and O ready even when no key tile follows
@@ -68,23 +100,11 @@ __global__ void __launch_bounds__(kThreads)
   int64_t kEnd = keyEnd(a, q0, kWmmaBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kWmmaBK) {
     __syncthreads(); // the previous tile's readers are done
-    copyTile<T, D>(Ks, LD, kWmmaBK, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
-    copyTile<T, D>(Vs, LD, kWmmaBK, v, vIndex(a, bi, 0, kh), a.hk * a.dv, k0, a.t, a.dv);
+    loadRows<Operand::K, D>(Ks, LD, kWmmaBK, k, a, bi, kh, k0);
+    loadRows<Operand::V, D>(Vs, LD, kWmmaBK, v, a, bi, kh, k0);
     __syncthreads();
     // 1. S = Q K^T for the warp's 16 rows: K [key][d] is B = K^T read column-major.
-    for (int nk = 0; nk < kWmmaBK / 16; ++nk) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-      for (int kd = 0; kd < D / 16; ++kd) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-        wmma::load_matrix_sync(fa, Qs + rowBase * LD + kd * 16, LD);
-        wmma::load_matrix_sync(fb, Ks + nk * 16 * LD + kd * 16, LD);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(Ss + rowBase * LS + nk * 16, acc, LS, wmma::mem_row_major);
-    }
+    wmmaops::productNT<T, D>(Ss + rowBase * LS, LS, Qs + rowBase * LD, LD, Ks, LD);
     __syncwarp();
     // 2. Online softmax per row; P into shared (input type), O rows rescaled.
 #pragma unroll
@@ -111,19 +131,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncwarp();
     // 3. O += P V: P [16, 64] (row-major) times V [64 keys][D] (row-major B).
-    for (int nd = 0; nd < D / 16; ++nd) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, Os + rowBase * LO + nd * 16, LO, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kWmmaBK / 16; ++kk) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, Ps + rowBase * LP + kk * 16, LP);
-        wmma::load_matrix_sync(fb, Vs + kk * 16 * LD + nd * 16, LD);
-        wmma::mma_sync(acc, fa, fb, acc);
-      }
-      wmma::store_matrix_sync(Os + rowBase * LO + nd * 16, acc, LO, wmma::mem_row_major);
-    }
+    wmmaops::productNNAccumulate<T, D>(Os + rowBase * LO, LO, Ps + rowBase * LP, LP, Vs, LD);
     __syncwarp();
   }
   __syncwarp();
@@ -141,11 +149,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int c = lane; c < a.dv; c += 32)
         dd += Os[(rowBase + r) * LO + c] * inv * load(dout, oIndex(a, bi, i, hi) + c);
       dd = warpSum(dd);
-      if (lane == 0) {
-        int64_t at = (bi * a.h + hi) * a.s + i;
-        lse[at] = l[r] > 0.0f ? m[r] + logf(l[r]) : INFINITY;
-        delta[at] = dd;
-      }
+      if (lane == 0)
+        writeRowStats(a, lse, delta, bi, hi, i, m[r], l[r], dd);
     }
   }
 }

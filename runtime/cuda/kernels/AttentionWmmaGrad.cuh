@@ -10,51 +10,23 @@
 //   their query tiles in order, dV += P^T dO and dK += dS^T Q; dk = scale dK.
 #pragma once
 
-// Shared-memory layouts: AttentionTiling.h (wmmaGradQLayout, wmmaGradKVLayout).
+// Shared-memory layouts: AttentionTiling.h (wmmaGradQLayout, wmmaGradKVLayout); the products
+// (wmmaops::productNT, productNNAccumulate): AttentionWmma.cuh.
 
-namespace wmmagrad {
-
-namespace wmma = nvcuda::wmma;
-
-/// C [16, 64] (f32, ldc) = A [16, D] (row-major, lda) times B^T, B [64][D] (row-major, ldb):
-/// the 64 columns are B's rows. Warp-collective.
-template <typename T, int D>
-__device__ void productNT(float *c, int ldc, const T *a, int lda, const T *b, int ldb) {
-  for (int n = 0; n < 64 / 16; ++n) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-    for (int kd = 0; kd < D / 16; ++kd) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-      wmma::load_matrix_sync(fa, a + kd * 16, lda);
-      wmma::load_matrix_sync(fb, b + n * 16 * ldb + kd * 16, ldb);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(c + n * 16, acc, ldc, wmma::mem_row_major);
+/// Stores acc * scale of the warp's 16 rows p.row0 + warp * 16 + r below `count` (f32 [64][ld] in
+/// shared memory), columns c < dim, at dst[index(row) + c].
+template <typename T, typename Index>
+__device__ __forceinline__ void storeAccRows(T *dst, const float *acc, int ld, float scale,
+                                             const Place &p, int64_t count, int64_t dim,
+                                             Index index) {
+  for (int r = 0; r < 16; ++r) {
+    int64_t i = p.row0 + p.warp * 16 + r;
+    if (i >= count)
+      break;
+    for (int c = p.lane; c < dim; c += 32)
+      store(dst, index(i) + c, acc[(p.warp * 16 + r) * ld + c] * scale);
   }
 }
-
-/// C [16, D] (f32, ldc) += A [16, 64] (row-major, lda) times B [64][D] (row-major, ldb).
-/// Warp-collective.
-template <typename T, int D>
-__device__ void productNNAccumulate(float *c, int ldc, const T *a, int lda, const T *b, int ldb) {
-  for (int n = 0; n < D / 16; ++n) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::load_matrix_sync(acc, c + n * 16, ldc, wmma::mem_row_major);
-#pragma unroll
-    for (int kk = 0; kk < 64 / 16; ++kk) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-      wmma::load_matrix_sync(fa, a + kk * 16, lda);
-      wmma::load_matrix_sync(fb, b + kk * 16 * ldb + n * 16, ldb);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(c + n * 16, acc, ldc, wmma::mem_row_major);
-  }
-}
-
-} // namespace wmmagrad
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
@@ -73,28 +45,27 @@ __global__ void __launch_bounds__(kThreads)
   float *Ss = reinterpret_cast<float *>(wmmaSmem + Lay.s);    // [64][LS] S
   float *Ps = reinterpret_cast<float *>(wmmaSmem + Lay.dp);   // [64][LS] dP
   float *Acc = reinterpret_cast<float *>(wmmaSmem + Lay.acc); // [64][LO] dQ
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rowBase = warp * 16;
-  int64_t bi = blockIdx.z, hi = blockIdx.y, q0 = int64_t(blockIdx.x) * 64;
-  int64_t kh = hi / (a.h / a.hk);
-  copyTile<T, D>(Qs, LD, 64, q, qIndex(a, bi, 0, hi), a.h * a.d, q0, a.s, a.d);
-  copyTile<T, D>(Os, LD, 64, dout, oIndex(a, bi, 0, hi), a.h * a.dv, q0, a.s, a.dv);
+  const Place p = placeOf(64);
+  const int lane = p.lane, rowBase = p.warp * 16;
+  const int64_t bi = p.bi, hi = p.head, q0 = p.row0, kh = hi / (a.h / a.hk);
+  loadRows<Operand::Q, D>(Qs, LD, 64, q, a, bi, hi, q0);
+  loadRows<Operand::Dout, D>(Os, LD, 64, dout, a, bi, hi, q0);
   for (int idx = threadIdx.x; idx < 64 * LO; idx += blockDim.x)
     Acc[idx] = 0.0f;
   int64_t kEnd = keyEnd(a, q0, kWmmaBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += 64) {
     __syncthreads();
-    copyTile<T, D>(Ks, LD, 64, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
-    copyTile<T, D>(Vs, LD, 64, v, vIndex(a, bi, 0, kh), a.hk * a.dv, k0, a.t, a.dv);
+    loadRows<Operand::K, D>(Ks, LD, 64, k, a, bi, kh, k0);
+    loadRows<Operand::V, D>(Vs, LD, 64, v, a, bi, kh, k0);
     __syncthreads();
-    wmmagrad::productNT<T, D>(Ss + rowBase * LS, LS, Qs + rowBase * LD, LD, Ks, LD);
-    wmmagrad::productNT<T, D>(Ps + rowBase * LS, LS, Os + rowBase * LD, LD, Vs, LD);
+    wmmaops::productNT<T, D>(Ss + rowBase * LS, LS, Qs + rowBase * LD, LD, Ks, LD);
+    wmmaops::productNT<T, D>(Ps + rowBase * LS, LS, Os + rowBase * LD, LD, Vs, LD);
     __syncwarp();
     for (int r = 0; r < 16; ++r) {
       int64_t i = q0 + rowBase + r;
-      bool rowOk = i < a.s;
-      float L = rowOk ? lse[(bi * a.h + hi) * a.s + i] : INFINITY;
-      float Dl = rowOk ? delta[(bi * a.h + hi) * a.s + i] : 0.0f;
-      int64_t vis = rowOk && L != INFINITY ? visible(a, i) : 0;
+      float L, Dl;
+      readRowStats(a, lse, delta, bi, hi, i, L, Dl);
+      int64_t vis = i < a.s && L != INFINITY ? visible(a, i) : 0;
       for (int cc = lane; cc < 64; cc += 32) {
         bool ok = k0 + cc < vis;
         float p = ok ? expf(Ss[(rowBase + r) * LS + cc] * scale - L) : 0.0f;
@@ -103,17 +74,11 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncwarp();
-    wmmagrad::productNNAccumulate<T, D>(Acc + rowBase * LO, LO, Gs + rowBase * LP, LP, Ks, LD);
+    wmmaops::productNNAccumulate<T, D>(Acc + rowBase * LO, LO, Gs + rowBase * LP, LP, Ks, LD);
     __syncwarp();
   }
   __syncthreads(); // Acc zeroed by other threads even when no key tile ran
-  for (int r = 0; r < 16; ++r) {
-    int64_t i = q0 + rowBase + r;
-    if (i >= a.s)
-      break;
-    for (int c = lane; c < a.d; c += 32)
-      store(dq, qIndex(a, bi, i, hi) + c, Acc[(rowBase + r) * LO + c] * scale);
-  }
+  storeAccRows(dq, Acc, LO, scale, p, a.s, a.d, [&](int64_t i) { return qIndex(a, bi, i, hi); });
 }
 
 template <typename T, int D>
@@ -137,11 +102,11 @@ __global__ void __launch_bounds__(kThreads)
   float *AccV = reinterpret_cast<float *>(wmmaSmem + Lay.accV); // [64][LO]
   float *Ls = reinterpret_cast<float *>(wmmaSmem + Lay.lse);    // [64]
   float *Ds = reinterpret_cast<float *>(wmmaSmem + Lay.delta);  // [64]
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, rowBase = warp * 16;
-  int64_t bi = blockIdx.z, kh = blockIdx.y, k0 = int64_t(blockIdx.x) * 64;
-  int64_t group = a.h / a.hk;
-  copyTile<T, D>(Ks, LD, 64, k, kIndex(a, bi, 0, kh), a.hk * a.d, k0, a.t, a.d);
-  copyTile<T, D>(Vs, LD, 64, v, vIndex(a, bi, 0, kh), a.hk * a.dv, k0, a.t, a.dv);
+  const Place p = placeOf(64);
+  const int lane = p.lane, rowBase = p.warp * 16;
+  const int64_t bi = p.bi, kh = p.head, k0 = p.row0, group = a.h / a.hk;
+  loadRows<Operand::K, D>(Ks, LD, 64, k, a, bi, kh, k0);
+  loadRows<Operand::V, D>(Vs, LD, 64, v, a, bi, kh, k0);
   for (int idx = threadIdx.x; idx < 64 * LO; idx += blockDim.x)
     AccK[idx] = AccV[idx] = 0.0f;
   int64_t qStart = queryStart(a, k0);
@@ -149,17 +114,14 @@ __global__ void __launch_bounds__(kThreads)
     int64_t hi = kh * group + g;
     for (int64_t i0 = qStart; i0 < a.s; i0 += 64) {
       __syncthreads();
-      copyTile<T, D>(Qs, LD, 64, q, qIndex(a, bi, 0, hi), a.h * a.d, i0, a.s, a.d);
-      copyTile<T, D>(Os, LD, 64, dout, oIndex(a, bi, 0, hi), a.h * a.dv, i0, a.s, a.dv);
-      for (int ii = threadIdx.x; ii < 64; ii += blockDim.x) {
-        int64_t i = i0 + ii, at = (bi * a.h + hi) * a.s + i;
-        Ls[ii] = i < a.s ? lse[at] : INFINITY;
-        Ds[ii] = i < a.s ? delta[at] : 0.0f;
-      }
+      loadRows<Operand::Q, D>(Qs, LD, 64, q, a, bi, hi, i0);
+      loadRows<Operand::Dout, D>(Os, LD, 64, dout, a, bi, hi, i0);
+      for (int ii = threadIdx.x; ii < 64; ii += blockDim.x)
+        readRowStats(a, lse, delta, bi, hi, i0 + ii, Ls[ii], Ds[ii]);
       __syncthreads();
       // S^T [16 keys, 64 queries] = K Q^T and dP^T = V dO^T for the warp's keys.
-      wmmagrad::productNT<T, D>(St + rowBase * LS, LS, Ks + rowBase * LD, LD, Qs, LD);
-      wmmagrad::productNT<T, D>(Dt + rowBase * LS, LS, Vs + rowBase * LD, LD, Os, LD);
+      wmmaops::productNT<T, D>(St + rowBase * LS, LS, Ks + rowBase * LD, LD, Qs, LD);
+      wmmaops::productNT<T, D>(Dt + rowBase * LS, LS, Vs + rowBase * LD, LD, Os, LD);
       __syncwarp();
       for (int r = 0; r < 16; ++r) {
         int64_t j = k0 + rowBase + r;
@@ -174,21 +136,12 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       __syncwarp();
-      wmmagrad::productNNAccumulate<T, D>(AccV + rowBase * LO, LO, Pt + rowBase * LP, LP, Os, LD);
-      wmmagrad::productNNAccumulate<T, D>(AccK + rowBase * LO, LO, Gt + rowBase * LP, LP, Qs, LD);
+      wmmaops::productNNAccumulate<T, D>(AccV + rowBase * LO, LO, Pt + rowBase * LP, LP, Os, LD);
+      wmmaops::productNNAccumulate<T, D>(AccK + rowBase * LO, LO, Gt + rowBase * LP, LP, Qs, LD);
       __syncwarp();
     }
   }
   __syncthreads(); // accumulators zeroed by other threads even when no query tile ran
-  for (int r = 0; r < 16; ++r) {
-    int64_t j = k0 + rowBase + r;
-    if (j >= a.t)
-      break;
-    for (int c = lane; c < D; c += 32) {
-      if (c < a.d)
-        store(dk, kIndex(a, bi, j, kh) + c, AccK[(rowBase + r) * LO + c] * scale);
-      if (c < a.dv)
-        store(dv, vIndex(a, bi, j, kh) + c, AccV[(rowBase + r) * LO + c]);
-    }
-  }
+  storeAccRows(dk, AccK, LO, scale, p, a.t, a.d, [&](int64_t j) { return kIndex(a, bi, j, kh); });
+  storeAccRows(dv, AccV, LO, 1.0f, p, a.t, a.dv, [&](int64_t j) { return vIndex(a, bi, j, kh); });
 }

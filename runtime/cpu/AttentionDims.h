@@ -1,0 +1,35 @@
+// The shape check of the Attention and AttentionGrad kernels, CPU (AttentionUtil.h) and CUDA
+// (runtime/cuda/kernels/Attention.cu) alike: the same checks, the same messages.
+#pragma once
+
+#include "runtime/cpu/KernelUtil.h"
+
+#include <string>
+
+namespace megac::runtime::cpu::detail {
+
+/// The sizes of q [b,s,h,d], k [b,t,hk,d] and v [b,t,hk,dv].
+struct AttentionDims {
+  int64_t b, s, h, d, t, hk, dv;
+};
+
+/// Checks that q, k and v have attention's shapes (hk dividing h) and returns their sizes.
+inline StatusOr<AttentionDims> attentionDims(const char *name, const TensorRef &q,
+                                             const TensorRef &k, const TensorRef &v) {
+  if (q.shape.size() != 4 || k.shape.size() != 4 || v.shape.size() != 4)
+    return fail(name, "q, k, v must be [b,s,h,d], [b,t,hk,d], [b,t,hk,dv]; got " +
+                          shapeString(q.shape) + ", " + shapeString(k.shape) + ", " +
+                          shapeString(v.shape));
+  AttentionDims a{q.shape[0], q.shape[1], q.shape[2], q.shape[3],
+                  k.shape[1], k.shape[2], v.shape[3]};
+  if (k.shape[0] != a.b || k.shape[3] != a.d || v.shape[0] != a.b || v.shape[1] != a.t ||
+      v.shape[2] != a.hk)
+    return fail(name, "q " + shapeString(q.shape) + ", k " + shapeString(k.shape) + ", v " +
+                          shapeString(v.shape) + " do not agree on b, t, hk or d");
+  if (a.hk < 1 || a.h % a.hk != 0)
+    return fail(name, std::to_string(a.hk) + " kv heads do not divide " + std::to_string(a.h) +
+                          " query heads");
+  return a;
+}
+
+} // namespace megac::runtime::cpu::detail
