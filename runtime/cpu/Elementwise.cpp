@@ -1,5 +1,7 @@
 // CPU reference kernels for elementwise ops: unary and binary math, Compare, Where, Cast, Gelu
 // and Dropout.
+#include "runtime/cpu/ElementwiseFormulas.h"
+#include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/Parallel.h"
 #include "runtime/init/ParamInit.h"
@@ -48,61 +50,33 @@ void mapBinary(const T *a, const T *b, U *y, int64_t n, F f) {
   });
 }
 
-/// Two's-complement negation without signed overflow.
-template <typename T> T wrapNeg(T v) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(U(0) - static_cast<U>(v));
-}
+using elementwise::wrapNeg;
 
 template <typename T> Status unaryTyped(UnaryOp op, const T *x, T *y, int64_t n) {
-  switch (op) {
-  case UnaryOp::Neg:
-    if constexpr (std::is_integral_v<T>)
-      mapUnary(x, y, n, [](T v) { return wrapNeg(v); });
-    else
-      mapUnary(x, y, n, [](T v) { return -v; });
-    return Status::ok();
-  case UnaryOp::Abs:
-    if constexpr (std::is_integral_v<T>)
-      mapUnary(x, y, n, [](T v) { return v < 0 ? wrapNeg(v) : v; });
-    else
-      mapUnary(x, y, n, [](T v) { return std::fabs(v); });
-    return Status::ok();
-  case UnaryOp::Relu: // NaN stays NaN, as in torch.relu
-    mapUnary(x, y, n, [](T v) { return v < T(0) ? T(0) : v; });
-    return Status::ok();
-  default:
-    break;
-  }
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (std::is_integral_v<T>) {
     switch (op) {
-    case UnaryOp::Exp:
-      mapUnary(x, y, n, [](T v) { return std::exp(v); });
+    case UnaryOp::Neg:
+      mapUnary(x, y, n, [](T v) { return wrapNeg(v); });
       return Status::ok();
-    case UnaryOp::Log:
-      mapUnary(x, y, n, [](T v) { return std::log(v); });
+    case UnaryOp::Abs:
+      mapUnary(x, y, n, [](T v) { return v < 0 ? wrapNeg(v) : v; });
       return Status::ok();
-    case UnaryOp::Tanh:
-      mapUnary(x, y, n, [](T v) { return std::tanh(v); });
+    case UnaryOp::Relu:
+      mapUnary(x, y, n, megacUnaryRelu<T>);
       return Status::ok();
-    case UnaryOp::Erf:
-      mapUnary(x, y, n, [](T v) { return std::erf(v); });
-      return Status::ok();
-    case UnaryOp::Sigmoid:
-      mapUnary(x, y, n, [](T v) { return T(1) / (T(1) + std::exp(-v)); });
-      return Status::ok();
-    case UnaryOp::Sqrt:
-      mapUnary(x, y, n, [](T v) { return std::sqrt(v); });
-      return Status::ok();
-    case UnaryOp::Rsqrt:
-      mapUnary(x, y, n, [](T v) { return T(1) / std::sqrt(v); });
-      return Status::ok();
-    case UnaryOp::Sin:
-      mapUnary(x, y, n, [](T v) { return std::sin(v); });
-      return Status::ok();
-    case UnaryOp::Cos:
-      mapUnary(x, y, n, [](T v) { return std::cos(v); });
-      return Status::ok();
+    default:
+      break;
+    }
+  } else {
+    switch (op) { // the formulas of ElementwiseMath.def, as the CUDA kernels compute them
+#define MEGAC_CUDA_UNARY(Name, ...)                                                                \
+  case UnaryOp::Name:                                                                              \
+    mapUnary(x, y, n, megacUnary##Name<T>);                                                        \
+    return Status::ok();
+#define MEGAC_CUDA_BINARY(Name, ...)
+#include "runtime/cuda/kernels/ElementwiseMath.def"
+#undef MEGAC_CUDA_BINARY
+#undef MEGAC_CUDA_UNARY
     default:
       break;
     }
@@ -136,32 +110,25 @@ template <typename T> Status binaryTyped(BinaryOp op, const T *a, const T *b, T 
       break;
     }
   } else {
-    switch (op) {
-    case BinaryOp::Add:
-      mapBinary(a, b, y, n, [](T p, T q) { return p + q; });
-      return Status::ok();
-    case BinaryOp::Sub:
-      mapBinary(a, b, y, n, [](T p, T q) { return p - q; });
-      return Status::ok();
-    case BinaryOp::Mul:
-      mapBinary(a, b, y, n, [](T p, T q) { return p * q; });
-      return Status::ok();
-    case BinaryOp::Div:
-      mapBinary(a, b, y, n, [](T p, T q) { return p / q; });
-      return Status::ok();
-    case BinaryOp::Pow:
-      mapBinary(a, b, y, n, [](T p, T q) { return std::pow(p, q); });
-      return Status::ok();
+    switch (op) { // the formulas of ElementwiseMath.def, as the CUDA kernels compute them
+#define MEGAC_CUDA_UNARY(Name, ...)
+#define MEGAC_CUDA_BINARY(Name, ...)                                                               \
+  case BinaryOp::Name:                                                                             \
+    mapBinary(a, b, y, n, megacBinary##Name<T>);                                                   \
+    return Status::ok();
+#include "runtime/cuda/kernels/ElementwiseMath.def"
+#undef MEGAC_CUDA_BINARY
+#undef MEGAC_CUDA_UNARY
     default:
       break;
     }
   }
-  switch (op) {
+  switch (op) { // NaN-free integers: the float formulas of Min and Max hold as they are
   case BinaryOp::Min:
-    mapBinary(a, b, y, n, [](T p, T q) { return p != p ? p : (q != q ? q : (q < p ? q : p)); });
+    mapBinary(a, b, y, n, megacBinaryMin<T>);
     return Status::ok();
   case BinaryOp::Max:
-    mapBinary(a, b, y, n, [](T p, T q) { return p != p ? p : (q != q ? q : (q > p ? q : p)); });
+    mapBinary(a, b, y, n, megacBinaryMax<T>);
     return Status::ok();
   default:
     return fail(binaryOpName(op), "integer dtypes are not supported (floating point only)");
@@ -188,12 +155,17 @@ Status unary(UnaryOp op, const TensorRef &x, const TensorRef &out) {
   return integerOk ? dispatchNumeric(name, x.dtype, body) : dispatchFloat(name, x.dtype, body);
 }
 
+Status detail::checkElementwise(const char *op, const TensorRef &a, const TensorRef &b,
+                                const TensorRef &out, DType outDtype) {
+  RETURN_IF_ERROR(expectDtype(op, "rhs", b, a.dtype));
+  RETURN_IF_ERROR(expectDtype(op, "output", out, outDtype));
+  RETURN_IF_ERROR(expectShape(op, "rhs", b, a.shape));
+  return expectShape(op, "output", out, a.shape);
+}
+
 Status binary(BinaryOp op, const TensorRef &a, const TensorRef &b, const TensorRef &out) {
   const char *name = binaryOpName(op);
-  RETURN_IF_ERROR(expectDtype(name, "rhs", b, a.dtype));
-  RETURN_IF_ERROR(expectDtype(name, "output", out, a.dtype));
-  RETURN_IF_ERROR(expectShape(name, "rhs", b, a.shape));
-  RETURN_IF_ERROR(expectShape(name, "output", out, a.shape));
+  RETURN_IF_ERROR(checkElementwise(name, a, b, out, a.dtype));
   int64_t n = a.numElements();
   if (op == BinaryOp::And || op == BinaryOp::Or) {
     RETURN_IF_ERROR(expectDtype(name, "lhs", a, DType::i1));
@@ -217,10 +189,7 @@ Status binary(BinaryOp op, const TensorRef &a, const TensorRef &b, const TensorR
 Status compare(ComparePredicate predicate, const TensorRef &a, const TensorRef &b,
                const TensorRef &out) {
   const char *name = "Compare";
-  RETURN_IF_ERROR(expectDtype(name, "rhs", b, a.dtype));
-  RETURN_IF_ERROR(expectDtype(name, "output", out, DType::i1));
-  RETURN_IF_ERROR(expectShape(name, "rhs", b, a.shape));
-  RETURN_IF_ERROR(expectShape(name, "output", out, a.shape));
+  RETURN_IF_ERROR(checkElementwise(name, a, b, out, DType::i1));
   int64_t n = a.numElements();
   auto body = [&](auto tag) {
     using T = decltype(tag);
@@ -255,14 +224,19 @@ Status compare(ComparePredicate predicate, const TensorRef &a, const TensorRef &
   return dispatchNumeric(name, a.dtype, body);
 }
 
-Status where(const TensorRef &cond, const TensorRef &a, const TensorRef &b, const TensorRef &out) {
+Status detail::checkWhere(const TensorRef &cond, const TensorRef &a, const TensorRef &b,
+                          const TensorRef &out) {
   const char *name = "Where";
   RETURN_IF_ERROR(expectDtype(name, "condition", cond, DType::i1));
   RETURN_IF_ERROR(expectDtype(name, "false value", b, a.dtype));
   RETURN_IF_ERROR(expectDtype(name, "output", out, a.dtype));
   RETURN_IF_ERROR(expectShape(name, "true value", a, out.shape));
   RETURN_IF_ERROR(expectShape(name, "false value", b, out.shape));
-  RETURN_IF_ERROR(expectShape(name, "condition", cond, out.shape));
+  return expectShape(name, "condition", cond, out.shape);
+}
+
+Status where(const TensorRef &cond, const TensorRef &a, const TensorRef &b, const TensorRef &out) {
+  RETURN_IF_ERROR(checkWhere(cond, a, b, out));
   int64_t n = out.numElements();
   const uint8_t *c = cond.as<const uint8_t>();
   auto select = [&](auto tag) {
@@ -293,60 +267,11 @@ Status where(const TensorRef &cond, const TensorRef &a, const TensorRef &b, cons
 
 namespace {
 
-/// An element of dtype D as a C++ value: float/double for floats (16-bit ones widened to
-/// float), int64_t for integers and i1.
-template <DType D> auto loadAs(const void *p, int64_t i) {
-  if constexpr (D == DType::f64)
-    return static_cast<const double *>(p)[i];
-  else if constexpr (D == DType::f32)
-    return static_cast<const float *>(p)[i];
-  else if constexpr (D == DType::bf16)
-    return bf16ToFloat(static_cast<const uint16_t *>(p)[i]);
-  else if constexpr (D == DType::f16)
-    return halfToFloat(static_cast<const uint16_t *>(p)[i]);
-  else if constexpr (D == DType::i64)
-    return static_cast<const int64_t *>(p)[i];
-  else if constexpr (D == DType::i32)
-    return static_cast<int64_t>(static_cast<const int32_t *>(p)[i]);
-  else
-    return static_cast<int64_t>(static_cast<const uint8_t *>(p)[i] != 0);
-}
-
-/// Truncates toward zero and saturates; NaN becomes 0 (C++ leaves these undefined).
-template <typename I> I truncSaturate(double v) {
-  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min()); // -2^(bits-1)
-  if (v != v)
-    return 0;
-  if (v <= lo)
-    return std::numeric_limits<I>::min();
-  if (v >= -lo)
-    return std::numeric_limits<I>::max();
-  return static_cast<I>(v);
-}
-
-template <DType D, typename V> void storeAs(void *p, int64_t i, V v) {
-  constexpr bool fromFloat = std::is_floating_point_v<V>;
-  if constexpr (D == DType::f64)
-    static_cast<double *>(p)[i] = static_cast<double>(v);
-  else if constexpr (D == DType::f32)
-    static_cast<float *>(p)[i] = static_cast<float>(v);
-  else if constexpr (D == DType::bf16)
-    static_cast<uint16_t *>(p)[i] = floatToBf16(static_cast<float>(v));
-  else if constexpr (D == DType::f16)
-    static_cast<uint16_t *>(p)[i] = floatToHalf(static_cast<float>(v));
-  else if constexpr (D == DType::i64)
-    static_cast<int64_t *>(p)[i] = fromFloat ? truncSaturate<int64_t>(v) : int64_t(v);
-  else if constexpr (D == DType::i32)
-    static_cast<int32_t *>(p)[i] = fromFloat ? truncSaturate<int32_t>(v) : int32_t(v);
-  else
-    static_cast<uint8_t *>(p)[i] = v != 0;
-}
-
 template <DType S, DType D> void castLoop(const void *x, void *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
-    storeAs<D>(y, i, loadAs<S>(x, i));
+    elementwise::castStore<D, elementwise::HostBits>(
+        y, i, elementwise::castLoad<S, elementwise::HostBits>(x, i));
 }
-
 
 } // namespace
 
@@ -410,12 +335,8 @@ bool dropoutKeeps(uint64_t seed, int64_t stream, uint64_t index, double ratio) {
   return static_cast<double>(r[0]) >= ratio * 4294967296.0;
 }
 
-namespace {
-
-/// Dropout with element i drawing index indexOf(i).
-template <typename IndexOf>
-Status dropoutWith(const TensorRef &x, const TensorRef &seed, double ratio, int64_t stream,
-                   const TensorRef &out, IndexOf indexOf) {
+Status detail::checkDropout(const TensorRef &x, const TensorRef &seed, double ratio,
+                            const TensorRef &out) {
   const char *name = "Dropout";
   RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
   RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
@@ -424,6 +345,33 @@ Status dropoutWith(const TensorRef &x, const TensorRef &seed, double ratio, int6
     return fail(name, "seed must be a 0-d tensor, not shape " + shapeString(seed.shape));
   if (!(ratio >= 0.0 && ratio <= 1.0))
     return fail(name, "ratio " + std::to_string(ratio) + " is outside [0, 1]");
+  return Status::ok();
+}
+
+Status detail::checkDropoutShard(const TensorRef &x, std::span<const int64_t> globalShape,
+                                 std::span<const int64_t> shardOffset) {
+  size_t rank = x.shape.size();
+  if (globalShape.size() != rank || shardOffset.size() != rank)
+    return fail("Dropout", "global shape " + shapeString(globalShape) + " and shard offset " +
+                               shapeString(shardOffset) + " must have the input's rank " +
+                               std::to_string(rank));
+  for (size_t d = 0; d < rank; ++d)
+    if (shardOffset[d] < 0 || globalShape[d] < 0 || shardOffset[d] > globalShape[d] ||
+        x.shape[d] > globalShape[d] - shardOffset[d])
+      return fail("Dropout", "the shard " + shapeString(x.shape) + " at offset " +
+                                 shapeString(shardOffset) + " does not fit the global shape " +
+                                 shapeString(globalShape));
+  return Status::ok();
+}
+
+namespace {
+
+/// Dropout with element i drawing index indexOf(i).
+template <typename IndexOf>
+Status dropoutWith(const TensorRef &x, const TensorRef &seed, double ratio, int64_t stream,
+                   const TensorRef &out, IndexOf indexOf) {
+  const char *name = "Dropout";
+  RETURN_IF_ERROR(checkDropout(x, seed, ratio, out));
   uint64_t seedValue = static_cast<uint64_t>(loadIndex(seed, 0));
   int64_t n = x.numElements();
   return dispatchFloat(name, x.dtype, [&](auto tag) {
@@ -453,17 +401,8 @@ Status dropout(const TensorRef &x, const TensorRef &seed, double ratio, int64_t 
 Status dropoutShard(const TensorRef &x, const TensorRef &seed, double ratio, int64_t stream,
                     std::span<const int64_t> globalShape, std::span<const int64_t> shardOffset,
                     const TensorRef &out) {
+  RETURN_IF_ERROR(checkDropoutShard(x, globalShape, shardOffset));
   size_t rank = x.shape.size();
-  if (globalShape.size() != rank || shardOffset.size() != rank)
-    return fail("Dropout", "global shape " + shapeString(globalShape) + " and shard offset " +
-                               shapeString(shardOffset) + " must have the input's rank " +
-                               std::to_string(rank));
-  for (size_t d = 0; d < rank; ++d)
-    if (shardOffset[d] < 0 || globalShape[d] < 0 || shardOffset[d] > globalShape[d] ||
-        x.shape[d] > globalShape[d] - shardOffset[d])
-      return fail("Dropout", "the shard " + shapeString(x.shape) + " at offset " +
-                                 shapeString(shardOffset) + " does not fit the global shape " +
-                                 shapeString(globalShape));
   // Global row-major strides; the shard's index walks its own shape.
   std::vector<uint64_t> globalStrides(rank);
   uint64_t stride = 1;

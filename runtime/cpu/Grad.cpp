@@ -1,6 +1,7 @@
 // CPU reference kernels for the backward ops: LayerNormGrad, RmsNormGrad, AttentionGrad,
 // GeluGrad, SoftmaxGrad, CrossEntropyGrad and EmbeddingGrad.
 #include "runtime/cpu/AttentionUtil.h"
+#include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/ShapeChecks.h"
@@ -13,7 +14,7 @@ namespace megac::runtime::cpu {
 
 using namespace detail;
 
-namespace {
+namespace detail {
 
 Status expectLike(const char *op, const TensorRef &ref, const TensorRef &t, const char *what) {
   RETURN_IF_ERROR(expectDtype(op, what, t, ref.dtype));
@@ -33,6 +34,10 @@ Status checkNormGrad(const char *op, const TensorRef &dy, const TensorRef &x,
     return fail(op, "epsilon " + std::to_string(epsilon) + " must be finite and >= 0");
   return Status::ok();
 }
+
+} // namespace detail
+
+namespace {
 
 template <typename T> void store(const std::vector<double> &from, const TensorRef &to) {
   T *out = to.as<T>();

@@ -1,6 +1,7 @@
 // CPU reference kernels for contractions and coarse NN ops: MatMul and Linear (OpenBLAS gemm),
 // LayerNorm, RmsNorm, Rope and Attention.
 #include "runtime/cpu/AttentionUtil.h"
+#include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/ShapeChecks.h"
 
@@ -209,7 +210,8 @@ Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, con
   });
 }
 
-Status rope(const TensorRef &x, const TensorRef &cos, const TensorRef &sin, const TensorRef &out) {
+Status detail::checkRope(const TensorRef &x, const TensorRef &cos, const TensorRef &sin,
+                         const TensorRef &out) {
   const char *name = "Rope";
   RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
   RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
@@ -225,6 +227,12 @@ Status rope(const TensorRef &x, const TensorRef &cos, const TensorRef &sin, cons
                           shapeString(x.shape) + " and end in its head dim");
   if (out.data == x.data && x.numElements() > 0)
     return fail(name, "the output must not alias x (each element reads the other half)");
+  return Status::ok();
+}
+
+Status rope(const TensorRef &x, const TensorRef &cos, const TensorRef &sin, const TensorRef &out) {
+  const char *name = "Rope";
+  RETURN_IF_ERROR(checkRope(x, cos, sin, out));
   int64_t d = x.shape.back(), half = d / 2, rows = d ? x.numElements() / d : 0;
   size_t lead = x.shape.size() - 1;
   std::vector<int64_t> tstrides = broadcastStrides(cos.shape, x.shape, 1);

@@ -1,5 +1,6 @@
 // CPU reference kernels for the optimizer ops: AdamW (torch.optim.AdamW), GlobalNorm and
 // ClipByNorm (torch.nn.utils.clip_grad_norm_).
+#include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/Parallel.h"
 
@@ -28,6 +29,21 @@ StatusOr<double> floatScalar(const char *op, const char *what, const TensorRef &
 
 } // namespace
 
+Status detail::checkAdamWStep(const TensorRef &step, const AdamWConfig &config) {
+  const char *name = "AdamW";
+  RETURN_IF_ERROR(expectIndexDtype(name, "step", step));
+  if (!step.shape.empty())
+    return fail(name, "step must be a 0-d tensor, not shape " + shapeString(step.shape));
+  const double b1 = config.beta1, b2 = config.beta2, eps = config.eps, wd = config.weightDecay;
+  if (!(b1 >= 0.0 && b1 < 1.0) || !(b2 >= 0.0 && b2 < 1.0) || !(eps >= 0.0) ||
+      !std::isfinite(eps) || !std::isfinite(wd))
+    return fail(name,
+                "betas must be in [0, 1) and eps, weight decay finite (eps >= 0); got beta1 " +
+                    std::to_string(b1) + ", beta2 " + std::to_string(b2) + ", eps " +
+                    std::to_string(eps) + ", weight_decay " + std::to_string(wd));
+  return Status::ok();
+}
+
 Status adamw(const TensorRef &p, const TensorRef &g, const TensorRef &m, const TensorRef &v,
              const TensorRef &lr, const TensorRef &step, const AdamWConfig &config,
              const TensorRef &pOut, const TensorRef &mOut, const TensorRef &vOut) {
@@ -43,19 +59,11 @@ Status adamw(const TensorRef &p, const TensorRef &g, const TensorRef &m, const T
     RETURN_IF_ERROR(expectShape(name, o.what, o.ref, p.shape));
   }
   ASSIGN_OR_RETURN(double rate, floatScalar(name, "lr", lr));
-  RETURN_IF_ERROR(expectIndexDtype(name, "step", step));
-  if (!step.shape.empty())
-    return fail(name, "step must be a 0-d tensor, not shape " + shapeString(step.shape));
+  RETURN_IF_ERROR(checkAdamWStep(step, config));
   int64_t t = loadIndex(step, 0);
   if (t < 1)
     return fail(name, "step " + std::to_string(t) + " must be >= 1 (steps count from 1)");
   const double b1 = config.beta1, b2 = config.beta2, eps = config.eps, wd = config.weightDecay;
-  if (!(b1 >= 0.0 && b1 < 1.0) || !(b2 >= 0.0 && b2 < 1.0) || !(eps >= 0.0) ||
-      !std::isfinite(eps) || !std::isfinite(wd))
-    return fail(name,
-                "betas must be in [0, 1) and eps, weight decay finite (eps >= 0); got beta1 " +
-                    std::to_string(b1) + ", beta2 " + std::to_string(b2) + ", eps " +
-                    std::to_string(eps) + ", weight_decay " + std::to_string(wd));
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(t));
   const double bias2 = 1.0 - std::pow(b2, static_cast<double>(t));
   int64_t n = p.numElements();
@@ -145,7 +153,8 @@ Status globalNorm(std::span<const TensorRef> inputs, const TensorRef &out) {
   });
 }
 
-Status clipByNorm(const TensorRef &x, const TensorRef &norm, double maxNorm, const TensorRef &out) {
+Status detail::checkClipByNorm(const TensorRef &x, const TensorRef &norm, double maxNorm,
+                               const TensorRef &out) {
   const char *name = "ClipByNorm";
   RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
   RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
@@ -154,8 +163,13 @@ Status clipByNorm(const TensorRef &x, const TensorRef &norm, double maxNorm, con
     return fail(name, "norm must be a 0-d tensor, not shape " + shapeString(norm.shape));
   if (!(maxNorm > 0.0) || !std::isfinite(maxNorm))
     return fail(name, "max_norm " + std::to_string(maxNorm) + " must be finite and > 0");
+  return Status::ok();
+}
+
+Status clipByNorm(const TensorRef &x, const TensorRef &norm, double maxNorm, const TensorRef &out) {
+  RETURN_IF_ERROR(checkClipByNorm(x, norm, maxNorm, out));
   int64_t n = x.numElements();
-  return dispatchFloat(name, x.dtype, [&](auto tag) {
+  return dispatchFloat("ClipByNorm", x.dtype, [&](auto tag) {
     using T = decltype(tag);
     // The coefficient in x's dtype, as torch computes it; read before any write (in place).
     T coef = static_cast<T>(maxNorm) / (*norm.as<const T>() + static_cast<T>(1e-6));

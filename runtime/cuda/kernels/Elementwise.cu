@@ -2,6 +2,8 @@
 // Dropout. Each checks shapes and dtypes on the host exactly as its CPU reference
 // (runtime/cpu/Elementwise.cpp, Grad.cpp) and launches one grid-stride kernel on ctx.stream.
 // Floats: f64 computes in double, f32/bf16/f16 in float (half types rounded once on store).
+#include "runtime/cpu/ElementwiseFormulas.h"
+#include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cuda/kernels/KernelCommon.cuh"
 
@@ -10,28 +12,11 @@
 #include <numbers>
 #include <type_traits>
 
-// The float formulas of the Unary and Binary opcodes (ElementwiseMath.def), at global scope so
-// that `exp`, `sqrt`, ... are CUDA's float and double overloads.
-#define MEGAC_CUDA_UNARY(Name, ...)                                                                \
-  template <typename T> __device__ __forceinline__ T megacUnary##Name(T x) { return __VA_ARGS__; }
-#define MEGAC_CUDA_BINARY(Name, ...)                                                               \
-  template <typename T> __device__ __forceinline__ T megacBinary##Name(T a, T b) {                 \
-    return __VA_ARGS__;                                                                            \
-  }
-#include "runtime/cuda/kernels/ElementwiseMath.def"
-#undef MEGAC_CUDA_BINARY
-#undef MEGAC_CUDA_UNARY
-
 namespace megac::runtime::cuda {
 
 namespace {
 
-using cpu::detail::expectDtype;
-using cpu::detail::expectIndexDtype;
-using cpu::detail::expectShape;
-using cpu::detail::fail;
-using cpu::detail::validDtype;
-using cpu::detail::withDtype;
+using namespace cpu::detail;
 using detail::Compute;
 using detail::load;
 using detail::store;
@@ -83,10 +68,7 @@ template <typename T> __device__ __forceinline__ void put(T *p, int64_t i, Value
     store(p, i, v);
 }
 
-template <typename T> __device__ __forceinline__ T wrapNeg(T v) {
-  using U = std::make_unsigned_t<T>;
-  return static_cast<T>(U(0) - static_cast<U>(v));
-}
+using elementwise::wrapNeg;
 
 #define GRID_STRIDE(i, n)                                                                         \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);                       \
@@ -107,7 +89,7 @@ template <typename T> __global__ void unaryKernel(UnaryOp op, const T *x, T *y, 
         r = v < 0 ? wrapNeg(v) : v;
         break;
       case UnaryOp::Relu:
-        r = v < V(0) ? V(0) : v;
+        r = megacUnaryRelu(v);
         break;
       default:
         break; // rejected on the host
@@ -277,62 +259,26 @@ __device__ __forceinline__ float halfBitsToFloat(uint16_t bits) {
   return __uint_as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-/// cpu's loadAs: double/float for floats, int64_t for integers and i1.
-template <DType D> __device__ __forceinline__ auto castLoad(const void *p, int64_t i) {
-  if constexpr (D == DType::f64)
-    return static_cast<const double *>(p)[i];
-  else if constexpr (D == DType::f32)
-    return static_cast<const float *>(p)[i];
-  else if constexpr (D == DType::bf16)
-    return bf16BitsToFloat(static_cast<const uint16_t *>(p)[i]);
-  else if constexpr (D == DType::f16)
-    return halfBitsToFloat(static_cast<const uint16_t *>(p)[i]);
-  else if constexpr (D == DType::i64)
-    return static_cast<const int64_t *>(p)[i];
-  else if constexpr (D == DType::i32)
-    return static_cast<int64_t>(static_cast<const int32_t *>(p)[i]);
-  else
-    return static_cast<int64_t>(static_cast<const uint8_t *>(p)[i] != 0);
-}
-
-/// Truncates toward zero and saturates; NaN becomes 0 (cpu's truncSaturate).
-template <typename I> __device__ __forceinline__ I truncSaturate(double v) {
-  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
-  if (v != v)
-    return 0;
-  if (v <= lo)
-    return std::numeric_limits<I>::min();
-  if (v >= -lo)
-    return std::numeric_limits<I>::max();
-  return static_cast<I>(v);
-}
-
-template <DType D, typename V> __device__ __forceinline__ void castStore(void *p, int64_t i, V v) {
-  constexpr bool fromFloat = std::is_floating_point_v<V>;
-  if constexpr (D == DType::f64)
-    static_cast<double *>(p)[i] = static_cast<double>(v);
-  else if constexpr (D == DType::f32)
-    static_cast<float *>(p)[i] = static_cast<float>(v);
-  else if constexpr (D == DType::bf16)
-    static_cast<uint16_t *>(p)[i] = floatToBf16Bits(static_cast<float>(v));
-  else if constexpr (D == DType::f16)
-    static_cast<uint16_t *>(p)[i] = floatToHalfBits(static_cast<float>(v));
-  else if constexpr (D == DType::i64) {
-    if constexpr (fromFloat)
-      static_cast<int64_t *>(p)[i] = truncSaturate<int64_t>(v);
-    else
-      static_cast<int64_t *>(p)[i] = int64_t(v);
-  } else if constexpr (D == DType::i32) {
-    if constexpr (fromFloat)
-      static_cast<int32_t *>(p)[i] = truncSaturate<int32_t>(v);
-    else
-      static_cast<int32_t *>(p)[i] = int32_t(v);
-  } else
-    static_cast<uint8_t *>(p)[i] = v != 0;
-}
+/// The device's conversions of the 16-bit floats for elementwise::castLoad and castStore.
+struct DeviceBits {
+  static __device__ __forceinline__ float bf16ToFloat(uint16_t bits) {
+    return bf16BitsToFloat(bits);
+  }
+  static __device__ __forceinline__ float halfToFloat(uint16_t bits) {
+    return halfBitsToFloat(bits);
+  }
+  static __device__ __forceinline__ uint16_t floatToBf16(float value) {
+    return floatToBf16Bits(value);
+  }
+  static __device__ __forceinline__ uint16_t floatToHalf(float value) {
+    return floatToHalfBits(value);
+  }
+};
 
 template <DType S, DType D> __global__ void castKernel(const void *x, void *y, int64_t n) {
-  GRID_STRIDE(i, n) { castStore<D>(y, i, castLoad<S>(x, i)); }
+  GRID_STRIDE(i, n) {
+    elementwise::castStore<D, DeviceBits>(y, i, elementwise::castLoad<S, DeviceBits>(x, i));
+  }
 }
 
 
@@ -438,13 +384,7 @@ __global__ void dropoutKernel(const T *x, T *y, int64_t n, const void *seed, boo
 Status dropoutWith(const Context &ctx, const TensorRef &x, const TensorRef &seed, double ratio,
                    int64_t stream, const TensorRef &out, const MaskIndex &mi) {
   const char *name = "Dropout";
-  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
-  RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
-  RETURN_IF_ERROR(expectIndexDtype(name, "seed", seed));
-  if (!seed.shape.empty())
-    return fail(name, "seed must be a 0-d tensor, not shape " + shapeString(seed.shape));
-  if (!(ratio >= 0.0 && ratio <= 1.0))
-    return fail(name, "ratio " + std::to_string(ratio) + " is outside [0, 1]");
+  RETURN_IF_ERROR(cpu::detail::checkDropout(x, seed, ratio, out));
   if (!detail::isFloat(x.dtype))
     return detail::unsupportedDtype(name, x.dtype);
   int64_t n = x.numElements();
@@ -539,10 +479,7 @@ Status binary(const Context &ctx, BinaryOp op, const TensorRef &a, const TensorR
   if (!hasBinaryKernel(op))
     return fail(name,
                 "has no CUDA kernel (no formula in runtime/cuda/kernels/ElementwiseMath.def)");
-  RETURN_IF_ERROR(expectDtype(name, "rhs", b, a.dtype));
-  RETURN_IF_ERROR(expectDtype(name, "output", out, a.dtype));
-  RETURN_IF_ERROR(expectShape(name, "rhs", b, a.shape));
-  RETURN_IF_ERROR(expectShape(name, "output", out, a.shape));
+  RETURN_IF_ERROR(cpu::detail::checkElementwise(name, a, b, out, a.dtype));
   int64_t n = a.numElements();
   if (op == BinaryOp::And || op == BinaryOp::Or) {
     RETURN_IF_ERROR(expectDtype(name, "lhs", a, DType::i1));
@@ -568,10 +505,7 @@ Status binary(const Context &ctx, BinaryOp op, const TensorRef &a, const TensorR
 Status compare(const Context &ctx, ComparePredicate predicate, const TensorRef &a,
                const TensorRef &b, const TensorRef &out) {
   const char *name = "Compare";
-  RETURN_IF_ERROR(expectDtype(name, "rhs", b, a.dtype));
-  RETURN_IF_ERROR(expectDtype(name, "output", out, DType::i1));
-  RETURN_IF_ERROR(expectShape(name, "rhs", b, a.shape));
-  RETURN_IF_ERROR(expectShape(name, "output", out, a.shape));
+  RETURN_IF_ERROR(cpu::detail::checkElementwise(name, a, b, out, DType::i1));
   if (static_cast<unsigned>(predicate) > static_cast<unsigned>(ComparePredicate::ge))
     return fail(name, "unknown predicate " + std::to_string(int(predicate)));
   bool i1 = a.dtype == DType::i1;
@@ -595,12 +529,7 @@ Status compare(const Context &ctx, ComparePredicate predicate, const TensorRef &
 Status where(const Context &ctx, const TensorRef &cond, const TensorRef &a, const TensorRef &b,
              const TensorRef &out) {
   const char *name = "Where";
-  RETURN_IF_ERROR(expectDtype(name, "condition", cond, DType::i1));
-  RETURN_IF_ERROR(expectDtype(name, "false value", b, a.dtype));
-  RETURN_IF_ERROR(expectDtype(name, "output", out, a.dtype));
-  RETURN_IF_ERROR(expectShape(name, "true value", a, out.shape));
-  RETURN_IF_ERROR(expectShape(name, "false value", b, out.shape));
-  RETURN_IF_ERROR(expectShape(name, "condition", cond, out.shape));
+  RETURN_IF_ERROR(cpu::detail::checkWhere(cond, a, b, out));
   int64_t n = out.numElements();
   if (n == 0)
     return Status::ok();
@@ -695,17 +624,8 @@ Status dropout(const Context &ctx, const TensorRef &x, const TensorRef &seed, do
 Status dropoutShard(const Context &ctx, const TensorRef &x, const TensorRef &seed, double ratio,
                     int64_t stream, std::span<const int64_t> globalShape,
                     std::span<const int64_t> shardOffset, const TensorRef &out) {
+  RETURN_IF_ERROR(cpu::detail::checkDropoutShard(x, globalShape, shardOffset));
   size_t rank = x.shape.size();
-  if (globalShape.size() != rank || shardOffset.size() != rank)
-    return fail("Dropout", "global shape " + shapeString(globalShape) + " and shard offset " +
-                               shapeString(shardOffset) + " must have the input's rank " +
-                               std::to_string(rank));
-  for (size_t d = 0; d < rank; ++d)
-    if (shardOffset[d] < 0 || globalShape[d] < 0 || shardOffset[d] > globalShape[d] ||
-        x.shape[d] > globalShape[d] - shardOffset[d])
-      return fail("Dropout", "the shard " + shapeString(x.shape) + " at offset " +
-                                 shapeString(shardOffset) + " does not fit the global shape " +
-                                 shapeString(globalShape));
   if (rank > static_cast<size_t>(detail::kMaxRank))
     return fail("Dropout", "rank " + std::to_string(rank) + " is above the CUDA kernels' " +
                                std::to_string(detail::kMaxRank));

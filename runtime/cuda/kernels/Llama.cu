@@ -1,6 +1,7 @@
 // Llama-family kernels: Silu (elementwise x * sigmoid(x)) and Rope (rotary embedding,
 // rotate_half convention), both one thread per element in the compute type (f32 for bf16/f16,
 // as the CPU reference computes them through f32), checked against runtime/cpu.
+#include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cuda/kernels/KernelCommon.cuh"
 
@@ -10,12 +11,7 @@
 namespace megac::runtime::cuda {
 
 using namespace detail;
-using cpu::detail::broadcastShapes;
-using cpu::detail::broadcastStrides;
-using cpu::detail::expectDtype;
-using cpu::detail::expectShape;
-using cpu::detail::fail;
-using cpu::detail::sameShape;
+using namespace cpu::detail;
 
 namespace {
 
@@ -76,25 +72,12 @@ Status silu(const Context &ctx, const TensorRef &x, const TensorRef &out) {
 Status rope(const Context &ctx, const TensorRef &x, const TensorRef &cos, const TensorRef &sin,
             const TensorRef &out) {
   const char *name = "Rope";
-  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
-  RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
-  RETURN_IF_ERROR(expectDtype(name, "cos", cos, x.dtype));
-  RETURN_IF_ERROR(expectDtype(name, "sin", sin, x.dtype));
-  RETURN_IF_ERROR(expectShape(name, "sin", sin, cos.shape));
+  RETURN_IF_ERROR(cpu::detail::checkRope(x, cos, sin, out));
   if (!isFloat(x.dtype))
     return unsupportedDtype(name, x.dtype);
-  if (x.shape.empty() || x.shape.back() % 2 != 0)
-    return fail(name, "x " + shapeString(x.shape) + " must end in an even head dim");
-  std::vector<int64_t> joined;
-  if (cos.shape.empty() || cos.shape.back() != x.shape.back() ||
-      !broadcastShapes(cos.shape, x.shape, joined) || !sameShape(joined, x.shape))
-    return fail(name, "tables " + shapeString(cos.shape) + " must broadcast to x " +
-                          shapeString(x.shape) + " and end in its head dim");
   if (x.shape.size() - 1 > size_t(kMaxRank))
     return fail(name, "x has rank " + std::to_string(x.shape.size()) + "; at most " +
                           std::to_string(kMaxRank + 1) + " is supported");
-  if (out.data == x.data)
-    return fail(name, "the output must not alias x (each element reads the other half)");
   int64_t n = x.numElements();
   if (n == 0)
     return Status::ok();

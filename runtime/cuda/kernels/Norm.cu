@@ -4,6 +4,7 @@
 // so the f32 results match the CPU to f32 rounding. The weight/bias gradients are deterministic:
 // per-block partial sums over chunks of rows into scratch, then a second kernel sums each
 // column's partials in chunk order (no atomics).
+#include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cuda/kernels/BlockReduce.cuh"
 
@@ -14,10 +15,7 @@
 namespace megac::runtime::cuda {
 
 using namespace detail;
-using cpu::detail::expectDtype;
-using cpu::detail::expectShape;
-using cpu::detail::fail;
-using cpu::detail::product;
+using namespace cpu::detail;
 
 namespace {
 
@@ -144,21 +142,10 @@ Status checkNorm(const char *name, const TensorRef &x, const TensorRef &weight,
   return Status::ok();
 }
 
-Status expectLike(const char *op, const TensorRef &ref, const TensorRef &t, const char *what) {
-  RETURN_IF_ERROR(expectDtype(op, what, t, ref.dtype));
-  return expectShape(op, what, t, ref.shape);
-}
-
+/// cpu's checks, then the CUDA kernels' float dtypes.
 Status checkNormGrad(const char *op, const TensorRef &dy, const TensorRef &x,
                      const TensorRef &weight, double epsilon, const TensorRef &dx) {
-  if (x.shape.empty())
-    return fail(op, "the input needs a dim to normalize, not shape []");
-  RETURN_IF_ERROR(expectLike(op, x, dy, "dy"));
-  RETURN_IF_ERROR(expectLike(op, x, dx, "dx"));
-  RETURN_IF_ERROR(expectDtype(op, "weight", weight, x.dtype));
-  RETURN_IF_ERROR(expectShape(op, "weight", weight, std::vector<int64_t>{x.shape.back()}));
-  if (!(epsilon >= 0.0) || std::isinf(epsilon))
-    return fail(op, "epsilon " + std::to_string(epsilon) + " must be finite and >= 0");
+  RETURN_IF_ERROR(cpu::detail::checkNormGrad(op, dy, x, weight, epsilon, dx));
   if (!isFloat(x.dtype))
     return unsupportedDtype(op, x.dtype);
   return Status::ok();

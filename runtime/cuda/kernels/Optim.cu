@@ -2,6 +2,7 @@
 // tensors, apex multi_tensor_apply style), GlobalNorm (deterministic two-pass sum of squares in
 // double) and ClipByNorm. Host checks follow runtime/cpu/Optim.cpp; lr, step and norm are read
 // on the device.
+#include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cuda/kernels/KernelCommon.cuh"
 
@@ -12,10 +13,7 @@ namespace megac::runtime::cuda {
 
 namespace {
 
-using cpu::detail::expectDtype;
-using cpu::detail::expectIndexDtype;
-using cpu::detail::expectShape;
-using cpu::detail::fail;
+using namespace cpu::detail;
 using detail::Compute;
 
 constexpr int kThreads = 256;
@@ -126,17 +124,10 @@ Status checkAdamWScalars(const char *name, const TensorRef &lr, const TensorRef 
     return fail(name, "lr must be a 0-d tensor, not shape " + shapeString(lr.shape));
   if (lr.dtype != DType::f32 && lr.dtype != DType::f64)
     return fail(name, std::string("lr must be f32 or f64, not ") + dtypeName(lr.dtype));
-  RETURN_IF_ERROR(expectIndexDtype(name, "step", step));
-  if (!step.shape.empty())
-    return fail(name, "step must be a 0-d tensor, not shape " + shapeString(step.shape));
-  const double b1 = config.beta1, b2 = config.beta2, eps = config.eps, wd = config.weightDecay;
-  if (!(b1 >= 0.0 && b1 < 1.0) || !(b2 >= 0.0 && b2 < 1.0) || !(eps >= 0.0) ||
-      !std::isfinite(eps) || !std::isfinite(wd))
-    return fail(name,
-                "betas must be in [0, 1) and eps, weight decay finite (eps >= 0); got beta1 " +
-                    std::to_string(b1) + ", beta2 " + std::to_string(b2) + ", eps " +
-                    std::to_string(eps) + ", weight_decay " + std::to_string(wd));
-  s = {lr.data, lr.dtype == DType::f64, step.data, step.dtype == DType::i64, b1, b2, eps, wd};
+  RETURN_IF_ERROR(checkAdamWStep(step, config));
+  const AdamWConfig &c = config;
+  s = {lr.data, lr.dtype == DType::f64, step.data, step.dtype == DType::i64, c.beta1, c.beta2,
+       c.eps,   c.weightDecay};
   return Status::ok();
 }
 
@@ -329,13 +320,7 @@ Status globalNorm(const Context &ctx, std::span<const TensorRef> inputs, const T
 Status clipByNorm(const Context &ctx, const TensorRef &x, const TensorRef &norm, double maxNorm,
                   const TensorRef &out) {
   const char *name = "ClipByNorm";
-  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
-  RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
-  RETURN_IF_ERROR(expectDtype(name, "norm", norm, x.dtype));
-  if (!norm.shape.empty())
-    return fail(name, "norm must be a 0-d tensor, not shape " + shapeString(norm.shape));
-  if (!(maxNorm > 0.0) || !std::isfinite(maxNorm))
-    return fail(name, "max_norm " + std::to_string(maxNorm) + " must be finite and > 0");
+  RETURN_IF_ERROR(cpu::detail::checkClipByNorm(x, norm, maxNorm, out));
   if (!detail::isFloat(x.dtype))
     return detail::unsupportedDtype(name, x.dtype);
   int64_t n = x.numElements();
