@@ -136,6 +136,27 @@ __device__ __forceinline__ void writeRowStats(const AttnArgs &a, float *lse, flo
   delta[at] = dd;
 }
 
+/// Loads keys [k0, k0 + n) of k and v (kv head kh) into Ks [n][ldk] and Vs [n][ldv] between two
+/// barriers: the previous tile's readers are done before, the tile is complete after.
+template <int D, typename T, typename Dst>
+__device__ __forceinline__ void loadKeyTile(Dst *Ks, int ldk, Dst *Vs, int ldv, int n, const T *k,
+                                            const T *v, const AttnArgs &a, int64_t bi, int64_t kh,
+                                            int64_t k0) {
+  __syncthreads();
+  loadRows<Operand::K, D>(Ks, ldk, n, k, a, bi, kh, k0);
+  loadRows<Operand::V, D>(Vs, ldv, n, v, a, bi, kh, k0);
+  __syncthreads();
+}
+
+/// The online softmax's start for N rows: running max -inf, running sum 0.
+template <int N> __device__ __forceinline__ void startSoftmax(float (&m)[N], float (&l)[N]) {
+#pragma unroll
+  for (int r = 0; r < N; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+  }
+}
+
 // ---- Fused (flash) SIMT kernels --------------------------------------------------------------
 
 constexpr int kWarps = tiling::kAttnWarps;
@@ -209,17 +230,10 @@ __global__ void __launch_bounds__(kThreads)
   loadRows<Operand::Q, D>(Qs, D, kBQ, q, a, bi, hi, q0);
   float m[kRows], l[kRows], acc[kRows][DC];
   zeroRows(acc);
-#pragma unroll
-  for (int rr = 0; rr < kRows; ++rr) {
-    m[rr] = -INFINITY;
-    l[rr] = 0.0f;
-  }
+  startSoftmax(m, l);
   int64_t kEnd = keyEnd(a, q0, kBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kBK) {
-    __syncthreads(); // the previous tile's readers are done
-    loadRows<Operand::K, D>(Ks, KP, kBK, k, a, bi, kh, k0);
-    loadRows<Operand::V, D>(Vs, D, kBK, v, a, bi, kh, k0);
-    __syncthreads();
+    loadKeyTile<D>(Ks, KP, Vs, D, kBK, k, v, a, bi, kh, k0);
 #pragma unroll
     for (int rr = 0; rr < kRows; ++rr) {
       int r = warp * kRows + rr;
@@ -297,10 +311,7 @@ __global__ void __launch_bounds__(kThreads)
     readRowStats(a, lse, delta, bi, hi, q0 + p.warp * kRows + rr, L[rr], Dl[rr]);
   int64_t kEnd = keyEnd(a, q0, kBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kBK) {
-    __syncthreads();
-    loadRows<Operand::K, D>(Ks, KP, kBK, k, a, bi, kh, k0);
-    loadRows<Operand::V, D>(Vs, KP, kBK, v, a, bi, kh, k0);
-    __syncthreads();
+    loadKeyTile<D>(Ks, KP, Vs, KP, kBK, k, v, a, bi, kh, k0);
 #pragma unroll
     for (int rr = 0; rr < kRows; ++rr) {
       int r = p.warp * kRows + rr;

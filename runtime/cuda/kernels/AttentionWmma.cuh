@@ -20,6 +20,14 @@
 using tiling::kWmmaBK;
 using tiling::kWmmaBQ;
 using tiling::kWmmaRowsPerWarp;
+// Leading dims of the f32 score tiles (S, dP) and of the P / dS tiles in the input type.
+constexpr int LS = tiling::kWmmaLdS, LP = tiling::kWmmaLdP;
+
+/// The WMMA kernels' dynamic shared memory at `offset` bytes (AttentionTiling.h's layouts), as P.
+template <typename P> __device__ __forceinline__ P *smemAt(size_t offset) {
+  extern __shared__ __align__(32) unsigned char wmmaSmem[];
+  return reinterpret_cast<P *>(wmmaSmem + offset);
+}
 
 // The warp-level products of the forward and the backward (AttentionWmmaGrad.cuh).
 namespace wmmaops {
@@ -72,17 +80,12 @@ template <typename T, int D, bool kStats>
 __global__ void __launch_bounds__(kThreads)
     flashForwardWmma(const T *q, const T *k, const T *v, T *out, const T *dout, float *lse,
                      float *delta, AttnArgs a) {
-  constexpr int LD = tiling::wmmaLdIn(D), LS = tiling::kWmmaLdS, LP = tiling::kWmmaLdP;
-  constexpr int LO = tiling::wmmaLdAcc(D);
+  constexpr int LD = tiling::wmmaLdIn(D), LO = tiling::wmmaLdAcc(D);
   constexpr tiling::WmmaForwardLayout Lay = tiling::wmmaForwardLayout(D, sizeof(T));
   const float scale = static_cast<float>(a.scale);
-  extern __shared__ __align__(32) unsigned char wmmaSmem[];
-  T *Qs = reinterpret_cast<T *>(wmmaSmem + Lay.q);         // [64][LD]
-  T *Ks = reinterpret_cast<T *>(wmmaSmem + Lay.k);         // [64][LD]
-  T *Vs = reinterpret_cast<T *>(wmmaSmem + Lay.v);         // [64][LD]
-  T *Ps = reinterpret_cast<T *>(wmmaSmem + Lay.p);         // [64][LP], 16 rows per warp
-  float *Ss = reinterpret_cast<float *>(wmmaSmem + Lay.s); // [64][LS]
-  float *Os = reinterpret_cast<float *>(wmmaSmem + Lay.o); // [64][LO]
+  // q, k, v [64][LD] and P [64][LP] (16 rows per warp) in the input type; S [64][LS], O [64][LO].
+  T *Qs = smemAt<T>(Lay.q), *Ks = smemAt<T>(Lay.k), *Vs = smemAt<T>(Lay.v), *Ps = smemAt<T>(Lay.p);
+  float *Ss = smemAt<float>(Lay.s), *Os = smemAt<float>(Lay.o);
   const Place p = placeOf(kWmmaBQ);
   const int warp = p.warp, lane = p.lane;
   const int64_t bi = p.bi, hi = p.head, q0 = p.row0, kh = hi / (a.h / a.hk);
@@ -92,17 +95,10 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();                       // Q and O ready even when no key tile follows
   int rowBase = warp * kWmmaRowsPerWarp; // this warp's rows in the block's tiles
   float m[kWmmaRowsPerWarp], l[kWmmaRowsPerWarp];
-#pragma unroll
-  for (int r = 0; r < kWmmaRowsPerWarp; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0.0f;
-  }
+  startSoftmax(m, l);
   int64_t kEnd = keyEnd(a, q0, kWmmaBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += kWmmaBK) {
-    __syncthreads(); // the previous tile's readers are done
-    loadRows<Operand::K, D>(Ks, LD, kWmmaBK, k, a, bi, kh, k0);
-    loadRows<Operand::V, D>(Vs, LD, kWmmaBK, v, a, bi, kh, k0);
-    __syncthreads();
+    loadKeyTile<D>(Ks, LD, Vs, LD, kWmmaBK, k, v, a, bi, kh, k0);
     // 1. S = Q K^T for the warp's 16 rows: K [key][d] is B = K^T read column-major.
     wmmaops::productNT<T, D>(Ss + rowBase * LS, LS, Qs + rowBase * LD, LD, Ks, LD);
     __syncwarp();

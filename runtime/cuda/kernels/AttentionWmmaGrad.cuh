@@ -32,19 +32,14 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     flashGradQWmma(const T *q, const T *k, const T *v, const T *dout, const float *lse,
                    const float *delta, T *dq, AttnArgs a) {
-  constexpr int LD = tiling::wmmaLdIn(D), LS = tiling::kWmmaLdS, LP = tiling::kWmmaLdP;
-  constexpr int LO = tiling::wmmaLdAcc(D);
+  constexpr int LD = tiling::wmmaLdIn(D), LO = tiling::wmmaLdAcc(D);
   constexpr tiling::WmmaGradQLayout Lay = tiling::wmmaGradQLayout(D, sizeof(T));
   const float scale = static_cast<float>(a.scale);
-  extern __shared__ __align__(32) unsigned char wmmaSmem[];
-  T *Qs = reinterpret_cast<T *>(wmmaSmem + Lay.q);            // [64][LD]
-  T *Os = reinterpret_cast<T *>(wmmaSmem + Lay.dout);         // [64][LD] dout rows
-  T *Ks = reinterpret_cast<T *>(wmmaSmem + Lay.k);            // [64][LD]
-  T *Vs = reinterpret_cast<T *>(wmmaSmem + Lay.v);            // [64][LD]
-  T *Gs = reinterpret_cast<T *>(wmmaSmem + Lay.ds);           // [64][LP] dS
-  float *Ss = reinterpret_cast<float *>(wmmaSmem + Lay.s);    // [64][LS] S
-  float *Ps = reinterpret_cast<float *>(wmmaSmem + Lay.dp);   // [64][LS] dP
-  float *Acc = reinterpret_cast<float *>(wmmaSmem + Lay.acc); // [64][LO] dQ
+  // q, its dout rows, k, v [64][LD] and dS [64][LP]; S, dP [64][LS] and the dQ sums [64][LO].
+  T *Qs = smemAt<T>(Lay.q), *Os = smemAt<T>(Lay.dout), *Ks = smemAt<T>(Lay.k),
+    *Vs = smemAt<T>(Lay.v);
+  T *Gs = smemAt<T>(Lay.ds);
+  float *Ss = smemAt<float>(Lay.s), *Ps = smemAt<float>(Lay.dp), *Acc = smemAt<float>(Lay.acc);
   const Place p = placeOf(64);
   const int lane = p.lane, rowBase = p.warp * 16;
   const int64_t bi = p.bi, hi = p.head, q0 = p.row0, kh = hi / (a.h / a.hk);
@@ -54,10 +49,7 @@ __global__ void __launch_bounds__(kThreads)
     Acc[idx] = 0.0f;
   int64_t kEnd = keyEnd(a, q0, kWmmaBQ);
   for (int64_t k0 = 0; k0 < kEnd; k0 += 64) {
-    __syncthreads();
-    loadRows<Operand::K, D>(Ks, LD, 64, k, a, bi, kh, k0);
-    loadRows<Operand::V, D>(Vs, LD, 64, v, a, bi, kh, k0);
-    __syncthreads();
+    loadKeyTile<D>(Ks, LD, Vs, LD, 64, k, v, a, bi, kh, k0);
     wmmaops::productNT<T, D>(Ss + rowBase * LS, LS, Qs + rowBase * LD, LD, Ks, LD);
     wmmaops::productNT<T, D>(Ps + rowBase * LS, LS, Os + rowBase * LD, LD, Vs, LD);
     __syncwarp();
@@ -85,23 +77,17 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads)
     flashGradKVWmma(const T *q, const T *k, const T *v, const T *dout, const float *lse,
                     const float *delta, T *dk, T *dv, AttnArgs a) {
-  constexpr int LD = tiling::wmmaLdIn(D), LS = tiling::kWmmaLdS, LP = tiling::kWmmaLdP;
-  constexpr int LO = tiling::wmmaLdAcc(D);
+  constexpr int LD = tiling::wmmaLdIn(D), LO = tiling::wmmaLdAcc(D);
   constexpr tiling::WmmaGradKVLayout Lay = tiling::wmmaGradKVLayout(D, sizeof(T));
   const float scale = static_cast<float>(a.scale);
-  extern __shared__ __align__(32) unsigned char wmmaSmem[];
-  T *Ks = reinterpret_cast<T *>(wmmaSmem + Lay.k);              // [64][LD] this block's keys
-  T *Vs = reinterpret_cast<T *>(wmmaSmem + Lay.v);              // [64][LD]
-  T *Qs = reinterpret_cast<T *>(wmmaSmem + Lay.q);              // [64][LD] a query tile
-  T *Os = reinterpret_cast<T *>(wmmaSmem + Lay.dout);           // [64][LD] its dout rows
-  T *Pt = reinterpret_cast<T *>(wmmaSmem + Lay.pt);             // [64][LP] P^T (key rows)
-  T *Gt = reinterpret_cast<T *>(wmmaSmem + Lay.dst);            // [64][LP] dS^T
-  float *St = reinterpret_cast<float *>(wmmaSmem + Lay.st);     // [64][LS] S^T
-  float *Dt = reinterpret_cast<float *>(wmmaSmem + Lay.dpt);    // [64][LS] dP^T
-  float *AccK = reinterpret_cast<float *>(wmmaSmem + Lay.accK); // [64][LO]
-  float *AccV = reinterpret_cast<float *>(wmmaSmem + Lay.accV); // [64][LO]
-  float *Ls = reinterpret_cast<float *>(wmmaSmem + Lay.lse);    // [64]
-  float *Ds = reinterpret_cast<float *>(wmmaSmem + Lay.delta);  // [64]
+  // This block's keys and values, a query tile and its dout rows [64][LD]; P^T (key rows) and
+  // dS^T [64][LP]; S^T, dP^T [64][LS]; the dK, dV sums [64][LO]; the tile's lse, delta [64].
+  T *Ks = smemAt<T>(Lay.k), *Vs = smemAt<T>(Lay.v), *Qs = smemAt<T>(Lay.q),
+    *Os = smemAt<T>(Lay.dout);
+  T *Pt = smemAt<T>(Lay.pt), *Gt = smemAt<T>(Lay.dst);
+  float *St = smemAt<float>(Lay.st), *Dt = smemAt<float>(Lay.dpt);
+  float *AccK = smemAt<float>(Lay.accK), *AccV = smemAt<float>(Lay.accV);
+  float *Ls = smemAt<float>(Lay.lse), *Ds = smemAt<float>(Lay.delta);
   const Place p = placeOf(64);
   const int lane = p.lane, rowBase = p.warp * 16;
   const int64_t bi = p.bi, kh = p.head, k0 = p.row0, group = a.h / a.hk;
