@@ -20,6 +20,7 @@
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cuda/kernels/AttentionTiling.h"
 #include "runtime/cuda/kernels/BlockReduce.cuh"
+#include "runtime/cuda/kernels/CpuChecks.cuh"
 
 #include <mma.h>
 
@@ -32,14 +33,6 @@
 #include <vector>
 
 namespace megac::runtime::cuda {
-
-using namespace detail;
-using cpu::detail::broadcastShapes;
-using cpu::detail::broadcastStrides;
-using cpu::detail::expectDtype;
-using cpu::detail::expectShape;
-using cpu::detail::fail;
-using cpu::detail::sameShape;
 
 namespace {
 

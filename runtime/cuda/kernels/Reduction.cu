@@ -5,6 +5,7 @@
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/ShapeChecks.h"
 #include "runtime/cuda/kernels/BlockReduce.cuh"
+#include "runtime/cuda/kernels/CpuChecks.cuh"
 
 #include <cmath>
 #include <string>
@@ -13,13 +14,8 @@
 
 namespace megac::runtime::cuda {
 
-using namespace detail;
-using cpu::detail::expectDtype;
 using cpu::detail::expectIndexDtype;
-using cpu::detail::expectShape;
-using cpu::detail::fail;
 using cpu::detail::product;
-using cpu::detail::sameShape;
 
 namespace {
 
@@ -108,14 +104,19 @@ template <typename F> bool visitNumeric(DType dtype, F &&f) {
 
 // ---- Softmax ---------------------------------------------------------------------------------
 
+/// The largest element of row xr [n] in double (NaN wins), over the block; every thread gets it.
+template <typename T> __device__ double blockRowMax(const T *xr, int64_t n) {
+  double m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    m = maxNaN(m, static_cast<double>(load(xr, j)));
+  return blockMax(m);
+}
+
 /// Softmax of rows x [rows, n] (the last dim): a block per row, max and sum in double.
 template <typename T> __global__ void softmaxRows(const T *x, T *y, int64_t rows, int64_t n) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *xr = x + r * n;
-    double m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-      m = maxNaN(m, static_cast<double>(load(xr, j)));
-    m = blockMax(m);
+    double m = blockRowMax(xr, n);
     double s = 0.0;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
       s += exp(static_cast<double>(load(xr, j)) - m);
@@ -187,8 +188,7 @@ __device__ __forceinline__ int64_t loadLabel(const void *labels, bool i64, int64
 }
 
 /// Row max and log-sum-exp pieces of row xr [n] over the block: m and sum(exp(x - m)).
-template <typename T>
-__device__ void rowMaxSum(const T *xr, int64_t n, double &m, double &sum) {
+template <typename T> __device__ void rowMaxSum(const T *xr, int64_t n, double &m, double &sum) {
   m = -INFINITY;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
     m = maxNaN(m, static_cast<double>(load(xr, j)));
@@ -224,14 +224,12 @@ __global__ void crossEntropyRows(const T *logits, const void *labels, bool label
     double m, sum;
     rowMaxSum(xr, vocab, m, sum);
     if (loss && threadIdx.x == 0)
-      store(loss, r,
-            static_cast<Compute<T>>(m + log(sum) - static_cast<double>(load(xr, label))));
+      store(loss, r, static_cast<Compute<T>>(m + log(sum) - static_cast<double>(load(xr, label))));
     if (dlogits) {
       double dl = static_cast<double>(load(dloss, r)), inv = 1.0 / sum;
       for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
         double p = exp(static_cast<double>(load(xr, j)) - m) * inv;
-        store(dlogits + r * vocab, j,
-              static_cast<Compute<T>>(dl * (p - (j == label ? 1.0 : 0.0))));
+        store(dlogits + r * vocab, j, static_cast<Compute<T>>(dl * (p - (j == label ? 1.0 : 0.0))));
       }
     }
   }
@@ -243,10 +241,7 @@ __global__ void shardStats(const T *logits, const void *labels, bool labelsI64, 
                            int64_t vocab, int64_t vocabStart, S *rowMax, S *target) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *xr = logits + r * vocab;
-    double m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x)
-      m = maxNaN(m, static_cast<double>(load(xr, j)));
-    m = blockMax(m);
+    double m = blockRowMax(xr, vocab);
     if (threadIdx.x == 0) {
       int64_t local = loadLabel(labels, labelsI64, r) - vocabStart;
       rowMax[r] = static_cast<S>(m);
@@ -313,6 +308,45 @@ template <typename F> bool visitFloatStats(DType dtype, F &&f) {
     using S = std::conditional_t<std::is_same_v<T, double>, double, float>;
     f(T{}, S{});
   });
+}
+
+/// A softmax over `axis` of x: the rows before it, its length and the elements after it.
+struct SoftmaxSplit {
+  int64_t outer, n, inner;
+};
+/// Checks the axis and x's dtype (a float) and splits x's shape around the axis.
+StatusOr<SoftmaxSplit> softmaxSplit(const char *name, const TensorRef &x, int64_t axis) {
+  int64_t rank = static_cast<int64_t>(x.shape.size());
+  if (axis < 0 || axis >= rank)
+    return fail(name, "axis " + std::to_string(axis) + " is out of range for rank " +
+                          std::to_string(rank));
+  if (!isFloat(x.dtype))
+    return unsupportedDtype(name, x.dtype);
+  return SoftmaxSplit{product(x.shape.first(axis)), x.shape[axis],
+                      product(x.shape.subspan(axis + 1))};
+}
+
+/// Checks and splits x around `axis` (softmaxSplit), then, unless x is empty, calls
+/// launch(T{}, split) for x's float storage type T; the launches' status.
+template <typename Launch>
+Status alongAxis(const char *name, const TensorRef &x, int64_t axis, Launch launch) {
+  ASSIGN_OR_RETURN(SoftmaxSplit sp, softmaxSplit(name, x, axis));
+  if (sp.outer * sp.n * sp.inner == 0)
+    return Status::ok();
+  visitFloat(x.dtype, [&](auto tag) { launch(tag, sp); });
+  return launchStatus(name);
+}
+
+/// rows(args..., outer, n) with a block per row when the axis is innermost, else
+/// strided(args..., outer, n, inner) with a thread per (outer, inner) pair.
+template <typename Rows, typename Strided, typename... A>
+void rowsOrStrided(const Context &ctx, const SoftmaxSplit &sp, Rows rows, Strided strided,
+                   A... args) {
+  if (sp.inner == 1)
+    rows<<<rowBlocks(sp.outer), rowThreads(sp.n), 0, ctx.stream>>>(args..., sp.outer, sp.n);
+  else
+    strided<<<blocksFor(sp.outer * sp.inner), 256, 0, ctx.stream>>>(args..., sp.outer, sp.n,
+                                                                    sp.inner);
 }
 
 DType statsDtype(DType logits) { return logits == DType::f64 ? DType::f64 : DType::f32; }
@@ -387,26 +421,10 @@ Status softmax(const Context &ctx, const TensorRef &x, int64_t axis, const Tenso
   const char *name = "Softmax";
   RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
   RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
-  int64_t rank = static_cast<int64_t>(x.shape.size());
-  if (axis < 0 || axis >= rank)
-    return fail(name, "axis " + std::to_string(axis) + " is out of range for rank " +
-                          std::to_string(rank));
-  if (!isFloat(x.dtype))
-    return unsupportedDtype(name, x.dtype);
-  int64_t outer = product(x.shape.first(axis)), n = x.shape[axis];
-  int64_t inner = product(x.shape.subspan(axis + 1));
-  if (outer * n * inner == 0)
-    return Status::ok();
-  visitFloat(x.dtype, [&](auto tag) {
+  return alongAxis(name, x, axis, [&](auto tag, const SoftmaxSplit &sp) {
     using T = decltype(tag);
-    if (inner == 1)
-      softmaxRows<T><<<rowBlocks(outer), rowThreads(n), 0, ctx.stream>>>(x.as<const T>(),
-                                                                         out.as<T>(), outer, n);
-    else
-      softmaxStrided<T><<<blocksFor(outer * inner), 256, 0, ctx.stream>>>(
-          x.as<const T>(), out.as<T>(), outer, n, inner);
+    rowsOrStrided(ctx, sp, softmaxRows<T>, softmaxStrided<T>, x.as<const T>(), out.as<T>());
   });
-  return launchStatus(name);
 }
 
 Status softmaxGrad(const Context &ctx, const TensorRef &dy, const TensorRef &y, int64_t axis,
@@ -414,26 +432,11 @@ Status softmaxGrad(const Context &ctx, const TensorRef &dy, const TensorRef &y, 
   const char *name = "SoftmaxGrad";
   RETURN_IF_ERROR(expectLike(name, y, dy, "dy"));
   RETURN_IF_ERROR(expectLike(name, y, dx, "dx"));
-  int64_t rank = static_cast<int64_t>(y.shape.size());
-  if (axis < 0 || axis >= rank)
-    return fail(name, "axis " + std::to_string(axis) + " is out of range for rank " +
-                          std::to_string(rank));
-  if (!isFloat(y.dtype))
-    return unsupportedDtype(name, y.dtype);
-  int64_t outer = product(y.shape.first(axis)), n = y.shape[axis];
-  int64_t inner = product(y.shape.subspan(axis + 1));
-  if (outer * n * inner == 0)
-    return Status::ok();
-  visitFloat(y.dtype, [&](auto tag) {
+  return alongAxis(name, y, axis, [&](auto tag, const SoftmaxSplit &sp) {
     using T = decltype(tag);
-    if (inner == 1)
-      softmaxGradRows<T><<<rowBlocks(outer), rowThreads(n), 0, ctx.stream>>>(
-          dy.as<const T>(), y.as<const T>(), dx.as<T>(), outer, n);
-    else
-      softmaxGradStrided<T><<<blocksFor(outer * inner), 256, 0, ctx.stream>>>(
-          dy.as<const T>(), y.as<const T>(), dx.as<T>(), outer, n, inner);
+    rowsOrStrided(ctx, sp, softmaxGradRows<T>, softmaxGradStrided<T>, dy.as<const T>(),
+                  y.as<const T>(), dx.as<T>());
   });
-  return launchStatus(name);
 }
 
 Status crossEntropy(const Context &ctx, const TensorRef &logits, const TensorRef &labels,
