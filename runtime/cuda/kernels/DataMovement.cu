@@ -4,6 +4,7 @@
 // kernels' own (runtime/cpu/ShapeChecks.h), so both backends reject the same arguments alike.
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/ShapeChecks.h"
+#include "runtime/cuda/kernels/BySize.cuh"
 #include "runtime/cuda/kernels/KernelCommon.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -23,20 +24,6 @@ constexpr int kThreads = 256;
 #define GRID_STRIDE(i, n)                                                                          \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);                        \
        i += int64_t(gridDim.x) * blockDim.x)
-
-/// Calls f(T{}) with an unsigned type of the dtype's size (element moves by bits).
-template <typename F> void bySize(DType dtype, F &&f) {
-  switch (dtypeSize(dtype)) {
-  case 1:
-    return f(uint8_t{});
-  case 2:
-    return f(uint16_t{});
-  case 4:
-    return f(uint32_t{});
-  default:
-    return f(uint64_t{});
-  }
-}
 
 /// sum(index_d * stride_d) for the row-major index of flat element i over dims.size.
 __device__ __forceinline__ int64_t offsetOf(const Dims &dims, int64_t i) {

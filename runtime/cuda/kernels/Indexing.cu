@@ -6,6 +6,7 @@
 // indexOutOfRange and is skipped.
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/ShapeChecks.h"
+#include "runtime/cuda/kernels/BySize.cuh"
 #include "runtime/cuda/kernels/KernelCommon.cuh"
 
 namespace megac::runtime::cuda {
@@ -50,20 +51,6 @@ template <typename F> bool visitNumeric(DType dtype, F &&f) {
   else
     return false;
   return true;
-}
-
-/// f(U{}) with an unsigned type of the dtype's size (moves by bits).
-template <typename F> void bySize(DType dtype, F &&f) {
-  switch (dtypeSize(dtype)) {
-  case 1:
-    return f(uint8_t{});
-  case 2:
-    return f(uint16_t{});
-  case 4:
-    return f(uint32_t{});
-  default:
-    return f(uint64_t{});
-  }
 }
 
 template <typename F> void byIndex(const TensorRef &indices, F &&f) {
