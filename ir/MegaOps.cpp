@@ -64,6 +64,16 @@ LogicalResult verifyMeshAxes(std::optional<Location> loc, MeshAttr mesh, ArrayAt
   return why.empty() ? success() : emitOptionalError(loc, why);
 }
 
+/// A collective's input dims, once the input is ranked and the mesh axes are valid.
+FailureOr<shape::Dims> collectiveInput(std::optional<Location> loc, Value input, MeshAttr mesh,
+                                       ArrayAttr axes) {
+  if (!allRanked({input}))
+    return notRanked(loc);
+  if (failed(verifyMeshAxes(loc, mesh, axes)))
+    return failure();
+  return dimsOf(input);
+}
+
 SmallVector<StringAttr> axisNames(ArrayAttr axes) {
   SmallVector<StringAttr> names;
   for (Attribute a : axes)
@@ -437,11 +447,10 @@ LogicalResult CopyToShardsOp::verify() {
 
 LogicalResult AllGatherOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                             Adaptor adaptor, SmallVectorImpl<Type> &out) {
-  if (!allRanked({adaptor.getInput()}))
-    return notRanked(loc);
-  if (failed(verifyMeshAxes(loc, adaptor.getMesh(), adaptor.getAxes())))
+  auto input = collectiveInput(loc, adaptor.getInput(), adaptor.getMesh(), adaptor.getAxes());
+  if (failed(input))
     return failure();
-  auto in = dimsOf(adaptor.getInput());
+  shape::Dims in = *input;
   auto dim = shape::normalizeAxis(static_cast<int64_t>(adaptor.getDim()), in.size());
   if (!dim)
     return emitOptionalError(loc, "all_gather dim ", static_cast<int64_t>(adaptor.getDim()),
@@ -456,11 +465,10 @@ namespace {
 LogicalResult inferDividedDim(std::optional<Location> loc, StringRef opName, Value input,
                               MeshAttr mesh, ArrayAttr axes, int64_t rawDim,
                               SmallVectorImpl<Type> &out) {
-  if (!allRanked({input}))
-    return notRanked(loc);
-  if (failed(verifyMeshAxes(loc, mesh, axes)))
+  auto dims = collectiveInput(loc, input, mesh, axes);
+  if (failed(dims))
     return failure();
-  auto in = dimsOf(input);
+  shape::Dims in = *dims;
   auto dim = shape::normalizeAxis(rawDim, in.size());
   if (!dim)
     return emitOptionalError(loc, opName, " dim ", rawDim, " is out of range for ", shape::str(in));
@@ -488,11 +496,10 @@ LogicalResult ShardSliceOp::inferReturnTypes(MLIRContext *, std::optional<Locati
 
 LogicalResult AllToAllOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                            Adaptor adaptor, SmallVectorImpl<Type> &out) {
-  if (!allRanked({adaptor.getInput()}))
-    return notRanked(loc);
-  if (failed(verifyMeshAxes(loc, adaptor.getMesh(), adaptor.getAxes())))
+  auto input = collectiveInput(loc, adaptor.getInput(), adaptor.getMesh(), adaptor.getAxes());
+  if (failed(input))
     return failure();
-  auto in = dimsOf(adaptor.getInput());
+  shape::Dims in = *input;
   auto split = shape::normalizeAxis(static_cast<int64_t>(adaptor.getSplitDim()), in.size());
   auto concat = shape::normalizeAxis(static_cast<int64_t>(adaptor.getConcatDim()), in.size());
   if (!split || !concat)

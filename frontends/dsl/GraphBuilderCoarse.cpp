@@ -10,20 +10,23 @@ namespace megac::dsl {
 // Coarse ops
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// The shape of an optional operand (a bias, a mask), for the shape rules.
+std::optional<rules::Shape> shapeOf(const std::optional<Tensor> &t) {
+  if (!t)
+    return std::nullopt;
+  return t->shape();
+}
+} // namespace
+
 Tensor GraphBuilder::linear(const Tensor &x, const Tensor &weight, std::optional<Tensor> bias,
                             Loc loc) {
   Impl &I = *impl_;
   if (!I.usable({&x, &weight}, loc) || (bias && !I.usable({&*bias}, loc)))
     return {};
-  std::optional<rules::Shape> biasShape;
-  if (bias)
-    biasShape = bias->shape();
-  rules::Result r = rules::linear(dims(x.shape()), dims(weight.shape()), biasShape);
-  if (!I.check(r, loc))
-    return {};
-  auto op = mega::LinearOp::create(I.b, I.location(loc), I.tensorType(r.shape, x.dtype()),
-                                   I.value(x), I.value(weight), bias ? I.value(*bias) : Value());
-  return I.wrap(op.getResult(), r.shape, x.dtype());
+  return I.makeChecked<mega::LinearOp>(
+      rules::linear(dims(x.shape()), dims(weight.shape()), shapeOf(bias)), x.dtype(), loc,
+      I.value(x), I.value(weight), bias ? I.value(*bias) : Value());
 }
 
 Tensor GraphBuilder::embedding(const Tensor &table, const Tensor &ids, Loc loc) {
@@ -32,12 +35,9 @@ Tensor GraphBuilder::embedding(const Tensor &table, const Tensor &ids, Loc loc) 
     return {};
   if (!isInt(ids.dtype()))
     return I.fail("embedding ids must be i32 or i64", loc), Tensor{};
-  rules::Result r = rules::embedding(dims(table.shape()), dims(ids.shape()));
-  if (!I.check(r, loc))
-    return {};
-  auto op = mega::EmbeddingOp::create(I.b, I.location(loc), I.tensorType(r.shape, table.dtype()),
-                                      I.value(table), I.value(ids), ArrayAttr());
-  return I.wrap(op.getResult(), r.shape, table.dtype());
+  return I.makeChecked<mega::EmbeddingOp>(rules::embedding(dims(table.shape()), dims(ids.shape())),
+                                          table.dtype(), loc, I.value(table), I.value(ids),
+                                          ArrayAttr());
 }
 
 Tensor GraphBuilder::layerNorm(const Tensor &x, const Tensor &weight, std::optional<Tensor> bias,
@@ -45,12 +45,9 @@ Tensor GraphBuilder::layerNorm(const Tensor &x, const Tensor &weight, std::optio
   Impl &I = *impl_;
   if (!I.usable({&x, &weight}, loc) || (bias && !I.usable({&*bias}, loc)))
     return {};
-  std::optional<rules::Shape> biasShape;
-  if (bias)
-    biasShape = bias->shape();
-  if (!I.check(
-          rules::checkNormParams("layer_norm", dims(x.shape()), dims(weight.shape()), biasShape),
-          loc))
+  if (!I.check(rules::checkNormParams("layer_norm", dims(x.shape()), dims(weight.shape()),
+                                      shapeOf(bias)),
+               loc))
     return {};
   auto op = mega::LayerNormOp::create(I.b, I.location(loc), I.value(x).getType(), I.value(x),
                                       I.value(weight), bias ? I.value(*bias) : Value(),
@@ -76,18 +73,12 @@ Tensor GraphBuilder::attention(const Tensor &q, const Tensor &k, const Tensor &v
   Impl &I = *impl_;
   if (!I.usable({&q, &k, &v}, loc) || (options.mask && !I.usable({&*options.mask}, loc)))
     return {};
-  std::optional<rules::Shape> maskShape;
-  if (options.mask)
-    maskShape = options.mask->shape();
-  rules::Result r = rules::attention(dims(q.shape()), dims(k.shape()), dims(v.shape()), maskShape);
-  if (!I.check(r, loc))
-    return {};
-  auto op = mega::AttentionOp::create(
-      I.b, I.location(loc), I.tensorType(r.shape, q.dtype()), I.value(q), I.value(k), I.value(v),
+  return I.makeChecked<mega::AttentionOp>(
+      rules::attention(dims(q.shape()), dims(k.shape()), dims(v.shape()), shapeOf(options.mask)),
+      q.dtype(), loc, I.value(q), I.value(k), I.value(v),
       options.mask ? I.value(*options.mask) : Value(),
       options.causal ? I.b.getUnitAttr() : UnitAttr(),
       options.scale ? I.b.getF64FloatAttr(*options.scale) : FloatAttr());
-  return I.wrap(op.getResult(), r.shape, q.dtype());
 }
 
 Tensor GraphBuilder::gelu(const Tensor &x, Gelu approximation, Loc loc) {
@@ -145,28 +136,22 @@ std::string moeDtypes(const char *op, std::initializer_list<const Tensor *> oper
 }
 } // namespace
 
+template <typename OpTy>
+Tensor GraphBuilder::Impl::moePair(const char *op, const Tensor &a, const Tensor &weights,
+                                   rules::Result (*rule)(rules::Dims, rules::Dims),
+                                   const Loc &loc) {
+  if (!usable({&a, &weights}, loc) || !check(moeDtypes(op, {&a, &weights}), loc))
+    return {};
+  return makeChecked<OpTy>(rule(dims(a.shape()), dims(weights.shape())), a.dtype(), loc, value(a),
+                           value(weights));
+}
+
 Tensor GraphBuilder::moeDispatch(const Tensor &x, const Tensor &weights, Loc loc) {
-  Impl &I = *impl_;
-  if (!I.usable({&x, &weights}, loc) || !I.check(moeDtypes("moe_dispatch", {&x, &weights}), loc))
-    return {};
-  rules::Result r = rules::moeDispatch(dims(x.shape()), dims(weights.shape()));
-  if (!I.check(r, loc))
-    return {};
-  auto op = mega::MoeDispatchOp::create(I.b, I.location(loc), I.tensorType(r.shape, x.dtype()),
-                                        I.value(x), I.value(weights));
-  return I.wrap(op.getResult(), r.shape, x.dtype());
+  return impl_->moePair<mega::MoeDispatchOp>("moe_dispatch", x, weights, rules::moeDispatch, loc);
 }
 
 Tensor GraphBuilder::moeCombine(const Tensor &y, const Tensor &weights, Loc loc) {
-  Impl &I = *impl_;
-  if (!I.usable({&y, &weights}, loc) || !I.check(moeDtypes("moe_combine", {&y, &weights}), loc))
-    return {};
-  rules::Result r = rules::moeCombine(dims(y.shape()), dims(weights.shape()));
-  if (!I.check(r, loc))
-    return {};
-  auto op = mega::MoeCombineOp::create(I.b, I.location(loc), I.tensorType(r.shape, y.dtype()),
-                                       I.value(y), I.value(weights));
-  return I.wrap(op.getResult(), r.shape, y.dtype());
+  return impl_->moePair<mega::MoeCombineOp>("moe_combine", y, weights, rules::moeCombine, loc);
 }
 
 Tensor GraphBuilder::moeMatmul(const Tensor &x, const Tensor &weight, const Tensor &weights,
@@ -196,13 +181,9 @@ Tensor GraphBuilder::crossEntropy(const Tensor &logits, const Tensor &labels, Lo
     return {};
   if (!isInt(labels.dtype()))
     return I.fail("cross_entropy labels must be i32 or i64", loc), Tensor{};
-  rules::Result r = rules::crossEntropy(dims(logits.shape()), dims(labels.shape()));
-  if (!I.check(r, loc))
-    return {};
-  auto op =
-      mega::CrossEntropyOp::create(I.b, I.location(loc), I.tensorType(r.shape, logits.dtype()),
-                                   I.value(logits), I.value(labels), IntegerAttr(), ArrayAttr());
-  return I.wrap(op.getResult(), r.shape, logits.dtype());
+  return I.makeChecked<mega::CrossEntropyOp>(
+      rules::crossEntropy(dims(logits.shape()), dims(labels.shape())), logits.dtype(), loc,
+      I.value(logits), I.value(labels), IntegerAttr(), ArrayAttr());
 }
 
 } // namespace megac::dsl

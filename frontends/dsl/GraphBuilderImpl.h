@@ -112,6 +112,21 @@ struct GraphBuilder::Impl {
     t.dtype_ = dtype;
     return t;
   }
+  /// An OpTy of `operands` once the shape rule's answer `r` holds: its result has r's shape and
+  /// `dtype`.
+  template <typename OpTy, typename... Operands>
+  Tensor makeChecked(const rules::Result &r, DType dtype, const Loc &loc, Operands &&...operands) {
+    if (!check(r, loc))
+      return {};
+    auto op = OpTy::create(b, location(loc), tensorType(r.shape, dtype),
+                           std::forward<Operands>(operands)...);
+    return wrap(op.getResult(), r.shape, dtype);
+  }
+  /// moe_dispatch and moe_combine: `a` and `weights` of one floating type, shaped by `rule`
+  /// (defined in GraphBuilderCoarse.cpp).
+  template <typename OpTy>
+  Tensor moePair(const char *op, const Tensor &a, const Tensor &weights,
+                 rules::Result (*rule)(rules::Dims, rules::Dims), const Loc &loc);
   /// A constant of `values` once `typeOk` holds (else `typeError`) and their count fits `shape`;
   /// `elements(type)` turns them into the attribute's elements (defined in GraphBuilder.cpp).
   template <typename T, typename ElementsFn>

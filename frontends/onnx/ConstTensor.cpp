@@ -392,17 +392,36 @@ Folded unary(UnaryFn fn, const ConstTensor &x) {
   return r;
 }
 
+namespace {
+
+/// Allocates `r` (of `type`, at a's and b's broadcast shape) and each of its elements' source
+/// indices in a and b; false, with r holding the error, when the shapes do not broadcast or the
+/// result is too large to fold.
+bool broadcastPair(const ConstTensor &a, const ConstTensor &b, ElemType type, Folded &r,
+                   std::vector<int64_t> &ia, std::vector<int64_t> &ib) {
+  auto shape = broadcastShapes(a.shape, b.shape);
+  if (!shape) {
+    r = Folded::fail("shapes " + shapeStr(a.shape) + " and " + shapeStr(b.shape) +
+                     " do not broadcast");
+    return false;
+  }
+  r = allocateFolded(type, *shape);
+  if (!r.ok())
+    return false;
+  ia = broadcastIndex(a.shape, *shape);
+  ib = broadcastIndex(b.shape, *shape);
+  return true;
+}
+
+} // namespace
+
 Folded binary(BinaryFn fn, const ConstTensor &a, const ConstTensor &b) {
   if (!sameTypes(a, b) && !(fn == BinaryFn::pow && a.isFloat()))
     return Folded::fail(typeMismatch("binary op", a, b));
-  auto shape = broadcastShapes(a.shape, b.shape);
-  if (!shape)
-    return Folded::fail("shapes " + shapeStr(a.shape) + " and " + shapeStr(b.shape) +
-                        " do not broadcast");
-  Folded r = allocateFolded(a.type, *shape);
-  if (!r.ok())
+  Folded r;
+  std::vector<int64_t> ia, ib;
+  if (!broadcastPair(a, b, a.type, r, ia, ib))
     return r;
-  auto ia = broadcastIndex(a.shape, *shape), ib = broadcastIndex(b.shape, *shape);
   int64_t n = int64_t(ia.size());
   if (a.isFloat()) {
     for (int64_t i = 0; i < n; ++i)
@@ -424,14 +443,10 @@ Folded binary(BinaryFn fn, const ConstTensor &a, const ConstTensor &b) {
 Folded compare(CompareFn fn, const ConstTensor &a, const ConstTensor &b) {
   if (!sameTypes(a, b))
     return Folded::fail(typeMismatch("comparison", a, b));
-  auto shape = broadcastShapes(a.shape, b.shape);
-  if (!shape)
-    return Folded::fail("shapes " + shapeStr(a.shape) + " and " + shapeStr(b.shape) +
-                        " do not broadcast");
-  Folded r = allocateFolded(ElemType::boolean, *shape);
-  if (!r.ok())
+  Folded r;
+  std::vector<int64_t> ia, ib;
+  if (!broadcastPair(a, b, ElemType::boolean, r, ia, ib))
     return r;
-  auto ia = broadcastIndex(a.shape, *shape), ib = broadcastIndex(b.shape, *shape);
   for (size_t i = 0; i < ia.size(); ++i) {
     bool v;
     auto cmp = [&](auto x, auto y) {
@@ -461,14 +476,10 @@ Folded compare(CompareFn fn, const ConstTensor &a, const ConstTensor &b) {
 Folded logical(LogicFn fn, const ConstTensor &a, const ConstTensor &b) {
   if (a.type != ElemType::boolean || b.type != ElemType::boolean)
     return Folded::fail("logical ops take BOOL tensors");
-  auto shape = broadcastShapes(a.shape, b.shape);
-  if (!shape)
-    return Folded::fail("shapes " + shapeStr(a.shape) + " and " + shapeStr(b.shape) +
-                        " do not broadcast");
-  Folded r = allocateFolded(ElemType::boolean, *shape);
-  if (!r.ok())
+  Folded r;
+  std::vector<int64_t> ia, ib;
+  if (!broadcastPair(a, b, ElemType::boolean, r, ia, ib))
     return r;
-  auto ia = broadcastIndex(a.shape, *shape), ib = broadcastIndex(b.shape, *shape);
   for (size_t i = 0; i < ia.size(); ++i) {
     bool x = a.ints[ia[i]] != 0, y = b.ints[ib[i]] != 0;
     r.tensor.ints[i] = fn == LogicFn::land ? (x && y) : fn == LogicFn::lor ? (x || y) : (x != y);

@@ -283,16 +283,10 @@ LogicalResult foldSplit(NodeContext &c) {
   auto split = splitSizes(c);
   if (failed(x) || failed(split))
     return failure();
-  auto [axis, sizes] = *split;
-  int64_t offset = 0;
-  for (size_t k = 0; k < sizes.size(); ++k) {
-    std::vector<SliceDim> dims;
-    for (int64_t d = 0; d < (*x)->rank(); ++d)
-      dims.push_back(d == axis ? SliceDim{offset, 1, sizes[k]} : SliceDim{0, 1, (*x)->shape[d]});
-    offset += sizes[k];
-    if (failed(emit(c, slice(**x, dims), int(k))))
+  auto slices = splitSlices((*x)->shape, split->first, split->second);
+  for (size_t k = 0; k < slices.size(); ++k)
+    if (failed(emit(c, slice(**x, slices[k]), int(k))))
       return failure();
-  }
   return success();
 }
 
@@ -307,13 +301,10 @@ LogicalResult foldTrilu(NodeContext &c) {
   auto x = in(c, 0);
   if (failed(x))
     return failure();
-  int64_t k = 0;
-  if (c.hasInput(1)) {
-    auto kk = c.scalarInput(1, "k");
-    if (failed(kk))
-      return failure();
-    k = int64_t(*kk);
-  }
+  auto offset = triluOffset(c);
+  if (failed(offset))
+    return failure();
+  int64_t k = *offset;
   return emit(c, trilu(**x, k, c.attrInt("upper", 1) != 0));
 }
 

@@ -71,6 +71,8 @@ public:
   mlir::FailureOr<std::vector<int64_t>> intsInput(int i, const char *what);
   /// A constant scalar input as a double.
   mlir::FailureOr<double> scalarInput(int i, const char *what);
+  /// Input i's constant; errors name `what` when it is missing or computed at run time.
+  mlir::FailureOr<const ConstTensor *> constantInput(int i, const char *what);
 
   // Attributes.
   const onnx::AttributeProto *attr(const std::string &name) const;
@@ -138,6 +140,11 @@ mlir::FailureOr<std::vector<int64_t>> transposePerm(NodeContext &c);
 mlir::FailureOr<std::vector<SliceDim>> sliceDims(NodeContext &c);
 /// Split's axis (normalized) and the size of each output along it.
 mlir::FailureOr<std::pair<int64_t, std::vector<int64_t>>> splitSizes(NodeContext &c);
+/// Trilu's diagonal offset: the optional `k` input, else 0.
+mlir::FailureOr<int64_t> triluOffset(NodeContext &c);
+/// The slice of `shape` each Split output k takes: sizes[k] along `axis`, after the earlier ones.
+std::vector<std::vector<SliceDim>> splitSlices(const Shape &shape, int64_t axis,
+                                               const std::vector<int64_t> &sizes);
 /// A reduction's axes (normalized, sorted, unique; empty means none), and keepdims.
 struct ReduceArgs {
   std::vector<int64_t> axes;

@@ -250,15 +250,9 @@ LogicalResult splitOp(NodeContext &c) {
   auto x = c.value(0);
   if (failed(split) || failed(x))
     return failure();
-  auto [axis, sizes] = *split;
-  int64_t offset = 0;
-  for (size_t k = 0; k < sizes.size(); ++k) {
-    std::vector<SliceDim> sd;
-    for (int64_t d = 0; d < c.rank(0); ++d)
-      sd.push_back(d == axis ? SliceDim{offset, 1, sizes[k]} : SliceDim{0, 1, c.shape(0)[d]});
-    offset += sizes[k];
-    c.setOutput(int(k), sliceValue(c, *x, sd));
-  }
+  auto slices = splitSlices(c.shape(0), split->first, split->second);
+  for (size_t k = 0; k < slices.size(); ++k)
+    c.setOutput(int(k), sliceValue(c, *x, slices[k]));
   return success();
 }
 
@@ -334,13 +328,10 @@ LogicalResult tileOp(NodeContext &c) {
 LogicalResult triluOp(NodeContext &c) {
   if (c.rank(0) < 2)
     return c.fail("needs a tensor of rank >= 2");
-  int64_t k = 0;
-  if (c.hasInput(1)) {
-    auto kk = c.scalarInput(1, "k");
-    if (failed(kk))
-      return failure();
-    k = int64_t(*kk);
-  }
+  auto offset = triluOffset(c);
+  if (failed(offset))
+    return failure();
+  int64_t k = *offset;
   auto x = c.value(0);
   if (failed(x))
     return failure();

@@ -289,6 +289,29 @@ FailureOr<std::pair<int64_t, std::vector<int64_t>>> splitSizes(NodeContext &c) {
   return std::make_pair(*axis, sizes);
 }
 
+FailureOr<int64_t> triluOffset(NodeContext &c) {
+  if (!c.hasInput(1))
+    return int64_t(0);
+  auto k = c.scalarInput(1, "k");
+  if (failed(k))
+    return failure();
+  return int64_t(*k);
+}
+
+std::vector<std::vector<SliceDim>> splitSlices(const Shape &shape, int64_t axis,
+                                               const std::vector<int64_t> &sizes) {
+  std::vector<std::vector<SliceDim>> slices;
+  int64_t offset = 0;
+  for (int64_t size : sizes) {
+    std::vector<SliceDim> dims;
+    for (int64_t d = 0; d < int64_t(shape.size()); ++d)
+      dims.push_back(d == axis ? SliceDim{offset, 1, size} : SliceDim{0, 1, shape[d]});
+    offset += size;
+    slices.push_back(std::move(dims));
+  }
+  return slices;
+}
+
 FailureOr<ReduceArgs> reduceArgs(NodeContext &c) {
   // ReduceSum takes axes as an input from opset 13; the other reductions from opset 18.
   int64_t since = c.opType() == "ReduceSum" ? 13 : 18;

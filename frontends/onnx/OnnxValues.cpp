@@ -76,7 +76,7 @@ FailureOr<Value> NodeContext::valueAs(int i, const Shape &shape) {
   return broadcast(*v, shape);
 }
 
-FailureOr<std::vector<int64_t>> NodeContext::intsInput(int i, const char *what) {
+FailureOr<const ConstTensor *> NodeContext::constantInput(int i, const char *what) {
   if (!hasInput(i))
     return fail(Twine("the '") + what + "' input is missing");
   const ConstTensor *c = constant(i);
@@ -85,6 +85,14 @@ FailureOr<std::vector<int64_t>> NodeContext::intsInput(int i, const char *what) 
   if (!c)
     return fail(Twine("the '") + what + "' input ('" + node_.input(i) +
                 "') must be a constant; it is computed at run time");
+  return c;
+}
+
+FailureOr<std::vector<int64_t>> NodeContext::intsInput(int i, const char *what) {
+  auto tensor = constantInput(i, what);
+  if (mlir::failed(tensor))
+    return failure();
+  const ConstTensor *c = *tensor;
   if (c->isFloat() || c->type == ElemType::boolean)
     return fail(Twine("the '") + what + "' input must be an integer tensor, not " +
                 elemTypeName(int(c->type)));
@@ -92,14 +100,10 @@ FailureOr<std::vector<int64_t>> NodeContext::intsInput(int i, const char *what) 
 }
 
 FailureOr<double> NodeContext::scalarInput(int i, const char *what) {
-  if (!hasInput(i))
-    return fail(Twine("the '") + what + "' input is missing");
-  const ConstTensor *c = constant(i);
-  if (failed_)
+  auto tensor = constantInput(i, what);
+  if (mlir::failed(tensor))
     return failure();
-  if (!c)
-    return fail(Twine("the '") + what + "' input ('" + node_.input(i) +
-                "') must be a constant; it is computed at run time");
+  const ConstTensor *c = *tensor;
   if (c->numElements() != 1)
     return fail(Twine("the '") + what + "' input must have one element, it has shape " +
                 shapeStr(c->shape));
