@@ -12,6 +12,8 @@ PACKAGES=(
   libonnx-dev libprotobuf-dev protobuf-compiler libonnx-testdata
   # support/: JSON (nlohmann/json); checkpoints' CRC32 (zlib); tools/megac's flags (CLI11)
   nlohmann-json3-dev zlib1g-dev libcli11-dev
+  # TensorBoard event files' CRC-32C (Boost.CRC, header-only)
+  libboost-dev
   # plans (FlatBuffers) and the CPU runtime (OpenBLAS)
   libflatbuffers-dev flatbuffers-compiler libopenblas-dev libopenmpi-dev openmpi-bin
   # unit tests
@@ -20,12 +22,12 @@ PACKAGES=(
   python3-torch python3-onnx python3-numpy python3-venv
 )
 
-# The test venv (.venv, over /usr/bin/python3 with its site packages): transformers and
-# onnxruntime from PyPI, pinned in scripts/requirements-test.txt.
+# The test venv (.venv, over /usr/bin/python3 with its site packages): transformers,
+# onnxruntime and tensorboard from PyPI, pinned in scripts/requirements-test.txt.
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="$ROOT/.venv"
 venv_ok() {
-  "$VENV/bin/python" -c "import transformers, onnxruntime" >/dev/null 2>&1
+  "$VENV/bin/python" -c "import transformers, onnxruntime, tensorboard" >/dev/null 2>&1
 }
 make_venv() {
   echo "bootstrap: creating $VENV (pip: $(grep -v '^#' "$ROOT/scripts/requirements-test.txt" | xargs))"
@@ -38,9 +40,10 @@ ensure_venv() {
   venv_ok && return 0
   make_venv
   if ! venv_ok; then
-    echo "bootstrap: the test venv $VENV was created but cannot import transformers and" \
-      "onnxruntime:" >&2
-    "$VENV/bin/python" -c "import transformers, onnxruntime" 2>&1 | tail -n 3 >&2 || true
+    echo "bootstrap: the test venv $VENV was created but cannot import transformers," \
+      "onnxruntime and tensorboard:" >&2
+    "$VENV/bin/python" -c "import transformers, onnxruntime, tensorboard" 2>&1 | tail -n 3 >&2 ||
+      true
     exit 1
   fi
 }
@@ -63,7 +66,7 @@ if [ "${1:-}" = "--check" ]; then
     exit 1
   fi
   if ! venv_ok; then
-    echo "bootstrap: the test venv $VENV lacks transformers/onnxruntime"
+    echo "bootstrap: the test venv $VENV lacks transformers/onnxruntime/tensorboard"
     exit 1
   fi
   exit 0
