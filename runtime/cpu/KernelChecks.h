@@ -24,6 +24,10 @@ Status checkDropoutShard(const TensorRef &x, std::span<const int64_t> globalShap
 
 /// t has ref's dtype and shape; `what` names t.
 Status expectLike(const char *op, const TensorRef &ref, const TensorRef &t, const char *what);
+/// LayerNorm and RmsNorm: weight (and bias) [n] for x [..., n], out like x, all of x's dtype;
+/// epsilon finite, >= 0.
+Status checkNorm(const char *name, const TensorRef &x, const TensorRef &weight,
+                 const TensorRef *bias, double epsilon, const TensorRef &out);
 /// LayerNormGrad and RmsNormGrad: dy, x, dx of one shape; weight [n]; epsilon finite, >= 0.
 Status checkNormGrad(const char *op, const TensorRef &dy, const TensorRef &x,
                      const TensorRef &weight, double epsilon, const TensorRef &dx);

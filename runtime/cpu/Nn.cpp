@@ -113,8 +113,10 @@ Status normRows(const char *name, const TensorRef &x, const TensorRef &weight,
   return Status::ok();
 }
 
-Status checkNorm(const char *name, const TensorRef &x, const TensorRef &weight,
-                 const TensorRef *bias, double epsilon, const TensorRef &out) {
+} // namespace
+
+Status detail::checkNorm(const char *name, const TensorRef &x, const TensorRef &weight,
+                         const TensorRef *bias, double epsilon, const TensorRef &out) {
   RETURN_IF_ERROR(expectSameFloat(name, x, weight, "weight"));
   RETURN_IF_ERROR(expectSameFloat(name, x, out, "output"));
   RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
@@ -130,8 +132,6 @@ Status checkNorm(const char *name, const TensorRef &x, const TensorRef &weight,
     return fail(name, "epsilon " + std::to_string(epsilon) + " must be finite and >= 0");
   return Status::ok();
 }
-
-} // namespace
 
 Status layerNorm(const TensorRef &x, const TensorRef &weight, const TensorRef *bias, double epsilon,
                  const TensorRef &out) {
@@ -213,8 +213,7 @@ Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, con
 Status detail::checkRope(const TensorRef &x, const TensorRef &cos, const TensorRef &sin,
                          const TensorRef &out) {
   const char *name = "Rope";
-  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
-  RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
+  RETURN_IF_ERROR(expectLike(name, x, out, "output"));
   RETURN_IF_ERROR(expectDtype(name, "cos", cos, x.dtype));
   RETURN_IF_ERROR(expectDtype(name, "sin", sin, x.dtype));
   RETURN_IF_ERROR(expectShape(name, "sin", sin, cos.shape));

@@ -21,31 +21,16 @@ using detail::Dims;
 
 constexpr int kThreads = 256;
 
-#define GRID_STRIDE(i, n)                                                                          \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);                        \
-       i += int64_t(gridDim.x) * blockDim.x)
-
-/// sum(index_d * stride_d) for the row-major index of flat element i over dims.size.
-__device__ __forceinline__ int64_t offsetOf(const Dims &dims, int64_t i) {
-  int64_t at = 0;
-  for (int d = dims.rank - 1; d >= 0; --d) {
-    int64_t size = dims.size[d];
-    at += (i % size) * dims.stride[d];
-    i /= size;
-  }
-  return at;
-}
-
 /// dst[i] = src[base + offsetOf(i)] (dst row-major over dims.size): transpose, slice, broadcast.
 template <typename T>
 __global__ void gatherStridedKernel(const T *src, int64_t base, Dims dims, T *dst, int64_t n) {
-  GRID_STRIDE(i, n) { dst[i] = src[base + offsetOf(dims, i)]; }
+  GRID_STRIDE(i, n) { dst[i] = src[base + detail::offsetOf(dims, i)]; }
 }
 
 /// dst[base + offsetOf(i)] = src[i] (src row-major over dims.size): pad.
 template <typename T>
 __global__ void scatterStridedKernel(const T *src, T *dst, int64_t base, Dims dims, int64_t n) {
-  GRID_STRIDE(i, n) { dst[base + offsetOf(dims, i)] = src[i]; }
+  GRID_STRIDE(i, n) { dst[base + detail::offsetOf(dims, i)] = src[i]; }
 }
 
 Status rankLimit(const char *op, size_t rank) {

@@ -5,6 +5,7 @@
 #include "runtime/cpu/ElementwiseFormulas.h"
 #include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cuda/kernels/BySize.cuh"
 #include "runtime/cuda/kernels/KernelCommon.cuh"
 
 #include <cmath>
@@ -20,25 +21,11 @@ using namespace cpu::detail;
 using detail::Compute;
 using detail::load;
 using detail::store;
+using detail::visitNumeric;
 
 constexpr int kThreads = 256;
 
 // ---- Dispatch ---------------------------------------------------------------------------
-
-/// f64 f32 bf16 f16 i64 i32 (the CPU's numeric dtypes plus the half types).
-template <typename F> bool visitNumeric(DType dtype, F &&f) {
-  if (detail::visitFloat(dtype, f))
-    return true;
-  if (dtype == DType::i64) {
-    f(int64_t{});
-    return true;
-  }
-  if (dtype == DType::i32) {
-    f(int32_t{});
-    return true;
-  }
-  return false;
-}
 
 Status unsupportedNumeric(const char *op, DType dtype) {
   return fail(op, std::string("dtype ") + dtypeName(dtype) +
@@ -69,10 +56,6 @@ template <typename T> __device__ __forceinline__ void put(T *p, int64_t i, Value
 }
 
 using elementwise::wrapNeg;
-
-#define GRID_STRIDE(i, n)                                                                         \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);                       \
-       i += int64_t(gridDim.x) * blockDim.x)
 
 // ---- Unary ----------------------------------------------------------------------------------
 
@@ -538,20 +521,7 @@ Status where(const Context &ctx, const TensorRef &cond, const TensorRef &a, cons
     whereKernel<T><<<detail::blocksFor(n, kThreads), kThreads, 0, ctx.stream>>>(
         cond.as<const uint8_t>(), a.as<const T>(), b.as<const T>(), out.as<T>(), n);
   };
-  switch (dtypeSize(a.dtype)) {
-  case 1:
-    launch(uint8_t{});
-    break;
-  case 2:
-    launch(uint16_t{});
-    break;
-  case 4:
-    launch(uint32_t{});
-    break;
-  default:
-    launch(uint64_t{});
-    break;
-  }
+  bySize(a.dtype, launch);
   return launchStatus(name);
 }
 
@@ -579,39 +549,26 @@ Status cast(const Context &ctx, const TensorRef &x, const TensorRef &out) {
 }
 
 Status gelu(const Context &ctx, const TensorRef &x, bool tanh, const TensorRef &out) {
-  RETURN_IF_ERROR(expectDtype("Gelu", "output", out, x.dtype));
-  RETURN_IF_ERROR(expectShape("Gelu", "output", out, x.shape));
-  if (!detail::isFloat(x.dtype))
-    return detail::unsupportedDtype("Gelu", x.dtype);
+  RETURN_IF_ERROR(expectLike("Gelu", x, out, "output"));
   int64_t n = x.numElements();
-  if (n == 0)
-    return Status::ok();
-  detail::visitFloat(x.dtype, [&](auto tag) {
+  return detail::launchFloat("Gelu", x.dtype, n, [&](auto tag) {
     using T = decltype(tag);
     geluKernel<T><<<detail::blocksFor(n, kThreads), kThreads, 0, ctx.stream>>>(
         x.as<const T>(), out.as<T>(), n, tanh);
   });
-  return launchStatus("Gelu");
 }
 
 Status geluGrad(const Context &ctx, const TensorRef &dy, const TensorRef &x, bool tanh,
                 const TensorRef &dx) {
   const char *name = "GeluGrad";
-  RETURN_IF_ERROR(expectDtype(name, "dy", dy, x.dtype));
-  RETURN_IF_ERROR(expectShape(name, "dy", dy, x.shape));
-  RETURN_IF_ERROR(expectDtype(name, "dx", dx, x.dtype));
-  RETURN_IF_ERROR(expectShape(name, "dx", dx, x.shape));
-  if (!detail::isFloat(x.dtype))
-    return detail::unsupportedDtype(name, x.dtype);
+  RETURN_IF_ERROR(expectLike(name, x, dy, "dy"));
+  RETURN_IF_ERROR(expectLike(name, x, dx, "dx"));
   int64_t n = x.numElements();
-  if (n == 0)
-    return Status::ok();
-  detail::visitFloat(x.dtype, [&](auto tag) {
+  return detail::launchFloat(name, x.dtype, n, [&](auto tag) {
     using T = decltype(tag);
     geluGradKernel<T><<<detail::blocksFor(n, kThreads), kThreads, 0, ctx.stream>>>(
         dy.as<const T>(), x.as<const T>(), dx.as<T>(), n, tanh);
   });
-  return launchStatus(name);
 }
 
 Status dropout(const Context &ctx, const TensorRef &x, const TensorRef &seed, double ratio,

@@ -14,12 +14,9 @@ namespace megac::runtime::cuda {
 namespace {
 
 using detail::Dims;
+using detail::visitNumeric;
 
 constexpr int kThreads = 256;
-
-#define GRID_STRIDE(i, n)                                                                          \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);                        \
-       i += int64_t(gridDim.x) * blockDim.x)
 
 /// Sums in the storage type's compute type; integers in their own type, wrapping.
 template <typename T> struct Acc {
@@ -40,19 +37,6 @@ template <typename I> struct IntAcc {
 template <> struct Acc<int64_t> : IntAcc<int64_t> {};
 template <> struct Acc<int32_t> : IntAcc<int32_t> {};
 
-/// f(T{}) for the storage type of f64 f32 bf16 f16 i64 i32; false for i1.
-template <typename F> bool visitNumeric(DType dtype, F &&f) {
-  if (detail::visitFloat(dtype, f))
-    return true;
-  if (dtype == DType::i64)
-    f(int64_t{});
-  else if (dtype == DType::i32)
-    f(int32_t{});
-  else
-    return false;
-  return true;
-}
-
 template <typename F> void byIndex(const TensorRef &indices, F &&f) {
   if (indices.dtype == DType::i64)
     f(indices.as<const int64_t>());
@@ -65,6 +49,17 @@ Status launchStatusOf(const char *op) {
   if (error != cudaSuccess)
     return Status::error(std::string(op) + ": kernel launch failed: " + cudaGetErrorString(error));
   return Status::ok();
+}
+
+/// A scatter's launch(T{}): by bits when it stores, in the arithmetic type of a numeric dtype
+/// when it accumulates (no sum for i1); then the launch's status.
+template <typename F>
+Status launchScatter(const char *op, DType dtype, bool accumulate, F &&launch) {
+  if (!accumulate)
+    bySize(dtype, launch);
+  else if (!visitNumeric(dtype, launch))
+    return Status::error(std::string(op) + ": dtype " + dtypeName(dtype) + " cannot accumulate");
+  return launchStatusOf(op);
 }
 
 /// Dims of an index tensor with the data's strides (for GatherElements / ScatterElements).
@@ -274,12 +269,7 @@ Status scatterElements(const Context &ctx, const TensorRef &data, const TensorRe
           accumulate, out.as<T>(), ctx.errors);
     });
   };
-  if (!accumulate)
-    bySize(data.dtype, launch);
-  else if (!visitNumeric(data.dtype, launch))
-    return Status::error(std::string(op) + ": dtype " + dtypeName(data.dtype) +
-                         " cannot accumulate");
-  return launchStatusOf(op);
+  return launchScatter(op, data.dtype, accumulate, launch);
 }
 
 Status scatterNd(const Context &ctx, const TensorRef &data, const TensorRef &indices,
@@ -303,12 +293,7 @@ Status scatterNd(const Context &ctx, const TensorRef &data, const TensorRef &ind
           ctx.errors);
     });
   };
-  if (!accumulate)
-    bySize(data.dtype, launch);
-  else if (!visitNumeric(data.dtype, launch))
-    return Status::error(std::string(op) + ": dtype " + dtypeName(data.dtype) +
-                         " cannot accumulate");
-  return launchStatusOf(op);
+  return launchScatter(op, data.dtype, accumulate, launch);
 }
 
 } // namespace megac::runtime::cuda

@@ -12,6 +12,12 @@
 #include <cstdint>
 #include <string>
 
+/// A grid-stride loop: `i` runs over [0, n), each thread from its global index in steps of the
+/// grid's thread count (so any grid size covers n).
+#define GRID_STRIDE(i, n)                                                                          \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);                        \
+       i += int64_t(gridDim.x) * blockDim.x)
+
 namespace megac::runtime::cuda::detail {
 
 /// The compute type of a storage type: double for double, float for everything else.
@@ -61,6 +67,19 @@ template <typename F> bool visitFloat(DType dtype, F &&f) {
   }
 }
 
+/// Calls f(T{}) with T the storage type of a numeric dtype (the floats, i64, i32); false for i1.
+template <typename F> bool visitNumeric(DType dtype, F &&f) {
+  if (visitFloat(dtype, f))
+    return true;
+  if (dtype == DType::i64)
+    f(int64_t{});
+  else if (dtype == DType::i32)
+    f(int32_t{});
+  else
+    return false;
+  return true;
+}
+
 inline bool isFloat(DType d) {
   return d == DType::f64 || d == DType::f32 || d == DType::bf16 || d == DType::f16;
 }
@@ -69,6 +88,18 @@ inline bool isFloat(DType d) {
 inline Status unsupportedDtype(const char *op, DType dtype) {
   return Status::error(std::string(op) + ": dtype " + dtypeName(dtype) +
                        " is not supported (f64, f32, bf16, f16)");
+}
+
+/// One kernel over the n elements of a float tensor: another dtype is unsupportedDtype(op, ..),
+/// no elements launch nothing, else launch(T{}) launches it with T the storage type and the
+/// launch's status is returned.
+template <typename F> Status launchFloat(const char *op, DType dtype, int64_t n, F &&launch) {
+  if (!isFloat(dtype))
+    return unsupportedDtype(op, dtype);
+  if (n == 0)
+    return Status::ok();
+  visitFloat(dtype, launch);
+  return launchStatus(op);
 }
 
 inline int64_t elementsOf(std::span<const int64_t> shape) {
@@ -85,6 +116,17 @@ struct Dims {
   int64_t size[kMaxRank] = {};
   int64_t stride[kMaxRank] = {};
 };
+
+/// sum(index_d * stride_d) for the row-major index of flat element i over dims.size.
+__device__ __forceinline__ int64_t offsetOf(const Dims &dims, int64_t i) {
+  int64_t at = 0;
+  for (int d = dims.rank - 1; d >= 0; --d) {
+    int64_t size = dims.size[d];
+    at += (i % size) * dims.stride[d];
+    i /= size;
+  }
+  return at;
+}
 
 /// Records `error` in *errors unless an earlier error is there.
 __device__ __forceinline__ void raise(int *errors, DeviceError error) {

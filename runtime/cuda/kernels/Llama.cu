@@ -17,10 +17,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-#define GRID_STRIDE(i, n)                                                                         \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);                       \
-       i += int64_t(gridDim.x) * blockDim.x)
-
 __device__ __forceinline__ float expOf(float v) { return expf(v); }
 __device__ __forceinline__ double expOf(double v) { return exp(v); }
 
@@ -54,19 +50,13 @@ __global__ void ropeKernel(const T *x, const T *cos, const T *sin, T *y, int64_t
 } // namespace
 
 Status silu(const Context &ctx, const TensorRef &x, const TensorRef &out) {
-  RETURN_IF_ERROR(expectDtype("Silu", "output", out, x.dtype));
-  RETURN_IF_ERROR(expectShape("Silu", "output", out, x.shape));
-  if (!isFloat(x.dtype))
-    return unsupportedDtype("Silu", x.dtype);
+  RETURN_IF_ERROR(expectLike("Silu", x, out, "output"));
   int64_t n = x.numElements();
-  if (n == 0)
-    return Status::ok();
-  visitFloat(x.dtype, [&](auto tag) {
+  return launchFloat("Silu", x.dtype, n, [&](auto tag) {
     using T = decltype(tag);
     siluKernel<T><<<blocksFor(n, kThreads), kThreads, 0, ctx.stream>>>(x.as<const T>(),
                                                                         out.as<T>(), n);
   });
-  return launchStatus("Silu");
 }
 
 Status rope(const Context &ctx, const TensorRef &x, const TensorRef &cos, const TensorRef &sin,

@@ -39,10 +39,6 @@ using detail::store;
 
 constexpr int kThreads = 256;
 
-#define GRID_STRIDE(i, n)                                                                          \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n);                        \
-       i += int64_t(gridDim.x) * blockDim.x)
-
 bool isHalf(DType d) { return d == DType::bf16 || d == DType::f16; }
 
 /// checkMoe for every float dtype: operands all of one half type are checked as f32 (the shape

@@ -122,21 +122,10 @@ __global__ void sumPartials(const double *partial, T *out, int64_t chunks, int64
   }
 }
 
+/// cpu's checks, then the CUDA kernels' float dtypes.
 Status checkNorm(const char *name, const TensorRef &x, const TensorRef &weight,
                  const TensorRef *bias, double epsilon, const TensorRef &out) {
-  RETURN_IF_ERROR(expectDtype(name, "weight", weight, x.dtype));
-  RETURN_IF_ERROR(expectDtype(name, "output", out, x.dtype));
-  RETURN_IF_ERROR(expectShape(name, "output", out, x.shape));
-  if (x.shape.empty())
-    return fail(name, "the input needs a dim to normalize, not shape []");
-  std::vector<int64_t> last{x.shape.back()};
-  RETURN_IF_ERROR(expectShape(name, "weight", weight, last));
-  if (bias) {
-    RETURN_IF_ERROR(expectDtype(name, "bias", *bias, x.dtype));
-    RETURN_IF_ERROR(expectShape(name, "bias", *bias, last));
-  }
-  if (!(epsilon >= 0.0) || std::isinf(epsilon))
-    return fail(name, "epsilon " + std::to_string(epsilon) + " must be finite and >= 0");
+  RETURN_IF_ERROR(cpu::detail::checkNorm(name, x, weight, bias, epsilon, out));
   if (!isFloat(x.dtype))
     return unsupportedDtype(name, x.dtype);
   return Status::ok();

@@ -214,18 +214,13 @@ Status adamw(const Context &ctx, const TensorRef &p, const TensorRef &g, const T
   }
   AdamWScalars s;
   RETURN_IF_ERROR(checkAdamWScalars(name, lr, step, config, s));
-  if (!detail::isFloat(p.dtype))
-    return detail::unsupportedDtype(name, p.dtype);
   int64_t n = p.numElements();
-  if (n == 0)
-    return Status::ok();
-  detail::visitFloat(p.dtype, [&](auto tag) {
+  return detail::launchFloat(name, p.dtype, n, [&](auto tag) {
     using T = decltype(tag);
     adamwKernel<T><<<detail::blocksFor(n, kThreads), kThreads, 0, ctx.stream>>>(
         p.as<const T>(), g.as<const T>(), m.as<const T>(), v.as<const T>(), pOut.as<T>(),
         mOut.as<T>(), vOut.as<T>(), n, s);
   });
-  return launchStatus(name);
 }
 
 Status adamwMulti(const Context &ctx, std::span<const AdamWTensors> tensors, const TensorRef &lr,
@@ -321,17 +316,12 @@ Status clipByNorm(const Context &ctx, const TensorRef &x, const TensorRef &norm,
                   const TensorRef &out) {
   const char *name = "ClipByNorm";
   RETURN_IF_ERROR(cpu::detail::checkClipByNorm(x, norm, maxNorm, out));
-  if (!detail::isFloat(x.dtype))
-    return detail::unsupportedDtype(name, x.dtype);
   int64_t n = x.numElements();
-  if (n == 0)
-    return Status::ok();
-  detail::visitFloat(x.dtype, [&](auto tag) {
+  return detail::launchFloat(name, x.dtype, n, [&](auto tag) {
     using T = decltype(tag);
     clipKernel<T><<<detail::blocksFor(n, kThreads), kThreads, 0, ctx.stream>>>(
         x.as<const T>(), norm.as<const T>(), maxNorm, out.as<T>(), n);
   });
-  return launchStatus(name);
 }
 
 } // namespace megac::runtime::cuda

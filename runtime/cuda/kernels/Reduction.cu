@@ -30,17 +30,6 @@ template <typename T> __device__ __forceinline__ auto loadValue(const T *p, int6
     return static_cast<double>(load(p, i));
 }
 
-/// Offset in x of linear index `i` over the sub-box `dims` (row-major sizes, x's strides).
-__device__ __forceinline__ int64_t boxOffset(const Dims &dims, int64_t i) {
-  int64_t off = 0;
-  for (int d = dims.rank - 1; d >= 0; --d) {
-    int64_t sz = dims.size[d];
-    off += (i % sz) * dims.stride[d];
-    i /= sz;
-  }
-  return off;
-}
-
 /// out[o] = reduction over the `count` elements of the box `red` at the kept index o. With
 /// kBlock one block per output (threads stride over the box, then a block tree), else one
 /// thread per output.
@@ -54,11 +43,11 @@ __global__ void reduceKernel(const T *x, T *y, Dims kept, Dims red, int64_t outp
   int64_t step = kBlock ? gridDim.x : int64_t(gridDim.x) * blockDim.x;
   int64_t r0 = kBlock ? threadIdx.x : 0, rs = kBlock ? blockDim.x : 1;
   for (int64_t o = first; o < outputs; o += step) {
-    int64_t base = boxOffset(kept, o);
+    int64_t base = offsetOf(kept, o);
     if (kind == int(ReduceKind::sum) || kind == int(ReduceKind::mean)) {
       S acc = 0;
       for (int64_t r = r0; r < count; r += rs)
-        acc += static_cast<S>(loadValue(x, base + boxOffset(red, r)));
+        acc += static_cast<S>(loadValue(x, base + offsetOf(red, r)));
       if (kBlock)
         acc = blockSum(acc);
       if (!kBlock || threadIdx.x == 0) {
@@ -74,7 +63,7 @@ __global__ void reduceKernel(const T *x, T *y, Dims kept, Dims red, int64_t outp
       bool isMax = kind == int(ReduceKind::max);
       V best = loadValue(x, base); // count >= 1 (checked on the host)
       for (int64_t r = r0; r < count; r += rs) {
-        V v = loadValue(x, base + boxOffset(red, r));
+        V v = loadValue(x, base + offsetOf(red, r));
         best = isMax ? maxNaN(best, v) : minNaN(best, v);
       }
       if (kBlock)
@@ -87,19 +76,6 @@ __global__ void reduceKernel(const T *x, T *y, Dims kept, Dims red, int64_t outp
       }
     }
   }
-}
-
-/// Calls f(T{}) for the float types and i64/i32.
-template <typename F> bool visitNumeric(DType dtype, F &&f) {
-  if (dtype == DType::i64) {
-    f(int64_t{});
-    return true;
-  }
-  if (dtype == DType::i32) {
-    f(int32_t{});
-    return true;
-  }
-  return visitFloat(dtype, f);
 }
 
 // ---- Softmax ---------------------------------------------------------------------------------
