@@ -7,7 +7,6 @@
 #include "runtime/cpu/ShapeChecks.h"
 
 #include <cmath>
-#include <limits>
 #include <numbers>
 
 namespace megac::runtime::cpu {
@@ -316,10 +315,7 @@ Status crossEntropyGrad(const TensorRef &dloss, const TensorRef &logits, const T
           continue;
         }
         const T *row = logits.as<const T>() + r * vocab;
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j < vocab; ++j)
-          if (row[j] > m || row[j] != row[j])
-            m = row[j];
+        double m = rowMax(row, vocab);
         double sum = 0.0;
         for (int64_t j = 0; j < vocab; ++j) {
           e[j] = std::exp(static_cast<double>(row[j]) - m);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -107,6 +108,18 @@ template <typename F> Status dispatchNumeric(const char *op, DType dtype, F &&f)
 /// Reads an integer index tensor (i64 or i32) element.
 inline int64_t loadIndex(const TensorRef &t, int64_t i) {
   return t.dtype == DType::i64 ? t.as<const int64_t>()[i] : t.as<const int32_t>()[i];
+}
+
+/// The largest of the n values row[0], row[stride], ... in double, a NaN winning: the shift of a
+/// softmax or cross-entropy row (-inf for n == 0).
+template <typename T> double rowMax(const T *row, int64_t n, int64_t stride = 1) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < n; ++j) {
+    double v = static_cast<double>(row[j * stride]);
+    if (v > m || v != v)
+      m = v;
+  }
+  return m;
 }
 
 inline Status expectIndexDtype(const char *op, const char *what, const TensorRef &t) {

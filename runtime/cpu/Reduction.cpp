@@ -4,7 +4,6 @@
 #include "runtime/cpu/ShapeChecks.h"
 
 #include <cmath>
-#include <limits>
 #include <type_traits>
 
 namespace megac::runtime::cpu {
@@ -127,12 +126,7 @@ Status softmax(const TensorRef &x, int64_t axis, const TensorRef &out) {
         int64_t o = row / inner, i = row % inner;
         const T *in = x.as<const T>() + o * n * inner + i;
         T *y = out.as<T>() + o * n * inner + i;
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j < n; ++j) {
-          double v = in[j * inner];
-          if (v > m || v != v)
-            m = v;
-        }
+        double m = rowMax(in, n, inner);
         double sum = 0.0;
         for (int64_t j = 0; j < n; ++j)
           sum += std::exp(static_cast<double>(in[j * inner]) - m);
@@ -173,10 +167,7 @@ Status crossEntropy(const TensorRef &logits, const TensorRef &labels,
           continue;
         }
         const T *row = logits.as<const T>() + r * vocab;
-        double m = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j < vocab; ++j)
-          if (row[j] > m || row[j] != row[j])
-            m = row[j];
+        double m = rowMax(row, vocab);
         double sum = 0.0;
         for (int64_t j = 0; j < vocab; ++j)
           sum += std::exp(static_cast<double>(row[j]) - m);
