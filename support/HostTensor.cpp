@@ -8,22 +8,7 @@
 
 namespace megac {
 
-size_t dtypeSize(DType dtype) {
-  switch (dtype) {
-  case DType::f64:
-  case DType::i64:
-    return 8;
-  case DType::f32:
-  case DType::i32:
-    return 4;
-  case DType::bf16:
-  case DType::f16:
-    return 2;
-  case DType::i1:
-    return 1;
-  }
-  return 0;
-}
+size_t dtypeSize(DType dtype) { return dtypeSizeOr(dtype, 0); }
 
 const char *dtypeName(DType dtype) { return dtypeNameOr(dtype, "<invalid dtype>"); }
 

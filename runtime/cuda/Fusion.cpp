@@ -14,6 +14,7 @@
 
 #include "runtime/plan/Opcodes.h"
 #include "runtime/plan/plan_generated.h"
+#include "support/DTypeName.h"
 
 #include <array>
 #include <cctype>
@@ -39,22 +40,6 @@ bool isFloat(DType d) {
 }
 bool isHalf(DType d) { return d == DType::bf16 || d == DType::f16; }
 
-uint64_t elementSize(DType d) {
-  switch (d) {
-  case DType::f64:
-  case DType::i64:
-    return 8;
-  case DType::f32:
-  case DType::i32:
-    return 4;
-  case DType::bf16:
-  case DType::f16:
-    return 2;
-  default:
-    return 1;
-  }
-}
-
 /// A buffer's bytes as one thread sees them: element i of two buffers with the same location is
 /// the same memory, so a value written to one can be read back from the other in registers.
 struct Location {
@@ -74,7 +59,7 @@ std::optional<int64_t> elementsOf(const fb::Buffer &b) {
   if (b.shape())
     for (int64_t d : *b.shape())
       n *= d;
-  if (n <= 0 || b.bytes() != static_cast<uint64_t>(n) * elementSize(b.dtype()))
+  if (n <= 0 || b.bytes() != static_cast<uint64_t>(n) * dtypeSizeOr(b.dtype(), 1))
     return std::nullopt;
   return n;
 }
