@@ -99,6 +99,44 @@ Scanned scan(std::string_view text, size_t pos) {
   return s;
 }
 
+bool isNewline(uint32_t cp) { return cp == '\r' || cp == '\n'; }
+
+/// The end of the run of `cls` code points starting at pos.
+size_t runEnd(std::string_view text, size_t pos, CharClass cls) {
+  while (pos < text.size()) {
+    Scanned s = scan(text, pos);
+    if (s.cls != cls)
+      break;
+    pos += s.length;
+  }
+  return pos;
+}
+
+/// A whitespace run from pos: where it ends, where its last code point starts, and where its
+/// last newline ends (0 when it has none).
+struct SpaceRun {
+  size_t end, last, afterNewline;
+};
+SpaceRun spaceRun(std::string_view text, size_t pos) {
+  SpaceRun r{pos, pos, 0};
+  while (r.end < text.size()) {
+    Scanned s = scan(text, r.end);
+    if (s.cls != CharClass::space)
+      break;
+    r.last = r.end;
+    r.end += s.length;
+    if (isNewline(s.cp))
+      r.afterNewline = r.end;
+  }
+  return r;
+}
+
+/// `\s+(?!\S)|\s+` on the run from pos: when a non-space follows, its last code point is left for
+/// the next piece (a space there joins the word), unless it is the run's only one.
+size_t spacePieceEnd(std::string_view text, size_t pos, const SpaceRun &r) {
+  return r.end < text.size() && r.last > pos ? r.last : r.end;
+}
+
 /// The length of a contraction ('s 't 're 've 'm 'll 'd) at pos, or 0.
 size_t contraction(std::string_view text, size_t pos) {
   if (text[pos] != '\'' || pos + 1 >= text.size())
@@ -135,30 +173,9 @@ void splitGpt2Pattern(std::string_view text, std::vector<std::string_view> &piec
         runClass = second.cls;
       }
     }
-    if (runClass != CharClass::space) {
-      size_t end = runStart;
-      while (end < n) {
-        Scanned s = scan(text, end);
-        if (s.cls != runClass)
-          break;
-        end += s.length;
-      }
-      pieces.push_back(text.substr(pos, end - pos));
-      pos = end;
-      continue;
-    }
-    // `\s+(?!\S)|\s+`: a whitespace run; when a non-space follows, its last code point is left
-    // for the next piece (a space there joins the word), unless it is the run's only one.
-    size_t end = pos, last = pos;
-    while (end < n) {
-      Scanned s = scan(text, end);
-      if (s.cls != CharClass::space)
-        break;
-      last = end;
-      end += s.length;
-    }
-    if (end < n && last > pos)
-      end = last;
+    // Else `\s+(?!\S)|\s+`: a whitespace run.
+    size_t end = runClass != CharClass::space ? runEnd(text, runStart, runClass)
+                                              : spacePieceEnd(text, pos, spaceRun(text, pos));
     pieces.push_back(text.substr(pos, end - pos));
     pos = end;
   }
@@ -189,19 +206,6 @@ size_t contractionAnyCase(std::string_view text, size_t pos) {
   if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
     return 3;
   return 0;
-}
-
-bool isNewline(uint32_t cp) { return cp == '\r' || cp == '\n'; }
-
-/// The end of the run of `cls` code points starting at pos.
-size_t runEnd(std::string_view text, size_t pos, CharClass cls) {
-  while (pos < text.size()) {
-    Scanned s = scan(text, pos);
-    if (s.cls != cls)
-      break;
-    pos += s.length;
-  }
-  return pos;
 }
 
 } // namespace
@@ -255,21 +259,8 @@ void splitLlama3Pattern(std::string_view text, std::vector<std::string_view> &pi
     }
     // Whitespace. `\s*[\r\n]+`: through the run's last newline, if it has one; else
     // `\s+(?!\S)|\s+` as in GPT-2's pattern.
-    size_t end = pos, last = pos, afterNewline = 0;
-    while (end < n) {
-      Scanned s = scan(text, end);
-      if (s.cls != CharClass::space)
-        break;
-      last = end;
-      end += s.length;
-      if (isNewline(s.cp))
-        afterNewline = end;
-    }
-    if (afterNewline)
-      end = afterNewline;
-    else if (end < n && last > pos)
-      end = last;
-    emit(end);
+    SpaceRun run = spaceRun(text, pos);
+    emit(run.afterNewline ? run.afterNewline : spacePieceEnd(text, pos, run));
   }
 }
 
