@@ -27,6 +27,34 @@ def timed(argv):
     return seconds, result.stdout
 
 
+def forward_vs_torch(megac, workdir, name, model, ids, export_kwargs, import_flags=()):
+    """Exports `model` (input_ids -> logits) at `ids` to WORKDIR/NAME.onnx, runs PyTorch's forward
+    and megac's import, compile and run of the export on the same ids. Returns the ONNX path, the
+    seconds of each phase (export, torch, import, compile, run), `megac run`'s output and the max
+    |megac - torch| over the logits."""
+    onnx_path = os.path.join(workdir, f"{name}.onnx")
+    start = time.perf_counter()
+    torch.onnx.export(model, (ids,), onnx_path, input_names=["input_ids"],
+                      output_names=["logits"], **export_kwargs)
+    seconds = {"export": time.perf_counter() - start}
+    with torch.no_grad():
+        start = time.perf_counter()
+        want = model(ids).numpy()
+        seconds["torch"] = time.perf_counter() - start
+    ids_path = os.path.join(workdir, "input_ids.npy")
+    np.save(ids_path, ids.numpy())
+    mlir = os.path.join(workdir, f"{name}.mlir")
+    plan = os.path.join(workdir, f"{name}.mplan")
+    out = os.path.join(workdir, "out")
+    seconds["import"], _ = timed([megac, "import", onnx_path, *import_flags, "--compile-to=input",
+                                  "-o", mlir])
+    seconds["compile"], _ = timed([megac, "compile", mlir, "-o", plan])
+    seconds["run"], run_out = timed([megac, "run", plan, "--input", f"input_ids={ids_path}",
+                                     "--output-dir", out])
+    got = np.load(os.path.join(out, "logits.npy"))
+    return onnx_path, seconds, run_out, float(np.max(np.abs(got - want)))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--megac", required=True)
@@ -38,32 +66,14 @@ def main():
     model = GptModel(layers=12, hidden=768, heads=12, seq=args.seq, vocab=50257).eval()
     params = sum(p.numel() for p in model.parameters())
     ids = torch.randint(0, 50257, (1, args.seq), dtype=torch.long)
-    onnx_path = os.path.join(args.workdir, "gpt2-124m.onnx")
-    start = time.perf_counter()
-    torch.onnx.export(model, (ids,), onnx_path, input_names=["input_ids"],
-                      output_names=["logits"], opset_version=14)
-    export_s = time.perf_counter() - start
-    with torch.no_grad():
-        start = time.perf_counter()
-        want = model(ids).numpy()
-        torch_s = time.perf_counter() - start
-    ids_path = os.path.join(args.workdir, "input_ids.npy")
-    np.save(ids_path, ids.numpy())
-
-    mlir = os.path.join(args.workdir, "gpt2-124m.mlir")
-    plan = os.path.join(args.workdir, "gpt2-124m.mplan")
-    out = os.path.join(args.workdir, "out")
-    import_s, _ = timed([args.megac, "import", onnx_path, "--compile-to=input", "-o", mlir])
-    compile_s, _ = timed([args.megac, "compile", mlir, "-o", plan])
-    run_s, run_out = timed([args.megac, "run", plan, "--input", f"input_ids={ids_path}",
-                            "--output-dir", out])
-    got = np.load(os.path.join(out, "logits.npy"))
-    err = float(np.max(np.abs(got - want)))
+    _, s, run_out, err = forward_vs_torch(args.megac, args.workdir, "gpt2-124m", model, ids,
+                                          {"opset_version": 14})
     print(f"model            GPT-2 124M shape: {params:,} parameters, batch 1 x {args.seq} tokens")
-    print(f"torch export     {export_s:8.2f} s   (PyTorch forward {torch_s:.3f} s)")
-    print(f"megac import     {import_s:8.2f} s   (ONNX -> raised mega IR + safetensors)")
-    print(f"megac compile    {compile_s:8.2f} s   (IR -> plan)")
-    print(f"megac run        {run_s:8.2f} s   (load plan + weights, one forward pass, write .npy)")
+    print(f"torch export     {s['export']:8.2f} s   (PyTorch forward {s['torch']:.3f} s)")
+    print(f"megac import     {s['import']:8.2f} s   (ONNX -> raised mega IR + safetensors)")
+    print(f"megac compile    {s['compile']:8.2f} s   (IR -> plan)")
+    print(f"megac run        {s['run']:8.2f} s   "
+          "(load plan + weights, one forward pass, write .npy)")
     for line in run_out.strip().splitlines():
         print(f"  | {line}")
     print(f"max |megac - torch| = {err:.3g}")

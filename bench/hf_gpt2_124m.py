@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
 from hf_models_test import ensure_venv  # noqa: E402
 
 sys.path.insert(0, HERE)
-from gpt2_124m import timed  # noqa: E402  (the same subprocess timing as the GptModel bench)
+from gpt2_124m import forward_vs_torch, timed  # noqa: E402  (as the GptModel bench does them)
 
 
 def main():
@@ -62,31 +62,12 @@ def main():
     params = sum(p.numel() for p in model.parameters())
     vocab = hf.config.vocab_size
     ids = torch.randint(0, vocab, (1, args.seq), dtype=torch.long)
-    onnx_path = os.path.join(args.workdir, "hf-gpt2-124m.onnx")
-    start = time.perf_counter()
-    torch.onnx.export(model, (ids,), onnx_path, input_names=["input_ids"],
-                      output_names=["logits"], opset_version=17, do_constant_folding=False,
-                      training=torch.onnx.TrainingMode.TRAINING,
-                      dynamic_axes={"input_ids": {0: "batch"}})
-    export_s = time.perf_counter() - start
-    with torch.no_grad():
-        start = time.perf_counter()
-        want = model(ids).numpy()
-        torch_forward_s = time.perf_counter() - start
-
-    # Forward: import, compile, run.
-    ids_path = os.path.join(args.workdir, "input_ids.npy")
-    np.save(ids_path, ids.numpy())
-    mlir = os.path.join(args.workdir, "hf-gpt2-124m.mlir")
-    plan = os.path.join(args.workdir, "hf-gpt2-124m.mplan")
-    out = os.path.join(args.workdir, "out")
-    import_s, _ = timed([args.megac, "import", onnx_path, "--input-shape",
-                         f"input_ids=1x{args.seq}", "--compile-to=input", "-o", mlir])
-    compile_s, _ = timed([args.megac, "compile", mlir, "-o", plan])
-    run_s, run_out = timed([args.megac, "run", plan, "--input", f"input_ids={ids_path}",
-                            "--output-dir", out])
-    got = np.load(os.path.join(out, "logits.npy"))
-    err = float(np.max(np.abs(got - want)))
+    # Forward: export, then import, compile, run.
+    onnx_path, s, _, err = forward_vs_torch(
+        args.megac, args.workdir, "hf-gpt2-124m", model, ids,
+        {"opset_version": 17, "do_constant_folding": False,
+         "training": torch.onnx.TrainingMode.TRAINING, "dynamic_axes": {"input_ids": {0: "batch"}}},
+        import_flags=["--input-shape", f"input_ids=1x{args.seq}"])
 
     # Training: the same rows for both; megac first (PyTorch then moves the weights).
     rng = np.random.default_rng(0)
@@ -128,11 +109,11 @@ def main():
     m_ms, t_ms = 1e3 * np.mean(megac_step), 1e3 * np.mean(torch_step)
     print(f"model            HF GPT2LMHeadModel, 124M shape: {params:,} parameters, "
           f"{args.threads} threads")
-    print(f"torch export     {export_s:8.2f} s   (PyTorch forward 1 x {args.seq}: "
-          f"{torch_forward_s:.3f} s)")
-    print(f"megac import     {import_s:8.2f} s   (ONNX -> raised mega IR + safetensors)")
-    print(f"megac compile    {compile_s:8.2f} s   (IR -> forward plan)")
-    print(f"megac run        {run_s:8.2f} s   (load plan + weights, one forward pass)")
+    print(f"torch export     {s['export']:8.2f} s   (PyTorch forward 1 x {args.seq}: "
+          f"{s['torch']:.3f} s)")
+    print(f"megac import     {s['import']:8.2f} s   (ONNX -> raised mega IR + safetensors)")
+    print(f"megac compile    {s['compile']:8.2f} s   (IR -> forward plan)")
+    print(f"megac run        {s['run']:8.2f} s   (load plan + weights, one forward pass)")
     print(f"max |megac - torch| logits = {err:.3g}")
     print(f"train {args.steps} steps of {args.batch} x {args.seq}: megac {m_ms:.0f} ms/step "
           f"({tokens / m_ms * 1e3:.0f} tokens/s, whole command {train_s:.1f} s incl. import "
