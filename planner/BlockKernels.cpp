@@ -184,7 +184,7 @@ struct MoeKernels {
     linearBackward(ffn, h);
     double mlpAct = routedRows * double(ffn) * double(e);
     if (s.gatedMlp) {
-      if (stack.elementwiseFusion || stack.name != "megac")
+      if (stack.elementwiseFusion || stack.fusedBiasActivation)
         b.mem(KernelClass::elementwise, 5 * mlpAct);
       else
         b.mem(KernelClass::elementwise, 3 * mlpAct, 7);
@@ -232,7 +232,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   // q, k and v as the stack runs them: megac's zoo and HF exports have three linears, Megatron
   // one fused column-parallel QKV GEMM.
   std::vector<Linear> qkv;
-  if (stack.name == "megac")
+  if (stack.separateProjections)
     qkv = {{h, heads * dh, bias}, {h, kvHeads * dh, bias}, {h, kvHeads * dh, bias}};
   else
     qkv = {{h, (heads + 2 * kvHeads) * dh, bias}};
@@ -240,7 +240,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   // A gated MLP's gate and up projections: two linears in megac's graphs, one fused GEMM in
   // Megatron's.
   std::vector<Linear> fc1;
-  if (s.gatedMlp && stack.name == "megac")
+  if (s.gatedMlp && stack.separateProjections)
     fc1 = {{h, ffn, bias}, {h, ffn, bias}};
   else
     fc1 = {{h, ffn * (s.gatedMlp ? 2 : 1), bias}};
@@ -302,7 +302,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   const double scores = double(g.microBatch) * double(heads) * double(s.seq) * double(s.seq);
   auto coreForward = [&]() {
     coreBegin = out.forward.kernels.size();
-    if (stack.flashAttention || stack.name == "megac") {
+    if (stack.flashAttention || stack.attentionKernel) {
       fwd.attention(g.microBatch * heads, s.seq, dh, false);
     } else {
       fwd.gemm(s.seq, s.seq, dh, g.microBatch * heads); // q·kᵀ
@@ -316,7 +316,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     coreEnd = out.forward.kernels.size();
   };
   auto coreBackward = [&]() {
-    if (stack.flashAttention || stack.name == "megac") {
+    if (stack.flashAttention || stack.attentionKernel) {
       bwd.attention(g.microBatch * heads, s.seq, dh, true);
       return;
     }
@@ -347,7 +347,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   auto rope = [&](Builder &b) {
     if (!s.rope)
       return;
-    if (stack.name == "megac") {
+    if (stack.ropePerTensor) {
       b.mem(KernelClass::rope, qBytes);
       b.mem(KernelClass::rope, kBytes);
     } else {
@@ -376,7 +376,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   coreForward();
   linearForward(proj);
   tpLeave(fwd, false);
-  if (stack.name == "megac" && t > 1 && bias) // the row-parallel bias, once, after the sum
+  if (stack.rowParallelBiasKernel && t > 1 && bias) // the row-parallel bias, once, after the sum
     fwd.mem(KernelClass::broadcast, 2 * region);
   residual(fwd, false);
   fwd.mem(norm, 2 * region);
@@ -400,7 +400,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     }
     linearForward(fc2);
     tpLeave(fwd, false);
-    if (stack.name == "megac" && t > 1 && bias)
+    if (stack.rowParallelBiasKernel && t > 1 && bias)
       fwd.mem(KernelClass::broadcast, 2 * region);
     residual(fwd, false);
   }
@@ -415,9 +415,9 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     tpLeave(bwd, true);
     linearBackward(fc2);
     if (s.gatedMlp) {
-      // d(silu(a)·b): one fused kernel (reads dy, a, b; writes da, db), or megac's graph of it
-      // (five products, a sigmoid and 1 - σ).
-      if (stack.elementwiseFusion || stack.name != "megac")
+      // d(silu(a)·b): one fused kernel (reads dy, a, b; writes da, db: Megatron's bias-SwiGLU
+      // fusion has its backward), or megac's graph of it (five products, a sigmoid and 1 - σ).
+      if (stack.elementwiseFusion || stack.fusedBiasActivation)
         bwd.mem(KernelClass::elementwise, 5 * mlpAct);
       else
         bwd.mem(KernelClass::elementwise, 3 * mlpAct, 7);
@@ -477,7 +477,7 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   const double table = double(vocab) * double(h) * double(e), ids = double(T) * 8;
   ef.mem(KernelClass::embedding, table + ids + act);
   if (!s.rope && !stack.elementwiseFusion) { // learned positions broadcast over the batch, added
-    if (stack.name == "megac")
+    if (stack.positionBroadcastKernel)
       ef.mem(KernelClass::broadcast, act + double(s.seq) * double(h) * double(e));
     ef.mem(KernelClass::elementwise, 3 * act);
   }
@@ -487,8 +487,8 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     ef.comm(g.sequenceParallel ? Collective::reduceScatter : Collective::allReduce, act);
   if (t > 1 && g.sequenceParallel)
     eb.comm(Collective::allGather, act);
-  const bool megac = stack.name == "megac";
-  if (megac) { // the first block's two input gradients summed; learned positions' row sum
+  if (stack.embeddingGradKernels) { // the first block's two input gradients summed; learned
+                                    // positions' row sum
     eb.mem(KernelClass::elementwise, 3 * act);
     if (!s.rope)
       eb.mem(KernelClass::reduce, act);
@@ -511,9 +511,10 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   hf.gemm(T, vocab, h);
   // Megatron computes the vocab-parallel loss in fp32 in separate passes (cast, max, subtract,
   // exp, sum, log, target); megac's kernel reads the logits in one fused call.
-  bool fused = stack.name == "megac";
+  bool fused = stack.fusedCrossEntropy;
   hf.mem(KernelClass::crossEntropy, logits * (fused ? double(e) : double(e + 4 * 5)));
-  if (megac) { // the mean over tokens and the loss scale; the scaled gradient broadcast back
+  if (stack.lossKernels) { // the mean over tokens and the loss scale; the scaled gradient broadcast
+                           // back
     hf.mem(KernelClass::reduce, double(T) * 4);
     hf.mem(KernelClass::elementwise, 8, 2);
     hb.mem(KernelClass::broadcast, double(T) * 4);
@@ -530,7 +531,7 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   if (t > 1)
     hb.comm(g.sequenceParallel ? Collective::reduceScatter : Collective::allReduce, act);
   hb.mem(normGrad, 3 * region);
-  if (stack.separateGradAccumulation && megac) {
+  if (stack.separateGradAccumulation && stack.accumulatesEdgeGradients) {
     // The embedding table (and an untied head), learned positions, the final norm: one
     // accumulation add each per micro-batch.
     double tensors = (s.tiedEmbedding ? 1 : 2) + (s.rope ? 0 : 1) + (s.biases ? 2 : 1);
@@ -550,7 +551,7 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
   Builder b{&pass};
   double kernels = stack.multiTensorOptimizer ? 1 : tensors;
   b.mem(KernelClass::adamw, updated * (precision == Precision::fp32 ? 28 : 30) / kernels, kernels);
-  if (stack.name == "megac" && partitioned) {
+  if (stack.perTensorGlobalNorm && partitioned) {
     // megac on several ranks: each tensor's sum of squares (square, row sum, accumulate), the
     // partial sums all-reduced, one square root.
     double each = parameters * 4 / tensors;
@@ -561,7 +562,7 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
   } else {
     b.mem(KernelClass::globalNorm, parameters * 4);
   }
-  if (stack.name == "megac" && dataParallel) {
+  if (stack.concatenatesGradients && dataParallel) {
     // The gradients are concatenated into one buffer for the data-parallel reduction and
     // sliced back per tensor.
     b.mem(KernelClass::copy, parameters * 8);

@@ -20,6 +20,20 @@ StackProfile megac(bool cpu) {
   p.transposeInstructions = true;
   p.separateGradAccumulation = true;
   p.replicatesKvHeads = true;
+  // Both runtimes run the same compiled graph (docs/planner.md, "What megac's graphs run").
+  p.separateProjections = true;
+  p.ropePerTensor = true;
+  p.rowParallelBiasKernel = true;
+  p.positionBroadcastKernel = true;
+  p.embeddingGradKernels = true;
+  p.fusedCrossEntropy = true;
+  p.lossKernels = true;
+  p.accumulatesEdgeGradients = true;
+  p.perTensorGlobalNorm = true;
+  p.concatenatesGradients = true;
+  // One Attention and one AttentionGrad instruction per block (runtime/cpu/Nn.cpp, Grad.cpp;
+  // runtime/cuda/kernels/Attention.cu).
+  p.attentionKernel = true;
   // Expert parallelism (issue 21, docs/moe.md): the routing all-gathered over ep, then
   // moe_exchange (an all-to-all-v of the routed rows) each way; ZeRO-1 over the dp/ep axis. The
   // CPU runtime runs it over MPI; the CUDA runtime refuses MoeAllToAll (no NCCL all-to-all-v
@@ -29,7 +43,6 @@ StackProfile megac(bool cpu) {
   p.zeroOverExpertDataParallel = true;
   if (cpu) {
     p.supportsExpertParallel = true;
-    p.inOrder = true;
     return p;
   }
   p.flashAttention = true;

@@ -16,6 +16,10 @@ struct StackProfile {
   /// The attention core as one kernel that never writes the s x s scores (FlashAttention-2
   /// style); otherwise two batched GEMMs around a softmax over materialised scores.
   bool flashAttention = false;
+  /// The attention core as one kernel per pass even without flash tiling (megac's CPU
+  /// Attention/AttentionGrad instructions: a loop over heads, one head's s x t probabilities in
+  /// a scratch buffer; runtime/cpu/Nn.cpp, Grad.cpp). Implied by flashAttention.
+  bool attentionKernel = false;
   /// Scale, causal mask and softmax in one kernel (Megatron's FusedScaleMaskSoftmax); otherwise
   /// the mask is its own pass over the scores.
   bool fusedSoftmax = false;
@@ -47,8 +51,6 @@ struct StackProfile {
   bool recomputePerLayer = false;
   /// Pipeline sends staged through host memory (megac CUDA today): two extra PCIe copies.
   bool p2pThroughHost = false;
-  /// One instruction at a time, collectives blocking (megac's CPU runtime): no overlap at all.
-  bool inOrder = false;
   /// The optimizer as a few multi-tensor kernels (apex / TE fused Adam) rather than one kernel
   /// per parameter tensor.
   bool multiTensorOptimizer = false;
@@ -58,6 +60,46 @@ struct StackProfile {
   /// Fewer key/value heads than tp: each kv head replicated over the ranks whose query heads
   /// read it (megac); Megatron-Core refuses such a tp.
   bool replicatesKvHeads = false;
+
+  // What megac's training graphs run as kernels of their own (the zoo's and Hugging Face
+  // exports' graphs after autodiff; tests/e2e/plan_kernels_test.py checks the counts against
+  // `megac train --trace`). Megatron's hand-written modules fuse or skip each of them.
+  /// q, k and v, and a gated MLP's gate and up projections, as one linear each (megac's graphs);
+  /// otherwise one fused column-parallel GEMM each (Megatron's linear_qkv and gated linear_fc1).
+  bool separateProjections = false;
+  /// Rotary embedding as one kernel per rotated tensor, q and k (megac's mega.rope); otherwise
+  /// one fused kernel for both (Megatron's apply_rotary_pos_emb fused rope).
+  bool ropePerTensor = false;
+  /// A row-parallel linear's bias added by a broadcast kernel of its own after the tp sum
+  /// (megac's graph, tp > 1); otherwise it rides in the bias-dropout-add fusion
+  /// (Megatron's skip_bias_add).
+  bool rowParallelBiasKernel = false;
+  /// Learned position embeddings broadcast over the batch by a kernel of their own before the
+  /// add (megac's mega.broadcast); otherwise a broadcasting add reads the [s, h] table.
+  bool positionBroadcastKernel = false;
+  /// The embedding's backward extras as kernels: the first block's two input gradients summed,
+  /// the learned positions' gradient as a row sum, rope's backward table (-swap_halves(sin):
+  /// a negation, two slices and a concat) built each step (megac's autodiff).
+  bool embeddingGradKernels = false;
+  /// The vocab-parallel cross entropy as one kernel reading the logits once, and its backward
+  /// as one (megac's CrossEntropy instructions); otherwise Megatron's fp32 passes (cast, max,
+  /// subtract, exp, sum, log, target: tensor_parallel/cross_entropy.py).
+  bool fusedCrossEntropy = false;
+  /// The loss' mean over tokens and the loss scale as kernels of their own, and the scaled
+  /// gradient broadcast back (megac's graph of the loss).
+  bool lossKernels = false;
+  /// With separateGradAccumulation, the embedding table (an untied head), learned positions and
+  /// the final norm are accumulated too, one add each (megac's accumulators cover every
+  /// parameter tensor); the Megatron profiles charge the blocks' main_grad adds only.
+  bool accumulatesEdgeGradients = false;
+  /// On several ranks the global norm is per-tensor kernels (square, row sum, accumulate), the
+  /// partial sums all-reduced, one square root (megac's lowering of global_norm); otherwise one
+  /// multi-tensor L2-norm pass (apex multi_tensor_l2norm).
+  bool perTensorGlobalNorm = false;
+  /// Under data parallelism the gradients are concatenated into one buffer for the reduction
+  /// and sliced back per tensor (megac's @apply_gradients); Megatron reduces its contiguous
+  /// grad buffer in place.
+  bool concatenatesGradients = false;
 
   // Mixture of experts (docs/moe.md, "Planner").
   /// Expert parallelism (Layout::ep > 1) is built: the experts of a layer split over ep ranks

@@ -189,8 +189,17 @@ TEST(KernelModelTest, OverlapOnlyWhereTheProfileHasIt) {
 TEST(KernelModelTest, UnknownStackIsRefused) {
   EXPECT_FALSE(stackProfile("deepspeed", false));
   EXPECT_EQ(stackNames().size(), 3u);
-  EXPECT_TRUE(stackProfile("megac", true)->inOrder);
-  EXPECT_FALSE(stackProfile("megac", false)->inOrder);
+}
+
+// megac's CPU runtime runs its instructions in order with blocking collectives: the profile says
+// so by overlapping nothing (the cost model treats tp and pipeline transfers as exposed on every
+// stack), not by a flag of its own.
+TEST(KernelModelTest, MegacCpuOverlapsNothing) {
+  StackProfile cpu = *stackProfile("megac", true);
+  EXPECT_FALSE(cpu.overlapGradReduce);
+  EXPECT_FALSE(cpu.overlapParamGather);
+  EXPECT_FALSE(cpu.flashAttention);
+  EXPECT_TRUE(cpu.attentionKernel);
 }
 
 } // namespace
