@@ -2,6 +2,7 @@
 // ScatterElements and ScatterND on constant tensors (position ids and masks built from
 // constants), with the semantics of the run-time kernels (runtime/cpu/Indexing.cpp).
 #include "frontends/onnx/ConstTensor.h"
+#include "support/IndexMath.h"
 
 namespace megac::onnx_import {
 
@@ -54,18 +55,6 @@ std::string checkElementIndices(const ConstTensor &data, const ConstTensor &indi
   return {};
 }
 
-/// The data offset of index element j with coordinate `axis` replaced by idx.
-int64_t elementOffset(const Shape &ishape, const std::vector<int64_t> &strides, int64_t j,
-                      int64_t axis, int64_t idx) {
-  int64_t offset = 0;
-  for (int64_t d = int64_t(ishape.size()) - 1; d >= 0; --d) {
-    int64_t c = j % ishape[d];
-    j /= ishape[d];
-    offset += (d == axis ? idx : c) * strides[d];
-  }
-  return offset;
-}
-
 } // namespace
 
 Folded cumsum(const ConstTensor &x, int64_t axis, bool exclusive, bool reverse) {
@@ -74,10 +63,7 @@ Folded cumsum(const ConstTensor &x, int64_t axis, bool exclusive, bool reverse) 
   if (x.type == ElemType::boolean)
     return Folded::fail("CumSum of booleans is not defined");
   Folded r{x, {}};
-  int64_t outer = 1, dim = x.shape[axis], inner = 1;
-  for (int64_t d = 0; d < x.rank(); ++d)
-    if (d != axis)
-      (d < axis ? outer : inner) *= x.shape[d];
+  auto [outer, dim, inner] = splitAtAxis(x.shape, axis);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t i = 0; i < inner; ++i) {
       double fsum = 0;

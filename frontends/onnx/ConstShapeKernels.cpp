@@ -1,6 +1,7 @@
 // Folding kernels of the ONNX importer that move data: reshape, expand, transpose, slice,
 // gather, concat, tile, range, trilu and reductions, with ONNX semantics on constant tensors.
 #include "frontends/onnx/ConstTensor.h"
+#include "support/IndexMath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -126,11 +127,7 @@ Folded gather(const ConstTensor &data, const ConstTensor &indices, int64_t axis)
   Folded r = allocateFolded(data.type, outShape);
   if (!r.ok())
     return r;
-  int64_t outer = 1, inner = 1, dim = data.shape[axis];
-  for (int64_t d = 0; d < axis; ++d)
-    outer *= data.shape[d];
-  for (int64_t d = axis + 1; d < rank; ++d)
-    inner *= data.shape[d];
+  auto [outer, dim, inner] = splitAtAxis(data.shape, axis);
   int64_t count = indices.numElements();
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t k = 0; k < count; ++k) {
@@ -174,12 +171,8 @@ Folded concat(const std::vector<const ConstTensor *> &inputs, int64_t axis) {
   Folded r = allocateFolded(first.type, outShape);
   if (!r.ok())
     return r;
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d)
-    outer *= outShape[d];
-  for (int64_t d = axis + 1; d < rank; ++d)
-    inner *= outShape[d];
-  int64_t dst = 0;
+  AxisSplit split = splitAtAxis(outShape, axis);
+  int64_t outer = split.outer, inner = split.inner, dst = 0;
   for (int64_t o = 0; o < outer; ++o)
     for (const ConstTensor *t : inputs) {
       int64_t chunk = t->shape[axis] * inner;
@@ -333,11 +326,7 @@ Folded argReduce(bool isMax, const ConstTensor &x, int64_t axis, bool keepDims, 
   Folded r = allocateFolded(ElemType::i64, kept);
   if (!r.ok())
     return r;
-  int64_t outer = 1, inner = 1, dim = x.shape[axis];
-  for (int64_t d = 0; d < axis; ++d)
-    outer *= x.shape[d];
-  for (int64_t d = axis + 1; d < rank; ++d)
-    inner *= x.shape[d];
+  auto [outer, dim, inner] = splitAtAxis(x.shape, axis);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < inner; ++j) {
       int64_t best = 0;

@@ -3,6 +3,7 @@
 // the CUDA kernels share.
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/ShapeChecks.h"
+#include "support/IndexMath.h"
 
 #include <type_traits>
 
@@ -86,19 +87,6 @@ StatusOr<int64_t> wrappedIndex(const char *op, const TensorRef &indices, int64_t
                         " of the indices) is out of range for axis " + std::to_string(axis) +
                         " of size " + std::to_string(n));
   return idx < 0 ? idx + n : idx;
-}
-
-/// The offset in data (strides `strides`) of element j of an index tensor of shape `ishape`,
-/// with coordinate `axis` replaced by `idx`.
-int64_t elementOffset(std::span<const int64_t> ishape, std::span<const int64_t> strides, int64_t j,
-                      int64_t axis, int64_t idx) {
-  int64_t offset = 0;
-  for (int64_t d = int64_t(ishape.size()) - 1; d >= 0; --d) {
-    int64_t c = j % ishape[d];
-    j /= ishape[d];
-    offset += (d == axis ? idx : c) * strides[d];
-  }
-  return offset;
 }
 
 template <typename T> T addWrapping(T a, T b) {
