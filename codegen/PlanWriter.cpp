@@ -100,6 +100,8 @@ mlir::FailureOr<std::vector<uint8_t>> writePlan(mlir::ModuleOp module,
       return module.emitError() << chunks << " chunks do not split evenly over " << pp
                                 << " stages";
     kind = schedule::resolveSchedule(options.schedule, shape.virtualStages);
+    if (std::string why = schedule::unbuiltScheduleReason(kind); !why.empty())
+      return module.emitError() << why; // the plan has no input-/weight-gradient steps yet
     std::string error;
     auto built = schedule::buildSchedule(kind, shape, &error);
     if (!built)

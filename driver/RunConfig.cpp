@@ -26,6 +26,8 @@ Status finishLayout(RunConfig &c) {
   }
   if (layout.vpp > 1 && layout.pp == 1)
     return Status::error("--vpp " + str(layout.vpp) + " needs pipeline stages (--pp > 1)");
+  if (std::string why = schedule::unbuiltScheduleReason(layout.schedule); !why.empty())
+    return Status::error(why); // zero-bubble schedules: the library has them, codegen not yet
   if (layout.sequenceParallel && layout.tp == 1)
     return Status::error("--sequence-parallel needs tensor parallelism (--tp > 1)");
   int64_t ranks = c.exec.ranks;

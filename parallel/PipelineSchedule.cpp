@@ -2,6 +2,7 @@
 #include "parallel/PipelineSchedule.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 namespace megac::schedule {
@@ -14,15 +15,34 @@ const char *scheduleName(ScheduleKind kind) {
     return "1f1b";
   case ScheduleKind::interleaved:
     return "interleaved-1f1b";
+  case ScheduleKind::zbH1:
+    return "zb-h1";
+  case ScheduleKind::zbH2:
+    return "zb-h2";
+  case ScheduleKind::zbv:
+    return "zbv";
   }
   return "unknown";
 }
 
 std::optional<ScheduleKind> parseScheduleKind(std::string_view name) {
-  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::oneFOneB, ScheduleKind::interleaved})
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::oneFOneB, ScheduleKind::interleaved,
+                            ScheduleKind::zbH1, ScheduleKind::zbH2, ScheduleKind::zbv})
     if (name == scheduleName(kind))
       return kind;
   return std::nullopt;
+}
+
+bool splitsBackward(ScheduleKind kind) {
+  return kind == ScheduleKind::zbH1 || kind == ScheduleKind::zbH2 || kind == ScheduleKind::zbv;
+}
+
+std::string unbuiltScheduleReason(ScheduleKind kind) {
+  if (!splitsBackward(kind))
+    return {};
+  return std::string("pipeline schedule '") + scheduleName(kind) +
+         "' needs the backward split into input and weight gradients, which megac does not "
+         "build yet (issue 35); use 1f1b or gpipe (1f1b with --vpp V > 1 runs interleaved 1F1B)";
 }
 
 ScheduleKind resolveSchedule(ScheduleKind requested, int64_t virtualStages) {
@@ -30,14 +50,40 @@ ScheduleKind resolveSchedule(ScheduleKind requested, int64_t virtualStages) {
                                                                   : requested;
 }
 
+ChunkPlacement placementOf(ScheduleKind kind) {
+  return kind == ScheduleKind::zbv ? ChunkPlacement::vee : ChunkPlacement::loop;
+}
+
+int64_t stageOfChunk(const PipelineShape &shape, int64_t chunk) {
+  if (shape.placement == ChunkPlacement::vee && chunk >= shape.stages)
+    return 2 * shape.stages - 1 - chunk;
+  return chunk % shape.stages;
+}
+
 std::string stepLabel(const ScheduleStep &step) {
-  return (step.kind == StepKind::forward ? "F" : "B") + std::to_string(step.microBatch) + " c" +
-         std::to_string(step.chunk);
+  const char *letter = step.kind == StepKind::forward          ? "F"
+                       : step.kind == StepKind::backwardWeight ? "W"
+                                                               : "B";
+  return letter + std::to_string(step.microBatch) + " c" + std::to_string(step.chunk);
 }
 
 std::string describeStep(const ScheduleStep &step) {
-  return std::string(step.kind == StepKind::forward ? "forward" : "backward") + " of chunk " +
-         std::to_string(step.chunk) + ", micro-batch " + std::to_string(step.microBatch);
+  const char *kind = "forward";
+  switch (step.kind) {
+  case StepKind::forward:
+    break;
+  case StepKind::backward:
+    kind = "backward";
+    break;
+  case StepKind::backwardInput:
+    kind = "input-gradient backward";
+    break;
+  case StepKind::backwardWeight:
+    kind = "weight-gradient backward";
+    break;
+  }
+  return std::string(kind) + " of chunk " + std::to_string(step.chunk) + ", micro-batch " +
+         std::to_string(step.microBatch);
 }
 
 namespace {
@@ -58,13 +104,27 @@ bool checkShape(ScheduleKind kind, const PipelineShape &shape, std::string *erro
   if (shape.microBatches <= 0)
     return fail(error, name + ": micro-batches must be positive, got " +
                            std::to_string(shape.microBatches));
-  if (kind != ScheduleKind::interleaved && shape.virtualStages != 1)
+  if (kind == ScheduleKind::zbv && shape.virtualStages != 2)
+    return fail(error, name +
+                           " runs two chunks per stage in V order: virtual stages must be 2, "
+                           "got " +
+                           std::to_string(shape.virtualStages));
+  if (kind != ScheduleKind::interleaved && kind != ScheduleKind::zbv && shape.virtualStages != 1)
     return fail(error, name + " runs one chunk per stage: virtual stages must be 1, got " +
                            std::to_string(shape.virtualStages) + " (use interleaved-1f1b)");
   if (kind == ScheduleKind::interleaved && shape.microBatches % shape.stages != 0)
     return fail(error, name + " needs micro-batches divisible by stages: " +
                            std::to_string(shape.microBatches) + " micro-batches, " +
                            std::to_string(shape.stages) + " stages");
+  if (splitsBackward(kind) && shape.microBatches < shape.stages)
+    return fail(error, name + " needs at least as many micro-batches as stages (m >= p): " +
+                           std::to_string(shape.microBatches) + " micro-batches, " +
+                           std::to_string(shape.stages) + " stages");
+  if (shape.placement != placementOf(kind))
+    return fail(error, name + (kind == ScheduleKind::zbv
+                                   ? " places chunks in V order: the shape's placement must be vee"
+                                   : " places chunk c on stage c % stages: the shape's placement "
+                                     "must be loop"));
   return true;
 }
 
@@ -119,12 +179,142 @@ std::vector<ScheduleStep> interleavedStage(int64_t stage, const PipelineShape &s
   return steps;
 }
 
+// ZB-H1 (Qi et al. 2024, their handcrafted schedule): 1F1B's warm-up of p - s - 1 forwards, then
+// s forward/input-gradient pairs whose weight gradients wait, then F B W triples, a B W cool-down,
+// and the s delayed W's last, filling the cool-down bubble. At most p micro-batches between a
+// forward and its W on every stage (1F1B's p - s on stage s).
+std::vector<ScheduleStep> zbH1Stage(int64_t stage, int64_t stages, int64_t microBatches) {
+  std::vector<ScheduleStep> steps;
+  int64_t f = 0, b = 0, w = 0;
+  auto run = [&](StepKind kind, int64_t &next) { steps.push_back({kind, stage, next++}); };
+  for (int64_t i = 0; i < stages - stage - 1; ++i)
+    run(StepKind::forward, f);
+  for (int64_t i = 0; i < stage; ++i) {
+    run(StepKind::forward, f);
+    run(StepKind::backwardInput, b);
+  }
+  for (int64_t i = 0; i < microBatches - stages + 1; ++i) {
+    run(StepKind::forward, f);
+    run(StepKind::backwardInput, b);
+    run(StepKind::backwardWeight, w);
+  }
+  for (int64_t i = 0; i < stages - stage - 1; ++i) {
+    run(StepKind::backwardInput, b);
+    run(StepKind::backwardWeight, w);
+  }
+  for (int64_t i = 0; i < stage; ++i)
+    run(StepKind::backwardWeight, w);
+  return steps;
+}
+
+// ZB-H2: the order a list scheduler gives when F, B and W each take one time unit (the paper's
+// setting): at every unit each stage runs its next input-gradient backward if its input is there,
+// else its next forward if that has arrived and fewer than 2p - 1 micro-batches await their W,
+// else a W, keeping the last 2s + 1 W's of stage s for after its last B. Stage s then warms up
+// with 2(p - s) - 1 forwards and, for m >= 2p - 1, never idles between its first and last step:
+// the parallelogram of Qi et al.'s ZB-H2. nullopt if the scheduler stalls (no accepted shape
+// does: the unit tests sweep them).
+std::optional<std::vector<std::vector<ScheduleStep>>> zbH2Stages(int64_t p, int64_t m) {
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<int64_t>> forwardEnd(p, std::vector<int64_t>(m, kNever));
+  std::vector<std::vector<int64_t>> backwardEnd(p, std::vector<int64_t>(m, kNever));
+  std::vector<int64_t> f(p, 0), b(p, 0), w(p, 0);
+  std::vector<std::vector<ScheduleStep>> steps(p);
+  for (int64_t t = 0, left = 3 * p * m; left > 0; ++t) {
+    bool ran = false;
+    // A step chosen at unit t ends at t + 1, so choosing stage by stage sees the same state as
+    // choosing all at once.
+    for (int64_t s = 0; s < p; ++s) {
+      bool backwardReady = b[s] < f[s] && (s == p - 1 || backwardEnd[s + 1][b[s]] <= t);
+      bool forwardReady =
+          f[s] < m && f[s] - w[s] < 2 * p - 1 && (s == 0 || forwardEnd[s - 1][f[s]] <= t);
+      bool weightReady = w[s] < b[s] && (w[s] < m - (2 * s + 1) || b[s] == m);
+      if (backwardReady) {
+        backwardEnd[s][b[s]] = t + 1;
+        steps[s].push_back({StepKind::backwardInput, s, b[s]++});
+      } else if (forwardReady) {
+        forwardEnd[s][f[s]] = t + 1;
+        steps[s].push_back({StepKind::forward, s, f[s]++});
+      } else if (weightReady) {
+        steps[s].push_back({StepKind::backwardWeight, s, w[s]++});
+      } else {
+        continue;
+      }
+      ran = true;
+      --left;
+    }
+    if (!ran)
+      return std::nullopt;
+  }
+  return steps;
+}
+
+// ZBV (Qi et al. 2024, section 6; the order of torch.distributed.pipelining's
+// ScheduleZBVZeroBubble): stage s holds chunk s (going down) and chunk 2p - 1 - s (coming back).
+// Warm-up: 2(p - s) - 1 forwards of the first chunk, s alternating forwards of both, then p - s
+// F B W triples of the second; steady: F B W of the first chunk, then of the second; cool-down:
+// s pairs of B's, p - s B W pairs of the first chunk, then the delayed W's. Built for
+// max(m, 2p - 1) micro-batches (the steady state needs 2p - 1), then the steps of micro-batches
+// >= m dropped: no step depends on another micro-batch, so the rest still cannot deadlock.
+std::vector<ScheduleStep> zbvStage(int64_t stage, int64_t p, int64_t m) {
+  const int64_t n = std::max(2 * p - 1, m);
+  struct Chunk {
+    int64_t id, f = 0, b = 0, w = 0;
+  } down{stage}, up{2 * p - 1 - stage};
+  std::vector<ScheduleStep> steps;
+  auto run = [&](StepKind kind, Chunk &c) {
+    int64_t &next = kind == StepKind::forward ? c.f : kind == StepKind::backwardInput ? c.b : c.w;
+    steps.push_back({kind, c.id, next++});
+  };
+  auto fbw = [&](Chunk &c) {
+    run(StepKind::backwardInput, c);
+    run(StepKind::backwardWeight, c);
+  };
+  for (int64_t i = 0; i < 2 * (p - stage) - 1; ++i)
+    run(StepKind::forward, down);
+  for (int64_t i = 0; i < stage; ++i) {
+    run(StepKind::forward, up);
+    run(StepKind::forward, down);
+  }
+  for (int64_t i = 0; i < p - stage; ++i) {
+    run(StepKind::forward, up);
+    fbw(up);
+  }
+  while (up.f < down.f || down.f < n) {
+    if (down.f < n)
+      run(StepKind::forward, down);
+    fbw(down);
+    run(StepKind::forward, up);
+    fbw(up);
+  }
+  for (int64_t i = 0; i < stage; ++i) {
+    run(StepKind::backwardInput, down);
+    run(StepKind::backwardInput, up);
+  }
+  for (int64_t i = 0; i < p - stage; ++i)
+    fbw(down);
+  while (up.w < up.b)
+    run(StepKind::backwardWeight, up);
+  while (down.w < down.b)
+    run(StepKind::backwardWeight, down);
+  std::erase_if(steps, [&](const ScheduleStep &step) { return step.microBatch >= m; });
+  return steps;
+}
+
 } // namespace
 
 std::optional<std::vector<std::vector<ScheduleStep>>>
 buildSchedule(ScheduleKind kind, const PipelineShape &shape, std::string *error) {
   if (!checkShape(kind, shape, error))
     return std::nullopt;
+  if (kind == ScheduleKind::zbH2) {
+    auto stages = zbH2Stages(shape.stages, shape.microBatches);
+    if (!stages)
+      fail(error, "pipeline schedule 'zb-h2': the list scheduler stalled at " +
+                      std::to_string(shape.stages) + " stages, " +
+                      std::to_string(shape.microBatches) + " micro-batches (a bug: report it)");
+    return stages;
+  }
   std::vector<std::vector<ScheduleStep>> stages;
   for (int64_t s = 0; s < shape.stages; ++s) {
     switch (kind) {
@@ -137,10 +327,55 @@ buildSchedule(ScheduleKind kind, const PipelineShape &shape, std::string *error)
     case ScheduleKind::interleaved:
       stages.push_back(interleavedStage(s, shape));
       break;
+    case ScheduleKind::zbH1:
+      stages.push_back(zbH1Stage(s, shape.stages, shape.microBatches));
+      break;
+    case ScheduleKind::zbH2: // built above
+      break;
+    case ScheduleKind::zbv:
+      stages.push_back(zbvStage(s, shape.stages, shape.microBatches));
+      break;
     }
   }
   return stages;
 }
+
+namespace {
+
+// Bits of what ran per (chunk, micro-batch) in checkStageSchedule.
+constexpr uint8_t kForward = 1, kBackward = 2, kInput = 4, kWeight = 8;
+
+uint8_t stepBit(StepKind kind) {
+  switch (kind) {
+  case StepKind::forward:
+    return kForward;
+  case StepKind::backward:
+    return kBackward;
+  case StepKind::backwardInput:
+    return kInput;
+  case StepKind::backwardWeight:
+    return kWeight;
+  }
+  return 0;
+}
+
+// Why `step` cannot run after the steps in `bits`; empty when it can.
+std::string outOfOrder(StepKind kind, uint8_t bits) {
+  if (bits & stepBit(kind))
+    return "runs twice";
+  if (kind == StepKind::forward)
+    return {};
+  if ((kind == StepKind::backward && (bits & (kInput | kWeight))) ||
+      (kind != StepKind::backward && (bits & kBackward)))
+    return "mixes the whole backward with the split one (input- and weight-gradient steps)";
+  if (!(bits & kForward))
+    return "runs before its forward";
+  if (kind == StepKind::backwardWeight && !(bits & kInput))
+    return "runs before its input-gradient backward";
+  return {};
+}
+
+} // namespace
 
 bool checkStageSchedule(const PipelineShape &shape, int64_t stage,
                         std::span<const ScheduleStep> steps, std::string *error) {
@@ -153,8 +388,8 @@ bool checkStageSchedule(const PipelineShape &shape, int64_t stage,
                            std::to_string(shape.stages - 1));
   const int64_t chunks = shape.stages * shape.virtualStages;
   const std::string where = "stage " + std::to_string(stage) + " schedule, ";
-  // seen[local chunk * microBatches + m]: bit 1 forward ran, bit 2 backward ran.
-  std::vector<uint8_t> seen(shape.virtualStages * shape.microBatches, 0);
+  // seen[chunk * microBatches + m]: the k* bits of the steps that ran.
+  std::vector<uint8_t> seen(chunks * shape.microBatches, 0);
   for (size_t i = 0; i < steps.size(); ++i) {
     const ScheduleStep &step = steps[i];
     // The message's prefix, built only when a check fails (the planner runs this per candidate).
@@ -163,34 +398,42 @@ bool checkStageSchedule(const PipelineShape &shape, int64_t stage,
     };
     if (step.chunk < 0 || step.chunk >= chunks)
       return fail(error, at() + "chunk must be in 0.." + std::to_string(chunks - 1));
-    if (step.chunk % shape.stages != stage)
+    if (int64_t runsOn = stageOfChunk(shape, step.chunk); runsOn != stage)
       return fail(error, at() + "chunk " + std::to_string(step.chunk) + " runs on stage " +
-                             std::to_string(step.chunk % shape.stages));
+                             std::to_string(runsOn));
     if (step.microBatch < 0 || step.microBatch >= shape.microBatches)
       return fail(error,
                   at() + "micro-batch must be in 0.." + std::to_string(shape.microBatches - 1));
-    uint8_t &bits = seen[(step.chunk / shape.stages) * shape.microBatches + step.microBatch];
-    uint8_t bit = step.kind == StepKind::forward ? 1 : 2;
-    if (bits & bit)
-      return fail(error, at() + "runs twice");
-    if (step.kind == StepKind::backward && !(bits & 1))
-      return fail(error, at() + "runs before its forward");
-    bits |= bit;
+    uint8_t &bits = seen[step.chunk * shape.microBatches + step.microBatch];
+    if (std::string why = outOfOrder(step.kind, bits); !why.empty())
+      return fail(error, at() + why);
+    bits |= stepBit(step.kind);
   }
-  for (int64_t j = 0; j < shape.virtualStages; ++j)
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (stageOfChunk(shape, c) != stage)
+      continue;
     for (int64_t m = 0; m < shape.microBatches; ++m) {
-      uint8_t bits = seen[j * shape.microBatches + m];
-      if (bits != 3)
-        return fail(error, where + "never runs " +
-                               describeStep({bits & 1 ? StepKind::backward : StepKind::forward,
-                                             j * shape.stages + stage, m}));
+      uint8_t bits = seen[c * shape.microBatches + m];
+      if (bits == (kForward | kBackward) || bits == (kForward | kInput | kWeight))
+        continue;
+      StepKind missing = !(bits & kForward) ? StepKind::forward
+                         : (bits & kInput)  ? StepKind::backwardWeight
+                                            : StepKind::backward;
+      return fail(error, where + "never runs " + describeStep({missing, c, m}));
     }
+  }
   return true;
 }
 
 ScheduleSimulation simulateSchedule(const PipelineShape &shape,
                                     const std::vector<std::vector<ScheduleStep>> &steps,
                                     double forwardCost, double backwardCost) {
+  return simulateSchedule(shape, steps, StepCosts{forwardCost, backwardCost, 0.0});
+}
+
+ScheduleSimulation simulateSchedule(const PipelineShape &shape,
+                                    const std::vector<std::vector<ScheduleStep>> &steps,
+                                    const StepCosts &costs) {
   ScheduleSimulation sim;
   if (static_cast<int64_t>(steps.size()) != shape.stages) {
     sim.error = "the schedule has " + std::to_string(steps.size()) + " stages, the shape " +
@@ -202,24 +445,47 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
       return sim;
 
   const int64_t p = shape.stages, chunks = p * shape.virtualStages, mbs = shape.microBatches;
-  // Finish times per (chunk, micro-batch); negative: not run yet.
+  // Finish times per (chunk, micro-batch); negative: not run yet. backwardDone holds the whole
+  // backward's or the input-gradient backward's: what the previous chunk's backward waits for.
   std::vector<double> forwardDone(chunks * mbs, -1), backwardDone(chunks * mbs, -1);
   auto at = [&](int64_t c, int64_t m) { return c * mbs + m; };
-  // When the step's input is available (its producer's finish time), or negative if not yet.
+  // When the step's inputs are available (their producers' finish time), or negative if not yet.
+  // The checker has put each step's own earlier steps (forward before backward, B before W)
+  // before it on its stage.
   auto inputReady = [&](const ScheduleStep &step) -> double {
-    if (step.kind == StepKind::forward)
+    switch (step.kind) {
+    case StepKind::forward:
       return step.chunk == 0 ? 0.0 : forwardDone[at(step.chunk - 1, step.microBatch)];
+    case StepKind::backwardWeight:
+      return backwardDone[at(step.chunk, step.microBatch)];
+    case StepKind::backward:
+    case StepKind::backwardInput:
+      break;
+    }
     double own = forwardDone[at(step.chunk, step.microBatch)];
     if (step.chunk == chunks - 1 || own < 0)
       return own;
-    return backwardDone[at(step.chunk + 1, step.microBatch)];
+    double next = backwardDone[at(step.chunk + 1, step.microBatch)];
+    return next < 0 ? next : std::max(own, next);
+  };
+  auto costOf = [&](StepKind kind) {
+    switch (kind) {
+    case StepKind::forward:
+      return costs.forward;
+    case StepKind::backward:
+      return costs.backwardInput + costs.backwardWeight;
+    case StepKind::backwardInput:
+      return costs.backwardInput;
+    case StepKind::backwardWeight:
+      return costs.backwardWeight;
+    }
+    return 0.0;
   };
 
   std::vector<size_t> next(p, 0);
-  std::vector<double> stageFree(p, 0);
+  std::vector<double> stageFree(p, 0), stageStart(p, -1), stageBusy(p, 0);
   std::vector<int64_t> inFlight(p, 0);
   sim.stagePeakInFlight.assign(p, 0);
-  double busy = 0;
   for (bool progress = true; progress;) {
     progress = false;
     for (int64_t s = 0; s < p; ++s) {
@@ -228,12 +494,20 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
         double ready = inputReady(step);
         if (ready < 0)
           break;
-        bool forward = step.kind == StepKind::forward;
-        double cost = forward ? forwardCost : backwardCost;
-        stageFree[s] = std::max(stageFree[s], ready) + cost;
-        busy += cost;
-        (forward ? forwardDone : backwardDone)[at(step.chunk, step.microBatch)] = stageFree[s];
-        inFlight[s] += forward ? 1 : -1;
+        double start = std::max(stageFree[s], ready), cost = costOf(step.kind);
+        if (stageStart[s] < 0)
+          stageStart[s] = start;
+        stageFree[s] = start + cost;
+        stageBusy[s] += cost;
+        if (step.kind == StepKind::forward)
+          forwardDone[at(step.chunk, step.microBatch)] = stageFree[s];
+        else if (step.kind != StepKind::backwardWeight)
+          backwardDone[at(step.chunk, step.microBatch)] = stageFree[s];
+        // A micro-batch's activations stay until its whole backward or its W has run.
+        if (step.kind == StepKind::forward)
+          ++inFlight[s];
+        else if (step.kind != StepKind::backwardInput)
+          --inFlight[s];
         sim.stagePeakInFlight[s] = std::max(sim.stagePeakInFlight[s], inFlight[s]);
         progress = true;
       }
@@ -250,7 +524,14 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
   }
   sim.makespan = *std::max_element(stageFree.begin(), stageFree.end());
   sim.peakInFlight = *std::max_element(sim.stagePeakInFlight.begin(), sim.stagePeakInFlight.end());
+  double busy = 0;
+  for (int64_t s = 0; s < p; ++s) {
+    busy += stageBusy[s];
+    if (stageStart[s] >= 0)
+      sim.steadyBubble = std::max(sim.steadyBubble, stageFree[s] - stageStart[s] - stageBusy[s]);
+  }
   double idle = p * sim.makespan - busy;
+  sim.bubble = idle / p;
   sim.bubbleFraction = sim.makespan > 0 ? idle / (p * sim.makespan) : 0;
   sim.bubbleRatio = busy > 0 ? idle / busy : 0;
   return sim;

@@ -256,6 +256,13 @@ Status Runner::prepare() {
       (run_.microBatches * run_.chunks + run_.chunks) * 2 > static_cast<int64_t>(INT_MAX))
     return Status::error("pipeline micro-batches (" + std::to_string(run_.microBatches) +
                          ") must be positive and give tags below 2^31");
+  // The plan format has whole backward steps only; a split one would run as the whole backward.
+  for (const ScheduleStep &step : run_.steps)
+    if (step.kind == StepKind::backwardInput || step.kind == StepKind::backwardWeight)
+      return Status::error(schedule::describeStep(step) +
+                           ": the pipeline runner runs forward and whole backward steps; the "
+                           "backward split of the zero-bubble schedules is not built yet "
+                           "(issue 35)");
 
   RETURN_IF_ERROR(locate());
   for (int64_t c = stage_; c < run_.chunks; c += run_.stages) {

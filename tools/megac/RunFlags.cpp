@@ -65,9 +65,13 @@ void RunFlags::declare(Flags &f) {
   f.count("--ep", l.ep, 1, "E");
   f.flag("--sequence-parallel", sequenceParallel);
   f.choice("--recompute", recompute, {"none", "selective", "full"});
+  // The zero-bubble names parse so that finishRunConfig can say why they do not run yet.
   f.choice("--schedule", schedule,
            {schedule::scheduleName(schedule::ScheduleKind::oneFOneB),
-            schedule::scheduleName(schedule::ScheduleKind::gpipe)});
+            schedule::scheduleName(schedule::ScheduleKind::gpipe),
+            schedule::scheduleName(schedule::ScheduleKind::zbH1),
+            schedule::scheduleName(schedule::ScheduleKind::zbH2),
+            schedule::scheduleName(schedule::ScheduleKind::zbv)});
   f.count("--threads", c.exec.threads, 1, "N", 4096);
   f.count("--comm-timeout", c.exec.commTimeoutSeconds, 1, "S", driver::kMaxCommTimeoutSeconds);
   f.flag("--oversubscribe", oversubscribe).text("--backend", backend, "cpu|cuda");

@@ -88,6 +88,23 @@ TEST(RunConfigTest, ChecksTheScheduleAndTheFiles) {
   EXPECT_EQ(error(c), "--save-weights: no directory /nonexistent/dir");
 }
 
+// The schedule library names the zero-bubble schedules, but codegen and the runtime cannot run
+// them yet: `megac train/compile/plan --schedule zb-h1` stop here with the reason (issue 35).
+TEST(RunConfigTest, RefusesTheZeroBubbleSchedulesByName) {
+  for (auto kind :
+       {schedule::ScheduleKind::zbH1, schedule::ScheduleKind::zbH2, schedule::ScheduleKind::zbv}) {
+    RunConfig c = config(2, 1, 2, 8, 1);
+    c.training.layout.schedule = kind;
+    EXPECT_EQ(error(c), std::string("pipeline schedule '") + schedule::scheduleName(kind) +
+                            "' needs the backward split into input and weight gradients, which "
+                            "megac does not build yet (issue 35); use 1f1b or gpipe (1f1b with "
+                            "--vpp V > 1 runs interleaved 1F1B)");
+  }
+  RunConfig c = config(2, 1, 2, 8, 1);
+  c.training.layout.schedule = schedule::ScheduleKind::gpipe;
+  EXPECT_EQ(error(c), "");
+}
+
 TEST(RunConfigTest, TheTraceWindowStartsAfterTheFirstStep) {
   RunConfig c = config(1, 1, 1, 4, 2);
   c.log.tracePath = "trace.json";

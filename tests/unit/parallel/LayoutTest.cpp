@@ -24,7 +24,8 @@ TEST(LayoutTest, ScheduleNamesHaveOneParser) {
     EXPECT_EQ(schedule::parseScheduleKind(schedule::scheduleName(k)), k);
   EXPECT_EQ(schedule::parseScheduleKind("1f1b"), ScheduleKind::oneFOneB);
   EXPECT_EQ(schedule::parseScheduleKind("interleaved"), std::nullopt);
-  EXPECT_EQ(schedule::parseScheduleKind("zb-h2"), std::nullopt);
+  EXPECT_EQ(schedule::parseScheduleKind("zb-h2"), ScheduleKind::zbH2);
+  EXPECT_EQ(schedule::parseScheduleKind("zb_h2"), std::nullopt);
 }
 
 TEST(LayoutTest, RanksAndTheScheduleThatRuns) {

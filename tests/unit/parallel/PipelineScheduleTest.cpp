@@ -1,27 +1,39 @@
 // The pipeline schedule generator against Megatron-LM's schedules and the closed-form bubble
-// formulas of REFERENCE.md (Narayanan et al. 2021), and the simulator's deadlock detection.
+// formulas of REFERENCE.md (Narayanan et al. 2021) and of the zero-bubble schedules (Qi et al.
+// 2024, issue 35), and the simulator's deadlock detection.
 #include "parallel/PipelineSchedule.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <queue>
 #include <tuple>
 
 namespace megac::schedule {
 namespace {
 
-constexpr ScheduleKind kAllKinds[] = {ScheduleKind::gpipe, ScheduleKind::oneFOneB,
-                                      ScheduleKind::interleaved};
+constexpr ScheduleKind kAllKinds[] = {ScheduleKind::gpipe,       ScheduleKind::oneFOneB,
+                                      ScheduleKind::interleaved, ScheduleKind::zbH1,
+                                      ScheduleKind::zbH2,        ScheduleKind::zbv};
+constexpr ScheduleKind kZeroBubble[] = {ScheduleKind::zbH1, ScheduleKind::zbH2, ScheduleKind::zbv};
 
 ScheduleStep F(int64_t chunk, int64_t mb) { return {StepKind::forward, chunk, mb}; }
 ScheduleStep B(int64_t chunk, int64_t mb) { return {StepKind::backward, chunk, mb}; }
+ScheduleStep Bi(int64_t chunk, int64_t mb) { return {StepKind::backwardInput, chunk, mb}; }
+ScheduleStep W(int64_t chunk, int64_t mb) { return {StepKind::backwardWeight, chunk, mb}; }
 
 std::string show(const std::vector<ScheduleStep> &steps) {
   std::string out;
   for (const ScheduleStep &s : steps)
-    out += (s.kind == StepKind::forward ? " F" : " B") + std::to_string(s.chunk) + "." +
+    out += " " + stepLabel(s).substr(0, 1) + std::to_string(s.chunk) + "." +
            std::to_string(s.microBatch);
   return out;
+}
+
+// The shape `kind` runs p stages and m micro-batches in (zbv: two chunks per stage, V order).
+PipelineShape shapeFor(ScheduleKind kind, int64_t p, int64_t m) {
+  return {p, kind == ScheduleKind::zbv ? 2 : 1, m, placementOf(kind)};
 }
 
 // Every shape of the sweep the kind accepts: p in 1..4, v in 1..3, m in 1..8.
@@ -30,11 +42,13 @@ std::vector<PipelineShape> validShapes(ScheduleKind kind) {
   for (int64_t p = 1; p <= 4; ++p)
     for (int64_t v = 1; v <= 3; ++v)
       for (int64_t m = 1; m <= 8; ++m) {
-        if (kind != ScheduleKind::interleaved && v != 1)
+        if (kind == ScheduleKind::zbv ? v != 2 : kind != ScheduleKind::interleaved && v != 1)
           continue;
         if (kind == ScheduleKind::interleaved && m % p != 0)
           continue;
-        shapes.push_back({p, v, m});
+        if (splitsBackward(kind) && m < p)
+          continue;
+        shapes.push_back({p, v, m, placementOf(kind)});
       }
   return shapes;
 }
@@ -47,8 +61,26 @@ std::string shapeName(ScheduleKind kind, const PipelineShape &s) {
 TEST(PipelineScheduleTest, NamesRoundTrip) {
   for (ScheduleKind kind : kAllKinds)
     EXPECT_EQ(parseScheduleKind(scheduleName(kind)), kind);
-  EXPECT_EQ(parseScheduleKind("zb-h2"), std::nullopt);
+  EXPECT_EQ(parseScheduleKind("zb-h2"), ScheduleKind::zbH2);
+  EXPECT_EQ(parseScheduleKind("zb-h3"), std::nullopt);
   EXPECT_EQ(describeStep(B(3, 5)), "backward of chunk 3, micro-batch 5");
+  EXPECT_EQ(describeStep(Bi(3, 5)), "input-gradient backward of chunk 3, micro-batch 5");
+  EXPECT_EQ(describeStep(W(3, 5)), "weight-gradient backward of chunk 3, micro-batch 5");
+  EXPECT_EQ(stepLabel(F(1, 3)), "F3 c1");
+  EXPECT_EQ(stepLabel(B(1, 3)), "B3 c1");
+  EXPECT_EQ(stepLabel(Bi(1, 3)), "B3 c1");
+  EXPECT_EQ(stepLabel(W(1, 3)), "W3 c1");
+}
+
+// Until the backward split exists (issue 35), the zero-bubble kinds are named but refused by
+// everything that would compile or run them, with this one reason.
+TEST(PipelineScheduleTest, ZeroBubbleKindsSayTheyAreNotBuilt) {
+  for (ScheduleKind kind : kAllKinds)
+    EXPECT_EQ(unbuiltScheduleReason(kind).empty(), !splitsBackward(kind)) << scheduleName(kind);
+  EXPECT_EQ(unbuiltScheduleReason(ScheduleKind::zbH1),
+            "pipeline schedule 'zb-h1' needs the backward split into input and weight gradients, "
+            "which megac does not build yet (issue 35); use 1f1b or gpipe (1f1b with --vpp V > 1 "
+            "runs interleaved 1F1B)");
 }
 
 TEST(PipelineScheduleTest, EveryStepOnceOnItsStageForwardFirst) {
@@ -64,10 +96,14 @@ TEST(PipelineScheduleTest, EveryStepOnceOnItsStageForwardFirst) {
       std::map<std::tuple<int, int64_t, int64_t>, std::pair<int64_t, size_t>> where;
       for (int64_t s = 0; s < shape.stages; ++s) {
         const auto &steps = (*schedule)[s];
-        EXPECT_EQ(static_cast<int64_t>(steps.size()), 2 * shape.virtualStages * shape.microBatches);
+        EXPECT_EQ(static_cast<int64_t>(steps.size()),
+                  (splitsBackward(kind) ? 3 : 2) * shape.virtualStages * shape.microBatches);
         for (size_t i = 0; i < steps.size(); ++i) {
           const ScheduleStep &st = steps[i];
-          EXPECT_EQ(st.chunk % shape.stages, s) << describeStep(st);
+          EXPECT_EQ(stageOfChunk(shape, st.chunk), s) << describeStep(st);
+          EXPECT_EQ(st.kind == StepKind::forward || st.kind == StepKind::backward,
+                    !splitsBackward(kind) || st.kind == StepKind::forward)
+              << describeStep(st);
           bool fresh =
               where.emplace(std::tuple(int(st.kind), st.chunk, st.microBatch), std::pair(s, i))
                   .second;
@@ -75,13 +111,20 @@ TEST(PipelineScheduleTest, EveryStepOnceOnItsStageForwardFirst) {
         }
         EXPECT_TRUE(checkStageSchedule(shape, s, steps, &error)) << error;
       }
-      EXPECT_EQ(static_cast<int64_t>(where.size()), 2 * chunks * shape.microBatches);
+      EXPECT_EQ(static_cast<int64_t>(where.size()),
+                (splitsBackward(kind) ? 3 : 2) * chunks * shape.microBatches);
+      StepKind backward = splitsBackward(kind) ? StepKind::backwardInput : StepKind::backward;
       for (int64_t c = 0; c < chunks; ++c)
         for (int64_t m = 0; m < shape.microBatches; ++m) {
           auto f = where.find({int(StepKind::forward), c, m});
-          auto b = where.find({int(StepKind::backward), c, m});
+          auto b = where.find({int(backward), c, m});
           ASSERT_TRUE(f != where.end() && b != where.end()) << "chunk " << c << " mb " << m;
           EXPECT_LT(f->second.second, b->second.second) << "chunk " << c << " mb " << m;
+          if (!splitsBackward(kind))
+            continue;
+          auto w = where.find({int(StepKind::backwardWeight), c, m});
+          ASSERT_TRUE(w != where.end()) << "chunk " << c << " mb " << m;
+          EXPECT_LT(b->second.second, w->second.second) << "chunk " << c << " mb " << m;
         }
     }
 }
@@ -193,6 +236,25 @@ TEST(PipelineScheduleTest, InvalidShapesAreNamed) {
        {4, 2, 6},
        "pipeline schedule 'interleaved-1f1b' needs micro-batches divisible by stages: 6 "
        "micro-batches, 4 stages"},
+      {ScheduleKind::zbH1,
+       {4, 1, 3},
+       "pipeline schedule 'zb-h1' needs at least as many micro-batches as stages (m >= p): 3 "
+       "micro-batches, 4 stages"},
+      {ScheduleKind::zbH2,
+       {2, 2, 4},
+       "pipeline schedule 'zb-h2' runs one chunk per stage: virtual stages must be 1, got 2 (use "
+       "interleaved-1f1b)"},
+      {ScheduleKind::zbv,
+       {2, 3, 4, ChunkPlacement::vee},
+       "pipeline schedule 'zbv' runs two chunks per stage in V order: virtual stages must be 2, "
+       "got 3"},
+      {ScheduleKind::zbv,
+       {2, 2, 4},
+       "pipeline schedule 'zbv' places chunks in V order: the shape's placement must be vee"},
+      {ScheduleKind::interleaved,
+       {2, 2, 4, ChunkPlacement::vee},
+       "pipeline schedule 'interleaved-1f1b' places chunk c on stage c % stages: the shape's "
+       "placement must be loop"},
   };
   for (const Case &c : cases) {
     std::string error;
@@ -227,6 +289,42 @@ TEST(PipelineScheduleTest, CheckStageScheduleNamesTheBadStep) {
   EXPECT_EQ(error, "stage 2 is outside 0..1");
 }
 
+TEST(PipelineScheduleTest, CheckStageScheduleNamesTheBadSplitStep) {
+  PipelineShape shape{1, 1, 2};
+  std::string error;
+  EXPECT_TRUE(
+      checkStageSchedule(shape, 0, {{F(0, 0), Bi(0, 0), F(0, 1), B(0, 1), W(0, 0)}}, &error))
+      << error;
+  std::vector<ScheduleStep> early = {F(0, 0), W(0, 0)};
+  EXPECT_FALSE(checkStageSchedule(shape, 0, early, &error));
+  EXPECT_EQ(error, "stage 0 schedule, step 1 (weight-gradient backward of chunk 0, micro-batch "
+                   "0): runs before its input-gradient backward");
+  std::vector<ScheduleStep> noForward = {Bi(0, 0)};
+  EXPECT_FALSE(checkStageSchedule(shape, 0, noForward, &error));
+  EXPECT_EQ(error, "stage 0 schedule, step 0 (input-gradient backward of chunk 0, micro-batch "
+                   "0): runs before its forward");
+  std::vector<ScheduleStep> mixed = {F(0, 0), Bi(0, 0), B(0, 0)};
+  EXPECT_FALSE(checkStageSchedule(shape, 0, mixed, &error));
+  EXPECT_EQ(error, "stage 0 schedule, step 2 (backward of chunk 0, micro-batch 0): mixes the "
+                   "whole backward with the split one (input- and weight-gradient steps)");
+  std::vector<ScheduleStep> twice = {F(0, 0), Bi(0, 0), W(0, 0), W(0, 0)};
+  EXPECT_FALSE(checkStageSchedule(shape, 0, twice, &error));
+  EXPECT_EQ(error, "stage 0 schedule, step 3 (weight-gradient backward of chunk 0, micro-batch "
+                   "0): runs twice");
+  std::vector<ScheduleStep> noWeight = {F(0, 0), Bi(0, 0), W(0, 0), F(0, 1), Bi(0, 1)};
+  EXPECT_FALSE(checkStageSchedule(shape, 0, noWeight, &error));
+  EXPECT_EQ(error, "stage 0 schedule, never runs weight-gradient backward of chunk 0, micro-batch "
+                   "1");
+  // V order: stage 0 of 2 holds chunks 0 and 3, stage 1 chunks 1 and 2.
+  PipelineShape vee{2, 2, 1, ChunkPlacement::vee};
+  EXPECT_EQ(stageOfChunk(vee, 3), 0);
+  EXPECT_EQ(stageOfChunk(vee, 2), 1);
+  std::vector<ScheduleStep> wrongStage = {F(2, 0)};
+  EXPECT_FALSE(checkStageSchedule(vee, 0, wrongStage, &error));
+  EXPECT_EQ(error, "stage 0 schedule, step 0 (forward of chunk 2, micro-batch 0): chunk 2 runs "
+                   "on stage 1");
+}
+
 TEST(PipelineScheduleTest, SimulationReportsDeadlocksAndMalformedSchedules) {
   PipelineShape shape{2, 1, 2};
   // Stage 0 waits for backward 0 of stage 1, which runs after its forward of micro-batch 1,
@@ -243,6 +341,232 @@ TEST(PipelineScheduleTest, SimulationReportsDeadlocksAndMalformedSchedules) {
   std::vector<std::vector<ScheduleStep>> missing = {cycle[0], {F(1, 0), B(1, 0)}};
   EXPECT_EQ(simulateSchedule(shape, missing, 1, 1).error,
             "stage 1 schedule, never runs forward of chunk 1, micro-batch 1");
+}
+
+// Kahn's algorithm over every step of the schedule, independent of simulateSchedule: edges from
+// each step to the next on its stage, from the forward of (c-1, m) to that of (c, m), from the
+// (input-gradient) backward of (c+1, m) to that of (c, m), and from a forward to its backward and
+// a backwardInput to its W. Every step ordered means the stages can run the schedule: no step
+// waits on a step that waits on it.
+bool dependencyOrderExists(const PipelineShape &shape,
+                           const std::vector<std::vector<ScheduleStep>> &steps) {
+  std::map<std::tuple<int, int64_t, int64_t>, std::pair<size_t, size_t>> where;
+  for (size_t s = 0; s < steps.size(); ++s)
+    for (size_t i = 0; i < steps[s].size(); ++i)
+      where[{int(steps[s][i].kind), steps[s][i].chunk, steps[s][i].microBatch}] = {s, i};
+  const int64_t chunks = shape.stages * shape.virtualStages;
+  auto producers = [&](const ScheduleStep &st) {
+    std::vector<std::tuple<int, int64_t, int64_t>> in;
+    int64_t c = st.chunk, m = st.microBatch;
+    switch (st.kind) {
+    case StepKind::forward:
+      if (c > 0)
+        in.push_back({int(StepKind::forward), c - 1, m});
+      break;
+    case StepKind::backward:
+    case StepKind::backwardInput:
+      in.push_back({int(StepKind::forward), c, m});
+      if (c + 1 < chunks)
+        in.push_back({int(st.kind), c + 1, m});
+      break;
+    case StepKind::backwardWeight:
+      in.push_back({int(StepKind::backwardInput), c, m});
+      break;
+    }
+    return in;
+  };
+  // waiting[s][i]: producers (and the stage predecessor) not yet ordered.
+  std::vector<std::vector<int>> waiting(steps.size());
+  std::map<std::pair<size_t, size_t>, std::vector<std::pair<size_t, size_t>>> consumers;
+  std::queue<std::pair<size_t, size_t>> ready;
+  size_t total = 0;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    waiting[s].assign(steps[s].size(), 0);
+    for (size_t i = 0; i < steps[s].size(); ++i, ++total) {
+      std::vector<std::pair<size_t, size_t>> before;
+      if (i > 0)
+        before.push_back({s, i - 1});
+      for (auto key : producers(steps[s][i])) {
+        auto it = where.find(key);
+        if (it == where.end())
+          return false; // a producer that never runs
+        before.push_back(it->second);
+      }
+      waiting[s][i] = int(before.size());
+      for (auto b : before)
+        consumers[b].push_back({s, i});
+      if (before.empty())
+        ready.push({s, i});
+    }
+  }
+  size_t ordered = 0;
+  for (; !ready.empty(); ready.pop(), ++ordered)
+    for (auto [s, i] : consumers[ready.front()])
+      if (--waiting[s][i] == 0)
+        ready.push({s, i});
+  return ordered == total;
+}
+
+// Every (p, m) the zero-bubble kinds accept, p in 1..8 and m in p..3p: each stage's steps pass
+// the checker, the whole schedule has a dependency order (so no deadlock), and the simulator
+// finishes it. Shapes outside the rule (m < p) are refused.
+TEST(PipelineScheduleTest, ZeroBubbleSchedulesAreDeadlockFreeAndComplete) {
+  for (ScheduleKind kind : kZeroBubble)
+    for (int64_t p = 1; p <= 8; ++p) {
+      for (int64_t m = p; m <= 3 * p; ++m) {
+        PipelineShape shape = shapeFor(kind, p, m);
+        SCOPED_TRACE(shapeName(kind, shape));
+        std::string error;
+        auto schedule = buildSchedule(kind, shape, &error);
+        ASSERT_TRUE(schedule) << error;
+        ASSERT_EQ(static_cast<int64_t>(schedule->size()), p);
+        for (int64_t s = 0; s < p; ++s)
+          EXPECT_TRUE(checkStageSchedule(shape, s, (*schedule)[s], &error)) << error;
+        EXPECT_TRUE(dependencyOrderExists(shape, *schedule));
+        EXPECT_EQ(simulateSchedule(shape, *schedule, StepCosts{1, 1, 1}).error, "");
+      }
+      EXPECT_FALSE(buildSchedule(kind, shapeFor(kind, p, p - 1), nullptr));
+    }
+}
+
+// The dependency-order check itself finds a cycle (the deadlock simulateSchedule reports below).
+TEST(PipelineScheduleTest, DependencyOrderFindsACycle) {
+  PipelineShape shape{2, 1, 2};
+  EXPECT_TRUE(dependencyOrderExists(
+      shape, {{F(0, 0), F(0, 1), B(0, 0), B(0, 1)}, {F(1, 0), B(1, 0), F(1, 1), B(1, 1)}}));
+  EXPECT_FALSE(dependencyOrderExists(
+      shape, {{F(0, 0), B(0, 0), F(0, 1), B(0, 1)}, {F(1, 1), F(1, 0), B(1, 0), B(1, 1)}}));
+}
+
+// Qi et al.'s closed forms for the bubble per step (F, B, W per micro-batch and stage,
+// communication free), in the simulator's steadyBubble (stages start their next step when their
+// own last step ends) and, for 1F1B and ZB-H1, also in `bubble` (every stage starts together).
+// Conditions, found by sweeping F, B, W over {0.5, 1, 1.5, 2, 3}: 1F1B always (its backward costs
+// B + W); ZB-H1 (p-1)(F + B - W) for m >= p when W <= F and W <= B; ZB-H2 (p-1)(F + B - 2W) for
+// m >= 2p - 1 when W <= F and 2W <= F + B. The costs are dyadic rationals, so every sum the
+// simulator forms is exact and the comparisons are exact.
+TEST(PipelineScheduleTest, ZeroBubbleMatchesTheClosedForms) {
+  const StepCosts costs[] = {{1, 1, 1}, {1, 2, 1},   {2, 2, 1}, {1, 1.5, 1},
+                             {3, 1, 1}, {1, 1, 0.5}, {2, 3, 2}};
+  for (const StepCosts &c : costs)
+    for (int64_t p = 1; p <= 6; ++p)
+      for (int64_t m = p; m <= 3 * p; ++m) {
+        SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) +
+                     " F=" + std::to_string(c.forward) + " B=" + std::to_string(c.backwardInput) +
+                     " W=" + std::to_string(c.backwardWeight));
+        const double F = c.forward, B = c.backwardInput, W = c.backwardWeight, q = p - 1;
+        PipelineShape shape{p, 1, m};
+        ScheduleSimulation oneF =
+            simulateSchedule(shape, *buildSchedule(ScheduleKind::oneFOneB, shape, nullptr), c);
+        ASSERT_EQ(oneF.error, "");
+        EXPECT_DOUBLE_EQ(oneF.bubble, q * (F + B + W));
+        EXPECT_DOUBLE_EQ(oneF.steadyBubble, q * (F + B + W));
+        ScheduleSimulation h1 =
+            simulateSchedule(shape, *buildSchedule(ScheduleKind::zbH1, shape, nullptr), c);
+        ASSERT_EQ(h1.error, "");
+        EXPECT_DOUBLE_EQ(h1.bubble, q * (F + B - W));
+        EXPECT_DOUBLE_EQ(h1.steadyBubble, q * (F + B - W));
+        ScheduleSimulation h2 =
+            simulateSchedule(shape, *buildSchedule(ScheduleKind::zbH2, shape, nullptr), c);
+        ASSERT_EQ(h2.error, "");
+        if (m >= 2 * p - 1) {
+          EXPECT_DOUBLE_EQ(h2.steadyBubble, q * (F + B - 2 * W));
+        }
+        EXPECT_LE(h2.steadyBubble, h1.steadyBubble);
+        // Busy time per stage m(F + B + W) in every schedule: the makespan is busy + bubble.
+        EXPECT_DOUBLE_EQ(h2.makespan, m * (F + B + W) + h2.bubble);
+      }
+}
+
+// Outside the condition the closed form is not the bubble: with W > F, ZB-H1's delayed W's no
+// longer fit where the forward would have idled.
+TEST(PipelineScheduleTest, ClosedFormsNeedTheirConditions) {
+  PipelineShape shape{4, 1, 8};
+  ScheduleSimulation h1 =
+      simulateSchedule(shape, *buildSchedule(ScheduleKind::zbH1, shape, nullptr), {1, 1, 2});
+  ASSERT_EQ(h1.error, "");
+  EXPECT_GT(h1.steadyBubble, 3 * (1 + 1 - 2));
+  ScheduleSimulation h2 =
+      simulateSchedule(shape, *buildSchedule(ScheduleKind::zbH2, shape, nullptr), {1, 2, 2});
+  ASSERT_EQ(h2.error, "");
+  EXPECT_GT(h2.steadyBubble, 0);
+}
+
+// F = B = W: ZB-H2 and ZBV (each of its two chunks costing half a stage's F, B, W) have no bubble
+// between a stage's first and last step once m >= 2p - 1; with a synchronous optimizer step (all
+// stages start together) ZB-H2 keeps (p-1)F, the last stage's wait for its first input.
+TEST(PipelineScheduleTest, ZeroBubbleAtEqualCosts) {
+  for (int64_t p = 1; p <= 8; ++p)
+    for (int64_t m = 2 * p - 1; m <= 3 * p; ++m) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      PipelineShape flat{p, 1, m};
+      ScheduleSimulation h2 =
+          simulateSchedule(flat, *buildSchedule(ScheduleKind::zbH2, flat, nullptr), {2, 2, 2});
+      ASSERT_EQ(h2.error, "");
+      EXPECT_DOUBLE_EQ(h2.steadyBubble, 0);
+      EXPECT_DOUBLE_EQ(h2.bubble, (p - 1) * 2.0);
+      PipelineShape vee = shapeFor(ScheduleKind::zbv, p, m);
+      ScheduleSimulation v =
+          simulateSchedule(vee, *buildSchedule(ScheduleKind::zbv, vee, nullptr), {1, 1, 1});
+      ASSERT_EQ(v.error, "");
+      EXPECT_DOUBLE_EQ(v.steadyBubble, 0);
+      EXPECT_DOUBLE_EQ(v.makespan, m * 6.0 + v.bubble);
+    }
+}
+
+// The table's memory column as (chunk, micro-batch) pairs between a forward and its W: ZB-H1 p on
+// every stage (1F1B's stage 0), ZB-H2 2p - 1 on stage 0 and never more, ZBV at most 2p pairs of
+// half-stage chunks: p micro-batches' activations, 1F1B's.
+TEST(PipelineScheduleTest, ZeroBubblePeakInFlight) {
+  for (int64_t p = 1; p <= 8; ++p)
+    for (int64_t m = p; m <= 3 * p; ++m) {
+      SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m));
+      auto sim = [&](ScheduleKind kind) {
+        PipelineShape shape = shapeFor(kind, p, m);
+        return simulateSchedule(shape, *buildSchedule(kind, shape, nullptr), {1, 1, 1});
+      };
+      ScheduleSimulation h1 = sim(ScheduleKind::zbH1), h2 = sim(ScheduleKind::zbH2),
+                         v = sim(ScheduleKind::zbv);
+      for (int64_t s = 0; s < p; ++s)
+        EXPECT_EQ(h1.stagePeakInFlight[s], p) << "stage " << s;
+      EXPECT_EQ(h2.peakInFlight, std::min(m, 2 * p - 1));
+      EXPECT_LE(v.peakInFlight, 2 * p);
+      if (m >= 2 * p - 1) {
+        EXPECT_EQ(v.peakInFlight, 2 * p);
+      }
+    }
+}
+
+// ZB-H1, p = 4, m = 6 (Qi et al.'s figure 3): stage s warms up like 1F1B, delays s W's, and runs
+// them last; stage 0 runs every W right after its B.
+TEST(PipelineScheduleTest, ZbH1Order) {
+  auto schedule = buildSchedule(ScheduleKind::zbH1, {4, 1, 6}, nullptr);
+  ASSERT_TRUE(schedule);
+  EXPECT_EQ(show((*schedule)[0]), " F0.0 F0.1 F0.2 F0.3 B0.0 W0.0 F0.4 B0.1 W0.1 F0.5 B0.2 W0.2"
+                                  " B0.3 W0.3 B0.4 W0.4 B0.5 W0.5");
+  EXPECT_EQ(show((*schedule)[3]), " F3.0 B3.0 F3.1 B3.1 F3.2 B3.2 F3.3 B3.3 W3.0 F3.4 B3.4 W3.1"
+                                  " F3.5 B3.5 W3.2 W3.3 W3.4 W3.5");
+}
+
+// ZB-H2, p = 2, m = 4: stage 0 warms up with 2p - 1 = 3 forwards and never holds more than 3
+// micro-batches before their W; stage 1 warms up with one and keeps its last 2s + 1 = 3 W's for
+// after its last B.
+TEST(PipelineScheduleTest, ZbH2Order) {
+  auto schedule = buildSchedule(ScheduleKind::zbH2, {2, 1, 4}, nullptr);
+  ASSERT_TRUE(schedule);
+  EXPECT_EQ(show((*schedule)[0]), " F0.0 F0.1 F0.2 B0.0 W0.0 B0.1 F0.3 B0.2 W0.1 W0.2 B0.3 W0.3");
+  EXPECT_EQ(show((*schedule)[1]), " F1.0 B1.0 F1.1 B1.1 F1.2 B1.2 W1.0 F1.3 B1.3 W1.1 W1.2 W1.3");
+}
+
+// ZBV, p = 2, m = 3 (built for 2p - 1 = 3): stage 0 holds chunks 0 and 3 (the loss), stage 1
+// chunks 1 and 2, the turn of the V.
+TEST(PipelineScheduleTest, ZbvOrder) {
+  auto schedule = buildSchedule(ScheduleKind::zbv, {2, 2, 3, ChunkPlacement::vee}, nullptr);
+  ASSERT_TRUE(schedule);
+  EXPECT_EQ(show((*schedule)[0]), " F0.0 F0.1 F0.2 F3.0 B3.0 W3.0 F3.1 B3.1 W3.1 B0.0 W0.0 F3.2"
+                                  " B3.2 W3.2 B0.1 W0.1 B0.2 W0.2");
+  EXPECT_EQ(show((*schedule)[1]), " F1.0 F2.0 F1.1 F2.1 B2.0 W2.0 F1.2 B1.0 W1.0 F2.2 B2.1 W2.1"
+                                  " B1.1 B2.2 B1.2 W1.1 W2.2 W1.2");
 }
 
 } // namespace

@@ -371,6 +371,11 @@ TEST(PartitionedLoader, ChecksPipelineSchedules) {
   plan = pipelined();
   plan.pipelineStages = 3;
   expectRejected(plan, "pipeline has 3 stages, but the mesh's pp axis has size 2");
+  // A zero-bubble schedule's plan would need split backward steps (issue 35): refused by name.
+  plan = pipelined();
+  plan.pipelineSchedule = "zb-h1";
+  expectRejected(plan, "pipeline schedule 'zb-h1' needs the backward split into input and weight "
+                       "gradients, which megac does not build yet (issue 35)");
 }
 
 } // namespace

@@ -246,6 +246,7 @@ struct PlanSpec {
   uint64_t seed = 0;
   /// Plan.pipeline (stages, virtual stages, micro-batches); all 0: none.
   uint32_t pipelineStages = 0, pipelineVirtualStages = 0, pipelineMicroBatches = 0;
+  std::string pipelineSchedule = "1f1b";
   const char *identifier = "MPLN";
 
   ProgramSpec &program() { return programs[0]; }
@@ -315,7 +316,7 @@ struct PlanSpec {
     flatbuffers::Offset<fb::Pipeline> pipeline = 0;
     if (pipelineStages)
       pipeline = fb::CreatePipelineDirect(b, pipelineStages, pipelineVirtualStages,
-                                          pipelineMicroBatches, "1f1b");
+                                          pipelineMicroBatches, pipelineSchedule.c_str());
     auto plan = fb::CreatePlanDirect(b, formatVersion, "megac test", mesh, &progs, &rankEntries,
                                      weightsFile.c_str(), seed, pipeline);
     b.Finish(plan, identifier);

@@ -179,6 +179,20 @@ TEST(PipelineRunnerErrors, DataInputErrorsNameTheStep) {
                        "micro-batch's data inputs)");
 }
 
+// A zero-bubble schedule's split backward steps are refused before anything runs (issue 35).
+TEST(PipelineRunnerErrors, RefusesTheSplitBackward) {
+  SingleRank s;
+  s.run.steps = {{StepKind::forward, 0, 0},
+                 {StepKind::forward, 1, 0},
+                 {StepKind::backwardInput, 1, 0},
+                 {StepKind::backwardWeight, 1, 0},
+                 {StepKind::backward, 0, 0}};
+  s.run.microBatches = 1;
+  EXPECT_EQ(s.error(), "input-gradient backward of chunk 1, micro-batch 0: the pipeline runner "
+                       "runs forward and whole backward steps; the backward split of the "
+                       "zero-bubble schedules is not built yet (issue 35)");
+}
+
 TEST(PipelineRunnerErrors, RejectsAMismatchedMeshOrProgram) {
   ThreadWorld world(comm::Mesh{{"pp", "dp"}, {2, 2}});
   ThreadCommunicator comm(world, 1);
