@@ -224,7 +224,8 @@ def TrainingOptimizer : Pass<"mega-training-optimizer", "mlir::ModuleOp"> {
     Errors: hyperparameters out of range, no `@forward_backward`, one without parameters or
     with a parameter that is not a float tensor or has no accumulator (run
     mega-training-autodiff first), an existing `@apply_gradients` (or `@check_gradients` with a
-    loss scale), a loss_scale that is not a 0-d tensor of the parameters' type.
+    loss scale), a loss_scale that is not a 0-d tensor of the parameters' type, a
+    negative `bucket-size`.
 
     Partitioned modules (a `mega.mesh` of several devices, docs/pipeline.md) get the same
     function over local shapes, built per pipeline stage (each nested `mega.stage` module, from
@@ -234,6 +235,15 @@ def TrainingOptimizer : Pass<"mega-training-optimizer", "mlir::ModuleOp"> {
     shard is all-gathered; a parameter used on several pipeline stages (`mega.shared_stages`)
     has its gradient summed between them (send/recv along pp); the global norm sums each
     shard's squares over the axes it is split over, and over pp, counting every element once.
+
+    Buckets (docs/training-step.md): gradients all-reduced over the same axes are flattened,
+    concatenated in parameter order into buckets of at most `bucket-size` elements (a larger
+    tensor is a bucket of its own), reduced by one `all_reduce` per bucket and sliced back.
+    Under `zero=1` the dp-sharded gradients of one element type are bucketed the same way:
+    each is reshaped to `[dp, n/dp]` and the members concatenated along dim 1, so one
+    `reduce_scatter` over dp per bucket hands rank r every member's r-th shard; the updated
+    shards go back the same way (concatenated, one `all_gather` per bucket, columns sliced
+    back). `bucket-size=0` is Megatron's default, max(40000000, 1000000 x dp).
 
     ```mlir
     func.func @apply_gradients(%w: tensor<4x4xf32> {mega.param = "w"},
@@ -259,6 +269,9 @@ def TrainingOptimizer : Pass<"mega-training-optimizer", "mlir::ModuleOp"> {
            "clip the global gradient norm to this value (0: no clipping)">,
     Option<"zero", "zero", "int64_t", /*default=*/"0",
            "1: shard the optimizer step over dp (Megatron's distributed optimizer, ZeRO-1)">,
+    Option<"bucketSize", "bucket-size", "int64_t", /*default=*/"0",
+           "elements per gradient/parameter bucket of the dp collectives (0: Megatron's "
+           "max(40000000, 1000000 x dp))">,
   ];
 }
 

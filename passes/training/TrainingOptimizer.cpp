@@ -1,7 +1,7 @@
 // mega-training-optimizer: builds @apply_gradients (global norm, optional clipping, one AdamW
 // update per parameter) from @forward_backward's parameters and gradient accumulators.
-#include "passes/training/Passes.h"
 #include "passes/partition/Passes.h"
+#include "passes/training/Passes.h"
 
 #include "ir/MegaDialect.h"
 #include "ir/MegaOps.h"
@@ -77,6 +77,15 @@ bool zeroSharded(const Distribution &dist, const Param &p) {
   return dp > 1 && llvm::is_contained(stringsOf(p.attrs.get(kGradPartialAttr)), "dp") &&
          p.type.getDimSize(0) % dp == 0;
 }
+
+/// Gradients reduced by one collective (docs/training-step.md, "Buckets"): the partial axes
+/// of an all-reduce bucket (empty for ZeRO-1's reduce-scatter over dp), the element type and
+/// the parameters, in order.
+struct Bucket {
+  SmallVector<StringRef> axes;
+  Type element;
+  SmallVector<size_t> members;
+};
 
 /// Weight decay applies to matrices, not to biases and norm scales (Megatron's rule), judged by
 /// the shape the model's files hold: a split fused projection's bias is [3, h] in the IR but a
@@ -159,8 +168,7 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
                                 << " (run mega-training-autodiff first)";
         params.push_back({name.getValue(), fb.getArgAttrDict(i), type});
       }
-    if (params.empty())
-    {
+    if (params.empty()) {
       func::FuncOp first = functions.front();
       return first.emitError() << "mega-training-optimizer: @" << first.getSymName()
                                << " has no parameters";
@@ -173,6 +181,10 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
       return failure();
     if (zero != 0 && zero != 1)
       return module.emitError() << "mega-training-optimizer: zero must be 0 or 1, got " << zero;
+    if (bucketSize < 0)
+      return module.emitError() << "mega-training-optimizer: bucket-size must be >= 1 element "
+                                << "(0: Megatron's default), got "
+                                << static_cast<int64_t>(bucketSize);
     SmallVector<ModuleOp> stages;
     for (auto nested : module.getOps<ModuleOp>())
       if (nested->hasAttr("mega.stage"))
@@ -283,7 +295,7 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     Value scale = scaleType ? args[4 * n + 2] : Value();
     Value norm;
     if (dist) {
-      reduceGradients(b, loc, dist, *params, gradValues);
+      reduceGradients(b, loc, dist, *params, gradValues, bucketLimit(dist));
       if (scale)
         for (Value &g : gradValues)
           g = mega::DivOp::create(b, loc, g.getType(), g, splat(b, loc, scale, g));
@@ -312,14 +324,14 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
           b, loc, param.getType(), ms[i].getType(), vs[i].getType(), param, gradValues[i], ms[i],
           vs[i], lr, step, b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
           b.getF64FloatAttr(eps), b.getF64FloatAttr(decay));
-      Value newParam = update.getNewParam();
-      if (sharded)
-        newParam = mega::AllGatherOp::create(b, loc, p.type, newParam, dist.mesh, dpAxes,
-                                             b.getI64IntegerAttr(0), UnitAttr());
-      newParams.push_back(newParam);
+      newParams.push_back(update.getNewParam()); // a dp shard under ZeRO-1: gathered below
       newMs.push_back(update.getNewExpAvg());
       newVs.push_back(update.getNewExpAvgSq());
     }
+    if (dist)
+      for (const Bucket &bucket :
+           gradientBuckets(dist, *params, /*sharded=*/true, bucketLimit(dist)))
+        allGatherBucket(b, loc, dist, *params, bucket, newParams);
     SmallVector<Value> results;
     llvm::append_range(results, newParams);
     llvm::append_range(results, newMs);
@@ -374,7 +386,8 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
   /// Whole gradients from the accumulators: shares from other pipeline stages added (tied
   /// parameters), partial sums all-reduced, or reduce-scattered over dp under ZeRO-1.
   static void reduceGradients(OpBuilder &b, Location loc, const Distribution &dist,
-                              ArrayRef<Param> params, SmallVectorImpl<Value> &grads) {
+                              ArrayRef<Param> params, SmallVectorImpl<Value> &grads,
+                              int64_t limit) {
     // Parameters shared between stages, in name order so both sides exchange in one order.
     SmallVector<size_t> shared;
     for (size_t i = 0; i < params.size(); ++i)
@@ -395,92 +408,195 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
       for (int64_t other : stages) {
         Value term = other == dist.stage
                          ? grads[i]
-                         : mega::RecvOp::create(b, loc, grads[i].getType(), dist.mesh,
-                                                b.getStringAttr("pp"),
-                                                b.getI64IntegerAttr(other - dist.stage),
-                                                b.getI64IntegerAttr(tag))
+                         : mega::RecvOp::create(
+                               b, loc, grads[i].getType(), dist.mesh, b.getStringAttr("pp"),
+                               b.getI64IntegerAttr(other - dist.stage), b.getI64IntegerAttr(tag))
                                .getResult();
-        total = total ? mega::AddOp::create(b, loc, total.getType(), total, term).getResult()
-                      : term;
+        total =
+            total ? mega::AddOp::create(b, loc, total.getType(), total, term).getResult() : term;
       }
       grads[i] = total;
     }
-    // Gradients all-reduced over the same axes go in buckets: one collective per bucket of up
-    // to kBucketElements elements (flattened, concatenated, reduced, split back), as Megatron's
-    // gradient buckets do.
-    constexpr int64_t kBucketElements = 16 << 20;
-    struct Bucket {
-      SmallVector<StringRef> axes;
-      Type element;
-      SmallVector<size_t> members;
-    };
-    SmallVector<Bucket> buckets; // in parameter order: every rank builds the same ones
+    for (const Bucket &bucket : gradientBuckets(dist, params, /*sharded=*/false, limit))
+      allReduceBucket(b, loc, dist, params, bucket, grads);
+    for (const Bucket &bucket : gradientBuckets(dist, params, /*sharded=*/true, limit))
+      reduceScatterBucket(b, loc, dist, params, bucket, grads);
+  }
+
+  /// The elements per bucket: the bucket-size option, or Megatron's default
+  /// max(40000000, 1000000 x dp) (megatron/core/distributed/distributed_data_parallel.py).
+  int64_t bucketLimit(const Distribution &dist) const {
+    if (bucketSize > 0)
+      return bucketSize;
+    return std::max<int64_t>(40000000, 1000000 * dist.size("dp"));
+  }
+
+  /// The buckets of the dp reduction, in parameter order, so every rank builds the same ones:
+  /// with `sharded` false the gradients all-reduced (a partial sum, not ZeRO-1 sharded),
+  /// grouped by their partial axes and element type; with it true ZeRO-1's dp-sharded
+  /// gradients (and parameters), grouped by element type. Each group is cut into runs of
+  /// consecutive members of at most `limit` local elements; a larger tensor is a bucket alone.
+  static SmallVector<Bucket> gradientBuckets(const Distribution &dist, ArrayRef<Param> params,
+                                             bool sharded, int64_t limit) {
+    SmallVector<Bucket> groups;
     for (size_t i = 0; i < params.size(); ++i) {
       SmallVector<StringRef> partial = stringsOf(params[i].attrs.get(kGradPartialAttr));
-      if (partial.empty() || zeroSharded(dist, params[i]))
+      if (partial.empty() || zeroSharded(dist, params[i]) != sharded)
         continue;
+      if (sharded)
+        partial.clear(); // one reduce-scatter over dp; the other axes per member after it
       Type element = params[i].type.getElementType();
       auto *it = llvm::find_if(
-          buckets, [&](const Bucket &k) { return k.axes == partial && k.element == element; });
-      if (it == buckets.end())
-        buckets.push_back({partial, element, {i}});
+          groups, [&](const Bucket &k) { return k.axes == partial && k.element == element; });
+      if (it == groups.end())
+        groups.push_back({partial, element, {i}});
       else
         it->members.push_back(i);
     }
-    for (Bucket &bucketGroup : buckets) {
-      const SmallVector<StringRef> &axes = bucketGroup.axes;
-      Type element = bucketGroup.element;
-      const SmallVector<size_t> &members = bucketGroup.members;
-      for (size_t first = 0; first < members.size();) {
-        int64_t total = 0;
-        size_t last = first;
-        while (last < members.size() &&
-               (last == first || total + params[members[last]].type.getNumElements() <=
-                                     kBucketElements))
-          total += params[members[last++]].type.getNumElements();
-        auto flatType = RankedTensorType::get({total}, element);
-        SmallVector<Value> flat;
-        for (size_t k = first; k < last; ++k) {
-          Value g = grads[members[k]];
-          auto type = cast<RankedTensorType>(g.getType());
-          flat.push_back(mega::ReshapeOp::create(
-              b, loc, RankedTensorType::get({type.getNumElements()}, element), g));
+    SmallVector<Bucket> buckets;
+    for (const Bucket &group : groups) {
+      int64_t total = 0;
+      for (size_t i : group.members) {
+        int64_t n = params[i].type.getNumElements();
+        if (buckets.empty() || buckets.back().axes != group.axes ||
+            buckets.back().element != group.element || buckets.back().members.empty() ||
+            total + n > limit) {
+          buckets.push_back({group.axes, group.element, {}});
+          total = 0;
         }
-        Value bucket = flat.size() == 1
-                           ? flat.front()
-                           : mega::ConcatOp::create(b, loc, flatType, flat, 0).getResult();
-        Value reduced = mega::AllReduceOp::create(b, loc, flatType, mega::ReduceKind::sum, bucket,
-                                                  dist.mesh, b.getStrArrayAttr(axes));
-        int64_t offset = 0;
-        for (size_t k = first; k < last; ++k) {
-          size_t i = members[k];
-          int64_t n = params[i].type.getNumElements();
-          Value piece = reduced;
-          if (flat.size() > 1)
-            piece = mega::SliceOp::create(b, loc, RankedTensorType::get({n}, element), reduced,
-                                          ArrayRef<int64_t>{offset},
-                                          ArrayRef<int64_t>{offset + n}, ArrayRef<int64_t>{1});
-          grads[i] = mega::ReshapeOp::create(b, loc, grads[i].getType(), piece);
-          offset += n;
-        }
-        first = last;
+        buckets.back().members.push_back(i);
+        total += n;
       }
     }
-    for (size_t i = 0; i < params.size(); ++i) {
+    return buckets;
+  }
+
+  /// `value` as `type` (same elements): a reshape, or `value` itself when the shape is the same.
+  static Value reshaped(OpBuilder &b, Location loc, Type type, Value value) {
+    if (value.getType() == type)
+      return value;
+    return mega::ReshapeOp::create(b, loc, type, value);
+  }
+
+  /// One all-reduce for a bucket of partial gradients: flattened, concatenated, reduced over
+  /// the bucket's axes and split back.
+  static void allReduceBucket(OpBuilder &b, Location loc, const Distribution &dist,
+                              ArrayRef<Param> params, const Bucket &bucket,
+                              SmallVectorImpl<Value> &grads) {
+    Type element = bucket.element;
+    int64_t total = 0;
+    SmallVector<Value> flat;
+    for (size_t i : bucket.members) {
+      int64_t n = params[i].type.getNumElements();
+      flat.push_back(reshaped(b, loc, RankedTensorType::get({n}, element), grads[i]));
+      total += n;
+    }
+    auto flatType = RankedTensorType::get({total}, element);
+    Value joined = flat.size() == 1 ? flat.front()
+                                    : mega::ConcatOp::create(b, loc, flatType, flat, 0).getResult();
+    Value reduced = mega::AllReduceOp::create(b, loc, flatType, mega::ReduceKind::sum, joined,
+                                              dist.mesh, b.getStrArrayAttr(bucket.axes));
+    int64_t offset = 0;
+    for (size_t i : bucket.members) {
+      int64_t n = params[i].type.getNumElements();
+      Value piece = reduced;
+      if (flat.size() > 1)
+        piece = mega::SliceOp::create(b, loc, RankedTensorType::get({n}, element), reduced,
+                                      ArrayRef<int64_t>{offset}, ArrayRef<int64_t>{offset + n},
+                                      ArrayRef<int64_t>{1});
+      grads[i] = reshaped(b, loc, grads[i].getType(), piece);
+      offset += n;
+    }
+  }
+
+  /// A ZeRO-1 gradient's dp shard type: dim 0 divided by dp.
+  static RankedTensorType dpShard(const Distribution &dist, const Param &p) {
+    SmallVector<int64_t> shape(p.type.getShape());
+    shape[0] /= dist.size("dp");
+    return RankedTensorType::get(shape, p.type.getElementType());
+  }
+
+  /// ZeRO-1: one reduce-scatter over dp for a bucket. Each member is dim-0 sharded over dp, so
+  /// as [dp, n/dp] its row r is rank r's shard; the members concatenated along dim 1 make
+  /// [dp, sum n/dp], whose row r — every member's r-th shard — is what rank r receives. A
+  /// member's shard is then sliced back and summed over its other partial axes (tp, ...).
+  static void reduceScatterBucket(OpBuilder &b, Location loc, const Distribution &dist,
+                                  ArrayRef<Param> params, const Bucket &bucket,
+                                  SmallVectorImpl<Value> &grads) {
+    int64_t dp = dist.size("dp");
+    ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});
+    Type element = bucket.element;
+    if (bucket.members.size() == 1) {
+      size_t i = bucket.members.front();
+      grads[i] = mega::ReduceScatterOp::create(
+          b, loc, dpShard(dist, params[i]), mega::ReduceKind::sum, grads[i], dist.mesh, dpAxes, 0);
+    } else {
+      SmallVector<Value> columns;
+      int64_t width = 0;
+      for (size_t i : bucket.members) {
+        int64_t n = params[i].type.getNumElements() / dp;
+        columns.push_back(reshaped(b, loc, RankedTensorType::get({dp, n}, element), grads[i]));
+        width += n;
+      }
+      Value matrix =
+          mega::ConcatOp::create(b, loc, RankedTensorType::get({dp, width}, element), columns, 1);
+      Value flat = reshaped(b, loc, RankedTensorType::get({dp * width}, element), matrix);
+      Value mine = mega::ReduceScatterOp::create(b, loc, RankedTensorType::get({width}, element),
+                                                 mega::ReduceKind::sum, flat, dist.mesh, dpAxes, 0);
+      int64_t offset = 0;
+      for (size_t i : bucket.members) {
+        int64_t n = params[i].type.getNumElements() / dp;
+        Value piece = mega::SliceOp::create(b, loc, RankedTensorType::get({n}, element), mine,
+                                            ArrayRef<int64_t>{offset},
+                                            ArrayRef<int64_t>{offset + n}, ArrayRef<int64_t>{1});
+        grads[i] = reshaped(b, loc, dpShard(dist, params[i]), piece);
+        offset += n;
+      }
+    }
+    for (size_t i : bucket.members) {
       SmallVector<StringRef> partial = stringsOf(params[i].attrs.get(kGradPartialAttr));
-      if (partial.empty() || !zeroSharded(dist, params[i]))
-        continue;
-      // ZeRO-1: this rank's dp slice of the gradient, then the other axes' sum.
-      SmallVector<int64_t> shape(params[i].type.getShape());
-      shape[0] /= dist.size("dp");
-      auto shard = RankedTensorType::get(shape, params[i].type.getElementType());
-      grads[i] = mega::ReduceScatterOp::create(b, loc, shard, mega::ReduceKind::sum, grads[i],
-                                               dist.mesh, b.getStrArrayAttr({"dp"}), 0);
       llvm::erase(partial, "dp");
-      if (partial.empty())
-        continue;
-      grads[i] = mega::AllReduceOp::create(b, loc, grads[i].getType(), mega::ReduceKind::sum,
-                                           grads[i], dist.mesh, b.getStrArrayAttr(partial));
+      if (!partial.empty())
+        grads[i] = mega::AllReduceOp::create(b, loc, grads[i].getType(), mega::ReduceKind::sum,
+                                             grads[i], dist.mesh, b.getStrArrayAttr(partial));
+    }
+  }
+
+  /// ZeRO-1: the updated dp shards of a bucket back to whole parameters with one all-gather:
+  /// concatenated, gathered into [dp, sum n/dp] (row r: rank r's shards) and each member's
+  /// columns, [dp, n/dp], reshaped to the parameter.
+  static void allGatherBucket(OpBuilder &b, Location loc, const Distribution &dist,
+                              ArrayRef<Param> params, const Bucket &bucket,
+                              SmallVectorImpl<Value> &shards) {
+    int64_t dp = dist.size("dp");
+    ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});
+    Type element = bucket.element;
+    if (bucket.members.size() == 1) {
+      size_t i = bucket.members.front();
+      shards[i] = mega::AllGatherOp::create(b, loc, params[i].type, shards[i], dist.mesh, dpAxes,
+                                            b.getI64IntegerAttr(0), UnitAttr());
+      return;
+    }
+    SmallVector<Value> flat;
+    int64_t width = 0;
+    for (size_t i : bucket.members) {
+      int64_t n = params[i].type.getNumElements() / dp;
+      flat.push_back(reshaped(b, loc, RankedTensorType::get({n}, element), shards[i]));
+      width += n;
+    }
+    Value mine = mega::ConcatOp::create(b, loc, RankedTensorType::get({width}, element), flat, 0);
+    Value all =
+        mega::AllGatherOp::create(b, loc, RankedTensorType::get({dp * width}, element), mine,
+                                  dist.mesh, dpAxes, b.getI64IntegerAttr(0), UnitAttr());
+    Value matrix = reshaped(b, loc, RankedTensorType::get({dp, width}, element), all);
+    int64_t offset = 0;
+    for (size_t i : bucket.members) {
+      int64_t n = params[i].type.getNumElements() / dp;
+      Value columns = mega::SliceOp::create(
+          b, loc, RankedTensorType::get({dp, n}, element), matrix, ArrayRef<int64_t>{0, offset},
+          ArrayRef<int64_t>{dp, offset + n}, ArrayRef<int64_t>{1, 1});
+      shards[i] = reshaped(b, loc, params[i].type, columns);
+      offset += n;
     }
   }
 
@@ -516,11 +632,11 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     }
     Value total;
     for (auto &[axes, sum] : byAxes) {
-      Value whole = axes.empty() ? sum
-                                 : mega::AllReduceOp::create(b, loc, scalarType,
-                                                             mega::ReduceKind::sum, sum, dist.mesh,
-                                                             b.getStrArrayAttr(axes))
-                                       .getResult();
+      Value whole = axes.empty()
+                        ? sum
+                        : mega::AllReduceOp::create(b, loc, scalarType, mega::ReduceKind::sum, sum,
+                                                    dist.mesh, b.getStrArrayAttr(axes))
+                              .getResult();
       total = total ? mega::AddOp::create(b, loc, scalarType, total, whole).getResult() : whole;
     }
     if (!total) {
@@ -528,8 +644,8 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
       total = mega::ConstantOp::create(b, loc, scalarType, zero);
     }
     if (dist.size("pp") > 1)
-      total = mega::AllReduceOp::create(b, loc, scalarType, mega::ReduceKind::sum, total,
-                                        dist.mesh, b.getStrArrayAttr({"pp"}));
+      total = mega::AllReduceOp::create(b, loc, scalarType, mega::ReduceKind::sum, total, dist.mesh,
+                                        b.getStrArrayAttr({"pp"}));
     return mega::SqrtOp::create(b, loc, scalarType, total);
   }
 
@@ -546,8 +662,8 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
 
   /// @check_gradients(grad accumulators, loss_scale) -> unscaled_grad_norm: the norm the CLI
   /// tests for overflow (inf or nan) before it runs @apply_gradients.
-  void buildCheckGradients(OpBuilder &b, func::FuncOp after, ArrayRef<Param> params,
-                           Type scaleType, const Distribution &dist) {
+  void buildCheckGradients(OpBuilder &b, func::FuncOp after, ArrayRef<Param> params, Type scaleType,
+                           const Distribution &dist) {
     MLIRContext *ctx = b.getContext();
     Location loc = after.getLoc();
     auto named = [&](StringRef attr, const Twine &value) {
@@ -577,8 +693,8 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
           axes.push_back(name.getValue());
       auto type = cast<RankedTensorType>(norm.getType());
       Value squares = mega::MulOp::create(b, loc, type, norm, norm);
-      Value sum = mega::AllReduceOp::create(b, loc, type, mega::ReduceKind::sum, squares,
-                                            dist.mesh, b.getStrArrayAttr(axes));
+      Value sum = mega::AllReduceOp::create(b, loc, type, mega::ReduceKind::sum, squares, dist.mesh,
+                                            b.getStrArrayAttr(axes));
       norm = mega::SqrtOp::create(b, loc, type, sum);
     }
     Value unscaled = mega::DivOp::create(b, loc, scaleType, norm, body->getArguments().back());

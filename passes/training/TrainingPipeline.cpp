@@ -79,6 +79,7 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
   optimizer.eps = options.eps;
   optimizer.weightDecay = options.weightDecay;
   optimizer.clipGrad = options.clipGrad;
+  optimizer.bucketSize = options.bucketSize;
   pm.addPass(createTrainingOptimizer(optimizer));
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createCSEPass());

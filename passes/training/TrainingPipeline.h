@@ -35,6 +35,11 @@ struct TrainingOptions {
   /// Mixture of experts: the load-balancing loss's and the router z-loss's coefficients.
   double moeAuxLossCoeff = 0.01;
   double moeZLossCoeff = 0.0;
+  /// Elements per bucket of the dp gradient reduction and of ZeRO-1's parameter all-gather
+  /// (`--bucket-size`); 0: Megatron's max(40000000, 1000000 x dp). A setting of the optimizer
+  /// pass, not of the Layout: it changes no state's shape or placement (checkpoints do not
+  /// record it) and the planner does not search it.
+  int64_t bucketSize = 0;
   /// How the step is partitioned, recomputed and in which precision it computes.
   Layout layout;
 };

@@ -106,7 +106,7 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--split TRAIN,VALID,TEST]
                    [--ranks N] [--tp T] [--pp P] [--dp D] [--vpp V] [--sequence-parallel]
                    [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
-                   [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
+                   [--bucket-size N] [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
                    [--backend cpu|cuda] [--allow-tf32]
 
 trains the model with AdamW (torch.optim.AdamW; weight decay on parameters of rank >= 2
@@ -121,8 +121,10 @@ parallel (Megatron's column/row-parallel linears, vocab-parallel embedding and l
 --pp P pipeline stages with --vpp V model chunks per stage (interleaved 1F1B when V > 1) and
 --schedule 1f1b (default) or gpipe, --dp D data parallel (default: N / (T*P)); N must equal
 T*P*D. --sequence-parallel shards norms and residuals over tp; --zero 1 shards the Adam state
-over dp (Megatron's distributed optimizer); --recompute selective|full recomputes attention
-outputs or whole chunks in the backward pass. --cp, --ep and --fp8 are not supported yet.
+over dp (Megatron's distributed optimizer); --bucket-size N puts up to N gradient elements
+in each dp collective (default Megatron's max(40M, 1M x D); checkpoints do not depend on it);
+--recompute selective|full recomputes attention outputs or whole chunks in the backward
+pass. --cp, --ep and --fp8 are not supported yet.
 --micro-batch b is per data-parallel rank: the model is compiled for b*D rows and a step has
 m = B / (b*D) micro-batches (B must be a multiple of b*D); micro-batch k of rank dp reads
 rows k*b*D + dp*b .. +b of the step's global batch, so every layout trains on the same batch
@@ -297,9 +299,10 @@ the experts; docs/moe.md). --explain splits #1's predicted step by op class (GEM
 memory-bound, launch overhead, each collective, bubble) and explains its compiled plan.
 
 usage: megac plan MODEL --ranks N [--tp T --pp P --dp D --vpp V --sequence-parallel
-                  --zero 0|1 --recompute none|selective|full --schedule 1f1b|gpipe]
-                  [--micro-batch b] [--global-batch B] [--precision fp32|fp64|bf16|fp16]
-                  [--data TOKENS.npy] [--explain] [--json] [-o FILE.mplan]
+                  --zero 0|1 --recompute none|selective|full --schedule 1f1b|gpipe
+                  --bucket-size N] [--micro-batch b] [--global-batch B]
+                  [--precision fp32|fp64|bf16|fp16] [--data TOKENS.npy] [--explain] [--json]
+                  [-o FILE.mplan]
 
 Compiles the training step exactly as `megac train` with the same arguments would, for every
 rank of the layout, and explains the plan: the mesh and pipeline, per role (pipeline stage) the

@@ -62,7 +62,7 @@ void RunFlags::declare(Flags &f) {
   f.text("--trace", c.log.tracePath, "FILE").count("--trace-steps", traceSteps, 1);
   f.count("--ranks", c.exec.ranks, 1).count("--tp", l.tp, 1, "T").count("--pp", l.pp, 1, "P");
   f.count("--dp", l.dp, 1, "D").count("--vpp", l.vpp, 1, "V").count("--zero", zero, 0, "0|1");
-  f.count("--ep", l.ep, 1, "E");
+  f.count("--ep", l.ep, 1, "E").count("--bucket-size", c.training.bucketSize, 1, "N");
   f.flag("--sequence-parallel", sequenceParallel);
   f.choice("--recompute", recompute, {"none", "selective", "full"});
   // The zero-bubble names parse so that finishRunConfig can say why they do not run yet.

@@ -28,23 +28,37 @@
 // CHECK-SAME: %[[LR:arg[0-9]+]]: tensor<f32> {mega.input = "lr"}, %[[STEP:arg[0-9]+]]: tensor<i64> {mega.input = "step"}
 // CHECK-SAME: -> (tensor<8x8xf32> {mega.updates = "wte"}, tensor<4x8xf32> {mega.updates = "wpe"}
 // CHECK-SAME: tensor<4x8xf32> {mega.updates = "adam.m.wte"}, tensor<2x8xf32> {mega.updates = "adam.m.wpe"}
-// Gradients: reduce_scatter over dp on dim 0, no all_reduce.
-// CHECK: %[[RWTE:.*]] = mega.reduce_scatter sum %[[GWTE]] on #mesh axes ["dp"] dim 0 : tensor<8x8xf32> -> tensor<4x8xf32>
-// CHECK-NEXT: %[[RWPE:.*]] = mega.reduce_scatter sum %[[GWPE]] on #mesh axes ["dp"] dim 0 : tensor<4x8xf32> -> tensor<2x8xf32>
-// CHECK-COUNT-18: mega.reduce_scatter sum %{{.*}} on #mesh axes ["dp"] dim 0
+// Gradients: reduce_scatter over dp, in one bucket at the default bucket size (each as
+// [dp, n/dp], concatenated along dim 1, flattened; optimizer-buckets.mlir), no all_reduce.
+// CHECK: %[[CWTE:.*]] = mega.reshape %[[GWTE]] : tensor<8x8xf32> -> tensor<2x32xf32>
+// CHECK-NEXT: %[[CWPE:.*]] = mega.reshape %[[GWPE]] : tensor<4x8xf32> -> tensor<2x16xf32>
+// CHECK: %[[BUCKET:.*]] = mega.concat %[[CWTE]], %[[CWPE]], {{.*}} axis 1 : {{.*}} -> tensor<2x286xf32>
+// CHECK-NEXT: %[[FLAT:.*]] = mega.reshape %[[BUCKET]] : tensor<2x286xf32> -> tensor<572xf32>
+// CHECK-NEXT: %[[R:.*]] = mega.reduce_scatter sum %[[FLAT]] on #mesh axes ["dp"] dim 0 : tensor<572xf32> -> tensor<286xf32>
+// CHECK-NEXT: %[[PIECE:.*]] = mega.slice %[[R]] [0] to [32] step [1] : tensor<286xf32> -> tensor<32xf32>
+// CHECK-NEXT: %[[RWTE:.*]] = mega.reshape %[[PIECE]] : tensor<32xf32> -> tensor<4x8xf32>
+// CHECK-NEXT: %[[PIECE2:.*]] = mega.slice %[[R]] [32] to [48] step [1] : tensor<286xf32> -> tensor<16xf32>
+// CHECK-NEXT: %[[RWPE:.*]] = mega.reshape %[[PIECE2]] : tensor<16xf32> -> tensor<2x8xf32>
 // CHECK-NOT: mega.reduce_scatter
 // The global norm: shards whole on tp summed over dp; tp-split shards over dp and tp.
 // CHECK-DAG: %[[NDP:.*]] = mega.all_reduce sum %{{.*}} on #mesh axes ["dp"] : tensor<f32>
 // CHECK-DAG: %[[NTP:.*]] = mega.all_reduce sum %{{.*}} on #mesh axes ["dp", "tp"] : tensor<f32>
 // CHECK: %[[N2:.*]] = mega.add %[[NDP]], %[[NTP]] : tensor<f32>
 // CHECK: %[[NORM:.*]] = mega.sqrt %[[N2]] : tensor<f32>
-// Each rank updates its dp shard of the parameter and all-gathers the result.
+// Each rank updates its dp shard of the parameter; the updated shards are all-gathered in
+// one bucket (concatenated, gathered into [dp, 286], each member's columns reshaped back).
 // CHECK: %[[SWTE:.*]] = mega.shard_slice %[[WTE]] on #mesh axes ["dp"] dim 0 : tensor<8x8xf32> -> tensor<4x8xf32>
 // CHECK: %[[PWTE:.*]], %[[M2WTE:.*]], %[[V2WTE:.*]] = mega.adamw_update %[[SWTE]], %[[RWTE]], %[[MWTE]], %[[VWTE]], %[[LR]], %[[STEP]] {{.*}} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<f32>, tensor<i64>)
-// CHECK: %[[GATHERED:.*]] = mega.all_gather %[[PWTE]] on #mesh axes ["dp"] dim 0 : tensor<4x8xf32> -> tensor<8x8xf32>
 // CHECK: %[[SWPE:.*]] = mega.shard_slice %[[WPE]] on #mesh axes ["dp"] dim 0 : tensor<4x8xf32> -> tensor<2x8xf32>
 // CHECK: mega.adamw_update %[[SWPE]], %[[RWPE]], %[[MWPE]]
-// CHECK-COUNT-18: mega.all_gather %{{.*}} on #mesh axes ["dp"] dim 0
+// CHECK-NOT: mega.all_gather
+// CHECK: %[[FWTE:.*]] = mega.reshape %[[PWTE]] : tensor<4x8xf32> -> tensor<32xf32>
+// CHECK: %[[JOINED:.*]] = mega.concat %[[FWTE]], {{.*}} axis 0 : {{.*}} -> tensor<286xf32>
+// CHECK-NEXT: %[[ALL:.*]] = mega.all_gather %[[JOINED]] on #mesh axes ["dp"] dim 0 : tensor<286xf32> -> tensor<572xf32>
+// CHECK-NEXT: %[[ROWS:.*]] = mega.reshape %[[ALL]] : tensor<572xf32> -> tensor<2x286xf32>
+// CHECK-NEXT: %[[COLS:.*]] = mega.slice %[[ROWS]] [0, 0] to [2, 32] step [1, 1] : tensor<2x286xf32> -> tensor<2x32xf32>
+// CHECK-NEXT: %[[GATHERED:.*]] = mega.reshape %[[COLS]] : tensor<2x32xf32> -> tensor<8x8xf32>
+// CHECK-NOT: mega.all_gather
 // CHECK: return %[[GATHERED]], {{.*}}, %[[M2WTE]], {{.*}}, %[[V2WTE]], {{.*}}, %[[NORM]] :
 
 // zero=0: the gradients all-reduced over dp in one bucket (flattened, concatenated, reduced,
@@ -73,8 +87,10 @@
 // SP-SAME: tensor<4x8xf32> {{[^}]*}}mega.state = "adam.m.wpe"}
 // SP-SAME: tensor<4xf32> {mega.dim_axes = {{\[\[}}"dp"]], mega.global_shape = array<i64: 8>, mega.state = "adam.m.h0.ln1.weight"}
 // SP-NOT: reduce_scatter sum %[[GWPE]]
-// SP: %[[R:.*]] = mega.reduce_scatter sum %[[GLN]] on #mesh axes ["dp"] dim 0 : tensor<8xf32> -> tensor<4xf32>
-// SP-NEXT: %{{.*}} = mega.all_reduce sum %[[R]] on #mesh axes ["tp"] : tensor<4xf32>
+// SP: %[[CLN:.*]] = mega.reshape %[[GLN]] : tensor<8xf32> -> tensor<2x4xf32>
+// SP: %[[R:.*]] = mega.reduce_scatter sum %{{.*}} on #mesh axes ["dp"] dim 0 : tensor<{{[0-9]+}}xf32> -> tensor<{{[0-9]+}}xf32>
+// SP: %[[LN:.*]] = mega.slice %[[R]] [{{[0-9]+}}] to [{{[0-9]+}}] step [1] : tensor<{{[0-9]+}}xf32> -> tensor<4xf32>
+// SP: mega.all_reduce sum %[[LN]] on #mesh axes ["tp"] : tensor<4xf32>
 // SP-NOT: reduce_scatter sum %[[GWPE]]
 // SP: mega.adamw_update %[[WPE]], %[[GWPE]], {{.*}} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>, tensor<f32>, tensor<i64>)
 
