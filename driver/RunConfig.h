@@ -77,6 +77,9 @@ struct CheckpointConfig {
 /// What a run records.
 struct LogConfig {
   std::optional<std::string> jsonPath; // one JSON object per step and line
+  /// --tensorboard-dir: TensorBoard event files with the JSON log's scalars (rank 0; created if
+  /// missing; a new file per run).
+  std::optional<std::string> tensorboardDir;
   int64_t interval = 1;                // off a terminal, one line per `interval` steps
   /// --trace: the executed timeline of steps traceFirst..traceLast (1-based, inclusive);
   /// finishRunConfig sets the window: traceSteps steps from step 2 (step 1 warms up).

@@ -15,6 +15,7 @@
 #include "driver/TrainData.h"
 
 #include "runtime/train/StopRequest.h"
+#include "runtime/train/TensorBoardWriter.h"
 #include "runtime/train/TrainLog.h"
 #include "support/Status.h"
 
@@ -28,10 +29,11 @@ namespace megac::driver {
 
 // The runtime's names a session's caller holds and prints with, re-exported (as Backend.h does):
 // a step's record and its log lines (runtime/train/TrainLog.h), the stop request and decision
-// (runtime/train/StopRequest.h).
+// (runtime/train/StopRequest.h), the TensorBoard event files (runtime/train/TensorBoardWriter.h).
 using runtime::train::JsonLinesWriter, runtime::train::LogInterval, runtime::train::formatDuration,
     runtime::train::progressLine, runtime::train::stepLogLine, runtime::train::stepRecordJson;
 using runtime::train::StepRecord, runtime::train::StopDecision, runtime::train::StopRequest;
+using runtime::train::TensorBoardWriter, runtime::train::evalScalars, runtime::train::stepScalars;
 
 struct SessionHooks {
   /// One-line warnings (a checkpoint refused, a setting that differs from the checkpoint's, the

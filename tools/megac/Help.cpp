@@ -95,7 +95,8 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--moe-aux-loss-coeff 0.01] [--moe-z-loss-coeff 0]
                    [--precision fp32|fp64|bf16|fp16] [--initial-loss-scale 65536]
                    [--loss-scale-window 1000] [--hysteresis 2] [--min-loss-scale 1]
-                   [--log-json FILE] [--log-interval N] [--logits NAME]
+                   [--log-json FILE] [--log-interval N] [--tensorboard-dir DIR]
+                   [--logits NAME]
                    [--save-weights FILE.safetensors]
                    [--save-grads FILE.safetensors] [--trace FILE.json [--trace-steps N]]
                    [--save DIR [--save-interval N] [--keep-last N [--keep-steps A,B,...]]]
@@ -179,7 +180,11 @@ overflow since the last growth on, halves the scale (not below --min-loss-scale)
 clipping), loss_scale, skipped, tokens, tokens_per_s, step_time_s. --log-interval N (default
 1; Megatron's): when stdout is not a terminal, one line every N steps (and after the last)
 with the mean loss and step time of those steps and the last step's lr and grad_norm; the
-JSON log still has every step.
+JSON log still has every step. --tensorboard-dir DIR (created if missing) gets a new
+TensorBoard event file per run, events.out.tfevents.<unix time>.<host>, flushed every step:
+the JSON log's values as float32 scalars at their steps, tagged train/<key> (train/loss,
+train/lr, train/grad_norm, ..., train/moe_load/layer<L>/expert<E>), val/loss and
+val/perplexity, test/loss and test/perplexity (`tensorboard --logdir DIR`).
 --save-weights writes the final parameters, whole (shards gathered on rank 0), in the layout
 of a one-rank run. --save-grads writes the gradient of every parameter after step 1's
 backward pass, before the optimizer (the accumulators summed over their data-parallel shares,

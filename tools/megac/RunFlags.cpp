@@ -52,6 +52,7 @@ void RunFlags::declare(Flags &f) {
   f.count("--loss-scale-window", c.scaler.growthInterval, 1);
   f.count("--hysteresis", c.scaler.hysteresis, 1);
   f.text("--log-json", c.log.jsonPath, "FILE").count("--log-interval", c.log.interval, 1);
+  f.text("--tensorboard-dir", c.log.tensorboardDir, "DIR");
   f.text("--logits", logits, "NAME").text("--save-weights", c.checkpoint.saveWeights, "FILE");
   f.text("--save-grads", c.checkpoint.saveGrads, "FILE")
       .text("--save", c.checkpoint.saveDir, "DIR");

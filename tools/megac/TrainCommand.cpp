@@ -48,23 +48,62 @@ void printHeader(const driver::TrainSession &s) {
   std::fflush(stdout);
 }
 
+/// Rank 0's logs, each when asked: JSON lines (--log-json) and TensorBoard event files
+/// (--tensorboard-dir), written from the same values. On other ranks nothing is open and every
+/// call does nothing.
+class RunLogs {
+public:
+  Status open(const driver::RunConfig &c) {
+    if (c.log.jsonPath) {
+      RETURN_IF_ERROR(json_.open(*c.log.jsonPath));
+      jsonOpen_ = true;
+    }
+    if (c.log.tensorboardDir) {
+      RETURN_IF_ERROR(tensorboard_.open(*c.log.tensorboardDir)) << " (--tensorboard-dir)";
+      tensorboardOpen_ = true;
+    }
+    return Status::ok();
+  }
+  Status step(const driver::StepRecord &record) {
+    if (jsonOpen_)
+      RETURN_IF_ERROR(json_.write(driver::stepRecordJson(record)));
+    if (tensorboardOpen_)
+      RETURN_IF_ERROR(tensorboard_.write(record.step, driver::stepScalars(record)));
+    return Status::ok();
+  }
+  /// {"step", "<key>_loss", "<key>_ppl"} and the events <key>/loss, <key>/perplexity.
+  Status evaluation(int64_t step, const char *key, double loss) {
+    if (jsonOpen_) {
+      char line[160];
+      std::snprintf(line, sizeof line, "{\"step\": %lld, \"%s_loss\": %.17g, \"%s_ppl\": %.17g}",
+                    (long long)step, key, loss, key, std::exp(loss));
+      RETURN_IF_ERROR(json_.write(line));
+    }
+    if (tensorboardOpen_)
+      RETURN_IF_ERROR(tensorboard_.write(step, driver::evalScalars(key, loss)));
+    return Status::ok();
+  }
+  Status close() {
+    RETURN_IF_ERROR(json_.close());
+    return tensorboard_.close();
+  }
+
+private:
+  driver::JsonLinesWriter json_;
+  driver::TensorBoardWriter tensorboard_;
+  bool jsonOpen_ = false, tensorboardOpen_ = false;
+};
+
 /// An evaluation after `step`: rank 0 prints "<what> after step N: loss, perplexity" and logs
-/// {"step", "<key>_loss", "<key>_ppl"}.
-Status evaluate(driver::TrainSession &s, driver::DataPart part, int64_t step,
-                driver::JsonLinesWriter *log) {
+/// it.
+Status evaluate(driver::TrainSession &s, driver::DataPart part, int64_t step, RunLogs &logs) {
   ASSIGN_OR_RETURN(double loss, s.evaluate(part));
   if (!s.root())
     return Status::ok();
   bool test = part == driver::DataPart::test;
   std::printf("%s after step %lld: loss %.6g, perplexity %.6g\n", test ? "test" : "validation",
               (long long)step, loss, std::exp(loss));
-  if (!log)
-    return Status::ok();
-  const char *key = test ? "test" : "val";
-  char line[160];
-  std::snprintf(line, sizeof line, "{\"step\": %lld, \"%s_loss\": %.17g, \"%s_ppl\": %.17g}",
-                (long long)step, key, loss, key, std::exp(loss));
-  return log->write(line);
+  return logs.evaluation(step, test ? "test" : "val", loss);
 }
 
 /// At a step boundary before the last: whether the ranks agree to stop (a signal, the time
@@ -84,8 +123,8 @@ Status checkStop(driver::TrainSession &s, const driver::StopRequest &stop, bool 
 
 /// The training loop: steps, evaluations, checkpoints, logs and progress (rank 0); ends early,
 /// with `stopped` set, when the ranks agree to stop.
-Status trainLoop(driver::TrainSession &s, const driver::StopRequest &stop,
-                 driver::JsonLinesWriter *log, double &elapsed, double &firstLoss, double &lastLoss,
+Status trainLoop(driver::TrainSession &s, const driver::StopRequest &stop, RunLogs &logs,
+                 double &elapsed, double &firstLoss, double &lastLoss,
                  std::optional<driver::StopDecision> &stopped) {
   const driver::RunConfig &c = s.config();
   bool terminal = s.root() && stdoutIsTerminal();
@@ -107,7 +146,7 @@ Status trainLoop(driver::TrainSession &s, const driver::StopRequest &stop,
         (step % c.data.evalInterval == 0 || step == steps)) {
       if (terminal)
         std::fputc('\n', stdout);
-      RETURN_IF_ERROR(evaluate(s, driver::DataPart::validation, step, log));
+      RETURN_IF_ERROR(evaluate(s, driver::DataPart::validation, step, logs));
     }
     bool save =
         c.checkpoint.saveDir &&
@@ -118,8 +157,7 @@ Status trainLoop(driver::TrainSession &s, const driver::StopRequest &stop,
       RETURN_IF_ERROR(checkStop(s, stop, save, stopped));
     if (!s.root())
       continue;
-    if (log)
-      RETURN_IF_ERROR(log->write(driver::stepRecordJson(*record)));
+    RETURN_IF_ERROR(logs.step(*record));
     if (terminal) {
       double eta = elapsed / double(step - done) * double(steps - step);
       std::printf("\r%s\x1b[K", driver::progressLine(*record, steps, eta).c_str());
@@ -135,12 +173,11 @@ Status trainLoop(driver::TrainSession &s, const driver::StopRequest &stop,
 }
 
 /// After a stop the ranks agreed on: rank 0 closes the log and says why and where it saved.
-Status finishStopped(driver::TrainSession &s, driver::JsonLinesWriter *log,
-                     const driver::StopRequest &stop, const driver::StopDecision &why) {
+Status finishStopped(driver::TrainSession &s, RunLogs &logs, const driver::StopRequest &stop,
+                     const driver::StopDecision &why) {
   if (!s.root())
     return Status::ok();
-  if (log)
-    RETURN_IF_ERROR(log->close());
+  RETURN_IF_ERROR(logs.close());
   const driver::RunConfig &c = s.config();
   std::string reason = why.reason(stop.limitMinutes());
   if (c.checkpoint.saveDir)
@@ -155,15 +192,14 @@ Status finishStopped(driver::TrainSession &s, driver::JsonLinesWriter *log,
 }
 
 /// After the loop: the test part, the summary, the trace and the final weights.
-Status finishRun(driver::TrainSession &s, driver::JsonLinesWriter *log, int64_t done,
-                 double elapsed, double firstLoss, double lastLoss) {
+Status finishRun(driver::TrainSession &s, RunLogs &logs, int64_t done, double elapsed,
+                 double firstLoss, double lastLoss) {
   const driver::RunConfig &c = s.config();
   int64_t steps = c.lr.totalSteps;
   if (s.evaluates(driver::DataPart::test))
-    RETURN_IF_ERROR(evaluate(s, driver::DataPart::test, steps, log));
+    RETURN_IF_ERROR(evaluate(s, driver::DataPart::test, steps, logs));
   if (s.root()) {
-    if (log)
-      RETURN_IF_ERROR(log->close());
+    RETURN_IF_ERROR(logs.close());
     int64_t ran = steps - std::min(done, steps);
     double tokens = double(c.data.batch.globalBatch * s.sequenceLength() * ran);
     std::printf("trained %lld steps in %s (%.0f tokens/s): loss %.6g -> %.6g\n", (long long)ran,
@@ -198,10 +234,9 @@ int run(driver::TrainSession &s, const driver::StopRequest &stop) {
   const driver::RunConfig &c = s.config();
   if (s.root())
     printHeader(s);
-  driver::JsonLinesWriter log;
-  bool logging = c.log.jsonPath && s.root();
-  if (logging)
-    if (Status st = log.open(*c.log.jsonPath); !st.isOk())
+  RunLogs logs;
+  if (s.root())
+    if (Status st = logs.open(c); !st.isOk())
       return abortRun(s, st.message());
   if (c.checkpoint.loadDir) {
     StatusOr<driver::Resumed> resumed = s.load();
@@ -216,11 +251,11 @@ int run(driver::TrainSession &s, const driver::StopRequest &stop) {
   int64_t done = s.stepsDone();
   double elapsed = 0, firstLoss = 0, lastLoss = 0;
   std::optional<driver::StopDecision> stopped;
-  Status st = trainLoop(s, stop, logging ? &log : nullptr, elapsed, firstLoss, lastLoss, stopped);
+  Status st = trainLoop(s, stop, logs, elapsed, firstLoss, lastLoss, stopped);
   if (st.isOk() && stopped)
-    st = finishStopped(s, logging ? &log : nullptr, stop, *stopped);
+    st = finishStopped(s, logs, stop, *stopped);
   else if (st.isOk())
-    st = finishRun(s, logging ? &log : nullptr, done, elapsed, firstLoss, lastLoss);
+    st = finishRun(s, logs, done, elapsed, firstLoss, lastLoss);
   return st.isOk() ? 0 : abortRun(s, st.message());
 }
 

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""`megac train --tensorboard-dir`: the event files read back with TensorBoard's own reader
+(tensorboard's EventAccumulator, which checks every record's masked CRC-32C) hold, at every
+logged step, exactly the JSON log's scalars as float32 (TensorBoard's simple_value is a float32,
+so each JSON number x must equal float32(x) bit for bit; a JSON null is a non-finite event),
+and nothing else: a tiny GPT with validation (fp32), fp16 with dynamic loss scaling (skipped
+steps, a changing loss scale), a Mixtral MoE (aux loss, drops, per-expert load) and 2 ranks (dp
+2: rank 0 alone writes one file). A second run into the same directory adds a file; a directory
+that cannot be made fails the run naming it.
+
+usage: tensorboard_test.py --megac build/bin/megac --workdir DIR [--venv .venv]
+
+Needs tensorboard, which scripts/bootstrap.sh installs (pinned) into the test venv .venv: run with
+another Python, the script re-executes itself with the venv's; without it, it exits 77 (a ctest
+skip) saying how to make it. The 2-rank case needs mpirun (exit 77 after the rest without it).
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "..", "examples", "tiny-corpus.npy")
+GPT = "gpt:layers=2,hidden=64,heads=4,seq=64,vocab=256"
+MIXTRAL = ("mixtral:layers=2,hidden=32,heads=4,kv_heads=2,experts=4,topk=2,ffn=48,seq=64,"
+           "vocab=256")
+SKIP = 77
+
+
+def ensure_tensorboard(venv):
+    try:
+        import tensorboard  # noqa: F401
+        return
+    except ImportError:
+        pass
+    python = os.path.join(venv, "bin", "python")
+    # A venv's python is a link to the base interpreter: compare prefixes, not executables.
+    if os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
+        os.execv(python, [python] + sys.argv)
+    print(f"SKIP: tensorboard is not importable and {python} is missing or lacks it; run "
+          "scripts/bootstrap.sh")
+    sys.exit(SKIP)
+
+
+def check(condition, message):
+    if not condition:
+        print("FAIL:", message)
+        sys.exit(1)
+    print("ok:", message)
+
+
+def train(megac, workdir, name, model, *extra):
+    log = os.path.join(workdir, name + ".jsonl")
+    tb = os.path.join(workdir, name + "-tb")
+    cmd = [megac, "train", "--model", model, "--data", DATA, "--global-batch", "8",
+           "--micro-batch", "4", "--log-json", log, "--tensorboard-dir", tb, *extra]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        print(" ".join(cmd), "\n", run.stdout, run.stderr)
+        check(False, f"{name}: megac train succeeds")
+    return [json.loads(line) for line in open(log)], tb
+
+
+def expected_scalars(records):
+    """{(tag, step): JSON value} for every scalar of the JSON log, tagged as --tensorboard-dir
+    documents: train/<key>, train/moe_load/layer<L>/expert<E>, <part>/loss, <part>/perplexity."""
+    want = {}
+    for r in records:
+        step = r["step"]
+        for key, value in r.items():
+            if key == "step":
+                continue
+            part = key.split("_")[0]
+            if part in ("val", "test"):
+                tag = part + ("/loss" if key.endswith("_loss") else "/perplexity")
+                want[(tag, step)] = value
+            elif key == "moe_load":
+                for layer, loads in enumerate(value):
+                    for expert, load in enumerate(loads):
+                        want[(f"train/moe_load/layer{layer}/expert{expert}", step)] = load
+            else:
+                want[("train/" + key, step)] = float(value) if isinstance(value, bool) else value
+    return want
+
+
+def read_events(tbdir):
+    """{(tag, step): float32 value} through tensorboard's EventAccumulator (every event kept),
+    and the event files."""
+    from tensorboard.backend.event_processing import event_accumulator, event_file_loader
+    files = sorted(glob.glob(os.path.join(tbdir, "events.out.tfevents.*")))
+    got, repeated = {}, []
+    for path in files:
+        first = next(iter(event_file_loader.LegacyEventFileLoader(path).Load()))
+        check(first.file_version == "brain.Event:2" and first.wall_time > 0,
+              f"{os.path.basename(path)} starts with the file_version event")
+        acc = event_accumulator.EventAccumulator(path, size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            for event in acc.Scalars(tag):
+                if (tag, event.step) in got:
+                    repeated.append((tag, event.step))
+                got[(tag, event.step)] = event.value
+    check(not repeated, f"one event per tag and step in {tbdir} {repeated[:3]}")
+    return got, files
+
+
+def same(json_value, event_value):
+    """The event's float32 equals float32(JSON value) exactly (null: non-finite)."""
+    import numpy as np
+    if json_value is None:
+        return not math.isfinite(event_value)
+    want = np.float32(json_value)
+    got = np.float32(event_value)  # the reader's Python float holds the float32 exactly
+    return bool(want == got) or (math.isnan(want) and math.isnan(got))
+
+
+def compare(name, records, tbdir, files=1):
+    want = expected_scalars(records)
+    got, paths = read_events(tbdir)
+    check(len(paths) == files, f"{name}: {files} event file(s) in {tbdir}")
+    check(set(got) == set(want), f"{name}: the events are the JSON log's {len(want)} "
+          f"(tag, step) scalars, no more, no fewer"
+          + ("" if set(got) == set(want) else f" (only in events: "
+             f"{sorted(set(got) - set(want))[:5]}, only in JSON: "
+             f"{sorted(set(want) - set(got))[:5]})"))
+    bad = [(k, want[k], got[k]) for k in sorted(want) if not same(want[k], got[k])]
+    check(not bad, f"{name}: every scalar equals the JSON log's as float32" +
+          (f" (first differences: {bad[:3]})" if bad else ""))
+    return got
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--megac", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--venv", default=os.path.join(HERE, "..", "..", ".venv"))
+    args = parser.parse_args()
+    args.megac = os.path.abspath(args.megac)
+    ensure_tensorboard(args.venv)
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    w = args.workdir
+
+    records, tb = train(args.megac, w, "gpt", GPT, "--steps", "4", "--lr", "3e-3",
+                        "--eval-data", DATA, "--eval-interval", "2", "--eval-iters", "1")
+    got = compare("gpt fp32 with validation", records, tb)
+    check(sorted(s for t, s in got if t == "val/loss") == [2, 4], "val/loss at steps 2 and 4")
+    check(sorted(s for t, s in got if t == "train/loss") == [1, 2, 3, 4],
+          "train/loss at steps 1..4")
+
+    # A second run into the same directory: a new file beside the first, which stays whole.
+    before = sorted(glob.glob(os.path.join(tb, "events.out.tfevents.*")))
+    first_size = os.path.getsize(before[0])
+    again = os.path.join(w, "again.jsonl")
+    subprocess.run([args.megac, "train", "--model", GPT, "--data", DATA, "--global-batch", "8",
+                    "--micro-batch", "4", "--steps", "1", "--lr", "3e-3", "--log-json", again,
+                    "--tensorboard-dir", tb], check=True, capture_output=True)
+    after = sorted(glob.glob(os.path.join(tb, "events.out.tfevents.*")))
+    check(len(after) == 2 and os.path.getsize(before[0]) == first_size,
+          "a second run adds an event file and leaves the first one as it was")
+
+    # fp16: an initial scale that overflows, so steps are skipped and the scale halves.
+    records, tb = train(args.megac, w, "fp16", GPT, "--steps", "4", "--lr", "3e-3",
+                        "--precision", "fp16", "--initial-loss-scale", "1e30",
+                        "--hysteresis", "1")
+    compare("gpt fp16 with loss scaling", records, tb)
+    check(any(r.get("skipped") for r in records) and
+          len({r["loss_scale"] for r in records}) > 1,
+          "fp16: skipped steps and a changing loss scale were logged")
+
+    # Mixture of experts: aux loss, dropped assignments, per-layer per-expert load.
+    records, tb = train(args.megac, w, "moe", MIXTRAL, "--steps", "2", "--lr", "1e-3")
+    got = compare("mixtral moe", records, tb)
+    check(sum(1 for t, s in got if t.startswith("train/moe_load/") and s == 1) == 8,
+          "moe: 2 layers x 4 experts of load at step 1")
+
+    bad = subprocess.run([args.megac, "train", "--model", GPT, "--data", DATA, "--steps", "1",
+                          "--global-batch", "8", "--micro-batch", "4", "--lr", "1e-3",
+                          "--tensorboard-dir", os.path.join(DATA, "tb")],
+                         capture_output=True, text=True)
+    check(bad.returncode == 1 and "cannot create the TensorBoard directory" in bad.stderr and
+          "--tensorboard-dir" in bad.stderr,
+          "a --tensorboard-dir under a file fails the run, naming it: " + bad.stderr.strip())
+
+    if not shutil.which("mpirun"):
+        print("SKIP: the 2-rank case needs mpirun, which is not on PATH (install openmpi-bin)")
+        return SKIP
+    records, tb = train(args.megac, w, "dp2", GPT, "--steps", "2", "--lr", "3e-3", "--ranks",
+                        "2", "--dp", "2", "--threads", "1")
+    compare("dp 2 (rank 0 writes)", records, tb, files=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
