@@ -4,8 +4,9 @@
 logged step, exactly the JSON log's scalars as float32 (TensorBoard's simple_value is a float32,
 so each JSON number x must equal float32(x) bit for bit; a JSON null is a non-finite event),
 and nothing else: a tiny GPT with validation (fp32), fp16 with dynamic loss scaling (skipped
-steps, a changing loss scale), a Mixtral MoE (aux loss, drops, per-expert load) and 2 ranks (dp
-2: rank 0 alone writes one file). A second run into the same directory adds a file; a directory
+steps, a changing loss scale), a Mixtral MoE (aux loss, drops, per-expert load), an indexed
+dataset split into train, validation and test parts (test/loss), and 2 ranks (dp 2: rank 0
+alone writes one file). A second run into the same directory adds a file; a directory
 that cannot be made fails the run naming it.
 
 usage: tensorboard_test.py --megac build/bin/megac --workdir DIR [--venv .venv]
@@ -24,7 +25,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.path.join(HERE, "..", "..", "examples", "tiny-corpus.npy")
+REPO = os.path.join(HERE, "..", "..")
+DATA = os.path.join(REPO, "examples", "tiny-corpus.npy")
 GPT = "gpt:layers=2,hidden=64,heads=4,seq=64,vocab=256"
 MIXTRAL = ("mixtral:layers=2,hidden=32,heads=4,kv_heads=2,experts=4,topk=2,ffn=48,seq=64,"
            "vocab=256")
@@ -53,10 +55,10 @@ def check(condition, message):
     print("ok:", message)
 
 
-def train(megac, workdir, name, model, *extra):
+def train(megac, workdir, name, model, *extra, data=DATA):
     log = os.path.join(workdir, name + ".jsonl")
     tb = os.path.join(workdir, name + "-tb")
-    cmd = [megac, "train", "--model", model, "--data", DATA, "--global-batch", "8",
+    cmd = [megac, "train", "--model", model, "--data", data, "--global-batch", "8",
            "--micro-batch", "4", "--log-json", log, "--tensorboard-dir", tb, *extra]
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
@@ -177,6 +179,23 @@ def main():
     got = compare("mixtral moe", records, tb)
     check(sum(1 for t, s in got if t.startswith("train/moe_load/") and s == 1) == 8,
           "moe: 2 layers x 4 experts of load at step 1")
+
+    # An indexed dataset (this repository's docs, byte tokens) split 8,1,1: validation every 2
+    # steps and the test part after the last (test/loss, test/perplexity).
+    corpus, prefix = os.path.join(w, "corpus.txt"), os.path.join(w, "corpus")
+    with open(corpus, "wb") as f:
+        for name in ["README.md"] + sorted(os.listdir(os.path.join(REPO, "docs"))):
+            f.write(open(os.path.join(REPO, name if name == "README.md" else "docs/" + name),
+                         "rb").read() + b"\n\n")
+    subprocess.run([args.megac, "data", "prep", corpus, "--tokenizer", "byte", "-o", prefix],
+                   check=True, capture_output=True)
+    records, tb = train(args.megac, w, "split", "gpt:layers=1,hidden=16,heads=2,seq=32,vocab=257",
+                        "--steps", "4", "--lr", "1e-3", "--split", "8,1,1", "--eval-interval",
+                        "2", "--eval-iters", "1", data=prefix)
+    got = compare("indexed data split 8,1,1", records, tb)
+    check(sorted(s for t, s in got if t.startswith("test/")) == [4, 4] and
+          sorted(s for t, s in got if t == "val/perplexity") == [2, 4],
+          "split: val/* at steps 2 and 4, test/loss and test/perplexity at step 4")
 
     bad = subprocess.run([args.megac, "train", "--model", GPT, "--data", DATA, "--steps", "1",
                           "--global-batch", "8", "--micro-batch", "4", "--lr", "1e-3",
