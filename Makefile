@@ -38,6 +38,7 @@ sanitize: setup
 bench: build
 	$(BUILD_DIR)/bin/bench-model-build
 	$(BUILD_DIR)/bin/bench-param-init
+	$(BUILD_DIR)/bin/bench-pipeline-schedule
 	/usr/bin/python3 bench/gpt2_124m.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-gpt2-124m
 	/usr/bin/python3 bench/hf_gpt2_124m.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-hf-gpt2-124m --threads $(JOBS)
 	/usr/bin/python3 bench/data_prep.py --megac $(BUILD_DIR)/bin/megac --workdir $(BUILD_DIR)/bench-data-prep --mb 100

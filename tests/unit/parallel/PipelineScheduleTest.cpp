@@ -440,61 +440,51 @@ TEST(PipelineScheduleTest, DependencyOrderFindsACycle) {
 
 // Qi et al.'s closed forms for the bubble per step (F, B, W per micro-batch and stage,
 // communication free), in the simulator's steadyBubble (stages start their next step when their
-// own last step ends) and, for 1F1B and ZB-H1, also in `bubble` (every stage starts together).
-// Conditions, found by sweeping F, B, W over {0.5, 1, 1.5, 2, 3}: 1F1B always (its backward costs
-// B + W); ZB-H1 (p-1)(F + B - W) for m >= p when W <= F and W <= B; ZB-H2 (p-1)(F + B - 2W) for
-// m >= 2p - 1 when W <= F and 2W <= F + B. The costs are dyadic rationals, so every sum the
-// simulator forms is exact and the comparisons are exact.
+// own last step ends) and, for 1F1B and ZB-H1, also in `bubble` (every stage starts together),
+// and exactly when they hold, over F, B, W in {0.5, 1, 1.5, 2, 3}: 1F1B (p-1)(F + B + W) always
+// (its backward costs B + W); ZB-H1 (p-1)(F + B - W) for every m >= p iff W <= F and W <= B;
+// ZB-H2 (p-1)(F + B - 2W) for every m >= 2p - 1 iff W <= F and 2W <= F + B. The costs are dyadic
+// rationals, so every sum the simulator forms is exact and the comparisons are exact.
 TEST(PipelineScheduleTest, ZeroBubbleMatchesTheClosedForms) {
-  const StepCosts costs[] = {{1, 1, 1}, {1, 2, 1},   {2, 2, 1}, {1, 1.5, 1},
-                             {3, 1, 1}, {1, 1, 0.5}, {2, 3, 2}};
-  for (const StepCosts &c : costs)
-    for (int64_t p = 1; p <= 6; ++p)
-      for (int64_t m = p; m <= 3 * p; ++m) {
-        SCOPED_TRACE("p=" + std::to_string(p) + " m=" + std::to_string(m) +
-                     " F=" + std::to_string(c.forward) + " B=" + std::to_string(c.backwardInput) +
-                     " W=" + std::to_string(c.backwardWeight));
-        const double F = c.forward, B = c.backwardInput, W = c.backwardWeight, q = p - 1;
-        PipelineShape shape{p, 1, m};
-        ScheduleSimulation oneF =
-            simulateSchedule(shape, *buildSchedule(ScheduleKind::oneFOneB, shape, nullptr), c);
-        ASSERT_EQ(oneF.error, "");
-        EXPECT_DOUBLE_EQ(oneF.bubble, q * (F + B + W));
-        EXPECT_DOUBLE_EQ(oneF.steadyBubble, q * (F + B + W));
-        ScheduleSimulation h1 =
-            simulateSchedule(shape, *buildSchedule(ScheduleKind::zbH1, shape, nullptr), c);
-        ASSERT_EQ(h1.error, "");
-        EXPECT_DOUBLE_EQ(h1.bubble, q * (F + B - W));
-        EXPECT_DOUBLE_EQ(h1.steadyBubble, q * (F + B - W));
-        ScheduleSimulation h2 =
-            simulateSchedule(shape, *buildSchedule(ScheduleKind::zbH2, shape, nullptr), c);
-        ASSERT_EQ(h2.error, "");
-        if (m >= 2 * p - 1) {
-          EXPECT_DOUBLE_EQ(h2.steadyBubble, q * (F + B - 2 * W));
-        }
-        EXPECT_LE(h2.steadyBubble, h1.steadyBubble);
-        // Busy time per stage m(F + B + W) in every schedule: the makespan is busy + bubble.
-        EXPECT_DOUBLE_EQ(h2.makespan, m * (F + B + W) + h2.bubble);
+  const double values[] = {0.5, 1, 1.5, 2, 3};
+  for (double F : values)
+    for (double B : values)
+      for (double W : values) {
+        SCOPED_TRACE("F=" + std::to_string(F) + " B=" + std::to_string(B) +
+                     " W=" + std::to_string(W));
+        const StepCosts c{F, B, W};
+        bool h1Holds = true, h2Holds = true;
+        for (int64_t p = 2; p <= 5; ++p)
+          for (int64_t m = p; m <= 3 * p; ++m) {
+            const double q = p - 1;
+            PipelineShape shape{p, 1, m};
+            auto sim = [&](ScheduleKind kind) {
+              return simulateSchedule(shape, *buildSchedule(kind, shape, nullptr), c);
+            };
+            ScheduleSimulation oneF = sim(ScheduleKind::oneFOneB), h1 = sim(ScheduleKind::zbH1),
+                               h2 = sim(ScheduleKind::zbH2);
+            ASSERT_EQ(oneF.error + h1.error + h2.error, "");
+            EXPECT_EQ(oneF.bubble, q * (F + B + W));
+            EXPECT_EQ(oneF.steadyBubble, q * (F + B + W));
+            h1Holds &= h1.bubble == q * (F + B - W) && h1.steadyBubble == q * (F + B - W);
+            if (m >= 2 * p - 1)
+              h2Holds &= h2.steadyBubble == q * (F + B - 2 * W);
+            EXPECT_LE(h1.steadyBubble, oneF.steadyBubble);
+            if (W <= F && W <= B && m >= 2 * p - 1) { // ZB-H2 no worse than ZB-H1
+              EXPECT_LE(h2.steadyBubble, h1.steadyBubble);
+            }
+            // Busy time per stage m(F + B + W) in every schedule: the makespan is busy + bubble.
+            EXPECT_EQ(h2.makespan, m * (F + B + W) + h2.bubble);
+          }
+        EXPECT_EQ(h1Holds, W <= F && W <= B);
+        EXPECT_EQ(h2Holds, W <= F && 2 * W <= F + B);
       }
-}
-
-// Outside the condition the closed form is not the bubble: with W > F, ZB-H1's delayed W's no
-// longer fit where the forward would have idled.
-TEST(PipelineScheduleTest, ClosedFormsNeedTheirConditions) {
-  PipelineShape shape{4, 1, 8};
-  ScheduleSimulation h1 =
-      simulateSchedule(shape, *buildSchedule(ScheduleKind::zbH1, shape, nullptr), {1, 1, 2});
-  ASSERT_EQ(h1.error, "");
-  EXPECT_GT(h1.steadyBubble, 3 * (1 + 1 - 2));
-  ScheduleSimulation h2 =
-      simulateSchedule(shape, *buildSchedule(ScheduleKind::zbH2, shape, nullptr), {1, 2, 2});
-  ASSERT_EQ(h2.error, "");
-  EXPECT_GT(h2.steadyBubble, 0);
 }
 
 // F = B = W: ZB-H2 and ZBV (each of its two chunks costing half a stage's F, B, W) have no bubble
 // between a stage's first and last step once m >= 2p - 1; with a synchronous optimizer step (all
-// stages start together) ZB-H2 keeps (p-1)F, the last stage's wait for its first input.
+// stages start together) ZB-H2 keeps (p-1)F, the last stage's wait for its first input, and ZBV,
+// whose chunks are half a stage, (p-1)F/2.
 TEST(PipelineScheduleTest, ZeroBubbleAtEqualCosts) {
   for (int64_t p = 1; p <= 8; ++p)
     for (int64_t m = 2 * p - 1; m <= 3 * p; ++m) {
@@ -510,6 +500,7 @@ TEST(PipelineScheduleTest, ZeroBubbleAtEqualCosts) {
           simulateSchedule(vee, *buildSchedule(ScheduleKind::zbv, vee, nullptr), {1, 1, 1});
       ASSERT_EQ(v.error, "");
       EXPECT_DOUBLE_EQ(v.steadyBubble, 0);
+      EXPECT_DOUBLE_EQ(v.bubble, (p - 1) * 1.0); // (p-1)F/2 with a stage's F = 2
       EXPECT_DOUBLE_EQ(v.makespan, m * 6.0 + v.bubble);
     }
 }

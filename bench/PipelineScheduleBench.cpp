@@ -1,0 +1,83 @@
+// The pipeline schedules of parallel/PipelineSchedule side by side: simulated step time, bubble
+// (all stages start together), steady bubble (each stage starts its next step when its own last
+// step ended) and peak in-flight micro-batches, next to Qi et al.'s closed forms
+// (docs/pipeline.md). Prints numbers; never fails on time.
+//
+//   bench-pipeline-schedule [p m F B W] [--orders]   (default 4 8 1 1 1)
+//
+// F, B, W: a stage's forward, input-gradient and weight-gradient time per micro-batch; 1F1B and
+// GPipe run B + W as one backward; ZBV's two chunks per stage each take half. --orders prints
+// each stage's steps ("F3" forward of micro-batch 3, "B", "W"; ZBV's second chunk in lower case).
+#include "parallel/PipelineSchedule.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+using namespace megac::schedule;
+
+int main(int argc, char **argv) {
+  bool orders = false;
+  double args[5] = {4, 8, 1, 1, 1};
+  int given = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--orders") == 0)
+      orders = true;
+    else if (given < 5)
+      args[given++] = std::atof(argv[i]);
+  }
+  const int64_t p = int64_t(args[0]), m = int64_t(args[1]);
+  const double F = args[2], B = args[3], W = args[4];
+  if ((given != 0 && given != 5) || p < 1 || m < 1 || F <= 0 || B <= 0 || W < 0) {
+    std::fprintf(stderr, "usage: bench-pipeline-schedule [p m F B W] [--orders] (p, m >= 1; "
+                         "F, B > 0; W >= 0)\n");
+    return 2;
+  }
+  std::printf("p = %lld stages, m = %lld micro-batches, F = %g, B = %g, W = %g per micro-batch "
+              "and stage, sends free\n",
+              (long long)p, (long long)m, F, B, W);
+  std::printf("%-8s %10s %10s %14s %14s %12s\n", "schedule", "step time", "bubble", "steady bubble",
+              "closed form", "peak in flight");
+  struct Row {
+    ScheduleKind kind;
+    double closedForm; // < 0: none in the table
+  } rows[] = {{ScheduleKind::gpipe, (p - 1) * (F + B + W)},
+              {ScheduleKind::oneFOneB, (p - 1) * (F + B + W)},
+              {ScheduleKind::zbH1, (p - 1) * (F + B - W)},
+              {ScheduleKind::zbH2, (p - 1) * (F + B - 2 * W)},
+              {ScheduleKind::zbv, -1}};
+  for (const Row &row : rows) {
+    int64_t v = row.kind == ScheduleKind::zbv ? 2 : 1;
+    PipelineShape shape{p, v, m, placementOf(row.kind)};
+    std::string error;
+    auto steps = buildSchedule(row.kind, shape, &error);
+    if (!steps) {
+      std::printf("%-8s %s\n", scheduleName(row.kind), error.c_str());
+      continue;
+    }
+    ScheduleSimulation sim = simulateSchedule(shape, *steps, StepCosts{F / v, B / v, W / v});
+    if (!sim.error.empty()) {
+      std::printf("%-8s %s\n", scheduleName(row.kind), sim.error.c_str());
+      continue;
+    }
+    std::string closed = row.closedForm < 0 ? "-" : std::to_string(row.closedForm);
+    // Peak in flight in micro-batches' activations: a ZBV chunk holds half a stage's layers.
+    std::printf("%-8s %10.4g %10.4g %14.4g %14s %12g\n", scheduleName(row.kind), sim.makespan,
+                sim.bubble, sim.steadyBubble, closed.substr(0, closed.find('.') + 3).c_str(),
+                double(sim.peakInFlight) / double(v));
+    if (!orders)
+      continue;
+    for (int64_t s = 0; s < p; ++s) {
+      std::string line = "  stage " + std::to_string(s) + ":";
+      for (const ScheduleStep &step : (*steps)[s]) {
+        std::string label = stepLabel(step).substr(0, 1);
+        if (stageOfChunk(shape, step.chunk) == s && step.chunk >= p)
+          label[0] = char(label[0] - 'A' + 'a');
+        line += " " + label + std::to_string(step.microBatch);
+      }
+      std::printf("%s\n", line.c_str());
+    }
+  }
+  return 0;
+}
