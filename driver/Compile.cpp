@@ -30,15 +30,14 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-/// A zoo spec bound to the data and the model's micro-batch: seq must be S, batch is set.
-StatusOr<std::string> bindSpec(const RunConfig &c, int64_t seq, int64_t &decoderSeq) {
-  models::ConfigResult parsed = models::parseModelSpec(*c.model.spec);
-  if (!parsed.config)
-    return Status::error("--model: " + parsed.error);
-  models::ModelConfig &config = *parsed.config;
-  const std::string &spec = *c.model.spec;
-  bool batchGiven =
-      spec.find(":batch=") != std::string::npos || spec.find(",batch=") != std::string::npos;
+/// A zoo or HF model bound to the data and the model's micro-batch: seq must be S (an HF model
+/// without seq= takes S), batch is set.
+StatusOr<ModelSource> bindModel(const RunConfig &c, int64_t seq, int64_t &decoderSeq) {
+  models::ModelConfig config = *c.model.config();
+  const auto *zoo = std::get_if<ZooSpec>(&c.model.value());
+  const auto *hf = std::get_if<HfSpec>(&c.model.value());
+  if (hf && !hf->seq)
+    config.seq = seq;
   int64_t rows = c.data.batch.microBatch;
   std::string error;
   if (config.arch == models::Arch::t5) {
@@ -50,7 +49,7 @@ StatusOr<std::string> bindSpec(const RunConfig &c, int64_t seq, int64_t &decoder
     error = "the model's seq=" + std::to_string(config.seq) +
             " differs from the data's S = " + std::to_string(seq) +
             " (rows of S+1 = " + std::to_string(seq + 1) + " tokens)";
-  else if (batchGiven && config.batch != rows)
+  else if (zoo && zoo->batchGiven && config.batch != rows)
     error = "the spec's batch=" + std::to_string(config.batch) + " differs from --micro-batch " +
             std::to_string(rows) + " (leave batch= out)";
   else if (config.dtype != dsl::DType::f32)
@@ -59,7 +58,7 @@ StatusOr<std::string> bindSpec(const RunConfig &c, int64_t seq, int64_t &decoder
     return Status::error("--model: " + error);
   config.batch = rows;
   decoderSeq = config.arch == models::Arch::t5 ? config.decSeq : 0;
-  return config.spec();
+  return c.model.bound(std::move(config));
 }
 
 /// The vocabulary size: the last dim of the model's logits (@forward's, or before the training
@@ -211,16 +210,16 @@ StatusOr<TrainModel> compileTrainingStep(const RunConfig &c, int64_t seq,
   if (!c.data.objective.empty()) {
     passes::LossKind asked =
         c.data.objective == "mlm" ? passes::LossKind::mlm : passes::LossKind::causal;
-    if (c.model.spec && asked != training.lossKind)
-      return Status::error("--objective " + c.data.objective + ": the zoo model " + *c.model.spec +
+    if (c.model.config() && asked != training.lossKind)
+      return Status::error("--objective " + c.data.objective + ": the zoo model " + c.model.text() +
                            " trains with its architecture's objective (" +
                            passes::lossKindName(training.lossKind) + ")");
     training.lossKind = asked;
   }
   ModelSource source = c.model;
   InputShapes shapes;
-  if (c.model.spec) {
-    ASSIGN_OR_RETURN(source.spec, bindSpec(c, seq, out.decoderSeq));
+  if (c.model.config()) {
+    ASSIGN_OR_RETURN(source, bindModel(c, seq, out.decoderSeq));
   } else if (c.model.isOnnx()) {
     shapes["input_ids"] = {c.data.batch.microBatch, seq};
   }
@@ -274,12 +273,12 @@ StatusOr<TrainModel> compileRunPlan(const RunConfig &c, llvm::raw_ostream &diagn
   int64_t seq = 0;
   if (!c.data.path.empty()) {
     ASSIGN_OR_RETURN(seq, trainingSequenceLength(c));
-  } else if (c.model.spec) {
-    models::ConfigResult parsed = models::parseModelSpec(*c.model.spec);
-    if (!parsed.config)
-      return Status::error("--model: " + parsed.error);
-    seq =
-        parsed.config->seq + (parsed.config->arch == models::Arch::t5 ? parsed.config->decSeq : 0);
+  } else if (const models::ModelConfig *config = c.model.config()) {
+    seq = config->seq + (config->arch == models::Arch::t5 ? config->decSeq : 0);
+    if (seq == 0) // hf:PATH without seq=
+      return Status::error("--model " + c.model.text() +
+                           " needs seq=S (hf:PATH,seq=S) or --data TOKENS.npy (its rows give the "
+                           "sequence length)");
   } else {
     return Status::error(
         "a model file needs --data TOKENS.npy (its rows give the sequence length)");

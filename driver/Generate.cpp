@@ -97,9 +97,8 @@ StatusOr<Forward> zooForward(const runtime::checkpoint::Checkpoint &checkpoint,
   out.description = spec;
   for (const auto &[name, tensor] : checkpoint.model) // an fp64 run's are narrowed
     out.weights[name] = convertFloat(tensor, DType::f32);
-  ASSIGN_OR_RETURN(CompiledModel compiled,
-                   compileModel(ModelSource{parsed.config->spec(), std::nullopt}, {},
-                                codegen::CodegenOptions()));
+  ASSIGN_OR_RETURN(CompiledModel compiled, compileModel(ModelSource::fromConfig(*parsed.config), {},
+                                                        codegen::CodegenOptions()));
   out.plan = std::move(compiled.plan);
   out.compileSeconds = compiled.loadSeconds + compiled.compileSeconds;
   return out;
@@ -114,8 +113,8 @@ StatusOr<Forward> onnxForward(runtime::checkpoint::Checkpoint &checkpoint,
   std::string path = onnx.value_or(record.path);
   RETURN_IF_ERROR(checkOnnxFile(record, path));
   ASSIGN_OR_RETURN(InputShapes shapes, bindTokenInput(record, path, 1));
-  ASSIGN_OR_RETURN(CompiledModel compiledModel, compileModel(ModelSource{std::nullopt, path},
-                                                             shapes, codegen::CodegenOptions()));
+  ASSIGN_OR_RETURN(CompiledModel compiledModel,
+                   compileModel(ModelSource::fromFile(path), shapes, codegen::CodegenOptions()));
   CompiledModel *compiled = &compiledModel;
   Forward out;
   out.rows = shapes.at("input_ids")[0];

@@ -1,4 +1,5 @@
-// Loading a model from a zoo spec, a .mlir file (and its weights) or an ONNX file (ModelSource.h).
+// Parsing a model source and loading it: a zoo spec, a transformers config.json, a .mlir file
+// (and its weights) or an ONNX file (ModelSource.h).
 #include "driver/ModelSource.h"
 
 #include "frontends/models/ModelZoo.h"
@@ -11,6 +12,7 @@
 #include "mlir/Parser/Parser.h"
 #include "llvm/Support/SourceMgr.h"
 
+#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -42,17 +44,46 @@ private:
   mlir::ScopedDiagnosticHandler handler_;
 };
 
-StatusOr<LoadedModel> buildZooModel(mlir::MLIRContext &ctx, const std::string &spec) {
-  models::ConfigResult config = models::parseModelSpec(spec);
-  if (!config.config)
-    return Status::error("--model: " + config.error);
+StatusOr<LoadedModel> buildZooModel(mlir::MLIRContext &ctx, const models::ModelConfig &config,
+                                    std::string description) {
   LoadedModel loaded;
   std::string error;
-  loaded.module = models::buildModel(ctx, *config.config, error);
+  loaded.module = models::buildModel(ctx, config, error);
   if (!loaded.module)
-    return Status::error("building " + spec + ": " + error);
-  loaded.description = config.config->spec();
+    return Status::error("building " + config.spec() + ": " + error);
+  loaded.description = std::move(description);
   return loaded;
+}
+
+/// hf:PATH[,seq=S] read: the config.json and the sequence length.
+StatusOr<HfSpec> parseHfSpec(const std::string &spec) {
+  std::string path = spec.substr(3);
+  HfSpec out;
+  if (size_t at = path.rfind(",seq="); at != std::string::npos) {
+    std::string text = path.substr(at + 5);
+    int64_t seq = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seq);
+    constexpr int64_t kMaxSeq = int64_t(1) << 22; // the zoo's bound on seq
+    if (ec != std::errc() || end != text.data() + text.size() || seq < 1 || seq > kMaxSeq)
+      return Status::error("--model " + spec + ": seq needs a positive integer up to " +
+                           std::to_string(kMaxSeq) + ", got '" + text + "'");
+    out.seq = seq;
+    path.resize(at);
+  }
+  if (path.empty())
+    return Status::error("--model " + spec +
+                         ": give a model folder or its config.json (hf:PATH[,seq=S])");
+  models::HfResult read = models::readHfConfig(path);
+  if (!read.model)
+    return Status::error("--model: " + read.error);
+  out.model = std::move(*read.model);
+  if (out.seq) {
+    models::ConfigResult at = out.model.at(*out.seq);
+    if (!at.config)
+      return Status::error("--model: " + at.error);
+    out.model.config = *at.config;
+  }
+  return out;
 }
 
 StatusOr<LoadedModel> importOnnx(mlir::MLIRContext &ctx, const std::string &file,
@@ -115,12 +146,11 @@ Status stackMembers(const std::string &name, mlir::ArrayAttr members, TensorMap 
       return Status::error("weights hold part of '" + name + "' (its first " +
                            std::to_string(parts.size()) + " members) but not '" + memberName + "'");
     }
-    if (!parts.empty() && (it->second.shape != parts.front()->shape ||
-                           it->second.dtype != parts.front()->dtype))
+    if (!parts.empty() &&
+        (it->second.shape != parts.front()->shape || it->second.dtype != parts.front()->dtype))
       return Status::error("weight '" + memberName + "' is " + shapeString(it->second.shape) +
-                           ", unlike '" + mlir::cast<mlir::StringAttr>(members[0]).str() +
-                           "' (" + shapeString(parts.front()->shape) + "): '" + name +
-                           "' stacks them");
+                           ", unlike '" + mlir::cast<mlir::StringAttr>(members[0]).str() + "' (" +
+                           shapeString(parts.front()->shape) + "): '" + name + "' stacks them");
     parts.push_back(&it->second);
   }
   if (parts.empty())
@@ -152,10 +182,10 @@ Status fitWeightsToModel(mlir::ModuleOp module, TensorMap &weights) {
     for (mlir::BlockArgument arg : f.getArguments()) {
       auto name = f.getArgAttrOfType<mlir::StringAttr>(arg.getArgNumber(), mega::kParamAttr);
       if (name)
-        RETURN_IF_ERROR(stackMembers(name.str(),
-                                     f.getArgAttrOfType<mlir::ArrayAttr>(arg.getArgNumber(),
-                                                                         mega::kSourceStackAttr),
-                                     weights));
+        RETURN_IF_ERROR(stackMembers(
+            name.str(),
+            f.getArgAttrOfType<mlir::ArrayAttr>(arg.getArgNumber(), mega::kSourceStackAttr),
+            weights));
       auto source =
           f.getArgAttrOfType<mlir::DenseI64ArrayAttr>(arg.getArgNumber(), mega::kSourceShapeAttr);
       if (!name || !source)
@@ -187,7 +217,7 @@ SourceShapes sourceShapesOf(mlir::ModuleOp module) {
       if (!name)
         continue;
       if (auto source = f.getArgAttrOfType<mlir::DenseI64ArrayAttr>(arg.getArgNumber(),
-                                                                      mega::kSourceShapeAttr))
+                                                                    mega::kSourceShapeAttr))
         out.shapes[name.str()].assign(source.asArrayRef().begin(), source.asArrayRef().end());
       if (auto stack =
               f.getArgAttrOfType<mlir::ArrayAttr>(arg.getArgNumber(), mega::kSourceStackAttr))
@@ -198,19 +228,93 @@ SourceShapes sourceShapesOf(mlir::ModuleOp module) {
   return out;
 }
 
-bool ModelSource::isOnnx() const {
-  return file && std::filesystem::path(*file).extension() == ".onnx";
+StatusOr<ModelSource> ModelSource::fromSpec(const std::string &spec) {
+  ModelSource source;
+  source.text_ = spec;
+  if (spec.rfind("hf:", 0) == 0) {
+    ASSIGN_OR_RETURN(HfSpec hf, parseHfSpec(spec));
+    source.value_ = std::move(hf);
+    return source;
+  }
+  models::ConfigResult parsed = models::parseModelSpec(spec);
+  if (!parsed.config)
+    return Status::error("--model: " + parsed.error);
+  bool batchGiven =
+      spec.find(":batch=") != std::string::npos || spec.find(",batch=") != std::string::npos;
+  source.value_ = ZooSpec{*parsed.config, batchGiven};
+  return source;
+}
+
+ModelSource ModelSource::fromConfig(models::ModelConfig config) {
+  ModelSource source;
+  source.text_ = config.spec();
+  source.value_ = ZooSpec{std::move(config), true};
+  return source;
+}
+
+ModelSource ModelSource::fromFile(std::string path) {
+  ModelSource source;
+  source.text_ = path;
+  if (std::filesystem::path(path).extension() == ".onnx")
+    source.value_ = OnnxFile{std::move(path)};
+  else
+    source.value_ = IrFile{std::move(path)};
+  return source;
+}
+
+StatusOr<ModelSource> ModelSource::parse(const std::optional<std::string> &spec,
+                                         const std::optional<std::string> &file) {
+  if (spec.has_value() == file.has_value())
+    return Status::error("give either --model SPEC or a model file (.mlir, .onnx)");
+  return spec ? fromSpec(*spec) : fromFile(*file);
+}
+
+const std::string *ModelSource::file() const {
+  if (auto *onnx = std::get_if<OnnxFile>(&value_))
+    return &onnx->path;
+  if (auto *ir = std::get_if<IrFile>(&value_))
+    return &ir->path;
+  return nullptr;
+}
+
+const models::ModelConfig *ModelSource::config() const {
+  if (auto *zoo = std::get_if<ZooSpec>(&value_))
+    return &zoo->config;
+  if (auto *hf = std::get_if<HfSpec>(&value_))
+    return &hf->model.config;
+  return nullptr;
+}
+
+StatusOr<ModelSource> ModelSource::bound(models::ModelConfig config) const {
+  ModelSource out = *this;
+  if (auto *hf = std::get_if<HfSpec>(&out.value_)) {
+    int64_t batch = config.batch;
+    models::ConfigResult at = hf->model.at(config.seq);
+    if (!at.config)
+      return Status::error("--model: " + at.error);
+    hf->model.config = *at.config;
+    hf->model.config.batch = batch;
+    hf->seq = config.seq;
+    return out;
+  }
+  auto *zoo = std::get_if<ZooSpec>(&out.value_);
+  if (!zoo)
+    return Status::error("only a zoo or hf: model has a config to bind");
+  // The bound sizes (seq, batch) are checked as a spec's are: bounds, the 64-bit FLOP count.
+  models::ConfigResult checked = models::parseModelSpec(config.spec());
+  if (!checked.config)
+    return Status::error("--model: " + checked.error);
+  zoo->config = std::move(config);
+  return out;
 }
 
 passes::LossKind lossKindOf(const ModelSource &source) {
-  if (!source.spec)
+  const models::ModelConfig *config = source.config();
+  if (!config)
     return passes::LossKind::causal;
-  models::ConfigResult parsed = models::parseModelSpec(*source.spec);
-  if (!parsed.config)
-    return passes::LossKind::causal;
-  return parsed.config->arch == models::Arch::bert ? passes::LossKind::mlm
-         : parsed.config->arch == models::Arch::t5 ? passes::LossKind::seq2seq
-                                                   : passes::LossKind::causal;
+  return config->arch == models::Arch::bert ? passes::LossKind::mlm
+         : config->arch == models::Arch::t5 ? passes::LossKind::seq2seq
+                                            : passes::LossKind::causal;
 }
 
 StatusOr<InputShapes> parseInputShapes(const std::vector<std::string> &specs) {
@@ -245,15 +349,33 @@ StatusOr<InputShapes> parseInputShapes(const std::vector<std::string> &specs) {
 StatusOr<LoadedModel> loadModel(mlir::MLIRContext &ctx, const ModelSource &source,
                                 const InputShapes &inputShapes, llvm::raw_ostream &diagnostics) {
   ctx.loadDialect<mega::MegaDialect, mlir::func::FuncDialect>();
-  if (source.spec.has_value() == source.file.has_value())
+  if (source.empty())
     return Status::error("give either --model SPEC or a model file (.mlir, .onnx)");
   if (!inputShapes.empty() && !source.isOnnx())
     return Status::error("--input-shape applies to ONNX models only");
   auto start = std::chrono::steady_clock::now();
-  StatusOr<LoadedModel> loaded = source.spec ? buildZooModel(ctx, *source.spec)
-                                 : source.isOnnx()
-                                     ? importOnnx(ctx, *source.file, inputShapes, diagnostics)
-                                     : parseMlir(ctx, *source.file, diagnostics);
+  StatusOr<LoadedModel> loaded = std::visit(
+      [&](const auto &model) -> StatusOr<LoadedModel> {
+        using T = std::decay_t<decltype(model)>;
+        if constexpr (std::is_same_v<T, ZooSpec>) {
+          return buildZooModel(ctx, model.config, model.config.spec());
+        } else if constexpr (std::is_same_v<T, HfSpec>) {
+          if (!model.seq)
+            return Status::error(
+                "--model " + source.text() +
+                ": give the sequence length to build for, hf:PATH,seq=S (the config's "
+                "max_position_embeddings is the longest the model handles, not a training "
+                "length)");
+          return buildZooModel(ctx, model.model.config, source.text());
+        } else if constexpr (std::is_same_v<T, OnnxFile>) {
+          return importOnnx(ctx, model.path, inputShapes, diagnostics);
+        } else if constexpr (std::is_same_v<T, IrFile>) {
+          return parseMlir(ctx, model.path, diagnostics);
+        } else {
+          return Status::error("give either --model SPEC or a model file (.mlir, .onnx)");
+        }
+      },
+      source.value());
   if (loaded.isOk())
     loaded->buildSeconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

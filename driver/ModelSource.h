@@ -1,9 +1,12 @@
-// Where a run's model comes from: a zoo spec (--model), a .mlir file (with its weights when it
-// names a mega.weights file) or an ONNX file (with its initializers as weights); loading it into
-// mega IR, and the loss it trains with, decided here and nowhere else.
+// Where a run's model comes from, parsed once where the command line is read: a zoo spec
+// (--model gpt:...), a transformers config.json (--model hf:PATH[,seq=S]), a .mlir file (with
+// its weights when it names a mega.weights file) or an ONNX file (with its initializers as
+// weights); loading it into mega IR, and the loss it trains with, decided here and nowhere else.
 #pragma once
 
 #include "driver/SourceShapes.h"
+#include "frontends/models/HfConfig.h"
+#include "frontends/models/ModelConfig.h"
 #include "passes/training/TrainingPipeline.h"
 #include "support/HostTensor.h"
 #include "support/Status.h"
@@ -16,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 namespace megac::driver {
@@ -26,10 +30,60 @@ using InputShapes = std::map<std::string, std::vector<int64_t>>;
 /// The module attribute naming the weights file of a .mlir (relative to the .mlir's folder).
 inline constexpr const char *kWeightsAttr = "mega.weights";
 
-/// Exactly one of a zoo spec ("gpt:layers=2,...") and a model file (.onnx, else textual IR).
-struct ModelSource {
-  std::optional<std::string> spec, file;
-  bool isOnnx() const;
+/// --model SPEC of the zoo ("gpt:layers=2,..."), parsed.
+struct ZooSpec {
+  models::ModelConfig config;
+  bool batchGiven = false; // the spec says batch= (training checks it against --micro-batch)
+};
+
+/// --model hf:PATH[,seq=S]: a transformers config.json read into the zoo's config.
+struct HfSpec {
+  models::HfModel model;
+  std::optional<int64_t> seq; // seq=S; absent: the data's, or --seq's
+};
+
+/// A model file: ONNX (.onnx) or textual mega IR (anything else).
+struct OnnxFile {
+  std::string path;
+};
+struct IrFile {
+  std::string path;
+};
+
+/// The model of a run or a command: one typed value, parsed once from --model or the file
+/// argument, then passed on; nothing downstream reads the spec text again.
+class ModelSource {
+public:
+  using Value = std::variant<std::monostate, ZooSpec, HfSpec, OnnxFile, IrFile>;
+
+  ModelSource() = default;
+  /// Exactly one of --model SPEC (a zoo spec or hf:PATH[,seq=S]) and a model file; errors
+  /// begin "--model: " for a bad spec.
+  static StatusOr<ModelSource> parse(const std::optional<std::string> &spec,
+                                     const std::optional<std::string> &file);
+  static StatusOr<ModelSource> fromSpec(const std::string &spec);
+  static ModelSource fromConfig(models::ModelConfig config);
+  static ModelSource fromFile(std::string path);
+
+  const Value &value() const { return value_; }
+  bool empty() const { return std::holds_alternative<std::monostate>(value_); }
+  bool isOnnx() const { return std::holds_alternative<OnnxFile>(value_); }
+  bool isHf() const { return std::holds_alternative<HfSpec>(value_); }
+  /// The model file's path; null for zoo and HF models.
+  const std::string *file() const;
+  /// The zoo config a zoo or HF model is built from (an HF model's seq is 0 until bound); null
+  /// for model files.
+  const models::ModelConfig *config() const;
+  /// The source as given ("gpt:layers=2,...", "hf:DIR,seq=S", the file).
+  const std::string &text() const { return text_; }
+
+  /// A zoo or HF source whose config is `config` (seq and batch bound); an HF model's sequence
+  /// is checked against the family's sliding window and every config as a zoo spec is.
+  StatusOr<ModelSource> bound(models::ModelConfig config) const;
+
+private:
+  Value value_;
+  std::string text_;
 };
 
 /// The loss a model trains with: masked LM for BERT, seq2seq for T5, causal for every other zoo
@@ -38,7 +92,7 @@ passes::LossKind lossKindOf(const ModelSource &source);
 
 struct LoadedModel {
   mlir::OwningOpRef<mlir::ModuleOp> module;
-  std::string description; // the spec, or the file name
+  std::string description; // the spec (hf:PATH and the spec it reads as), or the file name
   double buildSeconds = 0; // time to build, parse or import the IR
   /// Parameter values that came with the model (ONNX initializers, a mega.weights file);
   /// empty for zoo models, whose parameters come from their init specs.

@@ -174,14 +174,14 @@ StatusOr<LoadedModel> loadRaised(mlir::MLIRContext &ctx, const PlanSearchRequest
                                  int64_t seq, llvm::raw_ostream &diagnostics) {
   ModelSource source = r.model;
   InputShapes shapes;
-  if (r.model.spec) {
-    models::ConfigResult parsed = models::parseModelSpec(*r.model.spec);
-    if (!parsed.config)
-      return Status::error("--model: " + parsed.error);
-    parsed.config->batch = rows;
+  if (const models::ModelConfig *model = r.model.config()) {
+    models::ModelConfig config = *model;
+    config.batch = rows;
     if (r.seq)
-      parsed.config->seq = *r.seq;
-    source.spec = parsed.config->spec();
+      config.seq = *r.seq;
+    if (config.seq == 0) // hf:PATH without seq=
+      return Status::error("--model " + r.model.text() + " needs --seq S or hf:PATH,seq=S");
+    ASSIGN_OR_RETURN(source, r.model.bound(std::move(config)));
   } else if (seq > 0) {
     shapes["input_ids"] = {rows, seq};
   }
@@ -345,7 +345,7 @@ Status confirmWinner(const PlanSearchRequest &r, const planner::TransformerShape
   int64_t rows = r.explain ? l.microBatch * l.dp : 1;
   if (r.explain) {
     ASSIGN_OR_RETURN(
-        model, loadRaised(ctx, r, rows, r.model.file ? r.seq.value_or(s.seq) : 0, diagnostics));
+        model, loadRaised(ctx, r, rows, r.model.file() ? r.seq.value_or(s.seq) : 0, diagnostics));
   }
   passes::TrainingOptions options;
   options.lossKind = lossKindOf(r.model);
@@ -395,7 +395,7 @@ StatusOr<bool> searchLayouts(const PlanSearchRequest &r, const Emit &emit,
   auto start = std::chrono::steady_clock::now();
   mlir::MLIRContext ctx;
   ASSIGN_OR_RETURN(LoadedModel model,
-                   loadRaised(ctx, r, 1, r.model.file ? r.seq.value_or(0) : 0, diagnostics));
+                   loadRaised(ctx, r, 1, r.model.file() ? r.seq.value_or(0) : 0, diagnostics));
   planner::ModelShapeResult shape = planner::computeModelShape(*model.module, model.description);
   if (!shape.shape)
     return Status::error(model.description + ": " + shape.error);

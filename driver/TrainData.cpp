@@ -159,12 +159,13 @@ StatusOr<int64_t> trainingSequenceLength(const RunConfig &c) {
     ASSIGN_OR_RETURN(train::TokenData rows, train::readTokenData(c.data.path));
     return rows.sequenceLength();
   }
-  if (c.data.seq > 0 || !c.model.spec)
+  const models::ModelConfig *config = c.model.config();
+  if (c.data.seq > 0 || !config)
     return c.data.seq;
-  models::ConfigResult parsed = models::parseModelSpec(*c.model.spec);
-  if (!parsed.config)
-    return Status::error("--model: " + parsed.error);
-  return parsed.config->seq + (parsed.config->arch == models::Arch::t5 ? parsed.config->decSeq : 0);
+  if (config->seq == 0) // hf:PATH without seq=
+    return Status::error("--data " + c.data.path + " (an indexed dataset) with --model " +
+                         c.model.text() + " needs --seq S or hf:PATH,seq=S");
+  return config->seq + (config->arch == models::Arch::t5 ? config->decSeq : 0);
 }
 
 StatusOr<std::unique_ptr<data::SampleSource>> openSamples(const RunConfig &c, DataPart part) {

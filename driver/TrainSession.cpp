@@ -295,7 +295,9 @@ Status TrainSession::save() {
   // An ONNX model's file and bound input: what `megac generate` / `megac export` rebuild it from
   // (rank 0 writes meta.json; it holds input_ids, the first pipeline stage's input).
   if (root())
-    meta.config.merge(recordOnnxModel(c.model.file, *s.executor, c.training.logits));
+    meta.config.merge(
+        recordOnnxModel(c.model.file() ? std::optional(*c.model.file()) : std::nullopt, *s.executor,
+                        c.training.logits));
   RETURN_IF_ERROR(
       ckpt::saveShardedCheckpoint(*s.executor, *s.rank.comm, *c.checkpoint.saveDir, meta));
   if (root()) { // a folder that cannot be tidied still holds a good checkpoint: warn only

@@ -53,6 +53,7 @@ void buildBert(dsl::GraphBuilder &b, const ModelConfig &c);
 void buildT5(dsl::GraphBuilder &b, const ModelConfig &c);
 void buildLlama(dsl::GraphBuilder &b, const ModelConfig &c);
 void buildMixtral(dsl::GraphBuilder &b, const ModelConfig &c);
+void buildNemotron(dsl::GraphBuilder &b, const ModelConfig &c);
 
 /// A decoder layer's feed-forward block on the normalized residual `x [b, s, hidden]`.
 using FeedForward =

@@ -1,6 +1,9 @@
 // Llama (Llama 2/3-style): decoder-only, pre-RMSNorm, rotary position embeddings on q and k,
-// grouped-query attention, SwiGLU MLP, no biases, final RMSNorm, untied head by default.
-// Parameter names are transformers' LlamaForCausalLM names without the "model." prefix.
+// grouped-query attention, SwiGLU MLP, no biases, final RMSNorm, untied head by default; and
+// the variants transformers' configs select (qkv/output/MLP biases, head_dim, Llama 3.1's rotary
+// scaling), and Nemotron's decoder (LayerNorm1P, squared-ReLU MLP, partial rotary).
+// Parameter names are transformers' LlamaForCausalLM (NemotronForCausalLM) names without the
+// "model." prefix.
 #include "frontends/models/Layers.h"
 
 #include <cmath>
@@ -13,21 +16,39 @@ using dsl::Tensor;
 
 namespace {
 
-/// cos and sin of the rotary angles, [1, seq, 1, head_dim], broadcast over batch and heads.
+/// cos and sin of the rotary angles, [1, seq, 1, rotary dims], broadcast over batch and heads.
 struct RotaryTables {
   Tensor cos, sin;
 };
 
+/// The rotary frequency of pair i of d rotated dims: theta^(-2i/d), rescaled as Llama 3.1's
+/// rope_scaling says (transformers' _compute_llama3_parameters): wavelengths longer than
+/// original/low are slowed by factor, shorter than original/high kept, and those between blended.
+double inverseFrequency(const ModelConfig &c, int64_t i, int64_t d) {
+  double f = std::pow(c.ropeTheta, -double(2 * i) / double(d));
+  const ModelConfig::Llama3Rope &r = c.ropeLlama3;
+  if (r.factor <= 0)
+    return f;
+  double original = double(r.originalMaxPositions);
+  double wavelength = 2 * M_PI / f;
+  if (wavelength > original / r.lowFreqFactor)
+    return f / r.factor;
+  if (wavelength < original / r.highFreqFactor)
+    return f;
+  double smooth = (original / wavelength - r.lowFreqFactor) / (r.highFreqFactor - r.lowFreqFactor);
+  return (1 - smooth) * f / r.factor + smooth * f;
+}
+
 /// transformers' LlamaRotaryEmbedding: angle(p, j) = p * theta^(-2i/d) with i = j mod d/2 (the
-/// two halves of a head repeat the d/2 frequencies, the pairing rotate_half expects). Computed in
+/// two halves of the rotated dims repeat the d/2 frequencies, the pairing rotate_half expects);
+/// d is the rotated part of a head (all of it but for Nemotron's partial rotary). Computed in
 /// double and rounded once to the model's dtype.
 RotaryTables rotaryTables(dsl::GraphBuilder &b, const ModelConfig &c) {
-  int64_t d = c.headDim(), half = d / 2;
+  int64_t d = c.rotaryDim(), half = d / 2;
   std::vector<double> cos(c.seq * d), sin(c.seq * d);
   for (int64_t p = 0; p < c.seq; ++p)
     for (int64_t j = 0; j < d; ++j) {
-      double inverseFrequency = std::pow(c.ropeTheta, -double(2 * (j % half)) / double(d));
-      double angle = double(p) * inverseFrequency;
+      double angle = double(p) * inverseFrequency(c, j % half, d);
       cos[p * d + j] = std::cos(angle);
       sin[p * d + j] = std::sin(angle);
     }
@@ -35,14 +56,17 @@ RotaryTables rotaryTables(dsl::GraphBuilder &b, const ModelConfig &c) {
   return {b.constant(cos, {1, c.seq, 1, d}, c.dtype), b.constant(sin, {1, c.seq, 1, d}, c.dtype)};
 }
 
-/// x * cos + rotate_half(x) * sin with rotate_half(x) = concat(-x[..., d/2:], x[..., :d/2]);
+/// x * cos + rotate_half(x) * sin with rotate_half(x) = concat(-x[..., r/2:], x[..., :r/2]) on
+/// the first r = rotary dims of each head; the rest pass unrotated (Nemotron's partial rotary).
 /// `x [b, s, heads, d]`.
 Tensor applyRotary(dsl::GraphBuilder &b, const Tensor &x, const RotaryTables &rotary) {
-  int64_t n = x.dim(0), s = x.dim(1), h = x.dim(2), d = x.dim(3);
-  Tensor first = b.slice(x, {0, 0, 0, 0}, {n, s, h, d / 2});
-  Tensor second = b.slice(x, {0, 0, 0, d / 2}, {n, s, h, d});
+  int64_t n = x.dim(0), s = x.dim(1), h = x.dim(2), d = x.dim(3), r = rotary.cos.dim(3);
+  Tensor rotate = r == d ? x : b.slice(x, {0, 0, 0, 0}, {n, s, h, r});
+  Tensor first = b.slice(rotate, {0, 0, 0, 0}, {n, s, h, r / 2});
+  Tensor second = b.slice(rotate, {0, 0, 0, r / 2}, {n, s, h, r});
   Tensor rotated = b.concat({-second, first}, 3);
-  return x * rotary.cos + rotated * rotary.sin;
+  Tensor out = rotate * rotary.cos + rotated * rotary.sin;
+  return r == d ? out : b.concat({out, b.slice(x, {0, 0, 0, r}, {n, s, h, d})}, 3);
 }
 
 /// Causal self-attention with kv_heads key/value heads, each shared by heads/kv_heads query heads
@@ -54,24 +78,46 @@ Tensor selfAttention(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x
   InitStd std(c);
   int64_t batch = x.dim(0), seq = x.dim(1), dh = c.headDim();
   auto heads = [&](const Tensor &t, int64_t n) { return b.reshape(t, {batch, seq, n, dh}); };
-  Tensor q = heads(linearLayer(b, "q_proj", x, c.heads * dh, false, std.base), c.heads);
-  Tensor k = heads(linearLayer(b, "k_proj", x, c.kvHeads * dh, false, std.base), c.kvHeads);
-  Tensor v = heads(linearLayer(b, "v_proj", x, c.kvHeads * dh, false, std.base), c.kvHeads);
+  bool bias = c.qkvBias;
+  Tensor q = heads(linearLayer(b, "q_proj", x, c.heads * dh, bias, std.base), c.heads);
+  Tensor k = heads(linearLayer(b, "k_proj", x, c.kvHeads * dh, bias, std.base), c.kvHeads);
+  Tensor v = heads(linearLayer(b, "v_proj", x, c.kvHeads * dh, bias, std.base), c.kvHeads);
   q = applyRotary(b, q, rotary);
   k = applyRotary(b, k, rotary);
   Tensor o = b.attention(q, k, v, {.causal = true, .mask = {}, .scale = {}});
   o = b.reshape(o, {batch, seq, c.heads * dh});
-  return linearLayer(b, "o_proj", o, c.hidden, false, std.output);
+  return linearLayer(b, "o_proj", o, c.hidden, c.oBias, std.output);
 }
 
 /// SwiGLU: down(silu(gate(x)) * up(x)) with silu(g) = g * sigmoid(g).
 Tensor swigluMlp(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x) {
   auto scope = b.scope("mlp");
   InitStd std(c);
-  Tensor gate = linearLayer(b, "gate_proj", x, c.ffn, false, std.base);
-  Tensor up = linearLayer(b, "up_proj", x, c.ffn, false, std.base);
+  Tensor gate = linearLayer(b, "gate_proj", x, c.ffn, c.mlpBias, std.base);
+  Tensor up = linearLayer(b, "up_proj", x, c.ffn, c.mlpBias, std.base);
   Tensor h = gate * b.sigmoid(gate) * up;
-  return linearLayer(b, "down_proj", h, c.hidden, false, std.output);
+  return linearLayer(b, "down_proj", h, c.hidden, c.mlpBias, std.output);
+}
+
+/// Nemotron's MLP: down(relu(up(x))^2), no gate (transformers' NemotronMLP, hidden_act relu2).
+Tensor squaredReluMlp(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x) {
+  auto scope = b.scope("mlp");
+  InitStd std(c);
+  Tensor r = b.relu(linearLayer(b, "up_proj", x, c.ffn, c.mlpBias, std.base));
+  return linearLayer(b, "down_proj", r * r, c.hidden, c.mlpBias, std.output);
+}
+
+/// The decoder's norm: Nemotron's LayerNorm1P (LayerNorm with weight + 1, its weight initialised
+/// to zeros so the scale starts at 1, as Megatron's layernorm_zero_centered_gamma), else RMSNorm.
+Tensor decoderNorm(dsl::GraphBuilder &b, const ModelConfig &c, std::string_view name,
+                   const Tensor &x) {
+  if (c.arch != Arch::nemotron)
+    return rmsNormLayer(b, name, x, c.normEps);
+  auto s = b.scope(name);
+  int64_t h = x.dim(-1);
+  Tensor w = b.parameter("weight", {h}, x.dtype(), dsl::Init::zeros());
+  Tensor bias = b.parameter("bias", {h}, x.dtype(), dsl::Init::zeros());
+  return b.layerNorm(x, w + b.splat(1.0, {h}, x.dtype()), bias, c.normEps);
 }
 
 } // namespace
@@ -85,12 +131,12 @@ void buildLlamaDecoder(dsl::GraphBuilder &b, const ModelConfig &c, const FeedFor
   Tensor x = b.embedding(embed, ids);
   for (int64_t l = 0; l < c.layers; ++l) {
     auto s = b.scope("layers." + std::to_string(l));
-    Tensor a = rmsNormLayer(b, "input_layernorm", x, c.normEps);
+    Tensor a = decoderNorm(b, c, "input_layernorm", x);
     x = x + selfAttention(b, c, a, rotary);
-    Tensor m = rmsNormLayer(b, "post_attention_layernorm", x, c.normEps);
+    Tensor m = decoderNorm(b, c, "post_attention_layernorm", x);
     x = x + feedForward(b, c, m);
   }
-  x = rmsNormLayer(b, "norm", x, c.normEps);
+  x = decoderNorm(b, c, "norm", x);
   Tensor head = c.tied ? embed
                        : b.parameter("lm_head.weight", {c.vocab, c.hidden}, c.dtype,
                                      dsl::Init::normal(std.base));
@@ -100,5 +146,11 @@ void buildLlamaDecoder(dsl::GraphBuilder &b, const ModelConfig &c, const FeedFor
 // input_ids [b, s] -> logits [b, s, vocab]. Parameters, with d = hidden/heads and g = kv_heads:
 // l (2 h^2 + 2 h g d + 3 h ffn + 2 h) + V h (embedding) + h (final norm) + V h (untied head).
 void buildLlama(dsl::GraphBuilder &b, const ModelConfig &c) { buildLlamaDecoder(b, c, swigluMlp); }
+
+// input_ids [b, s] -> logits [b, s, vocab]. Parameters, with a = heads, d = head_dim, g =
+// kv_heads: l (2 h a d + 2 h g d + 2 h ffn + 4 h) + V h + 2 h (final norm) + V h (untied head).
+void buildNemotron(dsl::GraphBuilder &b, const ModelConfig &c) {
+  buildLlamaDecoder(b, c, squaredReluMlp);
+}
 
 } // namespace megac::models

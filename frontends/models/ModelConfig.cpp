@@ -23,6 +23,8 @@ const char *archName(Arch arch) {
     return "llama";
   case Arch::mixtral:
     return "mixtral";
+  case Arch::nemotron:
+    return "nemotron";
   }
   return "?";
 }
@@ -41,10 +43,22 @@ const std::vector<std::string> &keysOf(Arch arch) {
   static const std::vector<std::string> mixtral = {
       "layers", "hidden", "heads",      "kv_heads", "ffn",     "seq",  "vocab",   "batch",
       "tied",   "dtype",  "rope_theta", "norm_eps", "experts", "topk", "capacity"};
+  // transformers' config fields of the llama family (HfConfig.h), after each arch's own keys.
+  static const std::vector<std::string> family = {"head_dim", "qkv_bias", "o_bias", "mlp_bias",
+                                                  "rope_llama3"};
+  auto with = [](std::vector<std::string> keys, const std::vector<std::string> &more) {
+    keys.insert(keys.end(), more.begin(), more.end());
+    return keys;
+  };
+  static const std::vector<std::string> llamaFamily = with(llama, family);
+  static const std::vector<std::string> mixtralFamily = with(mixtral, family);
+  static const std::vector<std::string> nemotron = with(llamaFamily, {"rotary_pct"});
   if (arch == Arch::llama)
-    return llama;
+    return llamaFamily;
   if (arch == Arch::mixtral)
-    return mixtral;
+    return mixtralFamily;
+  if (arch == Arch::nemotron)
+    return nemotron;
   return arch == Arch::t5 ? t5 : gpt;
 }
 
@@ -76,7 +90,7 @@ int64_t specBound(std::string_view key) {
     return 4096;
   if (key == "hidden")
     return int64_t(1) << 18;
-  if (key == "heads" || key == "kv_heads")
+  if (key == "heads" || key == "kv_heads" || key == "head_dim")
     return int64_t(1) << 14;
   if (key == "experts" || key == "topk")
     return int64_t(1) << 12;
@@ -114,9 +128,11 @@ ConfigResult parseModelSpec(std::string_view spec) {
     c.arch = Arch::llama;
   else if (archText == "mixtral")
     c.arch = Arch::mixtral;
+  else if (archText == "nemotron")
+    c.arch = Arch::nemotron;
   else
     return fail("unknown model '" + archText + "' in spec '" + std::string(spec) +
-                "'; expected gpt, bert, t5, llama or mixtral (e.g. "
+                "'; expected gpt, bert, t5, llama, mixtral or nemotron (e.g. "
                 "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128)");
 
   const std::vector<std::string> &known = keysOf(c.arch);
@@ -166,6 +182,7 @@ ConfigResult parseModelSpec(std::string_view spec) {
   c.experts = integer("experts", 0);
   c.topk = integer("topk", 0);
   c.kvHeads = integer("kv_heads", c.heads);
+  c.headDimKey = integer("head_dim", 0);
   if (c.arch == Arch::t5) {
     c.encLayers = integer("enc_layers", c.layers);
     c.decLayers = integer("dec_layers", c.layers);
@@ -188,8 +205,36 @@ ConfigResult parseModelSpec(std::string_view spec) {
   c.normEps = real("norm_eps", c.normEps);
   if (auto it = values.find("capacity"); it != values.end() && it->second != "0")
     c.capacity = real("capacity", 0.0);
+  c.rotaryPct = real("rotary_pct", 1.0);
   if (!error.empty())
     return fail(error);
+  if (c.rotaryPct > 1)
+    return fail("key 'rotary_pct' needs a fraction in (0, 1], got '" + values["rotary_pct"] + "'");
+  if (auto it = values.find("rope_llama3"); it != values.end()) {
+    std::vector<double> parts; // FACTOR:LOW:HIGH:ORIGINAL; -1 for a part that is no number > 0
+    std::string_view text = it->second;
+    for (bool more = true; more;) {
+      auto sep = text.find(':');
+      std::string_view part = text.substr(0, sep);
+      double v = 0;
+      auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+      bool number =
+          ec == std::errc() && end == part.data() + part.size() && v > 0 && std::isfinite(v);
+      parts.push_back(number ? v : -1);
+      more = sep != std::string_view::npos;
+      if (more)
+        text = text.substr(sep + 1);
+    }
+    bool ok = parts.size() == 4 &&
+              std::all_of(parts.begin(), parts.end(), [](double v) { return v > 0; }) &&
+              parts[3] == std::floor(parts[3]) && parts[3] <= double(int64_t(1) << 22) &&
+              parts[2] > parts[1];
+    if (!ok)
+      return fail("key 'rope_llama3' needs FACTOR:LOW:HIGH:ORIGINAL (numbers > 0, HIGH > LOW, "
+                  "ORIGINAL an integer; e.g. 8:1:4:8192), got '" +
+                  it->second + "'");
+    c.ropeLlama3 = {parts[0], parts[1], parts[2], static_cast<int64_t>(parts[3])};
+  }
 
   c.tied = !c.llamaLike(); // Llama's head is its own matrix; the others share the table
   if (auto it = values.find("tied"); it != values.end()) {
@@ -197,6 +242,13 @@ ConfigResult parseModelSpec(std::string_view spec) {
       return fail("key 'tied' needs 0 or 1, got '" + it->second + "'");
     c.tied = it->second == "1";
   }
+  for (auto [key, flag] :
+       {std::pair{"qkv_bias", &c.qkvBias}, {"o_bias", &c.oBias}, {"mlp_bias", &c.mlpBias}})
+    if (auto it = values.find(key); it != values.end()) {
+      if (it->second != "0" && it->second != "1")
+        return fail("key '" + std::string(key) + "' needs 0 or 1, got '" + it->second + "'");
+      *flag = it->second == "1";
+    }
   if (auto it = values.find("gelu"); it != values.end()) {
     if (it->second != "erf" && it->second != "tanh")
       return fail("key 'gelu' needs erf or tanh, got '" + it->second + "'");
@@ -225,10 +277,12 @@ ConfigResult parseModelSpec(std::string_view spec) {
     required.push_back("experts");
     required.push_back("topk");
   }
+  if (c.arch == Arch::nemotron)
+    required.push_back("ffn"); // no rule gives Nemotron's MLP size
   for (const std::string &key : required)
     if (!values.count(key))
       return fail("missing key '" + key + "' for " + archText);
-  if (c.hidden % c.heads != 0)
+  if (c.headDimKey == 0 && c.hidden % c.heads != 0)
     return fail("key 'hidden' (" + std::to_string(c.hidden) +
                 ") is not divisible by key 'heads' (" + std::to_string(c.heads) + ")");
   if (c.heads % c.kvHeads != 0)
@@ -238,8 +292,15 @@ ConfigResult parseModelSpec(std::string_view spec) {
   if (c.arch == Arch::mixtral && c.topk > c.experts)
     return fail("key 'topk' (" + std::to_string(c.topk) + ") is larger than key 'experts' (" +
                 std::to_string(c.experts) + "): each token is routed to topk distinct experts");
-  if (c.llamaLike() && c.headDim() % 2 != 0)
-    return fail(std::string(archName(c.arch)) + "'s head dim hidden/heads (" + std::to_string(c.headDim()) +
+  if (c.llamaLike() && c.rotaryDim() < 2)
+    return fail("key 'rotary_pct' (" + shortest(c.rotaryPct) + ") leaves no pair of the " +
+                std::to_string(c.headDim()) + " head dims to rotate");
+  if (c.llamaLike() && c.rotaryDim() % 2 != 0)
+    return fail(std::string(archName(c.arch)) +
+                (c.rotaryPct < 1 ? "'s rotary dims rotary_pct x head_dim ("
+                 : c.headDimKey  ? "'s head_dim ("
+                                 : "'s head dim hidden/heads (") +
+                std::to_string(c.rotaryDim()) +
                 ") is odd; rotary embeddings rotate pairs of dims, so it must be even");
   // FLOP and parameter counts are int64 (the cost interface, describe, plan): refuse a model
   // whose forward pass would overflow them rather than print a wrapped number.
@@ -268,6 +329,8 @@ std::string ModelConfig::spec() const {
   s += ",hidden=" + std::to_string(hidden) + ",heads=" + std::to_string(heads);
   if (llamaLike())
     s += ",kv_heads=" + std::to_string(kvHeads);
+  if (llamaLike() && headDimKey > 0)
+    s += ",head_dim=" + std::to_string(headDimKey);
   if (arch == Arch::mixtral)
     s += ",experts=" + std::to_string(experts) + ",topk=" + std::to_string(topk);
   s += ",ffn=" + std::to_string(ffn) + ",seq=" + std::to_string(seq);
@@ -279,7 +342,19 @@ std::string ModelConfig::spec() const {
     s += ",capacity=" + shortest(capacity);
   if (llamaLike())
     s += ",rope_theta=" + shortest(ropeTheta) + ",norm_eps=" + shortest(normEps);
-  else if (arch != Arch::t5)
+  // The llama family's optional keys only when set, so earlier specs read back unchanged.
+  if (llamaLike()) {
+    for (auto [key, flag] :
+         {std::pair{",qkv_bias=1", qkvBias}, {",o_bias=1", oBias}, {",mlp_bias=1", mlpBias}})
+      if (flag)
+        s += key;
+    if (ropeLlama3.factor > 0)
+      s += ",rope_llama3=" + shortest(ropeLlama3.factor) + ":" +
+           shortest(ropeLlama3.lowFreqFactor) + ":" + shortest(ropeLlama3.highFreqFactor) + ":" +
+           std::to_string(ropeLlama3.originalMaxPositions);
+    if (rotaryPct != 1.0)
+      s += ",rotary_pct=" + shortest(rotaryPct);
+  } else if (arch != Arch::t5)
     s += std::string(",gelu=") + (gelu == dsl::Gelu::tanh ? "tanh" : "erf");
   s += std::string(",dtype=") + dsl::dtypeName(dtype);
   return s;

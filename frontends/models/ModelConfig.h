@@ -16,6 +16,17 @@
 // Mixtral is Llama with a sparse mixture-of-experts block for the MLP (docs/moe.md): experts
 // (required), topk (required, experts each token is routed to) and capacity (capacity factor;
 // absent or 0: dropless); ffn is each expert's SwiGLU size.
+// Nemotron (nemotron:..., NVIDIA's Nemotron-4) is Llama's decoder with LayerNorm1P (LayerNorm
+// with weight and bias, computed with weight + 1) for the norms, a squared-ReLU MLP
+// (down(relu(up(x))^2), no gate) and rotary embeddings on the first rotary_pct of each head's
+// dims; ffn is required.
+//
+// Llama-family keys (llama, mixtral, nemotron) for transformers' config fields (HfConfig.h):
+// head_dim (default hidden/heads), qkv_bias and o_bias (biases on the q/k/v and the output
+// projections, default 0), mlp_bias (biases on the MLP's projections, default 0),
+// rope_llama3=FACTOR:LOW:HIGH:ORIGINAL (Llama 3.1's rope_scaling: factor, low_freq_factor,
+// high_freq_factor, original_max_position_embeddings) and rotary_pct (the rotated fraction of
+// each head's dims, default 1; nemotron only).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +38,7 @@
 
 namespace megac::models {
 
-enum class Arch { gpt, bert, t5, llama, mixtral };
+enum class Arch { gpt, bert, t5, llama, mixtral, nemotron };
 const char *archName(Arch arch);
 
 struct ModelConfig {
@@ -51,10 +62,24 @@ struct ModelConfig {
   int64_t experts = 0;        // mixtral: experts per MoE layer
   int64_t topk = 0;           // mixtral: experts each token is routed to
   double capacity = 0.0;      // mixtral: capacity factor; 0 = dropless
+  int64_t headDimKey = 0;     // llama family: head_dim when given (0: hidden / heads)
+  bool qkvBias = false;       // llama family: biases on q, k and v
+  bool oBias = false;         // llama family: a bias on the attention's output projection
+  bool mlpBias = false;       // llama family: biases on the MLP's projections
+  /// Llama 3.1's rotary frequency scaling (rope_llama3); factor 0: none.
+  struct Llama3Rope {
+    double factor = 0, lowFreqFactor = 1, highFreqFactor = 4;
+    int64_t originalMaxPositions = 8192;
+  } ropeLlama3;
+  double rotaryPct = 1.0; // nemotron: the fraction of each head's dims that rotary rotates
 
-  int64_t headDim() const { return hidden / heads; }
-  /// Llama's decoder (rotary, RMSNorm, grouped-query attention): llama and mixtral.
-  bool llamaLike() const { return arch == Arch::llama || arch == Arch::mixtral; }
+  int64_t headDim() const { return headDimKey > 0 ? headDimKey : hidden / heads; }
+  /// The rotated dims of each head: rotary_pct of head_dim (transformers' int()).
+  int64_t rotaryDim() const { return static_cast<int64_t>(double(headDim()) * rotaryPct); }
+  /// Llama's decoder (rotary, grouped-query attention): llama, mixtral and nemotron.
+  bool llamaLike() const {
+    return arch == Arch::llama || arch == Arch::mixtral || arch == Arch::nemotron;
+  }
   /// Transformer layers in total (encoder plus decoder for t5).
   int64_t totalLayers() const { return arch == Arch::t5 ? encLayers + decLayers : layers; }
   /// "gpt:layers=2,hidden=64,...": a spec that parses back to this config.

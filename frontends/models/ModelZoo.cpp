@@ -24,6 +24,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext &ctx, const Model
   case Arch::mixtral:
     buildMixtral(b, config);
     break;
+  case Arch::nemotron:
+    buildNemotron(b, config);
+    break;
   }
   mlir::Operation *module = b.finish();
   if (!module) {

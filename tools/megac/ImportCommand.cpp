@@ -40,7 +40,7 @@ int importCommand(int argc, char **argv) {
   if (listOps)
     return printOps();
   std::string error = model.configure(f);
-  if (error.empty() && !model.source.spec && !model.source.file)
+  if (error.empty() && !model.spec && !model.file)
     error = "missing --model SPEC or a model file";
   if (error.empty() && !out)
     error = "missing -o FILE.mlir";

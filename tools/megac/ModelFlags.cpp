@@ -6,7 +6,7 @@
 namespace megac::cli {
 
 void ModelFlags::declare(Flags &f, bool inputShape) {
-  f.text("--model", source.spec, "SPEC");
+  f.text("--model", spec, "SPEC");
   if (inputShape)
     f.repeated("--input-shape", inputShapeSpecs, "NAME=D0xD1x...");
 }
@@ -15,7 +15,7 @@ std::string ModelFlags::configure(const Flags &f, const char *oneFile) {
   if (f.positional().size() > 1)
     return oneFile;
   if (!f.positional().empty())
-    source.file = f.positional().front();
+    file = f.positional().front();
   StatusOr<driver::InputShapes> shapes = driver::parseInputShapes(inputShapeSpecs);
   if (!shapes.isOk())
     return shapes.status().message();
@@ -24,7 +24,12 @@ std::string ModelFlags::configure(const Flags &f, const char *oneFile) {
 }
 
 std::optional<driver::LoadedModel> ModelFlags::load(mlir::MLIRContext &ctx) const {
-  StatusOr<driver::LoadedModel> model = driver::loadModel(ctx, source, inputShapes);
+  StatusOr<driver::ModelSource> source = driver::ModelSource::parse(spec, file);
+  if (!source.isOk()) {
+    fail("megac", source.status().message());
+    return std::nullopt;
+  }
+  StatusOr<driver::LoadedModel> model = driver::loadModel(ctx, *source, inputShapes);
   if (!model.isOk()) {
     fail("megac", model.status().message());
     return std::nullopt;

@@ -11,8 +11,6 @@
 #include "driver/PlanFile.h"
 #include "driver/PlanSearch.h"
 
-#include "frontends/models/ModelConfig.h"
-
 #include <cstdio>
 #include <string_view>
 
@@ -21,14 +19,16 @@ namespace megac::cli {
 namespace {
 
 /// The planner's flags into a request; a one-line error for a bad command line.
-std::string searchRequest(Flags &f, driver::PlanSearchRequest &r, const std::string &cluster,
+std::string searchRequest(Flags &f, driver::PlanSearchRequest &r,
+                          const std::optional<std::string> &spec, const std::string &cluster,
                           const std::optional<std::string> &stack,
                           const std::optional<std::string> &zero, bool sp, bool noSp) {
   if (f.positional().size() > 1)
     return "give one model file";
+  std::optional<std::string> file;
   if (!f.positional().empty())
-    r.model.file = f.positional().front();
-  if (r.model.spec.has_value() == r.model.file.has_value())
+    file = f.positional().front();
+  if (spec.has_value() == file.has_value())
     return "give either --model SPEC or a model file (.onnx, .mlir)";
   std::string why;
   std::optional<planner::Cluster> parsed = planner::parseCluster(cluster, &why);
@@ -53,22 +53,23 @@ std::string searchRequest(Flags &f, driver::PlanSearchRequest &r, const std::str
     return "--stack: '" + *stack + "' is not a known software stack (" + names + ")";
   }
   r.stack = *profile;
-  if (r.model.spec)
-    if (models::ConfigResult spec = models::parseModelSpec(*r.model.spec); !spec.config)
-      return "--model: " + spec.error;
+  StatusOr<driver::ModelSource> model = driver::ModelSource::parse(spec, file);
+  if (!model.isOk())
+    return model.status().message();
+  r.model = std::move(model).value();
   return {};
 }
 
 int searchCommand(int argc, char **argv) {
   Flags f("megac plan", kPlanHelp);
   driver::PlanSearchRequest r;
-  std::optional<std::string> cluster, stack, timeline, trace;
+  std::optional<std::string> spec, cluster, stack, timeline, trace;
   std::string zero, recompute, precision = "bf16";
   std::vector<std::string> inputShapes;
   int64_t seq = 0, top = 5, tp = 0, pp = 0, dp = 0, ep = 0, vpp = 0, microBatch = 0;
   double dropout = 0;
   bool sp = false, noSp = false, noCompile = false;
-  f.text("--model", r.model.spec, "SPEC").text("--cluster", cluster, "SPEC");
+  f.text("--model", spec, "SPEC").text("--cluster", cluster, "SPEC");
   f.count("--global-batch", r.globalBatch, 1, "B").count("--seq", seq, 1, "S");
   f.count("--tp", tp, 1, "T").count("--pp", pp, 1, "P").count("--dp", dp, 1, "D");
   f.count("--ep", ep, 1, "E");
@@ -106,7 +107,7 @@ int searchCommand(int argc, char **argv) {
   r.timelinePath = timeline;
   r.tracePath = trace;
   if (std::string e =
-          searchRequest(f, r, cluster.value_or(""), stack,
+          searchRequest(f, r, spec, cluster.value_or(""), stack,
                         f.given("--zero") ? std::optional(zero) : std::nullopt, sp, noSp);
       !e.empty())
     return f.usage(e);

@@ -41,7 +41,7 @@ std::optional<driver::LoadedPlan> preparePlan(const ModelFlags &model, bool from
                                               const codegen::CodegenOptions &options,
                                               std::optional<driver::CompiledModel> &compiled) {
   if (fromPlan) {
-    auto plan = driver::loadPlanFile(*model.source.file);
+    auto plan = driver::loadPlanFile(*model.file);
     if (!plan.isOk())
       fail(kCommand, plan.status().message());
     return plan.isOk() ? std::optional(std::move(plan).value()) : std::nullopt;
@@ -76,8 +76,7 @@ int runCommand(int argc, char **argv) {
   if (f.positional().size() > 1)
     return f.usage("give one model or plan file");
   std::string error = model.configure(f);
-  bool fromPlan =
-      model.source.file && std::filesystem::path(*model.source.file).extension() == ".mplan";
+  bool fromPlan = model.file && std::filesystem::path(*model.file).extension() == ".mplan";
   codegen::CodegenOptions options;
   options.function = function.value_or("");
   std::map<std::string, std::string> files;
@@ -91,8 +90,8 @@ int runCommand(int argc, char **argv) {
   }
   for (const char *flag : {"--seed", "--function", "--input-shape"})
     if (error.empty() && fromPlan && f.given(flag))
-      error = std::string(flag) + " applies when compiling; " + *model.source.file +
-              " is compiled already";
+      error =
+          std::string(flag) + " applies when compiling; " + *model.file + " is compiled already";
   if (error.empty())
     error = parseInputs(inputs, files);
   StatusOr<driver::Backend> backend = driver::resolveBackend(backendName);

@@ -166,11 +166,15 @@ std::string RunFlags::configure(const Flags &f, bool planOnly) {
   c.planOnly = planOnly;
   if (f.positional().size() > 1)
     return "give one model file";
+  std::optional<std::string> file;
   if (!f.positional().empty())
-    c.model.file = f.positional().front();
-  c.model.spec = spec;
-  if (c.model.spec.has_value() == c.model.file.has_value())
+    file = f.positional().front();
+  if (spec.has_value() == file.has_value())
     return "give either --model SPEC or a model file (.onnx, .mlir)";
+  StatusOr<driver::ModelSource> model = driver::ModelSource::parse(spec, file);
+  if (!model.isOk())
+    return model.status().message();
+  c.model = std::move(model).value();
   if (std::string e = configureData(f, *this, planOnly); !e.empty())
     return e;
   for (const char *required : {"--steps", "--global-batch", "--micro-batch", "--lr"})

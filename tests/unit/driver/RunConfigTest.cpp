@@ -121,13 +121,14 @@ TEST(RunConfigTest, TheTraceWindowStartsAfterTheFirstStep) {
 }
 
 TEST(RunConfigTest, TheLossComesFromTheModel) {
-  EXPECT_EQ(lossKindOf({"bert:layers=1,hidden=8,heads=2,seq=4,vocab=16", {}}),
+  auto zoo = [](const char *spec) { return ModelSource::fromSpec(spec).value(); };
+  EXPECT_EQ(lossKindOf(zoo("bert:layers=1,hidden=8,heads=2,seq=4,vocab=16")),
             passes::LossKind::mlm);
-  EXPECT_EQ(lossKindOf({"t5:layers=1,hidden=8,heads=2,seq=4,vocab=16", {}}),
+  EXPECT_EQ(lossKindOf(zoo("t5:layers=1,hidden=8,heads=2,seq=4,vocab=16")),
             passes::LossKind::seq2seq);
-  EXPECT_EQ(lossKindOf({"gpt:layers=1,hidden=8,heads=2,seq=4,vocab=16", {}}),
+  EXPECT_EQ(lossKindOf(zoo("gpt:layers=1,hidden=8,heads=2,seq=4,vocab=16")),
             passes::LossKind::causal);
-  EXPECT_EQ(lossKindOf({{}, "model.onnx"}), passes::LossKind::causal);
+  EXPECT_EQ(lossKindOf(ModelSource::fromFile("model.onnx")), passes::LossKind::causal);
 }
 
 } // namespace

@@ -40,7 +40,7 @@ protected:
   /// `steps` steps of a 1-layer GPT, batch 4 in micro-batches of 2, at lr 1e-2.
   RunConfig config(int64_t steps) const {
     RunConfig c;
-    c.model.spec = "gpt:layers=1,hidden=16,heads=2,seq=8,vocab=32";
+    c.model = ModelSource::fromSpec("gpt:layers=1,hidden=16,heads=2,seq=8,vocab=32").value();
     setDataPath(c.data, path("tokens.npy"));
     c.lr.totalSteps = steps;
     c.lr.lr = 1e-2;
@@ -138,13 +138,14 @@ TEST_F(TrainSessionTest, SavesAndResumesBitForBit) {
 
 TEST_F(TrainSessionTest, ErrorsAreStatusesNamingTheProblem) {
   RunConfig c = config(2);
-  c.model.spec = "gpt:layers=1,hidden=16,heads=2,seq=16,vocab=32";
+  c.model = ModelSource::fromSpec("gpt:layers=1,hidden=16,heads=2,seq=16,vocab=32").value();
   TrainSession session(c);
   Status s = session.open();
   EXPECT_EQ(s.message(), "--model: the model's seq=16 differs from the data's S = 8 (rows of S+1 "
                          "= 9 tokens)");
   c = config(2);
-  c.model.spec = "gpt:layers=1,hidden=16,heads=2,seq=8,vocab=16"; // the data has tokens >= 16
+  c.model = ModelSource::fromSpec("gpt:layers=1,hidden=16,heads=2,seq=8,vocab=16")
+                .value(); // the data has tokens >= 16
   TrainSession small(c);
   s = small.open();
   EXPECT_NE(s.message().find("outside the model's vocabulary [0, 16)"), std::string::npos)
