@@ -14,8 +14,8 @@
 #include "driver/RunConfig.h"
 #include "driver/TrainData.h"
 
+#include "runtime/train/RunLogs.h"
 #include "runtime/train/StopRequest.h"
-#include "runtime/train/TensorBoardWriter.h"
 #include "runtime/train/TrainLog.h"
 #include "support/Status.h"
 
@@ -29,11 +29,12 @@ namespace megac::driver {
 
 // The runtime's names a session's caller holds and prints with, re-exported (as Backend.h does):
 // a step's record and its log lines (runtime/train/TrainLog.h), the stop request and decision
-// (runtime/train/StopRequest.h), the TensorBoard event files (runtime/train/TensorBoardWriter.h).
+// (runtime/train/StopRequest.h), rank 0's JSON-lines and TensorBoard logs
+// (runtime/train/RunLogs.h).
 using runtime::train::JsonLinesWriter, runtime::train::LogInterval, runtime::train::formatDuration,
     runtime::train::progressLine, runtime::train::stepLogLine, runtime::train::stepRecordJson;
+using runtime::train::RunLogs;
 using runtime::train::StepRecord, runtime::train::StopDecision, runtime::train::StopRequest;
-using runtime::train::TensorBoardWriter, runtime::train::evalScalars, runtime::train::stepScalars;
 
 struct SessionHooks {
   /// One-line warnings (a checkpoint refused, a setting that differs from the checkpoint's, the

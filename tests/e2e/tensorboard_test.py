@@ -202,7 +202,7 @@ def main():
                           "--tensorboard-dir", os.path.join(DATA, "tb")],
                          capture_output=True, text=True)
     check(bad.returncode == 1 and "cannot create the TensorBoard directory" in bad.stderr and
-          "--tensorboard-dir" in bad.stderr,
+          os.path.join(DATA, "tb") in bad.stderr,
           "a --tensorboard-dir under a file fails the run, naming it: " + bad.stderr.strip())
 
     if not shutil.which("mpirun"):

@@ -48,55 +48,10 @@ void printHeader(const driver::TrainSession &s) {
   std::fflush(stdout);
 }
 
-/// Rank 0's logs, each when asked: JSON lines (--log-json) and TensorBoard event files
-/// (--tensorboard-dir), written from the same values. On other ranks nothing is open and every
-/// call does nothing.
-class RunLogs {
-public:
-  Status open(const driver::RunConfig &c) {
-    if (c.log.jsonPath) {
-      RETURN_IF_ERROR(json_.open(*c.log.jsonPath));
-      jsonOpen_ = true;
-    }
-    if (c.log.tensorboardDir) {
-      RETURN_IF_ERROR(tensorboard_.open(*c.log.tensorboardDir)) << " (--tensorboard-dir)";
-      tensorboardOpen_ = true;
-    }
-    return Status::ok();
-  }
-  Status step(const driver::StepRecord &record) {
-    if (jsonOpen_)
-      RETURN_IF_ERROR(json_.write(driver::stepRecordJson(record)));
-    if (tensorboardOpen_)
-      RETURN_IF_ERROR(tensorboard_.write(record.step, driver::stepScalars(record)));
-    return Status::ok();
-  }
-  /// {"step", "<key>_loss", "<key>_ppl"} and the events <key>/loss, <key>/perplexity.
-  Status evaluation(int64_t step, const char *key, double loss) {
-    if (jsonOpen_) {
-      char line[160];
-      std::snprintf(line, sizeof line, "{\"step\": %lld, \"%s_loss\": %.17g, \"%s_ppl\": %.17g}",
-                    (long long)step, key, loss, key, std::exp(loss));
-      RETURN_IF_ERROR(json_.write(line));
-    }
-    if (tensorboardOpen_)
-      RETURN_IF_ERROR(tensorboard_.write(step, driver::evalScalars(key, loss)));
-    return Status::ok();
-  }
-  Status close() {
-    RETURN_IF_ERROR(json_.close());
-    return tensorboard_.close();
-  }
-
-private:
-  driver::JsonLinesWriter json_;
-  driver::TensorBoardWriter tensorboard_;
-  bool jsonOpen_ = false, tensorboardOpen_ = false;
-};
-
 /// An evaluation after `step`: rank 0 prints "<what> after step N: loss, perplexity" and logs
 /// it.
-Status evaluate(driver::TrainSession &s, driver::DataPart part, int64_t step, RunLogs &logs) {
+Status evaluate(driver::TrainSession &s, driver::DataPart part, int64_t step,
+                driver::RunLogs &logs) {
   ASSIGN_OR_RETURN(double loss, s.evaluate(part));
   if (!s.root())
     return Status::ok();
@@ -123,7 +78,7 @@ Status checkStop(driver::TrainSession &s, const driver::StopRequest &stop, bool 
 
 /// The training loop: steps, evaluations, checkpoints, logs and progress (rank 0); ends early,
 /// with `stopped` set, when the ranks agree to stop.
-Status trainLoop(driver::TrainSession &s, const driver::StopRequest &stop, RunLogs &logs,
+Status trainLoop(driver::TrainSession &s, const driver::StopRequest &stop, driver::RunLogs &logs,
                  double &elapsed, double &firstLoss, double &lastLoss,
                  std::optional<driver::StopDecision> &stopped) {
   const driver::RunConfig &c = s.config();
@@ -173,8 +128,8 @@ Status trainLoop(driver::TrainSession &s, const driver::StopRequest &stop, RunLo
 }
 
 /// After a stop the ranks agreed on: rank 0 closes the log and says why and where it saved.
-Status finishStopped(driver::TrainSession &s, RunLogs &logs, const driver::StopRequest &stop,
-                     const driver::StopDecision &why) {
+Status finishStopped(driver::TrainSession &s, driver::RunLogs &logs,
+                     const driver::StopRequest &stop, const driver::StopDecision &why) {
   if (!s.root())
     return Status::ok();
   RETURN_IF_ERROR(logs.close());
@@ -192,7 +147,7 @@ Status finishStopped(driver::TrainSession &s, RunLogs &logs, const driver::StopR
 }
 
 /// After the loop: the test part, the summary, the trace and the final weights.
-Status finishRun(driver::TrainSession &s, RunLogs &logs, int64_t done, double elapsed,
+Status finishRun(driver::TrainSession &s, driver::RunLogs &logs, int64_t done, double elapsed,
                  double firstLoss, double lastLoss) {
   const driver::RunConfig &c = s.config();
   int64_t steps = c.lr.totalSteps;
@@ -234,9 +189,9 @@ int run(driver::TrainSession &s, const driver::StopRequest &stop) {
   const driver::RunConfig &c = s.config();
   if (s.root())
     printHeader(s);
-  RunLogs logs;
+  driver::RunLogs logs;
   if (s.root())
-    if (Status st = logs.open(c); !st.isOk())
+    if (Status st = logs.open(c.log.jsonPath, c.log.tensorboardDir); !st.isOk())
       return abortRun(s, st.message());
   if (c.checkpoint.loadDir) {
     StatusOr<driver::Resumed> resumed = s.load();

@@ -1,7 +1,9 @@
 // TensorBoard event files: CRC-32C against published vectors, records and events byte for byte
 // against tensorboard's own writer (the expected bytes below were printed by tensorboard 2.14's
-// RecordWriter and event_pb2 in the test venv), the scalars of a step, and the file written.
+// RecordWriter and event_pb2 in the test venv), the scalars of a step, the file written, and
+// RunLogs writing both logs.
 #include "runtime/train/TensorBoardWriter.h"
+#include "runtime/train/RunLogs.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +15,7 @@
 #include <string>
 #include <sys/resource.h>
 #include <unistd.h>
+#include <vector>
 
 using namespace megac;
 using namespace megac::runtime::train;
@@ -33,6 +36,14 @@ uint32_t readU32(const std::string &s, size_t at) {
   return v;
 }
 
+std::string readFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+/// The data of each record of an event file, every CRC checked.
+std::vector<std::string> readRecords(const std::string &data);
+
 uint64_t readU64(const std::string &s, size_t at) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i)
@@ -49,6 +60,22 @@ const std::string kLossEvent =
     bytes({0x09, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xf8, 0x3f, 0x10, 0x03,
            0x2a, 0x13, 0x0a, 0x11, 0x0a, 0x0a, 't',  'r',  'a',  'i',  'n',
            '/',  'l',  'o',  's',  's',  0x15, 0x00, 0x00, 0x80, 0x3e});
+
+std::vector<std::string> readRecords(const std::string &data) {
+  std::vector<std::string> records;
+  size_t at = 0;
+  while (at + 12 <= data.size()) {
+    uint64_t length = readU64(data, at);
+    EXPECT_EQ(readU32(data, at + 8), maskedCrc32c(data.substr(at, 8)));
+    if (at + 16 + length > data.size())
+      break;
+    records.push_back(data.substr(at + 12, length));
+    EXPECT_EQ(readU32(data, at + 12 + length), maskedCrc32c(records.back()));
+    at += 16 + length;
+  }
+  EXPECT_EQ(at, data.size()) << "a truncated record";
+  return records;
+}
 
 } // namespace
 
@@ -194,5 +221,54 @@ TEST(TensorBoard, WriteErrorsAreAStatus) {
             std::string::npos)
       << s.message();
   (void)writer.close();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TensorBoard, RunLogsWriteTheSameValuesToBothLogs) {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("megac_run_logs_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::string json = (dir / "log.jsonl").string(), tensorboard = (dir / "tb").string();
+  std::filesystem::create_directories(dir);
+  StepRecord r;
+  r.step = 2;
+  r.loss = 4.5;
+  r.lr = 1e-3;
+  r.tokens = 512;
+  r.stepSeconds = 0.25;
+  {
+    RunLogs logs;
+    ASSERT_TRUE(logs.open(json, tensorboard).isOk());
+    ASSERT_TRUE(logs.step(r).isOk());
+    ASSERT_TRUE(logs.evaluation(2, "val", 2.0).isOk());
+    ASSERT_TRUE(logs.close().isOk());
+  }
+  EXPECT_EQ(readFile(json), stepRecordJson(r) + "\n" + evalRecordJson(2, "val", 2.0) + "\n");
+  EXPECT_EQ(evalRecordJson(2, "val", 2.0),
+            "{\"step\": 2, \"val_loss\": 2, \"val_ppl\": 7.3890560989306504}");
+  std::vector<std::filesystem::path> files(std::filesystem::directory_iterator(tensorboard),
+                                           std::filesystem::directory_iterator{});
+  ASSERT_EQ(files.size(), 1u);
+  std::vector<std::string> records = readRecords(readFile(files[0].string()));
+  ASSERT_EQ(records.size(), 1 + stepScalars(r).size() + 2);
+  // Wall times differ run to run: compare each event after its wall_time field (9 bytes).
+  std::vector<Scalar> scalars = stepScalars(r);
+  for (const Scalar &s : evalScalars("val", 2.0))
+    scalars.push_back(s);
+  for (size_t i = 0; i < scalars.size(); ++i)
+    EXPECT_EQ(records[i + 1].substr(9), scalarEvent(0.5, 2, scalars[i]).substr(9))
+        << scalars[i].tag;
+
+  // Nothing asked (the other ranks): every call succeeds and writes nothing.
+  RunLogs none;
+  ASSERT_TRUE(none.open(std::nullopt, std::nullopt).isOk());
+  EXPECT_TRUE(none.step(r).isOk());
+  EXPECT_TRUE(none.evaluation(2, "test", 1.0).isOk());
+  EXPECT_TRUE(none.close().isOk());
+  RunLogs bad;
+  Status s = bad.open(std::nullopt, (dir / "log.jsonl" / "tb").string());
+  EXPECT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("cannot create the TensorBoard directory"), std::string::npos)
+      << s.message();
   std::filesystem::remove_all(dir);
 }
