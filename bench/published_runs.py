@@ -4,7 +4,9 @@
 Each run in bench/published_runs.json pins the whole layout a paper (or its authors' scripts) used
 (GPTs, and "arch": "mixtral" runs with experts, topk, kv_heads and ep);
 this calls `megac plan` with every choice pinned and compares layouts[0].step_time_s with the
-run's measured_step_seconds (the paper's figure converted with that paper's own FLOP formula).
+run's measured_step_seconds (the paper's figure converted with that paper's own FLOP formula), and
+prints the predicted memory per GPU (every run ran, so each must fit:
+tests/e2e/published_runs_memory_test.py asserts it).
 
   /usr/bin/python3 bench/published_runs.py --megac build/bin/megac [--json bench/published_runs.json]
                                            [--stack-override S]
@@ -100,7 +102,8 @@ def main():
     with open(args.json) as f:
         runs = json.load(f)
 
-    print(f"{'id':34} {'set':8} {'stack':13} {'measured s':>10} {'predicted s':>11} {'error':>7}  dominant")
+    print(f"{'id':34} {'set':8} {'stack':13} {'measured s':>10} {'predicted s':>11} {'error':>7} "
+          f"{'GiB/GPU':>7}  dominant")
     errors = {True: [], False: []}
     failed = []
     for run in runs:
@@ -121,8 +124,9 @@ def main():
                     if key and predicted > 0 else "-")
         if not layout.get("fits", True):
             dominant += " (planner: does not fit in memory)"
+        gib = layout.get("memory_per_gpu_bytes", 0) / 2.0 ** 30
         print(f"{run['id']:34} {group:8} {stack:13} {measured:10.3f} {predicted:11.3f} "
-              f"{err:+6.1f}%  {dominant}")
+              f"{err:+6.1f}% {gib:7.1f}  {dominant}")
 
     print()
     print(summary("held out", errors[False]))

@@ -271,8 +271,24 @@ double layerActivationBytes(const TransformerShape &s, int64_t microBatch, int64
     perSbh = linear / t;
   else
     perSbh = 10 + (linear - 10) / t;
-  if (recompute == Recompute::none || recompute == Recompute::full)
-    perSbh += scores / t;
+  // The attention core as the stack runs it (StackProfile.h, "Activation memory"; nullptr is
+  // megac's stack). Materialised scores (Megatron 2021) keep Korthikanti's 5·a·s/h unless
+  // selective recompute drops them; flash kernels keep only each row's fp32 logsumexp (none
+  // under selective: Megatron-Core checkpoints the core attention); megac's kernels keep neither,
+  // and its selective recompute rebuilds the attention output (the projection's input, 2).
+  bool keepsScores = stack && stack->keepsAttentionScores;
+  bool keepsLse = stack && stack->keepsAttentionLse;
+  bool dropsOutput = !stack || stack->selectiveDropsAttentionOutput;
+  double lseBytes = 0;
+  if (recompute == Recompute::selective) {
+    if (dropsOutput)
+      perSbh -= 2 / t;
+  } else {
+    if (keepsScores)
+      perSbh += scores / t;
+    if (keepsLse) // [b, heads/t, s] fp32
+      lseBytes = 4.0 * double(microBatch) * double(s.heads) / t * double(s.seq);
+  }
   if (s.experts > 0) {
     // An MoE block keeps, instead of the MLP's fc1/fc2 tensors ((gated ? 6 : 4)·ffn/h): the
     // router's fp32 probabilities, mask and gates [T, E] (12·E/h); the
@@ -295,7 +311,7 @@ double layerActivationBytes(const TransformerShape &s, int64_t microBatch, int64
       moe = (router + ffnPart + tokenPart) / (sequenceParallel ? t : 1.0);
     perSbh += moe - mlpDense / t;
   }
-  return sbh * perSbh * double(elementBytes(precision)) / 2.0;
+  return sbh * perSbh * double(elementBytes(precision)) / 2.0 + lseBytes;
 }
 
 ParameterBytes parameterBytes(Precision precision) {

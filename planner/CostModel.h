@@ -104,9 +104,13 @@ double hardwareFlopsPerStep(const TransformerShape &shape, int64_t globalBatch,
 /// `microBatch` samples on one rank (Korthikanti et al. 2022, Table 2, generalised to the
 /// shape's ffn, gated MLP and kv heads; 2-byte elements, scaled for fp32):
 /// none: s·b·h·(10 + 24/t + 5·a·s/(h·t)), with SP s·b·h/t·(34 + 5·a·s/h), selective drops the
-/// 5·a·s/h term. `full` is not per block (see estimate): this returns the none-value for it.
-/// An MoE block's MLP part is its routed buffers instead (see the definition): `stack` says
-/// whether they are packed (T·k rows) and split over tp; nullptr is megac's stack.
+/// 5·a·s/h term -- on a stack that keeps the scores (keepsAttentionScores, Megatron 2021).
+/// Flash stacks keep no 5·a·s/h term, only a per-row fp32 logsumexp (keepsAttentionLse, not
+/// under selective); megac's selective also drops the attention output (2·s·b·h/t,
+/// selectiveDropsAttentionOutput). `full` is not per block (see estimate): this returns the
+/// none-value for it. An MoE block's MLP part is its routed buffers instead (see the
+/// definition): `stack` says whether they are packed (T·k rows) and split over tp; nullptr is
+/// megac's stack.
 double layerActivationBytes(const TransformerShape &shape, int64_t microBatch, int64_t tp,
                             bool sequenceParallel, Recompute recompute, Precision precision,
                             const StackProfile *stack = nullptr);

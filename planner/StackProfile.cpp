@@ -20,7 +20,7 @@ StackProfile megac(bool cpu) {
   p.transposeInstructions = true;
   p.separateGradAccumulation = true;
   p.replicatesKvHeads = true;
-  // Both runtimes run the same compiled graph (docs/planner.md, "What megac's graphs run").
+  // Both runtimes run the same compiled graph (docs/planner.md, "A stack is data").
   p.separateProjections = true;
   p.ropePerTensor = true;
   p.rowParallelBiasKernel = true;
@@ -31,9 +31,13 @@ StackProfile megac(bool cpu) {
   p.accumulatesEdgeGradients = true;
   p.perTensorGlobalNorm = true;
   p.concatenatesGradients = true;
-  // One Attention and one AttentionGrad instruction per block (runtime/cpu/Nn.cpp, Grad.cpp;
-  // runtime/cuda/kernels/Attention.cu).
+  // Attention (runtime/cpu/Nn.cpp and Grad.cpp; runtime/cuda/kernels/Attention.cu): one
+  // Attention and one AttentionGrad instruction per block; the backward recomputes the
+  // probabilities from q and k (on CUDA also the row statistics), so nothing of size s x s and
+  // no statistics live from the forward to the backward. Selective recompute re-runs the
+  // attention for its output (passes/schedule/ForwardBackwardSplit.cpp).
   p.attentionKernel = true;
+  p.selectiveDropsAttentionOutput = true;
   // Expert parallelism (issue 21, docs/moe.md): the routing all-gathered over ep, then
   // moe_exchange (an all-to-all-v of the routed rows) each way; ZeRO-1 over the dp/ep axis. The
   // CPU runtime runs it over MPI; the CUDA runtime refuses MoeAllToAll (no NCCL all-to-all-v
@@ -82,6 +86,9 @@ StackProfile megatron2021() {
                                       "gradient-reduction overlap");
   p.headCopies = 1;
   p.separateGradAccumulation = true;
+  // baddbmm -> FusedScaleMaskSoftmax -> dropout -> bmm: autograd saves the probabilities, the
+  // dropout mask and the dropped-out probabilities (Korthikanti et al. 2022, section 4.1).
+  p.keepsAttentionScores = true;
   return p;
 }
 
@@ -92,6 +99,12 @@ StackProfile megatronCore() {
       megatronFamily("megatron-core", "Megatron-Core: flash attention, fused kernels, overlapped "
                                       "gradient reduction and parameter all-gather");
   p.flashAttention = true;
+  // TE / flash-attn save q, k, v, the output and softmax_lse ([b, heads, s] fp32); selective
+  // recompute (recompute_modules ["core_attn"], the default) checkpoints the core attention,
+  // which then keeps only its inputs: with flash kernels that saves the logsumexp alone
+  // (Megatron Bridge's activation-recomputation guide: TE fused and flash attention already
+  // rematerialise the attention internals).
+  p.keepsAttentionLse = true;
   p.overlapGradReduce = true;
   p.overlapParamGather = true;
   // MoE (Megatron-Core's moe/README.md): --expert-model-parallel-size with the alltoall

@@ -20,6 +20,22 @@ struct StackProfile {
   /// Attention/AttentionGrad instructions: a loop over heads, one head's s x t probabilities in
   /// a scratch buffer; runtime/cpu/Nn.cpp, Grad.cpp). Implied by flashAttention.
   bool attentionKernel = false;
+
+  // Activation memory (CostModel.cpp, layerActivationBytes).
+  /// The softmax output, its dropout mask and dropout output (Korthikanti's 5·a·s/h per s·b·h)
+  /// stay in memory from the forward to the backward (Megatron 2021's baddbmm/softmax/bmm core,
+  /// autograd saving each). Flash kernels, and megac's, whose AttentionGrad recomputes the
+  /// probabilities from q and k, keep none.
+  bool keepsAttentionScores = false;
+  /// The forward saves each query row's fp32 logsumexp (b·heads·s·4 bytes) for the backward
+  /// (FlashAttention-2, cuDNN/TE fused attention: softmax_lse); megac's CUDA backward recomputes
+  /// it in a stats pass (runtime/cuda/kernels/Attention.cu), its CPU kernel keeps no statistics.
+  bool keepsAttentionLse = false;
+  /// Selective recompute does not keep the attention core's output: the backward recomputes it
+  /// for the output projection's weight gradient (megac: mega-schedule's split stashes no
+  /// mega.attention result, passes/schedule/Passes.td), 2·s·b·h/t fewer bytes. Megatron's
+  /// checkpointed core attention returns its output to the projection, which saves it.
+  bool selectiveDropsAttentionOutput = false;
   /// Scale, causal mask and softmax in one kernel (Megatron's FusedScaleMaskSoftmax); otherwise
   /// the mask is its own pass over the scores.
   bool fusedSoftmax = false;

@@ -171,15 +171,49 @@ TEST(CostModelTest, CountsMatchTheGptFormulas) {
 TEST(CostModelTest, ActivationsFollowKorthikantiTable2) {
   TransformerShape s = gpt(96, 12288, 96, 2048, 50257);
   double sq = 2048, b = 2, h = 12288, a = 96, t = 8, sbh = sq * b * h;
+  // Korthikanti's attention core is Megatron 2021's: the scores stay in memory.
+  StackProfile old = *stackProfile("megatron-2021", false);
   auto act = [&](int64_t tp, bool sp, Recompute r) {
-    return layerActivationBytes(s, 2, tp, sp, r, Precision::bf16);
+    return layerActivationBytes(s, 2, tp, sp, r, Precision::bf16, &old);
   };
   expectRel(act(1, false, Recompute::none), sbh * (34 + 5 * a * sq / h), 1e-14);
   expectRel(act(8, false, Recompute::none), sbh * (10 + 24 / t + 5 * a * sq / (h * t)), 1e-14);
   expectRel(act(8, true, Recompute::none), sbh / t * (34 + 5 * a * sq / h), 1e-14);
   expectRel(act(8, true, Recompute::selective), 34 * sbh / t, 1e-14);
-  expectRel(layerActivationBytes(s, 2, 8, true, Recompute::selective, Precision::fp32),
+  expectRel(layerActivationBytes(s, 2, 8, true, Recompute::selective, Precision::fp32, &old),
             2 * 34 * sbh / t, 1e-14);
+}
+
+// One block of a small GPT (h 64, 4 heads, s 128, ffn 256), micro-batch 2, tp 2 without SP, by
+// hand: s·b·h = 128 · 2 · 64 = 16,384; Korthikanti's linear part 10 + 24/2 = 22 (per s·b·h, at
+// 2-byte elements); the scores 5·a·s/h = 5 · 4 · 128 / 64 = 40, /tp = 20.
+TEST(CostModelTest, ActivationsFollowTheStacksAttention) {
+  TransformerShape s = gpt(2, 64, 4, 128, 512);
+  auto bytes = [&](const char *name, bool cpu, Recompute r, bool sp = false,
+                   Precision p = Precision::bf16) {
+    StackProfile stack = *stackProfile(name, cpu);
+    return layerActivationBytes(s, 2, 2, sp, r, p, &stack);
+  };
+  // Megatron 2021 materialises the scores: 16,384 · (22 + 20) = 688,128; selective drops them.
+  EXPECT_DOUBLE_EQ(bytes("megatron-2021", false, Recompute::none), 688128);
+  EXPECT_DOUBLE_EQ(bytes("megatron-2021", false, Recompute::selective), 360448);
+  // Megatron-Core's flash attention: no scores, each row's fp32 logsumexp [b, a/t, s] =
+  // 4 · 2 · 2 · 128 = 2,048 bytes; selective (checkpointed core attention) drops that too.
+  EXPECT_DOUBLE_EQ(bytes("megatron-core", false, Recompute::none), 360448 + 2048);
+  EXPECT_DOUBLE_EQ(bytes("megatron-core", false, Recompute::selective), 360448);
+  // megac, CUDA and CPU: AttentionGrad recomputes the probabilities (and on CUDA the row
+  // statistics), so none keeps 16,384 · 22 = 360,448; selective rebuilds the attention output,
+  // the projection's input (2/t): 16,384 · 21 = 344,064.
+  for (bool cpu : {false, true}) {
+    EXPECT_DOUBLE_EQ(bytes("megac", cpu, Recompute::none), 360448) << cpu;
+    EXPECT_DOUBLE_EQ(bytes("megac", cpu, Recompute::selective), 344064) << cpu;
+  }
+  // fp32 doubles the s·b·h part; SP splits all of Korthikanti's 34 over tp: 16,384 · 17.
+  EXPECT_DOUBLE_EQ(bytes("megac", true, Recompute::none, false, Precision::fp32), 720896);
+  EXPECT_DOUBLE_EQ(bytes("megac", false, Recompute::none, true), 278528);
+  EXPECT_DOUBLE_EQ(bytes("megatron-2021", false, Recompute::none, true), 16384.0 * (17 + 20));
+  // `full` asks for a block's whole activations (the transient of its recompute): none's.
+  EXPECT_DOUBLE_EQ(bytes("megatron-core", false, Recompute::full), 360448 + 2048);
 }
 
 TEST(CostModelTest, InFlightClosedFormMatchesTheSimulatedSchedule) {
@@ -238,16 +272,17 @@ TEST(CostModelTest, MemoryOfAKnownConfigByHand) {
   EXPECT_DOUBLE_EQ(c->parameterBytes, 2 * params);
   EXPECT_DOUBLE_EQ(c->gradientBytes, 4 * params);
   EXPECT_DOUBLE_EQ(c->optimizerBytes, 12 * params / 2); // 6 + 12/d bytes per parameter
-  // Activations: SP + selective keeps 34·s·b·h/t = 34 · 512 · 2 · 1024 / 2 = 17,825,792 bytes a
-  // block; the last stage of 1F1B holds 1 micro-batch of its 2 blocks.
-  EXPECT_DOUBLE_EQ(c->activationBytes, 1 * 2 * 17825792.0);
-  // Workspace: 2 GB reserve; one block's full activations, s·b·h/t·(34 + 5·a·s/h) =
-  // 524,288 · 74 = 38,797,312; fp32 logits of the micro-batch and their gradient,
+  // Activations (megac's stack: no scores kept; selective also recomputes the attention
+  // output, 2 of Korthikanti's 34): SP + selective keeps 32·s·b·h/t = 32 · 512 · 2 · 1024 / 2 =
+  // 16,777,216 bytes a block; the last stage of 1F1B holds 1 micro-batch of its 2 blocks.
+  EXPECT_DOUBLE_EQ(c->activationBytes, 1 * 2 * 16777216.0);
+  // Workspace: 2 GB reserve; one block's full activations, 34·s·b·h/t = 524,288 · 34 =
+  // 17,825,792; fp32 logits of the micro-batch and their gradient,
   // 2 · (2 · 512 · 16,000 · 4) = 131,072,000.
-  EXPECT_DOUBLE_EQ(c->workspaceBytes, 2e9 + 38797312.0 + 131072000.0);
-  EXPECT_DOUBLE_EQ(c->totalBytes, 2553357312.0);
+  EXPECT_DOUBLE_EQ(c->workspaceBytes, 2e9 + 17825792.0 + 131072000.0);
+  EXPECT_DOUBLE_EQ(c->totalBytes, 2530288640.0);
   // The first stage (embedding + positions 524,288 + final norm 2,048, 2 micro-batches in
-  // flight, no logits) totals 2,464,252,928: less, so the last stage is reported.
+  // flight, no logits) totals less, so the last stage is reported.
   EXPECT_TRUE(c->fits);
 }
 
@@ -310,6 +345,11 @@ TEST(CostModelTest, InvalidLayoutsSayWhy) {
 //   each kernel now pays a 2 us launch gap; the CPU golden moves 18.0 -> 19.0 s for the same
 //   transposes and accumulations (its memory is unchanged: the memory model did not change
 //   for megac's full recompute).
+// - issue 34 (memory per stack): megac's attention kernels keep no s x s scores and its
+//   selective recompute rebuilds the attention output, so the megac goldens' memory falls
+//   (GPT-3 23.59 -> 22.73 GB, 1T 62.64 -> 59.72 GB: selective keeps 32 instead of 34 s·b·h/t,
+//   the workspace's block no scores; CPU 1.760 -> 1.666 GB: the transient block has no
+//   scores); times unchanged.
 struct Golden {
   const char *what;
   TransformerShape shape;
@@ -327,7 +367,7 @@ TEST(CostModelTest, GoldenPredictions) {
        1536,
        {8, 16, 8, 1, 1, true, 1, Recompute::selective, Precision::bf16},
        22.043861412440403,
-       23590198784,
+       22734560768,
        0.48077504172610275},
       {"GPT 1T, tp 8 pp 64 dp 6 vpp 2, SP, selective, ZeRO-1",
        gpt(128, 25600, 160, 2048, 50257),
@@ -335,7 +375,7 @@ TEST(CostModelTest, GoldenPredictions) {
        3072,
        {8, 64, 6, 2, 1, true, 1, Recompute::selective, Precision::bf16},
        77.397520925533286,
-       62639385600,
+       59716480000,
        0.51972122967918299},
       {"GPT-2 small on this CPU, pp 2, full recompute, fp32",
        gpt(12, 768, 12, 256, 50257),
@@ -343,7 +383,7 @@ TEST(CostModelTest, GoldenPredictions) {
        8,
        {1, 2, 1, 1, 2, false, 0, Recompute::full, Precision::fp32},
        18.962140207777203,
-       1760223232,
+       1665851392,
        0.36134787080848069},
   };
   bool print = std::getenv("MEGAC_PRINT_GOLDEN") != nullptr;

@@ -148,18 +148,19 @@ TEST(MoeCostTest, RoutedActivationsByHand) {
   double sbh = 4096.0 * 4096; // s·b·h at micro-batch 1
   double h = 4096, fh = 14336.0 / 4096, E = 8, k = 2, g = 8.0 / 32, t = 2;
   // Dense part of Korthikanti's count without the MLP's fc tensors, generalised (CostModel.cpp):
-  // attention 7 + 4g, norms 4, MLP input and mask 3; scores 5·a·s/h.
-  double attention = (7 + 4 * g) + 4 + 3, scores = 5.0 * 32 * 4096 / h;
+  // attention 7 + 4g, norms 4, MLP input and mask 3. Both stacks' attention keeps no scores;
+  // Megatron-Core's flash kernel keeps each row's fp32 logsumexp, [b, a/t, s].
+  double attention = (7 + 4 * g) + 4 + 3, lse = 4.0 * 32 / t * 4096;
   double router = 12 * E / h;
   // Megatron-Core (packed rows, experts split over tp), tp 2 with SP, no recompute: the router
   // and the experts' ffn tensors split over tp, X and Y (4 per routed row) whole.
-  double megatron = attention / t + scores / t + router / t + k * 6 * fh / t + k * 4;
+  double megatron = attention / t + router / t + k * 6 * fh / t + k * 4;
   StackProfile core = stack("megatron-core");
   EXPECT_DOUBLE_EQ(layerActivationBytes(s, 1, 2, true, Recompute::none, Precision::bf16, &core),
-                   sbh * megatron);
+                   sbh * megatron + lse);
   // megac: [E, T, h] routed buffers (E rows a token), whole experts on each rank's sequence
   // shard: everything split over tp under SP.
-  double megac = attention / t + scores / t + (router + E * 6 * fh + E * 4) / t;
+  double megac = attention / t + (router + E * 6 * fh + E * 4) / t;
   StackProfile own = stack("megac");
   EXPECT_DOUBLE_EQ(layerActivationBytes(s, 1, 2, true, Recompute::none, Precision::bf16, &own),
                    sbh * megac);
