@@ -456,11 +456,9 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     SmallVector<Bucket> buckets;
     for (const Bucket &group : groups) {
       int64_t total = 0;
-      for (size_t i : group.members) {
+      for (auto [k, i] : llvm::enumerate(group.members)) {
         int64_t n = params[i].type.getNumElements();
-        if (buckets.empty() || buckets.back().axes != group.axes ||
-            buckets.back().element != group.element || buckets.back().members.empty() ||
-            total + n > limit) {
+        if (k == 0 || total + n > limit) { // the group's first bucket, or this one is full
           buckets.push_back({group.axes, group.element, {}});
           total = 0;
         }
