@@ -72,8 +72,9 @@ int64_t stageOfChunk(const PipelineShape &shape, int64_t chunk);
 /// microBatches % stages != 0, a non-positive count, virtualStages > 1 for gpipe/1f1b/zb-h1/zb-h2,
 /// virtualStages != 2 for zbv, microBatches < stages for the zero-bubble kinds, a placement other
 /// than placementOf(kind)), returns nullopt and sets `error` to a one-line message naming the
-/// value and what it must satisfy. Every accepted shape's schedule is deadlock-free
-/// (tests/unit/parallel/PipelineScheduleTest.cpp sweeps p 1..8, m p..3p).
+/// value and what it must satisfy. Deadlock freedom (a property of the orders, not of the step
+/// times): tests/unit/parallel/PipelineScheduleTest.cpp proves it for p 1..8, m p..3p; zb-h2's
+/// order is one its list scheduler ran to the end, so it holds for every zb-h2 order returned.
 std::optional<std::vector<std::vector<ScheduleStep>>>
 buildSchedule(ScheduleKind kind, const PipelineShape &shape, std::string *error);
 
@@ -112,7 +113,7 @@ struct ScheduleSimulation {
   /// its own last one ended (no barrier between steps: the optimizer post-validation of Qi et al.
   /// 2024). Their closed forms are in this measure: 1F1B (p-1)(F + B + W), ZB-H1 (p-1)(F + B -
   /// W), ZB-H2 (p-1)(F + B - 2W) (docs/pipeline.md has the conditions). It equals `bubble` for
-  /// GPipe, 1F1B and ZB-H1.
+  /// 1F1B, and for ZB-H1 where its closed form holds.
   double steadyBubble = 0;
   /// Max (chunk, micro-batch) pairs whose forward ran and whose backward (or backwardWeight: W
   /// keeps the activations its weight gradients read) did not, over stages.
