@@ -39,7 +39,10 @@ model specs:
   t5:enc_layers=2,dec_layers=2,hidden=64,heads=4,seq=32,vocab=128
   llama:layers=2,hidden=64,heads=4,kv_heads=2,seq=32,vocab=128
   other keys: ffn= (default 4*hidden; llama: 8/3*hidden rounded up to 256), tied=0|1,
-  gelu=erf|tanh, batch=, dtype=f32|f64|bf16|f16, dec_seq= (t5), rope_theta=, norm_eps= (llama))";
+  gelu=erf|tanh, batch=, dtype=f32|f64|bf16|f16, dec_seq= (t5), rope_theta=, norm_eps= (llama)
+  hf:DIR[,seq=S]  a transformers config.json (DIR or the file itself): llama, mistral, qwen2,
+  mixtral, nemotron, built by the zoo with random initial weights; seq is the training
+  sequence length (docs/huggingface.md))";
 
 const char *const kImportHelp =
     R"(usage: megac import (--model SPEC | FILE.onnx | FILE.mlir) -o FILE.mlir
