@@ -74,11 +74,19 @@ LogicalResult ProgramLowering::emit(Operation *op, pl::Opcode opcode, pl::Attrs 
   instruction.location = locationString(op->getLoc());
   for (Value operand : op->getOperands())
     instruction.inputs.push_back(use(operand, index));
+  // A MatMul with an accumulator writes over it (beta = 1) and reads lhs and rhs whole, so it
+  // may write a state buffer that neither of those is.
+  bool accumulates = pl::accumulatesInPlace(opcode, static_cast<int>(op->getNumOperands()));
+  auto mayWrite = [&](uint32_t buffer) {
+    return pl::writesInPlace(opcode) ||
+           (accumulates && instruction.inputs[0] != buffer && instruction.inputs[1] != buffer);
+  };
   for (Value result : op->getResults()) {
     // A `mega.updates` result of an opcode that may write in place goes straight into the
     // parameter's or state's buffer.
-    if (auto it = updateOf_.find(result);
-        it != updateOf_.end() && pl::writesInPlace(opcode) && !updates_[it->second].writtenAt) {
+    if (auto it = updateOf_.find(result); it != updateOf_.end() &&
+                                          mayWrite(updates_[it->second].buffer) &&
+                                          !updates_[it->second].writtenAt) {
       Update &update = updates_[it->second];
       update.writtenAt = index;
       update.writer = op;
@@ -192,6 +200,13 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
       .Case([&](AddAuxLossOp a) { return lowerReshape(a.getInput(), a.getResult(), a.getLoc()); })
       .Case([&](TopKMaskOp t) {
         return emit(op, O::TopKMask, A::TopKAttrs, asVoid(pl::CreateTopKAttrs(fbb_, t.getK())));
+      })
+      .Case([&](MatmulOp m) -> LogicalResult {
+        // Plain products keep the attribute-free form (MatMulAttrs is optional).
+        if (!m.getTransposeLhs() && !m.getTransposeRhs())
+          return emit(op, O::MatMul);
+        return emit(op, O::MatMul, A::MatMulAttrs,
+                    asVoid(pl::CreateMatMulAttrs(fbb_, m.getTransposeLhs(), m.getTransposeRhs())));
       })
       .Case([&](MoeMatmulOp m) {
         return emit(op, O::MoeMatmul, A::MoeMatmulAttrs,

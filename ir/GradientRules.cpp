@@ -229,8 +229,18 @@ LogicalResult WhereOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
 LogicalResult MatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
   return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &e, Value g) -> Grads {
-    return {e.sumTo(e.matmul(g, e.transposeLast2(getRhs())), getLhs().getType()),
-            e.sumTo(e.matmul(e.transposeLast2(getLhs()), g), getRhs().getType())};
+    // With layout flags, the product reads op(lhs) and op(rhs): differentiate with respect to
+    // those and transpose the gradients back to the operands' stored layouts (the transposes
+    // fold into flags again in mega-training-gemm-fusion).
+    bool tl = getTransposeLhs(), tr = getTransposeRhs();
+    Value lhs = tl ? e.transposeLast2(getLhs()) : getLhs();
+    Value rhs = tr ? e.transposeLast2(getRhs()) : getRhs();
+    Value dl = e.sumTo(e.matmul(g, e.transposeLast2(rhs)), cast<RankedTensorType>(lhs.getType()));
+    Value dr = e.sumTo(e.matmul(e.transposeLast2(lhs), g), cast<RankedTensorType>(rhs.getType()));
+    Grads grads{tl ? e.transposeLast2(dl) : dl, tr ? e.transposeLast2(dr) : dr};
+    if (getAccumulate()) // acc + product: the accumulator's gradient is the result's
+      grads.push_back(g);
+    return grads;
   });
 }
 

@@ -134,17 +134,41 @@ LogicalResult WhereOp::verify() {
   return success();
 }
 
+/// An operand's dims as the product reads them: the last two swapped when `transposed`.
+static SmallVector<int64_t> gemmDims(Value v, bool transposed) {
+  SmallVector<int64_t> d(cast<RankedTensorType>(v.getType()).getShape());
+  if (transposed && d.size() >= 2)
+    std::swap(d[d.size() - 1], d[d.size() - 2]);
+  return d;
+}
+
 LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> loc,
                                          Adaptor adaptor, SmallVectorImpl<Type> &out) {
   if (!allRanked({adaptor.getLhs(), adaptor.getRhs()}))
     return notRanked(loc);
   if (elementOf(adaptor.getLhs()) != elementOf(adaptor.getRhs()))
     return emitOptionalError(loc, "matmul operands have different element types");
-  return pushInferred(loc, shape::matmul(dimsOf(adaptor.getLhs()), dimsOf(adaptor.getRhs())),
-                      elementOf(adaptor.getLhs()), out);
+  SmallVector<int64_t> lhs = gemmDims(adaptor.getLhs(), adaptor.getTransposeLhs());
+  SmallVector<int64_t> rhs = gemmDims(adaptor.getRhs(), adaptor.getTransposeRhs());
+  return pushInferred(loc, shape::matmul(span(lhs), span(rhs)), elementOf(adaptor.getLhs()), out);
 }
+
+LogicalResult MatmulOp::verify() {
+  Value acc = getAccumulate();
+  if (!acc)
+    return success();
+  auto accType = cast<RankedTensorType>(acc.getType());
+  auto type = getType();
+  if (accType.getShape() != type.getShape() || accType.getElementType() != type.getElementType())
+    return emitOpError() << "accumulator " << accType << " must have the result's type " << type
+                         << " (cast the product first; the GEMM accumulates in its own type)";
+  return success();
+}
+
 int64_t MatmulOp::getMatmulFlops() {
-  return 2 * elems(getResult()) * getLhs().getType().getShape().back();
+  int64_t k = gemmDims(getLhs(), getTransposeLhs()).back();
+  // The accumulation is one more add per result element.
+  return 2 * elems(getResult()) * k + (getAccumulate() ? elems(getResult()) : 0);
 }
 int64_t MatmulOp::getFlops() { return getMatmulFlops(); }
 

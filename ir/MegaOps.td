@@ -168,13 +168,32 @@ def Mega_MatmulOp : Mega_CostedOp<"matmul", [Mega_Plan<"MatMul">, Pure, Mega_Inf
     `[..., m, k] x [..., k, n] -> [..., m, n]`, both operands of rank >= 2; batch dims
     broadcast as in numpy. Element types match.
 
+    Layout flags (mega-training-gemm-fusion sets them, GEMMs read them as BLAS's trans flags):
+    with `transpose_lhs` the lhs is stored `[..., k, m]` and read as its transpose over the last
+    two dims, with `transpose_rhs` the rhs is stored `[..., n, k]`. With an `accumulate`
+    operand (the result's type) the product is added to it, `acc + lhs x rhs`: a gradient
+    accumulator updated by the GEMM itself (beta = 1), no separate add.
+
     ```mlir
     %s = mega.matmul %q, %kt : tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x16x16xf32>
+    %dw = mega.matmul %g, %x accumulate %acc {transpose_lhs = true}
+        : tensor<32x64xf32>, tensor<32x16xf32>, tensor<64x16xf32> -> tensor<64x16xf32>
     ```
   }];
-  let arguments = (ins Mega_FloatTensor:$lhs, Mega_FloatTensor:$rhs);
+  let arguments = (ins Mega_FloatTensor:$lhs, Mega_FloatTensor:$rhs,
+                       Optional<Mega_FloatTensor>:$accumulate,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_lhs,
+                       DefaultValuedAttr<BoolAttr, "false">:$transpose_rhs);
   let results = (outs Mega_FloatTensor:$result);
-  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs) `->` type($result)";
+  let builders = [
+    // The plain product: no accumulator, no transposed operand.
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$lhs, "::mlir::Value":$rhs), [{
+      build($_builder, $_state, result, lhs, rhs, ::mlir::Value(), false, false);
+    }]>
+  ];
+  let assemblyFormat = "$lhs `,` $rhs (`accumulate` $accumulate^)? attr-dict `:` type($lhs) `,` "
+                       "type($rhs) (`,` type($accumulate)^)? `->` type($result)";
+  let hasVerifier = 1;
 }
 
 def Mega_GatherOp : Mega_CostedOp<"gather", [Mega_Plan<"Gather">, Pure, Mega_InferShape,

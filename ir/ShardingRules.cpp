@@ -223,9 +223,14 @@ ShardingRule linear(LinearOp op) {
   return rule.done(operands, {result});
 }
 
-/// [..., m, k] x [..., k, n]: batch dims aligned from the right, shared where equal.
+/// [..., m, k] x [..., k, n]: batch dims aligned from the right, shared where equal. A
+/// transposed operand (transpose_lhs: [..., k, m], transpose_rhs: [..., n, k]) has its last two
+/// factors swapped. An accumulator has the result's factors; k is then whole and partial sums
+/// are resolved first, since every rank adding the accumulator to a partial product would count
+/// it once per rank.
 ShardingRule matmul(MatmulOp op) {
-  RuleBuilder rule(PartialRule::product);
+  bool accumulates = static_cast<bool>(op.getAccumulate());
+  RuleBuilder rule(accumulates ? PartialRule::none : PartialRule::product);
   ArrayRef<int64_t> a = shapeOf(op.getLhs()), b = shapeOf(op.getRhs()), r = shapeOf(op.getResult());
   TensorFactors result = rule.fresh(r.drop_back(2), FactorKind::parallel);
   auto batchOf = [&](ArrayRef<int64_t> s) {
@@ -235,17 +240,24 @@ ShardingRule matmul(MatmulOp op) {
       t.push_back(s[d] == r[lead + d] ? result[lead + d] : DimFactors{});
     return t;
   };
-  int m = rule.add(a[a.size() - 2], FactorKind::parallel);
-  int k = rule.add(a.back(), FactorKind::reduction);
-  int n = rule.add(b.back(), FactorKind::parallel);
+  bool tl = op.getTransposeLhs(), tr = op.getTransposeRhs();
+  int m = rule.add(a[tl ? a.size() - 1 : a.size() - 2], FactorKind::parallel);
+  int k = rule.add(tl ? a[a.size() - 2] : a.back(),
+                   accumulates ? FactorKind::whole : FactorKind::reduction);
+  int n = rule.add(tr ? b[b.size() - 2] : b.back(), FactorKind::parallel);
   TensorFactors lhs = batchOf(a), rhs = batchOf(b);
-  lhs.push_back({m});
-  lhs.push_back({k});
-  rhs.push_back({k});
-  rhs.push_back({n});
+  auto lastTwo = [](TensorFactors &t, int first, int second, bool swapped) {
+    t.push_back({swapped ? second : first});
+    t.push_back({swapped ? first : second});
+  };
+  lastTwo(lhs, m, k, tl);
+  lastTwo(rhs, k, n, tr);
   result.push_back({m});
   result.push_back({n});
-  return rule.done({lhs, rhs}, {result});
+  SmallVector<TensorFactors, 4> operands{lhs, rhs};
+  if (accumulates)
+    operands.push_back(result);
+  return rule.done(operands, {result});
 }
 
 /// table [V, h], ids [...] -> [..., h]; V is special (vocab-parallel: masked lookup, partial).

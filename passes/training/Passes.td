@@ -275,4 +275,48 @@ def TrainingOptimizer : Pass<"mega-training-optimizer", "mlir::ModuleOp"> {
   ];
 }
 
+def TrainingGemmFusion : Pass<"mega-training-gemm-fusion", "mlir::ModuleOp"> {
+  let summary = "GEMMs read transposes as flags and accumulate weight gradients in place";
+  let description = [{
+    Runs last in the training phase, on every function of the (per-rank) training step:
+
+    - Layout assignment: a `mega.transpose` of the last two dims feeding a `mega.matmul`
+      becomes the matmul's `transpose_lhs` / `transpose_rhs` flag (BLAS's and cuBLASLt's trans
+      flags; a transpose of a transpose toggles back); `linear(x, transpose(w, [1, 0]))` without
+      a bias becomes `matmul(x, w)`. A transpose left without users is erased; one with other
+      users stays for them.
+    - Gradient-accumulation fusion: a `mega.updates = "grad.<p>"` result that is
+      `add(acc, matmul(a, b))`, `acc` the argument with `mega.state = "grad.<p>"`, becomes
+      `matmul(a, b) accumulate acc` (beta = 1; codegen writes it into the accumulator in place).
+      A tied weight's `add(acc, add(rest, matmul(a, b)))` becomes
+      `matmul(a, b) accumulate add(acc, rest)`. The product must have the accumulator's type:
+      under bf16/fp16 the weight gradient is a half GEMM cast up to the f32 accumulator and
+      stays `add(acc, cast(matmul))` (cblas has no half-input, f32-output GEMM).
+
+    Errors: a `grad.<p>` update with no argument holding that state.
+
+    Before:
+    ```mlir
+    func.func @forward_backward(%g: tensor<8x4xf32> {mega.input = "g"},
+        %x: tensor<8x3xf32> {mega.input = "x"},
+        %acc: tensor<4x3xf32> {mega.state = "grad.w"})
+        -> (tensor<4x3xf32> {mega.updates = "grad.w"}) {
+      %gt = mega.transpose %g [1, 0] : tensor<8x4xf32> -> tensor<4x8xf32>
+      %dw = mega.matmul %gt, %x : tensor<4x8xf32>, tensor<8x3xf32> -> tensor<4x3xf32>
+      %new = mega.add %acc, %dw : tensor<4x3xf32>
+      return %new : tensor<4x3xf32>
+    }
+    ```
+    After:
+    ```mlir
+    func.func @forward_backward(...) -> (tensor<4x3xf32> {mega.updates = "grad.w"}) {
+      %new = mega.matmul %g, %x accumulate %acc {transpose_lhs = true}
+          : tensor<8x4xf32>, tensor<8x3xf32>, tensor<4x3xf32> -> tensor<4x3xf32>
+      return %new : tensor<4x3xf32>
+    }
+    ```
+  }];
+  let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
+}
+
 #endif // MEGA_TRAINING_PASSES_TD

@@ -83,6 +83,9 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
   pm.addPass(createTrainingOptimizer(optimizer));
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createCSEPass());
+  // Last, on the final per-rank functions: GEMMs read transposes as flags and accumulate the
+  // weight gradients in place (docs/training-step.md, "GEMM layouts and accumulation").
+  pm.addPass(createTrainingGemmFusion());
   return pm.run(module);
 }
 

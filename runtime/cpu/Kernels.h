@@ -152,9 +152,17 @@ Status crossEntropy(const TensorRef &logits, const TensorRef &labels,
 
 // ---- Contractions and coarse ops (Nn.cpp), f32 and f64 -------------------------------------
 
-/// lhs [..., m, k] x rhs [..., k, n] -> out [..., m, n], batch dims broadcast numpy-style.
-/// Through cblas_sgemm/dgemm.
-Status matmul(const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out);
+/// How MatMul reads its operands (plan MatMulAttrs): with transposeLhs lhs is stored
+/// [..., k, m] and read as its last-two-dims transpose, likewise rhs [..., n, k].
+struct MatMulFlags {
+  bool transposeLhs = false, transposeRhs = false;
+};
+/// op(lhs) [..., m, k] x op(rhs) [..., k, n] (+ acc) -> out [..., m, n], batch dims broadcast
+/// numpy-style; op is the transpose of the last two dims where `flags` say so (BLAS's trans
+/// flags, no copy). With `acc` (out's shape and dtype; it may be out's very memory) the product
+/// is added to it: gradient accumulation with beta = 1. Through cblas_sgemm/dgemm.
+Status matmul(const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out,
+              MatMulFlags flags = {}, const TensorRef *acc = nullptr);
 /// out [..., out] = x [..., in] * weight[out, in]^T (+ bias [out]).
 Status linear(const TensorRef &x, const TensorRef &weight, const TensorRef *bias,
               const TensorRef &out);

@@ -43,25 +43,39 @@ Status expectSameFloat(const char *op, const TensorRef &ref, const TensorRef &t,
 
 } // namespace
 
-Status matmul(const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out) {
+Status matmul(const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out, MatMulFlags flags,
+              const TensorRef *acc) {
   const char *name = "MatMul";
-  ASSIGN_OR_RETURN(MatMulGeometry g, checkMatMul(lhs, rhs, out));
+  ASSIGN_OR_RETURN(MatMulGeometry g,
+                   checkMatMul(lhs, rhs, out, nullptr, flags.transposeLhs, flags.transposeRhs));
+  if (acc) {
+    RETURN_IF_ERROR(expectDtype(name, "accumulator", *acc, out.dtype));
+    RETURN_IF_ERROR(expectShape(name, "accumulator", *acc, out.shape));
+  }
   int64_t m = g.m, n = g.n, k = g.k, batches = g.batches;
   const std::vector<int64_t> &batch = g.batch, &ls = g.lhsStrides, &rs = g.rhsStrides;
+  // Stored leading dims: lhs [m, k] or, transposed, [k, m]; rhs [k, n] or [n, k].
+  int64_t lda = g.transLhs ? m : k, ldb = g.transRhs ? k : n;
   return dispatchFloat(name, lhs.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     const T *a = lhs.as<const T>(), *b = rhs.as<const T>();
     T *c = out.as<T>();
+    // Accumulation is beta = 1 on out, which first holds acc (no copy when acc is out itself,
+    // the in-place gradient accumulator).
+    if (acc && acc->data != out.data)
+      copyBytes(c, acc->as<const T>(), out.byteSize());
+    T beta = acc ? T(1) : T(0);
     if (g.foldBatch) { // one rhs: fold the batch into m
       RETURN_IF_ERROR(checkBlasDims(name, batches * m, n, k));
-      gemm<T>(false, batches * m, n, k, a, b, T(0), c);
+      gemmStrided<T>(false, g.transRhs, batches * m, n, k, T(1), a, lda, b, ldb, beta, c, n);
       return Status::ok();
     }
     RETURN_IF_ERROR(checkBlasDims(name, m, n, k));
     std::vector<int64_t> index(batch.size(), 0);
     int64_t la = 0, rbOff = 0;
     for (int64_t i = 0; i < batches; ++i) {
-      gemm<T>(false, m, n, k, a + la, b + rbOff, T(0), c + i * m * n);
+      gemmStrided<T>(g.transLhs, g.transRhs, m, n, k, T(1), a + la, lda, b + rbOff, ldb, beta,
+                     c + i * m * n, n);
       for (size_t d = batch.size(); d-- > 0;) {
         la += ls[d];
         rbOff += rs[d];

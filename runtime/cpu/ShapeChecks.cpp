@@ -183,7 +183,8 @@ Status checkEmbeddingGrad(const TensorRef &dy, const TensorRef &ids, const Tenso
 }
 
 StatusOr<MatMulGeometry> checkMatMul(const TensorRef &lhs, const TensorRef &rhs,
-                                     const TensorRef &out, DtypeCheck dtypeCheck) {
+                                     const TensorRef &out, DtypeCheck dtypeCheck, bool transLhs,
+                                     bool transRhs) {
   const char *name = "MatMul";
   RETURN_IF_ERROR(expectDtype(name, "rhs", rhs, lhs.dtype));
   RETURN_IF_ERROR(expectDtype(name, "output", out, lhs.dtype));
@@ -194,12 +195,15 @@ StatusOr<MatMulGeometry> checkMatMul(const TensorRef &lhs, const TensorRef &rhs,
                           shapeString(rhs.shape));
   size_t lr = lhs.shape.size(), rr = rhs.shape.size();
   MatMulGeometry g;
-  g.m = lhs.shape[lr - 2];
-  g.k = lhs.shape[lr - 1];
-  g.n = rhs.shape[rr - 1];
-  if (rhs.shape[rr - 2] != g.k)
-    return fail(name, "contraction dims differ: lhs " + shapeString(lhs.shape) + ", rhs " +
-                          shapeString(rhs.shape));
+  g.transLhs = transLhs;
+  g.transRhs = transRhs;
+  g.m = lhs.shape[transLhs ? lr - 1 : lr - 2];
+  g.k = lhs.shape[transLhs ? lr - 2 : lr - 1];
+  g.n = rhs.shape[transRhs ? rr - 2 : rr - 1];
+  if (rhs.shape[transRhs ? rr - 1 : rr - 2] != g.k)
+    return fail(name, std::string("contraction dims differ: lhs ") +
+                          (transLhs ? "(transposed) " : "") + shapeString(lhs.shape) + ", rhs " +
+                          (transRhs ? "(transposed) " : "") + shapeString(rhs.shape));
   g.lhsBatch = lhs.shape.first(lr - 2);
   g.rhsBatch = rhs.shape.first(rr - 2);
   if (!broadcastShapes(g.lhsBatch, g.rhsBatch, g.batch))
@@ -210,7 +214,7 @@ StatusOr<MatMulGeometry> checkMatMul(const TensorRef &lhs, const TensorRef &rhs,
   expected.push_back(g.n);
   RETURN_IF_ERROR(expectShape(name, "output", out, expected));
   g.batches = product(g.batch);
-  g.foldBatch = product(g.rhsBatch) == 1 && sameShape(g.lhsBatch, g.batch);
+  g.foldBatch = product(g.rhsBatch) == 1 && sameShape(g.lhsBatch, g.batch) && !transLhs;
   g.lhsStrides = broadcastStrides(g.lhsBatch, g.batch, g.m * g.k);
   g.rhsStrides = broadcastStrides(g.rhsBatch, g.batch, g.k * g.n);
   return g;

@@ -69,22 +69,27 @@ Status checkEmbeddingGrad(const TensorRef &dy, const TensorRef &ids, const Tenso
 /// own "is this dtype supported" check (CUDA's cuBLASLt dtypes), so its errors keep that order.
 using DtypeCheck = Status (*)(const char *op, DType dtype);
 
-/// MatMul as out [batch..., m, n] = lhs [lhsBatch..., m, k] x rhs [rhsBatch..., k, n], the
-/// batch dims broadcast numpy-style.
+/// MatMul as out [batch..., m, n] = op(lhs) [lhsBatch..., m, k] x op(rhs) [rhsBatch..., k, n],
+/// the batch dims broadcast numpy-style; op transposes the last two dims where transLhs/transRhs
+/// say so (lhs stored [..., k, m], rhs [..., n, k]).
 struct MatMulGeometry {
   int64_t m = 0, n = 0, k = 0;
+  bool transLhs = false, transRhs = false;
   std::span<const int64_t> lhsBatch, rhsBatch; // views of lhs.shape and rhs.shape
   std::vector<int64_t> batch;
   int64_t batches = 0; // product(batch)
-  /// One rhs matrix and an unbroadcast lhs: the batch folds into m (one [batches*m, k] GEMM).
+  /// One rhs matrix and an unbroadcast, untransposed lhs: the batch folds into m (one
+  /// [batches*m, k] GEMM).
   bool foldBatch = false;
   /// Element strides of lhs's and rhs's matrices over `batch` (0 on broadcast dims).
   std::vector<int64_t> lhsStrides, rhsStrides;
 };
 /// MatMul's checks (rhs and output of lhs's dtype, ranks >= 2, contraction dims, batch dims
-/// broadcast, output shape) and its geometry; `dtypeCheck` as above.
+/// broadcast, output shape) and its geometry; `dtypeCheck` as above; transLhs/transRhs as in
+/// MatMulGeometry.
 StatusOr<MatMulGeometry> checkMatMul(const TensorRef &lhs, const TensorRef &rhs,
-                                     const TensorRef &out, DtypeCheck dtypeCheck = nullptr);
+                                     const TensorRef &out, DtypeCheck dtypeCheck = nullptr,
+                                     bool transLhs = false, bool transRhs = false);
 
 /// Linear as out [rows, outF] = x [rows, inF] weight^T (+ bias [outF]), rows = x's leading dims.
 struct LinearGeometry {

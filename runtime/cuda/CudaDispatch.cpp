@@ -192,7 +192,11 @@ void reductionsAndCoarseOps(Table &t) {
   at(t, O::Softmax) = [](const CudaCall &c) {
     return softmax(c.ctx, c.in[0], c.inst.attrs_as_AxisAttrs()->axis(), c.out[0]);
   };
-  at(t, O::MatMul) = [](const CudaCall &c) { return matmul(c.ctx, c.in[0], c.in[1], c.out[0]); };
+  at(t, O::MatMul) = [](const CudaCall &c) {
+    const fb::MatMulAttrs *a = c.inst.attrs_as_MatMulAttrs(); // optional: plain lhs x rhs
+    MatMulFlags flags{a && a->transpose_lhs(), a && a->transpose_rhs()};
+    return matmul(c.ctx, c.in[0], c.in[1], c.out[0], flags, c.in.size() > 2 ? &c.in[2] : nullptr);
+  };
   at(t, O::Linear) = [](const CudaCall &c) {
     return linear(c.ctx, c.in[0], c.in[1], c.in.size() > 2 ? &c.in[2] : nullptr, c.out[0]);
   };

@@ -40,6 +40,7 @@ namespace megac::runtime::cuda {
 using cpu::AdamWConfig;
 using cpu::BinaryOp;
 using cpu::ComparePredicate;
+using cpu::MatMulFlags;
 using cpu::ReduceKind;
 using cpu::TensorRef;
 using cpu::UnaryOp;
@@ -177,7 +178,10 @@ Status crossEntropyGrad(const Context &ctx, const TensorRef &dloss, const Tensor
 
 // ---- GEMMs (kernels/Gemm.cpp): cuBLASLt; bf16/f16 on tensor cores with f32 accumulation, f32
 // ---- in f32 (TF32 only with ctx.allowTf32), f64 in f64 ---------------------------------------
-Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out);
+/// op(lhs) op(rhs) (+ acc) as cpu::matmul: the transposes are cuBLASLt's TRANSA/TRANSB, the
+/// accumulation its beta = 1 on out (acc copied there first unless it is out's memory).
+Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out,
+              MatMulFlags flags = {}, const TensorRef *acc = nullptr);
 /// out = x * weight^T (+ bias), the bias fused as a cuBLASLt epilogue.
 Status linear(const Context &ctx, const TensorRef &x, const TensorRef &weight,
               const TensorRef *bias, const TensorRef &out);

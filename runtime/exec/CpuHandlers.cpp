@@ -144,7 +144,11 @@ void reductionsAndCoarseOps(Table &t) {
   math(t, O::Softmax, [](const CpuCall &c) {
     return cpu::softmax(c.in[0], c.inst.attrs_as_AxisAttrs()->axis(), c.out[0]);
   });
-  math(t, O::MatMul, [](const CpuCall &c) { return cpu::matmul(c.in[0], c.in[1], c.out[0]); });
+  math(t, O::MatMul, [](const CpuCall &c) {
+    const fb::MatMulAttrs *a = c.inst.attrs_as_MatMulAttrs(); // optional: plain lhs x rhs
+    cpu::MatMulFlags flags{a && a->transpose_lhs(), a && a->transpose_rhs()};
+    return cpu::matmul(c.in[0], c.in[1], c.out[0], flags, c.in.size() > 2 ? &c.in[2] : nullptr);
+  });
   math(t, O::Linear, [](const CpuCall &c) {
     return cpu::linear(c.in[0], c.in[1], c.in.size() > 2 ? &c.in[2] : nullptr, c.out[0]);
   });

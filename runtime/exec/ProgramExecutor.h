@@ -126,10 +126,15 @@ protected:
     for (uint32_t b : inputs)
       t.in.push_back(ref(b));
     bool inPlace = megac::plan::writesInPlace(inst.op());
+    // A MatMul with an accumulator may write over that input (its last) alone.
+    bool accumulates = megac::plan::accumulatesInPlace(inst.op(), static_cast<int>(inputs.size()));
     for (uint32_t o : outputs) {
       bool conflict = false;
-      for (uint32_t b : inputs)
-        conflict = conflict || (overlaps(b, o) && !(inPlace && sameBytes(b, o)));
+      for (size_t j = 0; j < inputs.size(); ++j) {
+        uint32_t b = inputs[j];
+        bool mayAlias = inPlace || (accumulates && j + 1 == inputs.size());
+        conflict = conflict || (overlaps(b, o) && !(mayAlias && sameBytes(b, o)));
+      }
       if (!conflict) {
         t.out.push_back(ref(o));
         continue;

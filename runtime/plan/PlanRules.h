@@ -15,6 +15,15 @@ namespace megac::plan {
 /// on 0-d inputs read before any write; AllReduce reads its whole input first).
 inline bool writesInPlace(Opcode op) { return opcodeHas(op, opflag::InPlace); }
 
+/// Whether an instruction of `op` with `inputs` inputs accumulates into its last input: a
+/// MatMul with an accumulator (out = lhs rhs + acc, BLAS's beta = 1). Its output may be the
+/// accumulator's very memory or a state buffer (each output element depends on the
+/// accumulator's element at its index), but never lhs's or rhs's memory, which the GEMM reads
+/// whole while it writes.
+inline bool accumulatesInPlace(Opcode op, int inputs) {
+  return op == Opcode::MatMul && inputs == 3;
+}
+
 /// How many outputs an instruction of `op` with `inputs` inputs has (1 for an unknown opcode).
 inline int outputCount(Opcode op, int inputs) {
   const OpcodeInfo *info = opcodeInfo(op);

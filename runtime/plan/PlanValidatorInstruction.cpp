@@ -72,10 +72,12 @@ bool PlanValidator::hasRule(fb::Opcode op) {
 }
 
 Status PlanValidator::writes(const fb::Instruction &inst, size_t i) {
-  bool inPlace = fb::writesInPlace(inst.op());
+  size_t inputs = sizeOf(inst.inputs());
+  bool accumulates = fb::accumulatesInPlace(inst.op(), static_cast<int>(inputs));
+  bool inPlace = fb::writesInPlace(inst.op()) || accumulates;
   const std::string why =
-      std::string(": only the elementwise opcodes, AdamW, ClipByNorm and AllReduce ") +
-      "write in place, not " + fb::EnumNameOpcode(inst.op());
+      std::string(": only the elementwise opcodes, AdamW, ClipByNorm, AllReduce and a MatMul ") +
+      "into its accumulator write in place, not " + fb::EnumNameOpcode(inst.op());
   for (size_t k = 0; k < sizeOf(inst.outputs()); ++k) {
     uint32_t out = inst.outputs()->Get(flatbuffers::uoffset_t(k));
     std::string which = "output " + std::to_string(k) + " (" + bufferName(out) + ")";
@@ -86,9 +88,16 @@ Status PlanValidator::writes(const fb::Instruction &inst, size_t i) {
     if (auto p = persistentOverlap(out); p && *p != out)
       return instError(i, which + " shares bytes with the " + kindName(kind_[*p]) + " in " +
                               bufferName(*p));
-    for (size_t j = 0; j < sizeOf(inst.inputs()); ++j)
-      if (inst.inputs()->Get(flatbuffers::uoffset_t(j)) == out && !inPlace)
+    for (size_t j = 0; j < inputs; ++j) {
+      uint32_t in = inst.inputs()->Get(flatbuffers::uoffset_t(j));
+      if (in == out && !inPlace)
         return instError(i, which + " is also input " + std::to_string(j) + why);
+      // An accumulating GEMM writes over its accumulator only; lhs and rhs are read whole.
+      if (accumulates && j + 1 < inputs && overlap(in, out))
+        return instError(i, which + " shares bytes with input " + std::to_string(j) +
+                                ", which MatMul reads whole while it writes; only its "
+                                "accumulator (input 2) may be its output");
+    }
     for (size_t j = 0; j < k; ++j)
       if (overlap(out, inst.outputs()->Get(flatbuffers::uoffset_t(j))))
         return instError(i, which + " shares bytes with output " + std::to_string(j));
@@ -103,7 +112,8 @@ bool PlanValidator::needsVersion3(fb::Opcode op) {
 PlanValidator::AttrsCheck PlanValidator::attrsCheck(fb::Attrs attrs) {
   switch (attrs) {
   case fb::Attrs::NONE:
-  case fb::Attrs::GeluAttrs: // one bool: nothing to check
+  case fb::Attrs::GeluAttrs:   // one bool: nothing to check
+  case fb::Attrs::MatMulAttrs: // two bools: nothing to check
     return &PlanValidator::noAttrs;
   case fb::Attrs::CompareAttrs:
     return &PlanValidator::compareAttrs;

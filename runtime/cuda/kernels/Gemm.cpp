@@ -55,7 +55,7 @@ cudaDataType_t dataTypeOf(DType d) {
 struct GemmKey {
   int dtype = 0;
   bool tf32 = false;
-  bool transA = false;
+  bool transA = false, transB = false;
   bool bias = false;
   uint64_t rows = 0, cols = 0, inner = 0; // D rows, D cols, contraction
   int64_t lda = 0, ldb = 0, ldd = 0;
@@ -64,8 +64,8 @@ struct GemmKey {
   size_t workspace = 0;
 
   auto tie() const {
-    return std::tie(dtype, tf32, transA, bias, rows, cols, inner, lda, ldb, ldd, batch, strideA,
-                    strideB, strideD, alignA, alignB, alignD, alignBias, workspace);
+    return std::tie(dtype, tf32, transA, transB, bias, rows, cols, inner, lda, ldb, ldd, batch,
+                    strideA, strideB, strideD, alignA, alignB, alignD, alignBias, workspace);
   }
   bool operator<(const GemmKey &o) const { return tie() < o.tie(); }
 };
@@ -144,7 +144,8 @@ StatusOr<GemmPlan *> planFor(const char *op, const Context &ctx, const GemmKey &
                                                     : CUBLAS_COMPUTE_32F;
   cudaDataType_t scaleType = dtype == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
   LT_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, scaleType), "cublasLtMatmulDescCreate");
-  cublasOperation_t ta = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+  cublasOperation_t ta = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  cublasOperation_t tb = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
   LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
            "cublasLtMatmulDescSetAttribute(TRANSA)");
   LT_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
@@ -158,10 +159,12 @@ StatusOr<GemmPlan *> planFor(const char *op, const Context &ctx, const GemmKey &
                                             sizeof(type)),
              "cublasLtMatmulDescSetAttribute(BIAS_DATA_TYPE)");
   }
-  // A is [inner, rows] stored (transposed by op) or [rows, inner]; B [inner, cols]; D [rows, cols].
+  // A is [inner, rows] stored (transposed by op) or [rows, inner]; B [cols, inner] stored
+  // (transposed by op) or [inner, cols]; D [rows, cols].
   uint64_t aRows = key.transA ? key.inner : key.rows, aCols = key.transA ? key.rows : key.inner;
+  uint64_t bRows = key.transB ? key.cols : key.inner, bCols = key.transB ? key.inner : key.cols;
   RETURN_IF_ERROR(makeLayout(op, key, &plan->a, type, aRows, aCols, key.lda, key.strideA));
-  RETURN_IF_ERROR(makeLayout(op, key, &plan->b, type, key.inner, key.cols, key.ldb, key.strideB));
+  RETURN_IF_ERROR(makeLayout(op, key, &plan->b, type, bRows, bCols, key.ldb, key.strideB));
   RETURN_IF_ERROR(makeLayout(op, key, &plan->d, type, key.rows, key.cols, key.ldd, key.strideD));
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -240,6 +243,7 @@ GemmKey keyOf(const GemmProblem &p, DType dtype, const Context &ctx) {
   key.tf32 = dtype == DType::f32 && ctx.allowTf32;
   key.workspace = ctx.workspace ? ctx.workspaceBytes : 0;
   key.transA = p.transA;
+  key.transB = p.transB;
   key.rows = static_cast<uint64_t>(p.rows);
   key.cols = static_cast<uint64_t>(p.cols);
   key.inner = static_cast<uint64_t>(p.inner);
@@ -255,16 +259,28 @@ GemmKey keyOf(const GemmProblem &p, DType dtype, const Context &ctx) {
 
 } // namespace
 
-Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs,
-              const TensorRef &out) {
+Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out,
+              MatMulFlags flags, const TensorRef *acc) {
   const char *op = "MatMul";
   ASSIGN_OR_RETURN(cpu::detail::MatMulGeometry g,
-                   cpu::detail::checkMatMul(lhs, rhs, out, checkGemmDtype));
+                   cpu::detail::checkMatMul(lhs, rhs, out, checkGemmDtype, flags.transposeLhs,
+                                            flags.transposeRhs));
+  if (acc) {
+    RETURN_IF_ERROR(cpu::detail::expectDtype(op, "accumulator", *acc, out.dtype));
+    RETURN_IF_ERROR(cpu::detail::expectShape(op, "accumulator", *acc, out.shape));
+  }
   int64_t m = g.m, n = g.n, k = g.k, batches = g.batches;
   size_t es = dtypeSize(lhs.dtype);
   if (m == 0 || n == 0 || batches == 0)
     return Status::ok();
+  // Accumulation: out holds acc, then beta = 1 (no copy when acc is out's memory).
+  if (acc && acc->data != out.data &&
+      cudaMemcpyAsync(out.data, acc->data, out.byteSize(), cudaMemcpyDeviceToDevice, ctx.stream) !=
+          cudaSuccess)
+    return launchStatus(op);
   if (k == 0) {
+    if (acc)
+      return Status::ok();
     if (cudaMemsetAsync(out.data, 0, out.byteSize(), ctx.stream) != cudaSuccess)
       return launchStatus(op);
     return Status::ok();
@@ -287,7 +303,8 @@ Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs,
   for (int64_t o = 0; o < p.outerCount; ++o) {
     int64_t offA = 0, offB = 0, offD = 0;
     p.offsets(o, offA, offB, offD);
-    RETURN_IF_ERROR(runGemm(op, ctx, key, a + offA * ses, b + offB * ses, d + offD * ses, nullptr));
+    RETURN_IF_ERROR(runGemm(op, ctx, key, a + offA * ses, b + offB * ses, d + offD * ses, nullptr,
+                            acc != nullptr));
   }
   return Status::ok();
 }

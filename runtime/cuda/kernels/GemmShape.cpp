@@ -55,8 +55,10 @@ GemmProblem matmulProblem(const cpu::detail::MatMulGeometry &g) {
   p.rows = g.n;
   p.cols = g.m;
   p.inner = g.k;
-  p.lda = g.n;
-  p.ldb = g.k;
+  p.transA = g.transRhs;
+  p.transB = g.transLhs;
+  p.lda = g.transRhs ? g.k : g.n;
+  p.ldb = g.transLhs ? g.m : g.k;
   p.ldd = g.n;
   if (g.foldBatch) { // one rhs: lhs's batch is more columns
     p.cols = g.batches * g.m;

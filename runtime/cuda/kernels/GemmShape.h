@@ -15,13 +15,14 @@ namespace megac::runtime::cuda {
 /// weight (Rhs).
 enum class GemmOperand { Lhs, Rhs };
 
-/// Column-major D [rows, cols] (ld ldd) = op(A) B, A stored [aRows(), aCols()] (ld lda), op(A) =
-/// A^T with transA, B [inner, cols] (ld ldb); `batch` strided batches (element strides strideA,
+/// Column-major D [rows, cols] (ld ldd) = op(A) op(B), A stored [aRows(), aCols()] (ld lda),
+/// op(A) = A^T with transA, B stored [bRows(), bCols()] (ld ldb), op(B) = B^T with transB;
+/// `batch` strided batches (element strides strideA,
 /// strideB, strideD). The whole is called outerCount times, over `outerSizes` (row-major, the
 /// last fastest); offsets() gives each call's element offsets.
 struct GemmProblem {
   GemmOperand a = GemmOperand::Rhs, b = GemmOperand::Lhs;
-  bool transA = false;
+  bool transA = false, transB = false;
   int64_t rows = 0, cols = 0, inner = 0;
   int64_t lda = 0, ldb = 0, ldd = 0;
   int64_t batch = 1, strideA = 0, strideB = 0, strideD = 0;
@@ -31,12 +32,16 @@ struct GemmProblem {
 
   int64_t aRows() const { return transA ? inner : rows; }
   int64_t aCols() const { return transA ? rows : inner; }
+  int64_t bRows() const { return transB ? cols : inner; }
+  int64_t bCols() const { return transB ? inner : cols; }
   /// Element offsets of A, B and D for call o (0 <= o < outerCount).
   void offsets(int64_t o, int64_t &offA, int64_t &offB, int64_t &offD) const;
 };
 
 /// Row-major out [.., m, n] = lhs [.., m, k] rhs [.., k, n] is column-major out^T [n, m] = rhs^T
-/// [n, k] lhs^T [k, m]: A = rhs (ld n), B = lhs (ld k), D = out (ld n), no transposes. One rhs
+/// [n, k] lhs^T [k, m]: A = rhs (ld n), B = lhs (ld k), D = out (ld n), no transposes; a
+/// transposed rhs (stored [n, k]) is A transposed (ld k), a transposed lhs (stored [k, m]) B
+/// transposed (ld m). One rhs
 /// folds lhs's batch into the columns; otherwise the longest suffix of batch dims that one stride
 /// per operand describes is a strided batch and the rest is looped. m, n, k, batches > 0.
 GemmProblem matmulProblem(const cpu::detail::MatMulGeometry &g);

@@ -57,7 +57,8 @@ void emulateCublasLt(const GemmProblem &p, const double *A, const double *B, con
           double sum = 0.0;
           for (int64_t l = 0; l < p.inner; ++l) {
             double av = p.transA ? a[l + i * p.lda] : a[i + l * p.lda];
-            sum += av * b[l + j * p.ldb];
+            double bv = p.transB ? b[j + l * p.ldb] : b[l + j * p.ldb];
+            sum += av * bv;
           }
           d[i + j * p.ldd] = sum + (bias ? bias[i] : 0.0);
         }
@@ -68,7 +69,7 @@ void emulateCublasLt(const GemmProblem &p, const double *A, const double *B, con
 /// cuBLASLt's own layout checks: a column-major matrix's leading dim covers its rows.
 void expectValidLayouts(const GemmProblem &p, const std::string &what) {
   EXPECT_GE(p.lda, p.aRows()) << what;
-  EXPECT_GE(p.ldb, p.inner) << what;
+  EXPECT_GE(p.ldb, p.bRows()) << what;
   EXPECT_GE(p.ldd, p.rows) << what;
   EXPECT_GE(p.batch, 1) << what;
   EXPECT_GE(p.outerCount, 1) << what;
@@ -85,16 +86,19 @@ void expectSame(const std::vector<double> &got, const std::vector<double> &want,
   EXPECT_EQ(wrong, 0) << what;
 }
 
-/// Checks one MatMul; returns its problem (default-constructed after a failure).
+/// Checks one MatMul (lhs/rhs stored transposed where `flags` say); returns its problem
+/// (default-constructed after a failure).
 GemmProblem checkMatMul(const std::vector<int64_t> &ls, const std::vector<int64_t> &rs,
-                        const std::vector<int64_t> &os) {
-  std::string what = "MatMul " + shapeText(ls) + " x " + shapeText(rs);
+                        const std::vector<int64_t> &os, cpu::MatMulFlags flags = {}) {
+  std::string what = "MatMul " + shapeText(ls) + (flags.transposeLhs ? "^T" : "") + " x " +
+                     shapeText(rs) + (flags.transposeRhs ? "^T" : "");
   std::vector<double> lhs = values(count(ls), 1), rhs = values(count(rs), 2);
   std::vector<double> want(count(os), 0.0);
   TensorRef l{DType::f64, ls, lhs.data()}, r{DType::f64, rs, rhs.data()};
   TensorRef o{DType::f64, os, want.data()};
-  EXPECT_TRUE(cpu::matmul(l, r, o).isOk()) << what;
-  StatusOr<cpu::detail::MatMulGeometry> g = cpu::detail::checkMatMul(l, r, o);
+  EXPECT_TRUE(cpu::matmul(l, r, o, flags).isOk()) << what;
+  StatusOr<cpu::detail::MatMulGeometry> g =
+      cpu::detail::checkMatMul(l, r, o, nullptr, flags.transposeLhs, flags.transposeRhs);
   EXPECT_TRUE(g.isOk()) << what;
   if (!g.isOk())
     return {};
@@ -164,6 +168,23 @@ TEST(GemmShape, MatMulBroadcastBatchesLoopedOnTheHost) {
   checkMatMul({1, 2, 3, 5}, {3, 1, 5, 4}, {3, 2, 3, 4});
   checkMatMul({2, 1, 3, 5}, {3, 5, 4}, {2, 3, 3, 4});
   checkMatMul({2, 3, 1, 2, 5}, {1, 3, 4, 5, 2}, {2, 3, 4, 2, 2});
+}
+
+// Layout flags (issue 30): a transposed rhs is cuBLASLt's A transposed, a transposed lhs its B
+// transposed, in 2-D, folded (rhs only: a transposed lhs cannot fold), strided and broadcast
+// batches.
+TEST(GemmShape, MatMulTransposedOperands) {
+  const cpu::MatMulFlags lhsT{true, false}, rhsT{false, true}, both{true, true};
+  checkMatMul({5, 3}, {5, 4}, {3, 4}, lhsT); // a weight gradient: g^T x
+  checkMatMul({3, 5}, {4, 5}, {3, 4}, rhsT);
+  checkMatMul({5, 3}, {4, 5}, {3, 4}, both);
+  checkMatMul({4, 4}, {4, 4}, {4, 4}, both); // square: a lost transpose shows
+  GemmProblem folded = checkMatMul({2, 3, 5}, {4, 5}, {2, 3, 4}, rhsT);
+  EXPECT_EQ(folded.cols, 6);
+  EXPECT_EQ(checkMatMul({2, 5, 3}, {5, 4}, {2, 3, 4}, lhsT).batch, 2); // not folded
+  checkMatMul({2, 2, 4, 7}, {2, 2, 7, 4}, {2, 2, 7, 7}, both);
+  checkMatMul({2, 2, 7, 4}, {2, 2, 7, 4}, {2, 2, 7, 7}, rhsT); // q k^T without the copy
+  checkMatMul({2, 1, 5, 3}, {1, 4, 6, 5}, {2, 4, 3, 6}, both);
 }
 
 TEST(GemmShape, LinearWithAndWithoutBias) {

@@ -1,0 +1,127 @@
+// mega-training-gemm-fusion: transposes feeding GEMMs become layout flags, weight-gradient GEMMs
+// accumulate into their gradient accumulator, and what must stay stays.
+// RUN: megac-opt %s --mega-training-gemm-fusion --split-input-file | FileCheck %s
+
+// The linear's backward: dx = linear(g, transpose(w)) is matmul(g, w); dW = transpose(g2) x2
+// reads g2 transposed and accumulates into grad.w; the bias's reduce keeps its add.
+// CHECK-LABEL: func.func @forward_backward
+// CHECK-SAME: %[[G:[^:]*]]: tensor<2x4x3xf32>
+// CHECK-SAME: %[[X:[^:]*]]: tensor<8x5xf32>
+// CHECK-SAME: %[[W:[^:]*]]: tensor<3x5xf32>
+// CHECK-SAME: %[[ACC:[^:]*]]: tensor<3x5xf32> {mega.state = "grad.w"}
+// CHECK-SAME: %[[ACCB:[^:]*]]: tensor<3xf32> {mega.state = "grad.b"}
+// CHECK-NOT: mega.transpose
+// CHECK: %[[DX:.*]] = mega.matmul %[[G]], %[[W]] : tensor<2x4x3xf32>, tensor<3x5xf32> -> tensor<2x4x5xf32>
+// CHECK: %[[G2:.*]] = mega.reshape %[[G]]
+// CHECK-NOT: mega.transpose
+// CHECK: %[[DB:.*]] = mega.reduce sum %[[G2]]
+// CHECK: %[[DW:.*]] = mega.matmul %[[G2]], %[[X]] accumulate %[[ACC]] {transpose_lhs = true} : tensor<8x3xf32>, tensor<8x5xf32>, tensor<3x5xf32> -> tensor<3x5xf32>
+// CHECK: %[[NB:.*]] = mega.add %[[ACCB]], %[[DB]]
+// CHECK: return %[[DX]], %[[DW]], %[[NB]]
+func.func @forward_backward(%g: tensor<2x4x3xf32> {mega.input = "g"},
+    %x: tensor<8x5xf32> {mega.input = "x"}, %w: tensor<3x5xf32> {mega.param = "w"},
+    %acc: tensor<3x5xf32> {mega.state = "grad.w"}, %accb: tensor<3xf32> {mega.state = "grad.b"})
+    -> (tensor<2x4x5xf32> {mega.output = "dx"}, tensor<3x5xf32> {mega.updates = "grad.w"},
+        tensor<3xf32> {mega.updates = "grad.b"}) {
+  %wt = mega.transpose %w [1, 0] : tensor<3x5xf32> -> tensor<5x3xf32>
+  %dx = mega.linear %g, %wt : (tensor<2x4x3xf32>, tensor<5x3xf32>) -> tensor<2x4x5xf32>
+  %g2 = mega.reshape %g : tensor<2x4x3xf32> -> tensor<8x3xf32>
+  %gt = mega.transpose %g2 [1, 0] : tensor<8x3xf32> -> tensor<3x8xf32>
+  %dw = mega.matmul %gt, %x : tensor<3x8xf32>, tensor<8x5xf32> -> tensor<3x5xf32>
+  %db = mega.reduce sum %g2 over [0] : tensor<8x3xf32> -> tensor<3xf32>
+  %nw = mega.add %acc, %dw : tensor<3x5xf32>
+  %nb = mega.add %accb, %db : tensor<3xf32>
+  return %dx, %nw, %nb : tensor<2x4x5xf32>, tensor<3x5xf32>, tensor<3xf32>
+}
+
+// -----
+
+// Batched transposes of the last two dims (attention-style products) fold on either side, a
+// transpose of a transpose toggles back, and a transpose with another user stays for it.
+// CHECK-LABEL: func.func @batched
+// CHECK-SAME: %[[A:[^:]*]]: tensor<2x4x3xf32>, %[[B:[^:]*]]: tensor<2x5x4xf32>
+// CHECK: %[[BT:.*]] = mega.transpose %[[B]] [0, 2, 1]
+// CHECK: %[[P:.*]] = mega.matmul %[[A]], %[[B]] {transpose_lhs = true, transpose_rhs = true} : tensor<2x4x3xf32>, tensor<2x5x4xf32> -> tensor<2x3x5xf32>
+// CHECK: %[[Q:.*]] = mega.matmul %[[A]], %[[A]] {transpose_lhs = true} : tensor<2x4x3xf32>, tensor<2x4x3xf32> -> tensor<2x3x3xf32>
+// CHECK: return %[[P]], %[[Q]], %[[BT]]
+func.func @batched(%a: tensor<2x4x3xf32>, %b: tensor<2x5x4xf32>)
+    -> (tensor<2x3x5xf32>, tensor<2x3x3xf32>, tensor<2x4x5xf32>) {
+  %at = mega.transpose %a [0, 2, 1] : tensor<2x4x3xf32> -> tensor<2x3x4xf32>
+  %bt = mega.transpose %b [0, 2, 1] : tensor<2x5x4xf32> -> tensor<2x4x5xf32>
+  %p = mega.matmul %at, %bt : tensor<2x3x4xf32>, tensor<2x4x5xf32> -> tensor<2x3x5xf32>
+  %att = mega.transpose %at [0, 2, 1] : tensor<2x3x4xf32> -> tensor<2x4x3xf32>
+  %q = mega.matmul %at, %att : tensor<2x3x4xf32>, tensor<2x4x3xf32> -> tensor<2x3x3xf32>
+  return %p, %q, %bt : tensor<2x3x5xf32>, tensor<2x3x3xf32>, tensor<2x4x5xf32>
+}
+
+// -----
+
+// A permutation that is not a swap of the last two dims stays a transpose; so does a linear's
+// transposed weight when the linear has a bias.
+// CHECK-LABEL: func.func @kept
+// CHECK: mega.transpose %{{.*}} [1, 0, 2]
+// CHECK: mega.matmul %{{.*}}, %{{.*}} : tensor<3x2x4xf32>, tensor<4x5xf32> -> tensor<3x2x5xf32>
+// CHECK: mega.transpose %{{.*}} [1, 0] : tensor<5x4xf32> -> tensor<4x5xf32>
+// CHECK: mega.linear
+func.func @kept(%a: tensor<2x3x4xf32>, %b: tensor<4x5xf32>, %w: tensor<5x4xf32>,
+    %bias: tensor<4xf32>, %x: tensor<2x5xf32>) -> (tensor<3x2x5xf32>, tensor<2x4xf32>) {
+  %at = mega.transpose %a [1, 0, 2] : tensor<2x3x4xf32> -> tensor<3x2x4xf32>
+  %p = mega.matmul %at, %b : tensor<3x2x4xf32>, tensor<4x5xf32> -> tensor<3x2x5xf32>
+  %wt = mega.transpose %w [1, 0] : tensor<5x4xf32> -> tensor<4x5xf32>
+  %y = mega.linear %x, %wt, %bias : (tensor<2x5xf32>, tensor<4x5xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  return %p, %y : tensor<3x2x5xf32>, tensor<2x4xf32>
+}
+
+// -----
+
+// A tied weight: the embedding's scatter and the head's GEMM both reach grad.wte. The GEMM
+// accumulates into acc + scatter.
+// CHECK-LABEL: func.func @tied
+// CHECK-SAME: %[[E:[^:]*]]: tensor<6x4xf32>
+// CHECK-SAME: %[[ACC:[^:]*]]: tensor<6x4xf32> {mega.state = "grad.wte"}
+// CHECK: %[[PART:.*]] = mega.add %[[ACC]], %[[E]] : tensor<6x4xf32>
+// CHECK: %[[NEW:.*]] = mega.matmul %{{.*}}, %{{.*}} accumulate %[[PART]] {transpose_lhs = true}
+// CHECK-NOT: mega.add
+// CHECK: return %[[NEW]]
+func.func @tied(%g: tensor<8x6xf32> {mega.input = "g"}, %h: tensor<8x4xf32> {mega.input = "h"},
+    %e: tensor<6x4xf32> {mega.input = "e"}, %acc: tensor<6x4xf32> {mega.state = "grad.wte"})
+    -> (tensor<6x4xf32> {mega.updates = "grad.wte"}) {
+  %gt = mega.transpose %g [1, 0] : tensor<8x6xf32> -> tensor<6x8xf32>
+  %dw = mega.matmul %gt, %h : tensor<6x8xf32>, tensor<8x4xf32> -> tensor<6x4xf32>
+  %sum = mega.add %dw, %e : tensor<6x4xf32>
+  %new = mega.add %acc, %sum : tensor<6x4xf32>
+  return %new : tensor<6x4xf32>
+}
+
+// -----
+
+// Mixed precision: a bf16 GEMM cast up to the f32 accumulator is not fused (the GEMM would need
+// half inputs and an f32 output); its transpose still folds.
+// CHECK-LABEL: func.func @mixed
+// CHECK: %[[DW:.*]] = mega.matmul %{{.*}}, %{{.*}} {transpose_lhs = true} : tensor<8x3xbf16>, tensor<8x5xbf16> -> tensor<3x5xbf16>
+// CHECK: %[[UP:.*]] = mega.cast %[[DW]]
+// CHECK: mega.add %{{.*}}, %[[UP]] : tensor<3x5xf32>
+func.func @mixed(%g: tensor<8x3xbf16> {mega.input = "g"}, %x: tensor<8x5xbf16> {mega.input = "x"},
+    %acc: tensor<3x5xf32> {mega.state = "grad.w"}) -> (tensor<3x5xf32> {mega.updates = "grad.w"}) {
+  %gt = mega.transpose %g [1, 0] : tensor<8x3xbf16> -> tensor<3x8xbf16>
+  %dw = mega.matmul %gt, %x : tensor<3x8xbf16>, tensor<8x5xbf16> -> tensor<3x5xbf16>
+  %up = mega.cast %dw : tensor<3x5xbf16> -> tensor<3x5xf32>
+  %new = mega.add %acc, %up : tensor<3x5xf32>
+  return %new : tensor<3x5xf32>
+}
+
+// -----
+
+// A product read elsewhere too is not fused (the accumulator would change what the other user
+// reads).
+// CHECK-LABEL: func.func @shared
+// CHECK: %[[DW:.*]] = mega.matmul %{{.*}}, %{{.*}} {transpose_lhs = true}
+// CHECK: mega.add %{{.*}}, %[[DW]]
+func.func @shared(%g: tensor<8x3xf32> {mega.input = "g"}, %x: tensor<8x5xf32> {mega.input = "x"},
+    %acc: tensor<3x5xf32> {mega.state = "grad.w"})
+    -> (tensor<3x5xf32> {mega.updates = "grad.w"}, tensor<3x5xf32> {mega.output = "dw"}) {
+  %gt = mega.transpose %g [1, 0] : tensor<8x3xf32> -> tensor<3x8xf32>
+  %dw = mega.matmul %gt, %x : tensor<3x8xf32>, tensor<8x5xf32> -> tensor<3x5xf32>
+  %new = mega.add %acc, %dw : tensor<3x5xf32>
+  return %new, %dw : tensor<3x5xf32>, tensor<3x5xf32>
+}
