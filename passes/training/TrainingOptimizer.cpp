@@ -180,7 +180,8 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     if (failed(checkOptions(module)))
       return failure();
     if (zero != 0 && zero != 1)
-      return module.emitError() << "mega-training-optimizer: zero must be 0 or 1, got " << zero;
+      return module.emitError() << "mega-training-optimizer: zero must be 0 or 1, got "
+                                << static_cast<int64_t>(zero);
     if (bucketSize < 0)
       return module.emitError() << "mega-training-optimizer: bucket-size must be >= 1 element "
                                 << "(0: Megatron's default), got "
