@@ -8,6 +8,7 @@
 #include "frontends/models/ModelConfig.h"
 #include "ir/MegaDialect.h"
 #include "passes/Pipelines.h"
+#include "planner/ModelStats.h"
 #include "runtime/plan/plan_generated.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -244,6 +245,9 @@ StatusOr<TrainModel> compileTrainingStep(const RunConfig &c, int64_t seq,
   if (mlir::failed(passes::runInputPipeline(module)))
     return Status::error("the input pipeline failed on " + out.description);
   RETURN_IF_ERROR(fitWeightsToModel(module, out.weights));
+  if (planner::ModelStatsResult stats = planner::computeModelStats(module);
+      stats.stats && stats.stats->tokens > 0) // else unknown: the log has no TFLOP/s
+    out.trainingFlopsPerToken = double(stats.stats->trainingFlops()) / double(stats.stats->tokens);
   out.sourceShapes = sourceShapesOf(module);
   out.fingerprint = fingerprintOf(module, out.description); // before layout and precision
   if (fp64) // the IR is converted by mega-training-precision in buildTrainingStep

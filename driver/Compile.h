@@ -49,6 +49,9 @@ struct TrainModel {
   double compileSeconds = 0;
   runtime::checkpoint::ModelFingerprint fingerprint; // checked when a checkpoint loads
   SourceShapes sourceShapes; // parameters held in another shape than the model's files
+  /// Model FLOPs per token of a training step (planner::ModelStats::trainingFlops over the
+  /// forward graph's tokens, after the input phase): what the step log's TFLOP/s and MFU use.
+  double trainingFlopsPerToken = 0;
 };
 
 /// The training step of `c` compiled for rows of `seq` tokens: the model bound to the data (a

@@ -9,6 +9,7 @@
 #include "runtime/checkpoint/SaveFolder.h"
 #include "runtime/checkpoint/ShardState.h"
 #include "runtime/comm/MpiCommunicator.h"
+#include "runtime/cuda/Device.h"
 #include "runtime/exec/Parameters.h"
 #include "runtime/exec/ShardGather.h"
 #include "runtime/exec/Trace.h"
@@ -20,6 +21,8 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+
+#include <sys/resource.h>
 
 namespace megac::driver {
 
@@ -139,9 +142,13 @@ Status TrainSession::openRank() {
   // masked-LM's [MASK] token occurs in the data.
   bool root = !s.mpi || s.mpi->rank() == 0;
   if (root && hooks_.warn && c.layout().ep > 1 && !hasExperts(*s.plan))
-    hooks_.warn("--ep " + std::to_string(c.layout().ep) + " splits the experts of "
-                "mixture-of-experts layers, and " + model_.description + " has none: this run "
-                "is plain data parallelism over dp = " + std::to_string(c.layout().dp));
+    hooks_.warn("--ep " + std::to_string(c.layout().ep) +
+                " splits the experts of "
+                "mixture-of-experts layers, and " +
+                model_.description +
+                " has none: this run "
+                "is plain data parallelism over dp = " +
+                std::to_string(c.layout().dp));
   SampleChecks checks{model_.vocab, std::nullopt, root ? hooks_.warn : nullptr};
   if (model_.lossKind == passes::LossKind::mlm)
     checks.maskToken = c.data.maskTokenId.value_or(model_.vocab - 1);
@@ -203,6 +210,18 @@ Status TrainSession::openRank() {
   return Status::ok();
 }
 
+namespace {
+
+/// This process's peak resident set in bytes (Linux's ru_maxrss is in KiB; /proc's VmHWM).
+int64_t peakRssBytes() {
+  struct rusage usage;
+  if (getrusage(RUSAGE_SELF, &usage) != 0)
+    return 0;
+  return int64_t(usage.ru_maxrss) * 1024;
+}
+
+} // namespace
+
 /// Validation (--eval-data, else --split's validation part) and --split's test part.
 Status TrainSession::openEvaluation() {
   const RunConfig &c = config_;
@@ -229,19 +248,92 @@ bool TrainSession::evaluates(DataPart part) const {
   return part == DataPart::test && d.split && (*d.split)[2] > 0;
 }
 
-StatusOr<train::StepRecord> TrainSession::step() {
+StatusOr<train::StepRecord> TrainSession::step() { return stepOn(*state_->data); }
+
+namespace {
+
+/// A global batch given by the caller, as the samples of the step that reads it: sample
+/// `first` + j is row j.
+class GivenBatch final : public SampleSource {
+public:
+  GivenBatch(std::span<const int64_t> tokens, int64_t rows, int64_t rowLength, int64_t first,
+             int64_t step)
+      : tokens_(tokens), rows_(rows), rowLength_(rowLength), first_(first), step_(step) {}
+  int64_t rowLength() const override { return rowLength_; }
+  Status read(int64_t i, std::span<int64_t> out) override {
+    int64_t row = i - first_;
+    if (row < 0 || row >= rows_ || int64_t(out.size()) != rowLength_)
+      return Status::error("step " + std::to_string(step_) + " read sample " + std::to_string(i) +
+                           ", outside the batch it was given");
+    std::copy_n(tokens_.begin() + row * rowLength_, rowLength_, out.begin());
+    return Status::ok();
+  }
+  std::string describe(int64_t i) override {
+    return "row " + std::to_string(i - first_) + " of the batch given to step " +
+           std::to_string(step_);
+  }
+
+private:
+  std::span<const int64_t> tokens_;
+  int64_t rows_, rowLength_, first_, step_;
+};
+
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string text;
+  for (int64_t d : shape)
+    text += (text.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + text + "]";
+}
+
+} // namespace
+
+StatusOr<train::StepRecord> TrainSession::step(std::span<const int64_t> tokens,
+                                               const std::vector<int64_t> &shape) {
+  const RunConfig &c = config_;
+  int64_t rows = c.data.batch.globalBatch, length = seq_ + 1;
+  if (shape.size() != 2 || shape[0] != rows || shape[1] != length)
+    return Status::error("the batch given to step " + std::to_string(stepsDone_ + 1) +
+                         " has shape " + shapeText(shape) +
+                         "; a step takes [global batch, S + 1] = " + shapeText({rows, length}) +
+                         " tokens");
+  if (int64_t(tokens.size()) != rows * length)
+    return Status::error("the batch given to step " + std::to_string(stepsDone_ + 1) + " holds " +
+                         std::to_string(tokens.size()) + " tokens, not " +
+                         std::to_string(rows * length) + " (shape " + shapeText(shape) + ")");
+  // Every token in [0, vocab), as the configured data's are checked.
+  for (size_t t = 0; t < tokens.size(); ++t)
+    if (tokens[t] < 0 || tokens[t] >= model_.vocab)
+      return Status::error(
+          "token " + std::to_string(tokens[t]) + " at row " + std::to_string(int64_t(t) / length) +
+          ", position " + std::to_string(int64_t(t) % length) + " of the batch given to step " +
+          std::to_string(stepsDone_ + 1) + " is outside the model's vocabulary [0, " +
+          std::to_string(model_.vocab) + ")");
+  GivenBatch batch(tokens, rows, length, stepsDone_ * rows, stepsDone_ + 1);
+  return stepOn(batch);
+}
+
+StatusOr<train::StepRecord> TrainSession::stepOn(SampleSource &data) {
   State &s = *state_;
   const RunConfig &c = config_;
   train::StepRecord record;
   record.step = stepsDone_ + 1;
   record.tokens = c.data.batch.globalBatch * seq_;
+  record.flopsPerToken = model_.trainingFlopsPerToken;
+  record.ranks = ranks();
+  // The dense bf16 peak is the peak of bf16 and fp16 steps only; fp32 and fp64 runs (and CPU
+  // ranks, whose peak megac does not know) log no MFU.
+  Precision precision = c.layout().precision;
+  if (c.exec.backend == runtime::Backend::cuda &&
+      (precision == Precision::bf16 || precision == Precision::fp16))
+    record.peakFlopsPerRank = runtime::cuda::peakBf16Flops(0);
+  record.memPlanBytes = int64_t(s.executor->arenaBytes());
   bool traced = s.trace && record.step >= c.log.traceFirst && record.step <= c.log.traceLast;
   if (traced && record.step == c.log.traceFirst) { // the ranks start their clocks together
     RETURN_IF_ERROR(s.rank.comm->barrier()) << " (before the traced steps)";
     s.trace->start();
   }
   auto start = std::chrono::steady_clock::now();
-  Status status = trainStep(*s.executor, c, *s.data, model_.lossKind, model_.vocab, s.floatType,
+  Status status = trainStep(*s.executor, c, data, model_.lossKind, model_.vocab, s.floatType,
                             s.scalerOrNull(), s.rank, record);
   if (traced) {
     s.trace->add(runtime::TraceLane::pipeline, "step " + std::to_string(record.step), "step", start,
@@ -252,6 +344,7 @@ StatusOr<train::StepRecord> TrainSession::step() {
   RETURN_IF_ERROR(status);
   record.stepSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  record.memRssPeakBytes = peakRssBytes();
   stepsDone_ = record.step;
   return record;
 }
@@ -368,13 +461,19 @@ StatusOr<Resumed> TrainSession::load() {
   return Resumed{loaded->path, meta.step, meta.layout};
 }
 
-Status TrainSession::saveWeights(const std::string &path) {
+StatusOr<TensorMap> TrainSession::parameters() {
   State &s = *state_;
   ASSIGN_OR_RETURN(TensorMap weights,
                    runtime::gatherParameters(*s.plan, *s.executor, *s.rank.comm));
+  if (root())
+    toSourceShapes(weights, model_.sourceShapes);
+  return weights;
+}
+
+Status TrainSession::saveWeights(const std::string &path) {
+  ASSIGN_OR_RETURN(TensorMap weights, parameters());
   if (!root())
     return Status::ok();
-  toSourceShapes(weights, model_.sourceShapes);
   return runtime::writeSafetensors(
       path, weights,
       {{"producer", "megac train"}, {"step", std::to_string(config_.lr.totalSteps)}});

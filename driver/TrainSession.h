@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,13 @@ public:
   /// records it in the trace when it is in the traced window. A non-finite loss is an error on
   /// every rank, before the update.
   StatusOr<runtime::train::StepRecord> step();
+  /// step() on a batch the caller gives instead of the configured data (a Python loader's):
+  /// `shape` [global batch, sequenceLength() + 1], `tokens` its rows, row-major, each in [0,
+  /// vocab()). Every rank passes the same batch, as every rank reads the same data; it reads
+  /// its own rows of it. The configured data is read by step number, so a later step() reads
+  /// batch stepsDone() of it, not the one this step would have read.
+  StatusOr<runtime::train::StepRecord> step(std::span<const int64_t> tokens,
+                                            const std::vector<int64_t> &shape);
   /// Whether the run evaluates `part` (validation: --eval-data or --split's validation part with
   /// an interval; test: a nonzero --split test part).
   bool evaluates(DataPart part) const;
@@ -89,6 +97,9 @@ public:
   std::string savedPath() const;
   /// Every parameter, whole, written by rank 0 in the layout of a one-rank run.
   Status saveWeights(const std::string &path);
+  /// The same parameters in memory: whole, in the model's own shapes, by name, on rank 0 (other
+  /// ranks get an empty map). Every rank calls it.
+  StatusOr<TensorMap> parameters();
   /// The traced steps' events of every rank, written by rank 0 (log.tracePath).
   Status writeTrace();
 
@@ -111,6 +122,7 @@ private:
   Status openRank();
   Status openEvaluation();
   Status lockSaveFolder();
+  StatusOr<runtime::train::StepRecord> stepOn(runtime::data::SampleSource &data);
   RunConfig config_;
   SessionHooks hooks_;
   TrainModel model_;

@@ -67,6 +67,14 @@ std::vector<Scalar> stepScalars(const StepRecord &r) {
                                  {"train/tokens", double(r.tokens)},
                                  {"train/tokens_per_s", r.tokensPerSecond()},
                                  {"train/step_time_s", r.stepSeconds}};
+  if (r.flopsPerToken > 0)
+    scalars.push_back({"train/model_tflops_per_rank", r.modelTflopsPerRank()});
+  if (r.flopsPerToken > 0 && r.peakFlopsPerRank > 0)
+    scalars.push_back({"train/mfu", r.mfu()});
+  if (r.memPlanBytes > 0)
+    scalars.push_back({"train/mem_plan_bytes", double(r.memPlanBytes)});
+  if (r.memRssPeakBytes > 0)
+    scalars.push_back({"train/mem_rss_peak_bytes", double(r.memRssPeakBytes)});
   if (r.moe) {
     scalars.push_back({"train/moe_aux_loss", r.moe->auxLoss});
     scalars.push_back({"train/moe_dropped", r.moe->dropped});

@@ -28,7 +28,8 @@ struct Scalar {
 };
 
 /// A step record's scalars, tagged train/<its --log-json key>: loss, lr, grad_norm, loss_scale,
-/// skipped (0 or 1), tokens, tokens_per_s, step_time_s; with MoE layers moe_aux_loss,
+/// skipped (0 or 1), tokens, tokens_per_s, step_time_s; model_tflops_per_rank, mfu,
+/// mem_plan_bytes and mem_rss_peak_bytes when the record knows them; with MoE layers moe_aux_loss,
 /// moe_dropped and train/moe_load/layer<L>/expert<E> for each entry of moe_load.
 std::vector<Scalar> stepScalars(const StepRecord &record);
 /// An evaluation's (part "val" or "test"): <part>/loss and <part>/perplexity = exp(loss), the

@@ -53,6 +53,19 @@ double worstImbalance(const StepRecord::Moe &moe) {
   return worst;
 }
 
+std::string throughputAndMemoryJson(const StepRecord &r) {
+  std::string out;
+  if (r.flopsPerToken > 0)
+    out += ", \"model_tflops_per_rank\": " + number(r.modelTflopsPerRank());
+  if (r.flopsPerToken > 0 && r.peakFlopsPerRank > 0)
+    out += ", \"mfu\": " + number(r.mfu());
+  if (r.memPlanBytes > 0)
+    out += ", \"mem_plan_bytes\": " + std::to_string(r.memPlanBytes);
+  if (r.memRssPeakBytes > 0)
+    out += ", \"mem_rss_peak_bytes\": " + std::to_string(r.memRssPeakBytes);
+  return out;
+}
+
 } // namespace
 
 std::string stepRecordJson(const StepRecord &r) {
@@ -62,7 +75,8 @@ std::string stepRecordJson(const StepRecord &r) {
          ", \"skipped\": " + (r.skipped ? "true" : "false") +
          ", \"tokens\": " + std::to_string(r.tokens) +
          ", \"tokens_per_s\": " + number(r.tokensPerSecond()) +
-         ", \"step_time_s\": " + number(r.stepSeconds) + moeJson(r) + "}";
+         ", \"step_time_s\": " + number(r.stepSeconds) + throughputAndMemoryJson(r) + moeJson(r) +
+         "}";
 }
 
 std::optional<StepRecord> LogInterval::add(const StepRecord &record, int64_t every,

@@ -30,13 +30,40 @@ struct StepRecord {
     double auxLoss = 0;
   };
   std::optional<Moe> moe;
+  /// Model FLOPs per token of a training step: ModelStats::trainingFlops() over the forward
+  /// graph's tokens (3x the forward's cost-interface FLOPs, matmuls, attention's s x s products
+  /// and elementwise ops alike; recompute not counted), `megac describe`'s "training" line.
+  /// 0: unknown, and the record has no model_tflops_per_rank or mfu.
+  double flopsPerToken = 0;
+  int64_t ranks = 1; // the job's ranks, which share the step's FLOPs
+  /// One rank's peak FLOP/s for MFU (CUDA bf16/fp16 runs: the device's dense bf16 peak); 0: no
+  /// peak is known (CPU, fp32) and the record has no mfu.
+  double peakFlopsPerRank = 0;
+  /// Rank 0's memory: its plan's arena (the memory plan's peak of live buffers: parameters,
+  /// gradients, optimizer state, activations, workspaces) and its process's peak resident set
+  /// (getrusage's ru_maxrss, /proc's VmHWM). 0: unknown, left out of the record.
+  int64_t memPlanBytes = 0;
+  int64_t memRssPeakBytes = 0;
 
   double tokensPerSecond() const { return stepSeconds > 0 ? tokens / stepSeconds : 0; }
+  /// The model FLOPs per second one rank achieved, in TFLOP/s: flopsPerToken x tokens over the
+  /// step time and the ranks.
+  double modelTflopsPerRank() const {
+    return stepSeconds > 0 && ranks > 0
+               ? flopsPerToken * double(tokens) / stepSeconds / double(ranks) / 1e12
+               : 0;
+  }
+  /// Model FLOPs utilisation: modelTflopsPerRank over the peak (0 without one).
+  double mfu() const {
+    return peakFlopsPerRank > 0 ? modelTflopsPerRank() * 1e12 / peakFlopsPerRank : 0;
+  }
 };
 
 /// {"step": 1, "loss": ..., "lr": ..., "grad_norm": ..., "loss_scale": 1, "skipped": false,
-/// "tokens": ..., "tokens_per_s": ..., "step_time_s": ...[, "moe_aux_loss": ..., "moe_dropped": ...,
-/// "moe_load": [[...] per layer]]} on one line, no newline. Numbers
+/// "tokens": ..., "tokens_per_s": ..., "step_time_s": ...[, "model_tflops_per_rank": ...][, "mfu":
+/// ...][, "mem_plan_bytes": ...][, "mem_rss_peak_bytes": ...][, "moe_aux_loss": ...,
+/// "moe_dropped": ..., "moe_load": [[...] per layer]]} on one line, no newline (the bracketed
+/// throughput and memory keys when the record knows them). Numbers
 /// round-trip (%.17g); a non-finite one is written as null (JSON has no NaN).
 std::string stepRecordJson(const StepRecord &record);
 

@@ -3,7 +3,8 @@
 (tensorboard's EventAccumulator, which checks every record's masked CRC-32C) hold, at every
 logged step, exactly the JSON log's scalars as float32 (TensorBoard's simple_value is a float32,
 so each JSON number x must equal float32(x) bit for bit; a JSON null is a non-finite event),
-and nothing else: a tiny GPT with validation (fp32), fp16 with dynamic loss scaling (skipped
+and nothing else; the throughput and memory keys (model_tflops_per_rank from `megac describe`'s
+training FLOPs per token, mem_plan_bytes, mem_rss_peak_bytes) are logged: a tiny GPT with validation (fp32), fp16 with dynamic loss scaling (skipped
 steps, a changing loss scale), a Mixtral MoE (aux loss, drops, per-expert load), an indexed
 dataset split into train, validation and test parts (test/loss), and 2 ranks (dp 2: rank 0
 alone writes one file). A second run into the same directory adds a file; a directory
@@ -135,6 +136,47 @@ def compare(name, records, tbdir, files=1):
     return got
 
 
+def implied_flops_per_token(record, ranks):
+    """The model FLOPs per token a record's model_tflops_per_rank says (it is that times the
+    tokens over the step time and the ranks, divided by 1e12)."""
+    return (record["model_tflops_per_rank"] * 1e12 * ranks * record["step_time_s"]
+            / record["tokens"])
+
+
+def describe_training_flops(megac, model):
+    """`megac describe`'s "training X FLOP per token" as (value, half its last digit): the
+    number is printed with one decimal after an SI prefix (humanCount), so the exact count lies
+    within 0.05 of a prefix unit of it."""
+    out = subprocess.run([megac, "describe", "--model", model], check=True, capture_output=True,
+                         text=True).stdout
+    line = next(l for l in out.splitlines() if l.startswith("training"))
+    text = line.split()[1]
+    scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(text[-1], 1)
+    number = float(text[:-1]) if scale != 1 else float(text)
+    return number * scale, (0.05 if scale != 1 else 0.5) * scale
+
+
+def check_throughput_and_memory(megac, name, records, model, ranks):
+    """Every step logs model_tflops_per_rank, mem_plan_bytes and mem_rss_peak_bytes, and no mfu
+    (CPU ranks: no peak is known); the FLOPs per token they imply are the same at every step
+    (to float64 rounding of the product and quotient, 1e-12 relative) and are what `megac
+    describe` prints for the model."""
+    records = [r for r in records if "tokens" in r]  # the step lines, not evaluations
+    for key in ("model_tflops_per_rank", "mem_plan_bytes", "mem_rss_peak_bytes"):
+        check(all(isinstance(r.get(key), (int, float)) and r[key] > 0 for r in records),
+              f"{name}: every step logs a positive {key}")
+    check(all("mfu" not in r for r in records), f"{name}: no mfu on CPU ranks (no known peak)")
+    check(all(r["mem_rss_peak_bytes"] >= r["mem_plan_bytes"] for r in records),
+          f"{name}: the process's peak RSS holds at least the CPU arena")
+    flops = [implied_flops_per_token(r, ranks) for r in records]
+    check(max(flops) - min(flops) <= 1e-12 * max(flops),
+          f"{name}: the same model FLOPs per token at every step ({flops[0]:.6g})")
+    want, half_digit = describe_training_flops(megac, model)
+    check(abs(flops[0] - want) <= half_digit,
+          f"{name}: {flops[0]:.6g} FLOP per token = megac describe's {want:.6g} (+-{half_digit:g})")
+    return flops[0]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--megac", required=True)
@@ -150,6 +192,7 @@ def main():
     records, tb = train(args.megac, w, "gpt", GPT, "--steps", "4", "--lr", "3e-3",
                         "--eval-data", DATA, "--eval-interval", "2", "--eval-iters", "1")
     got = compare("gpt fp32 with validation", records, tb)
+    gpt_flops = check_throughput_and_memory(args.megac, "gpt", records, GPT, 1)
     check(sorted(s for t, s in got if t == "val/loss") == [2, 4], "val/loss at steps 2 and 4")
     check(sorted(s for t, s in got if t == "train/loss") == [1, 2, 3, 4],
           "train/loss at steps 1..4")
@@ -211,6 +254,9 @@ def main():
     records, tb = train(args.megac, w, "dp2", GPT, "--steps", "2", "--lr", "3e-3", "--ranks",
                         "2", "--dp", "2", "--threads", "1")
     compare("dp 2 (rank 0 writes)", records, tb, files=1)
+    dp2_flops = check_throughput_and_memory(args.megac, "dp 2", records, GPT, 2)
+    check(abs(dp2_flops - gpt_flops) <= 1e-12 * gpt_flops,
+          "dp 2: per rank, half the job's model FLOP/s (the same FLOPs per token as one rank)")
     return 0
 
 

@@ -180,7 +180,11 @@ overflow since the last growth on, halves the scale (not below --min-loss-scale)
 --loss-scale-window consecutive clean steps the scale doubles.
 --seed seeds initialization (zoo models) and BERT's masks.
 --log-json writes one JSON object per step and line: step, loss, lr, grad_norm (before
-clipping), loss_scale, skipped, tokens, tokens_per_s, step_time_s. --log-interval N (default
+clipping), loss_scale, skipped, tokens, tokens_per_s, step_time_s, model_tflops_per_rank
+(model FLOPs: 3x the forward's, `megac describe`'s training FLOP per token, x tokens / step
+time / ranks), mfu (model_tflops_per_rank over the GPU's dense bf16 peak: CUDA bf16/fp16 runs
+on A100/H100/H200 only), mem_plan_bytes (rank 0's planned arena) and mem_rss_peak_bytes (rank
+0's peak resident set). --log-interval N (default
 1; Megatron's): when stdout is not a terminal, one line every N steps (and after the last)
 with the mean loss and step time of those steps and the last step's lr and grad_norm; the
 JSON log still has every step. --tensorboard-dir DIR (created if missing) gets a new

@@ -136,6 +136,48 @@ TEST_F(TrainSessionTest, SavesAndResumesBitForBit) {
   }
 }
 
+TEST_F(TrainSessionTest, GivenBatchesEqualTheDataTheyCopy) {
+  // Session A reads its data; session B is given, step by step, the rows A's step reads
+  // (samples step * global batch + j of the same data): same plan, same rows, so the records'
+  // loss and grad norm and the final weights are equal bit for bit.
+  RunConfig c = config(3);
+  StatusOr<std::unique_ptr<TrainSession>> a = TrainSession::create(c);
+  StatusOr<std::unique_ptr<TrainSession>> b = TrainSession::create(c);
+  ASSERT_TRUE(a.isOk()) << a.status().message();
+  ASSERT_TRUE(b.isOk()) << b.status().message();
+  StatusOr<std::unique_ptr<runtime::data::SampleSource>> data = openSamples(c, DataPart::train);
+  ASSERT_TRUE(data.isOk()) << data.status().message();
+  for (int64_t step = 0; step < 3; ++step) {
+    std::vector<int64_t> rows(4 * 9);
+    for (int64_t j = 0; j < 4; ++j)
+      ASSERT_TRUE((*data)->read(step * 4 + j, std::span(rows).subspan(j * 9, 9)).isOk());
+    StatusOr<runtime::train::StepRecord> fromData = (*a)->step();
+    StatusOr<runtime::train::StepRecord> given = (*b)->step(rows, {4, 9});
+    ASSERT_TRUE(fromData.isOk()) << fromData.status().message();
+    ASSERT_TRUE(given.isOk()) << given.status().message();
+    EXPECT_EQ(given->step, step + 1);
+    EXPECT_EQ(given->loss, fromData->loss) << "step " << step + 1;
+    EXPECT_EQ(given->gradNorm, fromData->gradNorm) << "step " << step + 1;
+  }
+  TensorMap want = weights(**a, "a.safetensors"), got = weights(**b, "b.safetensors");
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto &[name, tensor] : want)
+    EXPECT_EQ(got.at(name).bytes, tensor.bytes) << name;
+  // A batch of another shape, a short buffer, a token outside the vocabulary: errors naming
+  // them, and no step taken.
+  std::vector<int64_t> rows(4 * 9, 1);
+  EXPECT_EQ((*b)->step(rows, {9, 4}).status().message(),
+            "the batch given to step 4 has shape [9, 4]; a step takes [global batch, S + 1] = "
+            "[4, 9] tokens");
+  EXPECT_EQ((*b)->step(std::span(rows).first(35), {4, 9}).status().message(),
+            "the batch given to step 4 holds 35 tokens, not 36 (shape [4, 9])");
+  rows[2 * 9 + 5] = 32;
+  EXPECT_EQ((*b)->step(rows, {4, 9}).status().message(),
+            "token 32 at row 2, position 5 of the batch given to step 4 is outside the model's "
+            "vocabulary [0, 32)");
+  EXPECT_EQ((*b)->stepsDone(), 3);
+}
+
 TEST_F(TrainSessionTest, ErrorsAreStatusesNamingTheProblem) {
   RunConfig c = config(2);
   c.model = ModelSource::fromSpec("gpt:layers=1,hidden=16,heads=2,seq=16,vocab=32").value();

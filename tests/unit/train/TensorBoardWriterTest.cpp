@@ -144,6 +144,25 @@ TEST(TensorBoard, StepScalarsAreTheJsonLogsKeys) {
   EXPECT_EQ(moe[9].tag, "train/moe_dropped");
   EXPECT_EQ(moe[12].tag, "train/moe_load/layer1/expert0");
   EXPECT_EQ(moe[12].value, 8.0);
+  // Throughput and memory, as the JSON log has them: 6e9 FLOP/token x 512 tokens / 0.25 s / 2
+  // ranks = 6.144e12 FLOP/s per rank, MFU 0.6144 of 1e13.
+  StepRecord known = r;
+  known.moe.reset();
+  known.flopsPerToken = 6e9;
+  known.ranks = 2;
+  known.peakFlopsPerRank = 1e13;
+  known.memPlanBytes = 4096;
+  known.memRssPeakBytes = 8192;
+  std::vector<Scalar> more = stepScalars(known);
+  ASSERT_EQ(more.size(), plain.size() + 4);
+  EXPECT_EQ(more[8].tag, "train/model_tflops_per_rank");
+  EXPECT_DOUBLE_EQ(more[8].value, 6.144);
+  EXPECT_EQ(more[9].tag, "train/mfu");
+  EXPECT_DOUBLE_EQ(more[9].value, 0.6144);
+  EXPECT_EQ(more[10].tag, "train/mem_plan_bytes");
+  EXPECT_EQ(more[10].value, 4096.0);
+  EXPECT_EQ(more[11].tag, "train/mem_rss_peak_bytes");
+  EXPECT_EQ(more[11].value, 8192.0);
   std::vector<Scalar> val = evalScalars("val", 2.0);
   ASSERT_EQ(val.size(), 2u);
   EXPECT_EQ(val[0].tag, "val/loss");

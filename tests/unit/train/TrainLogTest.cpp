@@ -46,6 +46,40 @@ TEST(TrainLog, JsonHasEveryFieldAndRoundTrips) {
   EXPECT_EQ(stepRecordJson(sample()).find('\n'), std::string::npos);
 }
 
+TEST(TrainLog, ThroughputAndMemoryKeysWhenKnown) {
+  // Without FLOPs, a peak or memory figures the record has none of the keys.
+  auto plain = json::parse(stepRecordJson(sample()));
+  ASSERT_TRUE(plain.isOk()) << plain.status().message();
+  for (const char *key : {"model_tflops_per_rank", "mfu", "mem_plan_bytes", "mem_rss_peak_bytes"})
+    EXPECT_EQ(plain->find(key), nullptr) << key;
+  // 2048 tokens in 0.5 s on 4 ranks at 6e9 FLOP per token: 6e9 * 2048 / 0.5 / 4 = 6.144e12
+  // FLOP/s per rank; over a 1e13 FLOP/s peak, MFU 0.6144.
+  StepRecord r = sample();
+  r.flopsPerToken = 6e9;
+  r.ranks = 4;
+  r.memPlanBytes = 123456789;
+  r.memRssPeakBytes = 987654321;
+  auto noPeak = json::parse(stepRecordJson(r));
+  ASSERT_TRUE(noPeak.isOk()) << noPeak.status().message();
+  EXPECT_DOUBLE_EQ(noPeak->find("model_tflops_per_rank")->number, 6.144);
+  EXPECT_EQ(noPeak->find("mfu"), nullptr); // no peak known: no MFU rather than a made-up one
+  EXPECT_EQ(noPeak->find("mem_plan_bytes")->integer, 123456789);
+  EXPECT_EQ(noPeak->find("mem_rss_peak_bytes")->integer, 987654321);
+  r.peakFlopsPerRank = 1e13;
+  auto v = json::parse(stepRecordJson(r));
+  ASSERT_TRUE(v.isOk()) << v.status().message();
+  EXPECT_DOUBLE_EQ(v->find("mfu")->number, 0.6144);
+  // --log-interval's mean keeps them consistent: the rate follows the mean tokens and time.
+  LogInterval interval;
+  StepRecord slow = r;
+  slow.step = 1;
+  slow.stepSeconds = 1.5; // mean step time 1 s: 6e9 * 2048 / 1 / 4 = 3.072e12
+  ASSERT_FALSE(interval.add(slow, 2, 10));
+  std::optional<StepRecord> mean = interval.add(r, 2, 10);
+  ASSERT_TRUE(mean);
+  EXPECT_DOUBLE_EQ(mean->modelTflopsPerRank(), 3.072);
+}
+
 TEST(TrainLog, NonFiniteNumbersAreNull) {
   StepRecord r = sample();
   r.loss = NAN;
