@@ -278,7 +278,8 @@ HfResult fromFamily(Fields &f, const Family &family, const std::string &file) {
   c.heads = f.integer("num_attention_heads", family.heads);
   c.kvHeads = f.integer("num_key_value_heads", family.kvHeads ? family.kvHeads : c.heads);
   // head_dim absent or null: hidden / heads (which the zoo then checks divides).
-  if (int64_t headDim = f.integer("head_dim", 0); headDim > 0 && headDim * c.heads != c.hidden)
+  if (int64_t headDim = f.integer("head_dim", 0);
+      headDim > 0 && (c.hidden % c.heads != 0 || headDim != c.hidden / c.heads))
     c.headDimKey = headDim;
   c.normEps = f.number(family.normEpsField, family.normEps);
   c.ropeTheta = f.number("rope_theta", family.ropeTheta);

@@ -119,6 +119,24 @@ def main():
             "cluster_count.txt": "a100-80g:16",
             "device.json": json.dumps({"base": "h100-sxm", "name": "fuzz", "memoryBytes": 8e10,
                                        "devicesPerNode": 4}),
+            "nemotron.txt": "nemotron:layers=1,hidden=64,heads=4,kv_heads=2,head_dim=24,ffn=96,"
+                            "seq=8,vocab=128,qkv_bias=1,rotary_pct=0.5",
+            # transformers config.json files (--model hf:), tiny.
+            "hf-llama.json": json.dumps({
+                "model_type": "llama", "hidden_size": 64, "intermediate_size": 96,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "vocab_size": 128, "rope_scaling": {
+                    "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}),
+            "hf-mixtral.json": json.dumps({
+                "model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96,
+                "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "vocab_size": 128, "num_local_experts": 4, "num_experts_per_tok": 2,
+                "sliding_window": 32}),
+            "hf-nemotron.json": json.dumps({
+                "model_type": "nemotron", "hidden_size": 64, "intermediate_size": 96,
+                "num_hidden_layers": 1, "num_attention_heads": 4, "head_dim": 24,
+                "vocab_size": 128, "partial_rotary_factor": 0.5, "hidden_act": "relu2"}),
     }.items():
         write(os.path.join(s, name), text.encode())
 
