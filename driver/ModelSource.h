@@ -62,7 +62,9 @@ public:
   static StatusOr<ModelSource> parse(const std::optional<std::string> &spec,
                                      const std::optional<std::string> &file);
   static StatusOr<ModelSource> fromSpec(const std::string &spec);
+  /// A zoo model of a config already checked (its batch counts as given: training keeps it).
   static ModelSource fromConfig(models::ModelConfig config);
+  /// An ONNX (.onnx) or IR (any other name) model file.
   static ModelSource fromFile(std::string path);
 
   const Value &value() const { return value_; }

@@ -5,6 +5,7 @@
 //   t5:enc_layers=2,dec_layers=2,hidden=64,heads=4,seq=32,vocab=128
 //   llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=128,seq=32,vocab=128
 //   mixtral:layers=2,hidden=64,heads=4,kv_heads=2,experts=8,topk=2,ffn=128,seq=32,vocab=128
+//   nemotron:layers=2,hidden=64,heads=4,kv_heads=2,ffn=256,seq=32,vocab=128,rotary_pct=0.5
 //
 // Keys: layers (gpt, bert; for t5 it sets both enc_layers and dec_layers), enc_layers and
 // dec_layers (t5), hidden, heads, seq (max positions = the built sequence length), dec_seq (t5,

@@ -1,4 +1,5 @@
-// The model zoo: builds a GPT, BERT, T5 or Llama forward graph as mega IR from a config.
+// The model zoo: builds a GPT, BERT, T5, Llama, Mixtral or Nemotron forward graph as mega IR
+// from a config (a spec, or a transformers config.json read by HfConfig.h).
 #pragma once
 
 #include "frontends/models/ModelConfig.h"
