@@ -454,6 +454,18 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
                     experts / double(g.ep) / (stack.expertTensorParallel ? double(t) : 1.0);
     double matrices = double(qkv.size()) + 1 + (s.gatedMlp ? 3 : 2) + (s.experts > 0 ? 1 : 0);
     double tensors = matrices * (bias ? 2 : 1) + (bias ? 4 : 2);
+    if (stack.gemmAccumulatesWeightGrads) {
+      // The matrices accumulate inside their weight-gradient GEMM; each bias (column-parallel
+      // ones split over tp, row-parallel ones whole) and the two norms' vectors keep an add.
+      params = double(bias ? 4 : 2) * double(h);
+      if (bias) {
+        for (const std::vector<Linear> *column : {&qkv, &fc1})
+          for (const Linear &l : *column)
+            params += double(l.out) / double(t);
+        params += double(proj.out + fc2.out);
+      }
+      tensors = (bias ? matrices : 0) + (bias ? 4 : 2);
+    }
     PassKernels acc;
     Builder{&acc}.mem(KernelClass::elementwise, params * double(e + 8) / tensors, tensors);
     out.gradAccumulation = acc.kernels;
@@ -536,6 +548,12 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     // accumulation add each per micro-batch.
     double tensors = (s.tiedEmbedding ? 1 : 2) + (s.rope ? 0 : 1) + (s.biases ? 2 : 1);
     double params = nonLayerParameters(s) / double(t);
+    if (stack.gemmAccumulatesWeightGrads && !s.tiedEmbedding) {
+      // An untied head's gradient accumulates inside its GEMM (a tied table's scatter is
+      // added to the accumulator first, which the head's GEMM then accumulates into).
+      tensors -= 1;
+      params -= double(s.vocab) * double(h) / double(t);
+    }
     eb.mem(KernelClass::elementwise, params * double(e + 8) / tensors, tensors);
   }
   return out;

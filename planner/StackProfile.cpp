@@ -17,8 +17,12 @@ StackProfile megac(bool cpu) {
   p.description = cpu ? "megac's CPU runtime: instructions in order, blocking collectives"
                       : "megac's CUDA runtime: NVRTC elementwise fusion, flash-style attention, "
                         "no overlap, pipeline sends through host memory";
-  p.transposeInstructions = true;
+  // passes/training/GemmFusion.cpp: no transpose feeds a GEMM, and weight gradients accumulate
+  // in their GEMM; e2e_gemm_layout pins both on the partition suite's plans, e2e_plan_kernels
+  // this inventory against the executed instructions.
+  p.transposeInstructions = false;
   p.separateGradAccumulation = true;
+  p.gemmAccumulatesWeightGrads = true;
   p.replicatesKvHeads = true;
   // Both runtimes run the same compiled graph (docs/planner.md, "A stack is data").
   p.separateProjections = true;

@@ -46,8 +46,9 @@ struct StackProfile {
   bool fusedBiasDropoutAdd = false;
   /// Any chain of elementwise ops is one kernel (megac CUDA: NVRTC elementwise fusion).
   bool elementwiseFusion = false;
-  /// Weight transposes run as separate copy instructions before GEMMs (megac's runtime today);
-  /// cuBLAS-based stacks pass transposes to the GEMM as flags instead.
+  /// Weight transposes run as separate copy instructions before GEMMs (megac before issue 30);
+  /// cuBLAS-based stacks, and megac's plans since mega-training-gemm-fusion, pass transposes to
+  /// the GEMM as flags instead.
   bool transposeInstructions = false;
   /// Head split/merge of q, k, v and the attention output as copies (megac: four transposes
   /// each way); Megatron's 2021 core reads strided views, copying only the merged context.
@@ -55,6 +56,11 @@ struct StackProfile {
   /// Weight gradients accumulated into an fp32 main-grad buffer by a separate pass per
   /// micro-batch (Megatron 2021 without --gradient-accumulation-fusion, megac's accumulators).
   bool separateGradAccumulation = false;
+  /// With separateGradAccumulation: weight-matrix gradients accumulate inside their GEMM
+  /// (beta = 1: megac's mega-training-gemm-fusion, Megatron's --gradient-accumulation-fusion for
+  /// the matrices), so only the vectors (biases, norm weights) and the embedding table keep an
+  /// add of their own per micro-batch.
+  bool gemmAccumulatesWeightGrads = false;
   /// The data-parallel gradient reduction runs during the backward (bucketed); otherwise it
   /// follows the last micro-batch's backward and is exposed.
   bool overlapGradReduce = false;

@@ -143,8 +143,8 @@ TEST(KernelModelTest, StacksDifferWhereTheirProfilesSay) {
   };
   BlockKernels megac = blockKernels(s, g, stack("megac"));
   BlockKernels megatron = blockKernels(s, g, stack("megatron-2021"));
-  // megac transposes Wᵀ and dyᵀ per linear (q, k, v, proj, fc1, fc2); Megatron passes flags.
-  EXPECT_EQ(count(megac.backward.kernels, KernelClass::transpose), 12);
+  // Both pass Wᵀ and dyᵀ to the GEMMs as flags (megac since mega-training-gemm-fusion).
+  EXPECT_EQ(count(megac.backward.kernels, KernelClass::transpose), 0);
   EXPECT_EQ(count(megatron.backward.kernels, KernelClass::transpose), 1); // the context copy
   // Flash attention vs materialised scores: Megatron's softmax is a kernel of its own.
   EXPECT_EQ(count(megac.forward.kernels, KernelClass::attention), 1);
