@@ -20,6 +20,9 @@ PACKAGES=(
   libgtest-dev googletest
   # test oracles: PyTorch and onnx for /usr/bin/python3, and venv for the test venv
   python3-torch python3-onnx python3-numpy python3-venv
+  # the Python package (python/, docs/python.md): optional for the CLI; CMake builds the module
+  # when pybind11 is found (MEGAC_PYTHON), against python3-dev's headers
+  pybind11-dev python3-dev
 )
 
 # The test venv (.venv, over /usr/bin/python3 with its site packages): transformers,

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""The megac Python package (python/, issue 36) against `megac train` on the same plan and data:
+
+(a) a tiny zoo GPT trained 3 steps through megac.TrainSession logs exactly the CLI's loss, lr and
+    grad_norm at every step (same plan, same rows, same seed: bit for bit), its step dicts have
+    the --log-json keys, its log_json file the same lines' values, and parameters() equals the
+    CLI's --save-weights tensor by tensor, bit for bit;
+(b) batches given to step() (the rows the CLI reads: step i reads rows (i*B + j) mod N of the
+    .npy) train exactly as the CLI does, as numpy int64 and int32 arrays;
+(c) errors raise megac.MegacError with megac's message: a bad spec, an unknown keyword, a missing
+    one, a batch of the wrong shape, a float batch, a token outside the vocabulary, a stopped
+    session; Model.describe() counts what `megac describe` prints; another Python thread runs
+    while a step does (the GIL is released).
+
+usage: python_package_test.py --megac build/bin/megac --pythonpath build/python --workdir DIR
+Exits 77 (a ctest skip) when the module was not built (no pybind11: MEGAC_PYTHON=OFF).
+"""
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "..", "..", "examples", "tiny-corpus.npy")
+GPT = "gpt:layers=2,hidden=64,heads=4,seq=64,vocab=256"
+RUN = {"data": DATA, "steps": 3, "global_batch": 8, "micro_batch": 4, "lr": 3e-3, "seed": 5,
+       "threads": 1}
+SKIP = 77
+# Keys whose values are timings or this process's memory: present, not compared across runs.
+MEASURED = {"tokens_per_s", "step_time_s", "model_tflops_per_rank", "mem_rss_peak_bytes"}
+
+
+def check(condition, message):
+    if not condition:
+        print("FAIL:", message)
+        sys.exit(1)
+    print("ok:", message)
+
+
+def cli_args(run):
+    args = []
+    for key, value in run.items():
+        args += ["--" + key.replace("_", "-"), str(value)]
+    return args
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        data = f.read()
+    dtypes = {"F32": np.float32, "F64": np.float64, "I64": np.int64}
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        out[name] = np.frombuffer(data[begin:end], dtype=dtypes[info["dtype"]]).reshape(
+            info["shape"])
+    return out
+
+
+def raises(megac, call, needle, what):
+    try:
+        call()
+    except megac.MegacError as e:
+        check(needle in str(e), f"{what} raises MegacError: {e}")
+        return
+    check(False, f"{what} raises MegacError")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--megac", required=True)
+    parser.add_argument("--pythonpath", required=True)
+    parser.add_argument("--workdir", required=True)
+    args = parser.parse_args()
+    sys.path.insert(0, os.path.abspath(args.pythonpath))
+    try:
+        import megac
+    except ImportError as e:
+        print(f"SKIP: the megac Python package is not built in {args.pythonpath} ({e}); it needs "
+              "pybind11 (Debian pybind11-dev) when CMake runs (MEGAC_PYTHON)")
+        return SKIP
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    w = args.workdir
+
+    # The CLI's run: its JSON log and its final weights.
+    cli_log, cli_weights = os.path.join(w, "cli.jsonl"), os.path.join(w, "cli.safetensors")
+    subprocess.run([args.megac, "train", "--model", GPT, *cli_args(RUN), "--log-json", cli_log,
+                    "--save-weights", cli_weights], check=True, capture_output=True)
+    cli = [json.loads(line) for line in open(cli_log)]
+    check(len(cli) == 3, "megac train logged 3 steps")
+
+    # (a) the configured data through the module.
+    model = megac.Model.from_spec(GPT)
+    py_log = os.path.join(w, "py.jsonl")
+    session = megac.TrainSession(model, log_json=py_log, **RUN)
+    check(session.sequence_length == 64 and session.vocab == 256 and session.global_batch == 8,
+          "the session reads S = 64, vocab 256, global batch 8")
+    steps = [session.step() for _ in range(3)]
+    for got, want in zip(steps, cli):
+        check(set(got) == set(want), f"step {want['step']}: the JSON log's keys {sorted(got)}")
+        same = {k: got[k] for k in want if k not in MEASURED}
+        check(same == {k: want[k] for k in same},
+              f"step {want['step']}: loss {got['loss']!r}, lr, grad_norm, ... equal the CLI's")
+    logged = [json.loads(line) for line in open(py_log)]
+    check([r["loss"] for r in logged] == [r["loss"] for r in cli],
+          "log_json= holds the same losses")
+    params = session.parameters()
+    weights = read_safetensors(cli_weights)
+    check(sorted(params) == sorted(weights), f"parameters() names the CLI's {len(weights)} tensors")
+    check(all(params[k].dtype == weights[k].dtype and params[k].shape == weights[k].shape and
+              np.array_equal(params[k], weights[k]) for k in weights),
+          "parameters() after 3 steps equals --save-weights bit for bit")
+    session.stop()
+    raises(megac, session.step, "the session is stopped", "a step after stop()")
+
+    # (b) the same rows given as batches: step i reads rows (i*B + j) mod N.
+    rows = np.load(DATA)
+    b = RUN["global_batch"]
+    for dtype in (np.int64, np.int32):
+        s = megac.TrainSession(megac.Model.from_spec(GPT), **RUN)
+        losses = []
+        for i in range(3):
+            batch = rows[[(i * b + j) % len(rows) for j in range(b)]].astype(dtype)
+            losses.append(s.step(batch)["loss"])
+        check(losses == [r["loss"] for r in cli],
+              f"batches given as {np.dtype(dtype).name} train exactly as the CLI: {losses}")
+        s.stop()
+
+    # The GIL is released while a step runs: a Python thread keeps running during step(). It
+    # records the time at each iteration; with the GIL held by the step, it could only run
+    # before or after it, so some of its times must lie well inside the step (10 ms from each
+    # end: more than the interpreter's 5 ms switch interval).
+    import threading
+    import time
+    s = megac.TrainSession(megac.Model.from_spec(GPT), **RUN)
+    times, done = [], threading.Event()
+
+    def tick():
+        while not done.is_set():
+            times.append(time.monotonic())
+
+    thread = threading.Thread(target=tick)
+    thread.start()
+    time.sleep(0.01)
+    t0 = time.monotonic()
+    s.step()
+    t1 = time.monotonic()
+    done.set()
+    thread.join()
+    inside = [t for t in times if t0 + 0.01 < t < t1 - 0.01]
+    check(t1 - t0 > 0.02 and inside,
+          f"another Python thread ran {len(inside)} times during a {1e3 * (t1 - t0):.0f} ms step")
+    s.stop()
+
+    # (c) errors carry megac's message.
+    raises(megac, lambda: megac.Model.from_spec("gpt:layers=two"), "--model",
+           "a bad spec")
+    raises(megac, lambda: megac.TrainSession(model, bogus_flag=1, **RUN),
+           "unknown option --bogus-flag", "an unknown keyword")
+    missing = dict(RUN)
+    del missing["steps"]
+    raises(megac, lambda: megac.TrainSession(model, **missing), "missing --steps",
+           "a missing steps=")
+    s = megac.TrainSession(model, **RUN)
+    raises(megac, lambda: s.step(rows[:4]), "has shape [4, 65]", "a batch of 4 rows")
+    raises(megac, lambda: s.step(rows[:8].astype(np.float32)), "integer token ids",
+           "a float32 batch")
+    bad = rows[:8].copy()
+    bad[1, 3] = 256
+    raises(megac, lambda: s.step(bad), "outside the model's vocabulary [0, 256)",
+           "a token outside the vocabulary")
+    check(s.steps_done == 0, "failed steps take no step")
+    s.stop()
+    d = model.describe()
+    out = subprocess.run([args.megac, "describe", "--model", GPT], check=True,
+                         capture_output=True, text=True).stdout
+    check(f"{d['parameters']:,}" in out and d["training_flops"] == 3 * d["forward_flops"],
+          f"describe(): {d['parameters']:,} parameters as megac describe prints, training = 3x "
+          "forward FLOPs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
