@@ -10,7 +10,8 @@
 (c) errors raise megac.MegacError with megac's message: a bad spec, an unknown keyword, a missing
     one, a batch of the wrong shape, a float batch, a token outside the vocabulary, a stopped
     session; Model.describe() counts what `megac describe` prints; another Python thread runs
-    while a step does (the GIL is released).
+    while a step does (the GIL is released);
+(d) `mpirun -np 2 python` with ranks=2, dp=2 steps as one rank does (fp64, 1e-12).
 
 usage: python_package_test.py --megac build/bin/megac --pythonpath build/python --workdir DIR
 Exits 77 (a ctest skip) when the module was not built (no pybind11: MEGAC_PYTHON=OFF).
@@ -72,6 +73,60 @@ def raises(megac, call, needle, what):
         check(needle in str(e), f"{what} raises MegacError: {e}")
         return
     check(False, f"{what} raises MegacError")
+
+
+RANK_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import megac
+s = megac.TrainSession(megac.Model.from_spec(sys.argv[2]), **json.loads(sys.argv[3]))
+losses = [s.step()["loss"] for _ in range(2)]
+params = s.parameters()
+if s.rank == 0:
+    np.savez(sys.argv[4], **params)
+    print(json.dumps({"ranks": s.ranks, "losses": losses}))
+s.stop()
+"""
+
+
+def mpi_matches_one_rank(args, megac, np):
+    """`mpirun -np 2 python SCRIPT` with ranks=2, dp=2 (fp64) steps as one rank does: the same
+    losses and gathered parameters to 1e-12 relative (dp 2 sums the two halves' gradients in
+    another order than one rank: fp64 rounding, ~1e-16 per operation, through two Adam steps),
+    plus 1e-12 absolute for the key biases: their true gradient is 0 (softmax ignores a shift
+    of the scores), so they hold Adam's steps on roundoff (~1e-15 here), not values to compare
+    relatively. The other parameters are O(0.01..1) and move by ~lr = 3e-3 a step.
+    False (a skip) without mpirun."""
+    if not shutil.which("mpirun"):
+        print("SKIP: the 2-rank case needs mpirun, which is not on PATH (install openmpi-bin)")
+        return False
+    run = dict(RUN, steps=2, precision="fp64")
+    one = megac.TrainSession(megac.Model.from_spec(GPT), **run)
+    want = [one.step()["loss"] for _ in range(2)]
+    want_params = one.parameters()
+    one.stop()
+    script = os.path.join(args.workdir, "rank.py")
+    with open(script, "w") as f:
+        f.write(RANK_SCRIPT)
+    out = os.path.join(args.workdir, "dp2.npz")
+    launcher = ["mpirun", "--oversubscribe", "-np", "2"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        launcher.insert(1, "--allow-run-as-root")
+    result = subprocess.run([*launcher, sys.executable, script, os.path.abspath(args.pythonpath),
+                             GPT, json.dumps(dict(run, ranks=2, dp=2)), out],
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        print(result.stdout, result.stderr)
+    check(result.returncode == 0, "mpirun -np 2 python: a 2-rank session runs")
+    got = json.loads(result.stdout.strip().splitlines()[-1])
+    check(got["ranks"] == 2 and np.allclose(got["losses"], want, rtol=1e-12, atol=0),
+          f"mpirun -np 2 python, dp 2: losses {got['losses']} = one rank's {want}")
+    params = np.load(out)
+    check(sorted(params.files) == sorted(want_params) and
+          all(np.allclose(params[k], want_params[k], rtol=1e-12, atol=1e-12) for k in want_params),
+          "dp 2: rank 0's gathered parameters equal one rank's (1e-12)")
+    return True
 
 
 def main():
@@ -180,6 +235,8 @@ def main():
            "a token outside the vocabulary")
     check(s.steps_done == 0, "failed steps take no step")
     s.stop()
+    if not mpi_matches_one_rank(args, megac, np):
+        return SKIP
     d = model.describe()
     out = subprocess.run([args.megac, "describe", "--model", GPT], check=True,
                          capture_output=True, text=True).stdout
