@@ -53,6 +53,14 @@ struct Linear {
   bool bias;
 };
 
+/// Whether this step's weight gradients accumulate inside their GEMM: megac fuses only where
+/// the GEMM's output is the fp32/fp64 accumulator itself; a bf16/fp16 product is widened and
+/// then added (mega-training-gemm-fusion keeps `acc + cast(matmul)`).
+bool gemmAccumulates(const StackProfile &stack, Precision precision) {
+  return stack.gemmAccumulatesWeightGrads &&
+         (precision == Precision::fp32 || precision == Precision::fp64);
+}
+
 /// The MLP of an MoE block (docs/moe.md, "Planner"), forward and backward, on one rank for one
 /// micro-batch: the router, the dispatch of each token to its topk experts, the local experts'
 /// GEMMs on their rows, the combine; under expert parallelism the token exchange among the ep
@@ -454,7 +462,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
                     experts / double(g.ep) / (stack.expertTensorParallel ? double(t) : 1.0);
     double matrices = double(qkv.size()) + 1 + (s.gatedMlp ? 3 : 2) + (s.experts > 0 ? 1 : 0);
     double tensors = matrices * (bias ? 2 : 1) + (bias ? 4 : 2);
-    if (stack.gemmAccumulatesWeightGrads) {
+    if (gemmAccumulates(stack, g.precision)) {
       // The matrices accumulate inside their weight-gradient GEMM; each bias (column-parallel
       // ones split over tp, row-parallel ones whole) and the two norms' vectors keep an add.
       params = double(bias ? 4 : 2) * double(h);
@@ -548,7 +556,7 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     // accumulation add each per micro-batch.
     double tensors = (s.tiedEmbedding ? 1 : 2) + (s.rope ? 0 : 1) + (s.biases ? 2 : 1);
     double params = nonLayerParameters(s) / double(t);
-    if (stack.gemmAccumulatesWeightGrads && !s.tiedEmbedding) {
+    if (gemmAccumulates(stack, g.precision) && !s.tiedEmbedding) {
       // An untied head's gradient accumulates inside its GEMM (a tied table's scatter is
       // added to the accumulator first, which the head's GEMM then accumulates into).
       tensors -= 1;

@@ -59,7 +59,8 @@ struct StackProfile {
   /// With separateGradAccumulation: weight-matrix gradients accumulate inside their GEMM
   /// (beta = 1: megac's mega-training-gemm-fusion, Megatron's --gradient-accumulation-fusion for
   /// the matrices), so only the vectors (biases, norm weights) and the embedding table keep an
-  /// add of their own per micro-batch.
+  /// add of their own per micro-batch. megac: fp32/fp64 steps only (a half GEMM's product is
+  /// widened, then added).
   bool gemmAccumulatesWeightGrads = false;
   /// The data-parallel gradient reduction runs during the backward (bucketed); otherwise it
   /// follows the last micro-batch's backward and is exposed.
