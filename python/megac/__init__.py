@@ -16,6 +16,7 @@ values, as data_path=[0.7, "A", 0.3, "B"]). megac's errors raise MegacError with
 docs/python.md has the whole story.
 """
 import json as _json
+import os
 
 from . import _megac
 from ._megac import MegacError
@@ -41,6 +42,26 @@ class Model:
         {"input_ids": [1, 64]} (training binds input_ids to the data's [micro_batch, S])."""
         shapes = {str(k): [int(d) for d in v] for k, v in (input_shapes or {}).items()}
         return cls(_megac.Model.from_onnx(str(path), shapes))
+
+    @classmethod
+    def from_torch(cls, module, example_inputs, path=None):
+        """A torch.nn.Module exported by torch.onnx.export (torch is needed only here) to `path`
+        (default: a temporary .onnx file that the Model keeps): `example_inputs` a tensor of
+        token ids [b, S] or a tuple of inputs; the first input is named input_ids, the output
+        logits, the batch dim dynamic (describe() binds it to the example's), training mode
+        (dropout kept), opset 17."""
+        import tempfile
+
+        import torch
+        inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+        if path is None:
+            handle, path = tempfile.mkstemp(prefix="megac-", suffix=".onnx")
+            os.close(handle)
+        torch.onnx.export(module, inputs, path, input_names=["input_ids"],
+                          output_names=["logits"], opset_version=17, do_constant_folding=False,
+                          training=torch.onnx.TrainingMode.TRAINING,
+                          dynamic_axes={"input_ids": {0: "batch"}})
+        return cls.from_onnx(path, {"input_ids": list(inputs[0].shape)})
 
     def describe(self):
         """`megac describe`'s counts of the forward graph as a dict: model, parameters,

@@ -11,7 +11,8 @@
     one, a batch of the wrong shape, a float batch, a token outside the vocabulary, a stopped
     session; Model.describe() counts what `megac describe` prints; another Python thread runs
     while a step does (the GIL is released);
-(d) `mpirun -np 2 python` with ranks=2, dp=2 steps as one rank does (fp64, 1e-12).
+(d) Model.from_torch: a torch GPT's 3 steps equal the CLI's on the ONNX it exported;
+(e) `mpirun -np 2 python` with ranks=2, dp=2 steps as one rank does (fp64, 1e-12).
 
 usage: python_package_test.py --megac build/bin/megac --pythonpath build/python --workdir DIR
 Exits 77 (a ctest skip) when the module was not built (no pybind11: MEGAC_PYTHON=OFF).
@@ -73,6 +74,29 @@ def raises(megac, call, needle, what):
         check(needle in str(e), f"{what} raises MegacError: {e}")
         return
     check(False, f"{what} raises MegacError")
+
+
+def torch_matches_cli(args, megac):
+    """Model.from_torch: a torch GPT (tests/e2e/torch_models.py) exported through torch.onnx
+    trains 3 steps exactly as `megac train` does on the ONNX file it wrote (same plan, data and
+    seed). Needs torch (Debian's python3-torch, /usr/bin/python3's)."""
+    import torch
+    sys.path.insert(0, HERE)
+    from torch_models import GptModel
+    torch.manual_seed(3)
+    gpt = GptModel(layers=1, hidden=32, heads=2, seq=64, vocab=256, gelu="tanh")
+    path = os.path.join(args.workdir, "torch_gpt.onnx")
+    model = megac.Model.from_torch(gpt, torch.randint(0, 256, (2, 64)), path=path)
+    check(model.describe()["parameters"] == sum(p.numel() for p in gpt.parameters()),
+          "from_torch: describe() counts torch's parameters")
+    session = megac.TrainSession(model, **RUN)
+    losses = [session.step()["loss"] for _ in range(3)]
+    session.stop()
+    log = os.path.join(args.workdir, "torch_cli.jsonl")
+    subprocess.run([args.megac, "train", path, *cli_args(RUN), "--log-json", log], check=True,
+                   capture_output=True)
+    cli = [json.loads(line)["loss"] for line in open(log)]
+    check(losses == cli, f"from_torch: 3 steps equal megac train on the exported ONNX: {losses}")
 
 
 RANK_SCRIPT = """
@@ -235,6 +259,7 @@ def main():
            "a token outside the vocabulary")
     check(s.steps_done == 0, "failed steps take no step")
     s.stop()
+    torch_matches_cli(args, megac)
     if not mpi_matches_one_rank(args, megac, np):
         return SKIP
     d = model.describe()
