@@ -1,8 +1,8 @@
 // The training phase's pass pipeline (TrainingPipeline.h).
 #include "passes/training/TrainingPipeline.h"
-#include "passes/training/Passes.h"
 #include "passes/partition/Passes.h"
 #include "passes/schedule/Passes.h"
+#include "passes/training/Passes.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
