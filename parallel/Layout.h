@@ -29,7 +29,7 @@ const char *recomputeName(Recompute recompute);
 /// The policy recomputeName names; nullopt for any other text.
 std::optional<Recompute> parseRecompute(std::string_view name);
 
-/// How one training step runs on the mesh <pp, dp, tp> (docs/pipeline.md). Degrees of 1 mean
+/// How one training step runs on the mesh <pp, dp, cp, tp> (docs/pipeline.md). Degrees of 1 mean
 /// no split; their product is the number of ranks. The planner searches these fields, the
 /// passes partition by them, and a run is configured with them.
 struct Layout {
@@ -42,7 +42,8 @@ struct Layout {
   int64_t microBatch = 1;
   /// Megatron's sequence parallelism: norms and residuals sharded on the sequence dim over tp.
   bool sequenceParallel = false;
-  /// 0: gradients all-reduced over dp; 1: Megatron's distributed optimizer (ZeRO-1).
+  /// 0: gradients all-reduced over dp; 1: Megatron's distributed optimizer (ZeRO-1); 2: gradients
+  /// reduce-scattered too (ZeRO-2); 3: parameters sharded as well (ZeRO-3 / FSDP). Issue 31.
   int zero = 0;
   Recompute recompute = Recompute::none;
   Precision precision = Precision::fp32;
@@ -54,8 +55,12 @@ struct Layout {
   /// experts of each MoE layer are split over ep ranks, the tokens stay split over all dp.
   /// (Last, so that positional initializers of the fields above stay valid.)
   int64_t ep = 1;
+  /// Context parallelism (issue 32, Megatron's --context-parallel-size): each sequence split over
+  /// cp ranks, its own mesh axis (world = tp * cp * pp * dp; dp excludes cp); the gradient
+  /// reduction runs over dp x cp.
+  int64_t cp = 1;
 
-  int64_t ranks() const { return tp * pp * dp; }
+  int64_t ranks() const { return tp * cp * pp * dp; }
   bool partitioned() const { return ranks() > 1; }
   /// The schedule the pipeline runs: interleaved 1F1B for 1f1b with vpp > 1.
   schedule::ScheduleKind pipelineSchedule() const {
