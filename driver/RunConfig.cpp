@@ -36,17 +36,25 @@ Status finishLayout(RunConfig &c) {
   if (layout.ranks() != ranks)
     return Status::error("--ranks " + str(ranks) + " is not tp " + str(layout.tp) + " x pp " +
                          str(layout.pp) + " x dp " + str(layout.dp) + " = " + str(layout.ranks()));
-  if (layout.zero == 1 && layout.dp == 1)
-    return Status::error(
-        "--zero 1 shards the optimizer state over data-parallel ranks; it needs dp > 1");
+  if (layout.zero < 0 || layout.zero > 3)
+    return Status::error("--zero " + str(layout.zero) + " is not a ZeRO stage (0, 1, 2 or 3)");
+  if (layout.zero >= 1 && layout.dp == 1)
+    return Status::error("--zero " + str(layout.zero) +
+                         (layout.zero == 1   ? " shards the optimizer state"
+                          : layout.zero == 2 ? " shards the optimizer state and gradients"
+                                             : " shards the parameters, gradients and optimizer "
+                                               "state") +
+                         " over data-parallel ranks; it needs dp > 1");
   if (layout.ep < 1 || layout.dp % layout.ep != 0)
     return Status::error("--ep " + str(layout.ep) + " must divide dp = " + str(layout.dp) +
                          ": expert parallelism is carved out of data parallelism (docs/moe.md)");
-  // ZeRO-1 shards over the mesh's dp axis: with ep, the dp / ep ranks holding the same experts.
-  if (layout.zero == 1 && layout.ep > 1 && layout.dp == layout.ep)
-    return Status::error("--zero 1 with --ep " + str(layout.ep) + " = dp leaves no ranks to "
-                         "shard the optimizer over (ZeRO-1 shards over the dp / ep = 1 ranks that "
-                         "hold the same experts); use dp > ep");
+  // ZeRO shards over the mesh's dp axis: with ep, the dp / ep ranks holding the same experts.
+  if (layout.zero >= 1 && layout.ep > 1 && layout.dp == layout.ep)
+    return Status::error("--zero " + str(layout.zero) + " with --ep " + str(layout.ep) +
+                         " = dp leaves no ranks to shard the optimizer over (ZeRO-" +
+                         str(layout.zero) +
+                         " shards over the dp / ep = 1 ranks that hold the same experts); use "
+                         "dp > ep");
 
   // Megatron: --micro-batch is per data-parallel rank; the model sees b*dp rows.
   runtime::train::BatchSplit &split = c.data.batch;

@@ -232,8 +232,14 @@ def TrainingOptimizer : Pass<"mega-training-optimizer", "mlir::ModuleOp"> {
     the parameters of its chunk functions): a gradient that is a partial sum
     (`mega.grad_partial`) is all-reduced over those axes — with `zero=1`, reduce-scattered over
     dp on dim 0 instead, so AdamW updates (and the moments hold) a 1/dp shard and the updated
-    shard is all-gathered; a parameter used on several pipeline stages (`mega.shared_stages`)
-    has its gradient summed between them (send/recv along pp); the global norm sums each
+    shard is all-gathered. `zero=2` (ZeRO-2) also shards the accumulator: each training
+    function reduce-scatters the micro-batch gradient over dp and adds it into the dp shard,
+    so @apply_gradients has no dp reduction for it. `zero=3` (ZeRO-3, FSDP) also stores the
+    parameter as its dp shard (`mega.dim_axes` gains dp on dim 0): every function all-gathers it
+    right before its first use, and again (`mega.regather`) before its first backward use where
+    the function runs both; AdamW updates the shard, with no all-gather after. Under zero 2/3 a
+    stage where no parameter shards is an error. A parameter used on several pipeline stages
+    (`mega.shared_stages`) has its gradient summed between them (send/recv along pp); the global norm sums each
     shard's squares over the axes it is split over, and over pp, counting every element once.
 
     Buckets (docs/training-step.md): gradients all-reduced over the same axes are flattened,
@@ -268,7 +274,9 @@ def TrainingOptimizer : Pass<"mega-training-optimizer", "mlir::ModuleOp"> {
     Option<"clipGrad", "clip-grad", "double", /*default=*/"0.0",
            "clip the global gradient norm to this value (0: no clipping)">,
     Option<"zero", "zero", "int64_t", /*default=*/"0",
-           "1: shard the optimizer step over dp (Megatron's distributed optimizer, ZeRO-1)">,
+           "ZeRO stage over dp, 0..3: 1 shards the optimizer step (Megatron's distributed "
+           "optimizer), 2 also the gradient accumulators (reduce-scattered every micro-batch), "
+           "3 also the parameters (all-gathered before use)">,
     Option<"bucketSize", "bucket-size", "int64_t", /*default=*/"0",
            "elements per gradient/parameter bucket of the dp collectives (0: Megatron's "
            "max(40000000, 1000000 x dp))">,

@@ -1,5 +1,6 @@
 // mega-training-optimizer: builds @apply_gradients (global norm, optional clipping, one AdamW
-// update per parameter) from @forward_backward's parameters and gradient accumulators.
+// update per parameter) from @forward_backward's parameters and gradient accumulators, and the
+// ZeRO-2/3 rewrites of the training functions (sharded accumulators, gathered parameters).
 #include "passes/partition/Passes.h"
 #include "passes/training/Passes.h"
 
@@ -27,6 +28,9 @@ constexpr StringLiteral kForwardBackward = "forward_backward";
 constexpr StringLiteral kApplyGradients = "apply_gradients";
 constexpr StringLiteral kCheckGradients = "check_gradients";
 constexpr StringLiteral kLossScale = "loss_scale";
+/// On ZeRO-3's second all-gather of a parameter (before its backward uses): keeps CSE from
+/// merging it into the forward's.
+constexpr StringLiteral kRegatherAttr = "mega.regather";
 
 /// One parameter of the step: its argument attributes (name, init), type and accumulator.
 struct Param {
@@ -39,7 +43,7 @@ struct Param {
 struct Distribution {
   mega::MeshAttr mesh;
   int64_t stage = 0;
-  bool zero = false;
+  int64_t zero = 0; // the ZeRO stage, 0..3 (docs/training-step.md)
 
   explicit operator bool() const { return static_cast<bool>(mesh); }
   int64_t size(StringRef axis) const {
@@ -68,10 +72,10 @@ SmallVector<int64_t> integersOf(Attribute attr) {
   return out;
 }
 
-/// ZeRO-1 shards a parameter's optimizer step over dp on dim 0 when its gradient is a partial
-/// sum over dp and dim 0 divides.
+/// ZeRO-1/2/3 shard a parameter's optimizer step (zero >= 2: and its accumulator; zero 3: and
+/// the parameter) over dp on dim 0 when its gradient is a partial sum over dp and dim 0 divides.
 bool zeroSharded(const Distribution &dist, const Param &p) {
-  if (!dist || !dist.zero || p.type.getRank() == 0)
+  if (!dist || dist.zero == 0 || p.type.getRank() == 0)
     return false;
   int64_t dp = dist.size("dp");
   return dp > 1 && llvm::is_contained(stringsOf(p.attrs.get(kGradPartialAttr)), "dp") &&
@@ -179,8 +183,8 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
   LogicalResult run(ModuleOp module) {
     if (failed(checkOptions(module)))
       return failure();
-    if (zero != 0 && zero != 1)
-      return module.emitError() << "mega-training-optimizer: zero must be 0 or 1, got "
+    if (zero < 0 || zero > 3)
+      return module.emitError() << "mega-training-optimizer: zero must be 0, 1, 2 or 3, got "
                                 << static_cast<int64_t>(zero);
     if (bucketSize < 0)
       return module.emitError() << "mega-training-optimizer: bucket-size must be >= 1 element "
@@ -220,7 +224,9 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
       mesh = top->getAttrOfType<mega::MeshAttr>(kMeshAttr);
     Distribution dist;
     if (mesh && mesh.getNumDevices() > 1)
-      dist = Distribution{mesh, stage, zero == 1};
+      dist = Distribution{mesh, stage, zero};
+    if (failed(checkShardable(fb, dist, *params)))
+      return failure();
     // Dynamic loss scaling (fp16): the gradients are scaled by loss_scale.
     // A pipeline stage whose chunks do not read loss_scale (only the last one's loss does)
     // still holds scaled gradients: look in every stage.
@@ -259,13 +265,13 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     SmallVector<Type> argTypes, resultTypes;
     SmallVector<DictionaryAttr> argAttrs, resultAttrs;
     for (const Param &p : *params) {
-      argTypes.push_back(p.type);
-      argAttrs.push_back(p.attrs);
+      argTypes.push_back(storedType(dist, p));
+      argAttrs.push_back(storedAttrs(b, dist, p));
     }
     for (StringRef prefix : {"grad.", "adam.m.", "adam.v."})
       for (const Param &p : *params) {
         bool moment = prefix != "grad.";
-        argTypes.push_back(moment ? momentType(dist, p) : p.type);
+        argTypes.push_back(moment ? momentType(dist, p) : gradType(dist, p));
         argAttrs.push_back(dist ? stateAttrs(b, dist, p, prefix)
                                 : named(kStateAttr, prefix + p.name));
       }
@@ -278,7 +284,7 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     }
     for (StringRef prefix : {"", "adam.m.", "adam.v."})
       for (const Param &p : *params) {
-        resultTypes.push_back(prefix.empty() ? p.type : momentType(dist, p));
+        resultTypes.push_back(prefix.empty() ? storedType(dist, p) : momentType(dist, p));
         resultAttrs.push_back(named(kUpdatesAttr, prefix + p.name));
       }
 
@@ -318,18 +324,18 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
       bool sharded = zeroSharded(dist, p);
       Value param = paramArgs[i];
       ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});
-      if (sharded)
+      if (sharded && dist.zero < 3) // ZeRO-3 stores the shard already
         param = mega::ShardSliceOp::create(b, loc, ms[i].getType(), param, dist.mesh, dpAxes,
                                            b.getI64IntegerAttr(0));
       auto update = mega::AdamWUpdateOp::create(
           b, loc, param.getType(), ms[i].getType(), vs[i].getType(), param, gradValues[i], ms[i],
           vs[i], lr, step, b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
           b.getF64FloatAttr(eps), b.getF64FloatAttr(decay));
-      newParams.push_back(update.getNewParam()); // a dp shard under ZeRO-1: gathered below
+      newParams.push_back(update.getNewParam()); // a dp shard under ZeRO-1/2: gathered below
       newMs.push_back(update.getNewExpAvg());
       newVs.push_back(update.getNewExpAvgSq());
     }
-    if (dist)
+    if (dist && dist.zero < 3)
       for (const Bucket &bucket :
            gradientBuckets(dist, *params, /*sharded=*/true, bucketLimit(dist)))
         allGatherBucket(b, loc, dist, *params, bucket, newParams);
@@ -347,7 +353,186 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     apply.setAllResultAttrs(resultAttrs);
     if (scaleType)
       buildCheckGradients(b, apply, *params, scaleType, dist);
+    if (dist && dist.zero >= 2)
+      for (func::FuncOp f : functions)
+        if (failed(shardAccumulators(f, dist, *params)))
+          return failure();
+    if (dist && dist.zero == 3)
+      for (auto f : llvm::to_vector(module.getOps<func::FuncOp>()))
+        if (f.getSymName() != kApplyGradients && f.getSymName() != kCheckGradients)
+          gatherParameters(f, dist, *params);
     return success();
+  }
+
+  /// ZeRO-2/3 shard parameters' gradients on dim 0 over dp: refuses a stage where none can be
+  /// (every parameter a scalar or with dim 0 not divisible by dp).
+  static LogicalResult checkShardable(func::FuncOp fb, const Distribution &dist,
+                                      ArrayRef<Param> params) {
+    if (!dist || dist.zero < 2 ||
+        llvm::any_of(params, [&](const Param &p) { return zeroSharded(dist, p); }))
+      return success();
+    const Param &p = params.front();
+    std::string shape;
+    llvm::raw_string_ostream os(shape);
+    llvm::interleave(p.type.getShape(), os, "x");
+    return fb.emitError() << "mega-training-optimizer: zero=" << dist.zero
+                          << " shards parameters on dim 0 over dp = " << dist.size("dp")
+                          << ", but no parameter of @" << fb.getSymName()
+                          << " has a dim 0 that dp divides (parameter '" << p.name << "' is ["
+                          << (shape.empty() ? "scalar" : shape) << "]); use a dp that divides "
+                          << "the parameters' dim 0, or --zero 1";
+  }
+
+  /// ZeRO-2/3: each sharded parameter's accumulator `acc' = acc + g` in a training function
+  /// becomes its dp shard, `acc' = acc + reduce_scatter(g)`, the reduce-scatter right after
+  /// g is computed so the whole micro-batch gradient dies there (docs/training-step.md).
+  static LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist,
+                                         ArrayRef<Param> params) {
+    OpBuilder b(f.getContext());
+    Block &block = f.getBody().front();
+    auto ret = cast<func::ReturnOp>(block.getTerminator());
+    ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});
+    for (unsigned i = 0; i < f.getNumResults(); ++i) {
+      auto name = f.getResultAttrOfType<StringAttr>(i, kUpdatesAttr);
+      if (!name || !name.getValue().starts_with("grad."))
+        continue;
+      StringRef paramName = name.getValue().drop_front(strlen("grad."));
+      const Param *p = llvm::find_if(params, [&](const Param &q) { return q.name == paramName; });
+      if (p == params.end() || !zeroSharded(dist, *p))
+        continue;
+      BlockArgument acc;
+      for (BlockArgument arg : f.getArguments())
+        if (f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kStateAttr) == name)
+          acc = arg;
+      auto add = ret.getOperand(i).getDefiningOp<mega::AddOp>();
+      if (!acc || !add || !acc.hasOneUse() || !add->hasOneUse() ||
+          (add.getLhs() != acc && add.getRhs() != acc))
+        return f.emitError() << "mega-training-optimizer: zero=" << dist.zero << " needs result "
+                             << i << " of @" << f.getSymName() << " to be " << name.getValue()
+                             << " + the gradient (as mega-training-autodiff builds it)";
+      Value grad = add.getLhs() == acc ? add.getRhs() : add.getLhs();
+      if (Operation *def = grad.getDefiningOp())
+        b.setInsertionPointAfter(def);
+      else
+        b.setInsertionPointToStart(&block);
+      RankedTensorType shard = dpShard(dist, *p);
+      Value mine = mega::ReduceScatterOp::create(b, add.getLoc(), shard, mega::ReduceKind::sum,
+                                                 grad, dist.mesh, dpAxes, 0);
+      Value sum = mega::AddOp::create(b, add.getLoc(), shard, acc, mine);
+      acc.setType(shard);
+      ret->setOperand(i, sum);
+      add.erase();
+      f.setArgAttrs(acc.getArgNumber(), stateAttrs(b, dist, *p, "grad."));
+    }
+    f.setType(FunctionType::get(f.getContext(), block.getArgumentTypes(), ret.getOperandTypes()));
+    return success();
+  }
+
+  /// ZeRO-3: a sharded parameter argument of `f` becomes its dp shard, all-gathered right before
+  /// its first use. Where `f` also runs the backward (ops no forward result depends on), the
+  /// backward's uses read a second all-gather placed before the first of them, so the forward's
+  /// whole copy dies after its last forward use (reshard after forward); the copy carries
+  /// `mega.regather` so that CSE keeps it.
+  static void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params) {
+    if (f.isExternal())
+      return;
+    OpBuilder b(f.getContext());
+    Block &block = f.getBody().front();
+    auto ret = cast<func::ReturnOp>(block.getTerminator());
+    // The forward: what the results other than gradients and accumulators depend on.
+    auto isBackwardResult = [&](unsigned i) {
+      if (f.getResultAttr(i, kUpdatesAttr))
+        return true;
+      auto out = f.getResultAttrOfType<StringAttr>(i, mega::kOutputAttr);
+      return out && out.getValue().starts_with("grad.");
+    };
+    bool backward = false;
+    DenseSet<Operation *> forward;
+    SmallVector<Operation *> work;
+    for (unsigned i = 0; i < f.getNumResults(); ++i) {
+      if (isBackwardResult(i))
+        backward = true;
+      else if (Operation *def = ret.getOperand(i).getDefiningOp())
+        work.push_back(def);
+    }
+    while (!work.empty()) {
+      Operation *op = work.pop_back_val();
+      if (!forward.insert(op).second)
+        continue;
+      for (Value v : op->getOperands())
+        if (Operation *def = v.getDefiningOp())
+          work.push_back(def);
+    }
+    ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});
+    for (BlockArgument arg : f.getArguments()) {
+      auto name = f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kParamAttr);
+      if (!name)
+        continue;
+      const Param *p =
+          llvm::find_if(params, [&](const Param &q) { return q.name == name.getValue(); });
+      if (p == params.end() || !zeroSharded(dist, *p))
+        continue;
+      SmallVector<OpOperand *> forwardUses, backwardUses;
+      for (OpOperand &use : arg.getUses())
+        (!backward || forward.contains(use.getOwner()) ? forwardUses : backwardUses)
+            .push_back(&use);
+      arg.setType(dpShard(dist, *p));
+      f.setArgAttrs(arg.getArgNumber(), storedAttrs(b, dist, *p));
+      auto gather = [&](ArrayRef<OpOperand *> uses, bool again) {
+        if (uses.empty())
+          return;
+        Operation *first = uses.front()->getOwner();
+        for (OpOperand *use : uses)
+          if (use->getOwner()->isBeforeInBlock(first))
+            first = use->getOwner();
+        b.setInsertionPoint(first);
+        auto whole = mega::AllGatherOp::create(b, arg.getLoc(), p->type, arg, dist.mesh, dpAxes,
+                                               b.getI64IntegerAttr(0), UnitAttr());
+        if (again)
+          whole->setAttr(kRegatherAttr, b.getUnitAttr());
+        for (OpOperand *use : uses)
+          use->set(whole);
+      };
+      gather(forwardUses, false);
+      gather(backwardUses, !forwardUses.empty());
+    }
+    f.setType(FunctionType::get(f.getContext(), block.getArgumentTypes(), ret.getOperandTypes()));
+  }
+
+  /// A sharded parameter's gradient accumulator: its dp shard under ZeRO-2/3.
+  static RankedTensorType gradType(const Distribution &dist, const Param &p) {
+    return dist.zero >= 2 ? momentType(dist, p) : p.type;
+  }
+
+  /// A parameter as stored: its dp shard under ZeRO-3.
+  static RankedTensorType storedType(const Distribution &dist, const Param &p) {
+    return dist.zero == 3 ? momentType(dist, p) : p.type;
+  }
+
+  /// The parameter's mega.dim_axes (none: every dim whole) with dp added on dim 0, after the
+  /// axes already splitting it: a dp shard of the local tensor.
+  static ArrayAttr dpShardDims(OpBuilder &b, const Param &p) {
+    SmallVector<Attribute> split;
+    if (auto dims = dyn_cast_or_null<ArrayAttr>(p.attrs.get(kDimAxesAttr)))
+      split.assign(dims.begin(), dims.end());
+    else
+      split.assign(p.type.getRank(), b.getStrArrayAttr({}));
+    SmallVector<StringRef> axes = stringsOf(split[0]);
+    axes.push_back("dp");
+    split[0] = b.getStrArrayAttr(axes);
+    return b.getArrayAttr(split);
+  }
+
+  /// A parameter argument's attributes: under ZeRO-3 a sharded one's dim_axes gain dp on dim 0,
+  /// so codegen's parameter table records the shard's offset and checkpoints reshard.
+  static DictionaryAttr storedAttrs(OpBuilder &b, const Distribution &dist, const Param &p) {
+    if (dist.zero != 3 || !zeroSharded(dist, p))
+      return p.attrs;
+    NamedAttrList attrs(p.attrs);
+    attrs.set(kDimAxesAttr, dpShardDims(b, p));
+    if (!attrs.get(kGlobalShapeAttr))
+      attrs.set(kGlobalShapeAttr, b.getDenseI64ArrayAttr(p.type.getShape()));
+    return attrs.getDictionary(b.getContext());
   }
 
   /// A moment's type: the parameter's, or its dp shard under ZeRO-1.
@@ -360,27 +545,30 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
   }
 
   /// A state argument's attributes in a partitioned step: its name, global shape and split
-  /// (the parameter's, plus dp on dim 0 for ZeRO-1 moments), and for accumulators the axes the
-  /// gradient is a partial sum over.
+  /// (the parameter's, plus dp on dim 0 for ZeRO moments and ZeRO-2/3 accumulators), and for
+  /// accumulators the axes the gradient is a partial sum over (not dp once reduce-scattered).
   static DictionaryAttr stateAttrs(OpBuilder &b, const Distribution &dist, const Param &p,
                                    StringRef prefix) {
+    bool accumulator = prefix == "grad.";
+    bool shard = zeroSharded(dist, p) && (!accumulator || dist.zero >= 2);
     SmallVector<NamedAttribute> attrs;
     attrs.push_back(b.getNamedAttr(kStateAttr, b.getStringAttr(prefix + p.name)));
-    if (Attribute shape = p.attrs.get(kGlobalShapeAttr))
+    Attribute shape = p.attrs.get(kGlobalShapeAttr);
+    if (!shape && shard)
+      shape = b.getDenseI64ArrayAttr(p.type.getShape());
+    if (shape)
       attrs.push_back(b.getNamedAttr(kGlobalShapeAttr, shape));
-    auto dims = dyn_cast_or_null<ArrayAttr>(p.attrs.get(kDimAxesAttr));
-    if (dims) {
-      SmallVector<Attribute> split(dims.begin(), dims.end());
-      if (prefix != "grad." && zeroSharded(dist, p)) {
-        SmallVector<StringRef> axes = stringsOf(split[0]);
-        axes.push_back("dp");
-        split[0] = b.getStrArrayAttr(axes);
-      }
-      attrs.push_back(b.getNamedAttr(kDimAxesAttr, b.getArrayAttr(split)));
+    if (shard)
+      attrs.push_back(b.getNamedAttr(kDimAxesAttr, dpShardDims(b, p)));
+    else if (Attribute dims = p.attrs.get(kDimAxesAttr))
+      attrs.push_back(b.getNamedAttr(kDimAxesAttr, dims));
+    if (accumulator) {
+      SmallVector<StringRef> partial = stringsOf(p.attrs.get(kGradPartialAttr));
+      if (shard)
+        llvm::erase(partial, "dp");
+      if (!partial.empty())
+        attrs.push_back(b.getNamedAttr(kGradPartialAttr, b.getStrArrayAttr(partial)));
     }
-    if (prefix == "grad.")
-      if (Attribute partial = p.attrs.get(kGradPartialAttr))
-        attrs.push_back(b.getNamedAttr(kGradPartialAttr, partial));
     return b.getDictionaryAttr(attrs);
   }
 
@@ -420,6 +608,18 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     }
     for (const Bucket &bucket : gradientBuckets(dist, params, /*sharded=*/false, limit))
       allReduceBucket(b, loc, dist, params, bucket, grads);
+    if (dist.zero >= 2) {
+      // ZeRO-2/3: the accumulators hold dp shards already reduced over dp, micro-batch by
+      // micro-batch; a gradient also partial over other axes (tp, ep) is summed over those.
+      for (size_t i = 0; i < params.size(); ++i) {
+        SmallVector<StringRef> partial = stringsOf(params[i].attrs.get(kGradPartialAttr));
+        llvm::erase(partial, "dp");
+        if (zeroSharded(dist, params[i]) && !partial.empty())
+          grads[i] = mega::AllReduceOp::create(b, loc, grads[i].getType(), mega::ReduceKind::sum,
+                                               grads[i], dist.mesh, b.getStrArrayAttr(partial));
+      }
+      return;
+    }
     for (const Bucket &bucket : gradientBuckets(dist, params, /*sharded=*/true, limit))
       reduceScatterBucket(b, loc, dist, params, bucket, grads);
   }
@@ -671,8 +871,9 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     SmallVector<Type> argTypes;
     SmallVector<DictionaryAttr> argAttrs;
     for (const Param &p : params) {
-      argTypes.push_back(p.type);
-      argAttrs.push_back(named(kStateAttr, "grad." + p.name));
+      argTypes.push_back(gradType(dist, p));
+      argAttrs.push_back(dist ? stateAttrs(b, dist, p, "grad.")
+                              : named(kStateAttr, "grad." + p.name));
     }
     argTypes.push_back(scaleType);
     argAttrs.push_back(named(mega::kInputAttr, kLossScale));

@@ -170,8 +170,9 @@ StatusOr<TensorMap> gatherGradients(const LoadedPlan &plan, const Executor &exec
           << " (summing the gradient of '" << name << "')";
     mine.emplace(grad, std::move(t));
   }
-  // Gradients are laid out as their parameters (the accumulator has the parameter's shard); a
-  // parameter on several stages gets the sum of their accumulators.
+  // Gradients are laid out as their accumulators: the parameter's shard, or under ZeRO-2 its dp
+  // shard (the state's own sharding); a parameter on several stages gets the sum of their
+  // accumulators.
   std::vector<Item> items;
   const fb::Plan &p = plan.plan();
   for (Item item : parameterItems(plan, false)) {
@@ -182,6 +183,8 @@ StatusOr<TensorMap> gatherGradients(const LoadedPlan &plan, const Executor &exec
       if (st->name()->str() == "grad." + item.name) {
         item.local = st->name()->str();
         item.buffer = st->buffer();
+        if (st->global_shape() && st->global_shape()->size() == item.globalShape.size())
+          item.sharding = shardingOf(st->sharding());
         items.push_back(item);
       }
   }

@@ -62,7 +62,7 @@ void RunFlags::declare(Flags &f) {
   f.flag("--no-load-rng", c.checkpoint.noLoadRng);
   f.text("--trace", c.log.tracePath, "FILE").count("--trace-steps", traceSteps, 1);
   f.count("--ranks", c.exec.ranks, 1).count("--tp", l.tp, 1, "T").count("--pp", l.pp, 1, "P");
-  f.count("--dp", l.dp, 1, "D").count("--vpp", l.vpp, 1, "V").count("--zero", zero, 0, "0|1");
+  f.count("--dp", l.dp, 1, "D").count("--vpp", l.vpp, 1, "V").count("--zero", zero, 0, "0-3");
   f.count("--ep", l.ep, 1, "E").count("--bucket-size", c.training.bucketSize, 1, "N");
   f.flag("--sequence-parallel", sequenceParallel);
   f.choice("--recompute", recompute, {"none", "selective", "full"});
@@ -136,8 +136,8 @@ std::string configureStep(const Flags &f, RunFlags &r, bool planOnly) {
       return backend.status().message();
     c.exec.backend = *backend;
   }
-  if (r.zero > 1)
-    return "--zero: '" + std::to_string(r.zero) + "' is not 0 or 1";
+  if (r.zero > 3)
+    return "--zero: '" + std::to_string(r.zero) + "' is not 0, 1, 2 or 3";
   l.zero = int(r.zero);
   l.sequenceParallel = r.sequenceParallel;
   l.recompute = *parseRecompute(r.recompute);

@@ -6,13 +6,13 @@
 // RUN: not megac-opt %s --mega-training-optimizer="weight-decay=-1" --split-input-file 2>&1 | FileCheck %s --check-prefix=WD
 // RUN: not megac-opt %s --mega-training-optimizer="clip-grad=-2" --split-input-file 2>&1 | FileCheck %s --check-prefix=CLIP
 // RUN: not megac-opt %s --mega-training-optimizer="bucket-size=-1" --split-input-file 2>&1 | FileCheck %s --check-prefix=BUCKET
-// RUN: not megac-opt %s --mega-training-optimizer="zero=2" --split-input-file 2>&1 | FileCheck %s --check-prefix=ZERO
+// RUN: not megac-opt %s --mega-training-optimizer="zero=4" --split-input-file 2>&1 | FileCheck %s --check-prefix=ZERO
 
 // BETA: error: mega-training-optimizer: beta1 and beta2 must be in [0, 1)
 // EPS: error: mega-training-optimizer: eps must be > 0, got 0
 // WD: error: mega-training-optimizer: weight-decay must be >= 0, got -1
 // CLIP: error: mega-training-optimizer: clip-grad must be >= 0 (0: off), got -2
-// ZERO: error: mega-training-optimizer: zero must be 0 or 1, got 2{{$}}
+// ZERO: error: mega-training-optimizer: zero must be 0, 1, 2 or 3, got 4{{$}}
 // BUCKET: error: mega-training-optimizer: bucket-size must be >= 1 element (0: Megatron's default), got -1
 
 // expected-error@+1 {{mega-training-optimizer: no function @forward_backward in the module (run mega-training-loss and mega-training-autodiff first)}}
