@@ -11,6 +11,29 @@ namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
+/// Context parallelism (docs/context-parallel.md): what it composes with so far, each other
+/// combination refused by name.
+Status checkContextParallel(const RunConfig &c) {
+  const Layout &layout = c.layout();
+  if (layout.cp < 1)
+    return Status::error("--cp " + str(layout.cp) + " must be >= 1");
+  if (layout.cp == 1)
+    return Status::ok();
+  std::string with;
+  if (layout.pp > 1)
+    with = "pipeline parallelism (--pp " + str(layout.pp) + ")";
+  else if (layout.ep > 1)
+    with = "expert parallelism (--ep " + str(layout.ep) + ")";
+  else if (layout.zero > 0)
+    with = "--zero " + str(layout.zero);
+  else if (c.exec.backend == runtime::Backend::cuda)
+    with = "--backend cuda (the CPU backend runs it)";
+  if (!with.empty())
+    return Status::error("--cp " + str(layout.cp) + " with " + with +
+                         " is not supported yet; use --cp with --tp and --dp");
+  return Status::ok();
+}
+
 /// The ranks of the job, dp derived from them, and the layout's combination checked; the
 /// model's micro-batch (b*dp) and the micro-batches per step from the batch sizes.
 Status finishLayout(RunConfig &c) {
@@ -31,10 +54,14 @@ Status finishLayout(RunConfig &c) {
   if (layout.sequenceParallel && layout.tp == 1)
     return Status::error("--sequence-parallel needs tensor parallelism (--tp > 1)");
   int64_t ranks = c.exec.ranks;
-  if (layout.dp == 0) // pure data parallel over whatever tp and pp leave
-    layout.dp = ranks % (layout.tp * layout.pp) == 0 ? ranks / (layout.tp * layout.pp) : 1;
+  if (Status s = checkContextParallel(c); !s.isOk())
+    return s;
+  int64_t model = layout.tp * layout.cp * layout.pp; // the ranks of one data-parallel replica
+  if (layout.dp == 0) // pure data parallel over whatever tp, cp and pp leave
+    layout.dp = ranks % model == 0 ? ranks / model : 1;
   if (layout.ranks() != ranks)
-    return Status::error("--ranks " + str(ranks) + " is not tp " + str(layout.tp) + " x pp " +
+    return Status::error("--ranks " + str(ranks) + " is not tp " + str(layout.tp) +
+                         (layout.cp > 1 ? " x cp " + str(layout.cp) : std::string()) + " x pp " +
                          str(layout.pp) + " x dp " + str(layout.dp) + " = " + str(layout.ranks()));
   if (layout.zero < 0 || layout.zero > 3)
     return Status::error("--zero " + str(layout.zero) + " is not a ZeRO stage (0, 1, 2 or 3)");

@@ -273,6 +273,26 @@ ShardingRule embedding(EmbeddingOp op) {
   return rule.done({{{v}, {h}}, ids}, {result});
 }
 
+/// data [d..., n, e...] gathered on `axis` (the n dim) by indices [i...] -> [d..., i..., e...]:
+/// the data's other dims and the indices' dims are parallel (context parallelism gathers the
+/// sequence's permutation split over cp, docs/context-parallel.md); the gathered dim is whole.
+ShardingRule gather(GatherOp op) {
+  RuleBuilder rule;
+  ArrayRef<int64_t> data = shapeOf(op.getData());
+  int64_t axis = op.getAxis();
+  if (axis < 0)
+    axis += static_cast<int64_t>(data.size());
+  if (axis < 0 || axis >= static_cast<int64_t>(data.size()))
+    return ShardingRule{}; // the verifier's error; no split
+  TensorFactors d = rule.fresh(data, FactorKind::parallel);
+  d[axis] = rule.dim(data[axis], FactorKind::whole);
+  TensorFactors ids = rule.fresh(shapeOf(op.getIndices()), FactorKind::parallel);
+  TensorFactors result(d.begin(), d.begin() + axis);
+  result.append(ids.begin(), ids.end());
+  result.append(d.begin() + axis + 1, d.end());
+  return rule.done({d, ids}, {result});
+}
+
 /// logits [..., V], labels [...] -> [...]; V is special (vocab-parallel cross-entropy).
 ShardingRule crossEntropy(CrossEntropyOp op) {
   RuleBuilder rule;
@@ -285,13 +305,16 @@ ShardingRule crossEntropy(CrossEntropyOp op) {
 }
 
 /// q [b, s, h, d], k [b, t, g, d], v [b, t, g, dv] (+ mask, broadcast to [b, h, s, t]) ->
-/// [b, s, h, dv]. Heads split as (g, h/g) so grouped-query attention shards by kv group.
+/// [b, s, h, dv]. Heads split as (g, h/g) so grouped-query attention shards by kv group. Without
+/// `causal` every query row is independent of the others given all keys: s is parallel
+/// (context parallelism splits it, with the causal mask as an explicit `mask` of global
+/// positions); `causal` counts query positions from 0 here, so s stays whole.
 ShardingRule attention(AttentionOp op) {
   RuleBuilder rule;
   ArrayRef<int64_t> q = shapeOf(op.getQuery()), k = shapeOf(op.getKey()),
                     v = shapeOf(op.getValue());
   int b = rule.add(q[0], FactorKind::parallel);
-  int s = rule.add(q[1], FactorKind::whole);
+  int s = rule.add(q[1], op.getCausal() ? FactorKind::whole : FactorKind::parallel);
   int t = rule.add(k[1], FactorKind::whole);
   int g = rule.add(k[2], FactorKind::parallel);
   DimFactors heads{g};
@@ -451,6 +474,7 @@ ShardingRule ruleOf(Operation *op) {
       .Case<MatmulOp>(matmul)
       .Case<EmbeddingOp>(embedding)
       .Case<CrossEntropyOp>(crossEntropy)
+      .Case<GatherOp>(gather)
       .Case<AttentionOp>(attention)
       .Case<RopeOp>(rope)
       .Case<TopKMaskOp>([](TopKMaskOp o) {

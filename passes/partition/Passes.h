@@ -20,6 +20,9 @@ inline constexpr const char *kDimAxesAttr = "mega.dim_axes";
 inline constexpr const char *kPartialAxesAttr = "mega.partial_axes";
 /// On the module: the #mega.mesh of the partitioned program.
 inline constexpr const char *kMeshAttr = "mega.mesh";
+/// On a mega.gather made by mega-context-parallel: its indices (the sequence's load-balanced
+/// permutation) are split over cp, and so is the gathered dim of its result.
+inline constexpr const char *kContextParallelSplitAttr = "mega.cp_split";
 
 #define GEN_PASS_DECL
 #include "passes/partition/Passes.h.inc"

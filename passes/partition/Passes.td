@@ -5,11 +5,48 @@
 
 include "mlir/Pass/PassBase.td"
 
+def ContextParallel : Pass<"mega-context-parallel", "mlir::ModuleOp"> {
+  let summary = "permute the sequence for context parallelism and mask attention by position";
+  let description = [{
+    Runs after mega-training-loss (and mixed precision), before mega-sharding-propagation with
+    the same `cp`, on @forward_backward (docs/context-parallel.md). Causal load balancing: the
+    sequence is cut into 2·cp chunks and permuted so that cp rank i's contiguous S / cp
+    positions are chunks i and 2·cp − 1 − i. The pass gathers, by that permutation `P` (an i64
+    constant), the token inputs `[b, S]` on dim 1 (input_ids, labels), a learned position table
+    `[S, h]` added to the hidden states (GPT's wpe; its gradient becomes a scatter), and the
+    rotary tables of the `mega.rope` feeding each attention's query and key; each such
+    `mega.gather` is marked `mega.cp_split` (propagation splits the permutation, and so the
+    sequence, over cp). Each causal `mega.attention` gets an explicit `mask [1, 1, S, S]` of
+    global positions instead — `min(P[i] - P[j], 0) * 1e4`, built once from the rows' gathered
+    positions — and loses `causal` (its query dim may then be split). The loss is a sum over
+    positions: permuting them changes nothing but the order of the sum.
+
+    ```mlir
+    // before (cp = 2, S = 8)
+    %e = mega.embedding %wte[%ids] : tensor<32x16xf64>, tensor<2x8xi64> -> tensor<2x8x16xf64>
+    %o = mega.attention %q, %k, %v causal : (...) -> tensor<2x8x2x8xf64>
+    // after
+    %P = mega.constant dense<[0, 1, 6, 7, 2, 3, 4, 5]> : tensor<8xi64>
+    %ids2 = mega.gather %ids[%P] axis 1 {mega.cp_split} : tensor<2x8xi64>, tensor<8xi64> -> tensor<2x8xi64>
+    %o = mega.attention %q, %k, %v mask %m : (...) -> tensor<2x8x2x8xf64>
+    ```
+
+    Errors: no mega.attention in the model, a softmax over rank-4 scores (attention the input
+    phase did not raise), attention that is not causal self-attention or has a mask, a float
+    input over the sequence (padding mask), a sequence 2·cp does not divide.
+  }];
+  let options = [
+    Option<"cp", "cp", "int64_t", "1", "context-parallel degree (1: the pass does nothing)">,
+  ];
+  let dependentDialects = ["mega::MegaDialect"];
+}
+
 def ShardingPropagation : Pass<"mega-sharding-propagation", "mlir::ModuleOp"> {
   let summary = "choose a sharding for every value of @forward_backward's forward half";
   let description = [{
     Runs after mega-training-loss, before autodiff, on @forward_backward (the model and its
-    loss). Sets the module's `mega.mesh = #mega.mesh<pp = P, dp = D, tp = T>` and writes every
+    loss). Sets the module's `mega.mesh = #mega.mesh<pp = P, dp = D, tp = T>` (with `cp`:
+    `<pp, dp, cp, tp>`, the gathers mega-context-parallel marks split over cp) and writes every
     value's layout into its type as a `#mega.sharding` encoding; where an operand's layout is not
     the one its user needs, inserts `mega.reshard`. @forward (evaluation) is dropped: it runs on
     one rank.
@@ -36,6 +73,9 @@ def ShardingPropagation : Pass<"mega-sharding-propagation", "mlir::ModuleOp"> {
     Option<"ep", "ep", "int64_t", "1",
            "expert-parallel degree, carved out of dp (docs/moe.md): the mesh becomes "
            "<pp, dp = dp/ep, ep, tp>, the batch is split over (dp, ep) and the experts over ep">,
+    Option<"cp", "cp", "int64_t", "1",
+           "context-parallel degree, its own mesh axis <pp, dp, cp, tp> (after "
+           "mega-context-parallel): gathers marked mega.cp_split split the sequence over cp">,
   ];
   let dependentDialects = ["mega::MegaDialect"];
 }

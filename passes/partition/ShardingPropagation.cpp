@@ -25,7 +25,6 @@ namespace {
 using partition::AxisList;
 using partition::Sharding;
 
-
 int64_t numElements(Value v) {
   auto t = cast<RankedTensorType>(v.getType());
   return t.getNumElements();
@@ -41,6 +40,7 @@ public:
       epAxis_ = *mesh.findAxis("ep");
       batchAxes_.push_back(*epAxis_);
     }
+    cpAxis_ = mesh.findAxis("cp");
   }
 
   LogicalResult run() {
@@ -303,8 +303,8 @@ private:
       if (kvHeads % tp_ != 0) // replicateKeyValueHeads found no replication
         return op->emitError() << "attention has " << heads << " query heads on " << kvHeads
                                << " key/value heads: tp = " << tp_ << " needs the key/value "
-                               << "heads replicated to a multiple of " << tp_
-                               << " that divides " << heads;
+                               << "heads replicated to a multiple of " << tp_ << " that divides "
+                               << heads;
     }
     return success();
   }
@@ -373,8 +373,8 @@ private:
     Sharding want = withoutEp(get(mask), 0, type.getRank() - 1);
     want.dims.back() = {*epAxis_};
     OpBuilder b(before);
-    return mega::ReshardOp::create(b, before->getLoc(),
-                                   partition::withSharding(type, want, mesh_), mask);
+    return mega::ReshardOp::create(b, before->getLoc(), partition::withSharding(type, want, mesh_),
+                                   mask);
   }
 
   /// Expert parallelism's token exchange (Megatron's all-to-all dispatcher): after a dispatch
@@ -427,6 +427,25 @@ private:
     combine.getInputMutable().assign(exchange.getResult());
   }
 
+  /// Context parallelism: a gather by the sequence's permutation (marked by
+  /// mega-context-parallel) reads this rank's positions only — the permutation is split over cp,
+  /// and the gathered sequence dim with it; every token-wise op then follows.
+  void splitSequence(Operation *op) {
+    auto gather = dyn_cast<mega::GatherOp>(op);
+    if (!gather || !cpAxis_ || !op->hasAttr(kContextParallelSplitAttr))
+      return;
+    Value positions = gather.getIndices();
+    auto type = cast<RankedTensorType>(positions.getType());
+    Sharding want = Sharding::replicated(type.getRank());
+    want.dims[0] = {*cpAxis_};
+    if (get(positions) == want)
+      return;
+    OpBuilder b(op);
+    auto reshard = mega::ReshardOp::create(b, op->getLoc(),
+                                           partition::withSharding(type, want, mesh_), positions);
+    gather.getIndicesMutable().assign(reshard.getResult());
+  }
+
   /// A row-parallel linear's bias must be added once, after the partial sums are reduced: the
   /// linear becomes linear + broadcast(bias) + add, and the add resolves the partial sum.
   FailureOr<SmallVector<Operation *>> splitRowParallelBias(mega::LinearOp linear) {
@@ -436,8 +455,8 @@ private:
     Location loc = linear.getLoc();
     auto type = cast<RankedTensorType>(linear.getType());
     auto plain = RankedTensorType::get(type.getShape(), type.getElementType());
-    auto product = mega::LinearOp::create(b, loc, plain, linear.getInput(), linear.getWeight(),
-                                          Value());
+    auto product =
+        mega::LinearOp::create(b, loc, plain, linear.getInput(), linear.getWeight(), Value());
     auto bias = mega::BroadcastOp::create(b, loc, plain, linear.getBias());
     auto sum = mega::AddOp::create(b, loc, plain, product, bias);
     linear.getResult().replaceAllUsesWith(sum.getResult());
@@ -465,6 +484,7 @@ private:
     }
     if (failed(seedParameters(op)))
       return failure();
+    splitSequence(op);
     // Expert parallelism: the token exchange around the experts, or (tokens not split over ep
     // as the exchange expects) the ep group's tokens gathered before the dispatch.
     auto dispatch = dyn_cast<mega::MoeDispatchOp>(op);
@@ -684,16 +704,16 @@ private:
   mega::MeshAttr mesh_;
   int64_t tp_, dp_, ep_;
   bool sp_;
-  unsigned kTp;          // the mesh axis "tp"
-  AxisList batchAxes_;   // the batch's split: dp, then ep
+  unsigned kTp;        // the mesh axis "tp"
+  AxisList batchAxes_; // the batch's split: dp, then ep
   std::optional<unsigned> epAxis_;
+  std::optional<unsigned> cpAxis_; // the mesh axis "cp", when the mesh has one
   llvm::DenseSet<Value> undecided_;
   llvm::DenseSet<Value> wholeWeights_; // key/value projections of replicated kv heads
   llvm::MapVector<Value, Operation *> deferredViews_;
 };
 
-struct ShardingPropagationPass
-    : public impl::ShardingPropagationBase<ShardingPropagationPass> {
+struct ShardingPropagationPass : public impl::ShardingPropagationBase<ShardingPropagationPass> {
   using Base::Base;
 
   void runOnOperation() override {
@@ -703,6 +723,11 @@ struct ShardingPropagationPass
       module.emitError() << "mega-sharding-propagation: degrees must be >= 1 (tp = "
                          << static_cast<int64_t>(tp) << ", dp = " << static_cast<int64_t>(dp)
                          << ", pp = " << static_cast<int64_t>(pp) << ")";
+      return signalPassFailure();
+    }
+    if (cp < 1) {
+      module.emitError() << "mega-sharding-propagation: cp must be >= 1, not "
+                         << static_cast<int64_t>(cp);
       return signalPassFailure();
     }
     auto f = module.lookupSymbol<func::FuncOp>("forward_backward");
@@ -718,11 +743,17 @@ struct ShardingPropagationPass
       return signalPassFailure();
     }
     // Megatron's rank order tp-ep-dp-pp: the ep ranks of a group are adjacent after tp.
-    SmallVector<StringAttr> names = {StringAttr::get(context, "pp"), StringAttr::get(context, "dp")};
+    SmallVector<StringAttr> names = {StringAttr::get(context, "pp"),
+                                     StringAttr::get(context, "dp")};
     SmallVector<int64_t> sizes = {pp, dp / ep};
     if (ep > 1) {
       names.push_back(StringAttr::get(context, "ep"));
       sizes.push_back(ep);
+    }
+    // Context parallelism: its own axis between dp and tp (Megatron's tp-cp-dp-pp order).
+    if (cp > 1) {
+      names.push_back(StringAttr::get(context, "cp"));
+      sizes.push_back(cp);
     }
     names.push_back(StringAttr::get(context, "tp"));
     sizes.push_back(tp);
@@ -731,7 +762,7 @@ struct ShardingPropagationPass
     // Evaluation runs on one rank: @forward would need whole parameters.
     if (auto forward = module.lookupSymbol<func::FuncOp>("forward"))
       forward.erase();
-    if (tp * dp == 1)
+    if (tp * dp * cp == 1)
       return;
     if (failed(Propagator(f, mesh, tp, dp, ep, sequenceParallel).run()))
       return signalPassFailure();

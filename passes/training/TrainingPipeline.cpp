@@ -46,12 +46,20 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
   const Layout &layout = options.layout;
   int64_t chunks = layout.pp * layout.vpp;
   if (layout.partitioned()) {
+    // Context parallelism: the sequence permuted for load balance, causal attention masked by
+    // global positions (docs/context-parallel.md); propagation then splits it over cp.
+    if (layout.cp > 1) {
+      ContextParallelOptions context;
+      context.cp = layout.cp;
+      pm.addPass(createContextParallel(context));
+    }
     ShardingPropagationOptions sharding;
     sharding.tp = layout.tp;
     sharding.dp = layout.dp;
     sharding.pp = layout.pp;
     sharding.sequenceParallel = layout.sequenceParallel;
     sharding.ep = layout.ep;
+    sharding.cp = layout.cp;
     pm.addPass(createShardingPropagation(sharding));
     pm.addPass(createSpmdize());
     // One copy_to_shards per value (not per use), so the backward all-reduces each once.

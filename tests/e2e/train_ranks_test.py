@@ -137,8 +137,9 @@ def help_case(megac, workdir):
 
 def cases():
     yield "help", help_case
-    yield "error-cp", lambda m, w: error_case(m, w, ["--cp", "2"],
-                                              "megac train: --cp is not supported yet")
+    yield "error-cp", lambda m, w: error_case(m, w, ["--ranks", "2", "--cp", "2", "--pp", "2"],
+                                              "--cp 2 with pipeline parallelism (--pp 2) is not "
+                                              "supported yet")
     yield "error-fp8", lambda m, w: error_case(m, w, ["--fp8"],
                                                "megac train: --fp8 is not supported yet")
     yield "error-degrees", lambda m, w: error_case(

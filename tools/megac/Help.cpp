@@ -108,8 +108,8 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--exit-duration-in-mins M]
                    [--eval-data TOKENS.npy|PREFIX --eval-interval N [--eval-iters K]]
                    [--split TRAIN,VALID,TEST]
-                   [--ranks N] [--tp T] [--pp P] [--dp D] [--vpp V] [--sequence-parallel]
-                   [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
+                   [--ranks N] [--tp T] [--pp P] [--dp D] [--cp C] [--vpp V]
+                   [--sequence-parallel] [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
                    [--bucket-size N] [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
                    [--backend cpu|cuda] [--allow-tf32]
 
@@ -128,7 +128,11 @@ T*P*D. --sequence-parallel shards norms and residuals over tp; --zero 1 shards t
 over dp (Megatron's distributed optimizer); --bucket-size N puts up to N gradient elements
 in each dp collective (default Megatron's max(40M, 1M x D); checkpoints do not depend on it);
 --recompute selective|full recomputes attention outputs or whole chunks in the backward
-pass. --cp, --ep and --fp8 are not supported yet.
+pass. --cp C splits each sequence over C ranks (context parallelism, its own mesh axis:
+<pp, dp, cp, tp>, N = T*C*P*D, --dp excludes cp; causal load balancing: rank i holds chunks
+i and 2C-1-i of 2C; keys and values all-gathered; gradients reduced over dp x cp; the
+sequence must be a multiple of 2C; with --tp/--sequence-parallel and --dp, not yet with --pp,
+--ep, --zero or --backend cuda; docs/context-parallel.md). --fp8 is not supported yet.
 --micro-batch b is per data-parallel rank: the model is compiled for b*D rows and a step has
 m = B / (b*D) micro-batches (B must be a multiple of b*D); micro-batch k of rank dp reads
 rows k*b*D + dp*b .. +b of the step's global batch, so every layout trains on the same batch

@@ -26,8 +26,7 @@ bool beta(double v) { return v >= 0 && v < 1; }
 void RunFlags::declare(Flags &f) {
   driver::RunConfig &c = config;
   Layout &l = c.training.layout;
-  for (const char *unsupported : {"--cp", "--fp8"})
-    f.refuse(unsupported, std::string(unsupported) + " is not supported yet");
+  f.refuse("--fp8", "--fp8 is not supported yet");
   f.text("--model", spec, "SPEC").text("--data", data, "PATH").values("--data-path", dataPath);
   f.count("--seq", c.data.seq, 1, "S").text("--eval-data", evalData, "PATH");
   f.count("--eval-interval", c.data.evalInterval, 1).count("--eval-iters", c.data.evalIters, 1);
@@ -64,6 +63,7 @@ void RunFlags::declare(Flags &f) {
   f.count("--ranks", c.exec.ranks, 1).count("--tp", l.tp, 1, "T").count("--pp", l.pp, 1, "P");
   f.count("--dp", l.dp, 1, "D").count("--vpp", l.vpp, 1, "V").count("--zero", zero, 0, "0-3");
   f.count("--ep", l.ep, 1, "E").count("--bucket-size", c.training.bucketSize, 1, "N");
+  f.count("--cp", l.cp, 1, "C");
   f.flag("--sequence-parallel", sequenceParallel);
   f.choice("--recompute", recompute, {"none", "selective", "full"});
   // The zero-bubble names parse so that finishRunConfig can say why they do not run yet.

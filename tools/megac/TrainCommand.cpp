@@ -37,7 +37,8 @@ void printHeader(const driver::TrainSession &s) {
                           : ", " + std::to_string(c.exec.ranks) + " ranks (tp " +
                                 std::to_string(l.tp) + ", pp " + std::to_string(l.pp) + ", dp " +
                                 std::to_string(l.dp) +
-                                (l.ep > 1 ? ", ep " + std::to_string(l.ep) : std::string()) + ")";
+                                (l.ep > 1 ? ", ep " + std::to_string(l.ep) : std::string()) +
+                                (l.cp > 1 ? ", cp " + std::to_string(l.cp) : std::string()) + ")";
   std::printf("%s: %lld steps of %lld x %lld tokens (micro-batch %lld, %lld accumulation "
               "steps%s), %s, lr %g %s, on %s; compiled in %.1f ms\n",
               s.description().c_str(), (long long)c.lr.totalSteps,

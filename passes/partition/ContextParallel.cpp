@@ -1,0 +1,261 @@
+// mega-context-parallel: prepares @forward_backward for context parallelism (Passes.td,
+// docs/context-parallel.md): the sequence permuted for causal load balancing, per-position
+// tables permuted alike, causal attention turned into an explicit mask of global positions.
+#include "passes/partition/Passes.h"
+
+#include "ir/MegaDialect.h"
+#include "ir/MegaOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "llvm/ADT/DenseMap.h"
+
+using namespace mlir;
+
+namespace megac::passes {
+
+#define GEN_PASS_DEF_CONTEXTPARALLEL
+#include "passes/partition/Passes.h.inc"
+
+namespace {
+
+/// The permutation: 2·cp chunks of S / (2·cp) positions; cp rank i's contiguous S / cp holds
+/// chunks i and 2·cp − 1 − i, so every rank's causal attention work is the same.
+SmallVector<int64_t> loadBalancedOrder(int64_t seq, int64_t cp) {
+  int64_t chunk = seq / (2 * cp);
+  SmallVector<int64_t> order;
+  for (int64_t i = 0; i < cp; ++i)
+    for (int64_t c : {i, 2 * cp - 1 - i})
+      for (int64_t p = 0; p < chunk; ++p)
+        order.push_back(c * chunk + p);
+  return order;
+}
+
+class Rewriter {
+public:
+  Rewriter(func::FuncOp f, int64_t cp) : f_(f), cp_(cp), b_(f.getContext()) {}
+
+  LogicalResult run() {
+    SmallVector<mega::AttentionOp> attentions;
+    f_.walk([&](mega::AttentionOp op) { attentions.push_back(op); });
+    // Scores [b, h, s, t] softmaxed outside mega.attention: the input phase did not raise it.
+    WalkResult unraised = f_.walk([&](mega::SoftmaxOp op) {
+      if (cast<RankedTensorType>(op.getType()).getRank() >= 4) {
+        op.emitError() << "context parallelism needs attention raised to mega.attention, but "
+                          "this softmax over rank-4 scores is attention the input phase did not "
+                          "raise (export the model with a standard attention pattern)";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (unraised.wasInterrupted())
+      return failure();
+    if (attentions.empty())
+      return f_.emitError() << "context parallelism splits the sequence of mega.attention, but "
+                               "the model has none (a model without attention gains nothing "
+                               "from --cp; use --dp)";
+    seq_ = cast<RankedTensorType>(attentions.front().getQuery().getType()).getDimSize(1);
+    for (mega::AttentionOp op : attentions) {
+      int64_t s = cast<RankedTensorType>(op.getQuery().getType()).getDimSize(1);
+      int64_t t = cast<RankedTensorType>(op.getKey().getType()).getDimSize(1);
+      if (s != seq_ || t != seq_)
+        return op.emitError() << "context parallelism supports self-attention over the whole "
+                                 "sequence; this attention has "
+                              << s << " queries and " << t << " keys (the first has " << seq_
+                              << ")";
+      if (!op.getCausal())
+        return op.emitError() << "context parallelism supports causal attention only so far; "
+                                 "this attention is not causal (bidirectional models: use --dp "
+                                 "or --tp)";
+      if (op.getMask())
+        return op.emitError() << "context parallelism with an attention mask (padding, "
+                                 "relative position bias) is not supported yet";
+    }
+    if (seq_ % (2 * cp_) != 0)
+      return f_.emitError() << "context parallelism splits the sequence into 2 * cp = " << 2 * cp_
+                            << " chunks, but the sequence has " << seq_
+                            << " positions (choose a sequence length that is a multiple of "
+                            << 2 * cp_ << ")";
+    b_.setInsertionPointToStart(&f_.getBody().front());
+    Location loc = f_.getLoc();
+    order_ = loadBalancedOrder(seq_, cp_);
+    auto indexType = RankedTensorType::get({seq_}, b_.getI64Type());
+    positions_ =
+        mega::ConstantOp::create(b_, loc, DenseElementsAttr::get(indexType, ArrayRef(order_)));
+    if (failed(permuteInputs()) || failed(permuteParameters()))
+      return failure();
+    for (mega::AttentionOp op : attentions) {
+      permuteRotaryTables(op.getQuery());
+      permuteRotaryTables(op.getKey());
+      Type element = cast<RankedTensorType>(op.getQuery().getType()).getElementType();
+      op.getMaskMutable().assign(causalMask(element));
+      op.removeCausalAttr();
+    }
+    return success();
+  }
+
+private:
+  /// `v` gathered along `axis` by the permutation, marked so that sharding propagation splits
+  /// the permutation (and so the result's `axis`) over cp.
+  Value permuted(Value v, int64_t axis) {
+    auto type = cast<RankedTensorType>(v.getType());
+    SmallVector<int64_t> shape(type.getShape());
+    shape[axis] = seq_;
+    auto gather =
+        mega::GatherOp::create(b_, v.getLoc(), RankedTensorType::get(shape, type.getElementType()),
+                               v, positions_, b_.getI64IntegerAttr(axis));
+    gather->setAttr(kContextParallelSplitAttr, b_.getUnitAttr());
+    return gather.getResult();
+  }
+
+  /// Token ids and labels [b, S] read in the permuted order.
+  LogicalResult permuteInputs() {
+    for (BlockArgument arg : f_.getArguments()) {
+      auto name = f_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kInputAttr);
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (!name || type.getRank() < 2 || type.getDimSize(1) != seq_)
+        continue;
+      if (!isa<IntegerType>(type.getElementType()))
+        return f_.emitError() << "context parallelism permutes token inputs; input '"
+                              << name.getValue()
+                              << "' is a float tensor over the sequence (a padding mask?), "
+                                 "which is not supported with --cp yet";
+      Value p = permuted(arg, 1);
+      arg.replaceAllUsesExcept(p, p.getDefiningOp());
+    }
+    return success();
+  }
+
+  /// A learned position table [S, h] added to the hidden states (GPT's wpe): its rows
+  /// permuted as the tokens are. Its gradient (the gather's scatter) is then partial over cp.
+  LogicalResult permuteParameters() {
+    for (BlockArgument arg : f_.getArguments()) {
+      if (!f_.getArgAttr(arg.getArgNumber(), mega::kParamAttr))
+        continue;
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (type.getRank() != 2 || type.getDimSize(0) != seq_ || arg.use_empty())
+        continue;
+      bool added = llvm::all_of(arg.getUsers(), [](Operation *user) {
+        return isa<mega::BroadcastOp, mega::CastOp>(user);
+      });
+      if (!added)
+        continue; // an [S, x] weight used otherwise (a linear of width S) is no position table
+      Value p = permuted(arg, 0);
+      arg.replaceAllUsesExcept(p, p.getDefiningOp());
+    }
+    return success();
+  }
+
+  /// The rotary tables of the mega.rope producing `v` (through reshapes and transposes): the
+  /// dim of size S (aligned with the input's sequence dim) gathered by the permutation.
+  void permuteRotaryTables(Value v) {
+    while (Operation *def = v.getDefiningOp()) {
+      if (auto rope = dyn_cast<mega::RopeOp>(def)) {
+        for (OpOperand *table : {&rope.getCosMutable(), &rope.getSinMutable()})
+          table->set(permutedTable(table->get()));
+        return;
+      }
+      if (!isa<mega::ReshapeOp, mega::TransposeOp, mega::CastOp>(def))
+        return;
+      v = def->getOperand(0);
+    }
+  }
+
+  Value permutedTable(Value table) {
+    if (Value done = tables_.lookup(table))
+      return done;
+    if (table.getDefiningOp<mega::GatherOp>() &&
+        table.getDefiningOp()->hasAttr(kContextParallelSplitAttr))
+      return table; // already permuted (shared between q and k)
+    auto type = cast<RankedTensorType>(table.getType());
+    // The sequence dim: the last of size S before the rotary dims.
+    std::optional<int64_t> axis;
+    for (int64_t d = 0; d + 1 < type.getRank(); ++d)
+      if (type.getDimSize(d) == seq_)
+        axis = d;
+    if (!axis)
+      return table; // one row for every position: nothing to permute
+    OpBuilder::InsertionGuard guard(b_);
+    if (Operation *def = table.getDefiningOp())
+      b_.setInsertionPointAfter(def);
+    Value p = permuted(table, *axis);
+    tables_[table] = p;
+    tables_[p] = p;
+    return p;
+  }
+
+  /// The causal mask of the permuted sequence, [1, 1, S, S]: 0 where key position P[j] <=
+  /// query position P[i], else <= -1e4 ((P[j] - P[i]) * 1e4 — every masked score is at least
+  /// 1e4 below the unmasked diagonal, so its softmax weight underflows to exactly 0 in f64, f32
+  /// and bf16 as causal's does). The query positions come from a gather split over cp: each
+  /// rank builds only its own rows.
+  Value causalMask(Type element) {
+    if (Value done = masks_.lookup(element))
+      return done;
+    Location loc = f_.getLoc();
+    auto vector = RankedTensorType::get({seq_}, element);
+    auto full = RankedTensorType::get({1, 1, seq_, seq_}, element);
+    auto scalar = RankedTensorType::get({}, element);
+    SmallVector<double> iota, keys;
+    for (int64_t i = 0; i < seq_; ++i) {
+      iota.push_back(double(i));
+      keys.push_back(double(order_[i]));
+    }
+    auto constant = [&](RankedTensorType type, ArrayRef<double> values) -> Value {
+      SmallVector<Attribute> attrs;
+      for (double v : values)
+        attrs.push_back(FloatAttr::get(element, v));
+      return mega::ConstantOp::create(b_, loc, DenseElementsAttr::get(type, attrs));
+    };
+    Value queries = permuted(constant(vector, iota), 0); // P[i] for this rank's rows
+    Value q =
+        mega::ReshapeOp::create(b_, loc, RankedTensorType::get({1, 1, seq_, 1}, element), queries);
+    Value k = mega::ReshapeOp::create(b_, loc, RankedTensorType::get({1, 1, 1, seq_}, element),
+                                      constant(vector, keys));
+    q = mega::BroadcastOp::create(b_, loc, full, q);
+    k = mega::BroadcastOp::create(b_, loc, full, k);
+    Value after = mega::SubOp::create(b_, loc, full, q, k); // P[i] - P[j]
+    Value zero = mega::BroadcastOp::create(b_, loc, full, constant(scalar, {0.0}));
+    Value big = mega::BroadcastOp::create(b_, loc, full, constant(scalar, {1e4}));
+    Value clipped = mega::MinOp::create(b_, loc, full, after, zero);
+    Value mask = mega::MulOp::create(b_, loc, full, clipped, big);
+    masks_[element] = mask;
+    return mask;
+  }
+
+  func::FuncOp f_;
+  int64_t cp_;
+  OpBuilder b_;
+  int64_t seq_ = 0;
+  SmallVector<int64_t> order_;
+  Value positions_;
+  llvm::DenseMap<Value, Value> tables_;
+  llvm::DenseMap<Type, Value> masks_;
+};
+
+struct ContextParallelPass : public impl::ContextParallelBase<ContextParallelPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (cp < 1) {
+      module.emitError() << "mega-context-parallel: cp must be >= 1, not "
+                         << static_cast<int64_t>(cp);
+      return signalPassFailure();
+    }
+    if (cp == 1)
+      return;
+    auto f = module.lookupSymbol<func::FuncOp>("forward_backward");
+    if (!f) {
+      module.emitError() << "mega-context-parallel: no @forward_backward (run "
+                            "mega-training-loss first)";
+      return signalPassFailure();
+    }
+    if (failed(Rewriter(f, cp).run()))
+      return signalPassFailure();
+  }
+};
+
+} // namespace
+} // namespace megac::passes
