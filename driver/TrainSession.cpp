@@ -411,15 +411,19 @@ std::string TrainSession::savedPath() const {
 }
 
 StatusOr<Resumed> TrainSession::load() {
+  if (!config_.checkpoint.loadDir)
+    return Status::error("the run has no checkpoint to load (--load DIR)");
+  return load(*config_.checkpoint.loadDir);
+}
+
+StatusOr<Resumed> TrainSession::load(const std::string &dir) {
   namespace ckpt = runtime::checkpoint;
   State &s = *state_;
   const RunConfig &c = config_;
-  if (!c.checkpoint.loadDir)
-    return Status::error("the run has no checkpoint to load (--load DIR)");
   std::vector<std::string> refused;
   bool parametersOnly = c.checkpoint.finetune || c.checkpoint.noLoadOptim;
   StatusOr<ckpt::LoadedCheckpoint> loaded = ckpt::loadShardedCheckpoint(
-      *s.executor, *s.rank.comm, *c.checkpoint.loadDir, &refused,
+      *s.executor, *s.rank.comm, dir, &refused,
       parametersOnly ? ckpt::CheckpointParts::parametersOnly : ckpt::CheckpointParts::all);
   for (const std::string &line : refused)
     if (hooks_.warn)

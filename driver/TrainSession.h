@@ -93,6 +93,9 @@ public:
   /// Resumes from checkpoint.loadDir's newest usable checkpoint: parameters, Adam state, the
   /// loss scale and the step count (so step() continues after it).
   StatusOr<Resumed> load();
+  /// load() from the newest usable checkpoint under `dir` instead (the Python package's
+  /// TrainSession.load(path)); checkpoint.finetune and noLoadOptim apply as with --load.
+  StatusOr<Resumed> load(const std::string &dir);
   /// The folder save() writes for the steps done (checkpoint.saveDir's step folder).
   std::string savedPath() const;
   /// Every parameter, whole, written by rank 0 in the layout of a one-rank run.

@@ -1,12 +1,15 @@
 // The megac._megac extension (pybind11): a model source (driver::ModelSource) and its counts
-// (planner::ModelStats), and a driver::TrainSession configured by the CLI's own run flags,
-// stepping on its data or on a numpy batch with the GIL released. megac's errors raise
-// megac.MegacError carrying megac's message. python/megac/__init__.py is the API over it.
+// (planner::ModelStats), the planner's layout search (driver/PlanSearch.h) as `megac plan
+// --cluster` runs it, and a driver::TrainSession configured by the CLI's own run flags, stepping
+// on its data or on a numpy batch and resuming from checkpoints with the GIL released. megac's
+// errors raise megac.MegacError carrying megac's message. python/megac/__init__.py is the API
+// over it.
 #include "tools/megac/Cli.h"
 #include "tools/megac/ExitFlags.h"
 #include "tools/megac/RunFlags.h"
 
 #include "driver/ModelSource.h"
+#include "driver/PlanSearch.h"
 #include "driver/TrainSession.h"
 #include "planner/ModelStats.h"
 #include "support/Float16.h"
@@ -18,6 +21,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -134,6 +138,152 @@ struct Model {
   }
 };
 
+/// megac.plan's search: a driver::PlanSearchRequest made from the keyword arguments (the flags of
+/// `megac plan --cluster`, checked as the CLI checks them), run once for each view of the result
+/// (the search is deterministic: the cost model, no measurement).
+class PlanSearch {
+public:
+  PlanSearch(const Model &model, const std::string &cluster, int64_t globalBatch,
+             const py::dict &pins) {
+    driver::PlanSearchRequest &r = request_;
+    r.model = model.source;
+    std::string why;
+    std::optional<planner::Cluster> parsed = planner::parseCluster(cluster, &why);
+    if (!parsed)
+      throw Error("cluster: " + why);
+    r.cluster = *parsed;
+    r.clusterSpec = cluster;
+    if (globalBatch < 1)
+      throw Error("global_batch: " + std::to_string(globalBatch) +
+                  " is not a batch (samples per optimizer step, >= 1)");
+    r.globalBatch = globalBatch;
+    std::optional<std::string> stack;
+    for (const auto &[key, value] : pins) {
+      std::string name = py::str(key);
+      if (value.is_none())
+        continue;
+      auto count = [&](int64_t least) {
+        if (!py::isinstance<py::int_>(value) || py::isinstance<py::bool_>(value))
+          throw Error(name + ": " + std::string(py::str(py::repr(value))) + " is not an integer");
+        int64_t n = value.cast<int64_t>();
+        if (n < least)
+          throw Error(name + ": " + std::to_string(n) + " is below " + std::to_string(least));
+        return n;
+      };
+      auto text = [&]() {
+        if (!py::isinstance<py::str>(value))
+          throw Error(name + ": " + std::string(py::str(py::repr(value))) + " is not a string");
+        return value.cast<std::string>();
+      };
+      planner::Pins &p = r.pins;
+      if (name == "tp")
+        p.tp = count(1);
+      else if (name == "pp")
+        p.pp = count(1);
+      else if (name == "dp")
+        p.dp = count(1);
+      else if (name == "ep")
+        p.ep = count(1);
+      else if (name == "vpp")
+        p.vpp = count(1);
+      else if (name == "micro_batch")
+        p.microBatch = count(1);
+      else if (name == "seq")
+        r.seq = count(1);
+      else if (name == "top")
+        r.top = int(count(1));
+      else if (name == "zero") {
+        int64_t z = count(0);
+        if (z > 1)
+          throw Error("zero: " + std::to_string(z) + " is not 0 or 1");
+        p.zero = int(z);
+      } else if (name == "sequence_parallel") {
+        if (!py::isinstance<py::bool_>(value))
+          throw Error("sequence_parallel: give True or False");
+        p.sequenceParallel = value.cast<bool>();
+      } else if (name == "recompute") {
+        std::string v = text();
+        if (!(p.recompute = parseRecompute(v)))
+          throw Error("recompute: '" + v + "' is not none, selective or full");
+      } else if (name == "precision") {
+        std::string v = text();
+        std::optional<Precision> precision = parsePrecision(v);
+        if (v == "fp64" || !precision)
+          throw Error("precision: '" + v + "' is not bf16, fp16 or fp32");
+        p.precision = *precision;
+      } else if (name == "dropout") {
+        if (!py::isinstance<py::float_>(value) && !py::isinstance<py::int_>(value))
+          throw Error("dropout: " + std::string(py::str(py::repr(value))) + " is not a number");
+        double d = value.cast<double>();
+        if (!(d >= 0 && d < 1))
+          throw Error("dropout: " + std::to_string(d) + " is not a probability in [0, 1)");
+        r.dropout = d;
+      } else if (name == "stack") {
+        stack = text();
+      } else {
+        throw Error("megac.plan: unknown keyword '" + name +
+                    "' (the pins are tp, pp, dp, ep, vpp, micro_batch, zero, sequence_parallel, "
+                    "recompute, precision; also seq, dropout, stack, top)");
+      }
+    }
+    // An ONNX model's sequence length: its input_ids binding, as --seq would give it.
+    if (!r.seq && model.file)
+      if (auto it = model.inputShapes.find("input_ids");
+          it != model.inputShapes.end() && it->second.size() == 2)
+        r.seq = it->second[1];
+    std::optional<planner::StackProfile> profile =
+        stack ? planner::stackProfile(*stack, r.cluster.device.name == "cpu" ||
+                                                  r.cluster.device.calibration.threads > 0)
+              : planner::defaultStack(r.cluster);
+    if (!profile) {
+      std::string names;
+      for (const std::string &n : planner::stackNames())
+        names += (names.empty() ? "" : ", ") + n;
+      throw Error("stack: '" + *stack + "' is not a known software stack (" + names + ")");
+    }
+    r.stack = *profile;
+  }
+
+  /// `megac plan --json`'s object: the layouts, best first, with their costs.
+  std::string json() {
+    driver::PlanSearchRequest r = request_;
+    r.json = true;
+    r.compile = false;
+    return run(r).second;
+  }
+  /// What `megac plan` (explain: `megac plan --explain`) prints, and whether a layout fits.
+  std::pair<bool, std::string> report(bool explain) {
+    driver::PlanSearchRequest r = request_;
+    r.explain = explain;
+    return run(r);
+  }
+  /// #1's pipeline as `megac plan --timeline` (svg) or `--trace` (Chrome trace JSON) writes it.
+  void draw(const std::string &path, bool svg) {
+    driver::PlanSearchRequest r = request_;
+    r.json = true;
+    r.compile = false;
+    (svg ? r.timelinePath : r.tracePath) = path;
+    if (!run(r).first)
+      throw Error("no layout fits, so there is no pipeline to draw (see the plan's report)");
+  }
+
+private:
+  std::pair<bool, std::string> run(const driver::PlanSearchRequest &r) {
+    std::string text, diagnostics;
+    llvm::raw_string_ostream stream(diagnostics);
+    StatusOr<bool> found = Status::error("unreachable");
+    {
+      py::gil_scoped_release release;
+      found = driver::searchLayouts(
+          r, [&text](const std::string &piece) { text += piece; }, stream);
+    }
+    if (!found.isOk())
+      throw Error(found.status().message() + (diagnostics.empty() ? "" : "\n" + stream.str()));
+    return {*found, text};
+  }
+  driver::PlanSearchRequest request_;
+};
+
 /// A HostTensor as a new numpy array (bf16 widened to float32, which holds it exactly).
 py::array toNumpy(const HostTensor &t) {
   std::vector<py::ssize_t> shape(t.shape.begin(), t.shape.end());
@@ -215,6 +365,30 @@ public:
     const driver::RunConfig &config = session_->config();
     if (session_->root())
       check(logs_.open(config.log.jsonPath, config.log.tensorboardDir));
+    if (config.checkpoint.loadDir) // load=DIR resumes as `megac train --load DIR` does
+      resumed_ = resume(*config.checkpoint.loadDir);
+  }
+
+  /// Resumes from the newest usable checkpoint under `path` (None: load='s folder), as `megac
+  /// train --load` does; returns what it resumed from.
+  py::dict load(const std::optional<std::string> &path) {
+    driver::TrainSession &s = open();
+    std::optional<std::string> dir = path ? path : s.config().checkpoint.loadDir;
+    if (!dir)
+      throw Error("load: give the checkpoint folder, load(path), or load=DIR to TrainSession");
+    resumed_ = resume(*dir);
+    return resumed();
+  }
+
+  /// What the session resumed from last: {path, step, layout}; None before any load.
+  py::object resumed() const {
+    if (!resumed_)
+      return py::none();
+    py::dict d;
+    d["path"] = resumed_->path;
+    d["step"] = resumed_->step;
+    d["layout"] = resumed_->layout;
+    return d;
   }
 
   /// One step on the configured data (`batch` None) or on an integer array [rows, S + 1]; the
@@ -309,8 +483,27 @@ private:
       throw Error("the session is stopped");
     return *session_;
   }
+  /// The checks `--load` gets when the run is configured (driver::finishRunConfig), then the load.
+  driver::Resumed resume(const std::string &dir) {
+    driver::TrainSession &s = open();
+    const driver::RunConfig &c = s.config();
+    if (!std::filesystem::is_directory(dir))
+      throw Error("load: no checkpoint directory " + dir);
+    if (c.log.tracePath)
+      throw Error("load: trace= with a resumed run is not supported yet (the traced steps count "
+                  "from step 1)");
+    if (c.checkpoint.saveGrads)
+      throw Error("load: save_grads= writes step 1's gradients; a resumed run does not run step 1");
+    StatusOr<driver::Resumed> resumed = Status::error("unreachable");
+    {
+      py::gil_scoped_release release;
+      resumed = s.load(dir);
+    }
+    return check(std::move(resumed));
+  }
   std::unique_ptr<driver::TrainSession> session_;
   driver::RunLogs logs_;
+  std::optional<driver::Resumed> resumed_;
 };
 
 } // namespace megac::python
@@ -327,12 +520,20 @@ PYBIND11_MODULE(_megac, m) {
       .def_readonly("spec", &Model::spec)
       .def_readonly("file", &Model::file)
       .def_readonly("input_shapes", &Model::inputShapes);
+  py::class_<PlanSearch>(m, "PlanSearch")
+      .def(py::init<const Model &, const std::string &, int64_t, const py::dict &>(),
+           py::arg("model"), py::arg("cluster"), py::arg("global_batch"), py::arg("pins"))
+      .def("json", &PlanSearch::json)
+      .def("report", &PlanSearch::report, py::arg("explain") = false)
+      .def("draw", &PlanSearch::draw, py::arg("path"), py::arg("svg") = true);
   py::class_<Session>(m, "Session")
       .def(py::init<const std::vector<std::string> &>(), py::arg("args"))
       .def("step", &Session::step, py::arg("batch") = py::none())
       .def("parameters", &Session::parameters)
       .def("save", &Session::save)
       .def("evaluate", &Session::evaluate, py::arg("part") = "val")
+      .def("load", &Session::load, py::arg("path") = py::none())
+      .def_property_readonly("resumed", &Session::resumed)
       .def("stop", &Session::stop)
       .def_property_readonly("steps_done", &Session::stepsDone)
       .def_property_readonly("sequence_length", &Session::sequenceLength)

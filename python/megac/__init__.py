@@ -3,6 +3,8 @@
     import megac
     model = megac.Model.from_spec("gpt:layers=2,hidden=64,heads=4,seq=64,vocab=256")
     print(model.describe()["parameters"])
+    plan = megac.plan(model, cluster="cpu:1x2", global_batch=8, precision="fp32")
+    print(plan.best, plan.explain())   # the layouts, best first; `megac plan --explain`'s text
     session = megac.TrainSession(model, data="examples/tiny-corpus.npy", steps=3,
                                  global_batch=8, micro_batch=4, lr=3e-3)
     for _ in range(3):
@@ -21,7 +23,7 @@ import os
 from . import _megac
 from ._megac import MegacError
 
-__all__ = ["Model", "TrainSession", "MegacError"]
+__all__ = ["Model", "Layout", "Plan", "plan", "TrainSession", "MegacError"]
 
 
 class Model:
@@ -35,6 +37,16 @@ class Model:
         """A zoo model ("gpt:layers=2,hidden=64,...") or a transformers config ("hf:DIR,seq=S");
         a bad spec raises MegacError naming what is wrong."""
         return cls(_megac.Model.from_spec(str(spec)))
+
+    @classmethod
+    def from_hf(cls, path, seq=None):
+        """A Hugging Face model folder (or its config.json) read as `--model hf:PATH[,seq=S]`:
+        the transformers config's family, sizes and options (docs/huggingface.md); `seq` the
+        sequence length (training takes the data's when it is None)."""
+        spec = "hf:" + os.fspath(path)
+        if seq is not None:
+            spec += f",seq={int(seq)}"
+        return cls(_megac.Model.from_spec(spec))
 
     @classmethod
     def from_onnx(cls, path, input_shapes=None):
@@ -76,6 +88,151 @@ class Model:
 
     def __repr__(self):
         return f"megac.Model({self._core.spec or self._core.file!r})"
+
+
+class Layout:
+    """One layout the planner costed (a row of `megac plan`'s table): the parallel split, its
+    predicted step time, throughput, MFU and memory per device, and the step's breakdown."""
+
+    def __init__(self, fields):
+        self._fields = dict(fields)
+        f = self._fields
+        self.tp, self.pp, self.dp = f["tp"], f["pp"], f["dp"]
+        self.ep, self.vpp = f.get("ep", 1), f.get("vpp", 1)
+        self.micro_batch = f["micro_batch"]
+        self.sequence_parallel = f["sequence_parallel"]
+        self.zero = f["zero"]
+        self.recompute, self.precision = f["recompute"], f["precision"]
+        self.step_time_s, self.tokens_per_s = f["step_time_s"], f["tokens_per_s"]
+        self.tflops_per_gpu, self.mfu = f["tflops_per_gpu"], f["mfu"]
+        self.memory_per_gpu_bytes, self.fits = f["memory_per_gpu_bytes"], f["fits"]
+        self.breakdown = dict(f.get("breakdown", {}))
+        self.memory = dict(f.get("memory", {}))
+        self.kernel_launches = dict(f.get("kernel_launches", {}))
+
+    @property
+    def ranks(self):
+        """Devices the layout runs on: tp x pp x dp (ep is carved out of dp)."""
+        return self.tp * self.pp * self.dp * self._fields.get("cp", 1)
+
+    def as_dict(self):
+        """Every field `megac plan --json` gives the layout."""
+        return dict(self._fields)
+
+    def run_config(self):
+        """The layout as TrainSession keyword arguments (`megac train`'s layout flags): ranks,
+        tp, pp, dp, micro_batch, zero, precision, and sequence_parallel, vpp, ep, recompute
+        where the layout uses them. Add the data, steps, global_batch and the rest."""
+        config = {"ranks": self.ranks, "tp": self.tp, "pp": self.pp, "dp": self.dp,
+                  "micro_batch": self.micro_batch, "zero": self.zero,
+                  "precision": self.precision}
+        if self.sequence_parallel:
+            config["sequence_parallel"] = True
+        if self.vpp > 1:
+            config["vpp"] = self.vpp
+        if self.ep > 1:
+            config["ep"] = self.ep
+        if self._fields.get("cp", 1) > 1:
+            config["cp"] = self._fields["cp"]
+        if self.recompute != "none":
+            config["recompute"] = self.recompute
+        return config
+
+    def __repr__(self):
+        parts = [f"tp={self.tp} pp={self.pp} dp={self.dp}"]
+        if self.ep > 1:
+            parts.append(f"ep={self.ep}")
+        if self.vpp > 1:
+            parts.append(f"vpp={self.vpp}")
+        parts.append(f"mb={self.micro_batch}")
+        if self.sequence_parallel:
+            parts.append("sp")
+        if self.zero:
+            parts.append(f"zero{self.zero}")
+        if self.recompute != "none":
+            parts.append(f"recompute={self.recompute}")
+        return (f"megac.Layout({' '.join(parts)}: {self.step_time_s:.4g} s/step, "
+                f"MFU {100 * self.mfu:.1f}%, {self.memory_per_gpu_bytes / 2**30:.2f} GiB/device)")
+
+
+class Plan:
+    """The planner's answer for a model on a cluster (`megac plan --cluster`): the best layouts,
+    fastest first (`layouts`, `best`; empty / None when none fits), `explain()` the text
+    `megac plan --explain` prints, `timeline(path)` #1's pipeline as `--timeline` draws it."""
+
+    def __init__(self, core, result):
+        self._core = core
+        self.model = result["model"]
+        self.cluster = result["cluster"]
+        self.stack = result["stack"]
+        self.devices = result["devices"]
+        self.global_batch = result["global_batch"]
+        self.evaluated = result["evaluated"]
+        self.layouts = [Layout(layout) for layout in result["layouts"]]
+        smallest = result.get("smallest_memory")
+        self.smallest_memory = Layout(smallest) if smallest else None
+
+    @property
+    def best(self):
+        """The fastest layout that fits, or None when none fits (report() says why)."""
+        return self.layouts[0] if self.layouts else None
+
+    def report(self):
+        """What `megac plan` prints: the table, #1's breakdown and why it wins (or, when nothing
+        fits, what the smallest layout needs and which single change would fit)."""
+        return self._core.report(False)[1]
+
+    def explain(self):
+        """What `megac plan --explain` prints: the report, #1's step time by op class, and #1
+        compiled down to its plan with every collective's predicted time."""
+        return self._core.report(True)[1]
+
+    def timeline(self, path):
+        """Writes #1's pipeline schedule as an SVG (`megac plan --timeline`); returns path."""
+        self._core.draw(os.fspath(path), True)
+        return path
+
+    def trace(self, path):
+        """Writes #1's simulated schedule as a Chrome trace (`megac plan --trace`); returns
+        path."""
+        self._core.draw(os.fspath(path), False)
+        return path
+
+    def __len__(self):
+        return len(self.layouts)
+
+    def __iter__(self):
+        return iter(self.layouts)
+
+    def __getitem__(self, index):
+        return self.layouts[index]
+
+    def __str__(self):
+        return self.report()
+
+    def __repr__(self):
+        return (f"megac.Plan({self.model} on {self.cluster}, global batch {self.global_batch}: "
+                f"{len(self.layouts)} layouts, best {self.best!r})")
+
+
+def plan(model, cluster, global_batch, *, tp=None, pp=None, dp=None, ep=None, vpp=None,
+         micro_batch=None, zero=None, sequence_parallel=None, recompute=None, precision=None,
+         seq=None, dropout=None, stack=None, top=None):
+    """The planner's search over layouts of `model` on `cluster` ("a100-80g:128x8", "cpu:1x2",
+    as `megac plan --cluster`) for `global_batch` samples per step, as a Plan. Keyword
+    arguments pin the layout as `megac plan`'s flags do (None: the planner chooses): tp, pp, dp,
+    ep, vpp, micro_batch, zero, sequence_parallel, recompute, precision (bf16 by default, as the
+    CLI); also seq (an ONNX model's sequence length; its input_ids binding by default), dropout,
+    stack (the software stack costed), top (how many layouts, 5). Errors (a bad cluster, pin or
+    model) raise MegacError."""
+    if not isinstance(model, Model):
+        raise TypeError("megac.plan takes a megac.Model, not " + type(model).__name__)
+    pins = {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "vpp": vpp, "micro_batch": micro_batch,
+            "zero": zero, "sequence_parallel": sequence_parallel, "recompute": recompute,
+            "precision": precision, "seq": seq, "dropout": dropout, "stack": stack, "top": top}
+    core = _megac.PlanSearch(model._core, str(cluster), int(global_batch),
+                             {k: v for k, v in pins.items() if v is not None})
+    return Plan(core, _json.loads(core.json()))
 
 
 def _flag_args(run_config):
@@ -127,6 +284,18 @@ class TrainSession:
     def save(self):
         """A checkpoint of the steps done in the save= folder; returns its path."""
         return self._core.save()
+
+    def load(self, path=None):
+        """Resumes from the newest usable checkpoint under `path` (None: the load= folder), as
+        `megac train --load` does: parameters, optimizer state, loss scale and the step count, so
+        step() continues after it; finetune=True loads the parameters only. Returns {"path",
+        "step", "layout"}. (load=DIR given to TrainSession resumes when it opens.)"""
+        return self._core.load(None if path is None else os.fspath(path))
+
+    @property
+    def resumed(self):
+        """What the session last resumed from ({"path", "step", "layout"}), or None."""
+        return self._core.resumed
 
     def stop(self):
         """Closes the logs and frees the session; later calls raise MegacError."""

@@ -12,7 +12,16 @@
     session; Model.describe() counts what `megac describe` prints; another Python thread runs
     while a step does (the GIL is released);
 (d) Model.from_torch: a torch GPT's 3 steps equal the CLI's on the ONNX it exported;
-(e) `mpirun -np 2 python` with ranks=2, dp=2 steps as one rank does (fp64, 1e-12).
+(e) `mpirun -np 2 python` with ranks=2, dp=2 steps as one rank does (fp64, 1e-12);
+(f) megac.plan: the layouts are `megac plan --json`'s, field for field, with and without pins;
+    explain() is `megac plan --explain`'s text (timings aside) and timeline(path) its
+    --timeline SVG byte for byte; a model that fits nowhere gives no layouts and the CLI's
+    report; a bad cluster, an unknown pin and a bad value raise MegacError;
+(g) TrainSession.load(path) and load=DIR resume a checkpoint of step 2 so that step 3 equals
+    the uninterrupted CLI run's bit for bit (as `megac train --load` does); a missing folder
+    and no folder at all raise;
+(h) Model.from_hf(DIR, seq=S): a tiny Llama config.json describes as `megac describe --model
+    hf:DIR,seq=S` counts and trains 3 steps exactly as `megac train --model hf:DIR,seq=S`.
 
 usage: python_package_test.py --megac build/bin/megac --pythonpath build/python --workdir DIR
 Exits 77 (a ctest skip) when the module was not built (no pybind11: MEGAC_PYTHON=OFF).
@@ -20,6 +29,7 @@ Exits 77 (a ctest skip) when the module was not built (no pybind11: MEGAC_PYTHON
 import argparse
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -153,6 +163,134 @@ def mpi_matches_one_rank(args, megac, np):
     return True
 
 
+PLAN = {"cluster": "cpu:1x2", "global_batch": 8, "precision": "fp32"}
+
+
+def plan_cli(args, *extra):
+    return subprocess.run([args.megac, "plan", "--model", GPT, "--cluster", PLAN["cluster"],
+                           "--global-batch", str(PLAN["global_batch"]), "--precision",
+                           PLAN["precision"], *extra], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def untimed(text):
+    """The report without its wall-clock timings (search, model read, compile)."""
+    return re.sub(r"in [0-9]+\.[0-9]+ s", "in T s", text)
+
+
+def plan_matches_cli(args, megac, model):
+    plan = megac.plan(model, **PLAN)
+    cli = json.loads(plan_cli(args, "--json"))
+    check(len(plan.layouts) == len(cli["layouts"]) == 5 and
+          [layout.as_dict() for layout in plan] == cli["layouts"],
+          f"plan(): the 5 layouts are megac plan --json's, field for field: {plan.best!r}")
+    best = plan.best
+    check(best.step_time_s == cli["layouts"][0]["step_time_s"] and
+          best.mfu == cli["layouts"][0]["mfu"] and best.breakdown["compute_s"] > 0 and
+          best.memory["parameters"] > 0 and best.ranks == 2 and plan.devices == 2,
+          f"plan.best: {best.step_time_s} s/step, MFU {best.mfu}, compute "
+          f"{best.breakdown['compute_s']} s, parameters {best.memory['parameters']} B, 2 ranks")
+    config = best.run_config()
+    check(config["ranks"] == 2 and config["tp"] == best.tp and config["dp"] == best.dp and
+          config["micro_batch"] == best.micro_batch and config["precision"] == "fp32",
+          f"run_config() gives TrainSession the layout: {config}")
+    check(untimed(plan.explain()) == untimed(plan_cli(args, "--explain")),
+          "explain() is megac plan --explain's text (timings aside)")
+    check(untimed(plan.report()) == untimed(plan_cli(args)), "report() is megac plan's text")
+    svg, cli_svg = os.path.join(args.workdir, "plan.svg"), os.path.join(args.workdir, "cli.svg")
+    plan.timeline(svg)
+    plan_cli(args, "--timeline", cli_svg, "--no-compile")
+    check(open(svg, "rb").read() == open(cli_svg, "rb").read() and
+          "<svg " in open(svg).read(), "timeline(path) writes megac plan --timeline's SVG")
+    pinned = megac.plan(model, **PLAN, tp=1, micro_batch=2)
+    cli_pinned = json.loads(plan_cli(args, "--json", "--tp", "1", "--micro-batch", "2"))
+    check([layout.as_dict() for layout in pinned] == cli_pinned["layouts"] and
+          all(layout.tp == 1 and layout.micro_batch == 2 for layout in pinned),
+          f"pins tp=1, micro_batch=2 are --tp 1 --micro-batch 2: {[repr(x) for x in pinned]}")
+    big = megac.Model.from_spec("gpt:layers=48,hidden=8192,heads=64,seq=2048,vocab=50304")
+    none = megac.plan(big, cluster="a100-80g:1x1", global_batch=8)
+    check(none.best is None and none.layouts == [] and none.smallest_memory is not None and
+          "no layout fits" in none.report(),
+          f"a 39B model on one A100 fits nowhere: {none.report().splitlines()[-1]}")
+    raises(megac, lambda: none.timeline(os.path.join(args.workdir, "none.svg")),
+           "no layout fits", "timeline() with no layout")
+    raises(megac, lambda: megac.plan(model, cluster="abacus:1x2", global_batch=8), "cluster:",
+           "a bad cluster")
+    try:
+        megac.plan(model, **PLAN, bogus=1)
+        check(False, "an unknown pin raises TypeError")
+    except TypeError as e:
+        check("bogus" in str(e), f"an unknown pin raises TypeError: {e}")
+    raises(megac, lambda: megac.plan(model, **PLAN, zero=2), "zero: 2 is not 0 or 1",
+           "zero=2")
+    raises(megac, lambda: megac.plan(model, **PLAN, tp="2"), "tp: '2' is not an integer",
+           "tp='2'")
+
+
+def load_resumes(args, megac, cli):
+    """A checkpoint of step 2 resumed by load(path), and by load=DIR, continues as the
+    uninterrupted CLI run: step 3 bit for bit (megac's resume is deterministic)."""
+    ckpt = os.path.join(args.workdir, "ckpt")
+    first = megac.TrainSession(megac.Model.from_spec(GPT), save=ckpt, **RUN)
+    first.step()
+    first.step()
+    saved = first.save()
+    first.stop()
+    check(os.path.isdir(saved), f"save() wrote {saved}")
+    later = megac.TrainSession(megac.Model.from_spec(GPT), **RUN)
+    check(later.resumed is None, "a session without load= resumed nothing")
+    resumed = later.load(ckpt)
+    check(resumed["step"] == 2 and later.steps_done == 2 and
+          os.path.samefile(resumed["path"], saved) and later.resumed == resumed,
+          f"load(path) resumed {resumed}")
+    step3 = later.step()
+    check(step3["step"] == 3 and step3["loss"] == cli[2]["loss"] and
+          step3["grad_norm"] == cli[2]["grad_norm"],
+          f"after load(), step 3 equals the uninterrupted run: loss {step3['loss']!r}")
+    later.stop()
+    again = megac.TrainSession(megac.Model.from_spec(GPT), load=ckpt, **RUN)
+    check(again.resumed is not None and again.resumed["step"] == 2 and again.steps_done == 2,
+          "load=DIR resumes when the session opens, as megac train --load")
+    check(again.step()["loss"] == cli[2]["loss"], "and its step 3 equals the CLI's too")
+    raises(megac, lambda: again.load(os.path.join(args.workdir, "no-such")),
+           "load: no checkpoint directory", "load() of a missing folder")
+    again.stop()
+    s = megac.TrainSession(megac.Model.from_spec(GPT), **RUN)
+    raises(megac, s.load, "give the checkpoint folder", "load() with no folder")
+    s.stop()
+
+
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+              "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_hidden_layers": 2, "vocab_size": 256, "max_position_embeddings": 128,
+              "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "tie_word_embeddings": False,
+              "hidden_act": "silu"}
+
+
+def from_hf_matches_cli(args, megac):
+    folder = os.path.join(args.workdir, "tiny-llama")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(TINY_LLAMA, f)
+    model = megac.Model.from_hf(folder, seq=64)
+    spec = f"hf:{folder},seq=64"
+    out = subprocess.run([args.megac, "describe", "--model", spec], check=True,
+                         capture_output=True, text=True).stdout
+    count = model.describe()["parameters"]
+    check(f"{count:,}" in out, f"from_hf(DIR, seq=64) counts {count:,} parameters as megac "
+          "describe --model hf:DIR,seq=64")
+    session = megac.TrainSession(model, **RUN)
+    losses = [session.step()["loss"] for _ in range(3)]
+    session.stop()
+    log = os.path.join(args.workdir, "hf_cli.jsonl")
+    subprocess.run([args.megac, "train", "--model", spec, *cli_args(RUN), "--log-json", log],
+                   check=True, capture_output=True)
+    want = [json.loads(line)["loss"] for line in open(log)]
+    check(losses == want, f"from_hf: 3 steps equal megac train --model hf:DIR,seq=64: {losses}")
+    raises(megac, lambda: megac.Model.from_hf(os.path.join(args.workdir, "no-such")), "no-such",
+           "from_hf of a missing folder")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--megac", required=True)
@@ -259,6 +397,9 @@ def main():
            "a token outside the vocabulary")
     check(s.steps_done == 0, "failed steps take no step")
     s.stop()
+    plan_matches_cli(args, megac, model)
+    load_resumes(args, megac, cli)
+    from_hf_matches_cli(args, megac)
     torch_matches_cli(args, megac)
     if not mpi_matches_one_rank(args, megac, np):
         return SKIP
