@@ -173,6 +173,7 @@ StatusOr<CompiledModel> compileForward(LoadedModel model, const codegen::Codegen
   compiled.description = model.description;
   compiled.loadSeconds = model.buildSeconds;
   compiled.weights = std::move(model.weights);
+  compiled.hfWeightsFile = model.hfWeightsFile;
   auto start = std::chrono::steady_clock::now();
   mlir::MLIRContext *ctx = (*model.module)->getContext();
   // Diagnostics on ops are written as file:line:col with the source line, like parse errors.
@@ -182,6 +183,7 @@ StatusOr<CompiledModel> compileForward(LoadedModel model, const codegen::Codegen
   if (mlir::failed(passes::runInputPipeline(*model.module)))
     return Status::error("the input pipeline failed on " + compiled.description);
   RETURN_IF_ERROR(fitWeightsToModel(*model.module, compiled.weights));
+  compiled.sourceShapes = sourceShapesOf(*model.module);
   codegen::CodegenOptions planOptions = options;
   if (compiled.weights.empty())
     planOptions.weightsFile.clear();

@@ -25,6 +25,10 @@ struct CompiledModel {
   std::string description;   // the spec or file name
   double loadSeconds = 0;    // building or parsing the IR
   double compileSeconds = 0; // input pipeline and codegen
+  /// An hf: model's weights file (driver/HfWeights.h), read into the executor's parameters;
+  /// empty when the source has none.
+  std::string hfWeightsFile;
+  SourceShapes sourceShapes; // parameters held in another shape than the model's files
 };
 
 /// Runs the input pipeline on a loaded model and writes its plan; `options.weightsFile` is

@@ -2,6 +2,7 @@
 // (and its weights) or an ONNX file (ModelSource.h).
 #include "driver/ModelSource.h"
 
+#include "driver/HfWeights.h"
 #include "frontends/models/ModelZoo.h"
 #include "frontends/onnx/OnnxImporter.h"
 #include "ir/MegaDialect.h"
@@ -376,6 +377,8 @@ StatusOr<LoadedModel> loadModel(mlir::MLIRContext &ctx, const ModelSource &sourc
         }
       },
       source.value());
+  if (loaded.isOk())
+    loaded->hfWeightsFile = hfWeightsFile(source);
   if (loaded.isOk())
     loaded->buildSeconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -99,6 +99,9 @@ struct LoadedModel {
   /// Parameter values that came with the model (ONNX initializers, a mega.weights file);
   /// empty for zoo models, whose parameters come from their init specs.
   TensorMap weights;
+  /// An hf: folder's weights file (model.safetensors[.index.json]), read lazily into each
+  /// rank's parameter shards by driver/HfWeights.h; empty when the source has none.
+  std::string hfWeightsFile;
 };
 
 /// Loads `source` into `ctx`. `inputShapes` binds symbolic input dims of an ONNX model and is an

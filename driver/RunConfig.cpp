@@ -1,6 +1,8 @@
 // Completing and checking a run's configuration (RunConfig.h).
 #include "driver/RunConfig.h"
 
+#include "driver/HfWeights.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
@@ -113,6 +115,14 @@ Status finishFiles(RunConfig &c) {
     c.log.traceFirst = steps >= 2 ? 2 : 1;
     c.log.traceLast = std::min(steps, c.log.traceFirst + c.log.traceSteps - 1);
   }
+  if (k.saveHf && !c.model.isHf())
+    return Status::error("--save-hf writes a transformers folder for --model hf:DIR models; "
+                         "give --save-weights FILE for this model");
+  if (k.saveHf)
+    RETURN_IF_ERROR(checkHfSaveDir(*k.saveHf));
+  if (!k.allowMissing.empty() && hfWeightsFile(c.model).empty())
+    return Status::error("--allow-missing applies to --model hf:DIR folders with weights "
+                         "(model.safetensors or model.safetensors.index.json)");
   for (auto [flag, file] : {std::pair{"save-weights", &k.saveWeights},
                             {"save-grads", &k.saveGrads},
                             {"trace", &c.log.tracePath}})

@@ -64,6 +64,13 @@ struct CheckpointConfig {
   int64_t saveInterval = 0;                    // 0: only at the end of the run
   std::optional<std::string> saveWeights;      // the final parameters, whole
   std::optional<std::string> saveGrads;        // step 1's gradients, whole
+  /// --save-hf DIR: the final parameters as a transformers folder (hf: models; HfWeights.h),
+  /// in safetensors shards of at most hfShardBytes (--hf-shard-size).
+  std::optional<std::string> saveHf;
+  uint64_t hfShardBytes = 5'000'000'000;
+  /// --allow-missing NAME...: parameters an hf: folder's weights may lack (they keep their
+  /// initialisation: a head trained from scratch).
+  std::vector<std::string> allowMissing;
   /// Retention after each save (--keep-last N, --keep-steps a,b,...): the keepLast newest
   /// complete steps and every listed one stay; 0 keeps every step.
   int64_t keepLast = 0;

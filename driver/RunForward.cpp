@@ -1,6 +1,8 @@
 // One forward pass's inputs and outputs as .npy files (RunForward.h).
 #include "driver/RunForward.h"
 
+#include "driver/HfWeights.h"
+
 #include "runtime/io/Npy.h"
 
 #include <algorithm>
@@ -91,6 +93,12 @@ StatusOr<ForwardRun> runForward(const LoadedPlan &plan, const ForwardOptions &op
     executorOptions.weights = options.weights;
   ASSIGN_OR_RETURN(std::unique_ptr<runtime::Executor> executor,
                    runtime::Executor::create(plan, executorOptions));
+  if (!options.hfWeightsFile.empty()) {
+    ASSIGN_OR_RETURN(HfCheckpoint hf, HfCheckpoint::open(options.hfWeightsFile));
+    SourceShapes none;
+    RETURN_IF_ERROR(loadHfWeights(hf, plan, *executor,
+                                  options.sourceShapes ? *options.sourceShapes : none, {}));
+  }
   RETURN_IF_ERROR(setInputsFromFiles(*executor, files));
   ForwardRun run;
   auto start = std::chrono::steady_clock::now();

@@ -4,6 +4,7 @@
 
 #include "driver/Backend.h"
 #include "driver/PlanFile.h"
+#include "driver/SourceShapes.h"
 
 #include "runtime/exec/Executor.h"
 #include "support/Status.h"
@@ -39,6 +40,10 @@ struct ForwardOptions {
   bool allowTf32 = false;
   /// The model's weights when it came with them; null or empty: the plan's (runtime/init).
   const TensorMap *weights = nullptr;
+  /// An hf: model's weights file and the model's source shapes (CompiledModel): the parameters
+  /// are read from it (driver/HfWeights.h); empty: none.
+  std::string hfWeightsFile;
+  const SourceShapes *sourceShapes = nullptr;
 };
 
 /// What one forward pass did.

@@ -3,6 +3,7 @@
 #include "driver/TrainSession.h"
 
 #include "driver/CheckpointModel.h"
+#include "driver/HfWeights.h"
 #include "driver/TrainStep.h"
 
 #include "runtime/checkpoint/Checkpoint.h"
@@ -173,6 +174,12 @@ Status TrainSession::openRank() {
   s.rank.modelDescription = model_.description;
   s.rank.sourceShapes = &model_.sourceShapes;
   ASSIGN_OR_RETURN(s.executor, runtime::Executor::create(*s.plan, options));
+  // The initial weights of an hf: folder that has them: each rank reads its own shards.
+  if (std::string file = hfWeightsFile(c.model); !file.empty()) {
+    ASSIGN_OR_RETURN(HfCheckpoint hf, HfCheckpoint::open(file));
+    RETURN_IF_ERROR(loadHfWeights(hf, *s.plan, *s.executor, model_.sourceShapes,
+                                  c.checkpoint.allowMissing));
+  }
   s.rank.comm = &s.executor->communicator();
   s.rank.trace = s.trace.get();
   std::vector<int64_t> coords = s.executor->coords();
@@ -481,6 +488,15 @@ Status TrainSession::saveWeights(const std::string &path) {
   return runtime::writeSafetensors(
       path, weights,
       {{"producer", "megac train"}, {"step", std::to_string(config_.lr.totalSteps)}});
+}
+
+Status TrainSession::saveHf(const std::string &dir) {
+  ASSIGN_OR_RETURN(TensorMap weights, parameters());
+  if (!root())
+    return Status::ok();
+  return saveHfFolder(dir, weights,
+                      {hfFolder(config_.model), config_.checkpoint.hfShardBytes,
+                       {{"producer", "megac train"}, {"step", std::to_string(stepsDone_)}}});
 }
 
 Status TrainSession::writeTrace() {

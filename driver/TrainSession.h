@@ -100,6 +100,10 @@ public:
   std::string savedPath() const;
   /// Every parameter, whole, written by rank 0 in the layout of a one-rank run.
   Status saveWeights(const std::string &path);
+  /// Every parameter as a transformers folder `dir` (an hf: model; driver/HfWeights.h), written
+  /// by rank 0 in shards of checkpoint.hfShardBytes, with the input folder's config.json and
+  /// tokenizer files. Every rank calls it.
+  Status saveHf(const std::string &dir);
   /// The same parameters in memory: whole, in the model's own shapes, by name, on rank 0 (other
   /// ranks get an empty map). Every rank calls it.
   StatusOr<TensorMap> parameters();

@@ -5,7 +5,12 @@
 #include "support/Files.h"
 #include "support/Json.h"
 
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
 #include <limits>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace megac::runtime {
 
@@ -22,8 +27,10 @@ bool nonNegativeInt(const json::Value &v, int64_t &out) {
   return true;
 }
 
-Status parseTensor(const std::string &name, const json::Value &entry, std::span<const uint8_t> data,
-                   HostTensor &out) {
+/// A header entry's dtype, shape and data offsets, checked against a data section of
+/// `dataBytes` bytes; `begin`/`end` are relative to the data section.
+Status parseEntry(const json::Value &entry, uint64_t dataBytes, HostTensor &out, int64_t &begin,
+                  int64_t &end) {
   if (entry.kind != json::Value::Kind::object)
     return Status::error("entry is not an object");
   const json::Value *dtype = entry.find("dtype");
@@ -45,17 +52,22 @@ Status parseTensor(const std::string &name, const json::Value &entry, std::span<
   ASSIGN_OR_RETURN(uint64_t need, checkedByteSize(out.shape, dtypeSize(out.dtype)));
   if (!offsets || offsets->kind != json::Value::Kind::array || offsets->items.size() != 2)
     return Status::error("\"data_offsets\" must be an array [begin, end]");
-  int64_t begin, end;
   if (!nonNegativeInt(offsets->items[0], begin) || !nonNegativeInt(offsets->items[1], end))
     return Status::error("\"data_offsets\" must be non-negative integers");
   std::string range = "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
-  if (begin > end || static_cast<uint64_t>(end) > data.size())
+  if (begin > end || static_cast<uint64_t>(end) > dataBytes)
     return Status::error("data_offsets " + range + " lie outside the data section (" +
-                         std::to_string(data.size()) + " bytes; is the file truncated?)");
+                         std::to_string(dataBytes) + " bytes; is the file truncated?)");
   if (static_cast<uint64_t>(end - begin) != need)
     return Status::error("data_offsets " + range + " hold " + std::to_string(end - begin) +
                          " bytes, but shape " + shapeString(out.shape) + " of " + dtype->string +
                          " needs " + std::to_string(need));
+  return Status::ok();
+}
+
+Status parseTensor(const json::Value &entry, std::span<const uint8_t> data, HostTensor &out) {
+  int64_t begin = 0, end = 0;
+  RETURN_IF_ERROR(parseEntry(entry, data.size(), out, begin, end));
   out.bytes.assign(data.begin() + begin, data.begin() + end);
   if (out.dtype == DType::i1)
     for (uint8_t &b : out.bytes)
@@ -95,7 +107,7 @@ StatusOr<SafetensorsFile> parseFile(const std::vector<uint8_t> &bytes) {
       continue;
     }
     HostTensor t;
-    if (Status s = parseTensor(name, entry, data, t); !s.isOk())
+    if (Status s = parseTensor(entry, data, t); !s.isOk())
       return Status::error("tensor '" + name + "': " + s.message());
     file.tensors.emplace(name, std::move(t));
   }
@@ -140,6 +152,82 @@ StatusOr<SafetensorsFile> readSafetensorsFile(const std::string &path) {
   if (!file.isOk())
     return Status::error("safetensors file '" + path + "': " + file.status().message());
   return file;
+}
+
+Status preadExact(int fd, uint8_t *out, size_t size, uint64_t offset) {
+  while (size > 0) {
+    ssize_t n = ::pread(fd, out, size, off_t(offset));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return Status::error(n == 0 ? std::string("unexpected end of file") : std::strerror(errno));
+    out += n;
+    size -= size_t(n);
+    offset += uint64_t(n);
+  }
+  return Status::ok();
+}
+
+namespace {
+
+StatusOr<SafetensorsHeader> parseHeader(int fd, uint64_t fileBytes) {
+  if (fileBytes < 8)
+    return Status::error("the file has " + std::to_string(fileBytes) +
+                         " bytes, too few for the 8-byte header length");
+  uint8_t lengthBytes[8];
+  RETURN_IF_ERROR(preadExact(fd, lengthBytes, 8, 0));
+  uint64_t headerLen = 0;
+  for (int i = 7; i >= 0; --i)
+    headerLen = (headerLen << 8) | lengthBytes[i];
+  if (headerLen > kMaxHeaderBytes || headerLen > fileBytes - 8)
+    return Status::error("header length " + std::to_string(headerLen) + " exceeds the file (" +
+                         std::to_string(fileBytes) + " bytes; is it truncated or corrupt?)");
+  std::string text(headerLen, '\0');
+  RETURN_IF_ERROR(preadExact(fd, reinterpret_cast<uint8_t *>(text.data()), headerLen, 8));
+  StatusOr<json::Value> header = json::parse(text);
+  if (!header.isOk())
+    return Status::error("bad header: " + header.status().message());
+  if (header->kind != json::Value::Kind::object)
+    return Status::error("bad header: not a JSON object");
+  SafetensorsHeader out;
+  out.fileBytes = fileBytes;
+  uint64_t dataStart = 8 + headerLen;
+  for (size_t i = 0; i < header->keys.size(); ++i) {
+    const std::string &name = header->keys[i];
+    const json::Value &entry = header->items[i];
+    if (name == "__metadata__") {
+      if (entry.kind != json::Value::Kind::object)
+        return Status::error("__metadata__ is not an object");
+      for (size_t j = 0; j < entry.keys.size(); ++j)
+        if (entry.items[j].kind == json::Value::Kind::string)
+          out.metadata[entry.keys[j]] = entry.items[j].string;
+      continue;
+    }
+    HostTensor t;
+    int64_t begin = 0, end = 0;
+    if (Status s = parseEntry(entry, fileBytes - dataStart, t, begin, end); !s.isOk())
+      return Status::error("tensor '" + name + "': " + s.message());
+    out.tensors.push_back({name, t.dtype, std::move(t.shape), dataStart + uint64_t(begin),
+                           dataStart + uint64_t(end)});
+  }
+  return out;
+}
+
+} // namespace
+
+StatusOr<SafetensorsHeader> readSafetensorsHeader(const std::string &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return Status::error("cannot open safetensors file '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  StatusOr<SafetensorsHeader> header =
+      ::fstat(fd, &st) != 0 ? StatusOr<SafetensorsHeader>(Status::error(
+                                  std::string("cannot stat it: ") + std::strerror(errno)))
+                            : parseHeader(fd, uint64_t(st.st_size));
+  ::close(fd);
+  if (!header.isOk())
+    return Status::error("safetensors file '" + path + "': " + header.status().message());
+  return header;
 }
 
 StatusOr<TensorMap> readSafetensors(const std::string &path) {

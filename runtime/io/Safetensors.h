@@ -38,6 +38,26 @@ struct SafetensorsFile {
 };
 StatusOr<SafetensorsFile> readSafetensorsFile(const std::string &path);
 
+/// One tensor of a safetensors file's header: where its bytes lie in the file.
+struct SafetensorsTensorInfo {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0; // byte offsets in the file (not in the data section)
+};
+/// A safetensors file's header alone, checked against the file's size (every tensor's bytes lie
+/// inside the file and fit its shape and dtype), without reading the tensors: what a lazy
+/// reader of a big model pread()s from. Errors name the file and the tensor.
+struct SafetensorsHeader {
+  std::vector<SafetensorsTensorInfo> tensors; // in the header's order
+  std::map<std::string, std::string> metadata;
+  uint64_t fileBytes = 0;
+};
+StatusOr<SafetensorsHeader> readSafetensorsHeader(const std::string &path);
+/// Reads exactly `size` bytes at byte `offset` of the open file `fd` (pread, retried on short
+/// reads and EINTR); the error is strerror's or "unexpected end of file".
+Status preadExact(int fd, uint8_t *out, size_t size, uint64_t offset);
+
 /// Writes atomically: to `path`.tmp, fsync, then rename.
 Status writeSafetensors(const std::string &path, const TensorMap &tensors,
                         const std::map<std::string, std::string> &metadata = {});

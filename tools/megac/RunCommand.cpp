@@ -111,6 +111,10 @@ int runCommand(int argc, char **argv) {
   forward.backend = *backend;
   forward.allowTf32 = allowTf32;
   forward.weights = compiled ? &compiled->weights : nullptr;
+  if (compiled) {
+    forward.hfWeightsFile = compiled->hfWeightsFile;
+    forward.sourceShapes = &compiled->sourceShapes;
+  }
   StatusOr<driver::ForwardRun> ran = driver::runForward(*plan, forward, files, *outputDir);
   if (!ran.isOk())
     return fail(kCommand, ran.status().message());

@@ -3,6 +3,7 @@
 #include "tools/megac/RunFlags.h"
 
 #include "driver/Compile.h"
+#include "driver/HfWeights.h"
 #include "driver/TrainData.h"
 
 #include <cstring>
@@ -53,6 +54,8 @@ void RunFlags::declare(Flags &f) {
   f.text("--log-json", c.log.jsonPath, "FILE").count("--log-interval", c.log.interval, 1);
   f.text("--tensorboard-dir", c.log.tensorboardDir, "DIR");
   f.text("--logits", logits, "NAME").text("--save-weights", c.checkpoint.saveWeights, "FILE");
+  f.text("--save-hf", c.checkpoint.saveHf, "DIR").text("--hf-shard-size", hfShardSize, "SIZE");
+  f.repeated("--allow-missing", c.checkpoint.allowMissing, "NAME");
   f.text("--save-grads", c.checkpoint.saveGrads, "FILE")
       .text("--save", c.checkpoint.saveDir, "DIR");
   f.count("--save-interval", c.checkpoint.saveInterval, 1)
@@ -144,6 +147,11 @@ std::string configureStep(const Flags &f, RunFlags &r, bool planOnly) {
   l.schedule = *schedule::parseScheduleKind(r.schedule);
   if (!f.given("--dp"))
     l.dp = 0; // the ranks left by tp and pp
+  if (r.hfShardSize && !driver::parseByteSize(*r.hfShardSize, c.checkpoint.hfShardBytes))
+    return "--hf-shard-size: '" + *r.hfShardSize +
+           "' is not a size (bytes, or a number with KB, MB, GB, KiB, MiB or GiB: 5GB)";
+  if (r.hfShardSize && !c.checkpoint.saveHf)
+    return "--hf-shard-size applies with --save-hf DIR";
   if (r.seed) {
     std::optional<uint64_t> value = driver::parseSeed(*r.seed);
     if (!value)

@@ -16,6 +16,7 @@ namespace megac::cli {
 struct RunFlags {
   driver::RunConfig config;
   std::optional<std::string> spec, data, evalData, split, seed, logits, backend;
+  std::optional<std::string> hfShardSize; // --hf-shard-size, parsed in configure
   std::vector<std::string> dataPath;
   std::string objective = "causal";
   int64_t maskTokenId = 0;

@@ -176,6 +176,11 @@ Status finishRun(driver::TrainSession &s, driver::RunLogs &logs, int64_t done, d
     if (s.root())
       std::printf("wrote %s\n", c.checkpoint.saveWeights->c_str());
   }
+  if (c.checkpoint.saveHf) {
+    RETURN_IF_ERROR(s.saveHf(*c.checkpoint.saveHf));
+    if (s.root())
+      std::printf("wrote %s (a transformers folder)\n", c.checkpoint.saveHf->c_str());
+  }
   if (c.checkpoint.saveGrads && s.root())
     std::printf("wrote %s (the gradients of step 1)\n", c.checkpoint.saveGrads->c_str());
   std::fflush(stdout);

@@ -1,0 +1,513 @@
+// Hugging Face weights: lazy, sharded reading into each rank's parameter shards, and writing a
+// folder transformers loads (HfWeights.h).
+#include "driver/HfWeights.h"
+
+#include "runtime/plan/plan_generated.h"
+#include "support/Files.h"
+#include "support/Float16.h"
+#include "support/Json.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <set>
+#include <unistd.h>
+
+namespace megac::driver {
+
+namespace fs = std::filesystem;
+namespace fb = megac::plan;
+
+namespace {
+
+constexpr const char *kIndexFile = "model.safetensors.index.json";
+constexpr const char *kSingleFile = "model.safetensors";
+
+/// "'a', 'b', 'c' (and 4 more)": names for a one-line error.
+std::string someNames(const std::vector<std::string> &names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 4; ++i)
+    out += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > 4)
+    out += " (and " + std::to_string(names.size() - 4) + " more)";
+  return out;
+}
+
+bool isFloat(DType d) {
+  return d == DType::f64 || d == DType::f32 || d == DType::bf16 || d == DType::f16;
+}
+
+double loadElement(const uint8_t *p, DType d) {
+  switch (d) {
+  case DType::f64: {
+    double v;
+    std::memcpy(&v, p, 8);
+    return v;
+  }
+  case DType::f32: {
+    float v;
+    std::memcpy(&v, p, 4);
+    return v;
+  }
+  case DType::bf16:
+  case DType::f16: {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    return d == DType::bf16 ? bf16ToFloat(v) : halfToFloat(v);
+  }
+  default:
+    return 0;
+  }
+}
+
+void storeElement(uint8_t *p, DType d, double value) {
+  switch (d) {
+  case DType::f64:
+    std::memcpy(p, &value, 8);
+    break;
+  case DType::f32: {
+    float v = float(value);
+    std::memcpy(p, &v, 4);
+    break;
+  }
+  case DType::bf16:
+  case DType::f16: {
+    uint16_t v = d == DType::bf16 ? floatToBf16(float(value)) : floatToHalf(float(value));
+    std::memcpy(p, &v, 2);
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+/// `n` elements of dtype `from` at `src` written as `to` at `dst` (exact for widening; fp32 ->
+/// bf16/f16 rounds to nearest even).
+void convertElements(const uint8_t *src, DType from, uint8_t *dst, DType to, size_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, n * dtypeSize(from));
+    return;
+  }
+  size_t a = dtypeSize(from), b = dtypeSize(to);
+  for (size_t i = 0; i < n; ++i)
+    storeElement(dst + i * b, to, loadElement(src + i * a, from));
+}
+
+/// The open files of a checkpoint, closed at the end of a load.
+class OpenFiles {
+public:
+  ~OpenFiles() {
+    for (auto &[path, fd] : fds_)
+      ::close(fd);
+  }
+  StatusOr<int> get(const std::string &path) {
+    if (auto it = fds_.find(path); it != fds_.end())
+      return it->second;
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return Status::error("cannot open " + path + ": " + std::strerror(errno));
+    fds_[path] = fd;
+    return fd;
+  }
+
+private:
+  std::map<std::string, int> fds_;
+};
+
+/// Reads the block at `offset` of shape `local` out of tensor `t`, seen in the row-major shape
+/// `global` (the same element count as t.shape), into `out` (t's dtype): one pread per
+/// contiguous run (the dims after the last split one are whole).
+Status readSlice(OpenFiles &files, const HfTensor &t, std::span<const int64_t> global,
+                 std::span<const int64_t> offset, std::span<const int64_t> local, uint8_t *out) {
+  ASSIGN_OR_RETURN(int fd, files.get(t.file));
+  size_t rank = global.size(), elem = dtypeSize(t.dtype);
+  std::vector<int64_t> stride(rank, 1);
+  for (size_t d = rank; d-- > 1;)
+    stride[d - 1] = stride[d] * global[d];
+  // k: the last dim the block does not span whole; dims before it are walked, dims from it on
+  // form one contiguous run per index of the walked dims.
+  size_t k = 0;
+  for (size_t d = 0; d < rank; ++d)
+    if (local[d] != global[d])
+      k = d;
+  int64_t run = 1;
+  for (size_t d = k; d < rank; ++d)
+    run *= d == k ? local[d] : global[d];
+  size_t runBytes = size_t(run) * elem;
+  std::vector<int64_t> index(k, 0);
+  for (uint8_t *dst = out;; dst += runBytes) {
+    int64_t at = k < rank ? offset[k] * stride[k] : 0;
+    for (size_t d = 0; d < k; ++d)
+      at += (offset[d] + index[d]) * stride[d];
+    if (runBytes > 0)
+      if (Status s = runtime::preadExact(fd, dst, runBytes, t.begin + uint64_t(at) * elem);
+          !s.isOk())
+        return Status::error("cannot read " + t.file + ": " + s.message());
+    size_t d = k;
+    while (d > 0 && ++index[d - 1] == local[d - 1])
+      index[--d] = 0;
+    if (d == 0)
+      break;
+  }
+  return Status::ok();
+}
+
+/// A parameter as the whole model has it: its global shape, the shape of the model's own
+/// tensor (source_shape, else global) and, for a stacked one, its members.
+struct ModelParam {
+  std::vector<int64_t> global, fileShape;
+  std::vector<std::string> members; // megac names of the stacked tensors
+};
+
+std::map<std::string, ModelParam> modelParams(const runtime::LoadedPlan &plan,
+                                              const SourceShapes &source) {
+  std::map<std::string, ModelParam> out;
+  for (const fb::Program *program : *plan.plan().programs()) {
+    if (!program->parameters())
+      continue;
+    for (const fb::Parameter *p : *program->parameters()) {
+      ModelParam m;
+      if (p->global_shape())
+        m.global.assign(p->global_shape()->begin(), p->global_shape()->end());
+      m.fileShape = m.global;
+      if (p->source_shape() && p->source_shape()->size() > 0)
+        m.fileShape.assign(p->source_shape()->begin(), p->source_shape()->end());
+      if (auto it = source.stacks.find(p->name()->str()); it != source.stacks.end())
+        m.members = it->second;
+      out.emplace(p->name()->str(), std::move(m));
+    }
+  }
+  return out;
+}
+
+Status checkCheckpoint(const HfCheckpoint &checkpoint,
+                       const std::map<std::string, ModelParam> &params,
+                       const std::set<std::string> &allowed) {
+  std::vector<std::string> missing, misShaped;
+  std::set<std::string> taken;
+  auto expect = [&](const std::string &megacName, const std::vector<int64_t> &shape,
+                    bool allowedMissing) {
+    std::string name = hfTensorName(megacName);
+    taken.insert(name);
+    auto it = checkpoint.tensors.find(name);
+    if (it == checkpoint.tensors.end()) {
+      if (!allowedMissing)
+        missing.push_back(name);
+    } else if (it->second.shape != shape) {
+      misShaped.push_back("tensor '" + name + "' is " + shapeString(it->second.shape) +
+                          " but the model's parameter is " + shapeString(shape));
+    }
+  };
+  for (const auto &[name, p] : params) {
+    bool ok = allowed.count(name) || allowed.count(hfTensorName(name));
+    if (p.members.empty()) {
+      expect(name, p.fileShape, ok);
+      continue;
+    }
+    std::vector<int64_t> memberShape(p.global.begin() + 1, p.global.end());
+    for (const std::string &member : p.members)
+      expect(member, memberShape,
+             ok || allowed.count(member) || allowed.count(hfTensorName(member)));
+  }
+  if (!missing.empty())
+    return Status::error(checkpoint.path + ": no tensor for the model's " + someNames(missing) +
+                         "; give --allow-missing NAME for a part to train from its initialisation");
+  if (!misShaped.empty())
+    return Status::error(checkpoint.path + ": " + misShaped.front() +
+                         (misShaped.size() > 1 ? " (and " + std::to_string(misShaped.size() - 1) +
+                                                     " more tensors of another shape)"
+                                               : std::string()) +
+                         "; is the config.json the one these weights were saved with?");
+  std::vector<std::string> extra;
+  for (const auto &[name, t] : checkpoint.tensors) {
+    if (taken.count(name))
+      continue;
+    bool tiedHead = name == "lm_head.weight" && !params.count("lm_head.weight");
+    bool rotaryBuffer = name.size() > 20 && name.ends_with(".rotary_emb.inv_freq");
+    if (!tiedHead && !rotaryBuffer)
+      extra.push_back(name);
+  }
+  if (!extra.empty())
+    return Status::error(checkpoint.path + ": " +
+                         (extra.size() == 1
+                              ? "tensor " + someNames(extra) + " is no parameter"
+                              : "tensors " + someNames(extra) + " are no parameters") +
+                         " of the model the config.json describes");
+  return Status::ok();
+}
+
+} // namespace
+
+std::string hfTensorName(const std::string &megacName) {
+  return megacName.rfind("lm_head.", 0) == 0 ? megacName : "model." + megacName;
+}
+
+std::string hfFolder(const ModelSource &source) {
+  const auto *hf = std::get_if<HfSpec>(&source.value());
+  if (!hf)
+    return {};
+  std::string folder = fs::path(hf->model.file).parent_path().string();
+  return folder.empty() ? "." : folder;
+}
+
+std::string hfWeightsFile(const ModelSource &source) {
+  std::string folder = hfFolder(source);
+  if (folder.empty())
+    return {};
+  for (const char *name : {kIndexFile, kSingleFile}) {
+    std::error_code ec;
+    fs::path path = fs::path(folder) / name;
+    if (fs::exists(path, ec))
+      return path.string();
+  }
+  return {};
+}
+
+StatusOr<HfCheckpoint> HfCheckpoint::open(const std::string &weightsFile) {
+  HfCheckpoint out;
+  out.path = weightsFile;
+  // file -> the tensors the index says it holds (empty: all its tensors)
+  std::map<std::string, std::vector<std::string>> files;
+  if (weightsFile.ends_with(".index.json")) {
+    ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(weightsFile, "index file"));
+    StatusOr<json::Value> index =
+        json::parse(std::string_view(reinterpret_cast<const char *>(bytes.data()), bytes.size()));
+    if (!index.isOk())
+      return Status::error(weightsFile + ": " + index.status().message());
+    const json::Value *map =
+        index->kind == json::Value::Kind::object ? index->find("weight_map") : nullptr;
+    if (!map || map->kind != json::Value::Kind::object)
+      return Status::error(weightsFile + ": no \"weight_map\" object (name -> file)");
+    fs::path dir = fs::path(weightsFile).parent_path();
+    for (size_t i = 0; i < map->keys.size(); ++i) {
+      const json::Value &file = map->items[i];
+      if (file.kind != json::Value::Kind::string || file.string.empty() ||
+          file.string.find('/') != std::string::npos)
+        return Status::error(weightsFile + ": tensor '" + map->keys[i] + "' maps to no file name");
+      std::string path = (dir / file.string).string();
+      std::error_code ec;
+      if (!fs::is_regular_file(path, ec))
+        return Status::error(weightsFile + ": tensor '" + map->keys[i] + "' is in '" + file.string +
+                             "', which is not in " + dir.string());
+      files[path].push_back(map->keys[i]);
+    }
+  } else {
+    files[weightsFile] = {};
+  }
+  for (const auto &[path, names] : files) {
+    ASSIGN_OR_RETURN(runtime::SafetensorsHeader header, runtime::readSafetensorsHeader(path));
+    std::map<std::string, const runtime::SafetensorsTensorInfo *> byName;
+    for (const runtime::SafetensorsTensorInfo &t : header.tensors)
+      byName[t.name] = &t;
+    std::vector<std::string> wanted = names;
+    if (wanted.empty())
+      for (const runtime::SafetensorsTensorInfo &t : header.tensors)
+        wanted.push_back(t.name);
+    for (const std::string &name : wanted) {
+      auto it = byName.find(name);
+      if (it == byName.end())
+        return Status::error(out.path + " puts tensor '" + name + "' in " + path +
+                             ", which does not hold it");
+      const runtime::SafetensorsTensorInfo &t = *it->second;
+      if (!isFloat(t.dtype))
+        return Status::error(path + ": tensor '" + name + "' is " +
+                             runtime::safetensorsDtype(t.dtype) +
+                             "; megac reads F32, BF16, F16 and F64 weights");
+      out.tensors[name] = HfTensor{path, t.dtype, t.shape, t.begin};
+    }
+  }
+  return out;
+}
+
+Status loadHfWeights(const HfCheckpoint &checkpoint, const runtime::LoadedPlan &plan,
+                     runtime::Executor &executor, const SourceShapes &source,
+                     const std::vector<std::string> &allowMissing) {
+  std::map<std::string, ModelParam> params = modelParams(plan, source);
+  std::set<std::string> allowed(allowMissing.begin(), allowMissing.end());
+  for (const std::string &name : allowMissing) {
+    bool known = params.count(name) > 0;
+    for (const auto &[p, m] : params) {
+      known = known || hfTensorName(p) == name;
+      for (const std::string &member : m.members)
+        known = known || member == name || hfTensorName(member) == name;
+    }
+    if (!known)
+      return Status::error("--allow-missing '" + name + "' names no parameter of the model");
+  }
+  RETURN_IF_ERROR(checkCheckpoint(checkpoint, params, allowed));
+
+  const fb::Program &program =
+      *plan.plan().programs()->Get(plan.plan().ranks() && plan.plan().ranks()->size() > 0
+                                       ? plan.plan().ranks()->Get(uint32_t(executor.rank()))->role()
+                                       : 0);
+  std::map<std::string, DType> dtypes;
+  if (program.parameters())
+    for (const fb::Parameter *p : *program.parameters())
+      dtypes[p->name()->str()] = static_cast<DType>(program.buffers()->Get(p->buffer())->dtype());
+  OpenFiles files;
+  std::vector<uint8_t> staging;
+  for (const std::string &name : executor.parameterNames()) {
+    const ModelParam &p = params.at(name);
+    ASSIGN_OR_RETURN(runtime::ShardInfo shard, executor.parameterShard(name));
+    HostTensor value = HostTensor::zeros(dtypes.at(name), shard.shape);
+    if (p.members.empty()) {
+      auto it = checkpoint.tensors.find(hfTensorName(name));
+      if (it == checkpoint.tensors.end())
+        continue; // --allow-missing: it keeps its initialisation
+      const HfTensor &t = it->second;
+      staging.resize(size_t(value.numElements()) * dtypeSize(t.dtype));
+      RETURN_IF_ERROR(
+          readSlice(files, t, shard.globalShape, shard.offset, shard.shape, staging.data()))
+          << " (tensor '" << it->first << "')";
+      convertElements(staging.data(), t.dtype, value.bytes.data(), value.dtype,
+                      size_t(value.numElements()));
+    } else {
+      // Stacked experts: rows offset[0] .. offset[0] + shape[0] are members' slices.
+      std::span<const int64_t> global(shard.globalShape), offset(shard.offset), local(shard.shape);
+      size_t perMember = size_t(value.numElements() / std::max<int64_t>(local[0], 1));
+      bool any = false;
+      for (int64_t e = 0; e < local[0]; ++e) {
+        auto it = checkpoint.tensors.find(hfTensorName(p.members[size_t(offset[0] + e)]));
+        if (it == checkpoint.tensors.end())
+          continue;
+        any = true;
+        const HfTensor &t = it->second;
+        staging.resize(perMember * dtypeSize(t.dtype));
+        RETURN_IF_ERROR(readSlice(files, t, global.subspan(1), offset.subspan(1), local.subspan(1),
+                                  staging.data()))
+            << " (tensor '" << it->first << "')";
+        convertElements(staging.data(), t.dtype,
+                        value.bytes.data() + size_t(e) * perMember * dtypeSize(value.dtype),
+                        value.dtype, perMember);
+      }
+      if (!any)
+        continue;
+    }
+    RETURN_IF_ERROR(executor.setParameter(name, value)) << " (from " << checkpoint.path << ")";
+  }
+  return Status::ok();
+}
+
+bool parseByteSize(const std::string &text, uint64_t &bytes) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits])))
+    ++digits;
+  if (digits == 0 || digits > 15)
+    return false;
+  uint64_t n = std::stoull(text.substr(0, digits));
+  std::string unit = text.substr(digits);
+  static const std::map<std::string, uint64_t> units = {{"", 1},
+                                                        {"B", 1},
+                                                        {"KB", 1000},
+                                                        {"MB", 1000'000},
+                                                        {"GB", 1000'000'000},
+                                                        {"KiB", 1ull << 10},
+                                                        {"MiB", 1ull << 20},
+                                                        {"GiB", 1ull << 30}};
+  auto it = units.find(unit);
+  if (it == units.end() || n == 0)
+    return false;
+  bytes = n * it->second;
+  return true;
+}
+
+Status checkHfSaveDir(const std::string &dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec))
+    return Status::error("--save-hf: " + dir +
+                         " exists; give a new folder (the save never overwrites one)");
+  fs::path parent = fs::path(dir).parent_path();
+  if (!parent.empty() && !fs::is_directory(parent, ec))
+    return Status::error("--save-hf: no directory " + parent.string());
+  return Status::ok();
+}
+
+Status saveHfFolder(const std::string &dir, const TensorMap &weights,
+                    const HfSaveOptions &options) {
+  RETURN_IF_ERROR(checkHfSaveDir(dir));
+  std::string name = fs::path(dir).filename().string();
+  if (name.empty())
+    name = fs::path(dir).parent_path().filename().string();
+  fs::path parent = fs::path(dir).parent_path();
+  std::string pattern = ((parent.empty() ? fs::path(".") : parent) / (name + ".tmp-XXXXXX"));
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (!::mkdtemp(buffer.data()))
+    return Status::error("--save-hf: cannot create " + pattern + ": " + std::strerror(errno));
+  fs::path tmp(buffer.data());
+  auto fail = [&](const std::string &why) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    return Status::error("--save-hf " + dir + ": " + why);
+  };
+  // Shards in name order, each up to shardBytes of F32 tensors.
+  std::map<std::string, const HostTensor *> byHfName;
+  for (const auto &[megacName, tensor] : weights)
+    byHfName[hfTensorName(megacName)] = &tensor;
+  std::vector<std::vector<std::string>> shards(1);
+  uint64_t inShard = 0, total = 0;
+  for (const auto &[hfName, tensor] : byHfName) {
+    uint64_t bytes = uint64_t(tensor->numElements()) * 4;
+    if (inShard > 0 && inShard + bytes > options.shardBytes) {
+      shards.emplace_back();
+      inShard = 0;
+    }
+    shards.back().push_back(hfName);
+    inShard += bytes;
+    total += bytes;
+  }
+  std::map<std::string, std::string> metadata = options.metadata;
+  metadata["format"] = "pt";
+  std::string weightMap;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    char file[64];
+    if (shards.size() == 1)
+      std::snprintf(file, sizeof file, "%s", kSingleFile);
+    else
+      std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    TensorMap shard; // this shard's tensors in F32 (resident: one shard beside the weights)
+    for (const std::string &hfName : shards[i]) {
+      const HostTensor &t = *byHfName[hfName];
+      if (!isFloat(t.dtype))
+        return fail("parameter '" + hfName + "' is " + dtypeName(t.dtype) + ", not a float");
+      HostTensor f32 = HostTensor::zeros(DType::f32, t.shape);
+      convertElements(t.bytes.data(), t.dtype, f32.bytes.data(), DType::f32,
+                      size_t(t.numElements()));
+      shard.emplace(hfName, std::move(f32));
+      weightMap += std::string(weightMap.empty() ? "" : ",\n    ") + json::quote(hfName) + ": " +
+                   json::quote(file);
+    }
+    if (Status s = runtime::writeSafetensors((tmp / file).string(), shard, metadata); !s.isOk())
+      return fail(s.message());
+  }
+  if (shards.size() > 1) {
+    std::string index = "{\n  \"metadata\": {\"total_size\": " + std::to_string(total) +
+                        "},\n  \"weight_map\": {\n    " + weightMap + "\n  }\n}\n";
+    std::span<const uint8_t> text(reinterpret_cast<const uint8_t *>(index.data()), index.size());
+    if (Status s = writeFileAtomically((tmp / kIndexFile).string(), {&text, 1}); !s.isOk())
+      return fail(s.message());
+  }
+  for (const char *file : {"config.json", "generation_config.json", "tokenizer.json",
+                           "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                           "vocab.json", "merges.txt", "added_tokens.json"}) {
+    fs::path from = fs::path(options.inputFolder) / file;
+    std::error_code ec;
+    if (!fs::exists(from, ec)) {
+      if (std::string(file) == "config.json")
+        return fail("the input folder " + options.inputFolder + " has no config.json");
+      continue;
+    }
+    fs::copy_file(from, tmp / file, ec);
+    if (ec)
+      return fail("cannot copy " + from.string() + ": " + ec.message());
+  }
+  std::error_code ec;
+  fs::rename(tmp, dir, ec);
+  if (ec)
+    return fail("cannot rename " + tmp.string() + " to " + dir + ": " + ec.message());
+  return Status::ok();
+}
+
+} // namespace megac::driver

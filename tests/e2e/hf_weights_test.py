@@ -1,0 +1,275 @@
+"""Hugging Face weights in and out (issue 33 items 3 and 4): `--model hf:DIR` starts from the
+folder's model.safetensors (or sharded model.safetensors.index.json) and `megac train --save-hf`
+writes a folder transformers loads. Tiny random models made by transformers and written by
+save_pretrained (weights redrawn from normal(0, 0.3), seeded, biases and norm weights too, so a
+weight read from the wrong place or a missed +1 of LayerNorm1P shows):
+
+  - llama: GQA, untied head, Llama 3.1 rope_scaling, attention and MLP biases; saved in shards
+    of at most 20 KB (model.safetensors.index.json), fp32;
+  - qwen2: q/k/v biases, tied head (save_pretrained leaves lm_head.weight out); saved in bf16
+    (megac converts to fp32 exactly: the reference is transformers' model of the same file
+    loaded in fp32);
+  - mixtral: MoE, per-expert tensors stacked into megac's [E, ...] parameters; sharded;
+  - nemotron: LayerNorm1P, squared ReLU, partial rotary (hf_config_models_test.py's shim makes
+    NemotronForCausalLM build on torch 1.13).
+
+For each:
+  - forward: `megac run --model hf:DIR,seq=16` logits against transformers' of the same folder,
+    max |diff| <= 1e-5 max |logit|. Error model (hf_config_models_test.py): fp32 sums in another
+    order, ~1e-7 relative per sum of 64-96 terms amplified through two layers' softmax and norms,
+    and rotary tables megac computes in double where transformers multiplies float32 frequencies
+    by positions; measured there at 4e-7..1.2e-6 of the largest logit. A weight read transposed,
+    from another tensor or another expert moves the logits by O(1) of the largest;
+  - training: 3 AdamW steps of `megac train --model hf:DIR` against PyTorch from the same
+    weights, then tp 2 x dp 2 against one rank in fp64 (hf_config_models_test.training_case:
+    1e-4 relative on losses, grad norms and final parameters; its error model);
+  - round trip: `megac train --save-hf OUT --hf-shard-size 30KB` (one step at lr 1e-3):
+    transformers' from_pretrained(OUT) has exactly the parameters megac's --save-weights wrote
+    (the same fp32 bits), and its logits equal `megac run --model hf:OUT,seq=16`'s (the forward
+    bound above); OUT has the input's config.json and tokenizer file.
+Bad input, each refused by `megac train` in one line naming the file and the tensor, with no
+--save-hf folder written: a truncated shard, an index naming a missing file, an unreadable dtype
+(I32), a mis-shaped tensor (a config that does not match the weights), a missing tensor (then
+accepted with --allow-missing, training that head from its initialisation) and an extra tensor.
+About 40 s.
+
+usage: hf_weights_test.py --megac build/bin/megac --workdir DIR [--venv .venv]
+Needs transformers (the test venv; exits 77 without it); mpirun for tp 2 x dp 2 (skipped
+without it).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numerics  # noqa: E402
+from hf_models_test import venv_test_args  # noqa: E402
+from safetensors_np import read_safetensors  # noqa: E402
+
+SEQ, VOCAB = 16, 128
+SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             vocab_size=VOCAB)
+
+
+def cases():
+    import torch
+    import transformers as T
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    return [
+        ("llama", T.LlamaForCausalLM,
+         T.LlamaConfig(**SMALL, num_key_value_heads=2, rope_theta=500000.0, rope_scaling=llama3,
+                       attention_bias=True, mlp_bias=True),
+         dict(max_shard_size="20KB"), torch.float32),
+        ("qwen2", T.Qwen2ForCausalLM,
+         T.Qwen2Config(**SMALL, num_key_value_heads=2, tie_word_embeddings=True),
+         {}, torch.bfloat16),
+        ("mixtral", T.MixtralForCausalLM,
+         T.MixtralConfig(**SMALL, num_key_value_heads=2, num_local_experts=4,
+                         num_experts_per_tok=2),
+         dict(max_shard_size="40KB"), torch.float32),
+        ("nemotron", T.NemotronForCausalLM,
+         T.NemotronConfig(**SMALL, num_key_value_heads=2, head_dim=24, partial_rotary_factor=0.5,
+                          attention_bias=True),
+         {}, torch.float32),
+    ]
+
+
+def megac(args, argv, timeout=120):
+    extra = numerics.threads_args() if argv[0] == "train" else []
+    return subprocess.run([args.megac, *argv, *extra], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def make_folder(folder, cls, config, save_kwargs, dtype):
+    """A random model saved by save_pretrained in `dtype`, a tokenizer file beside it; returns
+    transformers' model of the folder in fp32 (the reference)."""
+    import torch
+    torch.manual_seed(1)
+    model = cls(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.3)
+    model.to(dtype).save_pretrained(folder, **save_kwargs)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"model_max_length": 64}, f)
+    return cls.from_pretrained(folder, torch_dtype=torch.float32).eval()
+
+
+def logits_of(model, ids):
+    import torch
+    with torch.no_grad():
+        return model(input_ids=torch.from_numpy(ids)).logits.double().numpy()
+
+
+def megac_logits(args, folder, ids_path, out):
+    r = megac(args, ["run", "--model", f"hf:{folder},seq={SEQ}", "--input",
+                     f"input_ids={ids_path}", "--output-dir", out])
+    if r.returncode != 0:
+        return None, r.stderr.strip()[-400:]
+    import numpy as np
+    return np.load(os.path.join(out, "logits.npy")).astype(np.float64), ""
+
+
+def compare_logits(got, want):
+    import numpy as np
+    err = float(np.abs(got - want).max()) if got.shape == want.shape else float("inf")
+    scale = float(np.abs(want).max())
+    return err <= 1e-5 * scale, f"max |diff| {err:.2e} (bound 1e-5 x max |logit| {scale:.3f})"
+
+
+def train_argv(folder, tokens, extra):
+    return ["train", "--model", f"hf:{folder}", "--data", tokens, "--steps", "1",
+            "--global-batch", "4", "--micro-batch", "4", "--lr", "1e-3", "--seed", "0", *extra]
+
+
+def bad_inputs(args, check, base, cls, config, tokens):
+    """The refusals, on copies of the sharded llama folder `base`."""
+    import numpy as np
+
+    def copy(name):
+        d = os.path.join(args.workdir, "bad-" + name)
+        shutil.copytree(base, d)
+        return d
+
+    def refused(name, folder, expect, extra=()):
+        out = os.path.join(args.workdir, "bad-" + name + "-out")
+        t = megac(args, train_argv(folder, tokens, ["--save-hf", out, *extra]))
+        lines = [line for line in t.stderr.splitlines() if "error" in line]
+        text = lines[-1] if lines else t.stderr.strip()
+        ok = (t.returncode != 0 and len(lines) == 1 and all(e in text for e in expect)
+              and not os.path.exists(out))
+        check(ok, f"bad input, {name}: refused in one line naming {expect}, nothing written"
+              + ("" if ok else f"\n         rc {t.returncode}: {t.stderr.strip()[-600:]}"))
+
+    index = json.load(open(os.path.join(base, "model.safetensors.index.json")))
+    shard = sorted(set(index["weight_map"].values()))[-1]
+    d = copy("truncated")
+    path = os.path.join(d, shard)
+    os.truncate(path, os.path.getsize(path) - 100)
+    refused("truncated shard", d, [shard, "truncated"])
+
+    d = copy("index-missing-file")
+    i = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+    i["weight_map"]["model.norm.weight"] = "model-00099-of-00099.safetensors"
+    json.dump(i, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+    refused("index naming a missing file", d,
+            ["model.safetensors.index.json", "model.norm.weight", "model-00099-of-00099"])
+
+    # An unreadable dtype: the header of model.norm.weight's file says I32 (4 bytes, as F32).
+    d = copy("dtype")
+    name = "model.norm.weight"
+    path = os.path.join(d, index["weight_map"][name])
+    raw = open(path, "rb").read()
+    n = int.from_bytes(raw[:8], "little")
+    entry = json.dumps({name: json.loads(raw[8:8 + n])[name]}, separators=(",", ":"))[1:-1]
+    text = raw[8:8 + n].replace(entry.encode(), entry.replace('"F32"', '"I32"').encode())
+    assert entry.encode() in raw[8:8 + n] and len(text) == n
+    open(path, "wb").write(raw[:8] + text + raw[8 + n:])
+    refused("unreadable dtype", d, [index["weight_map"][name], name, "I32"])
+
+    d = copy("mis-shaped")
+    c = json.load(open(os.path.join(d, "config.json")))
+    c["intermediate_size"] = 80
+    json.dump(c, open(os.path.join(d, "config.json"), "w"))
+    refused("mis-shaped tensor", d, ["model.safetensors.index.json",
+                                     "model.layers.0.mlp.down_proj.weight", "[64, 96]",
+                                     "[64, 80]"])
+
+    # A missing head: refused, then trained from its initialisation with --allow-missing.
+    d = copy("missing")
+    i = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+    del i["weight_map"]["lm_head.weight"]
+    json.dump(i, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+    refused("missing tensor", d, ["lm_head.weight", "--allow-missing"])
+    t = megac(args, train_argv(d, tokens, ["--allow-missing", "lm_head.weight"]))
+    check(t.returncode == 0, "missing tensor: accepted with --allow-missing lm_head.weight"
+          + ("" if t.returncode == 0 else ": " + t.stderr.strip()[-400:]))
+
+    d = copy("extra")
+    from safetensors.numpy import save_file
+    save_file({"model.layers.9.mlp.up_proj.weight": np.zeros((2, 2), np.float32)},
+              os.path.join(d, "extra.safetensors"), metadata={"format": "pt"})
+    i = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+    i["weight_map"]["model.layers.9.mlp.up_proj.weight"] = "extra.safetensors"
+    json.dump(i, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+    refused("extra tensor", d, ["model.layers.9.mlp.up_proj.weight"])
+
+
+def main():
+    args = venv_test_args()
+    import numpy as np
+    import torch
+    from hf_config_models_test import nemotron_shim, training_case
+    nemotron_shim()
+    rows = np.random.RandomState(0).randint(0, VOCAB, size=(12, SEQ + 1)).astype(np.int64)
+    tokens = os.path.join(args.workdir, "tokens.npy")
+    np.save(tokens, rows)
+    ids = np.random.RandomState(1).randint(0, VOCAB, size=(1, SEQ)).astype(np.int64)
+    ids_path = os.path.join(args.workdir, "ids.npy")
+    np.save(ids_path, ids)
+    failures = []
+
+    def check(ok, message):
+        print(("  ok   " if ok else "  FAIL ") + message, flush=True)
+        if not ok:
+            failures.append(message)
+
+    for name, cls, config, save_kwargs, dtype in cases():
+        folder = os.path.join(args.workdir, name)
+        model = make_folder(folder, cls, config, save_kwargs, dtype)
+        files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
+        what = f"{len(files)} {str(dtype).removeprefix('torch.')} file(s)"
+
+        got, err = megac_logits(args, folder, ids_path, os.path.join(args.workdir, name + "-run"))
+        if got is None:
+            check(False, f"{name}: megac run: {err}")
+            continue
+        ok, said = compare_logits(got, logits_of(model, ids))
+        check(ok, f"{name} ({what}): forward logits from hf:DIR against transformers: {said}")
+
+        initial = {k.removeprefix("model."): v.detach().numpy().copy()
+                   for k, v in model.state_dict().items()}
+        if config.tie_word_embeddings:
+            initial.pop("lm_head.weight")
+        problems = training_case(args, name, folder, cls, model.config, initial, rows, tokens)
+        check(not problems, f"{name}: 3 steps from the folder's weights against PyTorch and "
+              "tp 2 x dp 2 against one rank" + "".join("\n         " + p for p in problems))
+
+        out = os.path.join(args.workdir, name + "-saved")
+        weights = os.path.join(args.workdir, name + "-saved.safetensors")
+        extra = ["--moe-aux-loss-coeff", "0"] if name == "mixtral" else []
+        t = megac(args, train_argv(folder, tokens, ["--save-hf", out, "--hf-shard-size", "30KB",
+                                                    "--save-weights", weights, *extra]))
+        if t.returncode != 0:
+            check(False, f"{name}: megac train --save-hf: {t.stderr.strip()[-400:]}")
+            continue
+        saved = sorted(os.listdir(out))
+        reloaded = cls.from_pretrained(out, torch_dtype=torch.float32).eval()
+        state = {k.removeprefix("model."): v.numpy() for k, v in reloaded.state_dict().items()}
+        if config.tie_word_embeddings:
+            state.pop("lm_head.weight")
+        trained = read_safetensors(weights)
+        same = set(state) == set(trained) and all(
+            np.array_equal(state[k], trained[k]) for k in trained)
+        check(same and "config.json" in saved and "tokenizer_config.json" in saved
+              and "model.safetensors.index.json" in saved,
+              f"{name}: --save-hf folder ({len(saved)} files) reloads in transformers with "
+              "exactly the trained parameters" + ("" if same else
+                                                 f"; names differ: {sorted(set(state) ^ set(trained))[:4]}"))
+        got, err = megac_logits(args, out, ids_path, os.path.join(args.workdir, name + "-run2"))
+        if got is None:
+            check(False, f"{name}: megac run of the saved folder: {err}")
+            continue
+        ok, said = compare_logits(got, logits_of(reloaded, ids))
+        check(ok, f"{name}: saved folder's logits, transformers against megac: {said}")
+
+        if name == "llama":
+            bad_inputs(args, check, folder, cls, config, tokens)
+    return numerics.exit_code(failures)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
