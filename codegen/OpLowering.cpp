@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace megac::codegen::detail {
 
@@ -329,6 +330,15 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
                     asVoid(pl::CreateAdamWAttrs(
                         fbb_, a.getBeta1().convertToDouble(), a.getBeta2().convertToDouble(),
                         a.getEps().convertToDouble(), a.getWeightDecay().convertToDouble())));
+      })
+      // Inputs lr, step, then (p, g, m, v) per parameter; outputs (p, m, v) per parameter, each
+      // into its own parameter's or moment's buffer (the validator holds it to that).
+      .Case([&](AdamWUpdateMultiOp a) {
+        std::vector<double> decays(a.getWeightDecays().begin(), a.getWeightDecays().end());
+        return emit(op, O::AdamWMulti, A::AdamWMultiAttrs,
+                    asVoid(pl::CreateAdamWMultiAttrsDirect(
+                        fbb_, a.getBeta1().convertToDouble(), a.getBeta2().convertToDouble(),
+                        a.getEps().convertToDouble(), &decays)));
       })
       .Case([&](ClipByNormOp c) {
         return emit(op, O::ClipByNorm, A::ClipAttrs,

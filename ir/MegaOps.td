@@ -866,5 +866,6 @@ def Mega_ReshardOp : Mega_CostedOp<"reshard", [Pure], ["getFlops"]> {
 
 include "ir/MegaGradOps.td"
 include "ir/MegaMoeOps.td"
+include "ir/MegaOptimOps.td"
 
 #endif // MEGA_OPS_TD

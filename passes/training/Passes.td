@@ -327,4 +327,35 @@ def TrainingGemmFusion : Pass<"mega-training-gemm-fusion", "mlir::ModuleOp"> {
   let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
 }
 
+def TrainingMultiTensorOptimizer : Pass<"mega-training-multi-tensor-optimizer", "mlir::ModuleOp"> {
+  let summary = "group @apply_gradients' per-parameter AdamW updates into multi-tensor ops";
+  let description = [{
+    Runs right after mega-training-optimizer, on every `@apply_gradients` of the module (each
+    pipeline stage's too). Its `mega.adamw_update` ops that share the parameter and gradient
+    element types, `lr`, `step`, `beta1`, `beta2` and `eps` become one
+    `mega.adamw_update_multi` (each parameter keeps its own weight decay), placed at the last of
+    them: one optimizer instruction per dtype instead of one per tensor (apex's and Transformer
+    Engine's multi-tensor Adam). The arithmetic per element is adamw_update's, so results are
+    the same bits; every result still goes into its own parameter's or moment's buffer, so the
+    optimizer state and checkpoints are unchanged. ZeRO-1's sharded updates (of a
+    `mega.shard_slice` of the parameter) group the same way. An update whose result is read
+    before the group's last member stays on its own; a group of one stays `adamw_update`.
+    The global norm is already one `mega.global_norm` over all gradients on one device.
+
+    Before:
+    ```mlir
+    %w2, %mw2, %vw2 = mega.adamw_update %w, %gw, %mw, %vw, %lr, %step
+        {beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.1} : ...
+    %b2, %mb2, %vb2 = mega.adamw_update %b, %gb, %mb, %vb, %lr, %step
+        {beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decay = 0.0} : ...
+    ```
+    After:
+    ```mlir
+    %r:6 = mega.adamw_update_multi %lr, %step, %w, %gw, %mw, %vw, %b, %gb, %mb, %vb
+        {beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, weight_decays = array<f64: 0.1, 0.0>} : ...
+    ```
+  }];
+  let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
+}
+
 #endif // MEGA_TRAINING_PASSES_TD

@@ -89,6 +89,9 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
   optimizer.clipGrad = options.clipGrad;
   optimizer.bucketSize = options.bucketSize;
   pm.addPass(createTrainingOptimizer(optimizer));
+  // One AdamW instruction per dtype, not per tensor (docs/training-step.md, "Multi-tensor
+  // optimizer").
+  pm.addPass(createTrainingMultiTensorOptimizer());
   pm.addPass(mlir::createCanonicalizerPass());
   pm.addPass(mlir::createCSEPass());
   // Last, on the final per-rank functions: GEMMs read transposes as flags and accumulate the

@@ -262,6 +262,17 @@ struct AdamWConfig {
 Status adamw(const TensorRef &p, const TensorRef &g, const TensorRef &m, const TensorRef &v,
              const TensorRef &lr, const TensorRef &step, const AdamWConfig &config,
              const TensorRef &pOut, const TensorRef &mOut, const TensorRef &vOut);
+/// One tensor of a multi-tensor AdamW: p, g, m, v, where it writes p, m, v (its own inputs'
+/// memory, or memory no tensor of the call reads) and its weight decay.
+struct AdamWTensor {
+  TensorRef p, g, m, v, pOut, mOut, vOut;
+  double weightDecay = 0.0;
+};
+/// adamw on every tensor (f32 or f64, each its own shape and dtype) with one lr, step, betas
+/// and eps (config.weightDecay unused: each tensor has its own), in one parallel loop over all
+/// their elements: bit for bit adamw's results.
+Status adamwMulti(std::span<const AdamWTensor> tensors, const TensorRef &lr,
+                  const TensorRef &step, const AdamWConfig &config);
 /// out (0-d f32/f64) = sqrt(sum over every input of sum(x^2)), accumulated in double in input
 /// order; inputs are f32 or f64.
 Status globalNorm(std::span<const TensorRef> inputs, const TensorRef &out);

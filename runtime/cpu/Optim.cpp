@@ -1,14 +1,11 @@
 // CPU reference kernels for the optimizer ops: AdamW (torch.optim.AdamW), GlobalNorm and
 // ClipByNorm (torch.nn.utils.clip_grad_norm_).
+#include "runtime/cpu/AdamWElements.h"
 #include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/Parallel.h"
 
 #include <cmath>
-#include <type_traits>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 namespace megac::runtime::cpu {
 
@@ -67,62 +64,15 @@ Status adamw(const TensorRef &p, const TensorRef &g, const TensorRef &m, const T
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(t));
   const double bias2 = 1.0 - std::pow(b2, static_cast<double>(t));
   int64_t n = p.numElements();
+  const AdamWStep s{rate, b1, b2, eps, wd, bias1, bias2};
   return dispatchFloat(name, p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T *ps = p.as<const T>(), *gs = g.as<const T>(), *ms = m.as<const T>();
-    const T *vs = v.as<const T>();
-    T *pd = pOut.as<T>(), *md = mOut.as<T>(), *vd = vOut.as<T>();
+    const AdamWArrays<T> arrays{p.as<const T>(),    g.as<const T>(), m.as<const T>(),
+                                v.as<const T>(),    pOut.as<T>(),    mOut.as<T>(),
+                                vOut.as<T>()};
     // Elements are independent: contiguous ranges of them run on the kernel threads.
-    parallelFor(n, 1 << 13, [&](int64_t begin, int64_t end) {
-#if defined(__SSE2__) && !defined(__FMA__) // FMA builds contract the scalar loop
-      // Two elements at a time in SSE2 doubles: the same IEEE operations in the same order as
-      // the scalar loop below (no FMA), so the same bits, with half the divides and square roots
-      // issued.
-      if constexpr (std::is_same_v<T, float>) {
-        const __m128d kDecay = _mm_set1_pd(rate * wd), kRate = _mm_set1_pd(rate);
-        const __m128d kB1 = _mm_set1_pd(b1), kC1 = _mm_set1_pd(1.0 - b1);
-        const __m128d kB2 = _mm_set1_pd(b2), kC2 = _mm_set1_pd(1.0 - b2);
-        const __m128d kBias1 = _mm_set1_pd(bias1), kBias2 = _mm_set1_pd(bias2);
-        const __m128d kEps = _mm_set1_pd(eps);
-        auto load2 = [](const float *at) {
-          return _mm_cvtps_pd(
-              _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(at))));
-        };
-        auto store2 = [](float *at, __m128 x) {
-          _mm_storel_epi64(reinterpret_cast<__m128i *>(at), _mm_castps_si128(x));
-        };
-        for (; begin + 2 <= end; begin += 2) {
-          __m128d pi = load2(ps + begin), gi = load2(gs + begin);
-          __m128d mi = load2(ms + begin), vi = load2(vs + begin);
-          pi = _mm_sub_pd(pi, _mm_mul_pd(kDecay, pi));
-          __m128 mNew = _mm_cvtpd_ps(_mm_add_pd(_mm_mul_pd(kB1, mi), _mm_mul_pd(kC1, gi)));
-          __m128 vNew =
-              _mm_cvtpd_ps(_mm_add_pd(_mm_mul_pd(kB2, vi), _mm_mul_pd(_mm_mul_pd(kC2, gi), gi)));
-          __m128d mHat = _mm_div_pd(_mm_cvtps_pd(mNew), kBias1);
-          __m128d vHat = _mm_div_pd(_mm_cvtps_pd(vNew), kBias2);
-          pi = _mm_sub_pd(pi,
-                          _mm_div_pd(_mm_mul_pd(kRate, mHat), _mm_add_pd(_mm_sqrt_pd(vHat), kEps)));
-          store2(md + begin, mNew);
-          store2(vd + begin, vNew);
-          store2(pd + begin, _mm_cvtpd_ps(pi));
-        }
-      }
-#endif
-      for (int64_t i = begin; i < end; ++i) {
-        // Read everything at i before writing anything: the outputs may be the inputs.
-        double pi = static_cast<double>(ps[i]), gi = static_cast<double>(gs[i]);
-        double mi = static_cast<double>(ms[i]), vi = static_cast<double>(vs[i]);
-        pi -= rate * wd * pi;
-        T mNew = static_cast<T>(b1 * mi + (1.0 - b1) * gi);
-        T vNew = static_cast<T>(b2 * vi + (1.0 - b2) * gi * gi);
-        double mHat = static_cast<double>(mNew) / bias1;
-        double vHat = static_cast<double>(vNew) / bias2;
-        pi -= rate * mHat / (std::sqrt(vHat) + eps);
-        md[i] = mNew;
-        vd[i] = vNew;
-        pd[i] = static_cast<T>(pi);
-      }
-    });
+    parallelFor(n, 1 << 13,
+                [&](int64_t begin, int64_t end) { adamwElements(arrays, begin, end, s); });
     return Status::ok();
   });
 }

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace megac::runtime::cuda::exec {
 
@@ -272,6 +274,33 @@ void backwardAndOptimizer(Table &t) {
     AdamWConfig config{a->beta1(), a->beta2(), a->eps(), a->weight_decay()};
     return adamw(c.ctx, c.in[0], c.in[1], c.in[2], c.in[3], c.in[4], c.in[5], config, c.out[0],
                  c.out[1], c.out[2]);
+  };
+  // Tensors written in place run as multi-tensor launches (one per weight decay and dtype, of
+  // up to kMultiTensors tensors each, kernels/Optim.cu); any other tensor on its own.
+  at(t, O::AdamWMulti) = [](const CudaCall &c) -> Status {
+    const fb::AdamWMultiAttrs *a = c.inst.attrs_as_AdamWMultiAttrs();
+    size_t count = (c.in.size() - 2) / 4;
+    std::vector<std::pair<double, std::vector<AdamWTensors>>> groups;
+    for (size_t k = 0; k < count; ++k) {
+      const TensorRef *in = &c.in[2 + 4 * k], *out = &c.out[3 * k];
+      double decay = a->weight_decays()->Get(static_cast<flatbuffers::uoffset_t>(k));
+      AdamWConfig config{a->beta1(), a->beta2(), a->eps(), decay};
+      if (out[0].data != in[0].data || out[1].data != in[2].data || out[2].data != in[3].data) {
+        RETURN_IF_ERROR(adamw(c.ctx, in[0], in[1], in[2], in[3], c.in[0], c.in[1], config, out[0],
+                              out[1], out[2]))
+            << " (tensor " << k << ")";
+        continue;
+      }
+      auto group = std::find_if(groups.begin(), groups.end(),
+                                [&](const auto &g) { return g.first == decay; });
+      if (group == groups.end())
+        group = groups.emplace(groups.end(), decay, std::vector<AdamWTensors>{});
+      group->second.push_back({in[0], in[1], in[2], in[3]});
+    }
+    for (const auto &[decay, tensors] : groups)
+      RETURN_IF_ERROR(adamwMulti(c.ctx, tensors, c.in[0], c.in[1],
+                                 AdamWConfig{a->beta1(), a->beta2(), a->eps(), decay}));
+    return Status::ok();
   };
   at(t, O::GlobalNorm) = [](const CudaCall &c) { return globalNorm(c.ctx, c.in, c.out[0]); };
   at(t, O::ClipByNorm) = [](const CudaCall &c) {

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <optional>
+#include <vector>
 
 namespace megac::runtime::exec {
 
@@ -231,6 +232,19 @@ void backwardAndOptimizer(Table &t) {
     cpu::AdamWConfig config{a->beta1(), a->beta2(), a->eps(), a->weight_decay()};
     return cpu::adamw(c.in[0], c.in[1], c.in[2], c.in[3], c.in[4], c.in[5], config, c.out[0],
                       c.out[1], c.out[2]);
+  });
+  math(t, O::AdamWMulti, [](const CpuCall &c) {
+    const fb::AdamWMultiAttrs *a = c.inst.attrs_as_AdamWMultiAttrs();
+    // inputs lr, step, then (p, g, m, v) per tensor; outputs (p, m, v) per tensor (validated).
+    std::vector<cpu::AdamWTensor> tensors((c.in.size() - 2) / 4);
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const cpu::TensorRef *in = &c.in[2 + 4 * k], *out = &c.out[3 * k];
+      tensors[k] = {in[0],  in[1],  in[2],
+                    in[3],  out[0], out[1],
+                    out[2], a->weight_decays()->Get(static_cast<flatbuffers::uoffset_t>(k))};
+    }
+    cpu::AdamWConfig config{a->beta1(), a->beta2(), a->eps(), 0.0};
+    return cpu::adamwMulti(tensors, c.in[0], c.in[1], config);
   });
   math(t, O::GlobalNorm, [](const CpuCall &c) { return cpu::globalNorm(c.in, c.out[0]); });
   math(t, O::ClipByNorm, [](const CpuCall &c) {

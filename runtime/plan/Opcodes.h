@@ -47,9 +47,11 @@ struct OpcodeInfo {
   constexpr bool acceptsInputs(int n) const {
     return n >= minInputs && (maxInputs == kVariadic || n <= maxInputs);
   }
-  /// The outputs of an instruction with `inputs` inputs: fixed, or one more per input beyond
-  /// the minimum.
+  /// The outputs of an instruction with `inputs` inputs: fixed, one more per input beyond the
+  /// minimum, or (maxOutputs variadic: AdamWMulti) three per four inputs beyond it.
   constexpr int outputsFor(int inputs) const {
+    if (maxOutputs == kVariadic)
+      return minOutputs + (inputs - minInputs) / 4 * 3;
     return minOutputs == maxOutputs ? minOutputs : minOutputs + (inputs - minInputs);
   }
 };

@@ -92,6 +92,13 @@ Status PlanValidator::writes(const fb::Instruction &inst, size_t i) {
       uint32_t in = inst.inputs()->Get(flatbuffers::uoffset_t(j));
       if (in == out && !inPlace)
         return instError(i, which + " is also input " + std::to_string(j) + why);
+      // AdamWMulti's tensors run together: output k (tensor k / 3's p, m or v) may be only
+      // that tensor's own p, m or v (input 2 + 4 (k / 3) + {0, 2, 3}[k % 3]).
+      if (inst.op() == fb::Opcode::AdamWMulti && overlap(in, out) &&
+          j != 2 + 4 * (k / 3) + (k % 3 == 0 ? 0 : k % 3 + 1))
+        return instError(i, which + " shares bytes with input " + std::to_string(j) +
+                                ", which AdamWMulti reads while it writes; a tensor's p, m, v "
+                                "may be written only over themselves");
       // An accumulating GEMM writes over its accumulator only; lhs and rhs are read whole.
       if (accumulates && j + 1 < inputs && overlap(in, out))
         return instError(i, which + " shares bytes with input " + std::to_string(j) +
@@ -133,6 +140,7 @@ PlanValidator::AttrsCheck PlanValidator::attrsCheck(fb::Attrs attrs) {
   case fb::Attrs::PadAttrs:
   case fb::Attrs::AdamWAttrs:
   case fb::Attrs::ClipAttrs:
+  case fb::Attrs::AdamWMultiAttrs:
     return &PlanValidator::trainingAttrs;
   case fb::Attrs::CrossEntropyAttrs:
   case fb::Attrs::EmbeddingAttrs:
@@ -357,6 +365,27 @@ Status PlanValidator::trainingAttrs(const fb::Instruction &inst, size_t i, size_
     if (!(a->eps() >= 0) || !std::isfinite(a->eps()) || !std::isfinite(a->weight_decay()))
       return instError(i, "eps " + std::to_string(a->eps()) + " and weight_decay " +
                               std::to_string(a->weight_decay()) + " must be finite (eps >= 0)");
+    return Status::ok();
+  }
+  case fb::Attrs::AdamWMultiAttrs: {
+    const fb::AdamWMultiAttrs *a = inst.attrs_as_AdamWMultiAttrs();
+    size_t inputs = sizeOf(inst.inputs());
+    if (inputs < 6 || (inputs - 2) % 4 != 0)
+      return instError(i, "has " + std::to_string(inputs) +
+                              " inputs; AdamWMulti takes lr, step and four (p, g, m, v) per "
+                              "tensor, for one tensor or more");
+    if (sizeOf(a->weight_decays()) != (inputs - 2) / 4)
+      return instError(i, "has " + std::to_string(sizeOf(a->weight_decays())) +
+                              " weight decays for " + std::to_string((inputs - 2) / 4) +
+                              " tensors; give one per tensor");
+    if (!(a->beta1() >= 0 && a->beta1() < 1) || !(a->beta2() >= 0 && a->beta2() < 1))
+      return instError(i, "betas (" + std::to_string(a->beta1()) + ", " +
+                              std::to_string(a->beta2()) + ") must be in [0, 1)");
+    if (!(a->eps() >= 0) || !std::isfinite(a->eps()))
+      return instError(i, "eps " + std::to_string(a->eps()) + " must be finite and >= 0");
+    for (double decay : *a->weight_decays())
+      if (!std::isfinite(decay))
+        return instError(i, "weight decay " + std::to_string(decay) + " must be finite");
     return Status::ok();
   }
   case fb::Attrs::ClipAttrs: {

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""No wasted copies around GEMMs in the partition suite's training plans (issue 30).
+"""No wasted copies around GEMMs, one optimizer instruction per dtype, in the partition suite's
+training plans (issue 30).
 
 Every (model, layout, precision) of tests/e2e/partition_equivalence.py is compiled as
 scripts/plan-digests.py does (`megac compile ... --ranks N -o PLAN`), the plan's FlatBuffer is
@@ -17,6 +18,16 @@ instructions are counted:
   Allowed only in bf16/fp16 plans.
 - fused accumulating GEMMs (MatMul with 3 inputs writing `grad.*`): must be > 0 in every
   fp32/fp64 plan, or the test would pass on plans that lost their GEMMs.
+
+And the multi-tensor optimizer (issue 30 item 3, mega-training-multi-tensor-optimizer): in
+every program's @apply_gradients,
+
+- no per-tensor AdamW instruction where two or more tensors are updated, and at most one
+  AdamWMulti per parameter dtype (the suite's masters are all f32 or all f64: one);
+- the AdamWMulti instructions together update every `adam.m.*` state buffer of the program
+  exactly once, each tensor's m and v written over its own inputs, the `adam.m.*` and `adam.v.*`
+  state buffers (the per-parameter state, so checkpoints keep their layout), and p over its
+  own input or (ZeRO-1's dp shard, all-gathered next) a temporary.
 
 usage: gemm_layout_test.py --megac build/bin/megac --flatc flatc [--workdir DIR]
        [--group quick ...]   (default: every group plan-digests.py compiles)
@@ -105,6 +116,55 @@ def count(plan):
     return totals, where
 
 
+def count_optimizer(plan):
+    """Per program: problems with @apply_gradients' AdamW / AdamWMulti instructions (a list of
+    lines) and {"adamw": n, "adamw_multi": n, "tensors": n} summed over programs."""
+    totals = dict(adamw=0, adamw_multi=0, tensors=0)
+    problems = []
+    for program in plan.get("programs", []):
+        buffers = program.get("buffers", [])
+        names = {s["buffer"]: s.get("name", "") for s in program.get("state", [])}
+        moments = {b for b, n in names.items() if n.startswith("adam.m.")}
+        second = {b for b, n in names.items() if n.startswith("adam.v.")}
+        persistent = set(names) | {q["buffer"] for q in program.get("parameters", [])}
+        fns = [fn for fn in program.get("functions", []) if fn["name"] == "apply_gradients"]
+        if not fns:
+            continue
+        insts = fns[0].get("instructions", [])
+        single = [i for i in insts if i["op"] == "AdamW"]
+        multi = [i for i in insts if i["op"] == "AdamWMulti"]
+        totals["adamw"] += len(single)
+        totals["adamw_multi"] += len(multi)
+        label = program.get("name")
+        updated = []
+        for inst in multi:
+            ins, outs = inst.get("inputs", []), inst.get("outputs", [])
+            n = (len(ins) - 2) // 4
+            totals["tensors"] += n
+            for k in range(n):
+                p, m, v = ins[2 + 4 * k], ins[4 + 4 * k], ins[5 + 4 * k]
+                # p over itself, or (ZeRO-1: p is a dp shard, all-gathered next) a temporary.
+                if outs[3 * k + 1:3 * k + 3] != [m, v] or (
+                        outs[3 * k] != p and outs[3 * k] in persistent):
+                    problems.append(f"{label}: AdamWMulti tensor {k} writes {outs[3*k:3*k+3]}, "
+                                    f"not its own p, m, v {[p, m, v]}")
+                if m not in moments or v not in second:
+                    problems.append(f"{label}: AdamWMulti tensor {k}'s moments are buffers "
+                                    f"{m}, {v}, not adam.m.* / adam.v.* state")
+                updated.append(m)
+        dtypes = {buffers[i["inputs"][2]].get("dtype") for i in multi}
+        if len(moments) >= 2 and single:
+            problems.append(f"{label}: {len(single)} per-tensor AdamW instructions beside "
+                            f"{len(multi)} AdamWMulti for {len(moments)} tensors")
+        if len(multi) > max(1, len(dtypes)):
+            problems.append(f"{label}: {len(multi)} AdamWMulti for {len(dtypes)} dtypes")
+        single_moments = [i["inputs"][2] for i in single]
+        if sorted(updated + single_moments) != sorted(moments):
+            problems.append(f"{label}: the optimizer updates moments {sorted(updated)} + "
+                            f"{sorted(single_moments)}, the program has {sorted(moments)}")
+    return totals, problems
+
+
 def compile_plan(megac, model_args, model, layout, precision, workdir, path):
     data = [] if model["spec"] else ["--data", pe.make_tokens(workdir, model["vocab"])]
     argv = [megac, "compile", *model_args, *data, "--global-batch", str(pe.GLOBAL_BATCH),
@@ -144,11 +204,16 @@ def main():
         path = os.path.join(workdir, "plan.mplan")
         compile_plan(os.path.abspath(args.megac), model_args[name], model, layout, precision,
                      workdir, path)
-        totals, where = count(plan_json(args.flatc, path, workdir))
+        parsed = plan_json(args.flatc, path, workdir)
+        totals, where = count(parsed)
+        optimizer, problems = count_optimizer(parsed)
         plans += 1
         case = f"{name} {layout.name()} {precision}"
         half = precision in ("bf16", "fp16")
-        print(f"{case}: {totals}")
+        print(f"{case}: {totals} {optimizer}")
+        if problems or optimizer["adamw_multi"] == 0:
+            failures.append(f"{case}: optimizer {optimizer}\n  " +
+                            "\n  ".join(problems[:8] or ["no AdamWMulti instruction"]))
         if totals["transposes"] or totals["separate_adds"]:
             failures.append(f"{case}: {totals}\n  " + "\n  ".join(where[:8]))
         if totals["explained_adds"] and not half:

@@ -29,7 +29,7 @@ CLASS = {
     "LayerNormGrad": "layer_norm_grad", "Gelu": "gelu", "GeluGrad": "gelu_grad",
     "Reduce": "reduce", "Embedding": "embedding", "EmbeddingGrad": "embedding_grad",
     "CrossEntropy": "cross_entropy", "CrossEntropyGrad": "cross_entropy_grad",
-    "AdamW": "adamw", "GlobalNorm": "global_norm", "Slice": "copy", "Concat": "copy",
+    "AdamW": "adamw", "AdamWMulti": "adamw", "GlobalNorm": "global_norm", "Slice": "copy", "Concat": "copy",
     "Copy": "copy", "Add": "elementwise", "Mul": "elementwise", "Sub": "elementwise",
     "Div": "elementwise", "Sqrt": "elementwise", "Neg": "elementwise",
     "Sigmoid": "elementwise", "RmsNorm": "rms_norm", "RmsNormGrad": "rms_norm_grad",

@@ -143,8 +143,13 @@ TEST(OpcodeTable, FlagsAndKernelsAreCoherent) {
   for (const fb::OpcodeInfo &info : fb::kOpcodes) {
     SCOPED_TRACE(info.name);
     EXPECT_TRUE(info.maxInputs == fb::kVariadic || info.maxInputs >= info.minInputs);
-    EXPECT_GE(info.maxOutputs, info.minOutputs);
-    if (info.minOutputs != info.maxOutputs) { // each optional input adds an output
+    if (info.maxOutputs == fb::kVariadic) { // three outputs per four inputs (AdamWMulti)
+      EXPECT_EQ(info.maxInputs, fb::kVariadic);
+    } else {
+      EXPECT_GE(info.maxOutputs, info.minOutputs);
+    }
+    if (info.minOutputs != info.maxOutputs && info.maxOutputs != fb::kVariadic) {
+      // each optional input adds an output
       EXPECT_EQ(info.maxOutputs - info.minOutputs, info.maxInputs - info.minInputs);
     }
     if (info.has(fb::opflag::Fusible)) {
@@ -187,6 +192,10 @@ TEST(OpcodeTable, PlanRulesComeFromTheTable) {
   EXPECT_EQ(fb::outputCount(fb::Opcode::AdamW, 6), 3);
   EXPECT_EQ(fb::outputCount(fb::Opcode::Send, 1), 0);
   EXPECT_EQ(fb::outputCount(fb::Opcode::GlobalNorm, 7), 1);
+  // lr, step, then (p, g, m, v) per tensor -> (p, m, v) per tensor.
+  EXPECT_TRUE(fb::writesInPlace(fb::Opcode::AdamWMulti));
+  EXPECT_EQ(fb::outputCount(fb::Opcode::AdamWMulti, 6), 3);
+  EXPECT_EQ(fb::outputCount(fb::Opcode::AdamWMulti, 14), 9);
 }
 
 TEST(OpcodeTable, AnUnknownNumberHasNoRowSignatureOrHandler) {

@@ -1,0 +1,121 @@
+// The multi-tensor AdamW (cpu::adamwMulti, plan opcode AdamWMulti) against the per-tensor kernel
+// (cpu::adamw): the same bits for every tensor over several steps, f32 and f64 tensors of many
+// sizes (one element to more than the threading grain) in one call, each its own weight decay,
+// in place as codegen plans it, on 1 and 2 threads; and its errors.
+#include "runtime/cpu/Kernels.h"
+
+#include "TestUtil.h"
+
+#include <cstring>
+
+extern "C" void openblas_set_num_threads(int threads) __attribute__((weak));
+extern "C" int openblas_get_num_threads(void) __attribute__((weak));
+
+using namespace megac;
+using namespace megac::runtime;
+using namespace megac::runtime::cpu;
+using namespace megac::runtime::testing;
+
+namespace {
+
+struct Tensors {
+  HostTensor p, m, v;
+};
+
+HostTensor randomTensor(DType dtype, std::vector<int64_t> shape, uint32_t seed, double lo = -1.0) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  if (dtype == DType::f64)
+    return makeTensor(dtype, shape, randomValues<double>(size_t(n), seed, lo, 1.0));
+  return makeTensor(dtype, shape, randomValues<float>(size_t(n), seed, lo, 1.0));
+}
+
+bool sameBytes(const HostTensor &a, const HostTensor &b) {
+  return a.bytes.size() == b.bytes.size() &&
+         std::memcmp(a.bytes.data(), b.bytes.data(), a.bytes.size()) == 0;
+}
+
+void checkAgainstPerTensor() {
+  // Sizes around the SSE pairs (odd counts), a 0-d tensor, and two past the 8192-element grain
+  // so a thread's chunk ends inside a tensor and another starts mid-tensor.
+  const std::vector<std::vector<int64_t>> shapes = {{3, 5}, {1}, {}, {97, 101}, {7}, {16384}, {2}};
+  const AdamWConfig config{0.9, 0.95, 1e-8, 0.0};
+  std::vector<Tensors> multi, single;
+  std::vector<DType> dtypes;
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    DType dtype = k % 3 == 1 ? DType::f64 : DType::f32;
+    dtypes.push_back(dtype);
+    Tensors t{randomTensor(dtype, shapes[k], uint32_t(10 + k)), randomTensor(dtype, shapes[k], 0),
+              randomTensor(dtype, shapes[k], 0, 0.0)};
+    // Moments start at 0, as a fresh run.
+    std::fill(t.m.bytes.begin(), t.m.bytes.end(), 0);
+    std::fill(t.v.bytes.begin(), t.v.bytes.end(), 0);
+    multi.push_back(t);
+    single.push_back(t);
+  }
+  for (int64_t step = 1; step <= 3; ++step) {
+    HostTensor lr = f32({}, {float(1e-2 * double(step))}), stepT = i64({}, {step});
+    std::vector<HostTensor> grads;
+    for (size_t k = 0; k < shapes.size(); ++k)
+      grads.push_back(randomTensor(dtypes[k], shapes[k], uint32_t(1000 * step + k)));
+    std::vector<AdamWTensor> tensors;
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      double decay = k % 2 ? 0.0 : 0.1;
+      Tensors &t = multi[k];
+      tensors.push_back({refOf(t.p), refOf(grads[k]), refOf(t.m), refOf(t.v), refOf(t.p),
+                         refOf(t.m), refOf(t.v), decay});
+      Tensors &s = single[k];
+      AdamWConfig own = config;
+      own.weightDecay = decay;
+      Status st = adamw(refOf(s.p), refOf(grads[k]), refOf(s.m), refOf(s.v), refOf(lr),
+                        refOf(stepT), own, refOf(s.p), refOf(s.m), refOf(s.v));
+      ASSERT_TRUE(st.isOk()) << st.message();
+    }
+    Status st = adamwMulti(tensors, refOf(lr), refOf(stepT), config);
+    ASSERT_TRUE(st.isOk()) << st.message();
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      SCOPED_TRACE("tensor " + std::to_string(k) + ", step " + std::to_string(step));
+      EXPECT_TRUE(sameBytes(multi[k].p, single[k].p)) << "param";
+      EXPECT_TRUE(sameBytes(multi[k].m, single[k].m)) << "exp_avg";
+      EXPECT_TRUE(sameBytes(multi[k].v, single[k].v)) << "exp_avg_sq";
+    }
+  }
+  // The step changed the parameters (the comparison above is not of untouched memory).
+  EXPECT_FALSE(sameBytes(multi[3].p, randomTensor(dtypes[3], shapes[3], 13)));
+}
+
+} // namespace
+
+TEST(OptimMulti, AdamWMultiIsThePerTensorKernelBitForBit) {
+  if (!openblas_set_num_threads) {
+    checkAgainstPerTensor(); // without OpenBLAS the kernels run on one thread
+    return;
+  }
+  int saved = openblas_get_num_threads();
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    openblas_set_num_threads(threads);
+    checkAgainstPerTensor();
+  }
+  openblas_set_num_threads(saved);
+}
+
+TEST(OptimMulti, AdamWMultiRejectsMismatchedTensorsAndBadSteps) {
+  HostTensor p = f32({4}, {1, 2, 3, 4}), g = f32({4}, {1, 1, 1, 1}), m = f32({4}, {0, 0, 0, 0});
+  HostTensor v = f32({4}, {0, 0, 0, 0}), shortG = f32({3}, {1, 1, 1}), g64 = f64({4}, {1, 1, 1, 1});
+  HostTensor lr = f32({}, {0.1f}), step = i64({}, {1}), step0 = i64({}, {0});
+  auto call = [&](const HostTensor &grad, const HostTensor &s) {
+    std::vector<AdamWTensor> t{
+        {refOf(p), refOf(grad), refOf(m), refOf(v), refOf(p), refOf(m), refOf(v), 0.0}};
+    return adamwMulti(t, refOf(lr), refOf(s), AdamWConfig{});
+  };
+  Status shape = call(shortG, step);
+  EXPECT_FALSE(shape.isOk());
+  EXPECT_NE(shape.message().find("tensor 0"), std::string::npos) << shape.message();
+  EXPECT_FALSE(call(g64, step).isOk());
+  Status zero = call(g, step0);
+  EXPECT_FALSE(zero.isOk());
+  EXPECT_NE(zero.message().find("must be >= 1"), std::string::npos) << zero.message();
+  EXPECT_TRUE(call(g, step).isOk());
+}
