@@ -36,7 +36,10 @@ std::string gib(double bytes) {
 
 std::string layoutText(const Layout &l) {
   std::ostringstream out;
-  out << "tp=" << l.tp << " pp=" << l.pp << " dp=" << l.dp;
+  out << "tp=" << l.tp;
+  if (l.cp > 1)
+    out << " cp=" << l.cp;
+  out << " pp=" << l.pp << " dp=" << l.dp;
   if (l.ep > 1)
     out << " ep=" << l.ep;
   if (l.vpp > 1)
@@ -45,7 +48,7 @@ std::string layoutText(const Layout &l) {
   if (l.sequenceParallel)
     out << " sp";
   if (l.zero)
-    out << " zero1";
+    out << " zero" << l.zero;
   if (l.recompute != Recompute::none)
     out << " recompute=" << recomputeName(l.recompute);
   return out.str();
@@ -56,8 +59,8 @@ std::string candidateJson(const planner::PlanCandidate &c) {
   const planner::StepCost &s = c.cost;
   std::ostringstream out;
   out.precision(17);
-  out << "{\"tp\": " << l.tp << ", \"pp\": " << l.pp << ", \"dp\": " << l.dp << ", \"ep\": " << l.ep
-      << ", \"vpp\": " << l.vpp << ", \"micro_batch\": " << l.microBatch
+  out << "{\"tp\": " << l.tp << ", \"cp\": " << l.cp << ", \"pp\": " << l.pp << ", \"dp\": " << l.dp
+      << ", \"ep\": " << l.ep << ", \"vpp\": " << l.vpp << ", \"micro_batch\": " << l.microBatch
       << ", \"sequence_parallel\": " << (l.sequenceParallel ? "true" : "false")
       << ", \"zero\": " << l.zero << ", \"recompute\": \"" << recomputeName(l.recompute)
       << "\", \"precision\": \"" << precisionName(l.precision)
@@ -68,6 +71,8 @@ std::string candidateJson(const planner::PlanCandidate &c) {
       << ", \"breakdown\": {\"compute_s\": " << s.computeSeconds
       << ", \"tp_comm_s\": " << s.tpCommSeconds << ", \"pp_comm_s\": " << s.ppCommSeconds
       << ", \"dp_comm_s\": " << s.dpCommSeconds << ", \"ep_comm_s\": " << s.epCommSeconds
+      << ", \"cp_comm_s\": " << s.cpCommSeconds << ", \"zero_gather_s\": " << s.zeroGatherSeconds
+      << ", \"zero_reduce_scatter_s\": " << s.zeroReduceScatterSeconds
       << ", \"bubble_s\": " << s.bubbleSeconds << ", \"optimizer_s\": " << s.optimizerSeconds
       << ", \"gemm_s\": " << s.gemmSeconds << ", \"attention_s\": " << s.attentionSeconds
       << ", \"memory_bound_s\": " << s.memoryBoundSeconds
@@ -106,8 +111,10 @@ std::string tableText(const std::vector<planner::PlanCandidate> &best) {
   return out;
 }
 
-/// Why the winner beats the runner-up: the cost components that differ most.
-std::string whyBetter(const planner::PlanCandidate &a, const planner::PlanCandidate &b) {
+/// Why `a` (#1) beats `b` (`label`: "#2", "the best zero-3 layout", ...): the cost components
+/// that differ most.
+std::string whyBetter(const planner::PlanCandidate &a, const planner::PlanCandidate &b,
+                      const std::string &label = "#2") {
   struct Part {
     const char *name;
     double a, b;
@@ -116,24 +123,34 @@ std::string whyBetter(const planner::PlanCandidate &a, const planner::PlanCandid
                   {"tensor-parallel communication", a.cost.tpCommSeconds, b.cost.tpCommSeconds},
                   {"expert-parallel token exchange", a.cost.epCommSeconds, b.cost.epCommSeconds},
                   {"pipeline transfers", a.cost.ppCommSeconds, b.cost.ppCommSeconds},
-                  {"exposed gradient reduction", a.cost.dpCommSeconds, b.cost.dpCommSeconds},
+                  {"context-parallel K/V exchange", a.cost.cpCommSeconds, b.cost.cpCommSeconds},
+                  {"ZeRO-3 parameter gathers", a.cost.zeroGatherSeconds, b.cost.zeroGatherSeconds},
+                  {"ZeRO-2/3 gradient reduce-scatters", a.cost.zeroReduceScatterSeconds,
+                   b.cost.zeroReduceScatterSeconds},
+                  {"exposed gradient reduction", a.cost.dpReduceSeconds, b.cost.dpReduceSeconds},
+                  {"exposed parameter all-gather", a.cost.dpGatherSeconds, b.cost.dpGatherSeconds},
                   {"pipeline bubble", a.cost.bubbleSeconds, b.cost.bubbleSeconds},
                   {"optimizer", a.cost.optimizerSeconds, b.cost.optimizerSeconds}};
   std::sort(std::begin(parts), std::end(parts),
             [](const Part &x, const Part &y) { return std::abs(x.b - x.a) > std::abs(y.b - y.a); });
   std::ostringstream out;
   out.precision(3);
-  out << "#1 beats #2 by " << std::fixed << (b.cost.stepSeconds - a.cost.stepSeconds)
+  out << "#1 beats " << label << " by " << std::fixed << (b.cost.stepSeconds - a.cost.stepSeconds)
       << " s/step: ";
   for (int i = 0; i < 2; ++i)
-    out << (i ? "; " : "") << parts[i].name << " " << parts[i].a << " s vs " << parts[i].b << " s";
+    if (i == 0 || std::abs(parts[i].b - parts[i].a) >= 0.0005) // a difference that prints
+      out << (i ? "; " : "") << parts[i].name << " " << parts[i].a << " s vs " << parts[i].b
+          << " s";
   return out.str();
 }
 
 /// The winner's predicted step split by op class (`--explain`): kernels by class (the optimizer's
 /// included), each tensor-parallel collective, pipeline sends, the exposed data-parallel
 /// communication and the bubble. The lines sum to the step time.
-std::string timeByClass(const planner::StepCost &c, const std::string &stack) {
+std::string timeByClass(const planner::StepCost &c, const planner::StackProfile &stack) {
+  // Context parallelism's exchange as the stack runs it (StackProfile.h).
+  const char *cpLine = stack.contextParallelAllGatherKv ? "cp K/V all-gather + dK/dV reduce-scatter"
+                                                        : "cp ring K/V transfers (exposed)";
   struct Line {
     const char *name;
     double seconds;
@@ -145,6 +162,9 @@ std::string timeByClass(const planner::StepCost &c, const std::string &stack) {
                {"tp all-gather", c.tpAllGatherSeconds},
                {"tp reduce-scatter", c.tpReduceScatterSeconds},
                {"ep token exchange", c.epCommSeconds},
+               {cpLine, c.cpCommSeconds},
+               {"zero-3 parameter all-gathers (exposed)", c.zeroGatherSeconds},
+               {"zero-2/3 grad reduce-scatters (exposed)", c.zeroReduceScatterSeconds},
                {"pipeline sends", c.ppCommSeconds},
                {"dp gradient reduction (exposed)", c.dpReduceSeconds},
                {"dp parameter all-gather (exposed)", c.dpGatherSeconds},
@@ -152,14 +172,14 @@ std::string timeByClass(const planner::StepCost &c, const std::string &stack) {
   std::ostringstream out;
   char text[160];
   std::snprintf(text, sizeof text, "predicted step time of #1 by op class (stack %s):\n",
-                stack.c_str());
+                stack.name.c_str());
   out << text;
   for (const Line &l : lines) {
-    std::snprintf(text, sizeof text, "  %-36s %10.4f s %6.1f%%\n", l.name, l.seconds,
+    std::snprintf(text, sizeof text, "  %-40s %10.4f s %6.1f%%\n", l.name, l.seconds,
                   100 * l.seconds / c.stepSeconds);
     out << text;
   }
-  std::snprintf(text, sizeof text, "  %-36s %10.4f s\n", "total", c.stepSeconds);
+  std::snprintf(text, sizeof text, "  %-40s %10.4f s\n", "total", c.stepSeconds);
   out << text;
   return out.str();
 }
@@ -253,7 +273,15 @@ std::string noFitText(const PlanSearchRequest &r, const planner::TransformerShap
   };
   fixes.push_back({"--recompute full", with([](Layout &x) { x.recompute = Recompute::full; })});
   if (l.dp > 1)
-    fixes.push_back({"--zero 1", with([](Layout &x) { x.zero = 1; })});
+    for (int zero : {1, 2, 3})
+      if (l.zero < zero)
+        fixes.push_back(
+            {"--zero " + std::to_string(zero), with([zero](Layout &x) { x.zero = zero; })});
+  if (l.dp % 2 == 0 && r.stack.supportsContextParallel && s.seq % (4 * l.cp) == 0)
+    fixes.push_back({"--cp " + std::to_string(2 * l.cp), with([](Layout &x) {
+                       x.cp *= 2;
+                       x.dp /= 2;
+                     })});
   if (l.dp % 2 == 0) {
     fixes.push_back({"--tp " + std::to_string(2 * l.tp), with([](Layout &x) {
                        x.tp *= 2;
@@ -302,8 +330,29 @@ std::string bestText(const PlanSearchRequest &r, const planner::SearchResult &re
   }
   if (result.best.size() > 1)
     out += "    " + whyBetter(result.best[0], result.best[1]) + "\n";
+  // The choices issues 31 and 32 ask the planner to justify: ZeRO-3 (FSDP) and context
+  // parallelism, each against #1 when #1 did not pick it.
+  const planner::PlanCandidate &win = result.best.front();
+  auto against = [&](const std::optional<planner::PlanCandidate> &other, const char *what) {
+    if (!other)
+      return;
+    if (other->layout.zero == win.layout.zero && other->layout.cp == win.layout.cp &&
+        other->cost.stepSeconds == w.stepSeconds)
+      return;
+    out += format("    best %s: %s, %.3f s, %s; ", what, layoutText(other->layout).c_str(),
+                  other->cost.stepSeconds, gib(other->cost.totalBytes).c_str()) +
+           whyBetter(win, *other, "it") + "\n";
+  };
+  if (win.layout.zero == 3)
+    out += "    #1 shards parameters, gradients and optimizer state (zero 3)\n";
+  else
+    against(result.bestZero3, "zero-3 layout");
+  if (win.layout.cp > 1)
+    against(result.bestWithoutCp, "layout without cp");
+  else
+    against(result.bestWithCp, "layout with cp");
   if (r.explain)
-    out += "\n" + timeByClass(w, r.stack.name);
+    out += "\n" + timeByClass(w, r.stack);
   return out;
 }
 
@@ -353,6 +402,9 @@ Status confirmWinner(const PlanSearchRequest &r, const planner::TransformerShape
   options.layout.dp = r.explain ? l.dp : 1;
   options.layout.zero = r.explain ? l.zero : 0;
   options.layout.ep = r.explain ? l.ep : 1; // ep is carved out of dp
+  // The quick check compiles one dp rank of one cp rank's role: tp, pp and vpp are what the
+  // partitioner must accept; --explain compiles the whole layout.
+  options.layout.cp = r.explain ? l.cp : 1;
   int64_t microBatches = r.globalBatch / (l.microBatch * l.dp);
   options.layout.microBatches = r.explain ? microBatches : 1;
   auto start = std::chrono::steady_clock::now();

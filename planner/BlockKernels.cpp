@@ -35,13 +35,15 @@ struct Builder {
     op.count = count;
     pass->kernels.push_back(op);
   }
-  void attention(int64_t batchHeads, int64_t seq, int64_t headDim, bool backward) {
+  void attention(int64_t batchHeads, int64_t seq, int64_t headDim, bool backward,
+                 double share = 1) {
     KernelOp op;
     op.kind = KernelClass::attention;
     op.batch = batchHeads;
     op.seq = seq;
     op.headDim = headDim;
     op.backward = backward;
+    op.share = share;
     pass->kernels.push_back(op);
   }
   void comm(Collective kind, double bytes) { pass->tp.push_back({kind, bytes}); }
@@ -93,7 +95,7 @@ struct MoeKernels {
     grouped = stack.packedRouting;
     int64_t fullFfn = s.ffn > 0 ? s.ffn : 4 * h;
     ffn = split ? ceilDiv(fullFfn, t) : fullFfn;
-    int64_t T = g.microBatch * s.seq;
+    int64_t T = g.microBatch * s.seq / std::max<int64_t>(1, g.cp);
     Tr = g.sequenceParallel ? double(T) / double(t) : double(T);
     // Megatron gathers the tp group's routed rows before its tp-split experts.
     double gathered = split && g.sequenceParallel ? double(t) : 1.0;
@@ -223,7 +225,9 @@ struct MoeKernels {
 BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
                           const StackProfile &stack) {
   const int64_t t = g.tp, e = elementBytes(g.precision);
-  const int64_t T = g.microBatch * s.seq, h = s.hidden, dh = s.hidden / s.heads;
+  // Context parallelism: this rank's tokens are seq/cp of each sample (two load-balanced chunks).
+  const int64_t cp = std::max<int64_t>(1, g.cp), sq = s.seq / cp;
+  const int64_t T = g.microBatch * sq, h = s.hidden, dh = s.hidden / s.heads;
   // Fewer kv heads than tp (megac replicates them, passes/partition): every rank computes all
   // kv heads in whole k/v projections, repeats each `replicas` times and keeps its slice.
   const int64_t kvAll = s.kvHeads > 0 ? s.kvHeads : s.heads;
@@ -307,35 +311,57 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
 
   // Attention core, forward; its kernels also go to out.attentionCore.
   size_t coreBegin = 0, coreEnd = 0;
-  const double scores = double(g.microBatch) * double(heads) * double(s.seq) * double(s.seq);
+  // Under context parallelism the local queries (sq = seq/cp) attend to the whole sequence's
+  // keys; a causal kernel does 1/cp of the causal work on each rank (load-balanced chunks), the
+  // materialised scores are [sq, seq].
+  const double scores = double(g.microBatch) * double(heads) * double(sq) * double(s.seq);
+  const double share = 1.0 / double(cp);
   auto coreForward = [&]() {
     coreBegin = out.forward.kernels.size();
     if (stack.flashAttention || stack.attentionKernel) {
-      fwd.attention(g.microBatch * heads, s.seq, dh, false);
+      fwd.attention(g.microBatch * heads, s.seq, dh, false, share);
     } else {
-      fwd.gemm(s.seq, s.seq, dh, g.microBatch * heads); // q·kᵀ
+      fwd.gemm(sq, s.seq, dh, g.microBatch * heads); // q·kᵀ
       if (!stack.fusedSoftmax)
         fwd.mem(KernelClass::elementwise, 2 * scores * double(e)); // scale and mask
       fwd.mem(KernelClass::softmax, 2 * scores * double(e));
       if (dropout)
         fwd.mem(KernelClass::dropout, scores * double(2 * e + 1));
-      fwd.gemm(s.seq, dh, s.seq, g.microBatch * heads); // p·v
+      fwd.gemm(sq, dh, s.seq, g.microBatch * heads); // p·v
     }
     coreEnd = out.forward.kernels.size();
   };
   auto coreBackward = [&]() {
     if (stack.flashAttention || stack.attentionKernel) {
-      bwd.attention(g.microBatch * heads, s.seq, dh, true);
+      bwd.attention(g.microBatch * heads, s.seq, dh, true, share);
       return;
     }
     int64_t bh = g.microBatch * heads;
-    bwd.gemm(s.seq, dh, s.seq, bh); // dv = pᵀ·do
-    bwd.gemm(s.seq, s.seq, dh, bh); // dp = do·vᵀ
+    bwd.gemm(s.seq, dh, sq, bh); // dv = pᵀ·do
+    bwd.gemm(sq, s.seq, dh, bh); // dp = do·vᵀ
     if (dropout)
       bwd.mem(KernelClass::dropout, scores * double(2 * e + 1));
     bwd.mem(KernelClass::softmaxGrad, 3 * scores * double(e));
-    bwd.gemm(s.seq, dh, s.seq, bh); // dq = ds·k
-    bwd.gemm(s.seq, dh, s.seq, bh); // dk = dsᵀ·q
+    bwd.gemm(sq, dh, s.seq, bh); // dq = ds·k
+    bwd.gemm(s.seq, dh, sq, bh); // dk = dsᵀ·q
+  };
+  // Context parallelism's K/V exchange around the core (the local kv heads' K and V):
+  // all-gather-kv gathers the whole sequence's pair before the core, forward and again backward
+  // (not kept), and reduce-scatters dK/dV after the backward; the ring passes cp - 1 blocks of
+  // this rank's K/V forward and, backward, K/V and dK/dV blocks (2(cp - 1) transfers).
+  const double kvWholeSeq =
+      2.0 * double(g.microBatch) * double(s.seq) * double(kvHeads) * double(dh) * double(e);
+  auto cpExchange = [&](Builder &b, bool backward) {
+    if (cp == 1)
+      return;
+    if (stack.contextParallelAllGatherKv) {
+      b.pass->cp.push_back({Collective::allGather, kvWholeSeq});
+      if (backward)
+        b.pass->cp.push_back({Collective::reduceScatter, kvWholeSeq});
+      return;
+    }
+    b.pass->cpRingBytes = kvWholeSeq / double(cp);
+    b.pass->cpRingTransfers = double(cp - 1) * (backward ? 2 : 1);
   };
   // Head split/merge copies (megac: q, k, v and the output; Megatron: the merged context).
   double headBytes = 2.0 * double(T) * double(heads * dh) * double(e);
@@ -381,6 +407,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   rope(fwd);
   repeatKv(fwd, false);
   headCopies(fwd);
+  cpExchange(fwd, false);
   coreForward();
   linearForward(proj);
   tpLeave(fwd, false);
@@ -443,6 +470,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   tpLeave(bwd, true);
   linearBackward(proj);
   headCopies(bwd);
+  cpExchange(bwd, true);
   coreBackward();
   repeatKv(bwd, true);
   rope(bwd);
@@ -484,7 +512,8 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
 EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
                         const StackProfile &stack) {
   const int64_t t = g.tp, e = elementBytes(g.precision);
-  const int64_t T = g.microBatch * s.seq, h = s.hidden, vocab = ceilDiv(s.vocab, t);
+  const int64_t sq = s.seq / std::max<int64_t>(1, g.cp); // this rank's tokens of a sample
+  const int64_t T = g.microBatch * sq, h = s.hidden, vocab = ceilDiv(s.vocab, t);
   const double Tl = g.sequenceParallel ? double(T) / double(t) : double(T);
   const double act = double(T) * double(h) * double(e);
   const double region = Tl * double(h) * double(e);
@@ -498,7 +527,7 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   ef.mem(KernelClass::embedding, table + ids + act);
   if (!s.rope && !stack.elementwiseFusion) { // learned positions broadcast over the batch, added
     if (stack.positionBroadcastKernel)
-      ef.mem(KernelClass::broadcast, act + double(s.seq) * double(h) * double(e));
+      ef.mem(KernelClass::broadcast, act + double(sq) * double(h) * double(e));
     ef.mem(KernelClass::elementwise, 3 * act);
   }
   if (s.dropout > 0)
@@ -513,7 +542,7 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     if (!s.rope)
       eb.mem(KernelClass::reduce, act);
     else { // rope's backward table -swap_halves(sin): a negation, two slices and a concat
-      double sinTable = 2.0 * double(s.seq) * double(h / s.heads) * double(e);
+      double sinTable = 2.0 * double(sq) * double(h / s.heads) * double(e);
       eb.mem(KernelClass::elementwise, sinTable);
       eb.mem(KernelClass::copy, sinTable, 3);
     }

@@ -28,6 +28,11 @@ struct PassKernels {
   std::vector<KernelOp> kernels;
   std::vector<CommOp> tp;
   std::vector<CommOp> ep; // MoE token exchange among the ep ranks (stride tp)
+  /// Context parallelism (issue 32), among the cp ranks (stride tp): the all-gather-kv
+  /// variant's collectives, or the ring's `cpRingTransfers` point-to-point transfers of
+  /// `cpRingBytes` each (one K/V block, or K/V and dK/dV blocks backward).
+  std::vector<CommOp> cp;
+  double cpRingBytes = 0, cpRingTransfers = 0;
 };
 
 struct BlockKernels {
@@ -49,6 +54,7 @@ struct LayerGeometry {
   bool sequenceParallel = false;
   Precision precision = Precision::bf16;
   int64_t ep = 1; // expert parallelism (MoE blocks)
+  int64_t cp = 1; // context parallelism: each rank holds microBatch·seq/cp tokens
 };
 
 BlockKernels blockKernels(const TransformerShape &shape, const LayerGeometry &g,

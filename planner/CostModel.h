@@ -134,6 +134,7 @@ struct PassCost {
   KernelTime compute;
   double tp[kCollectiveCount] = {}; // indexed by Collective
   double ep = 0;                    // expert-parallel token exchange
+  double cp = 0;                    // context parallelism's K/V exchange, exposed part
   double tpSeconds() const {
     double sum = 0;
     for (double t : tp)
@@ -145,6 +146,7 @@ struct PassCost {
     for (int i = 0; i < kCollectiveCount; ++i)
       tp[i] += o.tp[i];
     ep += o.ep;
+    cp += o.cp;
     return *this;
   }
   PassCost scaled(double f) const {
@@ -153,6 +155,7 @@ struct PassCost {
     for (int i = 0; i < kCollectiveCount; ++i)
       c.tp[i] = tp[i] * f;
     c.ep = ep * f;
+    c.cp = cp * f;
     return c;
   }
 };
@@ -184,9 +187,16 @@ public:
   double lowerBoundSeconds(const Layout &layout);
 
   const LayerCost &layerCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
-                             Precision precision, int64_t ep = 1);
+                             Precision precision, int64_t ep = 1, int64_t cp = 1);
   const EdgeCost &edgeCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
-                           Precision precision, int64_t ep = 1);
+                           Precision precision, int64_t ep = 1, int64_t cp = 1);
+  /// Bytes of ZeRO-3's gathered parameters in flight on one rank: the largest gathered unit
+  /// (a block, or the embedding table / logit layer of an edge stage), once, or twice when the
+  /// stack prefetches the next one (StackProfile::prefetchShardedParams). 0 below zero 3.
+  double gatheredParameterBytes(const Layout &layout) const;
+  /// Bytes of whole gradients in flight under ZeRO-2/3 before their reduce-scatter: one
+  /// block's (a bucket). 0 below zero 2.
+  double gradientBucketBytes(const Layout &layout) const;
 
 private:
   struct Pipeline {
@@ -196,8 +206,10 @@ private:
   const Pipeline &pipeline(int64_t pp, int64_t vpp, int64_t microBatches);
   bool validate(const Layout &layout, std::string *why) const;
   struct ChunkTimes {
-    double forward = 0, backward = 0;           // per chunk step of the busiest stage, averaged
-    double compute = 0, tp = 0, pp = 0, ep = 0; // per micro-batch over the stage's chunks
+    double forward = 0, backward = 0;             // per chunk step of the busiest stage, averaged
+    double compute = 0, tp = 0, pp = 0, ep = 0;   // per micro-batch over the stage's chunks
+    double cp = 0;                                // context parallelism's exchange, exposed
+    double zeroGather = 0, zeroReduceScatter = 0; // ZeRO-3 gathers, ZeRO-2/3 reduce-scatters
     PassCost split; // compute and tp of one micro-batch, by class and kind
   };
   ChunkTimes chunkTimes(const Layout &layout);
@@ -206,19 +218,30 @@ private:
   /// The experts among stageParameters (each rank holds E/ep of them, split over tp too when
   /// the stack splits experts); their gradients are reduced over dp/ep ranks.
   double stageExpertParameters(const Layout &layout) const;
-  /// The ranks ZeRO-1 shards the dense parameters' optimizer state over: dp, or dp/ep on a
-  /// stack that shards everything over the mesh's dp axis (StackProfile).
+  /// The ranks ZeRO shards the dense parameters' optimizer state (ZeRO-2: and gradients;
+  /// ZeRO-3: and parameters) over: the gradient-reduction group dp x cp (Megatron's
+  /// data-parallel group with context parallelism), divided by ep on a stack that shards
+  /// everything over the mesh's dp axis (StackProfile).
   int64_t denseZeroShards(const Layout &layout) const {
-    return stack_.zeroOverExpertDataParallel ? layout.dp / layout.ep : layout.dp;
+    return (stack_.zeroOverExpertDataParallel ? layout.dp / layout.ep : layout.dp) * layout.cp;
   }
+  /// The same for the experts: the dp/ep ranks holding the same experts, times cp.
+  int64_t expertZeroShards(const Layout &layout) const { return layout.dp / layout.ep * layout.cp; }
+  /// The largest parameter unit ZeRO-3 gathers at once on the busiest stage (see
+  /// gatheredParameterBytes), in parameters.
+  double largestGatheredUnit(const Layout &layout, bool first, bool last) const;
   KernelTime optimizerTime(const Layout &layout, double localParameters, double localExperts) const;
+  /// One ZeRO collective over the stage's `params` (of which `experts`) at `bytesPerParameter`.
+  double zeroCollective(const Layout &layout, Collective kind, double params, double experts,
+                        double bytesPerParameter) const;
   double pipelineSendSeconds(const Layout &layout, double bytes) const;
 
   TransformerShape shape_;
   Cluster cluster_;
   StackProfile stack_;
   int64_t globalBatch_;
-  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t>, std::pair<LayerCost, EdgeCost>>
+  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int64_t>,
+           std::pair<LayerCost, EdgeCost>>
       layers_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, Pipeline> pipelines_;
 };

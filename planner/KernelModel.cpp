@@ -179,7 +179,7 @@ KernelTime KernelModel::time(const KernelOp &op) const {
     t.gemm = work = gemmSeconds(op.m, op.n, op.k, op.batch);
     break;
   case KernelClass::attention:
-    t.attention = work = attentionSeconds(op.batch, op.seq, op.headDim, op.backward);
+    t.attention = work = attentionSeconds(op.batch, op.seq, op.headDim, op.backward) * op.share;
     break;
   default:
     t.memory = work = memorySeconds(op.kind, op.bytes);

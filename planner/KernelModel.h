@@ -57,7 +57,10 @@ struct KernelOp {
   int64_t batch = 1;            // gemm: independent products; attention: batch x heads
   int64_t seq = 0, headDim = 0; // attention: causal self-attention over seq tokens
   bool backward = false;        // attention: the gradient kernel
-  double bytes = 0;             // memory-bound: bytes read + written
+  /// attention: the share of the seq x seq causal work this rank does (context parallelism with
+  /// causal load balancing: 1/cp).
+  double share = 1;
+  double bytes = 0; // memory-bound: bytes read + written
   double count = 1;
 };
 

@@ -32,7 +32,7 @@ double tensorsPerBlock(const TransformerShape &s) {
 }
 
 PassCost passCost(const PassKernels &pass, const KernelModel &kernels, const Cluster &cluster,
-                  int64_t tp, int64_t ep) {
+                  int64_t tp, int64_t ep, int64_t cp) {
   PassCost c;
   c.compute = kernels.time(pass.kernels);
   for (const CommOp &op : pass.tp)
@@ -40,7 +40,26 @@ PassCost passCost(const PassKernels &pass, const KernelModel &kernels, const Clu
   // The ep group: ep consecutive data-parallel ranks, tp apart (Megatron's tp-cp-ep-dp-pp).
   for (const CommOp &op : pass.ep)
     c.ep += collectiveSeconds(cluster, op.kind, ep, tp, op.bytes);
+  // The cp group: cp ranks tp apart (Megatron's order), inside a node while tp·cp fits in one.
+  // The all-gather-kv variant blocks. A ring's step sends one block to the next rank while
+  // attention runs on the block already here; overlapped, a transfer is exposed only by what it
+  // outlasts of one step's attention (the pass's attention core over cp steps).
+  for (const CommOp &op : pass.cp)
+    c.cp += collectiveSeconds(cluster, op.kind, cp, tp, op.bytes);
+  if (pass.cpRingTransfers > 0) {
+    bool crossNode = placeGroup(cluster, cp, tp).nodes > 1; // the ring's slowest hop
+    double transfer = p2pSeconds(cluster, crossNode, pass.cpRingBytes);
+    double hidden =
+        kernels.stack().overlapContextParallelRing ? c.compute.attention / double(cp) : 0.0;
+    c.cp += pass.cpRingTransfers * std::max(0.0, transfer - hidden);
+  }
   return c;
+}
+
+// Kv heads a rank holds (whole ones when tp replicates them, BlockKernels.cpp).
+int64_t localKvHeads(const TransformerShape &s, int64_t tp) {
+  int64_t kv = s.kvHeads > 0 ? s.kvHeads : s.heads;
+  return kvReplicas(s, tp) > 1 ? kv : kv / tp;
 }
 
 } // namespace
@@ -73,11 +92,19 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
     return fail("model shape needs positive layers, hidden, heads, seq and vocab");
   if (globalBatch_ < 1)
     return fail("global batch must be positive");
-  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.vpp < 1 || l.microBatch < 1)
-    return fail("tp, pp, dp, vpp and micro-batch must be positive");
-  if (l.tp * l.pp * l.dp != cluster_.devices())
-    return fail("tp*pp*dp = " + std::to_string(l.tp * l.pp * l.dp) + " but the cluster has " +
-                std::to_string(cluster_.devices()) + " devices");
+  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.vpp < 1 || l.microBatch < 1 || l.cp < 1)
+    return fail("tp, pp, dp, cp, vpp and micro-batch must be positive");
+  if (l.ranks() != cluster_.devices())
+    return fail((l.cp > 1 ? "tp*cp*pp*dp = " : "tp*pp*dp = ") + std::to_string(l.ranks()) +
+                " but the cluster has " + std::to_string(cluster_.devices()) + " devices");
+  if (l.cp > 1) {
+    if (!stack_.supportsContextParallel)
+      return fail("the " + stack_.name + " stack has no context parallelism; use cp 1");
+    if (s.seq % (2 * l.cp))
+      return fail("cp " + std::to_string(l.cp) + " needs the sequence " + std::to_string(s.seq) +
+                  " divisible by 2*cp = " + std::to_string(2 * l.cp) +
+                  " (two load-balanced chunks per rank); use a cp whose double divides it");
+  }
   if (s.heads % l.tp)
     return fail("tp " + std::to_string(l.tp) + " does not divide the " + std::to_string(s.heads) +
                 " attention heads");
@@ -117,8 +144,12 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
                 " micro-batches divisible by pp " + std::to_string(l.pp));
   if (l.sequenceParallel && (l.tp == 1 || s.seq % l.tp))
     return fail("sequence parallelism needs tp > 1 dividing the sequence " + std::to_string(s.seq));
-  if (l.zero != 0 && l.zero != 1)
-    return fail("zero must be 0 or 1, not " + std::to_string(l.zero));
+  if (l.zero < 0 || l.zero > 3)
+    return fail("zero must be 0, 1, 2 or 3, not " + std::to_string(l.zero));
+  if (l.zero >= 2 && l.dp == 1)
+    return fail("zero " + std::to_string(l.zero) + " shards gradients" +
+                (l.zero == 3 ? " and parameters" : "") +
+                " over the data-parallel ranks, but dp = 1; use zero 0 or a dp > 1");
   if (l.ep < 1)
     return fail("ep must be positive");
   if (l.ep > 1) {
@@ -141,34 +172,34 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
 }
 
 const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precision precision,
-                                          int64_t ep) {
-  auto key = std::make_tuple(tp, b, sp, int(precision), ep);
+                                          int64_t ep, int64_t cp) {
+  auto key = std::make_tuple(tp, b, sp, int(precision), ep, cp);
   auto it = layers_.find(key);
   if (it != layers_.end())
     return it->second.first;
   // The block's and the edges' kernels for this geometry, timed once (issue 15: one block per
   // distinct tp, sequence parallelism and micro-batch; every layout with them reuses it).
   KernelModel kernels(cluster_.device, stack_, precision);
-  LayerGeometry g{tp, b, sp, precision, ep};
+  LayerGeometry g{tp, b, sp, precision, ep, cp};
   BlockKernels block = blockKernels(shape_, g, stack_);
   LayerCost lc;
-  lc.forward = passCost(block.forward, kernels, cluster_, tp, ep);
-  lc.backward = passCost(block.backward, kernels, cluster_, tp, ep);
+  lc.forward = passCost(block.forward, kernels, cluster_, tp, ep, cp);
+  lc.backward = passCost(block.backward, kernels, cluster_, tp, ep, cp);
   lc.attentionCore = kernels.time(block.attentionCore);
   lc.gradAccumulation = kernels.time(block.gradAccumulation);
   EdgeKernels edges = edgeKernels(shape_, g, stack_);
   EdgeCost ec;
-  ec.embedForward = passCost(edges.embedForward, kernels, cluster_, tp, ep);
-  ec.embedBackward = passCost(edges.embedBackward, kernels, cluster_, tp, ep);
-  ec.headForward = passCost(edges.headForward, kernels, cluster_, tp, ep);
-  ec.headBackward = passCost(edges.headBackward, kernels, cluster_, tp, ep);
+  ec.embedForward = passCost(edges.embedForward, kernels, cluster_, tp, ep, cp);
+  ec.embedBackward = passCost(edges.embedBackward, kernels, cluster_, tp, ep, cp);
+  ec.headForward = passCost(edges.headForward, kernels, cluster_, tp, ep, cp);
+  ec.headBackward = passCost(edges.headBackward, kernels, cluster_, tp, ep, cp);
   return layers_.emplace(key, std::make_pair(lc, ec)).first->second.first;
 }
 
 const EdgeCost &StepEstimator::edgeCost(int64_t tp, int64_t b, bool sp, Precision precision,
-                                        int64_t ep) {
-  layerCost(tp, b, sp, precision, ep);
-  return layers_.find(std::make_tuple(tp, b, sp, int(precision), ep))->second.second;
+                                        int64_t ep, int64_t cp) {
+  layerCost(tp, b, sp, precision, ep, cp);
+  return layers_.find(std::make_tuple(tp, b, sp, int(precision), ep, cp))->second.second;
 }
 
 const StepEstimator::Pipeline &StepEstimator::pipeline(int64_t pp, int64_t vpp, int64_t m) {
@@ -211,8 +242,8 @@ double StepEstimator::stageExpertParameters(const Layout &l) const {
 }
 
 StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
-  const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep);
-  const EdgeCost &ec = edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep);
+  const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp);
+  const EdgeCost &ec = edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp);
   double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)); // on the stage
   // Recompute, in the backward: selective repeats the attention core, full the whole forward
   // with its collectives.
@@ -221,12 +252,13 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
     recompute.compute = lc.attentionCore;
   else if (l.recompute == Recompute::full)
     recompute = lc.forward;
-  // Pipeline sends: the residual stream of one micro-batch (sequence-split under SP), once per
-  // chunk step, on the critical path (the simulation's steps wait for their input). A pipeline
-  // spanning nodes runs at the pace of its inter-node boundaries.
-  double sendBytes = double(l.microBatch * shape_.seq * shape_.hidden) *
+  // Pipeline sends: the residual stream of one micro-batch (sequence-split under SP and cp),
+  // once per chunk step, on the critical path (the simulation's steps wait for their input). A
+  // pipeline spanning nodes runs at the pace of its inter-node boundaries.
+  double sendBytes = double(l.microBatch * shape_.seq / l.cp * shape_.hidden) *
                      double(elementBytes(l.precision)) / (l.sequenceParallel ? l.tp : 1);
   double send = l.pp > 1 ? pipelineSendSeconds(l, sendBytes) : 0;
+  ParameterBytes pb = parameterBytes(l.precision);
   // Per micro-batch on the first and the last stage (the busier one is the pipeline's pace;
   // with pp = 1 they are the same stage).
   auto stage = [&](bool first, bool last, double &fwd, double &bwd, ChunkTimes &t) {
@@ -241,12 +273,37 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
       f += ec.headForward;
       b += ec.headBackward;
     }
+    // ZeRO-3 gathers the stage's parameters before each forward and again before each backward
+    // (reshard after forward); ZeRO-2/3 reduce-scatter each micro-batch's gradients
+    // (Megatron's and DeepSpeed's choice under accumulation: m x the gradient bytes, no whole
+    // fp32 accumulator). Blocking stacks expose them whole; prefetching ones hide a layer's
+    // collective behind the neighbouring layer's compute: only the first layer's, or what the
+    // pass's compute cannot cover, is exposed.
+    double gatherF = 0, gatherB = 0, scatter = 0;
+    if (l.zero >= 2) {
+      double params = stageParameters(l, first, last), experts = stageExpertParameters(l);
+      scatter = zeroCollective(l, Collective::reduceScatter, params, experts, pb.gradient);
+      double compute = b.compute.total();
+      if (stack_.overlapGradReduce)
+        scatter = std::max(scatter / layers, scatter - compute);
+      if (l.zero == 3) {
+        double gather = zeroCollective(l, Collective::allGather, params, experts, pb.parameter);
+        gatherF = gatherB = gather;
+        if (stack_.prefetchShardedParams) {
+          gatherF = std::max(gather / layers, gather - f.compute.total());
+          gatherB = std::max(gather / layers, gather - compute);
+        }
+      }
+    }
     double sends = double(l.vpp) * send;
-    fwd = f.compute.total() + f.tpSeconds() + f.ep + sends;
-    bwd = b.compute.total() + b.tpSeconds() + b.ep + sends;
+    fwd = f.compute.total() + f.tpSeconds() + f.ep + f.cp + gatherF + sends;
+    bwd = b.compute.total() + b.tpSeconds() + b.ep + b.cp + gatherB + scatter + sends;
     t.compute = f.compute.total() + b.compute.total();
     t.tp = f.tpSeconds() + b.tpSeconds();
     t.ep = f.ep + b.ep;
+    t.cp = f.cp + b.cp;
+    t.zeroGather = gatherF + gatherB;
+    t.zeroReduceScatter = scatter;
     t.pp = 2 * sends;
     t.split = f;
     t.split += b;
@@ -259,6 +316,17 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   busy.forward = (f1 + b1 >= f0 + b0 ? f1 : f0) / double(l.vpp);
   busy.backward = (f1 + b1 >= f0 + b0 ? b1 : b0) / double(l.vpp);
   return busy;
+}
+
+double StepEstimator::zeroCollective(const Layout &l, Collective kind, double params,
+                                     double experts, double bytesPerParameter) const {
+  // Dense parameters over the dense shards (ranks tp apart, or tp·ep apart when sharded over the
+  // dp/ep axis), the experts over the ranks holding the same experts (tp·ep apart).
+  int64_t dense = denseZeroShards(l);
+  return collectiveSeconds(cluster_, kind, dense, dense == l.dp * l.cp ? l.tp : l.tp * l.ep,
+                           (params - experts) * bytesPerParameter) +
+         collectiveSeconds(cluster_, kind, expertZeroShards(l), l.tp * l.ep,
+                           experts * bytesPerParameter);
 }
 
 double StepEstimator::pipelineSendSeconds(const Layout &l, double bytes) const {
@@ -284,7 +352,7 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
   // state is sharded over the ranks that hold the same experts); one kernel per parameter
   // tensor unless the stack has a multi-tensor optimizer.
   double updated = (localParameters - localExperts) / double(l.zero ? denseZeroShards(l) : 1) +
-                   localExperts / double(l.zero ? l.dp / l.ep : 1);
+                   localExperts / double(l.zero ? expertZeroShards(l) : 1);
   double perBlock = tensorsPerBlock(shape_);
   // Outside the blocks: the embedding table (and an untied head), learned positions and the
   // final norm (scale, and LayerNorm's bias).
@@ -293,7 +361,30 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
   double tensors = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)) * perBlock + edges;
   KernelModel kernels(cluster_.device, stack_, l.precision);
   return kernels.time(optimizerKernels(localParameters, tensors, updated, l.precision, stack_,
-                                       l.tp * l.pp * l.dp > 1, l.dp > 1));
+                                       l.ranks() > 1, l.dp * l.cp > 1));
+}
+
+double StepEstimator::largestGatheredUnit(const Layout &l, bool first, bool last) const {
+  // A block's local parameters (its experts: the ones held here), or an edge stage's table.
+  double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp));
+  double block = stageParameters(l, false, false) / layers;
+  double table = double(ceilDiv(shape_.vocab, l.tp)) * double(shape_.hidden);
+  return std::max(block, first || last ? table : 0.0);
+}
+
+double StepEstimator::gatheredParameterBytes(const Layout &l) const {
+  if (l.zero < 3)
+    return 0;
+  double unit =
+      std::max(largestGatheredUnit(l, true, l.pp == 1), largestGatheredUnit(l, l.pp == 1, true));
+  return unit * parameterBytes(l.precision).parameter * (stack_.prefetchShardedParams ? 2 : 1);
+}
+
+double StepEstimator::gradientBucketBytes(const Layout &l) const {
+  if (l.zero < 2)
+    return 0;
+  double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp));
+  return stageParameters(l, false, false) / layers * parameterBytes(l.precision).gradient;
 }
 
 void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
@@ -302,21 +393,45 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
   ParameterBytes pb = parameterBytes(l.precision);
   int64_t e = elementBytes(l.precision);
   int64_t layersPerChunk = ceilDiv(s.layers, l.pp * l.vpp);
-  double none = layerActivationBytes(s, l.microBatch, l.tp, l.sequenceParallel, Recompute::none,
+  // Context parallelism: each rank keeps the activations of seq/cp tokens of a sample.
+  TransformerShape local = s;
+  local.seq = s.seq / l.cp;
+  double none = layerActivationBytes(local, l.microBatch, l.tp, l.sequenceParallel, Recompute::none,
                                      l.precision, &stack_);
-  double kept = layerActivationBytes(s, l.microBatch, l.tp, l.sequenceParallel, l.recompute,
+  double kept = layerActivationBytes(local, l.microBatch, l.tp, l.sequenceParallel, l.recompute,
                                      l.precision, &stack_);
-  // A block's input, 2·s·b·h bytes at 2-byte elements (sequence-split under SP).
-  double residual = double(l.microBatch * s.seq * s.hidden) * double(e) /
+  // A block's input, 2·s·b·h bytes at 2-byte elements (sequence-split under SP and cp).
+  double residual = double(l.microBatch * local.seq * s.hidden) * double(e) /
                     (l.sequenceParallel ? double(l.tp) : 1.0);
-  double logits = double(l.microBatch * s.seq) * double(ceilDiv(s.vocab, l.tp)) * 4;
+  double logits = double(l.microBatch * local.seq) * double(ceilDiv(s.vocab, l.tp)) * 4;
+  // Context parallelism's K/V in flight for one layer: the whole sequence's [b, S, hk, d] pair
+  // (all-gather-kv), or the ring's block being sent and the one being received.
+  double cpKv = 0;
+  if (l.cp > 1) {
+    double pair = 2.0 * double(l.microBatch) * double(s.seq) *
+                  double(localKvHeads(s, l.tp) * (s.hidden / s.heads)) * double(e);
+    cpKv = stack_.contextParallelAllGatherKv ? pair : 2 * pair / double(l.cp);
+  }
+  int64_t denseShards = l.zero ? denseZeroShards(l) : 1,
+          expertShards = l.zero ? expertZeroShards(l) : 1;
+  auto sharded = [&](double params, double experts, double bytes, bool on) {
+    return on ? (params - experts) * bytes / double(denseShards) +
+                    experts * bytes / double(expertShards)
+              : params * bytes;
+  };
   auto stage = [&](int64_t index, StepCost &c) {
     bool first = index == 0, last = index == l.pp - 1;
     double params = stageParameters(l, first, last), experts = stageExpertParameters(l);
-    c.parameterBytes = params * pb.parameter;
-    c.gradientBytes = params * pb.gradient;
-    c.optimizerBytes = (params - experts) * pb.optimizer / double(l.zero ? denseZeroShards(l) : 1) +
-                       experts * pb.optimizer / double(l.zero ? l.dp / l.ep : 1);
+    // ZeRO-1 shards the optimizer state, ZeRO-2 the gradients too (whole only in the bucket
+    // being reduced: one block's), ZeRO-3 the parameters too (whole only for the gathered
+    // units in flight: one, or two with prefetch).
+    c.parameterBytes = sharded(params, experts, pb.parameter, l.zero >= 3);
+    if (l.zero >= 3) {
+      double unit = largestGatheredUnit(l, first, last);
+      c.parameterBytes += unit * pb.parameter * (stack_.prefetchShardedParams ? 2 : 1);
+    }
+    c.gradientBytes = sharded(params, experts, pb.gradient, l.zero >= 2) + gradientBucketBytes(l);
+    c.optimizerBytes = sharded(params, experts, pb.optimizer, l.zero >= 1);
     double inFlight = double(peakInFlight({l.pp, l.vpp, m}, index));
     double transient;
     if (l.recompute == Recompute::full) {
@@ -332,9 +447,9 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
       c.activationBytes = inFlight * double(layersPerChunk) * kept;
       transient = none; // the block being differentiated: its gradients and recomputed values
     }
-    // Workspace: the device's reserve, the transient above, and on the last stage the fp32
-    // logits of one micro-batch and their gradient.
-    c.workspaceBytes = cluster_.device.reservedBytes + transient + (last ? 2 * logits : 0);
+    // Workspace: the device's reserve, the transient above, cp's K/V in flight, and on the last
+    // stage the fp32 logits of one micro-batch and their gradient.
+    c.workspaceBytes = cluster_.device.reservedBytes + transient + cpKv + (last ? 2 * logits : 0);
     c.totalBytes = c.parameterBytes + c.gradientBytes + c.optimizerBytes + c.activationBytes +
                    c.workspaceBytes;
   };
@@ -363,7 +478,8 @@ double StepEstimator::lowerBoundSeconds(const Layout &l) {
   ChunkTimes ct = chunkTimes(l);
   int64_t m = globalBatch_ / (l.dp * l.microBatch);
   double local = std::max(stageParameters(l, true, l.pp == 1), stageParameters(l, l.pp == 1, true));
-  return double(m) * (ct.compute + ct.tp + ct.pp + ct.ep) +
+  return double(m) *
+             (ct.compute + ct.tp + ct.pp + ct.ep + ct.cp + ct.zeroGather + ct.zeroReduceScatter) +
          optimizerTime(l, local, stageExpertParameters(l)).total();
 }
 
@@ -378,9 +494,13 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   c.tpCommSeconds = double(m) * ct.tp;
   c.ppCommSeconds = double(m) * ct.pp;
   c.epCommSeconds = double(m) * ct.ep;
+  c.cpCommSeconds = double(m) * ct.cp;
+  c.zeroGatherSeconds = double(m) * ct.zeroGather;
+  c.zeroReduceScatterSeconds = double(m) * ct.zeroReduceScatter;
   c.chunkForwardSeconds = ct.forward;
   c.chunkBackwardSeconds = ct.backward;
-  double busy = c.computeSeconds + c.tpCommSeconds + c.ppCommSeconds + c.epCommSeconds;
+  double busy = c.computeSeconds + c.tpCommSeconds + c.ppCommSeconds + c.epCommSeconds +
+                c.cpCommSeconds + c.zeroGatherSeconds + c.zeroReduceScatterSeconds;
   double makespan = busy;
   if (l.pp > 1) {
     const Pipeline &pipe = pipeline(l.pp, l.vpp, m);
@@ -401,8 +521,11 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   }
   c.bubbleSeconds = makespan - busy;
 
-  // Data parallel: the stage's gradients (fp32 for bf16, REFERENCE.md) reduced over the dp
+  // Data parallel: the stage's gradients (fp32 for bf16, REFERENCE.md) reduced over the dp x cp
   // group (ranks tp apart); ZeRO-1 reduce-scatters them and all-gathers the updated parameters.
+  // ZeRO-2/3 reduce-scatter every micro-batch inside the chunks (chunkTimes), so nothing is
+  // left after the backward; ZeRO-3 keeps its parameters sharded (no all-gather after the step:
+  // the next forward's gathers are charged in the chunks).
   // With the stack's overlap (Megatron-Core's --overlap-grad-reduce) the reduction is issued
   // bucket by bucket during the last micro-batch's backward and hides behind it except the last
   // bucket (one block's share); without it (Megatron 2021, megac) it follows the backward. The
@@ -414,16 +537,20 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   // its tensor-parallel ranks (SP), so their gradients are summed over tp as well.
   double experts = stageExpertParameters(l);
   Collective reduceKind = l.zero ? Collective::reduceScatter : Collective::allReduce;
+  int64_t dpcp = l.dp * l.cp;
   double reduce =
-      collectiveSeconds(cluster_, reduceKind, l.dp, l.tp, (local - experts) * pb.gradient) +
-      collectiveSeconds(cluster_, reduceKind, l.dp / l.ep, l.tp * l.ep, experts * pb.gradient);
-  if (l.zero && denseZeroShards(l) != l.dp) // dense: reduce-scattered over dp/ep, summed over ep
-    reduce =
-        collectiveSeconds(cluster_, reduceKind, l.dp / l.ep, l.tp * l.ep,
-                          (local - experts) * pb.gradient) +
-        collectiveSeconds(cluster_, Collective::allReduce, l.ep, l.tp,
-                          (local - experts) * pb.gradient / double(l.dp / l.ep)) +
-        collectiveSeconds(cluster_, reduceKind, l.dp / l.ep, l.tp * l.ep, experts * pb.gradient);
+      collectiveSeconds(cluster_, reduceKind, dpcp, l.tp, (local - experts) * pb.gradient) +
+      collectiveSeconds(cluster_, reduceKind, expertZeroShards(l), l.tp * l.ep,
+                        experts * pb.gradient);
+  if (l.zero && denseZeroShards(l) != dpcp) // dense: reduce-scattered over dp/ep, summed over ep
+    reduce = collectiveSeconds(cluster_, reduceKind, expertZeroShards(l), l.tp * l.ep,
+                               (local - experts) * pb.gradient) +
+             collectiveSeconds(cluster_, Collective::allReduce, l.ep, l.tp,
+                               (local - experts) * pb.gradient / double(expertZeroShards(l))) +
+             collectiveSeconds(cluster_, reduceKind, expertZeroShards(l), l.tp * l.ep,
+                               experts * pb.gradient);
+  if (l.zero >= 2)
+    reduce = 0;
   if (experts > 0 && !stack_.expertTensorParallel && l.sequenceParallel)
     reduce += collectiveSeconds(cluster_, Collective::allReduce, l.tp, 1, experts * pb.gradient);
   double lastBackward = double(l.vpp) * ct.backward;
@@ -432,12 +559,8 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   if (stack_.overlapGradReduce && reduce > 0)
     exposed = std::max(reduce / blocks, reduce - lastBackward);
   double gather = 0;
-  if (l.zero) {
-    gather = collectiveSeconds(cluster_, Collective::allGather, denseZeroShards(l),
-                               denseZeroShards(l) == l.dp ? l.tp : l.tp * l.ep,
-                               (local - experts) * pb.parameter) +
-             collectiveSeconds(cluster_, Collective::allGather, l.dp / l.ep, l.tp * l.ep,
-                               experts * pb.parameter);
+  if (l.zero == 1 || l.zero == 2) {
+    gather = zeroCollective(l, Collective::allGather, local, experts, pb.parameter);
     if (stack_.overlapParamGather)
       gather /= blocks;
   }
@@ -475,6 +598,9 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
       {c.computeSeconds, "compute"},
       {c.tpCommSeconds, "tensor-parallel comm"},
       {c.epCommSeconds, "expert-parallel token exchange"},
+      {c.cpCommSeconds, "context-parallel K/V exchange"},
+      {c.zeroGatherSeconds, "ZeRO-3 parameter gathers"},
+      {c.zeroReduceScatterSeconds, "ZeRO-2/3 gradient reduce-scatters"},
       {c.bubbleSeconds, "pipeline bubble"},
       {c.ppCommSeconds, "pipeline sends"},
       {c.dpCommSeconds, "data-parallel comm"},

@@ -47,6 +47,7 @@ struct TransformerShape {
 /// Which choices the user pinned (`megac plan --tp 8 ...`); unset ones are searched.
 struct Pins {
   std::optional<int64_t> tp, pp, dp, ep, vpp, microBatch;
+  std::optional<int64_t> cp; // context parallelism (issue 32)
   std::optional<bool> sequenceParallel;
   std::optional<int> zero;
   std::optional<Recompute> recompute;
@@ -60,7 +61,14 @@ struct StepCost {
   double ppCommSeconds = 0;  // activations between stages
   double dpCommSeconds = 0;  // gradient reduction (ZeRO: reduce-scatter + all-gather), exposed part
   double epCommSeconds = 0;  // expert-parallel token exchange (not overlapped)
-  double bubbleSeconds = 0;  // pipeline idle time, from simulating the schedule
+  /// Context parallelism's K/V exchange inside the layers, exposed part (issue 32): the
+  /// all-gather of K/V and reduce-scatter of dK/dV, or the ring's p2p transfers.
+  double cpCommSeconds = 0;
+  /// ZeRO-2/3 inside the layers, exposed part (issue 31): ZeRO-3's parameter all-gathers
+  /// (before each forward and again before each backward) and the per-micro-batch gradient
+  /// reduce-scatters of ZeRO-2/3.
+  double zeroGatherSeconds = 0, zeroReduceScatterSeconds = 0;
+  double bubbleSeconds = 0; // pipeline idle time, from simulating the schedule
   double optimizerSeconds = 0;
   double stepSeconds = 0; // the total
   /// computeSeconds (recompute and the gradient accumulation included) + optimizerSeconds by
@@ -114,6 +122,9 @@ struct SearchResult {
   double seconds = 0;
   /// When no layout satisfies the pins at all (both above empty): why, in one line.
   std::string why;
+  /// The fastest fitting layout with ZeRO-3, with cp > 1 and with cp = 1 (evaluated even when
+  /// outside the top K), so the report can say why #1 beats them.
+  std::optional<PlanCandidate> bestZero3, bestWithCp, bestWithoutCp;
 };
 
 /// Every layout that satisfies the pins, pruned, ranked by predicted step time.

@@ -49,6 +49,10 @@ StackProfile megac(bool cpu) {
   p.allToAllDispatch = true;
   p.gathersRouting = true;
   p.zeroOverExpertDataParallel = true;
+  // Issues 31/32: ZeRO-2/3's collectives and context parallelism's K/V all-gather run
+  // start/done around their use (prefetchShardedParams off, no ring overlap): blocking.
+  p.supportsContextParallel = true;
+  p.contextParallelAllGatherKv = true;
   if (cpu) {
     p.supportsExpertParallel = true;
     return p;
@@ -111,6 +115,13 @@ StackProfile megatronCore() {
   p.keepsAttentionLse = true;
   p.overlapGradReduce = true;
   p.overlapParamGather = true;
+  // ZeRO-3 / FSDP: the parameter gathers prefetched a layer ahead and the reduce-scatters
+  // overlapped (Megatron-Core's --data-parallel-sharding-strategy optim_grads_params with
+  // overlap, torchtitan's FSDP2 prefetch). Context parallelism: the p2p ring of K/V blocks
+  // overlapped with the block computation (--cp-comm-type p2p, the default).
+  p.prefetchShardedParams = true;
+  p.supportsContextParallel = true;
+  p.overlapContextParallelRing = true;
   // MoE (Megatron-Core's moe/README.md): --expert-model-parallel-size with the alltoall
   // dispatcher (--moe-token-dispatcher-type alltoall), expert tensor parallelism equal to tp by
   // default, --moe-grouped-gemm and

@@ -67,6 +67,27 @@ struct StackProfile {
   bool overlapGradReduce = false;
   /// ZeRO-1's parameter all-gather overlaps the next step's forward.
   bool overlapParamGather = false;
+  /// ZeRO-2/3 (issue 31): the per-micro-batch gradient reduce-scatter and ZeRO-3's parameter
+  /// all-gathers (before each layer's forward and again before its backward) are issued a layer
+  /// ahead and run under the neighbouring layer's compute (Megatron-Core's and torchtitan/FSDP2's
+  /// prefetch); two gathered layers are then in flight. Otherwise each collective runs
+  /// start/done around its use and blocks (megac's runtime today), one gathered layer in flight.
+  bool prefetchShardedParams = false;
+
+  // Context parallelism (issue 32): each sequence split over cp ranks with causal load
+  // balancing (rank i holds chunks i and 2·cp - 1 - i, so each does 1/cp of the causal work).
+  /// cp > 1 is built; a stack without it plans cp = 1 only.
+  bool supportsContextParallel = false;
+  /// Attention's K/V all-gathered over cp before the core (the whole sequence's [b, S, hk, d]
+  /// pair in flight, per layer, forward and again backward) and dK/dV reduce-scattered after the
+  /// backward, blocking (megac's all-gather-kv variant); otherwise a ring: cp - 1 point-to-point
+  /// transfers of one K/V block per layer forward, twice that backward (K/V and dK/dV), two
+  /// blocks in flight (Megatron-Core's p2p ring).
+  bool contextParallelAllGatherKv = false;
+  /// The ring's transfers run under the block computation of the previous step (Megatron-Core:
+  /// each p2p send/recv overlaps attention on the block already here); exposed only where a
+  /// transfer outlasts one block's attention.
+  bool overlapContextParallelRing = false;
   /// Megatron's scatter/gather of pipeline sends across nodes (SC21 section 4.1).
   bool p2pScatterGather = false;
   /// Full recompute checkpoints each layer's input (Megatron's --recompute-method uniform,

@@ -72,7 +72,7 @@ def main():
 
     tight = plan(args.megac, "--model", "gpt:layers=24,hidden=4096,heads=32,seq=2048,vocab=50257",
                  "--cluster", "a100-40g:1x8", "--global-batch", "64", "--tp", "1", "--pp", "1",
-                 "--no-compile", check=False)
+                 "--zero", "1", "--cp", "1", "--no-compile", check=False)
     check(tight.returncode != 0 and "no layout fits" in tight.stdout
           and re.search(r"needs [0-9.]+ GiB per device", tight.stdout)
           and "would fit" in tight.stdout,

@@ -297,8 +297,9 @@ rename).)";
 
 const char *const kPlanHelp =
     R"(usage: megac plan MODEL --cluster SPEC --global-batch B [--seq S] [--tp T --pp P --dp D
-                  --ep E --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel
-                  --zero 0|1 --recompute none|selective|full] [--precision bf16|fp16|fp32] [--top K]
+                  --cp C --ep E --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel
+                  --zero 0|1|2|3 --recompute none|selective|full] [--precision bf16|fp16|fp32]
+                  [--top K]
                   [--stack megac|megatron-2021|megatron-core] [--dropout P] [--explain]
                   [--json] [--timeline FILE.svg] [--trace FILE.json] [--no-compile]
 
@@ -311,8 +312,12 @@ and a software stack: --stack megac (default: this build's CUDA runtime, or its 
 cpu devices and `megac calibrate --backend cpu` specs), megatron-2021 or megatron-core
 (docs/planner.md lists what each fuses and overlaps); --dropout P costs dropout the model's IR
 does not have. Mixture-of-experts models also search --ep (expert parallelism, dividing dp and
-the experts; docs/moe.md). --explain splits #1's predicted step by op class (GEMM, attention,
-memory-bound, launch overhead, each collective, bubble) and explains its compiled plan.
+the experts; docs/moe.md). --cp C (context parallelism: each sequence split over C ranks, 2*C
+dividing it; world = tp*cp*pp*dp) and --zero 2|3 (gradients, and parameters, sharded over the
+dp x cp ranks; needs dp > 1) are searched too; the report says why #1 beats the best zero-3
+layout and the best layout with (or without) cp. --explain splits #1's predicted step by op
+class (GEMM, attention, memory-bound, launch overhead, each collective, bubble) and explains its
+compiled plan.
 
 usage: megac plan MODEL --ranks N [--tp T --pp P --dp D --vpp V --sequence-parallel
                   --zero 0|1 --recompute none|selective|full --schedule 1f1b|gpipe

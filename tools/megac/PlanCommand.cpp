@@ -38,8 +38,14 @@ std::string searchRequest(Flags &f, driver::PlanSearchRequest &r,
   r.clusterSpec = cluster;
   if (sp || noSp)
     r.pins.sequenceParallel = sp;
-  if (zero)
-    r.pins.zero = *zero == "1" ? 1 : 0;
+  if (zero) {
+    r.pins.zero = std::stoi(*zero);
+    // ZeRO-2/3 shard over the data-parallel ranks: with dp pinned to 1 there are none.
+    if (*r.pins.zero >= 2 && r.pins.dp == 1)
+      return "--zero " + *zero + " shards gradients" +
+             (*r.pins.zero == 3 ? " and parameters" : "") +
+             " over the data-parallel ranks, but --dp is 1; use --zero 0 or a --dp > 1";
+  }
   if (!f.given("--global-batch"))
     return "missing --global-batch B (samples per optimizer step)";
   std::optional<planner::StackProfile> profile =
@@ -66,15 +72,15 @@ int searchCommand(int argc, char **argv) {
   std::optional<std::string> spec, cluster, stack, timeline, trace;
   std::string zero, recompute, precision = "bf16";
   std::vector<std::string> inputShapes;
-  int64_t seq = 0, top = 5, tp = 0, pp = 0, dp = 0, ep = 0, vpp = 0, microBatch = 0;
+  int64_t seq = 0, top = 5, tp = 0, pp = 0, dp = 0, ep = 0, cp = 0, vpp = 0, microBatch = 0;
   double dropout = 0;
   bool sp = false, noSp = false, noCompile = false;
   f.text("--model", spec, "SPEC").text("--cluster", cluster, "SPEC");
   f.count("--global-batch", r.globalBatch, 1, "B").count("--seq", seq, 1, "S");
   f.count("--tp", tp, 1, "T").count("--pp", pp, 1, "P").count("--dp", dp, 1, "D");
-  f.count("--ep", ep, 1, "E");
+  f.count("--ep", ep, 1, "E").count("--cp", cp, 1, "C");
   f.count("--vpp", vpp, 1, "V").count("--micro-batch", microBatch, 1, "b");
-  f.choice("--zero", zero, {"0", "1"})
+  f.choice("--zero", zero, {"0", "1", "2", "3"})
       .choice("--recompute", recompute, {"none", "selective", "full"});
   f.choice("--precision", precision, {"bf16", "fp16", "fp32"});
   f.count("--top", top, 1, "K", 1 << 20).text("--timeline", timeline, "FILE.svg");
@@ -91,6 +97,7 @@ int searchCommand(int argc, char **argv) {
                                   {"--pp", pp, &r.pins.pp},
                                   {"--dp", dp, &r.pins.dp},
                                   {"--ep", ep, &r.pins.ep},
+                                  {"--cp", cp, &r.pins.cp},
                                   {"--vpp", vpp, &r.pins.vpp},
                                   {"--micro-batch", microBatch, &r.pins.microBatch}})
     if (f.given(name))
@@ -160,7 +167,7 @@ int planCommand(int argc, char **argv) {
 
 bool hasLayoutFlag(int argc, char **argv) {
   for (int i = 2; i < argc; ++i)
-    for (const char *flag : {"--ranks", "--tp", "--pp", "--dp", "--vpp", "--zero",
+    for (const char *flag : {"--ranks", "--tp", "--pp", "--dp", "--vpp", "--cp", "--zero",
                              "--sequence-parallel", "--recompute", "--schedule"}) {
       std::string_view arg = argv[i];
       if (arg == flag || arg.starts_with(std::string(flag) + "="))
