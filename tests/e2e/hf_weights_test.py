@@ -34,6 +34,7 @@ accepted with --allow-missing, training that head from its initialisation) and a
 About 40 s.
 
 usage: hf_weights_test.py --megac build/bin/megac --workdir DIR [--venv .venv]
+       hf_weights_test.py ... --measure HIDDEN,FFN,LAYERS   (a measurement, not CI: below)
 Needs transformers (the test venv; exits 77 without it); mpirun for tp 2 x dp 2 (skipped
 without it).
 """
@@ -197,9 +198,124 @@ def bad_inputs(args, check, base, cls, config, tokens):
     json.dump(i, open(os.path.join(d, "model.safetensors.index.json"), "w"))
     refused("extra tensor", d, ["model.layers.9.mlp.up_proj.weight"])
 
+    # Flags refused before the run: a bad size, an existing --save-hf folder, --allow-missing
+    # without weights to miss.
+    bare = os.path.join(args.workdir, "bad-bare")
+    os.makedirs(bare)
+    shutil.copy(os.path.join(base, "config.json"), bare)
+    for what, argv, expect in [
+            ("--hf-shard-size 5XB", train_argv(base, tokens, ["--save-hf", bare + "-x",
+                                                              "--hf-shard-size", "5XB"]),
+             "--hf-shard-size: '5XB' is not a size"),
+            ("--save-hf of an existing folder", train_argv(base, tokens, ["--save-hf", bare]),
+             "exists"),
+            ("--allow-missing without weights",
+             train_argv(bare, tokens, ["--allow-missing", "lm_head.weight"]),
+             "--allow-missing applies to --model hf:DIR folders with weights")]:
+        t = megac(args, argv)
+        check(t.returncode != 0 and expect in t.stderr,
+              f"{what}: refused ({t.stderr.strip().splitlines()[-1] if t.stderr.strip() else ''})")
+
+
+def write_bf16_shards(folder, shapes, shard_bytes):
+    """Random normal(0, 0.02) bf16 tensors as save_pretrained's sharded layout (index + shards),
+    made one tensor at a time (the writer never holds the model)."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    groups, size = [[]], 0
+    for name, shape in shapes.items():
+        n = int(np.prod(shape)) * 2
+        if size and size + n > shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += n
+    weight_map = {}
+    for i, names in enumerate(groups):
+        file = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        header, offset = {"__metadata__": {"format": "pt"}}, 0
+        for name in names:
+            n = int(np.prod(shapes[name])) * 2
+            header[name] = {"dtype": "BF16", "shape": list(shapes[name]),
+                            "data_offsets": [offset, offset + n]}
+            offset += n
+            weight_map[name] = file
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        with open(os.path.join(folder, file), "wb") as f:
+            f.write(len(text).to_bytes(8, "little") + text)
+            for name in names:
+                x = rng.standard_normal(shapes[name], dtype=np.float32) * 0.02
+                f.write((x.view(np.uint32) >> 16).astype(np.uint16).tobytes())
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": sum(int(np.prod(s)) * 2 for s in shapes.values())},
+                   "weight_map": weight_map}, f)
+
+
+def measure(args):
+    """Peak resident memory (VmHWM, rank 0's, from --log-json's mem_rss_peak_bytes) of one
+    training step under tp 2 of a llama in sharded bf16 safetensors, against the same run from
+    the bare config.json (the zoo's initialisation): what reading the weights adds to a rank's
+    own state (fp32 parameters, gradients and Adam moments: 16 bytes per parameter of its
+    shard, plus activations)."""
+    import numpy as np
+    import transformers as T
+    hidden, ffn, layers = (int(x) for x in args.measure.split(","))
+    vocab, heads = 32000, hidden // 64
+    config = T.LlamaConfig(hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+                           num_attention_heads=heads, num_key_value_heads=heads // 4,
+                           vocab_size=vocab, torch_dtype="bfloat16")
+    kv = hidden // 4
+    shapes = {"model.embed_tokens.weight": (vocab, hidden), "model.norm.weight": (hidden,),
+              "lm_head.weight": (vocab, hidden)}
+    for i in range(layers):
+        L = f"model.layers.{i}."
+        shapes.update({L + "input_layernorm.weight": (hidden,),
+                       L + "post_attention_layernorm.weight": (hidden,),
+                       L + "self_attn.q_proj.weight": (hidden, hidden),
+                       L + "self_attn.k_proj.weight": (kv, hidden),
+                       L + "self_attn.v_proj.weight": (kv, hidden),
+                       L + "self_attn.o_proj.weight": (hidden, hidden),
+                       L + "mlp.gate_proj.weight": (ffn, hidden),
+                       L + "mlp.up_proj.weight": (ffn, hidden),
+                       L + "mlp.down_proj.weight": (hidden, ffn)})
+    params = sum(int(np.prod(s)) for s in shapes.values())
+    bare, full = os.path.join(args.workdir, "bare"), os.path.join(args.workdir, "full")
+    config.save_pretrained(bare)
+    config.save_pretrained(full)
+    write_bf16_shards(full, shapes, 500_000_000)
+    tokens = os.path.join(args.workdir, "tokens.npy")
+    np.save(tokens, np.random.RandomState(0).randint(0, vocab, size=(2, 17)).astype(np.int64))
+    peaks = {}
+    for name, folder in (("bare config.json", bare), ("sharded bf16 weights", full)):
+        log = os.path.join(args.workdir, name.split()[0] + ".jsonl")
+        argv = ["train", "--model", f"hf:{folder}", "--data", tokens, "--steps", "1",
+                "--global-batch", "1", "--micro-batch", "1", "--lr", "1e-4", "--ranks", "2",
+                "--tp", "2", "--log-json", log]
+        t = megac(args, argv, timeout=1800)
+        if t.returncode != 0:
+            print(f"{name}: megac train failed: {t.stderr.strip()[-600:]}")
+            return 1
+        peaks[name] = json.loads(open(log).read().splitlines()[-1])["mem_rss_peak_bytes"]
+    shard = params // 2  # tp 2: every matrix and the embedding/head are split, norms are not
+    state = 16 * shard
+    file_shard = 2 * shard
+    print(f"llama hidden {hidden}, ffn {ffn}, layers {layers}, vocab {vocab}: {params:,} "
+          f"parameters, {2 * params / 1e9:.2f} GB of bf16 in "
+          f"{len([f for f in os.listdir(full) if f.endswith('.safetensors')])} shards; tp 2")
+    for name, peak in peaks.items():
+        print(f"  {name}: rank 0 VmHWM {peak / 1e9:.2f} GB")
+    w = peaks["sharded bf16 weights"]
+    print(f"  with weights / bare: {w / peaks['bare config.json']:.3f}; with weights / (its "
+          f"bf16 shard {file_shard / 1e9:.2f} GB + fp32 state 16 B x {shard:,} = "
+          f"{state / 1e9:.2f} GB): {w / (file_shard + state):.3f}")
+    return 0
+
 
 def main():
-    args = venv_test_args()
+    args = venv_test_args(lambda p: p.add_argument("--measure", default=None))
+    if args.measure:
+        return measure(args)
     import numpy as np
     import torch
     from hf_config_models_test import nemotron_shim, training_case

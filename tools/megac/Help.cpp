@@ -86,7 +86,9 @@ const char *const kRunHelp = R"(usage: megac run (--model SPEC | FILE.mlir | FIL
 runs one forward pass and writes every output as DIR/NAME.npy; on a GPU
 (--backend cuda) by default when one is usable, else on the CPU. --threads N sets the
 CPU's BLAS/OpenMP threads (default: the cores of this node).
-A model that is not a plan yet is compiled in memory first (see megac compile).)";
+A model that is not a plan yet is compiled in memory first (see megac compile); a --model
+hf:DIR,seq=S folder with model.safetensors or model.safetensors.index.json runs with those
+weights (docs/huggingface.md).)";
 
 const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --model SPEC)
                    (--data TOKENS.npy|PREFIX | --data-path [W1] PREFIX1 [W2 PREFIX2 ...])
@@ -101,6 +103,7 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--log-json FILE] [--log-interval N] [--tensorboard-dir DIR]
                    [--logits NAME]
                    [--save-weights FILE.safetensors]
+                   [--save-hf DIR [--hf-shard-size 5GB]] [--allow-missing NAME]...
                    [--save-grads FILE.safetensors] [--trace FILE.json [--trace-steps N]]
                    [--save DIR [--save-interval N] [--keep-last N [--keep-steps A,B,...]]]
                    [--load DIR [--finetune] [--no-load-optim] [--no-load-rng]]
@@ -197,7 +200,13 @@ the JSON log's values as float32 scalars at their steps, tagged train/<key> (tra
 train/lr, train/grad_norm, ..., train/moe_load/layer<L>/expert<E>), val/loss and
 val/perplexity, test/loss and test/perplexity (`tensorboard --logdir DIR`).
 --save-weights writes the final parameters, whole (shards gathered on rank 0), in the layout
-of a one-rank run. --save-grads writes the gradient of every parameter after step 1's
+of a one-rank run. --save-hf DIR (a --model hf: run) writes them as a folder transformers
+loads (from_pretrained): safetensors shards of at most --hf-shard-size (default 5GB) and their
+index, the input folder's config.json and tokenizer files; written as DIR.tmp-XXXXXX and
+renamed, and refused when DIR exists (docs/huggingface.md). A --model hf:DIR folder with
+model.safetensors or model.safetensors.index.json starts from those weights, each rank reading
+its own shards; a missing tensor is an error unless --allow-missing NAME names it (it keeps
+its initialisation). --save-grads writes the gradient of every parameter after step 1's
 backward pass, before the optimizer (the accumulators summed over their data-parallel shares,
 shards gathered; fp16 runs write loss-scaled gradients). A non-finite loss stops the run
 (exit 1), and so does a non-finite step-1 gradient with --save-grads (except in fp16, where
