@@ -7,9 +7,10 @@ tensor).
 usage: optimizer_step.py --megac build/bin/megac [--baseline OLD_MEGAC] --workdir DIR
                          [--threads 2] [--steps 7]
 Prints, per binary, the median ms of @apply_gradients over the traced steps (all but the first)
-and its AdamW / AdamWMulti instruction counts. Exits non-zero only if a run fails; never on time.
+its AdamW / AdamWMulti instruction counts and the mean ms of each opcode in it. Exits non-zero only if a run fails; never on time.
 """
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -45,10 +46,16 @@ def run(megac, workdir, name, args):
     ops = [e["name"] for e in events if e.get("cat") == "kernel" and e.get("ph") == "X" and
            e.get("args", {}).get("function") == "apply_gradients"]
     steps = max(1, len(spans))
+    ms = collections.Counter()
+    for e in events:
+        if e.get("cat") == "kernel" and e.get("args", {}).get("function") == "apply_gradients":
+            ms[e["name"]] += e["dur"] / 1e3 / steps
     print("%-9s apply_gradients %.2f ms (median of %d steps; min %.2f) | per step: %d AdamW, "
           "%d AdamWMulti, %d instructions in all | %s" %
           (name, statistics.median(spans), len(spans), min(spans), ops.count("AdamW") // steps,
            ops.count("AdamWMulti") // steps, len(ops) // steps, megac))
+    print("          mean ms per step by opcode: " +
+          ", ".join("%s %.2f" % (op, t) for op, t in ms.most_common()))
     return statistics.median(spans)
 
 

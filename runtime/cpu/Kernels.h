@@ -273,8 +273,9 @@ struct AdamWTensor {
 /// their elements: bit for bit adamw's results.
 Status adamwMulti(std::span<const AdamWTensor> tensors, const TensorRef &lr,
                   const TensorRef &step, const AdamWConfig &config);
-/// out (0-d f32/f64) = sqrt(sum over every input of sum(x^2)), accumulated in double in input
-/// order; inputs are f32 or f64.
+/// out (0-d f32/f64) = sqrt(sum over every input of sum(x^2)), accumulated in double in one
+/// fixed order whatever the thread count (blocks of 8192 elements, 8 lanes each, the block sums
+/// in input order), the blocks on the kernel threads; inputs are f32 or f64.
 Status globalNorm(std::span<const TensorRef> inputs, const TensorRef &out);
 /// out = x * min(1, maxNorm / (norm + 1e-6)) with the coefficient computed in x's dtype, as
 /// torch.nn.utils.clip_grad_norm_ does; norm is 0-d of x's dtype, maxNorm > 0.

@@ -5,7 +5,9 @@
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/Parallel.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace megac::runtime::cpu {
 
@@ -67,9 +69,8 @@ Status adamw(const TensorRef &p, const TensorRef &g, const TensorRef &m, const T
   const AdamWStep s{rate, b1, b2, eps, wd, bias1, bias2};
   return dispatchFloat(name, p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const AdamWArrays<T> arrays{p.as<const T>(),    g.as<const T>(), m.as<const T>(),
-                                v.as<const T>(),    pOut.as<T>(),    mOut.as<T>(),
-                                vOut.as<T>()};
+    const AdamWArrays<T> arrays{p.as<const T>(), g.as<const T>(), m.as<const T>(), v.as<const T>(),
+                                pOut.as<T>(),    mOut.as<T>(),    vOut.as<T>()};
     // Elements are independent: contiguous ranges of them run on the kernel threads.
     parallelFor(n, 1 << 13,
                 [&](int64_t begin, int64_t end) { adamwElements(arrays, begin, end, s); });
@@ -77,25 +78,63 @@ Status adamw(const TensorRef &p, const TensorRef &g, const TensorRef &m, const T
   });
 }
 
+namespace {
+
+/// Elements per block of the global norm: each block's sum of squares is one task.
+constexpr int64_t kNormBlock = 1 << 13;
+/// Independent accumulators per block (element i of a block goes to lane i % kNormLanes): the
+/// additions no longer wait on one another.
+constexpr int kNormLanes = 8;
+
+template <typename T> double blockSumOfSquares(const T *x, int64_t n) {
+  double lane[kNormLanes] = {};
+  int64_t i = 0;
+  for (; i + kNormLanes <= n; i += kNormLanes)
+    for (int l = 0; l < kNormLanes; ++l) {
+      double v = static_cast<double>(x[i + l]);
+      lane[l] += v * v;
+    }
+  for (int l = 0; i < n; ++i, ++l) {
+    double v = static_cast<double>(x[i]);
+    lane[l] += v * v;
+  }
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+} // namespace
+
 Status globalNorm(std::span<const TensorRef> inputs, const TensorRef &out) {
   const char *name = "GlobalNorm";
   if (!out.shape.empty())
     return fail(name, "the output must be a 0-d tensor, not shape " + shapeString(out.shape));
-  double sumSq = 0.0;
+  // One fixed summation order whatever the thread count: every input cut into blocks of
+  // kNormBlock elements, each block summed in kNormLanes lanes combined pairwise, the blocks'
+  // sums added in input and block order, all in double.
+  std::vector<int64_t> firstBlock(inputs.size() + 1, 0);
   for (size_t k = 0; k < inputs.size(); ++k) {
     const TensorRef &x = inputs[k];
-    std::string which = "input " + std::to_string(k);
-    RETURN_IF_ERROR(dispatchFloat(name, x.dtype,
-                                  [&](auto tag) {
-                                    using T = decltype(tag);
-                                    const T *xs = x.as<const T>();
-                                    for (int64_t i = 0, n = x.numElements(); i < n; ++i)
-                                      sumSq +=
-                                          static_cast<double>(xs[i]) * static_cast<double>(xs[i]);
-                                    return Status::ok();
-                                  }))
-        << " (" << which << ")";
+    RETURN_IF_ERROR(dispatchFloat(name, x.dtype, [](auto) { return Status::ok(); }))
+        << " (input " << k << ")";
+    firstBlock[k + 1] = firstBlock[k] + (x.numElements() + kNormBlock - 1) / kNormBlock;
   }
+  std::vector<double> partial(static_cast<size_t>(firstBlock.back()), 0.0);
+  parallelFor(firstBlock.back(), 4, [&](int64_t begin, int64_t end) {
+    size_t k =
+        std::upper_bound(firstBlock.begin(), firstBlock.end(), begin) - firstBlock.begin() - 1;
+    for (int64_t b = begin; b < end; ++b) {
+      while (firstBlock[k + 1] <= b)
+        ++k;
+      const TensorRef &x = inputs[k];
+      int64_t first = (b - firstBlock[k]) * kNormBlock;
+      int64_t n = std::min(kNormBlock, x.numElements() - first);
+      partial[static_cast<size_t>(b)] = x.dtype == DType::f64
+                                            ? blockSumOfSquares(x.as<const double>() + first, n)
+                                            : blockSumOfSquares(x.as<const float>() + first, n);
+    }
+  });
+  double sumSq = 0.0;
+  for (double p : partial)
+    sumSq += p;
   return dispatchFloat(name, out.dtype, [&](auto tag) {
     using T = decltype(tag);
     *out.as<T>() = static_cast<T>(std::sqrt(sumSq));

@@ -6,6 +6,7 @@
 
 #include "TestUtil.h"
 
+#include <cmath>
 #include <cstring>
 
 extern "C" void openblas_set_num_threads(int threads) __attribute__((weak));
@@ -118,4 +119,43 @@ TEST(OptimMulti, AdamWMultiRejectsMismatchedTensorsAndBadSteps) {
   EXPECT_FALSE(zero.isOk());
   EXPECT_NE(zero.message().find("must be >= 1"), std::string::npos) << zero.message();
   EXPECT_TRUE(call(g, step).isOk());
+}
+
+// The global norm over many tensors (blocks of 8192 elements on the kernel threads): the same
+// bits on 1, 2 and 3 threads, and within 1e-14 relative of a long-double sum. Error model: the
+// blocked double sum of n = 60k squares has relative error <= n eps_64 ~ 7e-12 in the worst case
+// and ~sqrt(n) eps_64 ~ 3e-14 typically; the squares of f32 inputs are exact in double; sqrt
+// halves the relative error: 1e-14 leaves room over the typical case.
+TEST(OptimMulti, GlobalNormIsOneFixedOrderOnAnyThreads) {
+  std::vector<HostTensor> tensors;
+  const std::vector<int64_t> sizes = {3, 8192, 1, 20001, 0, 16384, 7, 12345};
+  long double reference = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    DType dtype = k % 2 ? DType::f64 : DType::f32;
+    tensors.push_back(randomTensor(dtype, {sizes[k]}, uint32_t(50 + k)));
+    const HostTensor &t = tensors.back();
+    for (int64_t i = 0; i < sizes[k]; ++i) {
+      long double v =
+          dtype == DType::f64 ? (long double)t.data<double>()[i] : (long double)t.data<float>()[i];
+      reference += v * v;
+    }
+  }
+  std::vector<TensorRef> inputs;
+  for (HostTensor &t : tensors)
+    inputs.push_back(refOf(t));
+  HostTensor out = HostTensor::zeros(DType::f64, {});
+  std::vector<double> got;
+  int saved = openblas_get_num_threads ? openblas_get_num_threads() : 1;
+  for (int threads : {1, 2, 3}) {
+    if (openblas_set_num_threads)
+      openblas_set_num_threads(threads);
+    ASSERT_TRUE(globalNorm(inputs, refOf(out)).isOk());
+    got.push_back(valuesOf<double>(out)[0]);
+  }
+  if (openblas_set_num_threads)
+    openblas_set_num_threads(saved);
+  EXPECT_EQ(got[1], got[0]);
+  EXPECT_EQ(got[2], got[0]);
+  double want = double(std::sqrt(reference));
+  EXPECT_NEAR(got[0], want, 1e-14 * want);
 }
