@@ -352,6 +352,16 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
       .Case([&](ReduceScatterOp c) {
         return collective(O::ReduceScatter, c.getAxes(), c.getKind(), c.getDim(), 0);
       })
+      // Asynchronous collectives (their CollectiveDone lowers by name).
+      .Case([&](AllReduceStartOp c) {
+        return collective(O::AllReduceStart, c.getAxes(), c.getKind(), 0, 0);
+      })
+      .Case([&](AllGatherStartOp c) {
+        return collective(O::AllGatherStart, c.getAxes(), ReduceKind::sum, c.getDim(), 0);
+      })
+      .Case([&](ReduceScatterStartOp c) {
+        return collective(O::ReduceScatterStart, c.getAxes(), c.getKind(), c.getDim(), 0);
+      })
       .Case([&](AllToAllOp c) {
         return collective(O::AllToAll, c.getAxes(), ReduceKind::sum, c.getSplitDim(),
                           c.getConcatDim());

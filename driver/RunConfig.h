@@ -102,6 +102,9 @@ struct ExecConfig {
   runtime::Backend backend = runtime::Backend::cpu;
   bool allowTf32 = false;
   int64_t commTimeoutSeconds = 300;
+  /// `--emulate-link`: every collective of the CPU ranks completes no earlier than this link's
+  /// alpha-beta time after it was posted (a measurement tool; off by default).
+  runtime::comm::LinkEmulation emulateLink;
   /// Stopping early (runtime/train/StopRequest.h): on a signal (--exit-signal-handler; on by
   /// default with --save) and when the wall time passes --exit-duration-in-mins, the ranks agree
   /// at a step boundary, save (with --save) and end.

@@ -136,8 +136,11 @@ Status TrainSession::openRank() {
       return Status::error("the plan compiled from " + model_.description + " has " +
                            std::to_string(mesh.size()) + " ranks, but the job has " +
                            std::to_string(c.exec.ranks));
+    if (c.exec.emulateLink.enabled() && c.exec.backend != runtime::Backend::cpu)
+      return Status::error("--emulate-link applies to the CPU backend (--backend cpu)");
     ASSIGN_OR_RETURN(s.mpi, runtime::comm::MpiCommunicator::create(
-                                mesh, std::chrono::seconds(c.exec.commTimeoutSeconds)));
+                                mesh, std::chrono::seconds(c.exec.commTimeoutSeconds),
+                                c.exec.emulateLink));
   }
   // Tokens in the vocabulary (a .npy's now, an indexed dataset's as read); rank 0 warns when
   // masked-LM's [MASK] token occurs in the data.

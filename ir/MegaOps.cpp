@@ -636,3 +636,73 @@ int64_t ScatterNdOp::getFlops() {
 LogicalResult CumSumOp::verify() {
   return verifyAxis(*this, getAxis(), getInput().getType().getRank());
 }
+
+//===----------------------------------------------------------------------===//
+// Asynchronous collectives
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// A start's shared rules: its mesh axes, its result type (the blocking twin's, from
+/// `infer`), and one use, a collective_done in the same block.
+LogicalResult verifyStart(Operation *op, MeshAttr mesh, ArrayAttr axes,
+                          function_ref<LogicalResult(SmallVectorImpl<Type> &)> infer) {
+  std::string why = meshAxesError(mesh, axes);
+  if (!why.empty())
+    return op->emitOpError() << why;
+  SmallVector<Type> want;
+  if (failed(infer(want)))
+    return failure();
+  if (!sameShapesAndElementTypes(want, op->getResultTypes()))
+    return op->emitOpError() << "result type " << op->getResult(0).getType() << " should be "
+                             << want[0] << ", the blocking collective's";
+  Value result = op->getResult(0);
+  if (!result.hasOneUse() || !isa<CollectiveDoneOp>(*result.getUsers().begin()) ||
+      result.getUsers().begin()->getBlock() != op->getBlock())
+    return op->emitOpError() << "result must have exactly one use, a mega.collective_done in "
+                                "the same block (it is in flight until then)";
+  return success();
+}
+} // namespace
+
+LogicalResult AllReduceStartOp::verify() {
+  return verifyStart(*this, getMesh(), getAxes(), [&](SmallVectorImpl<Type> &out) -> LogicalResult {
+    out.push_back(getInput().getType());
+    return success();
+  });
+}
+int64_t AllReduceStartOp::getFlops() { return 0; }
+
+LogicalResult AllGatherStartOp::verify() {
+  return verifyStart(*this, getMesh(), getAxes(), [&](SmallVectorImpl<Type> &out) -> LogicalResult {
+    auto input = collectiveInput(getLoc(), getInput(), getMesh(), getAxes());
+    if (failed(input))
+      return failure();
+    shape::Dims in = *input;
+    auto dim = shape::normalizeAxis(static_cast<int64_t>(getDim()), in.size());
+    if (!dim)
+      return emitOpError() << "dim " << getDim() << " is out of range for " << shape::str(in);
+    shape::Shape result(in.begin(), in.end());
+    result[*dim] *= getMesh().getGroupSize(axisNames(getAxes()));
+    return pushInferred(getLoc(), {result, {}}, elementOf(getInput()), out);
+  });
+}
+int64_t AllGatherStartOp::getFlops() { return 0; }
+
+LogicalResult ReduceScatterStartOp::verify() {
+  return verifyStart(*this, getMesh(), getAxes(), [&](SmallVectorImpl<Type> &out) -> LogicalResult {
+    return inferDividedDim(getLoc(), "reduce_scatter_start", getInput(), getMesh(), getAxes(),
+                           static_cast<int64_t>(getDim()), out);
+  });
+}
+int64_t ReduceScatterStartOp::getFlops() { return 0; }
+
+LogicalResult CollectiveDoneOp::verify() {
+  Operation *start = getInput().getDefiningOp();
+  if (!start || !isa<AllReduceStartOp, AllGatherStartOp, ReduceScatterStartOp>(start))
+    return emitOpError() << "operand must be the result of a mega.all_reduce_start, "
+                            "all_gather_start or reduce_scatter_start";
+  if (start->getBlock() != (*this)->getBlock())
+    return emitOpError() << "must be in the block of its start";
+  return success();
+}
+int64_t CollectiveDoneOp::getFlops() { return 0; }

@@ -864,6 +864,94 @@ def Mega_ReshardOp : Mega_CostedOp<"reshard", [Pure], ["getFlops"]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Asynchronous collectives (passes/schedule/LatencyHiding.cpp; docs/training-step.md "Overlap")
+//===----------------------------------------------------------------------===//
+
+// A start's result is the collective's result, in flight: only its one `mega.collective_done`
+// may read it. Memory effects keep starts and dones from being merged, dropped or moved by
+// generic passes; the scheduling pass places them.
+class Mega_CollectiveStartOp<string mnemonic, string opcode, list<Trait> traits = []>
+    : Mega_CostedOp<mnemonic, !listconcat([Mega_Plan<opcode>, MemoryEffects<[MemWrite]>],
+                                          traits), ["getFlops"]>;
+
+def Mega_AllReduceStartOp : Mega_CollectiveStartOp<"all_reduce_start", "AllReduceStart",
+    [SameOperandsAndResultType]> {
+  let summary = "start an all_reduce; the result is in flight until its collective_done";
+  let description = [{
+    `all_reduce`'s operands and result, split in two: the start posts the collective and the
+    result may be read only by the one `mega.collective_done` that completes it. The latency
+    hiding pass makes these from blocking `all_reduce`s.
+
+    ```mlir
+    %h = mega.all_reduce_start sum %x on #mega.mesh<dp = 2> axes [dp] : tensor<64xf32>
+    %s = mega.collective_done %h : tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_ReduceKind:$kind, Mega_NumTensor:$input, Mega_MeshAttr:$mesh,
+                       StrArrayAttr:$axes);
+  let results = (outs Mega_NumTensor:$result);
+  let assemblyFormat = "$kind $input `on` $mesh `axes` $axes attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Mega_AllGatherStartOp : Mega_CollectiveStartOp<"all_gather_start", "AllGatherStart"> {
+  let summary = "start an all_gather; the result is in flight until its collective_done";
+  let description = [{
+    `all_gather`'s operands and result (the result's `dim` is the input's times the group
+    size), completed by one `mega.collective_done`.
+
+    ```mlir
+    %h = mega.all_gather_start %x on #mega.mesh<dp = 2> axes [dp] dim 0 : tensor<8xf32> -> tensor<16xf32>
+    %g = mega.collective_done %h : tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input, Mega_MeshAttr:$mesh, StrArrayAttr:$axes,
+                       I64Attr:$dim);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$input `on` $mesh `axes` $axes `dim` $dim attr-dict `:` type($input) "
+                       "`->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Mega_ReduceScatterStartOp : Mega_CollectiveStartOp<"reduce_scatter_start",
+    "ReduceScatterStart"> {
+  let summary = "start a reduce_scatter; the result is in flight until its collective_done";
+  let description = [{
+    `reduce_scatter`'s operands and result (the input's `dim` divided by the group size),
+    completed by one `mega.collective_done`.
+
+    ```mlir
+    %h = mega.reduce_scatter_start sum %x on #mega.mesh<dp = 2> axes [dp] dim 0 : tensor<16xf32> -> tensor<8xf32>
+    %r = mega.collective_done %h : tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins Mega_ReduceKind:$kind, Mega_NumTensor:$input, Mega_MeshAttr:$mesh,
+                       StrArrayAttr:$axes, I64Attr:$dim);
+  let results = (outs Mega_NumTensor:$result);
+  let assemblyFormat = "$kind $input `on` $mesh `axes` $axes `dim` $dim attr-dict `:` "
+                       "type($input) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Mega_CollectiveDoneOp : Mega_CostedOp<"collective_done", [Mega_Plan<"CollectiveDone">,
+    SameOperandsAndResultType, MemoryEffects<[MemRead, MemWrite]>], ["getFlops"]> {
+  let summary = "complete an asynchronous collective: its result";
+  let description = [{
+    The operand is the result of an `all_reduce_start`, `all_gather_start` or
+    `reduce_scatter_start` in the same block (its only use); the result is the collective's.
+    Every start is completed in the function that starts it.
+
+    ```mlir
+    %s = mega.collective_done %h : tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Mega_Tensor:$input);
+  let results = (outs Mega_Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 include "ir/MegaGradOps.td"
 include "ir/MegaMoeOps.td"
 include "ir/MegaOptimOps.td"

@@ -147,4 +147,43 @@ def ForwardBackwardSplit : Pass<"mega-forward-backward-split", "mlir::ModuleOp">
   ];
 }
 
+def LatencyHiding : Pass<"mega-schedule-latency-hiding", "mlir::ModuleOp"> {
+  let summary = "split blocking collectives into start/done pairs and spread them apart";
+  let description = [{
+    Runs last, on every per-rank function (nested stage modules included): each blocking
+    `all_reduce`, `all_gather` and `reduce_scatter` becomes a `*_start` and a
+    `mega.collective_done`; each done sinks to just before the first op of its block that reads
+    its result (or the terminator), then each start, in program order, rises to just after the
+    op defining its input (or the start of the block) — as long as the bytes of collectives in
+    flight at every op it passes stay within `max-in-flight-bytes` (an in-flight result keeps
+    its buffer live from start to done). A pair with nothing between them stays blocking (the
+    forward's row-parallel all-reduces, which the next op needs at once).
+
+    What overlaps (docs/training-step.md "Overlap"): in `@apply_gradients` each bucket's dp
+    reduction runs while later buckets are flattened and reduced, and ZeRO-1's parameter
+    all-gathers while the following optimizer updates run; in a backward, the column-parallel
+    input-gradient all-reduce while the weight-gradient GEMM runs. Every start is done in its own
+    function, so nothing is in flight at a save, an evaluation, a stop or a skipped fp16 step.
+
+    Before:
+    ```mlir
+    %r = mega.all_reduce sum %g on #mega.mesh<dp = 2> axes [dp] : tensor<64xf32>
+    %y = mega.matmul %a, %b : ...
+    %z = mega.add %r, %r : tensor<64xf32>
+    ```
+    After:
+    ```mlir
+    %h = mega.all_reduce_start sum %g on #mega.mesh<dp = 2> axes [dp] : tensor<64xf32>
+    %y = mega.matmul %a, %b : ...
+    %r = mega.collective_done %h : tensor<64xf32>
+    %z = mega.add %r, %r : tensor<64xf32>
+    ```
+  }];
+  let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
+  let options = [
+    Option<"maxInFlightBytes", "max-in-flight-bytes", "int64_t", /*default=*/"1073741824",
+           "the most bytes of collective results in flight at any point (>= 0)">,
+  ];
+}
+
 #endif // MEGA_SCHEDULE_PASSES_TD

@@ -97,6 +97,9 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
   // Last, on the final per-rank functions: GEMMs read transposes as flags and accumulate the
   // weight gradients in place (docs/training-step.md, "GEMM layouts and accumulation").
   pm.addPass(createTrainingGemmFusion());
+  // After every pass that moves or rewrites ops: the collectives' start/done placement.
+  if (options.overlap)
+    pm.addPass(createLatencyHiding());
   return pm.run(module);
 }
 

@@ -40,6 +40,9 @@ struct TrainingOptions {
   /// pass, not of the Layout: it changes no state's shape or placement (checkpoints do not
   /// record it) and the planner does not search it.
   int64_t bucketSize = 0;
+  /// Run mega-schedule-latency-hiding last (`--overlap on`): collectives as start/done pairs
+  /// spread apart so communication overlaps compute (docs/training-step.md "Overlap").
+  bool overlap = false;
   /// How the step is partitioned, recomputed and in which precision it computes.
   Layout layout;
 };

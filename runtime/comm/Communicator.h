@@ -46,6 +46,30 @@ struct Mesh {
 
 enum class ReduceKind { sum, max };
 
+/// A collective in flight (Communicator::start*): wait() completes it and writes its output.
+/// The output is written only by wait() and must stay valid until then; a handle must be waited
+/// before it is destroyed (the executor waits every handle before a function ends).
+class CommHandle {
+public:
+  virtual ~CommHandle() = default;
+  /// Blocks until the collective is complete (or the communicator's timeout: an error naming
+  /// the rank, the operation and the group) and writes its output.
+  virtual Status wait() = 0;
+};
+
+/// The alpha-beta model of one emulated link (`megac train --emulate-link BYTES_PER_S,LATENCY_S`,
+/// a measurement tool): a collective completes no earlier than latency x steps + wire bytes /
+/// bytesPerSecond after it was posted (ring algorithm's steps and bytes, emulatedSeconds).
+struct LinkEmulation {
+  double bytesPerSecond = 0; // 0: no emulation
+  double latencySeconds = 0;
+  bool enabled() const { return bytesPerSecond > 0; }
+  /// The link time of a collective over `group` ranks moving `bytes` per rank (an all_reduce's
+  /// whole tensor, an all_gather's or reduce_scatter's block): ring all-reduce 2(g-1) steps and
+  /// 2(g-1)/g x bytes; all-gather and reduce-scatter (g-1) steps and (g-1) x bytes.
+  double emulatedSeconds(bool allReduce, size_t group, size_t bytes) const;
+};
+
 class Communicator {
 public:
   virtual ~Communicator() = default;
@@ -77,6 +101,24 @@ public:
     (void)axes, (void)in, (void)sendBytes, (void)out, (void)recvBytes;
     return Status::error("this communicator has no variable-split all-to-all");
   }
+
+  /// Asynchronous collectives (plan opcodes AllReduceStart, AllGatherStart, ReduceScatterStart;
+  /// docs/training-step.md "Overlap"): the same contracts and results, bit for bit, as
+  /// allReduce (out-of-place: `in` to `out`), allGather and reduceScatter, but the call returns
+  /// once the operation is posted; `in` may be reused at once, `out` is written by the handle's
+  /// wait(). Members start the group's collectives in the same order. The default runs the
+  /// blocking operation now into a private buffer (correct, no overlap); the MPI communicator
+  /// progresses them on a thread while the caller computes.
+  virtual StatusOr<std::unique_ptr<CommHandle>> startAllReduce(std::span<const uint32_t> axes,
+                                                               const void *in, void *out,
+                                                               size_t count, DType dtype,
+                                                               ReduceKind kind);
+  virtual StatusOr<std::unique_ptr<CommHandle>>
+  startAllGather(std::span<const uint32_t> axes, const void *in, void *out, size_t bytesPerRank);
+  virtual StatusOr<std::unique_ptr<CommHandle>> startReduceScatter(std::span<const uint32_t> axes,
+                                                                   const void *in, void *out,
+                                                                   size_t countPerRank, DType dtype,
+                                                                   ReduceKind kind);
 
   /// Point to point (pipeline stages), matched by (peer, tag). send copies `data` and returns at
   /// once (the transfer completes in the background, so 1F1B's crossing sends cannot deadlock);

@@ -7,22 +7,33 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <list>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 namespace megac::runtime::comm {
 
 namespace {
 
-/// MPI_Init_thread once per process; MPI_Finalize when the process exits.
+/// MPI_Init_thread once per process; MPI_Finalize when the process exits. The thread level is
+/// MPI_THREAD_MULTIPLE where the library provides it: the communicator's progress thread tests
+/// in-flight collectives while the main thread computes and makes its own calls.
 class MpiSession {
 public:
   static Status ensure() {
     static MpiSession session;
     return session.status_;
+  }
+  /// Whether MPI may be called from two threads at once.
+  static bool multiThreaded() {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&provided);
+    return provided >= MPI_THREAD_MULTIPLE;
   }
 
 private:
@@ -32,7 +43,7 @@ private:
     if (initialized)
       return; // someone else owns MPI's lifetime
     int provided = 0;
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
       status_ = Status::error("MPI_Init_thread failed");
       return;
     }
@@ -123,11 +134,107 @@ Status reduceInto(const void *in, void *out, size_t count, size_t blocks, DType 
   return Status::error(std::string("cannot reduce ") + dtypeName(dtype) + " values");
 }
 
+using Clock = std::chrono::steady_clock;
+
+/// One posted nonblocking collective: the buffers MPI reads and writes (owned here, so they
+/// outlive a handle abandoned after a timeout) and where it stands.
+struct InFlight {
+  std::vector<uint8_t> sent, received;
+  MPI_Request request = MPI_REQUEST_NULL;
+  Clock::time_point readyAt; // the emulated link's completion (Clock's epoch: none)
+  bool mpiDone = false, done = false;
+  std::string error;
+};
+
+/// The progress engine of asynchronous collectives: a thread that tests every posted request
+/// (MPI progresses nonblocking collectives only inside MPI calls) and marks it done once MPI has
+/// completed it and its emulated link time has passed; waiters sleep on a condition variable.
+/// While requests are pending in MPI it polls every 50 us; while only emulated time remains it
+/// sleeps until the earliest deadline (no CPU).
+class ProgressEngine {
+public:
+  ~ProgressEngine() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable())
+      thread_.join();
+  }
+
+  void post(std::shared_ptr<InFlight> op) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ops_.push_back(std::move(op));
+      if (!thread_.joinable())
+        thread_ = std::thread([this] { loop(); });
+    }
+    wake_.notify_all();
+  }
+
+  /// Waits until `op` is done or `deadline` passes (false).
+  bool waitFor(const InFlight &op, Clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return done_.wait_until(lock, deadline, [&] { return op.done; });
+  }
+
+private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stop_) {
+      if (ops_.empty()) {
+        wake_.wait(lock);
+        continue;
+      }
+      Clock::time_point now = Clock::now(), next = Clock::time_point::max();
+      bool polling = false, finished = false;
+      for (auto it = ops_.begin(); it != ops_.end();) {
+        InFlight &op = **it;
+        if (!op.mpiDone) {
+          int flag = 0;
+          int rc = MPI_Test(&op.request, &flag, MPI_STATUS_IGNORE);
+          if (rc != MPI_SUCCESS) {
+            op.error = mpiError(rc);
+            op.mpiDone = true;
+            op.readyAt = {};
+          } else {
+            op.mpiDone = flag != 0;
+            polling = polling || !flag;
+          }
+        }
+        if (op.mpiDone && op.readyAt <= now) {
+          op.done = finished = true;
+          it = ops_.erase(it);
+          continue;
+        }
+        if (op.mpiDone)
+          next = std::min(next, op.readyAt);
+        ++it;
+      }
+      if (finished)
+        done_.notify_all();
+      if (polling)
+        wake_.wait_for(lock, std::chrono::microseconds(50));
+      else if (next != Clock::time_point::max())
+        wake_.wait_until(lock, next);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::list<std::shared_ptr<InFlight>> ops_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 class MpiComm final : public Communicator {
 public:
-  MpiComm(Mesh mesh, int rank, std::chrono::seconds timeout)
-      : mesh_(std::move(mesh)), rank_(rank), timeout_(timeout) {}
+  MpiComm(Mesh mesh, int rank, std::chrono::seconds timeout, LinkEmulation link)
+      : mesh_(std::move(mesh)), rank_(rank), timeout_(timeout), link_(link),
+        threaded_(MpiSession::multiThreaded()) {}
   ~MpiComm() override {
+    progress_.reset(); // joins the progress thread before the communicators go
     for (auto &[axes, comm] : groups_)
       if (comm != MPI_COMM_NULL && comm != MPI_COMM_WORLD)
         MPI_Comm_free(&comm);
@@ -173,7 +280,8 @@ public:
       return Status::ok();
     size_t bytes = count * dtypeSize(dtype);
     std::vector<uint8_t> all(bytes * g.size);
-    if (Status s = gather(g, axes, data, all.data(), bytes, "all_reduce"); !s.isOk()) {
+    Clock::time_point readyAt = emulatedEnd(true, g.size, bytes);
+    if (Status s = gather(g, axes, data, all.data(), bytes, "all_reduce", readyAt); !s.isOk()) {
       abandoned_.push_back(std::move(all)); // MPI may still write it
       return s;
     }
@@ -187,7 +295,8 @@ public:
       copy(out, in, bytesPerRank);
       return Status::ok();
     }
-    return gather(g, axes, in, out, bytesPerRank, "all_gather");
+    return gather(g, axes, in, out, bytesPerRank, "all_gather",
+                  emulatedEnd(false, g.size, bytesPerRank));
   }
 
   Status reduceScatter(std::span<const uint32_t> axes, const void *in, void *out,
@@ -200,7 +309,9 @@ public:
     }
     // Block j of member i goes to member j; each member then reduces its blocks in order.
     std::vector<uint8_t> mine(bytes * g.size);
-    if (Status s = exchange(g, axes, in, mine.data(), bytes, "reduce_scatter"); !s.isOk()) {
+    if (Status s = exchange(g, axes, in, mine.data(), bytes, "reduce_scatter",
+                            emulatedEnd(false, g.size, bytes));
+        !s.isOk()) {
       abandoned_.push_back(std::move(mine)); // MPI may still write it
       return s;
     }
@@ -214,7 +325,8 @@ public:
       copy(out, in, bytesPerRank);
       return Status::ok();
     }
-    return exchange(g, axes, in, out, bytesPerRank, "all_to_all");
+    return exchange(g, axes, in, out, bytesPerRank, "all_to_all",
+                    emulatedEnd(false, g.size, bytesPerRank));
   }
 
   Status allToAllV(std::span<const uint32_t> axes, const void *in,
@@ -245,6 +357,50 @@ public:
     if (rc != MPI_SUCCESS)
       return Status::error(prefix() + what + " failed: " + mpiError(rc));
     return wait(request, what, nullptr);
+  }
+
+  StatusOr<std::unique_ptr<CommHandle>> startAllReduce(std::span<const uint32_t> axes,
+                                                       const void *in, void *out, size_t count,
+                                                       DType dtype, ReduceKind kind) override {
+    ASSIGN_OR_RETURN(Group g, group(axes, "all_reduce"));
+    size_t bytes = count * dtypeSize(dtype);
+    if (g.size == 1 || count == 0)
+      return Communicator::startAllReduce(axes, in, out, count, dtype, kind);
+    // The blocking all_reduce's algorithm, split: gather now, reduce in group order at wait.
+    auto op = post(g, axes, in, bytes, bytes * g.size, "all_reduce", true);
+    ASSIGN_OR_RETURN(std::shared_ptr<InFlight> posted, std::move(op));
+    return handle(std::move(posted), describe(axes, "all_reduce", bytes), [=](InFlight &f) {
+      return reduceInto(f.received.data(), out, count, g.size, dtype, kind);
+    });
+  }
+
+  StatusOr<std::unique_ptr<CommHandle>> startAllGather(std::span<const uint32_t> axes,
+                                                       const void *in, void *out,
+                                                       size_t bytesPerRank) override {
+    ASSIGN_OR_RETURN(Group g, group(axes, "all_gather"));
+    if (g.size == 1)
+      return Communicator::startAllGather(axes, in, out, bytesPerRank);
+    ASSIGN_OR_RETURN(std::shared_ptr<InFlight> posted,
+                     post(g, axes, in, bytesPerRank, bytesPerRank * g.size, "all_gather", false));
+    return handle(std::move(posted), describe(axes, "all_gather", bytesPerRank), [=](InFlight &f) {
+      copy(out, f.received.data(), f.received.size());
+      return Status::ok();
+    });
+  }
+
+  StatusOr<std::unique_ptr<CommHandle>> startReduceScatter(std::span<const uint32_t> axes,
+                                                           const void *in, void *out,
+                                                           size_t countPerRank, DType dtype,
+                                                           ReduceKind kind) override {
+    ASSIGN_OR_RETURN(Group g, group(axes, "reduce_scatter"));
+    size_t bytes = countPerRank * dtypeSize(dtype);
+    if (g.size == 1)
+      return Communicator::startReduceScatter(axes, in, out, countPerRank, dtype, kind);
+    ASSIGN_OR_RETURN(std::shared_ptr<InFlight> posted,
+                     post(g, axes, in, bytes * g.size, bytes * g.size, "reduce_scatter", false));
+    return handle(std::move(posted), describe(axes, "reduce_scatter", bytes), [=](InFlight &f) {
+      return reduceInto(f.received.data(), out, countPerRank, g.size, dtype, kind);
+    });
   }
 
   Status send(int peer, int tag, const void *data, size_t bytes) override {
@@ -349,8 +505,84 @@ private:
     return Status::ok();
   }
 
-  /// Polls `request` until it completes or the timeout passes (then: an error naming `what`).
-  Status wait(MPI_Request &request, const std::string &what, MPI_Status *status) {
+  /// When a collective posted now over `group` ranks moving `bytes` per rank completes on the
+  /// emulated link (the clock's epoch without emulation).
+  Clock::time_point emulatedEnd(bool allReduce, size_t group, size_t bytes) const {
+    if (!link_.enabled())
+      return {};
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                              link_.emulatedSeconds(allReduce, group, bytes)));
+  }
+
+  /// Posts a nonblocking collective over a copy of `in` (`sentBytes`): an all-gather for
+  /// all_reduce and all_gather, an all-to-all for reduce_scatter, into `receivedBytes`.
+  StatusOr<std::shared_ptr<InFlight>> post(const Group &g, std::span<const uint32_t> axes,
+                                           const void *in, size_t sentBytes, size_t receivedBytes,
+                                           const char *op, bool allReduce) {
+    auto f = std::make_shared<InFlight>();
+    const auto *bytesIn = static_cast<const uint8_t *>(in);
+    f->sent.assign(bytesIn, bytesIn + sentBytes);
+    f->received.resize(receivedBytes);
+    size_t block = receivedBytes / g.size;
+    std::string what = describe(axes, op, block);
+    if (block > size_t(INT32_MAX))
+      return Status::error(prefix() + what + ": blocks over 2 GiB are not supported");
+    bool gathers = std::string_view(op) != "reduce_scatter";
+    f->readyAt = emulatedEnd(allReduce, g.size, gathers ? sentBytes : block);
+    int count = static_cast<int>(gathers ? sentBytes : block);
+    int rc = gathers ? MPI_Iallgather(f->sent.data(), count, MPI_BYTE, f->received.data(), count,
+                                      MPI_BYTE, g.comm, &f->request)
+                     : MPI_Ialltoall(f->sent.data(), count, MPI_BYTE, f->received.data(), count,
+                                     MPI_BYTE, g.comm, &f->request);
+    if (rc != MPI_SUCCESS)
+      return Status::error(prefix() + what + " failed: " + mpiError(rc));
+    if (threaded_) {
+      if (!progress_)
+        progress_ = std::make_unique<ProgressEngine>();
+      progress_->post(f);
+    }
+    return f;
+  }
+
+  /// The handle of a posted collective: waits for the progress engine (or, without one, polls
+  /// here), then `finish` writes the output.
+  template <typename Finish>
+  std::unique_ptr<CommHandle> handle(std::shared_ptr<InFlight> f, std::string what, Finish finish) {
+    class Handle final : public CommHandle {
+    public:
+      Handle(MpiComm &comm, std::shared_ptr<InFlight> f, std::string what, Finish finish)
+          : comm_(comm), f_(std::move(f)), what_(std::move(what)), finish_(std::move(finish)) {}
+      Status wait() override {
+        if (!f_)
+          return Status::error(comm_.prefix() + what_ + " was already waited for");
+        std::shared_ptr<InFlight> f = std::move(f_);
+        if (comm_.progress_) {
+          if (!comm_.progress_->waitFor(*f, Clock::now() + comm_.timeout_))
+            return Status::error(comm_.prefix() + what_ + " (started asynchronously) did not " +
+                                 "complete within " + std::to_string(comm_.timeout_.count()) +
+                                 " s (a peer did not make the matching call)");
+          if (!f->error.empty())
+            return Status::error(comm_.prefix() + what_ + " failed: " + f->error);
+        } else {
+          RETURN_IF_ERROR(
+              comm_.wait(f->request, what_ + " (started asynchronously)", nullptr, f->readyAt));
+        }
+        return finish_(*f);
+      }
+
+    private:
+      MpiComm &comm_;
+      std::shared_ptr<InFlight> f_;
+      std::string what_;
+      Finish finish_;
+    };
+    return std::make_unique<Handle>(*this, std::move(f), std::move(what), std::move(finish));
+  }
+
+  /// Polls `request` until it completes or the timeout passes (then: an error naming `what`);
+  /// then sleeps until `readyAt` (an emulated link's completion).
+  Status wait(MPI_Request &request, const std::string &what, MPI_Status *status,
+              Clock::time_point readyAt = {}) {
     auto deadline = std::chrono::steady_clock::now() + timeout_;
     std::chrono::microseconds pause(0);
     for (int polls = 0;; ++polls) {
@@ -359,8 +591,11 @@ private:
       int rc = MPI_Test(&request, &done, status ? status : &local);
       if (rc != MPI_SUCCESS)
         return Status::error(prefix() + what + " failed: " + mpiError(rc));
-      if (done)
+      if (done) {
+        if (readyAt > Clock::now())
+          std::this_thread::sleep_until(readyAt);
         return Status::ok();
+      }
       if (std::chrono::steady_clock::now() > deadline)
         return Status::error(prefix() + what + " did not complete within " +
                              std::to_string(timeout_.count()) +
@@ -380,7 +615,7 @@ private:
   }
 
   Status gather(const Group &g, std::span<const uint32_t> axes, const void *in, void *out,
-                size_t bytes, const char *op) {
+                size_t bytes, const char *op, Clock::time_point readyAt) {
     std::string what = describe(axes, op, bytes);
     if (bytes > size_t(INT32_MAX))
       return Status::error(prefix() + what + ": blocks over 2 GiB are not supported");
@@ -389,11 +624,11 @@ private:
                             MPI_BYTE, g.comm, &request);
     if (rc != MPI_SUCCESS)
       return Status::error(prefix() + what + " failed: " + mpiError(rc));
-    return wait(request, what, nullptr);
+    return wait(request, what, nullptr, readyAt);
   }
 
   Status exchange(const Group &g, std::span<const uint32_t> axes, const void *in, void *out,
-                  size_t bytes, const char *op) {
+                  size_t bytes, const char *op, Clock::time_point readyAt) {
     std::string what = describe(axes, op, bytes);
     if (bytes > size_t(INT32_MAX))
       return Status::error(prefix() + what + ": blocks over 2 GiB are not supported");
@@ -402,7 +637,7 @@ private:
                            MPI_BYTE, g.comm, &request);
     if (rc != MPI_SUCCESS)
       return Status::error(prefix() + what + " failed: " + mpiError(rc));
-    return wait(request, what, nullptr);
+    return wait(request, what, nullptr, readyAt);
   }
 
   /// Frees the buffers of sends that have completed.
@@ -417,6 +652,9 @@ private:
   Mesh mesh_;
   int rank_;
   std::chrono::seconds timeout_;
+  LinkEmulation link_;
+  bool threaded_;                            // MPI_THREAD_MULTIPLE: a progress thread may run
+  std::unique_ptr<ProgressEngine> progress_; // started by the first asynchronous collective
   std::map<std::vector<uint32_t>, MPI_Comm> groups_;
   std::list<Pending> sends_; // stable addresses: MPI reads each buffer until its send completes
   // Receive buffers of collectives that timed out: kept until destruction, since the operation
@@ -426,8 +664,8 @@ private:
 
 } // namespace
 
-StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::create(Mesh mesh,
-                                                                std::chrono::seconds timeout) {
+StatusOr<std::unique_ptr<Communicator>>
+MpiCommunicator::create(Mesh mesh, std::chrono::seconds timeout, LinkEmulation link) {
   RETURN_IF_ERROR(MpiSession::ensure());
   int rank = 0, size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -438,7 +676,11 @@ StatusOr<std::unique_ptr<Communicator>> MpiCommunicator::create(Mesh mesh,
   if (timeout.count() <= 0 || timeout.count() > kMaxCommTimeoutSeconds)
     return Status::error("the communication timeout " + std::to_string(timeout.count()) +
                          " s is not in 1.." + std::to_string(kMaxCommTimeoutSeconds) + " s");
-  auto comm = std::make_unique<MpiComm>(std::move(mesh), rank, timeout);
+  if (link.bytesPerSecond < 0 || link.latencySeconds < 0 || !std::isfinite(link.bytesPerSecond) ||
+      !std::isfinite(link.latencySeconds))
+    return Status::error("the emulated link needs a positive bandwidth and latency (--emulate-link "
+                         "BYTES_PER_S,LATENCY_S)");
+  auto comm = std::make_unique<MpiComm>(std::move(mesh), rank, timeout, link);
   RETURN_IF_ERROR(comm->splitGroups());
   return std::unique_ptr<Communicator>(std::move(comm));
 }

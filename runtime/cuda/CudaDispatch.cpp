@@ -357,6 +357,17 @@ void collectives(Table &t) {
     return Status::error("MoeAllToAll: expert parallelism (--ep > 1) is not supported by the "
                          "CUDA backend yet; run it with --backend cpu, or --ep 1 on GPUs");
   };
+  // Asynchronous collectives run synchronously here for now: a start is its blocking twin
+  // writing the start's output (which the plan keeps live until the CollectiveDone), the done a
+  // copy unless in place. Correct, no overlap (docs/training-step.md "Overlap").
+  at(t, O::AllReduceStart) = at(t, O::AllReduce);
+  at(t, O::AllGatherStart) = at(t, O::AllGather);
+  at(t, O::ReduceScatterStart) = at(t, O::ReduceScatter);
+  at(t, O::CollectiveDone) = [](const CudaCall &c) {
+    if (c.out[0].data == c.in[0].data)
+      return Status::ok();
+    return copy(c.ctx, c.in[0], c.out[0]);
+  };
   at(t, O::ShardSlice) = [](const CudaCall &c) {
     const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
     return devcomm::shardSlice(*c.nccl, c.ctx, spanOf(a->axes()), a->dim(), c.in[0], c.out[0]);

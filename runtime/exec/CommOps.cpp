@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace megac::runtime::commops {
@@ -86,6 +87,71 @@ Status reduceScatter(comm::Communicator &comm, std::span<const uint32_t> axes,
   Blocks::of(x.shape, dim, size, x.dtype).pack(x.data, pieces.data());
   return comm.reduceScatter(axes, pieces.data(), out.data, static_cast<size_t>(out.numElements()),
                             out.dtype, kind);
+}
+
+StatusOr<std::unique_ptr<comm::CommHandle>>
+startAllReduce(comm::Communicator &comm, std::span<const uint32_t> axes, comm::ReduceKind kind,
+               const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(expectSameDtype("AllReduceStart", x, out));
+  if (x.numElements() != out.numElements())
+    return fail("AllReduceStart", "the output " + shapeString(out.shape) +
+                                      " differs from the input " + shapeString(x.shape));
+  return comm.startAllReduce(axes, x.data, out.data, static_cast<size_t>(out.numElements()),
+                             out.dtype, kind);
+}
+
+namespace {
+
+/// An all_gather's handle: the pieces arrive one after another and are laid out along `dim`
+/// at wait.
+class UnpackHandle final : public comm::CommHandle {
+public:
+  UnpackHandle(std::unique_ptr<std::vector<uint8_t>> pieces, Blocks layout, void *out)
+      : pieces_(std::move(pieces)), layout_(layout), out_(out) {}
+  void setInner(std::unique_ptr<comm::CommHandle> inner) { inner_ = std::move(inner); }
+  Status wait() override {
+    RETURN_IF_ERROR(inner_->wait());
+    layout_.unpack(pieces_->data(), out_);
+    return Status::ok();
+  }
+
+private:
+  std::unique_ptr<std::vector<uint8_t>> pieces_; // stable: the inner handle writes it
+  Blocks layout_;
+  void *out_;
+  std::unique_ptr<comm::CommHandle> inner_;
+};
+
+} // namespace
+
+StatusOr<std::unique_ptr<comm::CommHandle>> startAllGather(comm::Communicator &comm,
+                                                           std::span<const uint32_t> axes,
+                                                           int64_t dim, const TensorRef &x,
+                                                           const TensorRef &out) {
+  RETURN_IF_ERROR(expectSameDtype("AllGatherStart", x, out));
+  auto [size, index] = groupOf(comm, axes);
+  RETURN_IF_ERROR(expectSplit("AllGatherStart", out, x, dim, size, "output", "input"));
+  auto pieces = std::make_unique<std::vector<uint8_t>>(x.byteSize() * size);
+  uint8_t *piecesData = pieces->data();
+  auto handle = std::make_unique<UnpackHandle>(
+      std::move(pieces), Blocks::of(out.shape, dim, size, out.dtype), out.data);
+  ASSIGN_OR_RETURN(std::unique_ptr<comm::CommHandle> inner,
+                   comm.startAllGather(axes, x.data, piecesData, x.byteSize()));
+  handle->setInner(std::move(inner));
+  return std::unique_ptr<comm::CommHandle>(std::move(handle));
+}
+
+StatusOr<std::unique_ptr<comm::CommHandle>>
+startReduceScatter(comm::Communicator &comm, std::span<const uint32_t> axes, comm::ReduceKind kind,
+                   int64_t dim, const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(expectSameDtype("ReduceScatterStart", x, out));
+  auto [size, index] = groupOf(comm, axes);
+  RETURN_IF_ERROR(expectSplit("ReduceScatterStart", x, out, dim, size, "input", "output"));
+  // The communicator copies the packed pieces when it posts them.
+  std::vector<uint8_t> pieces(x.byteSize());
+  Blocks::of(x.shape, dim, size, x.dtype).pack(x.data, pieces.data());
+  return comm.startReduceScatter(axes, pieces.data(), out.data,
+                                 static_cast<size_t>(out.numElements()), out.dtype, kind);
 }
 
 Status allToAll(comm::Communicator &comm, std::span<const uint32_t> axes, int64_t dim,

@@ -8,6 +8,7 @@
 #include "runtime/comm/Communicator.h"
 #include "runtime/cpu/Kernels.h"
 
+#include <memory>
 #include <optional>
 #include <span>
 
@@ -24,6 +25,19 @@ Status allGather(comm::Communicator &comm, std::span<const uint32_t> axes, int64
 /// The group's reduction of x, of which this rank keeps block (group index) along `dim`.
 Status reduceScatter(comm::Communicator &comm, std::span<const uint32_t> axes,
                      comm::ReduceKind kind, int64_t dim, const TensorRef &x, const TensorRef &out);
+/// The asynchronous forms (plan opcodes AllReduceStart, AllGatherStart, ReduceScatterStart):
+/// the same checks and, once the handle's wait() returns, the same `out`, bit for bit; x may be
+/// reused at once, out is written only by wait().
+StatusOr<std::unique_ptr<comm::CommHandle>>
+startAllReduce(comm::Communicator &comm, std::span<const uint32_t> axes, comm::ReduceKind kind,
+               const TensorRef &x, const TensorRef &out);
+StatusOr<std::unique_ptr<comm::CommHandle>> startAllGather(comm::Communicator &comm,
+                                                           std::span<const uint32_t> axes,
+                                                           int64_t dim, const TensorRef &x,
+                                                           const TensorRef &out);
+StatusOr<std::unique_ptr<comm::CommHandle>>
+startReduceScatter(comm::Communicator &comm, std::span<const uint32_t> axes, comm::ReduceKind kind,
+                   int64_t dim, const TensorRef &x, const TensorRef &out);
 /// x split along `dim` into group-size pieces, piece i to member i; the pieces received are
 /// concatenated along `concatDim` in group order.
 Status allToAll(comm::Communicator &comm, std::span<const uint32_t> axes, int64_t dim,

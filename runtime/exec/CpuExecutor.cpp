@@ -85,7 +85,10 @@ private:
 
   AlignedBytes arena_;
   std::vector<std::vector<uint64_t>> scratch_; // per output, for outputs that overlap an input
-  Trace *trace_ = nullptr;                     // ExecutorOptions::trace
+  exec::InFlight inFlight_;                    // asynchronous collectives started, not done
+  /// The error when a function ended with collectives in flight (waiting for them first).
+  Status endInFlight(size_t index);
+  Trace *trace_ = nullptr; // ExecutorOptions::trace
 };
 
 Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options) {
@@ -143,10 +146,13 @@ Status CpuExecutor::runFunction(size_t index) {
   if (fn.plan->instructions())
     for (size_t i = 0; i < fn.plan->instructions()->size(); ++i) {
       Status s = execute(*fn.plan->instructions()->Get(static_cast<flatbuffers::uoffset_t>(i)));
-      if (!s.isOk())
+      if (!s.isOk()) {
+        (void)inFlight_.completeAll(); // the first error is the one to report
         return Status::error(describeInstruction(*program_, programIndex_, index, i) + ": " +
                              s.message());
+      }
     }
+  RETURN_IF_ERROR(endInFlight(index));
   lastRun_ = index;
   return Status::ok();
 }
@@ -173,9 +179,24 @@ Status CpuExecutor::runFunctionTraced(size_t index, Trace::Clock::time_point sta
     }
   trace_->setFunction("");
   trace_->add(TraceLane::kernels, fn.name, "function", start, Trace::Clock::now());
+  if (!status.isOk())
+    (void)inFlight_.completeAll();
+  else
+    status = endInFlight(index);
   if (status.isOk())
     lastRun_ = index;
   return status;
+}
+
+Status CpuExecutor::endInFlight(size_t index) {
+  if (inFlight_.empty())
+    return Status::ok();
+  size_t count = inFlight_.size();
+  RETURN_IF_ERROR(inFlight_.completeAll());
+  return Status::error(functions_[index].name + " ended with " + std::to_string(count) +
+                       " collective(s) in flight: every start needs its CollectiveDone in the "
+                       "same function (plan " +
+                       source_ + ")");
 }
 
 Status CpuExecutor::execute(const fb::Instruction &inst) {
@@ -188,7 +209,7 @@ Status CpuExecutor::execute(const fb::Instruction &inst) {
                          scratch.resize(std::max<size_t>(scratch.size(), (bytes + 7) / 8));
                          return static_cast<void *>(scratch.data());
                        }));
-  RETURN_IF_ERROR(exec::runCpuInstruction({inst, t.in, t.out, comm_, rank_}));
+  RETURN_IF_ERROR(exec::runCpuInstruction({inst, t.in, t.out, comm_, rank_, &inFlight_}));
   for (auto [position, o] : t.viaScratch)
     copyBytes(arena_.get() + buffers_[o].offset, t.out[position].data, buffers_[o].bytes);
   return Status::ok();

@@ -10,6 +10,7 @@
 #include "runtime/plan/Opcodes.h"
 
 #include <array>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -287,6 +288,41 @@ void collectives(Table &t) {
     const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
     return commops::moeAllToAll(*c.comm, spanOf(a->axes()), a->dim(), c.in[0], c.in[1], c.in[2],
                                 c.out[0]);
+  });
+  // Asynchronous collectives: a start posts and registers its handle under its output buffer;
+  // CollectiveDone waits for it (writing that buffer) and copies it on unless in place.
+  comm(t, O::AllReduceStart, [](const CpuCall &c) -> Status {
+    if (!c.comm || !c.inFlight)
+      return needsComm(c);
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    ASSIGN_OR_RETURN(auto handle, commops::startAllReduce(*c.comm, spanOf(a->axes()),
+                                                          commKind(a->kind()), c.in[0], c.out[0]));
+    return c.inFlight->add(c.inst.outputs()->Get(0), std::move(handle));
+  });
+  comm(t, O::AllGatherStart, [](const CpuCall &c) -> Status {
+    if (!c.comm || !c.inFlight)
+      return needsComm(c);
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    ASSIGN_OR_RETURN(auto handle, commops::startAllGather(*c.comm, spanOf(a->axes()), a->dim(),
+                                                          c.in[0], c.out[0]));
+    return c.inFlight->add(c.inst.outputs()->Get(0), std::move(handle));
+  });
+  comm(t, O::ReduceScatterStart, [](const CpuCall &c) -> Status {
+    if (!c.comm || !c.inFlight)
+      return needsComm(c);
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    ASSIGN_OR_RETURN(auto handle,
+                     commops::startReduceScatter(*c.comm, spanOf(a->axes()), commKind(a->kind()),
+                                                 a->dim(), c.in[0], c.out[0]));
+    return c.inFlight->add(c.inst.outputs()->Get(0), std::move(handle));
+  });
+  storage(t, O::CollectiveDone, [](const CpuCall &c) -> Status {
+    if (!c.inFlight)
+      return needsComm(c);
+    RETURN_IF_ERROR(c.inFlight->complete(c.inst.inputs()->Get(0)));
+    if (c.out[0].data != c.in[0].data)
+      std::memcpy(c.out[0].data, c.in[0].data, c.in[0].byteSize());
+    return Status::ok();
   });
   // No communication: this rank's slice, traced as a kernel.
   storage(t, O::ShardSlice, [](const CpuCall &c) -> Status {

@@ -5,6 +5,7 @@
 
 #include "runtime/comm/Communicator.h"
 #include "runtime/cpu/Kernels.h"
+#include "runtime/exec/InFlight.h"
 #include "runtime/plan/plan_generated.h"
 
 #include <span>
@@ -20,6 +21,8 @@ struct CpuCall {
   std::span<const cpu::TensorRef> out;
   comm::Communicator *comm = nullptr;
   int rank = 0;
+  /// The executor's asynchronous collectives in flight (the start and done opcodes need it).
+  InFlight *inFlight = nullptr;
 };
 
 struct CpuHandler {

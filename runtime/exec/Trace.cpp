@@ -109,6 +109,29 @@ public:
     return traced("AllToAllV", group(axes, total),
                   [&] { return inner_.allToAllV(axes, in, sendBytes, out, recvBytes); });
   }
+  // Asynchronous collectives: one event per collective from its start to its wait's return
+  // (the time it was in flight, overlapping the kernels lane).
+  StatusOr<std::unique_ptr<comm::CommHandle>> startAllReduce(std::span<const uint32_t> axes,
+                                                             const void *in, void *out,
+                                                             size_t count, DType dtype,
+                                                             comm::ReduceKind kind) override {
+    return tracedStart("AllReduceAsync", group(axes, count * dtypeSize(dtype)),
+                       inner_.startAllReduce(axes, in, out, count, dtype, kind));
+  }
+  StatusOr<std::unique_ptr<comm::CommHandle>> startAllGather(std::span<const uint32_t> axes,
+                                                             const void *in, void *out,
+                                                             size_t bytesPerRank) override {
+    return tracedStart("AllGatherAsync", group(axes, bytesPerRank * groupSize(axes)),
+                       inner_.startAllGather(axes, in, out, bytesPerRank));
+  }
+  StatusOr<std::unique_ptr<comm::CommHandle>> startReduceScatter(std::span<const uint32_t> axes,
+                                                                 const void *in, void *out,
+                                                                 size_t countPerRank, DType dtype,
+                                                                 comm::ReduceKind kind) override {
+    return tracedStart("ReduceScatterAsync",
+                       group(axes, countPerRank * dtypeSize(dtype) * groupSize(axes)),
+                       inner_.startReduceScatter(axes, in, out, countPerRank, dtype, kind));
+  }
   Status send(int peer, int tag, const void *data, size_t bytes) override {
     return traced("Send", transfer(peer, tag, bytes),
                   [&] { return inner_.send(peer, tag, data, bytes); });
@@ -122,6 +145,36 @@ public:
   }
   Status barrier() override {
     return traced("Barrier", {}, [&] { return inner_.barrier(); });
+  }
+
+private:
+  StatusOr<std::unique_ptr<comm::CommHandle>>
+  tracedStart(const char *op, std::string args, StatusOr<std::unique_ptr<comm::CommHandle>> inner) {
+    if (!inner.isOk() || !trace_.recording())
+      return inner;
+    class Handle final : public comm::CommHandle {
+    public:
+      Handle(Trace &trace, const char *op, std::string args, std::unique_ptr<comm::CommHandle> h)
+          : trace_(trace), op_(op), args_(std::move(args)), inner_(std::move(h)),
+            start_(Trace::Clock::now()) {}
+      Status wait() override {
+        Status status = inner_->wait();
+        trace_.add(TraceLane::communication, op_, "comm", start_, Trace::Clock::now(), args_);
+        return status;
+      }
+
+    private:
+      Trace &trace_;
+      const char *op_;
+      std::string args_;
+      std::unique_ptr<comm::CommHandle> inner_;
+      Trace::Clock::time_point start_;
+    };
+    if (!trace_.function().empty())
+      args +=
+          std::string(args.empty() ? "" : ", ") + "\"function\": " + json::quote(trace_.function());
+    return std::unique_ptr<comm::CommHandle>(
+        new Handle(trace_, op, std::move(args), std::move(inner).value()));
   }
 
 private:

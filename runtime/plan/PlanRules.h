@@ -30,4 +30,26 @@ inline int outputCount(Opcode op, int inputs) {
   return info ? info->outputsFor(inputs) : 1;
 }
 
+/// Whether `op` starts an asynchronous collective (its output is in flight until the
+/// CollectiveDone that reads it).
+inline bool isCollectiveStart(Opcode op) {
+  return op == Opcode::AllReduceStart || op == Opcode::AllGatherStart ||
+         op == Opcode::ReduceScatterStart;
+}
+
+/// The blocking collective an asynchronous start computes (its shapes and attrs); `op` itself
+/// for any other opcode.
+inline Opcode blockingTwin(Opcode op) {
+  switch (op) {
+  case Opcode::AllReduceStart:
+    return Opcode::AllReduce;
+  case Opcode::AllGatherStart:
+    return Opcode::AllGather;
+  case Opcode::ReduceScatterStart:
+    return Opcode::ReduceScatter;
+  default:
+    return op;
+  }
+}
+
 } // namespace megac::plan

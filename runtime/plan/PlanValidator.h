@@ -110,6 +110,9 @@ private:
   /// The persistent buffer whose bytes b overlaps, if any (b itself when it is persistent).
   std::optional<uint32_t> persistentOverlap(uint32_t b) const;
   Status functions();
+  /// Every asynchronous collective of `fn` started once and completed by one later
+  /// CollectiveDone, its bytes unread in between.
+  Status inFlight(const megac::plan::Function &fn) const;
   Status fnError(const std::string &what) const;
   /// Input names are unique in a function; one name in several functions is one input, so it
   /// has one dtype and shape. Inputs are copied in on each run: never into persistent bytes.

@@ -262,7 +262,7 @@ Status PlanValidator::collectiveAttrs(const fb::Instruction &inst, size_t i, siz
                  " differs from the input's " + std::to_string(rank));
   std::vector<int64_t> want(in.shape()->begin(), in.shape()->end());
   int64_t g = groupSize(a->axes());
-  fb::Opcode op = inst.op();
+  fb::Opcode op = fb::blockingTwin(inst.op()); // a start's shapes are its blocking twin's
   if (op == fb::Opcode::AllReduce || op == fb::Opcode::ReduceScatter) {
     if (a->kind() != fb::ReduceKind::sum && a->kind() != fb::ReduceKind::max)
       return error(std::string("reduce kind ") + fb::EnumNameReduceKind(a->kind()) +

@@ -3,11 +3,13 @@
 #include "runtime/plan/PlanValidator.h"
 
 #include "runtime/plan/PlanLoader.h"
+#include "runtime/plan/PlanRules.h"
 #include "runtime/plan/PlanSchedule.h"
 #include "support/HostTensor.h"
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace megac::runtime {
 
@@ -267,7 +269,53 @@ Status PlanValidator::functions() {
     RETURN_IF_ERROR(outputPorts(fn, outputNames));
     for (size_t i = 0; i < sizeOf(fn.instructions()); ++i)
       RETURN_IF_ERROR(instruction(*fn.instructions()->Get(flatbuffers::uoffset_t(i)), i));
+    RETURN_IF_ERROR(inFlight(fn));
   }
+  return Status::ok();
+}
+
+// Asynchronous collectives: each start's output is read by exactly one CollectiveDone later in
+// the same function and by nothing before it (its bytes are in flight), so nothing is in
+// flight when a function ends (docs/training-step.md "Overlap").
+Status PlanValidator::inFlight(const fb::Function &fn) const {
+  std::map<uint32_t, size_t> started; // buffer -> its start's instruction
+  for (size_t i = 0; i < sizeOf(fn.instructions()); ++i) {
+    const fb::Instruction &inst = *fn.instructions()->Get(flatbuffers::uoffset_t(i));
+    fb::Opcode op = inst.op();
+    bool done = op == fb::Opcode::CollectiveDone;
+    for (size_t k = 0; k < sizeOf(inst.inputs()); ++k) {
+      auto it = started.find(inst.inputs()->Get(flatbuffers::uoffset_t(k)));
+      if (it == started.end())
+        continue;
+      if (!done)
+        return instError(i, "reads buffer " + std::to_string(it->first) + " while instruction " +
+                                std::to_string(it->second) +
+                                "'s collective is in flight (read it after its CollectiveDone)");
+      started.erase(it);
+    }
+    if (done) { // its input must be an earlier start's output
+      uint32_t in = inst.inputs()->Get(0);
+      bool wasStarted = false;
+      for (size_t j = 0; j < i && !wasStarted; ++j) {
+        const fb::Instruction &prev = *fn.instructions()->Get(flatbuffers::uoffset_t(j));
+        wasStarted = fb::isCollectiveStart(prev.op()) && prev.outputs()->Get(0) == in;
+      }
+      if (!wasStarted)
+        return instError(i, "CollectiveDone reads buffer " + std::to_string(in) +
+                                ", which no earlier AllReduceStart, AllGatherStart or "
+                                "ReduceScatterStart of this function writes");
+    }
+    if (fb::isCollectiveStart(op)) {
+      uint32_t out = inst.outputs()->Get(0);
+      if (!started.emplace(out, i).second)
+        return instError(i, "starts a collective into buffer " + std::to_string(out) +
+                                ", which is already in flight");
+    }
+  }
+  if (!started.empty())
+    return instError(started.begin()->second,
+                     "starts a collective that no CollectiveDone of the function completes (a "
+                     "function must complete every collective it starts)");
   return Status::ok();
 }
 

@@ -114,7 +114,8 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--ranks N] [--tp T] [--pp P] [--dp D] [--cp C] [--vpp V]
                    [--sequence-parallel] [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
                    [--bucket-size N] [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
-                   [--backend cpu|cuda] [--allow-tf32]
+                   [--backend cpu|cuda] [--allow-tf32] [--overlap on|off]
+                   [--emulate-link BYTES_PER_S,LATENCY_S]
 
 trains the model with AdamW (torch.optim.AdamW; weight decay on parameters of rank >= 2
 only) on one or more CPU ranks and prints one line per step (a live progress line on a
@@ -142,7 +143,10 @@ rows k*b*D + dp*b .. +b of the step's global batch, so every layout trains on th
 as one rank. Only rank 0 prints and writes files. --threads N sets the BLAS/OpenMP threads
 per rank (default: cores / ranks on this node, at least 1). --comm-timeout S (default 300):
 a collective or transfer waiting longer fails, naming the rank, operation and group, and the
-job is aborted.
+job is aborted. --overlap on (default off) compiles collectives as start/done pairs placed so
+communication overlaps compute (docs/training-step.md "Overlap"; the same losses, bit for
+bit). --emulate-link B,L (CPU ranks; a measurement tool, off by default) makes every
+collective complete no earlier than its alpha-beta time on a link of B bytes/s and L s latency.
 
 backend: --backend cuda runs each rank on one GPU (the local rank's, modulo the devices):
 cuBLASLt GEMMs, fused kernels, NCCL collectives bootstrapped over MPI; --backend cpu on the

@@ -6,6 +6,8 @@
 #include "driver/HfWeights.h"
 #include "driver/TrainData.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <thread>
@@ -80,6 +82,7 @@ void RunFlags::declare(Flags &f) {
   f.count("--comm-timeout", c.exec.commTimeoutSeconds, 1, "S", driver::kMaxCommTimeoutSeconds);
   f.flag("--oversubscribe", oversubscribe).text("--backend", backend, "cpu|cuda");
   f.flag("--allow-tf32", c.exec.allowTf32);
+  f.choice("--overlap", overlap, {"off", "on"}).text("--emulate-link", emulateLink, "B,L");
 }
 
 namespace {
@@ -122,6 +125,30 @@ std::string configureData(const Flags &f, RunFlags &r, bool planOnly) {
     return "--seq applies to an indexed dataset (--data PREFIX of PREFIX.bin/.idx)";
   if (d.indexed && !f.given("--seq") && !r.spec)
     return "--data " + d.path + " (an indexed dataset) with a model file needs --seq S";
+  return {};
+}
+
+/// --overlap (the latency-hiding pass) and --emulate-link (the CPU communicator's link model).
+std::string configureOverlap(RunFlags &r) {
+  r.config.training.overlap = r.overlap == "on";
+  if (!r.emulateLink)
+    return {};
+  const std::string &text = *r.emulateLink;
+  size_t comma = text.find(',');
+  char *end = nullptr;
+  double bandwidth = 0, latency = -1;
+  if (comma != std::string::npos) {
+    std::string b = text.substr(0, comma), l = text.substr(comma + 1);
+    bandwidth = std::strtod(b.c_str(), &end);
+    bool bOk = !b.empty() && *end == '\0';
+    latency = std::strtod(l.c_str(), &end);
+    if (!bOk || l.empty() || *end != '\0')
+      bandwidth = 0;
+  }
+  if (!(bandwidth > 0) || !(latency >= 0) || !std::isfinite(bandwidth) || !std::isfinite(latency))
+    return "--emulate-link: '" + text +
+           "' is not BYTES_PER_S,LATENCY_S (a bandwidth > 0 and a latency >= 0: 2e8,2e-5)";
+  r.config.exec.emulateLink = {bandwidth, latency};
   return {};
 }
 
@@ -193,6 +220,8 @@ std::string RunFlags::configure(const Flags &f, bool planOnly) {
   c.lr.decay = *driver::parseLrDecay(lrSchedule);
   if (c.lr.decay == driver::LrDecay::constant && f.given("--min-lr"))
     return "--min-lr applies to --lr-schedule cosine";
+  if (std::string e = configureOverlap(*this); !e.empty())
+    return e;
   if (std::string e = configureStep(f, *this, planOnly); !e.empty())
     return e;
   c.training.logits = logits.value_or("");

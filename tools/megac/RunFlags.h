@@ -17,6 +17,8 @@ struct RunFlags {
   driver::RunConfig config;
   std::optional<std::string> spec, data, evalData, split, seed, logits, backend;
   std::optional<std::string> hfShardSize; // --hf-shard-size, parsed in configure
+  std::optional<std::string> emulateLink; // --emulate-link BYTES_PER_S,LATENCY_S
+  std::string overlap = "off";            // --overlap on|off: the latency-hiding pass
   std::vector<std::string> dataPath;
   std::string objective = "causal";
   int64_t maskTokenId = 0;

@@ -1,0 +1,89 @@
+// RUN: megac-opt %s --split-input-file --mega-schedule-latency-hiding | FileCheck %s
+// RUN: megac-opt %s --split-input-file --mega-schedule-latency-hiding="max-in-flight-bytes=256" | FileCheck %s --check-prefix=BUDGET
+// RUN: not megac-opt %s --split-input-file --mega-schedule-latency-hiding="max-in-flight-bytes=-1" 2>&1 | FileCheck %s --check-prefix=NEG
+// NEG: error: mega-schedule-latency-hiding: max-in-flight-bytes -1 is negative; give 0 (no overlap) or more
+
+// mega-schedule-latency-hiding: each blocking collective becomes a start (as early as its input
+// allows) and a done (just before the first reader), unless nothing would run between them.
+
+// Buckets of @apply_gradients: each bucket's reduction starts as soon as it is flattened and is
+// done only where the optimizer reads it, so the second bucket's flattening and the first
+// bucket's update overlap the reductions. With a 256-byte budget (one bucket) the first bucket's
+// done cannot sink past the second's reduction, so it stays blocking and the second overlaps.
+#mesh = #mega.mesh<dp = 2>
+func.func @apply_gradients(%g0: tensor<64xf32>, %g1: tensor<64xf32>, %w: tensor<64xf32>)
+    -> (tensor<64xf32>, tensor<64xf32>) {
+  %b0 = mega.neg %g0 : tensor<64xf32>
+  %r0 = mega.all_reduce sum %b0 on #mesh axes ["dp"] : tensor<64xf32>
+  %b1 = mega.neg %g1 : tensor<64xf32>
+  %r1 = mega.all_reduce sum %b1 on #mesh axes ["dp"] : tensor<64xf32>
+  %u0 = mega.add %w, %r0 : tensor<64xf32>
+  %u1 = mega.add %w, %r1 : tensor<64xf32>
+  return %u0, %u1 : tensor<64xf32>, tensor<64xf32>
+}
+// CHECK-LABEL: func.func @apply_gradients
+// CHECK:         %[[B0:.*]] = mega.neg %arg0
+// CHECK-NEXT:    %[[H0:.*]] = mega.all_reduce_start sum %[[B0]]
+// CHECK-NEXT:    %[[B1:.*]] = mega.neg %arg1
+// CHECK-NEXT:    %[[H1:.*]] = mega.all_reduce_start sum %[[B1]]
+// CHECK-NEXT:    %[[R0:.*]] = mega.collective_done %[[H0]] : tensor<64xf32>
+// CHECK-NEXT:    %[[U0:.*]] = mega.add %arg2, %[[R0]]
+// CHECK-NEXT:    %[[R1:.*]] = mega.collective_done %[[H1]] : tensor<64xf32>
+// CHECK-NEXT:    %[[U1:.*]] = mega.add %arg2, %[[R1]]
+// CHECK-NOT:     mega.all_reduce sum
+// BUDGET-LABEL: func.func @apply_gradients
+// BUDGET:         mega.neg %arg0
+// BUDGET-NEXT:    mega.all_reduce sum
+// BUDGET-NEXT:    mega.neg %arg1
+// BUDGET-NEXT:    mega.all_reduce_start sum
+// BUDGET-NEXT:    mega.add
+// BUDGET-NEXT:    mega.collective_done
+// BUDGET-NEXT:    mega.add
+// -----
+
+// Backward of a column-parallel linear: the input gradient's all-reduce over tp starts right
+// after its GEMM and overlaps the weight-gradient GEMM.
+#mesh = #mega.mesh<tp = 2>
+func.func @backward(%dy: tensor<8x16xf32>, %w: tensor<16x32xf32>, %x: tensor<8x32xf32>)
+    -> (tensor<8x32xf32>, tensor<16x32xf32>) {
+  %dx = mega.matmul %dy, %w : tensor<8x16xf32>, tensor<16x32xf32> -> tensor<8x32xf32>
+  %dxr = mega.all_reduce sum %dx on #mesh axes ["tp"] : tensor<8x32xf32>
+  %dw = mega.matmul %dy, %x {transpose_lhs = true} : tensor<8x16xf32>, tensor<8x32xf32> -> tensor<16x32xf32>
+  return %dxr, %dw : tensor<8x32xf32>, tensor<16x32xf32>
+}
+// CHECK-LABEL: func.func @backward
+// CHECK:         %[[DX:.*]] = mega.matmul %arg0, %arg1
+// CHECK-NEXT:    %[[H:.*]] = mega.all_reduce_start sum %[[DX]] on {{.*}} axes ["tp"] : tensor<8x32xf32>
+// CHECK-NEXT:    %[[DW:.*]] = mega.matmul %arg0, %arg2
+// CHECK-NEXT:    %[[R:.*]] = mega.collective_done %[[H]] : tensor<8x32xf32>
+// CHECK-NEXT:    return %[[R]], %[[DW]]
+
+// -----
+
+// ZeRO-1: a reduce-scatter feeding the update and the update's all-gather; the gather of the
+// first shard overlaps the second shard's update. The forward's row-parallel all-reduce,
+// needed by the very next op, stays blocking.
+#mesh = #mega.mesh<dp = 2>
+func.func @zero(%g0: tensor<8xf32>, %g1: tensor<8xf32>, %p0: tensor<4xf32>, %p1: tensor<4xf32>)
+    -> (tensor<8xf32>, tensor<8xf32>) {
+  %s0 = mega.reduce_scatter sum %g0 on #mesh axes ["dp"] dim 0 : tensor<8xf32> -> tensor<4xf32>
+  %s1 = mega.reduce_scatter sum %g1 on #mesh axes ["dp"] dim 0 : tensor<8xf32> -> tensor<4xf32>
+  %u0 = mega.add %p0, %s0 : tensor<4xf32>
+  %a0 = mega.all_gather %u0 on #mesh axes ["dp"] dim 0 : tensor<4xf32> -> tensor<8xf32>
+  %u1 = mega.add %p1, %s1 : tensor<4xf32>
+  %a1 = mega.all_gather %u1 on #mesh axes ["dp"] dim 0 : tensor<4xf32> -> tensor<8xf32>
+  %n = mega.neg %a1 : tensor<8xf32>
+  return %a0, %n : tensor<8xf32>, tensor<8xf32>
+}
+// CHECK-LABEL: func.func @zero
+// CHECK-NEXT:    %[[H0:.*]] = mega.reduce_scatter_start sum %arg0 {{.*}} dim 0 : tensor<8xf32> -> tensor<4xf32>
+// CHECK-NEXT:    %[[H1:.*]] = mega.reduce_scatter_start sum %arg1 {{.*}} dim 0 : tensor<8xf32> -> tensor<4xf32>
+// CHECK-NEXT:    %[[S0:.*]] = mega.collective_done %[[H0]]
+// CHECK-NEXT:    %[[U0:.*]] = mega.add %arg2, %[[S0]]
+// CHECK-NEXT:    %[[G0:.*]] = mega.all_gather_start %[[U0]] {{.*}} dim 0 : tensor<4xf32> -> tensor<8xf32>
+// CHECK-NEXT:    %[[S1:.*]] = mega.collective_done %[[H1]]
+// CHECK-NEXT:    %[[U1:.*]] = mega.add %arg3, %[[S1]]
+// CHECK-NEXT:    %[[A1:.*]] = mega.all_gather %[[U1]]
+// CHECK-NEXT:    %[[N:.*]] = mega.neg %[[A1]]
+// CHECK-NEXT:    %[[A0:.*]] = mega.collective_done %[[G0]]
+// CHECK-NEXT:    return %[[A0]], %[[N]]
