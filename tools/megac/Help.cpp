@@ -112,7 +112,7 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--eval-data TOKENS.npy|PREFIX --eval-interval N [--eval-iters K]]
                    [--split TRAIN,VALID,TEST]
                    [--ranks N] [--tp T] [--pp P] [--dp D] [--cp C] [--vpp V]
-                   [--sequence-parallel] [--zero 0|1] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
+                   [--sequence-parallel] [--zero 0-3] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
                    [--bucket-size N] [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
                    [--backend cpu|cuda] [--allow-tf32] [--overlap on|off]
                    [--emulate-link BYTES_PER_S,LATENCY_S]
@@ -129,7 +129,9 @@ parallel (Megatron's column/row-parallel linears, vocab-parallel embedding and l
 --pp P pipeline stages with --vpp V model chunks per stage (interleaved 1F1B when V > 1) and
 --schedule 1f1b (default) or gpipe, --dp D data parallel (default: N / (T*P)); N must equal
 T*P*D. --sequence-parallel shards norms and residuals over tp; --zero 1 shards the Adam state
-over dp (Megatron's distributed optimizer); --bucket-size N puts up to N gradient elements
+over dp (Megatron's distributed optimizer), --zero 2 also the gradients (reduce-scattered
+every micro-batch), --zero 3 also the parameters (FSDP: gathered before each use;
+docs/training-step.md); --bucket-size N puts up to N gradient elements
 in each dp collective (default Megatron's max(40M, 1M x D); checkpoints do not depend on it);
 --recompute selective|full recomputes attention outputs or whole chunks in the backward
 pass. --cp C splits each sequence over C ranks (context parallelism, its own mesh axis:
