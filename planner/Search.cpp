@@ -56,12 +56,14 @@ public:
       if ((kvHeads % t == 0 || (replicatesKvHeads_ && kvReplicas(shape_, t) > 0)) && ffn % t == 0 &&
           t <= cluster_.device.devicesPerNode)
         tps.push_back(t);
-    // cp: divisors whose double divides the sequence (two load-balanced chunks per rank), on
-    // stacks with context parallelism.
-    std::vector<int64_t> cps;
-    for (int64_t c : divisors(devices))
-      if (c == 1 || (contextParallel_ && shape_.seq % (2 * c) == 0))
-        cps.push_back(c);
+    // cp: divisors of the devices whose double divides the sequence (two load-balanced chunks
+    // per rank), on stacks with context parallelism. Enumerated from the sequence, not the
+    // device count: a hostile cluster of 10^18 devices must not make this loop 10^18 times.
+    std::vector<int64_t> cps{1};
+    if (contextParallel_ && shape_.seq >= 2 && shape_.seq % 2 == 0)
+      for (int64_t c : divisors(shape_.seq / 2))
+        if (c > 1 && devices % c == 0)
+          cps.push_back(c);
     for (int64_t tp : pinnedOr(pins_.tp, tps))
       for (int64_t pp : pinnedOr(pins_.pp, divisors(shape_.layers)))
         for (int64_t cp : pinnedOr(pins_.cp, cps))
