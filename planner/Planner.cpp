@@ -100,6 +100,11 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
   if (l.cp > 1) {
     if (!stack_.supportsContextParallel)
       return fail("the " + stack_.name + " stack has no context parallelism; use cp 1");
+    if (!stack_.contextParallelComposes && (l.pp > 1 || l.ep > 1 || l.zero > 0))
+      return fail("the " + stack_.name + " stack runs cp with tp and dp only so far (pp " +
+                  std::to_string(l.pp) + ", ep " + std::to_string(l.ep) + ", zero " +
+                  std::to_string(l.zero) +
+                  "; docs/context-parallel.md); use cp 1, or pp 1, ep 1 and zero 0 with cp");
     if (s.seq % (2 * l.cp))
       return fail("cp " + std::to_string(l.cp) + " needs the sequence " + std::to_string(s.seq) +
                   " divisible by 2*cp = " + std::to_string(2 * l.cp) +

@@ -7,10 +7,11 @@ namespace {
 // megac as built (docs/cuda.md, docs/cpu-performance.md). The CPU runtime runs the plan's
 // instructions one by one: each linear's backward transposes Wᵀ and dyᵀ into buffers, every
 // parameter's gradient is added into its accumulator once per micro-batch, the global norm is
-// one instruction and clipping is folded into AdamW (one instruction per tensor), collectives
-// block. Attention takes q, k, v as [b, s, heads, d]: head splits are reshapes, not copies. The
-// CUDA runtime fuses elementwise chains with NVRTC and runs a flash-style attention kernel; it does
-// not overlap communication, and pipeline transfers go through host memory.
+// one instruction, AdamW one multi-tensor instruction per dtype group (issue 30), clipping one
+// ClipByNorm instruction per gradient when --clip-grad > 0 (not charged: clipPass is off),
+// collectives block. Attention takes q, k, v as [b, s, heads, d]: head splits are reshapes, not
+// copies. The CUDA runtime fuses elementwise chains with NVRTC and runs a flash-style attention
+// kernel; it does not overlap communication, and pipeline transfers go through host memory.
 StackProfile megac(bool cpu) {
   StackProfile p;
   p.name = "megac";
@@ -35,6 +36,9 @@ StackProfile megac(bool cpu) {
   p.accumulatesEdgeGradients = true;
   p.perTensorGlobalNorm = true;
   p.concatenatesGradients = true;
+  // passes/training/MultiTensorOptimizer.cpp: one AdamWMulti per program (e2e_gemm_layout
+  // counts it on the partition suite's plans; e2e_plan_kernels checks the inventory).
+  p.multiTensorOptimizer = true;
   // Attention (runtime/cpu/Nn.cpp and Grad.cpp; runtime/cuda/kernels/Attention.cu): one
   // Attention and one AttentionGrad instruction per block; the backward recomputes the
   // probabilities from q and k (on CUDA also the row statistics), so nothing of size s x s and
@@ -50,7 +54,8 @@ StackProfile megac(bool cpu) {
   p.gathersRouting = true;
   p.zeroOverExpertDataParallel = true;
   // Issues 31/32: ZeRO-2/3's collectives and context parallelism's K/V all-gather run
-  // start/done around their use (prefetchShardedParams off, no ring overlap): blocking.
+  // start/done around their use (prefetchShardedParams off, no ring overlap): blocking. cp runs
+  // with tp and dp only (contextParallelComposes off: the compiler refuses cp with pp, ep, ZeRO).
   p.supportsContextParallel = true;
   p.contextParallelAllGatherKv = true;
   if (cpu) {
@@ -122,6 +127,7 @@ StackProfile megatronCore() {
   p.prefetchShardedParams = true;
   p.supportsContextParallel = true;
   p.overlapContextParallelRing = true;
+  p.contextParallelComposes = true;
   // MoE (Megatron-Core's moe/README.md): --expert-model-parallel-size with the alltoall
   // dispatcher (--moe-token-dispatcher-type alltoall), expert tensor parallelism equal to tp by
   // default, --moe-grouped-gemm and

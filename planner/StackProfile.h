@@ -88,6 +88,11 @@ struct StackProfile {
   /// each p2p send/recv overlaps attention on the block already here); exposed only where a
   /// transfer outlasts one block's attention.
   bool overlapContextParallelRing = false;
+  /// cp composes with pipeline, expert parallelism and ZeRO (Megatron-Core). megac's first slice
+  /// (passes/partition/ContextParallel.cpp, docs/context-parallel.md) refuses cp with pp, ep or
+  /// zero > 0, so a stack without this flag plans cp with tp and dp only: the planner never
+  /// offers a layout the compiler refuses.
+  bool contextParallelComposes = false;
   /// Megatron's scatter/gather of pipeline sends across nodes (SC21 section 4.1).
   bool p2pScatterGather = false;
   /// Full recompute checkpoints each layer's input (Megatron's --recompute-method uniform,
@@ -98,8 +103,8 @@ struct StackProfile {
   /// The optimizer as a few multi-tensor kernels (apex / TE fused Adam) rather than one kernel
   /// per parameter tensor.
   bool multiTensorOptimizer = false;
-  /// Gradient clipping as its own pass over the gradients (apex's multi_tensor_scale); megac
-  /// folds the clip coefficient into AdamW.
+  /// Gradient clipping as its own pass over the gradients (apex's multi_tensor_scale). megac
+  /// runs one ClipByNorm per gradient when --clip-grad > 0, not modelled yet (off).
   bool clipPass = false;
   /// Fewer key/value heads than tp: each kv head replicated over the ranks whose query heads
   /// read it (megac); Megatron-Core refuses such a tp.

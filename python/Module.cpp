@@ -184,6 +184,8 @@ public:
         p.dp = count(1);
       else if (name == "ep")
         p.ep = count(1);
+      else if (name == "cp")
+        p.cp = count(1);
       else if (name == "vpp")
         p.vpp = count(1);
       else if (name == "micro_batch")
@@ -194,8 +196,8 @@ public:
         r.top = int(count(1));
       else if (name == "zero") {
         int64_t z = count(0);
-        if (z > 1)
-          throw Error("zero: " + std::to_string(z) + " is not 0 or 1");
+        if (z > 3)
+          throw Error("zero: " + std::to_string(z) + " is not 0, 1, 2 or 3");
         p.zero = int(z);
       } else if (name == "sequence_parallel") {
         if (!py::isinstance<py::bool_>(value))
@@ -222,7 +224,8 @@ public:
         stack = text();
       } else {
         throw Error("megac.plan: unknown keyword '" + name +
-                    "' (the pins are tp, pp, dp, ep, vpp, micro_batch, zero, sequence_parallel, "
+                    "' (the pins are tp, pp, dp, ep, cp, vpp, micro_batch, zero, "
+                    "sequence_parallel, "
                     "recompute, precision; also seq, dropout, stack, top)");
       }
     }

@@ -98,7 +98,7 @@ class Layout:
         self._fields = dict(fields)
         f = self._fields
         self.tp, self.pp, self.dp = f["tp"], f["pp"], f["dp"]
-        self.ep, self.vpp = f.get("ep", 1), f.get("vpp", 1)
+        self.ep, self.vpp, self.cp = f.get("ep", 1), f.get("vpp", 1), f.get("cp", 1)
         self.micro_batch = f["micro_batch"]
         self.sequence_parallel = f["sequence_parallel"]
         self.zero = f["zero"]
@@ -112,8 +112,8 @@ class Layout:
 
     @property
     def ranks(self):
-        """Devices the layout runs on: tp x pp x dp (ep is carved out of dp)."""
-        return self.tp * self.pp * self.dp * self._fields.get("cp", 1)
+        """Devices the layout runs on: tp x cp x pp x dp (ep is carved out of dp)."""
+        return self.tp * self.cp * self.pp * self.dp
 
     def as_dict(self):
         """Every field `megac plan --json` gives the layout."""
@@ -132,8 +132,8 @@ class Layout:
             config["vpp"] = self.vpp
         if self.ep > 1:
             config["ep"] = self.ep
-        if self._fields.get("cp", 1) > 1:
-            config["cp"] = self._fields["cp"]
+        if self.cp > 1:
+            config["cp"] = self.cp
         if self.recompute != "none":
             config["recompute"] = self.recompute
         return config
@@ -142,6 +142,8 @@ class Layout:
         parts = [f"tp={self.tp} pp={self.pp} dp={self.dp}"]
         if self.ep > 1:
             parts.append(f"ep={self.ep}")
+        if self.cp > 1:
+            parts.append(f"cp={self.cp}")
         if self.vpp > 1:
             parts.append(f"vpp={self.vpp}")
         parts.append(f"mb={self.micro_batch}")
@@ -215,19 +217,19 @@ class Plan:
                 f"{len(self.layouts)} layouts, best {self.best!r})")
 
 
-def plan(model, cluster, global_batch, *, tp=None, pp=None, dp=None, ep=None, vpp=None,
-         micro_batch=None, zero=None, sequence_parallel=None, recompute=None, precision=None,
+def plan(model, cluster, global_batch, *, tp=None, pp=None, dp=None, ep=None, cp=None,
+         vpp=None, micro_batch=None, zero=None, sequence_parallel=None, recompute=None, precision=None,
          seq=None, dropout=None, stack=None, top=None):
     """The planner's search over layouts of `model` on `cluster` ("a100-80g:128x8", "cpu:1x2",
     as `megac plan --cluster`) for `global_batch` samples per step, as a Plan. Keyword
     arguments pin the layout as `megac plan`'s flags do (None: the planner chooses): tp, pp, dp,
-    ep, vpp, micro_batch, zero, sequence_parallel, recompute, precision (bf16 by default, as the
+    ep, cp, vpp, micro_batch, zero (0-3), sequence_parallel, recompute, precision (bf16 by default, as the
     CLI); also seq (an ONNX model's sequence length; its input_ids binding by default), dropout,
     stack (the software stack costed), top (how many layouts, 5). Errors (a bad cluster, pin or
     model) raise MegacError."""
     if not isinstance(model, Model):
         raise TypeError("megac.plan takes a megac.Model, not " + type(model).__name__)
-    pins = {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "vpp": vpp, "micro_batch": micro_batch,
+    pins = {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "cp": cp, "vpp": vpp, "micro_batch": micro_batch,
             "zero": zero, "sequence_parallel": sequence_parallel, "recompute": recompute,
             "precision": precision, "seq": seq, "dropout": dropout, "stack": stack, "top": top}
     core = _megac.PlanSearch(model._core, str(cluster), int(global_batch),

@@ -29,6 +29,7 @@ class Layout:
     dp: int
     ep: int
     vpp: int
+    cp: int
     micro_batch: int
     sequence_parallel: bool
     zero: int
@@ -71,7 +72,7 @@ class Plan:
 
 def plan(model: Model, cluster: str, global_batch: int, *, tp: Optional[int] = None,
          pp: Optional[int] = None, dp: Optional[int] = None, ep: Optional[int] = None,
-         vpp: Optional[int] = None, micro_batch: Optional[int] = None, zero: Optional[int] = None,
+         cp: Optional[int] = None, vpp: Optional[int] = None, micro_batch: Optional[int] = None, zero: Optional[int] = None,
          sequence_parallel: Optional[bool] = None, recompute: Optional[str] = None,
          precision: Optional[str] = None, seq: Optional[int] = None,
          dropout: Optional[float] = None, stack: Optional[str] = None,

@@ -221,8 +221,8 @@ def plan_matches_cli(args, megac, model):
         check(False, "an unknown pin raises TypeError")
     except TypeError as e:
         check("bogus" in str(e), f"an unknown pin raises TypeError: {e}")
-    raises(megac, lambda: megac.plan(model, **PLAN, zero=2), "zero: 2 is not 0 or 1",
-           "zero=2")
+    raises(megac, lambda: megac.plan(model, **PLAN, zero=4), "zero: 4 is not 0, 1, 2 or 3",
+           "zero=4")
     raises(megac, lambda: megac.plan(model, **PLAN, tp="2"), "tp: '2' is not an integer",
            "tp='2'")
 
