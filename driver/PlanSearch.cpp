@@ -441,6 +441,20 @@ Status confirmWinner(const PlanSearchRequest &r, const planner::TransformerShape
 
 } // namespace
 
+StatusOr<planner::StackProfile> resolveStack(const std::optional<std::string> &name,
+                                             const planner::Cluster &cluster) {
+  std::optional<planner::StackProfile> profile =
+      name ? planner::stackProfile(*name, cluster.device.name == "cpu" ||
+                                              cluster.device.calibration.threads > 0)
+           : planner::defaultStack(cluster);
+  if (profile)
+    return *profile;
+  std::string names;
+  for (const std::string &n : planner::stackNames())
+    names += (names.empty() ? "" : ", ") + n;
+  return Status::error("'" + *name + "' is not a known software stack (" + names + ")");
+}
+
 StatusOr<bool> searchLayouts(const PlanSearchRequest &r, const Emit &emit,
                              llvm::raw_ostream &diagnostics) {
   // The model, one sample per micro-batch: the planner scales it.

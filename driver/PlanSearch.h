@@ -35,6 +35,12 @@ struct PlanSearchRequest {
   std::optional<std::string> timelinePath, tracePath; // #1's pipeline as SVG, as Chrome trace
 };
 
+/// The stack a plan is costed for: `name` (megac, megatron-2021, ...) in the cluster's CPU or GPU
+/// form, or the cluster's default when none is named; an unknown name is an error listing the
+/// known ones.
+StatusOr<planner::StackProfile> resolveStack(const std::optional<std::string> &name,
+                                             const planner::Cluster &cluster);
+
 /// Runs the search; the report goes to `emit` as it is made. False when no layout fits (the
 /// report then says what the smallest needs and which single change would fit). Located
 /// compiler diagnostics go to `diagnostics`.

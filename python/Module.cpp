@@ -234,16 +234,9 @@ public:
       if (auto it = model.inputShapes.find("input_ids");
           it != model.inputShapes.end() && it->second.size() == 2)
         r.seq = it->second[1];
-    std::optional<planner::StackProfile> profile =
-        stack ? planner::stackProfile(*stack, r.cluster.device.name == "cpu" ||
-                                                  r.cluster.device.calibration.threads > 0)
-              : planner::defaultStack(r.cluster);
-    if (!profile) {
-      std::string names;
-      for (const std::string &n : planner::stackNames())
-        names += (names.empty() ? "" : ", ") + n;
-      throw Error("stack: '" + *stack + "' is not a known software stack (" + names + ")");
-    }
+    StatusOr<planner::StackProfile> profile = driver::resolveStack(stack, r.cluster);
+    if (!profile.isOk())
+      throw Error("stack: " + profile.status().message());
     r.stack = *profile;
   }
 

@@ -48,16 +48,9 @@ std::string searchRequest(Flags &f, driver::PlanSearchRequest &r,
   }
   if (!f.given("--global-batch"))
     return "missing --global-batch B (samples per optimizer step)";
-  std::optional<planner::StackProfile> profile =
-      stack ? planner::stackProfile(*stack, r.cluster.device.name == "cpu" ||
-                                                r.cluster.device.calibration.threads > 0)
-            : planner::defaultStack(r.cluster);
-  if (!profile) {
-    std::string names;
-    for (const std::string &n : planner::stackNames())
-      names += (names.empty() ? "" : ", ") + n;
-    return "--stack: '" + *stack + "' is not a known software stack (" + names + ")";
-  }
+  StatusOr<planner::StackProfile> profile = driver::resolveStack(stack, r.cluster);
+  if (!profile.isOk())
+    return "--stack: " + profile.status().message();
   r.stack = *profile;
   StatusOr<driver::ModelSource> model = driver::ModelSource::parse(spec, file);
   if (!model.isOk())
