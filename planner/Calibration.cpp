@@ -141,47 +141,157 @@ std::string number(double x) {
 
 std::string integer(int64_t x) { return std::to_string(x); }
 
-std::string calibrationJson(const Calibration &c) {
-  std::string out = "{\n";
-  out += "    \"source\": " + json::quote(c.source) + ",\n";
-  out += "    \"threads\": " + integer(c.threads) + ",\n";
-  out += "    \"instructionSeconds\": " + number(c.instructionSeconds);
+/// The tables of one occupancy, appended to `out` as `,\n<indent>"gemm": [...]` and so on.
+void tablesJson(std::string &out, const std::string &indent, const std::vector<GemmPoint> &gemm,
+                const std::vector<BandwidthPoint> &bandwidth,
+                const std::vector<KernelPoint> &kernels,
+                const std::vector<AttentionPoint> &attention, const std::vector<CommPoint> *comm) {
   auto table = [&](const char *name, size_t size, auto row) {
-    out += std::string(",\n    \"") + name + "\": [";
+    out += ",\n" + indent + "\"" + name + "\": [";
     for (size_t i = 0; i < size; ++i)
-      out += std::string(i ? ",\n      " : "\n      ") + "{" + row(i) + "}";
-    out += size ? "\n    ]" : "]";
+      out += (i ? ",\n  " : "\n  ") + indent + "{" + row(i) + "}";
+    out += size ? "\n" + indent + "]" : "]";
   };
-  table("gemm", c.gemm.size(), [&](size_t i) {
-    const GemmPoint &p = c.gemm[i];
+  table("gemm", gemm.size(), [&](size_t i) {
+    const GemmPoint &p = gemm[i];
     return "\"m\": " + integer(p.m) + ", \"n\": " + integer(p.n) + ", \"k\": " + integer(p.k) +
            ", \"elementBytes\": " + integer(p.elementBytes) +
            ", \"flopsPerSecond\": " + number(p.flopsPerSecond);
   });
-  table("bandwidth", c.bandwidth.size(), [&](size_t i) {
-    const BandwidthPoint &p = c.bandwidth[i];
+  table("bandwidth", bandwidth.size(), [&](size_t i) {
+    const BandwidthPoint &p = bandwidth[i];
     return "\"workingSetBytes\": " + number(p.workingSetBytes) +
            ", \"bytesPerSecond\": " + number(p.bytesPerSecond);
   });
-  table("kernels", c.kernels.size(), [&](size_t i) {
-    const KernelPoint &p = c.kernels[i];
+  table("kernels", kernels.size(), [&](size_t i) {
+    const KernelPoint &p = kernels[i];
     return "\"kernel\": " + json::quote(p.kernel) + ", \"bytes\": " + number(p.bytes) +
            ", \"seconds\": " + number(p.seconds);
   });
-  table("attention", c.attention.size(), [&](size_t i) {
-    const AttentionPoint &p = c.attention[i];
+  table("attention", attention.size(), [&](size_t i) {
+    const AttentionPoint &p = attention[i];
     return "\"batchHeads\": " + integer(p.batchHeads) + ", \"seq\": " + integer(p.seq) +
            ", \"headDim\": " + integer(p.headDim) +
            ", \"causal\": " + std::string(p.causal ? "true" : "false") +
            ", \"forwardSeconds\": " + number(p.forwardSeconds) +
            ", \"backwardSeconds\": " + number(p.backwardSeconds);
   });
-  table("comm", c.comm.size(), [&](size_t i) {
-    const CommPoint &p = c.comm[i];
-    return "\"op\": " + json::quote(p.op) + ", \"ranks\": " + integer(p.ranks) +
-           ", \"bytes\": " + number(p.bytes) + ", \"seconds\": " + number(p.seconds);
-  });
+  if (comm)
+    table("comm", comm->size(), [&](size_t i) {
+      const CommPoint &p = (*comm)[i];
+      return "\"op\": " + json::quote(p.op) + ", \"ranks\": " + integer(p.ranks) +
+             ", \"bytes\": " + number(p.bytes) + ", \"seconds\": " + number(p.seconds);
+    });
+}
+
+std::string calibrationJson(const Calibration &c) {
+  std::string out = "{\n";
+  out += "    \"source\": " + json::quote(c.source) + ",\n";
+  out += "    \"threads\": " + integer(c.threads) + ",\n";
+  if (c.ranks > 0)
+    out += "    \"ranks\": " + integer(c.ranks) + ",\n";
+  if (c.cores > 0)
+    out += "    \"cores\": " + integer(c.cores) + ",\n";
+  out += "    \"instructionSeconds\": " + number(c.instructionSeconds);
+  tablesJson(out, "    ", c.gemm, c.bandwidth, c.kernels, c.attention, &c.comm);
+  if (!c.occupancies.empty()) {
+    out += ",\n    \"occupancies\": [";
+    for (size_t i = 0; i < c.occupancies.size(); ++i) {
+      const OccupancyTables &o = c.occupancies[i];
+      out += std::string(i ? "," : "") + "\n      {\"name\": " + json::quote(o.name) +
+             ", \"ranks\": " + integer(o.ranks) + ", \"threads\": " + integer(o.threads) +
+             ",\n        \"instructionSeconds\": " + number(o.instructionSeconds);
+      tablesJson(out, "        ", o.gemm, o.bandwidth, o.kernels, o.attention, nullptr);
+      out += "\n      }";
+    }
+    out += "\n    ]";
+  }
   return out + "\n  }";
+}
+
+/// One of the tables an occupancy and the calibration's top level share ("gemm", "bandwidth",
+/// "kernels", "attention"): parsed into the matching vector; false (with `error`) when `key` is
+/// one of them and malformed. `handled` says whether it was one of them.
+bool parseSharedTable(const std::string &key, const Value &v, const std::string &where,
+                      std::vector<GemmPoint> &gemm, std::vector<BandwidthPoint> &bandwidth,
+                      std::vector<KernelPoint> &kernels, std::vector<AttentionPoint> &attention,
+                      std::string *error, bool &handled) {
+  handled = true;
+  if (key == "gemm")
+    return parseTable(v, where, gemm, error, [](Fields &f, GemmPoint &p) {
+      return f.positiveInteger("m", p.m) && f.positiveInteger("n", p.n) &&
+             f.positiveInteger("k", p.k) && f.positiveInteger("elementBytes", p.elementBytes) &&
+             f.positiveNumber("flopsPerSecond", p.flopsPerSecond);
+    });
+  if (key == "bandwidth")
+    return parseTable(v, where, bandwidth, error, [](Fields &f, BandwidthPoint &p) {
+      return f.positiveNumber("workingSetBytes", p.workingSetBytes) &&
+             f.positiveNumber("bytesPerSecond", p.bytesPerSecond);
+    });
+  if (key == "kernels")
+    return parseTable(v, where, kernels, error, [](Fields &f, KernelPoint &p) {
+      return f.oneOf("kernel", p.kernel, kKernelClasses, "a memory-bound kernel class") &&
+             f.positiveNumber("bytes", p.bytes) && f.positiveNumber("seconds", p.seconds);
+    });
+  if (key == "attention")
+    return parseTable(v, where, attention, error, [](Fields &f, AttentionPoint &p) {
+      return f.positiveInteger("batchHeads", p.batchHeads) && f.positiveInteger("seq", p.seq) &&
+             f.positiveInteger("headDim", p.headDim) && f.boolean("causal", p.causal) &&
+             f.positiveNumber("forwardSeconds", p.forwardSeconds) &&
+             f.positiveNumber("backwardSeconds", p.backwardSeconds);
+    });
+  handled = false;
+  return true;
+}
+
+/// calibration.occupancies[i]: name, ranks, threads, instructionSeconds and the four tables,
+/// every one required.
+bool parseOccupancy(const Value &v, const std::string &where, OccupancyTables &o,
+                    std::string *error) {
+  if (v.kind != Kind::object) {
+    *error = where + ": must be an object";
+    return false;
+  }
+  for (const char *required : {"name", "ranks", "threads", "instructionSeconds", "gemm",
+                               "bandwidth", "kernels", "attention"})
+    if (!v.find(required)) {
+      *error = where + ": '" + required + "' is missing";
+      return false;
+    }
+  for (size_t i = 0; i < v.keys.size(); ++i) {
+    const std::string &key = v.keys[i];
+    const Value &item = v.items[i];
+    const std::string at = where + "." + key;
+    bool handled = false;
+    if (!parseSharedTable(key, item, at, o.gemm, o.bandwidth, o.kernels, o.attention, error,
+                          handled))
+      return false;
+    if (handled)
+      continue;
+    if (key == "name") {
+      if (item.kind != Kind::string || item.string.empty()) {
+        *error = at + ": must be a non-empty string";
+        return false;
+      }
+      o.name = item.string;
+    } else if (key == "ranks" || key == "threads") {
+      if (!item.isInteger || item.integer < 1) {
+        *error = at + ": must be a positive integer";
+        return false;
+      }
+      (key == "ranks" ? o.ranks : o.threads) = item.integer;
+    } else if (key == "instructionSeconds") {
+      if (item.kind != Kind::number || !std::isfinite(item.number) || item.number < 0) {
+        *error = at + ": must be a non-negative number";
+        return false;
+      }
+      o.instructionSeconds = item.number;
+    } else {
+      *error = where + ": unknown field '" + key + "'";
+      return false;
+    }
+  }
+  return true;
 }
 
 } // namespace
@@ -201,7 +311,12 @@ bool parseCalibration(const Value &value, Calibration *out, std::string *error) 
     const std::string &key = value.keys[i];
     const Value &v = value.items[i];
     const std::string where = "calibration." + key;
-    bool ok = true;
+    bool ok = true, handled = false;
+    if (!parseSharedTable(key, v, where, c.gemm, c.bandwidth, c.kernels, c.attention, error,
+                          handled))
+      return false;
+    if (handled)
+      continue;
     if (key == "source") {
       if (v.kind != Kind::string) {
         *error = where + ": must be a string";
@@ -220,29 +335,23 @@ bool parseCalibration(const Value &value, Calibration *out, std::string *error) 
         return false;
       }
       c.instructionSeconds = v.number;
-    } else if (key == "gemm") {
-      ok = parseTable(v, where, c.gemm, error, [](Fields &f, GemmPoint &p) {
-        return f.positiveInteger("m", p.m) && f.positiveInteger("n", p.n) &&
-               f.positiveInteger("k", p.k) && f.positiveInteger("elementBytes", p.elementBytes) &&
-               f.positiveNumber("flopsPerSecond", p.flopsPerSecond);
-      });
-    } else if (key == "bandwidth") {
-      ok = parseTable(v, where, c.bandwidth, error, [](Fields &f, BandwidthPoint &p) {
-        return f.positiveNumber("workingSetBytes", p.workingSetBytes) &&
-               f.positiveNumber("bytesPerSecond", p.bytesPerSecond);
-      });
-    } else if (key == "kernels") {
-      ok = parseTable(v, where, c.kernels, error, [](Fields &f, KernelPoint &p) {
-        return f.oneOf("kernel", p.kernel, kKernelClasses, "a memory-bound kernel class") &&
-               f.positiveNumber("bytes", p.bytes) && f.positiveNumber("seconds", p.seconds);
-      });
-    } else if (key == "attention") {
-      ok = parseTable(v, where, c.attention, error, [](Fields &f, AttentionPoint &p) {
-        return f.positiveInteger("batchHeads", p.batchHeads) && f.positiveInteger("seq", p.seq) &&
-               f.positiveInteger("headDim", p.headDim) && f.boolean("causal", p.causal) &&
-               f.positiveNumber("forwardSeconds", p.forwardSeconds) &&
-               f.positiveNumber("backwardSeconds", p.backwardSeconds);
-      });
+    } else if (key == "ranks" || key == "cores") {
+      if (!v.isInteger || v.integer < 1) {
+        *error = where + ": must be a positive integer";
+        return false;
+      }
+      (key == "ranks" ? c.ranks : c.cores) = v.integer;
+    } else if (key == "occupancies") {
+      if (v.kind != Kind::array) {
+        *error = where + ": must be an array of objects";
+        return false;
+      }
+      for (size_t j = 0; j < v.items.size(); ++j) {
+        OccupancyTables o;
+        if (!parseOccupancy(v.items[j], where + "[" + std::to_string(j) + "]", o, error))
+          return false;
+        c.occupancies.push_back(std::move(o));
+      }
     } else if (key == "comm") {
       ok = parseTable(v, where, c.comm, error, [](Fields &f, CommPoint &p) {
         return f.oneOf("op", p.op, kCommOps, "a collective") &&
@@ -258,6 +367,54 @@ bool parseCalibration(const Value &value, Calibration *out, std::string *error) 
   }
   *out = std::move(c);
   return true;
+}
+
+Calibration calibrationFor(const Calibration &c, int64_t ranksPerNode, int64_t threadsPerRank,
+                           std::string *chosen) {
+  if (c.occupancies.empty() || c.ranks <= 0) {
+    if (chosen)
+      *chosen = c.occupancies.empty() ? "busy" : "busy (ranks not recorded)";
+    Calibration same = c;
+    same.occupancies.clear();
+    return same;
+  }
+  int64_t r = std::max<int64_t>(1, ranksPerNode);
+  int64_t t =
+      threadsPerRank > 0 ? threadsPerRank : std::max<int64_t>(1, (c.cores > 0 ? c.cores : r) / r);
+  struct Candidate {
+    const OccupancyTables *tables; // null: the top level
+    int64_t ranks, threads;
+  };
+  std::vector<Candidate> candidates = {{nullptr, c.ranks, std::max<int64_t>(1, c.threads)}};
+  for (const OccupancyTables &o : c.occupancies)
+    candidates.push_back({&o, o.ranks, o.threads});
+  auto distance = [&](const Candidate &k) {
+    return std::abs(std::log2(double(t) / double(k.threads))) +
+           std::abs(std::log2(double(r * t) / double(k.ranks * k.threads)));
+  };
+  const Candidate *best = &candidates.front();
+  for (const Candidate &k : candidates) {
+    double d = distance(k), b = distance(*best);
+    if (d < b - 1e-9 ||
+        (std::abs(d - b) <= 1e-9 &&
+         (k.ranks * k.threads > best->ranks * best->threads ||
+          (k.ranks * k.threads == best->ranks * best->threads && k.threads > best->threads))))
+      best = &k;
+  }
+  Calibration out = c;
+  out.occupancies.clear();
+  if (const OccupancyTables *o = best->tables) {
+    out.ranks = o->ranks;
+    out.threads = o->threads;
+    out.instructionSeconds = o->instructionSeconds;
+    out.gemm = o->gemm;
+    out.bandwidth = o->bandwidth;
+    out.kernels = o->kernels;
+    out.attention = o->attention;
+  }
+  if (chosen)
+    *chosen = best->tables ? best->tables->name : "busy";
+  return out;
 }
 
 std::string deviceSpecJson(const DeviceSpec &d) {

@@ -37,18 +37,39 @@ struct CommPoint {
   double bytes = 0;   // the whole buffer (all-gather: the gathered output)
   double seconds = 0; // one call, median over repetitions
 };
+/// The per-rank tables of one occupancy of the machine: what one rank measured while `ranks`
+/// ranks of `threads` kernel threads each ran the same benchmarks at once (issue 34: ranks that
+/// share cores, caches and memory bandwidth are slower than one alone).
+struct OccupancyTables {
+  std::string name;              // "alone-1t", "alone-2t", ... (JSON key "name")
+  int64_t ranks = 1;             // ranks measuring at once on the node
+  int64_t threads = 1;           // kernel/BLAS threads per rank
+  double instructionSeconds = 0; // as Calibration's
+  std::vector<GemmPoint> gemm;
+  std::vector<BandwidthPoint> bandwidth;
+  std::vector<KernelPoint> kernels;
+  std::vector<AttentionPoint> attention;
+};
 struct Calibration {
-  std::string source;            // "megac calibrate --backend cpu --threads 1 on HOST, DATE"
-  int64_t threads = 0;           // CPU: BLAS/kernel threads per rank the tables hold
+  std::string source;  // "megac calibrate --backend cpu --threads 1 on HOST, DATE"
+  int64_t threads = 0; // CPU: BLAS/kernel threads per rank the tables hold
+  /// Ranks that measured the tables below at once, and the node's cores; 0 in specs written
+  /// before issue 34 (their tables then serve every layout).
+  int64_t ranks = 0, cores = 0;
   double instructionSeconds = 0; // fixed cost of one plan instruction / kernel launch
   std::vector<GemmPoint> gemm;
   std::vector<BandwidthPoint> bandwidth; // by working set: cache levels, then DRAM
   std::vector<KernelPoint> kernels;
   std::vector<AttentionPoint> attention;
   std::vector<CommPoint> comm;
+  /// Tables measured at other occupancies (`megac calibrate --backend cpu` without --ranks:
+  /// one rank alone with 1 thread and with every core's threads); the ones above are then
+  /// every core busy (ranks = cores, 1 thread each). calibrationFor (planner/Calibration.h)
+  /// picks a layout's.
+  std::vector<OccupancyTables> occupancies;
   bool empty() const {
     return gemm.empty() && bandwidth.empty() && kernels.empty() && attention.empty() &&
-           comm.empty() && instructionSeconds == 0;
+           comm.empty() && instructionSeconds == 0 && occupancies.empty();
   }
 };
 
@@ -83,6 +104,10 @@ struct DeviceSpec {
   double cacheBytes = 0, cacheBandwidth = 0;
   /// Measured tables from `megac calibrate` (JSON key "calibration"); empty for presets.
   Calibration calibration;
+  /// CPU: kernel threads each rank of the planned layout runs (`megac plan --threads`, as
+  /// `megac train --threads`); 0: megac train's default, the calibration's cores over the ranks
+  /// per node. Picks the calibration's occupancy; not a spec-file field.
+  int64_t threadsPerRank = 0;
 };
 
 struct Cluster {

@@ -1,6 +1,7 @@
 // Per-kernel times from a device spec's calibration tables, or from its datasheet numbers.
 #include "planner/KernelModel.h"
 
+#include "planner/Calibration.h"
 #include "planner/CostModel.h"
 
 #include <algorithm>
@@ -69,9 +70,14 @@ std::optional<KernelClass> kernelClassFromName(const std::string &name) {
 
 KernelModel::KernelModel(const DeviceSpec &device, const StackProfile &stack, Precision precision)
     : peak_(peakFlops(device, precision)), elementBytes_(planner::elementBytes(precision)),
-      overhead_(device.calibration.instructionSeconds > 0 ? device.calibration.instructionSeconds
-                                                          : device.launchSeconds),
-      device_(device), stack_(stack) {}
+      device_(device), stack_(stack) {
+  // The tables of the layout's occupancy (ranks per node x threads per rank) when the spec was
+  // calibrated at several (planner/Calibration.h, calibrationFor).
+  device_.calibration =
+      calibrationFor(device.calibration, device.devicesPerNode, device.threadsPerRank, &occupancy_);
+  overhead_ = device_.calibration.instructionSeconds > 0 ? device_.calibration.instructionSeconds
+                                                         : device_.launchSeconds;
+}
 
 double KernelModel::gemmSeconds(int64_t m, int64_t n, int64_t k, int64_t batch) const {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0)

@@ -103,15 +103,19 @@ public:
   /// The fixed cost of one kernel or instruction.
   double overheadSeconds() const { return overhead_; }
   int64_t elementBytes() const { return elementBytes_; }
+  /// The device, its calibration reduced to the tables of this layout's occupancy.
   const DeviceSpec &device() const { return device_; }
+  /// Which measured occupancy the tables are ("busy", "alone-1t", ...; "busy" without any).
+  const std::string &occupancy() const { return occupancy_; }
   const StackProfile &stack() const { return stack_; }
 
 private:
   double peak_;
   int64_t elementBytes_;
-  double overhead_;
+  double overhead_ = 0;
   DeviceSpec device_;
   StackProfile stack_;
+  std::string occupancy_;
 };
 
 } // namespace megac::planner

@@ -4,6 +4,7 @@
 #include "planner/Calibration.h"
 #include "planner/Hardware.h"
 #include "planner/KernelModel.h"
+#include "planner/StackProfile.h"
 #include "support/Json.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unistd.h>
 
 namespace megac::planner {
@@ -121,6 +123,144 @@ void expectEqual(const DeviceSpec &a, const DeviceSpec &b) {
     EXPECT_EQ(x.comm[i].bytes, y.comm[i].bytes);
     EXPECT_EQ(x.comm[i].seconds, y.comm[i].seconds);
   }
+  EXPECT_EQ(x.ranks, y.ranks);
+  EXPECT_EQ(x.cores, y.cores);
+  ASSERT_EQ(x.occupancies.size(), y.occupancies.size());
+  for (size_t i = 0; i < x.occupancies.size(); ++i) {
+    const OccupancyTables &o = x.occupancies[i], &p = y.occupancies[i];
+    EXPECT_EQ(o.name, p.name);
+    EXPECT_EQ(o.ranks, p.ranks);
+    EXPECT_EQ(o.threads, p.threads);
+    EXPECT_EQ(o.instructionSeconds, p.instructionSeconds);
+    ASSERT_EQ(o.gemm.size(), p.gemm.size());
+    for (size_t j = 0; j < o.gemm.size(); ++j)
+      EXPECT_EQ(o.gemm[j].flopsPerSecond, p.gemm[j].flopsPerSecond);
+    ASSERT_EQ(o.bandwidth.size(), p.bandwidth.size());
+    for (size_t j = 0; j < o.bandwidth.size(); ++j)
+      EXPECT_EQ(o.bandwidth[j].bytesPerSecond, p.bandwidth[j].bytesPerSecond);
+    ASSERT_EQ(o.kernels.size(), p.kernels.size());
+    for (size_t j = 0; j < o.kernels.size(); ++j) {
+      EXPECT_EQ(o.kernels[j].kernel, p.kernels[j].kernel);
+      EXPECT_EQ(o.kernels[j].seconds, p.kernels[j].seconds);
+    }
+    ASSERT_EQ(o.attention.size(), p.attention.size());
+    for (size_t j = 0; j < o.attention.size(); ++j)
+      EXPECT_EQ(o.attention[j].backwardSeconds, p.attention[j].backwardSeconds);
+  }
+}
+
+/// sampleSpec as one spec per machine of 2 cores: the top level every core busy (2 ranks x 1
+/// thread), and one rank alone with 1 and with 2 threads, each faster than the last.
+DeviceSpec machineSpec() {
+  DeviceSpec d = sampleSpec();
+  Calibration &c = d.calibration;
+  c.ranks = 2;
+  c.cores = 2;
+  c.threads = 1;
+  for (auto [name, threads, speedup] :
+       {std::tuple{"alone-1t", 1, 1.25}, std::tuple{"alone-2t", 2, 2.0 + 1.0 / 3.0}}) {
+    OccupancyTables o;
+    o.name = name;
+    o.ranks = 1;
+    o.threads = threads;
+    o.instructionSeconds = c.instructionSeconds / speedup;
+    o.gemm = c.gemm;
+    for (GemmPoint &g : o.gemm)
+      g.flopsPerSecond *= speedup;
+    o.bandwidth = c.bandwidth;
+    for (BandwidthPoint &b : o.bandwidth)
+      b.bytesPerSecond *= speedup;
+    o.kernels = c.kernels;
+    for (KernelPoint &k : o.kernels)
+      k.seconds /= speedup;
+    o.attention = c.attention;
+    for (AttentionPoint &a : o.attention) {
+      a.forwardSeconds /= speedup;
+      a.backwardSeconds /= speedup;
+    }
+    c.occupancies.push_back(std::move(o));
+  }
+  return d;
+}
+
+TEST(CalibrationJson, OccupanciesRoundTripExactly) {
+  DeviceSpec d = machineSpec();
+  std::string text = deviceSpecJson(d);
+  EXPECT_NE(text.find("\"occupancies\""), std::string::npos);
+  std::string error;
+  std::optional<DeviceSpec> loaded = loadDeviceSpec(writeTemp("machine.json", text), &error);
+  ASSERT_TRUE(loaded) << error;
+  expectEqual(d, *loaded);
+  EXPECT_EQ(deviceSpecJson(*loaded), text);
+  // A spec written before occupancies (no ranks, cores or occupancies) still loads as it was.
+  EXPECT_EQ(deviceSpecJson(sampleSpec()).find("occupancies"), std::string::npos);
+  EXPECT_EQ(deviceSpecJson(sampleSpec()).find("\"cores\""), std::string::npos);
+}
+
+TEST(CalibrationOccupancy, EachLayoutGetsItsOwnTables) {
+  DeviceSpec d = machineSpec();
+  const Calibration &c = d.calibration;
+  struct Case {
+    int64_t ranks, threads;
+    const char *name;
+    double gemmRate;
+  };
+  // On 2 cores every layout's occupancy was measured: 1 rank x 1 thread, 1 x 2 (megac train's
+  // default for one rank: cores / ranks), 2 x 1 (the default for two).
+  for (const Case &k :
+       {Case{1, 1, "alone-1t", c.occupancies[0].gemm[0].flopsPerSecond},
+        Case{1, 0, "alone-2t", c.occupancies[1].gemm[0].flopsPerSecond},
+        Case{1, 2, "alone-2t", c.occupancies[1].gemm[0].flopsPerSecond},
+        Case{2, 0, "busy", c.gemm[0].flopsPerSecond}, Case{2, 1, "busy", c.gemm[0].flopsPerSecond},
+        // Oversubscribed (4 ranks on 2 cores): the nearest, every core busy.
+        Case{4, 1, "busy", c.gemm[0].flopsPerSecond}}) {
+    std::string chosen;
+    Calibration t = calibrationFor(c, k.ranks, k.threads, &chosen);
+    EXPECT_EQ(chosen, k.name) << k.ranks << "x" << k.threads;
+    EXPECT_TRUE(t.occupancies.empty());
+    EXPECT_EQ(t.gemm[0].flopsPerSecond, k.gemmRate) << k.ranks << "x" << k.threads;
+    EXPECT_EQ(t.comm.size(), c.comm.size()); // the collectives are the busy run's
+  }
+  // Without occupancies the one set of tables serves every layout, as before issue 34.
+  DeviceSpec old = sampleSpec();
+  std::string chosen;
+  Calibration same = calibrationFor(old.calibration, 1, 1, &chosen);
+  EXPECT_EQ(chosen, "busy");
+  EXPECT_EQ(same.gemm[0].flopsPerSecond, old.calibration.gemm[0].flopsPerSecond);
+  // A 16-core machine's layout of 4 ranks x 4 threads: every core busy, 4 threads a rank; the
+  // nearest in (log2 threads, log2 busy cores) is one rank of 16 threads (1 + 0) over 16 ranks of
+  // one thread (2 + 0) and one thread alone (2 + 4).
+  Calibration wide = c;
+  wide.cores = 16;
+  wide.ranks = 16;
+  wide.occupancies[1].threads = 16;
+  wide.occupancies[1].name = "alone-16t";
+  calibrationFor(wide, 4, 4, &chosen);
+  EXPECT_EQ(chosen, "alone-16t");
+  calibrationFor(wide, 8, 0, &chosen); // 8 ranks x 2 threads: busy (1 + 0) vs alone-16t (3 + 0)
+  EXPECT_EQ(chosen, "busy");
+}
+
+TEST(CalibrationOccupancy, KernelModelUsesTheLayoutsRates) {
+  // The cost model reads the layout's occupancy: one rank alone is faster than each of two ranks
+  // sharing the machine, by the tables' factor.
+  DeviceSpec d = machineSpec();
+  StackProfile megac = *stackProfile("megac", true);
+  auto gemm = [&](int64_t ranks, int64_t threads) {
+    DeviceSpec at = d;
+    at.devicesPerNode = ranks;
+    at.threadsPerRank = threads;
+    KernelModel k(at, megac, Precision::fp32);
+    return k.gemmSeconds(64, 64, 64, 1);
+  };
+  EXPECT_NEAR(gemm(2, 1) / gemm(1, 1), 1.25, 1e-12);
+  EXPECT_NEAR(gemm(2, 1) / gemm(1, 2), 2.0 + 1.0 / 3.0, 1e-12);
+  DeviceSpec alone = d;
+  alone.devicesPerNode = 1;
+  alone.threadsPerRank = 1;
+  KernelModel k(alone, megac, Precision::fp32);
+  EXPECT_EQ(k.occupancy(), "alone-1t");
+  EXPECT_NEAR(k.overheadSeconds(), d.calibration.instructionSeconds / 1.25, 1e-20);
 }
 
 TEST(CalibrationJson, RoundTripIsExact) {
@@ -323,6 +463,35 @@ TEST(CalibrationJson, MalformedTopLevel) {
             "calibration.kernels[1]: must be an object");
   EXPECT_EQ(parseError(R"({"source": "", "threads": 0, "instructionSeconds": 0, "gemm": [],
                           "bandwidth": [], "kernels": [], "attention": [], "comm": []})"),
+            "(accepted)");
+}
+
+TEST(CalibrationJson, MalformedOccupancy) {
+  const std::string tables = R"("instructionSeconds": 1e-7, "gemm": [], "bandwidth": [],
+                                 "kernels": [], "attention": [])";
+  EXPECT_EQ(parseError(R"({"ranks": 0})"), "calibration.ranks: must be a positive integer");
+  EXPECT_EQ(parseError(R"({"cores": 1.5})"), "calibration.cores: must be a positive integer");
+  EXPECT_EQ(parseError(R"({"occupancies": {}})"),
+            "calibration.occupancies: must be an array of objects");
+  EXPECT_EQ(parseError(R"({"occupancies": [3]})"), "calibration.occupancies[0]: must be an object");
+  EXPECT_EQ(parseError(R"({"occupancies": [{"name": "a", "ranks": 1, )" + tables + "}]}"),
+            "calibration.occupancies[0]: 'threads' is missing");
+  EXPECT_EQ(
+      parseError(R"({"occupancies": [{"name": "", "ranks": 1, "threads": 1, )" + tables + "}]}"),
+      "calibration.occupancies[0].name: must be a non-empty string");
+  EXPECT_EQ(
+      parseError(R"({"occupancies": [{"name": "a", "ranks": 0, "threads": 1, )" + tables + "}]}"),
+      "calibration.occupancies[0].ranks: must be a positive integer");
+  EXPECT_EQ(parseError(R"({"occupancies": [{"name": "a", "ranks": 1, "threads": 1, "comm": [], )" +
+                       tables + "}]}"),
+            "calibration.occupancies[0]: unknown field 'comm'");
+  EXPECT_EQ(parseError(R"({"occupancies": [{"name": "a", "ranks": 1, "threads": 1, )" + tables +
+                       R"(}, {"name": "b", "ranks": 1, "threads": 2, "instructionSeconds": 1e-7,
+                           "gemm": [{"m": 0}], "bandwidth": [], "kernels": [], "attention": []}]})"),
+            "calibration.occupancies[1].gemm[0]: 'm' must be a positive integer");
+  EXPECT_EQ(parseError(R"({"ranks": 2, "cores": 2, "occupancies": [{"name": "alone-1t", "ranks": 1,
+                          "threads": 1, )" +
+                       tables + "}]}"),
             "(accepted)");
 }
 
