@@ -358,4 +358,63 @@ def TrainingMultiTensorOptimizer : Pass<"mega-training-multi-tensor-optimizer", 
   let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
 }
 
+def TrainingFuseLastMicroBatch : Pass<"mega-training-fuse-last-micro-batch", "mlir::ModuleOp"> {
+  let summary = "add @forward_backward_apply: the last micro-batch's step and the update in one";
+  let description = [{
+    Runs after the optimizer passes and GEMM fusion and before mega-schedule-latency-hiding,
+    only with `--overlap on` and one pipeline stage. Adds
+
+    ```
+    @forward_backward_apply = @forward_backward's body, then @apply_gradients' body
+    ```
+
+    Arguments: @forward_backward's, then those of @apply_gradients bound to another name
+    (Adam moments, `lr`, `step`); parameters and inputs of the same name are one argument. Each
+    gradient accumulator `grad.<p>` that @apply_gradients reads is @forward_backward's update
+    of it, so the step's gradient (written in place into the accumulator) feeds the dp
+    reduction directly. Results: @forward_backward's, then @apply_gradients'; every
+    `mega.updates` stays (accumulators, parameters, moments) and each `mega.output` is renamed
+    `last.<name>` (`last.loss`, `last.grad_norm`, `last.moe.load`: output names are unique in a
+    module). The runtime runs @forward_backward for micro-batches 1..m-1 and this function for
+    the last (docs/training-step.md "Overlap").
+
+    The reshapes and concatenations that pack a bucket for a dp `all_reduce` or
+    `reduce_scatter` move to just after the last op their operands need: a bucket is packed as
+    soon as its last gradient is final, so the latency-hiding pass starts its reduction there,
+    while the rest of the backward runs. No arithmetic moves or changes: results are the
+    separate functions' bits.
+
+    Unchanged: a module without `@forward_backward` and `@apply_gradients` (pipeline stages),
+    one with `@check_gradients` (fp16: the overflow check runs before the update) and one whose
+    `@apply_gradients` has no collective (one rank: nothing to overlap).
+
+    Errors: an existing `@forward_backward_apply`; an argument of `@apply_gradients` without a
+    name; an accumulator `@forward_backward` does not update with that type; a name of both
+    functions with two types.
+
+    Before (dp 2, one bucket of two gradients):
+    ```mlir
+    func.func @forward_backward(%w: ..., %u: ..., %x: ..., %gw: ... {mega.state = "grad.w"},
+        %gu: ... {mega.state = "grad.u"}) -> (loss, gw', gu')
+    func.func @apply_gradients(%w, %u, %gw, %gu, moments..., %lr, %step)
+        -> (w', u', moments'..., grad_norm)
+    ```
+    After, in addition:
+    ```mlir
+    func.func @forward_backward_apply(%w, %u, %x, %gw, %gu, moments..., %lr, %step)
+        -> (loss {mega.output = "last.loss"}, gw', gu', w', u', moments'...,
+            grad_norm {mega.output = "last.grad_norm"}) {
+      ... backward: %gu2 final ...
+      %fu = mega.reshape %gu2          // packed here, not after the backward
+      ... backward: %gw2 final ...
+      %fw = mega.reshape %gw2
+      %b = mega.concat %fw, %fu
+      %r = mega.all_reduce sum %b ...  // latency hiding: a start here, the done at its reader
+      ...
+    }
+    ```
+  }];
+  let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
+}
+
 #endif // MEGA_TRAINING_PASSES_TD
