@@ -1,6 +1,7 @@
 // mega-forward-backward-split: the differentiated pipeline chunks become @forward.c<c> and
 // @backward.c<c> joined by stashed residuals, under an activation recompute policy; without
 // chunks the policy rewrites @forward_backward in place (docs/pipeline.md).
+#include "passes/schedule/ChunkFunctions.h"
 #include "passes/schedule/CutPoints.h"
 #include "passes/schedule/Passes.h"
 
@@ -22,6 +23,20 @@ namespace megac::passes {
 
 #define GEN_PASS_DEF_FORWARDBACKWARDSPLIT
 #include "passes/schedule/Passes.h.inc"
+
+func::FuncOp createLike(OpBuilder &b, func::FuncOp f, const std::string &name,
+                        ArrayRef<Type> argTypes, ArrayRef<DictionaryAttr> argAttrs,
+                        ArrayRef<Type> resultTypes, ArrayRef<DictionaryAttr> resultAttrs) {
+  auto g = func::FuncOp::create(b, f.getLoc(), name, b.getFunctionType(argTypes, resultTypes));
+  for (NamedAttribute attr : f->getDiscardableAttrs())
+    g->setAttr(attr.getName(), attr.getValue());
+  g.addEntryBlock();
+  for (auto [i, attrs] : llvm::enumerate(argAttrs))
+    g.setArgAttrs(i, attrs ? attrs : b.getDictionaryAttr({}));
+  for (auto [i, attrs] : llvm::enumerate(resultAttrs))
+    g.setResultAttrs(i, attrs ? attrs : b.getDictionaryAttr({}));
+  return g;
+}
 
 namespace {
 
@@ -140,22 +155,6 @@ private:
   IRMapping &map_;
   std::function<Value(Value)> stashed_;
 };
-
-/// A new function after `f` with these argument and result types and attributes and the
-/// function attributes of `f` (mega.loss_kind).
-func::FuncOp createLike(OpBuilder &b, func::FuncOp f, const std::string &name,
-                        ArrayRef<Type> argTypes, ArrayRef<DictionaryAttr> argAttrs,
-                        ArrayRef<Type> resultTypes, ArrayRef<DictionaryAttr> resultAttrs) {
-  auto g = func::FuncOp::create(b, f.getLoc(), name, b.getFunctionType(argTypes, resultTypes));
-  for (NamedAttribute attr : f->getDiscardableAttrs())
-    g->setAttr(attr.getName(), attr.getValue());
-  g.addEntryBlock();
-  for (auto [i, attrs] : llvm::enumerate(argAttrs))
-    g.setArgAttrs(i, attrs ? attrs : b.getDictionaryAttr({}));
-  for (auto [i, attrs] : llvm::enumerate(resultAttrs))
-    g.setResultAttrs(i, attrs ? attrs : b.getDictionaryAttr({}));
-  return g;
-}
 
 /// @forward_backward.c<c> -> @forward.c<c> + @backward.c<c> (docs/pipeline.md).
 class ChunkSplitter {

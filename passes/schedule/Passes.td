@@ -147,6 +147,53 @@ def ForwardBackwardSplit : Pass<"mega-forward-backward-split", "mlir::ModuleOp">
   ];
 }
 
+def BackwardWeightSplit : Pass<"mega-backward-weight-split", "mlir::ModuleOp"> {
+  let summary = "split each @backward.c<c> into an input-gradient and a weight-gradient function";
+  let description = [{
+    For the zero-bubble pipeline schedules (`zb-h1`, `zb-h2`, `zbv`; docs/pipeline.md). Runs after
+    mega-forward-backward-split (and the optimizer, GEMM fusion: on the final chunk functions).
+    Every `@backward.c<c>` becomes
+    - `@backward_input.c<c>` (B): the ops its input gradients `grad.act.c<c>` need (recomputed
+      forward values included), returning them and the values W reads from it as
+      `stash.c<c>.w<k>` (`mega.output`);
+    - `@backward_weight.c<c>` (W): every other op (the weight-gradient GEMMs, the accumulator
+      updates `mega.updates = "grad.<p>"` and what only they need, recomputed values only W reads
+      included), taking the parameters, stash, incoming gradients and data inputs it reads, every
+      accumulator, and `stash.c<c>.w<k>` (`mega.input`); returning the accumulator updates.
+    The pipeline runner keeps `stash.c<c>.w<k>`, and the forward stash and incoming gradients W
+    reads, per (chunk, micro-batch) from B to W. A value both need is computed once, in B.
+    Constants are cloned, never passed.
+
+    Errors: no `@backward.c<c>` in the module (pp = 1 or the split not run); a backward without
+    accumulator updates or without a body of one block.
+
+    Before:
+    ```mlir
+    func.func @backward.c1(%w: tensor<4x4xf32> {mega.param = "w"},
+        %x: tensor<2x4xf32> {mega.input = "stash.c1.0"},
+        %dy: tensor<2x4xf32> {mega.input = "grad.act.c2"},
+        %acc: tensor<4x4xf32> {mega.state = "grad.w"})
+        -> (tensor<2x4xf32> {mega.output = "grad.act.c1"}, tensor<4x4xf32> {mega.updates = "grad.w"}) {
+      %t = mega.tanh %dy : tensor<2x4xf32>
+      %dx = mega.matmul %t, %w : ...
+      %dw = mega.matmul %t, %x {transpose_a} : ...
+      %acc2 = mega.add %acc, %dw : tensor<4x4xf32>
+      return %dx, %acc2 : ...
+    }
+    ```
+    After:
+    ```mlir
+    func.func @backward_input.c1(%w: ... {mega.param = "w"}, %dy: ... {mega.input = "grad.act.c2"})
+        -> (tensor<2x4xf32> {mega.output = "grad.act.c1"},
+            tensor<2x4xf32> {mega.output = "stash.c1.w0"})       // %t
+    func.func @backward_weight.c1(%x: ... {mega.input = "stash.c1.0"},
+        %acc: ... {mega.state = "grad.w"}, %t: ... {mega.input = "stash.c1.w0"})
+        -> (tensor<4x4xf32> {mega.updates = "grad.w"})
+    ```
+  }];
+  let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
+}
+
 def LatencyHiding : Pass<"mega-schedule-latency-hiding", "mlir::ModuleOp"> {
   let summary = "split blocking collectives into start/done pairs and spread them apart";
   let description = [{

@@ -97,6 +97,10 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
   // Last, on the final per-rank functions: GEMMs read transposes as flags and accumulate the
   // weight gradients in place (docs/training-step.md, "GEMM layouts and accumulation").
   pm.addPass(createTrainingGemmFusion());
+  // Zero-bubble schedules: each chunk's backward as an input- and a weight-gradient function
+  // (docs/pipeline.md "Zero-bubble schedules"), on the final chunk functions.
+  if (chunks > 1 && schedule::splitsBackward(layout.pipelineSchedule()))
+    pm.addPass(createBackwardWeightSplit());
   // After every pass that moves or rewrites ops: the collectives' start/done placement.
   if (options.overlap)
     pm.addPass(createLatencyHiding());
