@@ -115,6 +115,10 @@ planner::DeviceSpec deviceSpec(const cal::Results &r) {
   planner::Calibration &c = d.calibration;
   c.source = source;
   c.threads = r.threads;
+  if (r.backend == "cpu") { // one node: every rank on it
+    c.ranks = r.ranks;
+    c.cores = r.cores;
+  }
   c.instructionSeconds = r.instructionSeconds;
   for (const cal::GemmResult &g : r.gemm)
     c.gemm.push_back({g.m, g.n, g.k, g.elementBytes, g.flopsPerSecond});
@@ -128,6 +132,58 @@ planner::DeviceSpec deviceSpec(const cal::Results &r) {
   for (const cal::CommResult &m : r.comm)
     c.comm.push_back({m.op, m.ranks, m.bytes, m.seconds});
   return d;
+}
+
+StatusOr<std::string> writeMachineSpec(const std::string &path, planner::DeviceSpec busy,
+                                       const std::vector<CalibrationResults> &alone) {
+  planner::Calibration &c = busy.calibration;
+  if (c.ranks <= 0 || c.cores <= 0)
+    return Status::error("the every-core-busy spec records no ranks or cores");
+  std::string sources;
+  for (const CalibrationResults &r : alone) {
+    planner::DeviceSpec one = deviceSpec(r);
+    planner::OccupancyTables o;
+    o.name = "alone-" + std::to_string(r.threads) + "t";
+    o.ranks = 1;
+    o.threads = r.threads;
+    o.instructionSeconds = r.instructionSeconds;
+    o.gemm = std::move(one.calibration.gemm);
+    o.bandwidth = std::move(one.calibration.bandwidth);
+    o.kernels = std::move(one.calibration.kernels);
+    o.attention = std::move(one.calibration.attention);
+    c.occupancies.push_back(std::move(o));
+    sources += (sources.empty() ? "" : ", ") + std::to_string(r.threads) + " thread(s)";
+  }
+  c.source = "megac calibrate --backend cpu (one spec per machine): every core busy, " + c.source +
+             "; one rank alone with " + sources;
+  std::string json = planner::deviceSpecJson(busy);
+  std::span<const uint8_t> piece(reinterpret_cast<const uint8_t *>(json.data()), json.size());
+  if (Status st = writeFileAtomically(path, {&piece, 1}); !st.isOk())
+    return Status::error("-o: " + st.message());
+  std::string error;
+  if (!planner::loadDeviceSpec(path, &error))
+    return Status::error("the written spec does not load: " + error);
+  std::string out = "wrote " + path + ": " + busy.name + ", tables for " +
+                    std::to_string(c.occupancies.size() + 1) + " occupancies:\n";
+  char line[256];
+  auto occupancy = [&](const std::string &name, int64_t ranks, int64_t threads,
+                       const std::vector<planner::GemmPoint> &gemm,
+                       const std::vector<planner::BandwidthPoint> &bandwidth) {
+    double peak = 0;
+    for (const planner::GemmPoint &g : gemm)
+      if (g.elementBytes == 4)
+        peak = std::max(peak, g.flopsPerSecond);
+    std::snprintf(line, sizeof line,
+                  "  %-9s %lld rank(s) x %lld thread(s): gemm f32 peak %.1f GFLOP/s, copy %.1f "
+                  "GB/s per rank\n",
+                  name.c_str(), (long long)ranks, (long long)threads, peak / 1e9,
+                  bandwidth.empty() ? 0.0 : bandwidth.back().bytesPerSecond / 1e9);
+    out += line;
+  };
+  for (const planner::OccupancyTables &o : c.occupancies)
+    occupancy(o.name, o.ranks, o.threads, o.gemm, o.bandwidth);
+  occupancy("busy", c.ranks, c.threads, c.gemm, c.bandwidth);
+  return out;
 }
 
 std::string summaryText(const std::string &path, const planner::DeviceSpec &d,

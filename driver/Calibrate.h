@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace megac::driver {
 
@@ -43,6 +44,14 @@ StatusOr<CalibrationResults> calibrate(const CalibrateRequest &request,
 StatusOr<std::string> writeDeviceSpec(const std::string &path, const CalibrationResults &results);
 
 planner::DeviceSpec deviceSpec(const runtime::calibrate::Results &results);
+
+/// One calibration per machine (`megac calibrate --backend cpu` without --ranks): `busy` is the
+/// spec of every core busy (cores ranks of 1 thread, collectives included) as the MPI job wrote
+/// it; `alone` the runs of one rank alone (1 thread, every core's threads). Writes `busy` with
+/// the alone tables as its calibration's occupancies (planner/Hardware.h) to `path`, loads it
+/// back, and returns a summary.
+StatusOr<std::string> writeMachineSpec(const std::string &path, planner::DeviceSpec busy,
+                                       const std::vector<CalibrationResults> &alone);
 
 /// One paragraph about the spec written at `path`: GEMM rates, copy bandwidth, instruction and
 /// launch costs, kernel rates, collectives and links.

@@ -167,6 +167,7 @@ StatusOr<Results> calibrate(const Options &options) {
   Results r;
   r.backend = backendName(options.backend);
   r.ranks = sync.ranks();
+  r.cores = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
   BenchContext ctx;
   ctx.backend = options.backend;
   ctx.allowTf32 = options.allowTf32;

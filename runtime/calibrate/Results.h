@@ -48,6 +48,7 @@ struct Results {
   std::string source;            // the command, host and date, and what was not measured
   int64_t ranks = 1;             // processes that ran the benchmarks at once
   int64_t threads = 0;           // CPU: kernel/BLAS threads per rank; cuda: 0
+  int64_t cores = 0;             // the node's hardware threads (std::thread::hardware_concurrency)
   int64_t computeUnits = 1;      // CPU: threads; cuda: SMs
   double memoryBytes = 0;        // per rank: MemTotal / ranks, or the GPU's memory
   double instructionSeconds = 0; // one tiny instruction through the executor

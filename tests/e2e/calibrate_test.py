@@ -9,6 +9,13 @@ MPI ranks writes a device spec that the planner loads.
   smaller one, a 4 MiB collective longer than a 4-byte one, GEMM rates between 0.1 GFLOP/s and
   100 TFLOP/s.
 - `megac plan --cluster FILE.json:1x2` searches layouts with it.
+- One spec per machine (issue 34): `megac calibrate --backend cpu --quick` without --ranks writes
+  the every-core-busy tables (ranks = cores, 1 thread, collectives over the cores) with
+  occupancies "alone-1t" and "alone-Ct" (one rank alone, 1 and C = cores threads), each with
+  every table; `megac plan --cluster SPEC:1xR --threads T` predicts from the layout's occupancy:
+  with alone-1t's rates halved in a copy of the spec, a 1-rank, 1-thread layout's compute time
+  grows (by 1.5-2.1x: GEMM and memory-bound time double, instruction overhead does not) while
+  the 1-rank layout of every core's threads and the every-core layout predict the same.
 - Bad flags are one-line errors naming the flag (exit 2); --backend cuda without a GPU says
   "no usable CUDA device".
 Exit 77 (a skip) where mpirun is missing.
@@ -45,6 +52,87 @@ def positive(x):
 
 def megac(binary, *args):
     return subprocess.run([binary, *args], capture_output=True, text=True, timeout=600)
+
+
+def plan_compute(binary, spec, ranks, threads):
+    """The compute seconds megac plan predicts for a pinned layout of `ranks` x `threads`."""
+    model = "gpt:layers=2,hidden=128,heads=4,seq=64,vocab=256"
+    run = megac(binary, "plan", "--model", model, "--cluster", "%s:1x%d" % (spec, ranks),
+                "--threads", str(threads), "--global-batch", str(4 * ranks), "--tp", "1",
+                "--pp", "1", "--dp", str(ranks), "--vpp", "1", "--micro-batch", "4", "--zero", "0",
+                "--recompute", "none", "--precision", "fp32", "--json", "--no-compile",
+                "--top", "1")
+    check(run.returncode == 0, "megac plan %s:1x%d --threads %d runs (%s)"
+          % (os.path.basename(spec), ranks, threads, run.stderr.strip()[:200]))
+    return json.loads(run.stdout)["layouts"][0]["breakdown"]["compute_s"]
+
+
+def machine_spec(args):
+    cores = os.cpu_count()
+    if cores < 2:
+        print("note: 1 core: one occupancy, the machine spec is not checked")
+        return
+    path = os.path.join(args.workdir, "cpu-machine.json")
+    if os.path.exists(path):
+        os.remove(path)
+    run = megac(args.megac, "calibrate", "--backend", "cpu", "--quick", "-o", path)
+    print(run.stdout + run.stderr)
+    check(run.returncode == 0 and os.path.exists(path),
+          "megac calibrate --backend cpu --quick (no --ranks) wrote %s" % path)
+    with open(path) as f:
+        spec = json.load(f)
+    cal = spec["calibration"]
+    check(cal["ranks"] == cores and cal["cores"] == cores and cal["threads"] == 1 and
+          spec["devicesPerNode"] == cores,
+          "the top-level tables are every core busy: %d ranks x 1 thread" % cores)
+    check(sorted({c["op"] for c in cal["comm"]}) == sorted(COLLECTIVES) and
+          all(c["ranks"] == cores for c in cal["comm"]),
+          "the collectives were measured over the %d cores" % cores)
+    occupancies = {o["name"]: o for o in cal["occupancies"]}
+    want = {"alone-1t": 1, "alone-%dt" % cores: cores}
+    check(sorted(occupancies) == sorted(want) and
+          all(occupancies[n]["ranks"] == 1 and occupancies[n]["threads"] == t
+              for n, t in want.items()),
+          "occupancies %s: one rank alone with 1 and %d threads" % (sorted(occupancies), cores))
+    for name, o in occupancies.items():
+        check(positive(o["instructionSeconds"]) and len(o["gemm"]) >= 5 and
+              len(o["bandwidth"]) >= 5 and
+              sorted({k["kernel"] for k in o["kernels"]}) == sorted(KERNELS) and o["attention"],
+              "%s has every table (%d GEMM points, f32 peak %.1f GFLOP/s)"
+              % (name, len(o["gemm"]), max(g["flopsPerSecond"] for g in o["gemm"]) / 1e9))
+    check("one rank alone" in cal["source"] and "every core busy" in cal["source"],
+          "the source says what was measured: %s" % cal["source"][:120])
+
+    # The layout's occupancy is the one the cost model reads: alone-1t's rates halved in a copy.
+    slow = json.loads(json.dumps(spec))
+    for o in slow["calibration"]["occupancies"]:
+        if o["name"] == "alone-1t":
+            for g in o["gemm"]:
+                g["flopsPerSecond"] /= 2
+            for b in o["bandwidth"]:
+                b["bytesPerSecond"] /= 2
+            for k in o["kernels"]:
+                k["seconds"] = 2 * k["seconds"] - o["instructionSeconds"]
+            for a in o["attention"]:
+                a["forwardSeconds"] = 2 * a["forwardSeconds"] - o["instructionSeconds"]
+                a["backwardSeconds"] = 2 * a["backwardSeconds"] - o["instructionSeconds"]
+    slow_path = os.path.join(args.workdir, "cpu-machine-slow-1t.json")
+    with open(slow_path, "w") as f:
+        json.dump(slow, f)
+    one = plan_compute(args.megac, path, 1, 1)
+    one_slow = plan_compute(args.megac, slow_path, 1, 1)
+    check(1.5 < one_slow / one < 2.1,
+          "1 rank x 1 thread reads alone-1t: compute %.2f ms -> %.2f ms with its rates halved"
+          % (one * 1e3, one_slow * 1e3))
+    for ranks, threads in [(1, cores), (cores, 1)]:
+        a, b = plan_compute(args.megac, path, ranks, threads), plan_compute(
+            args.megac, slow_path, ranks, threads)
+        check(a == b, "%d rank(s) x %d thread(s) reads other tables: %.2f ms either way"
+              % (ranks, threads, a * 1e3))
+    bad = megac(args.megac, "plan", "--model", "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128",
+                "--cluster", path + ":1x1", "--global-batch", "4", "--threads", "0")
+    check(bad.returncode == 2 and "--threads" in bad.stderr,
+          "megac plan --threads 0: %s" % bad.stderr.strip())
 
 
 def main():
@@ -145,6 +233,8 @@ def main():
                           for l in layouts),
           "%d layouts on 2 calibrated ranks, best %.4f s/step"
           % (len(layouts), layouts[0]["step_time_s"]))
+
+    machine_spec(args)
 
     # Command-line errors: one line naming the flag, exit 2.
     out = os.path.join(args.workdir, "never.json")

@@ -9,12 +9,18 @@
 
 #ifndef MEGAC_CALIBRATE_STANDALONE
 #include "driver/Job.h"
+#include "planner/Hardware.h"
 #include "tools/megac/RunFlags.h"
 #endif
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <thread>
+#include <unistd.h>
+#include <vector>
 
 namespace megac::cli {
 namespace {
@@ -63,6 +69,61 @@ int calibrate(const std::string &out, driver::CalibrateRequest request) {
   return 0;
 }
 
+#ifndef MEGAC_CALIBRATE_STANDALONE
+/// One spec per machine (CPU, no --ranks/--threads, `cores` > 1): one rank alone with 1 thread
+/// and with `cores` threads in this process, then every core busy (`cores` ranks of 1 thread,
+/// collectives included) as an MPI job of this executable writing a temporary spec; the three
+/// merged into `out` (driver::writeMachineSpec).
+int calibrateMachine(const char *self, const std::string &out, driver::CalibrateRequest request,
+                     int64_t cores, bool oversubscribe) {
+  request.progress = [](const std::string &line) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  };
+  std::vector<driver::CalibrationResults> alone;
+  for (int64_t threads : {int64_t(1), cores}) {
+    std::fprintf(stderr, "calibrate: one rank alone, %lld thread(s)\n", (long long)threads);
+    request.ranks = 1;
+    request.threads = threads;
+    StatusOr<driver::CalibrationResults> results = driver::calibrate(request);
+    if (!results.isOk())
+      return fail(kCommand, results.status().message());
+    alone.push_back(std::move(results).value());
+  }
+  std::fprintf(stderr, "calibrate: every core busy, %lld ranks x 1 thread\n", (long long)cores);
+  std::string busyPath = out + ".busy-" + std::to_string(::getpid()) + ".json";
+  std::vector<std::string> line = {
+      self,        "calibrate", "--backend", "cpu",   "--ranks", std::to_string(cores),
+      "--threads", "1",         "-o",        busyPath};
+  if (request.quick)
+    line.push_back("--quick");
+  std::vector<char *> args;
+  for (std::string &arg : line)
+    args.push_back(arg.data());
+  // The job's own summary goes to stderr with the progress: stdout is the merged spec's.
+  std::fflush(stdout);
+  int saved = ::dup(fileno(stdout));
+  ::dup2(fileno(stderr), fileno(stdout));
+  int rc = relaunchUnderMpirun(int(args.size()), args.data(), kCommand, cores, oversubscribe);
+  std::fflush(stdout);
+  ::dup2(saved, fileno(stdout));
+  ::close(saved);
+  std::string error;
+  std::optional<planner::DeviceSpec> busy =
+      rc == 0 ? planner::loadDeviceSpec(busyPath, &error) : std::nullopt;
+  std::filesystem::remove(busyPath);
+  if (rc != 0)
+    return rc;
+  if (!busy)
+    return fail(kCommand, "the every-core-busy spec does not load: " + error);
+  StatusOr<std::string> summary = driver::writeMachineSpec(out, *busy, alone);
+  if (!summary.isOk())
+    return fail(kCommand, summary.status().message());
+  std::fputs(summary->c_str(), stdout);
+  return 0;
+}
+#endif
+
 } // namespace
 
 int calibrateCommand(int argc, char **argv) {
@@ -104,6 +165,17 @@ int calibrateCommand(int argc, char **argv) {
 #endif
   }
   driver::CalibrateRequest request;
+#ifndef MEGAC_CALIBRATE_STANDALONE
+  // One spec per machine: without --ranks and --threads a CPU calibration measures one rank
+  // alone and every core busy (issue 34); a job mpirun started is one occupancy.
+  int64_t cores = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));
+  if (*backend == driver::Backend::cpu && !f.given("--ranks") && !f.given("--threads") &&
+      launched() <= 1 && cores > 1) {
+    request.backend = *backend;
+    request.quick = quick;
+    return calibrateMachine(argv[0], *out, request, cores, oversubscribe);
+  }
+#endif
   request.backend = *backend;
   request.ranks = ranks;
   request.threads = threads;

@@ -314,7 +314,7 @@ const char *const kPlanHelp =
     R"(usage: megac plan MODEL --cluster SPEC --global-batch B [--seq S] [--tp T --pp P --dp D
                   --cp C --ep E --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel
                   --zero 0|1|2|3 --recompute none|selective|full] [--precision bf16|fp16|fp32]
-                  [--top K]
+                  [--top K] [--threads T]
                   [--stack megac|megatron-2021|megatron-core] [--dropout P] [--explain]
                   [--json] [--timeline FILE.svg] [--trace FILE.json] [--no-compile]
 
@@ -330,9 +330,11 @@ does not have. Mixture-of-experts models also search --ep (expert parallelism, d
 the experts; docs/moe.md). --cp C (context parallelism: each sequence split over C ranks, 2*C
 dividing it; world = tp*cp*pp*dp) and --zero 2|3 (gradients, and parameters, sharded over the
 dp x cp ranks; needs dp > 1) are searched too; the report says why #1 beats the best zero-3
-layout and the best layout with (or without) cp. --explain splits #1's predicted step by op
-class (GEMM, attention, memory-bound, launch overhead, each collective, bubble) and explains its
-compiled plan.
+layout and the best layout with (or without) cp. --threads T: on a `megac calibrate --backend
+cpu` spec, the kernel threads per rank the layouts run (as megac train --threads; default cores
+/ ranks per node), which picks the calibration's measured occupancy. --explain splits #1's
+predicted step by op class (GEMM, attention, memory-bound, launch overhead, each collective,
+bubble) and explains its compiled plan.
 
 usage: megac plan MODEL --ranks N [--tp T --pp P --dp D --vpp V --sequence-parallel
                   --zero 0|1 --recompute none|selective|full --schedule 1f1b|gpipe
@@ -364,12 +366,18 @@ as training does, and each point is the slowest rank's:
   collectives  all-reduce, all-gather, reduce-scatter and send/recv from 4 B to 64 MiB
                (only with --ranks N > 1; over NCCL on GPUs)
 Points repeat until about 50 ms each (--quick: a few points, 10 ms each, for tests); the
-whole CPU run takes about a minute. No training plan is run.
+whole CPU run takes about a minute per occupancy. No training plan is run.
+
+One spec per machine: `--backend cpu` without --ranks and --threads measures three occupancies
+of the node, one rank alone with 1 thread and with every core's threads, and every core busy
+(ranks = cores, 1 thread each, with the collectives under mpirun), and writes them as named
+tables of one spec; `megac plan` picks each layout's (ranks per node x --threads) tables.
 
   --backend cpu|cuda  cpu: OpenBLAS and the reference kernels (MPI between ranks); cuda: one GPU
                       per rank (cuBLASLt, the CUDA kernels, NCCL). Default: cuda when usable.
-  --ranks N           N processes, started under mpirun as `megac train --ranks` does
-                      (default 1; a job already started by mpirun is detected)
+  --ranks N           N processes, started under mpirun as `megac train --ranks` does, one
+                      occupancy (default: the three above on a CPU of several cores, else 1;
+                      a job already started by mpirun is detected)
   --threads T         CPU kernel/BLAS threads per rank (default: cores / ranks on this node)
   --oversubscribe     pass --oversubscribe to mpirun (it is added anyway when N > cores)
   --allow-tf32        cuda: fp32 GEMMs through TF32 tensor cores

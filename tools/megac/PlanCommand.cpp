@@ -65,7 +65,8 @@ int searchCommand(int argc, char **argv) {
   std::optional<std::string> spec, cluster, stack, timeline, trace;
   std::string zero, recompute, precision = "bf16";
   std::vector<std::string> inputShapes;
-  int64_t seq = 0, top = 5, tp = 0, pp = 0, dp = 0, ep = 0, cp = 0, vpp = 0, microBatch = 0;
+  int64_t threads = 0, seq = 0, top = 5, tp = 0, pp = 0, dp = 0, ep = 0, cp = 0, vpp = 0,
+          microBatch = 0;
   double dropout = 0;
   bool sp = false, noSp = false, noCompile = false;
   f.text("--model", spec, "SPEC").text("--cluster", cluster, "SPEC");
@@ -76,7 +77,9 @@ int searchCommand(int argc, char **argv) {
   f.choice("--zero", zero, {"0", "1", "2", "3"})
       .choice("--recompute", recompute, {"none", "selective", "full"});
   f.choice("--precision", precision, {"bf16", "fp16", "fp32"});
-  f.count("--top", top, 1, "K", 1 << 20).text("--timeline", timeline, "FILE.svg");
+  f.count("--threads", threads, 1, "T")
+      .count("--top", top, 1, "K", 1 << 20)
+      .text("--timeline", timeline, "FILE.svg");
   f.text("--trace", trace, "FILE.json").repeated("--input-shape", inputShapes, "NAME=DIMS");
   f.text("--stack", stack, "NAME");
   f.number(
@@ -111,6 +114,9 @@ int searchCommand(int argc, char **argv) {
                         f.given("--zero") ? std::optional(zero) : std::nullopt, sp, noSp);
       !e.empty())
     return f.usage(e);
+  // CPU kernel threads per rank of the planned layouts: the calibration's occupancy
+  // (planner/Calibration.h, calibrationFor).
+  r.cluster.device.threadsPerRank = threads;
   StatusOr<bool> found = driver::searchLayouts(r, [](const std::string &text) {
     std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
