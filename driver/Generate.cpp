@@ -1,8 +1,9 @@
-// Text from a checkpoint's model (Generate.h).
+// Text from a checkpoint's model or an hf: folder's (Generate.h).
 #include "driver/Generate.h"
 
 #include "driver/CheckpointModel.h"
 #include "driver/Compile.h"
+#include "driver/HfWeights.h"
 
 #include "frontends/models/ModelConfig.h"
 #include "runtime/checkpoint/Checkpoint.h"
@@ -80,6 +81,10 @@ struct Forward {
   std::string logits; // the output to read; empty: "logits" if there is one, else the first
   std::string description;
   double compileSeconds = 0;
+  /// An hf: folder's weights file, read into the executor's parameters (HfWeights.h) in place
+  /// of `weights`; empty for checkpoints.
+  std::string hfWeightsFile;
+  SourceShapes sourceShapes;
 };
 
 /// A zoo GPT: the checkpoint's spec (or --model) at batch 1, the checkpoint's weights in f32.
@@ -168,6 +173,10 @@ Status openSession(GenerationSession &s) {
                          s.forward.description + ")");
   s.executor = std::move(*executor);
   s.forward.weights.clear(); // the executor holds its own copy
+  if (!s.forward.hfWeightsFile.empty()) {
+    ASSIGN_OR_RETURN(HfCheckpoint hf, HfCheckpoint::open(s.forward.hfWeightsFile));
+    RETURN_IF_ERROR(loadHfWeights(hf, *s.plan, *s.executor, s.forward.sourceShapes, {}));
+  }
   for (const std::string &input : s.executor->inputNames())
     if (input != "input_ids")
       return Status::error(s.forward.description + " takes input '" + input +
@@ -293,6 +302,32 @@ Generator::open(const std::string &loadDir, const std::optional<std::string> &sp
   checkpoint.optimizer.clear();
   auto session = std::make_unique<Session>();
   session->forward = std::move(forward).value();
+  RETURN_IF_ERROR(openSession(*session));
+  return std::unique_ptr<Generator>(new Generator(std::move(session)));
+}
+
+StatusOr<std::unique_ptr<Generator>> Generator::openHf(const ModelSource &source, int64_t window) {
+  const auto *hf = std::get_if<HfSpec>(&source.value());
+  if (!hf)
+    return Status::error("'" + source.text() + "' is not an hf: model");
+  models::ModelConfig config = *source.config();
+  config.seq = hf->seq.value_or(window);
+  config.batch = 1;
+  ASSIGN_OR_RETURN(ModelSource bound, source.bound(config));
+  ASSIGN_OR_RETURN(CompiledModel compiled, compileModel(bound, {}, codegen::CodegenOptions()));
+  if (compiled.hfWeightsFile.empty())
+    return Status::error(
+        "--model " + source.text() + ": " + hfFolder(source) +
+        " has no model.safetensors or model.safetensors.index.json (a bare config.json has no "
+        "weights to generate with)");
+  auto session = std::make_unique<Session>();
+  Forward &forward = session->forward;
+  forward.plan = std::move(compiled.plan);
+  forward.seq = config.seq;
+  forward.description = source.text();
+  forward.compileSeconds = compiled.loadSeconds + compiled.compileSeconds;
+  forward.hfWeightsFile = compiled.hfWeightsFile;
+  forward.sourceShapes = std::move(compiled.sourceShapes);
   RETURN_IF_ERROR(openSession(*session));
   return std::unique_ptr<Generator>(new Generator(std::move(session)));
 }

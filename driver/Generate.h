@@ -1,10 +1,11 @@
 // Text from a checkpoint (`megac generate`): a zoo GPT, or an ONNX-imported causal LM rebuilt from
-// the .onnx file the checkpoint records, run as a one-rank forward plan over the window of the
-// last seq tokens (batch 1, or the model's fixed batch with the window in row 0); the logits of
-// the last real position pick the next token: greedy (temperature 0, the forward pass's argmax)
-// or sampled with top-k / top-p from a seeded generator.
+// the .onnx file the checkpoint records, or a transformers folder (--model hf:FOLDER), run as a
+// one-rank forward plan over the window of the last seq tokens (batch 1, or the model's fixed batch
+// with the window in row 0); the logits of the last real position pick the next token: greedy
+// (temperature 0, the forward pass's argmax) or sampled with top-k / top-p from a seeded generator.
 #pragma once
 
+#include "driver/ModelSource.h"
 #include "runtime/data/Tokenizer.h"
 #include "support/Status.h"
 
@@ -39,6 +40,9 @@ public:
   open(const std::string &loadDir, const std::optional<std::string> &spec,
        const std::optional<std::string> &onnx,
        const std::function<void(const std::string &)> &warn);
+  /// The model of an hf: folder with its weights (model.safetensors[.index.json]; a bare
+  /// config.json is refused), its window the source's seq=S, else `window`.
+  static StatusOr<std::unique_ptr<Generator>> openHf(const ModelSource &source, int64_t window);
   ~Generator();
 
   /// Continues `prompt`: `emit` gets the prompt, then each new token's text as it is chosen,

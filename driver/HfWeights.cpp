@@ -2,11 +2,15 @@
 // folder transformers loads (HfWeights.h).
 #include "driver/HfWeights.h"
 
+#include "driver/Compile.h"
+
+#include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/plan/plan_generated.h"
 #include "support/Files.h"
 #include "support/Float16.h"
 #include "support/Json.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -413,101 +417,251 @@ bool parseByteSize(const std::string &text, uint64_t &bytes) {
   return true;
 }
 
-Status checkHfSaveDir(const std::string &dir) {
+Status checkHfSaveDir(const std::string &dir, const std::string &what) {
   std::error_code ec;
   if (fs::exists(dir, ec))
-    return Status::error("--save-hf: " + dir +
+    return Status::error(what + ": " + dir +
                          " exists; give a new folder (the save never overwrites one)");
   fs::path parent = fs::path(dir).parent_path();
   if (!parent.empty() && !fs::is_directory(parent, ec))
-    return Status::error("--save-hf: no directory " + parent.string());
+    return Status::error(what + ": no directory " + parent.string());
   return Status::ok();
 }
 
-Status saveHfFolder(const std::string &dir, const TensorMap &weights,
-                    const HfSaveOptions &options) {
-  RETURN_IF_ERROR(checkHfSaveDir(dir));
-  std::string name = fs::path(dir).filename().string();
-  if (name.empty())
-    name = fs::path(dir).parent_path().filename().string();
-  fs::path parent = fs::path(dir).parent_path();
-  std::string pattern = ((parent.empty() ? fs::path(".") : parent) / (name + ".tmp-XXXXXX"));
-  std::vector<char> buffer(pattern.begin(), pattern.end());
-  buffer.push_back('\0');
-  if (!::mkdtemp(buffer.data()))
-    return Status::error("--save-hf: cannot create " + pattern + ": " + std::strerror(errno));
-  fs::path tmp(buffer.data());
-  auto fail = [&](const std::string &why) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    return Status::error("--save-hf " + dir + ": " + why);
+StatusOr<DType> hfSaveDtype(const std::string &inputFolder) {
+  std::string path = (fs::path(inputFolder) / "config.json").string();
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "config.json"));
+  StatusOr<json::Value> config =
+      json::parse(std::string_view(reinterpret_cast<const char *>(bytes.data()), bytes.size()));
+  if (!config.isOk())
+    return Status::error(path + ": " + config.status().message());
+  const json::Value *dtype =
+      config->kind == json::Value::Kind::object ? config->find("torch_dtype") : nullptr;
+  if (dtype && dtype->kind == json::Value::Kind::string) {
+    if (dtype->string == "bfloat16")
+      return DType::bf16;
+    if (dtype->string == "float16")
+      return DType::f16;
+  }
+  return DType::f32;
+}
+
+Status saveHfFolder(const std::string &dir,
+                    const std::map<std::string, std::vector<int64_t>> &params,
+                    const SourceShapes &source, const HfShardFetch &fetch,
+                    const HfSaveOptions &options, bool writer) {
+  // Every rank plans the same shards from the same config.json and plan, so the fetches (the
+  // gathers) match up; an error here is every rank's alike, before any gather.
+  StatusOr<DType> savedDtype = hfSaveDtype(options.inputFolder);
+  if (!savedDtype.isOk())
+    return Status::error(options.what + ": " + savedDtype.status().message());
+  DType dtype = *savedDtype;
+  struct Unit {
+    std::string hfName, param;
+    uint64_t bytes = 0;
   };
-  // Shards in name order, each up to shardBytes of F32 tensors.
-  std::map<std::string, const HostTensor *> byHfName;
-  for (const auto &[megacName, tensor] : weights)
-    byHfName[hfTensorName(megacName)] = &tensor;
+  std::vector<Unit> units;
+  for (const auto &[name, shape] : params) {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    auto stack = source.stacks.find(name);
+    units.push_back(
+        {hfTensorName(stack != source.stacks.end() && !stack->second.empty() ? stack->second.front()
+                                                                             : name),
+         name, uint64_t(n) * dtypeSize(dtype)});
+  }
+  std::sort(units.begin(), units.end(),
+            [](const Unit &a, const Unit &b) { return a.hfName < b.hfName; });
   std::vector<std::vector<std::string>> shards(1);
   uint64_t inShard = 0, total = 0;
-  for (const auto &[hfName, tensor] : byHfName) {
-    uint64_t bytes = uint64_t(tensor->numElements()) * 4;
-    if (inShard > 0 && inShard + bytes > options.shardBytes) {
+  for (const Unit &u : units) {
+    if (inShard > 0 && inShard + u.bytes > options.shardBytes) {
       shards.emplace_back();
       inShard = 0;
     }
-    shards.back().push_back(hfName);
-    inShard += bytes;
-    total += bytes;
+    shards.back().push_back(u.param);
+    inShard += u.bytes;
+    total += u.bytes;
+  }
+
+  Status failed = Status::ok();
+  fs::path tmp;
+  auto fail = [&](const std::string &why) {
+    if (failed.isOk())
+      failed = Status::error(options.what + " " + dir + ": " + why);
+  };
+  if (writer) {
+    failed = checkHfSaveDir(dir, options.what);
+    if (failed.isOk()) {
+      std::string name = fs::path(dir).filename().string();
+      if (name.empty())
+        name = fs::path(dir).parent_path().filename().string();
+      fs::path parent = fs::path(dir).parent_path();
+      std::string pattern = ((parent.empty() ? fs::path(".") : parent) / (name + ".tmp-XXXXXX"));
+      std::vector<char> buffer(pattern.begin(), pattern.end());
+      buffer.push_back('\0');
+      if (::mkdtemp(buffer.data()))
+        tmp = buffer.data();
+      else
+        fail("cannot create " + pattern + ": " + std::strerror(errno));
+    }
   }
   std::map<std::string, std::string> metadata = options.metadata;
   metadata["format"] = "pt";
-  std::string weightMap;
+  std::map<std::string, std::string> weightMap; // transformers' name -> file
   for (size_t i = 0; i < shards.size(); ++i) {
+    StatusOr<TensorMap> fetched = fetch(shards[i]);
+    if (!fetched.isOk()) {
+      fail(fetched.status().message());
+      continue;
+    }
+    if (!writer || !failed.isOk())
+      continue;
     char file[64];
     if (shards.size() == 1)
       std::snprintf(file, sizeof file, "%s", kSingleFile);
     else
       std::snprintf(file, sizeof file, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-    TensorMap shard; // this shard's tensors in F32 (resident: one shard beside the weights)
-    for (const std::string &hfName : shards[i]) {
-      const HostTensor &t = *byHfName[hfName];
-      if (!isFloat(t.dtype))
-        return fail("parameter '" + hfName + "' is " + dtypeName(t.dtype) + ", not a float");
-      HostTensor f32 = HostTensor::zeros(DType::f32, t.shape);
-      convertElements(t.bytes.data(), t.dtype, f32.bytes.data(), DType::f32,
-                      size_t(t.numElements()));
-      shard.emplace(hfName, std::move(f32));
-      weightMap += std::string(weightMap.empty() ? "" : ",\n    ") + json::quote(hfName) + ": " +
-                   json::quote(file);
+    // This shard in the saved dtype, each fetched tensor dropped once converted: what is
+    // resident is one output shard (and one tensor's fetched copy).
+    TensorMap shard;
+    for (auto it = fetched->begin(); it != fetched->end(); it = fetched->erase(it)) {
+      std::string hfName = hfTensorName(it->first);
+      HostTensor &t = it->second;
+      if (!isFloat(t.dtype)) {
+        fail("parameter '" + hfName + "' is " + dtypeName(t.dtype) + ", not a float");
+        break;
+      }
+      if (t.dtype == dtype) {
+        shard.emplace(hfName, std::move(t));
+      } else {
+        HostTensor out = HostTensor::zeros(dtype, t.shape);
+        convertElements(t.bytes.data(), t.dtype, out.bytes.data(), dtype, size_t(t.numElements()));
+        shard.emplace(hfName, std::move(out));
+      }
+      weightMap[hfName] = file;
     }
-    if (Status s = runtime::writeSafetensors((tmp / file).string(), shard, metadata); !s.isOk())
-      return fail(s.message());
+    if (failed.isOk())
+      if (Status s = runtime::writeSafetensors((tmp / file).string(), shard, metadata); !s.isOk())
+        fail(s.message());
   }
-  if (shards.size() > 1) {
-    std::string index = "{\n  \"metadata\": {\"total_size\": " + std::to_string(total) +
-                        "},\n  \"weight_map\": {\n    " + weightMap + "\n  }\n}\n";
+  if (writer && failed.isOk() && shards.size() > 1) {
+    std::string index =
+        "{\n  \"metadata\": {\"total_size\": " + std::to_string(total) + "},\n  \"weight_map\": {";
+    bool first = true;
+    for (const auto &[hfName, file] : weightMap) {
+      index += std::string(first ? "\n    " : ",\n    ") + json::quote(hfName) + ": " +
+               json::quote(file);
+      first = false;
+    }
+    index += "\n  }\n}\n";
     std::span<const uint8_t> text(reinterpret_cast<const uint8_t *>(index.data()), index.size());
     if (Status s = writeFileAtomically((tmp / kIndexFile).string(), {&text, 1}); !s.isOk())
-      return fail(s.message());
+      fail(s.message());
   }
-  for (const char *file : {"config.json", "generation_config.json", "tokenizer.json",
-                           "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-                           "vocab.json", "merges.txt", "added_tokens.json"}) {
-    fs::path from = fs::path(options.inputFolder) / file;
-    std::error_code ec;
-    if (!fs::exists(from, ec)) {
-      if (std::string(file) == "config.json")
-        return fail("the input folder " + options.inputFolder + " has no config.json");
-      continue;
+  if (writer && failed.isOk())
+    for (const char *file : {"config.json", "generation_config.json", "tokenizer.json",
+                             "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                             "vocab.json", "merges.txt", "added_tokens.json"}) {
+      fs::path from = fs::path(options.inputFolder) / file;
+      std::error_code ec;
+      if (!fs::exists(from, ec)) {
+        if (std::string(file) == "config.json") {
+          fail("the input folder " + options.inputFolder + " has no config.json");
+          break;
+        }
+        continue;
+      }
+      fs::copy_file(from, tmp / file, ec);
+      if (ec) {
+        fail("cannot copy " + from.string() + ": " + ec.message());
+        break;
+      }
     }
-    fs::copy_file(from, tmp / file, ec);
+  if (writer && failed.isOk()) {
+    std::error_code ec;
+    fs::rename(tmp, dir, ec);
     if (ec)
-      return fail("cannot copy " + from.string() + ": " + ec.message());
+      fail("cannot rename " + tmp.string() + " to " + dir + ": " + ec.message());
   }
-  std::error_code ec;
-  fs::rename(tmp, dir, ec);
-  if (ec)
-    return fail("cannot rename " + tmp.string() + " to " + dir + ": " + ec.message());
-  return Status::ok();
+  if (!failed.isOk() && !tmp.empty()) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+  }
+  return failed;
+}
+
+StatusOr<HfExportSummary> exportHfCheckpoint(const std::string &loadDir,
+                                             const std::optional<std::string> &spec,
+                                             const std::string &dir, uint64_t shardBytes,
+                                             const std::function<void(const std::string &)> &warn) {
+  const std::string what = "megac export --hf";
+  RETURN_IF_ERROR(checkHfSaveDir(dir, "--hf"));
+  std::vector<std::string> refused;
+  StatusOr<runtime::checkpoint::Checkpoint> loaded = runtime::checkpoint::loadLatestCheckpoint(
+      loadDir, &refused, runtime::checkpoint::CheckpointParts::parametersOnly);
+  for (const std::string &line : refused)
+    if (warn)
+      warn(line);
+  if (!loaded.isOk())
+    return loaded.status();
+  runtime::checkpoint::Checkpoint &checkpoint = *loaded;
+  std::string text = spec.value_or(checkpoint.meta.model);
+  StatusOr<ModelSource> parsed = ModelSource::fromSpec(text);
+  if (!parsed.isOk() || !parsed->isHf())
+    return Status::error(
+        checkpoint.path + " is a checkpoint of '" + checkpoint.meta.model + "'" +
+        (spec ? ", and --model '" + *spec + "' is not an hf: model" : std::string()) +
+        "; --hf exports checkpoints of hf: models (give --model hf:FOLDER, the folder it was "
+        "trained from)");
+  // Built at a short sequence: the parameters' shapes do not depend on it (a window-limited
+  // family accepts it).
+  models::ModelConfig config = *parsed->config();
+  config.seq = std::get<HfSpec>(parsed->value()).seq.value_or(8);
+  config.batch = 1;
+  ASSIGN_OR_RETURN(ModelSource source, parsed->bound(config));
+  ASSIGN_OR_RETURN(CompiledModel compiled, compileModel(source, {}, codegen::CodegenOptions()));
+  ASSIGN_OR_RETURN(runtime::LoadedPlan plan, runtime::loadPlanFromBytes(std::move(compiled.plan)));
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const fb::Program *program : *plan.plan().programs())
+    if (program->parameters())
+      for (const fb::Parameter *p : *program->parameters())
+        params.emplace(p->name()->str(),
+                       std::vector<int64_t>(p->global_shape()->begin(), p->global_shape()->end()));
+  for (const auto &[name, shape] : params) {
+    auto it = checkpoint.model.find(name);
+    if (it == checkpoint.model.end())
+      return Status::error(checkpoint.path + " has no tensor for parameter '" + name + "' of " +
+                           text + " (a checkpoint of another model?)");
+    if (it->second.shape != shape)
+      return Status::error(checkpoint.path + ": tensor '" + name + "' is " +
+                           shapeString(it->second.shape) + " but " + text + " has " +
+                           shapeString(shape) + " (a checkpoint of another model?)");
+  }
+  for (const auto &[name, tensor] : checkpoint.model)
+    if (!params.count(name))
+      return Status::error(checkpoint.path + ": tensor '" + name + "' is no parameter of " + text +
+                           " (a checkpoint of another model?)");
+  auto fetch = [&](const std::vector<std::string> &names) -> StatusOr<TensorMap> {
+    TensorMap out; // moved out of the checkpoint: the model is not held twice
+    for (const std::string &name : names) {
+      auto it = checkpoint.model.find(name);
+      out.emplace(name, std::move(it->second));
+      checkpoint.model.erase(it);
+    }
+    toSourceShapes(out, compiled.sourceShapes);
+    return out;
+  };
+  HfExportSummary summary{checkpoint.path, checkpoint.meta.step, params.size()};
+  ASSIGN_OR_RETURN(summary.dtype, hfSaveDtype(hfFolder(source)));
+  HfSaveOptions options{
+      hfFolder(source),
+      shardBytes,
+      {{"producer", "megac export"}, {"step", std::to_string(checkpoint.meta.step)}},
+      what};
+  RETURN_IF_ERROR(saveHfFolder(dir, params, compiled.sourceShapes, fetch, options));
+  return summary;
 }
 
 } // namespace megac::driver

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include <sys/resource.h>
 
@@ -494,12 +495,26 @@ Status TrainSession::saveWeights(const std::string &path) {
 }
 
 Status TrainSession::saveHf(const std::string &dir) {
-  ASSIGN_OR_RETURN(TensorMap weights, parameters());
-  if (!root())
-    return Status::ok();
-  return saveHfFolder(dir, weights,
+  State &s = *state_;
+  // Shard by shard: rank 0 gathers one output shard's parameters at a time, never the model.
+  std::map<std::string, std::vector<int64_t>> params;
+  for (const megac::plan::Program *program : *s.plan->plan().programs())
+    if (program->parameters())
+      for (const megac::plan::Parameter *p : *program->parameters())
+        params.emplace(p->name()->str(), std::vector<int64_t>(p->global_shape()->begin(),
+                                                              p->global_shape()->end()));
+  auto fetch = [&](const std::vector<std::string> &names) -> StatusOr<TensorMap> {
+    ASSIGN_OR_RETURN(TensorMap weights,
+                     runtime::gatherParameters(*s.plan, *s.executor, *s.rank.comm,
+                                               std::set<std::string>(names.begin(), names.end())));
+    if (root())
+      toSourceShapes(weights, model_.sourceShapes);
+    return weights;
+  };
+  return saveHfFolder(dir, params, model_.sourceShapes, fetch,
                       {hfFolder(config_.model), config_.checkpoint.hfShardBytes,
-                       {{"producer", "megac train"}, {"step", std::to_string(stepsDone_)}}});
+                       {{"producer", "megac train"}, {"step", std::to_string(stepsDone_)}}},
+                      root());
 }
 
 Status TrainSession::writeTrace() {

@@ -101,7 +101,8 @@ public:
   /// Every parameter, whole, written by rank 0 in the layout of a one-rank run.
   Status saveWeights(const std::string &path);
   /// Every parameter as a transformers folder `dir` (an hf: model; driver/HfWeights.h), written
-  /// by rank 0 in shards of checkpoint.hfShardBytes, with the input folder's config.json and
+  /// by rank 0 in shards of checkpoint.hfShardBytes (each gathered alone: rank 0 never holds the
+  /// whole model), in the config's torch_dtype, with the input folder's config.json and
   /// tokenizer files. Every rank calls it.
   Status saveHf(const std::string &dir);
   /// The same parameters in memory: whole, in the model's own shapes, by name, on rank 0 (other

@@ -152,6 +152,23 @@ StatusOr<TensorMap> gatherParameters(const LoadedPlan &plan, const Executor &exe
   return assemble(plan, parameterItems(plan, true), mine, comm, root);
 }
 
+StatusOr<TensorMap> gatherParameters(const LoadedPlan &plan, const Executor &executor,
+                                     comm::Communicator &comm, const std::set<std::string> &names,
+                                     int root) {
+  std::map<std::string, HostTensor> mine;
+  for (const std::string &name : executor.parameterNames()) {
+    if (!names.count(name))
+      continue;
+    ASSIGN_OR_RETURN(HostTensor value, executor.parameter(name));
+    mine.emplace(name, std::move(value));
+  }
+  std::vector<Item> items;
+  for (Item &item : parameterItems(plan, true))
+    if (names.count(item.name))
+      items.push_back(std::move(item));
+  return assemble(plan, items, mine, comm, root);
+}
+
 StatusOr<TensorMap> gatherGradients(const LoadedPlan &plan, const Executor &executor,
                                     comm::Communicator &comm, int root) {
   // This rank's accumulators, summed over their partial axes (every member of a group runs the

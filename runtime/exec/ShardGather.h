@@ -10,6 +10,9 @@
 #include "support/HostTensor.h"
 #include "support/Status.h"
 
+#include <set>
+#include <string>
+
 namespace megac::runtime {
 
 /// Every parameter of every program by name (a parameter on several stages, such as tied
@@ -17,6 +20,11 @@ namespace megac::runtime {
 /// the lowest rank holding it sends it.
 StatusOr<TensorMap> gatherParameters(const LoadedPlan &plan, const Executor &executor,
                                      comm::Communicator &comm, int root = 0);
+/// The same for the parameters named in `names` only (every rank passes the same names): what a
+/// writer that saves a model piece by piece gathers, so that `root` never holds it whole.
+StatusOr<TensorMap> gatherParameters(const LoadedPlan &plan, const Executor &executor,
+                                     comm::Communicator &comm, const std::set<std::string> &names,
+                                     int root = 0);
 
 /// The gradient of every parameter, keyed by the parameter's name, on `root`: its accumulator
 /// "grad.<name>" summed over the accumulator's partial axes (on a copy; the executor's state is

@@ -26,7 +26,11 @@ For each:
   - round trip: `megac train --save-hf OUT --hf-shard-size 30KB` (one step at lr 1e-3):
     transformers' from_pretrained(OUT) has exactly the parameters megac's --save-weights wrote
     (the same fp32 bits), and its logits equal `megac run --model hf:OUT,seq=16`'s (the forward
-    bound above); OUT has the input's config.json and tokenizer file.
+    bound above); OUT has the input's config.json and tokenizer file and its tensors are in the
+    config's torch_dtype (qwen2's bf16: the trained parameters rounded to nearest even);
+  - export: `megac export --load CKPT --hf OUT2` of the same run's checkpoint writes that folder
+    again, tensors byte for byte;
+  - generate (llama, qwen2): `megac generate --model hf:DIR` makes transformers' greedy tokens.
 Bad input, each refused by `megac train` in one line naming the file and the tensor, with no
 --save-hf folder written: a truncated shard, an index naming a missing file, an unreadable dtype
 (I32), a mis-shaped tensor (a config that does not match the weights), a missing tensor (then
@@ -35,6 +39,7 @@ About 40 s.
 
 usage: hf_weights_test.py --megac build/bin/megac --workdir DIR [--venv .venv]
        hf_weights_test.py ... --measure HIDDEN,FFN,LAYERS   (a measurement, not CI: below)
+       hf_weights_test.py ... --measure-save HIDDEN,FFN,LAYERS,SHARD_BYTES   (the same, saving)
 Needs transformers (the test venv; exits 77 without it); mpirun for tp 2 x dp 2 (skipped
 without it).
 """
@@ -47,7 +52,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numerics  # noqa: E402
 from hf_models_test import venv_test_args  # noqa: E402
-from safetensors_np import read_safetensors  # noqa: E402
+from safetensors_np import read_raw, read_safetensors  # noqa: E402
 
 SEQ, VOCAB = 16, 128
 SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -217,6 +222,87 @@ def bad_inputs(args, check, base, cls, config, tokens):
               f"{what}: refused ({t.stderr.strip().splitlines()[-1] if t.stderr.strip() else ''})")
 
 
+def check_export(args, check, name, ckpt, saved):
+    """`megac export --load CKPT --hf OUT` of the run's checkpoint writes the folder --save-hf
+    wrote at the end of the same run: the same files, the same tensors byte for byte (the
+    shards' __metadata__ says which command wrote them)."""
+    out = os.path.join(args.workdir, name + "-exported")
+    e = megac(args, ["export", "--load", ckpt, "--hf", out, "--hf-shard-size", "30KB"])
+    if e.returncode != 0:
+        check(False, f"{name}: megac export --hf: {e.stderr.strip()[-400:]}")
+        return
+    files = sorted(os.listdir(out))
+    same = files == sorted(os.listdir(saved)) and all(
+        read_raw(os.path.join(out, f)) == read_raw(os.path.join(saved, f))
+        if f.endswith(".safetensors") else
+        open(os.path.join(out, f), "rb").read() == open(os.path.join(saved, f), "rb").read()
+        for f in files)
+    check(same, f"{name}: megac export --load CKPT --hf writes the --save-hf folder ({len(files)} "
+          "files, tensors byte for byte)" + ("" if same else f": {files}"))
+
+
+def check_sharded_save(args, check, name, folder, tokens, extra):
+    """--save-hf under tp 2 x dp 2 (mixtral: ep 2 too), where rank 0 gathers each output shard's
+    parameters from the ranks that own them, one shard at a time: the folder's tensors are
+    exactly the whole parameters --save-weights gathers in the same run (F32 folders)."""
+    if shutil.which("mpirun") is None:
+        numerics.skip(f"{name}: --save-hf under tp 2 x dp 2: mpirun is not on PATH")
+        return
+    out = os.path.join(args.workdir, name + "-saved-tp2dp2")
+    weights = out + ".safetensors"
+    layout = ["--ranks", "4", "--tp", "2", "--dp", "2"] + (["--ep", "2"] if name == "mixtral"
+                                                          else [])
+    argv = train_argv(folder, tokens, ["--save-hf", out, "--hf-shard-size", "30KB",
+                                       "--save-weights", weights, *layout, *extra])
+    argv[argv.index("--micro-batch") + 1] = "2"  # global batch 4 = 2 x dp 2
+    t = megac(args, argv, timeout=300)
+    if t.returncode != 0:
+        check(False, f"{name}: --save-hf under tp 2 x dp 2: {t.stderr.strip()[-400:]}")
+        return
+    saved = {}
+    for f in os.listdir(out):
+        if f.endswith(".safetensors"):
+            saved.update({k.removeprefix("model."): v
+                          for k, v in read_safetensors(os.path.join(out, f)).items()})
+    whole = read_safetensors(weights)
+    import numpy as np
+    same = set(saved) == set(whole) and all(np.array_equal(saved[k], whole[k]) for k in whole)
+    files = len([f for f in os.listdir(out) if f.endswith(".safetensors")])
+    check(same, f"{name}: --save-hf under {' '.join(layout[2:])} ({files} shards gathered one "
+          "at a time) holds exactly the parameters --save-weights gathered whole")
+
+
+def check_generate(args, check, name, folder, model, new_tokens=12):
+    """`megac generate --model hf:DIR` (byte tokenizer: the prompt's ASCII bytes are its ids,
+    all below the vocab of 128) against transformers' greedy generate of the same folder from
+    the same ids, its end-of-sequence id unset so both make every token. Greedy picks the argmax:
+    the logits agree to ~1e-6 of the largest (the forward bound; transformers' KV-cached steps
+    differ from a full forward by as little), so the tokens can differ only where the top two
+    logits are closer than that; the message reports the smallest top-two gap on the path
+    (relative to the largest logit) to show that they are not."""
+    import torch
+    prompt = "megac!"
+    g = subprocess.run([args.megac, "generate", "--model", f"hf:{folder}", "--prompt", prompt,
+                        "--max-tokens", str(new_tokens)], capture_output=True, timeout=120)
+    if g.returncode != 0:
+        check(False, f"{name}: megac generate --model hf:DIR: "
+              f"{g.stderr.decode(errors='replace').strip()[-400:]}")
+        return
+    ids = torch.tensor([list(prompt.encode())])
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        r = model.generate(ids, max_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
+                           output_scores=True, return_dict_in_generate=True)
+    want = r.sequences[0, ids.shape[1]:].tolist()
+    gap = min(float((s[0].topk(2).values[0] - s[0].topk(2).values[1]) / s[0].abs().max())
+              for s in r.scores)
+    got = list(g.stdout)
+    ok = got[:len(prompt)] == list(prompt.encode()) and got[len(prompt):-1] == want
+    check(ok, f"{name}: megac generate --model hf:DIR, {new_tokens} greedy tokens equal "
+          f"transformers' generate (smallest top-two gap {gap:.1e} of the largest logit)"
+          + ("" if ok else f": {got[len(prompt):-1]} vs {want}"))
+
+
 def write_bf16_shards(folder, shapes, shard_bytes):
     """Random normal(0, 0.02) bf16 tensors as save_pretrained's sharded layout (index + shards),
     made one tensor at a time (the writer never holds the model)."""
@@ -312,10 +398,67 @@ def measure(args):
     return 0
 
 
+def measure_save(args):
+    """Peak resident memory of `megac train --save-hf` under tp 2 (--measure-save H,F,L,SHARD):
+    the llama of --measure in sharded bf16 files, one step, then saved in shards of SHARD bytes
+    (its config says bfloat16, so the folder is bf16). The whole run's peak is the largest of
+    its processes' VmHWM (wait4's ru_maxrss of the launcher, which takes the maximum over the
+    ranks it waited for: rank 0, which gathers and writes, is the largest); the step's peak is
+    --log-json's mem_rss_peak_bytes (rank 0, before the save). SHARD larger than the model is
+    one shard: rank 0 gathers the whole model at once, as --save-hf did before it saved shard by
+    shard."""
+    import numpy as np
+    import resource
+    import transformers as T
+    hidden, ffn, layers, shard = (int(x) for x in args.measure_save.split(","))
+    vocab, heads, kv = 32000, hidden // 64, hidden // 4
+    full = os.path.join(args.workdir, "full")
+    if not os.path.exists(os.path.join(full, "model.safetensors.index.json")):
+        config = T.LlamaConfig(hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+                               num_attention_heads=heads, num_key_value_heads=heads // 4,
+                               vocab_size=vocab, torch_dtype="bfloat16")
+        config.save_pretrained(full)
+        shapes = {"model.embed_tokens.weight": (vocab, hidden), "model.norm.weight": (hidden,),
+                  "lm_head.weight": (vocab, hidden)}
+        for i in range(layers):
+            L = f"model.layers.{i}."
+            for n, sh in (("input_layernorm", (hidden,)), ("post_attention_layernorm", (hidden,)),
+                          ("self_attn.q_proj", (hidden, hidden)), ("self_attn.k_proj", (kv, hidden)),
+                          ("self_attn.v_proj", (kv, hidden)), ("self_attn.o_proj", (hidden, hidden)),
+                          ("mlp.gate_proj", (ffn, hidden)), ("mlp.up_proj", (ffn, hidden)),
+                          ("mlp.down_proj", (hidden, ffn))):
+                shapes[L + n + ".weight"] = sh
+        write_bf16_shards(full, shapes, 500_000_000)
+    tokens = os.path.join(args.workdir, "tokens.npy")
+    np.save(tokens, np.random.RandomState(0).randint(0, vocab, size=(2, 17)).astype(np.int64))
+    out = os.path.join(args.workdir, f"saved-{shard}")
+    shutil.rmtree(out, ignore_errors=True)
+    log = os.path.join(args.workdir, f"save-{shard}.jsonl")
+    t = megac(args, ["train", "--model", f"hf:{full}", "--data", tokens, "--steps", "1",
+                     "--global-batch", "1", "--micro-batch", "1", "--lr", "1e-4", "--ranks", "2",
+                     "--tp", "2", "--log-json", log, "--save-hf", out, "--hf-shard-size",
+                     str(shard)], timeout=1800)
+    if t.returncode != 0:
+        print(f"megac train --save-hf failed: {t.stderr.strip()[-600:]}")
+        return 1
+    whole = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    step = json.loads(open(log).read().splitlines()[-1])["mem_rss_peak_bytes"]
+    files = [f for f in os.listdir(out) if f.endswith(".safetensors")]
+    print(f"--hf-shard-size {shard}: {len(files)} bf16 file(s); step peak (rank 0) "
+          f"{step / 1e9:.2f} GB, whole run with the save {whole / 1e9:.2f} GB "
+          f"(+{(whole - step) / 1e9:.2f} GB)")
+    return 0
+
+
 def main():
-    args = venv_test_args(lambda p: p.add_argument("--measure", default=None))
+    args = venv_test_args(lambda p: (p.add_argument("--measure", default=None),
+                                     p.add_argument("--measure-save", default=None)),
+                          fresh_workdir="--measure-save" not in sys.argv)
     if args.measure:
         return measure(args)
+    if args.measure_save:
+        os.makedirs(args.workdir, exist_ok=True)
+        return measure_save(args)
     import numpy as np
     import torch
     from hf_config_models_test import nemotron_shim, training_case
@@ -356,9 +499,11 @@ def main():
 
         out = os.path.join(args.workdir, name + "-saved")
         weights = os.path.join(args.workdir, name + "-saved.safetensors")
+        ckpt = os.path.join(args.workdir, name + "-ckpt")
         extra = ["--moe-aux-loss-coeff", "0"] if name == "mixtral" else []
         t = megac(args, train_argv(folder, tokens, ["--save-hf", out, "--hf-shard-size", "30KB",
-                                                    "--save-weights", weights, *extra]))
+                                                    "--save-weights", weights, "--save", ckpt,
+                                                    *extra]))
         if t.returncode != 0:
             check(False, f"{name}: megac train --save-hf: {t.stderr.strip()[-400:]}")
             continue
@@ -367,13 +512,20 @@ def main():
         state = {k.removeprefix("model."): v.numpy() for k, v in reloaded.state_dict().items()}
         if config.tie_word_embeddings:
             state.pop("lm_head.weight")
-        trained = read_safetensors(weights)
+        # Saved in the config's torch_dtype: a bf16 folder holds the trained fp32 parameters
+        # rounded to nearest even, as torch's .to(torch.bfloat16) rounds them.
+        trained = {k: v if dtype == torch.float32 else
+                   torch.from_numpy(v.copy()).to(dtype).float().numpy()
+                   for k, v in read_safetensors(weights).items()}
+        want_dtype = {torch.float32: "F32", torch.bfloat16: "BF16"}[dtype]
+        dtypes = {d for f in saved if f.endswith(".safetensors")
+                  for d, _, _ in read_raw(os.path.join(out, f)).values()}
         same = set(state) == set(trained) and all(
             np.array_equal(state[k], trained[k]) for k in trained)
-        check(same and "config.json" in saved and "tokenizer_config.json" in saved
-              and "model.safetensors.index.json" in saved,
-              f"{name}: --save-hf folder ({len(saved)} files) reloads in transformers with "
-              "exactly the trained parameters" + ("" if same else
+        check(same and dtypes == {want_dtype} and "config.json" in saved
+              and "tokenizer_config.json" in saved and "model.safetensors.index.json" in saved,
+              f"{name}: --save-hf folder ({len(saved)} files, {sorted(dtypes)}) reloads in "
+              "transformers with exactly the trained parameters" + ("" if same else
                                                  f"; names differ: {sorted(set(state) ^ set(trained))[:4]}"))
         got, err = megac_logits(args, out, ids_path, os.path.join(args.workdir, name + "-run2"))
         if got is None:
@@ -381,6 +533,11 @@ def main():
             continue
         ok, said = compare_logits(got, logits_of(reloaded, ids))
         check(ok, f"{name}: saved folder's logits, transformers against megac: {said}")
+        check_export(args, check, name, ckpt, out)
+        if name in ("llama", "mixtral"):
+            check_sharded_save(args, check, name, folder, tokens, extra)
+        if name in ("llama", "qwen2"):
+            check_generate(args, check, name, folder, model)
 
         if name == "llama":
             bad_inputs(args, check, folder, cls, config, tokens)

@@ -1,5 +1,6 @@
 // `megac generate --load DIR --prompt TEXT [--max-tokens N --tokenizer SPEC --temperature T
-// --top-k K --top-p P --seed S]`: text from a checkpoint (driver/Generate.h), printed as produced.
+// --top-k K --top-p P --seed S]`: text from a checkpoint, or from a transformers folder with
+// `--model hf:FOLDER` instead of --load (driver/Generate.h), printed as produced.
 #include "tools/megac/Cli.h"
 #include "tools/megac/Commands.h"
 #include "tools/megac/Help.h"
@@ -32,8 +33,13 @@ int generateCommand(int argc, char **argv) {
   std::optional<uint64_t> seed = 0;
   if (seedText && !(seed = driver::parseSeed(*seedText)))
     return f.usage("--seed: '" + *seedText + "' is not a non-negative integer");
-  if (!load)
-    return f.usage("missing --load DIR (a megac train --save directory)");
+  bool hf = spec && spec->rfind("hf:", 0) == 0;
+  if (hf && load)
+    return f.usage("--model hf:FOLDER generates from the folder's weights, without --load (a "
+                   "checkpoint of an hf: run: `megac export --load DIR --hf OUT`, then --model "
+                   "hf:OUT)");
+  if (!load && !hf)
+    return f.usage("missing --load DIR (a megac train --save directory) or --model hf:FOLDER");
   if (!prompt)
     return f.usage("missing --prompt TEXT");
   if (spec && onnx)
@@ -42,9 +48,20 @@ int generateCommand(int argc, char **argv) {
   auto tokenizer = driver::makeTokenizer(tokenizerSpec.value_or("byte"));
   if (!tokenizer.isOk())
     return fail(command, "--tokenizer: " + tokenizer.status().message());
-  auto generator = driver::Generator::open(*load, spec, onnx, [&](const std::string &line) {
-    std::fprintf(stderr, "%s: warning: %s\n", command, line.c_str());
-  });
+  StatusOr<std::unique_ptr<driver::Generator>> generator = Status::error("no model");
+  if (hf) {
+    StatusOr<driver::ModelSource> source = driver::ModelSource::fromSpec(*spec);
+    if (!source.isOk())
+      return fail(command, source.status().message());
+    // Without seq=, the window holds the prompt and every new token: nothing slides out, as in
+    // transformers' generate.
+    int64_t window = int64_t((*tokenizer)->encode(*prompt).size()) + maxTokens;
+    generator = driver::Generator::openHf(*source, window);
+  } else {
+    generator = driver::Generator::open(*load, spec, onnx, [&](const std::string &line) {
+      std::fprintf(stderr, "%s: warning: %s\n", command, line.c_str());
+    });
+  }
   if (!generator.isOk())
     return fail(command, generator.status().message());
   sampling.maxTokens = maxTokens;

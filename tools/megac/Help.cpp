@@ -286,6 +286,7 @@ const char *const kGenerateHelp =
     R"(usage: megac generate --load DIR --prompt TEXT [--max-tokens N] [--tokenizer SPEC]
                       [--temperature T] [--top-k K] [--top-p P] [--seed S]
                       [--model SPEC | --onnx MODEL.onnx]
+       megac generate --model hf:FOLDER[,seq=S] --prompt TEXT [options as above]
 
 Continues TEXT with the model of the newest checkpoint under DIR (`megac train --save DIR`):
 a zoo GPT (--model overrides the checkpoint's spec) or an ONNX-imported causal LM taking
@@ -298,9 +299,15 @@ vocabulary (a padded embedding) are never chosen, and its end-of-document token 
 the forward pass's logits. T > 0 samples from softmax(logits / T), restricted to the K most
 likely tokens (--top-k) and to the smallest set whose probability reaches P (--top-p), with a
 generator seeded by --seed (default 0), so a run is repeatable. --max-tokens defaults to 64.
-The time per token goes to stderr.)";
+The time per token goes to stderr.
+
+--model hf:FOLDER (without --load) generates with a transformers folder's model and weights
+(model.safetensors or its sharded index; docs/huggingface.md); its window is seq=S, else the
+prompt's tokens plus --max-tokens (nothing slides out: greedy decoding gives transformers'
+greedy generate).)";
 
 const char *const kExportHelp = R"(usage: megac export --load DIR --onnx MODEL.onnx -o TRAINED.onnx
+       megac export --load DIR --hf OUT [--model hf:FOLDER] [--hf-shard-size SIZE]
 
 Writes the newest checkpoint under DIR (`megac train MODEL.onnx --save DIR`) into a copy of
 MODEL.onnx: every initializer that megac trained as a parameter gets the checkpoint's tensor,
@@ -308,14 +315,21 @@ in the initializer's own element type and layout; the graph, constants (masks, s
 metadata and opsets are kept byte for byte. MODEL.onnx must be the file the checkpoint was
 trained from (its size and CRC32 are recorded at save time); a tensor that does not map onto
 the model is refused by name. TRAINED.onnx is written atomically (a temporary file, then a
-rename).)";
+rename).
+
+With --hf, a checkpoint of an hf: model (`megac train --model hf:FOLDER --save DIR`) is written
+as the folder `megac train --save-hf` writes: config.json and the tokenizer files copied from
+FOLDER (--model, default the model the checkpoint records), safetensors shards of at most SIZE
+(default 5GB) with model.safetensors.index.json, in the config's torch_dtype; OUT must not exist
+and is written atomically (OUT.tmp-XXXXXX, then a rename).)";
 
 const char *const kPlanHelp =
     R"(usage: megac plan MODEL --cluster SPEC --global-batch B [--seq S] [--tp T --pp P --dp D
                   --cp C --ep E --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel
                   --zero 0|1|2|3 --recompute none|selective|full] [--precision bf16|fp16|fp32]
                   [--top K] [--threads T]
-                  [--stack megac|megatron-2021|megatron-core] [--dropout P] [--explain]
+                  [--stack megac|megatron-2021|megatron-deepspeed|megatron-core] [--dropout P]
+                  [--explain]
                   [--json] [--timeline FILE.svg] [--trace FILE.json] [--no-compile]
 
 The planner: predicts the step time, throughput, TFLOP/s, MFU and memory per device of every
