@@ -95,12 +95,13 @@ std::vector<double> valuesOf(const HostTensor &t) {
 /// the micro-batches, then over each output's partial axes and the pipeline stages.
 class MoeMetrics {
 public:
-  /// Adds this micro-batch's outputs, if the program has them.
-  Status add(const runtime::Executor &executor) {
+  /// Adds this micro-batch's outputs, if the program has them; `prefix` "last." reads those of
+  /// forward_backward_apply.
+  Status add(const runtime::Executor &executor, const std::string &prefix = "") {
     if (!hasOutput(executor, "moe.load"))
       return Status::ok();
     for (size_t i = 0; i < kOutputs.size(); ++i) {
-      ASSIGN_OR_RETURN(HostTensor value, executor.output(kOutputs[i]));
+      ASSIGN_OR_RETURN(HostTensor value, executor.output(prefix + kOutputs[i]));
       std::vector<double> values = valuesOf(value);
       if (sums_[i].empty())
         sums_[i].assign(values.size(), 0.0);
@@ -114,13 +115,13 @@ public:
 
   /// The step's metrics, the same on every rank; nullopt for a model without MoE layers.
   StatusOr<std::optional<train::StepRecord::Moe>> finish(const runtime::Executor &executor,
-                                                        RankContext &rank) {
+                                                         RankContext &rank) {
     if (hasOutput(executor, "moe.load"))
       for (size_t i = 0; i < kOutputs.size(); ++i) {
         ASSIGN_OR_RETURN(std::vector<uint32_t> axes, executor.outputPartialAxes(kOutputs[i]));
         if (!axes.empty() && !sums_[i].empty())
-          RETURN_IF_ERROR(rank.comm->allReduce(axes, sums_[i].data(), sums_[i].size(),
-                                               DType::f64, runtime::comm::ReduceKind::sum))
+          RETURN_IF_ERROR(rank.comm->allReduce(axes, sums_[i].data(), sums_[i].size(), DType::f64,
+                                               runtime::comm::ReduceKind::sum))
               << " (summing " << kOutputs[i] << ")";
       }
     if (rank.ppAxis) { // only the last stage has them: the sizes first, then the values
@@ -142,7 +143,8 @@ public:
       return std::optional<train::StepRecord::Moe>();
     train::StepRecord::Moe moe;
     for (size_t i = 0; i + size_t(experts_) <= sums_[0].size(); i += size_t(experts_))
-      moe.load.emplace_back(sums_[0].begin() + long(i), sums_[0].begin() + long(i + size_t(experts_)));
+      moe.load.emplace_back(sums_[0].begin() + long(i),
+                            sums_[0].begin() + long(i + size_t(experts_)));
     moe.dropped = sums_[1].empty() ? 0 : sums_[1][0];
     moe.auxLoss = sums_[2].empty() ? 0 : sums_[2][0];
     return std::optional(moe);
@@ -168,13 +170,47 @@ Status setMicroBatch(runtime::Executor &executor, const train::MicroBatch &mb,
   return Status::ok();
 }
 
+/// The function that runs the last micro-batch's forward and backward and the update
+/// (mega-training-fuse-last-micro-batch, `--overlap on` at pp 1); its outputs are named
+/// "last.<name>".
+constexpr const char *kFusedStep = "forward_backward_apply";
+
+/// The update of a training step, for batchLoss to run fused with the last micro-batch when the
+/// plan has kFusedStep: set `ran` and record.gradNorm when it did.
+struct FusedUpdate {
+  double lr = 0;
+  int64_t step = 0;
+  bool ran = false;
+};
+
+/// Whether batchLoss runs the step's update with its last micro-batch: the plan has the fused
+/// function, the step is not pipelined, and no loss scaler must check the gradients for an
+/// overflow before they are applied (fp16 keeps check_gradients, then apply_gradients).
+bool fusesUpdate(const runtime::Executor &executor, const RankContext &rank,
+                 const train::LossScaler *scaler) {
+  std::vector<std::string> names = executor.functionNames();
+  return !scaler && !rank.pipeline &&
+         std::find(names.begin(), names.end(), kFusedStep) != names.end();
+}
+
+/// Sets the update's inputs: the learning rate and the 1-based step.
+Status setUpdateInputs(runtime::Executor &executor, DType floatType, double lr, int64_t step) {
+  RETURN_IF_ERROR(executor.setInput("lr", floatScalar(floatType, lr)));
+  HostTensor stepTensor = HostTensor::zeros(DType::i64, {});
+  *stepTensor.data<int64_t>() = step;
+  return executor.setInput("step", stepTensor);
+}
+
 /// Forward and backward of global batch `step` (0-based) of `data`, every micro-batch, the
 /// gradients accumulated; returns the batch's mean loss on every rank. This rank reads only its
-/// data-parallel rows of each micro-batch.
+/// data-parallel rows of each micro-batch. With `update` (a training step, not an evaluation)
+/// and a plan that fuses it (fusesUpdate), the last micro-batch runs forward_backward_apply:
+/// its backward, then the update, whose dp reduction overlaps that backward.
 StatusOr<double> batchLoss(runtime::Executor &executor, const RunConfig &c,
                            runtime::data::SampleSource &data, int64_t step, passes::LossKind kind,
                            int64_t vocab, DType floatType, train::LossScaler *scaler,
-                           RankContext &rank, train::StepRecord &record) {
+                           RankContext &rank, train::StepRecord &record,
+                           FusedUpdate *update = nullptr) {
   std::vector<train::MicroBatch> batches;
   train::RankRows rows{rank.dpRank * c.layout().microBatch, c.layout().microBatch};
   if (kind == passes::LossKind::seq2seq) {
@@ -230,12 +266,24 @@ StatusOr<double> batchLoss(runtime::Executor &executor, const RunConfig &c,
     loss = sum.value();
   } else {
     RETURN_IF_ERROR(executor.zeroState("grad."));
-    for (const train::MicroBatch &mb : batches) {
-      RETURN_IF_ERROR(setMicroBatch(executor, mb, kind, idsType));
-      RETURN_IF_ERROR(executor.run("forward_backward"));
-      ASSIGN_OR_RETURN(HostTensor part, executor.output("loss"));
+    bool fused = update && fusesUpdate(executor, rank, scaler);
+    if (fused)
+      RETURN_IF_ERROR(setUpdateInputs(executor, floatType, update->lr, update->step));
+    for (size_t k = 0; k < batches.size(); ++k) {
+      // Nothing is in flight between functions (every start is done in its own function), so
+      // an evaluation, a save or a stop after this step finds the arena settled.
+      bool last = fused && k + 1 == batches.size();
+      std::string prefix = last ? "last." : "";
+      RETURN_IF_ERROR(setMicroBatch(executor, batches[k], kind, idsType));
+      RETURN_IF_ERROR(executor.run(last ? kFusedStep : "forward_backward"));
+      ASSIGN_OR_RETURN(HostTensor part, executor.output(prefix + "loss"));
       loss += scalarValue(part);
-      RETURN_IF_ERROR(moe.add(executor));
+      RETURN_IF_ERROR(moe.add(executor, prefix));
+      if (last) {
+        ASSIGN_OR_RETURN(HostTensor norm, executor.output("last.grad_norm"));
+        record.gradNorm = scalarValue(norm);
+        update->ran = true;
+      }
     }
   }
   ASSIGN_OR_RETURN(record.moe, moe.finish(executor, rank));
@@ -289,9 +337,11 @@ StatusOr<DType> checkInputs(const runtime::Executor &executor, std::vector<int64
   for (const std::string &function : names) {
     if (function == "apply_gradients" || function == "check_gradients" || function == "forward")
       continue;
+    bool fused = function == kFusedStep; // also reads the update's lr and step
     for (const std::string &name : executor.inputNames(function))
-      if (name != "input_ids" && name != "attention_mask" && name != "labels" &&
-          name != "loss_normalizer" && name != "loss_scale" && name != "row_normalizer" &&
+      if (!(fused && (name == "lr" || name == "step")) && name != "input_ids" &&
+          name != "attention_mask" && name != "labels" && name != "loss_normalizer" &&
+          name != "loss_scale" && name != "row_normalizer" &&
           !(name == "decoder_input_ids" && kind == passes::LossKind::seq2seq) &&
           !(pipelined && (name.starts_with("act.") || name.starts_with("grad.act.") ||
                           name.starts_with("stash."))))
@@ -342,16 +392,19 @@ StatusOr<double> evaluateLoss(runtime::Executor &executor, const RunConfig &c,
 Status trainStep(runtime::Executor &executor, const RunConfig &c, runtime::data::SampleSource &data,
                  passes::LossKind kind, int64_t vocab, DType floatType, train::LossScaler *scaler,
                  RankContext &rank, train::StepRecord &record) {
-  ASSIGN_OR_RETURN(double loss, batchLoss(executor, c, data, record.step - 1, kind, vocab,
-                                          floatType, scaler, rank, record));
-  record.loss = loss;
   record.lr = c.lr.at(record.step);
+  FusedUpdate update{record.lr, record.step};
+  ASSIGN_OR_RETURN(double loss, batchLoss(executor, c, data, record.step - 1, kind, vocab,
+                                          floatType, scaler, rank, record, &update));
+  record.loss = loss;
   if (!std::isfinite(loss))
     return Status::error("the loss is " + std::string(std::isnan(loss) ? "nan" : "inf") +
                          " at step " + std::to_string(record.step) + " (lr " +
-                         shortNumber(record.lr) +
-                         "); stopping before the update. Lower --lr or clip the "
-                         "gradients (--clip-grad)");
+                         shortNumber(record.lr) + "); stopping " +
+                         (update.ran ? "after the update (--overlap on runs it with the last "
+                                       "micro-batch)"
+                                     : "before the update") +
+                         ". Lower --lr or clip the gradients (--clip-grad)");
   if (c.checkpoint.saveGrads && record.step == 1) {
     ASSIGN_OR_RETURN(TensorMap grads, runtime::gatherGradients(*rank.plan, executor, *rank.comm));
     if (rank.sourceShapes)
@@ -363,6 +416,8 @@ Status trainStep(runtime::Executor &executor, const RunConfig &c, runtime::data:
           runtime::writeSafetensors(*c.checkpoint.saveGrads, grads,
                                     {{"producer", "megac train"}, {"gradients_of_step", "1"}}));
   }
+  if (update.ran)
+    return Status::ok(); // the update ran with the last micro-batch; record.gradNorm is set
   if (scaler) {
     // Dynamic loss scaling: an overflowing step (non-finite unscaled norm) is skipped.
     RETURN_IF_ERROR(executor.run("check_gradients"));
@@ -375,10 +430,7 @@ Status trainStep(runtime::Executor &executor, const RunConfig &c, runtime::data:
       return Status::ok();
     }
   }
-  RETURN_IF_ERROR(executor.setInput("lr", floatScalar(floatType, record.lr)));
-  HostTensor stepTensor = HostTensor::zeros(DType::i64, {});
-  *stepTensor.data<int64_t>() = record.step;
-  RETURN_IF_ERROR(executor.setInput("step", stepTensor));
+  RETURN_IF_ERROR(setUpdateInputs(executor, floatType, record.lr, record.step));
   RETURN_IF_ERROR(executor.run("apply_gradients"));
   ASSIGN_OR_RETURN(HostTensor norm, executor.output("grad_norm"));
   record.gradNorm = scalarValue(norm);

@@ -101,6 +101,10 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
   // (docs/pipeline.md "Zero-bubble schedules"), on the final chunk functions.
   if (chunks > 1 && schedule::splitsBackward(layout.pipelineSchedule()))
     pm.addPass(createBackwardWeightSplit());
+  // With overlap and one pipeline stage: @forward_backward_apply, the last micro-batch's
+  // backward and the update in one function, so the dp reduction can overlap the backward.
+  if (options.overlap && chunks == 1)
+    pm.addPass(createTrainingFuseLastMicroBatch());
   // After every pass that moves or rewrites ops: the collectives' start/done placement.
   if (options.overlap)
     pm.addPass(createLatencyHiding());

@@ -3,16 +3,21 @@
 A GPT (the partition suite's zoo gpt:layers=4,hidden=16,heads=4,seq=8,vocab=32, its data, seed
 and hyperparameters) trains 10 fp64 steps with --bucket-size 1000 (several dp buckets) on one
 rank and, with --overlap off and on, at
-  dp 2            losses, grad norms and final parameters bit-identical on and off
-  dp 2 + ZeRO-1   the same
-  tp 2            the same
-and each --overlap on run equals the one-rank run within the partition suite's fp64 bounds
+  dp 2 (2 micro-batches), dp 2 (4 micro-batches), dp 2 + ZeRO-1, dp 2 + ZeRO-2, tp 2,
+  tp 2 x dp 2
+losses, grad norms, step-1 gradients and final parameters bit-identical on and off, and each
+--overlap on run equals the one-rank run within the partition suite's fp64 bounds
 (partition_equivalence.compare: the layout reassociates sums, the schedule changes no
 arithmetic: a started all-reduce gathers and reduces in group order at its done, as the blocking
 one does). Bit-identity is the test of the schedule; the one-rank bounds show both runs are
 right. Each --overlap on run is traced (--trace) and must show asynchronous collectives
 (AllReduceAsync / ReduceScatterAsync / AllGatherAsync events) so that the test cannot pass with
-the pass not running. Exit 77 (skip) without mpirun. Runs with Debian's /usr/bin/python3.
+the pass not running. With --overlap on every layout here runs its last micro-batch and the
+update as one function, forward_backward_apply (mega-training-fuse-last-micro-batch): its trace
+span must be there, and at dp 2 a dp reduction (all-reduce or ZeRO's reduce-scatter) of that
+function must be started before at least one of its GEMMs (MatMul kernels) starts, i.e. it
+overlaps the rest of the last backward. Exit 77 (skip) without mpirun. Runs with Debian's
+/usr/bin/python3.
 
 usage: overlap_test.py --megac build/bin/megac --workdir DIR
 """
@@ -32,11 +37,34 @@ import partition_equivalence as pe  # noqa: E402
 BUCKET = ["--bucket-size", "1000"]
 
 
-def traced_async_ops(path):
+FUSED = "forward_backward_apply"
+
+
+def trace_events(path):
     with open(path) as f:
         text = f.read()
-    events = json.loads(text) if text.strip().startswith("[") else json.loads(text)["traceEvents"]
+    return json.loads(text) if text.strip().startswith("[") else json.loads(text)["traceEvents"]
+
+
+def traced_async_ops(events):
     return sorted({e["name"] for e in events if str(e.get("name", "")).endswith("Async")})
+
+
+def fused_overlap(events):
+    """Rank 0's fused function: whether it ran, and how many of its GEMMs start after its first
+    dp reduction (AllReduceAsync / ReduceScatterAsync over a group "[dp] ...") was started."""
+    ran = any(e.get("cat") == "function" and e.get("name") == FUSED and e.get("pid") == 0
+              for e in events)
+    starts = [e["ts"] for e in events
+              if e.get("pid") == 0 and e.get("name") in ("AllReduceAsync", "ReduceScatterAsync")
+              and e.get("args", {}).get("function") == FUSED
+              and str(e.get("args", {}).get("group", "")).startswith("[dp]")]
+    if not starts:
+        return ran, 0
+    later = [e for e in events
+             if e.get("pid") == 0 and e.get("cat") == "kernel" and e.get("name") == "MatMul"
+             and e.get("args", {}).get("function") == FUSED and e["ts"] > min(starts)]
+    return ran, len(later)
 
 
 def main():
@@ -53,12 +81,17 @@ def main():
     model = ["--model", pe.GPT["spec"]]
     ref = pe.megac_train(args.megac, model, data, os.path.join(args.workdir, "one"),
                          pe.Layout(extra=BUCKET), "fp64", args.timeout)
-    cases = [("dp2", dict(dp=2), {"AllReduceAsync"}),
-             ("dp2+zero1", dict(dp=2, zero=1), {"ReduceScatterAsync", "AllGatherAsync"}),
-             ("tp2", dict(tp=2), {"AllReduceAsync"})]
+    # (name, layout, async ops the trace must show, whether a dp reduction overlaps GEMMs)
+    cases = [("dp2", dict(dp=2), {"AllReduceAsync"}, True),
+             ("dp2.m4", dict(dp=2, micro=1), {"AllReduceAsync"}, True),
+             ("dp2+zero1", dict(dp=2, zero=1), {"ReduceScatterAsync", "AllGatherAsync"}, True),
+             ("dp2+zero2", dict(dp=2, zero=2), {"ReduceScatterAsync", "AllGatherAsync"}, True),
+             ("tp2", dict(tp=2), {"AllReduceAsync"}, False),
+             ("tp2xdp2", dict(tp=2, dp=2), {"AllReduceAsync"}, True)]
     failures = 0
-    print(f"{'layout':<12} {'on == off':<10} {'loss rel':>9} {'param':>9} {'grad':>9}  async ops")
-    for name, kw, expected in cases:
+    print(f"{'layout':<12} {'on == off':<10} {'loss rel':>9} {'param':>9} {'grad':>9} "
+          f"{'GEMMs after 1st dp start':>24}  async ops")
+    for name, kw, expected, overlaps in cases:
         runs = {}
         trace = os.path.join(args.workdir, name + ".trace.json")
         for overlap in ("off", "on"):
@@ -83,12 +116,19 @@ def main():
                 problems.append(f"{label} differ between on and off: {diff[:4]}")
         result = pe.compare(on, ref, "fp64")
         problems += result["problems"]
-        seen = set(traced_async_ops(trace))
+        events = trace_events(trace)
+        seen = set(traced_async_ops(events))
         if not expected <= seen:
             problems.append(f"the trace shows {sorted(seen)}, expected {sorted(expected)}")
+        ran, later = fused_overlap(events)
+        if not ran:
+            problems.append(f"rank 0 never ran {FUSED} (the last micro-batch fused with the update)")
+        if overlaps and later == 0:
+            problems.append(f"no GEMM of {FUSED} starts after its first dp reduction: the "
+                            "reduction does not overlap the last backward")
         same = "yes" if not any("between" in p for p in problems) else "NO"
         print(f"{name:<12} {same:<10} {pe.fmt(result['loss']):>9} {pe.fmt(result['param']):>9} "
-              f"{pe.fmt(result['grad']):>9}  {', '.join(sorted(seen))}")
+              f"{pe.fmt(result['grad']):>9} {later:>24}  {', '.join(sorted(seen))}")
         for p in problems:
             print(f"  FAIL {name}: {p}")
         failures += bool(problems)
