@@ -1,16 +1,23 @@
 """The planner's predicted step time against measured `megac train` runs on this machine's CPU.
 
-usage: cpu_cost_model.py --megac build/bin/megac --workdir DIR [--repeats 5] [--steps 10]
-                         [--specs DIR] [--only NAME ...]
+usage: cpu_cost_model.py --megac build/bin/megac --workdir DIR [--calibrations 3] [--repeats 1]
+                         [--steps 6] [--quick] [--round K] [--report] [--only NAME ...]
 
-Successor of cost_model_check.py (issue 15). First `megac calibrate --backend cpu` writes one
-hardware spec per (ranks, threads) used below (or --specs DIR reuses them); the calibration
-never runs a training plan. Then, per configuration (model shape, ranks x threads <= cores,
-micro-batch, accumulation, vpp, recompute, ZeRO, SP), `megac plan --cluster SPEC:1xRANKS
---stack megac` with every choice pinned predicts the step, and `megac train` runs the same
-model, batch and layout `--repeats` times; a run's time is the median of its steps after the
-first two, the measurement the median of the runs, its spread (max - min) / median. Prints the
-table and the mean and max |error|. Exits non-zero only if a run fails, never on the error.
+One calibration per machine (issue 34): each round runs `megac calibrate --backend cpu` once
+(no --ranks: one rank alone with 1 and with every core's threads, and every core busy) and then
+measures every configuration; every configuration of the round, 1 rank or 2, 1 thread or 2,
+fp32 or bf16, is predicted from that one spec (`megac plan --cluster SPEC:1xRANKS --threads T
+--stack megac`, every choice pinned, --no-compile). Calibrations and measurements interleave:
+round 1 = calibration 1 + measurements, round 2 = calibration 2 + measurements, ...; a
+configuration's measured time in a round is the median of its `--repeats` runs, a run's time the
+median of its steps after the first two. Per calibration the table prints the mean and max
+|error|; the summary gives, per configuration, the spread of the error across calibrations.
+
+`--round K` runs only round K and saves it under WORKDIR (so a full run can be split into
+holds of the CPU lock of a few minutes each: `--round 1`, `--round 2`, `--round 3`, then
+`--report` prints the table of the saved rounds). `--quick`: one round, the --only
+configurations (default: four) and 4 steps, for development. Exits non-zero only if a run fails,
+never on the error.
 """
 import argparse
 import json
@@ -23,28 +30,37 @@ import time
 import numpy as np
 
 SKIP = 2
-SMALL = "gpt:layers=4,hidden=128,heads=4,seq=64,vocab=256"
-WIDE = "gpt:layers=4,hidden=256,heads=8,seq=128,vocab=512"
-LLAMA = "llama:layers=4,hidden=256,heads=8,kv_heads=4,ffn=512,seq=128,vocab=512"
-# name, model, ranks, threads, layout (tp, pp, dp, vpp, micro-batch, recompute, zero, sp),
-# global batch
+# Hidden 512 (GEMM-bound), sequence 512 (attention-bound), a Llama (RMSNorm, rotary, GQA,
+# SwiGLU) and a Mixtral (4 experts, top 2), each small enough that a step takes well under a
+# second on 2 cores.
+H512 = "gpt:layers=2,hidden=512,heads=8,seq=128,vocab=2048"
+S512 = "gpt:layers=4,hidden=256,heads=4,seq=512,vocab=1024"
+LLAMA = "llama:layers=2,hidden=512,heads=8,kv_heads=4,ffn=1024,seq=256,vocab=1024"
+MIXTRAL = ("mixtral:layers=2,hidden=256,heads=8,kv_heads=4,experts=4,topk=2,ffn=512,seq=128,"
+           "vocab=1024")
+# name, model, ranks, threads, precision, layout (tp, pp, dp, ep, vpp, micro-batch, recompute,
+# zero, sp), global batch
 CONFIGS = [
-    ("small-1r1t-mb8", SMALL, 1, 1, (1, 1, 1, 1, 8, "none", 0, False), 8),
-    ("small-1r1t-mb2-acc4", SMALL, 1, 1, (1, 1, 1, 1, 2, "none", 0, False), 8),
-    ("small-1r2t-mb8", SMALL, 1, 2, (1, 1, 1, 1, 8, "none", 0, False), 8),
-    ("wide-1r1t-mb4", WIDE, 1, 1, (1, 1, 1, 1, 4, "none", 0, False), 8),
-    ("wide-1r2t-mb4", WIDE, 1, 2, (1, 1, 1, 1, 4, "none", 0, False), 8),
-    ("wide-1r2t-full-recompute", WIDE, 1, 2, (1, 1, 1, 1, 4, "full", 0, False), 8),
-    ("wide-1r2t-selective", WIDE, 1, 2, (1, 1, 1, 1, 4, "selective", 0, False), 8),
-    ("llama-1r2t-mb4", LLAMA, 1, 2, (1, 1, 1, 1, 4, "none", 0, False), 8),
-    ("wide-tp2", WIDE, 2, 1, (2, 1, 1, 1, 4, "none", 0, False), 8),
-    ("wide-tp2-sp", WIDE, 2, 1, (2, 1, 1, 1, 4, "none", 0, True), 8),
-    ("wide-pp2-mb2", WIDE, 2, 1, (1, 2, 1, 1, 2, "none", 0, False), 8),
-    ("wide-pp2-vpp2", WIDE, 2, 1, (1, 2, 1, 2, 2, "none", 0, False), 8),
-    ("wide-dp2", WIDE, 2, 1, (1, 1, 2, 1, 4, "none", 0, False), 16),
-    ("wide-dp2-zero1", WIDE, 2, 1, (1, 1, 2, 1, 4, "none", 1, False), 16),
-    ("small-dp2-mb1-acc4", SMALL, 2, 1, (1, 1, 2, 1, 1, "none", 0, False), 8),
+    ("h512-1r1t", H512, 1, 1, "fp32", (1, 1, 1, 1, 1, 4, "none", 0, False), 4),
+    ("h512-1r2t", H512, 1, 2, "fp32", (1, 1, 1, 1, 1, 4, "none", 0, False), 4),
+    ("h512-1r2t-mb1-acc4", H512, 1, 2, "fp32", (1, 1, 1, 1, 1, 1, "none", 0, False), 4),
+    ("h512-1r2t-bf16", H512, 1, 2, "bf16", (1, 1, 1, 1, 1, 4, "none", 0, False), 4),
+    ("h512-tp2", H512, 2, 1, "fp32", (2, 1, 1, 1, 1, 4, "none", 0, False), 4),
+    ("h512-tp2-sp", H512, 2, 1, "fp32", (2, 1, 1, 1, 1, 4, "none", 0, True), 4),
+    ("h512-dp2-zero1", H512, 2, 1, "fp32", (1, 1, 2, 1, 1, 2, "none", 1, False), 4),
+    ("h512-pp2-mb1", H512, 2, 1, "fp32", (1, 2, 1, 1, 1, 1, "none", 0, False), 4),
+    ("h512-dp2-bf16", H512, 2, 1, "bf16", (1, 1, 2, 1, 1, 2, "none", 0, False), 4),
+    ("s512-1r1t", S512, 1, 1, "fp32", (1, 1, 1, 1, 1, 2, "none", 0, False), 2),
+    ("s512-1r2t-selective", S512, 1, 2, "fp32", (1, 1, 1, 1, 1, 2, "selective", 0, False), 2),
+    ("s512-tp2-full", S512, 2, 1, "fp32", (2, 1, 1, 1, 1, 2, "full", 0, False), 2),
+    ("s512-pp2-vpp2", S512, 2, 1, "fp32", (1, 2, 1, 1, 2, 1, "none", 0, False), 4),
+    ("llama-1r2t", LLAMA, 1, 2, "fp32", (1, 1, 1, 1, 1, 2, "none", 0, False), 2),
+    ("llama-tp2", LLAMA, 2, 1, "fp32", (2, 1, 1, 1, 1, 2, "none", 0, False), 2),
+    ("llama-1r2t-bf16", LLAMA, 1, 2, "bf16", (1, 1, 1, 1, 1, 2, "none", 0, False), 2),
+    ("mixtral-1r2t", MIXTRAL, 1, 2, "fp32", (1, 1, 1, 1, 1, 4, "none", 0, False), 4),
+    ("mixtral-dp2-ep2", MIXTRAL, 2, 1, "fp32", (1, 1, 2, 2, 1, 2, "none", 0, False), 4),
 ]
+QUICK = ["h512-1r1t", "h512-1r2t", "h512-tp2", "mixtral-dp2-ep2"]
 
 
 def token_rows(workdir, model):
@@ -59,91 +75,156 @@ def token_rows(workdir, model):
 
 
 def layout_flags(layout):
-    tp, pp, dp, vpp, mb, recompute, zero, sp = layout
+    tp, pp, dp, ep, vpp, mb, recompute, zero, sp = layout
     flags = ["--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--vpp", str(vpp),
              "--micro-batch", str(mb), "--recompute", recompute, "--zero", str(zero)]
+    if ep > 1:
+        flags += ["--ep", str(ep)]
     return flags
 
 
-def calibrate(megac, specs, ranks, threads):
-    path = os.path.join(specs, "cpu-%dr%dt.json" % (ranks, threads))
-    if not os.path.exists(path):
-        start = time.time()
-        subprocess.run([megac, "calibrate", "--backend", "cpu", "--ranks", str(ranks),
-                        "--threads", str(threads), "-o", path], check=True)
-        print("calibrated %s in %.0f s" % (os.path.basename(path), time.time() - start),
-              file=sys.stderr)
-    return path
+def calibrate(megac, path, quick):
+    start = time.time()
+    subprocess.run([megac, "calibrate", "--backend", "cpu", "-o", path] +
+                   (["--quick"] if quick else []), check=True, capture_output=True, text=True)
+    return time.time() - start
 
 
-def predict(megac, spec, model, ranks, layout, global_batch):
-    sp = layout[7]
+def predict(megac, spec, config):
+    name, model, ranks, threads, precision, layout, global_batch = config
     out = subprocess.run(
         [megac, "plan", "--model", model, "--cluster", "%s:1x%d" % (spec, ranks),
-         "--global-batch", str(global_batch), "--stack", "megac", "--precision", "fp32",
-         "--json", "--no-compile", "--top", "1",
-         "--sequence-parallel" if sp else "--no-sequence-parallel"] + layout_flags(layout),
+         "--threads", str(threads), "--global-batch", str(global_batch), "--stack", "megac",
+         "--precision", precision, "--json", "--no-compile", "--top", "1",
+         "--sequence-parallel" if layout[8] else "--no-sequence-parallel"] + layout_flags(layout),
         check=True, capture_output=True, text=True).stdout
     layouts = json.loads(out)["layouts"]
     if not layouts:
-        raise SystemExit("the planner found no fitting layout for %s" % model)
+        raise SystemExit("the planner found no fitting layout for %s" % name)
     return layouts[0]["step_time_s"] * 1e3
 
 
-def measure(megac, workdir, data, name, model, ranks, threads, layout, global_batch, steps):
+def measure(megac, workdir, config, steps):
+    name, model, ranks, threads, precision, layout, global_batch = config
     log = os.path.join(workdir, name + ".jsonl")
     if os.path.exists(log):
         os.remove(log)
-    cmd = [megac, "train", "--model", model, "--data", data, "--steps", str(steps),
-           "--global-batch", str(global_batch), "--lr", "1e-3", "--precision", "fp32",
-           "--threads", str(threads), "--log-json", log] + layout_flags(layout)
-    if layout[7]:
+    cmd = [megac, "train", "--model", model, "--data", token_rows(workdir, model),
+           "--steps", str(steps), "--global-batch", str(global_batch), "--lr", "1e-3",
+           "--precision", precision, "--threads", str(threads),
+           "--log-json", log] + layout_flags(layout)
+    if layout[8]:
         cmd.append("--sequence-parallel")
     if ranks > 1:
         cmd += ["--ranks", str(ranks)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit("%s: megac train failed:\n%s" % (name, run.stderr[-2000:]))
     records = [json.loads(line) for line in open(log)]
     return statistics.median(r["step_time_s"] for r in records[SKIP:]) * 1e3
+
+
+def run_round(args, configs, k):
+    """Calibration k, then every configuration predicted from it and measured."""
+    spec = os.path.join(args.workdir, "cpu-machine-%d.json" % k)
+    seconds = calibrate(args.megac, spec, args.quick)
+    print("round %d: calibrated %s in %.0f s" % (k, os.path.basename(spec), seconds),
+          file=sys.stderr, flush=True)
+    rows = {}
+    for config in configs:
+        predicted = predict(args.megac, spec, config)
+        runs = [measure(args.megac, args.workdir, config, args.steps)
+                for _ in range(args.repeats)]
+        rows[config[0]] = {"predicted_ms": predicted, "measured_ms": statistics.median(runs),
+                           "runs_ms": runs}
+        print("round %d: %-22s predicted %8.1f ms, measured %8.1f ms (%+.1f%%)"
+              % (k, config[0], predicted, rows[config[0]]["measured_ms"],
+                 100 * (predicted / rows[config[0]]["measured_ms"] - 1)),
+              file=sys.stderr, flush=True)
+    return {"round": k, "spec": spec, "calibrate_s": seconds, "rows": rows,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def report(configs, rounds):
+    cores = os.cpu_count()
+    print("CPU runtime, %d cores; %d calibration(s) (`megac calibrate --backend cpu`, one spec "
+          "per machine), each followed by its measurements; a measurement: median of the steps "
+          "after the first %d" % (cores, len(rounds), SKIP))
+    header = "%-22s %-5s %-5s" % ("configuration", "r x t", "prec")
+    for r in rounds:
+        header += " | cal %d: pred ms  meas ms   error" % r["round"]
+    header += " | spread"
+    print(header)
+    errors = {r["round"]: [] for r in rounds}
+    spreads = []
+    for name, model, ranks, threads, precision, layout, gb in configs:
+        line = "%-22s %dx%d   %-5s" % (name, ranks, threads, precision)
+        these = []
+        for r in rounds:
+            row = r["rows"].get(name)
+            if not row:
+                line += " | %31s" % "-"
+                continue
+            e = row["predicted_ms"] / row["measured_ms"] - 1
+            errors[r["round"]].append(abs(e))
+            these.append(e)
+            line += " |       %8.1f %8.1f %+6.1f%%" % (row["predicted_ms"], row["measured_ms"],
+                                                       100 * e)
+        if len(these) > 1:
+            spreads.append(max(these) - min(these))
+            line += " | %5.1f%%" % (100 * (max(these) - min(these)))
+        print(line)
+    for r in rounds:
+        e = errors[r["round"]]
+        if e:
+            print("calibration %d (%s, %.0f s): %d configurations, mean |error| %.1f%%, max "
+                  "|error| %.1f%%" % (r["round"], r["date"], r["calibrate_s"], len(e),
+                                      100 * statistics.mean(e), 100 * max(e)))
+    if spreads:
+        print("error spread across calibrations (max - min per configuration): mean %.1f%%, max "
+              "%.1f%%" % (100 * statistics.mean(spreads), 100 * max(spreads)))
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--megac", required=True)
     parser.add_argument("--workdir", required=True)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--specs", help="folder of calibrated specs (made if missing)")
+    parser.add_argument("--calibrations", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--round", type=int, help="run only this round and save it")
+    parser.add_argument("--report", action="store_true", help="print the saved rounds")
     parser.add_argument("--only", action="append", help="run only these configurations")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
-    specs = args.specs or os.path.join(args.workdir, "specs")
-    os.makedirs(specs, exist_ok=True)
-    configs = [c for c in CONFIGS if not args.only or c[0] in args.only]
-    cores = os.cpu_count()
-    print("CPU runtime, %d cores; median of %d runs x %d steps (first %d skipped), fp32"
-          % (cores, args.repeats, args.steps, SKIP))
-    print("%-26s %-5s %12s %12s %8s %8s" % ("configuration", "r x t", "predicted ms",
-                                             "measured ms", "spread", "error"))
-    errors = []
-    for name, model, ranks, threads, layout, global_batch in configs:
-        if ranks * threads > cores:
-            print("%-26s skipped: %d ranks x %d threads > %d cores" % (name, ranks, threads,
-                                                                       cores))
-            continue
-        spec = calibrate(args.megac, specs, ranks, threads)
-        predicted = predict(args.megac, spec, model, ranks, layout, global_batch)
-        data = token_rows(args.workdir, model)
-        runs = [measure(args.megac, args.workdir, data, name, model, ranks, threads, layout,
-                        global_batch, args.steps) for _ in range(args.repeats)]
-        measured = statistics.median(runs)
-        spread = (max(runs) - min(runs)) / measured
-        error = (predicted - measured) / measured
-        errors.append(abs(error))
-        print("%-26s %dx%d   %12.1f %12.1f %7.1f%% %+7.1f%%" % (
-            name, ranks, threads, predicted, measured, 100 * spread, 100 * error), flush=True)
-    if errors:
-        print("%d configurations: mean |error| %.1f%%, max |error| %.1f%%"
-              % (len(errors), 100 * statistics.mean(errors), 100 * max(errors)))
+    only = args.only or (QUICK if args.quick else None)
+    configs = [c for c in CONFIGS if not only or c[0] in only]
+    if args.quick:
+        args.calibrations = 1
+        args.steps = min(args.steps, 4)
+    skipped = [c[0] for c in configs if c[2] * c[3] > os.cpu_count()]
+    if skipped:
+        print("skipped (ranks x threads > %d cores): %s" % (os.cpu_count(), ", ".join(skipped)))
+    configs = [c for c in configs if c[2] * c[3] <= os.cpu_count()]
+    saved = os.path.join(args.workdir, "rounds.json")
+    if args.report:
+        with open(saved) as f:
+            rounds = sorted(json.load(f).values(), key=lambda r: r["round"])
+        report(configs, rounds)
+        return 0
+    if args.round:
+        rounds = {}
+        if os.path.exists(saved):
+            with open(saved) as f:
+                rounds = json.load(f)
+        rounds[str(args.round)] = run_round(args, configs, args.round)
+        with open(saved, "w") as f:
+            json.dump(rounds, f, indent=1)
+        report(configs, [rounds[str(args.round)]])
+        return 0
+    rounds = [run_round(args, configs, k) for k in range(1, args.calibrations + 1)]
+    report(configs, rounds)
     return 0
 
 
