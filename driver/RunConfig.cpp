@@ -22,17 +22,13 @@ Status checkContextParallel(const RunConfig &c) {
   if (layout.cp == 1)
     return Status::ok();
   std::string with;
-  if (layout.pp > 1)
-    with = "pipeline parallelism (--pp " + str(layout.pp) + ")";
-  else if (layout.ep > 1)
+  if (layout.ep > 1)
     with = "expert parallelism (--ep " + str(layout.ep) + ")";
-  else if (layout.zero > 0)
-    with = "--zero " + str(layout.zero);
   else if (c.exec.backend == runtime::Backend::cuda)
     with = "--backend cuda (the CPU backend runs it)";
   if (!with.empty())
     return Status::error("--cp " + str(layout.cp) + " with " + with +
-                         " is not supported yet; use --cp with --tp and --dp");
+                         " is not supported yet; use --cp with --tp, --dp, --pp and --zero");
   return Status::ok();
 }
 

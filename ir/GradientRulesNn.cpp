@@ -64,12 +64,17 @@ LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
   return vjp(*this, b, resultGrads, operandGrads, [&](Emitter &, Value g) {
     Value mask = getMask();
     Type maskType = mask ? mask.getType() : Type();
+    // Positions (integer, causal by global position) get no gradient; nor a dmask: there is
+    // no mask with them.
     auto grad = AttentionGradOp::create(b, getLoc(), getQuery().getType(), getKey().getType(),
                                         getValue().getType(), maskType, g, getQuery(), getKey(),
-                                        getValue(), mask, getCausalAttr(), getScaleAttr());
+                                        getValue(), mask, getQueryPositions(), getKeyPositions(),
+                                        getCausalAttr(), getScaleAttr());
     Grads grads{grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()};
     if (mask)
       grads.push_back(grad.getMaskGrad());
+    if (getQueryPositions())
+      grads.append({Value(), Value()});
     return grads;
   });
 }

@@ -81,6 +81,21 @@ LogicalResult AttentionGradOp::verify() {
     return emitOpError() << r.error;
   if (auto scale = getScale(); scale && !(scale->convertToDouble() > 0))
     return emitOpError() << "scale must be > 0";
+  auto positionShape = [](Value v) -> std::optional<shape::Shape> {
+    if (!v)
+      return std::nullopt;
+    auto d = dimsOf(cast<RankedTensorType>(v.getType()));
+    return shape::Shape(d.begin(), d.end());
+  };
+  for (Value positions : {getQueryPositions(), getKeyPositions()})
+    if (positions && !cast<RankedTensorType>(positions.getType()).getElementType().isInteger(64))
+      return emitOpError() << "positions must be i64 tensors";
+  if (std::string why = shape::checkAttentionPositions(
+          dimsOf(getQuery().getType()), dimsOf(getKey().getType()),
+          positionShape(getQueryPositions()), positionShape(getKeyPositions()), bool(getMask()),
+          getCausal());
+      !why.empty())
+    return emitOpError() << why;
   auto out = RankedTensorType::get(r.shape, getQuery().getType().getElementType());
   if (failed(expectSame(*this, getResultGrad().getType(), out, "result_grad")) ||
       failed(expectSame(*this, getQueryGrad().getType(), getQuery().getType(), "query_grad")) ||

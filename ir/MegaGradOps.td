@@ -62,15 +62,16 @@ def Mega_RmsNormGradOp : Mega_CostedOp<"rms_norm_grad", [Mega_Plan<"RmsNormGrad"
   let hasVerifier = 1;
 }
 
-def Mega_AttentionGradOp : Mega_CostedOp<"attention_grad", [Mega_Plan<"AttentionGrad">, Pure],
-    ["getFlops", "getMatmulFlops"]> {
+def Mega_AttentionGradOp : Mega_CostedOp<"attention_grad", [Mega_Plan<"AttentionGrad">, Pure,
+    AttrSizedOperandSegments], ["getFlops", "getMatmulFlops"]> {
   let summary = "gradients of attention";
   let description = [{
     For `o = attention(q, k, v, mask, causal, scale)` and `do` (o's type): `dq`, `dk`, `dv`
     (with grouped-query attention, dk and dv sum over the query heads sharing a key/value head)
     and, when the forward had a mask, `dmask`: the gradient of the additive mask, summed over
     the dims the mask broadcast along (a learned relative position bias trains through it).
-    Probabilities are recomputed from q and k.
+    With `positions` (causal by global positions, as the forward's) there is no mask and no
+    `dmask`. Probabilities are recomputed from q and k.
 
     ```mlir
     %dq, %dk, %dv = mega.attention_grad %do, %q, %k, %v causal : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>)
@@ -78,11 +79,14 @@ def Mega_AttentionGradOp : Mega_CostedOp<"attention_grad", [Mega_Plan<"Attention
   }];
   let arguments = (ins Mega_FloatTensor:$result_grad, Mega_FloatTensor:$query,
                        Mega_FloatTensor:$key, Mega_FloatTensor:$value,
-                       Optional<Mega_FloatTensor>:$mask, UnitAttr:$causal,
+                       Optional<Mega_FloatTensor>:$mask,
+                       Optional<Mega_IntTensor>:$query_positions,
+                       Optional<Mega_IntTensor>:$key_positions, UnitAttr:$causal,
                        OptionalAttr<F64Attr>:$scale);
   let results = (outs Mega_FloatTensor:$query_grad, Mega_FloatTensor:$key_grad,
                       Mega_FloatTensor:$value_grad, Optional<Mega_FloatTensor>:$mask_grad);
   let assemblyFormat = "$result_grad `,` $query `,` $key `,` $value (`mask` $mask^)? "
+                       "(`positions` $query_positions^ `,` $key_positions)? "
                        "(`causal` $causal^)? attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }

@@ -327,6 +327,15 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
                                   "type; cast first");
   if (auto scale = adaptor.getScale(); scale && !(scale->convertToDouble() > 0))
     return emitOptionalError(loc, "attention scale must be > 0");
+  for (Value positions : {adaptor.getQueryPositions(), adaptor.getKeyPositions()})
+    if (positions && (!allRanked({positions}) || !elementOf(positions).isInteger(64)))
+      return emitOptionalError(loc, "attention positions must be ranked i64 tensors");
+  if (std::string why = shape::checkAttentionPositions(
+          dimsOf(adaptor.getQuery()), dimsOf(adaptor.getKey()),
+          optionalShape(adaptor.getQueryPositions()), optionalShape(adaptor.getKeyPositions()),
+          bool(adaptor.getMask()), bool(adaptor.getCausal()));
+      !why.empty())
+    return emitOptionalError(loc, why);
   return pushInferred(loc,
                       shape::attention(dimsOf(adaptor.getQuery()), dimsOf(adaptor.getKey()),
                                        dimsOf(adaptor.getValue()),

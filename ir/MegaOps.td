@@ -509,7 +509,7 @@ def Mega_RmsNormOp : Mega_CostedOp<"rms_norm", [Mega_Plan<"RmsNorm">, Pure,
 }
 
 def Mega_AttentionOp : Mega_CostedOp<"attention", [Mega_Plan<"Attention">, Pure, Mega_InferShape,
-    Mega_Differentiable], ["getFlops", "getMatmulFlops"]> {
+    Mega_Differentiable, AttrSizedOperandSegments], ["getFlops", "getMatmulFlops"]> {
   let summary = "scaled dot-product attention over heads";
   let description = [{
     `query [b, s, h, d]`, `key [b, t, hk, d]`, `value [b, t, hk, dv]` -> `[b, s, h, dv]`:
@@ -519,17 +519,42 @@ def Mega_AttentionOp : Mega_CostedOp<"attention", [Mega_Plan<"Attention">, Pure,
     mask, relative position bias) broadcasts to `[b, h, s, t]`. Splitting the heads dim is
     Megatron's head-parallel attention.
 
+    `positions %qpos, %kpos` (i64 `[s]` and `[t]`, instead of `causal` and `mask`) is causal
+    attention by global positions: query i sees key j iff `kpos[j] <= qpos[i]`. Context
+    parallelism (docs/context-parallel.md) gives each rank a permuted slice of the queries and
+    the gathered keys; their positions say which pairs are causal, with nothing of size s x t
+    stored. Unlike `causal`, the query dim is then parallel: it splits with its positions.
+
     ```mlir
     %o = mega.attention %q, %k, %v causal : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xf32>
     %o2 = mega.attention %q, %k, %v mask %m : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x1x1x8xf32>) -> tensor<2x8x4x16xf32>
+    %o3 = mega.attention %q, %k, %v positions %qp, %kp : (tensor<2x4x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<4xi64>, tensor<8xi64>) -> tensor<2x4x4x16xf32>
     ```
   }];
   let arguments = (ins Mega_FloatTensor:$query, Mega_FloatTensor:$key, Mega_FloatTensor:$value,
-                       Optional<Mega_FloatTensor>:$mask, UnitAttr:$causal,
+                       Optional<Mega_FloatTensor>:$mask,
+                       Optional<Mega_IntTensor>:$query_positions,
+                       Optional<Mega_IntTensor>:$key_positions, UnitAttr:$causal,
                        OptionalAttr<F64Attr>:$scale);
   let results = (outs Mega_FloatTensor:$result);
-  let assemblyFormat = "$query `,` $key `,` $value (`mask` $mask^)? (`causal` $causal^)? "
+  let assemblyFormat = "$query `,` $key `,` $value (`mask` $mask^)? "
+                       "(`positions` $query_positions^ `,` $key_positions)? (`causal` $causal^)? "
                        "attr-dict `:` functional-type(operands, results)";
+  // The builder of the attention without positions (the input phase's, the DSL's).
+  let builders = [
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$query, "::mlir::Value":$key,
+                   "::mlir::Value":$value, "::mlir::Value":$mask, "::mlir::UnitAttr":$causal,
+                   "::mlir::FloatAttr":$scale), [{
+      build($_builder, $_state, result, query, key, value, mask, ::mlir::Value(),
+            ::mlir::Value(), causal, scale);
+    }]>,
+    OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$query, "::mlir::Value":$key,
+                   "::mlir::Value":$value, "::mlir::Value":$mask, "bool":$causal,
+                   "::mlir::FloatAttr":$scale), [{
+      build($_builder, $_state, result, query, key, value, mask, ::mlir::Value(),
+            ::mlir::Value(), causal ? $_builder.getUnitAttr() : ::mlir::UnitAttr(), scale);
+    }]>
+  ];
 }
 
 def Mega_GeluOp : Mega_CostedOp<"gelu", [Mega_Elementwise, Mega_Plan<"Gelu">, Pure,

@@ -256,6 +256,23 @@ Result attention(Dims q, Dims k, Dims v, std::optional<Shape> mask) {
   return {{q[0], q[1], q[2], v[3]}, {}};
 }
 
+std::string checkAttentionPositions(Dims q, Dims k, std::optional<Shape> queryPositions,
+                                    std::optional<Shape> keyPositions, bool mask, bool causal) {
+  if (!queryPositions && !keyPositions)
+    return {};
+  if (!queryPositions || !keyPositions)
+    return "attention takes query and key positions together (both or neither)";
+  if (mask || causal)
+    return "attention positions are causal masking by global position: give them instead of "
+           "`causal` and the mask, not with them";
+  if (q.size() != 4 || k.size() != 4)
+    return {}; // attention() reports the ranks
+  if (*queryPositions != Shape{q[1]} || *keyPositions != Shape{k[1]})
+    return "attention positions must be [seq] = [" + std::to_string(q[1]) + "] and [kv_seq] = [" +
+           std::to_string(k[1]) + "], got " + str(*queryPositions) + " and " + str(*keyPositions);
+  return {};
+}
+
 Result crossEntropy(Dims logits, Dims labels) {
   if (logits.empty())
     return Result::fail("cross_entropy logits must have rank >= 1");

@@ -44,6 +44,11 @@ Result embedding(Dims table, Dims ids);
 /// Empty when `weight` (and `bias`) fit a norm over the last dim of `input`.
 std::string checkNormParams(const char *op, Dims input, Dims weight, std::optional<Shape> bias);
 Result attention(Dims query, Dims key, Dims value, std::optional<Shape> mask);
+/// Why attention's position operands are malformed (empty when fine): query positions [s] and
+/// key positions [t] for query [b, s, h, d] and key [b, t, hk, d], both or neither, and never
+/// with `causal` or a mask (they are causal masking by global positions).
+std::string checkAttentionPositions(Dims query, Dims key, std::optional<Shape> queryPositions,
+                                    std::optional<Shape> keyPositions, bool mask, bool causal);
 /// Why `rope(input, cos, sin)` is malformed (empty when it is fine): input [..., d] with d even,
 /// cos and sin of one shape that broadcasts to the input's and ends in d.
 std::string checkRope(Dims input, Dims cos, Dims sin);

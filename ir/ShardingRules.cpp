@@ -307,8 +307,8 @@ ShardingRule crossEntropy(CrossEntropyOp op) {
 /// q [b, s, h, d], k [b, t, g, d], v [b, t, g, dv] (+ mask, broadcast to [b, h, s, t]) ->
 /// [b, s, h, dv]. Heads split as (g, h/g) so grouped-query attention shards by kv group. Without
 /// `causal` every query row is independent of the others given all keys: s is parallel
-/// (context parallelism splits it, with the causal mask as an explicit `mask` of global
-/// positions); `causal` counts query positions from 0 here, so s stays whole.
+/// (context parallelism splits it, masking causally by the query and key `positions`, which
+/// follow s and t); `causal` counts query positions from 0 here, so s stays whole.
 ShardingRule attention(AttentionOp op) {
   RuleBuilder rule;
   ArrayRef<int64_t> q = shapeOf(op.getQuery()), k = shapeOf(op.getKey()),
@@ -333,6 +333,10 @@ ShardingRule attention(AttentionOp op) {
     for (size_t i = 0; i < m.size(); ++i)
       mf.push_back(m[i] == full[lead + i] && m[i] != 1 ? byDim[lead + i] : DimFactors{});
     operands.push_back(mf);
+  }
+  if (op.getQueryPositions()) { // follow the query's and the key's sequence dims
+    operands.push_back({{s}});
+    operands.push_back({{t}});
   }
   return rule.done(operands, {{{b}, {s}, heads, {dv}}});
 }

@@ -1,7 +1,8 @@
 // mega-context-parallel: prepares @forward_backward for context parallelism (Passes.td,
 // docs/context-parallel.md): the sequence permuted for causal load balancing, per-position
-// tables permuted alike, causal attention turned into an explicit mask of global positions.
+// tables permuted alike, causal attention masked by the query and key global positions.
 #include "passes/partition/Passes.h"
+#include "passes/partition/Regather.h"
 
 #include "ir/MegaDialect.h"
 #include "ir/MegaOps.h"
@@ -16,6 +17,7 @@ using namespace mlir;
 namespace megac::passes {
 
 #define GEN_PASS_DEF_CONTEXTPARALLEL
+#define GEN_PASS_DEF_CONTEXTPARALLELREGATHER
 #include "passes/partition/Passes.h.inc"
 
 namespace {
@@ -88,8 +90,9 @@ public:
     for (mega::AttentionOp op : attentions) {
       permuteRotaryTables(op.getQuery());
       permuteRotaryTables(op.getKey());
-      Type element = cast<RankedTensorType>(op.getQuery().getType()).getElementType();
-      op.getMaskMutable().assign(causalMask(element));
+      auto [queries, keys] = causalPositions();
+      op.getQueryPositionsMutable().assign(queries);
+      op.getKeyPositionsMutable().assign(keys);
       op.removeCausalAttr();
     }
     return success();
@@ -185,43 +188,24 @@ private:
     return p;
   }
 
-  /// The causal mask of the permuted sequence, [1, 1, S, S]: 0 where key position P[j] <=
-  /// query position P[i], else <= -1e4 ((P[j] - P[i]) * 1e4 — every masked score is at least
-  /// 1e4 below the unmasked diagonal, so its softmax weight underflows to exactly 0 in f64, f32
-  /// and bf16 as causal's does). The query positions come from a gather split over cp: each
-  /// rank builds only its own rows.
-  Value causalMask(Type element) {
-    if (Value done = masks_.lookup(element))
-      return done;
+  /// The global positions of the permuted sequence for causal attention (query i sees key j
+  /// iff P[j] <= P[i]), i64 [S] each: the queries' from a gather split over cp (each rank reads
+  /// only its own S / cp), the keys' whole (every rank's k and v are all-gathered over cp in
+  /// the same permuted order). Nothing of size S x S exists.
+  std::pair<Value, Value> causalPositions() {
+    if (queryPositions_)
+      return {queryPositions_, keyPositions_};
     Location loc = f_.getLoc();
-    auto vector = RankedTensorType::get({seq_}, element);
-    auto full = RankedTensorType::get({1, 1, seq_, seq_}, element);
-    auto scalar = RankedTensorType::get({}, element);
-    SmallVector<double> iota, keys;
-    for (int64_t i = 0; i < seq_; ++i) {
-      iota.push_back(double(i));
-      keys.push_back(double(order_[i]));
-    }
-    auto constant = [&](RankedTensorType type, ArrayRef<double> values) -> Value {
-      SmallVector<Attribute> attrs;
-      for (double v : values)
-        attrs.push_back(FloatAttr::get(element, v));
-      return mega::ConstantOp::create(b_, loc, DenseElementsAttr::get(type, attrs));
-    };
-    Value queries = permuted(constant(vector, iota), 0); // P[i] for this rank's rows
-    Value q =
-        mega::ReshapeOp::create(b_, loc, RankedTensorType::get({1, 1, seq_, 1}, element), queries);
-    Value k = mega::ReshapeOp::create(b_, loc, RankedTensorType::get({1, 1, 1, seq_}, element),
-                                      constant(vector, keys));
-    q = mega::BroadcastOp::create(b_, loc, full, q);
-    k = mega::BroadcastOp::create(b_, loc, full, k);
-    Value after = mega::SubOp::create(b_, loc, full, q, k); // P[i] - P[j]
-    Value zero = mega::BroadcastOp::create(b_, loc, full, constant(scalar, {0.0}));
-    Value big = mega::BroadcastOp::create(b_, loc, full, constant(scalar, {1e4}));
-    Value clipped = mega::MinOp::create(b_, loc, full, after, zero);
-    Value mask = mega::MulOp::create(b_, loc, full, clipped, big);
-    masks_[element] = mask;
-    return mask;
+    auto type = RankedTensorType::get({seq_}, b_.getI64Type());
+    SmallVector<int64_t> iota(seq_);
+    for (int64_t i = 0; i < seq_; ++i)
+      iota[i] = i;
+    Value positions =
+        mega::ConstantOp::create(b_, loc, DenseElementsAttr::get(type, ArrayRef(iota)));
+    queryPositions_ = permuted(positions, 0);
+    keyPositions_ =
+        mega::ConstantOp::create(b_, loc, DenseElementsAttr::get(type, ArrayRef(order_)));
+    return {queryPositions_, keyPositions_};
   }
 
   func::FuncOp f_;
@@ -231,7 +215,7 @@ private:
   SmallVector<int64_t> order_;
   Value positions_;
   llvm::DenseMap<Value, Value> tables_;
-  llvm::DenseMap<Type, Value> masks_;
+  Value queryPositions_, keyPositions_;
 };
 
 struct ContextParallelPass : public impl::ContextParallelBase<ContextParallelPass> {
@@ -254,6 +238,43 @@ struct ContextParallelPass : public impl::ContextParallelBase<ContextParallelPas
     }
     if (failed(Rewriter(f, cp).run()))
       return signalPassFailure();
+  }
+};
+
+/// The keys and values each attention reads whole (all-gathered over cp) are gathered again
+/// before their first backward use, so only their 1/cp shards live between forward and
+/// backward (Regather.h, as ZeRO-3's parameters).
+struct ContextParallelRegatherPass
+    : public impl::ContextParallelRegatherBase<ContextParallelRegatherPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    getOperation().walk([](func::FuncOp f) {
+      bool backward = false;
+      DenseSet<Operation *> forward = forwardOps(f, backward);
+      if (!backward || forward.empty())
+        return;
+      SmallVector<mega::AllGatherOp> gathers;
+      f.walk([&](mega::AllGatherOp g) {
+        if (forward.contains(g) && !g->hasAttr(kRegatherAttr) &&
+            llvm::is_contained(g.getAxes().getAsValueRange<StringAttr>(), "cp"))
+          gathers.push_back(g);
+      });
+      OpBuilder b(f.getContext());
+      for (mega::AllGatherOp g : gathers) {
+        SmallVector<OpOperand *> backwardUses;
+        bool forwardUse = false;
+        for (OpOperand &use : g->getUses())
+          if (forward.contains(use.getOwner()))
+            forwardUse = true;
+          else
+            backwardUses.push_back(&use);
+        if (!forwardUse)
+          continue; // read by the backward alone: already where it is needed
+        gatherBeforeFirstUse(b, backwardUses, true,
+                             [&](OpBuilder &at) { return at.clone(*g)->getResult(0); });
+      }
+    });
   }
 };
 

@@ -16,10 +16,12 @@ def ContextParallel : Pass<"mega-context-parallel", "mlir::ModuleOp"> {
     `[S, h]` added to the hidden states (GPT's wpe; its gradient becomes a scatter), and the
     rotary tables of the `mega.rope` feeding each attention's query and key; each such
     `mega.gather` is marked `mega.cp_split` (propagation splits the permutation, and so the
-    sequence, over cp). Each causal `mega.attention` gets an explicit `mask [1, 1, S, S]` of
-    global positions instead — `min(P[i] - P[j], 0) * 1e4`, built once from the rows' gathered
-    positions — and loses `causal` (its query dim may then be split). The loss is a sum over
-    positions: permuting them changes nothing but the order of the sum.
+    sequence, over cp). Each causal `mega.attention` gets query and key `positions` instead
+    (i64 `[S]`: the queries' gathered by `P` and marked, so each rank holds its own S / cp; the
+    keys' the constant `P`, as every rank all-gathers k and v in that order) and loses `causal`
+    (its query dim may then be split): query i sees key j iff `P[j] <= P[i]`, with nothing of
+    size S x S built. The loss is a sum over positions: permuting them changes nothing but the
+    order of the sum.
 
     ```mlir
     // before (cp = 2, S = 8)
@@ -28,7 +30,7 @@ def ContextParallel : Pass<"mega-context-parallel", "mlir::ModuleOp"> {
     // after
     %P = mega.constant dense<[0, 1, 6, 7, 2, 3, 4, 5]> : tensor<8xi64>
     %ids2 = mega.gather %ids[%P] axis 1 {mega.cp_split} : tensor<2x8xi64>, tensor<8xi64> -> tensor<2x8xi64>
-    %o = mega.attention %q, %k, %v mask %m : (...) -> tensor<2x8x2x8xf64>
+    %o = mega.attention %q, %k, %v positions %qp, %kp : (...) -> tensor<2x8x2x8xf64>
     ```
 
     Errors: no mega.attention in the model, a softmax over rank-4 scores (attention the input
@@ -38,6 +40,33 @@ def ContextParallel : Pass<"mega-context-parallel", "mlir::ModuleOp"> {
   let options = [
     Option<"cp", "cp", "int64_t", "1", "context-parallel degree (1: the pass does nothing)">,
   ];
+  let dependentDialects = ["mega::MegaDialect"];
+}
+
+def ContextParallelRegather : Pass<"mega-context-parallel-regather", "mlir::ModuleOp"> {
+  let summary = "all-gather context parallelism's keys and values again for the backward";
+  let description = [{
+    Runs after autodiff (and mega-forward-backward-split) on the per-rank functions that run
+    both the forward and the backward (`@forward_backward`; mega-forward-backward-split's rule:
+    the backward is what no loss or activation result depends on). Every `mega.all_gather`
+    over `cp` (the keys and values each attention reads whole) whose result the backward also
+    reads gets a second all-gather of the same shard right before the first backward use,
+    marked `mega.regather` (so CSE keeps it), and the backward reads that one: the forward's
+    gathered copy dies after the forward attention, and only the 1/cp shard is kept for the
+    backward, as ZeRO-3 does for parameters (passes/partition/Regather.h; reshard after
+    forward). Pipeline chunks (separate forward and backward functions) are left alone.
+
+    ```mlir
+    // before
+    %k = mega.all_gather %ks on #mesh axes ["cp"] dim 1 grad_partial : ...
+    %o = mega.attention %q, %k, %v positions %qp, %kp : ...
+    ... // the rest of the forward, the backward down to this layer
+    %dq, %dk, %dv = mega.attention_grad %do, %q, %k, %v positions %qp, %kp : ...
+    // after
+    %k2 = mega.all_gather %ks on #mesh axes ["cp"] dim 1 grad_partial {mega.regather} : ...
+    %dq, %dk, %dv = mega.attention_grad %do, %q, %k2, %v2 positions %qp, %kp : ...
+    ```
+  }];
   let dependentDialects = ["mega::MegaDialect"];
 }
 

@@ -2,6 +2,7 @@
 // update per parameter) from @forward_backward's parameters and gradient accumulators, and the
 // ZeRO-2/3 rewrites of the training functions (sharded accumulators, gathered parameters).
 #include "passes/partition/Passes.h"
+#include "passes/partition/Regather.h"
 #include "passes/training/Passes.h"
 
 #include "ir/MegaDialect.h"
@@ -28,9 +29,6 @@ constexpr StringLiteral kForwardBackward = "forward_backward";
 constexpr StringLiteral kApplyGradients = "apply_gradients";
 constexpr StringLiteral kCheckGradients = "check_gradients";
 constexpr StringLiteral kLossScale = "loss_scale";
-/// On ZeRO-3's second all-gather of a parameter (before its backward uses): keeps CSE from
-/// merging it into the forward's.
-constexpr StringLiteral kRegatherAttr = "mega.regather";
 
 /// One parameter of the step: its argument attributes (name, init), type and accumulator.
 struct Param {
@@ -440,29 +438,8 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     Block &block = f.getBody().front();
     auto ret = cast<func::ReturnOp>(block.getTerminator());
     // The forward: what the results other than gradients and accumulators depend on.
-    auto isBackwardResult = [&](unsigned i) {
-      if (f.getResultAttr(i, kUpdatesAttr))
-        return true;
-      auto out = f.getResultAttrOfType<StringAttr>(i, mega::kOutputAttr);
-      return out && out.getValue().starts_with("grad.");
-    };
     bool backward = false;
-    DenseSet<Operation *> forward;
-    SmallVector<Operation *> work;
-    for (unsigned i = 0; i < f.getNumResults(); ++i) {
-      if (isBackwardResult(i))
-        backward = true;
-      else if (Operation *def = ret.getOperand(i).getDefiningOp())
-        work.push_back(def);
-    }
-    while (!work.empty()) {
-      Operation *op = work.pop_back_val();
-      if (!forward.insert(op).second)
-        continue;
-      for (Value v : op->getOperands())
-        if (Operation *def = v.getDefiningOp())
-          work.push_back(def);
-    }
+    DenseSet<Operation *> forward = forwardOps(f, backward);
     ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});
     for (BlockArgument arg : f.getArguments()) {
       auto name = f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kParamAttr);
@@ -478,23 +455,12 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
             .push_back(&use);
       arg.setType(dpShard(dist, *p));
       f.setArgAttrs(arg.getArgNumber(), storedAttrs(b, dist, *p));
-      auto gather = [&](ArrayRef<OpOperand *> uses, bool again) {
-        if (uses.empty())
-          return;
-        Operation *first = uses.front()->getOwner();
-        for (OpOperand *use : uses)
-          if (use->getOwner()->isBeforeInBlock(first))
-            first = use->getOwner();
-        b.setInsertionPoint(first);
-        auto whole = mega::AllGatherOp::create(b, arg.getLoc(), p->type, arg, dist.mesh, dpAxes,
-                                               b.getI64IntegerAttr(0), UnitAttr());
-        if (again)
-          whole->setAttr(kRegatherAttr, b.getUnitAttr());
-        for (OpOperand *use : uses)
-          use->set(whole);
+      auto gather = [&](OpBuilder &at) -> Value {
+        return mega::AllGatherOp::create(at, arg.getLoc(), p->type, arg, dist.mesh, dpAxes,
+                                         at.getI64IntegerAttr(0), UnitAttr());
       };
-      gather(forwardUses, false);
-      gather(backwardUses, !forwardUses.empty());
+      gatherBeforeFirstUse(b, forwardUses, false, gather);
+      gatherBeforeFirstUse(b, backwardUses, !forwardUses.empty(), gather);
     }
     f.setType(FunctionType::get(f.getContext(), block.getArgumentTypes(), ret.getOperandTypes()));
   }

@@ -80,6 +80,10 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
     split.recompute = recomputeName(layout.recompute);
     pm.addPass(createForwardBackwardSplit(split));
   }
+  // Context parallelism: the backward all-gathers k and v again instead of keeping the
+  // forward's whole copies (docs/context-parallel.md, "Memory").
+  if (layout.cp > 1)
+    pm.addPass(createContextParallelRegather());
   TrainingOptimizerOptions optimizer;
   optimizer.zero = layout.zero;
   optimizer.beta1 = options.beta1;

@@ -5,6 +5,8 @@
 #include "runtime/cpu/KernelUtil.h"
 
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace megac::runtime::cpu::detail {
 
@@ -30,6 +32,29 @@ inline StatusOr<AttentionDims> attentionDims(const char *name, const TensorRef &
     return fail(name, std::to_string(a.hk) + " kv heads do not divide " + std::to_string(a.h) +
                           " query heads");
   return a;
+}
+
+/// Checks attention's optional query and key positions (causal by global position): both or
+/// neither, i64 [s] and [t], never with `causal` or a mask.
+inline Status checkAttentionPositions(const char *name, const AttentionDims &a,
+                                      const TensorRef *queryPositions,
+                                      const TensorRef *keyPositions, bool causal, bool mask) {
+  if (!queryPositions && !keyPositions)
+    return Status::ok();
+  if (!queryPositions || !keyPositions)
+    return fail(name, "query and key positions come together (both or neither)");
+  if (causal || mask)
+    return fail(name, "positions are causal masking by global position: not with causal or a "
+                      "mask");
+  for (auto [what, p, n] : {std::tuple{"query positions", queryPositions, a.s},
+                            std::tuple{"key positions", keyPositions, a.t}}) {
+    if (p->dtype != DType::i64)
+      return fail(name, std::string(what) + " are " + dtypeName(p->dtype) + ", expected i64");
+    if (p->shape.size() != 1 || p->shape[0] != n)
+      return fail(name, std::string(what) + " " + shapeString(p->shape) + " must be [" +
+                            std::to_string(n) + "]");
+  }
+  return Status::ok();
 }
 
 } // namespace megac::runtime::cpu::detail

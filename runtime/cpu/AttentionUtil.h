@@ -62,13 +62,15 @@ inline bool blasFits(std::initializer_list<int64_t> dims) {
 }
 
 /// Shapes of one attention call: q [b,s,h,d], k [b,t,hk,d], v [b,t,hk,dv], the mask read through
-/// maskStrides over [b,h,s,t] (0 on broadcast dims).
+/// maskStrides over [b,h,s,t] (0 on broadcast dims); with query and key positions (i64 [s],
+/// [t]) query i sees key j iff keyPositions[j] <= queryPositions[i].
 struct AttentionShape {
   int64_t b, s, h, d, t, hk, dv;
   const TensorRef *mask;
   std::vector<int64_t> maskStrides;
   bool causal;
   double scale;
+  const int64_t *queryPositions = nullptr, *keyPositions = nullptr;
 
   int64_t kvHead(int64_t hi) const { return hi / (h / hk); }
   /// Offsets of head (bi, hi)'s first row in q (or dq), k/v's kv head, and out (or dout).
@@ -99,6 +101,12 @@ void attentionProbs(const AttentionShape &a, const T *q, const T *k, int64_t bi,
   for (int64_t i = 0; i < s; ++i) {
     T *row = p + i * t;
     int64_t n = a.visible(i);
+    if (a.queryPositions) { // causal by global position: exactly causal's -inf
+      int64_t at = a.queryPositions[i];
+      for (int64_t j = 0; j < n; ++j)
+        if (a.keyPositions[j] > at)
+          row[j] = kNegInf;
+    }
     if (a.mask) {
       int64_t base = bi * ms[0] + hi * ms[1] + i * ms[2];
       if (a.mask->dtype == DType::i1) {

@@ -132,7 +132,7 @@ Status rmsNormGrad(const TensorRef &dy, const TensorRef &x, const TensorRef &wei
 Status attentionGrad(const TensorRef &dout, const TensorRef &q, const TensorRef &k,
                      const TensorRef &v, const TensorRef *mask, bool causal, double scale,
                      const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
-                     const TensorRef *dmask) {
+                     const TensorRef *dmask, AttentionPositions positions) {
   const char *name = "AttentionGrad";
   RETURN_IF_ERROR(expectDtype(name, "k", k, q.dtype));
   RETURN_IF_ERROR(expectDtype(name, "v", v, q.dtype));
@@ -147,6 +147,8 @@ Status attentionGrad(const TensorRef &dout, const TensorRef &q, const TensorRef 
     return fail(name, "scale " + std::to_string(scale) + " is not finite");
   if (bool(mask) != bool(dmask))
     return fail(name, "there is a mask gradient exactly when there is a mask");
+  RETURN_IF_ERROR(
+      checkAttentionPositions(name, dims, positions.query, positions.key, causal, mask));
   std::vector<int64_t> full{b, h, s, t}, maskStrides(4, 0);
   if (mask) {
     if (mask->dtype != q.dtype)
@@ -162,6 +164,10 @@ Status attentionGrad(const TensorRef &dout, const TensorRef &q, const TensorRef 
     maskStrides = broadcastStrides(mask->shape, full, 1);
   }
   AttentionShape shape{b, s, h, d, t, hk, dvDim, mask, std::move(maskStrides), causal, scale};
+  if (positions.query) {
+    shape.queryPositions = positions.query->as<const int64_t>();
+    shape.keyPositions = positions.key->as<const int64_t>();
+  }
   if (!shape.fitsBlas())
     return fail(name, "a dimension exceeds the BLAS int range");
   const std::vector<int64_t> &ms = shape.maskStrides;

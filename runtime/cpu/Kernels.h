@@ -182,8 +182,15 @@ Status rope(const TensorRef &x, const TensorRef &cos, const TensorRef &sin, cons
 /// true (PyTorch's boolean attn_mask). `causal` masks key j > i + (t - s). Per (batch, head):
 /// scores and out by GEMM in the input type; softmax with max subtraction, row sums in double;
 /// a fully masked row gives zeros, not NaN.
+/// `positions` (instead of `causal` and the mask): causal by global position, query i sees key
+/// j iff positions.key[j] <= positions.query[i] (i64 [s] and [t]; context parallelism's
+/// permuted sequence).
+struct AttentionPositions {
+  const TensorRef *query = nullptr, *key = nullptr;
+};
 Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, const TensorRef *mask,
-                 bool causal, double scale, const TensorRef &out);
+                 bool causal, double scale, const TensorRef &out,
+                 AttentionPositions positions = {});
 
 // ---- Backward ops (Grad.cpp), f32 and f64; reductions accumulate in double, except the GEMMs
 // ---- of attentionGrad (dq, dk, dv), which run in the input type inside BLAS -----------------
@@ -203,11 +210,12 @@ Status rmsNormGrad(const TensorRef &dy, const TensorRef &x, const TensorRef &wei
 /// [b,s,h,dv], probabilities recomputed; dk and dv sum over the query heads sharing a kv head.
 /// With a mask (of q's dtype: additive; an i1 mask has no gradient and is an error here),
 /// `dmask` (the mask's shape) is the gradient of the added scores summed over the dims the mask
-/// broadcast along. Fully masked rows contribute nothing.
+/// broadcast along. Fully masked rows contribute nothing. With `positions` (as attention()'s)
+/// there is no mask and no dmask.
 Status attentionGrad(const TensorRef &dout, const TensorRef &q, const TensorRef &k,
                      const TensorRef &v, const TensorRef *mask, bool causal, double scale,
                      const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
-                     const TensorRef *dmask);
+                     const TensorRef *dmask, AttentionPositions positions = {});
 /// dx = dy * gelu'(x) for the exact or the tanh GELU.
 Status geluGrad(const TensorRef &dy, const TensorRef &x, bool tanh, const TensorRef &dx);
 /// From y = softmax(x, axis): dx = y * (dy - sum(dy * y, axis)).

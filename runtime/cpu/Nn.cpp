@@ -183,7 +183,7 @@ Status rmsNorm(const TensorRef &x, const TensorRef &weight, double epsilon, cons
 }
 
 Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, const TensorRef *mask,
-                 bool causal, double scale, const TensorRef &out) {
+                 bool causal, double scale, const TensorRef &out, AttentionPositions positions) {
   const char *name = "Attention";
   RETURN_IF_ERROR(expectSameFloat(name, q, k, "k"));
   RETURN_IF_ERROR(expectSameFloat(name, q, v, "v"));
@@ -193,6 +193,8 @@ Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, con
   RETURN_IF_ERROR(expectShape(name, "output", out, std::vector<int64_t>{b, s, h, dv}));
   if (!std::isfinite(scale))
     return fail(name, "scale " + std::to_string(scale) + " is not finite");
+  RETURN_IF_ERROR(
+      checkAttentionPositions(name, dims, positions.query, positions.key, causal, mask));
   std::vector<int64_t> full{b, h, s, t}, maskStrides(4, 0);
   if (mask) {
     if (mask->dtype != q.dtype && mask->dtype != DType::i1)
@@ -206,6 +208,10 @@ Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, con
     maskStrides = broadcastStrides(mask->shape, full, 1);
   }
   AttentionShape shape{b, s, h, d, t, hk, dv, mask, std::move(maskStrides), causal, scale};
+  if (positions.query) {
+    shape.queryPositions = positions.query->as<const int64_t>();
+    shape.keyPositions = positions.key->as<const int64_t>();
+  }
   if (!shape.fitsBlas())
     return fail(name, "a dimension exceeds the BLAS int range");
   return dispatchFloat(name, q.dtype, [&](auto tag) {

@@ -118,6 +118,14 @@ using O = fb::Opcode;
 
 Handler &at(Table &t, O op) { return t[*fb::opcodeIndex(op)]; }
 
+/// Attention by query/key positions (context parallelism's causal masking by global position,
+/// docs/context-parallel.md): the CPU backend runs it; the fused CUDA kernel does not yet.
+Status positionsRefused(const char *op) {
+  return Status::error(std::string(op) + " with query/key positions (context parallelism) is "
+                                         "not supported by the CUDA backend yet; run --cp with "
+                                         "--backend cpu");
+}
+
 /// The local kernel, or with vocab_axes the device collective version (over NCCL).
 bool vocabParallel(const CudaCall &c) { return c.nccl && needsNccl(c.inst); }
 
@@ -218,6 +226,8 @@ void reductionsAndCoarseOps(Table &t) {
   };
   at(t, O::Attention) = [](const CudaCall &c) {
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
+    if (c.in.size() == 5)
+      return positionsRefused("Attention");
     return attention(c.ctx, c.in[0], c.in[1], c.in[2], c.in.size() > 3 ? &c.in[3] : nullptr,
                      a->causal(), a->scale(), c.out[0]);
   };
@@ -244,6 +254,8 @@ void backwardAndOptimizer(Table &t) {
   };
   at(t, O::AttentionGrad) = [](const CudaCall &c) {
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
+    if (c.in.size() == 6)
+      return positionsRefused("AttentionGrad");
     bool masked = c.in.size() > 4;
     return attentionGrad(c.ctx, c.in[0], c.in[1], c.in[2], c.in[3], masked ? &c.in[4] : nullptr,
                          a->causal(), a->scale(), c.out[0], c.out[1], c.out[2],

@@ -172,6 +172,9 @@ void reductionsAndCoarseOps(Table &t) {
   });
   math(t, O::Attention, [](const CpuCall &c) {
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
+    if (c.in.size() == 5) // query and key positions (Opcodes.def: PositionPair)
+      return cpu::attention(c.in[0], c.in[1], c.in[2], nullptr, a->causal(), a->scale(), c.out[0],
+                            {&c.in[3], &c.in[4]});
     return cpu::attention(c.in[0], c.in[1], c.in[2], c.in.size() > 3 ? &c.in[3] : nullptr,
                           a->causal(), a->scale(), c.out[0]);
   });
@@ -199,6 +202,10 @@ void backwardAndOptimizer(Table &t) {
   });
   math(t, O::AttentionGrad, [](const CpuCall &c) {
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
+    if (c.in.size() == 6) // query and key positions (Opcodes.def: PositionPair)
+      return cpu::attentionGrad(c.in[0], c.in[1], c.in[2], c.in[3], nullptr, a->causal(),
+                                a->scale(), c.out[0], c.out[1], c.out[2], nullptr,
+                                {&c.in[4], &c.in[5]});
     bool masked = c.in.size() > 4;
     return cpu::attentionGrad(c.in[0], c.in[1], c.in[2], c.in[3], masked ? &c.in[4] : nullptr,
                               a->causal(), a->scale(), c.out[0], c.out[1], c.out[2],

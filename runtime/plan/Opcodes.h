@@ -23,6 +23,7 @@ enum : unsigned {
   Collective = 1u << 3,
   PointToPoint = 1u << 4,
   OptionalAttrs = 1u << 5,
+  PositionPair = 1u << 6,
 };
 } // namespace opflag
 
@@ -47,9 +48,16 @@ struct OpcodeInfo {
   constexpr bool acceptsInputs(int n) const {
     return n >= minInputs && (maxInputs == kVariadic || n <= maxInputs);
   }
+  /// Whether an instruction with `inputs` inputs ends in a (query, key) position pair.
+  constexpr bool hasPositionPair(int inputs) const {
+    return has(opflag::PositionPair) && inputs == minInputs + 2;
+  }
   /// The outputs of an instruction with `inputs` inputs: fixed, one more per input beyond the
-  /// minimum, or (maxOutputs variadic: AdamWMulti) three per four inputs beyond it.
+  /// minimum (a position pair adds none), or (maxOutputs variadic: AdamWMulti) three per four
+  /// inputs beyond it.
   constexpr int outputsFor(int inputs) const {
+    if (hasPositionPair(inputs))
+      inputs = minInputs;
     if (maxOutputs == kVariadic)
       return minOutputs + (inputs - minInputs) / 4 * 3;
     return minOutputs == maxOutputs ? minOutputs : minOutputs + (inputs - minInputs);

@@ -12,10 +12,13 @@ missing reduction changes losses at 1e-3 or more. A control (lr * (1 + 1e-6)) mu
 parameter bound, showing it can tell a wrong update.
 
 Layouts (each <= 8 ranks): a causal GPT (learned position table) and a Llama (rotary, GQA) at
-cp 2 and cp 4; cp 2 x dp 2; cp 2 x tp 2 with sequence parallelism (x dp 2, 8 ranks); a
-checkpoint saved at cp 2 and resumed at cp 1. Every multi-rank run must say "cp C" in its
-header (it really ran context parallel). Bad input: a sequence 2*cp does not divide, --cp with
-pp / ep / zero, ranks that are not tp x cp x pp x dp -- one-line errors naming the numbers.
+cp 2 and cp 4; cp 2 x dp 2; cp 2 x tp 2 with sequence parallelism (x dp 2, 8 ranks); cp 2 x
+dp 2 with ZeRO-1 (GPT) and ZeRO-3 (Llama); cp 2 x pp 2; a checkpoint saved at cp 2 and resumed
+at cp 1. Every multi-rank run must say "cp C" in its header (it really ran context parallel).
+Memory: the plans' activation bytes (arena above the persistent region) at cp 4 are <= 0.3 x
+cp 1's on a GPT at sequence 4096 (issue 32's target).
+Bad input: a sequence 2*cp does not divide, --cp with ep, ranks that are not tp x cp x pp x dp
+-- one-line errors naming the numbers.
 
 usage: context_parallel_test.py --megac build/bin/megac --workdir DIR
 Exit 1 on any failure, 77 (skip) without mpirun. Runs with Debian's /usr/bin/python3 (numpy).
@@ -106,6 +109,14 @@ def layout_cases():
     yield "llama.cp2.tp2.sp.dp2", LLAMA, ["--ranks", "8", "--cp", "2", "--tp", "2", "--dp", "2",
                                           "--sequence-parallel", "--micro-batch", "1"]
     yield "gpt.cp2.tp2", GPT, ["--ranks", "4", "--cp", "2", "--tp", "2", "--micro-batch", "2"]
+    # ZeRO shards over dp only (the cp ranks of a replica hold the same shards); gradients are
+    # reduce-scattered over dp, then all-reduced over cp.
+    yield "gpt.cp2.dp2.zero1", GPT, ["--ranks", "4", "--cp", "2", "--dp", "2", "--zero", "1",
+                                     "--micro-batch", "1"]
+    yield "llama.cp2.dp2.zero3", LLAMA, ["--ranks", "4", "--cp", "2", "--dp", "2", "--zero", "3",
+                                         "--micro-batch", "1"]
+    # Pipeline stages of the permuted sequence: each chunk recomputes the positions it reads.
+    yield "gpt.cp2.pp2", GPT, ["--ranks", "4", "--cp", "2", "--pp", "2", "--micro-batch", "1"]
 
 
 ERRORS = [
@@ -113,15 +124,30 @@ ERRORS = [
     ("error-seq", GPT, ["--ranks", "3", "--cp", "3", "--micro-batch", "2"],
      "context parallelism splits the sequence into 2 * cp = 6 chunks, but the sequence has 16 "
      "positions (choose a sequence length that is a multiple of 6)"),
-    ("error-pp", GPT, ["--ranks", "4", "--cp", "2", "--pp", "2", "--micro-batch", "2"],
-     "--cp 2 with pipeline parallelism (--pp 2) is not supported yet; use --cp with --tp and "
-     "--dp"),
-    ("error-zero", GPT, ["--ranks", "4", "--cp", "2", "--dp", "2", "--zero", "1",
-                         "--micro-batch", "1"],
-     "--cp 2 with --zero 1 is not supported yet; use --cp with --tp and --dp"),
+    ("error-ep", GPT, ["--ranks", "4", "--cp", "2", "--dp", "2", "--ep", "2",
+                       "--micro-batch", "1"],
+     "--cp 2 with expert parallelism (--ep 2) is not supported yet; use --cp with --tp, --dp, "
+     "--pp and --zero"),
     ("error-ranks", GPT, ["--ranks", "4", "--cp", "4", "--tp", "2", "--micro-batch", "2"],
      "--ranks 4 is not tp 2 x cp 4 x pp 1 x dp 1 = 8"),
 ]
+
+
+MEMORY_MODEL = "gpt:layers=2,hidden=128,heads=4,seq=4096,vocab=256"
+MEMORY_RATIO = 0.3  # issue 32: per-rank activation bytes at cp 4 <= 0.3 x cp 1's, seq >= 4096
+
+
+def activation_bytes(megac, cp):
+    """The plan's arena above its persistent region (parameters, gradients, Adam moments,
+    constants): the activations and temporaries of one step, per rank (role 0)."""
+    argv = [megac, "plan", "--model", MEMORY_MODEL, "--json", "--global-batch", "1",
+            "--ranks", str(cp), "--cp", str(cp)]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise Failure(f"memory: exit {result.returncode}: {' '.join(argv)}\n"
+                      f"{result.stderr[-1500:]}")
+    role = json.loads(result.stdout)["roles"][0]
+    return role["arena_bytes"] - role["persistent_bytes"]
 
 
 def main():
@@ -178,6 +204,18 @@ def main():
                           f"{[r['step'] for r in resumed['records']]}")
         worst = compare("ckpt.cp2->cp1", resumed, want)
         print(f"PASS ckpt.cp2->cp1: worst parameter diff / bound {worst:.2e}")
+    except Failure as e:
+        problems.append(str(e))
+        print(f"FAIL {e}")
+    # Memory, from the plans: positions instead of an S/cp x S mask, and k/v re-gathered for
+    # the backward instead of kept, bring the activations to ~1/cp (docs/context-parallel.md).
+    try:
+        one, four = activation_bytes(megac, 1), activation_bytes(megac, 4)
+        ratio = four / one
+        if not ratio <= MEMORY_RATIO:
+            raise Failure(f"memory: activation bytes at cp 4 are {ratio:.3f} x cp 1's "
+                          f"({four} / {one}), above {MEMORY_RATIO}")
+        print(f"PASS memory: activation bytes at cp 4 = {ratio:.3f} x cp 1's")
     except Failure as e:
         problems.append(str(e))
         print(f"FAIL {e}")

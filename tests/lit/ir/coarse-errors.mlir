@@ -102,6 +102,33 @@ func.func @attention_rank(%q: tensor<2x8x64xf32>, %k: tensor<2x8x4x16xf32>, %v: 
 
 // -----
 
+func.func @attention_positions_causal(%q: tensor<2x8x4x16xf32>, %p: tensor<8xi64>) -> tensor<2x8x4x16xf32> {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{attention positions are causal masking by global position: give them instead of `causal` and the mask, not with them}}
+  %o = mega.attention %q, %q, %q positions %p, %p causal : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<8xi64>, tensor<8xi64>) -> tensor<2x8x4x16xf32>
+  return %o : tensor<2x8x4x16xf32>
+}
+
+// -----
+
+func.func @attention_positions_shape(%q: tensor<2x8x4x16xf32>, %p: tensor<8xi64>, %short: tensor<4xi64>) -> tensor<2x8x4x16xf32> {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{attention positions must be [seq] = [8] and [kv_seq] = [8], got [8] and [4]}}
+  %o = mega.attention %q, %q, %q positions %p, %short : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<8xi64>, tensor<4xi64>) -> tensor<2x8x4x16xf32>
+  return %o : tensor<2x8x4x16xf32>
+}
+
+// -----
+
+func.func @attention_positions_i32(%q: tensor<2x8x4x16xf32>, %p: tensor<8xi32>) -> tensor<2x8x4x16xf32> {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{attention positions must be ranked i64 tensors}}
+  %o = mega.attention %q, %q, %q positions %p, %p : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<8xi32>, tensor<8xi32>) -> tensor<2x8x4x16xf32>
+  return %o : tensor<2x8x4x16xf32>
+}
+
+// -----
+
 func.func @attention_batch(%q: tensor<2x8x4x16xf32>, %k: tensor<3x8x4x16xf32>, %v: tensor<3x8x4x16xf32>) -> tensor<2x8x4x16xf32> {
   // expected-error @+2 {{failed to infer returned types}}
   // expected-error @+1 {{attention batch sizes differ: query [2, 8, 4, 16], key [3, 8, 4, 16], value [3, 8, 4, 16]}}

@@ -47,6 +47,15 @@ func.func @attention(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf32>, %v: ten
   return
 }
 
+// Causal by global positions (context parallelism): 4 queries at positions [4] against 8 keys
+// at positions [8], i64, instead of `causal` and a mask.
+// CHECK-LABEL: func.func @attention_positions
+// CHECK: mega.attention %arg0, %arg1, %arg1 positions %arg2, %arg3 : (tensor<2x4x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<4xi64>, tensor<8xi64>) -> tensor<2x4x4x16xf32>
+func.func @attention_positions(%q: tensor<2x4x4x16xf32>, %kv: tensor<2x8x4x16xf32>, %qp: tensor<4xi64>, %kp: tensor<8xi64>) {
+  %0 = mega.attention %q, %kv, %kv positions %qp, %kp : (tensor<2x4x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<4xi64>, tensor<8xi64>) -> tensor<2x4x4x16xf32>
+  return
+}
+
 // Grouped-query attention: 8 query heads share 2 key/value heads; the key/value sequence
 // (12) differs from the query's (4), and value head_dim (32) from query/key's (16).
 // CHECK-LABEL: func.func @attention_gqa

@@ -6,7 +6,7 @@
 func.func @backward(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %q: tensor<2x8x4x16xf32>,
                     %kv: tensor<2x8x2x16xf32>, %m: tensor<2x1x1x8xf32>, %y: tensor<2x4x8x8xf32>,
                     %logits: tensor<2x8x128xf32>, %labels: tensor<2x8xi64>, %dl: tensor<2x8xf32>,
-                    %s: tensor<4x8xf32>) {
+                    %s: tensor<4x8xf32>, %pos: tensor<8xi64>) {
   // CHECK: mega.pad %{{.*}} low [0, 1] high [0, 2] interior [0, 1] : tensor<4x8xf32> -> tensor<4x18xf32>
   %p = mega.pad %s low [0, 1] high [0, 2] interior [0, 1] : tensor<4x8xf32> -> tensor<4x18xf32>
   // CHECK: mega.layer_norm_grad %{{.*}}, %{{.*}}, %{{.*}} eps 1.000000e-05 : (tensor<2x8x64xf32>, tensor<2x8x64xf32>, tensor<64xf32>) -> (tensor<2x8x64xf32>, tensor<64xf32>, tensor<64xf32>)
@@ -17,6 +17,9 @@ func.func @backward(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %q: tensor<2x8x4
   %dq, %dk, %dv, %dm = mega.attention_grad %q, %q, %kv, %kv mask %m causal : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x2x16xf32>, tensor<2x8x2x16xf32>, tensor<2x1x1x8xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x2x16xf32>, tensor<2x8x2x16xf32>, tensor<2x1x1x8xf32>)
   // CHECK: mega.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} {scale = 2.500000e-01 : f64} : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>)
   %aq, %ak, %av = mega.attention_grad %q, %q, %q, %q {scale = 0.25} : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>)
+  // With positions: dq, dk, dv and no mask gradient.
+  // CHECK: mega.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} positions %{{.*}}, %{{.*}} : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<8xi64>, tensor<8xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>)
+  %pq, %pk, %pv = mega.attention_grad %q, %q, %q, %q positions %pos, %pos : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<8xi64>, tensor<8xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>)
   // CHECK: mega.gelu_grad tanh %{{.*}}, %{{.*}} : tensor<2x8x64xf32>
   %g = mega.gelu_grad tanh %x, %x : tensor<2x8x64xf32>
   // CHECK: mega.softmax_grad %{{.*}}, %{{.*}} axis 3 : tensor<2x4x8x8xf32>

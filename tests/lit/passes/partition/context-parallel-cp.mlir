@@ -2,9 +2,10 @@
 // on a one-layer GPT (megac import --model gpt:layers=1,hidden=16,heads=2,seq=8,vocab=32,batch=2
 // --compile-to=input, inline below). The sequence of 2·cp = 4 chunks of 2 is permuted so that cp
 // rank i holds chunks i and 3 - i (P = 0 1 6 7 2 3 4 5): input_ids, labels and the position
-// table wpe are gathered by P, the gathers split P over cp; causal attention becomes a mask of
-// global positions min(P[i] - P[j], 0) * 1e4 on the rank's query rows; keys and values are
-// all-gathered over cp (their gradient a reduce-scatter), and the loss sum is partial over cp.
+// table wpe are gathered by P, the gathers split P over cp; causal attention becomes attention
+// by global positions (the rank's query positions, gathered by P and split over cp, and the
+// keys' P whole; no S x S mask); keys and values are all-gathered over cp (their gradient a
+// reduce-scatter), and the loss sum is partial over cp.
 // RUN: megac-opt %s --mega-training-loss --mega-context-parallel=cp=2 | FileCheck %s --check-prefix=PERM
 // RUN: megac-opt %s --mega-training-loss --mega-context-parallel=cp=2 --mega-sharding-propagation="dp=2 cp=2" | FileCheck %s --check-prefix=PROP
 // RUN: megac-opt %s --mega-training-loss --mega-context-parallel=cp=2 --mega-sharding-propagation="dp=2 cp=2" --mega-spmdize | FileCheck %s
@@ -15,9 +16,11 @@
 // PERM: %[[P:.*]] = mega.constant dense<[0, 1, 6, 7, 2, 3, 4, 5]> : tensor<8xi64>
 // PERM: mega.gather %arg0[%[[P]]] axis 1 {mega.cp_split} : tensor<2x8xi64>, tensor<8xi64> -> tensor<2x8xi64>
 // PERM: mega.gather %arg2[%[[P]]] axis 0 {mega.cp_split} : tensor<8x16xf32>, tensor<8xi64> -> tensor<8x16xf32>
-// PERM: mega.constant dense<[0.000000e+00, 1.000000e+00, 6.000000e+00, 7.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00, 5.000000e+00]> : tensor<8xf32>
-// PERM: %[[MASK:.*]] = mega.mul
-// PERM: mega.attention {{.*}} mask %[[MASK]] :
+// PERM: %[[IOTA:.*]] = mega.constant dense<[0, 1, 2, 3, 4, 5, 6, 7]> : tensor<8xi64>
+// PERM: %[[QPOS:.*]] = mega.gather %[[IOTA]][%[[P]]] axis 0 {mega.cp_split} : tensor<8xi64>, tensor<8xi64> -> tensor<8xi64>
+// PERM: %[[KPOS:.*]] = mega.constant dense<[0, 1, 6, 7, 2, 3, 4, 5]> : tensor<8xi64>
+// PERM-NOT: mega.mul {{.*}} tensor<1x1x8x8xf32>
+// PERM: mega.attention {{.*}} positions %[[QPOS]], %[[KPOS]] : (tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>, tensor<2x8x2x8xf32>, tensor<8xi64>, tensor<8xi64>) -> tensor<2x8x2x8xf32>
 // PERM-NOT: causal
 
 // PROP: #mesh = #mega.mesh<pp = 1, dp = 2, cp = 2, tp = 1>
@@ -32,10 +35,10 @@
 // CHECK: mega.shard_slice %{{.*}} on #mesh axes ["cp"] dim 0 : tensor<8xi64> -> tensor<4xi64>
 // CHECK: mega.gather %arg0[%{{.*}}] axis 1 {mega.cp_split} : tensor<1x8xi64>, tensor<4xi64> -> tensor<1x4xi64>
 // CHECK: mega.gather %arg2[%{{.*}}] axis 0 {mega.cp_split} : tensor<8x16xf32>, tensor<4xi64> -> tensor<4x16xf32>
-// CHECK: mega.mul {{.*}} : tensor<1x1x4x8xf32>
+// CHECK: %[[QPOS:.*]] = mega.gather %{{.*}}[%{{.*}}] axis 0 {mega.cp_split} : tensor<8xi64>, tensor<4xi64> -> tensor<4xi64>
 // CHECK: mega.all_gather %{{.*}} on #mesh axes ["cp"] dim 1 grad_partial : tensor<1x4x2x8xf32> -> tensor<1x8x2x8xf32>
 // CHECK: mega.all_gather %{{.*}} on #mesh axes ["cp"] dim 1 grad_partial : tensor<1x4x2x8xf32> -> tensor<1x8x2x8xf32>
-// CHECK: mega.attention {{.*}} mask {{.*}} : (tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x1x4x8xf32>) -> tensor<1x4x2x8xf32>
+// CHECK: mega.attention {{.*}} positions %[[QPOS]], %{{.*}} : (tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>, tensor<4xi64>, tensor<8xi64>) -> tensor<1x4x2x8xf32>
 // CHECK: mega.cross_entropy {{.*}} : tensor<1x4x32xf32>, tensor<1x4xi64> -> tensor<1x4xf32>
 
 // NOCP: mega.attention {{.*}} causal
