@@ -35,7 +35,6 @@ mlir::FailureOr<llvm::SmallVector<mlir::func::FuncOp>> selectFunctions(mlir::Mod
   return funcs;
 }
 
-
 /// The nested per-stage modules of a pipelined module, by stage (empty if not pipelined).
 mlir::FailureOr<llvm::SmallVector<mlir::ModuleOp>> stageModules(mlir::ModuleOp module) {
   llvm::SmallVector<mlir::ModuleOp> stages;
@@ -97,16 +96,27 @@ mlir::FailureOr<std::vector<uint8_t>> writePlan(mlir::ModuleOp module,
       chunks += countChunks(stage);
     shape = {pp, chunks / pp, options.microBatches};
     if (chunks % pp != 0)
-      return module.emitError() << chunks << " chunks do not split evenly over " << pp
-                                << " stages";
+      return module.emitError() << chunks << " chunks do not split evenly over " << pp << " stages";
     kind = schedule::resolveSchedule(options.schedule, shape.virtualStages);
-    if (std::string why = schedule::unbuiltScheduleReason(kind); !why.empty())
-      return module.emitError() << why; // the plan has no input-/weight-gradient steps yet
+    shape.placement = schedule::placementOf(kind);
     std::string error;
     auto built = schedule::buildSchedule(kind, shape, &error);
     if (!built)
       return module.emitError() << "pipeline schedule: " << error;
     schedules = std::move(*built);
+    // Every step's function must be in its stage: a zero-bubble schedule needs the backward
+    // split (mega-backward-weight-split), the others the whole backward.
+    for (auto [stage, steps] : llvm::enumerate(schedules))
+      for (const schedule::ScheduleStep &step : steps) {
+        std::string fn = schedule::stepFunction(step);
+        if (!(*stages)[stage].lookupSymbol<mlir::func::FuncOp>(fn))
+          return module.emitError()
+                 << "pipeline schedule '" << schedule::scheduleName(kind) << "' runs @" << fn
+                 << " on stage " << stage << ", which the stage module lacks"
+                 << (schedule::splitsBackward(kind)
+                         ? " (run mega-backward-weight-split for a zero-bubble schedule)"
+                         : " (a split backward runs only under zb-h1, zb-h2 or zbv)");
+      }
   }
 
   fb::FlatBufferBuilder fbb(1 << 16);

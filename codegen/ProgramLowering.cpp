@@ -4,6 +4,7 @@
 #include "codegen/ProgramLowering.h"
 
 #include "ir/MegaOps.h"
+#include "runtime/plan/PlanSchedule.h"
 
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Diagnostics.h"
@@ -292,10 +293,9 @@ mlir::FailureOr<fb::Offset<pl::Program>> ProgramLowering::finish() {
                                             : "main";
   std::vector<fb::Offset<pl::ScheduleStep>> steps;
   for (const schedule::ScheduleStep &step : schedule_)
-    steps.push_back(pl::CreateScheduleStep(
-        fbb_,
-        step.kind == schedule::StepKind::backward ? pl::StepKind::Backward : pl::StepKind::Forward,
-        static_cast<uint32_t>(step.chunk), static_cast<uint32_t>(step.microBatch)));
+    steps.push_back(pl::CreateScheduleStep(fbb_, runtime::planStepKind(step.kind),
+                                           static_cast<uint32_t>(step.chunk),
+                                           static_cast<uint32_t>(step.microBatch)));
   return pl::CreateProgramDirect(fbb_, name.c_str(), memory.plan->arenaBytes, &buffers, &parameters,
                                  &constants, &state, &functions, steps.empty() ? nullptr : &steps);
 }

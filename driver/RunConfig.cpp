@@ -47,8 +47,10 @@ Status finishLayout(RunConfig &c) {
   }
   if (layout.vpp > 1 && layout.pp == 1)
     return Status::error("--vpp " + str(layout.vpp) + " needs pipeline stages (--pp > 1)");
-  if (std::string why = schedule::unbuiltScheduleReason(layout.schedule); !why.empty())
-    return Status::error(why); // zero-bubble schedules: the library has them, codegen not yet
+  // zbv runs two chunks per stage in V order (docs/pipeline.md); other vpp values are the
+  // schedule library's to refuse.
+  if (layout.schedule == schedule::ScheduleKind::zbv && layout.pp > 1 && layout.vpp == 1)
+    layout.vpp = 2;
   if (layout.sequenceParallel && layout.tp == 1)
     return Status::error("--sequence-parallel needs tensor parallelism (--tp > 1)");
   int64_t ranks = c.exec.ranks;
@@ -92,6 +94,15 @@ Status finishLayout(RunConfig &c) {
                          str(layout.dp) + " = " + str(global));
   split.microBatch = global;
   layout.microBatches = split.globalBatch / global;
+  // The schedule library's rules for the schedule (m >= p for the zero-bubble schedules, zbv's
+  // two chunks per stage, interleaving's m % p), before anything compiles.
+  if (layout.pp > 1 && layout.microBatches > 0) {
+    schedule::ScheduleKind kind = layout.pipelineSchedule();
+    std::string why;
+    if (!schedule::buildSchedule(
+            kind, {layout.pp, layout.vpp, layout.microBatches, schedule::placementOf(kind)}, &why))
+      return Status::error(why);
+  }
   return Status::ok();
 }
 

@@ -37,12 +37,22 @@ bool splitsBackward(ScheduleKind kind) {
   return kind == ScheduleKind::zbH1 || kind == ScheduleKind::zbH2 || kind == ScheduleKind::zbv;
 }
 
-std::string unbuiltScheduleReason(ScheduleKind kind) {
-  if (!splitsBackward(kind))
-    return {};
-  return std::string("pipeline schedule '") + scheduleName(kind) +
-         "' needs the backward split into input and weight gradients, which megac does not "
-         "build yet (issue 35); use 1f1b or gpipe (1f1b with --vpp V > 1 runs interleaved 1F1B)";
+std::string stepFunction(const ScheduleStep &step) {
+  const char *base = "forward.c";
+  switch (step.kind) {
+  case StepKind::forward:
+    break;
+  case StepKind::backward:
+    base = "backward.c";
+    break;
+  case StepKind::backwardInput:
+    base = "backward_input.c";
+    break;
+  case StepKind::backwardWeight:
+    base = "backward_weight.c";
+    break;
+  }
+  return base + std::to_string(step.chunk);
 }
 
 ScheduleKind resolveSchedule(ScheduleKind requested, int64_t virtualStages) {

@@ -43,10 +43,6 @@ const char *scheduleName(ScheduleKind kind);
 std::optional<ScheduleKind> parseScheduleKind(std::string_view name);
 /// Whether the kind's steps split the backward (zbH1, zbH2, zbv).
 bool splitsBackward(ScheduleKind kind);
-/// Empty when megac compiles and runs the kind; else the one-line reason it does not and what to
-/// use instead. The zero-bubble schedules need the backward split into input- and
-/// weight-gradient functions, which codegen and the runtime do not have yet (issue 35).
-std::string unbuiltScheduleReason(ScheduleKind kind);
 /// The schedule a layout runs: 1F1B over several chunks per stage (virtualStages > 1) is
 /// Megatron's interleaved 1F1B; every other request runs as asked.
 ScheduleKind resolveSchedule(ScheduleKind requested, int64_t virtualStages);
@@ -137,6 +133,9 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
 /// "forward of chunk 3, micro-batch 5" ("backward", "input-gradient backward", "weight-gradient
 /// backward"): how errors name a step.
 std::string describeStep(const ScheduleStep &step);
+/// The chunk function a step runs: "forward.c<c>", "backward.c<c>" (whole), "backward_input.c<c>"
+/// or "backward_weight.c<c>" (docs/pipeline.md, "Chunk functions and their ports").
+std::string stepFunction(const ScheduleStep &step);
 /// "F3 c1": forward of micro-batch 3 in chunk 1 ("B" for backward and for the input-gradient
 /// backward, "W" for the weight-gradient backward; a schedule has one or the other kind of
 /// backward), how traces and timelines label a step (`megac train --trace`, `megac plan

@@ -97,7 +97,8 @@ private:
   }
 
   /// The arguments of f that `ops` or the results `results` read, in argument order; state
-  /// arguments only when `withState` (W takes every accumulator, B none).
+  /// arguments only when `withState` (W takes every accumulator, B none). B (!withState) takes
+  /// every incoming gradient grad.act.c<c+1>, read or not: the runner receives what it lists.
   SmallVector<unsigned> argumentsRead(ArrayRef<Operation *> ops, ArrayRef<unsigned> results,
                                       bool withState) {
     llvm::SmallDenseSet<unsigned> read;
@@ -111,7 +112,9 @@ private:
     SmallVector<unsigned> args;
     for (unsigned i = 0; i < f_.getNumArguments(); ++i) {
       bool state = bool(f_.getArgAttr(i, kStateAttr));
-      if (state ? withState : read.contains(i))
+      auto in = f_.getArgAttrOfType<StringAttr>(i, mega::kInputAttr);
+      bool gradIn = in && in.getValue().starts_with("grad.act.c");
+      if (state ? withState : read.contains(i) || (gradIn && !withState))
         args.push_back(i);
     }
     return args;

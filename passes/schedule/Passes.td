@@ -10,7 +10,9 @@ def PipelineSplit : Pass<"mega-pipeline-split", "mlir::ModuleOp"> {
   let description = [{
     Runs after mega-training-loss (and mega-partition), before mega-training-autodiff. With
     `stages` P and `virtual-stages` V and P·V > 1, the ops of `@forward_backward` (model and
-    loss, in program order) are cut into P·V contiguous chunks; chunk c runs on stage c % P.
+    loss, in program order) are cut into P·V contiguous chunks; chunk c runs on stage c % P, or
+    with `placement=vee` (zbv, V = 2) on stage c for c < P and 2P - 1 - c after
+    (parallel/PipelineSchedule.h, stageOfChunk): the first and last chunks share stage 0.
 
     Cut points are positions in the op list where the activations crossing the cut (values
     computed from the data, defined before and used after it) are fewest in bytes: the residual
@@ -36,9 +38,10 @@ def PipelineSplit : Pass<"mega-pipeline-split", "mlir::ModuleOp"> {
       for the last chunk. An activation crossing several cuts is passed through.
     `@forward` (the evaluation model) is dropped. P·V = 1 changes nothing.
 
-    Errors: P or V < 1; no `@forward_backward` (or one without a body of one block); stage
-    modules already present; a model with fewer candidate cut points than P·V - 1
-    ("cannot cut ... into 8 pipeline chunks: 3 cut points for pp=8, vpp=1").
+    Errors: P or V < 1; an unknown placement or vee with V != 2; no `@forward_backward` (or one
+    without a body of one block); stage modules already present; a model with fewer candidate
+    cut points than P·V - 1 ("cannot cut ... into 8 pipeline chunks: 3 cut points for pp=8,
+    vpp=1").
 
     Before (stages=2):
     ```mlir
@@ -75,6 +78,9 @@ def PipelineSplit : Pass<"mega-pipeline-split", "mlir::ModuleOp"> {
     Option<"stages", "stages", "int64_t", /*default=*/"1", "pipeline stages (pp)">,
     Option<"virtualStages", "virtual-stages", "int64_t", /*default=*/"1",
            "model chunks per stage (vpp; interleaved 1F1B when > 1)">,
+    Option<"placement", "placement", "std::string", /*default=*/"\"loop\"",
+           "where chunk c runs: loop (stage c % stages) or vee (zbv, 2 chunks per stage: stage "
+           "s holds chunks s and 2 stages - 1 - s)">,
   ];
 }
 
@@ -155,7 +161,8 @@ def BackwardWeightSplit : Pass<"mega-backward-weight-split", "mlir::ModuleOp"> {
     Every `@backward.c<c>` becomes
     - `@backward_input.c<c>` (B): the ops its input gradients `grad.act.c<c>` need (recomputed
       forward values included), returning them and the values W reads from it as
-      `stash.c<c>.w<k>` (`mega.output`);
+      `stash.c<c>.w<k>` (`mega.output`); it lists every incoming `grad.act.c<c+1>`, read or not
+      (chunk 0's B is empty: the runner receives the gradient for it, W reads it);
     - `@backward_weight.c<c>` (W): every other op (the weight-gradient GEMMs, the accumulator
       updates `mega.updates = "grad.<p>"` and what only they need, recomputed values only W reads
       included), taking the parameters, stash, incoming gradients and data inputs it reads, every

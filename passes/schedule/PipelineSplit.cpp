@@ -5,6 +5,7 @@
 
 #include "ir/MegaDialect.h"
 #include "ir/MegaOps.h"
+#include "parallel/PipelineSchedule.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -249,6 +250,16 @@ struct PipelineSplitPass : impl::PipelineSplitBase<PipelineSplitPass> {
       return module.emitError() << "mega-pipeline-split: stages (" << stages
                                 << ") and virtual-stages (" << virtualStages
                                 << ") must be at least 1";
+    schedule::PipelineShape shape{stages, virtualStages, 1, schedule::ChunkPlacement::loop};
+    if (placement == "vee")
+      shape.placement = schedule::ChunkPlacement::vee;
+    else if (placement != "loop")
+      return module.emitError() << "mega-pipeline-split: unknown placement '" << placement
+                                << "'; use loop or vee";
+    if (shape.placement == schedule::ChunkPlacement::vee && virtualStages != 2)
+      return module.emitError() << "mega-pipeline-split: placement vee places 2 chunks per stage "
+                                   "(zbv); virtual-stages is "
+                                << virtualStages;
     if (stages * virtualStages == 1)
       return success();
     for (auto nested : module.getOps<ModuleOp>())
@@ -279,7 +290,7 @@ struct PipelineSplitPass : impl::PipelineSplitBase<PipelineSplitPass> {
     for (auto [c, chunk] : llvm::enumerate(chunks))
       for (unsigned a : chunk.args)
         if (f.getArgAttr(a, mega::kParamAttr))
-          stagesOf[a].insert(c % stages);
+          stagesOf[a].insert(schedule::stageOfChunk(shape, c));
 
     OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
     SmallVector<ModuleOp> stageModules;
@@ -291,7 +302,8 @@ struct PipelineSplitPass : impl::PipelineSplitBase<PipelineSplitPass> {
       stageModules.push_back(stage);
     }
     for (auto [c, chunk] : llvm::enumerate(chunks))
-      buildChunk(f, chunk, c, c + 1 == chunks.size(), stageModules[c % stages], stagesOf);
+      buildChunk(f, chunk, c, c + 1 == chunks.size(),
+                 stageModules[schedule::stageOfChunk(shape, c)], stagesOf);
     f.erase();
     if (auto forward = module.lookupSymbol<func::FuncOp>("forward"))
       forward.erase();

@@ -69,6 +69,8 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
     PipelineSplitOptions split;
     split.stages = layout.pp;
     split.virtualStages = layout.vpp;
+    if (schedule::placementOf(layout.pipelineSchedule()) == schedule::ChunkPlacement::vee)
+      split.placement = "vee"; // zbv: stage s holds chunks s and 2pp - 1 - s
     pm.addPass(createPipelineSplit(split));
   }
   TrainingAutodiffOptions autodiff;

@@ -2,8 +2,6 @@
 // mesh axes and shardings that parameters, state and collectives name; then each program in turn.
 #include "runtime/plan/PlanValidator.h"
 
-#include "parallel/PipelineSchedule.h"
-
 #include <set>
 
 namespace megac::runtime {
@@ -74,12 +72,6 @@ Status PlanValidator::pipeline() const {
   const fb::Pipeline *pl = plan_.pipeline();
   if (!pl)
     return Status::ok();
-  // A plan written for a zero-bubble schedule would need split backward steps this runtime
-  // cannot run (the schema has none yet, issue 35): refuse it by the schedule's name.
-  if (pl->schedule())
-    if (auto kind = schedule::parseScheduleKind(pl->schedule()->string_view()))
-      if (std::string why = schedule::unbuiltScheduleReason(*kind); !why.empty())
-        return planError(why);
   if (pl->stages() < 1 || pl->virtual_stages() < 1 || pl->micro_batches() < 1)
     return planError("pipeline has stages " + std::to_string(pl->stages()) + ", virtual_stages " +
                      std::to_string(pl->virtual_stages()) + " and micro_batches " +

@@ -180,7 +180,8 @@ Status PlanValidator::schedule() const {
   for (size_t i = 0; i < steps; ++i) {
     const fb::ScheduleStep *step = prog_->schedule()->Get(flatbuffers::uoffset_t(i));
     std::string which = "schedule step " + std::to_string(i);
-    if (step->kind() != fb::StepKind::Forward && step->kind() != fb::StepKind::Backward)
+    std::optional<schedule::StepKind> kind = stepKindOf(step->kind());
+    if (!kind)
       return progError(which + " has unknown kind " + std::to_string(int(step->kind())));
     uint32_t chunks = pl->stages() * pl->virtual_stages();
     if (step->chunk() >= chunks)
@@ -189,18 +190,22 @@ Status PlanValidator::schedule() const {
     if (step->micro_batch() >= pl->micro_batches())
       return progError(which + " runs micro-batch " + std::to_string(step->micro_batch()) + " of " +
                        std::to_string(pl->micro_batches()));
-    std::string fn = (step->kind() == fb::StepKind::Forward ? "forward.c" : "backward.c") +
-                     std::to_string(step->chunk());
+    std::string fn = schedule::stepFunction({*kind, int64_t(step->chunk()), 0});
     if (!names.count(fn))
       return progError(which + " runs function '" + fn + "', which the program lacks");
   }
   // The whole schedule (parallel/PipelineSchedule.h): every chunk of the stage the first step
-  // names runs forward and backward once per micro-batch, the forward first. The runtime runs
-  // the schedule as stored and checks it no further.
+  // names (placed as the plan's schedule places chunks: zbv's V, else c % pp) runs forward and
+  // the whole backward, or forward, input-gradient and weight-gradient backward, once per
+  // micro-batch, in that order. The runtime runs the schedule as stored and checks it no further.
   std::vector<schedule::ScheduleStep> all = scheduleOf(*prog_);
   schedule::PipelineShape shape{pl->stages(), pl->virtual_stages(), pl->micro_batches()};
+  if (pl->schedule())
+    if (auto named = schedule::parseScheduleKind(pl->schedule()->string_view()))
+      shape.placement = schedule::placementOf(*named);
   std::string error;
-  if (!schedule::checkStageSchedule(shape, all.front().chunk % shape.stages, all, &error))
+  if (!schedule::checkStageSchedule(shape, schedule::stageOfChunk(shape, all.front().chunk), all,
+                                    &error))
     return progError(error);
   return Status::ok();
 }

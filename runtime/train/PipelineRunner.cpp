@@ -40,6 +40,9 @@ StatusOr<PipelineRun> pipelineRunForRank(const LoadedPlan &loaded, int rank) {
   run.chunks = int64_t(pipeline->stages()) * pipeline->virtual_stages();
   run.microBatches = pipeline->micro_batches();
   run.steps = scheduleOf(*program);
+  if (pipeline->schedule())
+    if (auto kind = schedule::parseScheduleKind(pipeline->schedule()->string_view()))
+      run.placement = schedule::placementOf(*kind);
   bool found = false;
   if (plan.mesh() && plan.mesh()->axis_names())
     for (uint32_t a = 0; a < plan.mesh()->axis_names()->size(); ++a)
@@ -56,7 +59,7 @@ StatusOr<PipelineRun> pipelineRunForRank(const LoadedPlan &loaded, int rank) {
 namespace {
 
 std::string chunkFunction(StepKind kind, int64_t chunk) {
-  return (kind == StepKind::forward ? "forward.c" : "backward.c") + std::to_string(chunk);
+  return schedule::stepFunction({kind, chunk, 0});
 }
 
 // The ports carrying the tensors that cross the cut before `chunk`, named `base` ("act.c<c>" or
@@ -117,12 +120,17 @@ StatusOr<double> sumAsDouble(const HostTensor &t) {
   return sum;
 }
 
-// The ports of one chunk's two functions, looked up once per step kind.
+// The ports of one chunk's functions (forward and the whole backward, or forward, input- and
+// weight-gradient backward), looked up once.
 struct ChunkPorts {
-  std::vector<std::string> actIn, actOut;     // forward: received, sent (or empty)
-  std::vector<std::string> gradIn, gradOut;   // backward: received, sent (or empty)
-  std::vector<std::string> stashOut, stashIn; // forward's stash outputs, backward's inputs
-  bool forwardReadsData = false, backwardReadsData = false;
+  bool split = false;                       // backward_input.c<c> + backward_weight.c<c>
+  std::vector<std::string> actIn, actOut;   // forward: received, sent (or empty)
+  std::vector<std::string> gradIn, gradOut; // (input-gradient) backward: received, sent
+  std::vector<std::string> stashOut;        // forward's stash outputs
+  std::vector<std::string> stashIn;         // what the backward functions read of them
+  std::vector<std::string> backwardIn;      // the (input-gradient) backward's kept inputs
+  std::vector<std::string> weightIn;        // split: the weight-gradient backward's kept inputs
+  bool forwardReadsData = false, backwardReadsData = false, weightReadsData = false;
 };
 
 bool readsData(const std::vector<std::string> &inputs) {
@@ -145,14 +153,20 @@ private:
   StatusOr<ChunkPorts> chunkPorts(int64_t c) const;
   Status runStep(const ScheduleStep &step);
   Status forward(int64_t c, int64_t m);
-  Status backward(int64_t c, int64_t m);
+  Status backward(int64_t c, int64_t m); // whole or input-gradient
+  Status backwardWeight(int64_t c, int64_t m);
   Status setData(int64_t m, bool reads);
   int tag(int64_t c, int64_t m, StepKind dir) const {
     return static_cast<int>((m * run_.chunks + c) * 2 + (dir == StepKind::forward ? 0 : 1));
   }
-  int peerOfChunk(int64_t chunk) const { return peers_[chunk % run_.stages]; }
+  schedule::PipelineShape shape() const {
+    return {run_.stages, run_.chunks / run_.stages, run_.microBatches, run_.placement};
+  }
+  int peerOfChunk(int64_t chunk) const { return peers_[schedule::stageOfChunk(shape(), chunk)]; }
   Status sendPorts(const std::vector<std::string> &ports, int64_t toChunk, int tag);
-  Status recvPorts(const std::vector<std::string> &ports, int64_t fromChunk, int tag);
+  /// Receives `ports` and sets them as inputs; copies those named in `keepNames` into `kept`.
+  Status recvPorts(const std::vector<std::string> &ports, int64_t fromChunk, int tag,
+                   const std::vector<std::string> &keepNames = {}, TensorMap *kept = nullptr);
 
   Executor &executor_;
   comm::Communicator &comm_;
@@ -160,8 +174,10 @@ private:
   int64_t stage_ = 0;
   std::vector<int> peers_;              // rank of each stage, this rank's other coords
   std::map<int64_t, ChunkPorts> ports_; // by chunk (this stage's)
-  std::map<std::pair<int64_t, int64_t>, TensorMap> stash_; // by (chunk, micro-batch)
-  std::map<int, std::deque<HostTensor>> loopback_;         // by tag, when the peer is this rank
+  // By (chunk, micro-batch): the forward's stash until the backward, then (split) what the
+  // weight-gradient backward reads until it runs.
+  std::map<std::pair<int64_t, int64_t>, TensorMap> stash_;
+  std::map<int, std::deque<HostTensor>> loopback_; // by tag, when the peer is this rank
   int64_t dataMicroBatch_ = -1;
   double loss_ = 0;
 };
@@ -205,25 +221,53 @@ StatusOr<ChunkPorts> Runner::chunkPorts(int64_t c) const {
   auto has = [&](const std::string &f) {
     return std::find(functions.begin(), functions.end(), f) != functions.end();
   };
+  ChunkPorts p;
+  p.split = has(chunkFunction(StepKind::backwardInput, c));
   std::string fwd = chunkFunction(StepKind::forward, c);
-  std::string bwd = chunkFunction(StepKind::backward, c);
-  for (const std::string &f : {fwd, bwd})
+  std::string bwd = chunkFunction(p.split ? StepKind::backwardInput : StepKind::backward, c);
+  std::string wgt = chunkFunction(StepKind::backwardWeight, c);
+  std::vector<std::string> needed{fwd, bwd};
+  if (p.split)
+    needed.push_back(wgt);
+  for (const std::string &f : needed)
     if (!has(f))
       return Status::error("rank " + std::to_string(rank) + " (stage " + std::to_string(stage_) +
                            ") has no function '" + f + "'");
-  ChunkPorts p;
   std::vector<std::string> fwdIn = executor_.inputNames(fwd), fwdOut = executor_.outputNames(fwd),
                            bwdIn = executor_.inputNames(bwd), bwdOut = executor_.outputNames(bwd);
+  std::vector<std::string> wgtIn = p.split ? executor_.inputNames(wgt) : std::vector<std::string>{};
   std::string act = "act.c" + std::to_string(c), next = "act.c" + std::to_string(c + 1);
   p.actIn = crossingPorts(fwdIn, act);
   p.actOut = crossingPorts(fwdOut, next);
-  p.gradIn = crossingPorts(bwdIn, "grad." + next);
+  // Split: the gradients received for the input-gradient step, which the weight-gradient step
+  // may read too (all of them when the input-gradient step is empty: chunk 0).
+  std::vector<std::string> gradReaders = bwdIn;
+  for (const std::string &in : wgtIn)
+    if (!std::count(gradReaders.begin(), gradReaders.end(), in))
+      gradReaders.push_back(in);
+  p.gradIn = crossingPorts(gradReaders, "grad." + next);
   p.gradOut = crossingPorts(bwdOut, "grad." + act);
   std::string stash = "stash.c" + std::to_string(c) + ".";
   p.stashOut = withPrefix(fwdOut, stash);
-  p.stashIn = withPrefix(bwdIn, stash);
+  p.backwardIn = withPrefix(bwdIn, stash);
+  p.stashIn = p.backwardIn;
   p.forwardReadsData = readsData(fwdIn);
   p.backwardReadsData = readsData(bwdIn);
+  p.weightReadsData = readsData(wgtIn);
+  std::string where0 = "rank " + std::to_string(rank) + ": ";
+  for (const std::string &in : wgtIn) {
+    bool fromForward = std::count(p.stashOut.begin(), p.stashOut.end(), in) > 0;
+    bool fromInput = std::count(bwdOut.begin(), bwdOut.end(), in) > 0;
+    bool received = std::count(p.gradIn.begin(), p.gradIn.end(), in) > 0;
+    if (in.starts_with("act.c") || (in.starts_with("grad.act.c") && !received) ||
+        (in.starts_with("stash.c") && !fromForward && !(fromInput && in.starts_with(stash))))
+      return Status::error(where0 + "'" + wgt + "' reads '" + in + "', which neither '" + fwd +
+                           "' nor '" + bwd + "' provides for chunk " + std::to_string(c));
+    if (fromForward && !std::count(p.stashIn.begin(), p.stashIn.end(), in))
+      p.stashIn.push_back(in);
+    if (!readsData({in}))
+      p.weightIn.push_back(in);
+  }
   // Each cut must carry something both ways, except at the ends of the model.
   std::string where = "rank " + std::to_string(rank) + ": ";
   if ((c > 0) != !p.actIn.empty())
@@ -240,7 +284,7 @@ StatusOr<ChunkPorts> Runner::chunkPorts(int64_t c) const {
                          "have output 'grad." + act + "' (or 'grad." + act + ".<i>')");
   if (c + 1 == run_.chunks && !std::count(fwdOut.begin(), fwdOut.end(), "loss"))
     return Status::error(where + "'" + fwd + "', the last chunk, has no output 'loss'");
-  for (const std::string &in : p.stashIn)
+  for (const std::string &in : p.backwardIn)
     if (!std::count(p.stashOut.begin(), p.stashOut.end(), in))
       return Status::error(where + "'" + bwd + "' reads '" + in + "', which '" + fwd +
                            "' does not output");
@@ -256,17 +300,30 @@ Status Runner::prepare() {
       (run_.microBatches * run_.chunks + run_.chunks) * 2 > static_cast<int64_t>(INT_MAX))
     return Status::error("pipeline micro-batches (" + std::to_string(run_.microBatches) +
                          ") must be positive and give tags below 2^31");
-  // The plan format has whole backward steps only; a split one would run as the whole backward.
-  for (const ScheduleStep &step : run_.steps)
-    if (step.kind == StepKind::backwardInput || step.kind == StepKind::backwardWeight)
-      return Status::error(schedule::describeStep(step) +
-                           ": the pipeline runner runs forward and whole backward steps; the "
-                           "backward split of the zero-bubble schedules is not built yet "
-                           "(issue 35)");
+  if (run_.placement == schedule::ChunkPlacement::vee && run_.chunks != 2 * run_.stages)
+    return Status::error("V placement needs 2 chunks per stage; the pipeline has " +
+                         std::to_string(run_.chunks) + " chunks on " + std::to_string(run_.stages) +
+                         " stages");
 
   RETURN_IF_ERROR(locate());
-  for (int64_t c = stage_; c < run_.chunks; c += run_.stages) {
-    ASSIGN_OR_RETURN(ports_[c], chunkPorts(c));
+  for (int64_t c = 0; c < run_.chunks; ++c)
+    if (schedule::stageOfChunk(shape(), c) == stage_) {
+      ASSIGN_OR_RETURN(ports_[c], chunkPorts(c));
+    }
+  // A step kind must match the chunk's functions: whole backward steps for an unsplit backward,
+  // input- and weight-gradient steps for a split one.
+  for (const ScheduleStep &step : run_.steps) {
+    auto it = ports_.find(step.chunk);
+    if (it == ports_.end())
+      return Status::error(schedule::describeStep(step) + ": chunk " + std::to_string(step.chunk) +
+                           " does not run on stage " + std::to_string(stage_));
+    bool splitStep = step.kind == StepKind::backwardInput || step.kind == StepKind::backwardWeight;
+    if (step.kind != StepKind::forward && splitStep != it->second.split)
+      return Status::error(
+          schedule::describeStep(step) + ": the program has '" +
+          chunkFunction(it->second.split ? StepKind::backwardInput : StepKind::backward,
+                        step.chunk) +
+          "', not '" + chunkFunction(step.kind, step.chunk) + "'");
   }
   return Status::ok();
 }
@@ -293,7 +350,8 @@ Status Runner::sendPorts(const std::vector<std::string> &ports, int64_t toChunk,
   return Status::ok();
 }
 
-Status Runner::recvPorts(const std::vector<std::string> &ports, int64_t fromChunk, int tag) {
+Status Runner::recvPorts(const std::vector<std::string> &ports, int64_t fromChunk, int tag,
+                         const std::vector<std::string> &keepNames, TensorMap *kept) {
   int peer = peerOfChunk(fromChunk);
   for (const std::string &name : ports) {
     ASSIGN_OR_RETURN(TensorInfo info, executor_.inputInfo(name));
@@ -317,6 +375,8 @@ Status Runner::recvPorts(const std::vector<std::string> &ports, int64_t fromChun
           << " (receiving '" << name << "' from rank " << peer << ", tag " << tag << ")";
     }
     RETURN_IF_ERROR(executor_.setInput(name, value));
+    if (kept && std::count(keepNames.begin(), keepNames.end(), name))
+      (*kept)[name] = std::move(value);
   }
   return Status::ok();
 }
@@ -348,24 +408,57 @@ Status Runner::backward(int64_t c, int64_t m) {
   auto kept = stash_.find({c, m});
   if (kept == stash_.end()) // the plan validator checked every forward runs before its backward
     return Status::error("no stashed values (internal error)");
+  for (const std::string &name : p.backwardIn)
+    RETURN_IF_ERROR(executor_.setInput(name, kept->second.at(name)));
+  // Split: what the weight-gradient step reads of the stash, the received gradients and this
+  // step's outputs, kept until it runs.
+  TensorMap forWeight;
+  if (p.split)
+    for (const std::string &name : p.weightIn)
+      if (auto it = kept->second.find(name); it != kept->second.end())
+        forWeight[name] = std::move(it->second);
+  stash_.erase(kept);
+  if (c + 1 < run_.chunks)
+    RETURN_IF_ERROR(
+        recvPorts(p.gradIn, c + 1, tag(c + 1, m, StepKind::backward), p.weightIn, &forWeight));
+  StepKind kind = p.split ? StepKind::backwardInput : StepKind::backward;
+  RETURN_IF_ERROR(executor_.run(chunkFunction(kind, c)));
+  if (p.split)
+    for (const std::string &name : p.weightIn)
+      if (!forWeight.count(name)) {
+        ASSIGN_OR_RETURN(forWeight[name], executor_.output(name));
+      }
+  if (c > 0)
+    RETURN_IF_ERROR(sendPorts(p.gradOut, c - 1, tag(c, m, StepKind::backward)));
+  if (p.split)
+    stash_[{c, m}] = std::move(forWeight);
+  return Status::ok();
+}
+
+Status Runner::backwardWeight(int64_t c, int64_t m) {
+  const ChunkPorts &p = ports_.at(c);
+  RETURN_IF_ERROR(setData(m, p.weightReadsData));
+  auto kept = stash_.find({c, m});
+  if (kept == stash_.end()) // the plan validator checked every B runs before its W
+    return Status::error("no values kept from the input-gradient step (internal error)");
   for (const auto &[name, value] : kept->second)
     RETURN_IF_ERROR(executor_.setInput(name, value));
   stash_.erase(kept);
-  if (c + 1 < run_.chunks)
-    RETURN_IF_ERROR(recvPorts(p.gradIn, c + 1, tag(c + 1, m, StepKind::backward)));
-  RETURN_IF_ERROR(executor_.run(chunkFunction(StepKind::backward, c)));
-  if (c > 0)
-    RETURN_IF_ERROR(sendPorts(p.gradOut, c - 1, tag(c, m, StepKind::backward)));
-  return Status::ok();
+  return executor_.run(chunkFunction(StepKind::backwardWeight, c));
 }
 
 Status Runner::runStep(const ScheduleStep &step) {
   Trace *trace = run_.trace && run_.trace->recording() ? run_.trace : nullptr;
   Trace::Clock::time_point start = trace ? Trace::Clock::now() : Trace::Clock::time_point();
   Status status = step.kind == StepKind::forward ? forward(step.chunk, step.microBatch)
-                                                 : backward(step.chunk, step.microBatch);
+                  : step.kind == StepKind::backwardWeight
+                      ? backwardWeight(step.chunk, step.microBatch)
+                      : backward(step.chunk, step.microBatch);
   if (trace) {
-    const char *kind = step.kind == StepKind::forward ? "forward" : "backward";
+    const char *kind = step.kind == StepKind::forward          ? "forward"
+                       : step.kind == StepKind::backwardInput  ? "backward_input"
+                       : step.kind == StepKind::backwardWeight ? "backward_weight"
+                                                               : "backward";
     trace->add(TraceLane::pipeline, schedule::stepLabel(step), kind, start, Trace::Clock::now(),
                std::string("\"kind\": \"") + kind + "\", \"chunk\": " + std::to_string(step.chunk) +
                    ", \"micro_batch\": " + std::to_string(step.microBatch));

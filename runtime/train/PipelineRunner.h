@@ -19,12 +19,15 @@ namespace megac::runtime::train {
 /// What one rank runs in one optimizer step.
 struct PipelineRun {
   /// This rank's stage's steps, in execution order: the plan's Program.schedule as stored, which
-  /// the plan validator checked (every chunk of the stage forward then backward, once per
-  /// micro-batch); the runner does not check it again.
+  /// the plan validator checked (every chunk of the stage forward then the whole backward, or
+  /// forward, input-gradient and weight-gradient backward, once per micro-batch); the runner does
+  /// not check it again.
   std::vector<schedule::ScheduleStep> steps;
   int64_t stages = 1;       // pp
-  int64_t chunks = 1;       // stages * virtual stages; chunk c runs on stage c % stages
+  int64_t chunks = 1;       // stages * virtual stages; chunk c runs on stageOfChunk(c)
   int64_t microBatches = 1; // per optimizer step
+  /// Where chunks run (schedule::stageOfChunk): c % stages, or zbv's V.
+  schedule::ChunkPlacement placement = schedule::ChunkPlacement::loop;
   /// The pp axis: an index into comm.mesh() (unused when stages == 1). Peers are this rank with
   /// its coordinate on that axis replaced by the peer stage.
   uint32_t ppAxis = 0;
@@ -48,14 +51,18 @@ StatusOr<PipelineRun> pipelineRunForRank(const LoadedPlan &plan, int rank);
 
 /// Runs `run.steps` on this rank (docs/pipeline.md): zeroes the "grad." state, then for each
 /// step receives the activations (or their gradients) from the neighbouring chunk's stage,
-/// runs forward.c<c> or backward.c<c>, sends its activations (gradients) on, and finally waits
-/// for every send (flushSends). Returns the sum of the `loss` outputs of the last chunk over the
-/// micro-batches (0 on other stages). The caller then runs apply_gradients.
+/// runs forward.c<c>, backward.c<c>, backward_input.c<c> or backward_weight.c<c>, sends its
+/// activations (gradients) on, and finally waits for every send (flushSends). Returns the sum of
+/// the `loss` outputs of the last chunk over the micro-batches (0 on other stages). The caller
+/// then runs apply_gradients.
 ///
 /// Ports: act.c<c> (or act.c<c>.<i>, sent in order of i) with tag (m*chunks + c)*2, grad.act.c<c>
 /// (.<i>) with tag (m*chunks + c)*2 + 1; stash.c<c>.* outputs of forward.c<c> are kept per
-/// micro-batch and set as backward.c<c>'s inputs. Transfers between chunks of one stage
-/// (stages == 1) stay local. An error names the step: "backward of chunk 3, micro-batch 5: ...".
+/// micro-batch and set as backward.c<c>'s (backward_input.c<c>'s) inputs. Split backward: what
+/// backward_weight.c<c> reads of the stash, of the received grad.act.c<c+1> and of
+/// backward_input.c<c>'s stash.c<c>.w<k> outputs is kept per micro-batch from its input-gradient
+/// step to its weight-gradient step. Transfers between chunks of one stage stay local. An error
+/// names the step: "backward of chunk 3, micro-batch 5: ...".
 StatusOr<double> runPipelinedMicroBatches(Executor &executor, comm::Communicator &comm,
                                           const PipelineRun &run);
 

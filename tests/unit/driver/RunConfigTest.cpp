@@ -88,21 +88,22 @@ TEST(RunConfigTest, ChecksTheScheduleAndTheFiles) {
   EXPECT_EQ(error(c), "--save-weights: no directory /nonexistent/dir");
 }
 
-// The schedule library names the zero-bubble schedules, but codegen and the runtime cannot run
-// them yet: `megac train/compile/plan --schedule zb-h1` stop here with the reason (issue 35).
-TEST(RunConfigTest, RefusesTheZeroBubbleSchedulesByName) {
+// The zero-bubble schedules run (issue 35): zb-h1 and zb-h2 with one chunk per stage, zbv with
+// two (its V), set here when --vpp is not given; the schedule library refuses m < p and other
+// vpp values when the plan is written.
+TEST(RunConfigTest, AcceptsTheZeroBubbleSchedules) {
   for (auto kind :
        {schedule::ScheduleKind::zbH1, schedule::ScheduleKind::zbH2, schedule::ScheduleKind::zbv}) {
     RunConfig c = config(2, 1, 2, 8, 1);
     c.training.layout.schedule = kind;
-    EXPECT_EQ(error(c), std::string("pipeline schedule '") + schedule::scheduleName(kind) +
-                            "' needs the backward split into input and weight gradients, which "
-                            "megac does not build yet (issue 35); use 1f1b or gpipe (1f1b with "
-                            "--vpp V > 1 runs interleaved 1F1B)");
+    ASSERT_TRUE(finishRunConfig(c).isOk()) << schedule::scheduleName(kind);
+    EXPECT_EQ(c.layout().vpp, kind == schedule::ScheduleKind::zbv ? 2 : 1);
+    EXPECT_EQ(c.layout().pipelineSchedule(), kind);
   }
-  RunConfig c = config(2, 1, 2, 8, 1);
-  c.training.layout.schedule = schedule::ScheduleKind::gpipe;
-  EXPECT_EQ(error(c), "");
+  RunConfig c = config(1, 1, 1, 8, 1); // one stage: nothing to place in V
+  c.training.layout.schedule = schedule::ScheduleKind::zbv;
+  ASSERT_TRUE(finishRunConfig(c).isOk());
+  EXPECT_EQ(c.layout().vpp, 1);
 }
 
 TEST(RunConfigTest, TheTraceWindowStartsAfterTheFirstStep) {

@@ -72,15 +72,11 @@ TEST(PipelineScheduleTest, NamesRoundTrip) {
   EXPECT_EQ(stepLabel(W(1, 3)), "W3 c1");
 }
 
-// Until the backward split exists (issue 35), the zero-bubble kinds are named but refused by
-// everything that would compile or run them, with this one reason.
-TEST(PipelineScheduleTest, ZeroBubbleKindsSayTheyAreNotBuilt) {
-  for (ScheduleKind kind : kAllKinds)
-    EXPECT_EQ(unbuiltScheduleReason(kind).empty(), !splitsBackward(kind)) << scheduleName(kind);
-  EXPECT_EQ(unbuiltScheduleReason(ScheduleKind::zbH1),
-            "pipeline schedule 'zb-h1' needs the backward split into input and weight gradients, "
-            "which megac does not build yet (issue 35); use 1f1b or gpipe (1f1b with --vpp V > 1 "
-            "runs interleaved 1F1B)");
+TEST(PipelineScheduleTest, StepFunctionNamesTheChunkFunction) {
+  EXPECT_EQ(stepFunction({StepKind::forward, 3, 1}), "forward.c3");
+  EXPECT_EQ(stepFunction({StepKind::backward, 0, 1}), "backward.c0");
+  EXPECT_EQ(stepFunction({StepKind::backwardInput, 2, 0}), "backward_input.c2");
+  EXPECT_EQ(stepFunction({StepKind::backwardWeight, 12, 5}), "backward_weight.c12");
 }
 
 TEST(PipelineScheduleTest, EveryStepOnceOnItsStageForwardFirst) {

@@ -371,11 +371,55 @@ TEST(PartitionedLoader, ChecksPipelineSchedules) {
   plan = pipelined();
   plan.pipelineStages = 3;
   expectRejected(plan, "pipeline has 3 stages, but the mesh's pp axis has size 2");
-  // A zero-bubble schedule's plan would need split backward steps (issue 35): refused by name.
+  // A zero-bubble schedule's split backward (issue 35): F, then B (backward_input.c<c>), then W
+  // (backward_weight.c<c>) per micro-batch.
+  auto split = [&] {
+    PlanSpec plan = pipelined();
+    plan.pipelineSchedule = "zb-h1";
+    for (size_t s = 0; s < 2; ++s) {
+      ProgramSpec &p = plan.programs[s];
+      p.function("backward_input.c" + std::to_string(s));
+      p.function("backward_weight.c" + std::to_string(s));
+      p.schedule.clear();
+      for (uint32_t m = 0; m < 2; ++m)
+        p.schedule.push_back({fb::StepKind::Forward, uint32_t(s), m});
+      for (uint32_t m = 0; m < 2; ++m) {
+        p.schedule.push_back({fb::StepKind::BackwardInput, uint32_t(s), m});
+        p.schedule.push_back({fb::StepKind::BackwardWeight, uint32_t(s), m});
+      }
+    }
+    return plan;
+  };
+  EXPECT_TRUE(loadPlanFromBytes(split().build()).isOk());
+  plan = split();
+  std::swap(plan.programs[1].schedule[2], plan.programs[1].schedule[3]); // W0 before B0
+  expectRejected(plan, "program 'stage1': stage 1 schedule, step 2 (weight-gradient backward of "
+                       "chunk 1, micro-batch 0): runs before its input-gradient backward");
+  plan = split();
+  plan.programs[0].functions.pop_back(); // no backward_weight.c0
+  expectRejected(plan, "program 'stage0': schedule step 3 runs function 'backward_weight.c0', "
+                       "which the program lacks");
+  plan = split();
+  plan.programs[0].schedule[2].kind = fb::StepKind(7);
+  expectRejected(plan, "program 'stage0': schedule step 2 has unknown kind 7");
+  // zbv's V placement: a 2-stage plan's stage 0 runs chunks 0 and 3.
   plan = pipelined();
-  plan.pipelineSchedule = "zb-h1";
-  expectRejected(plan, "pipeline schedule 'zb-h1' needs the backward split into input and weight "
-                       "gradients, which megac does not build yet (issue 35)");
+  plan.pipelineSchedule = "zbv";
+  plan.pipelineVirtualStages = 2;
+  for (size_t s = 0; s < 2; ++s) {
+    ProgramSpec &p = plan.programs[s];
+    uint32_t other = uint32_t(3 - s);
+    p.function("forward.c" + std::to_string(other));
+    p.function("backward.c" + std::to_string(other));
+    for (uint32_t m = 0; m < 2; ++m)
+      p.schedule.push_back({fb::StepKind::Forward, other, m});
+    for (uint32_t m = 0; m < 2; ++m)
+      p.schedule.push_back({fb::StepKind::Backward, other, m});
+  }
+  EXPECT_TRUE(loadPlanFromBytes(plan.build()).isOk());
+  plan.pipelineSchedule = "1f1b"; // the same steps placed c % pp: chunk 3 is not stage 0's
+  expectRejected(plan, "program 'stage0': stage 0 schedule, step 4 (forward of chunk 3, "
+                       "micro-batch 0): chunk 3 runs on stage 1");
 }
 
 } // namespace

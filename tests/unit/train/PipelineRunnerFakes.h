@@ -149,13 +149,23 @@ inline double fakeWeight(int64_t chunk, int64_t i) { return 0.5 + 0.1 * chunk + 
 ///                            : grad.act.c<c+1> (or grad.act.c<c+1>.0 + grad.act.c<c+1>.1[0])
 ///                  grad.w<c> += gy * x; gx = w_c * gy
 ///                  c > 0: grad.act.c<c> = gx, or grad.act.c<c>.0 = gx, .1 = [sum(gx), 0]
+/// With `split` (the zero-bubble schedules) the backward is two functions, as
+/// mega-backward-weight-split makes them:
+///   backward_input.c<c>:  gy as above; c > 0: grad.act.c<c> (gx); last: stash.c<c>.w0 = gy
+///   backward_weight.c<c>: reads stash.c<c>.0 (x) and gy (last: stash.c<c>.w0, else the
+///                         received grad.act.c<c+1> pieces again); grad.w<c> += gy * x
 /// Multi-piece outputs are listed out of index order, so the runner must order them itself.
+/// Chunks sit on stages as `shape` places them (schedule::stageOfChunk: c % p, or zbv's V).
 class FakeChunkExecutor : public Executor {
 public:
-  FakeChunkExecutor(int64_t stage, int64_t stages, int64_t chunks, int pieces, int64_t width = 3)
-      : chunks_(chunks), pieces_(pieces), width_(width) {
-    for (int64_t c = stage; c < chunks; c += stages)
-      addChunk(c);
+  FakeChunkExecutor(int64_t stage, int64_t stages, int64_t chunks, int pieces, int64_t width = 3,
+                    bool split = false,
+                    schedule::ChunkPlacement placement = schedule::ChunkPlacement::loop)
+      : chunks_(chunks), pieces_(pieces), width_(width), split_(split) {
+    schedule::PipelineShape shape{stages, chunks / stages, 1, placement};
+    for (int64_t c = 0; c < chunks; ++c)
+      if (schedule::stageOfChunk(shape, c) == stage)
+        addChunk(c);
   }
 
   /// Makes the `call`-th run (1-based) of `function` fail.
@@ -196,7 +206,17 @@ public:
     if (fn->first == failFunction_ && --failCall_ == 0)
       return Status::error("injected failure in '" + fn->first + "'");
     int64_t c = fn->second.chunk;
-    return fn->second.forward ? forward(c) : backward(c);
+    switch (fn->second.kind) {
+    case schedule::StepKind::forward:
+      return forward(c);
+    case schedule::StepKind::backward:
+      return backward(c, true, true);
+    case schedule::StepKind::backwardInput:
+      return backward(c, true, false);
+    case schedule::StepKind::backwardWeight:
+      return backward(c, false, true);
+    }
+    return Status::error("unknown step kind");
   }
   Status run() override { return Status::error("no default function"); }
 
@@ -291,7 +311,7 @@ public:
 private:
   struct Fn {
     int64_t chunk;
-    bool forward;
+    schedule::StepKind kind;
     std::vector<std::string> inputs, outputs;
   };
 
@@ -314,7 +334,7 @@ private:
   void addChunk(int64_t c) {
     bool last = c + 1 == chunks_;
     std::string cs = std::to_string(c), next = std::to_string(c + 1);
-    Fn f{c, true, {}, {}};
+    Fn f{c, schedule::StepKind::forward, {}, {}};
     if (c == 0)
       input(f, "input_ids", DType::i64, vec());
     else
@@ -333,8 +353,9 @@ private:
       f.outputs.push_back("loss");
     functions_["forward.c" + cs] = f;
 
-    Fn b{c, false, {}, {}};
-    input(b, "stash.c" + cs + ".0", DType::f64, vec());
+    Fn b{c, split_ ? schedule::StepKind::backwardInput : schedule::StepKind::backward, {}, {}};
+    if (!split_)
+      input(b, "stash.c" + cs + ".0", DType::f64, vec());
     if (last) {
       input(b, "labels", DType::f64, vec());
       input(b, "loss_normalizer", DType::f64, {});
@@ -345,7 +366,19 @@ private:
     if (c > 0)
       for (auto &[name, shape] : cut("grad.act.c" + cs, true))
         b.outputs.push_back(name);
-    functions_["backward.c" + cs] = b;
+    if (split_ && last)
+      b.outputs.push_back("stash.c" + cs + ".w0");
+    functions_[schedule::stepFunction({b.kind, c, 0})] = b;
+    if (split_) {
+      Fn w{c, schedule::StepKind::backwardWeight, {}, {}};
+      input(w, "stash.c" + cs + ".0", DType::f64, vec());
+      if (last)
+        input(w, "stash.c" + cs + ".w0", DType::f64, vec());
+      else
+        for (auto &[name, shape] : cut("grad.act.c" + next, false))
+          input(w, name, DType::f64, shape);
+      functions_["backward_weight.c" + cs] = w;
+    }
     state_["grad.w" + cs] = HostTensor::zeros(DType::f64, vec());
   }
 
@@ -396,28 +429,39 @@ private:
     return Status::ok();
   }
 
-  Status backward(int64_t c) {
+  // The whole backward (input and weight), or one of its halves.
+  Status backward(int64_t c, bool input, bool weight) {
     std::string cs = std::to_string(c);
     std::vector<double> gy(width_), gx(width_);
-    if (c + 1 == chunks_)
+    if (c + 1 == chunks_ && split_ && !input)
+      for (int64_t i = 0; i < width_; ++i)
+        gy[i] = in("stash.c" + cs + ".w0")[i];
+    else if (c + 1 == chunks_)
       for (int64_t i = 0; i < width_; ++i)
         gy[i] = in("loss_normalizer")[0] * in("labels")[i];
     else
       gy = join("grad.act.c" + std::to_string(c + 1));
-    double *grad = state_.at("grad.w" + cs).data<double>();
-    const double *x = in("stash.c" + cs + ".0");
-    for (int64_t i = 0; i < width_; ++i) {
-      grad[i] += gy[i] * x[i];
-      gx[i] = fakeWeight(c, i) * gy[i];
+    if (weight) {
+      double *grad = state_.at("grad.w" + cs).data<double>();
+      const double *x = in("stash.c" + cs + ".0");
+      for (int64_t i = 0; i < width_; ++i)
+        grad[i] += gy[i] * x[i];
     }
+    if (!input)
+      return Status::ok();
+    for (int64_t i = 0; i < width_; ++i)
+      gx[i] = fakeWeight(c, i) * gy[i];
     if (c > 0)
       split("grad.act.c" + cs, gx, 0);
+    if (split_ && c + 1 == chunks_)
+      put("stash.c" + cs + ".w0", vec(), gy);
     return Status::ok();
   }
 
   int64_t chunks_;
   int pieces_;
   int64_t width_;
+  bool split_;
   std::map<std::string, Fn> functions_;
   std::map<std::string, TensorInfo> infos_;
   std::map<std::string, HostTensor> values_;

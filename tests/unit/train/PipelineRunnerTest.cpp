@@ -38,6 +38,9 @@ std::string caseName(const ::testing::TestParamInfo<Case> &info) {
   const Case &c = info.param;
   std::string kind = c.kind == ScheduleKind::gpipe      ? "gpipe"
                      : c.kind == ScheduleKind::oneFOneB ? "oneFOneB"
+                     : c.kind == ScheduleKind::zbH1     ? "zbH1"
+                     : c.kind == ScheduleKind::zbH2     ? "zbH2"
+                     : c.kind == ScheduleKind::zbv      ? "zbv"
                                                         : "interleaved";
   return kind + "_p" + std::to_string(c.shape.stages) + "v" +
          std::to_string(c.shape.virtualStages) + "m" + std::to_string(c.shape.microBatches) +
@@ -51,6 +54,8 @@ TEST_P(PipelineRunnerTest, MatchesSequentialEvaluation) {
   const Case &tc = GetParam();
   const int64_t p = tc.shape.stages, chunks = p * tc.shape.virtualStages,
                 mbs = tc.shape.microBatches;
+  const bool split = schedule::splitsBackward(tc.kind);
+  auto stageOfChunk = [&](int64_t c) { return schedule::stageOfChunk(tc.shape, c); };
   std::string error;
   auto schedule = schedule::buildSchedule(tc.kind, tc.shape, &error);
   ASSERT_TRUE(schedule) << error;
@@ -71,7 +76,8 @@ TEST_P(PipelineRunnerTest, MatchesSequentialEvaluation) {
   std::vector<std::unique_ptr<ThreadCommunicator>> comms;
   std::vector<std::optional<StatusOr<double>>> results(size);
   for (int r = 0; r < size; ++r) {
-    executors.push_back(std::make_unique<FakeChunkExecutor>(stageOf(r), p, chunks, tc.pieces));
+    executors.push_back(std::make_unique<FakeChunkExecutor>(stageOf(r), p, chunks, tc.pieces,
+                                                            kWidth, split, tc.shape.placement));
     comms.push_back(std::make_unique<ThreadCommunicator>(world, r));
   }
   std::vector<std::thread> threads;
@@ -84,6 +90,7 @@ TEST_P(PipelineRunnerTest, MatchesSequentialEvaluation) {
       run.chunks = chunks;
       run.microBatches = mbs;
       run.ppAxis = ppAxis;
+      run.placement = tc.shape.placement;
       run.setDataInputs = testing::dataSetter(ex, dpOf(r), mbs);
       results[r] = runPipelinedMicroBatches(ex, *comms[r], run);
     });
@@ -96,11 +103,13 @@ TEST_P(PipelineRunnerTest, MatchesSequentialEvaluation) {
     int64_t stage = stageOf(r);
     Sequential want = sequential(chunks, tc.pieces, mbs, dpOf(r));
     double loss = results[r]->value();
-    if (stage == (chunks - 1) % p)
+    if (stage == stageOfChunk(chunks - 1))
       EXPECT_NEAR(loss, want.loss, 1e-12 * std::abs(want.loss));
     else
       EXPECT_EQ(loss, 0.0);
-    for (int64_t c = stage; c < chunks; c += p) {
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (stageOfChunk(c) != stage)
+        continue;
       StatusOr<HostTensor> grad = executors[r]->state("grad.w" + std::to_string(c));
       ASSERT_TRUE(grad.isOk());
       for (int64_t i = 0; i < kWidth; ++i)
@@ -110,31 +119,42 @@ TEST_P(PipelineRunnerTest, MatchesSequentialEvaluation) {
     // The functions ran in schedule order, each once.
     std::vector<std::string> order;
     for (const ScheduleStep &s : (*schedule)[stage])
-      order.push_back((s.kind == StepKind::forward ? "forward.c" : "backward.c") +
-                      std::to_string(s.chunk));
+      order.push_back(schedule::stepFunction(s));
     EXPECT_EQ(executors[r]->log, order);
     EXPECT_EQ(comms[r]->flushes, 1);
   }
   // Every message was received; each cut between stages carries `pieces` tensors each way per
-  // micro-batch (none when all chunks share the one stage).
+  // micro-batch (none when both chunks share a stage: stages == 1, zbv's turn on the last stage).
   EXPECT_EQ(world.pending(), 0u);
-  int64_t cuts = p > 1 ? chunks - 1 : 0;
+  int64_t cuts = 0;
+  for (int64_t c = 0; c + 1 < chunks; ++c)
+    cuts += stageOfChunk(c) != stageOfChunk(c + 1);
   EXPECT_EQ(world.sent(), 2 * tc.pieces * cuts * mbs * tc.dp);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, PipelineRunnerTest,
-                         ::testing::Values(Case{ScheduleKind::oneFOneB, {2, 1, 4}, 1, 1},
-                                           Case{ScheduleKind::oneFOneB, {3, 1, 5}, 2, 2},
-                                           Case{ScheduleKind::oneFOneB, {3, 1, 2}, 1, 2, true},
-                                           Case{ScheduleKind::gpipe, {2, 1, 3}, 2, 1},
-                                           Case{ScheduleKind::gpipe, {3, 1, 3}, 1, 2, true},
-                                           Case{ScheduleKind::interleaved, {2, 2, 4}, 2, 2},
-                                           Case{ScheduleKind::interleaved, {2, 1, 2}, 1, 1},
-                                           Case{ScheduleKind::interleaved, {3, 2, 6}, 1, 2, true},
-                                           Case{ScheduleKind::interleaved, {3, 2, 3}, 2, 1},
-                                           Case{ScheduleKind::interleaved, {1, 2, 3}, 2, 1},
-                                           Case{ScheduleKind::oneFOneB, {1, 1, 2}, 1, 1}),
-                         caseName);
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, PipelineRunnerTest,
+    ::testing::Values(
+        Case{ScheduleKind::oneFOneB, {2, 1, 4}, 1, 1},
+        Case{ScheduleKind::oneFOneB, {3, 1, 5}, 2, 2},
+        Case{ScheduleKind::oneFOneB, {3, 1, 2}, 1, 2, true},
+        Case{ScheduleKind::gpipe, {2, 1, 3}, 2, 1},
+        Case{ScheduleKind::gpipe, {3, 1, 3}, 1, 2, true},
+        Case{ScheduleKind::interleaved, {2, 2, 4}, 2, 2},
+        Case{ScheduleKind::interleaved, {2, 1, 2}, 1, 1},
+        Case{ScheduleKind::interleaved, {3, 2, 6}, 1, 2, true},
+        Case{ScheduleKind::interleaved, {3, 2, 3}, 2, 1},
+        Case{ScheduleKind::interleaved, {1, 2, 3}, 2, 1},
+        Case{ScheduleKind::oneFOneB, {1, 1, 2}, 1, 1},
+        // Split backward: B sends, W keeps its inputs.
+        Case{ScheduleKind::zbH1, {2, 1, 2}, 1, 1}, Case{ScheduleKind::zbH1, {3, 1, 5}, 2, 2},
+        Case{ScheduleKind::zbH1, {4, 1, 8}, 1, 1, true}, Case{ScheduleKind::zbH2, {2, 1, 4}, 2, 2},
+        Case{ScheduleKind::zbH2, {4, 1, 8}, 1, 1}, Case{ScheduleKind::zbH2, {3, 1, 3}, 1, 2, true},
+        // V placement: chunks s and 2p - 1 - s on stage s.
+        Case{ScheduleKind::zbv, {2, 2, 2, schedule::ChunkPlacement::vee}, 1, 1},
+        Case{ScheduleKind::zbv, {3, 2, 6, schedule::ChunkPlacement::vee}, 2, 2},
+        Case{ScheduleKind::zbv, {4, 2, 8, schedule::ChunkPlacement::vee}, 1, 1, true}),
+    caseName);
 
 // One rank, two chunks (stages == 1): activations stay on the rank.
 struct SingleRank {
@@ -179,8 +199,9 @@ TEST(PipelineRunnerErrors, DataInputErrorsNameTheStep) {
                        "micro-batch's data inputs)");
 }
 
-// A zero-bubble schedule's split backward steps are refused before anything runs (issue 35).
-TEST(PipelineRunnerErrors, RefusesTheSplitBackward) {
+// A step kind the chunk's functions do not match (a split step on a whole backward) is refused
+// before anything runs.
+TEST(PipelineRunnerErrors, RefusesAStepKindTheProgramLacks) {
   SingleRank s;
   s.run.steps = {{StepKind::forward, 0, 0},
                  {StepKind::forward, 1, 0},
@@ -188,9 +209,9 @@ TEST(PipelineRunnerErrors, RefusesTheSplitBackward) {
                  {StepKind::backwardWeight, 1, 0},
                  {StepKind::backward, 0, 0}};
   s.run.microBatches = 1;
-  EXPECT_EQ(s.error(), "input-gradient backward of chunk 1, micro-batch 0: the pipeline runner "
-                       "runs forward and whole backward steps; the backward split of the "
-                       "zero-bubble schedules is not built yet (issue 35)");
+  EXPECT_EQ(s.error(), "input-gradient backward of chunk 1, micro-batch 0: the program has "
+                       "'backward.c1', not 'backward_input.c1'");
+  EXPECT_TRUE(s.executor.log.empty());
 }
 
 TEST(PipelineRunnerErrors, RejectsAMismatchedMeshOrProgram) {

@@ -32,10 +32,11 @@ module {
   }
 }
 
-// Chunk 0 sends no gradient: its B is empty and W reads the received grad.act.c1 itself.
+// Chunk 0 sends no gradient: its B is empty (it lists the incoming gradient, which the runner
+// receives for it) and W reads the received grad.act.c1 itself.
 // CHECK-LABEL: module @stage0
 // CHECK:       func.func @forward.c0(
-// CHECK:       func.func @backward_input.c0() {
+// CHECK:       func.func @backward_input.c0(%{{.*}}: tensor<4xf32> {mega.input = "grad.act.c1"}) {
 // CHECK-NEXT:    return
 // CHECK:       func.func @backward_weight.c0(%{{.*}}: tensor<4xf32> {mega.input = "stash.c0.0"}, %{{.*}}: tensor<4xf32> {mega.input = "grad.act.c1"}, %{{.*}}: tensor<4xf32> {mega.input = "x"}, %{{.*}}: tensor<4xf32> {mega.state = "grad.w0"}) -> (tensor<4xf32> {mega.updates = "grad.w0"})
 // CHECK-NOT:   func.func @backward.c0
@@ -58,11 +59,11 @@ module {
 
 // NOCHUNKS: error: mega-backward-weight-split: no @backward.c<c> functions; run mega-pipeline-split and mega-forward-backward-split first (pp > 1)
 
-// GPT, recompute none. Stage 0's chunk sends no gradient: B is empty, W reads the received
-// grad.act.c1 itself.
+// GPT, recompute none. Stage 0's chunk sends no gradient: B is empty (but for the incoming
+// gradient it lists), W reads the received grad.act.c1 itself.
 // GPT-NONE-LABEL: module @stage0
 // GPT-NONE-NOT:   @backward.c0
-// GPT-NONE:       func.func @backward_input.c0() attributes {mega.loss_kind = "causal"} {
+// GPT-NONE:       func.func @backward_input.c0(%{{.*}}: tensor<2x8x16xf32> {mega.input = "grad.act.c1"}) attributes {mega.loss_kind = "causal"} {
 // GPT-NONE-NEXT:    return
 // GPT-NONE:       func.func @backward_weight.c0(
 // GPT-NONE-SAME:    {mega.input = "grad.act.c1"}
