@@ -11,8 +11,9 @@ tests/e2e/published_runs_memory_test.py asserts it).
   /usr/bin/python3 bench/published_runs.py --megac build/bin/megac [--json bench/published_runs.json]
                                            [--stack-override S]
 
-Runs with "fit": true (Korthikanti et al. 2022, Table 5) are the only ones a stack constant may be
-fitted on (issue 15); everything else is held out, and the two groups are summarised separately.
+Each run belongs to a set (the stack family that ran it: megatron-2021, megatron-deepspeed,
+megatron-core) and is a fit run or held out (docs/planner.md, "Blind protocol"); every set's
+held-out runs and fit runs are summarised separately: mean |error|, max |error|, signed mean.
 Exits non-zero only when a run fails to plan, never because of the size of an error.
 """
 import argparse
@@ -23,7 +24,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BREAKDOWN = {"compute_s": "compute", "tp_comm_s": "tp-comm", "pp_comm_s": "pp-comm",
-             "dp_comm_s": "dp-comm", "bubble_s": "bubble", "optimizer_s": "optimizer"}
+             "dp_comm_s": "dp-comm", "bubble_s": "bubble", "optimizer_s": "optimizer",
+             "ep_comm_s": "ep-comm", "cp_comm_s": "cp-comm", "zero_gather_s": "zero-gather",
+             "zero_reduce_scatter_s": "zero-reduce-scatter"}
 # Options `megac plan` may not know yet; dropped (with one warning each) when it says so.
 OPTIONAL = ("--stack", "--dropout")
 missing = set()
@@ -33,13 +36,19 @@ def plan_command(megac, run, stack):
     if run.get("arch") == "mixtral":  # a mixture of experts (docs/moe.md): experts, topk, ep
         model = ("mixtral:layers={layers},hidden={hidden},heads={heads},kv_heads={kv_heads},"
                  "experts={experts},topk={topk},ffn={ffn},seq={seq},vocab={vocab}".format(**run))
+    elif run.get("arch") == "nemotron":  # GQA, squared-ReLU MLP, rope, untied (docs/huggingface.md)
+        model = ("nemotron:layers={layers},hidden={hidden},heads={heads},kv_heads={kv_heads},"
+                 "ffn={ffn},seq={seq},vocab={vocab}".format(**run))
     else:
         model = ("gpt:layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab},"
                  "ffn={ffn}".format(**run))
+    # A run on a network other than its device preset's names a spec file next to this script
+    # (bench/clusters/, e.g. BLOOM's Jean Zay: 6.25 GB/s per GPU between nodes).
+    device = os.path.join(HERE, run["cluster_spec"]) if "cluster_spec" in run else run["device"]
     cmd = [megac, "plan", "--model", model,
-           "--cluster", "{device}:{nodes}x{gpus_per_node}".format(**run),
+           "--cluster", "{}:{}x{}".format(device, run["nodes"], run["gpus_per_node"]),
            "--global-batch", str(run["global_batch"])]
-    for key in ("tp", "pp", "dp", "ep", "vpp"):
+    for key in ("tp", "pp", "dp", "cp", "ep", "vpp"):
         if key in run:
             cmd += ["--" + key, str(run[key])]
     cmd += ["--micro-batch", str(run["micro_batch"]), "--recompute", run["recompute"],
@@ -82,12 +91,36 @@ def plan(megac, run, stack):
     return None, ["no layout in megac plan's answer"]
 
 
-def summary(label, errors):
+SETS = ("megatron-2021", "megatron-deepspeed", "megatron-core")
+
+
+def statistics(errors):
+    """(mean |error|, max |error|, signed mean) in percent, or None without runs."""
     if not errors:
+        return None
+    return (sum(abs(e) for e in errors) / len(errors), max(abs(e) for e in errors),
+            sum(errors) / len(errors))
+
+
+def summary(label, errors):
+    stats = statistics(errors)
+    if stats is None:
         return f"{label}: no runs"
-    mean = sum(abs(e) for e in errors) / len(errors)
     worst = max(errors, key=abs)
-    return f"{label}: {len(errors)} runs, mean |error| {mean:.1f}%, max |error| {abs(worst):.1f}% ({worst:+.1f}%)"
+    return (f"{label}: {len(errors)} runs, mean |error| {stats[0]:.1f}%, max |error| {stats[1]:.1f}% "
+            f"({worst:+.1f}%), signed mean {stats[2]:+.1f}%")
+
+
+def predict_all(megac, runs, stack_override=None):
+    """[(run, layout or None, error text or None, error % or None)] for every run."""
+    results = []
+    for run in runs:
+        layout, error = plan(megac, run, stack_override or run["stack"])
+        err = None
+        if layout is not None:
+            err = 100.0 * (layout["step_time_s"] - run["measured_step_seconds"]) / run["measured_step_seconds"]
+        results.append((run, layout, error, err))
+    return results
 
 
 def main():
@@ -102,35 +135,35 @@ def main():
     with open(args.json) as f:
         runs = json.load(f)
 
-    print(f"{'id':34} {'set':8} {'stack':13} {'measured s':>10} {'predicted s':>11} {'error':>7} "
-          f"{'GiB/GPU':>7}  dominant")
-    errors = {True: [], False: []}
+    print(f"{'id':34} {'set':18} {'fit':8} {'stack':13} {'measured s':>10} {'predicted s':>11} "
+          f"{'error':>7} {'GiB/GPU':>7}  dominant")
+    errors = {}  # (set, fit) -> [error %]
     failed = []
-    for run in runs:
+    for run, layout, error, err in predict_all(args.megac, runs, args.stack_override):
         stack = args.stack_override or run["stack"]
-        layout, error = plan(args.megac, run, stack)
         group = "fit" if run["fit"] else "held-out"
         measured = run["measured_step_seconds"]
         if layout is None:
             failed.append(run["id"])
-            print(f"{run['id']:34} {group:8} {stack:13} {measured:10.3f} {'FAILED':>11}  {' '.join(error)}")
+            print(f"{run['id']:34} {run['set']:18} {group:8} {stack:13} {measured:10.3f} {'FAILED':>11}  "
+                  f"{' '.join(error)}")
             continue
         predicted = layout["step_time_s"]
-        err = 100.0 * (predicted - measured) / measured
-        errors[run["fit"]].append(err)
-        parts = layout.get("breakdown", {})
+        errors.setdefault((run["set"], run["fit"]), []).append(err)
+        parts = {k: v for k, v in layout.get("breakdown", {}).items() if k in BREAKDOWN}
         key = max(parts, key=parts.get) if parts else None
         dominant = (f"{BREAKDOWN.get(key, key)} {100.0 * parts[key] / predicted:.0f}%"
                     if key and predicted > 0 else "-")
         if not layout.get("fits", True):
             dominant += " (planner: does not fit in memory)"
         gib = layout.get("memory_per_gpu_bytes", 0) / 2.0 ** 30
-        print(f"{run['id']:34} {group:8} {stack:13} {measured:10.3f} {predicted:11.3f} "
+        print(f"{run['id']:34} {run['set']:18} {group:8} {stack:13} {measured:10.3f} {predicted:11.3f} "
               f"{err:+6.1f}% {gib:7.1f}  {dominant}")
 
     print()
-    print(summary("held out", errors[False]))
-    print(summary("fitted (Korthikanti Table 5)", errors[True]))
+    for name in SETS:
+        print(summary(f"{name}, held out", errors.get((name, False), [])))
+        print(summary(f"{name}, fit set", errors.get((name, True), [])))
     if missing:
         print("note: planned without " + ", ".join(sorted(missing)) + " (not supported by this megac)")
     if failed:

@@ -300,7 +300,9 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
         }
       }
     }
-    double sends = double(l.vpp) * send;
+    // A host-driven pipeline engine's cost per step (StackProfile::pipelineStepOverheadSeconds)
+    // rides with the sends: both are on the critical path of every chunk step.
+    double sends = double(l.vpp) * (send + (l.pp > 1 ? stack_.pipelineStepOverheadSeconds : 0));
     fwd = f.compute.total() + f.tpSeconds() + f.ep + f.cp + gatherF + sends;
     bwd = b.compute.total() + b.tpSeconds() + b.ep + b.cp + gatherB + scatter + sends;
     t.compute = f.compute.total() + b.compute.total();

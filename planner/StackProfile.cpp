@@ -105,6 +105,23 @@ StackProfile megatron2021() {
   return p;
 }
 
+// Megatron-DeepSpeed (bigscience-workshop/Megatron-DeepSpeed, microsoft/Megatron-DeepSpeed:
+// BLOOM-176B, MT-NLG 530B): Megatron's 2021 layers (the kernels, attention core, recompute and
+// memory of megatron-2021) under DeepSpeed's pipeline engine, which differs in what it sends and
+// how it drives the schedule (StackProfile.h): its p2p sends the whole activation from every
+// tensor-parallel rank (deepspeed/runtime/pipe/p2p.py; no SC21 scatter/gather), it runs 1F1B
+// without interleaving (deepspeed/runtime/pipe/schedule.py TrainSchedule), and it pays a host
+// cost per pipeline step (the one fitted constant, on the set's fit run, MT-NLG at 280 nodes).
+StackProfile megatronDeepSpeed() {
+  StackProfile p = megatron2021();
+  p.name = "megatron-deepspeed";
+  p.description = "Megatron-DeepSpeed (BLOOM, MT-NLG): Megatron 2021 layers under DeepSpeed's "
+                  "pipeline engine (whole-tensor p2p, host-driven 1F1B)";
+  p.p2pScatterGather = false;
+  p.pipelineStepOverheadSeconds = 0.0201;
+  return p;
+}
+
 // Megatron-Core (2023-): flash attention (TE/cuDNN), gradient accumulation fused into the wgrad
 // GEMM, --overlap-grad-reduce and --overlap-param-gather with the distributed optimizer.
 StackProfile megatronCore() {
@@ -141,13 +158,17 @@ StackProfile megatronCore() {
 
 } // namespace
 
-std::vector<std::string> stackNames() { return {"megac", "megatron-2021", "megatron-core"}; }
+std::vector<std::string> stackNames() {
+  return {"megac", "megatron-2021", "megatron-deepspeed", "megatron-core"};
+}
 
 std::optional<StackProfile> stackProfile(const std::string &name, bool cpuDevice) {
   if (name == "megac")
     return megac(cpuDevice);
   if (name == "megatron-2021")
     return megatron2021();
+  if (name == "megatron-deepspeed")
+    return megatronDeepSpeed();
   if (name == "megatron-core")
     return megatronCore();
   return std::nullopt;

@@ -10,7 +10,7 @@
 namespace megac::planner {
 
 struct StackProfile {
-  std::string name;        // "megac", "megatron-2021", "megatron-core"
+  std::string name;        // "megac", "megatron-2021", "megatron-deepspeed", "megatron-core"
   std::string description; // one line, for --help and docs
 
   /// The attention core as one kernel that never writes the s x s scores (FlashAttention-2
@@ -95,6 +95,14 @@ struct StackProfile {
   bool contextParallelComposes = false;
   /// Megatron's scatter/gather of pipeline sends across nodes (SC21 section 4.1).
   bool p2pScatterGather = false;
+  /// A fixed host-side cost per pipeline step (one chunk's forward or backward of one
+  /// micro-batch) on every stage's critical path when pp > 1: DeepSpeed's PipelineEngine
+  /// interprets its schedule on the host one instruction at a time (LoadMicroBatch, ForwardPass,
+  /// SendActivation, RecvActivation, BackwardPass, SendGrad, RecvGrad; deepspeed/runtime/pipe/
+  /// engine.py, schedule.py), each transfer a blocking torch.distributed broadcast in a two-rank
+  /// group (deepspeed/runtime/pipe/p2p.py). A fitted constant (docs/planner.md, "Blind
+  /// protocol": megatron-deepspeed's only one, fitted on MT-NLG 530B at 280 nodes); 0 elsewhere.
+  double pipelineStepOverheadSeconds = 0;
   /// Full recompute checkpoints each layer's input (Megatron's --recompute-method uniform,
   /// one layer); megac stashes each chunk's input and recomputes the chunk at once.
   bool recomputePerLayer = false;
@@ -180,7 +188,7 @@ struct StackProfile {
 };
 
 /// The built-in profiles: megac (the stack this build runs: its CUDA runtime on GPUs, its
-/// in-order CPU runtime on CPU devices), megatron-2021, megatron-core.
+/// in-order CPU runtime on CPU devices), megatron-2021, megatron-deepspeed, megatron-core.
 std::vector<std::string> stackNames();
 /// `name` on `device` ("cpu" devices run megac's CPU runtime; others its CUDA runtime).
 std::optional<StackProfile> stackProfile(const std::string &name, bool cpuDevice);

@@ -338,17 +338,17 @@ layout on the cluster (a100-40g, a100-80g, h100-sxm, h200, cpu, or FILE.json; "a
 Degrees given are pinned; the rest are searched. --timeline draws #1's pipeline schedule (SVG),
 --trace writes it as Chrome trace-event JSON (Perfetto). Predictions are for a hardware spec
 and a software stack: --stack megac (default: this build's CUDA runtime, or its CPU runtime on
-cpu devices and `megac calibrate --backend cpu` specs), megatron-2021 or megatron-core
-(docs/planner.md lists what each fuses and overlaps); --dropout P costs dropout the model's IR
-does not have. Mixture-of-experts models also search --ep (expert parallelism, dividing dp and
-the experts; docs/moe.md). --cp C (context parallelism: each sequence split over C ranks, 2*C
-dividing it; world = tp*cp*pp*dp) and --zero 2|3 (gradients, and parameters, sharded over the
-dp x cp ranks; needs dp > 1) are searched too; the report says why #1 beats the best zero-3
-layout and the best layout with (or without) cp. --threads T: on a `megac calibrate --backend
-cpu` spec, the kernel threads per rank the layouts run (as megac train --threads; default cores
-/ ranks per node), which picks the calibration's measured occupancy. --explain splits #1's
-predicted step by op class (GEMM, attention, memory-bound, launch overhead, each collective,
-bubble) and explains its compiled plan.
+cpu devices and `megac calibrate --backend cpu` specs), megatron-2021, megatron-deepspeed or
+megatron-core (docs/planner.md lists what each fuses and overlaps); --dropout P costs dropout
+the model's IR does not have. Mixture-of-experts models also search --ep (expert parallelism,
+dividing dp and the experts; docs/moe.md). --cp C (context parallelism: each sequence split over
+C ranks, 2*C dividing it; world = tp*cp*pp*dp) and --zero 2|3 (gradients, and parameters,
+sharded over the dp x cp ranks; needs dp > 1) are searched too; the report says why #1 beats the
+best zero-3 layout and the best layout with (or without) cp. --threads T: on a `megac calibrate
+--backend cpu` spec, the kernel threads per rank the layouts run (as megac train --threads;
+default cores / ranks per node), which picks the calibration's measured occupancy. --explain
+splits #1's predicted step by op class (GEMM, attention, memory-bound, launch overhead, each
+collective, bubble) and explains its compiled plan.
 
 usage: megac plan MODEL --ranks N [--tp T --pp P --dp D --vpp V --sequence-parallel
                   --zero 0|1 --recompute none|selective|full --schedule 1f1b|gpipe

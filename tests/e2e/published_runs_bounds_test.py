@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Regression guard for the planner's error on published training runs (issue 34, item 5).
+
+Plans every run of bench/published_runs.json with every choice pinned (the bench's own
+invocation, bench/published_runs.py) and asserts, per set (megatron-2021, megatron-deepspeed,
+megatron-core) and per group (held out, fit set), that mean |error|, max |error| and the signed
+mean stay within the bounds below -- and that every run, which ran and so fit in its GPUs'
+memory, is predicted to fit. No timing is involved: the measured side is the published number,
+the predicted side a deterministic function of the planner's code, so a planner change that moves
+a prediction out of bounds fails here.
+
+Bounds: issue 34's targets (mean <= 8%, max <= 15%, |signed mean| <= 5%) where the set meets
+them; where it does not, the value achieved when the bound was set plus 1 point (and the comment
+says so), so the guard catches regressions without pretending the target is met. Error model:
+the planner is deterministic up to floating-point summation order (far below 0.01%), so the
+1-point margin is pure headroom for deliberate small model changes, which must then update the
+achieved values here and in docs/planner.md ("Blind protocol", rule 4).
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import published_runs  # noqa: E402  (plan_command, plan, predict_all: the bench's invocation)
+
+TARGET = {"mean": 8.0, "max": 15.0, "signed": 5.0}
+# (set, fit) -> bounds in percent on mean |error|, max |error| and |signed mean|. The achieved
+# values (bench/published_runs.py; docs/planner.md, "Results") are in each comment.
+BOUNDS = {
+    # 12 held-out runs (SC21 Table 1, Korthikanti 530B at dp 8): achieved 6.7 / 12.4 / -6.5.
+    # Mean and max meet the target; the signed mean does not (every SC21 run is predicted
+    # fast): achieved + 1 = 7.5.
+    ("megatron-2021", False): {"mean": 8.0, "max": 15.0, "signed": 7.5},
+    # Korthikanti Table 5 (8 runs; nothing fitted on them): achieved 4.1 / 8.0 / +1.0: target.
+    ("megatron-2021", True): TARGET,
+    # MT-NLG 530B at 350 and 420 nodes, BLOOM-176B on Jean Zay's network (3 runs), under the
+    # megatron-deepspeed profile: achieved 3.9 / 7.1 / +0.8: target.
+    ("megatron-deepspeed", False): TARGET,
+    # MT-NLG 530B at 280 nodes, the run the profile's one constant was fitted on: 0.0 / 0.0.
+    ("megatron-deepspeed", True): TARGET,
+    # 13 held-out runs (Megatron-LM README's 9 H100 rows, Nemotron-4 340B x3, Mixtral 8x7B):
+    # achieved 14.0 / 32.8 / -10.0, every statistic misses the target: achieved + 1 each.
+    ("megatron-core", False): {"mean": 15.0, "max": 33.8, "signed": 11.0},
+    # Nemotron-4 15B Table 2 (3 runs, the declared fit set; nothing fitted): achieved
+    # 4.1 / 10.7 / -4.1: mean and signed meet the target, max is achieved + 1.
+    ("megatron-core", True): {"mean": 8.0, "max": 11.7, "signed": 5.0},
+}
+
+
+def check(condition, message, failures):
+    print(("ok: " if condition else "FAIL: ") + message)
+    if not condition:
+        failures.append(message)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--megac", required=True)
+    parser.add_argument("--json", default=os.path.join(ROOT, "bench", "published_runs.json"))
+    args = parser.parse_args()
+    with open(args.json) as f:
+        runs = json.load(f)
+    failures = []
+    errors = {}
+    for run, layout, error, err in published_runs.predict_all(args.megac, runs):
+        check(layout is not None, "%s plans (%s)" % (run["id"], error), failures)
+        if layout is None:
+            continue
+        check(layout["fits"], "%s (%s): predicted %.1f GiB per GPU fits" %
+              (run["id"], run["stack"], layout["memory_per_gpu_bytes"] / 2.0 ** 30), failures)
+        errors.setdefault((run["set"], run["fit"]), []).append(err)
+    for key in BOUNDS:
+        name = "%s %s" % (key[0], "fit set" if key[1] else "held out")
+        stats = published_runs.statistics(errors.get(key, []))
+        check(stats is not None, "%s has runs" % name, failures)
+        if stats is None:
+            continue
+        bound = BOUNDS[key]
+        mean, worst, signed = stats
+        check(mean <= bound["mean"], "%s: mean |error| %.2f%% <= %.1f%%" % (name, mean, bound["mean"]),
+              failures)
+        check(worst <= bound["max"], "%s: max |error| %.2f%% <= %.1f%%" % (name, worst, bound["max"]),
+              failures)
+        check(abs(signed) <= bound["signed"], "%s: |signed mean| %.2f%% <= %.1f%%" %
+              (name, abs(signed), bound["signed"]), failures)
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
