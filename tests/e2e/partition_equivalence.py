@@ -45,13 +45,19 @@ usage: partition_equivalence.py --megac build/bin/megac --workdir DIR
           features (sequence parallel, ZeRO-1, vpp, recompute, accumulation, gpipe), bert, onnx,
           models (untied head, vocab not divisible by tp, ffn 24 + tanh GELU, T5, Llama),
           moe (Mixtral, dropless and capacity factor 1, with the load-balancing loss),
-          mixed (bf16 and fp16 layouts against the 1-rank run of the same precision).
+          mixed (bf16 and fp16 layouts against the 1-rank run of the same precision),
+          zerobubble (issue 35: zb-h1, zb-h2, zbv at pp 2 and 4, m = p and 2p, with tp 2,
+          dp 2, ZeRO-1, recompute selective/full, a Llama and a Mixtral with ep 2; each zb-h1
+          and zb-h2 run must also equal the 1f1b run of its layout bit for bit: the split
+          backward computes the same values, and W accumulates the weight gradients in
+          micro-batch order as the whole backward does).
   --full runs every group. Default: --quick.
 Prints one table row per (layout, precision): max relative loss / grad_norm difference, the
 worst parameter or gradient ||diff|| / bound and PASS/FAIL; exits 1 on any failure, 77 (skip)
 when mpirun is missing. Runs with Debian's /usr/bin/python3 (numpy; torch for the onnx group).
 """
 import argparse
+import copy
 import json
 import math
 import os
@@ -309,6 +315,27 @@ T5 = dict(name="t5", spec=f"t5:layers=2,hidden=16,heads=4,seq=4,dec_seq=4,vocab=
           layers=4, vocab=VOCAB)
 
 
+def zero_bubble_layouts():
+    """(model, layout) pairs of group zerobubble: GLOBAL_BATCH 8 = micro x dp x m."""
+    return [
+        (GPT, Layout(pp=2, schedule="zb-h1")),                           # m 2 = p
+        (GPT, Layout(pp=2, dp=2, micro=1, schedule="zb-h1")),            # m 4 = 2p
+        (GPT, Layout(tp=2, pp=2, schedule="zb-h2")),
+        (GPT, Layout(pp=2, dp=2, zero=1, micro=1, schedule="zb-h2")),
+        (GPT, Layout(pp=4, micro=2, schedule="zb-h1")),                  # m 4 = p
+        (GPT, Layout(pp=4, micro=1, schedule="zb-h2")),                  # m 8 = 2p
+        (GPT, Layout(pp=2, recompute="selective", schedule="zb-h1")),
+        (GPT, Layout(pp=2, dp=2, micro=1, recompute="full", schedule="zb-h2")),
+        (GPT, Layout(pp=2, schedule="zbv")),
+        (GPT, Layout(tp=2, pp=2, micro=2, recompute="selective", schedule="zbv")),
+        (GPT, Layout(pp=2, dp=2, micro=1, zero=1, recompute="full", schedule="zbv")),
+        (GPT, Layout(pp=4, micro=2, schedule="zbv")),
+        (LLAMA, Layout(tp=2, pp=2, schedule="zb-h1")),
+        (LLAMA, Layout(pp=2, dp=2, micro=1, schedule="zbv")),
+        (MIXTRAL, Layout(pp=2, dp=2, ep=2, micro=1, schedule="zb-h2")),
+    ]
+
+
 def bert_layouts():
     return [Layout(tp=2), Layout(pp=2), Layout(dp=2), Layout(tp=2, sp=True),
             Layout(tp=2, pp=2, dp=2), Layout(dp=2, zero=1), Layout(tp=4),
@@ -377,6 +404,8 @@ def plan(groups):
                                  Layout(tp=2, pp=2, dp=2, ep=2), Layout(dp=4, ep=2, zero=1))]
         cases += [(MIXTRAL, layout, ("fp32",))
                   for layout in (Layout(dp=2, ep=2), Layout(tp=2, dp=4, ep=4))]
+    if "zerobubble" in groups:
+        cases += [(model, layout, ("fp64",)) for model, layout in zero_bubble_layouts()]
     if "mixed" in groups:
         for precision in ("bf16", "fp16"):
             cases += [(GPT, layout, (precision,))
@@ -455,6 +484,10 @@ def megac_train(megac, model_args, data, rundir, layout, precision, timeout):
             "--global-batch", str(GLOBAL_BATCH), *HYPER, "--precision", precision,
             *numerics.threads_args(), *PRECISION_ARGS.get(precision, []), "--log-json", log,
             "--save-weights", weights, "--save-grads", grads, *layout.argv()]
+    trace = None
+    if layout.schedule in ("zb-h1", "zb-h2", "zbv"):  # the trace shows the split steps ran
+        trace = os.path.join(rundir, "trace.json")
+        argv += ["--trace", trace]
     with open(os.path.join(rundir, "command.txt"), "w") as f:
         f.write(" ".join(argv) + "\n")
     start = time.time()
@@ -482,6 +515,13 @@ def megac_train(megac, model_args, data, rundir, layout, precision, timeout):
         if said not in result.stdout:
             raise RunError(f"the output does not say '{said}': {' '.join(argv)}\n"
                            f"{result.stdout.splitlines()[0] if result.stdout else ''}")
+    if trace:
+        with open(trace) as f:
+            events = json.load(f)["traceEvents"]
+        kinds = {e.get("args", {}).get("kind") for e in events}
+        if not {"backward_input", "backward_weight"} <= kinds or "backward" in kinds:
+            raise RunError(f"the trace of {layout.schedule} has step kinds {sorted(map(str, kinds))}"
+                           f", not the split backward's: {' '.join(argv)}")
     with open(log) as f:
         records = [json.loads(line) for line in f if line.strip()]
     return dict(records=records, weights=read_safetensors(weights), grads=read_safetensors(grads),
@@ -587,6 +627,21 @@ def compare(run, ref, precision, layout=None):
     return dict(loss=loss_rel, norm=norm_rel, param=param, grad=grad, problems=problems)
 
 
+def same_bits(run, base, schedule):
+    """The problems of a zero-bubble run that is not bit for bit its layout's 1f1b run."""
+    problems = []
+    keys = ("loss", "grad_norm")
+    got = [[r.get(k) for k in keys] for r in run["records"]]
+    want = [[r.get(k) for k in keys] for r in base["records"]]
+    if got != want:
+        problems.append(f"{schedule}: losses/grad_norms {got} differ from 1f1b's {want}")
+    for name in sorted(set(run["weights"]) | set(base["weights"])):
+        a, b = run["weights"].get(name), base["weights"].get(name)
+        if a is None or b is None or a.tobytes() != b.tobytes():
+            problems.append(f"{schedule}: final parameter {name} differs from 1f1b's in bits")
+    return problems
+
+
 def fmt(x):
     if x is None:
         return "-"
@@ -603,14 +658,15 @@ def main():
     parser.add_argument("--full", action="store_true")
     parser.add_argument("--group", action="append", default=[],
                         choices=["quick", "grid", "features", "bert", "onnx", "models", "moe",
-                                 "mixed"])
+                                 "mixed", "zerobubble"])
     parser.add_argument("--only", help="run only the layouts whose name contains this")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per megac run")
     args = parser.parse_args()
 
     groups = set(args.group)
     if args.full:
-        groups |= {"quick", "grid", "features", "bert", "onnx", "models", "moe", "mixed"}
+        groups |= {"quick", "grid", "features", "bert", "onnx", "models", "moe", "mixed",
+                   "zerobubble"}
     if args.quick or not groups:
         groups.add("quick")
 
@@ -670,6 +726,13 @@ def main():
             result = compare(run, ref, precision, layout)
             problems = result["problems"]
             seconds = run["seconds"]
+            if layout.schedule in ("zb-h1", "zb-h2"):
+                twin = copy.copy(layout)
+                twin.schedule = None  # 1f1b
+                base = megac_train(megac, model_args[model["name"]], data[model["vocab"]],
+                                   os.path.join(workdir, model["name"], precision, twin.name()),
+                                   twin, precision, args.timeout)
+                problems += same_bits(run, base, layout.schedule)
         except RunError as e:
             problems = [str(e)]
             seconds = None
