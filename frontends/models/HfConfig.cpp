@@ -45,6 +45,8 @@ const std::vector<Family> &families() {
        false, true, false, false, 0, true},
       {"mixtral", Arch::mixtral, 32000, 4096, 14336, 32, 32, 8, 1e-5, 1e6, "rms_norm_eps", "silu",
        false, false, false, false, 0, false},
+      {"qwen2_moe", Arch::mixtral, 151936, 2048, 5632, 24, 16, 0, 1e-6, 10000.0, "rms_norm_eps",
+       "silu", false, true, false, false, 4096, true},
       {"nemotron", Arch::nemotron, 256000, 6144, 24576, 32, 48, 0, 1e-5, 10000.0, "norm_eps",
        "relu2", true, false, true, false, -1, false},
   };
@@ -307,7 +309,24 @@ HfResult fromFamily(Fields &f, const Family &family, const std::string &file) {
     if (pct && (pct->kind != json::Value::Kind::number || !(pct->number > 0) || pct->number > 1))
       f.refuse("partial_rotary_factor", "megac needs a fraction in (0, 1]");
   }
-  if (family.arch == Arch::mixtral) {
+  if (family.arch == Arch::mixtral && std::string(family.type) == "qwen2_moe") {
+    // Every layer sparse (decoder_sparse_step 1, no mlp_only_layers): intermediate_size, the
+    // size of the dense layers' MLP, then changes nothing.
+    c.qwen2MoeNames = true;
+    c.experts = f.integer("num_experts", 60);
+    c.topk = f.integer("num_experts_per_tok", 4);
+    c.ffn = f.integer("moe_intermediate_size", 1408);
+    c.sharedFfn = f.integer("shared_expert_intermediate_size", 5632);
+    c.normTopk = f.boolean("norm_topk_prob", false);
+    f.only(
+        "decoder_sparse_step",
+        [](const json::Value &v) { return v.kind == json::Value::Kind::number && v.number == 1; },
+        "megac builds every layer of a qwen2_moe model sparse (decoder_sparse_step 1)");
+    f.only(
+        "mlp_only_layers",
+        [](const json::Value &v) { return v.kind == json::Value::Kind::array && v.items.empty(); },
+        "megac builds every layer of a qwen2_moe model sparse (mlp_only_layers [])");
+  } else if (family.arch == Arch::mixtral) {
     c.experts = f.integer("num_local_experts", 8);
     c.topk = f.integer("num_experts_per_tok", 2);
     f.only("router_jitter_noise", isZero, "megac's router adds no jitter noise");
@@ -384,10 +403,7 @@ HfResult parseHfConfig(std::string_view text, const std::string &file) {
     if (type->string == family.type)
       return fromFamily(f, family, file);
   std::string why;
-  if (type->string == "qwen2_moe")
-    why = "its shared expert (shared_expert_intermediate_size) and unrenormalised top-k "
-          "routing (norm_topk_prob) are not in megac's MoE; ";
-  else if (type->string == "gpt2")
+  if (type->string == "gpt2")
     why = "its learned position table of n_positions rows and Conv1D layouts are not in the "
           "zoo's GPT (import an ONNX export with `megac import`); ";
   return {std::nullopt, file + ": model_type '" + type->string + "' is not supported; " + why +

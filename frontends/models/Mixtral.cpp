@@ -7,7 +7,10 @@
 // one stacked tensor per matrix: `block_sparse_moe.experts.w1.weight [E, ffn, h]` holds
 // transformers' `block_sparse_moe.experts.{e}.w1.weight` at index e. Weights files use
 // transformers' per-expert names (mega.source_stack): --save-weights writes them, and files
-// with either form load.
+// with either form load. Qwen2-MoE (qwen2_moe=1, from --model hf:) is the same block under
+// transformers' Qwen2MoeSparseMoeBlock names (mlp.gate, mlp.experts.{e}.gate_proj/up_proj/
+// down_proj), optionally without the renormalisation (norm_topk=0) and with a shared expert
+// (shared_ffn) added to the routed experts' sum.
 #include "frontends/models/Layers.h"
 
 #include <cmath>
@@ -28,14 +31,36 @@ Tensor keepWithinCapacity(dsl::GraphBuilder &b, const ModelConfig &c, const Tens
       std::ceil(c.capacity * double(seq) * double(c.topk) / double(c.experts)));
   Tensor position = b.cumsum(mask, 1);
   Tensor limit = b.splat(double(capacity), {}, mask.dtype());
-  Tensor within = b.cast(b.compare(dsl::Compare::le, position, b.broadcast(limit, mask.shape())),
-                         mask.dtype());
+  Tensor within =
+      b.cast(b.compare(dsl::Compare::le, position, b.broadcast(limit, mask.shape())), mask.dtype());
   return mask * within;
 }
 
-/// `x [b, s, hidden]` -> `[b, s, hidden]`, in scope block_sparse_moe.
+/// Qwen2-MoE's shared expert: a SwiGLU MLP every token goes through, scaled per token by
+/// sigmoid(shared_expert_gate x) (a [1, hidden] weight). `x [b, s, hidden]` -> the same.
+Tensor sharedExpert(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x) {
+  InitStd std(c);
+  Tensor out = [&] {
+    auto scope = b.scope("shared_expert");
+    Tensor gate = linearLayer(b, "gate_proj", x, c.sharedFfn, false, std.base);
+    Tensor up = linearLayer(b, "up_proj", x, c.sharedFfn, false, std.base);
+    return linearLayer(b, "down_proj", gate * b.sigmoid(gate) * up, c.hidden, false, std.output);
+  }();
+  // The gate's one output is a dot product with x, not a linear map: a linear of output dim 1
+  // cannot be split over tp, and x (the normalized residual) is whole on every tp rank.
+  Tensor w = [&] {
+    auto scope = b.scope("shared_expert_gate");
+    return b.parameter("weight", {1, c.hidden}, x.dtype(), dsl::Init::normal(std.base));
+  }();
+  Tensor dot = b.reduce(dsl::ReduceKind::sum,
+                        x * b.broadcast(b.reshape(w, {1, 1, c.hidden}), x.shape()), {-1},
+                        /*keepDims=*/true);
+  return out * b.broadcast(b.sigmoid(dot), out.shape());
+}
+
+/// `x [b, s, hidden]` -> `[b, s, hidden]`, in scope block_sparse_moe (Qwen2-MoE: mlp).
 Tensor sparseMoe(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x) {
-  auto scope = b.scope("block_sparse_moe");
+  auto scope = b.scope(c.qwen2MoeNames ? "mlp" : "block_sparse_moe");
   InitStd std(c);
   int64_t E = c.experts, k = c.topk;
   Tensor logits = linearLayer(b, "gate", x, E, false, std.base);
@@ -45,9 +70,11 @@ Tensor sparseMoe(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x) {
     logits = b.cast(logits, routing);
   Tensor probs = b.softmax(logits, -1);
   Tensor mask = b.topkMask(probs, k);
-  Tensor chosen = probs * mask;
-  Tensor total = b.reduce(dsl::ReduceKind::sum, chosen, {-1}, /*keepDims=*/true);
-  Tensor gates = chosen / b.broadcast(total, chosen.shape());
+  Tensor gates = probs * mask;
+  if (c.normTopk) {
+    Tensor total = b.reduce(dsl::ReduceKind::sum, gates, {-1}, /*keepDims=*/true);
+    gates = gates / b.broadcast(total, gates.shape());
+  }
   if (c.capacity > 0) {
     mask = keepWithinCapacity(b, c, mask);
     gates = gates * mask;
@@ -63,14 +90,16 @@ Tensor sparseMoe(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x) {
     return b.stackedParameter(std::string("experts.") + name + ".weight", {E, out, in}, c.dtype,
                               dsl::Init::normal(stddev), members);
   };
-  Tensor w1 = expertWeight("w1", c.ffn, c.hidden, std.base);
-  Tensor w2 = expertWeight("w2", c.hidden, c.ffn, std.output);
-  Tensor w3 = expertWeight("w3", c.ffn, c.hidden, std.base);
+  bool q = c.qwen2MoeNames;
+  Tensor w1 = expertWeight(q ? "gate_proj" : "w1", c.ffn, c.hidden, std.base);
+  Tensor w2 = expertWeight(q ? "down_proj" : "w2", c.hidden, c.ffn, std.output);
+  Tensor w3 = expertWeight(q ? "up_proj" : "w3", c.ffn, c.hidden, std.base);
   Tensor routed = b.moeDispatch(x, mask);
   Tensor gate = b.moeMatmul(routed, w1, mask, k);
   Tensor up = b.moeMatmul(routed, w3, mask, k);
   Tensor hidden = gate * b.sigmoid(gate) * up;
-  return b.moeCombine(b.moeMatmul(hidden, w2, mask, k), gates);
+  Tensor out = b.moeCombine(b.moeMatmul(hidden, w2, mask, k), gates);
+  return c.sharedFfn > 0 ? out + sharedExpert(b, c, x) : out;
 }
 
 } // namespace

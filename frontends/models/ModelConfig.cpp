@@ -41,8 +41,9 @@ const std::vector<std::string> &keysOf(Arch arch) {
                                                  "ffn",    "seq",    "vocab",      "batch",
                                                  "tied",   "dtype",  "rope_theta", "norm_eps"};
   static const std::vector<std::string> mixtral = {
-      "layers", "hidden", "heads",      "kv_heads", "ffn",     "seq",  "vocab",   "batch",
-      "tied",   "dtype",  "rope_theta", "norm_eps", "experts", "topk", "capacity"};
+      "layers",  "hidden", "heads",    "kv_heads",   "ffn",        "seq",
+      "vocab",   "batch",  "tied",     "dtype",      "rope_theta", "norm_eps",
+      "experts", "topk",   "capacity", "shared_ffn", "norm_topk",  "qwen2_moe"};
   // transformers' config fields of the llama family (HfConfig.h), after each arch's own keys.
   static const std::vector<std::string> family = {"head_dim", "qkv_bias", "o_bias", "mlp_bias",
                                                   "rope_llama3"};
@@ -94,7 +95,7 @@ int64_t specBound(std::string_view key) {
     return int64_t(1) << 14;
   if (key == "experts" || key == "topk")
     return int64_t(1) << 12;
-  if (key == "ffn" || key == "seq" || key == "dec_seq")
+  if (key == "ffn" || key == "seq" || key == "dec_seq" || key == "shared_ffn")
     return int64_t(1) << 22;
   if (key == "vocab")
     return 2147483647;     // token ids are int32
@@ -181,6 +182,7 @@ ConfigResult parseModelSpec(std::string_view spec) {
   c.ffn = integer("ffn", c.llamaLike() ? llamaDefaultFfn(c.hidden) : 4 * c.hidden);
   c.experts = integer("experts", 0);
   c.topk = integer("topk", 0);
+  c.sharedFfn = integer("shared_ffn", 0);
   c.kvHeads = integer("kv_heads", c.heads);
   c.headDimKey = integer("head_dim", 0);
   if (c.arch == Arch::t5) {
@@ -242,8 +244,11 @@ ConfigResult parseModelSpec(std::string_view spec) {
       return fail("key 'tied' needs 0 or 1, got '" + it->second + "'");
     c.tied = it->second == "1";
   }
-  for (auto [key, flag] :
-       {std::pair{"qkv_bias", &c.qkvBias}, {"o_bias", &c.oBias}, {"mlp_bias", &c.mlpBias}})
+  for (auto [key, flag] : {std::pair{"qkv_bias", &c.qkvBias},
+                           {"o_bias", &c.oBias},
+                           {"mlp_bias", &c.mlpBias},
+                           {"norm_topk", &c.normTopk},
+                           {"qwen2_moe", &c.qwen2MoeNames}})
     if (auto it = values.find(key); it != values.end()) {
       if (it->second != "0" && it->second != "1")
         return fail("key '" + std::string(key) + "' needs 0 or 1, got '" + it->second + "'");
@@ -340,6 +345,13 @@ std::string ModelConfig::spec() const {
        ",tied=" + (tied ? "1" : "0");
   if (arch == Arch::mixtral && capacity > 0)
     s += ",capacity=" + shortest(capacity);
+  // Qwen2-MoE's keys only when set, so earlier mixtral specs read back unchanged.
+  if (arch == Arch::mixtral && sharedFfn > 0)
+    s += ",shared_ffn=" + std::to_string(sharedFfn);
+  if (arch == Arch::mixtral && !normTopk)
+    s += ",norm_topk=0";
+  if (arch == Arch::mixtral && qwen2MoeNames)
+    s += ",qwen2_moe=1";
   if (llamaLike())
     s += ",rope_theta=" + shortest(ropeTheta) + ",norm_eps=" + shortest(normEps);
   // The llama family's optional keys only when set, so earlier specs read back unchanged.

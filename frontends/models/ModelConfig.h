@@ -16,7 +16,11 @@
 // 10000), norm_eps (RMSNorm epsilon, default 1e-5) and an untied head by default (tied=0).
 // Mixtral is Llama with a sparse mixture-of-experts block for the MLP (docs/moe.md): experts
 // (required), topk (required, experts each token is routed to) and capacity (capacity factor;
-// absent or 0: dropless); ffn is each expert's SwiGLU size.
+// absent or 0: dropless); ffn is each expert's SwiGLU size; shared_ffn (a shared SwiGLU expert
+// every token goes through, scaled by sigmoid of a learned [1, hidden] gate: Qwen2-MoE's; default
+// none), norm_topk=0|1 (renormalise the top-k probabilities, default 1; Qwen2-MoE's
+// norm_topk_prob) and qwen2_moe=1 (transformers' Qwen2-MoE names: mlp.gate, mlp.experts.{e}.
+// gate_proj/up_proj/down_proj, mlp.shared_expert.*, mlp.shared_expert_gate).
 // Nemotron (nemotron:..., NVIDIA's Nemotron-4) is Llama's decoder with LayerNorm1P (LayerNorm
 // with weight and bias, computed with weight + 1) for the norms, a squared-ReLU MLP
 // (down(relu(up(x))^2), no gate) and rotary embeddings on the first rotary_pct of each head's
@@ -63,6 +67,9 @@ struct ModelConfig {
   int64_t experts = 0;        // mixtral: experts per MoE layer
   int64_t topk = 0;           // mixtral: experts each token is routed to
   double capacity = 0.0;      // mixtral: capacity factor; 0 = dropless
+  int64_t sharedFfn = 0;      // mixtral: a sigmoid-gated shared SwiGLU expert of this size; 0: none
+  bool normTopk = true;       // mixtral: top-k probabilities renormalised to sum 1 (0: as routed)
+  bool qwen2MoeNames = false; // mixtral: transformers' Qwen2-MoE parameter names (mlp.experts...)
   int64_t headDimKey = 0;     // llama family: head_dim when given (0: hidden / heads)
   bool qkvBias = false;       // llama family: biases on q, k and v
   bool oBias = false;         // llama family: a bias on the attention's output projection

@@ -117,7 +117,8 @@ def training_case(args, name, folder, cls, config, initial, tokens, data):
     c = dict(steps=3, global_batch=4, micro_batch=2, torch_micro_batch=2, lr=1e-3,
              schedule="constant", warmup=0, min_lr=0.0, beta1=0.9, beta2=0.999, eps=1e-6,
              wd=0.1, clip=1.0, precision="fp32")
-    extra = ["--moe-aux-loss-coeff", "0"] if config.model_type == "mixtral" else []
+    moe = config.model_type in ("mixtral", "qwen2_moe")
+    extra = ["--moe-aux-loss-coeff", "0"] if moe else []
     model_args = ["--model", f"hf:{folder}"]
     one = os.path.join(args.workdir, name + "-train")
     os.makedirs(one, exist_ok=True)

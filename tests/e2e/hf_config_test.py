@@ -95,7 +95,9 @@ def main():
         ("window", dict(base, sliding_window=1024),
          "field 'sliding_window' is 1024, shorter than seq 4096"),
         ("unknown", dict(base, quantization_config={"bits": 4}), "field 'quantization_config'"),
-        ("moe", dict(base, model_type="qwen2_moe"), "model_type 'qwen2_moe' is not supported"),
+        ("moe", dict({k: v for k, v in base.items() if k != "num_local_experts"},
+                     model_type="qwen2_moe", decoder_sparse_step=2),
+         "field 'decoder_sparse_step' is 2"),
         ("act", dict(base, hidden_act="gelu"), "field 'hidden_act' is \"gelu\""),
     ]
     for tag, config, expect in cases:

@@ -10,6 +10,8 @@ weight read from the wrong place or a missed +1 of LayerNorm1P shows):
     (megac converts to fp32 exactly: the reference is transformers' model of the same file
     loaded in fp32);
   - mixtral: MoE, per-expert tensors stacked into megac's [E, ...] parameters; sharded;
+  - qwen2_moe: MoE with a sigmoid-gated shared expert and top-k probabilities not renormalised
+    (norm_topk_prob false); sharded;
   - nemotron: LayerNorm1P, squared ReLU, partial rotary (hf_config_models_test.py's shim makes
     NemotronForCausalLM build on torch 1.13).
 
@@ -75,6 +77,12 @@ def cases():
         ("mixtral", T.MixtralForCausalLM,
          T.MixtralConfig(**SMALL, num_key_value_heads=2, num_local_experts=4,
                          num_experts_per_tok=2),
+         dict(max_shard_size="40KB"), torch.float32),
+        # Shared expert (sigmoid-gated) and top-k probabilities not renormalised.
+        ("qwen2_moe", T.Qwen2MoeForCausalLM,
+         T.Qwen2MoeConfig(**SMALL, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
+                          moe_intermediate_size=48, shared_expert_intermediate_size=80,
+                          norm_topk_prob=False),
          dict(max_shard_size="40KB"), torch.float32),
         ("nemotron", T.NemotronForCausalLM,
          T.NemotronConfig(**SMALL, num_key_value_heads=2, head_dim=24, partial_rotary_factor=0.5,
@@ -500,7 +508,7 @@ def main():
         out = os.path.join(args.workdir, name + "-saved")
         weights = os.path.join(args.workdir, name + "-saved.safetensors")
         ckpt = os.path.join(args.workdir, name + "-ckpt")
-        extra = ["--moe-aux-loss-coeff", "0"] if name == "mixtral" else []
+        extra = ["--moe-aux-loss-coeff", "0"] if name in ("mixtral", "qwen2_moe") else []
         t = megac(args, train_argv(folder, tokens, ["--save-hf", out, "--hf-shard-size", "30KB",
                                                     "--save-weights", weights, "--save", ckpt,
                                                     *extra]))

@@ -173,14 +173,14 @@ TEST(HfConfig, RefusalsNameTheFileAndField) {
             "noise");
   EXPECT_EQ(refusal(R"({"model_type": "llama", "hidden_size": "big"})"),
             "dir/config.json: field 'hidden_size' is \"big\"; megac needs a positive integer");
-  EXPECT_NE(refusal(R"({"model_type": "qwen2_moe"})")
-                .find("model_type 'qwen2_moe' is not supported; its shared expert"),
-            std::string::npos);
+  EXPECT_EQ(refusal(R"({"model_type": "qwen2_moe", "decoder_sparse_step": 2})"),
+            "dir/config.json: field 'decoder_sparse_step' is 2; megac builds every layer of a "
+            "qwen2_moe model sparse (decoder_sparse_step 1)");
   EXPECT_NE(refusal(R"({"model_type": "gpt2"})").find("model_type 'gpt2' is not supported"),
             std::string::npos);
   EXPECT_EQ(refusal(R"({"hidden_size": 64})"),
             "dir/config.json: no model_type (a string naming the family: llama, mistral, qwen2, "
-            "mixtral, nemotron)");
+            "mixtral, qwen2_moe, nemotron)");
   EXPECT_EQ(refusal("[1]"), "dir/config.json: not a JSON object (a transformers config.json)");
   EXPECT_EQ(refusal("{\"model_type\": ").find("dir/config.json: not JSON: "), 0u);
   // The zoo's own checks, named by the file.
