@@ -112,8 +112,8 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--eval-data TOKENS.npy|PREFIX --eval-interval N [--eval-iters K]]
                    [--split TRAIN,VALID,TEST]
                    [--ranks N] [--tp T] [--pp P] [--dp D] [--cp C] [--vpp V]
-                   [--sequence-parallel] [--zero 0-3] [--recompute none|selective|full] [--schedule 1f1b|gpipe]
-                   [--bucket-size N] [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
+                   [--sequence-parallel] [--zero 0-3] [--recompute none|selective|full]
+                   [--schedule 1f1b|gpipe|zb-h1|zb-h2|zbv] [--bucket-size N] [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
                    [--backend cpu|cuda] [--allow-tf32] [--overlap on|off]
                    [--emulate-link BYTES_PER_S,LATENCY_S]
 
@@ -127,8 +127,9 @@ cores or --oversubscribe is given); a job started by mpirun directly is detected
 form the mesh <pp, dp, tp> (rank = tp + T*(dp + D*pp), Megatron's order): --tp T tensor
 parallel (Megatron's column/row-parallel linears, vocab-parallel embedding and loss),
 --pp P pipeline stages with --vpp V model chunks per stage (interleaved 1F1B when V > 1) and
---schedule 1f1b (default) or gpipe, --dp D data parallel (default: N / (T*P)); N must equal
-T*P*D. --sequence-parallel shards norms and residuals over tp; --zero 1 shards the Adam state
+--schedule 1f1b (default), gpipe or the zero-bubble zb-h1, zb-h2, zbv (each backward split
+into input and weight gradients; zbv runs 2 chunks per stage in V order; m >= P micro-batches;
+docs/pipeline.md), --dp D data parallel (default: N / (T*P)); N must equal T*P*D. --sequence-parallel shards norms and residuals over tp; --zero 1 shards the Adam state
 over dp (Megatron's distributed optimizer), --zero 2 also the gradients (reduce-scattered
 every micro-batch), --zero 3 also the parameters (FSDP: gathered before each use;
 docs/training-step.md); --bucket-size N puts up to N gradient elements
@@ -351,8 +352,8 @@ splits #1's predicted step by op class (GEMM, attention, memory-bound, launch ov
 collective, bubble) and explains its compiled plan.
 
 usage: megac plan MODEL --ranks N [--tp T --pp P --dp D --vpp V --sequence-parallel
-                  --zero 0|1 --recompute none|selective|full --schedule 1f1b|gpipe
-                  --bucket-size N] [--micro-batch b] [--global-batch B]
+                  --zero 0|1 --recompute none|selective|full
+                  --schedule 1f1b|gpipe|zb-h1|zb-h2|zbv --bucket-size N] [--micro-batch b] [--global-batch B]
                   [--precision fp32|fp64|bf16|fp16] [--data TOKENS.npy] [--explain] [--json]
                   [-o FILE.mplan]
 

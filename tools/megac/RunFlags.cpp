@@ -71,7 +71,7 @@ void RunFlags::declare(Flags &f) {
   f.count("--cp", l.cp, 1, "C");
   f.flag("--sequence-parallel", sequenceParallel);
   f.choice("--recompute", recompute, {"none", "selective", "full"});
-  // The zero-bubble names parse so that finishRunConfig can say why they do not run yet.
+  // The zero-bubble schedules split the backward (docs/pipeline.md, issue 35).
   f.choice("--schedule", schedule,
            {schedule::scheduleName(schedule::ScheduleKind::oneFOneB),
             schedule::scheduleName(schedule::ScheduleKind::gpipe),
