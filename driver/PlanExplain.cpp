@@ -50,6 +50,27 @@ std::pair<int64_t, int64_t> groupShape(const pl::Mesh &mesh,
   return {size, stride ? stride : 1};
 }
 
+/// One buffer live at a function's arena peak.
+struct LiveBuffer {
+  std::string name, op; // the buffer's name and the opcode that writes it ("input": a port)
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+};
+
+/// What one function holds above the persistent region at its peak: the instruction where the
+/// live buffers (its pinned ports throughout, every other buffer from its first write to its
+/// last read) cover the most bytes, those bytes (aliases counted once: they share an offset),
+/// the top of its placement (above the peak by the best-fit packing's gaps) and its largest
+/// live buffers.
+struct FunctionArena {
+  std::string name;
+  size_t instructions = 0, peakInstruction = 0;
+  uint64_t peakLiveBytes = 0, topBytes = 0;
+  std::map<std::string, uint64_t> peakByOp;
+  std::vector<LiveBuffer> largest;
+};
+
 struct RoleReport {
   size_t role = 0;
   std::vector<int64_t> ranks;
@@ -59,6 +80,11 @@ struct RoleReport {
   std::vector<CommReport> comms;
   std::vector<std::string> functions;
   size_t scheduleSteps = 0;
+  // The arena (arena_bytes) holds the persistent region (parameters, gradient accumulators,
+  // optimizer state, constants) and above it each function's transient buffers. A pipelined
+  // plan's stashed values live outside it, in the pipeline runner, per micro-batch in flight.
+  uint64_t persistentBytes = 0, constantBytes = 0, stashPeakBytes = 0;
+  std::vector<FunctionArena> arena;
 };
 
 std::string axesText(const pl::Mesh &mesh, const flatbuffers::Vector<uint32_t> *axes) {
@@ -81,6 +107,166 @@ std::string shardingText(const pl::Mesh &mesh, size_t rank,
   for (size_t i = 0; i < rank; ++i)
     out += (i ? ", " : "") + perDim[i];
   return out;
+}
+
+std::vector<int64_t> shapeOf(const pl::Buffer &b) {
+  return b.shape() ? std::vector<int64_t>(b.shape()->begin(), b.shape()->end())
+                   : std::vector<int64_t>{};
+}
+
+/// One function's peak live set (FunctionArena's definition), by a sweep over its instructions.
+/// A reshape is a view with no instruction (codegen's lowerReshape): a buffer that nothing in
+/// the function writes shares the bytes of the buffer last written at its offset, whose live
+/// range it extends, as the memory planner's alias storages do.
+FunctionArena functionArena(const pl::Program &program, const pl::Function &fn,
+                            uint64_t persistentBytes) {
+  FunctionArena out;
+  out.name = fn.name()->str();
+  size_t n = fn.instructions() ? fn.instructions()->size() : 0;
+  out.instructions = n;
+  auto buffer = [&](uint32_t b) { return program.buffers()->Get(b); };
+  auto transient = [&](uint32_t b) {
+    return b < program.buffers()->size() && buffer(b)->offset() >= persistentBytes;
+  };
+  struct Span {
+    size_t first = 0, last = 0;
+    std::string writer; // empty: a view
+  };
+  std::map<uint32_t, Span> span;
+  auto touch = [&](uint32_t b, size_t i) {
+    if (!transient(b))
+      return;
+    auto [it, inserted] = span.try_emplace(b, Span{i, i, ""});
+    it->second.last = std::max(it->second.last, i);
+  };
+  for (auto *ports : {fn.inputs(), fn.outputs()})
+    if (ports)
+      for (const pl::Port *port : *ports)
+        if (transient(port->buffer()))
+          span[port->buffer()] = {0, n ? n - 1 : 0, "input"};
+  for (size_t i = 0; i < n; ++i) {
+    const pl::Instruction *inst = fn.instructions()->Get(i);
+    if (inst->inputs())
+      for (uint32_t b : *inst->inputs())
+        touch(b, i);
+    if (inst->outputs())
+      for (uint32_t b : *inst->outputs()) {
+        touch(b, i);
+        if (transient(b) && span[b].writer.empty())
+          span[b].writer = pl::EnumNameOpcode(inst->op());
+      }
+  }
+  // Views join the storage written last at their offset before their first use.
+  std::map<uint64_t, std::vector<uint32_t>> written; // offset -> written buffers by first write
+  for (auto &[b, sp] : span)
+    if (!sp.writer.empty())
+      written[buffer(b)->offset()].push_back(b);
+  for (auto &[offset, list] : written)
+    std::stable_sort(list.begin(), list.end(),
+                     [&](uint32_t a, uint32_t b) { return span[a].first < span[b].first; });
+  std::map<uint32_t, uint64_t> bytesOf; // storage root -> bytes
+  for (auto &[b, sp] : span)
+    if (!sp.writer.empty())
+      bytesOf[b] = std::max(bytesOf[b], buffer(b)->bytes());
+  for (auto &[b, sp] : span) {
+    if (!sp.writer.empty())
+      continue;
+    auto list = written.find(buffer(b)->offset());
+    uint32_t root = b;
+    if (list != written.end())
+      for (uint32_t w : list->second)
+        if (span[w].first <= sp.first)
+          root = w;
+    if (root == b) { // read before anything writes it: live from the function's start
+      sp.first = 0;
+      sp.writer = "unwritten";
+      bytesOf[b] = buffer(b)->bytes();
+      continue;
+    }
+    span[root].last = std::max(span[root].last, sp.last);
+    bytesOf[root] = std::max(bytesOf[root], buffer(b)->bytes());
+  }
+  std::vector<std::vector<uint32_t>> starts(n + 1), ends(n + 1);
+  for (auto &[b, bytes] : bytesOf) {
+    starts[span[b].first].push_back(b);
+    ends[span[b].last + 1].push_back(b);
+    out.topBytes = std::max(out.topBytes, buffer(b)->offset() + bytes - persistentBytes);
+  }
+  uint64_t live = 0;
+  for (size_t i = 0; i < n; ++i) {
+    for (uint32_t b : ends[i])
+      live -= bytesOf[b];
+    for (uint32_t b : starts[i])
+      live += bytesOf[b];
+    if (live > out.peakLiveBytes) {
+      out.peakLiveBytes = live;
+      out.peakInstruction = i;
+    }
+  }
+  for (auto &[b, bytes] : bytesOf) {
+    const Span &sp = span[b];
+    if (sp.first > out.peakInstruction || sp.last < out.peakInstruction)
+      continue;
+    const pl::Buffer *buf = buffer(b);
+    LiveBuffer entry{buf->name() ? buf->name()->str() : "%" + std::to_string(b), sp.writer,
+                     pl::EnumNameDType(buf->dtype()), shapeOf(*buf), bytes};
+    out.peakByOp[entry.op] += entry.bytes;
+    out.largest.push_back(std::move(entry));
+  }
+  std::stable_sort(out.largest.begin(), out.largest.end(),
+                   [](const LiveBuffer &a, const LiveBuffer &b) { return a.bytes > b.bytes; });
+  if (out.largest.size() > 12)
+    out.largest.resize(12);
+  return out;
+}
+
+/// The arena's persistent region, each function's peak, and a pipelined plan's stash.
+void analyzeArena(const pl::Program &program, RoleReport &role) {
+  auto mark = [&](uint32_t b, uint64_t *sum) {
+    if (b >= program.buffers()->size())
+      return;
+    const pl::Buffer *buf = program.buffers()->Get(b);
+    role.persistentBytes = std::max(role.persistentBytes, buf->offset() + buf->bytes());
+    if (sum)
+      *sum += buf->bytes();
+  };
+  for (const pl::Parameter *param : *program.parameters())
+    mark(param->buffer(), nullptr);
+  for (const pl::StateBuffer *state : *program.state())
+    mark(state->buffer(), nullptr);
+  if (program.constants())
+    for (const pl::Constant *constant : *program.constants())
+      mark(constant->buffer(), &role.constantBytes);
+  std::map<std::string, const pl::Function *> byName;
+  for (const pl::Function *fn : *program.functions()) {
+    byName[fn->name()->str()] = fn;
+    role.arena.push_back(functionArena(program, *fn, role.persistentBytes));
+  }
+  if (!program.schedule())
+    return;
+  // The pipeline runner keeps forward.c<c>'s "stash.c<c>.*" outputs that backward.c<c> reads
+  // (runtime/train/PipelineRunner.cpp) from a micro-batch's forward to its backward.
+  std::map<uint32_t, uint64_t> stashOf;
+  auto chunkStash = [&](uint32_t c) {
+    auto [it, inserted] = stashOf.try_emplace(c, 0);
+    if (!inserted)
+      return it->second;
+    std::string prefix = "stash.c" + std::to_string(c) + ".";
+    auto fwd = byName.find("forward.c" + std::to_string(c));
+    auto bwd = byName.find("backward.c" + std::to_string(c));
+    if (fwd == byName.end() || bwd == byName.end() || !bwd->second->inputs())
+      return it->second;
+    for (const pl::Port *in : *bwd->second->inputs())
+      if (in->name()->str().rfind(prefix, 0) == 0)
+        it->second += program.buffers()->Get(in->buffer())->bytes();
+    return it->second;
+  };
+  uint64_t held = 0;
+  for (const pl::ScheduleStep *step : *program.schedule()) {
+    uint64_t bytes = chunkStash(step->chunk());
+    held = step->kind() == pl::StepKind::Forward ? held + bytes : held - std::min(held, bytes);
+    role.stashPeakBytes = std::max(role.stashPeakBytes, held);
+  }
 }
 
 std::vector<RoleReport> analyze(const pl::Plan &plan) {
@@ -164,6 +350,7 @@ std::vector<RoleReport> analyze(const pl::Plan &plan) {
     }
     if (program.schedule())
       role.scheduleSteps = program.schedule()->size();
+    analyzeArena(program, role);
   }
   return roles;
 }
@@ -264,6 +451,30 @@ std::string explainPlanJson(const runtime::LoadedPlan &loaded) {
       out << (i ? ", " : "") << "{\"function\": \"" << c.function << "\", \"op\": \"" << c.op
           << "\", \"group\": \"" << c.group << "\", \"bytes\": " << c.bytes
           << ", \"count\": " << c.count << "}";
+    }
+    out << "], \"persistent_bytes\": " << role.persistentBytes
+        << ", \"constant_bytes\": " << role.constantBytes
+        << ", \"stash_peak_bytes\": " << role.stashPeakBytes << ", \"arena\": [";
+    for (size_t f = 0; f < role.arena.size(); ++f) {
+      const FunctionArena &a = role.arena[f];
+      out << (f ? ", " : "") << "{\"function\": \"" << a.name
+          << "\", \"instructions\": " << a.instructions
+          << ", \"peak_instruction\": " << a.peakInstruction
+          << ", \"peak_live_bytes\": " << a.peakLiveBytes << ", \"top_bytes\": " << a.topBytes
+          << ", \"peak_by_op\": {";
+      size_t k = 0;
+      for (const auto &[op, bytes] : a.peakByOp)
+        out << (k++ ? ", " : "") << "\"" << op << "\": " << bytes;
+      out << "}, \"largest\": [";
+      for (size_t i = 0; i < a.largest.size(); ++i) {
+        const LiveBuffer &b = a.largest[i];
+        out << (i ? ", " : "") << "{\"name\": \"" << b.name << "\", \"op\": \"" << b.op
+            << "\", \"dtype\": \"" << b.dtype << "\", \"shape\": [";
+        for (size_t d = 0; d < b.shape.size(); ++d)
+          out << (d ? ", " : "") << b.shape[d];
+        out << "], \"bytes\": " << b.bytes << "}";
+      }
+      out << "]}";
     }
     out << "]}";
   }

@@ -9,17 +9,15 @@
   lives on the first and the last.
 """
 import argparse
-import json
-import subprocess
 import sys
+
+import plan_reading as pr
 
 MODEL = "gpt:layers=4,hidden=64,heads=4,seq=64,vocab=256"
 
 
 def plan(megac, *layout):
-    out = subprocess.run([megac, "plan", "--model", MODEL, "--json", *layout],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    return pr.megac_plan(megac, MODEL, *layout)
 
 
 def check(condition, message):
@@ -68,7 +66,22 @@ def main():
         check(zero["parameter_bytes"] == plain["parameter_bytes"],
               "dp=%d ZeRO-1: parameters stay whole (%d B)" % (dp, zero["parameter_bytes"]))
 
+    # The arena holds the persistent region (parameters, gradient accumulators, optimizer
+    # state, constants) below every function's transient buffers: persistent_bytes is at least
+    # the state, arena_bytes at least persistent_bytes plus each function's live peak.
+    for role in plan(args.megac, "--ranks", "2", "--dp", "2", "--zero", "1")["roles"]:
+        check(role["persistent_bytes"] >= pr.state_bytes(role) + role["constant_bytes"],
+              "the arena's persistent region (%d B) holds the state (%d B) and constants"
+              % (role["persistent_bytes"], pr.state_bytes(role)))
+        for fn in role["arena"]:
+            check(fn["peak_live_bytes"] <= fn["top_bytes"] and
+                  role["persistent_bytes"] + fn["top_bytes"] <= role["arena_bytes"],
+                  "%s: live peak %d B <= its top %d B, within the arena"
+                  % (fn["function"], fn["peak_live_bytes"], fn["top_bytes"]))
     stages = plan(args.megac, "--ranks", "2", "--pp", "2", "--micro-batch", "2")["roles"]
+    check(stages[0]["stash_peak_bytes"] > 0,
+          "pp=2: the first stage's runner holds stashes outside the arena (%d B)"
+          % stages[0]["stash_peak_bytes"])
     names = [{p["name"] for p in role["parameters"]} for role in stages]
     check(names[0] & names[1] == {"wte"}, "pp=2: only the tied wte is on both stages")
     check(len(names[0] | names[1]) == len(one["parameters"]),
