@@ -407,9 +407,29 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
                                      l.precision, &stack_);
   double kept = layerActivationBytes(local, l.microBatch, l.tp, l.sequenceParallel, l.recompute,
                                      l.precision, &stack_);
-  // A block's input, 2·s·b·h bytes at 2-byte elements (sequence-split under SP and cp).
-  double residual = double(l.microBatch * local.seq * s.hidden) * double(e) /
-                    (l.sequenceParallel ? double(l.tp) : 1.0);
+  // A block's input, 2·s·b·h bytes at 2-byte elements (sequence-split under SP and cp); fp32
+  // on a stack that keeps the residual stream in fp32 under mixed precision.
+  bool fp32Residual = stack_.fp32ResidualStream && e < 4;
+  double tokens =
+      double(l.microBatch * local.seq * s.hidden) / (l.sequenceParallel ? double(l.tp) : 1.0);
+  double residual = tokens * double(fp32Residual ? 4 : e);
+  // Such a stack keeps both norms' inputs (Korthikanti's 4·s·b·h of 2-byte elements) in fp32:
+  // 2·2·s·b·h more bytes per layer.
+  if (fp32Residual) {
+    none += 4 * tokens;
+    if (l.recompute != Recompute::full)
+      kept += 4 * tokens;
+  }
+  // Under sequence parallelism a stack that keeps the all-gathered inputs of the two
+  // column-parallel linears (Korthikanti's QKV and MLP inputs, 2·s·b·h each at 2-byte
+  // elements, /t in his SP count) keeps them whole.
+  if (l.sequenceParallel && l.tp > 1 && stack_.keepsGatheredLinearInputs) {
+    double whole =
+        2.0 * double(l.microBatch * local.seq * s.hidden) * double(e) * (1.0 - 1.0 / double(l.tp));
+    none += whole;
+    if (l.recompute != Recompute::full)
+      kept += whole;
+  }
   double logits = double(l.microBatch * local.seq) * double(ceilDiv(s.vocab, l.tp)) * 4;
   // Context parallelism's K/V in flight for one layer: the whole sequence's [b, S, hk, d] pair
   // (all-gather-kv), or the ring's block being sent and the one being received.
@@ -432,13 +452,17 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
     // ZeRO-1 shards the optimizer state, ZeRO-2 the gradients too (whole only in the bucket
     // being reduced: one block's), ZeRO-3 the parameters too (whole only for the gathered
     // units in flight: one, or two with prefetch).
+    double inFlightShards = gradientBucketBytes(l); // ZeRO-2/3's bucket, ZeRO-3's gathered unit
+    if (l.zero >= 3)
+      inFlightShards += largestGatheredUnit(l, first, last) * pb.parameter *
+                        (stack_.prefetchShardedParams ? 2 : 1);
     c.parameterBytes = sharded(params, experts, pb.parameter, l.zero >= 3);
-    if (l.zero >= 3) {
-      double unit = largestGatheredUnit(l, first, last);
-      c.parameterBytes += unit * pb.parameter * (stack_.prefetchShardedParams ? 2 : 1);
-    }
-    c.gradientBytes = sharded(params, experts, pb.gradient, l.zero >= 2) + gradientBucketBytes(l);
+    c.gradientBytes = sharded(params, experts, pb.gradient, l.zero >= 2);
     c.optimizerBytes = sharded(params, experts, pb.optimizer, l.zero >= 1);
+    if (!stack_.shardedBuffersInArena) {
+      c.parameterBytes += inFlightShards - gradientBucketBytes(l);
+      c.gradientBytes += gradientBucketBytes(l);
+    }
     double inFlight = double(peakInFlight({l.pp, l.vpp, m}, index));
     double transient;
     if (l.recompute == Recompute::full) {
@@ -448,15 +472,38 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
       // Megatron checkpoints every layer's input (--recompute-num-layers 1): one layer's
       // activations exist transiently.
       bool perLayer = l.pp * l.vpp == 1 || stack_.recomputePerLayer;
+      // megac defers a chunk's weight gradients to its backward's end, so the recomputed
+      // activations of the whole chunk are live there whatever is stashed.
       c.activationBytes = inFlight * residual * (perLayer ? double(layersPerChunk) : 1.0);
-      transient = (perLayer ? 1.0 : double(layersPerChunk)) * none;
+      // (ZeRO-2/3 reduce-scatter each block's gradients as they are made: no deferral.)
+      bool deferred = stack_.deferredWeightGradients && l.zero < 2;
+      transient = (perLayer && !deferred ? 1.0 : double(layersPerChunk)) * none;
     } else {
       c.activationBytes = inFlight * double(layersPerChunk) * kept;
       transient = none; // the block being differentiated: its gradients and recomputed values
+      // megac without deferred weight gradients (ZeRO-2/3) frees each block's stash as its
+      // gradients are made: the backward's peak is its start, the stash and the logits' gradient.
+      if (stack_.deferredWeightGradients && l.zero >= 2)
+        transient = 0;
     }
+    // megac's pipeline runner holds the stashes outside the arena, and the backward reads one
+    // micro-batch's as pinned inputs: that one is held twice.
+    bool pipelined = l.pp * l.vpp > 1;
+    if (stack_.stashCopiedIntoArena && pipelined)
+      c.activationBytes +=
+          l.recompute == Recompute::full ? residual : double(layersPerChunk) * kept;
+    // Left out: megac stashes the forward's bf16/fp16 weight casts for the backward, one copy
+    // per micro-batch in flight (docs/planner.md, Known gaps); the parameters' 2 bytes count one.
+    // ZeRO-2/3's buffers in megac's arena are dead at the backward's peak: only what exceeds
+    // that peak's transient counts.
+    if (stack_.shardedBuffersInArena)
+      transient = std::max(transient, inFlightShards);
     // Workspace: the device's reserve, the transient above, cp's K/V in flight, and on the last
     // stage the fp32 logits of one micro-batch and their gradient.
     c.workspaceBytes = cluster_.device.reservedBytes + transient + cpKv + (last ? 2 * logits : 0);
+    // Left out: megac's ZeRO-1/2 apply_gradients all-gathers the updated fp32 parameters whole
+    // into its arena in one buffer, plus their slice back (8 bytes a stage parameter, above the
+    // backward's peak only for small activations; docs/planner.md, Known gaps).
     c.totalBytes = c.parameterBytes + c.gradientBytes + c.optimizerBytes + c.activationBytes +
                    c.workspaceBytes;
   };

@@ -58,6 +58,12 @@ StackProfile megac(bool cpu) {
   // with tp and dp only (contextParallelComposes off: the compiler refuses cp with pp, ep, ZeRO).
   p.supportsContextParallel = true;
   p.contextParallelAllGatherKv = true;
+  // Memory as the compiled plans hold it (StackProfile.h; tests/e2e/plan_sharding_memory_test.py).
+  p.deferredWeightGradients = true;
+  p.stashCopiedIntoArena = true;
+  p.shardedBuffersInArena = true;
+  p.fp32ResidualStream = true;
+  p.keepsGatheredLinearInputs = true;
   if (cpu) {
     p.supportsExpertParallel = true;
     return p;

@@ -106,6 +106,25 @@ struct StackProfile {
   /// Full recompute checkpoints each layer's input (Megatron's --recompute-method uniform,
   /// one layer); megac stashes each chunk's input and recomputes the chunk at once.
   bool recomputePerLayer = false;
+  /// Memory as megac's compiler lays it out (docs/planner.md "Memory per device"; measured on
+  /// compiled plans by `megac plan --ranks N --json`'s arena listing):
+  /// - the weight-gradient GEMMs of a chunk run after all its input gradients, so every layer's
+  ///   recomputed activations live at the backward's end: full recompute keeps the stash down to
+  ///   the chunk inputs but not the backward's peak (a chunk's activations, not one layer's);
+  /// - the pipeline runner keeps each micro-batch's stash outside the arena and the backward
+  ///   reads it as pinned inputs, so one micro-batch's stash is held twice;
+  /// - ZeRO-2's whole-gradient bucket and ZeRO-3's gathered unit are arena buffers that are
+  ///   dead at the backward's peak (the deferred weight gradients need no weights): they add
+  ///   only what exceeds the backward's transient.
+  /// - under mixed precision the residual stream, so the block input and both norms' inputs,
+  ///   stay fp32;
+  bool deferredWeightGradients = false;
+  bool fp32ResidualStream = false;
+  /// - under sequence parallelism the all-gathered inputs of the column-parallel linears are
+  ///   stashed whole for their weight gradients (Megatron re-gathers them in the backward).
+  bool keepsGatheredLinearInputs = false;
+  bool stashCopiedIntoArena = false;
+  bool shardedBuffersInArena = false;
   /// Pipeline sends staged through host memory (megac CUDA today): two extra PCIe copies.
   bool p2pThroughHost = false;
   /// The optimizer as a few multi-tensor kernels (apex / TE fused Adam) rather than one kernel

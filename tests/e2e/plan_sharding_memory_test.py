@@ -1,35 +1,63 @@
 #!/usr/bin/env python3
-"""The planner's per-rank memory against compiled plans under ZeRO-1/2/3 and context parallelism
-(issues 31, 32): `megac plan --cluster cpu:... --json` (the model) and `megac plan --ranks N
---json` (the compiled plan's own numbers: parameter, gradient and optimizer-state bytes and the
-arena) for the same layout, fp32, on a 16-layer GPT.
+"""The planner's per-rank memory against compiled plans (issues 31, 32, 34): `megac plan
+--cluster cpu:... --no-compile --json` (the model, every choice pinned) and `megac plan --ranks N
+--json` (the compiled plan's own numbers) for the same layout.
 
-- Persistent state (parameters + gradients + optimizer state) per rank: the model holds ZeRO-2/3's
-  whole-gradient bucket (one block, zero >= 2) and ZeRO-3's gathered unit (here a block: larger
-  than the 512 x 128 table) in its state, the compiler holds them in its arena; without them the
-  model equals the plan within 1% (error model: parameter counts are exact from the dims; 1%
-  covers nothing but rounding of shard sizes to whole elements), for zero 1, 2, 3 at dp 4 and
-  for cp 2.
-- The whole rank (state + arena vs state + activations + workspace) is printed with its ratio,
-  not asserted: the activation model leaves out buffers the compiled arena holds on a model this
-  small (zero 1's whole rank is already ~0.7 of the plan's; docs/planner.md, Known gaps), so the
-  issue's "within 10% of the plan's arena" is not met yet and this test says so in its output.
+- Persistent state (parameters + gradients + optimizer state) per rank equals the plan's within
+  1% at zero 1/2/3 x dp 4 and cp 2 (error model: parameter counts are exact from the dims; 1%
+  covers nothing but the rounding of shard sizes to whole elements). megac keeps ZeRO-2's bucket
+  and ZeRO-3's gathered unit in its arena, and the model counts them in the workspace.
+- The whole rank: the plan's arena (which holds the state, constants and the largest function's
+  transient buffers) plus the stash a pipelined plan's runner keeps outside it, against the
+  model's state + activations + workspace, within 10% for every layout of the partition suite
+  (tp, sp, dp, zero 1/2/3, cp, pp, vpp, recompute selective/full, fp32/bf16, MoE with ep) on the
+  16-layer GPT, zero 2 with full recompute and bf16 under pp excepted (KNOWN). Error model: the state is exact; the activations are per-layer coefficients from
+  the buffers the compiler keeps (docs/planner.md "Memory per device"), off by what they leave
+  out (norm statistics, the loss' per-token values: under 2% here) plus the best-fit packing's
+  gaps (the arena's top against its live peak: under 2% on these plans); 10% is the issues' bound.
+- The activation-dominated GPT (seq 2048, hidden 256: the arena is 2.7x the state) and a
+  Mixtral (ep) are held to the same bound, except the layouts docs/planner.md lists as known
+  gaps (KNOWN below), which are held to a looser one so that a regression still fails.
 """
 import argparse
-import json
-import subprocess
 import sys
 
-MODEL = "gpt:layers=16,hidden=128,heads=4,seq=256,vocab=512"
-BLOCK = 12 * 128 * 128 + 13 * 128  # parameters of one GPT block (REFERENCE.md: 12h^2 + 13h)
+import plan_reading as pr
 
+SMALL = "gpt:layers=16,hidden=128,heads=4,seq=256,vocab=512"
+LARGE = "gpt:layers=4,hidden=256,heads=8,seq=2048,vocab=512"
+MOE = "mixtral:layers=8,hidden=128,heads=4,kv_heads=2,experts=4,topk=2,ffn=256,seq=256,vocab=512"
 
-def run(megac, *args):
-    out = subprocess.run([megac, "plan", "--model", MODEL, *args], capture_output=True, text=True)
-    if out.returncode != 0:
-        print(out.stdout, out.stderr)
-        raise SystemExit("FAIL: megac plan %s" % " ".join(args))
-    return json.loads(out.stdout)
+LAYOUTS = [
+    dict(), dict(tp=2), dict(tp=2, sequence_parallel=1), dict(dp=2), dict(dp=4, zero=1),
+    dict(dp=4, zero=2), dict(dp=4, zero=3), dict(cp=2), dict(cp=2, dp=2),
+    dict(cp=2, tp=2, sequence_parallel=1), dict(pp=2, global_batch=4),
+    dict(pp=2, vpp=2, global_batch=4), dict(recompute="selective"), dict(recompute="full"),
+    dict(pp=2, global_batch=4, recompute="selective"), dict(pp=2, global_batch=4, recompute="full"),
+    dict(pp=2, vpp=2, global_batch=4, recompute="full"),
+    dict(tp=2, pp=2, sequence_parallel=1, global_batch=4), dict(dp=2, zero=1, pp=2, global_batch=4),
+    dict(dp=2, zero=2, recompute="full"), dict(precision="bf16"), dict(tp=2, precision="bf16"),
+    dict(recompute="selective", precision="bf16"), dict(pp=2, global_batch=4, precision="bf16"),
+    dict(dp=4, zero=3, precision="bf16"),
+]
+MOE_LAYOUTS = [dict(), dict(dp=2), dict(dp=2, zero=1), dict(tp=2), dict(dp=4, ep=2),
+               dict(dp=2, ep=2, recompute="selective"), dict(dp=2, ep=2, precision="bf16")]
+# Layouts outside 10% (docs/planner.md, Known gaps), each held to a looser bound so that a
+# regression still fails. The activation-dominated model: the one-layer transient the model adds
+# at the backward's end overstates what megac's deferred weight gradients hold (tp 2, bf16);
+# full recompute's chunk under pp; cp x tp + sp. Both models: ZeRO-1/2's apply_gradients
+# gathers every parameter at once (twice the parameters' fp32 bytes), which the model leaves out
+# and which is the arena's peak when full recompute makes the backward small. bf16 under pp:
+# megac stashes the forward's bf16 weight casts per micro-batch in flight (left out). cp 2 on
+# the large model: since k/v are re-gathered for the backward (5d4da04) its arena fell; the
+# model's transient layer plus the gathered pair overstate it (1.12).
+KNOWN = {(LARGE, "tp=2"): 0.25, (LARGE, "precision=bf16"): 0.25,
+         (LARGE, "precision=bf16 tp=2"): 0.25, (LARGE, "precision=bf16 recompute=selective"): 0.25,
+         (LARGE, "pp=2 recompute=full"): 0.25, (LARGE, "pp=2 recompute=full vpp=2"): 0.25,
+         (LARGE, "cp=2 sequence_parallel=1 tp=2"): 0.25,
+         (SMALL, "dp=2 recompute=full zero=2"): 0.40, (LARGE, "dp=2 recompute=full zero=2"): 0.40,
+         (SMALL, "pp=2 precision=bf16"): 0.25, (LARGE, "pp=2 precision=bf16"): 0.25,
+         (LARGE, "cp=2"): 0.25, (LARGE, "cp=2 dp=2"): 0.25}
 
 
 def check(condition, message):
@@ -39,36 +67,65 @@ def check(condition, message):
     print("ok:", message)
 
 
+def name(layout):
+    return " ".join("%s=%s" % (k, v) for k, v in sorted(layout.items())
+                    if k != "global_batch") or "one rank"
+
+
+def full_layout(layout):
+    out = dict(layout)
+    out.setdefault("precision", "fp32")
+    out.setdefault("micro_batch", 1)
+    out.setdefault("global_batch", out.get("dp", 1))
+    return out
+
+
+def arena_summary(role):
+    """The largest function's peak (megac plan --json's arena listing), for a failure's output."""
+    fn = max(role["arena"], key=lambda a: a["top_bytes"])
+    return "%s: top %d B, live peak %d B at instruction %d, by op %s" % (
+        fn["function"], fn["top_bytes"], fn["peak_live_bytes"], fn["peak_instruction"],
+        fn["peak_by_op"])
+
+
+def whole_rank(megac, model, layout, bound):
+    layout = full_layout(layout)
+    roles = pr.compiled_roles(megac, model, layout)
+    role = max(roles, key=pr.rank_bytes)
+    plan = pr.rank_bytes(role)
+    memory = pr.predicted(megac, model, layout)
+    ratio = pr.predicted_rank_bytes(memory) / plan
+    short = model.split(":")[0] + ":" + model.split(":")[1].split(",seq")[0]
+    message = ("%s, %s: the planner's rank %.0f B / the plan's %d B (arena %d B + stash %d B) = "
+               "%.3f, within %d%%" % (short, name(layout), pr.predicted_rank_bytes(memory), plan,
+                                      role["arena_bytes"], role["stash_peak_bytes"], ratio,
+                                      round(bound * 100)))
+    if abs(ratio - 1) > bound:
+        print("  model:", memory)
+        print("  plan:", arena_summary(role))
+    check(abs(ratio - 1) <= bound, message)
+    return ratio
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--megac", required=True)
     args = parser.parse_args()
-    cases = [("zero 1, dp 4", 4, 1, 1), ("zero 2, dp 4", 4, 2, 1), ("zero 3, dp 4", 4, 3, 1),
-             ("cp 2, dp 2", 2, 0, 2), ("cp 2", 1, 0, 2)]
-    for name, dp, zero, cp in cases:
-        ranks = dp * cp
-        layout = ["--dp", str(dp), "--zero", str(zero), "--micro-batch", "1"]
-        if cp > 1:
-            layout += ["--cp", str(cp)]
-        plan = run(args.megac, "--ranks", str(ranks), *layout, "--global-batch", str(dp),
-                   "--precision", "fp32", "--json")["roles"][0]
-        model = run(args.megac, "--cluster", "cpu:%dx2" % max(1, ranks // 2) if ranks > 1 else
-                    "cpu:1x1", *layout, "--cp", str(cp), "--tp", "1", "--pp", "1", "--vpp", "1",
-                    "--no-sequence-parallel", "--recompute", "none", "--precision", "fp32",
-                    "--global-batch", str(dp), "--json", "--no-compile")
-        m = (model["layouts"] or [model.get("smallest_memory")])[0]["memory"]
-        state_plan = plan["parameter_bytes"] + plan["gradient_bytes"] + plan["optimizer_state_bytes"]
+
+    for layout in (dict(dp=4, zero=1), dict(dp=4, zero=2), dict(dp=4, zero=3), dict(cp=2, dp=2),
+                   dict(cp=2)):
+        layout = full_layout(layout)
+        role = pr.compiled_roles(args.megac, SMALL, layout)[0]
+        m = pr.predicted(args.megac, SMALL, layout)
         state_model = m["parameters"] + m["gradients"] + m["optimizer"]
-        whole_plan = state_plan + plan["arena_bytes"]
-        whole_model = state_model + m["activations"] + m["workspace"]
-        print("  %s: state plan %d B, model %.0f B (%.3f); whole plan %d B, model %.0f B (%.3f)"
-              % (name, state_plan, state_model, state_model / state_plan, whole_plan, whole_model,
-                 whole_model / whole_plan))
-        in_flight = BLOCK * 4 * ((zero >= 2) + (zero >= 3))  # fp32 bucket, gathered block
-        check(abs((state_model - in_flight) / state_plan - 1) <= 0.01,
-              "%s: the planner's parameters + gradients + optimizer state, less %d B in flight, "
-              "within 1%% of the plan's (%.4f)"
-              % (name, in_flight, (state_model - in_flight) / state_plan))
+        ratio = state_model / pr.state_bytes(role)
+        check(abs(ratio - 1) <= 0.01, "%s: the planner's parameters + gradients + optimizer state "
+              "%.0f B within 1%% of the plan's %d B (%.4f)"
+              % (name(layout), state_model, pr.state_bytes(role), ratio))
+
+    for model, layouts in ((SMALL, LAYOUTS), (MOE, MOE_LAYOUTS), (LARGE, LAYOUTS)):
+        for layout in layouts:
+            whole_rank(args.megac, model, layout, KNOWN.get((model, name(layout)), 0.10))
     return 0
 
 
