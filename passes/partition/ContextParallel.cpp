@@ -74,6 +74,22 @@ public:
         return op.emitError() << "context parallelism with an attention mask (padding, "
                                  "relative position bias) is not supported yet";
     }
+    // A running sum along the sequence (MoE capacity dropping keeps each expert's first tokens
+    // in position order) would count in the permuted order.
+    WalkResult ordered = f_.walk([&](mega::CumSumOp op) {
+      auto type = cast<RankedTensorType>(op.getType());
+      int64_t axis = static_cast<int64_t>(op.getAxis());
+      if (axis < 0)
+        axis += type.getRank();
+      if (axis < 0 || axis >= type.getRank() || type.getDimSize(axis) != seq_)
+        return WalkResult::advance();
+      op.emitError() << "context parallelism permutes the sequence, but this cumsum runs along "
+                        "it (MoE capacity dropping counts tokens in position order); use a "
+                        "dropless MoE (no capacity) with --cp";
+      return WalkResult::interrupt();
+    });
+    if (ordered.wasInterrupted())
+      return failure();
     if (seq_ % (2 * cp_) != 0)
       return f_.emitError() << "context parallelism splits the sequence into 2 * cp = " << 2 * cp_
                             << " chunks, but the sequence has " << seq_

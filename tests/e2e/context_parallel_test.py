@@ -13,12 +13,13 @@ parameter bound, showing it can tell a wrong update.
 
 Layouts (each <= 8 ranks): a causal GPT (learned position table) and a Llama (rotary, GQA) at
 cp 2 and cp 4; cp 2 x dp 2; cp 2 x tp 2 with sequence parallelism (x dp 2, 8 ranks); cp 2 x
-dp 2 with ZeRO-1 (GPT) and ZeRO-3 (Llama); cp 2 x pp 2; a checkpoint saved at cp 2 and resumed
-at cp 1. Every multi-rank run must say "cp C" in its header (it really ran context parallel).
+dp 2 with ZeRO-1 (GPT) and ZeRO-3 (Llama); cp 2 x pp 2; cp 2 x dp 2 x ep 2 on a dropless
+Mixtral; a checkpoint saved at cp 2 and resumed at cp 1. Every multi-rank run must say "cp C"
+in its header (it really ran context parallel).
 Memory: the plans' activation bytes (arena above the persistent region) at cp 4 are <= 0.3 x
 cp 1's on a GPT at sequence 4096 (issue 32's target).
-Bad input: a sequence 2*cp does not divide, --cp with ep, ranks that are not tp x cp x pp x dp
--- one-line errors naming the numbers.
+Bad input: a sequence 2*cp does not divide, --cp with MoE capacity dropping, ranks that are not
+tp x cp x pp x dp -- one-line errors naming the numbers.
 
 usage: context_parallel_test.py --megac build/bin/megac --workdir DIR
 Exit 1 on any failure, 77 (skip) without mpirun. Runs with Debian's /usr/bin/python3 (numpy).
@@ -42,6 +43,8 @@ SKIP = 77
 SEQ, VOCAB = 16, 32
 GPT = f"gpt:layers=2,hidden=16,heads=4,seq={SEQ},vocab={VOCAB}"
 LLAMA = f"llama:layers=2,hidden=16,heads=4,kv_heads=2,ffn=24,seq={SEQ},vocab={VOCAB}"
+MIXTRAL = (f"mixtral:layers=2,hidden=16,heads=4,kv_heads=2,experts=4,topk=2,ffn=24,seq={SEQ},"
+           f"vocab={VOCAB}")
 STEPS = 3
 HYPER = ["--global-batch", "4", "--lr", "1e-3", "--clip-grad", "1.0",
          "--weight-decay", "0.1", "--lr-schedule", "constant", "--seed", "3",
@@ -117,6 +120,9 @@ def layout_cases():
                                          "--micro-batch", "1"]
     # Pipeline stages of the permuted sequence: each chunk recomputes the positions it reads.
     yield "gpt.cp2.pp2", GPT, ["--ranks", "4", "--cp", "2", "--pp", "2", "--micro-batch", "1"]
+    # Experts over ep (carved out of dp), tokens over cp: a dropless Mixtral, its aux loss too.
+    yield "mixtral.cp2.dp2.ep2", MIXTRAL, ["--ranks", "4", "--cp", "2", "--dp", "2", "--ep", "2",
+                                           "--micro-batch", "1"]
 
 
 ERRORS = [
@@ -124,10 +130,10 @@ ERRORS = [
     ("error-seq", GPT, ["--ranks", "3", "--cp", "3", "--micro-batch", "2"],
      "context parallelism splits the sequence into 2 * cp = 6 chunks, but the sequence has 16 "
      "positions (choose a sequence length that is a multiple of 6)"),
-    ("error-ep", GPT, ["--ranks", "4", "--cp", "2", "--dp", "2", "--ep", "2",
-                       "--micro-batch", "1"],
-     "--cp 2 with expert parallelism (--ep 2) is not supported yet; use --cp with --tp, --dp, "
-     "--pp and --zero"),
+    ("error-capacity", MIXTRAL + ",capacity=1", ["--ranks", "2", "--cp", "2",
+                                                  "--micro-batch", "2"],
+     "context parallelism permutes the sequence, but this cumsum runs along it (MoE capacity "
+     "dropping counts tokens in position order); use a dropless MoE (no capacity) with --cp"),
     ("error-ranks", GPT, ["--ranks", "4", "--cp", "4", "--tp", "2", "--micro-batch", "2"],
      "--ranks 4 is not tp 2 x cp 4 x pp 1 x dp 1 = 8"),
 ]
@@ -164,7 +170,7 @@ def main():
     np.save(os.path.join(workdir, "data.npy"), rows)
     problems = []
     oracles = {}
-    for model in (GPT, LLAMA):
+    for model in (GPT, LLAMA, MIXTRAL):
         oracles[model] = run(megac, workdir, f"oracle.{model.split(':')[0]}", model,
                              ["--micro-batch", "2"])
     for name, model, layout in layout_cases():

@@ -70,3 +70,13 @@ module {
     return %x : tensor<1x6x4xf32>
   }
 }
+
+// -----
+
+// A running sum along the sequence (MoE capacity dropping) would count in the permuted order.
+func.func @forward_backward(%q: tensor<1x6x2x4xf32>, %mask: tensor<1x6x4xf32>) -> (tensor<1x6x2x4xf32>, tensor<1x6x4xf32>) {
+  %0 = mega.attention %q, %q, %q causal : (tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>) -> tensor<1x6x2x4xf32>
+  // expected-error@+1 {{context parallelism permutes the sequence, but this cumsum runs along it (MoE capacity dropping counts tokens in position order); use a dropless MoE (no capacity) with --cp}}
+  %1 = mega.cumsum %mask axis 1 : tensor<1x6x4xf32>
+  return %0, %1 : tensor<1x6x2x4xf32>, tensor<1x6x4xf32>
+}
