@@ -520,8 +520,9 @@ def megac_train(megac, model_args, data, rundir, layout, precision, timeout):
             events = json.load(f)["traceEvents"]
         kinds = {e.get("args", {}).get("kind") for e in events}
         if not {"backward_input", "backward_weight"} <= kinds or "backward" in kinds:
-            raise RunError(f"the trace of {layout.schedule} has step kinds {sorted(map(str, kinds))}"
-                           f", not the split backward's: {' '.join(argv)}")
+            raise RunError(f"the trace of {layout.schedule} has step kinds "
+                           f"{sorted(map(str, kinds))}, not the split backward's: "
+                           f"{' '.join(argv)}")
     with open(log) as f:
         records = [json.loads(line) for line in f if line.strip()]
     return dict(records=records, weights=read_safetensors(weights), grads=read_safetensors(grads),
