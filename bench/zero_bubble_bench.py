@@ -1,15 +1,14 @@
 """The pipeline bubble of 1f1b and the zero-bubble schedules, measured from `megac train --trace`
-against the schedule simulator (issue 35; docs/pipeline.md "Zero-bubble schedules").
-
-For each schedule, `megac train` runs a GPT on 2 ranks x 1 kernel thread, pp 2, m micro-batches
-(default 4), and traces steps 2..steps. Per traced step and rank: busy = the summed durations of
-its chunk functions (forward.c<c>, backward[_input|_weight].c<c>: compute only, not the waits
-in receives), makespan = the latest end of one on any rank minus the step's start (ranks'
-clocks start together at each step, after the previous step's collectives). Measured bubble =
-mean over ranks of makespan - busy, the simulator's `bubble` (every stage starts the step together; the optimizer step waits for
-all). Predicted: bench-pipeline-schedule p m F B W with the means of the measured F, B and W
-over both stages (per stage: zbv's chunk steps are half a stage, so doubled; the simulator
-takes one cost per kind, while chunk 0's B is empty and its W the whole backward, so the
+against the schedule simulator (issue 35; docs/pipeline.md "Zero-bubble schedules"). For each
+schedule, `megac train` runs a GPT on 2 ranks x 1 kernel thread, pp 2, m micro-batches (default
+4), and traces steps 2..steps. Per traced step and rank: busy = the summed durations of its chunk
+functions (forward.c<c>, backward[_input|_weight].c<c>: compute only, not the waits in receives),
+makespan = the latest end of one on any rank minus the step's start (ranks' clocks start together
+at each step, after the previous step's collectives). Measured bubble = mean over ranks of
+makespan - busy, the simulator's `bubble` (every stage starts the step together; the optimizer
+step waits for all). Predicted: bench-pipeline-schedule p m F B W with the means of the measured
+F, B and W over both stages (per stage: zbv's chunk steps are half a stage, so doubled; the
+simulator takes one cost per kind, while chunk 0's B is empty and its W the whole backward, so the
 prediction is rough). Prints medians over the traced steps. Timing: run it alone, under the CPU
 lock (flock /tmp/megac-cpu.lock).
 
