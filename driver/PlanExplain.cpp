@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -186,7 +187,9 @@ FunctionArena functionArena(const pl::Program &program, const pl::Function &fn,
     span[root].last = std::max(span[root].last, sp.last);
     bytesOf[root] = std::max(bytesOf[root], buffer(b)->bytes());
   }
-  std::vector<std::vector<uint32_t>> starts(n + 1), ends(n + 1);
+  // A span ends at last + 1 <= n; a function without instructions (chunk 0's empty
+  // input-gradient backward) still has its ports' spans at [0, 0], so size n + 2.
+  std::vector<std::vector<uint32_t>> starts(n + 2), ends(n + 2);
   for (auto &[b, bytes] : bytesOf) {
     starts[span[b].first].push_back(b);
     ends[span[b].last + 1].push_back(b);
@@ -244,27 +247,58 @@ void analyzeArena(const pl::Program &program, RoleReport &role) {
   }
   if (!program.schedule())
     return;
-  // The pipeline runner keeps forward.c<c>'s "stash.c<c>.*" outputs that backward.c<c> reads
-  // (runtime/train/PipelineRunner.cpp) from a micro-batch's forward to its backward.
-  std::map<uint32_t, uint64_t> stashOf;
+  // The pipeline runner (runtime/train/PipelineRunner.cpp) keeps forward.c<c>'s "stash.c<c>.*"
+  // outputs that the chunk's backward functions read from a micro-batch's forward to its
+  // backward; under a split schedule (zb-*) it keeps what backward_weight.c<c> reads of them
+  // and of backward_input's "stash.c<c>.w*" values from the input- to the weight-gradient step.
+  struct ChunkStash {
+    uint64_t forward = 0; // held from F to B (or to the input-gradient step)
+    uint64_t weight = 0;  // held from the input- to the weight-gradient step
+  };
+  std::map<uint32_t, ChunkStash> stashOf;
   auto chunkStash = [&](uint32_t c) {
-    auto [it, inserted] = stashOf.try_emplace(c, 0);
+    auto [it, inserted] = stashOf.try_emplace(c);
     if (!inserted)
       return it->second;
-    std::string prefix = "stash.c" + std::to_string(c) + ".";
-    auto fwd = byName.find("forward.c" + std::to_string(c));
-    auto bwd = byName.find("backward.c" + std::to_string(c));
-    if (fwd == byName.end() || bwd == byName.end() || !bwd->second->inputs())
+    std::string chunk = std::to_string(c), prefix = "stash.c" + chunk + ".";
+    auto fwd = byName.find("forward.c" + chunk);
+    if (fwd == byName.end() || !fwd->second->outputs())
       return it->second;
-    for (const pl::Port *in : *bwd->second->inputs())
-      if (in->name()->str().rfind(prefix, 0) == 0)
-        it->second += program.buffers()->Get(in->buffer())->bytes();
+    std::set<std::string> read;
+    for (const char *kind : {"backward.c", "backward_input.c", "backward_weight.c"}) {
+      auto bwd = byName.find(kind + chunk);
+      if (bwd != byName.end() && bwd->second->inputs())
+        for (const pl::Port *in : *bwd->second->inputs())
+          if (in->name()->str().rfind(prefix, 0) == 0) {
+            read.insert(in->name()->str());
+            if (std::string(kind) == "backward_weight.c")
+              it->second.weight += program.buffers()->Get(in->buffer())->bytes();
+          }
+    }
+    for (const pl::Port *out : *fwd->second->outputs())
+      if (read.count(out->name()->str()))
+        it->second.forward += program.buffers()->Get(out->buffer())->bytes();
     return it->second;
   };
   uint64_t held = 0;
   for (const pl::ScheduleStep *step : *program.schedule()) {
-    uint64_t bytes = chunkStash(step->chunk());
-    held = step->kind() == pl::StepKind::Forward ? held + bytes : held - std::min(held, bytes);
+    ChunkStash bytes = chunkStash(step->chunk());
+    auto release = [&](uint64_t b) { held -= std::min(held, b); };
+    switch (step->kind()) {
+    case pl::StepKind::Forward:
+      held += bytes.forward;
+      break;
+    case pl::StepKind::BackwardInput:
+      held += bytes.weight;
+      release(bytes.forward);
+      break;
+    case pl::StepKind::BackwardWeight:
+      release(bytes.weight);
+      break;
+    default:
+      release(bytes.forward);
+      break;
+    }
     role.stashPeakBytes = std::max(role.stashPeakBytes, held);
   }
 }

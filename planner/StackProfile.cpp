@@ -54,9 +54,11 @@ StackProfile megac(bool cpu) {
   p.gathersRouting = true;
   p.zeroOverExpertDataParallel = true;
   // Issues 31/32: ZeRO-2/3's collectives and context parallelism's K/V all-gather run
-  // start/done around their use (prefetchShardedParams off, no ring overlap): blocking. cp runs
-  // with tp and dp only (contextParallelComposes off: the compiler refuses cp with pp, ep, ZeRO).
+  // start/done around their use (prefetchShardedParams off, no ring overlap): blocking. cp
+  // composes with tp, dp, pp, ZeRO 1-3 and dropless ep as the CPU compiler runs it
+  // (docs/context-parallel.md; e2e_context_parallel); the CUDA runtime still refuses cp.
   p.supportsContextParallel = true;
+  p.contextParallelComposes = true;
   p.contextParallelAllGatherKv = true;
   // Memory as the compiled plans hold it (StackProfile.h; tests/e2e/plan_sharding_memory_test.py).
   p.deferredWeightGradients = true;

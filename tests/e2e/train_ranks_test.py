@@ -137,9 +137,10 @@ def help_case(megac, workdir):
 
 def cases():
     yield "help", help_case
+    # cp composes with pp now (e2e_context_parallel); a layout that does not multiply out still
+    # names every degree, cp included.
     yield "error-cp", lambda m, w: error_case(m, w, ["--ranks", "2", "--cp", "2", "--pp", "2"],
-                                              "--cp 2 with pipeline parallelism (--pp 2) is not "
-                                              "supported yet")
+                                              "--ranks 2 is not tp 1 x cp 2 x pp 2 x dp 1 = 4")
     yield "error-fp8", lambda m, w: error_case(m, w, ["--fp8"],
                                                "megac train: --fp8 is not supported yet")
     yield "error-degrees", lambda m, w: error_case(

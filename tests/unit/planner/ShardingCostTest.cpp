@@ -292,16 +292,13 @@ TEST(CpCostTest, PublishedLayoutsPlanPinned) {
   };
   for (Run &run : runs) {
     run.layout.cp = 2;
-    std::string refused;
-    EXPECT_FALSE(
-        estimate(run.shape, cluster(run.cluster), 128, run.layout, &refused, stack("megac")));
-    EXPECT_NE(refused.find("runs cp with tp and dp only"), std::string::npos) << refused;
-    for (const char *name : {"megatron-core"}) {
+    for (const char *name : {"megac", "megatron-core"}) {
       SCOPED_TRACE(std::string(run.cluster) + " " + name);
       std::string why;
       auto cost = estimate(run.shape, cluster(run.cluster), 128, run.layout, &why, stack(name));
-      ASSERT_TRUE(cost) << why;
-      EXPECT_EQ(cost->fits, run.fits)
+      ASSERT_TRUE(cost) << why; // megac composes cp with pp and ZeRO as its compiler does
+      if (std::string(name) == "megatron-core") // the published runs' own stack
+        EXPECT_EQ(cost->fits, run.fits)
           << cost->totalBytes / 1e9 << " GB: parameters " << cost->parameterBytes / 1e9
           << ", gradients " << cost->gradientBytes / 1e9 << ", optimizer "
           << cost->optimizerBytes / 1e9 << ", activations " << cost->activationBytes / 1e9
