@@ -299,10 +299,10 @@ TEST(CpCostTest, PublishedLayoutsPlanPinned) {
       ASSERT_TRUE(cost) << why; // megac composes cp with pp and ZeRO as its compiler does
       if (std::string(name) == "megatron-core") // the published runs' own stack
         EXPECT_EQ(cost->fits, run.fits)
-          << cost->totalBytes / 1e9 << " GB: parameters " << cost->parameterBytes / 1e9
-          << ", gradients " << cost->gradientBytes / 1e9 << ", optimizer "
-          << cost->optimizerBytes / 1e9 << ", activations " << cost->activationBytes / 1e9
-          << ", workspace " << cost->workspaceBytes / 1e9;
+            << cost->totalBytes / 1e9 << " GB: parameters " << cost->parameterBytes / 1e9
+            << ", gradients " << cost->gradientBytes / 1e9 << ", optimizer "
+            << cost->optimizerBytes / 1e9 << ", activations " << cost->activationBytes / 1e9
+            << ", workspace " << cost->workspaceBytes / 1e9;
       // megac's all-gather-kv blocks; Megatron-Core's ring may hide entirely behind attention.
       if (std::string(name) == "megac")
         EXPECT_GT(cost->cpCommSeconds, 0);
