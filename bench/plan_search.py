@@ -26,7 +26,7 @@ CASES = [
     ("Llama-3.1-8B 128K", "llama:layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,"
      "seq=131072,vocab=128256", "h100-sxm:4x8", 32),
 ]
-STACKS = ["megac", "megatron-2021", "megatron-core"]
+STACKS = ["megac", "megatron-2021", "megatron-deepspeed", "megatron-core"]  # planner/StackProfile.cpp
 
 
 def main():
