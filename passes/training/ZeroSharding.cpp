@@ -1,0 +1,227 @@
+// ZeRO-2/3 shards and rewrites of the training functions (ZeroSharding.h).
+#include "passes/training/ZeroSharding.h"
+
+#include "passes/partition/Passes.h"
+#include "passes/partition/Regather.h"
+#include "passes/training/Passes.h"
+
+#include "ir/MegaDialect.h"
+#include "ir/MegaOps.h"
+
+#include "llvm/ADT/STLExtras.h"
+
+using namespace mlir;
+
+namespace megac::passes::zero {
+
+SmallVector<StringRef> stringsOf(Attribute attr) {
+  SmallVector<StringRef> out;
+  if (auto array = dyn_cast_or_null<ArrayAttr>(attr))
+    for (Attribute a : array)
+      if (auto s = dyn_cast<StringAttr>(a))
+        out.push_back(s.getValue());
+  return out;
+}
+
+SmallVector<int64_t> integersOf(Attribute attr) {
+  SmallVector<int64_t> out;
+  if (auto dense = dyn_cast_or_null<DenseI64ArrayAttr>(attr))
+    llvm::append_range(out, dense.asArrayRef());
+  else if (auto array = dyn_cast_or_null<ArrayAttr>(attr))
+    for (Attribute a : array)
+      if (auto i = dyn_cast<IntegerAttr>(a))
+        out.push_back(i.getInt());
+  return out;
+}
+
+/// ZeRO-1/2/3 shard a parameter's optimizer step (zero >= 2: and its accumulator; zero 3: and
+/// the parameter) over dp on dim 0 when its gradient is a partial sum over dp and dim 0 divides.
+bool zeroSharded(const Distribution &dist, const Param &p) {
+  if (!dist || dist.zero == 0 || p.type.getRank() == 0)
+    return false;
+  int64_t dp = dist.size("dp");
+  return dp > 1 && llvm::is_contained(stringsOf(p.attrs.get(kGradPartialAttr)), "dp") &&
+         p.type.getDimSize(0) % dp == 0;
+}
+
+/// ZeRO-2/3 shard parameters' gradients on dim 0 over dp: refuses a stage where none can be
+/// (every parameter a scalar or with dim 0 not divisible by dp).
+LogicalResult checkShardable(func::FuncOp fb, const Distribution &dist, ArrayRef<Param> params) {
+  if (!dist || dist.zero < 2 ||
+      llvm::any_of(params, [&](const Param &p) { return zeroSharded(dist, p); }))
+    return success();
+  const Param &p = params.front();
+  std::string shape;
+  llvm::raw_string_ostream os(shape);
+  llvm::interleave(p.type.getShape(), os, "x");
+  return fb.emitError() << "mega-training-optimizer: zero=" << dist.zero
+                        << " shards parameters on dim 0 over dp = " << dist.size("dp")
+                        << ", but no parameter of @" << fb.getSymName()
+                        << " has a dim 0 that dp divides (parameter '" << p.name << "' is ["
+                        << (shape.empty() ? "scalar" : shape) << "]); use a dp that divides "
+                        << "the parameters' dim 0, or --zero 1";
+}
+
+/// ZeRO-2/3: each sharded parameter's accumulator `acc' = acc + g` in a training function
+/// becomes its dp shard, `acc' = acc + reduce_scatter(g)`, the reduce-scatter right after
+/// g is computed so the whole micro-batch gradient dies there (docs/training-step.md).
+LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params) {
+  OpBuilder b(f.getContext());
+  Block &block = f.getBody().front();
+  auto ret = cast<func::ReturnOp>(block.getTerminator());
+  ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});
+  for (unsigned i = 0; i < f.getNumResults(); ++i) {
+    auto name = f.getResultAttrOfType<StringAttr>(i, kUpdatesAttr);
+    if (!name || !name.getValue().starts_with("grad."))
+      continue;
+    StringRef paramName = name.getValue().drop_front(strlen("grad."));
+    const Param *p = llvm::find_if(params, [&](const Param &q) { return q.name == paramName; });
+    if (p == params.end() || !zeroSharded(dist, *p))
+      continue;
+    BlockArgument acc;
+    for (BlockArgument arg : f.getArguments())
+      if (f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kStateAttr) == name)
+        acc = arg;
+    auto add = ret.getOperand(i).getDefiningOp<mega::AddOp>();
+    if (!acc || !add || !acc.hasOneUse() || !add->hasOneUse() ||
+        (add.getLhs() != acc && add.getRhs() != acc))
+      return f.emitError() << "mega-training-optimizer: zero=" << dist.zero << " needs result " << i
+                           << " of @" << f.getSymName() << " to be " << name.getValue()
+                           << " + the gradient (as mega-training-autodiff builds it)";
+    Value grad = add.getLhs() == acc ? add.getRhs() : add.getLhs();
+    if (Operation *def = grad.getDefiningOp())
+      b.setInsertionPointAfter(def);
+    else
+      b.setInsertionPointToStart(&block);
+    RankedTensorType shard = dpShard(dist, *p);
+    Value mine = mega::ReduceScatterOp::create(b, add.getLoc(), shard, mega::ReduceKind::sum, grad,
+                                               dist.mesh, dpAxes, 0);
+    Value sum = mega::AddOp::create(b, add.getLoc(), shard, acc, mine);
+    acc.setType(shard);
+    ret->setOperand(i, sum);
+    add.erase();
+    f.setArgAttrs(acc.getArgNumber(), stateAttrs(b, dist, *p, "grad."));
+  }
+  f.setType(FunctionType::get(f.getContext(), block.getArgumentTypes(), ret.getOperandTypes()));
+  return success();
+}
+
+/// ZeRO-3: a sharded parameter argument of `f` becomes its dp shard, all-gathered right before
+/// its first use. Where `f` also runs the backward (ops no forward result depends on), the
+/// backward's uses read a second all-gather placed before the first of them, so the forward's
+/// whole copy dies after its last forward use (reshard after forward); the copy carries
+/// `mega.regather` so that CSE keeps it.
+void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params) {
+  if (f.isExternal())
+    return;
+  OpBuilder b(f.getContext());
+  Block &block = f.getBody().front();
+  auto ret = cast<func::ReturnOp>(block.getTerminator());
+  // The forward: what the results other than gradients and accumulators depend on.
+  bool backward = false;
+  DenseSet<Operation *> forward = forwardOps(f, backward);
+  ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});
+  for (BlockArgument arg : f.getArguments()) {
+    auto name = f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kParamAttr);
+    if (!name)
+      continue;
+    const Param *p =
+        llvm::find_if(params, [&](const Param &q) { return q.name == name.getValue(); });
+    if (p == params.end() || !zeroSharded(dist, *p))
+      continue;
+    SmallVector<OpOperand *> forwardUses, backwardUses;
+    for (OpOperand &use : arg.getUses())
+      (!backward || forward.contains(use.getOwner()) ? forwardUses : backwardUses).push_back(&use);
+    arg.setType(dpShard(dist, *p));
+    f.setArgAttrs(arg.getArgNumber(), storedAttrs(b, dist, *p));
+    auto gather = [&](OpBuilder &at) -> Value {
+      return mega::AllGatherOp::create(at, arg.getLoc(), p->type, arg, dist.mesh, dpAxes,
+                                       at.getI64IntegerAttr(0), UnitAttr());
+    };
+    gatherBeforeFirstUse(b, forwardUses, false, gather);
+    gatherBeforeFirstUse(b, backwardUses, !forwardUses.empty(), gather);
+  }
+  f.setType(FunctionType::get(f.getContext(), block.getArgumentTypes(), ret.getOperandTypes()));
+}
+
+/// A sharded parameter's gradient accumulator: its dp shard under ZeRO-2/3.
+RankedTensorType gradType(const Distribution &dist, const Param &p) {
+  return dist.zero >= 2 ? momentType(dist, p) : p.type;
+}
+
+/// A parameter as stored: its dp shard under ZeRO-3.
+RankedTensorType storedType(const Distribution &dist, const Param &p) {
+  return dist.zero == 3 ? momentType(dist, p) : p.type;
+}
+
+/// The parameter's mega.dim_axes (none: every dim whole) with dp added on dim 0, after the
+/// axes already splitting it: a dp shard of the local tensor.
+ArrayAttr dpShardDims(OpBuilder &b, const Param &p) {
+  SmallVector<Attribute> split;
+  if (auto dims = dyn_cast_or_null<ArrayAttr>(p.attrs.get(kDimAxesAttr)))
+    split.assign(dims.begin(), dims.end());
+  else
+    split.assign(p.type.getRank(), b.getStrArrayAttr({}));
+  SmallVector<StringRef> axes = stringsOf(split[0]);
+  axes.push_back("dp");
+  split[0] = b.getStrArrayAttr(axes);
+  return b.getArrayAttr(split);
+}
+
+/// A parameter argument's attributes: under ZeRO-3 a sharded one's dim_axes gain dp on dim 0,
+/// so codegen's parameter table records the shard's offset and checkpoints reshard.
+DictionaryAttr storedAttrs(OpBuilder &b, const Distribution &dist, const Param &p) {
+  if (dist.zero != 3 || !zeroSharded(dist, p))
+    return p.attrs;
+  NamedAttrList attrs(p.attrs);
+  attrs.set(kDimAxesAttr, dpShardDims(b, p));
+  if (!attrs.get(kGlobalShapeAttr))
+    attrs.set(kGlobalShapeAttr, b.getDenseI64ArrayAttr(p.type.getShape()));
+  return attrs.getDictionary(b.getContext());
+}
+
+/// A moment's type: the parameter's, or its dp shard under ZeRO-1.
+RankedTensorType momentType(const Distribution &dist, const Param &p) {
+  if (!zeroSharded(dist, p))
+    return p.type;
+  SmallVector<int64_t> shape(p.type.getShape());
+  shape[0] /= dist.size("dp");
+  return RankedTensorType::get(shape, p.type.getElementType());
+}
+
+/// A state argument's attributes in a partitioned step: its name, global shape and split
+/// (the parameter's, plus dp on dim 0 for ZeRO moments and ZeRO-2/3 accumulators), and for
+/// accumulators the axes the gradient is a partial sum over (not dp once reduce-scattered).
+DictionaryAttr stateAttrs(OpBuilder &b, const Distribution &dist, const Param &p,
+                          StringRef prefix) {
+  bool accumulator = prefix == "grad.";
+  bool shard = zeroSharded(dist, p) && (!accumulator || dist.zero >= 2);
+  SmallVector<NamedAttribute> attrs;
+  attrs.push_back(b.getNamedAttr(kStateAttr, b.getStringAttr(prefix + p.name)));
+  Attribute shape = p.attrs.get(kGlobalShapeAttr);
+  if (!shape && shard)
+    shape = b.getDenseI64ArrayAttr(p.type.getShape());
+  if (shape)
+    attrs.push_back(b.getNamedAttr(kGlobalShapeAttr, shape));
+  if (shard)
+    attrs.push_back(b.getNamedAttr(kDimAxesAttr, dpShardDims(b, p)));
+  else if (Attribute dims = p.attrs.get(kDimAxesAttr))
+    attrs.push_back(b.getNamedAttr(kDimAxesAttr, dims));
+  if (accumulator) {
+    SmallVector<StringRef> partial = stringsOf(p.attrs.get(kGradPartialAttr));
+    if (shard)
+      llvm::erase(partial, "dp");
+    if (!partial.empty())
+      attrs.push_back(b.getNamedAttr(kGradPartialAttr, b.getStrArrayAttr(partial)));
+  }
+  return b.getDictionaryAttr(attrs);
+}
+
+/// A ZeRO-1 gradient's dp shard type: dim 0 divided by dp.
+RankedTensorType dpShard(const Distribution &dist, const Param &p) {
+  SmallVector<int64_t> shape(p.type.getShape());
+  shape[0] /= dist.size("dp");
+  return RankedTensorType::get(shape, p.type.getElementType());
+}
+
+} // namespace megac::passes::zero

@@ -1,0 +1,95 @@
+// ZeRO-2/3 (docs/training-step.md): the shard of a parameter, its gradient accumulator and its
+// optimizer state over dp, and the rewrites of the training functions that store them sharded
+// (reduce-scattered accumulators, gathered parameters). mega-training-optimizer calls these.
+#pragma once
+
+#include "ir/MegaDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace megac::passes::zero {
+
+using mlir::ArrayAttr;
+using mlir::ArrayRef;
+using mlir::Attribute;
+using mlir::DictionaryAttr;
+using mlir::LogicalResult;
+using mlir::OpBuilder;
+using mlir::RankedTensorType;
+using mlir::SmallVector;
+using mlir::StringRef;
+namespace func = mlir::func;
+
+/// One parameter of the step: its argument attributes (name, init), type and accumulator.
+struct Param {
+  StringRef name;
+  DictionaryAttr attrs;
+  RankedTensorType type;
+};
+
+/// The mesh of a partitioned step (docs/pipeline.md); `mesh` is null on one device.
+struct Distribution {
+  mega::MeshAttr mesh;
+  int64_t stage = 0;
+  int64_t zero = 0; // the ZeRO stage, 0..3 (docs/training-step.md)
+
+  explicit operator bool() const { return static_cast<bool>(mesh); }
+  int64_t size(StringRef axis) const {
+    auto index = mesh.findAxis(axis);
+    return index ? mesh.getAxisSizes()[*index] : 1;
+  }
+};
+
+/// The strings of an array attribute (none for another attribute or null).
+SmallVector<StringRef> stringsOf(Attribute attr);
+
+/// The integers of a dense i64 array or an array of integer attributes.
+SmallVector<int64_t> integersOf(Attribute attr);
+
+/// ZeRO-1/2/3 shard a parameter's optimizer step (zero >= 2: and its accumulator; zero 3: and
+/// the parameter) over dp on dim 0 when its gradient is a partial sum over dp and dim 0 divides.
+bool zeroSharded(const Distribution &dist, const Param &p);
+
+/// ZeRO-2/3 shard parameters' gradients on dim 0 over dp: refuses a stage where none can be
+/// (every parameter a scalar or with dim 0 not divisible by dp).
+LogicalResult checkShardable(func::FuncOp fb, const Distribution &dist, ArrayRef<Param> params);
+
+/// ZeRO-2/3: each sharded parameter's accumulator `acc' = acc + g` in a training function
+/// becomes its dp shard, `acc' = acc + reduce_scatter(g)`, the reduce-scatter right after
+/// g is computed so the whole micro-batch gradient dies there (docs/training-step.md).
+LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params);
+
+/// ZeRO-3: a sharded parameter argument of `f` becomes its dp shard, all-gathered right before
+/// its first use. Where `f` also runs the backward (ops no forward result depends on), the
+/// backward's uses read a second all-gather placed before the first of them, so the forward's
+/// whole copy dies after its last forward use (reshard after forward); the copy carries
+/// `mega.regather` so that CSE keeps it.
+void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params);
+
+/// A sharded parameter's gradient accumulator: its dp shard under ZeRO-2/3.
+RankedTensorType gradType(const Distribution &dist, const Param &p);
+
+/// A parameter as stored: its dp shard under ZeRO-3.
+RankedTensorType storedType(const Distribution &dist, const Param &p);
+
+/// The parameter's mega.dim_axes (none: every dim whole) with dp added on dim 0, after the
+/// axes already splitting it: a dp shard of the local tensor.
+ArrayAttr dpShardDims(OpBuilder &b, const Param &p);
+
+/// A parameter argument's attributes: under ZeRO-3 a sharded one's dim_axes gain dp on dim 0,
+/// so codegen's parameter table records the shard's offset and checkpoints reshard.
+DictionaryAttr storedAttrs(OpBuilder &b, const Distribution &dist, const Param &p);
+
+/// A moment's type: the parameter's, or its dp shard under ZeRO-1.
+RankedTensorType momentType(const Distribution &dist, const Param &p);
+
+/// A state argument's attributes in a partitioned step: its name, global shape and split
+/// (the parameter's, plus dp on dim 0 for ZeRO moments and ZeRO-2/3 accumulators), and for
+/// accumulators the axes the gradient is a partial sum over (not dp once reduce-scattered).
+DictionaryAttr stateAttrs(OpBuilder &b, const Distribution &dist, const Param &p, StringRef prefix);
+
+/// A ZeRO-1 gradient's dp shard type: dim 0 divided by dp.
+RankedTensorType dpShard(const Distribution &dist, const Param &p);
+
+} // namespace megac::passes::zero
