@@ -149,8 +149,13 @@ struct InFlight {
 /// The progress engine of asynchronous collectives: a thread that tests every posted request
 /// (MPI progresses nonblocking collectives only inside MPI calls) and marks it done once MPI has
 /// completed it and its emulated link time has passed; waiters sleep on a condition variable.
-/// While requests are pending in MPI it polls every 50 us; while only emulated time remains it
-/// sleeps until the earliest deadline (no CPU).
+/// While requests are pending in MPI and a waiter sleeps (its core is free) it polls every
+/// 50 us. While none waits, the main thread computes: a 50 us poll there took a slice of the
+/// compute cores (ranks share few), so the interval doubles after each poll that completes
+/// nothing, up to 1 ms, and starts again at 50 us on a new post, a completion or a waiter. A
+/// 1 ms poll delays a completion by at most 1 ms; a large message needs only a few polls (shared
+/// memory single-copy). While only emulated time remains it sleeps until the earliest deadline
+/// (no CPU).
 class ProgressEngine {
 public:
   ~ProgressEngine() {
@@ -167,6 +172,7 @@ public:
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ops_.push_back(std::move(op));
+      posted_ = true;
       if (!thread_.joinable())
         thread_ = std::thread([this] { loop(); });
     }
@@ -176,19 +182,32 @@ public:
   /// Waits until `op` is done or `deadline` passes (false).
   bool waitFor(const InFlight &op, Clock::time_point deadline) {
     std::unique_lock<std::mutex> lock(mutex_);
-    return done_.wait_until(lock, deadline, [&] { return op.done; });
+    if (op.done)
+      return true;
+    ++waiters_;
+    wake_.notify_all(); // back to fast polling
+    bool done = done_.wait_until(lock, deadline, [&] { return op.done; });
+    --waiters_;
+    return done;
   }
 
 private:
+  static constexpr std::chrono::microseconds kFastPoll{50}, kSlowestPoll{1000};
+
   void loop() {
     std::unique_lock<std::mutex> lock(mutex_);
+    std::chrono::microseconds interval = kFastPoll;
     while (!stop_) {
       if (ops_.empty()) {
         wake_.wait(lock);
+        interval = kFastPoll;
         continue;
       }
+      if (posted_)
+        interval = kFastPoll;
+      posted_ = false;
       Clock::time_point now = Clock::now(), next = Clock::time_point::max();
-      bool polling = false, finished = false;
+      bool polling = false, finished = false, progressed = false;
       for (auto it = ops_.begin(); it != ops_.end();) {
         InFlight &op = **it;
         if (!op.mpiDone) {
@@ -201,6 +220,7 @@ private:
           } else {
             op.mpiDone = flag != 0;
             polling = polling || !flag;
+            progressed = progressed || flag;
           }
         }
         if (op.mpiDone && op.readyAt <= now) {
@@ -214,16 +234,22 @@ private:
       }
       if (finished)
         done_.notify_all();
-      if (polling)
-        wake_.wait_for(lock, std::chrono::microseconds(50));
-      else if (next != Clock::time_point::max())
+      if (polling) {
+        if (waiters_ > 0 || progressed)
+          interval = kFastPoll;
+        wake_.wait_for(lock, interval);
+        interval = std::min(kSlowestPoll, interval * 2);
+      } else if (next != Clock::time_point::max()) {
         wake_.wait_until(lock, next);
+      }
     }
   }
 
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::list<std::shared_ptr<InFlight>> ops_;
+  size_t waiters_ = 0;  // threads inside waitFor
+  bool posted_ = false; // a post since the last poll
   bool stop_ = false;
   std::thread thread_;
 };
