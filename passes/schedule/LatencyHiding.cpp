@@ -10,6 +10,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 
 #include <algorithm>
 #include <vector>
@@ -53,6 +54,132 @@ Value buildStart(OpBuilder &b, Operation *op) {
   return b.create<mega::ReduceScatterStartOp>(c.getLoc(), c.getType(), c.getKindAttr(),
                                               c.getInput(), c.getMeshAttr(), c.getAxesAttr(),
                                               c.getDimAttr());
+}
+
+/// Splits a multi-tensor AdamW whose updated parameters feed several all-gathers (ZeRO-1/2's
+/// parameter gather, one per bucket) into one AdamW per gather: a tensor goes with the first
+/// all-gather of the block that reads its updated parameter; tensors no gather reads (moments
+/// aside: replicated parameters) keep one AdamW of their own, placed after the others. Each
+/// tensor's arithmetic is the same element code, so the results are the same bits.
+void splitUpdatesByGather(Block &block) {
+  for (auto multi : llvm::to_vector(block.getOps<mega::AdamWUpdateMultiOp>())) {
+    size_t tensors = multi.getTensors().size() / 4;
+    // The first all-gather (block order) each tensor's updated parameter reaches.
+    SmallVector<Operation *> firstGather(tensors, nullptr);
+    for (size_t k = 0; k < tensors; ++k) {
+      SmallVector<Value> work{multi->getResult(3 * k)};
+      llvm::DenseSet<Operation *> seen;
+      while (!work.empty()) {
+        Value v = work.pop_back_val();
+        for (Operation *user : v.getUsers()) {
+          Operation *at = block.findAncestorOpInBlock(*user);
+          if (!at || !seen.insert(at).second)
+            continue;
+          if (isa<mega::AllGatherOp>(at)) {
+            if (!firstGather[k] || at->isBeforeInBlock(firstGather[k]))
+              firstGather[k] = at;
+            continue;
+          }
+          llvm::append_range(work, at->getResults());
+        }
+      }
+    }
+    SmallVector<Operation *> gathers;
+    for (Operation *g : firstGather)
+      if (g && !llvm::is_contained(gathers, g))
+        gathers.push_back(g);
+    if (gathers.size() < 2)
+      continue;
+    llvm::sort(gathers, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+    gathers.push_back(nullptr); // the tensors no gather reads
+    OpBuilder b(multi);
+    ArrayRef<double> decays = multi.getWeightDecays();
+    for (Operation *gather : gathers) {
+      SmallVector<size_t> members;
+      for (size_t k = 0; k < tensors; ++k)
+        if (firstGather[k] == gather)
+          members.push_back(k);
+      if (members.empty())
+        continue;
+      SmallVector<Value> operands;
+      SmallVector<Type> types;
+      SmallVector<double> memberDecays;
+      for (size_t k : members) {
+        llvm::append_range(operands, multi.getTensors().slice(4 * k, 4));
+        for (unsigned r = 0; r < 3; ++r)
+          types.push_back(multi->getResult(3 * k + r).getType());
+        memberDecays.push_back(decays[k]);
+      }
+      auto part = mega::AdamWUpdateMultiOp::create(
+          b, multi.getLoc(), types, multi.getLr(), multi.getStep(), operands, multi.getNorm(),
+          multi.getBeta1Attr(), multi.getBeta2Attr(), multi.getEpsAttr(),
+          b.getDenseF64ArrayAttr(memberDecays), multi.getMaxNormAttr());
+      for (auto [j, k] : llvm::enumerate(members))
+        for (unsigned r = 0; r < 3; ++r)
+          multi->getResult(3 * k + r).replaceAllUsesWith(part->getResult(3 * j + r));
+    }
+    multi->erase();
+  }
+}
+
+/// Moves, for each all-gather that reads an updated parameter (in block order), the ops it
+/// depends on among those from the block's first AdamW onward, and then the gather itself, ahead
+/// of the rest of that tail: bucket j's update, packing and gather come before bucket j+1's
+/// update, and the unpacking of every gathered bucket follows the last update. The pairs built
+/// below then start each gather right after its packing and complete it at its unpacking, so the
+/// gathers run behind the remaining buckets' optimizer math (docs/training-step.md "Overlap").
+void hoistParameterGathers(Block &block) {
+  Operation *terminator = &block.back();
+  auto isUpdate = [](Operation &op) {
+    return isa<mega::AdamWUpdateOp, mega::AdamWUpdateMultiOp>(op);
+  };
+  auto first = llvm::find_if(block, isUpdate);
+  if (first == block.end())
+    return;
+  SmallVector<Operation *> tail;
+  for (auto it = first; &*it != terminator; ++it)
+    tail.push_back(&*it);
+  llvm::DenseMap<Operation *, size_t> position;
+  for (auto [i, op] : llvm::enumerate(tail))
+    position[op] = i;
+  std::vector<bool> emitted(tail.size(), false);
+  SmallVector<Operation *> order;
+  for (size_t g = 0; g < tail.size(); ++g) {
+    if (!isa<mega::AllGatherOp>(tail[g]))
+      continue;
+    // The gather's backward slice within the tail.
+    std::vector<bool> inSlice(tail.size(), false);
+    SmallVector<size_t> work{g};
+    bool readsUpdate = false;
+    while (!work.empty()) {
+      size_t i = work.pop_back_val();
+      if (inSlice[i] || emitted[i])
+        continue;
+      inSlice[i] = true;
+      readsUpdate = readsUpdate || isUpdate(*tail[i]);
+      tail[i]->walk([&](Operation *nested) {
+        for (Value operand : nested->getOperands())
+          if (Operation *def = operand.getDefiningOp())
+            if (Operation *at = block.findAncestorOpInBlock(*def))
+              if (auto it = position.find(at); it != position.end())
+                work.push_back(it->second);
+      });
+    }
+    if (!readsUpdate)
+      continue;
+    for (size_t i = 0; i <= g; ++i)
+      if (inSlice[i] && !emitted[i]) {
+        order.push_back(tail[i]);
+        emitted[i] = true;
+      }
+  }
+  if (order.empty())
+    return;
+  for (size_t i = 0; i < tail.size(); ++i)
+    if (!emitted[i])
+      order.push_back(tail[i]);
+  for (Operation *op : order)
+    op->moveBefore(terminator);
 }
 
 void scheduleBlock(Block &block, int64_t budget) {
@@ -141,8 +268,13 @@ struct LatencyHidingPass : impl::LatencyHidingBase<LatencyHidingPass> {
       return signalPassFailure();
     }
     getOperation().walk([&](func::FuncOp fn) {
-      for (Block &block : fn.getBody())
+      for (Block &block : fn.getBody()) {
+        if (block.empty() || !block.back().hasTrait<OpTrait::IsTerminator>())
+          continue;
+        splitUpdatesByGather(block);
+        hoistParameterGathers(block);
         scheduleBlock(block, maxInFlightBytes);
+      }
     });
   }
 };

@@ -16,8 +16,10 @@ the pass not running. With --overlap on every layout here runs its last micro-ba
 update as one function, forward_backward_apply (mega-training-fuse-last-micro-batch): its trace
 span must be there, and at dp 2 a dp reduction (all-reduce or ZeRO's reduce-scatter) of that
 function must be started before at least one of its GEMMs (MatMul kernels) starts, i.e. it
-overlaps the rest of the last backward. Exit 77 (skip) without mpirun. Runs with Debian's
-/usr/bin/python3.
+overlaps the rest of the last backward. With ZeRO-1/2 a parameter all-gather of that function
+must be started before at least one of its AdamWMulti kernels starts (the update splits by
+gathered bucket: the gathers run behind the remaining buckets' updates). Exit 77 (skip) without
+mpirun. Runs with Debian's /usr/bin/python3.
 
 usage: overlap_test.py --megac build/bin/megac --workdir DIR
 """
@@ -67,6 +69,21 @@ def fused_overlap(events):
     return ran, len(later)
 
 
+def gather_overlap(events):
+    """Rank 0's AdamWMulti kernels in the fused function that start after its first parameter
+    all-gather (AllGatherAsync over "[dp] ...") was started."""
+    starts = [e["ts"] for e in events
+              if e.get("pid") == 0 and e.get("name") == "AllGatherAsync"
+              and e.get("args", {}).get("function") == FUSED
+              and str(e.get("args", {}).get("group", "")).startswith("[dp]")]
+    if not starts:
+        return 0
+    return len([e for e in events
+                if e.get("pid") == 0 and e.get("cat") == "kernel"
+                and e.get("name") == "AdamWMulti"
+                and e.get("args", {}).get("function") == FUSED and e["ts"] > min(starts)])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--megac", required=True)
@@ -90,7 +107,8 @@ def main():
              ("tp2xdp2", dict(tp=2, dp=2), {"AllReduceAsync"}, True)]
     failures = 0
     print(f"{'layout':<12} {'on == off':<10} {'loss rel':>9} {'param':>9} {'grad':>9} "
-          f"{'GEMMs after 1st dp start':>24}  async ops")
+          f"{'GEMMs after 1st dp start':>24} {'updates after 1st gather':>24}  "
+          "async ops")
     for name, kw, expected, overlaps in cases:
         runs = {}
         trace = os.path.join(args.workdir, name + ".trace.json")
@@ -123,12 +141,16 @@ def main():
         ran, later = fused_overlap(events)
         if not ran:
             problems.append(f"rank 0 never ran {FUSED} (the last micro-batch fused with the update)")
+        updates = gather_overlap(events)
+        if kw.get("zero") and updates == 0:
+            problems.append(f"no AdamWMulti of {FUSED} starts after its first parameter "
+                            "all-gather: the gathers do not overlap the updates")
         if overlaps and later == 0:
             problems.append(f"no GEMM of {FUSED} starts after its first dp reduction: the "
                             "reduction does not overlap the last backward")
         same = "yes" if not any("between" in p for p in problems) else "NO"
         print(f"{name:<12} {same:<10} {pe.fmt(result['loss']):>9} {pe.fmt(result['param']):>9} "
-              f"{pe.fmt(result['grad']):>9} {later:>24}  {', '.join(sorted(seen))}")
+              f"{pe.fmt(result['grad']):>9} {later:>24} {updates:>24}  {', '.join(sorted(seen))}")
         for p in problems:
             print(f"  FAIL {name}: {p}")
         failures += bool(problems)

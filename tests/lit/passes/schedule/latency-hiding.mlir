@@ -87,3 +87,42 @@ func.func @zero(%g0: tensor<8xf32>, %g1: tensor<8xf32>, %p0: tensor<4xf32>, %p1:
 // CHECK-NEXT:    %[[N:.*]] = mega.neg %[[A1]]
 // CHECK-NEXT:    %[[A0:.*]] = mega.collective_done %[[G0]]
 // CHECK-NEXT:    return %[[A0]], %[[N]]
+
+// -----
+
+// ZeRO-1's parameter all-gathers behind the optimizer: the multi-tensor AdamW splits by the
+// bucket whose gather reads each updated parameter (the replicated %p3, gathered by none, last);
+// each bucket's update, packing and gather start come before the next bucket's update, and the
+// gathers complete where their buckets are unpacked, after the last update.
+#mesh = #mega.mesh<dp = 2>
+func.func @zero_buckets(%lr: tensor<f32>, %step: tensor<i64>, %p0: tensor<4xf32>,
+    %g0: tensor<4xf32>, %p1: tensor<4xf32>, %g1: tensor<4xf32>, %p2: tensor<4xf32>,
+    %g2: tensor<4xf32>, %p3: tensor<4xf32>, %g3: tensor<4xf32>, %m: tensor<4xf32>,
+    %v: tensor<4xf32>) -> (tensor<16xf32>, tensor<8xf32>, tensor<4xf32>, tensor<4xf32>) {
+  %r:12 = mega.adamw_update_multi %lr, %step, %p0, %g0, %m, %v, %p1, %g1, %m, %v, %p2, %g2, %m, %v,
+      %p3, %g3, %m, %v {beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08,
+      weight_decays = array<f64: 0.1, 0.2, 0.3, 0.0>}
+      : (tensor<f32>, tensor<i64>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>,
+         tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>,
+         tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+      -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>,
+          tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
+  %c = mega.concat %r#0, %r#3 axis 0 : (tensor<4xf32>, tensor<4xf32>) -> tensor<8xf32>
+  %a = mega.all_gather %c on #mesh axes ["dp"] dim 0 : tensor<8xf32> -> tensor<16xf32>
+  %n = mega.neg %a : tensor<16xf32>
+  %b = mega.all_gather %r#6 on #mesh axes ["dp"] dim 0 : tensor<4xf32> -> tensor<8xf32>
+  %nb = mega.neg %b : tensor<8xf32>
+  return %n, %nb, %r#9, %r#1 : tensor<16xf32>, tensor<8xf32>, tensor<4xf32>, tensor<4xf32>
+}
+// CHECK-LABEL: func.func @zero_buckets
+// CHECK-NEXT:    %[[U0:.*]]:6 = mega.adamw_update_multi %arg0, %arg1, %arg2, %arg3, %arg10, %arg11, %arg4, %arg5, %arg10, %arg11 {{.*}}weight_decays = array<f64: 1.000000e-01, 2.000000e-01>}
+// CHECK-NEXT:    %[[C:.*]] = mega.concat %[[U0]]#0, %[[U0]]#3 axis 0
+// CHECK-NEXT:    %[[H0:.*]] = mega.all_gather_start %[[C]]
+// CHECK-NEXT:    %[[U1:.*]]:3 = mega.adamw_update_multi %arg0, %arg1, %arg6, %arg7, %arg10, %arg11 {{.*}}weight_decays = array<f64: 3.000000e-01>}
+// CHECK-NEXT:    %[[H1:.*]] = mega.all_gather_start %[[U1]]#0
+// CHECK-NEXT:    %[[U2:.*]]:3 = mega.adamw_update_multi %arg0, %arg1, %arg8, %arg9, %arg10, %arg11 {{.*}}weight_decays = array<f64: 0.000000e+00>}
+// CHECK-NEXT:    %[[A:.*]] = mega.collective_done %[[H0]]
+// CHECK-NEXT:    %[[N:.*]] = mega.neg %[[A]]
+// CHECK-NEXT:    %[[B:.*]] = mega.collective_done %[[H1]]
+// CHECK-NEXT:    %[[NB:.*]] = mega.neg %[[B]]
+// CHECK-NEXT:    return %[[N]], %[[NB]], %[[U2]]#0, %[[U0]]#1
