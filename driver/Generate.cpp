@@ -288,13 +288,7 @@ StatusOr<std::unique_ptr<Generator>>
 Generator::open(const std::string &loadDir, const std::optional<std::string> &spec,
                 const std::optional<std::string> &onnx,
                 const std::function<void(const std::string &)> &warn) {
-  std::vector<std::string> refused;
-  StatusOr<runtime::checkpoint::Checkpoint> loaded = runtime::checkpoint::loadLatestCheckpoint(
-      loadDir, &refused, runtime::checkpoint::CheckpointParts::parametersOnly);
-  for (const std::string &line : refused)
-    if (warn)
-      warn(line);
-  ASSIGN_OR_RETURN(runtime::checkpoint::Checkpoint checkpoint, std::move(loaded));
+  ASSIGN_OR_RETURN(runtime::checkpoint::Checkpoint checkpoint, loadNewestParameters(loadDir, warn));
   StatusOr<Forward> forward = forwardOf(checkpoint, spec, onnx);
   if (!forward.isOk())
     return forward.status();

@@ -186,16 +186,67 @@ std::map<std::string, ModelParam> modelParams(const runtime::LoadedPlan &plan,
   return out;
 }
 
+/// `name` in the checkpoint; a GPT-2 tensor also without its `transformer.` prefix (the hub's
+/// original GPT-2 files, saved from GPT2Model, name them so; from_pretrained reads both).
+std::map<std::string, HfTensor>::const_iterator findHfTensor(const HfCheckpoint &checkpoint,
+                                                             const std::string &name) {
+  auto it = checkpoint.tensors.find(name);
+  if (it == checkpoint.tensors.end() && name.starts_with("transformer."))
+    it = checkpoint.tensors.find(name.substr(12));
+  return it;
+}
+
+/// Reads into `out` (`to`, shape `local` of a megac parameter) the block at `offset` of the
+/// parameter `name` (whole shape `global`) from its place in the checkpoint: transposed from a
+/// Conv1D [in, out] tensor, from its part of a fused one. `staging` is reused between calls.
+Status readParameter(OpenFiles &files, const HfTensor &t, const HfPlace &place,
+                     std::span<const int64_t> global, std::span<const int64_t> offset,
+                     std::span<const int64_t> local, uint8_t *out, DType to,
+                     std::vector<uint8_t> &staging) {
+  size_t n = 1;
+  for (int64_t d : local)
+    n *= size_t(d);
+  staging.resize(n * dtypeSize(t.dtype));
+  std::vector<int64_t> g(global.begin(), global.end()), o(offset.begin(), offset.end()),
+      l(local.begin(), local.end());
+  if (!g.empty()) {
+    o[0] += place.part * g[0];
+    g[0] *= place.parts;
+  }
+  bool transpose = place.conv1d && g.size() == 2;
+  if (transpose) {
+    std::swap(g[0], g[1]);
+    std::swap(o[0], o[1]);
+    std::swap(l[0], l[1]);
+  }
+  RETURN_IF_ERROR(readSlice(files, t, g, o, l, staging.data()));
+  if (!transpose) {
+    convertElements(staging.data(), t.dtype, out, to, n);
+    return Status::ok();
+  }
+  // staging [l0, l1] (the file's [in, out] block) -> out [l1, l0].
+  size_t a = dtypeSize(t.dtype), b = dtypeSize(to);
+  for (int64_t i = 0; i < l[0]; ++i)
+    for (int64_t j = 0; j < l[1]; ++j)
+      storeElement(out + size_t(j * l[0] + i) * b, to,
+                   loadElement(staging.data() + size_t(i * l[1] + j) * a, t.dtype));
+  return Status::ok();
+}
+
 Status checkCheckpoint(const HfCheckpoint &checkpoint,
                        const std::map<std::string, ModelParam> &params,
                        const std::set<std::string> &allowed) {
   std::vector<std::string> missing, misShaped;
   std::set<std::string> taken;
-  auto expect = [&](const std::string &megacName, const std::vector<int64_t> &shape,
+  auto expect = [&](const std::string &megacName, const std::vector<int64_t> &megacShape,
                     bool allowedMissing) {
-    std::string name = hfTensorName(megacName);
+    HfPlace place = hfPlace(megacName);
+    std::vector<int64_t> shape = hfFileShape(place, megacShape);
+    std::string name = place.tensor;
+    auto it = findHfTensor(checkpoint, name);
+    if (it != checkpoint.tensors.end())
+      name = it->first;
     taken.insert(name);
-    auto it = checkpoint.tensors.find(name);
     if (it == checkpoint.tensors.end()) {
       if (!allowedMissing)
         missing.push_back(name);
@@ -230,7 +281,10 @@ Status checkCheckpoint(const HfCheckpoint &checkpoint,
       continue;
     bool tiedHead = name == "lm_head.weight" && !params.count("lm_head.weight");
     bool rotaryBuffer = name.size() > 20 && name.ends_with(".rotary_emb.inv_freq");
-    if (!tiedHead && !rotaryBuffer)
+    // Old GPT-2 files carry the causal mask buffers (non-persistent since transformers 4.x).
+    bool maskBuffer = (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias")) &&
+                      taken.count(name.substr(0, name.rfind(".attn.")) + ".attn.c_attn.weight");
+    if (!tiedHead && !rotaryBuffer && !maskBuffer)
       extra.push_back(name);
   }
   if (!extra.empty())
@@ -244,8 +298,33 @@ Status checkCheckpoint(const HfCheckpoint &checkpoint,
 
 } // namespace
 
-std::string hfTensorName(const std::string &megacName) {
-  return megacName.rfind("lm_head.", 0) == 0 ? megacName : "model." + megacName;
+HfPlace hfPlace(const std::string &megacName) {
+  if (megacName.starts_with("lm_head."))
+    return {megacName};
+  if (!megacName.starts_with("transformer."))
+    return {"model." + megacName};
+  HfPlace place{megacName};
+  const char *parts[] = {".attn.c_attn.q.", ".attn.c_attn.k.", ".attn.c_attn.v."};
+  for (int64_t i = 0; i < 3; ++i)
+    if (size_t at = megacName.find(parts[i]); at != std::string::npos) {
+      place.tensor = megacName.substr(0, at) + ".attn.c_attn." + megacName.substr(at + 15);
+      place.part = i;
+      place.parts = 3;
+    }
+  place.conv1d = place.tensor.ends_with(".c_attn.weight") ||
+                 place.tensor.ends_with(".c_proj.weight") || place.tensor.ends_with(".c_fc.weight");
+  return place;
+}
+
+std::string hfTensorName(const std::string &megacName) { return hfPlace(megacName).tensor; }
+
+std::vector<int64_t> hfFileShape(const HfPlace &place, std::vector<int64_t> shape) {
+  if (shape.empty())
+    return shape;
+  shape[0] *= place.parts;
+  if (place.conv1d && shape.size() == 2)
+    std::swap(shape[0], shape[1]);
+  return shape;
 }
 
 std::string hfFolder(const ModelSource &source) {
@@ -357,16 +436,13 @@ Status loadHfWeights(const HfCheckpoint &checkpoint, const runtime::LoadedPlan &
     ASSIGN_OR_RETURN(runtime::ShardInfo shard, executor.parameterShard(name));
     HostTensor value = HostTensor::zeros(dtypes.at(name), shard.shape);
     if (p.members.empty()) {
-      auto it = checkpoint.tensors.find(hfTensorName(name));
+      HfPlace place = hfPlace(name);
+      auto it = findHfTensor(checkpoint, place.tensor);
       if (it == checkpoint.tensors.end())
         continue; // --allow-missing: it keeps its initialisation
-      const HfTensor &t = it->second;
-      staging.resize(size_t(value.numElements()) * dtypeSize(t.dtype));
-      RETURN_IF_ERROR(
-          readSlice(files, t, shard.globalShape, shard.offset, shard.shape, staging.data()))
+      RETURN_IF_ERROR(readParameter(files, it->second, place, shard.globalShape, shard.offset,
+                                    shard.shape, value.bytes.data(), value.dtype, staging))
           << " (tensor '" << it->first << "')";
-      convertElements(staging.data(), t.dtype, value.bytes.data(), value.dtype,
-                      size_t(value.numElements()));
     } else {
       // Stacked experts: rows offset[0] .. offset[0] + shape[0] are members' slices.
       std::span<const int64_t> global(shard.globalShape), offset(shard.offset), local(shard.shape);
@@ -456,31 +532,30 @@ Status saveHfFolder(const std::string &dir,
   if (!savedDtype.isOk())
     return Status::error(options.what + ": " + savedDtype.status().message());
   DType dtype = *savedDtype;
+  // One unit per transformers tensor (GPT-2's c_attn joins three parameters), in name order.
   struct Unit {
-    std::string hfName, param;
+    std::vector<std::string> params;
     uint64_t bytes = 0;
   };
-  std::vector<Unit> units;
+  std::map<std::string, Unit> units;
   for (const auto &[name, shape] : params) {
     int64_t n = 1;
     for (int64_t d : shape)
       n *= d;
     auto stack = source.stacks.find(name);
-    units.push_back(
-        {hfTensorName(stack != source.stacks.end() && !stack->second.empty() ? stack->second.front()
-                                                                             : name),
-         name, uint64_t(n) * dtypeSize(dtype)});
+    Unit &u = units[hfTensorName(
+        stack != source.stacks.end() && !stack->second.empty() ? stack->second.front() : name)];
+    u.params.push_back(name);
+    u.bytes += uint64_t(n) * dtypeSize(dtype);
   }
-  std::sort(units.begin(), units.end(),
-            [](const Unit &a, const Unit &b) { return a.hfName < b.hfName; });
   std::vector<std::vector<std::string>> shards(1);
   uint64_t inShard = 0, total = 0;
-  for (const Unit &u : units) {
+  for (const auto &[hfName, u] : units) {
     if (inShard > 0 && inShard + u.bytes > options.shardBytes) {
       shards.emplace_back();
       inShard = 0;
     }
-    shards.back().push_back(u.param);
+    shards.back().insert(shards.back().end(), u.params.begin(), u.params.end());
     inShard += u.bytes;
     total += u.bytes;
   }
@@ -527,11 +602,31 @@ Status saveHfFolder(const std::string &dir,
     // resident is one output shard (and one tensor's fetched copy).
     TensorMap shard;
     for (auto it = fetched->begin(); it != fetched->end(); it = fetched->erase(it)) {
-      std::string hfName = hfTensorName(it->first);
+      HfPlace place = hfPlace(it->first);
+      std::string hfName = place.tensor;
       HostTensor &t = it->second;
       if (!isFloat(t.dtype)) {
         fail("parameter '" + hfName + "' is " + dtypeName(t.dtype) + ", not a float");
         break;
+      }
+      if (place.parts > 1 || (place.conv1d && t.shape.size() == 2)) {
+        // GPT-2: into its block of the fused tensor, Conv1D's [in, out] transposed.
+        auto [at, fresh] = shard.try_emplace(hfName);
+        if (fresh)
+          at->second = HostTensor::zeros(dtype, hfFileShape(place, t.shape));
+        HostTensor &out = at->second;
+        int64_t rows = t.shape[0], cols = t.shape.size() == 2 ? t.shape[1] : 1;
+        int64_t width = out.shape.size() == 2 ? out.shape[1] : 1;
+        size_t a = dtypeSize(t.dtype), b = dtypeSize(dtype);
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j) {
+            int64_t row = place.part * rows + i; // in the fused out dim
+            int64_t to = place.conv1d && t.shape.size() == 2 ? j * width + row : row * cols + j;
+            storeElement(out.bytes.data() + size_t(to) * b, dtype,
+                         loadElement(t.bytes.data() + size_t(i * cols + j) * a, t.dtype));
+          }
+        weightMap[hfName] = file;
+        continue;
       }
       if (t.dtype == dtype) {
         shard.emplace(hfName, std::move(t));
@@ -592,21 +687,25 @@ Status saveHfFolder(const std::string &dir,
   return failed;
 }
 
-StatusOr<HfExportSummary> exportHfCheckpoint(const std::string &loadDir,
-                                             const std::optional<std::string> &spec,
-                                             const std::string &dir, uint64_t shardBytes,
-                                             const std::function<void(const std::string &)> &warn) {
-  const std::string what = "megac export --hf";
-  RETURN_IF_ERROR(checkHfSaveDir(dir, "--hf"));
+StatusOr<runtime::checkpoint::Checkpoint>
+loadNewestParameters(const std::string &loadDir,
+                     const std::function<void(const std::string &)> &warn) {
   std::vector<std::string> refused;
   StatusOr<runtime::checkpoint::Checkpoint> loaded = runtime::checkpoint::loadLatestCheckpoint(
       loadDir, &refused, runtime::checkpoint::CheckpointParts::parametersOnly);
   for (const std::string &line : refused)
     if (warn)
       warn(line);
-  if (!loaded.isOk())
-    return loaded.status();
-  runtime::checkpoint::Checkpoint &checkpoint = *loaded;
+  return loaded;
+}
+
+StatusOr<HfExportSummary> exportHfCheckpoint(const std::string &loadDir,
+                                             const std::optional<std::string> &spec,
+                                             const std::string &dir, uint64_t shardBytes,
+                                             const std::function<void(const std::string &)> &warn) {
+  const std::string what = "megac export --hf";
+  RETURN_IF_ERROR(checkHfSaveDir(dir, "--hf"));
+  ASSIGN_OR_RETURN(runtime::checkpoint::Checkpoint checkpoint, loadNewestParameters(loadDir, warn));
   std::string text = spec.value_or(checkpoint.meta.model);
   StatusOr<ModelSource> parsed = ModelSource::fromSpec(text);
   if (!parsed.isOk() || !parsed->isHf())

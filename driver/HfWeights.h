@@ -7,6 +7,7 @@
 #include "driver/ModelSource.h"
 #include "driver/SourceShapes.h"
 
+#include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/PlanLoader.h"
@@ -22,9 +23,24 @@
 
 namespace megac::driver {
 
-/// A megac parameter's name in transformers' state_dict: "model." + name, except the head
-/// (lm_head.*), which transformers keeps outside the decoder.
+/// Where a megac parameter lies in transformers' files.
+struct HfPlace {
+  std::string tensor; // the tensor's name in transformers' state_dict
+  /// GPT-2's Conv1D: the file holds the weight as [in, out], megac as nn.Linear's [out, in].
+  bool conv1d = false;
+  /// GPT-2's fused c_attn: megac's q, k and v are blocks 0, 1, 2 of `parts` along the out dim.
+  int64_t part = 0, parts = 1;
+};
+
+/// A megac parameter's place in transformers' state_dict: "model." + name, except the head
+/// (lm_head.*), which transformers keeps outside the decoder, and GPT-2's parameters, which
+/// megac already names as transformers does (transformer.*), q/k/v split out of c_attn.
+HfPlace hfPlace(const std::string &megacName);
+/// hfPlace(megacName).tensor.
 std::string hfTensorName(const std::string &megacName);
+/// The shape transformers' tensor has for a megac parameter of `shape` at `place` (the fused
+/// tensor's whole shape for a part of it).
+std::vector<int64_t> hfFileShape(const HfPlace &place, std::vector<int64_t> shape);
 
 /// The weights file of an hf: model source: the folder's model.safetensors.index.json, else its
 /// model.safetensors; empty when the source is not hf: or its folder has neither (the zoo's
@@ -101,6 +117,13 @@ Status saveHfFolder(const std::string &dir,
 /// Refuses a --save-hf DIR that exists or whose parent is not a directory (checked before the
 /// run, so a long run does not end in an error); `what` names the flag in the error.
 Status checkHfSaveDir(const std::string &dir, const std::string &what = "--save-hf");
+
+/// The parameters of the newest usable checkpoint under `loadDir`, picked as `megac train
+/// --load` picks it (runtime::checkpoint::loadLatestCheckpoint, parameters only); `warn` gets a
+/// line for each checkpoint refused. What `megac export --hf` and `megac generate --load` read.
+StatusOr<runtime::checkpoint::Checkpoint>
+loadNewestParameters(const std::string &loadDir,
+                     const std::function<void(const std::string &)> &warn);
 
 /// What `megac export --hf` wrote.
 struct HfExportSummary {

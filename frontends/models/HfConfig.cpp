@@ -361,6 +361,53 @@ HfResult fromFamily(Fields &f, const Family &family, const std::string &file) {
   return {std::move(m), {}};
 }
 
+/// GPT-2 (GPT2Config's fields and defaults): the zoo's GPT under transformers' names, with its
+/// n_positions position table, biases everywhere and a tied head.
+HfResult fromGpt2(Fields &f, const std::string &file) {
+  HfModel m;
+  m.file = file;
+  m.modelType = "gpt2";
+  ModelConfig &c = m.config;
+  c.arch = Arch::gpt;
+  c.hfGpt2 = true;
+  c.vocab = f.integer("vocab_size", 50257);
+  c.positions = f.integer("n_positions", 1024);
+  c.hidden = f.integer("n_embd", 768);
+  c.layers = f.integer("n_layer", 12);
+  c.heads = f.integer("n_head", 12);
+  c.ffn = f.integer("n_inner", 4 * c.hidden); // null: 4 x n_embd
+  c.normEps = f.number("layer_norm_epsilon", 1e-5);
+  c.tied = f.boolean("tie_word_embeddings", true);
+  c.scaleAttn = f.boolean("scale_attn_weights", true);
+  // gelu_new, gelu_pytorch_tanh and gelu_fast are the same tanh approximation written three ways.
+  std::string act = f.text("activation_function", "gelu_new");
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast")
+    c.gelu = dsl::Gelu::tanh;
+  else if (act == "gelu")
+    c.gelu = dsl::Gelu::erf;
+  else
+    f.refuse("activation_function", "megac builds gpt2 with gelu_new, gelu_pytorch_tanh or "
+                                    "gelu_fast (tanh approximation) or gelu (erf)");
+  f.only("scale_attn_by_inverse_layer_idx", isFalse,
+         "megac does not scale attention by 1/(layer + 1)");
+  f.only("reorder_and_upcast_attn", isFalse,
+         "megac does not reorder or upcast GPT-2's attention (false is the math it builds)");
+  f.only("is_encoder_decoder", isFalse, "megac builds decoder-only models here");
+  f.only("add_cross_attention", isFalse, "megac builds decoder-only models here");
+  // Dropout rates (megac trains with --dropout) and GPT2DoubleHeadsModel's summary head (not
+  // part of the causal LM) change no logits of the model built; n_ctx is n_positions' old name.
+  for (const char *key :
+       {"resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_first_dropout", "summary_type",
+        "summary_use_proj", "summary_activation", "summary_proj_to_labels", "n_ctx"})
+    f.get(key);
+  f.refuseUnread("gpt2");
+  if (f.failed())
+    return {std::nullopt, f.error()};
+  if (ConfigResult checked = m.at(1); !checked.config)
+    return {std::nullopt, checked.error};
+  return {std::move(m), {}};
+}
+
 } // namespace
 
 const std::vector<std::string> &hfModelTypes() {
@@ -368,6 +415,7 @@ const std::vector<std::string> &hfModelTypes() {
     std::vector<std::string> out;
     for (const Family &f : families())
       out.push_back(f.type);
+    out.push_back("gpt2");
     return out;
   }();
   return types;
@@ -380,6 +428,12 @@ ConfigResult HfModel::at(int64_t seq) const {
                               std::to_string(seq) +
                               "; megac's attention does not window, so train with seq <= " +
                               std::to_string(slidingWindow)};
+  if (config.arch == Arch::gpt && config.positions > 0 && seq > config.positions)
+    return {std::nullopt, file + ": field 'n_positions' is " + std::to_string(config.positions) +
+                              ", shorter than seq " + std::to_string(seq) +
+                              "; GPT-2's learned position table has that many rows, so use seq "
+                              "<= " +
+                              std::to_string(config.positions)};
   ModelConfig c = config;
   c.seq = seq;
   ConfigResult checked = parseModelSpec(c.spec());
@@ -402,11 +456,9 @@ HfResult parseHfConfig(std::string_view text, const std::string &file) {
   for (const Family &family : families())
     if (type->string == family.type)
       return fromFamily(f, family, file);
-  std::string why;
   if (type->string == "gpt2")
-    why = "its learned position table of n_positions rows and Conv1D layouts are not in the "
-          "zoo's GPT (import an ONNX export with `megac import`); ";
-  return {std::nullopt, file + ": model_type '" + type->string + "' is not supported; " + why +
+    return fromGpt2(f, file);
+  return {std::nullopt, file + ": model_type '" + type->string + "' is not supported; " +
                             "--model hf: builds " + supportedTypes()};
 }
 

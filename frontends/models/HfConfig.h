@@ -1,7 +1,8 @@
 // A Hugging Face transformers `config.json` of a causal LM read into the zoo config that builds
 // the same model (`--model hf:PATH`): llama (with Llama 3.1's rope_scaling), mistral, qwen2,
-// mixtral and nemotron. Every field is either honoured, known to change no math (architectures,
-// torch_dtype, token ids, ...), or refused in one line naming the file, the field and its value.
+// mixtral, qwen2_moe, nemotron and gpt2. Every field is either honoured, known to change no math
+// (architectures, torch_dtype, token ids, ...), or refused in one line naming the file, the field
+// and its value.
 #pragma once
 
 #include "frontends/models/ModelConfig.h"

@@ -32,8 +32,11 @@ const char *archName(Arch arch) {
 namespace {
 
 const std::vector<std::string> &keysOf(Arch arch) {
-  static const std::vector<std::string> gpt = {"layers", "hidden", "heads", "ffn",  "seq",
-                                               "vocab",  "batch",  "tied",  "gelu", "dtype"};
+  static const std::vector<std::string> bert = {"layers", "hidden", "heads", "ffn",  "seq",
+                                                "vocab",  "batch",  "tied",  "gelu", "dtype"};
+  static const std::vector<std::string> gpt = {
+      "layers", "hidden", "heads", "ffn",      "seq",       "vocab",      "batch",
+      "tied",   "gelu",   "dtype", "norm_eps", "positions", "scale_attn", "hf_gpt2"};
   static const std::vector<std::string> t5 = {"layers", "enc_layers", "dec_layers", "hidden",
                                               "heads",  "ffn",        "seq",        "dec_seq",
                                               "vocab",  "batch",      "tied",       "dtype"};
@@ -60,7 +63,7 @@ const std::vector<std::string> &keysOf(Arch arch) {
     return mixtralFamily;
   if (arch == Arch::nemotron)
     return nemotron;
-  return arch == Arch::t5 ? t5 : gpt;
+  return arch == Arch::t5 ? t5 : arch == Arch::gpt ? gpt : bert;
 }
 
 std::string join(const std::vector<std::string> &items) {
@@ -95,7 +98,7 @@ int64_t specBound(std::string_view key) {
     return int64_t(1) << 14;
   if (key == "experts" || key == "topk")
     return int64_t(1) << 12;
-  if (key == "ffn" || key == "seq" || key == "dec_seq" || key == "shared_ffn")
+  if (key == "ffn" || key == "seq" || key == "dec_seq" || key == "shared_ffn" || key == "positions")
     return int64_t(1) << 22;
   if (key == "vocab")
     return 2147483647;     // token ids are int32
@@ -185,6 +188,7 @@ ConfigResult parseModelSpec(std::string_view spec) {
   c.sharedFfn = integer("shared_ffn", 0);
   c.kvHeads = integer("kv_heads", c.heads);
   c.headDimKey = integer("head_dim", 0);
+  c.positions = integer("positions", 0);
   if (c.arch == Arch::t5) {
     c.encLayers = integer("enc_layers", c.layers);
     c.decLayers = integer("dec_layers", c.layers);
@@ -248,7 +252,9 @@ ConfigResult parseModelSpec(std::string_view spec) {
                            {"o_bias", &c.oBias},
                            {"mlp_bias", &c.mlpBias},
                            {"norm_topk", &c.normTopk},
-                           {"qwen2_moe", &c.qwen2MoeNames}})
+                           {"qwen2_moe", &c.qwen2MoeNames},
+                           {"scale_attn", &c.scaleAttn},
+                           {"hf_gpt2", &c.hfGpt2}})
     if (auto it = values.find(key); it != values.end()) {
       if (it->second != "0" && it->second != "1")
         return fail("key '" + std::string(key) + "' needs 0 or 1, got '" + it->second + "'");
@@ -290,6 +296,9 @@ ConfigResult parseModelSpec(std::string_view spec) {
   if (c.headDimKey == 0 && c.hidden % c.heads != 0)
     return fail("key 'hidden' (" + std::to_string(c.hidden) +
                 ") is not divisible by key 'heads' (" + std::to_string(c.heads) + ")");
+  if (c.positions > 0 && c.seq > c.positions)
+    return fail("key 'seq' (" + std::to_string(c.seq) + ") is longer than key 'positions' (" +
+                std::to_string(c.positions) + "), the rows of the learned position table");
   if (c.heads % c.kvHeads != 0)
     return fail("key 'heads' (" + std::to_string(c.heads) + ") is not divisible by key " +
                 "'kv_heads' (" + std::to_string(c.kvHeads) +
@@ -368,6 +377,17 @@ std::string ModelConfig::spec() const {
       s += ",rotary_pct=" + shortest(rotaryPct);
   } else if (arch != Arch::t5)
     s += std::string(",gelu=") + (gelu == dsl::Gelu::tanh ? "tanh" : "erf");
+  // GPT-2's keys only when set, so earlier gpt specs read back unchanged.
+  if (arch == Arch::gpt) {
+    if (positions > 0)
+      s += ",positions=" + std::to_string(positions);
+    if (normEps != 1e-5)
+      s += ",norm_eps=" + shortest(normEps);
+    if (!scaleAttn)
+      s += ",scale_attn=0";
+    if (hfGpt2)
+      s += ",hf_gpt2=1";
+  }
   s += std::string(",dtype=") + dsl::dtypeName(dtype);
   return s;
 }

@@ -25,6 +25,12 @@
 // with weight and bias, computed with weight + 1) for the norms, a squared-ReLU MLP
 // (down(relu(up(x))^2), no gate) and rotary embeddings on the first rotary_pct of each head's
 // dims; ffn is required.
+// GPT adds transformers' GPT-2 keys (HfConfig.h): positions (rows of the learned position table,
+// default seq; the first seq rows are used), norm_eps (LayerNorm epsilon, default 1e-5),
+// scale_attn=0|1 (scores scaled by 1/sqrt(head_dim), default 1) and hf_gpt2=1 (transformers'
+// GPT-2 parameter names under transformer.: wte, wpe, h.{l}.ln_1, h.{l}.attn.c_attn.{q,k,v},
+// h.{l}.attn.c_proj, h.{l}.ln_2, h.{l}.mlp.c_fc, h.{l}.mlp.c_proj, ln_f; q, k and v held
+// apart in nn.Linear's [out, in], so each splits by heads under tp).
 //
 // Llama-family keys (llama, mixtral, nemotron) for transformers' config fields (HfConfig.h):
 // head_dim (default hidden/heads), qkv_bias and o_bias (biases on the q/k/v and the output
@@ -80,6 +86,9 @@ struct ModelConfig {
     int64_t originalMaxPositions = 8192;
   } ropeLlama3;
   double rotaryPct = 1.0; // nemotron: the fraction of each head's dims that rotary rotates
+  int64_t positions = 0;  // gpt: rows of the learned position table (0: seq); seq <= positions
+  bool scaleAttn = true;  // gpt: scores scaled by 1/sqrt(head_dim) (GPT-2's scale_attn_weights)
+  bool hfGpt2 = false;    // gpt: transformers' GPT-2 names (transformer.h.{l}.attn.c_attn.q...)
 
   int64_t headDim() const { return headDimKey > 0 ? headDimKey : hidden / heads; }
   /// The rotated dims of each head: rotary_pct of head_dim (transformers' int()).

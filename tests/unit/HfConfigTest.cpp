@@ -134,6 +134,42 @@ TEST(HfConfig, NemotronIsLayerNorm1PSquaredReluAndPartialRotary) {
             0.5);
 }
 
+TEST(HfConfig, Gpt2PositionTableConv1DNamesAndDefaults) {
+  // The hub's gpt2 config.json, shrunk: dropout rates and the summary head change no logits.
+  models::HfModel m = read(R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2,
+      "n_positions": 32, "n_ctx": 32, "vocab_size": 128, "n_inner": null,
+      "activation_function": "gelu_new", "resid_pdrop": 0.1, "embd_pdrop": 0.1,
+      "attn_pdrop": 0.1, "layer_norm_epsilon": 1e-05, "summary_type": "cls_index",
+      "summary_use_proj": true, "summary_activation": null, "summary_proj_to_labels": true,
+      "summary_first_dropout": 0.1, "scale_attn_weights": true,
+      "architectures": ["GPT2LMHeadModel"], "bos_token_id": 50256, "eos_token_id": 50256})");
+  const models::ModelConfig &c = m.config;
+  EXPECT_EQ(c.arch, Arch::gpt);
+  EXPECT_TRUE(c.hfGpt2 && c.tied && c.scaleAttn);
+  EXPECT_EQ(c.positions, 32);
+  EXPECT_EQ(c.ffn, 4 * 64); // n_inner null: 4 x n_embd
+  EXPECT_EQ(c.gelu, dsl::Gelu::tanh);
+  // l (12 h^2 + 13 h) + (V + positions) h + 2 h, whatever seq (the whole n_positions table).
+  int64_t l = 2, h = 64, v = 128, p = 32;
+  EXPECT_EQ(builtParameters(c), l * (12 * h * h + 13 * h) + (v + p) * h + 2 * h);
+  EXPECT_TRUE(m.at(32).config);
+  models::ConfigResult over = m.at(33);
+  EXPECT_FALSE(over.config);
+  EXPECT_EQ(over.error, "config.json: field 'n_positions' is 32, shorter than seq 33; GPT-2's "
+                        "learned position table has that many rows, so use seq <= 32");
+  models::ConfigResult spec = models::parseModelSpec(m.at(16).config->spec());
+  ASSERT_TRUE(spec.config) << spec.error;
+  EXPECT_EQ(spec.config->spec(), m.at(16).config->spec());
+  // GPT2Config's defaults; gelu is erf.
+  models::HfModel d = read(R"({"model_type": "gpt2", "activation_function": "gelu",
+      "scale_attn_weights": false, "tie_word_embeddings": false})");
+  EXPECT_EQ(d.config.hidden, 768);
+  EXPECT_EQ(d.config.positions, 1024);
+  EXPECT_EQ(d.config.vocab, 50257);
+  EXPECT_EQ(d.config.gelu, dsl::Gelu::erf);
+  EXPECT_FALSE(d.config.scaleAttn || d.config.tied);
+}
+
 TEST(HfConfig, MixtralExperts) {
   models::HfModel m = read(R"({"model_type": "mixtral", "hidden_size": 64,
       "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
@@ -176,11 +212,21 @@ TEST(HfConfig, RefusalsNameTheFileAndField) {
   EXPECT_EQ(refusal(R"({"model_type": "qwen2_moe", "decoder_sparse_step": 2})"),
             "dir/config.json: field 'decoder_sparse_step' is 2; megac builds every layer of a "
             "qwen2_moe model sparse (decoder_sparse_step 1)");
-  EXPECT_NE(refusal(R"({"model_type": "gpt2"})").find("model_type 'gpt2' is not supported"),
-            std::string::npos);
+  EXPECT_EQ(refusal(R"({"model_type": "gpt_neox"})"),
+            "dir/config.json: model_type 'gpt_neox' is not supported; --model hf: builds llama, "
+            "mistral, qwen2, mixtral, qwen2_moe, nemotron, gpt2");
+  EXPECT_EQ(refusal(R"({"model_type": "gpt2", "scale_attn_by_inverse_layer_idx": true})"),
+            "dir/config.json: field 'scale_attn_by_inverse_layer_idx' is true; megac does not "
+            "scale attention by 1/(layer + 1)");
+  EXPECT_EQ(refusal(R"({"model_type": "gpt2", "reorder_and_upcast_attn": true})"),
+            "dir/config.json: field 'reorder_and_upcast_attn' is true; megac does not reorder or "
+            "upcast GPT-2's attention (false is the math it builds)");
+  EXPECT_EQ(refusal(R"({"model_type": "gpt2", "activation_function": "quick_gelu"})"),
+            "dir/config.json: field 'activation_function' is \"quick_gelu\"; megac builds gpt2 "
+            "with gelu_new, gelu_pytorch_tanh or gelu_fast (tanh approximation) or gelu (erf)");
   EXPECT_EQ(refusal(R"({"hidden_size": 64})"),
             "dir/config.json: no model_type (a string naming the family: llama, mistral, qwen2, "
-            "mixtral, qwen2_moe, nemotron)");
+            "mixtral, qwen2_moe, nemotron, gpt2)");
   EXPECT_EQ(refusal("[1]"), "dir/config.json: not a JSON object (a transformers config.json)");
   EXPECT_EQ(refusal("{\"model_type\": ").find("dir/config.json: not JSON: "), 0u);
   // The zoo's own checks, named by the file.

@@ -41,8 +41,8 @@ model specs:
   other keys: ffn= (default 4*hidden; llama: 8/3*hidden rounded up to 256), tied=0|1,
   gelu=erf|tanh, batch=, dtype=f32|f64|bf16|f16, dec_seq= (t5), rope_theta=, norm_eps= (llama)
   hf:DIR[,seq=S]  a transformers config.json (DIR or the file itself): llama, mistral, qwen2,
-  mixtral, nemotron, built by the zoo with random initial weights; seq is the training
-  sequence length (docs/huggingface.md))";
+  mixtral, qwen2_moe, nemotron, gpt2, built by the zoo, from the folder's safetensors weights
+  when it has them; seq is the training sequence length (docs/huggingface.md))";
 
 const char *const kImportHelp =
     R"(usage: megac import (--model SPEC | FILE.onnx | FILE.mlir) -o FILE.mlir
