@@ -8,6 +8,13 @@
 // F, B, W: a stage's forward, input-gradient and weight-gradient time per micro-batch; 1F1B and
 // GPipe run B + W as one backward; ZBV's two chunks per stage each take half. --orders prints
 // each stage's steps ("F3" forward of micro-batch 3, "B", "W"; ZBV's second chunk in lower case).
+//
+//   bench-pipeline-schedule --simulate SCHEDULE m T F,B,W [F,B,W ...]
+//
+// simulates one schedule at per-chunk costs (one F,B,W triple per global chunk, in chunk order;
+// p = triples / chunks per stage; 1F1B and GPipe run B + W as one backward) and a transfer time T
+// between stages, and prints "makespan bubble steady_bubble" and each stage's busy time: what
+// bench/zero_bubble_bench.py compares with megac train's trace.
 #include "parallel/PipelineSchedule.h"
 
 #include <cstdio>
@@ -17,7 +24,61 @@
 
 using namespace megac::schedule;
 
+namespace {
+
+int simulateOne(int argc, char **argv) {
+  auto usage = [] {
+    std::fprintf(stderr, "usage: bench-pipeline-schedule --simulate SCHEDULE m T F,B,W [F,B,W ...] "
+                         "(m >= 1; T, F, B, W >= 0; one triple per chunk)\n");
+    return 2;
+  };
+  if (argc < 6)
+    return usage();
+  auto kind = parseScheduleKind(argv[2]);
+  if (!kind) {
+    std::fprintf(stderr, "bench-pipeline-schedule: unknown schedule '%s'\n", argv[2]);
+    return 2;
+  }
+  const int64_t m = std::atoll(argv[3]);
+  const double transfer = std::atof(argv[4]);
+  PipelineCosts costs;
+  costs.transfer = transfer;
+  costs.chunks.clear();
+  for (int i = 5; i < argc; ++i) {
+    StepCosts c;
+    if (std::sscanf(argv[i], "%lf,%lf,%lf", &c.forward, &c.backwardInput, &c.backwardWeight) != 3)
+      return usage();
+    costs.chunks.push_back(c);
+  }
+  const int64_t v = *kind == ScheduleKind::zbv ? 2 : 1;
+  const int64_t chunks = int64_t(costs.chunks.size());
+  if (m < 1 || chunks % v != 0)
+    return usage();
+  PipelineShape shape{chunks / v, v, m, placementOf(*kind)};
+  std::string error;
+  auto steps = buildSchedule(*kind, shape, &error);
+  if (!steps) {
+    std::fprintf(stderr, "bench-pipeline-schedule: %s\n", error.c_str());
+    return 1;
+  }
+  ScheduleSimulation sim = simulateSchedule(shape, *steps, costs);
+  if (!sim.error.empty()) {
+    std::fprintf(stderr, "bench-pipeline-schedule: %s\n", sim.error.c_str());
+    return 1;
+  }
+  std::printf("makespan %.9g bubble %.9g steady_bubble %.9g peak_in_flight %lld\n", sim.makespan,
+              sim.bubble, sim.steadyBubble, (long long)sim.peakInFlight);
+  for (size_t s = 0; s < sim.stageBusy.size(); ++s)
+    std::printf("stage %zu busy %.9g peak_in_flight %lld\n", s, sim.stageBusy[s],
+                (long long)sim.stagePeakInFlight[s]);
+  return 0;
+}
+
+} // namespace
+
 int main(int argc, char **argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--simulate") == 0)
+    return simulateOne(argc, argv);
   bool orders = false;
   double args[5] = {4, 8, 1, 1, 1};
   int given = 0;

@@ -2,6 +2,7 @@
 #include "parallel/PipelineSchedule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <sstream>
 
@@ -445,6 +446,33 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
 ScheduleSimulation simulateSchedule(const PipelineShape &shape,
                                     const std::vector<std::vector<ScheduleStep>> &steps,
                                     const StepCosts &costs) {
+  return simulateSchedule(shape, steps, PipelineCosts{{costs}, 0.0});
+}
+
+namespace {
+
+// Why `costs` does not fit `chunks` chunks; empty when it does.
+std::string checkCosts(const PipelineCosts &costs, int64_t chunks) {
+  if (costs.chunks.size() != 1 && static_cast<int64_t>(costs.chunks.size()) != chunks)
+    return "pipeline costs: need 1 or " + std::to_string(chunks) + " (one per chunk), got " +
+           std::to_string(costs.chunks.size());
+  auto bad = [](double x) { return !std::isfinite(x) || x < 0; };
+  for (size_t c = 0; c < costs.chunks.size(); ++c) {
+    const StepCosts &k = costs.chunks[c];
+    if (bad(k.forward) || bad(k.backwardInput) || bad(k.backwardWeight))
+      return "pipeline costs of chunk " + std::to_string(c) +
+             ": forward, input- and weight-gradient times must be finite and >= 0";
+  }
+  if (bad(costs.transfer))
+    return "pipeline transfer time must be finite and >= 0, got " + std::to_string(costs.transfer);
+  return {};
+}
+
+} // namespace
+
+ScheduleSimulation simulateSchedule(const PipelineShape &shape,
+                                    const std::vector<std::vector<ScheduleStep>> &steps,
+                                    const PipelineCosts &costs, bool keepSteps) {
   ScheduleSimulation sim;
   if (static_cast<int64_t>(steps.size()) != shape.stages) {
     sim.error = "the schedule has " + std::to_string(steps.size()) + " stages, the shape " +
@@ -456,60 +484,84 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
       return sim;
 
   const int64_t p = shape.stages, chunks = p * shape.virtualStages, mbs = shape.microBatches;
+  if (sim.error = checkCosts(costs, chunks); !sim.error.empty())
+    return sim;
+  auto costsOf = [&](int64_t chunk) -> const StepCosts & {
+    return costs.chunks.size() == 1 ? costs.chunks[0] : costs.chunks[static_cast<size_t>(chunk)];
+  };
   // Finish times per (chunk, micro-batch); negative: not run yet. backwardDone holds the whole
   // backward's or the input-gradient backward's: what the previous chunk's backward waits for.
   std::vector<double> forwardDone(chunks * mbs, -1), backwardDone(chunks * mbs, -1);
   auto at = [&](int64_t c, int64_t m) { return c * mbs + m; };
-  // When the step's inputs are available (their producers' finish time), or negative if not yet.
-  // The checker has put each step's own earlier steps (forward before backward, B before W)
-  // before it on its stage.
-  auto inputReady = [&](const ScheduleStep &step) -> double {
+  // When the step's inputs are usable on its stage (its producers' finish time, plus the transfer
+  // when the producer runs on another stage), or negative if not yet; fills the producer's stage
+  // and finish time. The checker has put each step's own earlier steps (forward before backward,
+  // B before W) before it on its stage.
+  auto inputReady = [&](const ScheduleStep &step, int64_t stage, SimulatedStep &t) -> double {
+    int64_t c = step.chunk, m = step.microBatch, producer = -1;
+    double own = 0, done = 0;
     switch (step.kind) {
     case StepKind::forward:
-      return step.chunk == 0 ? 0.0 : forwardDone[at(step.chunk - 1, step.microBatch)];
+      if (c == 0)
+        return 0.0;
+      producer = c - 1;
+      done = forwardDone[at(c - 1, m)];
+      break;
     case StepKind::backwardWeight:
-      return backwardDone[at(step.chunk, step.microBatch)];
+      return backwardDone[at(c, m)];
     case StepKind::backward:
     case StepKind::backwardInput:
+      own = forwardDone[at(c, m)];
+      if (c == chunks - 1 || own < 0)
+        return own;
+      producer = c + 1;
+      done = backwardDone[at(c + 1, m)];
       break;
     }
-    double own = forwardDone[at(step.chunk, step.microBatch)];
-    if (step.chunk == chunks - 1 || own < 0)
-      return own;
-    double next = backwardDone[at(step.chunk + 1, step.microBatch)];
-    return next < 0 ? next : std::max(own, next);
+    if (done < 0)
+      return done;
+    if (int64_t from = stageOfChunk(shape, producer); from != stage) {
+      t.producerStage = from;
+      t.inputSent = done;
+      done += costs.transfer;
+    }
+    return std::max(own, done);
   };
-  auto costOf = [&](StepKind kind) {
-    switch (kind) {
+  auto costOf = [&](const ScheduleStep &step) {
+    const StepCosts &k = costsOf(step.chunk);
+    switch (step.kind) {
     case StepKind::forward:
-      return costs.forward;
+      return k.forward;
     case StepKind::backward:
-      return costs.backwardInput + costs.backwardWeight;
+      return k.backwardInput + k.backwardWeight;
     case StepKind::backwardInput:
-      return costs.backwardInput;
+      return k.backwardInput;
     case StepKind::backwardWeight:
-      return costs.backwardWeight;
+      return k.backwardWeight;
     }
     return 0.0;
   };
 
   std::vector<size_t> next(p, 0);
-  std::vector<double> stageFree(p, 0), stageStart(p, -1), stageBusy(p, 0);
+  std::vector<double> stageFree(p, 0), stageStart(p, -1);
   std::vector<int64_t> inFlight(p, 0);
+  std::vector<std::vector<SimulatedStep>> timed(keepSteps ? p : 0);
+  sim.stageBusy.assign(p, 0);
   sim.stagePeakInFlight.assign(p, 0);
   for (bool progress = true; progress;) {
     progress = false;
     for (int64_t s = 0; s < p; ++s) {
       for (; next[s] < steps[s].size(); ++next[s]) {
         const ScheduleStep &step = steps[s][next[s]];
-        double ready = inputReady(step);
+        SimulatedStep t;
+        double ready = inputReady(step, s, t);
         if (ready < 0)
           break;
-        double start = std::max(stageFree[s], ready), cost = costOf(step.kind);
+        double start = std::max(stageFree[s], ready), cost = costOf(step);
         if (stageStart[s] < 0)
           stageStart[s] = start;
         stageFree[s] = start + cost;
-        stageBusy[s] += cost;
+        sim.stageBusy[s] += cost;
         if (step.kind == StepKind::forward)
           forwardDone[at(step.chunk, step.microBatch)] = stageFree[s];
         else if (step.kind != StepKind::backwardWeight)
@@ -520,6 +572,16 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
         else if (step.kind != StepKind::backwardInput)
           --inFlight[s];
         sim.stagePeakInFlight[s] = std::max(sim.stagePeakInFlight[s], inFlight[s]);
+        if (keepSteps) {
+          t.stage = s;
+          t.step = step;
+          t.start = start;
+          t.end = stageFree[s];
+          t.inputReady = ready;
+          if (t.producerStage < 0)
+            t.inputSent = ready;
+          timed[s].push_back(t);
+        }
         progress = true;
       }
     }
@@ -533,13 +595,16 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
     sim.error = "the schedule deadlocks: " + stuck.str();
     return sim;
   }
+  for (auto &stage : timed)
+    sim.timed.insert(sim.timed.end(), stage.begin(), stage.end());
   sim.makespan = *std::max_element(stageFree.begin(), stageFree.end());
   sim.peakInFlight = *std::max_element(sim.stagePeakInFlight.begin(), sim.stagePeakInFlight.end());
   double busy = 0;
   for (int64_t s = 0; s < p; ++s) {
-    busy += stageBusy[s];
+    busy += sim.stageBusy[s];
     if (stageStart[s] >= 0)
-      sim.steadyBubble = std::max(sim.steadyBubble, stageFree[s] - stageStart[s] - stageBusy[s]);
+      sim.steadyBubble =
+          std::max(sim.steadyBubble, stageFree[s] - stageStart[s] - sim.stageBusy[s]);
   }
   double idle = p * sim.makespan - busy;
   sim.bubble = idle / p;

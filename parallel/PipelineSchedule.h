@@ -90,6 +90,30 @@ struct StepCosts {
   double backwardWeight = 0;
 };
 
+/// What the simulator charges: each chunk's step times and the communication term. Stages differ
+/// (the first holds the embedding, the last the LM head and the loss; under zero-bubble splits
+/// chunk 0's input-gradient backward is empty, its weight-gradient backward the whole backward),
+/// so costs are per global chunk.
+struct PipelineCosts {
+  /// One entry per global chunk (stages * virtualStages), or one entry for every chunk.
+  std::vector<StepCosts> chunks{StepCosts{}};
+  /// From a step's end until its output (activations, or their gradient) is usable by the
+  /// neighbouring chunk on another stage: the p2p transfer and what the receiver pays to take it.
+  /// Chunks of one stage pass values for free.
+  double transfer = 0;
+};
+
+/// One step at the time the simulator runs it.
+struct SimulatedStep {
+  int64_t stage = 0;
+  ScheduleStep step;
+  double start = 0, end = 0;
+  /// The stage that produced its input on another stage (-1: none, or this stage itself), when
+  /// that producer finished, and when the input was usable here (inputSent + transfer).
+  int64_t producerStage = -1;
+  double inputSent = 0, inputReady = 0;
+};
+
 /// Simulates the schedule with every step taking its StepCosts time (sends take no time; a
 /// forward waits for the previous chunk's forward of its micro-batch, a backward or
 /// backwardInput for its own forward and the next chunk's (input-gradient) backward, a
@@ -117,10 +141,22 @@ struct ScheduleSimulation {
   /// peakInFlight of each stage. A (chunk, micro-batch) pair counts once: with v chunks per
   /// stage each holds about 1/v of a micro-batch's activations on that stage.
   std::vector<int64_t> stagePeakInFlight;
-  /// Non-empty when the steps are malformed (checkStageSchedule's message) or cannot finish
-  /// (a deadlock: names what every stuck stage waits for); the numbers are then meaningless.
+  /// Busy time (the sum of its steps' costs) of each stage.
+  std::vector<double> stageBusy;
+  /// Every step with its times, per stage in schedule order, stages in order; filled only when
+  /// simulateSchedule is asked to keep them (the timeline draws them).
+  std::vector<SimulatedStep> timed;
+  /// Non-empty when the steps are malformed (checkStageSchedule's message), the costs do not fit
+  /// the shape, or the steps cannot finish (a deadlock: names what every stuck stage waits for);
+  /// the numbers are then meaningless.
   std::string error;
 };
+/// The one simulator (codegen's orders, the planner's bubble, `megac plan --timeline`, the bubble
+/// bench): per-chunk costs and the communication term; `keepSteps` fills `timed`. With one
+/// StepCosts for every chunk and no transfer it is the uniform form below.
+ScheduleSimulation simulateSchedule(const PipelineShape &shape,
+                                    const std::vector<std::vector<ScheduleStep>> &steps,
+                                    const PipelineCosts &costs, bool keepSteps = false);
 ScheduleSimulation simulateSchedule(const PipelineShape &shape,
                                     const std::vector<std::vector<ScheduleStep>> &steps,
                                     const StepCosts &costs);

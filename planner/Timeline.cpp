@@ -28,22 +28,25 @@ std::string checkDurations(const std::vector<double> &list, const char *kind, in
 
 } // namespace
 
-// simulateSchedule's loop (PipelineSchedule.cpp), keeping each step's times: every stage runs
-// its steps in order as soon as both the stage is free and the step's input has arrived.
+// The per-chunk durations as the simulator's costs; simulateSchedule times every step.
 Timeline simulateTimeline(const PipelineShape &shape,
                           const std::vector<std::vector<ScheduleStep>> &steps,
                           const StepDurations &durations, std::string name) {
   Timeline tl;
   tl.name = std::move(name);
   tl.shape = shape;
-  ScheduleSimulation check = simulateSchedule(shape, steps, 1.0, 1.0);
-  if (!check.error.empty()) {
-    tl.error = check.error;
+  if (static_cast<int64_t>(steps.size()) != shape.stages) {
+    tl.error = "the schedule has " + std::to_string(steps.size()) + " stages, the shape " +
+               std::to_string(shape.stages);
     return tl;
   }
-  const int64_t p = shape.stages, chunks = p * shape.virtualStages, mbs = shape.microBatches;
+  for (int64_t s = 0; s < shape.stages; ++s)
+    if (!schedule::checkStageSchedule(shape, s, steps[s], &tl.error))
+      return tl;
+  const int64_t chunks = shape.stages * shape.virtualStages;
   for (std::string e : {checkDurations(durations.forward, "forward", chunks),
-                        checkDurations(durations.backward, "backward", chunks)})
+                        checkDurations(durations.backward, "backward", chunks),
+                        checkDurations(durations.weight, "weight-gradient", chunks)})
     if (!e.empty()) {
       tl.error = e;
       return tl;
@@ -52,74 +55,29 @@ Timeline simulateTimeline(const PipelineShape &shape,
     tl.error = "send latency must be finite and >= 0, got " + std::to_string(durations.sendLatency);
     return tl;
   }
-
-  std::vector<double> forwardDone(chunks * mbs, -1), backwardDone(chunks * mbs, -1);
-  auto at = [&](int64_t c, int64_t m) { return c * mbs + m; };
-  // When the step's input is here (negative: not yet); fills its producer's stage and end.
-  auto inputOf = [&](const ScheduleStep &step, TimedStep &t) -> double {
-    int64_t c = step.chunk, m = step.microBatch, producer = -1;
-    double done = 0, own = 0;
-    if (step.kind == StepKind::forward) {
-      if (c == 0)
-        return 0.0;
-      producer = c - 1;
-      done = forwardDone[at(c - 1, m)];
-    } else {
-      own = forwardDone[at(c, m)];
-      if (c == chunks - 1 || own < 0)
-        return own;
-      producer = c + 1;
-      done = backwardDone[at(c + 1, m)];
-    }
-    if (done < 0)
-      return done;
-    if (producer % p == c % p) // a chunk of this stage: no transfer
-      return std::max(own, done);
-    t.producerStage = producer % p;
-    t.inputSent = done;
-    return std::max(own, done + durations.sendLatency);
-  };
-
-  std::vector<std::vector<TimedStep>> timed(p);
-  std::vector<size_t> next(p, 0);
-  std::vector<double> stageFree(p, 0);
-  double busy = 0;
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int64_t s = 0; s < p; ++s)
-      for (; next[s] < steps[s].size(); ++next[s]) {
-        const ScheduleStep &step = steps[s][next[s]];
-        TimedStep t;
-        double ready = inputOf(step, t);
-        if (ready < 0)
-          break;
-        bool forward = step.kind == StepKind::forward;
-        double cost = durationOf(forward ? durations.forward : durations.backward, step.chunk);
-        t.stage = s;
-        t.step = step;
-        t.start = std::max(stageFree[s], ready);
-        t.end = t.start + cost;
-        t.inputReady = ready;
-        if (t.producerStage < 0)
-          t.inputSent = ready;
-        stageFree[s] = t.end;
-        busy += cost;
-        (forward ? forwardDone : backwardDone)[at(step.chunk, step.microBatch)] = t.end;
-        timed[s].push_back(t);
-        progress = true;
-      }
-  }
-  for (int64_t s = 0; s < p; ++s)
-    if (next[s] < steps[s].size()) { // checked above with unit costs; latency cannot add a wait
-      tl.error = "the schedule deadlocks at stage " + std::to_string(s) + " step " +
-                 std::to_string(next[s]) + " (" + describeStep(steps[s][next[s]]) + ")";
+  schedule::PipelineCosts costs;
+  costs.transfer = durations.sendLatency;
+  costs.chunks.clear();
+  bool uniform = durations.forward.size() == 1 && durations.backward.size() == 1 &&
+                 durations.weight.size() == 1;
+  for (int64_t c = 0; c < (uniform ? 1 : chunks); ++c) {
+    double f = durationOf(durations.forward, c), b = durationOf(durations.backward, c);
+    double w = durationOf(durations.weight, c);
+    if (w > b) {
+      tl.error = "weight-gradient duration of chunk " + std::to_string(c) + " (" +
+                 std::to_string(w) + ") exceeds its whole backward (" + std::to_string(b) + ")";
       return tl;
     }
-  for (auto &stage : timed)
-    tl.steps.insert(tl.steps.end(), stage.begin(), stage.end());
-  tl.makespan = *std::max_element(stageFree.begin(), stageFree.end());
-  double idle = p * tl.makespan - busy;
-  tl.bubbleFraction = tl.makespan > 0 ? idle / (p * tl.makespan) : 0;
+    costs.chunks.push_back({f, b - w, w});
+  }
+  ScheduleSimulation sim = simulateSchedule(shape, steps, costs, /*keepSteps=*/true);
+  if (!sim.error.empty()) {
+    tl.error = sim.error;
+    return tl;
+  }
+  tl.steps = std::move(sim.timed);
+  tl.makespan = sim.makespan;
+  tl.bubbleFraction = sim.bubbleFraction;
   return tl;
 }
 
@@ -218,7 +176,24 @@ double shadeLightness(int64_t j, int64_t virtualStages) {
 
 std::string stepColour(StepKind kind, int64_t j, int64_t virtualStages) {
   double l = shadeLightness(j, virtualStages);
-  return kind == StepKind::forward ? hsl(212, 0.62, l) : hsl(26, 0.85, l);
+  if (kind == StepKind::forward)
+    return hsl(212, 0.62, l);
+  return kind == StepKind::backwardWeight ? hsl(140, 0.5, l) : hsl(26, 0.85, l);
+}
+
+/// The step's kind as `megac train --trace` names its category.
+const char *kindName(StepKind kind) {
+  switch (kind) {
+  case StepKind::forward:
+    return "forward";
+  case StepKind::backward:
+    return "backward";
+  case StepKind::backwardInput:
+    return "backward_input";
+  case StepKind::backwardWeight:
+    return "backward_weight";
+  }
+  return "backward";
 }
 
 std::string textColour(int64_t j, int64_t virtualStages) {
@@ -272,6 +247,10 @@ std::string timelineSvg(const Timeline &tl, const std::string &subtitle) {
   auto xOf = [&](double t) { return left + t * scale; };
   auto rowTop = [&](int64_t s) { return top + s * (rowHeight + rowGap); };
 
+  // A schedule has whole backwards or split ones (B and W).
+  const bool split = std::any_of(tl.steps.begin(), tl.steps.end(), [](const TimedStep &t) {
+    return t.step.kind == StepKind::backwardWeight;
+  });
   std::ostringstream o;
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << px(width) << "\" height=\""
@@ -295,9 +274,11 @@ std::string timelineSvg(const Timeline &tl, const std::string &subtitle) {
       << "fill=\"#444444\">" << xmlEscape(subtitle) << "</text>\n";
   o << "<text x=\"" << px(left) << "\" y=\"" << px(titleHeight - 10)
     << "\" font-size=\"11\" fill=\"#666666\">"
-    << xmlEscape("blocks: F (forward) / B (backward) of the micro-batch written in them; "
-                 "grey: the stage is idle (bubble); thin lines: activations and gradients "
-                 "sent between stages")
+    << xmlEscape(std::string(split ? "blocks: F (forward) / B (input gradients) / W (weight "
+                                     "gradients)"
+                                   : "blocks: F (forward) / B (backward)") +
+                 " of the micro-batch written in them; grey: the stage is idle (bubble); thin "
+                 "lines: activations and gradients sent between stages")
     << "</text>\n";
 
   // Legend: forward and backward per virtual stage, then idle.
@@ -310,9 +291,15 @@ std::string timelineSvg(const Timeline &tl, const std::string &subtitle) {
       << "</text>\n";
     lx += 19 + 7.0 * double(label.size()) + 18;
   };
-  for (StepKind kind : {StepKind::forward, StepKind::backward})
+  std::vector<StepKind> kinds{StepKind::forward, StepKind::backward};
+  if (split)
+    kinds = {StepKind::forward, StepKind::backwardInput, StepKind::backwardWeight};
+  for (StepKind kind : kinds)
     for (int64_t j = 0; j < v; ++j) {
-      std::string label = kind == StepKind::forward ? "forward" : "backward";
+      std::string label = kind == StepKind::forward          ? "forward"
+                          : kind == StepKind::backwardInput  ? "B (input gradients)"
+                          : kind == StepKind::backwardWeight ? "W (weight gradients)"
+                                                             : "backward";
       if (v > 1)
         label += p > 1 ? ", chunks " + std::to_string(j * p) + "\xE2\x80\x93" +
                              std::to_string(j * p + p - 1)
@@ -357,7 +344,7 @@ std::string timelineSvg(const Timeline &tl, const std::string &subtitle) {
     const ScheduleStep &s = t.step;
     int64_t j = s.chunk / p;
     double x = xOf(t.start), w = (t.end - t.start) * scale, y = rowTop(t.stage);
-    const char *kind = s.kind == StepKind::forward ? "forward" : "backward";
+    const char *kind = kindName(s.kind);
     o << "<g><title>" << xmlEscape(stepLabel(s)) << " on stage " << t.stage << ": "
       << num(t.start * unitScale, 5) << "\xE2\x80\x93" << num(t.end * unitScale, 5) << " "
       << unitName << "</title>";
@@ -423,7 +410,7 @@ std::string chromeTrace(const Timeline &tl) {
   }
   for (const TimedStep &t : tl.steps) {
     const ScheduleStep &s = t.step;
-    const char *kind = s.kind == StepKind::forward ? "forward" : "backward";
+    const char *kind = kindName(s.kind);
     event("{\"name\": " + jsonString(stepLabel(s)) + ", \"cat\": \"" + kind +
           "\", \"ph\": \"X\", \"pid\": " + std::to_string(t.stage) +
           ", \"tid\": 2, \"ts\": " + us(t.start) + ", \"dur\": " + us(t.end - t.start) +

@@ -27,22 +27,18 @@ struct StepDurations {
   /// From a step's end until its output (activations, or their gradient) is usable by the
   /// neighbouring chunk on another stage; transfers between chunks of one stage are free.
   double sendLatency = 0;
+  /// Per global chunk, or one entry for every chunk: the weight-gradient part W of `backward`
+  /// (0 <= W <= backward). Split schedules run B = backward - W and W as two steps; the others
+  /// run the whole backward.
+  std::vector<double> weight{0.0};
 };
 
-/// One step at the time it runs.
-struct TimedStep {
-  int64_t stage = 0;
-  ScheduleStep step;
-  double start = 0, end = 0; // seconds from the start of the optimizer step
-  /// The stage that produced its input on another stage (-1: none, or this stage itself), when
-  /// that producer finished, and when the input arrived here (inputSent + sendLatency).
-  int64_t producerStage = -1;
-  double inputSent = 0, inputReady = 0;
-};
+/// One step at the time it runs (seconds from the start of the optimizer step; inputReady =
+/// inputSent + sendLatency for an input from another stage).
+using TimedStep = schedule::SimulatedStep;
 
-/// The simulation of simulateSchedule with per-chunk durations and send latency, keeping every
-/// step's times. With one duration per kind and no latency its makespan and bubble fraction are
-/// simulateSchedule's.
+/// simulateSchedule's run (parallel/PipelineSchedule.h, the one simulator) with per-chunk
+/// durations and send latency, keeping every step's times.
 struct Timeline {
   std::string name; // the schedule's (scheduleName), shown in the title
   PipelineShape shape;
@@ -65,7 +61,8 @@ Timeline scheduleTimeline(ScheduleKind kind, const PipelineShape &shape,
                           const StepDurations &durations);
 
 /// A standalone SVG: one row per stage, a block per step labelled with its micro-batch
-/// (forwards blue, backwards orange, each chunk of a stage a different shade), idle time as
+/// (forwards blue, backwards or input-gradient backwards orange, weight-gradient backwards green,
+/// each chunk of a stage a different shade), idle time as
 /// gaps, cross-stage sends as thin lines from the producer's end to the consumer's row, a time
 /// axis, a legend and a title with the schedule's name, shape and bubble fraction. `subtitle`
 /// (e.g. the layout) is printed under the title when non-empty. Needs an error-free timeline.

@@ -556,5 +556,105 @@ TEST(PipelineScheduleTest, ZbvOrder) {
                                   " B1.1 B2.2 B1.2 W1.1 W2.2 W1.2");
 }
 
+// Per-chunk costs (issue 35 step 1): equal per-chunk costs are the uniform simulation; a
+// flow shop's closed form holds with different stages; the communication term costs two hops
+// per stage at m = p; V placement's stage-local hand-over is free.
+TEST(PipelineScheduleTest, PerChunkCostsEqualToUniformAreTheUniformSimulation) {
+  for (ScheduleKind kind : kAllKinds)
+    for (int64_t p = 1; p <= 4; ++p) {
+      int64_t v = kind == ScheduleKind::zbv || kind == ScheduleKind::interleaved ? 2 : 1;
+      PipelineShape shape{p, v, 2 * p, placementOf(kind)};
+      auto steps = buildSchedule(kind, shape, nullptr);
+      ASSERT_TRUE(steps) << scheduleName(kind);
+      StepCosts each{1.5, 2, 0.5};
+      ScheduleSimulation uniform = simulateSchedule(shape, *steps, each);
+      ScheduleSimulation perChunk =
+          simulateSchedule(shape, *steps, PipelineCosts{std::vector<StepCosts>(p * v, each), 0});
+      ASSERT_EQ(perChunk.error, "");
+      EXPECT_EQ(perChunk.makespan, uniform.makespan) << scheduleName(kind) << " p " << p;
+      EXPECT_EQ(perChunk.bubble, uniform.bubble) << scheduleName(kind) << " p " << p;
+      EXPECT_EQ(perChunk.steadyBubble, uniform.steadyBubble) << scheduleName(kind) << " p " << p;
+    }
+}
+
+TEST(PipelineScheduleTest, PerChunkCostsFlowShopClosedForm) {
+  // GPipe's forwards with nothing after them are a flow shop of m identical jobs: makespan =
+  // sum_s F_s + (m - 1) max_s F_s; stage s is busy m F_s. Costs are small integers: exact.
+  for (int64_t m = 1; m <= 6; ++m) {
+    PipelineShape shape{3, 1, m};
+    auto steps = buildSchedule(ScheduleKind::gpipe, shape, nullptr);
+    ASSERT_TRUE(steps);
+    PipelineCosts costs{{{1, 0, 0}, {3, 0, 0}, {2, 0, 0}}, 0};
+    ScheduleSimulation sim = simulateSchedule(shape, *steps, costs);
+    ASSERT_EQ(sim.error, "");
+    EXPECT_EQ(sim.makespan, 6.0 + double(m - 1) * 3) << "m " << m;
+    EXPECT_EQ(sim.stageBusy, (std::vector<double>{double(m), 3.0 * m, 2.0 * m})) << "m " << m;
+  }
+}
+
+TEST(PipelineScheduleTest, TransferCostsTwoHopsPerStage) {
+  // GPipe: the last micro-batch's forward crosses p - 1 links and the first backward p - 1 back,
+  // so the bubble is (p - 1)(F + B + 2T) for every m (dyadic costs: exact). 1F1B pays more once
+  // m > p: each steady-state F-B pair waits for a round trip (p = 2, m = 4: 5, not 4).
+  const double F = 1, Bc = 2, T = 0.5;
+  for (int64_t p = 2; p <= 6; ++p)
+    for (int64_t m = p; m <= 2 * p; ++m) {
+      PipelineShape shape{p, 1, m};
+      auto steps = buildSchedule(ScheduleKind::gpipe, shape, nullptr);
+      ASSERT_TRUE(steps);
+      ScheduleSimulation sim = simulateSchedule(shape, *steps, PipelineCosts{{{F, Bc, 0}}, T});
+      ASSERT_EQ(sim.error, "");
+      EXPECT_EQ(sim.bubble, double(p - 1) * (F + Bc + 2 * T)) << "p " << p << " m " << m;
+    }
+  PipelineShape shape{2, 1, 4};
+  auto steps = buildSchedule(ScheduleKind::oneFOneB, shape, nullptr);
+  ASSERT_TRUE(steps);
+  EXPECT_EQ(simulateSchedule(shape, *steps, PipelineCosts{{{F, Bc, 0}}, T}).bubble, 5.0);
+}
+
+TEST(PipelineScheduleTest, TimedStepsAndVeeHandOverIsFree) {
+  // zbv, p = 2: chunk 1 -> chunk 2 stays on stage 1 (V placement), so its forward of
+  // micro-batch 0 starts when chunk 1's ends, while chunk 0 -> 1 crosses and waits T.
+  const double T = 0.25;
+  PipelineShape shape{2, 2, 4, ChunkPlacement::vee};
+  auto steps = buildSchedule(ScheduleKind::zbv, shape, nullptr);
+  ASSERT_TRUE(steps);
+  ScheduleSimulation sim = simulateSchedule(shape, *steps, PipelineCosts{{{1, 1, 1}}, T}, true);
+  ASSERT_EQ(sim.error, "");
+  ASSERT_EQ(sim.timed.size(), size_t(2 * 4 * 3 * 2));
+  auto find = [&](StepKind kind, int64_t chunk, int64_t mb) {
+    for (const SimulatedStep &t : sim.timed)
+      if (t.step == ScheduleStep{kind, chunk, mb})
+        return t;
+    ADD_FAILURE() << "no step";
+    return SimulatedStep{};
+  };
+  SimulatedStep f0 = find(StepKind::forward, 0, 0), f1 = find(StepKind::forward, 1, 0);
+  SimulatedStep f2 = find(StepKind::forward, 2, 0);
+  EXPECT_EQ(f1.stage, 1);
+  EXPECT_EQ(f1.producerStage, 0);
+  EXPECT_EQ(f1.inputReady, f0.end + T);
+  EXPECT_EQ(f2.stage, 1);
+  EXPECT_EQ(f2.producerStage, -1);
+  EXPECT_GE(f2.start, f1.end);
+  EXPECT_EQ(f2.inputReady, f1.end);
+  for (const SimulatedStep &t : sim.timed)
+    EXPECT_EQ(t.end - t.start, 1.0) << describeStep(t.step);
+}
+
+TEST(PipelineScheduleTest, PipelineCostsErrorsNameTheProblem) {
+  PipelineShape shape{2, 1, 2};
+  auto steps = buildSchedule(ScheduleKind::oneFOneB, shape, nullptr);
+  ASSERT_TRUE(steps);
+  EXPECT_NE(simulateSchedule(shape, *steps, PipelineCosts{{{1, 1, 0}, {1, 1, 0}, {1, 1, 0}}, 0})
+                .error.find("need 1 or 2 (one per chunk), got 3"),
+            std::string::npos);
+  EXPECT_NE(simulateSchedule(shape, *steps, PipelineCosts{{{1, -1, 0}}, 0}).error.find("chunk 0"),
+            std::string::npos);
+  EXPECT_NE(simulateSchedule(shape, *steps, PipelineCosts{{{1, 1, 0}}, -1})
+                .error.find("transfer time must be finite and >= 0"),
+            std::string::npos);
+}
+
 } // namespace
 } // namespace megac::schedule

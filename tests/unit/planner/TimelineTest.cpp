@@ -249,6 +249,27 @@ TEST(TimelineTest, PerChunkDurations) {
                                           : (t.step.chunk == 0 ? 2.0 : 5.0));
 }
 
+TEST(TimelineTest, SplitSchedulesRunBAndWFromTheWeightShare) {
+  // zb-h1, 2 stages, 2 micro-batches, backward 3 of which W 1: B steps last 2, W steps 1, and
+  // the timeline is the simulator's at F = 1, B = 2, W = 1.
+  PipelineShape shape{2, 1, 2};
+  auto steps = buildSchedule(ScheduleKind::zbH1, shape, nullptr);
+  ASSERT_TRUE(steps);
+  Timeline tl = simulateTimeline(shape, *steps, {{1.0}, {3.0}, 0.0, {1.0}}, "zb-h1");
+  ASSERT_EQ(tl.error, "");
+  ScheduleSimulation sim = simulateSchedule(shape, *steps, schedule::StepCosts{1, 2, 1});
+  EXPECT_DOUBLE_EQ(tl.makespan, sim.makespan);
+  for (const TimedStep &t : tl.steps)
+    EXPECT_DOUBLE_EQ(t.end - t.start, t.step.kind == StepKind::forward         ? 1.0
+                                      : t.step.kind == StepKind::backwardInput ? 2.0
+                                                                               : 1.0);
+  std::string svg = timelineSvg(tl);
+  EXPECT_NE(svg.find("W (weight gradients)"), std::string::npos);
+  EXPECT_NE(svg.find("block backward_weight"), std::string::npos);
+  EXPECT_NE(simulateTimeline(shape, *steps, {{1.0}, {3.0}, 0.0, {4.0}}).error.find("exceeds"),
+            std::string::npos);
+}
+
 TEST(TimelineTest, ErrorsNameTheProblem) {
   EXPECT_NE(scheduleTimeline(ScheduleKind::interleaved, {4, 2, 6}, {}).error.find("divisible"),
             std::string::npos);
