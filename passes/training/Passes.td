@@ -235,7 +235,8 @@ def TrainingOptimizer : Pass<"mega-training-optimizer", "mlir::ModuleOp"> {
     shard is all-gathered. `zero=2` (ZeRO-2) also shards the accumulator: each training
     function reduce-scatters the micro-batch gradient over dp and adds it into the dp shard,
     so @apply_gradients has no dp reduction for it. `zero=3` (ZeRO-3, FSDP) also stores the
-    parameter as its dp shard (`mega.dim_axes` gains dp on dim 0): every function all-gathers it
+    parameter as its dp shard (`mega.dim_axes` gains dp on the first dim dp divides, not only
+    dim 0; docs/training-step.md): every function all-gathers it
     right before its first use, and again (`mega.regather`) before its first backward use where
     the function runs both; AdamW updates the shard, with no all-gather after. Under zero 2/3 a
     stage where no parameter shards is an error. A parameter used on several pipeline stages

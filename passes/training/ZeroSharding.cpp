@@ -34,18 +34,26 @@ SmallVector<int64_t> integersOf(Attribute attr) {
   return out;
 }
 
-/// ZeRO-1/2/3 shard a parameter's optimizer step (zero >= 2: and its accumulator; zero 3: and
-/// the parameter) over dp on dim 0 when its gradient is a partial sum over dp and dim 0 divides.
-bool zeroSharded(const Distribution &dist, const Param &p) {
-  if (!dist || dist.zero == 0 || p.type.getRank() == 0)
-    return false;
+int64_t zeroDim(const Distribution &dist, const Param &p) {
+  if (!dist || dist.zero == 0)
+    return -1;
   int64_t dp = dist.size("dp");
-  return dp > 1 && llvm::is_contained(stringsOf(p.attrs.get(kGradPartialAttr)), "dp") &&
-         p.type.getDimSize(0) % dp == 0;
+  if (dp <= 1 || !llvm::is_contained(stringsOf(p.attrs.get(kGradPartialAttr)), "dp"))
+    return -1;
+  // ZeRO-1/2 keep dim 0: their @apply_gradients buckets view a shard as rows of
+  // [dp, n/dp].
+  int64_t dims = dist.zero == 3 ? p.type.getRank() : std::min<int64_t>(p.type.getRank(), 1);
+  for (int64_t d = 0; d < dims; ++d)
+    if (p.type.getDimSize(d) % dp == 0)
+      return d;
+  return -1;
 }
 
-/// ZeRO-2/3 shard parameters' gradients on dim 0 over dp: refuses a stage where none can be
-/// (every parameter a scalar or with dim 0 not divisible by dp).
+bool zeroSharded(const Distribution &dist, const Param &p) { return zeroDim(dist, p) >= 0; }
+
+/// ZeRO-2/3 shard parameters' gradients over dp: refuses a stage where none can
+/// be (every parameter a scalar or with no dim that dp divides: dim 0 under
+/// ZeRO-2).
 LogicalResult checkShardable(func::FuncOp fb, const Distribution &dist, ArrayRef<Param> params) {
   if (!dist || dist.zero < 2 ||
       llvm::any_of(params, [&](const Param &p) { return zeroSharded(dist, p); }))
@@ -54,17 +62,20 @@ LogicalResult checkShardable(func::FuncOp fb, const Distribution &dist, ArrayRef
   std::string shape;
   llvm::raw_string_ostream os(shape);
   llvm::interleave(p.type.getShape(), os, "x");
+  bool anyDim = dist.zero == 3;
   return fb.emitError() << "mega-training-optimizer: zero=" << dist.zero
-                        << " shards parameters on dim 0 over dp = " << dist.size("dp")
-                        << ", but no parameter of @" << fb.getSymName()
-                        << " has a dim 0 that dp divides (parameter '" << p.name << "' is ["
-                        << (shape.empty() ? "scalar" : shape) << "]); use a dp that divides "
-                        << "the parameters' dim 0, or --zero 1";
+                        << " shards parameters over dp = " << dist.size("dp")
+                        << ", but no parameter of @" << fb.getSymName() << " has "
+                        << (anyDim ? "a dim" : "a dim 0") << " that dp divides (parameter '"
+                        << p.name << "' is [" << (shape.empty() ? "scalar" : shape)
+                        << "]); use a dp that divides the parameters' "
+                        << (anyDim ? "dims" : "dim 0") << ", or --zero 1";
 }
 
-/// ZeRO-2/3: each sharded parameter's accumulator `acc' = acc + g` in a training function
-/// becomes its dp shard, `acc' = acc + reduce_scatter(g)`, the reduce-scatter right after
-/// g is computed so the whole micro-batch gradient dies there (docs/training-step.md).
+/// ZeRO-2/3: each sharded parameter's accumulator `acc' = acc + g` in a
+/// training function becomes its dp shard, `acc' = acc + reduce_scatter(g)`,
+/// the reduce-scatter right after g is computed so the whole micro-batch
+/// gradient dies there (docs/training-step.md).
 LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params) {
   OpBuilder b(f.getContext());
   Block &block = f.getBody().front();
@@ -95,7 +106,7 @@ LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayR
       b.setInsertionPointToStart(&block);
     RankedTensorType shard = dpShard(dist, *p);
     Value mine = mega::ReduceScatterOp::create(b, add.getLoc(), shard, mega::ReduceKind::sum, grad,
-                                               dist.mesh, dpAxes, 0);
+                                               dist.mesh, dpAxes, zeroDim(dist, *p));
     Value sum = mega::AddOp::create(b, add.getLoc(), shard, acc, mine);
     acc.setType(shard);
     ret->setOperand(i, sum);
@@ -106,10 +117,11 @@ LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayR
   return success();
 }
 
-/// ZeRO-3: a sharded parameter argument of `f` becomes its dp shard, all-gathered right before
-/// its first use. Where `f` also runs the backward (ops no forward result depends on), the
-/// backward's uses read a second all-gather placed before the first of them, so the forward's
-/// whole copy dies after its last forward use (reshard after forward); the copy carries
+/// ZeRO-3: a sharded parameter argument of `f` becomes its dp shard,
+/// all-gathered right before its first use. Where `f` also runs the backward
+/// (ops no forward result depends on), the backward's uses read a second
+/// all-gather placed before the first of them, so the forward's whole copy dies
+/// after its last forward use (reshard after forward); the copy carries
 /// `mega.regather` so that CSE keeps it.
 void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params) {
   if (f.isExternal())
@@ -117,7 +129,8 @@ void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> 
   OpBuilder b(f.getContext());
   Block &block = f.getBody().front();
   auto ret = cast<func::ReturnOp>(block.getTerminator());
-  // The forward: what the results other than gradients and accumulators depend on.
+  // The forward: what the results other than gradients and accumulators depend
+  // on.
   bool backward = false;
   DenseSet<Operation *> forward = forwardOps(f, backward);
   ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});
@@ -136,7 +149,7 @@ void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> 
     f.setArgAttrs(arg.getArgNumber(), storedAttrs(b, dist, *p));
     auto gather = [&](OpBuilder &at) -> Value {
       return mega::AllGatherOp::create(at, arg.getLoc(), p->type, arg, dist.mesh, dpAxes,
-                                       at.getI64IntegerAttr(0), UnitAttr());
+                                       at.getI64IntegerAttr(zeroDim(dist, *p)), UnitAttr());
     };
     gatherBeforeFirstUse(b, forwardUses, false, gather);
     gatherBeforeFirstUse(b, backwardUses, !forwardUses.empty(), gather);
@@ -154,44 +167,48 @@ RankedTensorType storedType(const Distribution &dist, const Param &p) {
   return dist.zero == 3 ? momentType(dist, p) : p.type;
 }
 
-/// The parameter's mega.dim_axes (none: every dim whole) with dp added on dim 0, after the
-/// axes already splitting it: a dp shard of the local tensor.
-ArrayAttr dpShardDims(OpBuilder &b, const Param &p) {
+/// The parameter's mega.dim_axes (none: every dim whole) with dp added on its
+/// ZeRO dim, after the axes already splitting it: a dp shard of the local
+/// tensor.
+ArrayAttr dpShardDims(OpBuilder &b, const Distribution &dist, const Param &p) {
   SmallVector<Attribute> split;
   if (auto dims = dyn_cast_or_null<ArrayAttr>(p.attrs.get(kDimAxesAttr)))
     split.assign(dims.begin(), dims.end());
   else
     split.assign(p.type.getRank(), b.getStrArrayAttr({}));
-  SmallVector<StringRef> axes = stringsOf(split[0]);
+  int64_t dim = zeroDim(dist, p);
+  SmallVector<StringRef> axes = stringsOf(split[dim]);
   axes.push_back("dp");
-  split[0] = b.getStrArrayAttr(axes);
+  split[dim] = b.getStrArrayAttr(axes);
   return b.getArrayAttr(split);
 }
 
-/// A parameter argument's attributes: under ZeRO-3 a sharded one's dim_axes gain dp on dim 0,
-/// so codegen's parameter table records the shard's offset and checkpoints reshard.
+/// A parameter argument's attributes: under ZeRO-3 a sharded one's dim_axes
+/// gain dp on its dim, so codegen's parameter table records the shard's offset
+/// and checkpoints reshard.
 DictionaryAttr storedAttrs(OpBuilder &b, const Distribution &dist, const Param &p) {
   if (dist.zero != 3 || !zeroSharded(dist, p))
     return p.attrs;
   NamedAttrList attrs(p.attrs);
-  attrs.set(kDimAxesAttr, dpShardDims(b, p));
+  attrs.set(kDimAxesAttr, dpShardDims(b, dist, p));
   if (!attrs.get(kGlobalShapeAttr))
     attrs.set(kGlobalShapeAttr, b.getDenseI64ArrayAttr(p.type.getShape()));
   return attrs.getDictionary(b.getContext());
 }
 
-/// A moment's type: the parameter's, or its dp shard under ZeRO-1.
+/// A moment's type: the parameter's, or its dp shard under ZeRO-1/2/3.
 RankedTensorType momentType(const Distribution &dist, const Param &p) {
   if (!zeroSharded(dist, p))
     return p.type;
   SmallVector<int64_t> shape(p.type.getShape());
-  shape[0] /= dist.size("dp");
+  shape[zeroDim(dist, p)] /= dist.size("dp");
   return RankedTensorType::get(shape, p.type.getElementType());
 }
 
-/// A state argument's attributes in a partitioned step: its name, global shape and split
-/// (the parameter's, plus dp on dim 0 for ZeRO moments and ZeRO-2/3 accumulators), and for
-/// accumulators the axes the gradient is a partial sum over (not dp once reduce-scattered).
+/// A state argument's attributes in a partitioned step: its name, global shape
+/// and split (the parameter's, plus dp on the ZeRO dim for ZeRO moments and
+/// ZeRO-2/3 accumulators), and for accumulators the axes the gradient is a
+/// partial sum over (not dp once reduce-scattered).
 DictionaryAttr stateAttrs(OpBuilder &b, const Distribution &dist, const Param &p,
                           StringRef prefix) {
   bool accumulator = prefix == "grad.";
@@ -204,7 +221,7 @@ DictionaryAttr stateAttrs(OpBuilder &b, const Distribution &dist, const Param &p
   if (shape)
     attrs.push_back(b.getNamedAttr(kGlobalShapeAttr, shape));
   if (shard)
-    attrs.push_back(b.getNamedAttr(kDimAxesAttr, dpShardDims(b, p)));
+    attrs.push_back(b.getNamedAttr(kDimAxesAttr, dpShardDims(b, dist, p)));
   else if (Attribute dims = p.attrs.get(kDimAxesAttr))
     attrs.push_back(b.getNamedAttr(kDimAxesAttr, dims));
   if (accumulator) {
@@ -217,10 +234,11 @@ DictionaryAttr stateAttrs(OpBuilder &b, const Distribution &dist, const Param &p
   return b.getDictionaryAttr(attrs);
 }
 
-/// A ZeRO-1 gradient's dp shard type: dim 0 divided by dp.
+/// A ZeRO gradient's dp shard type: its ZeRO dim (dim 0 under ZeRO-1/2) divided
+/// by dp.
 RankedTensorType dpShard(const Distribution &dist, const Param &p) {
   SmallVector<int64_t> shape(p.type.getShape());
-  shape[0] /= dist.size("dp");
+  shape[zeroDim(dist, p)] /= dist.size("dp");
   return RankedTensorType::get(shape, p.type.getElementType());
 }
 

@@ -7,9 +7,11 @@
                bf16/fp16 bounds for the mixed cases) at dp 2 and dp 4, with tp 2 and sequence
                parallelism, pp 2, vpp 2, selective and full recompute, ep 2 on a Mixtral, a
                model whose hidden size dp 4 does not divide everywhere (some parameters stay
-               replicated), and bf16/fp16 mixed precision. A control (ZeRO-3 at dp 2 with lr *
+               replicated), a model with ffn 6 (ZeRO-3 shards the [6, 16] weight on dim 1, dim 0
+               not dividing; its bias [6] stays whole) at dp 4 and tp 2 x dp 2, and bf16/fp16 mixed precision. A control (ZeRO-3 at dp 2 with lr *
                (1 + 1e-6)) must fail the fp64 parameter bound.
-  checkpoint:  a GPT in fp64 (tests/e2e/checkpoint_test.py's) saved after 4 steps under ZeRO-3
+  checkpoint:  a GPT in fp64 (tests/e2e/checkpoint_test.py's, with ffn 6: one weight sharded on
+               dim 1, its bias whole) saved after 4 steps under ZeRO-3
                at dp 4 holds the one-rank checkpoint's tensors (parameters and Adam moments
                within 1e-9 of the largest value, every element covered); resumed on one rank
                (ZeRO 0) its losses of steps 5..8 are the uninterrupted one-rank run's within
@@ -40,6 +42,11 @@ from partition_equivalence import GPT, GPT_H12, MIXTRAL, Layout  # noqa: E402
 
 SKIP = 77
 
+# ffn 6 at dp 4: h0.mlp.fc.weight [6, 16] is sharded by ZeRO-3 on dim 1 (dim 0 is not divisible),
+# its bias [6] stays whole (no dim dp 4 divides), mlp.proj.weight [16, 6] on dim 0.
+GPT_FFN6 = dict(name="gpt-ffn6", spec=f"gpt:layers=2,hidden=16,heads=4,ffn=6,seq={pe.SEQ},"
+                f"vocab={pe.VOCAB}", layers=2, vocab=pe.VOCAB)
+
 # (model, layout, precision): every case <= 8 ranks.
 CASES = [
     (GPT, Layout(dp=2, zero=2), "fp64"),
@@ -55,6 +62,8 @@ CASES = [
     (GPT, Layout(dp=2, zero=3, recompute="full"), "fp64"),
     (GPT, Layout(dp=2, zero=2, micro=1), "fp64"),  # 4 micro-batches: 4 reduce-scatters a step
     (GPT_H12, Layout(dp=4, zero=3), "fp64"),
+    (GPT_FFN6, Layout(dp=4, zero=3), "fp64"),
+    (GPT_FFN6, Layout(tp=2, dp=2, zero=3), "fp64"),
     (MIXTRAL, Layout(dp=4, ep=2, zero=2), "fp64"),
     (MIXTRAL, Layout(dp=4, ep=2, zero=3), "fp64"),
     (MIXTRAL, Layout(tp=2, dp=4, ep=2, zero=3), "fp64"),
@@ -99,7 +108,13 @@ def equivalence(megac, workdir):
     return failures
 
 
+# checkpoint_test.py's GPT with ffn 6: at dp 4 ZeRO-3 shards h0.mlp.fc.weight [6, 16] on dim 1 and
+# keeps its bias [6] whole, so the checkpoint holds dim-0, dim-1 and whole boxes.
+CHECKPOINT_SPEC = "gpt:layers=2,hidden=16,heads=4,ffn=6,seq=64,vocab=256"
+
+
 def checkpoint(megac, workdir):
+    ck.SPEC = CHECKPOINT_SPEC
     out = os.path.join(workdir, "checkpoint")
     shutil.rmtree(out, ignore_errors=True)
     zero3 = ["--ranks", "4", "--dp", "4", "--micro-batch", "1", "--zero", "3"]
