@@ -16,17 +16,12 @@ import os
 import re
 import sys
 
+from e2e_support import check  # noqa: E402
+
 try:
     import tomllib
 except ImportError:  # Python < 3.11
     tomllib = None
-
-
-def check(condition, message):
-    if not condition:
-        print("FAIL:", message)
-        sys.exit(1)
-    print("ok:", message)
 
 
 def cmake_calls(text, command):

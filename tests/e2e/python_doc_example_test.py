@@ -22,15 +22,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
-SKIP = 77
+from e2e_support import SKIP, check, ensure_modules  # noqa: E402
 HEADING = "## A complete example"
-
-
-def check(condition, message):
-    if not condition:
-        print("FAIL:", message)
-        sys.exit(1)
-    print("ok:", message)
 
 
 def example_code(doc):
@@ -51,14 +44,8 @@ def main():
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--venv", default=os.path.join(REPO, ".venv"))
     args = parser.parse_args()
-    try:
-        from tensorboard.backend.event_processing import event_accumulator
-    except ImportError:
-        python = os.path.join(args.venv, "bin", "python")
-        if os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(args.venv):
-            os.execv(python, [python] + sys.argv)
-        print(f"SKIP: tensorboard is not importable ({python} lacks it); run scripts/bootstrap.sh")
-        return SKIP
+    ensure_modules(args.venv, ["tensorboard"])
+    from tensorboard.backend.event_processing import event_accumulator
     if not shutil.which("mpirun"):
         print("SKIP: the example runs on 2 ranks and needs mpirun (install openmpi-bin)")
         return SKIP

@@ -42,16 +42,9 @@ DATA = os.path.join(HERE, "..", "..", "examples", "tiny-corpus.npy")
 GPT = "gpt:layers=2,hidden=64,heads=4,seq=64,vocab=256"
 RUN = {"data": DATA, "steps": 3, "global_batch": 8, "micro_batch": 4, "lr": 3e-3, "seed": 5,
        "threads": 1}
-SKIP = 77
+from e2e_support import SKIP, check, import_megac_package  # noqa: E402
 # Keys whose values are timings or this process's memory: present, not compared across runs.
 MEASURED = {"tokens_per_s", "step_time_s", "model_tflops_per_rank", "mem_rss_peak_bytes"}
-
-
-def check(condition, message):
-    if not condition:
-        print("FAIL:", message)
-        sys.exit(1)
-    print("ok:", message)
 
 
 def cli_args(run):
@@ -297,12 +290,8 @@ def main():
     parser.add_argument("--pythonpath", required=True)
     parser.add_argument("--workdir", required=True)
     args = parser.parse_args()
-    sys.path.insert(0, os.path.abspath(args.pythonpath))
-    try:
-        import megac
-    except ImportError as e:
-        print(f"SKIP: the megac Python package is not built in {args.pythonpath} ({e}); it needs "
-              "pybind11 (Debian pybind11-dev) when CMake runs (MEGAC_PYTHON)")
+    megac = import_megac_package(args.pythonpath)
+    if megac is None:
         return SKIP
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)

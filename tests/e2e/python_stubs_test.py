@@ -21,14 +21,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "..", "examples", "tiny-corpus.npy")
 GPT = "gpt:layers=1,hidden=32,heads=2,seq=64,vocab=256"
-SKIP = 77
-
-
-def check(condition, message):
-    if not condition:
-        print("FAIL:", message)
-        sys.exit(1)
-    print("ok:", message)
+from e2e_support import SKIP, check, import_megac_package  # noqa: E402
 
 
 def public(name):
@@ -142,14 +135,10 @@ def main():
     parser.add_argument("--pythonpath", required=True)
     parser.add_argument("--workdir", required=True)
     args = parser.parse_args()
-    sys.path.insert(0, os.path.abspath(args.pythonpath))
-    try:
-        import megac
-        from megac import _megac
-    except ImportError as e:
-        print(f"SKIP: the megac Python package is not built in {args.pythonpath} ({e}); it needs "
-              "pybind11 (Debian pybind11-dev) when CMake runs (MEGAC_PYTHON)")
+    megac = import_megac_package(args.pythonpath)
+    if megac is None:
         return SKIP
+    from megac import _megac
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     package = os.path.dirname(megac.__file__)

@@ -31,29 +31,7 @@ DATA = os.path.join(REPO, "examples", "tiny-corpus.npy")
 GPT = "gpt:layers=2,hidden=64,heads=4,seq=64,vocab=256"
 MIXTRAL = ("mixtral:layers=2,hidden=32,heads=4,kv_heads=2,experts=4,topk=2,ffn=48,seq=64,"
            "vocab=256")
-SKIP = 77
-
-
-def ensure_tensorboard(venv):
-    try:
-        import tensorboard  # noqa: F401
-        return
-    except ImportError:
-        pass
-    python = os.path.join(venv, "bin", "python")
-    # A venv's python is a link to the base interpreter: compare prefixes, not executables.
-    if os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
-        os.execv(python, [python] + sys.argv)
-    print(f"SKIP: tensorboard is not importable and {python} is missing or lacks it; run "
-          "scripts/bootstrap.sh")
-    sys.exit(SKIP)
-
-
-def check(condition, message):
-    if not condition:
-        print("FAIL:", message)
-        sys.exit(1)
-    print("ok:", message)
+from e2e_support import SKIP, check, ensure_modules  # noqa: E402
 
 
 def train(megac, workdir, name, model, *extra, data=DATA):
@@ -184,7 +162,7 @@ def main():
     parser.add_argument("--venv", default=os.path.join(HERE, "..", "..", ".venv"))
     args = parser.parse_args()
     args.megac = os.path.abspath(args.megac)
-    ensure_tensorboard(args.venv)
+    ensure_modules(args.venv, ["tensorboard"])
     shutil.rmtree(args.workdir, ignore_errors=True)
     os.makedirs(args.workdir)
     w = args.workdir
