@@ -1,20 +1,33 @@
 """The pipeline bubble of 1f1b and the zero-bubble schedules, measured from `megac train --trace`
-against the schedule simulator (issue 35; docs/pipeline.md "Zero-bubble schedules"). For each
-schedule, `megac train` runs a GPT on 2 ranks x 1 kernel thread, pp 2, m micro-batches (default
-4), and traces steps 2..steps. Per traced step and rank: busy = the summed durations of its chunk
-functions (forward.c<c>, backward[_input|_weight].c<c>: compute only, not the waits in receives),
-makespan = the latest end of one on any rank minus the step's start (ranks' clocks start together
-at each step, after the previous step's collectives). Measured bubble = mean over ranks of
-makespan - busy, the simulator's `bubble` (every stage starts the step together; the optimizer
-step waits for all). Predicted: bench-pipeline-schedule p m F B W with the means of the measured
-F, B and W over both stages (per stage: zbv's chunk steps are half a stage, so doubled; the
-simulator takes one cost per kind, while chunk 0's B is empty and its W the whole backward, so the
-prediction is rough). Prints medians over the traced steps. Timing: run it alone, under the CPU
-lock (flock /tmp/megac-cpu.lock).
+against the one schedule simulator at the measured per-chunk costs (issue 35; docs/pipeline.md
+"Zero-bubble schedules"). For each schedule, `megac train` runs a GPT on 2 ranks x 1 kernel
+thread, pp 2, m micro-batches (default 4), and traces steps 2..steps; --rounds runs every
+schedule that many times, interleaved, so the VM's drift shows as spread rather than as a
+difference between schedules.
+
+Per traced step, from the trace's pipeline lane (one span per schedule step: the chunk function,
+the runner's set-up of its inputs and stash, its sends, and the receive it waits in):
+- cost of a step = its span minus the receives inside it (work, not waiting). Per global chunk
+  and kind (F, B, W; 1f1b's whole backward is its B), the mean over steps and micro-batches.
+- transfer = the median, over matched send/receive pairs (peer, tag), of the receive's end minus
+  the later of the send's start and the receive's start: the p2p copy and what the receiver pays
+  to take it (the simulator's communication term, charged on every cross-stage edge).
+- measured bubble = mean over ranks of (pipeline makespan - the rank's summed step costs), the
+  makespan from the first pipeline step's start to the last one's end on either rank (one clock
+  for all ranks in the trace): the simulator's `bubble` (every stage starts the step together;
+  the optimizer step waits for all).
+- sim = `bench-pipeline-schedule --simulate SCHEDULE m T F,B,W ...` at the step's own per-chunk
+  costs and the run's transfer; ratio = measured / simulated per step (medians printed). pooled:
+  the simulator at the per-chunk means over all steps and rounds.
+Also printed: `compute`, the chunk functions' own time, and `overhead`, the runner's time inside
+steps outside the chunk functions and receives (per step, both ranks' mean), which the earlier
+version of this bench counted as idle. `step` is the whole optimizer step (pipeline, gradient
+reduction, optimizer); `opt` the time after the pipeline part. Medians over the traced steps and
+the rounds. Timing: run it alone, under the CPU lock (flock /tmp/megac-cpu.lock).
 
 usage: zero_bubble_bench.py --megac build/bin/megac
            --schedule-bench build/bin/bench-pipeline-schedule [--model SPEC]
-           [--micro-batches M] [--steps N] [--workdir DIR]
+           [--micro-batches M] [--steps N] [--rounds R] [--workdir DIR]
 """
 import argparse
 import json
@@ -23,57 +36,83 @@ import statistics
 import subprocess
 import sys
 
-import numpy as np
-
 SCHEDULES = ("1f1b", "zb-h1", "zb-h2", "zbv")
 KINDS = ("forward", "backward", "backward_input", "backward_weight")
+# The simulator's cost slot of each kind: 1f1b's whole backward is B + W with W = 0.
+SLOT = {"forward": 0, "backward": 1, "backward_input": 1, "backward_weight": 2}
 
 
-def traced_steps(path):
-    """[(step, {rank: (start, [(kind, ts, dur)])})] from a Chrome trace."""
+def load(path):
     with open(path) as f:
-        events = json.load(f)["traceEvents"]
+        return json.load(f)["traceEvents"]
+
+
+def measure(events, chunks):
+    """Per traced step (bubble, step, opt, overhead, compute), per-chunk cost samples of all
+    steps, and per step its own per-chunk mean costs."""
     steps = {}
     for e in events:
         if e.get("cat") == "step":
-            steps.setdefault(e["args"]["step"], {})[e["pid"]] = (e["ts"], e["ts"] + e["dur"], [])
-    for e in events:
-        # The chunk functions' own spans: the pipeline lane's step spans also hold the waits in
-        # their receives.
-        if e.get("cat") != "function" or e["name"].split(".c")[0] not in KINDS:
-            continue
-        kind = e["name"].split(".c")[0]
-        for step, ranks in steps.items():
-            start, end, spans = ranks.get(e["pid"], (None, None, None))
-            if start is not None and start <= e["ts"] <= end:
-                spans.append((kind, e["ts"], e["dur"]))
-    return sorted(steps.items())
+            steps.setdefault(e["args"]["step"], {})[e["pid"]] = (e["ts"], e["ts"] + e["dur"])
+    costs = [[[] for _ in range(3)] for _ in range(chunks)]
+    recvs = [e for e in events if e.get("cat") == "comm" and e["name"] == "Recv"]
+    funcs = [e for e in events if e.get("cat") == "function"
+             and e["name"].split(".c")[0] in KINDS]
+    pipe = [e for e in events if e.get("cat") in KINDS and e.get("tid") == 2]
+    rows, step_costs = [], []
+    for _, ranks in sorted(steps.items()):
+        own = [[[] for _ in range(3)] for _ in range(chunks)]
+        first, last, busy, over, comp, ends = None, None, {}, [], [], {}
+        for pid, (start, end) in ranks.items():
+            inside = lambda e: e["pid"] == pid and start <= e["ts"] <= end
+            spans = [e for e in pipe if inside(e)]
+            rs = [e for e in recvs if inside(e)]
+            fs = [e for e in funcs if inside(e)]
+            busy[pid] = 0.0
+            for s in spans:
+                s_end = s["ts"] + s["dur"]
+                waited = sum(r["dur"] for r in rs if s["ts"] <= r["ts"] <= s_end)
+                fn = sum(f["dur"] for f in fs if s["ts"] <= f["ts"] <= s_end)
+                cost = s["dur"] - waited
+                busy[pid] += cost
+                over.append(cost - fn)
+                comp.append(fn)
+                costs[s["args"]["chunk"]][SLOT[s["cat"]]].append(cost)
+                own[s["args"]["chunk"]][SLOT[s["cat"]]].append(cost)
+                first = s["ts"] if first is None else min(first, s["ts"])
+                last = s_end if last is None else max(last, s_end)
+            ends[pid] = end
+        makespan = last - first
+        bubble = statistics.mean(makespan - b for b in busy.values())
+        step = max(end - start for start, end in ranks.values())
+        opt = max(ends.values()) - last
+        rows.append((bubble, step, opt, sum(over) / len(ranks), sum(comp) / len(ranks)))
+        step_costs.append([[statistics.mean(k) if k else 0.0 for k in c] for c in own])
+    return rows, costs, step_costs
 
 
-def measure(path, chunks_per_stage):
-    bubbles, steps, times = [], [], {k: [] for k in ("forward", "backward_input",
-                                                      "backward_weight", "backward")}
-    for _, ranks in traced_steps(path):
-        ends = [ts + dur - start for start, _, spans in ranks.values() for _, ts, dur in spans]
-        makespan = max(ends)
-        busy = [sum(d for _, _, d in spans) for _, _, spans in ranks.values()]
-        bubbles.append(statistics.mean(makespan - b for b in busy))
-        steps.append(max(end - start for start, end, _ in ranks.values()))
-        for _, _, spans in ranks.values():
-            for kind, _, dur in spans:
-                times[kind].append(dur * chunks_per_stage)
-    mean = {k: statistics.mean(v) if v else 0.0 for k, v in times.items()}
-    return statistics.median(bubbles), statistics.median(steps), mean
+def transfers(events):
+    """Per matched send/receive: the receive's end - max(send start, receive start)."""
+    sends, out = {}, []
+    comm = sorted((e for e in events if e.get("cat") == "comm"), key=lambda e: e["ts"])
+    for e in comm:
+        if e["name"] == "Send":
+            sends.setdefault((e["pid"], e["args"]["peer"], e["args"]["tag"]), []).append(e)
+    for e in comm:
+        if e["name"] == "Recv":
+            queue = sends.get((e["args"]["peer"], e["pid"], e["args"]["tag"]))
+            if queue:
+                s = queue.pop(0)
+                out.append(e["ts"] + e["dur"] - max(s["ts"], e["ts"]))
+    return out
 
 
-def simulated_bubble(bench, schedule, m, f, b, w):
-    out = subprocess.run([bench, "2", str(m), repr(f), repr(b), repr(w)], capture_output=True,
-                         text=True, check=True).stdout
-    for line in out.splitlines():
-        parts = line.split()
-        if parts and parts[0] == schedule:
-            return float(parts[2])
-    raise RuntimeError(f"bench-pipeline-schedule printed no row for {schedule}:\n{out}")
+def simulate(bench, schedule, m, transfer, chunk_costs):
+    triples = [",".join(repr(x) for x in c) for c in chunk_costs]
+    out = subprocess.run([bench, "--simulate", schedule, str(m), repr(transfer)] + triples,
+                         capture_output=True, text=True, check=True).stdout
+    words = out.split()
+    return float(words[words.index("bubble") + 1])
 
 
 def main():
@@ -83,38 +122,80 @@ def main():
     parser.add_argument("--model", default="gpt:layers=8,hidden=256,heads=4,seq=128,vocab=1024")
     parser.add_argument("--micro-batches", type=int, default=4)
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--workdir", default="/tmp/zero_bubble_bench")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     seq = int(args.model.split("seq=")[1].split(",")[0])
     vocab = int(args.model.split("vocab=")[1].split(",")[0])
+    # int32 tokens in .npy form without numpy: megac reads the header's dtype and shape.
     data = os.path.join(args.workdir, "tokens.npy")
-    rng = np.random.default_rng(0)
-    np.save(data, rng.integers(0, vocab, size=(256, seq + 1)).astype(np.int32))
+    rows, state = 256, 12345
+    header = "{'descr': '<i4', 'fortran_order': False, 'shape': (%d, %d), }" % (rows, seq + 1)
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    body = bytearray()
+    for _ in range(rows * (seq + 1)):
+        state = (state * 1103515245 + 12345) % 2**31
+        body += (state % vocab).to_bytes(4, "little")
+    with open(data, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode())
+        f.write(body)
     print(f"{args.model}, 2 ranks x 1 thread, pp 2, m {args.micro_batches}, fp32; times in ms "
-          f"(medians of steps 2..{args.steps})")
-    print(f"{'schedule':<8} {'step':>8} {'F':>7} {'B':>7} {'W':>7} {'bubble':>8} "
-          f"{'simulated':>9} {'ratio':>6}")
+          f"(medians of steps 2..{args.steps} over {args.rounds} round(s))")
+    results = {s: {"rows": [], "costs": None, "transfers": []} for s in SCHEDULES}
+    for r in range(args.rounds):
+        for schedule in SCHEDULES:
+            trace = os.path.join(args.workdir, f"{schedule}.{r}.json")
+            argv = [args.megac, "train", "--model", args.model, "--data", data,
+                    "--steps", str(args.steps), "--global-batch", str(args.micro_batches),
+                    "--micro-batch", "1", "--lr", "1e-4", "--ranks", "2", "--pp", "2",
+                    "--threads", "1", "--schedule", schedule, "--trace", trace,
+                    "--trace-steps", str(args.steps - 1)]
+            result = subprocess.run(argv, capture_output=True, text=True)
+            if result.returncode != 0:
+                print(f"{schedule}: megac train failed:\n{result.stdout}{result.stderr}")
+                return 1
+            events = load(trace)
+            chunks = 4 if schedule == "zbv" else 2
+            rows, costs, step_costs = measure(events, chunks)
+            res = results[schedule]
+            ts = transfers(events)
+            transfer = statistics.median(ts) if ts else 0.0
+            # Each step simulated at its own per-chunk costs: the VM drifts between steps (step
+            # times of one schedule spread over +-25%), and the ratio compares like with like.
+            for row, own in zip(rows, step_costs):
+                sim = simulate(args.schedule_bench, schedule, args.micro_batches, transfer, own)
+                res["rows"].append(row + (sim, row[0] / sim if sim else 0.0))
+            res["transfers"] += ts
+            if res["costs"] is None:
+                res["costs"] = costs
+            else:
+                for c in range(chunks):
+                    for k in range(3):
+                        res["costs"][c][k] += costs[c][k]
+    print(f"{'schedule':<8} {'step':>7} {'opt':>6} {'bubble':>7} {'sim':>7} {'ratio':>6} "
+          f"{'pooled':>7} "
+          f"{'T':>5} {'overhead':>8} {'compute':>8}  per-chunk F/B/W")
+    base = None
     for schedule in SCHEDULES:
-        trace = os.path.join(args.workdir, f"{schedule}.json")
-        argv = [args.megac, "train", "--model", args.model, "--data", data,
-                "--steps", str(args.steps), "--global-batch", str(args.micro_batches),
-                "--micro-batch", "1", "--lr", "1e-4", "--ranks", "2", "--pp", "2",
-                "--threads", "1", "--schedule", schedule, "--trace", trace,
-                "--trace-steps", str(args.steps - 1)]
-        result = subprocess.run(argv, capture_output=True, text=True)
-        if result.returncode != 0:
-            print(f"{schedule}: megac train failed:\n{result.stdout}{result.stderr}")
-            return 1
-        chunks = 2 if schedule == "zbv" else 1
-        bubble, step, t = measure(trace, chunks)
-        f = t["forward"]
-        b = t["backward_input"] if schedule != "1f1b" else t["backward"]
-        w = t["backward_weight"]
-        sim = simulated_bubble(args.schedule_bench, schedule, args.micro_batches, f, b, w)
-        # 1f1b's whole backward is B + W for the simulator; its W column stays 0.
-        print(f"{schedule:<8} {step / 1e3:8.1f} {f / 1e3:7.1f} {b / 1e3:7.1f} {w / 1e3:7.1f} "
-              f"{bubble / 1e3:8.1f} {sim / 1e3:9.1f} {bubble / sim if sim else 0:6.2f}")
+        res = results[schedule]
+        med = [statistics.median(col) for col in zip(*res["rows"])]
+        bubble, step, opt, over, comp, sim, ratio = med
+        chunk_costs = [[statistics.mean(k) if k else 0.0 for k in c] for c in res["costs"]]
+        transfer = statistics.median(res["transfers"]) if res["transfers"] else 0.0
+        pooled = simulate(args.schedule_bench, schedule, args.micro_batches, transfer, chunk_costs)
+        per_chunk = " ".join("/".join(f"{x / 1e3:.1f}" for x in c) for c in chunk_costs)
+        print(f"{schedule:<8} {step / 1e3:7.1f} {opt / 1e3:6.1f} {bubble / 1e3:7.1f} "
+              f"{sim / 1e3:7.1f} {ratio:6.2f} {pooled / 1e3:7.1f} {transfer / 1e3:5.2f} "
+              f"{over / 1e3:8.1f} {comp / 1e3:8.1f}  {per_chunk}")
+        busy = over + comp
+        if base is None:
+            base = (step, bubble, busy, opt)
+        else:
+            drop, saved = base[0] - step, base[1] - bubble
+            print(f"{'':<8} step time drop vs 1f1b {drop / 1e3:.1f} ms, bubble saved "
+                  f"{saved / 1e3:.1f} ms (drop / saved {drop / saved if saved else 0:.2f}); "
+                  f"busy {(busy - base[2]) / 1e3:+.1f} ms, opt {(opt - base[3]) / 1e3:+.1f} ms")
         sys.stdout.flush()
     return 0
 

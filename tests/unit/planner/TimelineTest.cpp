@@ -391,6 +391,33 @@ TEST(TimelineSvgTest, InterleavedFourStagesIsWellFormedWithOneBlockPerStep) {
   EXPECT_EQ(static_cast<int64_t>(sends), 2 * (chunks - 1) * shape.microBatches);
 }
 
+TEST(TimelineSvgTest, EverySchedulePp4M8) {
+  // docs/pipeline.md's drawings (copied from the build's tests/unit/planner into docs/pipeline/):
+  // every schedule at p = 4, m = 8, F = 1 ms, whole backward 2 ms of which W 1 ms, 0.1 ms per
+  // transfer. Each is well formed, has one block per step, and its blocks are the simulator's.
+  for (ScheduleKind kind : {ScheduleKind::gpipe, ScheduleKind::oneFOneB, ScheduleKind::interleaved,
+                            ScheduleKind::zbH1, ScheduleKind::zbH2, ScheduleKind::zbv}) {
+    int64_t v = kind == ScheduleKind::interleaved || kind == ScheduleKind::zbv ? 2 : 1;
+    PipelineShape shape{4, v, 8, schedule::placementOf(kind)};
+    // A chunk of a two-chunk stage holds half its layers.
+    StepDurations d{{1e-3 / double(v)}, {2e-3 / double(v)}, 1e-4, {1e-3 / double(v)}};
+    Timeline tl = scheduleTimeline(kind, shape, d);
+    ASSERT_EQ(tl.error, "") << scheduleName(kind);
+    std::string svg = timelineSvg(tl, "F 1 ms, B 1 ms, W 1 ms per stage and micro-batch (1F1B, "
+                                      "GPipe, interleaved: B + W as one backward), 0.1 ms sends");
+    std::ofstream(std::string(MEGAC_TIMELINE_OUT_DIR) + "/" + scheduleName(kind) + "_pp4_m8.svg")
+        << svg;
+    std::vector<Element> elements;
+    ASSERT_EQ(parseXml(svg, elements), "") << scheduleName(kind);
+    std::vector<Block> blocks = blocksOf(elements);
+    int64_t stepsPerPair = schedule::splitsBackward(kind) ? 3 : 2;
+    EXPECT_EQ(int64_t(blocks.size()), stepsPerPair * 4 * v * 8) << scheduleName(kind);
+    int64_t weights = std::count_if(blocks.begin(), blocks.end(),
+                                    [](const Block &b) { return b.kind == "backward_weight"; });
+    EXPECT_EQ(weights, schedule::splitsBackward(kind) ? 4 * v * 8 : 0) << scheduleName(kind);
+  }
+}
+
 TEST(TimelineSvgTest, EscapesTheSubtitle) {
   Timeline tl = scheduleTimeline(ScheduleKind::oneFOneB, {2, 1, 2}, {});
   std::string svg = timelineSvg(tl, "a <b> & \"c\"");
