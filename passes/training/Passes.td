@@ -418,4 +418,47 @@ def TrainingFuseLastMicroBatch : Pass<"mega-training-fuse-last-micro-batch", "ml
   let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
 }
 
+def TrainingZeroPrefetch : Pass<"mega-training-zero-prefetch", "mlir::ModuleOp"> {
+  let summary = "start ZeRO-3's parameter all-gathers one layer ahead, not all at once";
+  let description = [{
+    Runs after mega-schedule-latency-hiding under `--zero 3 --overlap on`. Latency hiding raises
+    every start to just after its input's definition; a ZeRO-3 gather's input is a function
+    argument (the parameter's dp shard), so every gather of the step would start at the top of
+    the function and every layer's whole parameters would be live at once, undoing ZeRO-3 and
+    reshard-after-forward. This pass moves them back: a function's ZeRO-3 gathers (an
+    `all_gather_start` over dp of a parameter argument whose `mega.dim_axes` name dp), in the
+    order of their `collective_done`s, are grouped into units of one layer (the parameter name
+    up to its first dot: `h3.attn.q.weight` is in `h3`); each unit's starts move down to just
+    before the previous unit's first done. Layer l+1's gathers then run during layer l's
+    compute (FSDP's forward and backward prefetch of one unit), and at any point at most two
+    units' gathered parameters are live or in flight: the one in use and the next. A start
+    already later than that stays. No op other than starts moves, so every done still follows
+    its start and precedes its uses.
+
+    Before (after latency hiding):
+    ```mlir
+    %a = mega.all_gather_start %h0w ...   // every gather at the top
+    %b = mega.all_gather_start %h1w ...
+    %c = mega.all_gather_start %h2w ...
+    %wa = mega.collective_done %a ...
+    ... layer h0 ...
+    %wb = mega.collective_done %b ...
+    ... layer h1 ...
+    %wc = mega.collective_done %c ...
+    ```
+    After:
+    ```mlir
+    %a = mega.all_gather_start %h0w ...
+    %b = mega.all_gather_start %h1w ...   // before h0's first done: overlaps layer h0
+    %wa = mega.collective_done %a ...
+    ... layer h0 ...
+    %c = mega.all_gather_start %h2w ...   // before h1's first done: overlaps layer h1
+    %wb = mega.collective_done %b ...
+    ... layer h1 ...
+    %wc = mega.collective_done %c ...
+    ```
+  }];
+  let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
+}
+
 #endif // MEGA_TRAINING_PASSES_TD
