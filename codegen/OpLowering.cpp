@@ -75,12 +75,13 @@ LogicalResult ProgramLowering::emit(Operation *op, pl::Opcode opcode, pl::Attrs 
   instruction.location = locationString(op->getLoc());
   for (Value operand : op->getOperands())
     instruction.inputs.push_back(use(operand, index));
-  // A MatMul with an accumulator writes over it (beta = 1) and reads lhs and rhs whole, so it
-  // may write a state buffer that neither of those is.
+  // A GEMM with an accumulator (its last input) writes over it (beta = 1) and reads its other
+  // inputs whole, so it may write a state buffer that none of those is.
   bool accumulates = pl::accumulatesInPlace(opcode, static_cast<int>(op->getNumOperands()));
   auto mayWrite = [&](uint32_t buffer) {
     return pl::writesInPlace(opcode) ||
-           (accumulates && instruction.inputs[0] != buffer && instruction.inputs[1] != buffer);
+           (accumulates && llvm::none_of(llvm::ArrayRef(instruction.inputs).drop_back(),
+                                         [&](uint32_t in) { return in == buffer; }));
   };
   for (Value result : op->getResults()) {
     // A `mega.updates` result of an opcode that may write in place goes straight into the
@@ -331,14 +332,16 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
                         fbb_, a.getBeta1().convertToDouble(), a.getBeta2().convertToDouble(),
                         a.getEps().convertToDouble(), a.getWeightDecay().convertToDouble())));
       })
-      // Inputs lr, step, then (p, g, m, v) per parameter; outputs (p, m, v) per parameter, each
-      // into its own parameter's or moment's buffer (the validator holds it to that).
+      // Inputs lr, step, then (p, g, m, v) per parameter, then the clip's norm if any; outputs
+      // (p, m, v) per parameter, each into its own parameter's or moment's buffer (the validator
+      // holds it to that).
       .Case([&](AdamWUpdateMultiOp a) {
         std::vector<double> decays(a.getWeightDecays().begin(), a.getWeightDecays().end());
+        double maxNorm = a.getMaxNorm() ? a.getMaxNorm()->convertToDouble() : 0.0;
         return emit(op, O::AdamWMulti, A::AdamWMultiAttrs,
                     asVoid(pl::CreateAdamWMultiAttrsDirect(
                         fbb_, a.getBeta1().convertToDouble(), a.getBeta2().convertToDouble(),
-                        a.getEps().convertToDouble(), &decays)));
+                        a.getEps().convertToDouble(), &decays, maxNorm)));
       })
       .Case([&](ClipByNormOp c) {
         return emit(op, O::ClipByNorm, A::ClipAttrs,

@@ -47,7 +47,8 @@ LogicalResult MoeMatmulOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
     Value lhs = transposed ? x : g, rhs = transposed ? g : x;
     return {MoeMatmulOp::create(b, getLoc(), x.getType(), g, w, mask, getTopk(), !transposed,
                                 getGlobalExpertsAttr()),
-            MoeMatmulWeightGradOp::create(b, getLoc(), w.getType(), lhs, rhs, mask, getTopk(),
+            MoeMatmulWeightGradOp::create(b, getLoc(), w.getType(), lhs, rhs, mask,
+                                          /*accumulate=*/Value(), getTopk(),
                                           getGlobalExpertsAttr()),
             Value()};
   });

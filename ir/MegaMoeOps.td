@@ -163,17 +163,22 @@ def Mega_MoeMatmulWeightGradOp : Mega_CostedOp<"moe_matmul_weight_grad",
   let description = [{
     `lhs [E, t..., p]`, `rhs [E, t..., q]`, `weights [t..., E]` -> `[E, p, q]`: expert e's
     matrix is the sum over its active rows t (`weights[t, e] != 0`), in token order, of
-    `lhs[e, t]^T rhs[e, t]`. `topk` and `global_experts` as for moe_matmul.
+    `lhs[e, t]^T rhs[e, t]`. `topk` and `global_experts` as for moe_matmul. With an
+    `accumulate` operand (the result's type) the sums are added to it (BLAS's beta = 1): the
+    weight gradient accumulates into its gradient accumulator without a separate add
+    (mega-training-gemm-fusion).
 
     ```mlir
     %dw = mega.moe_matmul_weight_grad %dy, %x, %m topk 2 : (tensor<4x16x128xf32>, tensor<4x16x64xf32>, tensor<16x4xf32>) -> tensor<4x128x64xf32>
+    %acc2 = mega.moe_matmul_weight_grad %dy, %x, %m topk 2 accumulate %acc : (tensor<4x16x128xf32>, tensor<4x16x64xf32>, tensor<16x4xf32>, tensor<4x128x64xf32>) -> tensor<4x128x64xf32>
     ```
   }];
   let arguments = (ins Mega_FloatTensor:$lhs, Mega_FloatTensor:$rhs, Mega_FloatTensor:$weights,
+                       Optional<Mega_FloatTensor>:$accumulate,
                        I64Attr:$topk, OptionalAttr<I64Attr>:$global_experts);
   let results = (outs Mega_FloatTensor:$result);
-  let assemblyFormat = "$lhs `,` $rhs `,` $weights `topk` $topk attr-dict `:` "
-                       "functional-type(operands, results)";
+  let assemblyFormat = "$lhs `,` $rhs `,` $weights `topk` $topk (`accumulate` $accumulate^)? "
+                       "attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

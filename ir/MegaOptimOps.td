@@ -4,8 +4,8 @@
 #ifndef MEGA_OPTIM_OPS_TD
 #define MEGA_OPTIM_OPS_TD
 
-def Mega_AdamWUpdateMultiOp : Mega_CostedOp<"adamw_update_multi", [Mega_Plan<"AdamWMulti">, Pure],
-    ["getFlops"]> {
+def Mega_AdamWUpdateMultiOp : Mega_CostedOp<"adamw_update_multi", [Mega_Plan<"AdamWMulti">, Pure,
+    AttrSizedOperandSegments], ["getFlops"]> {
   let summary = "AdamW steps of many parameters in one op (apex's multi-tensor Adam)";
   let description = [{
     `mega.adamw_update` on each (param, grad, exp_avg, exp_avg_sq) of `tensors` (four operands
@@ -16,6 +16,12 @@ def Mega_AdamWUpdateMultiOp : Mega_CostedOp<"adamw_update_multi", [Mega_Plan<"Ad
     each result over its own parameter's or moment's buffer, so grouping moves no data and the
     optimizer state keeps one buffer per parameter.
 
+    With `clip %norm` (a `global_norm` result) and `max_norm`, each gradient is first scaled as
+    `clip_by_norm %g, %norm max max_norm` would (the coefficient `min(1, max_norm / (norm +
+    1e-6))` in the gradient's type, the product rounded to it), inside the update: clipping
+    costs no pass of its own over the gradients, and the results are the same bits as clipping
+    first.
+
     ```mlir
     %p0, %m0, %v0, %p1, %m1, %v1 = mega.adamw_update_multi %lr, %step, %w, %gw, %mw, %vw,
         %b, %gb, %mb, %vb {beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08,
@@ -24,13 +30,18 @@ def Mega_AdamWUpdateMultiOp : Mega_CostedOp<"adamw_update_multi", [Mega_Plan<"Ad
            tensor<64x64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>)
         -> (tensor<64x64xf32>, tensor<64x64xf32>, tensor<64x64xf32>, tensor<64xf32>,
             tensor<64xf32>, tensor<64xf32>)
+    %p, %m, %v = mega.adamw_update_multi %lr, %step, %w, %gw, %mw, %vw clip %norm
+        {beta1 = 0.9, beta2 = 0.95, eps = 1.0e-08, max_norm = 1.0,
+        weight_decays = array<f64: 0.1>} : (...) -> (...)
     ```
   }];
   let arguments = (ins Mega_ScalarFloat:$lr, Mega_ScalarI64:$step,
-                       Variadic<Mega_FloatTensor>:$tensors, F64Attr:$beta1, F64Attr:$beta2,
-                       F64Attr:$eps, DenseF64ArrayAttr:$weight_decays);
+                       Variadic<Mega_FloatTensor>:$tensors, Optional<Mega_ScalarFloat>:$norm,
+                       F64Attr:$beta1, F64Attr:$beta2, F64Attr:$eps,
+                       DenseF64ArrayAttr:$weight_decays, OptionalAttr<F64Attr>:$max_norm);
   let results = (outs Variadic<Mega_FloatTensor>:$updated);
-  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$lr `,` $step `,` $tensors (`clip` $norm^)? attr-dict `:` "
+                       "functional-type(operands, results)";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
     /// Parameters updated (four operands each).

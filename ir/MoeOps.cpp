@@ -155,11 +155,17 @@ LogicalResult MoeMatmulWeightGradOp::verify() {
   if (std::string e = checkRouting(static_cast<int64_t>(getTopk()), getGlobalExperts(), experts);
       !e.empty())
     return emitOpError() << e;
+  if (Value acc = getAccumulate(); acc && acc.getType() != getResult().getType())
+    return emitOpError() << "accumulator " << acc.getType() << " must have the result's type "
+                         << getResult().getType()
+                         << " (cast the product first; the GEMM accumulates in its own type)";
   return success();
 }
 int64_t MoeMatmulWeightGradOp::getMatmulFlops() {
   ArrayRef<int64_t> r = getResult().getType().getShape();
-  return routedFlops(tokensOf(getWeights()), getTopk(), getGlobalExperts(), r[0], r[1], r[2]);
+  // The accumulation is one more add per result element.
+  return routedFlops(tokensOf(getWeights()), getTopk(), getGlobalExperts(), r[0], r[1], r[2]) +
+         (getAccumulate() ? elems(getResult()) : 0);
 }
 int64_t MoeMatmulWeightGradOp::getFlops() { return getMatmulFlops(); }
 

@@ -3,6 +3,9 @@
 #include "ir/MegaOps.h"
 
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/TypeUtilities.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace mega;
@@ -45,13 +48,26 @@ LogicalResult AdamWUpdateMultiOp::verify() {
     if (!(decay >= 0.0))
       return emitOpError() << "parameter " << k << ": weight decay must be >= 0, got " << decay;
   }
+  if (static_cast<bool>(getNorm()) != getMaxNorm().has_value())
+    return emitOpError() << "clips with a norm operand and a max_norm together, or with neither";
+  if (Value norm = getNorm()) {
+    double maxNorm = getMaxNorm()->convertToDouble();
+    if (!(maxNorm > 0.0) || !std::isfinite(maxNorm))
+      return emitOpError() << "max_norm must be finite and > 0, got " << maxNorm;
+    // As clip_by_norm: the coefficient is computed in the gradient's type.
+    Type normType = getElementTypeOrSelf(norm.getType());
+    for (size_t k = 0; k < n; ++k)
+      if (getElementTypeOrSelf(getGrad(k).getType()) != normType)
+        return emitOpError() << "parameter " << k << ": the gradient's element type must be the "
+                             << "clip norm's " << normType;
+  }
   return success();
 }
 
-// adamw_update's 16 per element, over every parameter.
+// adamw_update's 16 per element, over every parameter (and the clip's multiply).
 int64_t AdamWUpdateMultiOp::getFlops() {
   int64_t n = 0;
   for (size_t k = 0; k < getNumParams(); ++k)
-    n += 16 * cost::numElements(getParam(k).getType());
+    n += (getNorm() ? 17 : 16) * cost::numElements(getParam(k).getType());
   return n;
 }

@@ -419,12 +419,20 @@ ShardingRule moeRowDot(MoeRowDotOp op) {
 }
 
 /// The weight gradient sums over the tokens: they are the reduction; each expert's is parallel.
+/// An accumulator has the result's factors; the tokens are then whole (as for matmul's k: every
+/// rank adding the accumulator to a partial sum would count it once per rank).
 ShardingRule moeMatmulWeightGrad(MoeMatmulWeightGradOp op) {
-  MoeRule rule(op.getWeights(), FactorKind::reduction, FactorKind::parallel);
+  bool accumulates = static_cast<bool>(op.getAccumulate());
+  MoeRule rule(op.getWeights(), accumulates ? FactorKind::whole : FactorKind::reduction,
+               FactorKind::parallel);
   DimFactors p = rule.feature(op.getLhs(), FactorKind::parallel);
   DimFactors q = rule.feature(op.getRhs(), FactorKind::parallel);
-  return rule.done({rule.routed(p), rule.routed(q), rule.perToken(rule.expert)},
-                   {{rule.expert, p, q}});
+  TensorFactors result{rule.expert, p, q};
+  SmallVector<TensorFactors, 4> operands{rule.routed(p), rule.routed(q),
+                                         rule.perToken(rule.expert)};
+  if (accumulates)
+    operands.push_back(result);
+  return rule.done(operands, {result});
 }
 
 /// Identity on the input (every dim parallel, partial sums pass); the scalar aux has no dims

@@ -5,11 +5,11 @@ namespace megac::planner {
 namespace {
 
 // megac as built (docs/cuda.md, docs/cpu-performance.md). The CPU runtime runs the plan's
-// instructions one by one: each linear's backward transposes Wᵀ and dyᵀ into buffers, every
-// parameter's gradient is added into its accumulator once per micro-batch, the global norm is
-// one instruction, AdamW one multi-tensor instruction per dtype group (issue 30), clipping one
-// ClipByNorm instruction per gradient when --clip-grad > 0 (not charged: clipPass is off),
-// collectives block. Attention takes q, k, v as [b, s, heads, d]: head splits are reshapes, not
+// instructions one by one: GEMMs read transposes as flags, weight gradients (dense and MoE
+// experts') accumulate inside their GEMM, the other gradients are added into their accumulators
+// once per micro-batch, the global norm is one instruction, AdamW one multi-tensor instruction per
+// dtype group with the clip folded in (issue 30: no clip pass, clipPass off; e2e_gemm_layout
+// asserts no ClipByNorm is left and every AdamWMulti clips), collectives block. Attention takes q, k, v as [b, s, heads, d]: head splits are reshapes, not
 // copies. The CUDA runtime fuses elementwise chains with NVRTC and runs a flash-style attention
 // kernel; it does not overlap communication, and pipeline transfers go through host memory.
 StackProfile megac(bool cpu) {
@@ -18,9 +18,9 @@ StackProfile megac(bool cpu) {
   p.description = cpu ? "megac's CPU runtime: instructions in order, blocking collectives"
                       : "megac's CUDA runtime: NVRTC elementwise fusion, flash-style attention, "
                         "no overlap, pipeline sends through host memory";
-  // passes/training/GemmFusion.cpp: no transpose feeds a GEMM, and weight gradients accumulate
-  // in their GEMM; e2e_gemm_layout pins both on the partition suite's plans, e2e_plan_kernels
-  // this inventory against the executed instructions.
+  // passes/training/GemmFusion.cpp: no transpose feeds a GEMM, and weight gradients (MoE
+  // experts' too) accumulate in their GEMM; e2e_gemm_layout pins both on the partition suite's
+  // plans, e2e_plan_kernels this inventory against the executed instructions.
   p.transposeInstructions = false;
   p.separateGradAccumulation = true;
   p.gemmAccumulatesWeightGrads = true;

@@ -131,7 +131,7 @@ struct StackProfile {
   /// per parameter tensor.
   bool multiTensorOptimizer = false;
   /// Gradient clipping as its own pass over the gradients (apex's multi_tensor_scale). megac
-  /// runs one ClipByNorm per gradient when --clip-grad > 0, not modelled yet (off).
+  /// folds the clip into its multi-tensor AdamW (off; e2e_gemm_layout asserts it).
   bool clipPass = false;
   /// Fewer key/value heads than tp: each kv head replicated over the ranks whose query heads
   /// read it (megac); Megatron-Core refuses such a tp.

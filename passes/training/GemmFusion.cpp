@@ -78,20 +78,36 @@ void linearToMatmul(mega::LinearOp linear) {
   eraseIfDead(wt);
 }
 
-/// A matmul result read once, by the accumulation, without an accumulator of its own.
-mega::MatmulOp fusibleProduct(Value v, Value acc) {
-  auto mm = v.getDefiningOp<mega::MatmulOp>();
+/// A GEMM result read once, by the accumulation, without an accumulator of its own: a matmul or
+/// a MoE expert weight gradient (the grouped GEMM over each expert's active rows), of the
+/// accumulator's type.
+Operation *fusibleProduct(Value v, Value acc) {
+  Operation *op = v.getDefiningOp();
   auto type = cast<RankedTensorType>(v.getType()), accType = cast<RankedTensorType>(acc.getType());
-  bool sameType =
-      type.getShape() == accType.getShape() && type.getElementType() == accType.getElementType();
-  return mm && sameType && v.hasOneUse() && !mm.getAccumulate() ? mm : mega::MatmulOp();
+  if (!op || type.getShape() != accType.getShape() ||
+      type.getElementType() != accType.getElementType() || !v.hasOneUse())
+    return nullptr;
+  if (auto mm = dyn_cast<mega::MatmulOp>(op))
+    return mm.getAccumulate() ? nullptr : op;
+  if (auto wg = dyn_cast<mega::MoeMatmulWeightGradOp>(op))
+    return wg.getAccumulate() ? nullptr : op;
+  return nullptr;
+}
+
+/// Makes `product` (a fusibleProduct) add its result to `acc`.
+void setAccumulator(Operation *product, Value acc) {
+  if (auto mm = dyn_cast<mega::MatmulOp>(product))
+    mm.getAccumulateMutable().assign(acc);
+  else
+    cast<mega::MoeMatmulWeightGradOp>(product).getAccumulateMutable().assign(acc);
 }
 
 /// `acc' = add(acc, grad)` updating accumulator `acc` (a state argument of the function):
 ///   grad = matmul(a, b)                -> acc' = matmul(a, b) accumulate acc
+///   grad = moe_matmul_weight_grad(...) -> acc' = moe_matmul_weight_grad(...) accumulate acc
 ///   grad = add(rest, matmul(a, b))     -> acc' = matmul(a, b) accumulate add(acc, rest)
 /// (a tied weight's two gradients: the embedding's scatter and the head's GEMM). The fused GEMM
-/// writes the accumulator in place (codegen: a MatMul with an accumulator may write its state
+/// writes the accumulator in place (codegen: a GEMM with an accumulator may write its state
 /// buffer). Element types must agree: under bf16/fp16 the weight gradient is a half GEMM cast up
 /// to the f32 accumulator, and cblas has no half-input, f32-output GEMM, so acc + cast(matmul)
 /// stays an add (the widening would be one more pass over the product anyway).
@@ -100,10 +116,10 @@ bool fuseAccumulation(mega::AddOp add, Value acc) {
   if (grad == acc)
     return false;
   OpBuilder b(add);
-  if (mega::MatmulOp mm = fusibleProduct(grad, acc)) {
-    mm->moveBefore(add);
-    mm.getAccumulateMutable().assign(acc);
-    add.getResult().replaceAllUsesWith(mm.getResult());
+  if (Operation *product = fusibleProduct(grad, acc)) {
+    product->moveBefore(add);
+    setAccumulator(product, acc);
+    add.getResult().replaceAllUsesWith(product->getResult(0));
     add.erase();
     return true;
   }
@@ -113,13 +129,13 @@ bool fuseAccumulation(mega::AddOp add, Value acc) {
   for (bool lhsIsProduct : {true, false}) {
     Value productValue = lhsIsProduct ? sum.getLhs() : sum.getRhs();
     Value rest = lhsIsProduct ? sum.getRhs() : sum.getLhs();
-    mega::MatmulOp mm = fusibleProduct(productValue, acc);
-    if (!mm)
+    Operation *product = fusibleProduct(productValue, acc);
+    if (!product)
       continue;
     auto partial = mega::AddOp::create(b, add.getLoc(), acc.getType(), acc, rest);
-    mm->moveBefore(add);
-    mm.getAccumulateMutable().assign(partial.getResult());
-    add.getResult().replaceAllUsesWith(mm.getResult());
+    product->moveBefore(add);
+    setAccumulator(product, partial.getResult());
+    add.getResult().replaceAllUsesWith(product->getResult(0));
     add.erase();
     sum.erase();
     return true;

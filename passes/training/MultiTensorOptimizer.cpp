@@ -1,6 +1,7 @@
 // mega-training-multi-tensor-optimizer: groups @apply_gradients' per-parameter adamw_update ops
-// into one adamw_update_multi per (dtype, lr, step, betas, eps) — one optimizer instruction per
-// dtype instead of one per tensor, with the same arithmetic and the same state buffers.
+// into one adamw_update_multi per (dtype, lr, step, betas, eps, clip) — one optimizer instruction
+// per dtype instead of one per tensor, with the same arithmetic and the same state buffers — and
+// folds the gradients' clip_by_norm into it (no clipping pass of its own over the gradients).
 #include "passes/training/Passes.h"
 
 #include "ir/MegaDialect.h"
@@ -23,18 +24,28 @@ namespace {
 
 constexpr StringLiteral kApplyGradients = "apply_gradients";
 
+/// The clip_by_norm that makes `op`'s gradient and nothing else, or null.
+mega::ClipByNormOp foldableClip(mega::AdamWUpdateOp op) {
+  auto clip = op.getGrad().getDefiningOp<mega::ClipByNormOp>();
+  return clip && op.getGrad().hasOneUse() ? clip : mega::ClipByNormOp();
+}
+
 /// What the updates of one group share: the parameter and gradient element types, lr, step,
-/// the betas and eps (each update keeps its own weight decay).
-using GroupKey = std::tuple<Type, Type, Value, Value, double, double, double>;
+/// the betas and eps, and the clip folded in (its norm and max_norm, or none) (each update keeps
+/// its own weight decay).
+using GroupKey = std::tuple<Type, Type, Value, Value, double, double, double, Value, double>;
 
 GroupKey keyOf(mega::AdamWUpdateOp op) {
+  mega::ClipByNormOp clip = foldableClip(op);
   return {getElementTypeOrSelf(op.getParam().getType()),
           getElementTypeOrSelf(op.getGrad().getType()),
           op.getLr(),
           op.getStep(),
           op.getBeta1().convertToDouble(),
           op.getBeta2().convertToDouble(),
-          op.getEps().convertToDouble()};
+          op.getEps().convertToDouble(),
+          clip ? clip.getNorm() : Value(),
+          clip ? clip.getMaxNorm().convertToDouble() : 0.0};
 }
 
 /// Whether every use of `op`'s results (the user's ancestor in `op`'s block) comes after
@@ -50,27 +61,39 @@ bool usesFollow(Operation *op, Operation *last) {
   return true;
 }
 
-/// Replaces `members` (in block order, at least two) by one adamw_update_multi at the last.
+/// Replaces `members` (in block order, at least two, one group key) by one adamw_update_multi at
+/// the last; their gradients' clip_by_norm (the key's) is folded into it.
 void group(ArrayRef<mega::AdamWUpdateOp> members) {
   mega::AdamWUpdateOp last = members.back();
+  mega::ClipByNormOp lastClip = foldableClip(last);
   OpBuilder b(last);
   SmallVector<Value> operands;
   SmallVector<Type> types;
   SmallVector<double> decays;
   SmallVector<Location> locs;
+  SmallVector<mega::ClipByNormOp> clips;
   for (mega::AdamWUpdateOp op : members) {
-    operands.append({op.getParam(), op.getGrad(), op.getExpAvg(), op.getExpAvgSq()});
+    Value grad = op.getGrad();
+    if (mega::ClipByNormOp clip = foldableClip(op)) {
+      grad = clip.getInput();
+      clips.push_back(clip);
+    }
+    operands.append({op.getParam(), grad, op.getExpAvg(), op.getExpAvgSq()});
     llvm::append_range(types, op->getResultTypes());
     decays.push_back(op.getWeightDecay().convertToDouble());
     locs.push_back(op.getLoc());
   }
   auto multi = mega::AdamWUpdateMultiOp::create(
-      b, b.getFusedLoc(locs), types, last.getLr(), last.getStep(), operands, last.getBeta1Attr(),
-      last.getBeta2Attr(), last.getEpsAttr(), b.getDenseF64ArrayAttr(decays));
+      b, b.getFusedLoc(locs), types, last.getLr(), last.getStep(), operands,
+      lastClip ? lastClip.getNorm() : Value(), last.getBeta1Attr(), last.getBeta2Attr(),
+      last.getEpsAttr(), b.getDenseF64ArrayAttr(decays),
+      lastClip ? lastClip.getMaxNormAttr() : FloatAttr());
   for (auto [k, op] : llvm::enumerate(members)) {
     op->replaceAllUsesWith(multi->getResults().slice(3 * k, 3));
     op->erase();
   }
+  for (mega::ClipByNormOp clip : clips)
+    clip->erase();
 }
 
 void groupBlock(Block &block) {

@@ -24,9 +24,12 @@ template <typename T> struct AdamWArrays {
 };
 
 /// Elements [begin, end) of one tensor: double math from the stored values, m and v rounded to
-/// T before the parameter update reads them, each result rounded once.
+/// T before the parameter update reads them, each result rounded once. The gradient is read as
+/// g * clip rounded to T, ClipByNorm's product (clip = 1, no clipping, leaves every g as it is:
+/// x * 1 is x in IEEE arithmetic, NaN included).
 template <typename T>
-void adamwElements(const AdamWArrays<T> &a, int64_t begin, int64_t end, const AdamWStep &s) {
+void adamwElements(const AdamWArrays<T> &a, int64_t begin, int64_t end, const AdamWStep &s,
+                   T clip = T(1)) {
   const T *ps = a.p, *gs = a.g, *ms = a.m, *vs = a.v;
   T *pd = a.pOut, *md = a.mOut, *vd = a.vOut;
   const double rate = s.rate, b1 = s.b1, b2 = s.b2, eps = s.eps, wd = s.wd;
@@ -41,14 +44,16 @@ void adamwElements(const AdamWArrays<T> &a, int64_t begin, int64_t end, const Ad
     const __m128d kB2 = _mm_set1_pd(b2), kC2 = _mm_set1_pd(1.0 - b2);
     const __m128d kBias1 = _mm_set1_pd(bias1), kBias2 = _mm_set1_pd(bias2);
     const __m128d kEps = _mm_set1_pd(eps);
-    auto load2 = [](const float *at) {
-      return _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(at))));
+    const __m128 kClip = _mm_set1_ps(clip);
+    auto load2f = [](const float *at) {
+      return _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(at)));
     };
+    auto load2 = [&](const float *at) { return _mm_cvtps_pd(load2f(at)); };
     auto store2 = [](float *at, __m128 x) {
       _mm_storel_epi64(reinterpret_cast<__m128i *>(at), _mm_castps_si128(x));
     };
     for (; begin + 2 <= end; begin += 2) {
-      __m128d pi = load2(ps + begin), gi = load2(gs + begin);
+      __m128d pi = load2(ps + begin), gi = _mm_cvtps_pd(_mm_mul_ps(load2f(gs + begin), kClip));
       __m128d mi = load2(ms + begin), vi = load2(vs + begin);
       pi = _mm_sub_pd(pi, _mm_mul_pd(kDecay, pi));
       __m128 mNew = _mm_cvtpd_ps(_mm_add_pd(_mm_mul_pd(kB1, mi), _mm_mul_pd(kC1, gi)));
@@ -65,7 +70,7 @@ void adamwElements(const AdamWArrays<T> &a, int64_t begin, int64_t end, const Ad
 #endif
   for (int64_t i = begin; i < end; ++i) {
     // Read everything at i before writing anything: the outputs may be the inputs.
-    double pi = static_cast<double>(ps[i]), gi = static_cast<double>(gs[i]);
+    double pi = static_cast<double>(ps[i]), gi = static_cast<double>(static_cast<T>(gs[i] * clip));
     double mi = static_cast<double>(ms[i]), vi = static_cast<double>(vs[i]);
     pi -= rate * wd * pi;
     T mNew = static_cast<T>(b1 * mi + (1.0 - b1) * gi);

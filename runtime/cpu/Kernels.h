@@ -248,9 +248,10 @@ Status moeMatmul(const TensorRef &x, const TensorRef &weight, const TensorRef &w
 /// out [t..., E] = dot(y[e, t], z[t]) where active, else 0; y [E, t..., h], z [t..., h].
 Status moeRowDot(const TensorRef &y, const TensorRef &z, const TensorRef &w, const TensorRef &out);
 /// out [E, p, q] = sum over e's active rows (token order) of a[e, t]^T b[e, t]; a [E, t..., p],
-/// b [E, t..., q]. One GEMM per expert.
+/// b [E, t..., q]. One GEMM per expert. With `acc` ([E, p, q], out's dtype; may be out's own
+/// memory) the sums are added to it (beta = 1): out = acc + sums.
 Status moeMatmulWeightGrad(const TensorRef &a, const TensorRef &b, const TensorRef &w,
-                           const TensorRef &out);
+                           const TensorRef &out, const TensorRef *acc = nullptr);
 
 // ---- Optimizer (Optim.cpp), f32 and f64 -----------------------------------------------------
 
@@ -278,9 +279,12 @@ struct AdamWTensor {
 };
 /// adamw on every tensor (f32 or f64, each its own shape and dtype) with one lr, step, betas
 /// and eps (config.weightDecay unused: each tensor has its own), in one parallel loop over all
-/// their elements: bit for bit adamw's results.
+/// their elements: bit for bit adamw's results. With `norm` (0-d, every gradient's dtype) each
+/// gradient is clipped first as clipByNorm(g, *norm, maxNorm) would (the same bits), inside the
+/// loop.
 Status adamwMulti(std::span<const AdamWTensor> tensors, const TensorRef &lr,
-                  const TensorRef &step, const AdamWConfig &config);
+                  const TensorRef &step, const AdamWConfig &config,
+                  const TensorRef *norm = nullptr, double maxNorm = 0.0);
 /// out (0-d f32/f64) = sqrt(sum over every input of sum(x^2)), accumulated in double in one
 /// fixed order whatever the thread count (blocks of 8192 elements, 8 lanes each, the block sums
 /// in input order), the blocks on the kernel threads; inputs are f32 or f64.

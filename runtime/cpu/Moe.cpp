@@ -141,8 +141,7 @@ Status moeMatmul(const TensorRef &x, const TensorRef &weight, const TensorRef &w
   });
 }
 
-Status moeRowDot(const TensorRef &y, const TensorRef &z, const TensorRef &w,
-                 const TensorRef &out) {
+Status moeRowDot(const TensorRef &y, const TensorRef &z, const TensorRef &w, const TensorRef &out) {
   ASSIGN_OR_RETURN(MoeGeometry g, checkMoe(MoeKernel::rowDot, y, &z, w, false, out));
   return dispatchFloat("MoeRowDot", y.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -163,15 +162,25 @@ Status moeRowDot(const TensorRef &y, const TensorRef &z, const TensorRef &w,
 }
 
 Status moeMatmulWeightGrad(const TensorRef &a, const TensorRef &b, const TensorRef &w,
-                           const TensorRef &out) {
+                           const TensorRef &out, const TensorRef *acc) {
   const char *name = "MoeMatmulWeightGrad";
   ASSIGN_OR_RETURN(MoeGeometry g, checkMoe(MoeKernel::weightGrad, a, &b, w, false, out));
   RETURN_IF_ERROR(checkBlasDims(name, g.in, g.out, g.tokens));
+  if (acc) {
+    RETURN_IF_ERROR(expectShape(name, "accumulator", *acc, out.shape));
+    RETURN_IF_ERROR(expectDtype(name, "accumulator", *acc, out.dtype));
+  }
   return dispatchFloat(name, a.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *pa = a.as<const T>(), *pb = b.as<const T>(), *wt = w.as<const T>();
     T *o = out.as<T>();
-    std::fill(o, o + g.experts * g.in * g.out, T(0));
+    int64_t total = g.experts * g.in * g.out;
+    // Accumulating: out starts as acc (nothing to copy when out is acc's memory) and each
+    // expert's GEMM adds with beta = 1, as cuBLAS does on the GPU.
+    if (!acc)
+      std::fill(o, o + total, T(0));
+    else if (acc->as<const T>() != o)
+      copyBytes(o, acc->as<const T>(), total * sizeof(T));
     std::vector<T> packedA, packedB;
     for (int64_t e = 0; e < g.experts; ++e) {
       std::vector<int64_t> rows = activeRows(wt, g, e);
@@ -187,8 +196,8 @@ Status moeMatmulWeightGrad(const TensorRef &a, const TensorRef &b, const TensorR
                   g.out * sizeof(T));
       }
       // [p, n] x [n, q]: A^T B over the active rows.
-      gemmStrided<T>(true, false, g.in, g.out, n, T(1), packedA.data(), g.in, packedB.data(),
-                     g.out, T(0), o + e * g.in * g.out, g.out);
+      gemmStrided<T>(true, false, g.in, g.out, n, T(1), packedA.data(), g.in, packedB.data(), g.out,
+                     acc ? T(1) : T(0), o + e * g.in * g.out, g.out);
     }
     return Status::ok();
   });

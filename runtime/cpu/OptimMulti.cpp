@@ -24,7 +24,7 @@ template <typename T> AdamWArrays<T> arraysOf(const AdamWTensor &t) {
 } // namespace
 
 Status adamwMulti(std::span<const AdamWTensor> tensors, const TensorRef &lr, const TensorRef &step,
-                  const AdamWConfig &config) {
+                  const AdamWConfig &config, const TensorRef *norm, double maxNorm) {
   const char *name = "AdamWMulti";
   struct Operand {
     const TensorRef &ref;
@@ -61,6 +61,21 @@ Status adamwMulti(std::span<const AdamWTensor> tensors, const TensorRef &lr, con
   const double b1 = config.beta1, b2 = config.beta2;
   const double bias1 = 1.0 - std::pow(b1, static_cast<double>(t));
   const double bias2 = 1.0 - std::pow(b2, static_cast<double>(t));
+  // The clip coefficient per dtype, ClipByNorm's: computed in the gradient's dtype (as torch),
+  // min(max_norm / (norm + 1e-6), 1), NaN staying NaN.
+  float clip32 = 1.0f;
+  double clip64 = 1.0;
+  if (norm) {
+    for (size_t k = 0; k < tensors.size(); ++k)
+      RETURN_IF_ERROR(checkClipByNorm(tensors[k].g, *norm, maxNorm, tensors[k].g))
+          << " (AdamWMulti's clip, tensor " << k << ")";
+    if (norm->dtype == DType::f32)
+      clip32 = std::min(static_cast<float>(maxNorm) /
+                            (*norm->as<const float>() + static_cast<float>(1e-6)),
+                        1.0f);
+    else
+      clip64 = std::min(maxNorm / (*norm->as<const double>() + 1e-6), 1.0);
+  }
   // Tensor k owns elements [first[k], first[k + 1]) of one index space over all of them.
   std::vector<int64_t> first(tensors.size() + 1, 0);
   for (size_t k = 0; k < tensors.size(); ++k)
@@ -77,9 +92,9 @@ Status adamwMulti(std::span<const AdamWTensor> tensors, const TensorRef &lr, con
         continue;
       const AdamWStep s{rate, b1, b2, config.eps, x.weightDecay, bias1, bias2};
       if (x.p.dtype == DType::f32)
-        adamwElements(arraysOf<float>(x), lo, hi, s);
+        adamwElements(arraysOf<float>(x), lo, hi, s, clip32);
       else
-        adamwElements(arraysOf<double>(x), lo, hi, s);
+        adamwElements(arraysOf<double>(x), lo, hi, s, clip64);
     }
   });
   return Status::ok();

@@ -292,6 +292,8 @@ void backwardAndOptimizer(Table &t) {
   at(t, O::AdamWMulti) = [](const CudaCall &c) -> Status {
     const fb::AdamWMultiAttrs *a = c.inst.attrs_as_AdamWMultiAttrs();
     size_t count = (c.in.size() - 2) / 4;
+    // max_norm > 0: the clip's norm is the last input.
+    const TensorRef *norm = a->max_norm() > 0 ? &c.in.back() : nullptr;
     std::vector<std::pair<double, std::vector<AdamWTensors>>> groups;
     for (size_t k = 0; k < count; ++k) {
       const TensorRef *in = &c.in[2 + 4 * k], *out = &c.out[3 * k];
@@ -299,7 +301,7 @@ void backwardAndOptimizer(Table &t) {
       AdamWConfig config{a->beta1(), a->beta2(), a->eps(), decay};
       if (out[0].data != in[0].data || out[1].data != in[2].data || out[2].data != in[3].data) {
         RETURN_IF_ERROR(adamw(c.ctx, in[0], in[1], in[2], in[3], c.in[0], c.in[1], config, out[0],
-                              out[1], out[2]))
+                              out[1], out[2], norm, a->max_norm()))
             << " (tensor " << k << ")";
         continue;
       }
@@ -311,7 +313,8 @@ void backwardAndOptimizer(Table &t) {
     }
     for (const auto &[decay, tensors] : groups)
       RETURN_IF_ERROR(adamwMulti(c.ctx, tensors, c.in[0], c.in[1],
-                                 AdamWConfig{a->beta1(), a->beta2(), a->eps(), decay}));
+                                 AdamWConfig{a->beta1(), a->beta2(), a->eps(), decay}, norm,
+                                 a->max_norm()));
     return Status::ok();
   };
   at(t, O::GlobalNorm) = [](const CudaCall &c) { return globalNorm(c.ctx, c.in, c.out[0]); };
@@ -338,7 +341,8 @@ void mixtureOfExperts(Table &t) {
     return moeRowDot(c.ctx, c.in[0], c.in[1], c.in[2], c.out[0]);
   };
   at(t, O::MoeMatmulWeightGrad) = [](const CudaCall &c) {
-    return moeMatmulWeightGrad(c.ctx, c.in[0], c.in[1], c.in[2], c.out[0]);
+    return moeMatmulWeightGrad(c.ctx, c.in[0], c.in[1], c.in[2], c.out[0],
+                               c.in.size() > 3 ? &c.in[3] : nullptr);
   };
 }
 

@@ -219,22 +219,26 @@ Status moeMatmul(const Context &ctx, const TensorRef &x, const TensorRef &weight
                  const TensorRef &w, bool transposeWeight, const TensorRef &out);
 Status moeRowDot(const Context &ctx, const TensorRef &y, const TensorRef &z, const TensorRef &w,
                  const TensorRef &out);
+/// With `acc` (out's shape and dtype; may be out's memory): out = acc + the per-expert sums.
 Status moeMatmulWeightGrad(const Context &ctx, const TensorRef &a, const TensorRef &b,
-                           const TensorRef &w, const TensorRef &out);
+                           const TensorRef &w, const TensorRef &out,
+                           const TensorRef *acc = nullptr);
 
 // ---- Optimizer (kernels/Optim.cu) -------------------------------------------------------------
-/// lr and step are 0-d device tensors.
+/// lr and step are 0-d device tensors. With `norm` (0-d, g's dtype) g is clipped first as
+/// clipByNorm(g, *norm, maxNorm) would, inside the update.
 Status adamw(const Context &ctx, const TensorRef &p, const TensorRef &g, const TensorRef &m,
              const TensorRef &v, const TensorRef &lr, const TensorRef &step,
              const AdamWConfig &config, const TensorRef &pOut, const TensorRef &mOut,
-             const TensorRef &vOut);
+             const TensorRef &vOut, const TensorRef *norm = nullptr, double maxNorm = 0.0);
 /// The plan's consecutive AdamW instructions with one config, lr and step, in one launch
 /// (multi-tensor apply): each entry's p, g, m, v as adamw's; outputs in place.
 struct AdamWTensors {
   TensorRef p, g, m, v;
 };
 Status adamwMulti(const Context &ctx, std::span<const AdamWTensors> tensors, const TensorRef &lr,
-                  const TensorRef &step, const AdamWConfig &config);
+                  const TensorRef &step, const AdamWConfig &config,
+                  const TensorRef *norm = nullptr, double maxNorm = 0.0);
 /// Sum of squares of every input in a fixed order (per-tensor block partials, then one pass
 /// over the partials in input order), accumulated in double; out 0-d f32/f64.
 Status globalNorm(const Context &ctx, std::span<const TensorRef> inputs, const TensorRef &out);

@@ -108,7 +108,8 @@ void elementwiseAndDataMovement(Table &t) {
   math(t, O::MoeRowDot,
        [](const CpuCall &c) { return cpu::moeRowDot(c.in[0], c.in[1], c.in[2], c.out[0]); });
   math(t, O::MoeMatmulWeightGrad, [](const CpuCall &c) {
-    return cpu::moeMatmulWeightGrad(c.in[0], c.in[1], c.in[2], c.out[0]);
+    return cpu::moeMatmulWeightGrad(c.in[0], c.in[1], c.in[2], c.out[0],
+                                    c.in.size() > 3 ? &c.in[3] : nullptr);
   });
   storage(t, O::Pad, [](const CpuCall &c) {
     const fb::PadAttrs *a = c.inst.attrs_as_PadAttrs();
@@ -243,7 +244,8 @@ void backwardAndOptimizer(Table &t) {
   });
   math(t, O::AdamWMulti, [](const CpuCall &c) {
     const fb::AdamWMultiAttrs *a = c.inst.attrs_as_AdamWMultiAttrs();
-    // inputs lr, step, then (p, g, m, v) per tensor; outputs (p, m, v) per tensor (validated).
+    // inputs lr, step, then (p, g, m, v) per tensor (then the clip's norm); outputs (p, m, v) per
+    // tensor (validated).
     std::vector<cpu::AdamWTensor> tensors((c.in.size() - 2) / 4);
     for (size_t k = 0; k < tensors.size(); ++k) {
       const cpu::TensorRef *in = &c.in[2 + 4 * k], *out = &c.out[3 * k];
@@ -252,7 +254,9 @@ void backwardAndOptimizer(Table &t) {
                     out[2], a->weight_decays()->Get(static_cast<flatbuffers::uoffset_t>(k))};
     }
     cpu::AdamWConfig config{a->beta1(), a->beta2(), a->eps(), 0.0};
-    return cpu::adamwMulti(tensors, c.in[0], c.in[1], config);
+    // max_norm > 0: the clip's norm is the last input.
+    const cpu::TensorRef *norm = a->max_norm() > 0 ? &c.in.back() : nullptr;
+    return cpu::adamwMulti(tensors, c.in[0], c.in[1], config, norm, a->max_norm());
   });
   math(t, O::GlobalNorm, [](const CpuCall &c) { return cpu::globalNorm(c.in, c.out[0]); });
   math(t, O::ClipByNorm, [](const CpuCall &c) {

@@ -16,12 +16,13 @@ namespace megac::plan {
 inline bool writesInPlace(Opcode op) { return opcodeHas(op, opflag::InPlace); }
 
 /// Whether an instruction of `op` with `inputs` inputs accumulates into its last input: a
-/// MatMul with an accumulator (out = lhs rhs + acc, BLAS's beta = 1). Its output may be the
-/// accumulator's very memory or a state buffer (each output element depends on the
-/// accumulator's element at its index), but never lhs's or rhs's memory, which the GEMM reads
-/// whole while it writes.
+/// MatMul with an accumulator (out = lhs rhs + acc, BLAS's beta = 1) or a MoeMatmulWeightGrad
+/// with one (out = acc + per-expert sums). Its output may be the accumulator's very memory or a
+/// state buffer (each output element depends on the accumulator's element at its index), but
+/// never another input's memory, which the GEMM reads whole while it writes.
 inline bool accumulatesInPlace(Opcode op, int inputs) {
-  return op == Opcode::MatMul && inputs == 3;
+  return (op == Opcode::MatMul && inputs == 3) ||
+         (op == Opcode::MoeMatmulWeightGrad && inputs == 4);
 }
 
 /// How many outputs an instruction of `op` with `inputs` inputs has (1 for an unknown opcode).

@@ -76,8 +76,9 @@ Status PlanValidator::writes(const fb::Instruction &inst, size_t i) {
   bool accumulates = fb::accumulatesInPlace(inst.op(), static_cast<int>(inputs));
   bool inPlace = fb::writesInPlace(inst.op()) || accumulates;
   const std::string why =
-      std::string(": only the elementwise opcodes, AdamW, ClipByNorm, AllReduce and a MatMul ") +
-      "into its accumulator write in place, not " + fb::EnumNameOpcode(inst.op());
+      std::string(": only the elementwise opcodes, AdamW, ClipByNorm, AllReduce and a MatMul or ") +
+      "MoeMatmulWeightGrad into its accumulator write in place, not " +
+      fb::EnumNameOpcode(inst.op());
   for (size_t k = 0; k < sizeOf(inst.outputs()); ++k) {
     uint32_t out = inst.outputs()->Get(flatbuffers::uoffset_t(k));
     std::string which = "output " + std::to_string(k) + " (" + bufferName(out) + ")";
@@ -101,9 +102,10 @@ Status PlanValidator::writes(const fb::Instruction &inst, size_t i) {
                                 "may be written only over themselves");
       // An accumulating GEMM writes over its accumulator only; lhs and rhs are read whole.
       if (accumulates && j + 1 < inputs && overlap(in, out))
-        return instError(i, which + " shares bytes with input " + std::to_string(j) +
-                                ", which MatMul reads whole while it writes; only its "
-                                "accumulator (input 2) may be its output");
+        return instError(i, which + " shares bytes with input " + std::to_string(j) + ", which " +
+                                fb::EnumNameOpcode(inst.op()) +
+                                " reads whole while it writes; only its accumulator (input " +
+                                std::to_string(inputs - 1) + ") may be its output");
     }
     for (size_t j = 0; j < k; ++j)
       if (overlap(out, inst.outputs()->Get(flatbuffers::uoffset_t(j))))
@@ -370,10 +372,15 @@ Status PlanValidator::trainingAttrs(const fb::Instruction &inst, size_t i, size_
   case fb::Attrs::AdamWMultiAttrs: {
     const fb::AdamWMultiAttrs *a = inst.attrs_as_AdamWMultiAttrs();
     size_t inputs = sizeOf(inst.inputs());
-    if (inputs < 6 || (inputs - 2) % 4 != 0)
+    if (!(a->max_norm() >= 0) || !std::isfinite(a->max_norm()))
+      return instError(i, "max_norm " + std::to_string(a->max_norm()) +
+                              " must be finite and > 0 (or 0: no clip)");
+    size_t clip = a->max_norm() > 0 ? 1 : 0; // the norm, the last input
+    if (inputs < 6 + clip || (inputs - 2 - clip) % 4 != 0)
       return instError(i, "has " + std::to_string(inputs) +
                               " inputs; AdamWMulti takes lr, step and four (p, g, m, v) per "
-                              "tensor, for one tensor or more");
+                              "tensor, for one tensor or more" +
+                              (clip ? ", then the clip's norm (max_norm > 0)" : ""));
     if (sizeOf(a->weight_decays()) != (inputs - 2) / 4)
       return instError(i, "has " + std::to_string(sizeOf(a->weight_decays())) +
                               " weight decays for " + std::to_string((inputs - 2) / 4) +

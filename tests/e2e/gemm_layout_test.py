@@ -11,19 +11,26 @@ instructions are counted:
   through a reshape alias, a buffer at the same arena bytes). Must be 0: the GEMMs read
   transposes as flags (mega-training-gemm-fusion).
 - separate gradient-accumulation adds of a GEMM: an Add writing a `grad.*` state buffer whose
-  other operand a MatMul/Linear wrote. Must be 0: the weight-gradient GEMM accumulates into the
-  accumulator itself (MatMul with an accumulator input).
+  other operand a MatMul/Linear or a MoE expert weight gradient (MoeMatmulWeightGrad, the
+  grouped GEMM over each expert's active rows) wrote. Must be 0: the weight-gradient GEMM
+  accumulates into the accumulator itself (MatMul or MoeMatmulWeightGrad with an accumulator
+  input).
 - the explained case: under bf16/fp16 an Add of `grad.*` and a Cast of a GEMM's product (a half
   GEMM widened to the f32 accumulator, which cblas cannot fuse; the pass's description says so).
   Allowed only in bf16/fp16 plans.
 - fused accumulating GEMMs (MatMul with 3 inputs writing `grad.*`): must be > 0 in every
-  fp32/fp64 plan, or the test would pass on plans that lost their GEMMs.
+  fp32/fp64 plan, or the test would pass on plans that lost their GEMMs; and in every fp32/fp64
+  plan with MoE experts (a MoeMatmul instruction), accumulating MoeMatmulWeightGrads (4 inputs,
+  writing `grad.*`) > 0.
 
 And the multi-tensor optimizer (issue 30 item 3, mega-training-multi-tensor-optimizer): in
 every program's @apply_gradients,
 
 - no per-tensor AdamW instruction where two or more tensors are updated, and at most one
   AdamWMulti per parameter dtype (the suite's masters are all f32 or all f64: one);
+- no ClipByNorm instruction: the clip is folded into the AdamWMulti instructions (max_norm > 0
+  and the global norm as their last input; the suite clips at 1.0), so it makes no pass of its
+  own over the gradients;
 - the AdamWMulti instructions together update every `adam.m.*` state buffer of the program
   exactly once, each tensor's m and v written over its own inputs, the `adam.m.*` and `adam.v.*`
   state buffers (the per-parameter state, so checkpoints keep their layout), and p over its
@@ -47,6 +54,8 @@ import partition_equivalence as pe  # noqa: E402
 
 ALL_GROUPS = ["quick", "grid", "features", "bert", "onnx", "models", "moe", "mixed"]
 GEMMS = {"MatMul", "Linear"}
+# The GEMMs whose product may be a weight gradient: the dense ones and the MoE experts' grouped one.
+WGRAD_GEMMS = GEMMS | {"MoeMatmulWeightGrad"}
 SEAL = b"MPLNSEAL"  # runtime/plan/PlanSeal.h: 16 bytes before the FlatBuffer
 
 
@@ -66,9 +75,10 @@ def plan_json(flatc, plan, workdir):
 
 
 def count(plan):
-    """{"transposes": n, "separate_adds": n, "explained_adds": n, "fused": n} over all
-    programs and functions, and the lines naming each counted instruction."""
-    totals = dict(transposes=0, separate_adds=0, explained_adds=0, fused=0)
+    """{"transposes": n, "separate_adds": n, "explained_adds": n, "fused": n, "moe": n,
+    "fused_moe": n} over all programs and functions, and the lines naming each counted
+    instruction."""
+    totals = dict(transposes=0, separate_adds=0, explained_adds=0, fused=0, moe=0, fused_moe=0)
     where = []
     for program in plan.get("programs", []):
         buffers = program.get("buffers", [])
@@ -99,17 +109,22 @@ def count(plan):
                             where.append(f"transpose feeding {label}: {inst.get('location')}")
                     if op == "MatMul" and len(ins) == 3 and outs and outs[0] in grad_state:
                         totals["fused"] += 1
+                if op == "MoeMatmul":
+                    totals["moe"] += 1
+                if (op == "MoeMatmulWeightGrad" and len(ins) == 4 and outs
+                        and outs[0] in grad_state):
+                    totals["fused_moe"] += 1
                 if op == "Add" and outs and outs[0] in grad_state:
                     for j in ins:
                         if j in grad_state:
                             continue
                         w = writer.get(key(j))
-                        if w and w["op"] in GEMMS:
+                        if w and w["op"] in WGRAD_GEMMS:
                             totals["separate_adds"] += 1
                             where.append(f"separate accumulation {label}: {inst.get('location')}")
                         elif w and w["op"] == "Cast":
                             src = writer.get(key(w["inputs"][0])) if w.get("inputs") else None
-                            if src and src["op"] in GEMMS:
+                            if src and src["op"] in WGRAD_GEMMS:
                                 totals["explained_adds"] += 1
                 for o in outs:
                     writer[key(o)] = inst
@@ -118,8 +133,9 @@ def count(plan):
 
 def count_optimizer(plan):
     """Per program: problems with @apply_gradients' AdamW / AdamWMulti instructions (a list of
-    lines) and {"adamw": n, "adamw_multi": n, "tensors": n} summed over programs."""
-    totals = dict(adamw=0, adamw_multi=0, tensors=0)
+    lines) and {"adamw": n, "adamw_multi": n, "tensors": n, "clips": n, "folded_clips": n}
+    summed over programs."""
+    totals = dict(adamw=0, adamw_multi=0, tensors=0, clips=0, folded_clips=0)
     problems = []
     for program in plan.get("programs", []):
         buffers = program.get("buffers", [])
@@ -133,13 +149,23 @@ def count_optimizer(plan):
         insts = fns[0].get("instructions", [])
         single = [i for i in insts if i["op"] == "AdamW"]
         multi = [i for i in insts if i["op"] == "AdamWMulti"]
+        clips = [i for i in insts if i["op"] == "ClipByNorm"]
+        folded = [i for i in multi if i.get("attrs", {}).get("max_norm", 0) > 0]
         totals["adamw"] += len(single)
         totals["adamw_multi"] += len(multi)
+        totals["clips"] += len(clips)
+        totals["folded_clips"] += len(folded)
+        if multi and clips:
+            problems.append(f"{program.get('name')}: {len(clips)} ClipByNorm instructions beside "
+                            f"{len(multi)} AdamWMulti; the clip belongs inside the AdamWMulti")
+        if multi and len(folded) != len(multi):
+            problems.append(f"{program.get('name')}: {len(multi) - len(folded)} of {len(multi)} "
+                            "AdamWMulti do not clip (max_norm 0), but the suite clips at 1.0")
         label = program.get("name")
         updated = []
         for inst in multi:
             ins, outs = inst.get("inputs", []), inst.get("outputs", [])
-            n = (len(ins) - 2) // 4
+            n = (len(ins) - 2) // 4  # a clip's norm, the last input, leaves a remainder of 1
             totals["tensors"] += n
             for k in range(n):
                 p, m, v = ins[2 + 4 * k], ins[4 + 4 * k], ins[5 + 4 * k]
@@ -221,6 +247,9 @@ def main():
                             "in a plan without half precision")
         if not half and totals["fused"] == 0:
             failures.append(f"{case}: no GEMM accumulates into a gradient accumulator")
+        if not half and totals["moe"] and totals["fused_moe"] == 0:
+            failures.append(f"{case}: no MoE expert weight gradient accumulates into its "
+                            "gradient accumulator")
     print(f"{plans} plans checked")
     if plans == 0:
         print("FAIL: no plan was compiled")

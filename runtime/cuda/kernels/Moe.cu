@@ -339,11 +339,14 @@ template <typename S, bool TransposeWeight> struct MatmulProblem {
 };
 
 /// MoeMatmulWeightGrad: M = p, N = q, K = e's active rows. A(m, k) = a[e, rows[k], m]; B(k, n)
-/// = b[e, rows[k], n]; C(m, n) goes to out[e, m, n] (every element: zero for an idle expert).
+/// = b[e, rows[k], n]; C(m, n) goes to out[e, m, n] (every element: zero for an idle expert),
+/// plus acc[e, m, n] when accumulating (read by the one thread that then writes the element, so
+/// acc may be out's memory).
 template <typename S> struct WeightGradProblem {
   using C = Compute<S>;
   const S *a, *b;
   S *out;
+  const S *acc; // null: no accumulator
   Routes routes;
   int64_t tokens, p, q;
 
@@ -369,7 +372,8 @@ template <typename S> struct WeightGradProblem {
     }
   }
   __device__ void store(int64_t e, int64_t row, int64_t col, C v) const {
-    detail::store(out, (e * p + row) * q + col, v);
+    int64_t i = (e * p + row) * q + col;
+    detail::store(out, i, acc ? load(acc, i) + v : v);
   }
 };
 
@@ -480,19 +484,26 @@ Status moeMatmul(const Context &ctx, const TensorRef &x, const TensorRef &weight
 }
 
 Status moeMatmulWeightGrad(const Context &ctx, const TensorRef &a, const TensorRef &b,
-                           const TensorRef &w, const TensorRef &out) {
+                           const TensorRef &w, const TensorRef &out, const TensorRef *acc) {
   const char *op = "MoeMatmulWeightGrad";
   ASSIGN_OR_RETURN(MoeGeometry g, checkShapes(MoeKernel::weightGrad, a, &b, w, false, out));
   RETURN_IF_ERROR(checkTokenCount(op, g.tokens));
+  if (acc &&
+      (!std::equal(acc->shape.begin(), acc->shape.end(), out.shape.begin(), out.shape.end()) ||
+       acc->dtype != out.dtype))
+    return Status::error(std::string(op) +
+                         ": the accumulator must have the output's shape and dtype");
   if (g.experts == 0 || g.in == 0 || g.out == 0)
     return Status::ok();
   if (g.tokens == 0)
-    return zeroFill(op, ctx, out);
+    return acc ? (acc->data == out.data ? Status::ok() : copy(ctx, *acc, out))
+               : zeroFill(op, ctx, out);
   return byDtype(op, w.dtype, [&](auto tag) -> Status {
     using S = decltype(tag);
     ASSIGN_OR_RETURN(Routes routes, buildRoutes<S>(op, ctx, w, g));
     WeightGradProblem<S> problem{
-        a.as<const S>(), b.as<const S>(), out.as<S>(), routes, g.tokens, g.in, g.out};
+        a.as<const S>(), b.as<const S>(), out.as<S>(), acc ? acc->as<const S>() : nullptr,
+        routes,          g.tokens,        g.in,        g.out};
     return launchGemm<S>(op, ctx, problem, g.experts, g.in, g.out);
   });
 }

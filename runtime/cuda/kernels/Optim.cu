@@ -27,12 +27,29 @@ struct AdamWScalars {
   const void *step;
   bool stepI64;
   double beta1, beta2, eps, weightDecay;
+  const void *norm; // the clip's global norm (0-d, the gradients' dtype), or null: no clip
+  double maxNorm;
 };
 
-/// Per-block constants: rate and the bias corrections 1 - beta^t in double (as the CPU).
+/// Per-block constants: rate and the bias corrections 1 - beta^t in double (as the CPU), and the
+/// clip coefficient (a value of the compute type; 1 without a clip).
 struct AdamWConstants {
-  double rate, bias1, bias2;
+  double rate, bias1, bias2, clip;
 };
+
+/// ClipByNorm's coefficient (clipKernel below, the CPU's): in the compute type, NaN staying NaN.
+template <typename T> __device__ __forceinline__ double clipCoefficient(const AdamWScalars &s) {
+  using C = Compute<T>;
+  if (!s.norm)
+    return 1.0;
+  C coef = static_cast<C>(s.maxNorm) /
+           (detail::load(static_cast<const T *>(s.norm), 0) + static_cast<C>(1e-6));
+  return static_cast<double>(C(1) < coef ? C(1) : coef);
+}
+
+/// a * b rounded once to the compute type (no contraction into a neighbouring add).
+__device__ __forceinline__ float mulRn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mulRn(double a, double b) { return __dmul_rn(a, b); }
 
 __device__ __forceinline__ void adamwConstants(const AdamWScalars &s, AdamWConstants &c) {
   c.rate = s.lrF64 ? *static_cast<const double *>(s.lr)
@@ -51,9 +68,10 @@ __device__ __forceinline__ void adamwElement(const T *p, const T *g, const T *m,
                                              T *pOut, T *mOut, T *vOut, int64_t i,
                                              const AdamWScalars &s, const AdamWConstants &c) {
   using C = Compute<T>;
-  // Everything at i is read before anything is written: the outputs may be the inputs.
+  // Everything at i is read before anything is written: the outputs may be the inputs. The
+  // gradient is clipped as ClipByNorm's product (a coefficient of 1 leaves it as it is).
   double pi = static_cast<double>(detail::load(p, i));
-  double gi = static_cast<double>(detail::load(g, i));
+  double gi = static_cast<double>(mulRn(detail::load(g, i), static_cast<C>(c.clip)));
   double mi = static_cast<double>(detail::load(m, i));
   double vi = static_cast<double>(detail::load(v, i));
   // Explicit roundings (no fused multiply-adds), so the arithmetic is the CPU's step for step.
@@ -73,8 +91,10 @@ template <typename T>
 __global__ void adamwKernel(const T *p, const T *g, const T *m, const T *v, T *pOut, T *mOut,
                             T *vOut, int64_t n, AdamWScalars s) {
   __shared__ AdamWConstants c;
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     adamwConstants(s, c);
+    c.clip = clipCoefficient<T>(s);
+  }
   __syncthreads();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -96,8 +116,10 @@ template <typename T> struct MultiArgs {
 
 template <typename T> __global__ void adamwMultiKernel(MultiArgs<T> args, AdamWScalars s) {
   __shared__ AdamWConstants c;
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     adamwConstants(s, c);
+    c.clip = clipCoefficient<T>(s);
+  }
   __syncthreads();
   // The tensor of this block: the last k with firstBlock[k] <= blockIdx.x (binary search).
   int64_t block = blockIdx.x;
@@ -127,7 +149,7 @@ Status checkAdamWScalars(const char *name, const TensorRef &lr, const TensorRef 
   RETURN_IF_ERROR(checkAdamWStep(step, config));
   const AdamWConfig &c = config;
   s = {lr.data, lr.dtype == DType::f64, step.data, step.dtype == DType::i64, c.beta1, c.beta2,
-       c.eps,   c.weightDecay};
+       c.eps,   c.weightDecay, nullptr, 0.0};
   return Status::ok();
 }
 
@@ -199,12 +221,22 @@ __global__ void clipKernel(const T *x, const T *norm, double maxNorm, T *y, int6
     detail::store(y, i, detail::load(x, i) * coef);
 }
 
+/// The clip's norm and max_norm into `s` (checked as ClipByNorm checks them against `g`).
+Status setClip(const TensorRef &g, const TensorRef *norm, double maxNorm, AdamWScalars &s) {
+  if (!norm)
+    return Status::ok();
+  RETURN_IF_ERROR(checkClipByNorm(g, *norm, maxNorm, g)) << " (AdamW's clip)";
+  s.norm = norm->data;
+  s.maxNorm = maxNorm;
+  return Status::ok();
+}
+
 } // namespace
 
 Status adamw(const Context &ctx, const TensorRef &p, const TensorRef &g, const TensorRef &m,
              const TensorRef &v, const TensorRef &lr, const TensorRef &step,
              const AdamWConfig &config, const TensorRef &pOut, const TensorRef &mOut,
-             const TensorRef &vOut) {
+             const TensorRef &vOut, const TensorRef *norm, double maxNorm) {
   const char *name = "AdamW";
   for (Operand o : {Operand{g, "grad"}, Operand{m, "exp_avg"}, Operand{v, "exp_avg_sq"},
                     Operand{pOut, "new param"}, Operand{mOut, "new exp_avg"},
@@ -214,6 +246,7 @@ Status adamw(const Context &ctx, const TensorRef &p, const TensorRef &g, const T
   }
   AdamWScalars s;
   RETURN_IF_ERROR(checkAdamWScalars(name, lr, step, config, s));
+  RETURN_IF_ERROR(setClip(g, norm, maxNorm, s));
   int64_t n = p.numElements();
   return detail::launchFloat(name, p.dtype, n, [&](auto tag) {
     using T = decltype(tag);
@@ -224,7 +257,8 @@ Status adamw(const Context &ctx, const TensorRef &p, const TensorRef &g, const T
 }
 
 Status adamwMulti(const Context &ctx, std::span<const AdamWTensors> tensors, const TensorRef &lr,
-                  const TensorRef &step, const AdamWConfig &config) {
+                  const TensorRef &step, const AdamWConfig &config, const TensorRef *norm,
+                  double maxNorm) {
   const char *name = "AdamW";
   for (const AdamWTensors &t : tensors) {
     for (Operand o : {Operand{t.g, "grad"}, Operand{t.m, "exp_avg"}, Operand{t.v, "exp_avg_sq"}}) {
@@ -236,6 +270,8 @@ Status adamwMulti(const Context &ctx, std::span<const AdamWTensors> tensors, con
   }
   AdamWScalars s;
   RETURN_IF_ERROR(checkAdamWScalars(name, lr, step, config, s));
+  for (const AdamWTensors &t : tensors)
+    RETURN_IF_ERROR(setClip(t.g, norm, maxNorm, s));
   // One launch per dtype and per kMultiTensors non-empty tensors of it.
   for (DType dtype : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
     detail::visitFloat(dtype, [&](auto tag) {

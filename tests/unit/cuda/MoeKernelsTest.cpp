@@ -264,6 +264,29 @@ TEST_F(MoeKernels, RowDotAndWeightGradMatchTheCpu) {
       ASSERT_OK(moeMatmulWeightGrad(ctx, y->devRef(), b->devRef(), w->devRef(), grad.devRef()));
       sync();
       expectExact(dtype, grad.download(), got, what + " (second run)");
+
+      // Accumulating (beta = 1) into a separate output and in place over the accumulator: the
+      // CPU's acc + sums (one more rounding of the same size: the tolerance above holds).
+      auto acc = random(dtype, {c.experts, c.in, c.out}, 39);
+      grad.poison();
+      what = describe("MoeMatmulWeightGrad accumulate", dtype, c);
+      TensorRef accRef = acc->devRef();
+      ASSERT_OK(moeMatmulWeightGrad(ctx, y->devRef(), b->devRef(), w->devRef(), grad.devRef(),
+                                    &accRef));
+      want = reference(
+          {y.get(), b.get(), w.get(), acc.get()}, grad,
+          [](std::span<const TensorRef> in, std::span<const TensorRef> o) {
+            return cpu::moeMatmulWeightGrad(in[0], in[1], in[2], o[0], &in[3]);
+          },
+          what);
+      sync();
+      got = grad.download();
+      expectClose(dtype, got, want, sumTolerance(dtype), what);
+      TensorRef inPlace = acc->devRef();
+      ASSERT_OK(
+          moeMatmulWeightGrad(ctx, y->devRef(), b->devRef(), w->devRef(), inPlace, &inPlace));
+      sync();
+      expectExact(dtype, acc->download(), got, what + " (in place)");
     }
 }
 

@@ -1,5 +1,6 @@
 // The CUDA optimizer kernels (runtime/cuda/kernels/Optim.cu) against the CPU reference: adamw
-// (and adamwMulti == adamw per tensor), globalNorm (deterministic) and clipByNorm.
+// (and adamwMulti == adamw per tensor, also with the clip folded in), globalNorm (deterministic)
+// and clipByNorm.
 #include "tests/unit/cuda/ElementwiseTestUtil.h"
 
 namespace megac::runtime::cuda::test {
@@ -130,6 +131,43 @@ TEST_F(OptimKernels, AdamWMultiEqualsAdamWPerTensor) {
       EXPECT_NE(multi[k]->p->download(), multi[k]->p->host) << what;
     }
   }
+}
+
+/// The clip folded into adamwMulti (and adamw): exactly clipByNorm's product fed to adamw, for
+/// f32 and f64 masters, with a coefficient below 1 (norm 3, max_norm 0.5) and clamped at 1.
+TEST_F(OptimKernels, AdamWMultiClipEqualsClipByNormThenAdamW) {
+  cpu::AdamWConfig config{0.9, 0.99, 1e-8, 0.05};
+  auto lr = scalar(DType::f32, 2e-3);
+  auto step = scalar(DType::i32, 5);
+  for (DType dtype : {DType::f32, DType::f64})
+    for (double maxNorm : {0.5, 1e6}) {
+      auto norm = scalar(dtype, 3.0);
+      std::vector<std::unique_ptr<AdamWState>> multi, single;
+      std::vector<AdamWTensors> refs;
+      for (int k = 0; k < 60; ++k) { // two launches
+        std::vector<int64_t> shape = {k == 7 ? 5 * 4099 : static_cast<int64_t>(1 + (k * 37) % 300)};
+        multi.push_back(std::make_unique<AdamWState>(dtype, shape, 2000 + k));
+        single.push_back(std::make_unique<AdamWState>(dtype, shape, 2000 + k));
+        AdamWState &s = *multi.back();
+        refs.push_back({s.p->devRef(), s.g->devRef(), s.m->devRef(), s.v->devRef()});
+      }
+      TensorRef normRef = norm->devRef();
+      ASSERT_OK(adamwMulti(ctx, refs, lr->devRef(), step->devRef(), config, &normRef, maxNorm));
+      for (auto &s : single) {
+        ASSERT_OK(clipByNorm(ctx, s->g->devRef(), normRef, maxNorm, s->g->devRef()));
+        ASSERT_OK(adamw(ctx, s->p->devRef(), s->g->devRef(), s->m->devRef(), s->v->devRef(),
+                        lr->devRef(), step->devRef(), config, s->p->devRef(), s->m->devRef(),
+                        s->v->devRef()));
+      }
+      sync();
+      for (size_t k = 0; k < multi.size(); ++k) {
+        std::string what = std::string("adamwMulti clip ") + dtypeName(dtype) + " max_norm " +
+                           std::to_string(maxNorm) + " tensor " + std::to_string(k);
+        expectExact(dtype, multi[k]->p->download(), single[k]->p->download(), what + " p");
+        expectExact(dtype, multi[k]->m->download(), single[k]->m->download(), what + " m");
+        expectExact(dtype, multi[k]->v->download(), single[k]->v->download(), what + " v");
+      }
+    }
 }
 
 TEST_F(OptimKernels, GlobalNormMatchesCpuAndIsDeterministic) {

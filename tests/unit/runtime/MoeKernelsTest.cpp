@@ -1,6 +1,7 @@
 // CPU mixture-of-experts kernels (runtime/cpu/Moe.cpp) against hand-computed values and a dense
 // masked reference: TopKMask's tie rule, dispatch/combine, the grouped GEMMs (both weight
-// layouts) computing active rows only, the weights gradients, and the shape errors.
+// layouts) computing active rows only, the weights gradients (also accumulating into an
+// accumulator, in place or not), and the shape errors.
 #include "runtime/cpu/Kernels.h"
 
 #include "TestUtil.h"
@@ -93,6 +94,25 @@ TEST(MoeKernels, GroupedGemmMatchesTheDenseMaskedProduct) {
             want += a.data<double>()[(e * T + t) * out + p] * x.data<double>()[(e * T + t) * in + q];
         EXPECT_NEAR(dW.data<double>()[(e * out + p) * in + q], want, 1e-13);
       }
+  // Accumulating (gradient-accumulation fusion, beta = 1): out = acc + the sums, into a separate
+  // output and in place over the accumulator. Idle experts keep acc (here none is idle: every
+  // expert has a token). Error model: the sums of 2 products of values <= 1 plus acc <= 1 in
+  // f64, 3 roundings of <= 2^-53 relative each: 1e-13 leaves room.
+  HostTensor acc = f64Random({E, out, in}, rng), summed = HostTensor::zeros(DType::f64, {E, out, in});
+  HostTensor inPlace = acc;
+  TensorRef accRef = refOf(acc), inPlaceRef = refOf(inPlace);
+  ASSERT_TRUE(moeMatmulWeightGrad(refOf(a), refOf(x), refOf(w), refOf(summed), &accRef).isOk());
+  ASSERT_TRUE(moeMatmulWeightGrad(refOf(a), refOf(x), refOf(w), inPlaceRef, &inPlaceRef).isOk());
+  for (int64_t i = 0; i < dW.numElements(); ++i) {
+    double want = acc.data<double>()[i] + dW.data<double>()[i];
+    EXPECT_NEAR(summed.data<double>()[i], want, 1e-13) << i;
+    EXPECT_EQ(inPlace.data<double>()[i], summed.data<double>()[i]) << i;
+  }
+  HostTensor shortAcc = HostTensor::zeros(DType::f64, {E, out, in - 1});
+  TensorRef shortRef = refOf(shortAcc);
+  Status bad = moeMatmulWeightGrad(refOf(a), refOf(x), refOf(w), refOf(summed), &shortRef);
+  EXPECT_FALSE(bad.isOk());
+  EXPECT_NE(bad.message().find("accumulator"), std::string::npos) << bad.message();
   HostTensor z = f64Random({T, in}, rng), dots = HostTensor::zeros(DType::f64, {T, E});
   ASSERT_TRUE(moeRowDot(refOf(x), refOf(z), refOf(w), refOf(dots)).isOk());
   for (int64_t t = 0; t < T; ++t)

@@ -1,7 +1,8 @@
 // The multi-tensor AdamW (cpu::adamwMulti, plan opcode AdamWMulti) against the per-tensor kernel
 // (cpu::adamw): the same bits for every tensor over several steps, f32 and f64 tensors of many
 // sizes (one element to more than the threading grain) in one call, each its own weight decay,
-// in place as codegen plans it, on 1 and 2 threads; and its errors.
+// in place as codegen plans it, on 1 and 2 threads; the clip folded in (clipByNorm then adamw,
+// bit for bit); and its errors.
 #include "runtime/cpu/Kernels.h"
 
 #include "TestUtil.h"
@@ -119,6 +120,69 @@ TEST(OptimMulti, AdamWMultiRejectsMismatchedTensorsAndBadSteps) {
   EXPECT_FALSE(zero.isOk());
   EXPECT_NE(zero.message().find("must be >= 1"), std::string::npos) << zero.message();
   EXPECT_TRUE(call(g, step).isOk());
+}
+
+// The clip folded in (AdamWMulti with max_norm and the global norm as its last input): the bits of
+// clipByNorm on every gradient followed by the per-tensor adamw, for f32 and f64, with a
+// coefficient below 1 (max_norm 0.5 of a norm ~100) and one clamped at 1 (max_norm 1e6), over
+// sizes around the SSE pairs and past the threading grain.
+TEST(OptimMulti, AdamWMultiClipIsClipByNormThenAdamWBitForBit) {
+  const std::vector<std::vector<int64_t>> shapes = {{3, 5}, {1}, {97, 101}, {7}, {16384}};
+  for (DType dtype : {DType::f32, DType::f64})
+    for (double maxNorm : {0.5, 1e6}) {
+      SCOPED_TRACE(std::string(dtypeName(dtype)) + ", max_norm " + std::to_string(maxNorm));
+      std::vector<Tensors> multi, single;
+      std::vector<HostTensor> grads;
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        Tensors t{randomTensor(dtype, shapes[k], uint32_t(20 + k)),
+                  randomTensor(dtype, shapes[k], uint32_t(40 + k)),
+                  randomTensor(dtype, shapes[k], uint32_t(60 + k), 0.0)};
+        multi.push_back(t);
+        single.push_back(t);
+        grads.push_back(randomTensor(dtype, shapes[k], uint32_t(80 + k)));
+      }
+      std::vector<TensorRef> gradRefs;
+      for (HostTensor &g : grads)
+        gradRefs.push_back(refOf(g));
+      HostTensor norm = HostTensor::zeros(dtype, {});
+      ASSERT_TRUE(globalNorm(gradRefs, refOf(norm)).isOk());
+      HostTensor lr = f32({}, {1e-2f}), stepT = i64({}, {2});
+      const AdamWConfig config{0.9, 0.95, 1e-8, 0.0};
+      std::vector<AdamWTensor> tensors;
+      bool clipped = false;
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        double decay = k % 2 ? 0.0 : 0.1;
+        Tensors &t = multi[k];
+        tensors.push_back({refOf(t.p), refOf(grads[k]), refOf(t.m), refOf(t.v), refOf(t.p),
+                           refOf(t.m), refOf(t.v), decay});
+        HostTensor clippedGrad = HostTensor::zeros(dtype, shapes[k]);
+        ASSERT_TRUE(clipByNorm(refOf(grads[k]), refOf(norm), maxNorm, refOf(clippedGrad)).isOk());
+        clipped = clipped || !sameBytes(clippedGrad, grads[k]);
+        Tensors &u = single[k];
+        AdamWConfig own = config;
+        own.weightDecay = decay;
+        Status st = adamw(refOf(u.p), refOf(clippedGrad), refOf(u.m), refOf(u.v), refOf(lr),
+                          refOf(stepT), own, refOf(u.p), refOf(u.m), refOf(u.v));
+        ASSERT_TRUE(st.isOk()) << st.message();
+      }
+      // The small max_norm scales the gradients; the large one leaves them as they are.
+      EXPECT_EQ(clipped, maxNorm < 1.0);
+      TensorRef normRef = refOf(norm);
+      Status st = adamwMulti(tensors, refOf(lr), refOf(stepT), config, &normRef, maxNorm);
+      ASSERT_TRUE(st.isOk()) << st.message();
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        SCOPED_TRACE("tensor " + std::to_string(k));
+        EXPECT_TRUE(sameBytes(multi[k].p, single[k].p)) << "param";
+        EXPECT_TRUE(sameBytes(multi[k].m, single[k].m)) << "exp_avg";
+        EXPECT_TRUE(sameBytes(multi[k].v, single[k].v)) << "exp_avg_sq";
+      }
+      // A norm of another dtype than the gradients is refused by name.
+      HostTensor otherNorm = HostTensor::zeros(dtype == DType::f32 ? DType::f64 : DType::f32, {});
+      TensorRef otherRef = refOf(otherNorm);
+      Status bad = adamwMulti(tensors, refOf(lr), refOf(stepT), config, &otherRef, maxNorm);
+      EXPECT_FALSE(bad.isOk());
+      EXPECT_NE(bad.message().find("ClipByNorm"), std::string::npos) << bad.message();
+    }
 }
 
 // The global norm over many tensors (blocks of 8192 elements on the kernel threads): the same

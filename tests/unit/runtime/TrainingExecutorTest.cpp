@@ -466,8 +466,8 @@ TEST(TrainingLoader, RejectsWritesOutsideTheInPlaceRules) {
   plan.program().functions[0].instructions[9].outputs = {0}; // w has gw's shape [3, 1]
   expectRejected(plan, {"function 'forward_backward', instruction 9 (MatMul at 'dw')",
                         "output 0 (buffer 0 ('w')) is a parameter: only the elementwise opcodes, "
-                        "AdamW, ClipByNorm, AllReduce and a MatMul into its accumulator write in "
-                        "place, not MatMul"});
+                        "AdamW, ClipByNorm, AllReduce and a MatMul or MoeMatmulWeightGrad into its "
+                        "accumulator write in place, not MatMul"});
   // An accumulating MatMul writes over its accumulator, never over lhs or rhs (read whole).
   plan = linearRegressionPlan(/*fused=*/true);
   plan.program().functions[0].instructions[8].outputs = {

@@ -125,3 +125,29 @@ func.func @shared(%g: tensor<8x3xf32> {mega.input = "g"}, %x: tensor<8x5xf32> {m
   %new = mega.add %acc, %dw : tensor<3x5xf32>
   return %new, %dw : tensor<3x5xf32>, tensor<3x5xf32>
 }
+
+// -----
+
+// A MoE expert weight gradient (the grouped GEMM over each expert's active rows) accumulates into
+// its accumulator too; one read by something else besides the add keeps its add.
+// CHECK-LABEL: func.func @moe_experts
+// CHECK-SAME: %[[DY:[^:]*]]: tensor<4x8x6xf32>
+// CHECK-SAME: %[[X:[^:]*]]: tensor<4x8x5xf32>
+// CHECK-SAME: %[[M:[^:]*]]: tensor<8x4xf32>
+// CHECK-SAME: %[[ACC:[^:]*]]: tensor<4x6x5xf32> {mega.state = "grad.w1"}
+// CHECK-SAME: %[[ACC2:[^:]*]]: tensor<4x6x5xf32> {mega.state = "grad.w2"}
+// CHECK: %[[DW2:.*]] = mega.moe_matmul_weight_grad %[[DY]], %[[X]], %[[M]] topk 2 : (tensor<4x8x6xf32>, tensor<4x8x5xf32>, tensor<8x4xf32>) -> tensor<4x6x5xf32>
+// CHECK: %[[DW:.*]] = mega.moe_matmul_weight_grad %[[DY]], %[[X]], %[[M]] topk 2 accumulate %[[ACC]] : (tensor<4x8x6xf32>, tensor<4x8x5xf32>, tensor<8x4xf32>, tensor<4x6x5xf32>) -> tensor<4x6x5xf32>
+// CHECK: %[[N2:.*]] = mega.add %[[ACC2]], %[[DW2]]
+// CHECK: return %[[DW]], %[[N2]], %[[DW2]]
+func.func @moe_experts(%dy: tensor<4x8x6xf32> {mega.input = "dy"},
+    %x: tensor<4x8x5xf32> {mega.input = "x"}, %m: tensor<8x4xf32> {mega.input = "m"},
+    %acc: tensor<4x6x5xf32> {mega.state = "grad.w1"}, %acc2: tensor<4x6x5xf32> {mega.state = "grad.w2"})
+    -> (tensor<4x6x5xf32> {mega.updates = "grad.w1"}, tensor<4x6x5xf32> {mega.updates = "grad.w2"},
+        tensor<4x6x5xf32> {mega.output = "dw2"}) {
+  %dw = mega.moe_matmul_weight_grad %dy, %x, %m topk 2 : (tensor<4x8x6xf32>, tensor<4x8x5xf32>, tensor<8x4xf32>) -> tensor<4x6x5xf32>
+  %dw2 = mega.moe_matmul_weight_grad %dy, %x, %m topk 2 : (tensor<4x8x6xf32>, tensor<4x8x5xf32>, tensor<8x4xf32>) -> tensor<4x6x5xf32>
+  %n = mega.add %acc, %dw : tensor<4x6x5xf32>
+  %n2 = mega.add %acc2, %dw2 : tensor<4x6x5xf32>
+  return %n, %n2, %dw2 : tensor<4x6x5xf32>, tensor<4x6x5xf32>, tensor<4x6x5xf32>
+}

@@ -14,12 +14,18 @@
 // CHECK-SAME: : (tensor<f32>, tensor<i64>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
 // CHECK-NEXT: return %[[U]]#0, %[[U]]#3, %[[U]]#1, %[[U]]#4, %[[U]]#2, %[[U]]#5, %[[N]]
 
-// Clipping: the clipped gradients feed the grouped update.
+// Clipping: folded into the grouped update, which reads the unclipped gradients and the norm
+// (no clip_by_norm pass over the gradients is left).
 // CLIP-LABEL: func.func @apply_gradients(
-// CLIP: %[[CW:.*]] = mega.clip_by_norm
-// CLIP-NEXT: %[[CB:.*]] = mega.clip_by_norm
-// CLIP-NEXT: mega.adamw_update_multi %{{.*}}, %{{.*}}, %{{.*}}, %[[CW]], %{{.*}}, %{{.*}}, %{{.*}}, %[[CB]], %{{.*}}, %{{.*}} {
+// CLIP-SAME: %[[CGW:[a-z0-9]+]]: tensor<4x3xf32> {mega.state = "grad.w"}, %[[CGB:[a-z0-9]+]]: tensor<4xf32> {mega.state = "grad.b"},
+// CLIP-NOT: mega.clip_by_norm
+// CLIP: %[[CN:.*]] = mega.global_norm %[[CGW]], %[[CGB]]
+// CLIP-NOT: mega.clip_by_norm
+// CLIP: mega.adamw_update_multi %{{.*}}, %{{.*}}, %{{.*}}, %[[CGW]], %{{.*}}, %{{.*}}, %{{.*}}, %[[CGB]], %{{.*}}, %{{.*}} clip %[[CN]] {
+// CLIP-SAME: max_norm = 1.500000e+00
+// CLIP-SAME: -> (tensor<4x3xf32>, tensor<4x3xf32>, tensor<4x3xf32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
 // CLIP-NOT: mega.adamw_update %
+// CLIP-NOT: mega.clip_by_norm
 // CLIP: return
 func.func @forward_backward(%w: tensor<4x3xf32> {mega.param = "w", mega.init = #mega.init<normal, std = 0.02>}, %b: tensor<4xf32> {mega.param = "b", mega.init = #mega.init<zeros>}, %x: tensor<3xf32> {mega.input = "x"}, %gw: tensor<4x3xf32> {mega.state = "grad.w"}, %gb: tensor<4xf32> {mega.state = "grad.b"}) -> (tensor<f32> {mega.output = "loss"}, tensor<4x3xf32> {mega.updates = "grad.w"}, tensor<4xf32> {mega.updates = "grad.b"}) {
   %y = mega.linear %x, %w, %b : (tensor<3xf32>, tensor<4x3xf32>, tensor<4xf32>) -> tensor<4xf32>
