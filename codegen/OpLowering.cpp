@@ -169,6 +169,20 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
     return emit(op, opcode, pl::Attrs::P2PAttrs,
                 asVoid(pl::CreateP2PAttrs(fbb_, *index, shift, tag)));
   };
+  // Attention and its gradient; with mega.ring_axes (context parallelism's ring) the ring
+  // opcode, whose kernel exchanges the key/value blocks over those mesh axes.
+  auto attention = [&](pl::Opcode plain, pl::Opcode ring, bool causal,
+                       double scale) -> LogicalResult {
+    auto names = op->getAttrOfType<mlir::ArrayAttr>(kRingAxesAttr);
+    if (!names)
+      return emit(op, plain, A::AttentionAttrs,
+                  asVoid(pl::CreateAttentionAttrs(fbb_, causal, scale)));
+    auto axes = meshAxes(op, names);
+    if (failed(axes))
+      return failure();
+    return emit(op, ring, A::AttentionAttrs,
+                asVoid(pl::CreateAttentionAttrsDirect(fbb_, causal, scale, &*axes)));
+  };
   // An op naming an attribute-free opcode (Mega_Plan<"Name">): the opcode table has the rest.
   auto byName = [&](llvm::StringRef name) -> LogicalResult {
     std::optional<pl::Opcode> opcode = pl::opcodeNamed(std::string_view(name.data(), name.size()));
@@ -280,8 +294,7 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
       })
       .Case([&](AttentionOp a) {
         double scale = attentionScale(a.getScale(), a.getQuery());
-        return emit(op, O::Attention, A::AttentionAttrs,
-                    asVoid(pl::CreateAttentionAttrs(fbb_, a.getCausal(), scale)));
+        return attention(O::Attention, O::RingAttention, a.getCausal(), scale);
       })
       .Case([&](GeluOp g) {
         bool tanh = g.getApproximation() == GeluApproximation::tanh;
@@ -311,8 +324,7 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
       })
       .Case([&](AttentionGradOp a) {
         double scale = attentionScale(a.getScale(), a.getQuery());
-        return emit(op, O::AttentionGrad, A::AttentionAttrs,
-                    asVoid(pl::CreateAttentionAttrs(fbb_, a.getCausal(), scale)));
+        return attention(O::AttentionGrad, O::RingAttentionGrad, a.getCausal(), scale);
       })
       .Case([&](GeluGradOp g) {
         bool tanh = g.getApproximation() == GeluApproximation::tanh;

@@ -23,6 +23,9 @@ Status checkContextParallel(const RunConfig &c) {
     return Status::error("--cp " + str(layout.cp) +
                          " with --backend cuda is not supported yet (the CUDA attention kernel "
                          "does not take positions); use --backend cpu");
+  if (layout.cpRing && layout.cp == 1)
+    return Status::error("the ring variant of context parallelism (--cp-comm-type p2p) needs "
+                         "--cp C > 1");
   return Status::ok();
 }
 

@@ -70,6 +70,8 @@ LogicalResult AttentionOp::buildGradient(OpBuilder &b, ArrayRef<Value> resultGra
                                         getValue().getType(), maskType, g, getQuery(), getKey(),
                                         getValue(), mask, getQueryPositions(), getKeyPositions(),
                                         getCausalAttr(), getScaleAttr());
+    if (Attribute ring = (*this)->getAttr(kRingAxesAttr)) // the backward's ring: the same axes
+      grad->setAttr(kRingAxesAttr, ring);
     Grads grads{grad.getQueryGrad(), grad.getKeyGrad(), grad.getValueGrad()};
     if (mask)
       grads.push_back(grad.getMaskGrad());

@@ -28,5 +28,11 @@ inline constexpr const char *kSourceShapeAttr = "mega.source_shape";
 /// On a parameter: the names of the model's own tensors it stacks along dim 0 (a mixture of
 /// experts' per-expert weights, held as one [E, ...] tensor); weights files may hold either.
 inline constexpr const char *kSourceStackAttr = "mega.source_stack";
+/// On a `mega.attention` / `mega.attention_grad` by positions: context parallelism's ring
+/// (docs/context-parallel.md "The ring"), the mesh axes (names) of the ring. Its keys and values
+/// stay split along the sequence like its queries (the same factor, ShardingRules.cpp); after
+/// spmdize each rank's op holds its own block and the kernel passes the blocks around the ring
+/// (plan opcodes RingAttention, RingAttentionGrad).
+inline constexpr const char *kRingAxesAttr = "mega.ring_axes";
 
 } // namespace mega

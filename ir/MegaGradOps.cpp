@@ -96,6 +96,8 @@ LogicalResult AttentionGradOp::verify() {
           getCausal());
       !why.empty())
     return emitOpError() << why;
+  if (failed(verifyRingAxes(*this, bool(getQueryPositions()))))
+    return failure();
   auto out = RankedTensorType::get(r.shape, getQuery().getType().getElementType());
   if (failed(expectSame(*this, getResultGrad().getType(), out, "result_grad")) ||
       failed(expectSame(*this, getQueryGrad().getType(), getQuery().getType(), "query_grad")) ||

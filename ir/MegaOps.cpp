@@ -342,6 +342,26 @@ LogicalResult AttentionOp::inferReturnTypes(MLIRContext *, std::optional<Locatio
                                        optionalShape(adaptor.getMask())),
                       elementOf(adaptor.getQuery()), out);
 }
+/// `mega.ring_axes` (MegaDialect.h): mesh axis names, on an attention by positions only.
+LogicalResult mega::verifyRingAxes(Operation *op, bool hasPositions) {
+  Attribute ring = op->getAttr(mega::kRingAxesAttr);
+  if (!ring)
+    return success();
+  auto axes = dyn_cast<ArrayAttr>(ring);
+  if (!axes || axes.empty() ||
+      !llvm::all_of(axes, [](Attribute a) { return isa<StringAttr>(a); }))
+    return op->emitOpError() << mega::kRingAxesAttr
+                             << " must be a non-empty array of mesh axis names";
+  if (!hasPositions)
+    return op->emitOpError() << "a ring attention (" << mega::kRingAxesAttr
+                             << ") needs query and key positions";
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  return verifyRingAxes(*this, bool(getQueryPositions()));
+}
+
 // Full s x t score matrices, causal or not: the convention of Megatron's FLOP formulas
 // (REFERENCE.md: 4 B s^2 h per layer), so MFU is comparable.
 int64_t AttentionOp::getMatmulFlops() {

@@ -525,6 +525,10 @@ def Mega_AttentionOp : Mega_CostedOp<"attention", [Mega_Plan<"Attention">, Pure,
     the gathered keys; their positions say which pairs are causal, with nothing of size s x t
     stored. Unlike `causal`, the query dim is then parallel: it splits with its positions.
 
+    With `{mega.ring_axes = ["cp"]}` as well (context parallelism's ring), the keys and values
+    split along the sequence with the queries: each rank's op holds its own key/value block and
+    its positions, and the plan's RingAttention passes the blocks around the ring.
+
     ```mlir
     %o = mega.attention %q, %k, %v causal : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xf32>
     %o2 = mega.attention %q, %k, %v mask %m : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x1x1x8xf32>) -> tensor<2x8x4x16xf32>
@@ -540,6 +544,7 @@ def Mega_AttentionOp : Mega_CostedOp<"attention", [Mega_Plan<"Attention">, Pure,
   let assemblyFormat = "$query `,` $key `,` $value (`mask` $mask^)? "
                        "(`positions` $query_positions^ `,` $key_positions)? (`causal` $causal^)? "
                        "attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1; // mega.ring_axes
   // The builder of the attention without positions (the input phase's, the DSL's).
   let builders = [
     OpBuilder<(ins "::mlir::Type":$result, "::mlir::Value":$query, "::mlir::Value":$key,

@@ -34,4 +34,7 @@ inline mlir::LogicalResult verifyNormParams(mlir::Operation *op, const char *nam
   return mlir::success();
 }
 
+/// An attention's `mega.ring_axes` (MegaDialect.h), if any: mesh axis names, with positions.
+mlir::LogicalResult verifyRingAxes(mlir::Operation *op, bool hasPositions);
+
 } // namespace mega

@@ -308,14 +308,17 @@ ShardingRule crossEntropy(CrossEntropyOp op) {
 /// [b, s, h, dv]. Heads split as (g, h/g) so grouped-query attention shards by kv group. Without
 /// `causal` every query row is independent of the others given all keys: s is parallel
 /// (context parallelism splits it, masking causally by the query and key `positions`, which
-/// follow s and t); `causal` counts query positions from 0 here, so s stays whole.
+/// follow s and t); `causal` counts query positions from 0 here, so s stays whole. A ring
+/// attention (mega.ring_axes) has one sequence factor for queries and keys: k and v stay split
+/// with q (the kernel passes the blocks around the ring).
 ShardingRule attention(AttentionOp op) {
   RuleBuilder rule;
   ArrayRef<int64_t> q = shapeOf(op.getQuery()), k = shapeOf(op.getKey()),
                     v = shapeOf(op.getValue());
   int b = rule.add(q[0], FactorKind::parallel);
   int s = rule.add(q[1], op.getCausal() ? FactorKind::whole : FactorKind::parallel);
-  int t = rule.add(k[1], FactorKind::whole);
+  bool ring = op->hasAttr(kRingAxesAttr) && q[1] == k[1];
+  int t = ring ? s : rule.add(k[1], FactorKind::whole);
   int g = rule.add(k[2], FactorKind::parallel);
   DimFactors heads{g};
   if (q[2] != k[2])

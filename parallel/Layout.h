@@ -59,6 +59,10 @@ struct Layout {
   /// cp ranks, its own mesh axis (world = tp * cp * pp * dp; dp excludes cp); the gradient
   /// reduction runs over dp x cp.
   int64_t cp = 1;
+  /// How cp exchanges keys and values (docs/context-parallel.md): false, all-gathered over cp
+  /// (Megatron's cp_comm_type "all_gather"); true, blocks passed around the cp ring point to
+  /// point (its "p2p", `--cp-comm-type p2p`).
+  bool cpRing = false;
 
   int64_t ranks() const { return tp * cp * pp * dp; }
   bool partitioned() const { return ranks() > 1; }

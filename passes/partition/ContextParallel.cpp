@@ -36,7 +36,8 @@ SmallVector<int64_t> loadBalancedOrder(int64_t seq, int64_t cp) {
 
 class Rewriter {
 public:
-  Rewriter(func::FuncOp f, int64_t cp) : f_(f), cp_(cp), b_(f.getContext()) {}
+  Rewriter(func::FuncOp f, int64_t cp, bool ring)
+      : f_(f), cp_(cp), ring_(ring), b_(f.getContext()) {}
 
   LogicalResult run() {
     SmallVector<mega::AttentionOp> attentions;
@@ -110,6 +111,8 @@ public:
       op.getQueryPositionsMutable().assign(queries);
       op.getKeyPositionsMutable().assign(keys);
       op.removeCausalAttr();
+      if (ring_) // k and v stay split with q; the kernel passes the blocks around the cp ring
+        op->setAttr(mega::kRingAxesAttr, b_.getStrArrayAttr({"cp"}));
     }
     return success();
   }
@@ -207,7 +210,8 @@ private:
   /// The global positions of the permuted sequence for causal attention (query i sees key j
   /// iff P[j] <= P[i]), i64 [S] each: the queries' from a gather split over cp (each rank reads
   /// only its own S / cp), the keys' whole (every rank's k and v are all-gathered over cp in
-  /// the same permuted order). Nothing of size S x S exists.
+  /// the same permuted order) or, for the ring, the queries' (each rank's key block travels
+  /// with its positions). Nothing of size S x S exists.
   std::pair<Value, Value> causalPositions() {
     if (queryPositions_)
       return {queryPositions_, keyPositions_};
@@ -220,12 +224,15 @@ private:
         mega::ConstantOp::create(b_, loc, DenseElementsAttr::get(type, ArrayRef(iota)));
     queryPositions_ = permuted(positions, 0);
     keyPositions_ =
-        mega::ConstantOp::create(b_, loc, DenseElementsAttr::get(type, ArrayRef(order_)));
+        ring_ ? queryPositions_
+              : mega::ConstantOp::create(b_, loc, DenseElementsAttr::get(type, ArrayRef(order_)))
+                    .getResult();
     return {queryPositions_, keyPositions_};
   }
 
   func::FuncOp f_;
   int64_t cp_;
+  bool ring_;
   OpBuilder b_;
   int64_t seq_ = 0;
   SmallVector<int64_t> order_;
@@ -252,7 +259,7 @@ struct ContextParallelPass : public impl::ContextParallelBase<ContextParallelPas
                             "mega-training-loss first)";
       return signalPassFailure();
     }
-    if (failed(Rewriter(f, cp).run()))
+    if (failed(Rewriter(f, cp, ring).run()))
       return signalPassFailure();
   }
 };

@@ -33,12 +33,20 @@ def ContextParallel : Pass<"mega-context-parallel", "mlir::ModuleOp"> {
     %o = mega.attention %q, %k, %v positions %qp, %kp : (...) -> tensor<2x8x2x8xf64>
     ```
 
+    With `ring` (Megatron's `cp_comm_type="p2p"`, `--cp-comm-type p2p`) the key positions are
+    the queries' (split over cp with them) and each attention is marked
+    `{mega.ring_axes = ["cp"]}`: its keys and values stay split with the queries, and the plan's
+    RingAttention passes each rank's key/value block around the cp ring instead of all-gathering
+    them (docs/context-parallel.md "The ring").
+
     Errors: no mega.attention in the model, a softmax over rank-4 scores (attention the input
     phase did not raise), attention that is not causal self-attention or has a mask, a float
     input over the sequence (padding mask), a sequence 2·cp does not divide.
   }];
   let options = [
     Option<"cp", "cp", "int64_t", "1", "context-parallel degree (1: the pass does nothing)">,
+    Option<"ring", "ring", "bool", "false",
+           "ring attention (k/v blocks passed around the cp ranks) instead of all-gathered k/v">,
   ];
   let dependentDialects = ["mega::MegaDialect"];
 }

@@ -51,6 +51,7 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
     if (layout.cp > 1) {
       ContextParallelOptions context;
       context.cp = layout.cp;
+      context.ring = layout.cpRing;
       pm.addPass(createContextParallel(context));
     }
     ShardingPropagationOptions sharding;

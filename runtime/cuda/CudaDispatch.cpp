@@ -373,6 +373,16 @@ void collectives(Table &t) {
     return Status::error("MoeAllToAll: expert parallelism (--ep > 1) is not supported by the "
                          "CUDA backend yet; run it with --backend cpu, or --ep 1 on GPUs");
   };
+  // Context parallelism's ring attention: not built for NCCL yet (the CUDA attention kernel
+  // takes no positions); refused by name.
+  at(t, O::RingAttention) = [](const CudaCall &) {
+    return Status::error("RingAttention: context parallelism's ring (--cp-comm-type p2p) is not "
+                         "supported by the CUDA backend yet; run it with --backend cpu");
+  };
+  at(t, O::RingAttentionGrad) = [](const CudaCall &) {
+    return Status::error("RingAttentionGrad: context parallelism's ring (--cp-comm-type p2p) is "
+                         "not supported by the CUDA backend yet; run it with --backend cpu");
+  };
   // Asynchronous collectives run synchronously here for now: a start is its blocking twin
   // writing the start's output (which the plan keeps live until the CollectiveDone), the done a
   // copy unless in place. Correct, no overlap (docs/training-step.md "Overlap").

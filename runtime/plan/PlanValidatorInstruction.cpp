@@ -238,8 +238,16 @@ Status PlanValidator::normAttrs(const fb::Instruction &inst, size_t i, size_t) {
 }
 
 Status PlanValidator::attentionAttrs(const fb::Instruction &inst, size_t i, size_t) {
-  if (!std::isfinite(inst.attrs_as_AttentionAttrs()->scale()))
+  const fb::AttentionAttrs *a = inst.attrs_as_AttentionAttrs();
+  if (!std::isfinite(a->scale()))
     return instError(i, "scale is not finite");
+  bool ring = inst.op() == fb::Opcode::RingAttention || inst.op() == fb::Opcode::RingAttentionGrad;
+  bool hasAxes = a->ring_axes() && a->ring_axes()->size() > 0;
+  if (ring != hasAxes)
+    return instError(i, ring ? "a ring attention needs its ring's mesh axes (ring_axes)"
+                             : "ring_axes is for RingAttention and RingAttentionGrad only");
+  if (ring && a->causal())
+    return instError(i, "a ring attention is causal by its positions, not `causal`");
   return Status::ok();
 }
 

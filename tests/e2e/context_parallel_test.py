@@ -14,12 +14,16 @@ parameter bound, showing it can tell a wrong update.
 Layouts (each <= 8 ranks): a causal GPT (learned position table) and a Llama (rotary, GQA) at
 cp 2 and cp 4; cp 2 x dp 2; cp 2 x tp 2 with sequence parallelism (x dp 2, 8 ranks); cp 2 x
 dp 2 with ZeRO-1 (GPT) and ZeRO-3 (Llama); cp 2 x pp 2; cp 2 x dp 2 x ep 2 on a dropless
-Mixtral; a checkpoint saved at cp 2 and resumed at cp 1. Every multi-rank run must say "cp C"
-in its header (it really ran context parallel).
+Mixtral; a checkpoint saved at cp 2 and resumed at cp 1. The ring variant (--cp-comm-type p2p:
+k/v blocks passed around the cp ranks, online-softmax merge; docs/context-parallel.md "The
+ring") at cp 2 and cp 4 on both models, cp 2 x tp 2, cp 2 x dp 2 and cp 2 x pp 2; its online
+softmax only reassociates each row's sums (same error model). Every multi-rank run must say
+"cp C" in its header (it really ran context parallel).
 Memory: the plans' activation bytes (arena above the persistent region) at cp 4 are <= 0.3 x
-cp 1's on a GPT at sequence 4096 (issue 32's target).
+cp 1's on a GPT at sequence 4096 (issue 32's target), for both variants; the ring's are below
+the all-gather's (no whole-sequence k, v, dk, dv).
 Bad input: a sequence 2*cp does not divide, --cp with MoE capacity dropping, ranks that are not
-tp x cp x pp x dp -- one-line errors naming the numbers.
+tp x cp x pp x dp, --cp-comm-type without --cp -- one-line errors naming the numbers.
 
 usage: context_parallel_test.py --megac build/bin/megac --workdir DIR
 Exit 1 on any failure, 77 (skip) without mpirun. Runs with Debian's /usr/bin/python3 (numpy).
@@ -123,6 +127,18 @@ def layout_cases():
     # Experts over ep (carved out of dp), tokens over cp: a dropless Mixtral, its aux loss too.
     yield "mixtral.cp2.dp2.ep2", MIXTRAL, ["--ranks", "4", "--cp", "2", "--dp", "2", "--ep", "2",
                                            "--micro-batch", "1"]
+    # The ring variant: each rank's k/v block travels around the cp ranks (RingAttention).
+    ring = ["--cp-comm-type", "p2p"]
+    yield "gpt.cp2.ring", GPT, ["--ranks", "2", "--cp", "2", "--micro-batch", "2", *ring]
+    yield "gpt.cp4.ring", GPT, ["--ranks", "4", "--cp", "4", "--micro-batch", "2", *ring]
+    yield "llama.cp2.ring", LLAMA, ["--ranks", "2", "--cp", "2", "--micro-batch", "2", *ring]
+    yield "llama.cp4.ring", LLAMA, ["--ranks", "4", "--cp", "4", "--micro-batch", "2", *ring]
+    yield "llama.cp2.tp2.ring", LLAMA, ["--ranks", "4", "--cp", "2", "--tp", "2",
+                                        "--micro-batch", "2", *ring]
+    yield "gpt.cp2.dp2.ring", GPT, ["--ranks", "4", "--cp", "2", "--dp", "2", "--micro-batch",
+                                    "1", *ring]
+    yield "gpt.cp2.pp2.ring", GPT, ["--ranks", "4", "--cp", "2", "--pp", "2", "--micro-batch",
+                                    "1", *ring]
 
 
 ERRORS = [
@@ -136,6 +152,8 @@ ERRORS = [
      "dropping counts tokens in position order); use a dropless MoE (no capacity) with --cp"),
     ("error-ranks", GPT, ["--ranks", "4", "--cp", "4", "--tp", "2", "--micro-batch", "2"],
      "--ranks 4 is not tp 2 x cp 4 x pp 1 x dp 1 = 8"),
+    ("error-ring-without-cp", GPT, ["--cp-comm-type", "p2p", "--micro-batch", "2"],
+     "--cp-comm-type applies with --cp C > 1 (context parallelism)"),
 ]
 
 
@@ -143,11 +161,11 @@ MEMORY_MODEL = "gpt:layers=2,hidden=128,heads=4,seq=4096,vocab=256"
 MEMORY_RATIO = 0.3  # issue 32: per-rank activation bytes at cp 4 <= 0.3 x cp 1's, seq >= 4096
 
 
-def activation_bytes(megac, cp):
+def activation_bytes(megac, cp, ring=False):
     """The plan's arena above its persistent region (parameters, gradients, Adam moments,
     constants): the activations and temporaries of one step, per rank (role 0)."""
     argv = [megac, "plan", "--model", MEMORY_MODEL, "--json", "--global-batch", "1",
-            "--ranks", str(cp), "--cp", str(cp)]
+            "--ranks", str(cp), "--cp", str(cp)] + (["--cp-comm-type", "p2p"] if ring else [])
     result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         raise Failure(f"memory: exit {result.returncode}: {' '.join(argv)}\n"
@@ -222,6 +240,12 @@ def main():
             raise Failure(f"memory: activation bytes at cp 4 are {ratio:.3f} x cp 1's "
                           f"({four} / {one}), above {MEMORY_RATIO}")
         print(f"PASS memory: activation bytes at cp 4 = {ratio:.3f} x cp 1's")
+        ring = activation_bytes(megac, 4, ring=True)
+        if not ring / one <= MEMORY_RATIO or not ring < four:
+            raise Failure(f"memory: the ring's activation bytes at cp 4 are {ring / one:.3f} x "
+                          f"cp 1's ({ring}), the all-gather's {four}")
+        print(f"PASS memory: the ring's activation bytes at cp 4 = {ring / one:.3f} x cp 1's "
+              f"(all-gather {ratio:.3f})")
     except Failure as e:
         problems.append(str(e))
         print(f"FAIL {e}")

@@ -68,7 +68,7 @@ void RunFlags::declare(Flags &f) {
   f.count("--ranks", c.exec.ranks, 1).count("--tp", l.tp, 1, "T").count("--pp", l.pp, 1, "P");
   f.count("--dp", l.dp, 1, "D").count("--vpp", l.vpp, 1, "V").count("--zero", zero, 0, "0-3");
   f.count("--ep", l.ep, 1, "E").count("--bucket-size", c.training.bucketSize, 1, "N");
-  f.count("--cp", l.cp, 1, "C");
+  f.count("--cp", l.cp, 1, "C").choice("--cp-comm-type", cpCommType, {"all_gather", "p2p"});
   f.flag("--sequence-parallel", sequenceParallel);
   f.choice("--recompute", recompute, {"none", "selective", "full"});
   // The zero-bubble schedules split the backward (docs/pipeline.md, issue 35).
@@ -170,6 +170,9 @@ std::string configureStep(const Flags &f, RunFlags &r, bool planOnly) {
     return "--zero: '" + std::to_string(r.zero) + "' is not 0, 1, 2 or 3";
   l.zero = int(r.zero);
   l.sequenceParallel = r.sequenceParallel;
+  l.cpRing = r.cpCommType == "p2p"; // Megatron's cp_comm_type: the ring's point-to-point
+  if (f.given("--cp-comm-type") && l.cp == 1)
+    return "--cp-comm-type applies with --cp C > 1 (context parallelism)";
   l.recompute = *parseRecompute(r.recompute);
   l.schedule = *schedule::parseScheduleKind(r.schedule);
   if (!f.given("--dp"))

@@ -1,0 +1,200 @@
+// Ring attention's block kernels (runtime/cpu/RingAttention.h) against the dense causal
+// Attention and AttentionGrad: cp ranks simulated in one process, each holding its 2 load-balanced
+// chunks of a sequence, its blocks visited in ring order (its own, then the previous rank's, ...);
+// the backward's dk and dv accumulated as they travel. MHA, GQA, MQA at cp 2 and 4, f64 and f32.
+#include "runtime/cpu/RingAttention.h"
+#include "runtime/cpu/Kernels.h"
+
+#include "TestUtil.h"
+
+#include <cmath>
+#include <numeric>
+
+using namespace megac;
+using namespace megac::runtime;
+using namespace megac::runtime::cpu;
+using namespace megac::runtime::testing;
+
+namespace {
+
+HostTensor random(DType dtype, std::vector<int64_t> shape, uint32_t seed) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  if (dtype == DType::f32)
+    return f32(std::move(shape), randomValues<float>(size_t(n), seed, -1.5, 1.5));
+  return f64(std::move(shape), randomValues<double>(size_t(n), seed, -1.5, 1.5));
+}
+
+std::vector<int64_t> loadBalanced(int64_t seq, int64_t cp) {
+  std::vector<int64_t> order;
+  int64_t chunk = seq / (2 * cp);
+  for (int64_t i = 0; i < cp; ++i)
+    for (int64_t c : {i, 2 * cp - 1 - i})
+      for (int64_t p = 0; p < chunk; ++p)
+        order.push_back(c * chunk + p);
+  return order;
+}
+
+/// Rows `positions` of x [b, S, h, d] along dim 1.
+HostTensor rows(const HostTensor &x, const std::vector<int64_t> &positions) {
+  int64_t b = x.shape[0], seq = x.shape[1], inner = x.shape[2] * x.shape[3];
+  auto n = static_cast<int64_t>(positions.size());
+  HostTensor out = HostTensor::zeros(x.dtype, {b, n, x.shape[2], x.shape[3]});
+  size_t row = size_t(inner) * dtypeSize(x.dtype);
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(out.bytes.data() + size_t(bi * n + i) * row,
+                  x.bytes.data() + size_t(bi * seq + positions[size_t(i)]) * row, row);
+  return out;
+}
+
+double at(const HostTensor &t, size_t i) {
+  return t.dtype == DType::f32 ? double(reinterpret_cast<const float *>(t.bytes.data())[i])
+                               : reinterpret_cast<const double *>(t.bytes.data())[i];
+}
+
+/// |got - want| <= atol + rtol |want|, elementwise.
+void expectClose(const HostTensor &got, const HostTensor &want, double atol, double rtol,
+                 const std::string &what) {
+  ASSERT_EQ(got.shape, want.shape) << what;
+  size_t n = got.bytes.size() / dtypeSize(got.dtype), bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double e = std::abs(at(got, i) - at(want, i)) - (atol + rtol * std::abs(at(want, i)));
+    if (e > 0 || std::isnan(at(got, i)))
+      ++bad;
+    worst = std::max(worst, e);
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << n << " elements off (worst excess "
+                     << worst << ")";
+}
+
+struct Case {
+  const char *name;
+  int64_t b, h, hk, d, seq, cp;
+};
+
+void checkRing(const Case &c, DType dtype) {
+  SCOPED_TRACE(std::string(c.name) + (dtype == DType::f32 ? " f32" : " f64"));
+  // Error model: the online merge rescales each row's partial sums once per block (cp blocks,
+  // two halves each), a few roundings of the inputs' precision per element on values of order 1
+  // (|q|,|k|,|v| <= 1.5, d <= 8): f64 within 1e-12, f32 within 2e-5 (about 170 ulps).
+  double tol = dtype == DType::f64 ? 1e-12 : 2e-5;
+  int64_t seq = c.seq, cp = c.cp, s = seq / cp;
+  HostTensor q = random(dtype, {c.b, seq, c.h, c.d}, 11),
+             k = random(dtype, {c.b, seq, c.hk, c.d}, 12);
+  HostTensor v = random(dtype, {c.b, seq, c.hk, c.d}, 13);
+  HostTensor dout = random(dtype, {c.b, seq, c.h, c.d}, 14);
+  const double scale = 0.4;
+  // The dense reference over the whole sequence, causal.
+  HostTensor out = HostTensor::zeros(dtype, q.shape);
+  ASSERT_TRUE(attention(refOf(q), refOf(k), refOf(v), nullptr, true, scale, refOf(out)).isOk());
+  HostTensor dq = HostTensor::zeros(dtype, q.shape), dk = HostTensor::zeros(dtype, k.shape);
+  HostTensor dv = HostTensor::zeros(dtype, v.shape);
+  ASSERT_TRUE(attentionGrad(refOf(dout), refOf(q), refOf(k), refOf(v), nullptr, true, scale,
+                            refOf(dq), refOf(dk), refOf(dv), nullptr)
+                  .isOk());
+
+  std::vector<int64_t> order = loadBalanced(seq, cp);
+  struct Rank {
+    std::vector<int64_t> pos;
+    HostTensor q, k, v, dout, qp, out, dq;
+    RingRowStats stats;
+    std::vector<double> delta;
+  };
+  std::vector<Rank> ranks(static_cast<size_t>(cp));
+  for (int64_t r = 0; r < cp; ++r) {
+    Rank &x = ranks[size_t(r)];
+    x.pos.assign(order.begin() + r * s, order.begin() + (r + 1) * s);
+    x.q = rows(q, x.pos), x.k = rows(k, x.pos), x.v = rows(v, x.pos);
+    x.dout = rows(dout, x.pos), x.qp = i64({s}, x.pos);
+    x.out = HostTensor::zeros(dtype, x.q.shape), x.dq = HostTensor::zeros(dtype, x.q.shape);
+  }
+  // Forward: rank r visits the blocks of r, r - 1, ... (the order the ring brings them).
+  for (int64_t r = 0; r < cp; ++r) {
+    Rank &x = ranks[size_t(r)];
+    ASSERT_TRUE(ringAttentionBegin(refOf(x.q), refOf(x.out), x.stats).isOk());
+    for (int64_t step = 0; step < cp; ++step) {
+      const Rank &o = ranks[size_t((r - step + cp) % cp)];
+      Status st = ringAttentionBlock(refOf(x.q), refOf(o.k), refOf(o.v), refOf(x.qp), refOf(o.qp),
+                                     scale, refOf(x.out), x.stats);
+      ASSERT_TRUE(st.isOk()) << st.message();
+    }
+    ASSERT_TRUE(ringAttentionEnd(refOf(x.out), x.stats).isOk());
+    expectClose(x.out, rows(out, x.pos), tol, tol, "out of rank " + std::to_string(r));
+    ASSERT_TRUE(ringAttentionDelta(refOf(x.dout), refOf(x.out), x.delta).isOk());
+  }
+  // Backward: block o's dk and dv accumulate over every rank's queries.
+  std::vector<HostTensor> blockDk, blockDv;
+  for (int64_t o = 0; o < cp; ++o) {
+    blockDk.push_back(HostTensor::zeros(dtype, ranks[size_t(o)].k.shape));
+    blockDv.push_back(HostTensor::zeros(dtype, ranks[size_t(o)].v.shape));
+  }
+  for (int64_t r = 0; r < cp; ++r) {
+    Rank &x = ranks[size_t(r)];
+    for (int64_t step = 0; step < cp; ++step) {
+      auto oi = size_t((r - step + cp) % cp);
+      const Rank &o = ranks[oi];
+      Status st = ringAttentionGradBlock(refOf(x.dout), refOf(x.q), refOf(o.k), refOf(o.v),
+                                         refOf(x.qp), refOf(o.qp), scale, x.stats, x.delta,
+                                         refOf(x.dq), refOf(blockDk[oi]), refOf(blockDv[oi]));
+      ASSERT_TRUE(st.isOk()) << st.message();
+    }
+  }
+  for (int64_t r = 0; r < cp; ++r) {
+    const Rank &x = ranks[size_t(r)];
+    std::string who = " of rank " + std::to_string(r);
+    expectClose(x.dq, rows(dq, x.pos), tol, tol, "dq" + who);
+    expectClose(blockDk[size_t(r)], rows(dk, x.pos), tol, tol, "dk" + who);
+    expectClose(blockDv[size_t(r)], rows(dv, x.pos), tol, tol, "dv" + who);
+  }
+}
+
+} // namespace
+
+TEST(RingAttention, BlocksInRingOrderEqualDenseCausalAttention) {
+  const Case cases[] = {
+      {"cp 2, multi-head", 2, 2, 2, 4, 8, 2},
+      {"cp 2, grouped-query", 1, 4, 2, 3, 12, 2},
+      {"cp 4, multi-query, odd head dim", 2, 3, 1, 5, 16, 4},
+      {"cp 4, grouped-query", 1, 4, 2, 8, 24, 4},
+  };
+  for (const Case &c : cases)
+    for (DType dtype : {DType::f64, DType::f32})
+      checkRing(c, dtype);
+}
+
+// A block wholly after every query leaves the output and the statistics untouched (skipped).
+TEST(RingAttention, FutureBlockIsSkipped) {
+  HostTensor q = random(DType::f64, {1, 2, 1, 2}, 21), k = random(DType::f64, {1, 2, 1, 2}, 22);
+  HostTensor out = HostTensor::zeros(DType::f64, q.shape);
+  HostTensor qp = i64({2}, {0, 1}), kp = i64({2}, {2, 3});
+  RingRowStats stats;
+  ASSERT_TRUE(ringAttentionBegin(refOf(q), refOf(out), stats).isOk());
+  ASSERT_TRUE(
+      ringAttentionBlock(refOf(q), refOf(k), refOf(k), refOf(qp), refOf(kp), 1.0, refOf(out), stats)
+          .isOk());
+  for (double m : stats.max)
+    EXPECT_EQ(m, -std::numeric_limits<double>::infinity());
+  ASSERT_TRUE(ringAttentionEnd(refOf(out), stats).isOk());
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(at(out, i), 0.0); // a row that saw no key is 0, as Attention's
+}
+
+TEST(RingAttention, MalformedCallsAreErrorsNamingThem) {
+  HostTensor q = random(DType::f64, {1, 4, 1, 2}, 23), out = HostTensor::zeros(DType::f64, q.shape);
+  HostTensor good = i64({4}, {0, 1, 2, 3}), narrow = i32({4}, {0, 1, 2, 3});
+  RingRowStats stats;
+  Status s = ringAttentionBlock(refOf(q), refOf(q), refOf(q), refOf(good), refOf(good), 1.0,
+                                refOf(out), stats);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("run ringAttentionBegin first"), std::string::npos) << s.message();
+  ASSERT_TRUE(ringAttentionBegin(refOf(q), refOf(out), stats).isOk());
+  s = ringAttentionBlock(refOf(q), refOf(q), refOf(q), refOf(good), refOf(narrow), 1.0, refOf(out),
+                         stats);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("RingAttention: key positions are i32, expected i64"),
+            std::string::npos)
+      << s.message();
+}
