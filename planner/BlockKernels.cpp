@@ -271,13 +271,16 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   auto linearBackward = [&](const Linear &l) {
     bwd.gemm(T, l.in, l.out); // dx = dy · Wᵀ
     bwd.gemm(l.out, l.in, T); // dW = dyᵀ · x
+    out.backward.kernels.back().weightGradient = true;
     if (stack.transposeInstructions) {
       // megac: Wᵀ and dyᵀ are transposed into buffers of their own before the two GEMMs.
       bwd.mem(KernelClass::transpose, 2.0 * double(l.in) * double(l.out) * double(e));
       bwd.mem(KernelClass::transpose, 2.0 * double(T) * double(l.out) * double(e));
     }
-    if (l.bias) // db = row sum of dy
+    if (l.bias) { // db = row sum of dy
       bwd.mem(KernelClass::reduce, double(T) * double(l.out) * double(e));
+      out.backward.kernels.back().weightGradient = true;
+    }
   };
   auto residual = [&](Builder &b, bool backward) {
     if (dropout && stack.fusedBiasDropoutAdd) {
@@ -548,6 +551,7 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     }
   }
   eb.mem(KernelClass::embeddingGrad, act + ids + table);
+  out.embedBackward.kernels.back().weightGradient = true;
   // Logit layer: final norm, [gather], logits GEMM against the (tied) table, vocab-parallel
   // cross entropy (three all-reduces of one fp32 per token: max, sum of exp, target logit).
   Builder hf{&out.headForward}, hb{&out.headBackward};
@@ -573,6 +577,7 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   hb.mem(KernelClass::crossEntropyGrad, logits * (fused ? double(2 * e) : double(4 * 3 + e)));
   hb.gemm(T, h, vocab);
   hb.gemm(vocab, h, T);
+  out.headBackward.kernels.back().weightGradient = true;
   if (stack.transposeInstructions) {
     hb.mem(KernelClass::transpose, 2.0 * double(vocab) * double(h) * double(e));
     hb.mem(KernelClass::transpose, 2.0 * logits * double(e));

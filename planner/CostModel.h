@@ -123,10 +123,13 @@ struct ParameterBytes {
 };
 ParameterBytes parameterBytes(Precision precision);
 
-/// Micro-batch chunks whose forward ran and backward did not, at most, on `stage` under the
-/// 1F1B (virtualStages 1) or interleaved schedule: simulateSchedule's stagePeakInFlight in
-/// closed form, so memory needs no simulation (tests compare the two).
-int64_t peakInFlight(const PipelineShape &shape, int64_t stage);
+/// Micro-batch chunks whose forward ran and backward (or W) did not, at most, on `stage`: under
+/// the 1F1B (virtualStages 1) or interleaved schedule simulateSchedule's stagePeakInFlight in
+/// closed form, so memory needs no simulation (tests compare the two); under the zero-bubble
+/// kinds (ZB-H2: 2p - 1 on stage 0) simulated, and the 1F1B form if the kind cannot run the
+/// shape (estimate() refuses it).
+int64_t peakInFlight(const PipelineShape &shape, int64_t stage,
+                     ScheduleKind kind = ScheduleKind::oneFOneB);
 
 /// Time of one pass (a block's forward or backward, an edge's) on one rank for one micro-batch:
 /// its kernels, and its tensor-parallel collectives by kind.
@@ -165,10 +168,14 @@ struct LayerCost {
   PassCost forward, backward;
   KernelTime attentionCore;    // what selective recompute repeats
   KernelTime gradAccumulation; // per micro-batch, after the backward
+  /// The backward's weight-gradient kernels (KernelOp::weightGradient): with gradAccumulation,
+  /// a zero-bubble schedule's W; the rest of the backward is its B.
+  KernelTime weightGradient;
 };
 /// Costs of the embedding (first chunk) and the logit layer + loss (last chunk), the same way.
 struct EdgeCost {
   PassCost embedForward, embedBackward, headForward, headBackward;
+  KernelTime embedWeight, headWeight; // their weight-gradient kernels (KernelOp::weightGradient)
 };
 
 /// estimate() for many layouts of one model on one cluster: block and edge costs per
@@ -203,10 +210,11 @@ private:
     std::vector<std::vector<ScheduleStep>> steps;
     std::string error;
   };
-  const Pipeline &pipeline(int64_t pp, int64_t vpp, int64_t microBatches);
+  const Pipeline &pipeline(ScheduleKind kind, int64_t pp, int64_t vpp, int64_t microBatches);
   bool validate(const Layout &layout, std::string *why) const;
   struct ChunkTimes {
-    double forward = 0, backward = 0;             // per chunk step of the busiest stage, averaged
+    double forward = 0, backward = 0; // per chunk step of the busiest stage, averaged
+    double weight = 0; // the weight-gradient part W of `backward` (a zero-bubble schedule's W)
     double compute = 0, tp = 0, pp = 0, ep = 0;   // per micro-batch over the stage's chunks
     double cp = 0;                                // context parallelism's exchange, exposed
     double zeroGather = 0, zeroReduceScatter = 0; // ZeRO-3 gathers, ZeRO-2/3 reduce-scatters
@@ -243,7 +251,7 @@ private:
   std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int64_t>,
            std::pair<LayerCost, EdgeCost>>
       layers_;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, Pipeline> pipelines_;
+  std::map<std::tuple<int, int64_t, int64_t, int64_t>, Pipeline> pipelines_;
 };
 
 } // namespace megac::planner

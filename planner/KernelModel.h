@@ -62,6 +62,9 @@ struct KernelOp {
   double share = 1;
   double bytes = 0; // memory-bound: bytes read + written
   double count = 1;
+  /// backward: a weight-gradient kernel (dW, db), what a zero-bubble schedule's W step runs
+  /// (docs/pipeline.md); the rest of the backward is its B.
+  bool weightGradient = false;
 };
 
 /// Seconds split the way `megac plan --explain` reports them.

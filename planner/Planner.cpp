@@ -64,7 +64,16 @@ int64_t localKvHeads(const TransformerShape &s, int64_t tp) {
 
 } // namespace
 
-int64_t peakInFlight(const PipelineShape &shape, int64_t stage) {
+int64_t peakInFlight(const PipelineShape &shape, int64_t stage, ScheduleKind kind) {
+  if (schedule::splitsBackward(kind)) {
+    PipelineShape placed = shape;
+    placed.placement = schedule::placementOf(kind);
+    if (auto steps = buildSchedule(kind, placed, nullptr)) {
+      ScheduleSimulation sim = simulateSchedule(placed, *steps, schedule::StepCosts{1, 1, 1});
+      if (sim.error.empty())
+        return sim.stagePeakInFlight[static_cast<size_t>(stage)];
+    }
+  }
   // Megatron's warm-up lengths, as planner/PipelineSchedule.cpp generates them: a stage holds
   // its warm-up forwards plus the one of the first steady 1F1B pair.
   int64_t p = shape.stages, v = shape.virtualStages, total = shape.microBatches * v;
@@ -192,12 +201,22 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
   lc.backward = passCost(block.backward, kernels, cluster_, tp, ep, cp);
   lc.attentionCore = kernels.time(block.attentionCore);
   lc.gradAccumulation = kernels.time(block.gradAccumulation);
+  auto weightKernels = [&](const PassKernels &pass) {
+    std::vector<KernelOp> weight;
+    for (const KernelOp &op : pass.kernels)
+      if (op.weightGradient)
+        weight.push_back(op);
+    return kernels.time(weight);
+  };
+  lc.weightGradient = weightKernels(block.backward);
   EdgeKernels edges = edgeKernels(shape_, g, stack_);
   EdgeCost ec;
   ec.embedForward = passCost(edges.embedForward, kernels, cluster_, tp, ep, cp);
   ec.embedBackward = passCost(edges.embedBackward, kernels, cluster_, tp, ep, cp);
   ec.headForward = passCost(edges.headForward, kernels, cluster_, tp, ep, cp);
   ec.headBackward = passCost(edges.headBackward, kernels, cluster_, tp, ep, cp);
+  ec.embedWeight = weightKernels(edges.embedBackward);
+  ec.headWeight = weightKernels(edges.headBackward);
   return layers_.emplace(key, std::make_pair(lc, ec)).first->second.first;
 }
 
@@ -207,14 +226,14 @@ const EdgeCost &StepEstimator::edgeCost(int64_t tp, int64_t b, bool sp, Precisio
   return layers_.find(std::make_tuple(tp, b, sp, int(precision), ep, cp))->second.second;
 }
 
-const StepEstimator::Pipeline &StepEstimator::pipeline(int64_t pp, int64_t vpp, int64_t m) {
-  auto key = std::make_tuple(pp, vpp, m);
+const StepEstimator::Pipeline &StepEstimator::pipeline(ScheduleKind kind, int64_t pp, int64_t vpp,
+                                                       int64_t m) {
+  auto key = std::make_tuple(int(kind), pp, vpp, m);
   auto it = pipelines_.find(key);
   if (it != pipelines_.end())
     return it->second;
   Pipeline p;
-  PipelineShape shape{pp, vpp, m};
-  ScheduleKind kind = vpp > 1 ? ScheduleKind::interleaved : ScheduleKind::oneFOneB;
+  PipelineShape shape{pp, vpp, m, schedule::placementOf(kind)};
   if (auto steps = buildSchedule(kind, shape, &p.error))
     p.steps = std::move(*steps);
   return pipelines_.emplace(key, std::move(p)).first->second;
@@ -266,8 +285,13 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   ParameterBytes pb = parameterBytes(l.precision);
   // Per micro-batch on the first and the last stage (the busier one is the pipeline's pace;
   // with pp = 1 they are the same stage).
-  auto stage = [&](bool first, bool last, double &fwd, double &bwd, ChunkTimes &t) {
+  auto stage = [&](bool first, bool last, double &fwd, double &bwd, double &wgt, ChunkTimes &t) {
     PassCost f = lc.forward.scaled(layers), b = lc.backward.scaled(layers);
+    // W: the weight-gradient GEMMs and bias sums and the accumulation into the gradients, with
+    // the embedding's and the LM head's on their stages. Not counted: MoE experts' (their
+    // kernels are not marked), the edges' accumulation adds.
+    wgt = lc.weightGradient.scaled(layers).total() + lc.gradAccumulation.scaled(layers).total() +
+          (first ? ec.embedWeight.total() : 0) + (last ? ec.headWeight.total() : 0);
     b += recompute.scaled(layers);
     b.compute += lc.gradAccumulation.scaled(layers);
     if (first) {
@@ -316,12 +340,13 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
     t.split += b;
   };
   ChunkTimes first, last;
-  double f0, b0, f1, b1;
-  stage(true, l.pp == 1, f0, b0, first);
-  stage(l.pp == 1, true, f1, b1, last);
+  double f0, b0, w0, f1, b1, w1;
+  stage(true, l.pp == 1, f0, b0, w0, first);
+  stage(l.pp == 1, true, f1, b1, w1, last);
   ChunkTimes &busy = f1 + b1 >= f0 + b0 ? last : first;
   busy.forward = (f1 + b1 >= f0 + b0 ? f1 : f0) / double(l.vpp);
   busy.backward = (f1 + b1 >= f0 + b0 ? b1 : b0) / double(l.vpp);
+  busy.weight = std::min(busy.backward, (f1 + b1 >= f0 + b0 ? w1 : w0) / double(l.vpp));
   return busy;
 }
 
@@ -463,7 +488,7 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
       c.parameterBytes += inFlightShards - gradientBucketBytes(l);
       c.gradientBytes += gradientBucketBytes(l);
     }
-    double inFlight = double(peakInFlight({l.pp, l.vpp, m}, index));
+    double inFlight = double(peakInFlight({l.pp, l.vpp, m}, index, l.pipelineSchedule()));
     double transient;
     if (l.recompute == Recompute::full) {
       // megac's full recompute (docs/pipeline.md) stashes each chunk's input only (with
@@ -553,19 +578,25 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   c.zeroReduceScatterSeconds = double(m) * ct.zeroReduceScatter;
   c.chunkForwardSeconds = ct.forward;
   c.chunkBackwardSeconds = ct.backward;
+  c.chunkWeightSeconds = ct.weight;
   double busy = c.computeSeconds + c.tpCommSeconds + c.ppCommSeconds + c.epCommSeconds +
                 c.cpCommSeconds + c.zeroGatherSeconds + c.zeroReduceScatterSeconds;
   double makespan = busy;
   if (l.pp > 1) {
-    const Pipeline &pipe = pipeline(l.pp, l.vpp, m);
+    ScheduleKind kind = l.pipelineSchedule();
+    const Pipeline &pipe = pipeline(kind, l.pp, l.vpp, m);
     if (!pipe.error.empty()) {
       if (why)
         *why = pipe.error;
       return std::nullopt;
     }
-    // Every chunk step costs the busiest stage's average (the schedule runs at its pace).
+    // Every chunk step costs the busiest stage's average (the schedule runs at its pace); a
+    // zero-bubble schedule runs B = backward - W and W as two steps.
+    schedule::StepCosts costs{ct.forward, ct.backward, 0.0};
+    if (schedule::splitsBackward(kind))
+      costs = {ct.forward, ct.backward - ct.weight, ct.weight};
     ScheduleSimulation sim =
-        simulateSchedule({l.pp, l.vpp, m}, pipe.steps, ct.forward, ct.backward);
+        simulateSchedule({l.pp, l.vpp, m, schedule::placementOf(kind)}, pipe.steps, costs);
     if (!sim.error.empty()) {
       if (why)
         *why = sim.error;

@@ -85,6 +85,9 @@ struct StepCost {
   /// One chunk step of the busiest stage, forward and backward (recompute, tensor-parallel
   /// collectives and the pipeline send included): what the schedule was simulated with.
   double chunkForwardSeconds = 0, chunkBackwardSeconds = 0;
+  /// The weight-gradient part of chunkBackwardSeconds (the kernel model's dW/db kernels and the
+  /// gradient accumulation): a zero-bubble schedule's W, its B the rest.
+  double chunkWeightSeconds = 0;
   double tokensPerSecond = 0;
   double hardwareTflopsPerGpu = 0; // recomputed work counted (SC21 Eq. 3 convention)
   double mfu = 0;                  // model FLOPs without recompute (Korthikanti Eq. 7) / peak

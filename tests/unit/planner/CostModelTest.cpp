@@ -235,6 +235,45 @@ TEST(CostModelTest, InFlightClosedFormMatchesTheSimulatedSchedule) {
       }
 }
 
+TEST(CostModelTest, ZeroBubbleSchedulesUseTheWeightShare) {
+  // 4 stages of one layer, 8 micro-batches (issue 35): W is the weight-gradient kernels'
+  // share of the backward; zb-h1's bubble is the simulator's closed form (p-1)(F + B - W) with
+  // B = backward - W (it holds for W <= F and W <= B, asserted), smaller than 1F1B's (p-1)(F +
+  // backward); ZB-H2 holds 2p - 1 micro-batches on stage 0 where 1F1B holds p.
+  TransformerShape s = gpt(4, 1024, 16, 512, 32000);
+  Layout l;
+  l.precision = Precision::bf16;
+  l.pp = 4;
+  std::string why;
+  std::optional<StepCost> one = estimate(s, cluster("a100-80g:4"), 8, l, &why);
+  ASSERT_TRUE(one) << why;
+  Layout h1 = l;
+  h1.schedule = ScheduleKind::zbH1;
+  std::optional<StepCost> zb = estimate(s, cluster("a100-80g:4"), 8, h1, &why);
+  ASSERT_TRUE(zb) << why;
+  double F = zb->chunkForwardSeconds, W = zb->chunkWeightSeconds;
+  double B = zb->chunkBackwardSeconds - W;
+  EXPECT_GT(W, 0.2 * zb->chunkBackwardSeconds); // dW GEMMs are about half the backward's FLOPs
+  EXPECT_LT(W, 0.8 * zb->chunkBackwardSeconds);
+  ASSERT_LE(W, F);
+  ASSERT_LE(W, B);
+  // Sums of a few doubles: relative rounding ~1e-15.
+  expectRel(zb->bubbleSeconds, 3 * (F + B - W), 1e-12);
+  expectRel(one->bubbleSeconds, 3 * (F + B + W), 1e-12);
+  EXPECT_LT(zb->stepSeconds, one->stepSeconds);
+
+  EXPECT_EQ(peakInFlight({4, 1, 8}, 0, ScheduleKind::zbH2), 7);
+  EXPECT_EQ(peakInFlight({4, 1, 8}, 0, ScheduleKind::zbH1), 4);
+  Layout h2 = l;
+  h2.schedule = ScheduleKind::zbH2;
+  std::optional<StepCost> two = estimate(s, cluster("a100-80g:4"), 8, h2, &why);
+  ASSERT_TRUE(two) << why;
+  EXPECT_GT(two->activationBytes, one->activationBytes);
+  // m < p: the schedule library's rule, named.
+  EXPECT_FALSE(estimate(s, cluster("a100-80g:4"), 2, h1, &why));
+  EXPECT_NE(why.find("zb-h1"), std::string::npos) << why;
+}
+
 TEST(CostModelTest, BubbleOfFourStage1F1BWithEightMicroBatches) {
   // 4 stages of one layer each on one node, 8 micro-batches of 1: the simulated bubble is
   // (p-1)/m of the busy time (REFERENCE.md, Narayanan et al.).
