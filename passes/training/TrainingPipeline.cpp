@@ -115,6 +115,9 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
   // After every pass that moves or rewrites ops: the collectives' start/done placement.
   if (options.overlap)
     pm.addPass(createLatencyHiding());
+  // ZeRO-3: its parameter gathers one layer ahead, not all at the top (Passes.td).
+  if (options.overlap && layout.zero == 3)
+    pm.addPass(createTrainingZeroPrefetch());
   return pm.run(module);
 }
 

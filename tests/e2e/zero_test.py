@@ -8,7 +8,8 @@
                parallelism, pp 2, vpp 2, selective and full recompute, ep 2 on a Mixtral, a
                model whose hidden size dp 4 does not divide everywhere (some parameters stay
                replicated), a model with ffn 6 (ZeRO-3 shards the [6, 16] weight on dim 1, dim 0
-               not dividing; its bias [6] stays whole) at dp 4 and tp 2 x dp 2, and bf16/fp16 mixed precision. A control (ZeRO-3 at dp 2 with lr *
+               not dividing; its bias [6] stays whole) at dp 4 and tp 2 x dp 2, --overlap on
+               (ZeRO-3's gathers as start/done, prefetched one layer ahead), and bf16/fp16 mixed precision. A control (ZeRO-3 at dp 2 with lr *
                (1 + 1e-6)) must fail the fp64 parameter bound.
   checkpoint:  a GPT in fp64 (tests/e2e/checkpoint_test.py's, with ffn 6: one weight sharded on
                dim 1, its bias whole) saved after 4 steps under ZeRO-3
@@ -22,7 +23,9 @@
                all-gathers in forward_backward and neither in apply_gradients. From
                `megac plan --json` for a 16-layer GPT at dp 4: per-rank persistent bytes
                (parameters + gradient accumulators + Adam moments) under ZeRO-3 <= 0.27 x
-               ZeRO-0's; ZeRO-2 holds whole parameters and 1/4 of the gradients and moments.
+               ZeRO-0's; ZeRO-2 holds whole parameters and 1/4 of the gradients and moments;
+               under --overlap on ZeRO-3's arena is at most two blocks' parameters above the
+               blocking plan's (gathers prefetched one layer ahead, not all at the top).
 
 usage: zero_test.py --megac build/bin/megac --workdir DIR [--only equivalence|checkpoint|memory]
 Exits 77 (skip) when mpirun is missing (the memory part needs no MPI and runs first).
@@ -64,6 +67,10 @@ CASES = [
     (GPT_H12, Layout(dp=4, zero=3), "fp64"),
     (GPT_FFN6, Layout(dp=4, zero=3), "fp64"),
     (GPT_FFN6, Layout(tp=2, dp=2, zero=3), "fp64"),
+    # --overlap on: latency hiding's start/done pairs, ZeRO-3's gathers one layer ahead
+    # (mega-training-zero-prefetch), the last micro-batch fused with the update.
+    (GPT, Layout(dp=2, zero=3, extra=["--overlap", "on"], tag="overlap"), "fp64"),
+    (GPT_FFN6, Layout(dp=4, zero=3, extra=["--overlap", "on"], tag="overlap"), "fp64"),
     (MIXTRAL, Layout(dp=4, ep=2, zero=2), "fp64"),
     (MIXTRAL, Layout(dp=4, ep=2, zero=3), "fp64"),
     (MIXTRAL, Layout(tp=2, dp=4, ep=2, zero=3), "fp64"),
@@ -191,6 +198,20 @@ def memory(megac):
         (z3["parameter_bytes"] * 4 <= z0["parameter_bytes"] * 1.01,
          f"zero 3 parameters ~1/4: {z3['parameter_bytes']} of {z0['parameter_bytes']} B"),
     ]
+    # --overlap on: latency hiding alone would start every gather of the step at the top of
+    # @forward_backward (16 layers' whole parameters, 3.2 MB, live at once); with
+    # mega-training-zero-prefetch at most two gathered layers are live or in flight, so the arena
+    # grows by at most two blocks' whole fp32 parameters (12 h^2 + 13 h floats each) over the
+    # blocking plan's, where one is live.
+    z3on = json.loads(subprocess.run(
+        [megac, "plan", "--model", MEMORY_MODEL, "--json", "--ranks", "4", "--dp", "4", "--zero",
+         "3", "--overlap", "on"], check=True, capture_output=True, text=True).stdout)["roles"][0]
+    block = (12 * 64 * 64 + 13 * 64) * 4
+    grown = z3on["arena_bytes"] - z3["arena_bytes"]
+    print(f"zero 3 arena: blocking {z3['arena_bytes']} B, --overlap on {z3on['arena_bytes']} B "
+          f"(+{grown} B; one block's parameters {block} B)")
+    checks.append((grown <= 2 * block, f"zero 3 --overlap on arena grows by {grown} B <= two "
+                   f"blocks' parameters ({2 * block} B): gathers prefetched one layer ahead"))
     for ok, what in checks:
         print(("ok: " if ok else "FAIL: ") + what)
         failures += not ok
