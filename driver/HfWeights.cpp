@@ -5,6 +5,7 @@
 #include "driver/Compile.h"
 
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/ShardFiles.h"
 #include "runtime/plan/plan_generated.h"
 #include "support/Files.h"
 #include "support/Float16.h"
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <memory>
 #include <set>
 #include <unistd.h>
 
@@ -703,9 +705,42 @@ StatusOr<HfExportSummary> exportHfCheckpoint(const std::string &loadDir,
                                              const std::optional<std::string> &spec,
                                              const std::string &dir, uint64_t shardBytes,
                                              const std::function<void(const std::string &)> &warn) {
+  namespace ckpt = runtime::checkpoint;
   const std::string what = "megac export --hf";
   RETURN_IF_ERROR(checkHfSaveDir(dir, "--hf"));
-  ASSIGN_OR_RETURN(runtime::checkpoint::Checkpoint checkpoint, loadNewestParameters(loadDir, warn));
+  // The newest usable checkpoint's index and a reader of its files, picked as loadNewestParameters
+  // picks one, but without reading its tensors: each parameter file is verified (size, CRC32,
+  // header) by reading one element of each of its shards, and the parameters are read whole one
+  // output shard at a time below, so the export never holds the model.
+  std::vector<std::string> problems, refused;
+  ASSIGN_OR_RETURN(std::vector<int64_t> candidates, ckpt::checkpointCandidates(loadDir, problems));
+  std::unique_ptr<ckpt::CheckpointIndex> index;
+  std::unique_ptr<ckpt::ShardReader> reader;
+  auto attempt = [&](const std::string &stepDir) -> StatusOr<ckpt::CandidateOutcome> {
+    StatusOr<ckpt::CheckpointIndex> read = ckpt::readCheckpointIndex(stepDir);
+    if (!read.isOk())
+      return ckpt::CandidateOutcome{ckpt::CandidateOutcome::refused, read.status().message()};
+    auto candidate = std::make_unique<ckpt::CheckpointIndex>(std::move(read).value());
+    auto files = std::make_unique<ckpt::ShardReader>(*candidate);
+    for (const auto &[name, tensor] : candidate->parameters)
+      for (const ckpt::ShardRecord &shard : tensor.shards) {
+        if (std::find(shard.shape.begin(), shard.shape.end(), 0) != shard.shape.end())
+          continue;
+        StatusOr<HostTensor> one =
+            files->readBox(candidate->parameters, name,
+                           ckpt::Box{shard.offset, std::vector<int64_t>(shard.shape.size(), 1)});
+        if (!one.isOk())
+          return ckpt::CandidateOutcome{ckpt::CandidateOutcome::refused, one.status().message()};
+      }
+    index = std::move(candidate);
+    reader = std::move(files);
+    return ckpt::CandidateOutcome{ckpt::CandidateOutcome::loaded, ""};
+  };
+  RETURN_IF_ERROR(ckpt::pickCheckpoint(loadDir, candidates, problems, &refused, attempt).status());
+  for (const std::string &line : refused)
+    if (warn)
+      warn(line);
+  const ckpt::CheckpointIndex &checkpoint = *index;
   std::string text = spec.value_or(checkpoint.meta.model);
   StatusOr<ModelSource> parsed = ModelSource::fromSpec(text);
   if (!parsed.isOk() || !parsed->isHf())
@@ -729,8 +764,8 @@ StatusOr<HfExportSummary> exportHfCheckpoint(const std::string &loadDir,
         params.emplace(p->name()->str(),
                        std::vector<int64_t>(p->global_shape()->begin(), p->global_shape()->end()));
   for (const auto &[name, shape] : params) {
-    auto it = checkpoint.model.find(name);
-    if (it == checkpoint.model.end())
+    auto it = checkpoint.parameters.find(name);
+    if (it == checkpoint.parameters.end())
       return Status::error(checkpoint.path + " has no tensor for parameter '" + name + "' of " +
                            text + " (a checkpoint of another model?)");
     if (it->second.shape != shape)
@@ -738,16 +773,18 @@ StatusOr<HfExportSummary> exportHfCheckpoint(const std::string &loadDir,
                            shapeString(it->second.shape) + " but " + text + " has " +
                            shapeString(shape) + " (a checkpoint of another model?)");
   }
-  for (const auto &[name, tensor] : checkpoint.model)
+  for (const auto &[name, tensor] : checkpoint.parameters)
     if (!params.count(name))
       return Status::error(checkpoint.path + ": tensor '" + name + "' is no parameter of " + text +
                            " (a checkpoint of another model?)");
   auto fetch = [&](const std::vector<std::string> &names) -> StatusOr<TensorMap> {
-    TensorMap out; // moved out of the checkpoint: the model is not held twice
+    TensorMap out; // this output shard's parameters only, read whole from their shards
     for (const std::string &name : names) {
-      auto it = checkpoint.model.find(name);
-      out.emplace(name, std::move(it->second));
-      checkpoint.model.erase(it);
+      const std::vector<int64_t> &shape = checkpoint.parameters.at(name).shape;
+      ASSIGN_OR_RETURN(HostTensor value,
+                       reader->readBox(checkpoint.parameters, name,
+                                       ckpt::Box{std::vector<int64_t>(shape.size(), 0), shape}));
+      out.emplace(name, std::move(value));
     }
     toSourceShapes(out, compiled.sourceShapes);
     return out;

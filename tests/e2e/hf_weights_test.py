@@ -42,6 +42,7 @@ About 40 s.
 usage: hf_weights_test.py --megac build/bin/megac --workdir DIR [--venv .venv]
        hf_weights_test.py ... --measure HIDDEN,FFN,LAYERS   (a measurement, not CI: below)
        hf_weights_test.py ... --measure-save HIDDEN,FFN,LAYERS,SHARD_BYTES   (the same, saving)
+       hf_weights_test.py ... --measure-export HIDDEN,FFN,LAYERS,SHARD_BYTES   (megac export)
 Needs transformers (the test venv; exits 77 without it); mpirun for tp 2 x dp 2 (skipped
 without it).
 """
@@ -406,19 +407,11 @@ def measure(args):
     return 0
 
 
-def measure_save(args):
-    """Peak resident memory of `megac train --save-hf` under tp 2 (--measure-save H,F,L,SHARD):
-    the llama of --measure in sharded bf16 files, one step, then saved in shards of SHARD bytes
-    (its config says bfloat16, so the folder is bf16). The whole run's peak is the largest of
-    its processes' VmHWM (wait4's ru_maxrss of the launcher, which takes the maximum over the
-    ranks it waited for: rank 0, which gathers and writes, is the largest); the step's peak is
-    --log-json's mem_rss_peak_bytes (rank 0, before the save). SHARD larger than the model is
-    one shard: rank 0 gathers the whole model at once, as --save-hf did before it saved shard by
-    shard."""
+def bf16_llama(args, hidden, ffn, layers):
+    """The llama of --measure as sharded bf16 files in WORKDIR/full (made once) and token rows;
+    returns (folder, tokens file, vocab)."""
     import numpy as np
-    import resource
     import transformers as T
-    hidden, ffn, layers, shard = (int(x) for x in args.measure_save.split(","))
     vocab, heads, kv = 32000, hidden // 64, hidden // 4
     full = os.path.join(args.workdir, "full")
     if not os.path.exists(os.path.join(full, "model.safetensors.index.json")):
@@ -439,6 +432,21 @@ def measure_save(args):
         write_bf16_shards(full, shapes, 500_000_000)
     tokens = os.path.join(args.workdir, "tokens.npy")
     np.save(tokens, np.random.RandomState(0).randint(0, vocab, size=(2, 17)).astype(np.int64))
+    return full, tokens, vocab
+
+
+def measure_save(args):
+    """Peak resident memory of `megac train --save-hf` under tp 2 (--measure-save H,F,L,SHARD):
+    the llama of --measure in sharded bf16 files, one step, then saved in shards of SHARD bytes
+    (its config says bfloat16, so the folder is bf16). The whole run's peak is the largest of
+    its processes' VmHWM (wait4's ru_maxrss of the launcher, which takes the maximum over the
+    ranks it waited for: rank 0, which gathers and writes, is the largest); the step's peak is
+    --log-json's mem_rss_peak_bytes (rank 0, before the save). SHARD larger than the model is
+    one shard: rank 0 gathers the whole model at once, as --save-hf did before it saved shard by
+    shard."""
+    import resource
+    hidden, ffn, layers, shard = (int(x) for x in args.measure_save.split(","))
+    full, tokens, _ = bf16_llama(args, hidden, ffn, layers)
     out = os.path.join(args.workdir, f"saved-{shard}")
     shutil.rmtree(out, ignore_errors=True)
     log = os.path.join(args.workdir, f"save-{shard}.jsonl")
@@ -458,15 +466,59 @@ def measure_save(args):
     return 0
 
 
+def measure_export(args):
+    """Peak resident memory of `megac export --load CKPT --hf OUT` (--measure-export
+    H,F,L,SHARD): the llama of --measure in sharded bf16 files trained one step under tp 2 with
+    --save CKPT (made once, kept in the work folder), then exported in shards of SHARD bytes.
+    The export's peak is its VmHWM (a wrapper process's RUSAGE_CHILDREN ru_maxrss, which counts
+    the export alone), against the checkpoint's parameters in fp32 (what reading the whole
+    checkpoint holds) and one output shard."""
+    hidden, ffn, layers, shard = (int(x) for x in args.measure_export.split(","))
+    full = os.path.join(args.workdir, "full")
+    ckpt = os.path.join(args.workdir, "export-ckpt")
+    if not os.path.exists(os.path.join(ckpt, "latest")):
+        full, tokens, _ = bf16_llama(args, hidden, ffn, layers)
+        t = megac(args, ["train", "--model", f"hf:{full}", "--data", tokens, "--steps", "1",
+                         "--global-batch", "1", "--micro-batch", "1", "--lr", "1e-4", "--ranks",
+                         "2", "--tp", "2", "--save", ckpt], timeout=1800)
+        if t.returncode != 0:
+            print(f"megac train --save failed: {t.stderr.strip()[-600:]}")
+            return 1
+    out = os.path.join(args.workdir, f"exported-{shard}")
+    shutil.rmtree(out, ignore_errors=True)
+    wrapper = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024); "
+               "sys.exit(r.returncode)")
+    t = subprocess.run([sys.executable, "-c", wrapper, args.megac, "export", "--load", ckpt,
+                        "--hf", out, "--hf-shard-size", str(shard)], capture_output=True,
+                       text=True, timeout=1800)
+    if t.returncode != 0:
+        print(f"megac export --hf failed: {t.stderr.strip()[-600:]}")
+        return 1
+    peak = int(t.stdout.strip().splitlines()[-1])
+    index = json.load(open(os.path.join(full, "model.safetensors.index.json")))
+    params = index["metadata"]["total_size"] // 2
+    files = [f for f in os.listdir(out) if f.endswith(".safetensors")]
+    print(f"megac export --hf-shard-size {shard}: {params:,} parameters into {len(files)} bf16 "
+          f"file(s); VmHWM {peak / 1e9:.2f} GB (the parameters in fp32: "
+          f"{4 * params / 1e9:.2f} GB; one output shard {shard / 1e9:.2f} GB)")
+    return 0
+
+
 def main():
     args = venv_test_args(lambda p: (p.add_argument("--measure", default=None),
-                                     p.add_argument("--measure-save", default=None)),
-                          fresh_workdir="--measure-save" not in sys.argv)
+                                     p.add_argument("--measure-save", default=None),
+                                     p.add_argument("--measure-export", default=None)),
+                          fresh_workdir="--measure-save" not in sys.argv
+                          and "--measure-export" not in sys.argv)
     if args.measure:
         return measure(args)
     if args.measure_save:
         os.makedirs(args.workdir, exist_ok=True)
         return measure_save(args)
+    if args.measure_export:
+        os.makedirs(args.workdir, exist_ok=True)
+        return measure_export(args)
     import numpy as np
     import torch
     from hf_config_models_test import nemotron_shim, training_case
