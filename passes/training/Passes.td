@@ -281,6 +281,9 @@ def TrainingOptimizer : Pass<"mega-training-optimizer", "mlir::ModuleOp"> {
     Option<"bucketSize", "bucket-size", "int64_t", /*default=*/"0",
            "elements per gradient/parameter bucket of the dp collectives (0: Megatron's "
            "max(40000000, 1000000 x dp))">,
+    Option<"reshardAfterForward", "reshard-after-forward", "bool", /*default=*/"true",
+           "zero 3: all-gather each parameter again before its backward use (true: the "
+           "forward's copy dies after the forward) or keep the forward's copy (false)">,
   ];
 }
 

@@ -310,7 +310,7 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
     if (dist && dist.zero == 3)
       for (auto f : llvm::to_vector(module.getOps<func::FuncOp>()))
         if (f.getSymName() != kApplyGradients && f.getSymName() != kCheckGradients)
-          gatherParameters(f, dist, *params);
+          gatherParameters(f, dist, *params, reshardAfterForward);
     return success();
   }
 

@@ -122,8 +122,10 @@ LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayR
 /// (ops no forward result depends on), the backward's uses read a second
 /// all-gather placed before the first of them, so the forward's whole copy dies
 /// after its last forward use (reshard after forward); the copy carries
-/// `mega.regather` so that CSE keeps it.
-void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params) {
+/// `mega.regather` so that CSE keeps it. Without `reshard` every use reads the
+/// forward's gather, kept whole until the backward is done with it.
+void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params,
+                      bool reshard) {
   if (f.isExternal())
     return;
   OpBuilder b(f.getContext());
@@ -144,7 +146,8 @@ void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> 
       continue;
     SmallVector<OpOperand *> forwardUses, backwardUses;
     for (OpOperand &use : arg.getUses())
-      (!backward || forward.contains(use.getOwner()) ? forwardUses : backwardUses).push_back(&use);
+      (!backward || !reshard || forward.contains(use.getOwner()) ? forwardUses : backwardUses)
+          .push_back(&use);
     arg.setType(dpShard(dist, *p));
     f.setArgAttrs(arg.getArgNumber(), storedAttrs(b, dist, *p));
     auto gather = [&](OpBuilder &at) -> Value {

@@ -79,8 +79,10 @@ LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayR
 /// (ops no forward result depends on), the backward's uses read a second
 /// all-gather placed before the first of them, so the forward's whole copy dies
 /// after its last forward use (reshard after forward); the copy carries
-/// `mega.regather` so that CSE keeps it.
-void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params);
+/// `mega.regather` so that CSE keeps it. Without `reshard` every use reads the
+/// forward's gather, kept whole until the backward is done with it.
+void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params,
+                      bool reshard);
 
 /// A sharded parameter's gradient accumulator: its dp shard under ZeRO-2/3.
 RankedTensorType gradType(const Distribution &dist, const Param &p);

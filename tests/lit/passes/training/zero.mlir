@@ -4,6 +4,7 @@
 // RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="dp=2" --mega-spmdize --mega-training-autodiff --mega-training-optimizer="zero=2" --mega-training-gemm-fusion | FileCheck %s --check-prefix=Z2
 // RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="dp=2" --mega-spmdize --mega-training-autodiff --mega-training-optimizer="zero=3" --canonicalize --cse | FileCheck %s --check-prefix=Z3
 // RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="tp=2 dp=2 sequence-parallel=true" --mega-spmdize --mega-training-autodiff --mega-training-optimizer="zero=2" | FileCheck %s --check-prefix=SP
+// RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="dp=2" --mega-spmdize --mega-training-autodiff --mega-training-optimizer="zero=3 reshard-after-forward=false" --canonicalize --cse | FileCheck %s --check-prefix=KEEP
 
 // ZeRO-2: the accumulator is the dp shard; the micro-batch's weight gradient (a GEMM) is
 // reduce-scattered over dp right after it is computed and added into the shard. GEMM fusion
@@ -57,6 +58,16 @@
 // ZeRO-2 with sequence parallelism: a norm weight's gradient is partial over dp and tp; the
 // accumulator holds the dp shard (partial over tp only), and @apply_gradients all-reduces it
 // over tp on its own.
+// ZeRO-3 with reshard-after-forward=false: one all-gather per parameter, read by the forward and
+// the backward alike (the whole copy lives from the forward's first use to the backward's last).
+// KEEP-LABEL: func.func @forward_backward(
+// KEEP: %[[F:.*]] = mega.all_gather %[[W:arg[0-9]+]] on #mesh axes ["dp"] dim 0 : tensor<16x8xf32> -> tensor<32x8xf32>
+// KEEP-NOT: mega.regather
+// KEEP-NOT: mega.all_gather %[[W]]
+// KEEP: %[[T:.*]] = mega.transpose %[[F]] [1, 0]
+// KEEP-NOT: mega.regather
+// KEEP: return
+
 // SP-LABEL: func.func @forward_backward(
 // SP-SAME: tensor<4xf32> {mega.dim_axes = {{\[\["dp"\]\]}}, mega.global_shape = array<i64: 8>, mega.grad_partial = ["tp"], mega.state = "grad.h0.ln1.weight"}
 // SP-LABEL: func.func @apply_gradients(
