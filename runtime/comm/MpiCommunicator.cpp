@@ -206,23 +206,35 @@ private:
       if (posted_)
         interval = kFastPoll;
       posted_ = false;
-      Clock::time_point now = Clock::now(), next = Clock::time_point::max();
+      // MPI_Test runs without the lock: inside it MPI may copy a large message or, on an
+      // oversubscribed machine, yield the core (mpi_yield_when_idle), and a post or a wait of
+      // the main thread must not queue behind that. Only this thread touches a posted request.
+      std::vector<std::shared_ptr<InFlight>> testing;
+      for (const auto &op : ops_)
+        if (!op->mpiDone)
+          testing.push_back(op);
+      std::vector<std::pair<int, int>> results(testing.size()); // (rc, flag)
+      lock.unlock();
+      for (size_t i = 0; i < testing.size(); ++i)
+        results[i].first = MPI_Test(&testing[i]->request, &results[i].second, MPI_STATUS_IGNORE);
+      lock.lock();
       bool polling = false, finished = false, progressed = false;
+      for (size_t i = 0; i < testing.size(); ++i) {
+        InFlight &op = *testing[i];
+        auto [rc, flag] = results[i];
+        if (rc != MPI_SUCCESS) {
+          op.error = mpiError(rc);
+          op.mpiDone = true;
+          op.readyAt = {};
+        } else {
+          op.mpiDone = flag != 0;
+          polling = polling || !flag;
+          progressed = progressed || flag;
+        }
+      }
+      Clock::time_point now = Clock::now(), next = Clock::time_point::max();
       for (auto it = ops_.begin(); it != ops_.end();) {
         InFlight &op = **it;
-        if (!op.mpiDone) {
-          int flag = 0;
-          int rc = MPI_Test(&op.request, &flag, MPI_STATUS_IGNORE);
-          if (rc != MPI_SUCCESS) {
-            op.error = mpiError(rc);
-            op.mpiDone = true;
-            op.readyAt = {};
-          } else {
-            op.mpiDone = flag != 0;
-            polling = polling || !flag;
-            progressed = progressed || flag;
-          }
-        }
         if (op.mpiDone && op.readyAt <= now) {
           op.done = finished = true;
           it = ops_.erase(it);
@@ -305,13 +317,15 @@ public:
     if (g.size == 1 || count == 0)
       return Status::ok();
     size_t bytes = count * dtypeSize(dtype);
-    std::vector<uint8_t> all(bytes * g.size);
+    std::vector<uint8_t> all = take(bytes * g.size);
     Clock::time_point readyAt = emulatedEnd(true, g.size, bytes);
     if (Status s = gather(g, axes, data, all.data(), bytes, "all_reduce", readyAt); !s.isOk()) {
       abandoned_.push_back(std::move(all)); // MPI may still write it
       return s;
     }
-    return reduceInto(all.data(), data, count, g.size, dtype, kind);
+    Status s = reduceInto(all.data(), data, count, g.size, dtype, kind);
+    give(std::move(all));
+    return s;
   }
 
   Status allGather(std::span<const uint32_t> axes, const void *in, void *out,
@@ -334,14 +348,16 @@ public:
       return Status::ok();
     }
     // Block j of member i goes to member j; each member then reduces its blocks in order.
-    std::vector<uint8_t> mine(bytes * g.size);
+    std::vector<uint8_t> mine = take(bytes * g.size);
     if (Status s = exchange(g, axes, in, mine.data(), bytes, "reduce_scatter",
                             emulatedEnd(false, g.size, bytes));
         !s.isOk()) {
       abandoned_.push_back(std::move(mine)); // MPI may still write it
       return s;
     }
-    return reduceInto(mine.data(), out, countPerRank, g.size, dtype, kind);
+    Status s = reduceInto(mine.data(), out, countPerRank, g.size, dtype, kind);
+    give(std::move(mine));
+    return s;
   }
 
   Status allToAll(std::span<const uint32_t> axes, const void *in, void *out,
@@ -546,9 +562,9 @@ private:
                                            const void *in, size_t sentBytes, size_t receivedBytes,
                                            const char *op, bool allReduce) {
     auto f = std::make_shared<InFlight>();
-    const auto *bytesIn = static_cast<const uint8_t *>(in);
-    f->sent.assign(bytesIn, bytesIn + sentBytes);
-    f->received.resize(receivedBytes);
+    f->sent = take(sentBytes);
+    copy(f->sent.data(), in, sentBytes);
+    f->received = take(receivedBytes);
     size_t block = receivedBytes / g.size;
     std::string what = describe(axes, op, block);
     if (block > size_t(INT32_MAX))
@@ -593,7 +609,10 @@ private:
           RETURN_IF_ERROR(
               comm_.wait(f->request, what_ + " (started asynchronously)", nullptr, f->readyAt));
         }
-        return finish_(*f);
+        Status s = finish_(*f);
+        comm_.give(std::move(f->sent));
+        comm_.give(std::move(f->received));
+        return s;
       }
 
     private:
@@ -666,6 +685,27 @@ private:
     return wait(request, what, nullptr, readyAt);
   }
 
+  /// A buffer of `bytes` bytes, from the pool when one of that size is there (contents stale).
+  std::vector<uint8_t> take(size_t bytes) {
+    if (auto it = pool_.find(bytes); it != pool_.end()) {
+      std::vector<uint8_t> v = std::move(it->second);
+      pool_.erase(it);
+      pooledBytes_ -= bytes;
+      return v;
+    }
+    return std::vector<uint8_t>(bytes);
+  }
+
+  /// Returns a buffer to the pool, which keeps at most kMaxPooledBytes.
+  void give(std::vector<uint8_t> &&v) {
+    static constexpr size_t kMaxPooledBytes = size_t(1) << 30;
+    if (v.empty() || pooledBytes_ + v.size() > kMaxPooledBytes)
+      return;
+    pooledBytes_ += v.size();
+    size_t bytes = v.size();
+    pool_.emplace(bytes, std::move(v));
+  }
+
   /// Frees the buffers of sends that have completed.
   void reapSends() {
     for (auto it = sends_.begin(); it != sends_.end();) {
@@ -683,6 +723,11 @@ private:
   std::unique_ptr<ProgressEngine> progress_; // started by the first asynchronous collective
   std::map<std::vector<uint32_t>, MPI_Comm> groups_;
   std::list<Pending> sends_; // stable addresses: MPI reads each buffer until its send completes
+  // Buffers of finished collectives, by size, reused by the next of the same size: a step posts
+  // the same buckets every time, and fresh multi-megabyte vectors cost a zero fill and a page
+  // fault per page on every post. Only the calling thread (posts, waits) touches it.
+  std::multimap<size_t, std::vector<uint8_t>> pool_;
+  size_t pooledBytes_ = 0;
   // Receive buffers of collectives that timed out: kept until destruction, since the operation
   // is still posted (the job is normally aborted right after).
   std::list<std::vector<uint8_t>> abandoned_;
