@@ -9,7 +9,8 @@
                model whose hidden size dp 4 does not divide everywhere (some parameters stay
                replicated), a model with ffn 6 (ZeRO-3 shards the [6, 16] weight on dim 1, dim 0
                not dividing; its bias [6] stays whole) at dp 4 and tp 2 x dp 2, --overlap on
-               (ZeRO-3's gathers as start/done, prefetched one layer ahead), and bf16/fp16 mixed precision. A control (ZeRO-3 at dp 2 with lr *
+               (ZeRO-3's gathers as start/done, prefetched one layer ahead: dp 2, dp 4, pp 2,
+               tp 2 x sp with full recompute), and bf16/fp16 mixed precision. A control (ZeRO-3 at dp 2 with lr *
                (1 + 1e-6)) must fail the fp64 parameter bound.
   checkpoint:  a GPT in fp64 (tests/e2e/checkpoint_test.py's, with ffn 6: one weight sharded on
                dim 1, its bias whole) saved after 4 steps under ZeRO-3
@@ -71,6 +72,9 @@ CASES = [
     # (mega-training-zero-prefetch), the last micro-batch fused with the update.
     (GPT, Layout(dp=2, zero=3, extra=["--overlap", "on"], tag="overlap"), "fp64"),
     (GPT_FFN6, Layout(dp=4, zero=3, extra=["--overlap", "on"], tag="overlap"), "fp64"),
+    (GPT, Layout(pp=2, dp=2, zero=3, extra=["--overlap", "on"], tag="overlap"), "fp64"),
+    (GPT, Layout(tp=2, dp=2, sp=True, zero=3, recompute="full", extra=["--overlap", "on"],
+                 tag="overlap"), "fp64"),
     (MIXTRAL, Layout(dp=4, ep=2, zero=2), "fp64"),
     (MIXTRAL, Layout(dp=4, ep=2, zero=3), "fp64"),
     (MIXTRAL, Layout(tp=2, dp=4, ep=2, zero=3), "fp64"),
