@@ -156,6 +156,9 @@ private:
   Status backward(int64_t c, int64_t m); // whole or input-gradient
   Status backwardWeight(int64_t c, int64_t m);
   Status setData(int64_t m, bool reads);
+  /// Sets micro-batch m's data inputs (when the step reads them) and takes what was kept for
+  /// (c, m) out of the stash: the forward's stash for a backward, B's values for a W.
+  StatusOr<TensorMap> takeKept(int64_t c, int64_t m, bool readsData, const char *missing);
   int tag(int64_t c, int64_t m, StepKind dir) const {
     return static_cast<int>((m * run_.chunks + c) * 2 + (dir == StepKind::forward ? 0 : 1));
   }
@@ -402,22 +405,28 @@ Status Runner::forward(int64_t c, int64_t m) {
   return Status::ok();
 }
 
+StatusOr<TensorMap> Runner::takeKept(int64_t c, int64_t m, bool readsData, const char *missing) {
+  RETURN_IF_ERROR(setData(m, readsData));
+  auto kept = stash_.find({c, m});
+  if (kept == stash_.end()) // the plan validator checked the order of every chunk's steps
+    return Status::error(std::string(missing) + " (internal error)");
+  TensorMap values = std::move(kept->second);
+  stash_.erase(kept);
+  return values;
+}
+
 Status Runner::backward(int64_t c, int64_t m) {
   const ChunkPorts &p = ports_.at(c);
-  RETURN_IF_ERROR(setData(m, p.backwardReadsData));
-  auto kept = stash_.find({c, m});
-  if (kept == stash_.end()) // the plan validator checked every forward runs before its backward
-    return Status::error("no stashed values (internal error)");
+  ASSIGN_OR_RETURN(TensorMap kept, takeKept(c, m, p.backwardReadsData, "no stashed values"));
   for (const std::string &name : p.backwardIn)
-    RETURN_IF_ERROR(executor_.setInput(name, kept->second.at(name)));
+    RETURN_IF_ERROR(executor_.setInput(name, kept.at(name)));
   // Split: what the weight-gradient step reads of the stash, the received gradients and this
   // step's outputs, kept until it runs.
   TensorMap forWeight;
   if (p.split)
     for (const std::string &name : p.weightIn)
-      if (auto it = kept->second.find(name); it != kept->second.end())
+      if (auto it = kept.find(name); it != kept.end())
         forWeight[name] = std::move(it->second);
-  stash_.erase(kept);
   if (c + 1 < run_.chunks)
     RETURN_IF_ERROR(
         recvPorts(p.gradIn, c + 1, tag(c + 1, m, StepKind::backward), p.weightIn, &forWeight));
@@ -437,13 +446,10 @@ Status Runner::backward(int64_t c, int64_t m) {
 
 Status Runner::backwardWeight(int64_t c, int64_t m) {
   const ChunkPorts &p = ports_.at(c);
-  RETURN_IF_ERROR(setData(m, p.weightReadsData));
-  auto kept = stash_.find({c, m});
-  if (kept == stash_.end()) // the plan validator checked every B runs before its W
-    return Status::error("no values kept from the input-gradient step (internal error)");
-  for (const auto &[name, value] : kept->second)
+  ASSIGN_OR_RETURN(TensorMap kept, takeKept(c, m, p.weightReadsData,
+                                            "no values kept from the input-gradient step"));
+  for (const auto &[name, value] : kept)
     RETURN_IF_ERROR(executor_.setInput(name, value));
-  stash_.erase(kept);
   return executor_.run(chunkFunction(StepKind::backwardWeight, c));
 }
 
