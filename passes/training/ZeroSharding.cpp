@@ -40,8 +40,7 @@ int64_t zeroDim(const Distribution &dist, const Param &p) {
   int64_t dp = dist.size("dp");
   if (dp <= 1 || !llvm::is_contained(stringsOf(p.attrs.get(kGradPartialAttr)), "dp"))
     return -1;
-  // ZeRO-1/2 keep dim 0: their @apply_gradients buckets view a shard as rows of
-  // [dp, n/dp].
+  // ZeRO-1/2 keep dim 0: their @apply_gradients buckets view a shard as rows of [dp, n/dp].
   int64_t dims = dist.zero == 3 ? p.type.getRank() : std::min<int64_t>(p.type.getRank(), 1);
   for (int64_t d = 0; d < dims; ++d)
     if (p.type.getDimSize(d) % dp == 0)
@@ -51,9 +50,8 @@ int64_t zeroDim(const Distribution &dist, const Param &p) {
 
 bool zeroSharded(const Distribution &dist, const Param &p) { return zeroDim(dist, p) >= 0; }
 
-/// ZeRO-2/3 shard parameters' gradients over dp: refuses a stage where none can
-/// be (every parameter a scalar or with no dim that dp divides: dim 0 under
-/// ZeRO-2).
+/// ZeRO-2/3 shard parameters' gradients over dp: refuses a stage where none can be (every parameter
+/// a scalar or with no dim that dp divides: dim 0 under ZeRO-2).
 LogicalResult checkShardable(func::FuncOp fb, const Distribution &dist, ArrayRef<Param> params) {
   if (!dist || dist.zero < 2 ||
       llvm::any_of(params, [&](const Param &p) { return zeroSharded(dist, p); }))
@@ -72,10 +70,9 @@ LogicalResult checkShardable(func::FuncOp fb, const Distribution &dist, ArrayRef
                         << (anyDim ? "dims" : "dim 0") << ", or --zero 1";
 }
 
-/// ZeRO-2/3: each sharded parameter's accumulator `acc' = acc + g` in a
-/// training function becomes its dp shard, `acc' = acc + reduce_scatter(g)`,
-/// the reduce-scatter right after g is computed so the whole micro-batch
-/// gradient dies there (docs/training-step.md).
+/// ZeRO-2/3: each sharded parameter's accumulator `acc' = acc + g` in a training function becomes
+/// its dp shard, `acc' = acc + reduce_scatter(g)`, the reduce-scatter right after g is computed so
+/// the whole micro-batch gradient dies there (docs/training-step.md).
 LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params) {
   OpBuilder b(f.getContext());
   Block &block = f.getBody().front();
@@ -117,13 +114,12 @@ LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayR
   return success();
 }
 
-/// ZeRO-3: a sharded parameter argument of `f` becomes its dp shard,
-/// all-gathered right before its first use. Where `f` also runs the backward
-/// (ops no forward result depends on), the backward's uses read a second
-/// all-gather placed before the first of them, so the forward's whole copy dies
-/// after its last forward use (reshard after forward); the copy carries
-/// `mega.regather` so that CSE keeps it. Without `reshard` every use reads the
-/// forward's gather, kept whole until the backward is done with it.
+/// ZeRO-3: a sharded parameter argument of `f` becomes its dp shard, all-gathered right before its
+/// first use. Where `f` also runs the backward (ops no forward result depends on), the backward's
+/// uses read a second all-gather placed before the first of them, so the forward's whole copy dies
+/// after its last forward use (reshard after forward); the copy carries `mega.regather` so that CSE
+/// keeps it. Without `reshard` every use reads the forward's gather, kept whole until the backward
+/// is done with it.
 void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params,
                       bool reshard) {
   if (f.isExternal())
@@ -131,8 +127,7 @@ void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> 
   OpBuilder b(f.getContext());
   Block &block = f.getBody().front();
   auto ret = cast<func::ReturnOp>(block.getTerminator());
-  // The forward: what the results other than gradients and accumulators depend
-  // on.
+  // The forward: what the results other than gradients and accumulators depend on.
   bool backward = false;
   DenseSet<Operation *> forward = forwardOps(f, backward);
   ArrayAttr dpAxes = b.getStrArrayAttr({"dp"});
@@ -170,9 +165,8 @@ RankedTensorType storedType(const Distribution &dist, const Param &p) {
   return dist.zero == 3 ? momentType(dist, p) : p.type;
 }
 
-/// The parameter's mega.dim_axes (none: every dim whole) with dp added on its
-/// ZeRO dim, after the axes already splitting it: a dp shard of the local
-/// tensor.
+/// The parameter's mega.dim_axes (none: every dim whole) with dp added on its ZeRO dim, after the
+/// axes already splitting it: a dp shard of the local tensor.
 ArrayAttr dpShardDims(OpBuilder &b, const Distribution &dist, const Param &p) {
   SmallVector<Attribute> split;
   if (auto dims = dyn_cast_or_null<ArrayAttr>(p.attrs.get(kDimAxesAttr)))
@@ -186,9 +180,8 @@ ArrayAttr dpShardDims(OpBuilder &b, const Distribution &dist, const Param &p) {
   return b.getArrayAttr(split);
 }
 
-/// A parameter argument's attributes: under ZeRO-3 a sharded one's dim_axes
-/// gain dp on its dim, so codegen's parameter table records the shard's offset
-/// and checkpoints reshard.
+/// A parameter argument's attributes: under ZeRO-3 a sharded one's dim_axes gain dp on its dim, so
+/// codegen's parameter table records the shard's offset and checkpoints reshard.
 DictionaryAttr storedAttrs(OpBuilder &b, const Distribution &dist, const Param &p) {
   if (dist.zero != 3 || !zeroSharded(dist, p))
     return p.attrs;
@@ -208,10 +201,9 @@ RankedTensorType momentType(const Distribution &dist, const Param &p) {
   return RankedTensorType::get(shape, p.type.getElementType());
 }
 
-/// A state argument's attributes in a partitioned step: its name, global shape
-/// and split (the parameter's, plus dp on the ZeRO dim for ZeRO moments and
-/// ZeRO-2/3 accumulators), and for accumulators the axes the gradient is a
-/// partial sum over (not dp once reduce-scattered).
+/// A state argument's attributes in a partitioned step: its name, global shape and split (the
+/// parameter's, plus dp on the ZeRO dim for ZeRO moments and ZeRO-2/3 accumulators), and for
+/// accumulators the axes the gradient is a partial sum over (not dp once reduce-scattered).
 DictionaryAttr stateAttrs(OpBuilder &b, const Distribution &dist, const Param &p,
                           StringRef prefix) {
   bool accumulator = prefix == "grad.";
@@ -237,8 +229,7 @@ DictionaryAttr stateAttrs(OpBuilder &b, const Distribution &dist, const Param &p
   return b.getDictionaryAttr(attrs);
 }
 
-/// A ZeRO gradient's dp shard type: its ZeRO dim (dim 0 under ZeRO-1/2) divided
-/// by dp.
+/// A ZeRO gradient's dp shard type: its ZeRO dim (dim 0 under ZeRO-1/2) divided by dp.
 RankedTensorType dpShard(const Distribution &dist, const Param &p) {
   SmallVector<int64_t> shape(p.type.getShape());
   shape[zeroDim(dist, p)] /= dist.size("dp");
