@@ -16,7 +16,8 @@ cp 2 and cp 4; cp 2 x dp 2; cp 2 x tp 2 with sequence parallelism (x dp 2, 8 ran
 dp 2 with ZeRO-1 (GPT) and ZeRO-3 (Llama); cp 2 x pp 2; cp 2 x dp 2 x ep 2 on a dropless
 Mixtral; a checkpoint saved at cp 2 and resumed at cp 1. The ring variant (--cp-comm-type p2p:
 k/v blocks passed around the cp ranks, online-softmax merge; docs/context-parallel.md "The
-ring") at cp 2 and cp 4 on both models, cp 2 x tp 2, cp 2 x dp 2 and cp 2 x pp 2; its online
+ring") at cp 2 and cp 4 on both models, cp 2 x tp 2, cp 2 x dp 2, cp 2 x pp 2, cp 2 x dp 2 x
+ZeRO-3 (Llama) and cp 2 x dp 2 x ep 2 (Mixtral); its online
 softmax only reassociates each row's sums (same error model). Every multi-rank run must say
 "cp C" in its header (it really ran context parallel).
 Memory: the plans' activation bytes (arena above the persistent region) at cp 4 are <= 0.3 x
@@ -139,6 +140,10 @@ def layout_cases():
                                     "1", *ring]
     yield "gpt.cp2.pp2.ring", GPT, ["--ranks", "4", "--cp", "2", "--pp", "2", "--micro-batch",
                                     "1", *ring]
+    yield "llama.cp2.dp2.zero3.ring", LLAMA, ["--ranks", "4", "--cp", "2", "--dp", "2",
+                                              "--zero", "3", "--micro-batch", "1", *ring]
+    yield "mixtral.cp2.dp2.ep2.ring", MIXTRAL, ["--ranks", "4", "--cp", "2", "--dp", "2",
+                                                "--ep", "2", "--micro-batch", "1", *ring]
 
 
 ERRORS = [

@@ -111,7 +111,7 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--exit-duration-in-mins M]
                    [--eval-data TOKENS.npy|PREFIX --eval-interval N [--eval-iters K]]
                    [--split TRAIN,VALID,TEST]
-                   [--ranks N] [--tp T] [--pp P] [--dp D] [--cp C] [--vpp V]
+                   [--ranks N] [--tp T] [--pp P] [--dp D] [--cp C] [--cp-comm-type all_gather|p2p] [--vpp V]
                    [--sequence-parallel] [--zero 0-3] [--recompute none|selective|full]
                    [--schedule 1f1b|gpipe|zb-h1|zb-h2|zbv] [--bucket-size N] [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
                    [--backend cpu|cuda] [--allow-tf32] [--overlap on|off]
@@ -137,9 +137,10 @@ in each dp collective (default Megatron's max(40M, 1M x D); checkpoints do not d
 --recompute selective|full recomputes attention outputs or whole chunks in the backward
 pass. --cp C splits each sequence over C ranks (context parallelism, its own mesh axis:
 <pp, dp, cp, tp>, N = T*C*P*D, --dp excludes cp; causal load balancing: rank i holds chunks
-i and 2C-1-i of 2C; keys and values all-gathered; gradients reduced over dp x cp; the
-sequence must be a multiple of 2C; with --tp/--sequence-parallel and --dp, not yet with --pp,
---ep, --zero or --backend cuda; docs/context-parallel.md). --fp8 is not supported yet.
+i and 2C-1-i of 2C; keys and values all-gathered (--cp-comm-type all_gather, the default) or
+passed around the cp ranks in a ring (p2p); gradients reduced over dp x cp; the sequence must
+be a multiple of 2C; with --tp/--sequence-parallel, --dp, --pp, --ep and --zero, not yet with
+--backend cuda; docs/context-parallel.md). --fp8 is not supported yet.
 --micro-batch b is per data-parallel rank: the model is compiled for b*D rows and a step has
 m = B / (b*D) micro-batches (B must be a multiple of b*D); micro-batch k of rank dp reads
 rows k*b*D + dp*b .. +b of the step's global batch, so every layout trains on the same batch
