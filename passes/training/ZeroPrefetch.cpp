@@ -35,7 +35,7 @@ struct Gather {
 /// that is a parameter split over dp, done by one collective_done in the same block.
 std::optional<Gather> zeroGather(func::FuncOp f, mega::AllGatherStartOp start) {
   auto arg = dyn_cast<BlockArgument>(start.getInput());
-  if (!arg || arg.getOwner() != &f.getBody().front())
+  if (!arg || arg.getOwner() != &f.getBody().front() || start->getBlock() != arg.getOwner())
     return std::nullopt;
   auto name = f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kParamAttr);
   auto dims = f.getArgAttrOfType<ArrayAttr>(arg.getArgNumber(), kDimAxesAttr);
