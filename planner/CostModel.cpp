@@ -63,7 +63,14 @@ double gemmEfficiency(const DeviceSpec &d, double peak, int64_t m, int64_t n, in
   double tiles = double(tm) * double(tn) * double(batch);
   double waves = std::ceil(tiles / double(d.computeUnits));
   double waveUse = tiles / (waves * double(d.computeUnits));
-  return d.gemmEfficiency * roofline * tileUse * waveUse;
+  // K depth: a unit computes its tile over k (2·tm·tn flops per unit of k) and then writes the
+  // tile (tm·tn elements) at its share of the memory bandwidth; the write costs as much as
+  // k0 = elementBytes·peak / (2·bandwidth) more depth (the machine balance: 347 on H100 bf16,
+  // 180 on A100), whatever the tile. So a GEMM of depth k reaches k / (k + k0) of the rate of
+  // an infinitely deep one: shallow GEMMs (a tp-split projection, k = h/tp) lose most.
+  double k0 = double(elementBytes) * peak / (2.0 * d.memoryBandwidth * d.memoryEfficiency);
+  double depthUse = double(k) / (double(k) + k0);
+  return d.gemmEfficiency * roofline * tileUse * waveUse * depthUse;
 }
 
 double gemmSeconds(const DeviceSpec &d, double peak, int64_t m, int64_t n, int64_t k, int64_t batch,

@@ -32,7 +32,9 @@ int64_t elementBytes(Precision precision);
 /// the roofline min(1, intensity·bandwidth/peak) on the bytes it must move, times the large-GEMM
 /// efficiency, times tile and wave quantization (NVIDIA's GEMM performance guide): the output
 /// is cut into gemmTileM x gemmTileN tiles that run computeUnits at a time, so partial tiles
-/// and a partial last wave compute nothing useful.
+/// and a partial last wave compute nothing useful; and times the depth use k / (k + k0): each
+/// tile's result is written at the unit's share of the memory bandwidth after its k-loop, as
+/// long as k0 = elementBytes·peak / (2·bandwidth·memoryEfficiency) more of depth.
 double gemmEfficiency(const DeviceSpec &device, double peak, int64_t m, int64_t n, int64_t k,
                       int64_t batch, int64_t elementBytes);
 /// Seconds of that GEMM: 2·m·n·k·batch / (peak · gemmEfficiency).

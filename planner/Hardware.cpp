@@ -18,7 +18,7 @@ namespace {
 // - Latencies: one ring step over NVLink 3 us, over InfiniBand 6 us (kernel launch plus the
 //   protocol's handshake; only small messages feel them).
 // - reservedBytes 2 GB: CUDA context, cuBLAS workspace, NCCL buffers, allocator slack.
-// - Tiles 128x128 per SM: cuBLAS/CUTLASS's usual bf16 tile on Ampere and Hopper.
+// - Tiles per SM: cuBLAS's large bf16 tiles, 256x128 (Ampere) and 128x256 (Hopper).
 // - Intra-node bandwidth is the NVLink datasheet number halved (one direction); inter-node is
 //   one NIC per GPU (DGX: 8x HDR 200 Gb/s = 25 GB/s, 8x NDR 400 Gb/s = 50 GB/s).
 DeviceSpec gpu(std::string name, double tf32, double bf16, double memory, double bandwidth,
@@ -36,7 +36,11 @@ DeviceSpec gpu(std::string name, double tf32, double bf16, double memory, double
   d.interNodeBandwidth = ib;
   d.interNodeLatency = 6e-6;
   d.computeUnits = sms;
-  d.gemmTileM = d.gemmTileN = 128;
+  // cuBLAS's large bf16/fp16 tiles: 256x128 on Ampere (ampere_*_s16816gemm_*_256x128_* kernels),
+  // 128x256 on Hopper (sm90_xmma_gemm_*_tilesize128x256x64, CUTLASS 3's default warp-specialized
+  // tile): the names Nsight Systems shows for Megatron's GEMMs. Presets below set them per GPU.
+  d.gemmTileM = 128;
+  d.gemmTileN = 256;
   d.gemmEfficiency = 0.8;
   d.memoryEfficiency = 0.85;
   d.linkEfficiency = 0.8;
@@ -86,8 +90,13 @@ std::vector<DeviceSpec> presets() {
   // REFERENCE.md datasheet table (dense, no sparsity); memory in decimal GB as datasheets say.
   // L2: 40 MB (A100), 50 MB (H100/H200); host link PCIe 4.0 x16 (A100) / 5.0 x16 (H100),
   // 32 / 64 GB/s per direction, ~80% achievable.
-  return {gpu("a100-40g", 156e12, 312e12, 40e9, 1.555e12, 600e9, 25e9, 108, 40e6, 25e9),
-          gpu("a100-80g", 156e12, 312e12, 80e9, 2.039e12, 600e9, 25e9, 108, 40e6, 25e9),
+  auto ampere = [](DeviceSpec d) {
+    d.gemmTileM = 256;
+    d.gemmTileN = 128;
+    return d;
+  };
+  return {ampere(gpu("a100-40g", 156e12, 312e12, 40e9, 1.555e12, 600e9, 25e9, 108, 40e6, 25e9)),
+          ampere(gpu("a100-80g", 156e12, 312e12, 80e9, 2.039e12, 600e9, 25e9, 108, 40e6, 25e9)),
           gpu("h100-sxm", 495e12, 989e12, 80e9, 3.35e12, 900e9, 50e9, 132, 50e6, 50e9),
           gpu("h200", 495e12, 989e12, 141e9, 4.8e12, 900e9, 50e9, 132, 50e6, 50e9), cpu()};
 }
