@@ -46,6 +46,19 @@ void assumeLinks(planner::DeviceSpec &d, const cal::Results &r, std::string &not
   }
 }
 
+// Writes `spec` to `path` atomically and reads it back with the planner's loader, so a spec
+// that `megac plan` cannot read is an error here, not later.
+Status writeAndCheckSpec(const std::string &path, const planner::DeviceSpec &spec) {
+  std::string json = planner::deviceSpecJson(spec);
+  std::span<const uint8_t> piece(reinterpret_cast<const uint8_t *>(json.data()), json.size());
+  if (Status st = writeFileAtomically(path, {&piece, 1}); !st.isOk())
+    return Status::error("-o: " + st.message());
+  std::string error;
+  if (!planner::loadDeviceSpec(path, &error))
+    return Status::error("the written spec does not load: " + error);
+  return Status::ok();
+}
+
 } // namespace
 
 StatusOr<CalibrationResults> calibrate(const CalibrateRequest &request, Communicator *world) {
@@ -74,13 +87,8 @@ StatusOr<CalibrationResults> calibrate(const CalibrateRequest &request, Communic
 
 StatusOr<std::string> writeDeviceSpec(const std::string &path, const CalibrationResults &results) {
   planner::DeviceSpec spec = deviceSpec(results);
-  std::string json = planner::deviceSpecJson(spec);
-  std::span<const uint8_t> piece(reinterpret_cast<const uint8_t *>(json.data()), json.size());
-  if (Status st = writeFileAtomically(path, {&piece, 1}); !st.isOk())
-    return Status::error("-o: " + st.message());
-  std::string error;
-  if (!planner::loadDeviceSpec(path, &error))
-    return Status::error("the written spec does not load: " + error);
+  if (Status st = writeAndCheckSpec(path, spec); !st.isOk())
+    return st;
   return summaryText(path, spec, results);
 }
 
@@ -156,13 +164,8 @@ StatusOr<std::string> writeMachineSpec(const std::string &path, planner::DeviceS
   }
   c.source = "megac calibrate --backend cpu (one spec per machine): every core busy, " + c.source +
              "; one rank alone with " + sources;
-  std::string json = planner::deviceSpecJson(busy);
-  std::span<const uint8_t> piece(reinterpret_cast<const uint8_t *>(json.data()), json.size());
-  if (Status st = writeFileAtomically(path, {&piece, 1}); !st.isOk())
-    return Status::error("-o: " + st.message());
-  std::string error;
-  if (!planner::loadDeviceSpec(path, &error))
-    return Status::error("the written spec does not load: " + error);
+  if (Status st = writeAndCheckSpec(path, busy); !st.isOk())
+    return st;
   std::string out = "wrote " + path + ": " + busy.name + ", tables for " +
                     std::to_string(c.occupancies.size() + 1) + " occupancies:\n";
   char line[256];
