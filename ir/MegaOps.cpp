@@ -348,8 +348,7 @@ LogicalResult mega::verifyRingAxes(Operation *op, bool hasPositions) {
   if (!ring)
     return success();
   auto axes = dyn_cast<ArrayAttr>(ring);
-  if (!axes || axes.empty() ||
-      !llvm::all_of(axes, [](Attribute a) { return isa<StringAttr>(a); }))
+  if (!axes || axes.empty() || !llvm::all_of(axes, [](Attribute a) { return isa<StringAttr>(a); }))
     return op->emitOpError() << mega::kRingAxesAttr
                              << " must be a non-empty array of mesh axis names";
   if (!hasPositions)
@@ -358,9 +357,7 @@ LogicalResult mega::verifyRingAxes(Operation *op, bool hasPositions) {
   return success();
 }
 
-LogicalResult AttentionOp::verify() {
-  return verifyRingAxes(*this, bool(getQueryPositions()));
-}
+LogicalResult AttentionOp::verify() { return verifyRingAxes(*this, bool(getQueryPositions())); }
 
 // Full s x t score matrices, causal or not: the convention of Megatron's FLOP formulas
 // (REFERENCE.md: 4 B s^2 h per layer), so MFU is comparable.

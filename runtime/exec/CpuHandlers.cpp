@@ -6,8 +6,8 @@
 #include "runtime/cpu/HalfCompute.h"
 #include "runtime/exec/CommOps.h"
 #include "runtime/exec/Parameters.h"
-#include "runtime/exec/RingAttention.h"
 #include "runtime/exec/ProgramExecutor.h"
+#include "runtime/exec/RingAttention.h"
 #include "runtime/plan/Opcodes.h"
 
 #include <array>
