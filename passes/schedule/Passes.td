@@ -213,9 +213,15 @@ def LatencyHiding : Pass<"mega-schedule-latency-hiding", "mlir::ModuleOp"> {
     its buffer live from start to done). A pair with nothing between them stays blocking (the
     forward's row-parallel all-reduces, which the next op needs at once).
 
+    First, a `mega.adamw_update_multi` whose updated parameters feed several `all_gather`s
+    (ZeRO-1/2's bucketed parameter gather) is split by the first gather that reads each
+    parameter (parameters no gather reads: one update, last), and each bucket's update, packing
+    and gather move ahead of the next bucket's update; the unpacking of every bucket follows the
+    last update. Each tensor's arithmetic is unchanged.
+
     What overlaps (docs/training-step.md "Overlap"): in `@apply_gradients` each bucket's dp
     reduction runs while later buckets are flattened and reduced, and ZeRO-1's parameter
-    all-gathers while the following optimizer updates run; in a backward, the column-parallel
+    all-gathers while the remaining buckets' updates run; in a backward, the column-parallel
     input-gradient all-reduce while the weight-gradient GEMM runs. Every start is done in its own
     function, so nothing is in flight at a save, an evaluation, a stop or a skipped fp16 step.
 
