@@ -205,7 +205,8 @@ def main():
     # steps and the test part after the last (test/loss, test/perplexity).
     corpus, prefix = os.path.join(w, "corpus.txt"), os.path.join(w, "corpus")
     with open(corpus, "wb") as f:
-        for name in ["README.md"] + sorted(os.listdir(os.path.join(REPO, "docs"))):
+        for name in ["README.md"] + sorted(n for n in os.listdir(os.path.join(REPO, "docs"))
+                                           if n.endswith(".md")):
             f.write(open(os.path.join(REPO, name if name == "README.md" else "docs/" + name),
                          "rb").read() + b"\n\n")
     subprocess.run([args.megac, "data", "prep", corpus, "--tokenizer", "byte", "-o", prefix],
