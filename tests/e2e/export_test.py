@@ -25,33 +25,10 @@ import subprocess
 import sys
 import zlib
 
-SKIP = 77
+from e2e_support import SKIP, check, ensure_modules  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 LAYERS, HIDDEN, HEADS, SEQ, VOCAB = 2, 32, 4, 16, 128
 STEPS = 6
-
-
-def ensure_onnxruntime(venv):
-    try:
-        import onnxruntime  # noqa: F401
-        import torch  # noqa: F401
-        return
-    except ImportError:
-        pass
-    python = os.path.join(venv, "bin", "python") if venv else ""
-    if python and os.path.exists(python) and \
-            os.path.realpath(sys.prefix) != os.path.realpath(venv):
-        os.execv(python, [python] + sys.argv)
-    print(f"SKIP: onnxruntime/torch are not importable and the venv python '{python}' is missing "
-          "or lacks them; run scripts/bootstrap.sh")
-    sys.exit(SKIP)
-
-
-def check(condition, message):
-    if not condition:
-        print("FAIL:", message)
-        sys.exit(1)
-    print("ok:", message)
 
 
 def run(argv, **kw):
@@ -249,7 +226,7 @@ def main():
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--venv", default=os.path.join(HERE, "..", "..", ".venv"))
     args = parser.parse_args()
-    ensure_onnxruntime(args.venv)
+    ensure_modules(args.venv, ["onnxruntime", "torch"])
     sys.path.insert(0, HERE)
     megac = os.path.abspath(args.megac)
     shutil.rmtree(args.workdir, ignore_errors=True)
