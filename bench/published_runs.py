@@ -9,7 +9,7 @@ prints the predicted memory per GPU (every run ran, so each must fit:
 tests/e2e/published_runs_memory_test.py asserts it).
 
   /usr/bin/python3 bench/published_runs.py --megac build/bin/megac [--json bench/published_runs.json]
-                                           [--stack-override S]
+                                           [--stack-override S] [--sorted]
 
 Each run belongs to a set (the stack family that ran it: megatron-2021, megatron-deepspeed,
 megatron-core) and is a fit run or held out (docs/planner.md, "Blind protocol"); every set's
@@ -128,6 +128,9 @@ def main():
     parser.add_argument("--megac", required=True, help="path to the megac binary")
     parser.add_argument("--json", default=os.path.join(HERE, "published_runs.json"))
     parser.add_argument("--stack-override", help="plan every run with this --stack instead of its own")
+    parser.add_argument("--sorted", action="store_true",
+                        help="also list each set's runs sorted by error, with hidden, tp, pp, "
+                             "micro-batch and the step's split")
     args = parser.parse_args()
     if not os.access(args.megac, os.X_OK):
         print(f"error: {args.megac} is not an executable (build megac first)", file=sys.stderr)
@@ -138,6 +141,7 @@ def main():
     print(f"{'id':34} {'set':18} {'fit':8} {'stack':13} {'measured s':>10} {'predicted s':>11} "
           f"{'error':>7} {'GiB/GPU':>7}  dominant")
     errors = {}  # (set, fit) -> [error %]
+    ranked = {}  # set -> [(error %, run, layout)]
     failed = []
     for run, layout, error, err in predict_all(args.megac, runs, args.stack_override):
         stack = args.stack_override or run["stack"]
@@ -150,6 +154,7 @@ def main():
             continue
         predicted = layout["step_time_s"]
         errors.setdefault((run["set"], run["fit"]), []).append(err)
+        ranked.setdefault(run["set"], []).append((err, run, layout))
         parts = {k: v for k, v in layout.get("breakdown", {}).items() if k in BREAKDOWN}
         key = max(parts, key=parts.get) if parts else None
         dominant = (f"{BREAKDOWN.get(key, key)} {100.0 * parts[key] / predicted:.0f}%"
@@ -160,6 +165,20 @@ def main():
         print(f"{run['id']:34} {run['set']:18} {group:8} {stack:13} {measured:10.3f} {predicted:11.3f} "
               f"{err:+6.1f}% {gib:7.1f}  {dominant}")
 
+    if args.sorted:
+        # What the errors point at: each set's runs from the most optimistic to the most
+        # pessimistic, with the geometry a mechanism would depend on.
+        for name in SETS:
+            print(f"\n{name}, sorted by error: {'id':32} {'fit':8} {'hidden':>6} {'tp':>3} {'pp':>3} "
+                  f"{'mb':>3} {'error':>7}  compute / tp-comm / dp-comm / bubble / overhead share")
+            for err, run, layout in sorted(ranked.get(name, []), key=lambda r: r[0]):
+                b, t = layout.get("breakdown", {}), layout["step_time_s"]
+                share = " / ".join(f"{100.0 * b.get(k, 0.0) / t:4.1f}%" for k in
+                                   ("compute_s", "tp_comm_s", "dp_comm_s", "bubble_s",
+                                    "overhead_s"))
+                print(f"{'':{len(name) + 19}}{run['id']:32} {'fit' if run['fit'] else 'held-out':8} "
+                      f"{run['hidden']:6} {run.get('tp', 1):3} {run.get('pp', 1):3} "
+                      f"{run['micro_batch']:3} {err:+6.1f}%  {share}")
     print()
     for name in SETS:
         print(summary(f"{name}, held out", errors.get((name, False), [])))

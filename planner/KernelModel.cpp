@@ -201,6 +201,15 @@ KernelTime KernelModel::time(const std::vector<KernelOp> &ops) const {
   KernelTime t;
   for (const KernelOp &op : ops)
     t += time(op);
+  // A host that issues each kernel (StackProfile::hostSecondsPerKernel) runs ahead of the device
+  // through the stream's queue; the pass waits for it only where issuing its kernels takes longer
+  // than running them: max(device, host), the difference charged as overhead.
+  if (stack_.hostSecondsPerKernel > 0) {
+    double launches = 0;
+    for (double n : t.launches)
+      launches += n;
+    t.overhead += std::max(0.0, launches * stack_.hostSecondsPerKernel - t.total());
+  }
   return t;
 }
 

@@ -97,6 +97,8 @@ StackProfile megatronFamily(const char *name, const char *description) {
   p.clipPass = true;
   p.p2pScatterGather = true;
   p.recomputePerLayer = true;
+  // PyTorch eager: every kernel issued from Python (StackProfile.h, hostSecondsPerKernel).
+  p.hostSecondsPerKernel = 10e-6;
   return p;
 }
 

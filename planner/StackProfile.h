@@ -103,6 +103,15 @@ struct StackProfile {
   /// group (deepspeed/runtime/pipe/p2p.py). A fitted constant (docs/planner.md, "Blind
   /// protocol": megatron-deepspeed's only one, fitted on MT-NLG 530B at 280 nodes); 0 elsewhere.
   double pipelineStepOverheadSeconds = 0;
+  /// Host (CPU) time to issue one kernel (issue 34): a PyTorch eager stack runs Python, the
+  /// pybind boundary, autograd's recording, the ATen dispatcher and cudaLaunchKernel for every
+  /// kernel. Launches are asynchronous (the host runs ahead through the stream's queue), so a
+  /// pass is bound by them only where its kernels' host time exceeds their device time (small
+  /// models, short kernels); the planner charges max(device, host) per pass (KernelModel). An
+  /// assumption, not fitted: 10 µs, the low middle of the 5–25 µs of CPU work per eager op of
+  /// the dispatch chain's parts (docs/planner.md). 0: megac's executors (C++, no Python; the CPU
+  /// runtime's dispatch is the calibrated instructionSeconds).
+  double hostSecondsPerKernel = 0;
   /// Full recompute checkpoints each layer's input (Megatron's --recompute-method uniform,
   /// one layer); megac stashes each chunk's input and recomputes the chunk at once.
   bool recomputePerLayer = false;

@@ -186,6 +186,34 @@ TEST(KernelModelTest, OverlapOnlyWhereTheProfileHasIt) {
   EXPECT_NEAR(core->dpReduceSeconds, old->dpReduceSeconds / 24, 1e-12);
 }
 
+// Issue 34: a PyTorch eager stack issues every kernel from the host; a pass of short kernels
+// waits for the host (launches x hostSecondsPerKernel), a pass of long ones does not notice it.
+TEST(KernelModelTest, HostDispatchBoundsOnlyPassesOfShortKernels) {
+  StackProfile core = stack("megatron-core");
+  ASSERT_GT(core.hostSecondsPerKernel, 0);
+  EXPECT_EQ(stack("megac").hostSecondsPerKernel, 0); // C++ executors, no Python per kernel
+  DeviceSpec h100 = *preset("h100-sxm");
+  KernelModel k(h100, core, Precision::bf16);
+  // 100 elementwise kernels of 4 KiB: each ~2 ns of HBM traffic plus the 2 us launch gap, far
+  // below the host's time to issue it.
+  KernelOp tiny;
+  tiny.kind = KernelClass::elementwise;
+  tiny.bytes = 4096;
+  tiny.count = 100;
+  KernelTime t = k.time(std::vector<KernelOp>{tiny});
+  EXPECT_NEAR(t.total(), 100 * core.hostSecondsPerKernel, 1e-12);
+  EXPECT_NEAR(t.overhead, 100 * core.hostSecondsPerKernel - t.memory, 1e-12);
+  // One 8192^3 GEMM (~1.4 ms on an H100) and a few short kernels: the host is far ahead.
+  KernelOp gemm;
+  gemm.kind = KernelClass::gemm;
+  gemm.m = gemm.n = gemm.k = 8192;
+  tiny.count = 10;
+  KernelTime both = k.time(std::vector<KernelOp>{gemm, tiny});
+  KernelTime alone = k.time(gemm);
+  alone += k.time(tiny);
+  EXPECT_DOUBLE_EQ(both.total(), alone.total());
+}
+
 TEST(KernelModelTest, UnknownStackIsRefused) {
   EXPECT_FALSE(stackProfile("deepspeed", false));
   EXPECT_EQ(stackNames().size(), 4u);
