@@ -3,6 +3,7 @@
 
 #include "driver/CheckpointModel.h"
 #include "driver/Compile.h"
+#include "driver/HfSave.h"
 #include "driver/HfWeights.h"
 
 #include "frontends/models/ModelConfig.h"

@@ -1,13 +1,12 @@
-// Hugging Face weights in and out (docs/huggingface.md): an hf: model folder's model.safetensors
-// or sharded model.safetensors.index.json read lazily into each rank's parameter shards (pread of
-// the shard's byte ranges: no rank reads or holds the whole model), and a trained model written
-// back as a folder transformers loads with from_pretrained (--save-hf).
+// Hugging Face weights read (docs/huggingface.md): an hf: model folder's model.safetensors or
+// sharded model.safetensors.index.json read lazily into each rank's parameter shards (pread of
+// the shard's byte ranges: no rank reads or holds the whole model). Writing a folder
+// transformers loads (--save-hf, megac export --hf) is driver/HfSave.h.
 #pragma once
 
 #include "driver/ModelSource.h"
 #include "driver/SourceShapes.h"
 
-#include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/PlanLoader.h"
@@ -15,7 +14,6 @@
 #include "support/Status.h"
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -79,73 +77,18 @@ Status loadHfWeights(const HfCheckpoint &checkpoint, const runtime::LoadedPlan &
                      runtime::Executor &executor, const SourceShapes &source,
                      const std::vector<std::string> &allowMissing);
 
-/// What --save-hf writes beside the tensors.
-struct HfSaveOptions {
-  std::string inputFolder;                     // config.json and tokenizer files are copied from it
-  uint64_t shardBytes = 5'000'000'000;         // --hf-shard-size
-  std::map<std::string, std::string> metadata; // each shard's __metadata__ (format pt is added)
-  std::string what = "--save-hf";              // the command's flag, for errors
-};
+/// The files a folder's weights are in: the index of sharded files, or the one file.
+inline constexpr const char *kHfIndexFile = "model.safetensors.index.json";
+inline constexpr const char *kHfSingleFile = "model.safetensors";
 
-/// The tensors of one output shard, whole, under megac's names in the model's own shapes (a
-/// stacked parameter split into its members: toSourceShapes), asked for by megac parameter
-/// name. Called on every rank alike, shard after shard; only the writing rank's result is used
-/// (the others may return an empty map): a gather of just those parameters.
-using HfShardFetch = std::function<StatusOr<TensorMap>(const std::vector<std::string> &params)>;
-
-/// The dtype a folder's tensors are saved in: its config.json's torch_dtype (bfloat16 -> BF16,
-/// float16 -> F16), F32 for float32, for any other value and when the field is absent; an
-/// error when config.json is missing or not JSON.
-StatusOr<DType> hfSaveDtype(const std::string &inputFolder);
-
-/// Writes a model as a transformers folder `dir`, one output shard at a time so that the
-/// writing rank never holds more than one shard of the model: `params` (megac parameter name ->
-/// whole shape as the plan holds it) are grouped in name order into shards of at most
-/// shardBytes in the saved dtype (hfSaveDtype; a larger parameter alone in its shard), and each
-/// shard's parameters are fetched (`fetch`, on every rank alike), converted (fp32 -> bf16/f16
-/// rounds to nearest even) and written: model.safetensors, or model-0000i-of-0000n.safetensors
-/// with model.safetensors.index.json, then config.json and the tokenizer files the input folder
-/// has. Only the `writer` rank writes; the folder is written as DIR.tmp-XXXXXX beside DIR and
-/// renamed to DIR at the end: a crash leaves no half folder (a DIR.tmp-* that a later save does
-/// not touch). An existing DIR is refused. A write error on the writer still calls `fetch` for
-/// the remaining shards (the other ranks are in those gathers) before it is returned.
-Status saveHfFolder(const std::string &dir,
-                    const std::map<std::string, std::vector<int64_t>> &params,
-                    const SourceShapes &source, const HfShardFetch &fetch,
-                    const HfSaveOptions &options, bool writer = true);
-
-/// Refuses a --save-hf DIR that exists or whose parent is not a directory (checked before the
-/// run, so a long run does not end in an error); `what` names the flag in the error.
-Status checkHfSaveDir(const std::string &dir, const std::string &what = "--save-hf");
-
-/// The parameters of the newest usable checkpoint under `loadDir`, picked as `megac train
-/// --load` picks it (runtime::checkpoint::loadLatestCheckpoint, parameters only); `warn` gets a
-/// line for each checkpoint refused. What `megac export --hf` and `megac generate --load` read.
-StatusOr<runtime::checkpoint::Checkpoint>
-loadNewestParameters(const std::string &loadDir,
-                     const std::function<void(const std::string &)> &warn);
-
-/// What `megac export --hf` wrote.
-struct HfExportSummary {
-  std::string checkpointPath; // DIR/step-N
-  int64_t step = 0;
-  size_t parameters = 0;
-  DType dtype = DType::f32; // the tensors' dtype in the folder (hfSaveDtype)
-};
-
-/// `megac export --load DIR --hf OUT`: the newest usable checkpoint under `loadDir` (its
-/// parameters, picked as `megac train --load` picks it) of an hf: model — `spec` (hf:FOLDER),
-/// else the model the checkpoint records — written as the folder --save-hf writes (saveHfFolder:
-/// config.json and tokenizer files from the model's folder, shards of `shardBytes`). The model
-/// is built from its config to learn the parameters' shapes; a checkpoint tensor it does not
-/// have, or of another shape, is refused by name before anything is written. `warn` gets a line
-/// for each checkpoint refused.
-StatusOr<HfExportSummary> exportHfCheckpoint(const std::string &loadDir,
-                                             const std::optional<std::string> &spec,
-                                             const std::string &dir, uint64_t shardBytes,
-                                             const std::function<void(const std::string &)> &warn);
-
-/// "5GB", "500MB", "2GiB", "100000" (bytes) -> bytes; false for anything else.
-bool parseByteSize(const std::string &text, uint64_t &bytes);
+/// The float dtypes safetensors weights are read in and saved as (F32, BF16, F16, F64).
+bool isHfFloat(DType d);
+/// One element of float dtype `d` at `p`, widened to double (exact).
+double loadHfElement(const uint8_t *p, DType d);
+/// `value` stored at `p` in float dtype `d` (fp32 -> bf16/f16 rounds to nearest even).
+void storeHfElement(uint8_t *p, DType d, double value);
+/// `n` elements of dtype `from` at `src` written as `to` at `dst` (exact for widening; fp32 ->
+/// bf16/f16 rounds to nearest even).
+void convertHfElements(const uint8_t *src, DType from, uint8_t *dst, DType to, size_t n);
 
 } // namespace megac::driver

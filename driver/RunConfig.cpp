@@ -1,6 +1,7 @@
 // Completing and checking a run's configuration (RunConfig.h).
 #include "driver/RunConfig.h"
 
+#include "driver/HfSave.h"
 #include "driver/HfWeights.h"
 
 #include <algorithm>

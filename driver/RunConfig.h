@@ -64,7 +64,7 @@ struct CheckpointConfig {
   int64_t saveInterval = 0;                    // 0: only at the end of the run
   std::optional<std::string> saveWeights;      // the final parameters, whole
   std::optional<std::string> saveGrads;        // step 1's gradients, whole
-  /// --save-hf DIR: the final parameters as a transformers folder (hf: models; HfWeights.h),
+  /// --save-hf DIR: the final parameters as a transformers folder (hf: models; HfSave.h),
   /// in safetensors shards of at most hfShardBytes (--hf-shard-size).
   std::optional<std::string> saveHf;
   uint64_t hfShardBytes = 5'000'000'000;

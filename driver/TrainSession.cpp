@@ -3,6 +3,7 @@
 #include "driver/TrainSession.h"
 
 #include "driver/CheckpointModel.h"
+#include "driver/HfSave.h"
 #include "driver/HfWeights.h"
 #include "driver/TrainStep.h"
 

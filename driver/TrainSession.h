@@ -100,7 +100,7 @@ public:
   std::string savedPath() const;
   /// Every parameter, whole, written by rank 0 in the layout of a one-rank run.
   Status saveWeights(const std::string &path);
-  /// Every parameter as a transformers folder `dir` (an hf: model; driver/HfWeights.h), written
+  /// Every parameter as a transformers folder `dir` (an hf: model; driver/HfSave.h), written
   /// by rank 0 in shards of checkpoint.hfShardBytes (each gathered alone: rank 0 never holds the
   /// whole model), in the config's torch_dtype, with the input folder's config.json and
   /// tokenizer files. Every rank calls it.

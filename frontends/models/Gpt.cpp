@@ -8,6 +8,35 @@ using dsl::Tensor;
 
 namespace {
 
+/// The token table `wteName` [vocab, h] gathered by input_ids [b, s] plus the learned positions
+/// `wpeName` [positions (else seq), h], whose first seq rows are added to every sequence
+/// (positions 0..seq-1); `wte` is set to the token table (a tied head reads it).
+Tensor tokensAndPositions(dsl::GraphBuilder &b, const ModelConfig &c, std::string_view wteName,
+                          std::string_view wpeName, Tensor &wte) {
+  InitStd std(c);
+  Tensor ids = b.input("input_ids", {c.batch, c.seq}, dsl::DType::i64);
+  int64_t rows = c.positions > 0 ? c.positions : c.seq;
+  wte = b.parameter(wteName, {c.vocab, c.hidden}, c.dtype, dsl::Init::normal(std.base));
+  Tensor wpe = b.parameter(wpeName, {rows, c.hidden}, c.dtype, dsl::Init::normal(std.base));
+  if (rows != c.seq)
+    wpe = b.slice(wpe, {0, 0}, {c.seq, c.hidden});
+  return b.embedding(wte, ids) + wpe;
+}
+
+/// The attention's score scale: 1 without GPT-2's scale_attn_weights, else 1/sqrt(head_dim).
+std::optional<double> attentionScale(const ModelConfig &c) {
+  return c.scaleAttn ? std::nullopt : std::optional<double>(1.0);
+}
+
+/// logits [b, s, vocab] of the final hidden `x`: the head is the token table `wte` when tied,
+/// else lm_head.weight [vocab, h].
+void logitsOutput(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x, const Tensor &wte) {
+  Tensor head = c.tied ? wte
+                       : b.parameter("lm_head.weight", {c.vocab, c.hidden}, c.dtype,
+                                     dsl::Init::normal(InitStd(c).base));
+  b.output("logits", b.linear(x, head, std::nullopt));
+}
+
 /// GPT-2 as transformers names it (GPT2LMHeadModel's state_dict): the decoder under
 /// `transformer.`, q/k/v as three nn.Linear-layout parameters `attn.c_attn.{q,k,v}` (the
 /// file's fused Conv1D c_attn [in, 3 out] is split and transposed by driver/HfWeights), the
@@ -15,19 +44,10 @@ namespace {
 /// `positions` rows (n_positions) of which the first seq are used.
 void buildGpt2Hf(dsl::GraphBuilder &b, const ModelConfig &c) {
   InitStd std(c);
-  Tensor ids = b.input("input_ids", {c.batch, c.seq}, dsl::DType::i64);
-  int64_t rows = c.positions > 0 ? c.positions : c.seq;
   Tensor x, wte;
   {
     auto t = b.scope("transformer");
-    wte = b.parameter("wte.weight", {c.vocab, c.hidden}, c.dtype, dsl::Init::normal(std.base));
-    Tensor wpe = b.parameter("wpe.weight", {rows, c.hidden}, c.dtype, dsl::Init::normal(std.base));
-    if (rows != c.seq)
-      wpe = b.slice(wpe, {0, 0}, {c.seq, c.hidden});
-    x = b.embedding(wte, ids) + wpe;
-    std::optional<double> scale;
-    if (!c.scaleAttn)
-      scale = 1.0;
+    x = tokensAndPositions(b, c, "wte.weight", "wpe.weight", wte);
     for (int64_t l = 0; l < c.layers; ++l) {
       auto s = b.scope("h." + std::to_string(l));
       Tensor a = layerNormLayer(b, "ln_1", x, c.normEps);
@@ -43,7 +63,7 @@ void buildGpt2Hf(dsl::GraphBuilder &b, const ModelConfig &c) {
           k = heads(linearLayer(b, "k", a, c.hidden, true, std.base));
           v = heads(linearLayer(b, "v", a, c.hidden, true, std.base));
         }
-        Tensor o = b.attention(q, k, v, {true, {}, scale});
+        Tensor o = b.attention(q, k, v, {true, {}, attentionScale(c)});
         o = b.reshape(o, {c.batch, c.seq, c.hidden});
         x = x + linearLayer(b, "c_proj", o, c.hidden, true, std.output);
       }
@@ -57,10 +77,7 @@ void buildGpt2Hf(dsl::GraphBuilder &b, const ModelConfig &c) {
     }
     x = layerNormLayer(b, "ln_f", x, c.normEps);
   }
-  Tensor head = c.tied ? wte
-                       : b.parameter("lm_head.weight", {c.vocab, c.hidden}, c.dtype,
-                                     dsl::Init::normal(std.base));
-  b.output("logits", b.linear(x, head, std::nullopt));
+  logitsOutput(b, c, x, wte);
 }
 
 } // namespace
@@ -70,32 +87,19 @@ void buildGpt2Hf(dsl::GraphBuilder &b, const ModelConfig &c) {
 void buildGpt(dsl::GraphBuilder &b, const ModelConfig &c) {
   if (c.hfGpt2)
     return buildGpt2Hf(b, c);
-  InitStd std(c);
-  Tensor ids = b.input("input_ids", {c.batch, c.seq}, dsl::DType::i64);
-  int64_t rows = c.positions > 0 ? c.positions : c.seq;
-  Tensor wte = b.parameter("wte", {c.vocab, c.hidden}, c.dtype, dsl::Init::normal(std.base));
-  Tensor wpe = b.parameter("wpe", {rows, c.hidden}, c.dtype, dsl::Init::normal(std.base));
-  // Positions 0..seq-1: the table's first seq rows, added to every sequence of the batch.
-  if (rows != c.seq)
-    wpe = b.slice(wpe, {0, 0}, {c.seq, c.hidden});
-  Tensor x = b.embedding(wte, ids) + wpe;
+  Tensor wte;
+  Tensor x = tokensAndPositions(b, c, "wte", "wpe", wte);
   Activation act = c.gelu == dsl::Gelu::tanh ? Activation::gelu_tanh : Activation::gelu_erf;
-  std::optional<double> scale;
-  if (!c.scaleAttn)
-    scale = 1.0;
   for (int64_t l = 0; l < c.layers; ++l) {
     auto s = b.scope("h" + std::to_string(l));
     Tensor a = layerNormLayer(b, "ln1", x, c.normEps);
     x = x + attentionLayer(b, "attn", c, a, a,
-                           {.bias = true, .causal = true, .mask = {}, .scale = scale});
+                           {.bias = true, .causal = true, .mask = {}, .scale = attentionScale(c)});
     Tensor m = layerNormLayer(b, "ln2", x, c.normEps);
     x = x + mlpLayer(b, "mlp", c, m, act, /*bias=*/true);
   }
   x = layerNormLayer(b, "ln_f", x, c.normEps);
-  Tensor head = c.tied ? wte
-                       : b.parameter("lm_head.weight", {c.vocab, c.hidden}, c.dtype,
-                                     dsl::Init::normal(std.base));
-  b.output("logits", b.linear(x, head, std::nullopt));
+  logitsOutput(b, c, x, wte);
 }
 
 } // namespace megac::models

@@ -24,44 +24,32 @@ to the class defaults are left out, as published configs leave them out):
     output_router_logits): every loss
     and grad_norm within 1e-4 relative, every final parameter within 1e-4 ||p|| + 1e-6 sqrt(n)
     (train_test.py has the error model of these bounds); and tp 2 x dp 2 against one rank in
-    fp64 (numerics.layout_check), which needs mpirun (a skip without it).
+    fp64 (numerics.layout_check), which needs mpirun (a skip without it) (hf_families.py's
+    training_case, shared with hf_weights_test.py and hf_gpt2_test.py).
 
 Configs exercise GQA and MHA, q/k/v/o and MLP biases (llama attention_bias/mlp_bias, qwen2's
 q/k/v biases), tied and untied heads, Llama 3.1's rope_scaling, a head_dim other than
 hidden/heads (mistral, nemotron), a sliding window no shorter than seq (mistral), MoE (mixtral)
 and Nemotron's LayerNorm1P, squared ReLU and partial rotary. NemotronForCausalLM does not build
 on torch 1.13 (NemotronLayerNorm1P passes `bias` to nn.LayerNorm, which takes it from torch 2.1):
-the shim below builds it with torch 1.13's LayerNorm, which always has a bias. About 10 s.
+hf_families.nemotron_shim builds it with torch 1.13's LayerNorm, which always has a bias. About 10 s.
 
 usage: hf_config_models_test.py --megac build/bin/megac --workdir DIR [--venv .venv]
 Needs transformers (the test venv; the script re-executes itself with the venv's python, or
 exits 77 without it).
 """
 import os
-import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numerics  # noqa: E402
+from hf_families import Checks, megac, nemotron_shim, training_case  # noqa: E402
 from hf_models_test import venv_test_args  # noqa: E402
 from safetensors_np import read_safetensors  # noqa: E402
 
 SEQ, VOCAB = 16, 128
 SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              vocab_size=VOCAB)
-
-
-def nemotron_shim():
-    """NemotronLayerNorm1P built on torch 1.13's nn.LayerNorm (elementwise affine, with bias)."""
-    import torch.nn as nn
-    from transformers.models.nemotron import modeling_nemotron as mn
-
-    def init(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None,
-             dtype=None):
-        nn.LayerNorm.__init__(self, normalized_shape, eps, elementwise_affine, device=device,
-                              dtype=dtype)
-    mn.NemotronLayerNorm1P.__init__ = init
 
 
 def cases():
@@ -106,61 +94,16 @@ def write_safetensors(path, tensors):
         f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
 
 
-def training_case(args, name, folder, cls, config, initial, tokens, data):
-    """3 steps against PyTorch from megac's `initial` weights, then tp 2 x dp 2 against one
-    rank; returns the problems."""
+def initial_model(cls, config, initial):
+    """A transformers model of `config` holding megac's `initial` weights (megac's names)."""
     import torch
-    import train_test as tt
-    # Adam eps 1e-6, not 1e-8 (as hf_train_test.py): the unrotated half of Nemotron's key bias
-    # has an exactly zero gradient (softmax ignores a per-row constant), whose roundoff Adam
-    # with eps 1e-8 turns into steps of up to lr that differ between any two implementations.
-    c = dict(steps=3, global_batch=4, micro_batch=2, torch_micro_batch=2, lr=1e-3,
-             schedule="constant", warmup=0, min_lr=0.0, beta1=0.9, beta2=0.999, eps=1e-6,
-             wd=0.1, clip=1.0, precision="fp32")
-    moe = config.model_type in ("mixtral", "qwen2_moe")
-    extra = ["--moe-aux-loss-coeff", "0"] if moe else []
-    model_args = ["--model", f"hf:{folder}"]
-    one = os.path.join(args.workdir, name + "-train")
-    os.makedirs(one, exist_ok=True)
-    records, final, _ = tt.megac_train(args.megac, model_args, data, one, c, extra)
     model = cls(config)
     state = {("" if k == "lm_head.weight" else "model.") + k: torch.from_numpy(v.copy())
              for k, v in initial.items()}
     if config.tie_word_embeddings:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     model.load_state_dict(state, strict=False)
-    model = model.float().train(False)
-
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.hf = model
-
-        def forward(self, input_ids):
-            return self.hf(input_ids=input_ids, return_dict=False)[0]
-
-    losses, norms = tt.torch_train(Logits(), tokens, c)
-    problems = tt.check_records(records, c, losses, norms, 1e-4, 1e-4)
-    want = {n.removeprefix("model."): p.detach().numpy() for n, p in model.named_parameters()}
-    p, worst, _ = numerics.compare_tensors(read_safetensors(final), want, 1e-4, 1e-6,
-                                           "final parameter")
-    print(f"    {name}: 3 steps against PyTorch, final parameters worst ||diff|| / bound "
-          f"{worst:.3f}")
-    problems += p
-    if shutil.which("mpirun") is None:
-        numerics.skip(f"{name}: tp 2 x dp 2: mpirun is not on PATH")
-        return problems
-    c4 = dict(c, micro_batch=1)  # per data-parallel rank: the same 2-row micro-batches
-    problems += numerics.layout_check(args.megac, model_args, data,
-                                      os.path.join(args.workdir, name + "-tp2-dp2"), c, c4,
-                                      ["--ranks", "4", "--tp", "2", "--dp", "2"],
-                                      "4 ranks (tp 2, pp 1, dp 2)", extra=extra)
-    return problems
-
-
-def megac(args, argv):
-    return subprocess.run([args.megac, *argv, *numerics.threads_args()] if argv[0] == "train"
-                          else [args.megac, *argv], capture_output=True, text=True, timeout=120)
+    return model
 
 
 def main():
@@ -171,13 +114,7 @@ def main():
     rows = np.random.RandomState(0).randint(0, VOCAB, size=(12, SEQ + 1)).astype(np.int64)
     tokens = os.path.join(args.workdir, "tokens.npy")
     np.save(tokens, rows)
-    failures = []
-
-    def check(ok, message):
-        print(("  ok   " if ok else "  FAIL ") + message, flush=True)
-        if not ok:
-            failures.append(message)
-
+    check = Checks()
     ids = np.random.RandomState(1).randint(0, VOCAB, size=(1, SEQ)).astype(np.int64)
     ids_path = os.path.join(args.workdir, "ids.npy")
     np.save(ids_path, ids)
@@ -221,7 +158,8 @@ def main():
         if missing or extra or shapes:
             continue
         initial = read_safetensors(weights)
-        problems = training_case(args, name, folder, cls, config, initial, rows, tokens)
+        problems = training_case(args, name, folder,
+                                 lambda: initial_model(cls, config, initial), rows, tokens)
         check(not problems, f"{name}: 3 steps against PyTorch and tp 2 x dp 2 against one rank"
               + "".join("\n         " + p for p in problems))
         # Forward with random weights handed to megac through an imported .mlir.
@@ -256,7 +194,7 @@ def main():
         check(err <= 1e-5 * scale,
               f"{name}: logits {list(got.shape)} max |megac - transformers| = {err:.2e} "
               f"(bound 1e-5 x max |logit| {scale:.3f})")
-    return numerics.exit_code(failures)
+    return numerics.exit_code(check.failures)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """The transformers families the HF tests run (hf_models_test.py forward, hf_train_test.py
 training): tiny random-weight configs (2 layers, hidden 64, 4 heads, vocab 128, dropout 0), one
 exporter with a cache keyed by a hash of everything that shapes the file, and token data that
-never holds a model's pad_token_id.
+never holds a model's pad_token_id. Also what the `--model hf:DIR` tests share
+(hf_config_models_test.py, hf_weights_test.py, hf_gpt2_test.py): the megac runner, the
+ok/FAIL checker, the Nemotron shim and the 3-step training case against PyTorch.
 
 Why no pad tokens: an embedding built with `padding_idx` (OPT, BLOOM-style configs, RoBERTa,
 BERT, ...) never receives a gradient for that row in PyTorch, but torch.onnx drops the
@@ -15,6 +17,8 @@ registers one that emits ONNX `Or` (exact on booleans; ONNX's BitwiseOr needs op
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 
 VOCAB, HIDDEN, HEADS, LAYERS, SEQ = 128, 64, 4, 2, 16
 
@@ -91,12 +95,10 @@ def config(name):
     return table[name]
 
 
-def build(name, seed):
-    """Family `name` with seeded random weights, as a module from input_ids to logits."""
+def logits_module(model):
+    """transformers' `model` as a module from input_ids to logits (what train_test.py and the
+    exporter take)."""
     import torch
-    cls, cfg = config(name)
-    torch.manual_seed(seed)
-    model = cls(cfg)
 
     class Logits(torch.nn.Module):
         def __init__(self):
@@ -106,7 +108,15 @@ def build(name, seed):
         def forward(self, input_ids):
             return self.hf(input_ids=input_ids, return_dict=False)[0]
 
-    return Logits(), cfg
+    return Logits()
+
+
+def build(name, seed):
+    """Family `name` with seeded random weights, as a module from input_ids to logits."""
+    import torch
+    cls, cfg = config(name)
+    torch.manual_seed(seed)
+    return logits_module(cls(cfg)), cfg
 
 
 def pad_free(ids, cfg):
@@ -163,3 +173,84 @@ def export(name, model, cfg, cache_dir, training, batch=2, opset=17, fold=False)
     torch.onnx.export(model.eval() if not training else model, (ids,), tmp, **kwargs)
     os.replace(tmp, path)
     return path
+
+
+class Checks:
+    """`check(ok, message)` prints an ok/FAIL line and keeps the failures for the exit code."""
+
+    def __init__(self):
+        self.failures = []
+
+    def __call__(self, ok, message):
+        print(("  ok   " if ok else "  FAIL ") + message, flush=True)
+        if not ok:
+            self.failures.append(message)
+
+
+def megac(args, argv, timeout=120):
+    """`args.megac` with `argv` (a train gets the tests' thread count), output captured."""
+    import numerics
+    extra = numerics.threads_args() if argv[0] == "train" else []
+    return subprocess.run([args.megac, *argv, *extra], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def nemotron_shim():
+    """NemotronLayerNorm1P built on torch 1.13's nn.LayerNorm (elementwise affine, with bias):
+    transformers 4.44's passes `bias` to nn.LayerNorm, which takes it from torch 2.1 on."""
+    import torch.nn as nn
+    from transformers.models.nemotron import modeling_nemotron as mn
+
+    def init(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None,
+             dtype=None):
+        nn.LayerNorm.__init__(self, normalized_shape, eps, elementwise_affine, device=device,
+                              dtype=dtype)
+    mn.NemotronLayerNorm1P.__init__ = init
+
+
+def training_case(args, name, folder, make_model, rows, tokens, to_hf=None):
+    """3 AdamW steps of `megac train --model hf:FOLDER` (data `tokens`, whose `rows` PyTorch
+    trains on) against PyTorch training `make_model()` (a fresh transformers model holding the
+    weights megac starts from, in fp32), then tp 2 x dp 2 against one rank in fp64; returns the
+    problems. Every loss and grad norm within 1e-4 relative, every final parameter within
+    1e-4 ||p|| + 1e-6 sqrt(n) (train_test.py has the error model of these bounds). megac's final
+    parameters are compared under transformers' names without "model." or, with `to_hf`, as
+    to_hf maps them (GPT-2's layouts). MoE models train with the aux loss off, as transformers
+    trains without output_router_logits.
+
+    Adam eps 1e-6, not 1e-8 (as hf_train_test.py): the unrotated half of Nemotron's key bias
+    has an exactly zero gradient (softmax ignores a per-row constant), whose roundoff Adam with
+    eps 1e-8 turns into steps of up to lr that differ between any two implementations."""
+    import numerics
+    import train_test as tt
+    from safetensors_np import read_safetensors
+    c = dict(steps=3, global_batch=4, micro_batch=2, torch_micro_batch=2, lr=1e-3,
+             schedule="constant", warmup=0, min_lr=0.0, beta1=0.9, beta2=0.999, eps=1e-6,
+             wd=0.1, clip=1.0, precision="fp32")
+    model = make_model().float().train(False)
+    moe = model.config.model_type in ("mixtral", "qwen2_moe")
+    extra = ["--moe-aux-loss-coeff", "0"] if moe else []
+    model_args = ["--model", f"hf:{folder}"]
+    one = os.path.join(args.workdir, name + "-train")
+    os.makedirs(one, exist_ok=True)
+    records, final, _ = tt.megac_train(args.megac, model_args, tokens, one, c, extra)
+    losses, norms = tt.torch_train(logits_module(model), rows, c)
+    problems = tt.check_records(records, c, losses, norms, 1e-4, 1e-4)
+    got = read_safetensors(final)
+    if to_hf:
+        got, want = to_hf(got), {n: p.detach().numpy() for n, p in model.named_parameters()}
+    else:
+        want = {n.removeprefix("model."): p.detach().numpy() for n, p in model.named_parameters()}
+    p, worst, _ = numerics.compare_tensors(got, want, 1e-4, 1e-6, "final parameter")
+    print(f"    {name}: 3 steps against PyTorch, final parameters worst ||diff|| / bound "
+          f"{worst:.3f}")
+    problems += p
+    if shutil.which("mpirun") is None:
+        numerics.skip(f"{name}: tp 2 x dp 2: mpirun is not on PATH")
+        return problems
+    c4 = dict(c, micro_batch=1)  # per data-parallel rank: the same 2-row micro-batches
+    problems += numerics.layout_check(args.megac, model_args, tokens,
+                                      os.path.join(args.workdir, name + "-tp2-dp2"), c, c4,
+                                      ["--ranks", "4", "--tp", "2", "--dp", "2"],
+                                      "4 ranks (tp 2, pp 1, dp 2)", extra=extra)
+    return problems

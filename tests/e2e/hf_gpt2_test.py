@@ -37,10 +37,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numerics  # noqa: E402
+from hf_families import Checks, megac, training_case  # noqa: E402
 from hf_models_test import venv_test_args  # noqa: E402
 from hf_weights_test import (SEQ, VOCAB, check_export, check_generate,  # noqa: E402
-                             compare_logits, logits_of, make_folder, megac, megac_logits,
-                             train_argv)
+                             compare_logits, logits_of, make_folder, megac_logits, train_argv)
 from safetensors_np import read_raw, read_safetensors  # noqa: E402
 
 SMALL = dict(n_embd=64, n_layer=2, n_head=4, n_positions=2 * SEQ, vocab_size=VOCAB,
@@ -76,46 +76,6 @@ def to_hf(tensors):
         t = np.concatenate([parts["q"], parts["k"], parts["v"]], axis=0)
         out[name] = np.ascontiguousarray(t.T) if name.endswith(".weight") else t
     return out
-
-
-def training_case(args, name, folder, cls, config, rows, tokens):
-    """3 steps against PyTorch from the folder's weights, then tp 2 x dp 2 against one rank."""
-    import torch
-    import train_test as tt
-    c = dict(steps=3, global_batch=4, micro_batch=2, torch_micro_batch=2, lr=1e-3,
-             schedule="constant", warmup=0, min_lr=0.0, beta1=0.9, beta2=0.999, eps=1e-6,
-             wd=0.1, clip=1.0, precision="fp32")
-    model_args = ["--model", f"hf:{folder}"]
-    one = os.path.join(args.workdir, name + "-train")
-    os.makedirs(one, exist_ok=True)
-    records, final, _ = tt.megac_train(args.megac, model_args, tokens, one, c)
-    model = cls.from_pretrained(folder, torch_dtype=torch.float32).float().train(False)
-
-    class Logits(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.hf = model
-
-        def forward(self, input_ids):
-            return self.hf(input_ids=input_ids, return_dict=False)[0]
-
-    losses, norms = tt.torch_train(Logits(), rows, c)
-    problems = tt.check_records(records, c, losses, norms, 1e-4, 1e-4)
-    want = {n: p.detach().numpy() for n, p in model.named_parameters()}
-    p, worst, _ = numerics.compare_tensors(to_hf(read_safetensors(final)), want, 1e-4, 1e-6,
-                                           "final parameter")
-    print(f"    {name}: 3 steps against PyTorch, final parameters worst ||diff|| / bound "
-          f"{worst:.3f}")
-    problems += p
-    if shutil.which("mpirun") is None:
-        numerics.skip(f"{name}: tp 2 x dp 2: mpirun is not on PATH")
-        return problems
-    c4 = dict(c, micro_batch=1)
-    problems += numerics.layout_check(args.megac, model_args, tokens,
-                                      os.path.join(args.workdir, name + "-tp2-dp2"), c, c4,
-                                      ["--ranks", "4", "--tp", "2", "--dp", "2"],
-                                      "4 ranks (tp 2, pp 1, dp 2)")
-    return problems
 
 
 def hub_layout(args, check, folder, ids_path, want):
@@ -172,13 +132,7 @@ def main():
     ids = np.random.RandomState(1).randint(0, VOCAB, size=(1, SEQ)).astype(np.int64)
     ids_path = os.path.join(args.workdir, "ids.npy")
     np.save(ids_path, ids)
-    failures = []
-
-    def check(ok, message):
-        print(("  ok   " if ok else "  FAIL ") + message, flush=True)
-        if not ok:
-            failures.append(message)
-
+    check = Checks()
     cls = T.GPT2LMHeadModel
     for name, config, save_kwargs, dtype in cases():
         folder = os.path.join(args.workdir, name)
@@ -193,7 +147,9 @@ def main():
         ok, said = compare_logits(got, want)
         check(ok, f"{name} ({what}): forward logits from hf:DIR against transformers: {said}")
 
-        problems = training_case(args, name, folder, cls, model.config, rows, tokens)
+        problems = training_case(
+            args, name, folder,
+            lambda: cls.from_pretrained(folder, torch_dtype=torch.float32), rows, tokens, to_hf)
         check(not problems, f"{name}: 3 steps from the folder's weights against PyTorch and "
               "tp 2 x dp 2 against one rank" + "".join("\n         " + p for p in problems))
 
@@ -234,7 +190,7 @@ def main():
             check_generate(args, check, name, folder, model)
             hub_layout(args, check, folder, ids_path, want)
             refusals(args, check, folder)
-    return numerics.exit_code(failures)
+    return numerics.exit_code(check.failures)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ For each:
     by positions; measured there at 4e-7..1.2e-6 of the largest logit. A weight read transposed,
     from another tensor or another expert moves the logits by O(1) of the largest;
   - training: 3 AdamW steps of `megac train --model hf:DIR` against PyTorch from the same
-    weights, then tp 2 x dp 2 against one rank in fp64 (hf_config_models_test.training_case:
+    weights, then tp 2 x dp 2 against one rank in fp64 (hf_families.training_case:
     1e-4 relative on losses, grad norms and final parameters; its error model);
   - round trip: `megac train --save-hf OUT --hf-shard-size 30KB` (one step at lr 1e-3):
     transformers' from_pretrained(OUT) has exactly the parameters megac's --save-weights wrote
@@ -54,6 +54,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numerics  # noqa: E402
+from hf_families import Checks, megac, nemotron_shim, training_case  # noqa: E402
 from hf_models_test import venv_test_args  # noqa: E402
 from safetensors_np import read_raw, read_safetensors  # noqa: E402
 
@@ -90,12 +91,6 @@ def cases():
                           attention_bias=True),
          {}, torch.float32),
     ]
-
-
-def megac(args, argv, timeout=120):
-    extra = numerics.threads_args() if argv[0] == "train" else []
-    return subprocess.run([args.megac, *argv, *extra], capture_output=True, text=True,
-                          timeout=timeout)
 
 
 def make_folder(folder, cls, config, save_kwargs, dtype):
@@ -521,7 +516,6 @@ def main():
         return measure_export(args)
     import numpy as np
     import torch
-    from hf_config_models_test import nemotron_shim, training_case
     nemotron_shim()
     rows = np.random.RandomState(0).randint(0, VOCAB, size=(12, SEQ + 1)).astype(np.int64)
     tokens = os.path.join(args.workdir, "tokens.npy")
@@ -529,13 +523,7 @@ def main():
     ids = np.random.RandomState(1).randint(0, VOCAB, size=(1, SEQ)).astype(np.int64)
     ids_path = os.path.join(args.workdir, "ids.npy")
     np.save(ids_path, ids)
-    failures = []
-
-    def check(ok, message):
-        print(("  ok   " if ok else "  FAIL ") + message, flush=True)
-        if not ok:
-            failures.append(message)
-
+    check = Checks()
     for name, cls, config, save_kwargs, dtype in cases():
         folder = os.path.join(args.workdir, name)
         model = make_folder(folder, cls, config, save_kwargs, dtype)
@@ -549,11 +537,9 @@ def main():
         ok, said = compare_logits(got, logits_of(model, ids))
         check(ok, f"{name} ({what}): forward logits from hf:DIR against transformers: {said}")
 
-        initial = {k.removeprefix("model."): v.detach().numpy().copy()
-                   for k, v in model.state_dict().items()}
-        if config.tie_word_embeddings:
-            initial.pop("lm_head.weight")
-        problems = training_case(args, name, folder, cls, model.config, initial, rows, tokens)
+        problems = training_case(
+            args, name, folder,
+            lambda: cls.from_pretrained(folder, torch_dtype=torch.float32), rows, tokens)
         check(not problems, f"{name}: 3 steps from the folder's weights against PyTorch and "
               "tp 2 x dp 2 against one rank" + "".join("\n         " + p for p in problems))
 
@@ -601,7 +587,7 @@ def main():
 
         if name == "llama":
             bad_inputs(args, check, folder, cls, config, tokens)
-    return numerics.exit_code(failures)
+    return numerics.exit_code(check.failures)
 
 
 if __name__ == "__main__":

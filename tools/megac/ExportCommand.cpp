@@ -1,13 +1,13 @@
 // `megac export --load DIR --onnx MODEL.onnx -o TRAINED.onnx`: the newest checkpoint's trained
 // weights written back into the ONNX model it was trained from (driver/CheckpointModel.h); and
 // `megac export --load DIR --hf OUT [--model hf:FOLDER]`: a checkpoint of an hf: model written
-// as the transformers folder --save-hf writes (driver/HfWeights.h).
+// as the transformers folder --save-hf writes (driver/HfSave.h).
 #include "tools/megac/Cli.h"
 #include "tools/megac/Commands.h"
 #include "tools/megac/Help.h"
 
 #include "driver/CheckpointModel.h"
-#include "driver/HfWeights.h"
+#include "driver/HfSave.h"
 
 #include <cstdio>
 

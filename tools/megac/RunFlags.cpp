@@ -3,7 +3,7 @@
 #include "tools/megac/RunFlags.h"
 
 #include "driver/Compile.h"
-#include "driver/HfWeights.h"
+#include "driver/HfSave.h"
 #include "driver/TrainData.h"
 
 #include <cmath>
