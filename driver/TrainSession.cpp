@@ -204,6 +204,8 @@ Status TrainSession::openRank() {
   if (!s.executor->schedule().empty()) {
     ASSIGN_OR_RETURN(s.rank.pipeline, train::pipelineRunForRank(*s.plan, s.executor->rank()));
     s.rank.pipeline->trace = s.trace.get();
+    // --overlap on: each step's receives are posted ahead of it (docs/training-step.md).
+    s.rank.pipeline->postReceivesEarly = c.training.overlap;
     // The schedule must cover every micro-batch of the step's data.
     int64_t want = c.layout().microBatches, forwards = 0;
     for (const schedule::ScheduleStep &step : s.rank.pipeline->steps)

@@ -1,5 +1,6 @@
 // Communicator's default asynchronous collectives (the blocking operation run at start into a
-// private buffer) and the emulated link's alpha-beta time (Communicator.h).
+// private buffer), its default asynchronous receive (the blocking one run at wait) and the
+// emulated link's alpha-beta times (Communicator.h).
 #include "runtime/comm/Communicator.h"
 
 #include <cstring>
@@ -25,6 +26,20 @@ private:
   void *out_;
 };
 
+/// A receive not yet posted: wait() runs the blocking one.
+class DeferredRecv final : public CommHandle {
+public:
+  DeferredRecv(Communicator &comm, int peer, int tag, void *data, size_t bytes)
+      : comm_(comm), peer_(peer), tag_(tag), data_(data), bytes_(bytes) {}
+  Status wait() override { return comm_.recv(peer_, tag_, data_, bytes_); }
+
+private:
+  Communicator &comm_;
+  int peer_, tag_;
+  void *data_;
+  size_t bytes_;
+};
+
 size_t groupSize(const Communicator &comm, std::span<const uint32_t> axes) {
   return comm.mesh().groupOf(comm.rank(), axes).size();
 }
@@ -38,6 +53,17 @@ double LinkEmulation::emulatedSeconds(bool allReduce, size_t group, size_t bytes
   double steps = allReduce ? 2 * (g - 1) : g - 1;
   double wire = allReduce ? 2 * (g - 1) / g * n : (g - 1) * n;
   return steps * latencySeconds + wire / bytesPerSecond;
+}
+
+double LinkEmulation::transferSeconds(size_t bytes) const {
+  if (!enabled())
+    return 0;
+  return latencySeconds + static_cast<double>(bytes) / bytesPerSecond;
+}
+
+StatusOr<std::unique_ptr<CommHandle>> Communicator::startRecv(int peer, int tag, void *data,
+                                                              size_t bytes) {
+  return std::unique_ptr<CommHandle>(new DeferredRecv(*this, peer, tag, data, bytes));
 }
 
 StatusOr<std::unique_ptr<CommHandle>> Communicator::startAllReduce(std::span<const uint32_t> axes,

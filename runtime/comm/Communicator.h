@@ -68,6 +68,10 @@ struct LinkEmulation {
   /// whole tensor, an all_gather's or reduce_scatter's block): ring all-reduce 2(g-1) steps and
   /// 2(g-1)/g x bytes; all-gather and reduce-scatter (g-1) steps and (g-1) x bytes.
   double emulatedSeconds(bool allReduce, size_t group, size_t bytes) const;
+  /// The link time of one point-to-point message of `bytes`: one latency + bytes / bandwidth. It
+  /// starts when both sides have posted (the sender's send, the receiver's receive: a rendezvous,
+  /// as NCCL's send/recv and MPI's large messages), so a receive posted late delays it.
+  double transferSeconds(size_t bytes) const;
 };
 
 class Communicator {
@@ -125,6 +129,13 @@ public:
   /// recv blocks until the message is here (or the timeout).
   virtual Status send(int peer, int tag, const void *data, size_t bytes) = 0;
   virtual Status recv(int peer, int tag, void *data, size_t bytes) = 0;
+  /// A receive posted now and completed by the handle's wait(), which writes `data` (valid until
+  /// then); the same checks and errors as recv. Receives from one peer with one tag match that
+  /// peer's sends in the order they were posted. The default posts nothing: wait() runs recv
+  /// (correct, no overlap); the MPI communicator posts the receive at once and progresses it on
+  /// its thread, so an emulated link's transfer starts at the post.
+  virtual StatusOr<std::unique_ptr<CommHandle>> startRecv(int peer, int tag, void *data,
+                                                          size_t bytes);
   /// Waits until every send of this rank has completed.
   virtual Status flushSends() = 0;
 

@@ -136,14 +136,42 @@ Status reduceInto(const void *in, void *out, size_t count, size_t blocks, DType 
 
 using Clock = std::chrono::steady_clock;
 
-/// One posted nonblocking collective: the buffers MPI reads and writes (owned here, so they
-/// outlive a handle abandoned after a timeout) and where it stands.
+/// Bytes of the stamp an emulated link appends to each point-to-point message: the sender's
+/// post time (steady_clock nanoseconds; one machine's monotonic clock, which every process of
+/// the job reads alike: emulation is a one-machine measurement tool).
+constexpr size_t kStampBytes = sizeof(int64_t);
+
+int64_t stampOf(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+/// One posted nonblocking collective or receive: the buffers MPI reads and writes (owned here,
+/// so they outlive a handle abandoned after a timeout) and where it stands.
 struct InFlight {
   std::vector<uint8_t> sent, received;
   MPI_Request request = MPI_REQUEST_NULL;
+  MPI_Status status{};       // a receive's (its byte count)
   Clock::time_point readyAt; // the emulated link's completion (Clock's epoch: none)
   bool mpiDone = false, done = false;
   std::string error;
+  // An emulated link's receive: the transfer starts when both sides have posted (the stamp at
+  // the end of `received`, and postedAt) and takes `transfer`.
+  bool stamped = false;
+  Clock::time_point postedAt;
+  Clock::duration transfer{};
+
+  /// Called once MPI has completed the request: a stamped receive's readyAt.
+  void arrived() {
+    int count = 0;
+    if (!stamped || MPI_Get_count(&status, MPI_BYTE, &count) != MPI_SUCCESS ||
+        count < static_cast<int>(kStampBytes))
+      return;
+    int64_t ns = 0;
+    std::memcpy(&ns, received.data() + count - kStampBytes, kStampBytes);
+    Clock::time_point sentAt(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
+    readyAt = std::max(sentAt, postedAt) + transfer;
+  }
 };
 
 /// The progress engine of asynchronous collectives: a thread that tests every posted request
@@ -216,7 +244,7 @@ private:
       std::vector<std::pair<int, int>> results(testing.size()); // (rc, flag)
       lock.unlock();
       for (size_t i = 0; i < testing.size(); ++i)
-        results[i].first = MPI_Test(&testing[i]->request, &results[i].second, MPI_STATUS_IGNORE);
+        results[i].first = MPI_Test(&testing[i]->request, &results[i].second, &testing[i]->status);
       lock.lock();
       bool polling = false, finished = false, progressed = false;
       for (size_t i = 0; i < testing.size(); ++i) {
@@ -228,6 +256,8 @@ private:
           op.readyAt = {};
         } else {
           op.mpiDone = flag != 0;
+          if (op.mpiDone)
+            op.arrived();
           polling = polling || !flag;
           progressed = progressed || flag;
         }
@@ -455,16 +485,26 @@ public:
     const auto *bytesIn = static_cast<const uint8_t *>(data);
     p.data.assign(bytesIn, bytesIn + bytes);
     p.what = what;
-    int rc = MPI_Isend(p.data.data(), static_cast<int>(bytes), MPI_BYTE, peer, tag, MPI_COMM_WORLD,
-                       &p.request);
+    if (link_.enabled()) { // the post time travels with the message; the data is on the wire
+      Clock::time_point now = Clock::now(); // at least one transfer time
+      int64_t stamp = stampOf(now);
+      p.data.resize(bytes + kStampBytes);
+      std::memcpy(p.data.data() + bytes, &stamp, kStampBytes);
+      p.readyAt = now + seconds(link_.transferSeconds(bytes));
+    }
+    int rc = MPI_Isend(p.data.data(), static_cast<int>(p.data.size()), MPI_BYTE, peer, tag,
+                       MPI_COMM_WORLD, &p.request);
     if (rc != MPI_SUCCESS)
       return Status::error(prefix() + what + " failed: " + mpiError(rc));
     return Status::ok();
   }
 
   Status recv(int peer, int tag, void *data, size_t bytes) override {
-    std::string what = "recv from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) +
-                       ", " + std::to_string(bytes) + " bytes)";
+    if (link_.enabled() || threaded_) { // the emulated link's timing lives in the handle
+      ASSIGN_OR_RETURN(std::unique_ptr<CommHandle> h, startRecv(peer, tag, data, bytes));
+      return h->wait();
+    }
+    std::string what = describeRecv(peer, tag, bytes);
     RETURN_IF_ERROR(checkPeer(peer, tag, bytes, what));
     MPI_Request request;
     int rc =
@@ -473,18 +513,46 @@ public:
       return Status::error(prefix() + what + " failed: " + mpiError(rc));
     MPI_Status status;
     RETURN_IF_ERROR(wait(request, what, &status));
-    int received = 0;
-    MPI_Get_count(&status, MPI_BYTE, &received);
-    if (static_cast<size_t>(received) != bytes)
-      return Status::error(prefix() + what + ": the message has " + std::to_string(received) +
-                           " bytes");
-    return Status::ok();
+    return checkCount(status, bytes, what);
+  }
+
+  /// Posts MPI_Irecv into a staging buffer (with an emulated link, one stamp longer) that the
+  /// progress thread tests; wait() checks the size and copies it to `data`.
+  StatusOr<std::unique_ptr<CommHandle>> startRecv(int peer, int tag, void *data,
+                                                  size_t bytes) override {
+    std::string what = describeRecv(peer, tag, bytes);
+    RETURN_IF_ERROR(checkPeer(peer, tag, bytes, what));
+    auto f = std::make_shared<InFlight>();
+    f->stamped = link_.enabled();
+    f->received = take(bytes + (f->stamped ? kStampBytes : 0));
+    f->postedAt = Clock::now();
+    f->transfer = seconds(link_.transferSeconds(bytes));
+    int rc = MPI_Irecv(f->received.data(), static_cast<int>(f->received.size()), MPI_BYTE, peer,
+                       tag, MPI_COMM_WORLD, &f->request);
+    if (rc != MPI_SUCCESS) {
+      abandoned_.push_back(std::move(f->received));
+      return Status::error(prefix() + what + " failed: " + mpiError(rc));
+    }
+    if (threaded_) {
+      if (!progress_)
+        progress_ = std::make_unique<ProgressEngine>();
+      progress_->post(f);
+    }
+    bool stamped = f->stamped;
+    return handle(std::move(f), what, [this, data, bytes, stamped, what](InFlight &f) -> Status {
+      RETURN_IF_ERROR(checkCount(f.status, bytes, what, stamped ? kStampBytes : 0));
+      copy(data, f.received.data(), bytes);
+      return Status::ok();
+    });
   }
 
   Status flushSends() override {
-    for (Pending &p : sends_)
+    for (Pending &p : sends_) {
       if (p.request != MPI_REQUEST_NULL)
         RETURN_IF_ERROR(wait(p.request, p.what + " (waiting for it to complete)", nullptr));
+      if (p.readyAt > Clock::now())
+        std::this_thread::sleep_until(p.readyAt);
+    }
     sends_.clear();
     return Status::ok();
   }
@@ -506,7 +574,28 @@ private:
     std::vector<uint8_t> data;
     MPI_Request request = MPI_REQUEST_NULL;
     std::string what;
+    Clock::time_point readyAt; // an emulated link's earliest completion
   };
+
+  static Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+
+  static std::string describeRecv(int peer, int tag, size_t bytes) {
+    return "recv from rank " + std::to_string(peer) + " (tag " + std::to_string(tag) + ", " +
+           std::to_string(bytes) + " bytes)";
+  }
+
+  /// A message's size against the receiver's; `stamp`: the bytes an emulated link appended.
+  Status checkCount(const MPI_Status &status, size_t bytes, const std::string &what,
+                    size_t stamp = 0) const {
+    int received = 0;
+    MPI_Get_count(&status, MPI_BYTE, &received);
+    if (static_cast<size_t>(received) != bytes + stamp)
+      return Status::error(prefix() + what + ": the message has " +
+                           std::to_string(int64_t(received) - int64_t(stamp)) + " bytes");
+    return Status::ok();
+  }
 
   std::string prefix() const { return "rank " + std::to_string(rank_) + ": "; }
 
@@ -606,8 +695,10 @@ private:
           if (!f->error.empty())
             return Status::error(comm_.prefix() + what_ + " failed: " + f->error);
         } else {
-          RETURN_IF_ERROR(
-              comm_.wait(f->request, what_ + " (started asynchronously)", nullptr, f->readyAt));
+          RETURN_IF_ERROR(comm_.wait(f->request, what_ + " (started asynchronously)", &f->status));
+          f->arrived();
+          if (f->readyAt > Clock::now())
+            std::this_thread::sleep_until(f->readyAt);
         }
         Status s = finish_(*f);
         comm_.give(std::move(f->sent));
@@ -706,12 +797,14 @@ private:
     pool_.emplace(bytes, std::move(v));
   }
 
-  /// Frees the buffers of sends that have completed.
+  /// Frees the buffers of sends that have completed (on an emulated link: and whose transfer
+  /// time has passed, which flushSends waits for).
   void reapSends() {
+    Clock::time_point now = Clock::now();
     for (auto it = sends_.begin(); it != sends_.end();) {
       int done = 0;
       MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
-      it = done ? sends_.erase(it) : std::next(it);
+      it = done && it->readyAt <= now ? sends_.erase(it) : std::next(it);
     }
   }
 

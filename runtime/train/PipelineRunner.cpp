@@ -21,6 +21,11 @@ namespace megac::runtime::train {
 using schedule::ScheduleStep;
 using schedule::StepKind;
 
+/// How many steps past the current one have their receives posted (postReceivesEarly): one
+/// activation-sized buffer per port and step. One step ahead lets the next step's input
+/// travel while this step computes; the second covers a step that is itself short.
+constexpr size_t kReceiveLookahead = 2;
+
 StatusOr<PipelineRun> pipelineRunForRank(const LoadedPlan &loaded, int rank) {
   const megac::plan::Plan &plan = loaded.plan();
   const megac::plan::Pipeline *pipeline = plan.pipeline();
@@ -156,6 +161,9 @@ private:
   Status backward(int64_t c, int64_t m); // whole or input-gradient
   Status backwardWeight(int64_t c, int64_t m);
   Status setData(int64_t m, bool reads);
+  /// Posts the receives of the steps before `end` not yet posted (run_.postReceivesEarly): each
+  /// port into its own buffer, through the communicator's asynchronous receive.
+  Status postReceives(size_t end);
   /// Sets micro-batch m's data inputs (when the step reads them) and takes what was kept for
   /// (c, m) out of the stash: the forward's stash for a backward, B's values for a W.
   StatusOr<TensorMap> takeKept(int64_t c, int64_t m, bool readsData, const char *missing);
@@ -181,6 +189,15 @@ private:
   // weight-gradient backward reads until it runs.
   std::map<std::pair<int64_t, int64_t>, TensorMap> stash_;
   std::map<int, std::deque<HostTensor>> loopback_; // by tag, when the peer is this rank
+  /// A receive posted ahead of its step: the port, its buffer (which the handle writes) and the
+  /// handle. By tag, in port order.
+  struct Posted {
+    std::string name;
+    HostTensor value;
+    std::unique_ptr<comm::CommHandle> handle;
+  };
+  std::map<int, std::vector<Posted>> posted_;
+  size_t postedUpTo_ = 0; // steps before it have their receives posted
   int64_t dataMicroBatch_ = -1;
   double loss_ = 0;
 };
@@ -339,6 +356,40 @@ Status Runner::setData(int64_t m, bool reads) {
   return Status::ok();
 }
 
+Status Runner::postReceives(size_t end) {
+  for (end = std::min(end, run_.steps.size()); postedUpTo_ < end; ++postedUpTo_) {
+    const ScheduleStep &step = run_.steps[postedUpTo_];
+    const ChunkPorts &p = ports_.at(step.chunk);
+    int64_t from = -1;
+    int t = 0;
+    const std::vector<std::string> *names = nullptr;
+    if (step.kind == StepKind::forward && step.chunk > 0) {
+      from = step.chunk - 1, t = tag(step.chunk, step.microBatch, StepKind::forward);
+      names = &p.actIn;
+    } else if (step.kind != StepKind::forward && step.kind != StepKind::backwardWeight &&
+               step.chunk + 1 < run_.chunks) {
+      from = step.chunk + 1, t = tag(step.chunk + 1, step.microBatch, StepKind::backward);
+      names = &p.gradIn;
+    }
+    int peer = from < 0 ? comm_.rank() : peerOfChunk(from);
+    if (peer == comm_.rank()) // nothing to receive, or a transfer within this rank (loopback)
+      continue;
+    std::vector<Posted> &ports = posted_[t];
+    for (const std::string &name : *names) {
+      ASSIGN_OR_RETURN(TensorInfo info, executor_.inputInfo(name));
+      Posted post{name, HostTensor::zeros(info.dtype, info.shape), nullptr};
+      StatusOr<std::unique_ptr<comm::CommHandle>> handle =
+          comm_.startRecv(peer, t, post.value.bytes.data(), post.value.bytes.size());
+      RETURN_IF_ERROR(handle.status())
+          << " (posting the receive of '" << name << "' from rank " << peer << ", tag " << t
+          << ", for " << schedule::describeStep(step) << ")";
+      post.handle = std::move(handle).value();
+      ports.push_back(std::move(post));
+    }
+  }
+  return Status::ok();
+}
+
 Status Runner::sendPorts(const std::vector<std::string> &ports, int64_t toChunk, int tag) {
   int peer = peerOfChunk(toChunk);
   for (const std::string &name : ports) {
@@ -356,6 +407,19 @@ Status Runner::sendPorts(const std::vector<std::string> &ports, int64_t toChunk,
 Status Runner::recvPorts(const std::vector<std::string> &ports, int64_t fromChunk, int tag,
                          const std::vector<std::string> &keepNames, TensorMap *kept) {
   int peer = peerOfChunk(fromChunk);
+  if (auto early = posted_.find(tag); early != posted_.end()) {
+    // Posted ahead (postReceives): complete them in port order.
+    std::vector<Posted> posts = std::move(early->second);
+    posted_.erase(early);
+    for (Posted &post : posts) {
+      RETURN_IF_ERROR(post.handle->wait())
+          << " (receiving '" << post.name << "' from rank " << peer << ", tag " << tag << ")";
+      RETURN_IF_ERROR(executor_.setInput(post.name, post.value));
+      if (kept && std::count(keepNames.begin(), keepNames.end(), post.name))
+        (*kept)[post.name] = std::move(post.value);
+    }
+    return Status::ok();
+  }
   for (const std::string &name : ports) {
     ASSIGN_OR_RETURN(TensorInfo info, executor_.inputInfo(name));
     HostTensor value = HostTensor::zeros(info.dtype, info.shape);
@@ -477,8 +541,18 @@ Status Runner::runStep(const ScheduleStep &step) {
 StatusOr<double> Runner::runAll() {
   RETURN_IF_ERROR(prepare());
   RETURN_IF_ERROR(executor_.zeroState("grad."));
-  for (const ScheduleStep &step : run_.steps)
-    RETURN_IF_ERROR(runStep(step));
+  for (size_t i = 0; i < run_.steps.size(); ++i) {
+    // Before step i computes, the receives of steps i .. i + kReceiveLookahead are posted, so a
+    // transfer proceeds (and an emulated link's time passes) while this step computes.
+    if (run_.postReceivesEarly)
+      RETURN_IF_ERROR(postReceives(i + 1 + kReceiveLookahead))
+          << " (" << schedule::describeStep(run_.steps[i]) << ")";
+    RETURN_IF_ERROR(runStep(run_.steps[i]));
+  }
+  if (!posted_.empty()) // every step waits for its own: none is left (internal error)
+    return Status::error("a pipeline receive of tag " + std::to_string(posted_.begin()->first) +
+                         " was posted but no step completed it");
+  // Nothing stays in flight past the step: a save, an evaluation or a stop follows.
   RETURN_IF_ERROR(comm_.flushSends()) << " (at the end of the pipeline schedule)";
   return loss_;
 }

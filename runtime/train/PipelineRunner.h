@@ -39,6 +39,14 @@ struct PipelineRun {
   /// Called after each forward step of the last chunk (its outputs, such as the loss and the MoE
   /// metrics, are readable then). May be empty.
   std::function<Status()> afterLastForward;
+  /// Post each step's receives ahead of it (`--overlap on`): before a step computes, the
+  /// receives of the next steps (PipelineRunner.cpp's lookahead) are posted through
+  /// comm.startRecv, so the transfers progress while it computes; a step then waits for its
+  /// own. Off: each step posts its receive when it starts and blocks on it. Sends return at once
+  /// either way (the communicator keeps a copy until the send completes) and every one has
+  /// completed when the step ends (flushSends): nothing is in flight across a save, an
+  /// evaluation or a stop.
+  bool postReceivesEarly = false;
   /// While it records: each step on the pipeline lane, named "F3 c1" (schedule::stepLabel) like
   /// the planned timeline. Null: no tracing.
   runtime::Trace *trace = nullptr; // declared in Executor.h

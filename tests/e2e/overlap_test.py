@@ -3,8 +3,8 @@
 A GPT (the partition suite's zoo gpt:layers=4,hidden=16,heads=4,seq=8,vocab=32, its data, seed
 and hyperparameters) trains 10 fp64 steps with --bucket-size 1000 (several dp buckets) on one
 rank and, with --overlap off and on, at
-  dp 2 (2 micro-batches), dp 2 (4 micro-batches), dp 2 + ZeRO-1, dp 2 + ZeRO-2, tp 2,
-  tp 2 x dp 2
+  pp 2 (1F1B, interleaved with 2 virtual stages, zb-h1; 4 micro-batches), dp 2 (2 micro-batches),
+  dp 2 (4 micro-batches), dp 2 + ZeRO-1, dp 2 + ZeRO-2, tp 2, tp 2 x dp 2
 losses, grad norms, step-1 gradients and final parameters bit-identical on and off, and each
 --overlap on run equals the one-rank run within the partition suite's fp64 bounds
 (partition_equivalence.compare: the layout reassociates sums, the schedule changes no
@@ -12,13 +12,15 @@ arithmetic: a started all-reduce gathers and reduces in group order at its done,
 one does). Bit-identity is the test of the schedule; the one-rank bounds show both runs are
 right. Each --overlap on run is traced (--trace) and must show asynchronous collectives
 (AllReduceAsync / ReduceScatterAsync / AllGatherAsync events) so that the test cannot pass with
-the pass not running. With --overlap on every layout here runs its last micro-batch and the
+the pass not running. With --overlap on every pp 1 layout here runs its last micro-batch and the
 update as one function, forward_backward_apply (mega-training-fuse-last-micro-batch): its trace
 span must be there, and at dp 2 a dp reduction (all-reduce or ZeRO's reduce-scatter) of that
 function must be started before at least one of its GEMMs (MatMul kernels) starts, i.e. it
 overlaps the rest of the last backward. With ZeRO-1/2 a parameter all-gather of that function
 must be started before at least one of its AdamWMulti kernels starts (the update splits by
-gathered bucket: the gathers run behind the remaining buckets' updates). Exit 77 (skip) without
+gathered bucket: the gathers run behind the remaining buckets' updates). At pp 2 the receives
+of each step are posted ahead of it: the trace must show a RecvAsync (post to wait) during which
+a kernel of the same rank starts. Exit 77 (skip) without
 mpirun. Runs with Debian's /usr/bin/python3.
 
 usage: overlap_test.py --megac build/bin/megac --workdir DIR
@@ -69,6 +71,17 @@ def fused_overlap(events):
     return ran, len(later)
 
 
+def recv_overlap(events):
+    """Pipeline receives posted ahead (RecvAsync, from post to wait) during which a kernel of the
+    same rank starts."""
+    kernels = {}
+    for e in events:
+        if e.get("cat") == "kernel":
+            kernels.setdefault(e.get("pid"), []).append(e["ts"])
+    return len([e for e in events if e.get("name") == "RecvAsync"
+                and any(e["ts"] < t < e["ts"] + e["dur"] for t in kernels.get(e.get("pid"), []))])
+
+
 def gather_overlap(events):
     """Rank 0's AdamWMulti kernels in the fused function that start after its first parameter
     all-gather (AllGatherAsync over "[dp] ...") was started."""
@@ -99,7 +112,12 @@ def main():
     ref = pe.megac_train(args.megac, model, data, os.path.join(args.workdir, "one"),
                          pe.Layout(extra=BUCKET), "fp64", args.timeout)
     # (name, layout, async ops the trace must show, whether a dp reduction overlaps GEMMs)
-    cases = [("dp2", dict(dp=2), {"AllReduceAsync"}, True),
+    # At pp 2 (no fused function) each step's receives are posted ahead (RecvAsync) and must be
+    # in flight while kernels run.
+    cases = [("pp2", dict(pp=2, micro=2), {"RecvAsync"}, False),
+             ("pp2.vpp2", dict(pp=2, vpp=2, micro=2), {"RecvAsync"}, False),
+             ("pp2.zb-h1", dict(pp=2, micro=2, schedule="zb-h1"), {"RecvAsync"}, False),
+             ("dp2", dict(dp=2), {"AllReduceAsync"}, True),
              ("dp2.m4", dict(dp=2, micro=1), {"AllReduceAsync"}, True),
              ("dp2+zero1", dict(dp=2, zero=1), {"ReduceScatterAsync", "AllGatherAsync"}, True),
              ("dp2+zero2", dict(dp=2, zero=2), {"ReduceScatterAsync", "AllGatherAsync"}, True),
@@ -134,12 +152,18 @@ def main():
                 problems.append(f"{label} differ between on and off: {diff[:4]}")
         result = pe.compare(on, ref, "fp64")
         problems += result["problems"]
+        if kw.get("schedule", "").startswith("zb"):  # megac_train traces these runs itself
+            trace = os.path.join(args.workdir, f"{name}.on", "trace.json")
         events = trace_events(trace)
         seen = set(traced_async_ops(events))
         if not expected <= seen:
             problems.append(f"the trace shows {sorted(seen)}, expected {sorted(expected)}")
         ran, later = fused_overlap(events)
-        if not ran:
+        pipelined = kw.get("pp", 1) > 1
+        if pipelined and recv_overlap(events) == 0:
+            problems.append("no kernel runs while a pipeline receive is in flight: the receives "
+                            "are not posted ahead of their steps")
+        if not ran and not pipelined:
             problems.append(f"rank 0 never ran {FUSED} (the last micro-batch fused with the update)")
         updates = gather_overlap(events)
         if kw.get("zero") and updates == 0:

@@ -1,7 +1,8 @@
 // Asynchronous collectives (Communicator::start*) of the MPI communicator on 2 ranks (ctest
 // runs it under `mpirun -np 2`, label mpi): start, compute, wait gives the blocking call's
 // result bit for bit (f64, f32, bf16; sum and max), several may be in flight at once, the
-// emulated link delays completion by at least its alpha-beta time, and an async collective a
+// emulated link delays completion by at least its alpha-beta time (a point-to-point transfer's
+// from when both sides posted), and an async collective a
 // peer never starts times out naming the rank, the operation and the group.
 #include "runtime/comm/MpiCommunicator.h"
 #include "runtime/exec/CommOps.h"
@@ -136,6 +137,70 @@ TEST(AsyncCollectives, EmulatedLinkDelaysCompletionByItsAlphaBetaTime) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
   EXPECT_EQ(out[0], 6.0);
   EXPECT_FALSE(MpiCommunicator::create(mesh(), std::chrono::seconds(1), {-1, 0}).isOk());
+  ASSERT_TRUE(world().barrier().isOk());
+}
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+TEST(AsyncCollectives, EmulatedLinkTransferStartsWhenBothSidesPosted) {
+  // 1 MB/s and 5 ms latency: a 40 KB message takes 5 ms + 40 ms. It starts when both the send
+  // and the receive are posted (a rendezvous): a receive posted early completes no earlier than
+  // the send's post + 45 ms, one posted late no earlier than its own post + 45 ms; the sender's
+  // flushSends returns no earlier than its post + 45 ms. The sender writes its post time (this
+  // machine's monotonic clock, which both processes read) into the message. Lower bounds only.
+  LinkEmulation link{1e6, 5e-3};
+  EXPECT_DOUBLE_EQ(link.transferSeconds(40000), 0.045);
+  auto made = MpiCommunicator::create(mesh(), std::chrono::seconds(60), link);
+  ASSERT_TRUE(made.isOk()) << made.status().message();
+  Communicator &slow = **made;
+  const int64_t transferNs = 45'000'000;
+  std::vector<int64_t> message(5000), got(5000);
+  for (size_t i = 1; i < message.size(); ++i)
+    message[i] = int64_t(i) * 7;
+  // Early receive: rank 1 posts, computes; rank 0 sends 100 ms later.
+  if (slow.rank() == 1) {
+    int64_t posted = nowNs();
+    auto h = slow.startRecv(0, 11, got.data(), got.size() * sizeof(int64_t));
+    ASSERT_TRUE(h.isOk()) << h.status().message();
+    EXPECT_GT(compute(), 0);
+    ASSERT_TRUE((*h)->wait().isOk());
+    int64_t done = nowNs();
+    EXPECT_GE(done, std::max(got[0], posted) + transferNs);
+    EXPECT_EQ(got[4999], 4999 * 7);
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    message[0] = nowNs();
+    ASSERT_TRUE(slow.send(1, 11, message.data(), message.size() * sizeof(int64_t)).isOk());
+    ASSERT_TRUE(slow.flushSends().isOk());
+    EXPECT_GE(nowNs(), message[0] + transferNs);
+  }
+  // Late receive: rank 0 sends at once; rank 1 posts its (blocking) receive 100 ms later.
+  if (slow.rank() == 0) {
+    message[0] = nowNs();
+    ASSERT_TRUE(slow.send(1, 12, message.data(), message.size() * sizeof(int64_t)).isOk());
+    ASSERT_TRUE(slow.flushSends().isOk());
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    int64_t posted = nowNs();
+    ASSERT_TRUE(slow.recv(0, 12, got.data(), got.size() * sizeof(int64_t)).isOk());
+    EXPECT_GE(nowNs(), posted + transferNs);
+    EXPECT_EQ(got[1], 7);
+  }
+  // A message of the wrong size is an error naming its size (the stamp not counted).
+  if (slow.rank() == 0) {
+    ASSERT_TRUE(slow.send(1, 13, message.data(), 16).isOk());
+    ASSERT_TRUE(slow.flushSends().isOk());
+  } else {
+    auto h = slow.startRecv(0, 13, got.data(), 24);
+    ASSERT_TRUE(h.isOk());
+    Status s = (*h)->wait();
+    EXPECT_EQ(s.message(), "rank 1: recv from rank 0 (tag 13, 24 bytes): the message has 16 "
+                           "bytes");
+  }
   ASSERT_TRUE(world().barrier().isOk());
 }
 

@@ -85,6 +85,7 @@ TEST_P(PipelineRunnerTest, MatchesSequentialEvaluation) {
     threads.emplace_back([&, r] {
       FakeChunkExecutor &ex = *executors[r];
       PipelineRun run;
+      run.postReceivesEarly = r % 2 == 1; // both protocols, the posted-ahead one on odd ranks
       run.steps = (*schedule)[stageOf(r)];
       run.stages = p;
       run.chunks = chunks;
