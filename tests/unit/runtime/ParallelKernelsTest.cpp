@@ -91,6 +91,27 @@ TEST(ParallelKernels, ElementwiseAndRowKernelsGiveTheSameBitsOnAnyThreads) {
   expectSameOnAnyThreads("Reduce", {&sums}, [&] {
     ASSERT_TRUE(reduce(ReduceKind::sum, ref(x, shape), axes, ref(sums, rows)).isOk());
   });
+  // Sums and means over the leading dims (a bias gradient over [b, s]) stream the rows: each
+  // column still adds its rows in ascending order in double, so the bits equal that loop's.
+  for (ReduceKind kind : {ReduceKind::sum, ReduceKind::mean})
+    for (int64_t lead : {1, 2}) {
+      std::vector<int64_t> leadAxes(static_cast<size_t>(lead), 0),
+          kept(shape.begin() + lead, shape.end());
+      std::iota(leadAxes.begin(), leadAxes.end(), 0);
+      int64_t rowCount = lead == 1 ? 4 : 4 * 96, cols = int64_t(n) / rowCount;
+      std::vector<float> col(static_cast<size_t>(cols)), expected(static_cast<size_t>(cols));
+      for (int64_t j = 0; j < cols; ++j) {
+        double acc = 0.0;
+        for (int64_t r = 0; r < rowCount; ++r)
+          acc += double(x[size_t(r * cols + j)]);
+        expected[size_t(j)] = float(kind == ReduceKind::mean ? acc / double(rowCount) : acc);
+      }
+      expectSameOnAnyThreads("Reduce over leading dims", {&col}, [&] {
+        ASSERT_TRUE(reduce(kind, ref(x, shape), leadAxes, ref(col, kept)).isOk());
+        EXPECT_EQ(0, std::memcmp(col.data(), expected.data(), col.size() * 4))
+            << "lead " << lead << ": not the in-order double sum";
+      });
+    }
   std::vector<int64_t> labels(4 * 96);
   for (size_t i = 0; i < labels.size(); ++i)
     labels[i] = i % 5 == 0 ? -100 : int64_t(i * 37 % 307);
