@@ -49,6 +49,8 @@ std::string layoutText(const Layout &l) {
     out << " sp";
   if (l.zero)
     out << " zero" << l.zero;
+  if (!l.reshardAfterForward) // ZeRO-3 keeping the forward's gathers for the backward
+    out << " no-reshard";
   if (l.recompute != Recompute::none)
     out << " recompute=" << recomputeName(l.recompute);
   return out.str();
@@ -62,6 +64,7 @@ std::string candidateJson(const planner::PlanCandidate &c) {
   out << "{\"tp\": " << l.tp << ", \"cp\": " << l.cp << ", \"pp\": " << l.pp << ", \"dp\": " << l.dp
       << ", \"ep\": " << l.ep << ", \"vpp\": " << l.vpp << ", \"micro_batch\": " << l.microBatch
       << ", \"sequence_parallel\": " << (l.sequenceParallel ? "true" : "false")
+      << ", \"reshard_after_forward\": " << (l.reshardAfterForward ? "true" : "false")
       << ", \"zero\": " << l.zero << ", \"recompute\": \"" << recomputeName(l.recompute)
       << "\", \"precision\": \"" << precisionName(l.precision)
       << "\", \"step_time_s\": " << s.stepSeconds << ", \"tokens_per_s\": " << s.tokensPerSecond
@@ -307,7 +310,50 @@ std::string noFitText(const PlanSearchRequest &r, const planner::TransformerShap
   return out + "no single change fits: more devices (--cluster) or a smaller model.\n";
 }
 
-std::string bestText(const PlanSearchRequest &r, const planner::SearchResult &result) {
+/// ZeRO-3's reshard-after-forward choice of `c` (`what`: "#1", "the best zero-3 layout") against
+/// the other setting of the same layout: the gathers kept saves and the memory it costs. The
+/// search tries both where the step has the choice (zero 3 at pp = vpp = 1).
+std::string reshardText(const PlanSearchRequest &r, const planner::TransformerShape &s,
+                        const planner::PlanCandidate &c, const char *what) {
+  const Layout &l = c.layout;
+  if (l.zero != 3)
+    return {};
+  if (l.pp * l.vpp > 1)
+    return format("    %s gathers each parameter again in its backward chunk: a pipeline chunk's "
+                  "forward and backward are two functions, so reshard after forward is no "
+                  "choice there\n",
+                  what);
+  Layout other = l;
+  other.reshardAfterForward = !l.reshardAfterForward;
+  std::string why;
+  std::optional<planner::StepCost> alt =
+      planner::estimate(s, r.cluster, r.globalBatch, other, &why, r.stack);
+  const char *chosen = l.reshardAfterForward ? "on" : "off";
+  if (!alt)
+    return format("    %s: reshard after forward %s (the other setting: %s)\n", what, chosen,
+                  why.c_str());
+  const planner::StepCost &keep = l.reshardAfterForward ? *alt : c.cost;
+  const planner::StepCost &regather = l.reshardAfterForward ? c.cost : *alt;
+  std::string verdict;
+  if (l.reshardAfterForward && !keep.fits)
+    verdict = format("kept, they would not fit (%s > %s)", gib(keep.totalBytes).c_str(),
+                     gib(r.cluster.device.memoryBytes).c_str());
+  else
+    verdict = format("%s s/step %s vs %s s/step %s", format("%.3f", c.cost.stepSeconds).c_str(),
+                     l.reshardAfterForward ? "re-gathering" : "keeping",
+                     format("%.3f", alt->stepSeconds).c_str(),
+                     l.reshardAfterForward ? "keeping" : "re-gathering");
+  return format("    %s: reshard after forward %s (--reshard-after-forward %s): keeping the "
+                "forward's gathered parameters for the backward saves %.3f s of exposed gathers "
+                "(%.3f s vs %.3f s) for %s more per GPU (%s vs %s); %s\n",
+                what, chosen, chosen, regather.zeroGatherSeconds - keep.zeroGatherSeconds,
+                keep.zeroGatherSeconds, regather.zeroGatherSeconds,
+                gib(keep.totalBytes - regather.totalBytes).c_str(), gib(keep.totalBytes).c_str(),
+                gib(regather.totalBytes).c_str(), verdict.c_str());
+}
+
+std::string bestText(const PlanSearchRequest &r, const planner::TransformerShape &s,
+                     const planner::SearchResult &result) {
   std::string out = tableText(result.best);
   const planner::StepCost &w = result.best.front().cost;
   out += format("\n#1: compute %.3f s, tp comm %.3f s, pp comm %.3f s, exposed dp comm %.3f s, "
@@ -343,10 +389,14 @@ std::string bestText(const PlanSearchRequest &r, const planner::SearchResult &re
                   other->cost.stepSeconds, gib(other->cost.totalBytes).c_str()) +
            whyBetter(win, *other, "it") + "\n";
   };
-  if (win.layout.zero == 3)
+  if (win.layout.zero == 3) {
     out += "    #1 shards parameters, gradients and optimizer state (zero 3)\n";
-  else
+    out += reshardText(r, s, win, "#1");
+  } else {
     against(result.bestZero3, "zero-3 layout");
+    if (result.bestZero3)
+      out += reshardText(r, s, *result.bestZero3, "the best zero-3 layout");
+  }
   if (win.layout.cp > 1)
     against(result.bestWithoutCp, "layout without cp");
   else
@@ -401,6 +451,7 @@ Status confirmWinner(const PlanSearchRequest &r, const planner::TransformerShape
   options.layout = l;
   options.layout.dp = r.explain ? l.dp : 1;
   options.layout.zero = r.explain ? l.zero : 0;
+  options.layout.reshardAfterForward = !r.explain || l.reshardAfterForward;
   options.layout.ep = r.explain ? l.ep : 1; // ep is carved out of dp
   // The quick check compiles one dp rank of one cp rank's role: tp, pp and vpp are what the
   // partitioner must accept; --explain compiles the whole layout.
@@ -479,7 +530,7 @@ StatusOr<bool> searchLayouts(const PlanSearchRequest &r, const Emit &emit,
       emit(noFitText(r, s, result));
       return false;
     }
-    emit(bestText(r, result));
+    emit(bestText(r, s, result));
   }
   if (result.best.empty())
     return false;

@@ -70,6 +70,14 @@ Status finishLayout(RunConfig &c) {
                                              : " shards the parameters, gradients and optimizer "
                                                "state") +
                          " over data-parallel ranks; it needs dp > 1");
+  // Keeping ZeRO-3's forward gathers for the backward needs both in one function; pipeline
+  // chunks run them as two (docs/training-step.md, "Reshard after forward").
+  if (!layout.reshardAfterForward && (layout.zero != 3 || layout.pp * layout.vpp > 1))
+    return Status::error("--reshard-after-forward off keeps ZeRO-3's gathered parameters from the "
+                         "forward to the backward of one function: it needs --zero 3 and one "
+                         "pipeline chunk (got --zero " +
+                         str(layout.zero) + ", pp " + str(layout.pp) + ", vpp " + str(layout.vpp) +
+                         ")");
   if (layout.ep < 1 || layout.dp % layout.ep != 0)
     return Status::error("--ep " + str(layout.ep) + " must divide dp = " + str(layout.dp) +
                          ": expert parallelism is carved out of data parallelism (docs/moe.md)");

@@ -46,8 +46,10 @@ std::optional<Recompute> parseRecompute(std::string_view name) {
 std::string Layout::describe() const {
   return "tp " + std::to_string(tp) + ", pp " + std::to_string(pp) + ", dp " + std::to_string(dp) +
          (ep > 1 ? ", ep " + std::to_string(ep) : "") +
-         (cp > 1 ? ", cp " + std::to_string(cp) : "") + ", vpp " + std::to_string(vpp) +
-         ", zero " + std::to_string(zero) + (sequenceParallel ? ", sequence parallel" : "");
+         (cp > 1 ? ", cp " + std::to_string(cp) : "") + ", vpp " + std::to_string(vpp) + ", zero " +
+         std::to_string(zero) +
+         (zero == 3 && !reshardAfterForward ? " (no reshard after forward)" : "") +
+         (sequenceParallel ? ", sequence parallel" : "");
 }
 
 } // namespace megac

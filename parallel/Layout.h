@@ -63,6 +63,13 @@ struct Layout {
   /// (Megatron's cp_comm_type "all_gather"); true, blocks passed around the cp ring point to
   /// point (its "p2p", `--cp-comm-type p2p`).
   bool cpRing = false;
+  /// ZeRO-3 (issue 31): each parameter is all-gathered again before its backward use (true, the
+  /// default: FSDP's reshard_after_forward), or the forward's gathered copy is kept for the
+  /// backward (false: one gather fewer per layer, every gathered parameter of the step live from
+  /// its forward use to its backward; `--reshard-after-forward off`). Only a step whose forward
+  /// and backward run in one function has the choice (pp = vpp = 1; pipeline chunks gather in
+  /// each function), so false needs zero 3 and pp = vpp = 1.
+  bool reshardAfterForward = true;
 
   int64_t ranks() const { return tp * cp * pp * dp; }
   bool partitioned() const { return ranks() > 1; }

@@ -201,7 +201,9 @@ public:
                            Precision precision, int64_t ep = 1, int64_t cp = 1);
   /// Bytes of ZeRO-3's gathered parameters in flight on one rank: the largest gathered unit
   /// (a block, or the embedding table / logit layer of an edge stage), once, or twice when the
-  /// stack prefetches the next one (StackProfile::prefetchShardedParams). 0 below zero 3.
+  /// stack prefetches the next one (StackProfile::prefetchShardedParams); without reshard after
+  /// forward (Layout::reshardAfterForward) every gathered parameter of the stage, kept from its
+  /// forward use to its backward one. 0 below zero 3.
   double gatheredParameterBytes(const Layout &layout) const;
   /// Bytes of whole gradients in flight under ZeRO-2/3 before their reduce-scatter: one
   /// block's (a bucket). 0 below zero 2.

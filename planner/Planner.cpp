@@ -156,6 +156,13 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
   if (l.vpp > 1 && (l.pp == 1 || m % l.pp))
     return fail("vpp " + std::to_string(l.vpp) + " needs pp > 1 and the " + std::to_string(m) +
                 " micro-batches divisible by pp " + std::to_string(l.pp));
+  // Keeping the forward's gathers for the backward needs both in one function: pipeline chunks
+  // run them as two and gather in each (docs/training-step.md, "Reshard after forward").
+  if (!l.reshardAfterForward && (l.zero != 3 || l.pp * l.vpp > 1))
+    return fail("reshard-after-forward off keeps ZeRO-3's gathered parameters from the forward "
+                "to the backward of one function: it needs zero 3 and pp = vpp = 1, got zero " +
+                std::to_string(l.zero) + ", pp " + std::to_string(l.pp) + ", vpp " +
+                std::to_string(l.vpp));
   if (l.sequenceParallel && (l.tp == 1 || s.seq % l.tp))
     return fail("sequence parallelism needs tp > 1 dividing the sequence " + std::to_string(s.seq));
   if (l.zero < 0 || l.zero > 3)
@@ -322,6 +329,10 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
           gatherF = std::max(gather / layers, gather - f.compute.total());
           gatherB = std::max(gather / layers, gather - compute);
         }
+        // Without reshard after forward the backward reads the forward's gathered copies: one
+        // gather per layer and micro-batch, not two (their memory: fillMemory).
+        if (!l.reshardAfterForward)
+          gatherB = 0;
       }
     }
     // A host-driven pipeline engine's cost per step (StackProfile::pipelineStepOverheadSeconds)
@@ -407,6 +418,9 @@ double StepEstimator::largestGatheredUnit(const Layout &l, bool first, bool last
 double StepEstimator::gatheredParameterBytes(const Layout &l) const {
   if (l.zero < 3)
     return 0;
+  if (!l.reshardAfterForward) // every gathered parameter kept for the backward (one stage)
+    return std::max(stageParameters(l, true, l.pp == 1), stageParameters(l, l.pp == 1, true)) *
+           parameterBytes(l.precision).parameter;
   double unit =
       std::max(largestGatheredUnit(l, true, l.pp == 1), largestGatheredUnit(l, l.pp == 1, true));
   return unit * parameterBytes(l.precision).parameter * (stack_.prefetchShardedParams ? 2 : 1);
@@ -478,14 +492,19 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
     // being reduced: one block's), ZeRO-3 the parameters too (whole only for the gathered
     // units in flight: one, or two with prefetch).
     double inFlightShards = gradientBucketBytes(l); // ZeRO-2/3's bucket, ZeRO-3's gathered unit
-    if (l.zero >= 3)
+    if (l.zero >= 3 && l.reshardAfterForward)
       inFlightShards += largestGatheredUnit(l, first, last) * pb.parameter *
                         (stack_.prefetchShardedParams ? 2 : 1);
+    // Without reshard after forward every gathered parameter of the stage lives from its
+    // forward use to its backward one, so across the backward's peak (the stash complete): the
+    // stage's whole parameters, beside the shards (the gathered units in flight are among them).
+    double keptGathered = l.zero >= 3 && !l.reshardAfterForward ? params * pb.parameter : 0.0;
     c.parameterBytes = sharded(params, experts, pb.parameter, l.zero >= 3);
     c.gradientBytes = sharded(params, experts, pb.gradient, l.zero >= 2);
     c.optimizerBytes = sharded(params, experts, pb.optimizer, l.zero >= 1);
     if (!stack_.shardedBuffersInArena) {
-      c.parameterBytes += inFlightShards - gradientBucketBytes(l);
+      c.parameterBytes += inFlightShards - gradientBucketBytes(l) + keptGathered;
+      keptGathered = 0;
       c.gradientBytes += gradientBucketBytes(l);
     }
     double inFlight = double(peakInFlight({l.pp, l.vpp, m}, index, l.pipelineSchedule()));
@@ -525,7 +544,8 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
       transient = std::max(transient, inFlightShards);
     // Workspace: the device's reserve, the transient above, cp's K/V in flight, and on the last
     // stage the fp32 logits of one micro-batch and their gradient.
-    c.workspaceBytes = cluster_.device.reservedBytes + transient + cpKv + (last ? 2 * logits : 0);
+    c.workspaceBytes =
+        cluster_.device.reservedBytes + transient + keptGathered + cpKv + (last ? 2 * logits : 0);
     // Left out: megac's ZeRO-1/2 apply_gradients all-gathers the updated fp32 parameters whole
     // into its arena in one buffer, plus their slice back (8 bytes a stage parameter, above the
     // backward's peak only for small activations; docs/planner.md, Known gaps).

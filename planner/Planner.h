@@ -51,6 +51,9 @@ struct Pins {
   std::optional<bool> sequenceParallel;
   std::optional<int> zero;
   std::optional<Recompute> recompute;
+  /// ZeRO-3's reshard after forward (Layout::reshardAfterForward, `--reshard-after-forward`);
+  /// unset, the search tries both where a step has the choice (zero 3 at pp = vpp = 1).
+  std::optional<bool> reshardAfterForward;
   Precision precision = Precision::bf16;
 };
 

@@ -179,10 +179,23 @@ private:
             }
   }
 
+  // ZeRO-3 in a step whose forward and backward run in one function (pp = vpp = 1) chooses
+  // between gathering each parameter again for the backward (less memory) and keeping the
+  // forward's copy (one gather fewer per layer): both are tried unless pinned.
+  void tryRecomputes(Layout l, const std::vector<Recompute> &recomputes) {
+    std::vector<bool> reshards{true};
+    if (l.zero == 3 && l.pp * l.vpp == 1)
+      reshards = {true, false};
+    for (bool reshard : pinnedOr(pins_.reshardAfterForward, reshards)) {
+      l.reshardAfterForward = reshard;
+      tryRecomputesFor(l, recomputes);
+    }
+  }
+
   // The least recompute that fits is the fastest (recompute only adds work), so the later
   // recompute choices are dominated once one fits. A layout whose busy time alone cannot beat
   // the K-th best is not simulated.
-  void tryRecomputes(Layout l, const std::vector<Recompute> &recomputes) {
+  void tryRecomputesFor(Layout l, const std::vector<Recompute> &recomputes) {
     for (Recompute recompute : recomputes) {
       l.recompute = recompute;
       std::string why;

@@ -66,6 +66,12 @@ StackProfile megac(bool cpu) {
   p.shardedBuffersInArena = true;
   p.fp32ResidualStream = true;
   p.keepsGatheredLinearInputs = true;
+  // Issue 31: ZeRO-3 is planned as `--overlap on` compiles it: mega-schedule-latency-hiding
+  // makes each parameter all-gather a start/done pair and mega-training-zero-prefetch starts a
+  // layer's gathers just before the previous layer's compute (two gathered layers live or in
+  // flight; e2e_zero_prefetch_plan asserts both on a compiled plan). Without --overlap the
+  // gathers block and the prediction is optimistic by the gathers' exposed time.
+  p.prefetchShardedParams = true;
   if (cpu) {
     p.supportsExpertParallel = true;
     return p;

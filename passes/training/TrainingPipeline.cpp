@@ -89,6 +89,7 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
     pm.addPass(createContextParallelRegather());
   TrainingOptimizerOptions optimizer;
   optimizer.zero = layout.zero;
+  optimizer.reshardAfterForward = layout.reshardAfterForward;
   optimizer.beta1 = options.beta1;
   optimizer.beta2 = options.beta2;
   optimizer.eps = options.eps;

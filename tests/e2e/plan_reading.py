@@ -29,6 +29,8 @@ def layout_args(layout):
             args += ["--" + key.replace("_", "-"), str(layout[key])]
     if layout.get("sequence_parallel"):
         args.append("--sequence-parallel")
+    if "reshard_after_forward" in layout:  # ZeRO-3: "on" or "off"
+        args += ["--reshard-after-forward", layout["reshard_after_forward"]]
     return args
 
 
@@ -66,6 +68,8 @@ def predicted(megac, model, layout, cluster=None):
         pins.setdefault(key, default)
     if "experts=" in model:
         pins.setdefault("ep", 1)
+    if pins["zero"] == 3 and pins["pp"] * pins["vpp"] == 1:  # ZeRO-3's choice, as compiled
+        pins.setdefault("reshard_after_forward", "on")
     args = layout_args(pins)
     if not layout.get("sequence_parallel"):
         args.append("--no-sequence-parallel")

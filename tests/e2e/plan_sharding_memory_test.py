@@ -39,6 +39,10 @@ LAYOUTS = [
     dict(dp=2, zero=2, recompute="full"), dict(precision="bf16"), dict(tp=2, precision="bf16"),
     dict(recompute="selective", precision="bf16"), dict(pp=2, global_batch=4, precision="bf16"),
     dict(dp=4, zero=3, precision="bf16"),
+    # ZeRO-3 keeping the forward's gathered parameters for the backward (issue 31).
+    dict(dp=4, zero=3, reshard_after_forward="off"), dict(dp=2, zero=3, recompute="full",
+                                                          reshard_after_forward="off"),
+    dict(dp=4, zero=3, precision="bf16", reshard_after_forward="off"),
 ]
 MOE_LAYOUTS = [dict(), dict(dp=2), dict(dp=2, zero=1), dict(tp=2), dict(dp=4, ep=2),
                dict(dp=2, ep=2, recompute="selective"), dict(dp=2, ep=2, precision="bf16")]
@@ -113,7 +117,7 @@ def main():
     args = parser.parse_args()
 
     for layout in (dict(dp=4, zero=1), dict(dp=4, zero=2), dict(dp=4, zero=3), dict(cp=2, dp=2),
-                   dict(cp=2)):
+                   dict(cp=2), dict(dp=4, zero=3, reshard_after_forward="off")):
         layout = full_layout(layout)
         role = pr.compiled_roles(args.megac, SMALL, layout)[0]
         m = pr.predicted(args.megac, SMALL, layout)

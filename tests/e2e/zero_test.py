@@ -75,6 +75,10 @@ CASES = [
     (GPT, Layout(pp=2, dp=2, zero=3, extra=["--overlap", "on"], tag="overlap"), "fp64"),
     (GPT, Layout(tp=2, dp=2, sp=True, zero=3, recompute="full", extra=["--overlap", "on"],
                  tag="overlap"), "fp64"),
+    # --reshard-after-forward off: the backward reads the forward's gathered copies.
+    (GPT, Layout(dp=2, zero=3, extra=["--reshard-after-forward", "off"], tag="keep"), "fp64"),
+    (GPT_FFN6, Layout(dp=4, zero=3, extra=["--reshard-after-forward", "off", "--overlap", "on"],
+                      tag="keep-overlap"), "fp64"),
     (MIXTRAL, Layout(dp=4, ep=2, zero=2), "fp64"),
     (MIXTRAL, Layout(dp=4, ep=2, zero=3), "fp64"),
     (MIXTRAL, Layout(tp=2, dp=4, ep=2, zero=3), "fp64"),
@@ -216,6 +220,31 @@ def memory(megac):
           f"(+{grown} B; one block's parameters {block} B)")
     checks.append((grown <= 2 * block, f"zero 3 --overlap on arena grows by {grown} B <= two "
                    f"blocks' parameters ({2 * block} B): gathers prefetched one layer ahead"))
+    # --reshard-after-forward off: one gather per parameter and micro-batch in forward_backward
+    # (the backward reads the forward's copy), and every block's whole parameters live from the
+    # forward to the backward: the arena grows by about the 16 blocks' whole fp32 parameters
+    # (between 15 and 17 blocks: the embedding tables' copies and the packing move it).
+    keep = json.loads(subprocess.run(
+        [megac, "plan", "--model", MEMORY_MODEL, "--json", "--ranks", "4", "--dp", "4", "--zero",
+         "3", "--reshard-after-forward", "off"], check=True, capture_output=True,
+        text=True).stdout)["roles"][0]
+
+    def gathers(role):
+        return sum(c["count"] for c in role["communication"]
+                   if c["function"] == "forward_backward" and c["op"] == "AllGather")
+    kept = keep["arena_bytes"] - z3["arena_bytes"]
+    print(f"zero 3 --reshard-after-forward off: arena {keep['arena_bytes']} B (+{kept} B), "
+          f"forward_backward all-gathers {gathers(keep)} vs {gathers(z3)}")
+    checks.append((15 * block <= kept <= 17 * block, f"--reshard-after-forward off grows the "
+                   f"arena by {kept} B, 15..17 blocks' parameters ({block} B each)"))
+    checks.append((gathers(keep) < gathers(z3), "--reshard-after-forward off gathers less"))
+    refused = subprocess.run(
+        [megac, "plan", "--model", MEMORY_MODEL, "--ranks", "4", "--dp", "2", "--pp", "2",
+         "--zero", "3", "--reshard-after-forward", "off"], capture_output=True, text=True)
+    checks.append((refused.returncode != 0 and "needs --zero 3 and one pipeline chunk" in
+                   refused.stderr and "pp 2" in refused.stderr,
+                   "--reshard-after-forward off at pp 2 is refused naming pp: " +
+                   refused.stderr.strip()))
     for ok, what in checks:
         print(("ok: " if ok else "FAIL: ") + what)
         failures += not ok

@@ -112,7 +112,8 @@ const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --
                    [--eval-data TOKENS.npy|PREFIX --eval-interval N [--eval-iters K]]
                    [--split TRAIN,VALID,TEST]
                    [--ranks N] [--tp T] [--pp P] [--dp D] [--cp C] [--cp-comm-type all_gather|p2p] [--vpp V]
-                   [--sequence-parallel] [--zero 0-3] [--recompute none|selective|full]
+                   [--sequence-parallel] [--zero 0-3] [--reshard-after-forward on|off]
+                   [--recompute none|selective|full]
                    [--schedule 1f1b|gpipe|zb-h1|zb-h2|zbv] [--bucket-size N] [--threads N] [--comm-timeout SECONDS] [--oversubscribe]
                    [--backend cpu|cuda] [--allow-tf32] [--overlap on|off]
                    [--emulate-link BYTES_PER_S,LATENCY_S]
@@ -132,7 +133,9 @@ into input and weight gradients; zbv runs 2 chunks per stage in V order; m >= P 
 docs/pipeline.md), --dp D data parallel (default: N / (T*P)); N must equal T*P*D. --sequence-parallel shards norms and residuals over tp; --zero 1 shards the Adam state
 over dp (Megatron's distributed optimizer), --zero 2 also the gradients (reduce-scattered
 every micro-batch), --zero 3 also the parameters (FSDP: gathered before each use;
-docs/training-step.md); --bucket-size N puts up to N gradient elements
+docs/training-step.md; --reshard-after-forward off keeps the forward's gathered parameters for
+the backward instead of gathering them again: one gather fewer, more memory; pp 1 only);
+--bucket-size N puts up to N gradient elements
 in each dp collective (default Megatron's max(40M, 1M x D); checkpoints do not depend on it);
 --recompute selective|full recomputes attention outputs or whole chunks in the backward
 pass. --cp C splits each sequence over C ranks (context parallelism, its own mesh axis:
@@ -329,7 +332,7 @@ const char *const kPlanHelp =
     R"(usage: megac plan MODEL --cluster SPEC --global-batch B [--seq S] [--tp T --pp P --dp D
                   --cp C --ep E --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel
                   --zero 0|1|2|3 --recompute none|selective|full] [--precision bf16|fp16|fp32]
-                  [--top K] [--threads T]
+                  [--top K] [--threads T] [--reshard-after-forward on|off]
                   [--stack megac|megatron-2021|megatron-deepspeed|megatron-core] [--dropout P]
                   [--explain]
                   [--json] [--timeline FILE.svg] [--trace FILE.json] [--no-compile]
@@ -345,8 +348,10 @@ megatron-core (docs/planner.md lists what each fuses and overlaps); --dropout P 
 the model's IR does not have. Mixture-of-experts models also search --ep (expert parallelism,
 dividing dp and the experts; docs/moe.md). --cp C (context parallelism: each sequence split over
 C ranks, 2*C dividing it; world = tp*cp*pp*dp) and --zero 2|3 (gradients, and parameters,
-sharded over the dp x cp ranks; needs dp > 1) are searched too; the report says why #1 beats the
-best zero-3 layout and the best layout with (or without) cp. --threads T: on a `megac calibrate
+sharded over the dp x cp ranks; needs dp > 1) are searched too, zero 3 at pp 1 with and
+without reshard after forward (--reshard-after-forward pins it); the report says why #1 beats the
+best zero-3 layout (and which reshard setting it took, and why) and the best layout with (or
+without) cp. --threads T: on a `megac calibrate
 --backend cpu` spec, the kernel threads per rank the layouts run (as megac train --threads;
 default cores / ranks per node), which picks the calibration's measured occupancy. --explain
 splits #1's predicted step by op class (GEMM, attention, memory-bound, launch overhead, each

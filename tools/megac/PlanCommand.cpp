@@ -65,6 +65,7 @@ int searchCommand(int argc, char **argv) {
   std::optional<std::string> spec, cluster, stack, timeline, trace;
   std::string zero, recompute, precision = "bf16";
   std::vector<std::string> inputShapes;
+  std::string reshard; // --reshard-after-forward on|off: ZeRO-3's choice pinned
   int64_t threads = 0, seq = 0, top = 5, tp = 0, pp = 0, dp = 0, ep = 0, cp = 0, vpp = 0,
           microBatch = 0;
   double dropout = 0;
@@ -87,6 +88,7 @@ int searchCommand(int argc, char **argv) {
       "P");
   f.flag("--json", r.json).flag("--explain", r.explain).flag("--sequence-parallel", sp);
   f.flag("--no-sequence-parallel", noSp).flag("--no-compile", noCompile);
+  f.choice("--reshard-after-forward", reshard, {"on", "off"});
   if (std::optional<int> exit = f.parse(argc, argv, 2))
     return *exit;
   for (auto [name, value, pin] : {std::tuple{"--tp", tp, &r.pins.tp},
@@ -100,6 +102,8 @@ int searchCommand(int argc, char **argv) {
       *pin = value;
   if (f.given("--recompute"))
     r.pins.recompute = *parseRecompute(recompute);
+  if (f.given("--reshard-after-forward"))
+    r.pins.reshardAfterForward = reshard == "on";
   r.pins.precision = *parsePrecision(precision);
   if (f.given("--seq"))
     r.seq = seq;
@@ -166,8 +170,9 @@ int planCommand(int argc, char **argv) {
 
 bool hasLayoutFlag(int argc, char **argv) {
   for (int i = 2; i < argc; ++i)
-    for (const char *flag : {"--ranks", "--tp", "--pp", "--dp", "--vpp", "--cp", "--zero",
-                             "--sequence-parallel", "--recompute", "--schedule"}) {
+    for (const char *flag :
+         {"--ranks", "--tp", "--pp", "--dp", "--vpp", "--cp", "--zero", "--sequence-parallel",
+          "--recompute", "--schedule", "--reshard-after-forward"}) {
       std::string_view arg = argv[i];
       if (arg == flag || arg.starts_with(std::string(flag) + "="))
         return true;

@@ -70,6 +70,7 @@ void RunFlags::declare(Flags &f) {
   f.count("--ep", l.ep, 1, "E").count("--bucket-size", c.training.bucketSize, 1, "N");
   f.count("--cp", l.cp, 1, "C").choice("--cp-comm-type", cpCommType, {"all_gather", "p2p"});
   f.flag("--sequence-parallel", sequenceParallel);
+  f.choice("--reshard-after-forward", reshard, {"on", "off"});
   f.choice("--recompute", recompute, {"none", "selective", "full"});
   // The zero-bubble schedules split the backward (docs/pipeline.md, issue 35).
   f.choice("--schedule", schedule,
@@ -169,6 +170,7 @@ std::string configureStep(const Flags &f, RunFlags &r, bool planOnly) {
   if (r.zero > 3)
     return "--zero: '" + std::to_string(r.zero) + "' is not 0, 1, 2 or 3";
   l.zero = int(r.zero);
+  l.reshardAfterForward = r.reshard == "on";
   l.sequenceParallel = r.sequenceParallel;
   l.cpRing = r.cpCommType == "p2p"; // Megatron's cp_comm_type: the ring's point-to-point
   if (f.given("--cp-comm-type") && l.cp == 1)

@@ -20,6 +20,7 @@ struct RunFlags {
   std::optional<std::string> emulateLink; // --emulate-link BYTES_PER_S,LATENCY_S
   std::string overlap = "off";            // --overlap on|off: the latency-hiding pass
   std::string cpCommType = "all_gather";  // --cp-comm-type all_gather|p2p (context parallelism)
+  std::string reshard = "on";             // --reshard-after-forward on|off (ZeRO-3)
   std::vector<std::string> dataPath;
   std::string objective = "causal";
   int64_t maskTokenId = 0;

@@ -61,8 +61,11 @@ TEST(ZeroCostTest, EachLevelShardsWhatItSays) {
     EXPECT_DOUBLE_EQ(z[3]->parameterBytes, params * 2 / 8 + inState * table);
     EXPECT_DOUBLE_EQ(z[3]->gradientBytes, z[2]->gradientBytes);
     EXPECT_DOUBLE_EQ(z[3]->optimizerBytes, z[1]->optimizerBytes);
-    EXPECT_EQ(profile.prefetchShardedParams, std::string(name) == "megatron-core");
+    // megac prefetches as --overlap on compiles it (mega-training-zero-prefetch;
+    // e2e_zero_prefetch_plan reads it from a compiled plan), Megatron-Core with its FSDP.
+    EXPECT_TRUE(profile.prefetchShardedParams);
   }
+  EXPECT_FALSE(stack("megatron-2021").prefetchShardedParams);
 }
 
 // Issue 31's memory bar, in the model: at dp 4, a >= 16-layer model's persistent bytes
@@ -99,13 +102,14 @@ TEST(ZeroCostTest, ZeroTwoAndThreeNeedDataParallelRanks) {
   EXPECT_NE(why.find("0, 1, 2 or 3"), std::string::npos) << why;
 }
 
-// megac's runtime blocks on every ZeRO collective: zero 2 reduce-scatters the whole stage's fp32
-// gradients each of the m micro-batches and all-gathers the bf16 parameters after the step; zero
-// 3 all-gathers them before every forward and every backward instead, and never after the step.
-TEST(ZeroCostTest, MegacChargesEveryCollectivePerMicroBatch) {
+// A blocking stack (Megatron 2021: no prefetch, no overlapped reduction) exposes every ZeRO
+// collective: zero 2 reduce-scatters the whole stage's fp32 gradients each of the m micro-batches
+// and all-gathers the bf16 parameters after the step; zero 3 all-gathers them before every
+// forward and every backward instead, and never after the step.
+TEST(ZeroCostTest, BlockingStackChargesEveryCollectivePerMicroBatch) {
   TransformerShape s = gpt(24, 2048, 16, 2048, 51200);
   Cluster c = cluster("h100-sxm:1x8");
-  StepEstimator est(s, c, 64, stack("megac"));
+  StepEstimator est(s, c, 64, stack("megatron-2021"));
   std::string why;
   auto z0 = est.memory(dataParallel(8, 0), &why);
   auto z2 = est.estimate(dataParallel(8, 2), &why);
@@ -123,6 +127,77 @@ TEST(ZeroCostTest, MegacChargesEveryCollectivePerMicroBatch) {
   EXPECT_NEAR(z3->zeroGatherSeconds, 2 * m * gather, 1e-12);
   EXPECT_EQ(z3->dpGatherSeconds, 0);
   EXPECT_GT(z3->stepSeconds, z2->stepSeconds);
+  // Without reshard after forward the backward reads the forward's copies: one gather per
+  // micro-batch, not two.
+  Layout keep = dataParallel(8, 3);
+  keep.reshardAfterForward = false;
+  auto k3 = est.estimate(keep, &why);
+  ASSERT_TRUE(k3) << why;
+  EXPECT_NEAR(k3->zeroGatherSeconds, m * gather, 1e-12);
+  EXPECT_NEAR(k3->zeroReduceScatterSeconds, z3->zeroReduceScatterSeconds, 1e-12);
+  EXPECT_LT(k3->stepSeconds, z3->stepSeconds);
+}
+
+// Reshard after forward off (issue 31): every gathered parameter of the stage lives from its
+// forward use to its backward one, so the rank holds the stage's whole parameters (bf16: 2 bytes
+// each) beside the shards, in the workspace, instead of one gathered unit (two with prefetch)
+// that is dead at the backward's peak; the state is the same. It needs zero 3 and one chunk.
+TEST(ZeroCostTest, KeepingGatheredParametersCostsTheWholeStage) {
+  TransformerShape s = gpt(24, 2048, 16, 2048, 51200);
+  Cluster c = cluster("h100-sxm:1x8");
+  for (const char *name : {"megac", "megatron-core", "megatron-2021"}) {
+    SCOPED_TRACE(name);
+    StepEstimator est(s, c, 64, stack(name));
+    std::string why;
+    Layout keep = dataParallel(8, 3);
+    keep.reshardAfterForward = false;
+    auto on = est.memory(dataParallel(8, 3), &why), off = est.memory(keep, &why);
+    auto z0 = est.memory(dataParallel(8, 0), &why);
+    ASSERT_TRUE(on && off && z0) << why;
+    double whole = z0->parameterBytes; // the stage's parameters, bf16
+    EXPECT_DOUBLE_EQ(est.gatheredParameterBytes(keep), whole);
+    EXPECT_DOUBLE_EQ(off->activationBytes, on->activationBytes);
+    // The whole copy replaces the gathered units in flight (megac's arena: dead at the
+    // backward's peak, so counted only above its transient).
+    double grown = off->totalBytes - on->totalBytes;
+    EXPECT_GE(grown, whole - est.gatheredParameterBytes(dataParallel(8, 3)));
+    EXPECT_LE(grown, whole);
+    // megac counts them in the workspace (StackProfile::shardedBuffersInArena), the state as is.
+    if (stack(name).shardedBuffersInArena)
+      EXPECT_DOUBLE_EQ(off->parameterBytes + off->gradientBytes + off->optimizerBytes,
+                       on->parameterBytes + on->gradientBytes + on->optimizerBytes);
+  }
+  StepEstimator est(s, c, 64, stack("megac"));
+  std::string why;
+  for (auto [zero, pp] : {std::pair{2, 1}, {3, 2}}) {
+    Layout l{1, pp, 8 / pp, 1, 1, false, zero, Recompute::none, Precision::bf16};
+    l.reshardAfterForward = false;
+    EXPECT_FALSE(est.memory(l, &why));
+    EXPECT_NE(why.find("reshard-after-forward off"), std::string::npos) << why;
+    EXPECT_NE(why.find("zero " + std::to_string(zero) + ", pp " + std::to_string(pp)),
+              std::string::npos)
+        << why;
+  }
+}
+
+// The search tries both settings for zero 3 at pp 1 and takes the faster that fits: with room
+// to spare, keeping the gathers (one per layer fewer); pinned, the pin.
+TEST(ZeroCostTest, SearchChoosesReshardAfterForward) {
+  TransformerShape s = gpt(24, 2048, 16, 2048, 51200);
+  Cluster c = cluster("h100-sxm:1x8");
+  Pins pins;
+  pins.zero = 3;
+  pins.tp = 1;
+  pins.pp = 1;
+  pins.cp = 1;
+  SearchResult r = search(s, c, 64, pins, 3, stack("megac"));
+  ASSERT_FALSE(r.best.empty()) << r.why;
+  EXPECT_FALSE(r.best.front().layout.reshardAfterForward);
+  pins.reshardAfterForward = true;
+  SearchResult pinned = search(s, c, 64, pins, 3, stack("megac"));
+  ASSERT_FALSE(pinned.best.empty()) << pinned.why;
+  EXPECT_TRUE(pinned.best.front().layout.reshardAfterForward);
+  EXPECT_GT(pinned.best.front().cost.stepSeconds, r.best.front().cost.stepSeconds);
 }
 
 // Prefetching stacks hide a layer's gather behind the neighbouring layer's compute: at most
@@ -165,6 +240,9 @@ TEST(ZeroCostTest, Llama70BOn64H100WithoutTpPpNeedsZeroThree) {
   ASSERT_FALSE(r.best.empty()) << r.why;
   EXPECT_EQ(r.best.front().layout.zero, 3);
   EXPECT_TRUE(r.best.front().cost.fits);
+  // Keeping the forward's gathers would hold all 70B parameters whole (140 GB in bf16): the
+  // search re-gathers for the backward.
+  EXPECT_TRUE(r.best.front().layout.reshardAfterForward);
 }
 
 // `megac plan` for Llama-3.1-8B on 8 H100 (seq 8192, global batch 128) evaluates zero-3 layouts

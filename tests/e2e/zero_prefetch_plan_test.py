@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""ZeRO-3's prefetch read from a compiled plan (issue 31): what the planner's megac profile
+assumes (StackProfile::prefetchShardedParams) is what `megac compile --zero 3 --overlap on`
+writes.
+
+A 4-layer GPT at dp 2 (and at dp 4 with ffn 6, whose [6, 16] weight is sharded on dim 1) is
+compiled to a plan and read with flatc and runtime/plan/plan.fbs. In every function, the ZeRO-3
+parameter gathers (AllGatherStart of a parameter buffer, done by one CollectiveDone), in the
+order of their dones, form units of one layer (the parameter name up to its first dot), as
+mega-training-zero-prefetch groups them: the forward's h0..h3, then the backward's regathers
+h3..h0. For each unit k of a block whose previous unit k-1 is a block too:
+  - every start of unit k comes before unit k-1's first done, so it is in flight during all of
+    unit k-1's compute (a layer ahead), and at least one GEMM runs between unit k's last start
+    and its first done (the gather overlaps compute);
+  - every start of unit k comes after unit k-2's first done: at most two units gathered or in
+    flight (the planner's "two gathered units with prefetch").
+The same model compiled without --overlap has no AllGatherStart (blocking gathers): the control
+that the properties above come from the overlap passes. Exact properties of an instruction
+order: no tolerance.
+
+usage: zero_prefetch_plan_test.py --megac build/bin/megac --flatc flatc --workdir DIR
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import gemm_layout_test as gl  # noqa: E402  (plan_json: flatc on a sealed plan)
+
+GEMMS = {"Linear", "MatMul"}
+CASES = [("gpt:layers=4,hidden=16,heads=4,seq=8,vocab=32", 2),
+         ("gpt:layers=4,hidden=16,heads=4,ffn=6,seq=8,vocab=32", 4)]
+
+
+def compile_plan(megac, spec, dp, overlap, path):
+    argv = [megac, "compile", "--model", spec, "--ranks", str(dp), "--dp", str(dp), "--zero",
+            "3", "--overlap", "on" if overlap else "off", "-o", path]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{run.stdout}{run.stderr}")
+
+
+def units(program, function):
+    """The function's ZeRO-3 gathers grouped into units: [(layer, [start index], [done index])]
+    in the order of their dones."""
+    param_buffers = {p["buffer"]: p["name"] for p in program.get("parameters", [])
+                     if any(s.get("axes") for s in p.get("sharding", []))}
+    instructions = function.get("instructions", [])
+    starts = {}  # output buffer -> (instruction index, parameter name)
+    gathers = []  # (done index, start index, layer)
+    for index, inst in enumerate(instructions):
+        ins = inst.get("inputs", [])
+        if inst["op"] == "AllGatherStart" and ins and ins[0] in param_buffers:
+            starts[inst["outputs"][0]] = (index, param_buffers[ins[0]])
+        elif inst["op"] == "CollectiveDone" and ins and ins[0] in starts:
+            start, name = starts.pop(ins[0])
+            gathers.append((index, start, name.split(".")[0]))
+    out = []
+    for done, start, layer in sorted(gathers):
+        if not out or out[-1][0] != layer:
+            out.append((layer, [], []))
+        out[-1][1].append(start)
+        out[-1][2].append(done)
+    return out, instructions
+
+
+def check_function(program, function):
+    """Problems with one function's ZeRO-3 gather placement; the number of block units."""
+    found, instructions = units(program, function)
+    problems, blocks = [], 0
+    for k, (layer, starts, dones) in enumerate(found):
+        if not layer.startswith("h"):
+            continue
+        blocks += 1
+        where = f"{function['name']} unit {k} ({layer})"
+        if k >= 1 and found[k - 1][0].startswith("h"):
+            previous_done = min(found[k - 1][2])
+            if max(starts) > previous_done:
+                problems.append(f"{where}: a start at {max(starts)} after the previous unit "
+                                f"({found[k - 1][0]})'s first done at {previous_done}")
+            between = [instructions[i]["op"] for i in range(max(starts) + 1, min(dones))]
+            if not GEMMS & set(between):
+                problems.append(f"{where}: no GEMM between its last start ({max(starts)}) and "
+                                f"its first done ({min(dones)}): nothing to overlap")
+        if k >= 2:
+            earlier_done = min(found[k - 2][2])
+            if min(starts) < earlier_done:
+                problems.append(f"{where}: a start at {min(starts)} before unit {k - 2} "
+                                f"({found[k - 2][0]})'s first done at {earlier_done}: more "
+                                "than two units gathered or in flight")
+    return problems, blocks
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--megac", required=True)
+    parser.add_argument("--flatc", required=True)
+    parser.add_argument("--workdir", required=True)
+    args = parser.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    failures = 0
+    for spec, dp in CASES:
+        for overlap in (True, False):
+            path = os.path.join(args.workdir, f"dp{dp}-{'on' if overlap else 'off'}.mplan")
+            compile_plan(os.path.abspath(args.megac), spec, dp, overlap, path)
+            plan = gl.plan_json(args.flatc, path, args.workdir)
+            program = plan["programs"][0]
+            label = f"{spec} dp {dp} --overlap {'on' if overlap else 'off'}"
+            if not overlap:
+                ops = {inst["op"] for fn in program["functions"]
+                       for inst in fn.get("instructions", [])}
+                ok = "AllGatherStart" not in ops and "AllGather" in ops
+                print(("ok: " if ok else "FAIL: ") + f"{label}: blocking gathers only")
+                failures += not ok
+                continue
+            for function in program["functions"]:
+                problems, blocks = check_function(program, function)
+                if blocks == 0:
+                    continue
+                # The forward's 4 blocks and the backward's 4 regathers.
+                if blocks < 8:
+                    problems.append(f"{function['name']}: {blocks} block units, expected the "
+                                    "forward's 4 and the backward's 4")
+                ok = not problems
+                print(("ok: " if ok else "FAIL: ") + f"{label}, {function['name']}: {blocks} "
+                      "block units, each started during the previous unit's compute and at "
+                      "most two ahead")
+                for p in problems[:8]:
+                    print("      " + p)
+                failures += not ok
+    print("FAIL" if failures else "PASS", f"({failures} failures)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
