@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -86,6 +88,9 @@ struct Forward {
   /// of `weights`; empty for checkpoints.
   std::string hfWeightsFile;
   SourceShapes sourceShapes;
+  /// With the KV cache (hf: models): the decode step's plan (frontends/models/Layers.h
+  /// KvCache); the forward plan then also outputs every layer's keys and values (the prefill).
+  std::vector<uint8_t> decodePlan;
 };
 
 /// A zoo GPT: the checkpoint's spec (or --model) at batch 1, the checkpoint's weights in f32.
@@ -154,30 +159,55 @@ double at(const HostTensor &t, int64_t i) {
   return t.dtype == DType::f64 ? t.data<double>()[i] : t.data<float>()[i];
 }
 
-/// The forward plan running: windows of tokens in, the logits after the window's last token out.
+/// megac generate's KV cache: the decode step's plan running, and every layer's keys and values
+/// of the text so far.
+struct DecodeStep {
+  std::optional<runtime::LoadedPlan> plan;
+  std::unique_ptr<runtime::Executor> executor;
+  /// "key_L", "value_L" -> [1, window, kv_heads, head_dim], slot j the key (after rotary) or
+  /// value of the text's token j: the decode step's past_* inputs, filled from the forward's
+  /// present_* outputs (the prefill) and each step's own.
+  std::map<std::string, HostTensor> cache;
+  runtime::TensorInfo ids, positions, mask;
+  int64_t cached = 0; // the cache holds the text's first `cached` tokens
+};
+
+/// The forward plan running: windows of tokens in, the logits after the window's last token out;
+/// and the decode step with the KV cache.
 struct GenerationSession {
   Forward forward;
   std::optional<runtime::LoadedPlan> plan;
   std::unique_ptr<runtime::Executor> executor;
   runtime::TensorInfo ids;
   std::string logits; // the output read
+  std::optional<DecodeStep> decode;
 };
 
-Status openSession(GenerationSession &s) {
-  ASSIGN_OR_RETURN(runtime::LoadedPlan plan, runtime::loadPlanFromBytes(std::move(s.forward.plan)));
-  s.plan = std::move(plan);
+/// An executor of plan `bytes` (kept in `plan`) with `weights`, or an hf: folder's weights file
+/// read into its parameters.
+StatusOr<std::unique_ptr<runtime::Executor>> openExecutor(std::vector<uint8_t> bytes,
+                                                          std::optional<runtime::LoadedPlan> &plan,
+                                                          const TensorMap &weights,
+                                                          const Forward &forward) {
+  ASSIGN_OR_RETURN(runtime::LoadedPlan loaded, runtime::loadPlanFromBytes(std::move(bytes)));
+  plan = std::move(loaded);
   runtime::ExecutorOptions options;
-  options.weights = &s.forward.weights;
-  auto executor = runtime::Executor::create(*s.plan, options);
+  options.weights = &weights;
+  auto executor = runtime::Executor::create(*plan, options);
   if (!executor.isOk())
     return Status::error(executor.status().message() + " (the checkpoint does not fit " +
-                         s.forward.description + ")");
-  s.executor = std::move(*executor);
-  s.forward.weights.clear(); // the executor holds its own copy
-  if (!s.forward.hfWeightsFile.empty()) {
-    ASSIGN_OR_RETURN(HfCheckpoint hf, HfCheckpoint::open(s.forward.hfWeightsFile));
-    RETURN_IF_ERROR(loadHfWeights(hf, *s.plan, *s.executor, s.forward.sourceShapes, {}));
+                         forward.description + ")");
+  if (!forward.hfWeightsFile.empty()) {
+    ASSIGN_OR_RETURN(HfCheckpoint hf, HfCheckpoint::open(forward.hfWeightsFile));
+    RETURN_IF_ERROR(loadHfWeights(hf, *plan, **executor, forward.sourceShapes, {}));
   }
+  return std::move(executor).value();
+}
+
+Status openSession(GenerationSession &s) {
+  ASSIGN_OR_RETURN(s.executor,
+                   openExecutor(std::move(s.forward.plan), s.plan, s.forward.weights, s.forward));
+  s.forward.weights.clear(); // the executor holds its own copy
   for (const std::string &input : s.executor->inputNames())
     if (input != "input_ids")
       return Status::error(s.forward.description + " takes input '" + input +
@@ -187,7 +217,38 @@ Status openSession(GenerationSession &s) {
   s.logits = s.forward.logits;
   if (s.logits.empty())
     s.logits = std::count(outputs.begin(), outputs.end(), "logits") ? "logits" : outputs.front();
+  if (s.forward.decodePlan.empty())
+    return Status::ok();
+  DecodeStep &d = s.decode.emplace();
+  ASSIGN_OR_RETURN(d.executor,
+                   openExecutor(std::move(s.forward.decodePlan), d.plan, {}, s.forward));
+  ASSIGN_OR_RETURN(d.ids, d.executor->inputInfo("input_ids"));
+  ASSIGN_OR_RETURN(d.positions, d.executor->inputInfo("position_ids"));
+  ASSIGN_OR_RETURN(d.mask, d.executor->inputInfo("cache_mask"));
+  for (const std::string &input : d.executor->inputNames())
+    if (input.starts_with("past_")) {
+      ASSIGN_OR_RETURN(runtime::TensorInfo info, d.executor->inputInfo(input));
+      d.cache.emplace(input.substr(5), HostTensor::zeros(info.dtype, info.shape));
+    }
   return Status::ok();
+}
+
+/// Element `i` of an integer or float tensor set to `value`.
+void setElement(HostTensor &t, int64_t i, double value) {
+  switch (t.dtype) {
+  case DType::i32:
+    t.data<int32_t>()[i] = int32_t(value);
+    break;
+  case DType::i64:
+    t.data<int64_t>()[i] = int64_t(value);
+    break;
+  case DType::f64:
+    t.data<double>()[i] = value;
+    break;
+  default:
+    t.data<float>()[i] = float(value);
+    break;
+  }
 }
 
 /// One forward pass over the window of the last seq `tokens` (at position 0 of row 0,
@@ -197,12 +258,8 @@ StatusOr<std::vector<double>> logitsAfter(GenerationSession &s,
   const int64_t rows = s.forward.rows, seq = s.forward.seq;
   size_t first = tokens.size() > size_t(seq) ? tokens.size() - size_t(seq) : 0;
   HostTensor ids = HostTensor::zeros(s.ids.dtype, {rows, seq});
-  for (size_t i = first; i < tokens.size(); ++i) {
-    if (s.ids.dtype == DType::i32)
-      ids.data<int32_t>()[i - first] = int32_t(tokens[i]);
-    else
-      ids.data<int64_t>()[i - first] = tokens[i];
-  }
+  for (size_t i = first; i < tokens.size(); ++i)
+    setElement(ids, int64_t(i - first), double(tokens[i]));
   int64_t last = int64_t(tokens.size() - first) - 1;
   RETURN_IF_ERROR(s.executor->setInput("input_ids", ids));
   RETURN_IF_ERROR(s.executor->run());
@@ -222,6 +279,67 @@ StatusOr<std::vector<double>> logitsAfter(GenerationSession &s,
   return row;
 }
 
+/// One decode step: the last of `tokens` at its position p (< the window) attends over the
+/// cache's slots 0..p-1 and itself; its key and value go into slot p. The logits after it.
+StatusOr<std::vector<double>> decodeStep(DecodeStep &d, const std::vector<int64_t> &tokens,
+                                         int64_t window) {
+  const int64_t p = int64_t(tokens.size()) - 1;
+  HostTensor ids = HostTensor::zeros(d.ids.dtype, {1, 1});
+  HostTensor position = HostTensor::zeros(d.positions.dtype, {1, 1});
+  HostTensor mask = HostTensor::zeros(d.mask.dtype, {1, 1, 1, window + 1});
+  setElement(ids, 0, double(tokens.back()));
+  setElement(position, 0, double(p));
+  // Slots p.. are not written yet: exp of -1e30 below the row's largest score is exactly 0 in
+  // f32 and f64, so they weigh nothing (a finite value, so no inf - inf on any path).
+  for (int64_t j = p; j < window; ++j)
+    setElement(mask, j, -1e30);
+  RETURN_IF_ERROR(d.executor->setInput("input_ids", ids));
+  RETURN_IF_ERROR(d.executor->setInput("position_ids", position));
+  RETURN_IF_ERROR(d.executor->setInput("cache_mask", mask));
+  for (const auto &[name, past] : d.cache)
+    RETURN_IF_ERROR(d.executor->setInput("past_" + name, past));
+  RETURN_IF_ERROR(d.executor->run());
+  for (auto &[name, past] : d.cache) {
+    ASSIGN_OR_RETURN(HostTensor present, d.executor->output("present_" + name));
+    size_t slot = present.bytes.size(); // [1, 1, kv_heads, head_dim] into [1, window, ...]
+    if (present.dtype != past.dtype || slot * size_t(window) != past.bytes.size())
+      return Status::error("the decode step's present_" + name + " is " +
+                           shapeString(present.shape) + ", not one slot of the cache " +
+                           shapeString(past.shape));
+    std::memcpy(past.bytes.data() + size_t(p) * slot, present.bytes.data(), slot);
+  }
+  d.cached = p + 1;
+  ASSIGN_OR_RETURN(HostTensor logits, d.executor->output("logits"));
+  int64_t vocab = logits.shape.back();
+  std::vector<double> row(static_cast<size_t>(vocab));
+  for (int64_t v = 0; v < vocab; ++v)
+    row[size_t(v)] = at(logits, v);
+  return row;
+}
+
+/// The logits after `tokens`. With the KV cache: the forward over them while nothing is cached
+/// (the prefill, whose present_* outputs fill the cache), then a decode step per new token;
+/// without it, or once the text is longer than the window (the window slides, every position
+/// moves and the cache is void), the forward over the window of the last seq tokens.
+StatusOr<std::vector<double>> nextLogits(GenerationSession &s, const std::vector<int64_t> &tokens) {
+  DecodeStep *d = s.decode ? &*s.decode : nullptr;
+  const int64_t n = int64_t(tokens.size());
+  if (!d || n > s.forward.seq)
+    return logitsAfter(s, tokens);
+  if (d->cached > 0 && d->cached == n - 1)
+    return decodeStep(*d, tokens, s.forward.seq);
+  ASSIGN_OR_RETURN(std::vector<double> logits, logitsAfter(s, tokens));
+  for (auto &[name, past] : d->cache) {
+    ASSIGN_OR_RETURN(HostTensor present, s.executor->output("present_" + name));
+    if (present.shape != past.shape || present.dtype != past.dtype)
+      return Status::error("the forward's present_" + name + " is " + shapeString(present.shape) +
+                           ", not the cache's " + shapeString(past.shape));
+    past = std::move(present);
+  }
+  d->cached = n;
+  return logits;
+}
+
 /// `prompt` and its continuation to `emit`, token by token as each is chosen; returns the tokens
 /// generated (an end-of-document one included).
 StatusOr<int64_t> continueText(GenerationSession &s, const runtime::data::Tokenizer &tokenizer,
@@ -235,7 +353,7 @@ StatusOr<int64_t> continueText(GenerationSession &s, const runtime::data::Tokeni
   emit(prompt);
   int64_t generated = 0;
   while (generated < sampling.maxTokens) {
-    ASSIGN_OR_RETURN(std::vector<double> logits, logitsAfter(s, tokens));
+    ASSIGN_OR_RETURN(std::vector<double> logits, nextLogits(s, tokens));
     // Ids past the tokenizer's vocabulary (Megatron-style padding) cannot be decoded: skip them.
     logits.resize(size_t(std::min<int64_t>(int64_t(logits.size()), tokenizer.vocabSize())));
     int64_t next = pick(std::move(logits), sampling.temperature, sampling.topK, sampling.topP, rng);
@@ -301,7 +419,8 @@ Generator::open(const std::string &loadDir, const std::optional<std::string> &sp
   return std::unique_ptr<Generator>(new Generator(std::move(session)));
 }
 
-StatusOr<std::unique_ptr<Generator>> Generator::openHf(const ModelSource &source, int64_t window) {
+StatusOr<std::unique_ptr<Generator>> Generator::openHf(const ModelSource &source, int64_t window,
+                                                       bool kvCache) {
   const auto *hf = std::get_if<HfSpec>(&source.value());
   if (!hf)
     return Status::error("'" + source.text() + "' is not an hf: model");
@@ -309,8 +428,20 @@ StatusOr<std::unique_ptr<Generator>> Generator::openHf(const ModelSource &source
   config.seq = hf->seq.value_or(window);
   config.batch = 1;
   ASSIGN_OR_RETURN(ModelSource bound, source.bound(config));
-  ASSIGN_OR_RETURN(CompiledModel compiled, compileModel(bound, {}, codegen::CodegenOptions()));
-  if (compiled.hfWeightsFile.empty())
+  models::ModelConfig built = *bound.config();
+  kvCache = kvCache && built.buildsKvCache();
+  // With the cache, the forward (the prefill) also outputs every layer's keys and values; it
+  // and the decode step are built from the bound config (a zoo source of the same model).
+  ModelSource forwardSource = bound;
+  if (kvCache) {
+    models::ModelConfig prefill = built;
+    prefill.kvOutputs = true;
+    forwardSource = ModelSource::fromConfig(prefill);
+  }
+  ASSIGN_OR_RETURN(CompiledModel compiled,
+                   compileModel(forwardSource, {}, codegen::CodegenOptions()));
+  std::string weightsFile = hfWeightsFile(source);
+  if (weightsFile.empty())
     return Status::error(
         "--model " + source.text() + ": " + hfFolder(source) +
         " has no model.safetensors or model.safetensors.index.json (a bare config.json has no "
@@ -321,8 +452,16 @@ StatusOr<std::unique_ptr<Generator>> Generator::openHf(const ModelSource &source
   forward.seq = config.seq;
   forward.description = source.text();
   forward.compileSeconds = compiled.loadSeconds + compiled.compileSeconds;
-  forward.hfWeightsFile = compiled.hfWeightsFile;
+  forward.hfWeightsFile = weightsFile;
   forward.sourceShapes = std::move(compiled.sourceShapes);
+  if (kvCache) {
+    models::ModelConfig step = built;
+    step.kvDecode = true;
+    ASSIGN_OR_RETURN(CompiledModel decode,
+                     compileModel(ModelSource::fromConfig(step), {}, codegen::CodegenOptions()));
+    forward.decodePlan = std::move(decode.plan);
+    forward.compileSeconds += decode.loadSeconds + decode.compileSeconds;
+  }
   RETURN_IF_ERROR(openSession(*session));
   return std::unique_ptr<Generator>(new Generator(std::move(session)));
 }
@@ -334,6 +473,7 @@ StatusOr<int64_t> Generator::continuePrompt(const runtime::data::Tokenizer &toke
 }
 
 int64_t Generator::window() const { return session_->forward.seq; }
+bool Generator::kvCache() const { return session_->decode.has_value(); }
 double Generator::compileSeconds() const { return session_->forward.compileSeconds; }
 
 } // namespace megac::driver

@@ -1,7 +1,8 @@
 // Text from a checkpoint (`megac generate`): a zoo GPT, or an ONNX-imported causal LM rebuilt from
 // the .onnx file the checkpoint records, or a transformers folder (--model hf:FOLDER), run as a
 // one-rank forward plan over the window of the last seq tokens (batch 1, or the model's fixed batch
-// with the window in row 0); the logits of the last real position pick the next token: greedy
+// with the window in row 0), for an hf: folder with a KV cache (a decode-step plan, one token per
+// run); the logits of the last real position pick the next token: greedy
 // (temperature 0, the forward pass's argmax) or sampled with top-k / top-p from a seeded generator.
 #pragma once
 
@@ -41,8 +42,13 @@ public:
        const std::optional<std::string> &onnx,
        const std::function<void(const std::string &)> &warn);
   /// The model of an hf: folder with its weights (model.safetensors[.index.json]; a bare
-  /// config.json is refused), its window the source's seq=S, else `window`.
-  static StatusOr<std::unique_ptr<Generator>> openHf(const ModelSource &source, int64_t window);
+  /// config.json is refused), its window the source's seq=S, else `window`. With `kvCache`
+  /// (every hf: family: ModelConfig::buildsKvCache) a second plan, one decode step over the
+  /// cached keys and values of the text so far, makes each new token after the forward over the
+  /// prompt: O(window) per token instead of the forward's O(window^2) attention and window rows
+  /// of every layer (docs/huggingface.md "Generate").
+  static StatusOr<std::unique_ptr<Generator>> openHf(const ModelSource &source, int64_t window,
+                                                     bool kvCache = true);
   ~Generator();
 
   /// Continues `prompt`: `emit` gets the prompt, then each new token's text as it is chosen,
@@ -53,6 +59,8 @@ public:
   /// The window (the model's sequence length) and the time the plan took to compile.
   int64_t window() const;
   double compileSeconds() const;
+  /// Whether tokens are made by the KV cache's decode step (openHf).
+  bool kvCache() const;
 
 private:
   struct Session;

@@ -10,14 +10,17 @@ namespace {
 
 /// The token table `wteName` [vocab, h] gathered by input_ids [b, s] plus the learned positions
 /// `wpeName` [positions (else seq), h], whose first seq rows are added to every sequence
-/// (positions 0..seq-1); `wte` is set to the token table (a tied head reads it).
-Tensor tokensAndPositions(dsl::GraphBuilder &b, const ModelConfig &c, std::string_view wteName,
-                          std::string_view wpeName, Tensor &wte) {
+/// (positions 0..seq-1); in a decode step (kvDecode: Layers.h KvCache) one token, plus the row
+/// of its position_ids. `wte` is set to the token table (a tied head reads it).
+Tensor tokensAndPositions(dsl::GraphBuilder &b, const ModelConfig &c, const KvCache &cache,
+                          const Tensor &ids, std::string_view wteName, std::string_view wpeName,
+                          Tensor &wte) {
   InitStd std(c);
-  Tensor ids = b.input("input_ids", {c.batch, c.seq}, dsl::DType::i64);
   int64_t rows = c.positions > 0 ? c.positions : c.seq;
   wte = b.parameter(wteName, {c.vocab, c.hidden}, c.dtype, dsl::Init::normal(std.base));
   Tensor wpe = b.parameter(wpeName, {rows, c.hidden}, c.dtype, dsl::Init::normal(std.base));
+  if (cache.positions)
+    return b.embedding(wte, ids) + b.embedding(wpe, *cache.positions);
   if (rows != c.seq)
     wpe = b.slice(wpe, {0, 0}, {c.seq, c.hidden});
   return b.embedding(wte, ids) + wpe;
@@ -41,20 +44,24 @@ void logitsOutput(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x, c
 /// `transformer.`, q/k/v as three nn.Linear-layout parameters `attn.c_attn.{q,k,v}` (the
 /// file's fused Conv1D c_attn [in, 3 out] is split and transposed by driver/HfWeights), the
 /// other Conv1D projections held as nn.Linear [out, in] too. The position table has
-/// `positions` rows (n_positions) of which the first seq are used.
+/// `positions` rows (n_positions) of which the first seq are used. With megac generate's KV
+/// cache (kvOutputs, kvDecode: Layers.h KvCache) the forward outputs each layer's keys and
+/// values, or the function is one decode step.
 void buildGpt2Hf(dsl::GraphBuilder &b, const ModelConfig &c) {
   InitStd std(c);
-  Tensor x, wte;
+  Tensor ids, x, wte;
+  KvCache cache = kvCacheInputs(b, c, ids);
+  int64_t seq = cache.tokens;
   {
     auto t = b.scope("transformer");
-    x = tokensAndPositions(b, c, "wte.weight", "wpe.weight", wte);
+    x = tokensAndPositions(b, c, cache, ids, "wte.weight", "wpe.weight", wte);
     for (int64_t l = 0; l < c.layers; ++l) {
       auto s = b.scope("h." + std::to_string(l));
       Tensor a = layerNormLayer(b, "ln_1", x, c.normEps);
       {
         auto attn = b.scope("attn");
         auto heads = [&](const Tensor &t) {
-          return b.reshape(t, {c.batch, c.seq, c.heads, c.hidden / c.heads});
+          return b.reshape(t, {c.batch, seq, c.heads, c.hidden / c.heads});
         };
         Tensor q, k, v;
         {
@@ -63,8 +70,8 @@ void buildGpt2Hf(dsl::GraphBuilder &b, const ModelConfig &c) {
           k = heads(linearLayer(b, "k", a, c.hidden, true, std.base));
           v = heads(linearLayer(b, "v", a, c.hidden, true, std.base));
         }
-        Tensor o = b.attention(q, k, v, {true, {}, attentionScale(c)});
-        o = b.reshape(o, {c.batch, c.seq, c.hidden});
+        Tensor o = cachedAttention(b, c, cache, l, q, k, v, attentionScale(c));
+        o = b.reshape(o, {c.batch, seq, c.hidden});
         x = x + linearLayer(b, "c_proj", o, c.hidden, true, std.output);
       }
       Tensor m = layerNormLayer(b, "ln_2", x, c.normEps);
@@ -87,8 +94,9 @@ void buildGpt2Hf(dsl::GraphBuilder &b, const ModelConfig &c) {
 void buildGpt(dsl::GraphBuilder &b, const ModelConfig &c) {
   if (c.hfGpt2)
     return buildGpt2Hf(b, c);
-  Tensor wte;
-  Tensor x = tokensAndPositions(b, c, "wte", "wpe", wte);
+  Tensor ids, wte;
+  KvCache cache = kvCacheInputs(b, c, ids);
+  Tensor x = tokensAndPositions(b, c, cache, ids, "wte", "wpe", wte);
   Activation act = c.gelu == dsl::Gelu::tanh ? Activation::gelu_tanh : Activation::gelu_erf;
   for (int64_t l = 0; l < c.layers; ++l) {
     auto s = b.scope("h" + std::to_string(l));

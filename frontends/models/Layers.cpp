@@ -1,6 +1,8 @@
 // Transformer building blocks shared by the zoo's models.
 #include "frontends/models/Layers.h"
 
+#include <string>
+
 namespace megac::models {
 
 using dsl::Init;
@@ -63,6 +65,33 @@ Tensor mlpLayer(dsl::GraphBuilder &b, std::string_view name, const ModelConfig &
     break;
   }
   return linearLayer(b, "proj", h, c.hidden, bias, std.output);
+}
+
+KvCache kvCacheInputs(dsl::GraphBuilder &b, const ModelConfig &c, Tensor &ids) {
+  KvCache cache;
+  cache.tokens = c.kvDecode ? 1 : c.seq;
+  ids = b.input("input_ids", {c.batch, cache.tokens}, dsl::DType::i64);
+  if (c.kvDecode) {
+    cache.positions = b.input("position_ids", {c.batch, 1}, dsl::DType::i64);
+    cache.mask = b.input("cache_mask", {c.batch, 1, 1, c.seq + 1}, c.dtype);
+  }
+  return cache;
+}
+
+Tensor cachedAttention(dsl::GraphBuilder &b, const ModelConfig &c, const KvCache &cache,
+                       int64_t layer, const Tensor &q, const Tensor &k, const Tensor &v,
+                       std::optional<double> scale) {
+  std::string suffix = "_" + std::to_string(layer);
+  if (c.kvOutputs || c.kvDecode) {
+    b.output("present_key" + suffix, k);
+    b.output("present_value" + suffix, v);
+  }
+  if (!c.kvDecode)
+    return b.attention(q, k, v, {.causal = true, .mask = {}, .scale = scale});
+  Tensor pastK = b.input("past_key" + suffix, {c.batch, c.seq, k.dim(2), k.dim(3)}, k.dtype());
+  Tensor pastV = b.input("past_value" + suffix, {c.batch, c.seq, v.dim(2), v.dim(3)}, v.dtype());
+  return b.attention(q, b.concat({pastK, k}, 1), b.concat({pastV, v}, 1),
+                     {.causal = false, .mask = cache.mask, .scale = scale});
 }
 
 } // namespace megac::models

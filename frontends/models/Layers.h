@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <string_view>
 
 namespace megac::models {
@@ -41,6 +42,32 @@ struct AttentionBlock {
 dsl::Tensor attentionLayer(dsl::GraphBuilder &b, std::string_view name, const ModelConfig &c,
                            const dsl::Tensor &x, const dsl::Tensor &kv,
                            const AttentionBlock &options);
+
+/// megac generate's KV cache in a decoder builder (ModelConfig::kvOutputs, kvDecode). A decode
+/// step (kvDecode) takes input_ids [batch, 1] (the token at position p) and these inputs:
+///   position_ids [batch, 1] (i64): p, for the learned or rotary positions;
+///   cache_mask [batch, 1, 1, seq + 1]: additive over the keys attended, slots 0..seq-1 of the
+///     cache and then the token's own key: 0 for slots 0..p-1 and for its own key, a large
+///     negative (-1e30) for the slots p..seq-1 not yet written;
+///   past_key_L, past_value_L [batch, seq, kv_heads, head_dim] per layer L: slot j holds
+///     position j's key (after rotary) and value;
+/// and outputs logits [batch, 1, vocab] and present_key_L, present_value_L [batch, 1, kv_heads,
+/// head_dim], the token's key and value, which the caller writes into slot p.
+struct KvCache {
+  std::optional<dsl::Tensor> positions; // position_ids (decode step only)
+  std::optional<dsl::Tensor> mask;      // cache_mask (decode step only)
+  /// The tokens a call of the function runs: 1 in a decode step, else seq.
+  int64_t tokens = 0;
+};
+/// input_ids [batch, tokens] and, in a decode step, position_ids and cache_mask (in that order).
+KvCache kvCacheInputs(dsl::GraphBuilder &b, const ModelConfig &c, dsl::Tensor &ids);
+/// Layer `layer`'s attention over this call's `k`, `v` [batch, tokens, kv_heads, head_dim]
+/// (`q` [batch, tokens, heads, head_dim]): causal over them in a forward; in a decode step
+/// over the layer's past_key/past_value inputs followed by k and v, masked by cache_mask. k
+/// and v are output as present_key/present_value when kvOutputs or kvDecode.
+dsl::Tensor cachedAttention(dsl::GraphBuilder &b, const ModelConfig &c, const KvCache &cache,
+                            int64_t layer, const dsl::Tensor &q, const dsl::Tensor &k,
+                            const dsl::Tensor &v, std::optional<double> scale);
 
 enum class Activation { gelu_erf, gelu_tanh, relu };
 /// fc [ffn, hidden] -> activation -> proj [hidden, ffn], in scope `name`.

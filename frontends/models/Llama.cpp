@@ -42,8 +42,9 @@ double inverseFrequency(const ModelConfig &c, int64_t i, int64_t d) {
 /// transformers' LlamaRotaryEmbedding: angle(p, j) = p * theta^(-2i/d) with i = j mod d/2 (the
 /// two halves of the rotated dims repeat the d/2 frequencies, the pairing rotate_half expects);
 /// d is the rotated part of a head (all of it but for Nemotron's partial rotary). Computed in
-/// double and rounded once to the model's dtype.
-RotaryTables rotaryTables(dsl::GraphBuilder &b, const ModelConfig &c) {
+/// double and rounded once to the model's dtype. In a decode step (Layers.h KvCache) the rows of
+/// positions 0..seq-1 are gathered at the token's position_ids.
+RotaryTables rotaryTables(dsl::GraphBuilder &b, const ModelConfig &c, const KvCache &cache) {
   int64_t d = c.rotaryDim(), half = d / 2;
   std::vector<double> cos(c.seq * d), sin(c.seq * d);
   for (int64_t p = 0; p < c.seq; ++p)
@@ -53,7 +54,13 @@ RotaryTables rotaryTables(dsl::GraphBuilder &b, const ModelConfig &c) {
       sin[p * d + j] = std::sin(angle);
     }
   auto scope = b.scope("rotary");
-  return {b.constant(cos, {1, c.seq, 1, d}, c.dtype), b.constant(sin, {1, c.seq, 1, d}, c.dtype)};
+  if (!cache.positions)
+    return {b.constant(cos, {1, c.seq, 1, d}, c.dtype), b.constant(sin, {1, c.seq, 1, d}, c.dtype)};
+  auto at = [&](const std::vector<double> &table) {
+    Tensor rows = b.embedding(b.constant(table, {c.seq, d}, c.dtype), *cache.positions);
+    return b.reshape(rows, {c.batch, 1, 1, d});
+  };
+  return {at(cos), at(sin)};
 }
 
 /// x * cos + rotate_half(x) * sin with rotate_half(x) = concat(-x[..., r/2:], x[..., :r/2]) on
@@ -73,7 +80,7 @@ Tensor applyRotary(dsl::GraphBuilder &b, const Tensor &x, const RotaryTables &ro
 /// (mega.attention's grouped-query form: query head i reads key/value head i / (heads/kv_heads),
 /// as transformers' repeat_kv does). `x [b, s, hidden]` -> `[b, s, hidden]`.
 Tensor selfAttention(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x,
-                     const RotaryTables &rotary) {
+                     const RotaryTables &rotary, const KvCache &cache, int64_t layer) {
   auto scope = b.scope("self_attn");
   InitStd std(c);
   int64_t batch = x.dim(0), seq = x.dim(1), dh = c.headDim();
@@ -84,7 +91,7 @@ Tensor selfAttention(dsl::GraphBuilder &b, const ModelConfig &c, const Tensor &x
   Tensor v = heads(linearLayer(b, "v_proj", x, c.kvHeads * dh, bias, std.base), c.kvHeads);
   q = applyRotary(b, q, rotary);
   k = applyRotary(b, k, rotary);
-  Tensor o = b.attention(q, k, v, {.causal = true, .mask = {}, .scale = {}});
+  Tensor o = cachedAttention(b, c, cache, layer, q, k, v, std::nullopt);
   o = b.reshape(o, {batch, seq, c.heads * dh});
   return linearLayer(b, "o_proj", o, c.hidden, c.oBias, std.output);
 }
@@ -124,15 +131,16 @@ Tensor decoderNorm(dsl::GraphBuilder &b, const ModelConfig &c, std::string_view 
 
 void buildLlamaDecoder(dsl::GraphBuilder &b, const ModelConfig &c, const FeedForward &feedForward) {
   InitStd std(c);
-  Tensor ids = b.input("input_ids", {c.batch, c.seq}, dsl::DType::i64);
+  Tensor ids;
+  KvCache cache = kvCacheInputs(b, c, ids);
   Tensor embed =
       b.parameter("embed_tokens.weight", {c.vocab, c.hidden}, c.dtype, dsl::Init::normal(std.base));
-  RotaryTables rotary = rotaryTables(b, c);
+  RotaryTables rotary = rotaryTables(b, c, cache);
   Tensor x = b.embedding(embed, ids);
   for (int64_t l = 0; l < c.layers; ++l) {
     auto s = b.scope("layers." + std::to_string(l));
     Tensor a = decoderNorm(b, c, "input_layernorm", x);
-    x = x + selfAttention(b, c, a, rotary);
+    x = x + selfAttention(b, c, a, rotary, cache, l);
     Tensor m = decoderNorm(b, c, "post_attention_layernorm", x);
     x = x + feedForward(b, c, m);
   }

@@ -89,6 +89,12 @@ struct ModelConfig {
   int64_t positions = 0;  // gpt: rows of the learned position table (0: seq); seq <= positions
   bool scaleAttn = true;  // gpt: scores scaled by 1/sqrt(head_dim) (GPT-2's scale_attn_weights)
   bool hfGpt2 = false;    // gpt: transformers' GPT-2 names (transformer.h.{l}.attn.c_attn.q...)
+  /// megac generate's KV cache (driver/Generate.cpp; set there, not spec keys), for gpt with
+  /// hf_gpt2 and the llama family (Layers.h kvCacheInputs). kvOutputs: the forward also outputs
+  /// each layer's keys and values, present_key_L and present_value_L [batch, seq, kv_heads,
+  /// head_dim] (keys after rotary). kvDecode: one decode step in place of the forward.
+  bool kvOutputs = false;
+  bool kvDecode = false;
 
   int64_t headDim() const { return headDimKey > 0 ? headDimKey : hidden / heads; }
   /// The rotated dims of each head: rotary_pct of head_dim (transformers' int()).
@@ -97,6 +103,9 @@ struct ModelConfig {
   bool llamaLike() const {
     return arch == Arch::llama || arch == Arch::mixtral || arch == Arch::nemotron;
   }
+  /// Whether kvOutputs and kvDecode are built: GPT-2 under transformers' names and the Llama
+  /// family (every hf: model_type).
+  bool buildsKvCache() const { return llamaLike() || (arch == Arch::gpt && hfGpt2); }
   /// Transformer layers in total (encoder plus decoder for t5).
   int64_t totalLayers() const { return arch == Arch::t5 ? encLayers + decLayers : layers; }
   /// "gpt:layers=2,hidden=64,...": a spec that parses back to this config.

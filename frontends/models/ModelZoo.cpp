@@ -7,6 +7,12 @@ namespace megac::models {
 
 mlir::OwningOpRef<mlir::ModuleOp> buildModel(mlir::MLIRContext &ctx, const ModelConfig &config,
                                              std::string &error) {
+  if ((config.kvOutputs || config.kvDecode) && !config.buildsKvCache()) {
+    error = "megac generate's KV cache is built for GPT-2 under transformers' names (hf_gpt2=1) "
+            "and the Llama family, not for " +
+            config.spec();
+    return {};
+  }
   dsl::GraphBuilder b(ctx, archName(config.arch));
   switch (config.arch) {
   case Arch::gpt:

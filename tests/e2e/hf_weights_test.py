@@ -32,7 +32,10 @@ For each:
     config's torch_dtype (qwen2's bf16: the trained parameters rounded to nearest even);
   - export: `megac export --load CKPT --hf OUT2` of the same run's checkpoint writes that folder
     again, tensors byte for byte;
-  - generate (llama, qwen2): `megac generate --model hf:DIR` makes transformers' greedy tokens.
+  - generate (llama, qwen2, mixtral, nemotron): `megac generate --model hf:DIR` makes
+    transformers' greedy tokens with its KV cache and with --no-kv-cache (GQA, Llama 3.1's and
+    Nemotron's partial rotary at each token's position, MoE at one token), and llama's with a
+    window that slides makes the same tokens with and without the cache.
 Bad input, each refused by `megac train` in one line naming the file and the tensor, with no
 --save-hf folder written: a truncated shard, an index naming a missing file, an unreadable dtype
 (I32), a mis-shaped tensor (a config that does not match the weights), a missing tensor (then
@@ -276,22 +279,38 @@ def check_sharded_save(args, check, name, folder, tokens, extra):
           "at a time) holds exactly the parameters --save-weights gathered whole")
 
 
-def check_generate(args, check, name, folder, model, new_tokens=12):
+def generated_tokens(args, folder, prompt, new_tokens, extra=()):
+    """`megac generate --model hf:FOLDER` of `prompt` (byte tokenizer): (the new token ids or
+    None, stderr)."""
+    g = subprocess.run([args.megac, "generate", "--model", f"hf:{folder}", "--prompt", prompt,
+                        "--max-tokens", str(new_tokens), *extra], capture_output=True,
+                       timeout=120)
+    err = g.stderr.decode(errors="replace").strip()
+    out = list(g.stdout)
+    if g.returncode != 0 or out[:len(prompt)] != list(prompt.encode()):
+        return None, err
+    return out[len(prompt):-1], err
+
+
+def check_generate(args, check, name, folder, model, new_tokens=12, slide=False):
     """`megac generate --model hf:DIR` (byte tokenizer: the prompt's ASCII bytes are its ids,
     all below the vocab of 128) against transformers' greedy generate of the same folder from
-    the same ids, its end-of-sequence id unset so both make every token. Greedy picks the argmax:
-    the logits agree to ~1e-6 of the largest (the forward bound; transformers' KV-cached steps
-    differ from a full forward by as little), so the tokens can differ only where the top two
-    logits are closer than that; the message reports the smallest top-two gap on the path
-    (relative to the largest logit) to show that they are not."""
+    the same ids, its end-of-sequence id unset so both make every token, with the KV cache (the
+    default: a forward over the prompt, then one decode step per token over the cached keys and
+    values) and with --no-kv-cache (the forward over the window per token). Greedy picks the
+    argmax: the logits agree to ~1e-6 of the largest (the forward bound; transformers' KV-cached
+    steps, and megac's, differ from a full forward by as little), so the tokens can differ only
+    where the top two logits are closer than that; the message reports the smallest top-two gap
+    on the path (relative to the largest logit) to show that they are not. With `slide`, also
+    a window of 10 (seq=10: 6 prompt tokens, then the window slides after 4 new ones, where the
+    cache gives way to the forward) makes the same tokens with and without the cache."""
     import torch
     prompt = "megac!"
-    g = subprocess.run([args.megac, "generate", "--model", f"hf:{folder}", "--prompt", prompt,
-                        "--max-tokens", str(new_tokens)], capture_output=True, timeout=120)
-    if g.returncode != 0:
-        check(False, f"{name}: megac generate --model hf:DIR: "
-              f"{g.stderr.decode(errors='replace').strip()[-400:]}")
+    got, err = generated_tokens(args, folder, prompt, new_tokens)
+    if got is None:
+        check(False, f"{name}: megac generate --model hf:DIR: {err[-400:]}")
         return
+    plain, plain_err = generated_tokens(args, folder, prompt, new_tokens, ["--no-kv-cache"])
     ids = torch.tensor([list(prompt.encode())])
     model.generation_config.eos_token_id = None
     with torch.no_grad():
@@ -300,11 +319,20 @@ def check_generate(args, check, name, folder, model, new_tokens=12):
     want = r.sequences[0, ids.shape[1]:].tolist()
     gap = min(float((s[0].topk(2).values[0] - s[0].topk(2).values[1]) / s[0].abs().max())
               for s in r.scores)
-    got = list(g.stdout)
-    ok = got[:len(prompt)] == list(prompt.encode()) and got[len(prompt):-1] == want
-    check(ok, f"{name}: megac generate --model hf:DIR, {new_tokens} greedy tokens equal "
-          f"transformers' generate (smallest top-two gap {gap:.1e} of the largest logit)"
-          + ("" if ok else f": {got[len(prompt):-1]} vs {want}"))
+    cached = "ms/token" in err and ", KV cache)" in err
+    ok = got == want and plain == want and cached and ", no KV cache)" in plain_err
+    check(ok, f"{name}: megac generate --model hf:DIR, {new_tokens} greedy tokens with the KV "
+          f"cache and with --no-kv-cache equal transformers' generate (smallest top-two gap "
+          f"{gap:.1e} of the largest logit)"
+          + ("" if ok else f": {got} (KV cache: {cached}) and {plain} vs {want}"))
+    if slide:
+        a, err_a = generated_tokens(args, folder + ",seq=10", prompt, new_tokens)
+        b, err_b = generated_tokens(args, folder + ",seq=10", prompt, new_tokens,
+                                    ["--no-kv-cache"])
+        check(a is not None and a == b,
+              f"{name}: seq=10 (the window slides after 4 new tokens), {new_tokens} greedy "
+              "tokens with the KV cache equal --no-kv-cache's"
+              + ("" if a is not None and a == b else f": {a} vs {b} ({err_a[-300:]})"))
 
 
 def write_bf16_shards(folder, shapes, shard_bytes):
@@ -582,8 +610,8 @@ def main():
         check_export(args, check, name, ckpt, out)
         if name in ("llama", "mixtral"):
             check_sharded_save(args, check, name, folder, tokens, extra)
-        if name in ("llama", "qwen2"):
-            check_generate(args, check, name, folder, model)
+        if name in ("llama", "qwen2", "mixtral", "nemotron"):
+            check_generate(args, check, name, folder, model, slide=name == "llama")
 
         if name == "llama":
             bad_inputs(args, check, folder, cls, config, tokens)

@@ -1,6 +1,6 @@
 // `megac generate --load DIR --prompt TEXT [--max-tokens N --tokenizer SPEC --temperature T
 // --top-k K --top-p P --seed S]`: text from a checkpoint, or from a transformers folder with
-// `--model hf:FOLDER` instead of --load (driver/Generate.h), printed as produced.
+// `--model hf:FOLDER [--no-kv-cache]` instead of --load (driver/Generate.h), printed as produced.
 #include "tools/megac/Cli.h"
 #include "tools/megac/Commands.h"
 #include "tools/megac/Help.h"
@@ -28,6 +28,8 @@ int generateCommand(int argc, char **argv) {
   f.count("--top-k", topK, 0, "K", std::numeric_limits<int32_t>::max());
   f.number("--top-p", sampling.topP, atLeast(0), "a number >= 0", "P");
   f.text("--seed", seedText, "S");
+  bool noKvCache = false;
+  f.flag("--no-kv-cache", noKvCache);
   if (std::optional<int> exit = f.parse(argc, argv, 2))
     return *exit;
   std::optional<uint64_t> seed = 0;
@@ -38,6 +40,9 @@ int generateCommand(int argc, char **argv) {
     return f.usage("--model hf:FOLDER generates from the folder's weights, without --load (a "
                    "checkpoint of an hf: run: `megac export --load DIR --hf OUT`, then --model "
                    "hf:OUT)");
+  if (noKvCache && !hf)
+    return f.usage("--no-kv-cache applies to --model hf:FOLDER (a checkpoint's model always "
+                   "runs the forward over the window)");
   if (!load && !hf)
     return f.usage("missing --load DIR (a megac train --save directory) or --model hf:FOLDER");
   if (!prompt)
@@ -56,7 +61,7 @@ int generateCommand(int argc, char **argv) {
     // Without seq=, the window holds the prompt and every new token: nothing slides out, as in
     // transformers' generate.
     int64_t window = int64_t((*tokenizer)->encode(*prompt).size()) + maxTokens;
-    generator = driver::Generator::openHf(*source, window);
+    generator = driver::Generator::openHf(*source, window, !noKvCache);
   } else {
     generator = driver::Generator::open(*load, spec, onnx, [&](const std::string &line) {
       std::fprintf(stderr, "%s: warning: %s\n", command, line.c_str());
@@ -78,10 +83,12 @@ int generateCommand(int argc, char **argv) {
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::fprintf(stderr,
-               "%s: %lld tokens in %.1f ms (%.2f ms/token, window %lld), plan compiled in "
+               "%s: %lld tokens in %.1f ms (%.2f ms/token, window %lld, %s), plan compiled in "
                "%.2f s\n",
                command, (long long)*generated, ms, *generated ? ms / double(*generated) : 0.0,
-               (long long)(*generator)->window(), (*generator)->compileSeconds());
+               (long long)(*generator)->window(),
+               (*generator)->kvCache() ? "KV cache" : "no KV cache",
+               (*generator)->compileSeconds());
   return 0;
 }
 

@@ -291,7 +291,8 @@ const char *const kGenerateHelp =
     R"(usage: megac generate --load DIR --prompt TEXT [--max-tokens N] [--tokenizer SPEC]
                       [--temperature T] [--top-k K] [--top-p P] [--seed S]
                       [--model SPEC | --onnx MODEL.onnx]
-       megac generate --model hf:FOLDER[,seq=S] --prompt TEXT [options as above]
+       megac generate --model hf:FOLDER[,seq=S] --prompt TEXT [--no-kv-cache]
+                      [options as above]
 
 Continues TEXT with the model of the newest checkpoint under DIR (`megac train --save DIR`):
 a zoo GPT (--model overrides the checkpoint's spec) or an ONNX-imported causal LM taking
@@ -309,7 +310,10 @@ The time per token goes to stderr.
 --model hf:FOLDER (without --load) generates with a transformers folder's model and weights
 (model.safetensors or its sharded index; docs/huggingface.md); its window is seq=S, else the
 prompt's tokens plus --max-tokens (nothing slides out: greedy decoding gives transformers'
-greedy generate).)";
+greedy generate). It keeps a KV cache: one forward over the prompt, then a decode step per new
+token over the cached keys and values (O(window) per token); --no-kv-cache runs the forward over
+the window for every token instead (the same tokens, for comparison). Once the text outgrows
+seq=S the window slides and each token takes the forward.)";
 
 const char *const kExportHelp = R"(usage: megac export --load DIR --onnx MODEL.onnx -o TRAINED.onnx
        megac export --load DIR --hf OUT [--model hf:FOLDER] [--hf-shard-size SIZE]
