@@ -1,7 +1,8 @@
 """The planner's predicted step time against measured `megac train` runs on this machine's CPU.
 
 usage: cpu_cost_model.py --megac build/bin/megac --workdir DIR [--calibrations 3] [--repeats 1]
-                         [--steps 6] [--quick] [--round K] [--report] [--only NAME ...]
+                         [--steps 6] [--quick] [--round K [--hold-seconds S]] [--report]
+                         [--repredict LABEL] [--only NAME ...]
 
 One calibration per machine (issue 34): each round runs `megac calibrate --backend cpu` once
 (no --ranks: one rank alone with 1 and with every core's threads, and every core busy) and then
@@ -13,9 +14,11 @@ configuration's measured time in a round is the median of its `--repeats` runs, 
 median of its steps after the first two. Per calibration the table prints the mean and max
 |error|; the summary gives, per configuration, the spread of the error across calibrations.
 
-`--round K` runs only round K and saves it under WORKDIR (so a full run can be split into
-holds of the CPU lock of a few minutes each: `--round 1`, `--round 2`, `--round 3`, then
-`--report` prints the table of the saved rounds). `--quick`: one round, the --only
+`--round K` runs only round K and saves it under WORKDIR after every configuration (so a full
+run can be split into holds of the CPU lock of a few minutes each: `--round 1 --hold-seconds
+300` calibrates and measures what fits in the hold, the same command again resumes round 1 with
+its spec, then `--round 2`, `--round 3`; `--report` prints the table of the saved rounds;
+`--repredict LABEL` predicts the saved rounds again from their specs after a model change). `--quick`: one round, the --only
 configurations (default: four) and 4 steps, for development. Exits non-zero only if a run fails,
 never on the error.
 """
@@ -83,10 +86,44 @@ def layout_flags(layout):
     return flags
 
 
-def calibrate(megac, path, quick):
+def disturbed(path):
+    """Why the spec at `path` looks measured on a busy machine, or None.
+
+    OpenBLAS splits a GEMM of 256 or more per side over a rank's threads: on C idle cores one
+    rank with C threads runs it close to C times as fast as with one (2.02x, the median over the
+    shapes both occupancies measured, in an undisturbed round on this 2-core VM). A median below
+    0.75·C means another process held a core during the multi-thread sweep (this VM's cores are
+    shared with work that does not take the bench's lock)."""
+    with open(path) as f:
+        calibration = json.load(f).get("calibration", {})
+    tables = {o["name"]: o["gemm"] for o in calibration.get("occupancies", [])}
+    many = [n for n in tables if n != "alone-1t"]
+    if "alone-1t" not in tables or not many:
+        return None
+    one = {(g["m"], g["n"], g["k"], g["elementBytes"]): g["flopsPerSecond"]
+           for g in tables["alone-1t"] if min(g["m"], g["n"], g["k"]) >= 256}
+    ratios = [g["flopsPerSecond"] / one[key] for g in tables[many[0]]
+              for key in [(g["m"], g["n"], g["k"], g["elementBytes"])] if key in one]
+    threads = max(o.get("threads", 1) for o in calibration["occupancies"])
+    if ratios and statistics.median(ratios) < 0.75 * threads:
+        return ("%s's GEMMs are %.2fx alone-1t's (median over %d shapes; %d threads on idle "
+                "cores: ~%dx)" % (many[0], statistics.median(ratios), len(ratios), threads,
+                                  threads))
+    return None
+
+
+def calibrate(megac, path, quick, attempts=2):
+    """`megac calibrate`, again (up to `attempts` times) when the spec looks disturbed."""
     start = time.time()
-    subprocess.run([megac, "calibrate", "--backend", "cpu", "-o", path] +
-                   (["--quick"] if quick else []), check=True, capture_output=True, text=True)
+    for attempt in range(1, attempts + 1):
+        subprocess.run([megac, "calibrate", "--backend", "cpu", "-o", path] +
+                       (["--quick"] if quick else []), check=True, capture_output=True, text=True)
+        why = disturbed(path)
+        if not why:
+            break
+        print("calibration attempt %d disturbed: %s%s" % (
+            attempt, why, "; calibrating again" if attempt < attempts else "; kept"),
+            file=sys.stderr, flush=True)
     return time.time() - start
 
 
@@ -124,25 +161,49 @@ def measure(megac, workdir, config, steps):
     return statistics.median(r["step_time_s"] for r in records[SKIP:]) * 1e3
 
 
-def run_round(args, configs, k):
-    """Calibration k, then every configuration predicted from it and measured."""
+def run_round(args, configs, k, saved=None, save=None):
+    """Calibration k, then every configuration predicted from it and measured.
+
+    `saved`: what an earlier hold of this round left (its spec and finished configurations):
+    the round resumes with that spec, measuring only the configurations it has not. `save` is
+    called after each configuration, and the round stops starting new ones once
+    `args.hold_seconds` have passed (0: no limit), so a round can span several holds of the CPU
+    lock."""
+    start = time.time()
     spec = os.path.join(args.workdir, "cpu-machine-%d.json" % k)
-    seconds = calibrate(args.megac, spec, args.quick)
-    print("round %d: calibrated %s in %.0f s" % (k, os.path.basename(spec), seconds),
-          file=sys.stderr, flush=True)
-    rows = {}
+    if saved and os.path.exists(saved["spec"]):
+        result = saved
+        print("round %d: resuming with %s (%d of %d configurations done)"
+              % (k, os.path.basename(spec), len(saved["rows"]), len(configs)),
+              file=sys.stderr, flush=True)
+    else:
+        seconds = calibrate(args.megac, spec, args.quick)
+        print("round %d: calibrated %s in %.0f s" % (k, os.path.basename(spec), seconds),
+              file=sys.stderr, flush=True)
+        result = {"round": k, "spec": spec, "calibrate_s": seconds, "rows": {},
+                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    rows = result["rows"]
     for config in configs:
+        if config[0] in rows:
+            continue
+        if args.hold_seconds and time.time() - start > args.hold_seconds:
+            print("round %d: %d of %d configurations done after %.0f s; run --round %d again "
+                  "to resume" % (k, len(rows), len(configs), time.time() - start, k),
+                  file=sys.stderr, flush=True)
+            break
         predicted = predict(args.megac, spec, config)
         runs = [measure(args.megac, args.workdir, config, args.steps)
                 for _ in range(args.repeats)]
         rows[config[0]] = {"predicted_ms": predicted, "measured_ms": statistics.median(runs),
-                           "runs_ms": runs}
+                           "runs_ms": runs,
+                           "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
         print("round %d: %-22s predicted %8.1f ms, measured %8.1f ms (%+.1f%%)"
               % (k, config[0], predicted, rows[config[0]]["measured_ms"],
                  100 * (predicted / rows[config[0]]["measured_ms"] - 1)),
               file=sys.stderr, flush=True)
-    return {"round": k, "spec": spec, "calibrate_s": seconds, "rows": rows,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        if save:
+            save(result)
+    return result
 
 
 def report(configs, rounds):
@@ -193,8 +254,16 @@ def main():
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--round", type=int, help="run only this round and save it")
+    parser.add_argument("--round", type=int,
+                        help="run only this round and save it (resumes a partly saved round)")
+    parser.add_argument("--hold-seconds", type=float, default=0,
+                        help="with --round: start no configuration after this many seconds "
+                             "(a hold of the CPU lock); the next --round K resumes")
     parser.add_argument("--report", action="store_true", help="print the saved rounds")
+    parser.add_argument("--repredict", metavar="LABEL",
+                        help="predict every saved round's configurations again with this megac "
+                             "(a model change), keeping the old predictions under LABEL; then "
+                             "--report")
     parser.add_argument("--only", action="append", help="run only these configurations")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
@@ -208,6 +277,22 @@ def main():
         print("skipped (ranks x threads > %d cores): %s" % (os.cpu_count(), ", ".join(skipped)))
     configs = [c for c in configs if c[2] * c[3] <= os.cpu_count()]
     saved = os.path.join(args.workdir, "rounds.json")
+    if args.repredict:
+        # The model changed after the measurements: predict every saved row again from its
+        # round's spec (the measurements and the specs stay); the old prediction is kept under
+        # the label.
+        with open(saved) as f:
+            rounds = json.load(f)
+        for r in rounds.values():
+            for config in configs:
+                row = r["rows"].get(config[0])
+                if row:
+                    row.setdefault("earlier_predictions_ms", {})[args.repredict] = \
+                        row["predicted_ms"]
+                    row["predicted_ms"] = predict(args.megac, r["spec"], config)
+        with open(saved, "w") as f:
+            json.dump(rounds, f, indent=1)
+        args.report = True
     if args.report:
         with open(saved) as f:
             rounds = sorted(json.load(f).values(), key=lambda r: r["round"])
@@ -218,9 +303,13 @@ def main():
         if os.path.exists(saved):
             with open(saved) as f:
                 rounds = json.load(f)
-        rounds[str(args.round)] = run_round(args, configs, args.round)
-        with open(saved, "w") as f:
-            json.dump(rounds, f, indent=1)
+
+        def save(result):
+            rounds[str(args.round)] = result
+            with open(saved, "w") as f:
+                json.dump(rounds, f, indent=1)
+
+        save(run_round(args, configs, args.round, rounds.get(str(args.round)), save))
         report(configs, [rounds[str(args.round)]])
         return 0
     rounds = [run_round(args, configs, k) for k in range(1, args.calibrations + 1)]

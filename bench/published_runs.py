@@ -130,7 +130,8 @@ def main():
     parser.add_argument("--stack-override", help="plan every run with this --stack instead of its own")
     parser.add_argument("--sorted", action="store_true",
                         help="also list each set's runs sorted by error, with hidden, tp, pp, "
-                             "micro-batch and the step's split")
+                             "micro-batch, the compute alone against the measured step and the "
+                             "step's split")
     args = parser.parse_args()
     if not os.access(args.megac, os.X_OK):
         print(f"error: {args.megac} is not an executable (build megac first)", file=sys.stderr)
@@ -170,15 +171,19 @@ def main():
         # pessimistic, with the geometry a mechanism would depend on.
         for name in SETS:
             print(f"\n{name}, sorted by error: {'id':32} {'fit':8} {'hidden':>6} {'tp':>3} {'pp':>3} "
-                  f"{'mb':>3} {'error':>7}  compute / tp-comm / dp-comm / bubble / overhead share")
+                  f"{'mb':>3} {'error':>7} {'compute':>8}  compute / tp-comm / dp-comm / bubble / "
+                  f"overhead share")
             for err, run, layout in sorted(ranked.get(name, []), key=lambda r: r[0]):
                 b, t = layout.get("breakdown", {}), layout["step_time_s"]
+                # The compute alone against the measured step: what the error would be if every
+                # collective, bubble and optimizer step were hidden.
+                compute = 100.0 * (b.get("compute_s", 0.0) / run["measured_step_seconds"] - 1)
                 share = " / ".join(f"{100.0 * b.get(k, 0.0) / t:4.1f}%" for k in
                                    ("compute_s", "tp_comm_s", "dp_comm_s", "bubble_s",
                                     "overhead_s"))
                 print(f"{'':{len(name) + 19}}{run['id']:32} {'fit' if run['fit'] else 'held-out':8} "
                       f"{run['hidden']:6} {run.get('tp', 1):3} {run.get('pp', 1):3} "
-                      f"{run['micro_batch']:3} {err:+6.1f}%  {share}")
+                      f"{run['micro_batch']:3} {err:+6.1f}% {compute:+7.1f}%  {share}")
     print()
     for name in SETS:
         print(summary(f"{name}, held out", errors.get((name, False), [])))
