@@ -59,13 +59,9 @@ Status checkHfSaveDir(const std::string &dir, const std::string &what) {
 
 StatusOr<DType> hfSaveDtype(const std::string &inputFolder) {
   std::string path = (fs::path(inputFolder) / "config.json").string();
-  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "config.json"));
-  StatusOr<json::Value> config =
-      json::parse(std::string_view(reinterpret_cast<const char *>(bytes.data()), bytes.size()));
-  if (!config.isOk())
-    return Status::error(path + ": " + config.status().message());
+  ASSIGN_OR_RETURN(json::Value config, readHfJson(path, "config.json"));
   const json::Value *dtype =
-      config->kind == json::Value::Kind::object ? config->find("torch_dtype") : nullptr;
+      config.kind == json::Value::Kind::object ? config.find("torch_dtype") : nullptr;
   if (dtype && dtype->kind == json::Value::Kind::string) {
     if (dtype->string == "bfloat16")
       return DType::bf16;

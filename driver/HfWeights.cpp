@@ -291,6 +291,15 @@ void convertHfElements(const uint8_t *src, DType from, uint8_t *dst, DType to, s
     storeHfElement(dst + i * b, to, loadHfElement(src + i * a, from));
 }
 
+StatusOr<json::Value> readHfJson(const std::string &path, const char *what) {
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, what));
+  StatusOr<json::Value> value =
+      json::parse(std::string_view(reinterpret_cast<const char *>(bytes.data()), bytes.size()));
+  if (!value.isOk())
+    return Status::error(path + ": " + value.status().message());
+  return value;
+}
+
 HfPlace hfPlace(const std::string &megacName) {
   if (megacName.starts_with("lm_head."))
     return {megacName};
@@ -347,13 +356,9 @@ StatusOr<HfCheckpoint> HfCheckpoint::open(const std::string &weightsFile) {
   // file -> the tensors the index says it holds (empty: all its tensors)
   std::map<std::string, std::vector<std::string>> files;
   if (weightsFile.ends_with(".index.json")) {
-    ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(weightsFile, "index file"));
-    StatusOr<json::Value> index =
-        json::parse(std::string_view(reinterpret_cast<const char *>(bytes.data()), bytes.size()));
-    if (!index.isOk())
-      return Status::error(weightsFile + ": " + index.status().message());
+    ASSIGN_OR_RETURN(json::Value index, readHfJson(weightsFile, "index file"));
     const json::Value *map =
-        index->kind == json::Value::Kind::object ? index->find("weight_map") : nullptr;
+        index.kind == json::Value::Kind::object ? index.find("weight_map") : nullptr;
     if (!map || map->kind != json::Value::Kind::object)
       return Status::error(weightsFile + ": no \"weight_map\" object (name -> file)");
     fs::path dir = fs::path(weightsFile).parent_path();

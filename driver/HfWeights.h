@@ -11,6 +11,7 @@
 #include "runtime/io/Safetensors.h"
 #include "runtime/plan/PlanLoader.h"
 #include "support/HostTensor.h"
+#include "support/Json.h"
 #include "support/Status.h"
 
 #include <cstdint>
@@ -80,6 +81,10 @@ Status loadHfWeights(const HfCheckpoint &checkpoint, const runtime::LoadedPlan &
 /// The files a folder's weights are in: the index of sharded files, or the one file.
 inline constexpr const char *kHfIndexFile = "model.safetensors.index.json";
 inline constexpr const char *kHfSingleFile = "model.safetensors";
+
+/// The JSON of a folder's file (config.json, the index); an error names `path` (`what` says
+/// what it is when it cannot be read).
+StatusOr<json::Value> readHfJson(const std::string &path, const char *what);
 
 /// The float dtypes safetensors weights are read in and saved as (F32, BF16, F16, F64).
 bool isHfFloat(DType d);
