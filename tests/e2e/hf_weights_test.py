@@ -32,10 +32,10 @@ For each:
     config's torch_dtype (qwen2's bf16: the trained parameters rounded to nearest even);
   - export: `megac export --load CKPT --hf OUT2` of the same run's checkpoint writes that folder
     again, tensors byte for byte;
-  - generate (llama, qwen2, mixtral, nemotron): `megac generate --model hf:DIR` makes
-    transformers' greedy tokens with its KV cache and with --no-kv-cache (GQA, Llama 3.1's and
-    Nemotron's partial rotary at each token's position, MoE at one token), and llama's with a
-    window that slides makes the same tokens with and without the cache.
+  - generate (llama, qwen2, mixtral, qwen2_moe, nemotron): `megac generate --model hf:DIR`
+    makes transformers' greedy tokens with its KV cache and with --no-kv-cache (GQA, Llama 3.1's
+    and Nemotron's partial rotary at each token's position, MoE at one token), and llama's with
+    a window that slides makes the same tokens with and without the cache.
 Bad input, each refused by `megac train` in one line naming the file and the tensor, with no
 --save-hf folder written: a truncated shard, an index naming a missing file, an unreadable dtype
 (I32), a mis-shaped tensor (a config that does not match the weights), a missing tensor (then
@@ -610,7 +610,7 @@ def main():
         check_export(args, check, name, ckpt, out)
         if name in ("llama", "mixtral"):
             check_sharded_save(args, check, name, folder, tokens, extra)
-        if name in ("llama", "qwen2", "mixtral", "nemotron"):
+        if name in ("llama", "qwen2", "mixtral", "qwen2_moe", "nemotron"):
             check_generate(args, check, name, folder, model, slide=name == "llama")
 
         if name == "llama":
