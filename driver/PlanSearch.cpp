@@ -44,6 +44,8 @@ std::string layoutText(const Layout &l) {
     out << " ep=" << l.ep;
   if (l.vpp > 1)
     out << " vpp=" << l.vpp;
+  if (l.pp > 1 && schedule::splitsBackward(l.schedule)) // 1f1b (interleaved at vpp > 1): unsaid
+    out << " " << schedule::scheduleName(l.schedule);
   out << " mb=" << l.microBatch;
   if (l.sequenceParallel)
     out << " sp";
@@ -62,7 +64,8 @@ std::string candidateJson(const planner::PlanCandidate &c) {
   std::ostringstream out;
   out.precision(17);
   out << "{\"tp\": " << l.tp << ", \"cp\": " << l.cp << ", \"pp\": " << l.pp << ", \"dp\": " << l.dp
-      << ", \"ep\": " << l.ep << ", \"vpp\": " << l.vpp << ", \"micro_batch\": " << l.microBatch
+      << ", \"ep\": " << l.ep << ", \"vpp\": " << l.vpp << ", \"schedule\": \""
+      << schedule::scheduleName(l.pipelineSchedule()) << "\", \"micro_batch\": " << l.microBatch
       << ", \"sequence_parallel\": " << (l.sequenceParallel ? "true" : "false")
       << ", \"reshard_after_forward\": " << (l.reshardAfterForward ? "true" : "false")
       << ", \"zero\": " << l.zero << ", \"recompute\": \"" << recomputeName(l.recompute)
@@ -114,8 +117,54 @@ std::string tableText(const std::vector<planner::PlanCandidate> &best) {
   return out;
 }
 
+/// When `a` (#1) and `b` run different pipeline schedules and one of them is zero-bubble (issue
+/// 35): the bubble the split backward saves in seconds and, when the zero-bubble layout loses,
+/// what it pays for it: ZB-H2's 2p - 1 micro-batches in flight (1F1B and ZB-H1 keep p), and the
+/// recompute or smaller micro-batch that memory forces. Empty otherwise.
+std::string scheduleWhy(const planner::PlanCandidate &a, const planner::PlanCandidate &b,
+                        const std::string &label) {
+  const Layout &x = a.layout, &y = b.layout;
+  schedule::ScheduleKind ka = x.pipelineSchedule(), kb = y.pipelineSchedule();
+  bool za = x.pp > 1 && schedule::splitsBackward(ka), zb = y.pp > 1 && schedule::splitsBackward(kb);
+  if (ka == kb || (!za && !zb) || x.pp == 1 || y.pp == 1)
+    return {};
+  const char *na = schedule::scheduleName(ka), *nb = schedule::scheduleName(kb);
+  std::string whose = label == "it" ? "its" : label + "'s";
+  std::ostringstream out;
+  out.precision(3);
+  out << std::fixed;
+  double saved = b.cost.bubbleSeconds - a.cost.bubbleSeconds;
+  if (za) { // #1 runs the zero-bubble schedule
+    out << "#1's " << na << " runs each backward as B then W and fills the pipeline bubble with "
+        << "the W's: bubble " << a.cost.bubbleSeconds << " s vs " << b.cost.bubbleSeconds
+        << " s under " << whose << " " << nb << " (" << saved << " s/step saved)";
+    return out.str();
+  }
+  // The zero-bubble layout loses: its bubble saving, and what outweighs it.
+  out << (label == "it" ? std::string("Its") : whose) << " " << nb << " idles "
+      << b.cost.bubbleSeconds << " s vs #1's " << a.cost.bubbleSeconds << " s under " << na;
+  if (saved < 0)
+    out << " (" << -saved << " s less bubble) but";
+  else
+    out << ", and";
+  if (kb == schedule::ScheduleKind::zbH2)
+    out << " keeps 2p - 1 = " << 2 * y.pp - 1 << " micro-batches in flight (" << na << ": "
+        << (x.vpp > 1 ? "more" : std::to_string(x.pp)) << "), the W's kept tensors with them:";
+  else
+    out << " keeps each micro-batch's activations until its W:";
+  out << " activations " << b.cost.activationBytes / double(1ull << 30) << " GiB vs "
+      << a.cost.activationBytes / double(1ull << 30) << " GiB";
+  if (y.recompute != x.recompute)
+    out << ", so it needs recompute=" << recomputeName(y.recompute) << " (compute "
+        << b.cost.computeSeconds << " s vs " << a.cost.computeSeconds << " s)";
+  else if (y.microBatch != x.microBatch)
+    out << ", so it runs micro-batch " << y.microBatch << " (compute " << b.cost.computeSeconds
+        << " s vs " << a.cost.computeSeconds << " s)";
+  return out.str();
+}
+
 /// Why `a` (#1) beats `b` (`label`: "#2", "the best zero-3 layout", ...): the cost components
-/// that differ most.
+/// that differ most, and a pipeline schedule's part (scheduleWhy).
 std::string whyBetter(const planner::PlanCandidate &a, const planner::PlanCandidate &b,
                       const std::string &label = "#2") {
   struct Part {
@@ -144,6 +193,8 @@ std::string whyBetter(const planner::PlanCandidate &a, const planner::PlanCandid
     if (i == 0 || std::abs(parts[i].b - parts[i].a) >= 0.0005) // a difference that prints
       out << (i ? "; " : "") << parts[i].name << " " << parts[i].a << " s vs " << parts[i].b
           << " s";
+  if (std::string schedule = scheduleWhy(a, b, label); !schedule.empty())
+    out << ". " << schedule;
   return out.str();
 }
 
@@ -383,7 +434,7 @@ std::string bestText(const PlanSearchRequest &r, const planner::TransformerShape
     if (!other)
       return;
     if (other->layout.zero == win.layout.zero && other->layout.cp == win.layout.cp &&
-        other->cost.stepSeconds == w.stepSeconds)
+        other->layout.schedule == win.layout.schedule && other->cost.stepSeconds == w.stepSeconds)
       return;
     out += format("    best %s: %s, %.3f s, %s; ", what, layoutText(other->layout).c_str(),
                   other->cost.stepSeconds, gib(other->cost.totalBytes).c_str()) +
@@ -401,6 +452,9 @@ std::string bestText(const PlanSearchRequest &r, const planner::TransformerShape
     against(result.bestWithoutCp, "layout without cp");
   else
     against(result.bestWithCp, "layout with cp");
+  // Zero-bubble schedules (issue 35): why #1 does not run one, when it pipelines.
+  if (win.layout.pp > 1 && !schedule::splitsBackward(win.layout.pipelineSchedule()))
+    against(result.bestZeroBubble, "zero-bubble layout");
   if (r.explain)
     out += "\n" + timeByClass(w, r.stack);
   return out;
@@ -409,8 +463,9 @@ std::string bestText(const PlanSearchRequest &r, const planner::TransformerShape
 /// The winner's pipeline, drawn and traced from the same schedule generator the runtime runs.
 Status writeTimeline(const PlanSearchRequest &r, const planner::PlanCandidate &win) {
   const Layout &l = win.layout;
-  schedule::PipelineShape pipe{l.pp, l.vpp, r.globalBatch / (l.microBatch * l.dp)};
   schedule::ScheduleKind kind = l.pipelineSchedule();
+  schedule::PipelineShape pipe{l.pp, l.vpp, r.globalBatch / (l.microBatch * l.dp),
+                               schedule::placementOf(kind)};
   std::string why;
   auto steps = schedule::buildSchedule(kind, pipe, &why);
   if (!steps)
@@ -418,8 +473,12 @@ Status writeTimeline(const PlanSearchRequest &r, const planner::PlanCandidate &w
   double chunks = double(l.pp * l.vpp);
   double forward =
       win.cost.computeSeconds / double(pipe.microBatches) / 3.0 * double(l.pp) / chunks;
+  // A zero-bubble schedule draws B and W: W the estimate's weight-gradient share of a backward.
+  double weight = 0;
+  if (schedule::splitsBackward(kind) && win.cost.chunkBackwardSeconds > 0)
+    weight = 2 * forward * win.cost.chunkWeightSeconds / win.cost.chunkBackwardSeconds;
   planner::Timeline timeline = planner::simulateTimeline(
-      pipe, *steps, {{forward}, {2 * forward}, /*sendLatency=*/0.0}, schedule::scheduleName(kind));
+      pipe, *steps, {{forward}, {2 * forward}, 0.0, {weight}}, schedule::scheduleName(kind));
   if (!timeline.error.empty())
     return Status::error("the winner's timeline: " + timeline.error);
   std::string subtitle = layoutText(l) + " on " + r.clusterSpec;

@@ -213,6 +213,10 @@ private:
   struct Pipeline {
     std::vector<std::vector<ScheduleStep>> steps;
     std::string error;
+    /// Per stage, the most (chunk, micro-batch) pairs whose forward ran and whose whole backward
+    /// or W did not: counted along the stage's order (what simulateSchedule's stagePeakInFlight
+    /// says, with no times needed), once per shape.
+    std::vector<int64_t> stagePeakInFlight;
   };
   const Pipeline &pipeline(ScheduleKind kind, int64_t pp, int64_t vpp, int64_t microBatches);
   bool validate(const Layout &layout, std::string *why) const;

@@ -163,6 +163,24 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
                 "to the backward of one function: it needs zero 3 and pp = vpp = 1, got zero " +
                 std::to_string(l.zero) + ", pp " + std::to_string(l.pp) + ", vpp " +
                 std::to_string(l.vpp));
+  if (l.pp > 1 && schedule::splitsBackward(l.schedule)) {
+    const char *name = schedule::scheduleName(l.schedule);
+    if (!stack_.zeroBubbleSchedules)
+      return fail(std::string("the ") + stack_.name + " stack has no zero-bubble schedules; " +
+                  "use --schedule 1f1b (" + name + " runs on megac's own stack)");
+    // The schedule library's rules (parallel/PipelineSchedule.h, buildSchedule), checked here
+    // without building the steps: memory() runs this for every layout the search meets.
+    int64_t vpp = l.schedule == ScheduleKind::zbv ? 2 : 1;
+    if (l.vpp != vpp)
+      return fail(std::string("pipeline schedule '") + name + "' runs " +
+                  (vpp == 2 ? "two chunks per stage in V order: vpp must be 2"
+                            : "one chunk per stage: vpp must be 1") +
+                  ", got " + std::to_string(l.vpp));
+    if (m < l.pp)
+      return fail(std::string("pipeline schedule '") + name + "' needs micro-batches >= pp: " +
+                  std::to_string(m) + " < " + std::to_string(l.pp) +
+                  "; use a smaller --micro-batch or a larger --global-batch");
+  }
   if (l.sequenceParallel && (l.tp == 1 || s.seq % l.tp))
     return fail("sequence parallelism needs tp > 1 dividing the sequence " + std::to_string(s.seq));
   if (l.zero < 0 || l.zero > 3)
@@ -243,6 +261,16 @@ const StepEstimator::Pipeline &StepEstimator::pipeline(ScheduleKind kind, int64_
   PipelineShape shape{pp, vpp, m, schedule::placementOf(kind)};
   if (auto steps = buildSchedule(kind, shape, &p.error))
     p.steps = std::move(*steps);
+  for (const std::vector<ScheduleStep> &stage : p.steps) {
+    int64_t live = 0, peak = 0;
+    for (const ScheduleStep &step : stage) {
+      if (step.kind == schedule::StepKind::forward)
+        peak = std::max(peak, ++live);
+      else if (step.kind != schedule::StepKind::backwardInput)
+        --live;
+    }
+    p.stagePeakInFlight.push_back(peak);
+  }
   return pipelines_.emplace(key, std::move(p)).first->second;
 }
 
@@ -507,7 +535,13 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
       keptGathered = 0;
       c.gradientBytes += gradientBucketBytes(l);
     }
-    double inFlight = double(peakInFlight({l.pp, l.vpp, m}, index, l.pipelineSchedule()));
+    // The zero-bubble kinds' count from their orders, built once per shape (cached; a search
+    // meets each shape many times); 1F1B and interleaved in closed form.
+    ScheduleKind kind = l.pipelineSchedule();
+    double inFlight = double(peakInFlight({l.pp, l.vpp, m}, index, ScheduleKind::oneFOneB));
+    if (l.pp > 1 && schedule::splitsBackward(kind))
+      if (const Pipeline &pipe = pipeline(kind, l.pp, l.vpp, m); pipe.error.empty())
+        inFlight = double(pipe.stagePeakInFlight[static_cast<size_t>(index)]);
     double transient;
     if (l.recompute == Recompute::full) {
       // megac's full recompute (docs/pipeline.md) stashes each chunk's input only (with

@@ -54,6 +54,10 @@ struct Pins {
   /// ZeRO-3's reshard after forward (Layout::reshardAfterForward, `--reshard-after-forward`);
   /// unset, the search tries both where a step has the choice (zero 3 at pp = vpp = 1).
   std::optional<bool> reshardAfterForward;
+  /// The pipeline schedule (`megac plan --schedule`): oneFOneB (at vpp 1, or interleaved at
+  /// vpp > 1), interleaved (vpp > 1 only), zbH1, zbH2 (vpp 1), zbv (vpp 2). Unset: every kind the
+  /// stack runs and the schedule library accepts for the layout's (pp, vpp, micro-batches).
+  std::optional<schedule::ScheduleKind> schedule;
   Precision precision = Precision::bf16;
 };
 
@@ -131,6 +135,9 @@ struct SearchResult {
   /// The fastest fitting layout with ZeRO-3, with cp > 1 and with cp = 1 (evaluated even when
   /// outside the top K), so the report can say why #1 beats them.
   std::optional<PlanCandidate> bestZero3, bestWithCp, bestWithoutCp;
+  /// The fastest fitting layout with a zero-bubble schedule (zb-h1, zb-h2, zbv), so the report
+  /// can say why #1 does not run one (issue 35).
+  std::optional<PlanCandidate> bestZeroBubble;
 };
 
 /// Every layout that satisfies the pins, pruned, ranked by predicted step time.

@@ -38,13 +38,29 @@ public:
       : shape_(shape), cluster_(cluster), globalBatch_(globalBatch), pins_(pins),
         topK_(std::max(1, topK)), estimator_(shape, cluster, globalBatch, stack),
         replicatesKvHeads_(stack.replicatesKvHeads), expertParallel_(stack.supportsExpertParallel),
-        contextParallel_(stack.supportsContextParallel) {}
+        contextParallel_(stack.supportsContextParallel), zeroBubble_(stack.zeroBubbleSchedules),
+        stackName_(stack.name) {}
 
   SearchResult run() {
     int64_t devices = cluster_.devices();
     if (shape_.layers < 1 || shape_.heads < 1 || globalBatch_ < 1 || devices < 1) {
       result_.why = "model shape, global batch and cluster size must be positive";
       return result_;
+    }
+    // A zero-bubble pin the stack cannot run, or with one pipeline stage: nothing to search.
+    if (pins_.schedule && schedule::splitsBackward(*pins_.schedule)) {
+      std::string name = schedule::scheduleName(*pins_.schedule);
+      if (!zeroBubble_) {
+        result_.why = "the " + stackName_ +
+                      " stack has no zero-bubble schedules; use --schedule "
+                      "1f1b (" +
+                      name + " runs on megac's own stack)";
+        return result_;
+      }
+      if (pins_.pp == 1) {
+        result_.why = "--schedule " + name + " needs pipeline stages: pp > 1, not 1";
+        return result_;
+      }
     }
     // tp divides the heads and ffn (and the kv heads, unless the stack replicates them) and
     // stays in a node unless pinned; pp divides
@@ -143,6 +159,10 @@ private:
              c.recomputes.back(),
              pins_.precision};
     l.ep = *std::max_element(c.eps.begin(), c.eps.end()); // the least expert memory
+    // 1F1B holds the fewest micro-batches (zb-h1 and zbv as many, zb-h2 2p - 1); a pinned
+    // schedule the least vpp cannot run leaves memory() invalid, and the enumeration says why.
+    if (pins_.schedule && *pins_.schedule != ScheduleKind::interleaved)
+      l.schedule = *pins_.schedule;
     l.cp = cp;
     std::optional<StepCost> memory = estimator_.memory(l, nullptr);
     if (!memory)
@@ -175,7 +195,7 @@ private:
               Layout l{tp, pp, dp, vpp, b, sp, zero, Recompute::none, pins_.precision};
               l.ep = ep;
               l.cp = cp;
-              tryRecomputes(l, c.recomputes);
+              trySchedules(l, c.recomputes);
             }
   }
 
@@ -189,6 +209,29 @@ private:
     for (bool reshard : pinnedOr(pins_.reshardAfterForward, reshards)) {
       l.reshardAfterForward = reshard;
       tryRecomputesFor(l, recomputes);
+    }
+  }
+
+  /// Each pipeline schedule (Layout::schedule) `l` may run: 1F1B (interleaved at vpp > 1)
+  /// always, and where the stack has them and the schedule library accepts the shape
+  /// (micro-batches >= pp), zb-h1 and zb-h2 at vpp 1 and zbv at vpp 2 (docs/pipeline.md). A pin
+  /// keeps its kind only: a zero-bubble pin needs pp > 1, an interleaved pin vpp > 1.
+  void trySchedules(Layout l, const std::vector<Recompute> &recomputes) {
+    std::optional<ScheduleKind> pin = pins_.schedule;
+    if (!pin || *pin == ScheduleKind::oneFOneB ||
+        (*pin == ScheduleKind::interleaved && l.vpp > 1)) {
+      l.schedule = ScheduleKind::oneFOneB;
+      tryRecomputes(l, recomputes);
+    }
+    // dp * micro-batch may overflow (a hostile --micro-batch): divide in steps.
+    int64_t m = globalBatch_ / l.dp / l.microBatch;
+    if (l.pp == 1 || !zeroBubble_ || m < l.pp)
+      return;
+    for (ScheduleKind kind : {ScheduleKind::zbH1, ScheduleKind::zbH2, ScheduleKind::zbv}) {
+      if ((pin && *pin != kind) || l.vpp != (kind == ScheduleKind::zbv ? 2 : 1))
+        continue;
+      l.schedule = kind;
+      tryRecomputes(l, recomputes);
     }
   }
 
@@ -233,6 +276,8 @@ private:
     if (l.zero == 3)
       out.push_back(&result_.bestZero3);
     out.push_back(l.cp > 1 ? &result_.bestWithCp : &result_.bestWithoutCp);
+    if (l.pp > 1 && schedule::splitsBackward(l.schedule))
+      out.push_back(&result_.bestZeroBubble);
     return out;
   }
 
@@ -260,6 +305,8 @@ private:
   bool deepInvalid_ = false;
   std::optional<Layout> smallest_;
   double smallestBytes_ = 0;
+  bool zeroBubble_; // the stack runs zb-h1, zb-h2 and zbv
+  std::string stackName_;
 };
 
 } // namespace

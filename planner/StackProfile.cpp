@@ -53,6 +53,9 @@ StackProfile megac(bool cpu) {
   p.allToAllDispatch = true;
   p.gathersRouting = true;
   p.zeroOverExpertDataParallel = true;
+  // Issue 35: mega-backward-weight-split and the schedule library's zb-h1, zb-h2 and zbv run on
+  // the pipeline runner of both runtimes (e2e_partition_zerobubble on the CPU).
+  p.zeroBubbleSchedules = true;
   // Issues 31/32: ZeRO-2/3's collectives and context parallelism's K/V all-gather run
   // start/done around their use (prefetchShardedParams off, no ring overlap): blocking. cp
   // composes with tp, dp, pp, ZeRO 1-3 and dropless ep as the CPU compiler runs it

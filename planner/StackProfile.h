@@ -95,6 +95,10 @@ struct StackProfile {
   bool contextParallelComposes = false;
   /// Megatron's scatter/gather of pipeline sends across nodes (SC21 section 4.1).
   bool p2pScatterGather = false;
+  /// The zero-bubble pipeline schedules zb-h1, zb-h2 and zbv (Qi et al. 2024; docs/pipeline.md:
+  /// the backward split into B and W, issue 35) are built, so the search tries them. Megatron-LM
+  /// has none (its issue #1399).
+  bool zeroBubbleSchedules = false;
   /// A fixed host-side cost per pipeline step (one chunk's forward or backward of one
   /// micro-batch) on every stage's critical path when pp > 1: DeepSpeed's PipelineEngine
   /// interprets its schedule on the host one instruction at a time (LoadMicroBatch, ForwardPass,

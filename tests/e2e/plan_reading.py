@@ -71,6 +71,9 @@ def predicted(megac, model, layout, cluster=None):
     if pins["zero"] == 3 and pins["pp"] * pins["vpp"] == 1:  # ZeRO-3's choice, as compiled
         pins.setdefault("reshard_after_forward", "on")
     args = layout_args(pins)
+    # The schedule the compiled plans run (megac compile's default, 1f1b): the search would pick
+    # a zero-bubble one where it is faster (issue 35), and zb-h2 holds more micro-batches.
+    args += ["--schedule", pins.get("schedule", "1f1b")]
     if not layout.get("sequence_parallel"):
         args.append("--no-sequence-parallel")
     out = megac_plan(megac, model, "--cluster", cluster, "--no-compile", *args)

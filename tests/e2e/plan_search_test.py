@@ -9,6 +9,8 @@ tests/unit/planner/).
 - A layout that cannot fit says how much memory it needs and what would fix it; a bad cluster
   spec is a one-line error.
 - --timeline writes an SVG with one forward block per (micro-batch, chunk) of the winner.
+- The zero-bubble schedules (issue 35) are searched, win where they save bubble and the report
+  says by how much; --schedule pins one; a stack without them refuses the pin.
 """
 import argparse
 import json
@@ -65,10 +67,42 @@ def main():
     pinned = json.loads(plan(args.megac, "--model", GPT3, "--cluster", "a100-80g:128x8",
                              "--global-batch", "1536", "--tp", "8", "--pp", "16", "--dp", "8",
                              "--vpp", "1", "--micro-batch", "1", "--sequence-parallel", "--zero",
-                             "1", "--recompute", "selective", "--json").stdout)
+                             "1", "--recompute", "selective", "--schedule", "1f1b",
+                             "--json").stdout)
     check(len(pinned["layouts"]) == 1 and pinned["layouts"][0]["tp"] == 8
-          and pinned["layouts"][0]["pp"] == 16 and pinned["layouts"][0]["recompute"] == "selective",
+          and pinned["layouts"][0]["pp"] == 16 and pinned["layouts"][0]["recompute"] == "selective"
+          and pinned["layouts"][0]["schedule"] == "1f1b",
           "pinning every choice evaluates exactly that layout")
+
+    # Issue 35: every degree pinned but the schedule: 1f1b, zb-h1 and zb-h2 (vpp 1) are priced,
+    # a zero-bubble one wins, and the #1-vs-#2 line says what its W's saved in seconds.
+    degrees = ["--model", GPT3, "--cluster", "a100-80g:128x8", "--global-batch", "1536",
+               "--tp", "8", "--pp", "16", "--dp", "8", "--vpp", "1", "--micro-batch", "1",
+               "--sequence-parallel", "--zero", "1", "--recompute", "selective"]
+    zb = json.loads(plan(args.megac, *degrees, "--json").stdout)["layouts"]
+    bubble = {l["schedule"]: l["breakdown"]["bubble_s"] for l in zb}
+    check(sorted(bubble) == ["1f1b", "zb-h1", "zb-h2"] and zb[0]["schedule"] != "1f1b"
+          and bubble["zb-h1"] < bubble["1f1b"],
+          "the search prices 1f1b, zb-h1 and zb-h2 and a zero-bubble schedule wins (bubble %s)"
+          % bubble)
+    text = plan(args.megac, *degrees, "--no-compile").stdout
+    saved = re.search(r"#1's (zb-h[12]) runs each backward as B then W .*bubble ([0-9.]+) s vs "
+                      r"([0-9.]+) s under #2's (\S+) \(([0-9.]+) s/step saved\)", text)
+    check(saved and saved.group(1) == zb[0]["schedule"]
+          and abs(float(saved.group(5)) - (bubble[saved.group(4)] - bubble[saved.group(1)])) < 2e-3,
+          "the #1-vs-#2 line gives the bubble the zero-bubble schedule saves: "
+          + (saved.group(0) if saved else text))
+    pinned = json.loads(plan(args.megac, "--model", GPT3, "--cluster", "a100-80g:128x8",
+                             "--global-batch", "1536", "--schedule", "zbv", "--json").stdout)
+    check(pinned["layouts"] and all(l["schedule"] == "zbv" and l["vpp"] == 2
+                                    for l in pinned["layouts"]),
+          "--schedule zbv pins the search to zbv at vpp 2")
+    core = plan(args.megac, "--model", GPT3, "--cluster", "a100-80g:128x8", "--global-batch",
+                "1536", "--stack", "megatron-core", "--schedule", "zb-h1", "--no-compile",
+                check=False)
+    check(core.returncode != 0 and "no zero-bubble schedules" in core.stdout + core.stderr,
+          "a zero-bubble pin on a stack without them says so: "
+          + (core.stdout + core.stderr).strip().splitlines()[-1])
 
     tight = plan(args.megac, "--model", "gpt:layers=24,hidden=4096,heads=32,seq=2048,vocab=50257",
                  "--cluster", "a100-40g:1x8", "--global-batch", "64", "--tp", "1", "--pp", "1",
@@ -118,6 +152,12 @@ def main():
         text = open(svg).read()
         check(text.lstrip().startswith("<") and "</svg>" in text,
               "--timeline writes an SVG of the winner's schedule (%d bytes)" % len(text))
+        plan(args.megac, "--model", "gpt:layers=8,hidden=1024,heads=16,seq=1024,vocab=50304",
+             "--cluster", "a100-80g:2x8", "--global-batch", "64", "--tp", "4", "--pp", "2",
+             "--schedule", "zbv", "--micro-batch", "8", "--timeline", svg)
+        text = open(svg).read()
+        check("zbv" in text and "<title>W0 c3 on stage 0" in text,
+              "--timeline draws a zbv winner with its V placement and W steps")
     return 0
 
 

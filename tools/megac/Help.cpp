@@ -335,7 +335,8 @@ and is written atomically (OUT.tmp-XXXXXX, then a rename).)";
 const char *const kPlanHelp =
     R"(usage: megac plan MODEL --cluster SPEC --global-batch B [--seq S] [--tp T --pp P --dp D
                   --cp C --ep E --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel
-                  --zero 0|1|2|3 --recompute none|selective|full] [--precision bf16|fp16|fp32]
+                  --zero 0|1|2|3 --recompute none|selective|full
+                  --schedule 1f1b|interleaved|zb-h1|zb-h2|zbv] [--precision bf16|fp16|fp32]
                   [--top K] [--threads T] [--reshard-after-forward on|off]
                   [--stack megac|megatron-2021|megatron-deepspeed|megatron-core] [--dropout P]
                   [--explain]
@@ -360,6 +361,10 @@ without) cp. --threads T: on a `megac calibrate
 default cores / ranks per node), which picks the calibration's measured occupancy. --explain
 splits #1's predicted step by op class (GEMM, attention, memory-bound, launch overhead, each
 collective, bubble) and explains its compiled plan.
+Pipeline schedules are searched too: 1f1b (interleaved at vpp > 1) and, on megac's stack, the
+zero-bubble zb-h1 and zb-h2 (vpp 1) and zbv (vpp 2) where the micro-batches are at least pp
+(docs/pipeline.md); --schedule pins one, and the report says why #1's schedule beats the best
+zero-bubble layout (the bubble saved, or the memory it costs).
 
 usage: megac plan MODEL --ranks N [--tp T --pp P --dp D --vpp V --sequence-parallel
                   --zero 0|1 --recompute none|selective|full

@@ -65,7 +65,8 @@ int searchCommand(int argc, char **argv) {
   std::optional<std::string> spec, cluster, stack, timeline, trace;
   std::string zero, recompute, precision = "bf16";
   std::vector<std::string> inputShapes;
-  std::string reshard; // --reshard-after-forward on|off: ZeRO-3's choice pinned
+  std::string scheduleName; // --schedule: a Pins::schedule
+  std::string reshard;      // --reshard-after-forward on|off: ZeRO-3's choice pinned
   int64_t threads = 0, seq = 0, top = 5, tp = 0, pp = 0, dp = 0, ep = 0, cp = 0, vpp = 0,
           microBatch = 0;
   double dropout = 0;
@@ -77,6 +78,7 @@ int searchCommand(int argc, char **argv) {
   f.count("--vpp", vpp, 1, "V").count("--micro-batch", microBatch, 1, "b");
   f.choice("--zero", zero, {"0", "1", "2", "3"})
       .choice("--recompute", recompute, {"none", "selective", "full"});
+  f.choice("--schedule", scheduleName, {"1f1b", "interleaved", "zb-h1", "zb-h2", "zbv"});
   f.choice("--precision", precision, {"bf16", "fp16", "fp32"});
   f.count("--threads", threads, 1, "T")
       .count("--top", top, 1, "K", 1 << 20)
@@ -102,6 +104,9 @@ int searchCommand(int argc, char **argv) {
       *pin = value;
   if (f.given("--recompute"))
     r.pins.recompute = *parseRecompute(recompute);
+  if (f.given("--schedule"))
+    r.pins.schedule = scheduleName == "interleaved" ? schedule::ScheduleKind::interleaved
+                                                    : *schedule::parseScheduleKind(scheduleName);
   if (f.given("--reshard-after-forward"))
     r.pins.reshardAfterForward = reshard == "on";
   r.pins.precision = *parsePrecision(precision);

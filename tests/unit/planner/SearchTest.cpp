@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <set>
 
 namespace megac::planner {
@@ -130,6 +131,7 @@ TEST(SearchTest, PinningEveryChoiceEvaluatesExactlyThatLayout) {
   pins.sequenceParallel = true;
   pins.zero = 1;
   pins.recompute = Recompute::selective;
+  pins.schedule = ScheduleKind::oneFOneB;
   SearchResult r = search(gpt3, cluster, 1536, pins, 5);
   ASSERT_EQ(r.best.size(), 1u);
   EXPECT_EQ(r.evaluated, 1);
@@ -138,6 +140,75 @@ TEST(SearchTest, PinningEveryChoiceEvaluatesExactlyThatLayout) {
   ASSERT_TRUE(direct);
   EXPECT_EQ(r.best[0].cost.stepSeconds, direct->stepSeconds);
   EXPECT_EQ(r.best[0].layout.pp, 16);
+}
+
+// Issue 35: with every degree pinned but the schedule, the search tries 1f1b, zb-h1 and zb-h2 at
+// vpp 1 (zbv needs vpp 2), each exactly as estimate() prices it; a zero-bubble kind wins (its W
+// fills the bubble at the same compute), zb-h2 keeps 2p - 1 micro-batches and so more memory.
+TEST(SearchTest, ZeroBubbleSchedulesAreSearchedWhereTheyRun) {
+  Cluster cluster = *parseCluster("a100-80g:128x8", nullptr);
+  TransformerShape gpt3 = gpt(96, 12288, 96, 2048, 50257);
+  Pins pins;
+  pins.tp = 8;
+  pins.pp = 16;
+  pins.dp = 8;
+  pins.vpp = 1;
+  pins.microBatch = 1;
+  pins.sequenceParallel = true;
+  pins.zero = 1;
+  pins.recompute = Recompute::selective;
+  SearchResult r = search(gpt3, cluster, 1536, pins, 5);
+  ASSERT_EQ(r.best.size(), 3u);
+  EXPECT_EQ(r.evaluated, 3);
+  std::map<ScheduleKind, PlanCandidate> by;
+  for (const PlanCandidate &c : r.best) {
+    by.emplace(c.layout.schedule, c);
+    std::optional<StepCost> direct = estimate(gpt3, cluster, 1536, c.layout, nullptr);
+    ASSERT_TRUE(direct);
+    EXPECT_EQ(c.cost.stepSeconds, direct->stepSeconds);
+  }
+  ASSERT_EQ(by.size(), 3u);
+  const StepCost &one = by.at(ScheduleKind::oneFOneB).cost, &h1 = by.at(ScheduleKind::zbH1).cost,
+                 &h2 = by.at(ScheduleKind::zbH2).cost;
+  EXPECT_TRUE(schedule::splitsBackward(r.best[0].layout.schedule));
+  EXPECT_LT(h1.bubbleSeconds, one.bubbleSeconds);
+  EXPECT_LE(h2.bubbleSeconds, h1.bubbleSeconds);
+  EXPECT_EQ(h1.computeSeconds, one.computeSeconds);   // the split moves work, adds none
+  EXPECT_EQ(h1.activationBytes, one.activationBytes); // p micro-batches in flight, as 1F1B
+  // Stage 0 holds 2p - 1 = 31 micro-batches' activations instead of p = 16, plus, in both, the
+  // one micro-batch's stash megac's runner copies into the arena: (31 + 1) / (16 + 1), exact up
+  // to rounding (the same per-micro-batch bytes on both sides).
+  EXPECT_NEAR(h2.activationBytes / one.activationBytes, 32.0 / 17.0, 1e-12);
+
+  // A pin keeps its kind; zbv runs at vpp 2 only, and a stack without zero-bubble schedules
+  // (Megatron-LM) never tries them.
+  pins.vpp.reset();
+  pins.schedule = ScheduleKind::zbv;
+  r = search(gpt3, cluster, 1536, pins, 5);
+  ASSERT_FALSE(r.best.empty());
+  for (const PlanCandidate &c : r.best) {
+    EXPECT_EQ(c.layout.schedule, ScheduleKind::zbv);
+    EXPECT_EQ(c.layout.vpp, 2);
+  }
+  pins.schedule.reset();
+  r = search(gpt3, cluster, 1536, pins, 5, *stackProfile("megatron-core", false));
+  ASSERT_FALSE(r.best.empty());
+  for (const PlanCandidate &c : r.best)
+    EXPECT_FALSE(schedule::splitsBackward(c.layout.schedule));
+  // Fewer micro-batches than stages: only 1F1B runs (m = 1536 / (8 * 64) = 3 < 16).
+  pins.vpp = 1;
+  pins.microBatch = 64;
+  r = search(gpt3, cluster, 1536, pins, 5);
+  for (const PlanCandidate &c : r.best)
+    EXPECT_EQ(c.layout.schedule, ScheduleKind::oneFOneB);
+  std::string why;
+  Layout zb{8, 16, 8, 1, 64, true, 1, Recompute::selective, Precision::bf16};
+  zb.schedule = ScheduleKind::zbH1;
+  EXPECT_FALSE(estimate(gpt3, cluster, 1536, zb, &why));
+  EXPECT_NE(why.find("needs micro-batches >= pp"), std::string::npos) << why;
+  zb.microBatch = 1;
+  EXPECT_FALSE(estimate(gpt3, cluster, 1536, zb, &why, *stackProfile("megatron-core", false)));
+  EXPECT_NE(why.find("no zero-bubble schedules"), std::string::npos) << why;
 }
 
 TEST(SearchTest, NothingFitsReturnsTheSmallestMemoryLayout) {
