@@ -69,7 +69,7 @@ def main():
               f"describe {name}: {got} parameters, the README's {totals.get(name)}"
               + ("" if d.returncode == 0 else f" (exit {d.returncode}: {d.stderr.strip()})"))
         p = run(args, ["plan", "--model", f"hf:{path},seq=4096", *PLANS[name], "--top", "1"])
-        fits = re.search(r"^1\s+tp=\d+ (cp=\d+ )?pp=\d+", p.stdout, re.M)  # cp only when > 1
+        fits = re.search(r"^1\s+tp=\d+ (cp=\d+(\(\w+\))? )?pp=\d+", p.stdout, re.M)  # cp (and its variant) only when > 1
         check(p.returncode == 0 and fits and "the partitioner accepts #1" in p.stdout,
               f"plan {name} on {PLANS[name][1]}: "
               + (fits.group(0)[1:].strip() if fits else "no layout")
