@@ -25,12 +25,22 @@ flight: concurrent collectives do not share its bandwidth (optimistic for overla
 The table also prints the arena bytes of each plan (the fused function holds the backward's
 activations and the update's temporaries at once).
 
+--pp trains pp 2 instead (dp 1, the default model with an untied head, `--schedule` 1f1b or
+zb-h1..., `--vpp V` for interleaved; --micro-batches M >= 4 of --rows rows): link is then
+2 x M x (2V - 1) pipeline messages of rows x seq x hidden fp32 values (one each way per
+micro-batch and cut, each latency + bytes / bandwidth from when both sides posted: the emulated
+point-to-point transfer) plus the plan's other transfers. --overlap on posts each step's
+receives ahead of it (docs/training-step.md, "Pipeline transfers"). --link B,L sets the emulated
+link (default 2e8,2e-5: at pp 2 the transfers are then under 1% of the step, below this VM's
+spread; 2e6,2e-5 makes them comparable to the compute).
+
 --plain-only measures only the cost without emulation (off/on interleaved, no link columns):
 with short runs and many repeats (--steps 6 --repeats 8) the medians follow this VM's drift of
 tens of percent within minutes better than 2 long runs per variant do.
 
 usage: overlap_bench.py --megac build/bin/megac [--workdir DIR] [--steps 12] [--repeats 2]
-                        [--zero1] [--micro-batches M] [--model SPEC] [--rows R] [--plain-only]
+                        [--zero1 | --pp [--schedule S] [--vpp V]] [--micro-batches M]
+                        [--model SPEC] [--rows R] [--link B,L] [--plain-only]
 Not a test: it never fails on time.
 """
 import argparse
@@ -49,7 +59,17 @@ BUCKET = "800000"
 MICRO = 2  # rows per rank and micro-batch
 
 
+PP = False  # --pp: pp 2 instead of dp 2
+SCHEDULE = "1f1b"
+VPP = 1
+DEFAULT_SPEC = SPEC
+
+
 def layout_args(zero, micro_batches):
+    if PP:
+        return ["--global-batch", str(MICRO * micro_batches), "--micro-batch", str(MICRO),
+                "--precision", "fp32", "--ranks", "2", "--pp", "2", "--dp", "1", "--schedule",
+                SCHEDULE, "--vpp", str(VPP)]
     argv = ["--global-batch", str(MICRO * 2 * micro_batches), "--micro-batch", str(MICRO),
             "--precision", "fp32", "--ranks", "2", "--dp", "2", "--bucket-size", BUCKET]
     if zero:
@@ -84,14 +104,30 @@ def plan(megac, zero, micro_batches, overlap):
     return json.loads(result.stdout)["roles"][0]
 
 
+def spec_value(key):
+    return int(dict(kv.split("=") for kv in SPEC.split(":", 1)[1].split(","))[key])
+
+
+def pipeline_link_seconds(micro_batches):
+    """pp 2: the link time of one step's activation and activation-gradient messages, one each
+    way per micro-batch and cut between chunks (pp x vpp - 1 cuts, each between the two stages;
+    micro-batch rows x seq x hidden fp32 values each, the one tensor a GPT's cut carries), each
+    latency + bytes / bandwidth (LinkEmulation::transferSeconds), each counted once (as each
+    collective is)."""
+    bandwidth, latency = (float(x) for x in LINK.split(","))
+    message = MICRO * spec_value("seq") * spec_value("hidden") * 4
+    return 2 * micro_batches * (2 * VPP - 1) * (latency + message / bandwidth)
+
+
 def link_seconds(role, micro_batches, group=2):
     """One step's emulated link time: forward_backward's collectives per micro-batch and
     apply_gradients' once, as the emulation times them (runtime/comm LinkEmulation). The plan
     lists an all-reduce's and a reduce-scatter's input bytes and an all-gather's input (the
-    rank's block)."""
+    rank's block), and point-to-point messages (pp: the tied embedding's gradient exchange of
+    apply_gradients, one message each way, each counted once)."""
     bandwidth, latency = (float(x) for x in LINK.split(","))
     g = float(group)
-    total = 0.0
+    total = pipeline_link_seconds(micro_batches) if PP else 0.0
     for c in role["communication"]:
         calls = {"forward_backward": micro_batches, "apply_gradients": 1}.get(c["function"], 0)
         op = c["op"].removesuffix("Start")
@@ -101,6 +137,8 @@ def link_seconds(role, micro_batches, group=2):
             t = (g - 1) * latency + (g - 1) * (c["bytes"] / g) / bandwidth
         elif op == "AllGather":
             t = (g - 1) * latency + (g - 1) * c["bytes"] / bandwidth
+        elif op in ("Send", "Recv"):
+            t = latency + c["bytes"] / bandwidth
         else:
             continue
         total += calls * c["count"] * t
@@ -108,26 +146,37 @@ def link_seconds(role, micro_batches, group=2):
 
 
 def main():
-    global SPEC, MICRO
+    global SPEC, MICRO, PP, LINK, SCHEDULE, VPP
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--megac", required=True)
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--zero1", action="store_true")
+    parser.add_argument("--pp", action="store_true",
+                        help="pp 2 instead of dp 2 (--model default: untied head); use "
+                             "--micro-batches >= 4")
+    parser.add_argument("--schedule", default="1f1b", help="pp: the pipeline schedule")
+    parser.add_argument("--vpp", type=int, default=1, help="pp: virtual stages (interleaved)")
+    parser.add_argument("--link", default=LINK, help="--emulate-link BYTES_PER_S,LATENCY_S")
     parser.add_argument("--micro-batches", type=int, default=1)
     parser.add_argument("--model", default=SPEC, help="a zoo gpt:... spec with vocab=1024")
     parser.add_argument("--rows", type=int, default=MICRO, help="rows per rank and micro-batch")
     parser.add_argument("--plain-only", action="store_true",
                         help="only the no-emulation cost: --overlap off/on without --emulate-link")
     args = parser.parse_args()
-    SPEC, MICRO = args.model, args.rows
+    SPEC, MICRO, PP, LINK, SCHEDULE, VPP = (args.model, args.rows, args.pp, args.link,
+                                            args.schedule, args.vpp)
+    if PP and SPEC == DEFAULT_SPEC:
+        # Untied: a tied head adds a blocking exchange of the embedding's gradient between the
+        # first and last stage in apply_gradients, which no schedule overlaps.
+        SPEC += ",tied=0"
     workdir = args.workdir or tempfile.mkdtemp(prefix="overlap-bench-")
     os.makedirs(workdir, exist_ok=True)
     data = os.path.join(workdir, "tokens.npy")
     rng = np.random.default_rng(0)
     seq = int(dict(kv.split("=") for kv in SPEC.split(":", 1)[1].split(","))["seq"])
-    np.save(data, rng.integers(0, 1024, size=(64 * args.micro_batches * MICRO, seq + 1),
+    np.save(data, rng.integers(0, spec_value("vocab"), size=(64 * args.micro_batches * MICRO, seq + 1),
                                dtype=np.int32))
     roles = {o: plan(args.megac, args.zero1, args.micro_batches, o) for o in ("off", "on")}
     link = link_seconds(roles["off"], args.micro_batches)
@@ -141,10 +190,13 @@ def main():
                     run(args.megac, data, workdir, name, args.steps, overlap, emulate,
                         args.zero1, args.micro_batches))
     med = {k: statistics.median(v) for k, v in times.items()}
-    layout = "dp 2 + ZeRO-1" if args.zero1 else "dp 2"
+    virtual = f", vpp {VPP}" if VPP > 1 else ""
+    layout = (f"pp 2 ({SCHEDULE}{virtual})" if PP else
+              "dp 2 + ZeRO-1" if args.zero1 else "dp 2")
     if args.plain_only:
+        sizes = "" if PP else f"--bucket-size {BUCKET}, "
         print(f"{layout}, {SPEC}, {args.micro_batches} micro-batch(es) of {MICRO} rows per rank, "
-              f"--bucket-size {BUCKET}, no emulation, 2 ranks x 1 thread; {args.repeats} runs "
+              f"{sizes}no emulation, 2 ranks x 1 thread; {args.repeats} runs "
               f"per variant interleaved, medians of {len(times[('off', False)])} steps")
         for overlap in ("off", "on"):
             print(f"{overlap:<8} {med[(overlap, False)]:>9.4f} s")
@@ -155,10 +207,16 @@ def main():
                   if c["function"] == "apply_gradients" and c["op"] in ("AllReduce",
                                                                         "ReduceScatter")
                   and c["bytes"] > 8)
-    print(f"{layout}, {SPEC}, {args.micro_batches} micro-batch(es) of {MICRO} rows per rank, "
-          f"--bucket-size {BUCKET} ({buckets} dp buckets), --emulate-link {LINK}, 2 ranks x 1 "
-          f"thread; medians of {len(times[('off', False)])} steps per variant")
-    print(f"link time of one step's collectives (from the plan): {link:.4f} s")
+    what = (f"{args.micro_batches} micro-batches of {MICRO} rows" if PP else
+            f"{args.micro_batches} micro-batch(es) of {MICRO} rows per rank, --bucket-size "
+            f"{BUCKET} ({buckets} dp buckets)")
+    print(f"{layout}, {SPEC}, {what}, --emulate-link {LINK}, 2 ranks x 1 thread; medians of "
+          f"{len(times[('off', False)])} steps per variant")
+    if PP:
+        print(f"link time of one step's transfers: {link:.4f} s (pipeline messages "
+              f"{pipeline_link_seconds(args.micro_batches):.4f} s, the rest from the plan)")
+    else:
+        print(f"link time of one step's collectives (from the plan): {link:.4f} s")
     print(f"{'overlap':<8} {'plain s':>9} {'emulated s':>11} {'exposed s':>10} "
           f"{'exposed/link':>13} {'arena MiB':>10}")
     for overlap in ("off", "on"):

@@ -7,6 +7,7 @@
 #include "runtime/comm/MpiCommunicator.h"
 #include "runtime/exec/CommOps.h"
 #include "support/Float16.h"
+#include "tests/unit/runtime/MpiWorld.h"
 
 #include <gtest/gtest.h>
 
@@ -24,17 +25,7 @@ namespace {
 
 Mesh mesh() { return Mesh{{"dp"}, {2}}; }
 
-Communicator &world() {
-  static std::unique_ptr<Communicator> comm = [] {
-    auto made = MpiCommunicator::create(mesh(), std::chrono::seconds(60));
-    if (!made.isOk()) {
-      std::fprintf(stderr, "%s\n", made.status().message().c_str());
-      std::abort();
-    }
-    return std::move(made).value();
-  }();
-  return *comm;
-}
+Communicator &world() { return megac::runtime::comm::testing::mpiWorld(mesh()); }
 
 const uint32_t kDp[] = {0};
 

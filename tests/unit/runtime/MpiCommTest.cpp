@@ -3,6 +3,7 @@
 // transfers, and a collective one member skips, which times out with the op and group named.
 #include "runtime/comm/MpiCommunicator.h"
 #include "support/Float16.h"
+#include "tests/unit/runtime/MpiWorld.h"
 
 #include <gtest/gtest.h>
 
@@ -17,17 +18,7 @@ namespace {
 
 Mesh mesh() { return Mesh{{"dp", "tp"}, {2, 2}}; }
 
-Communicator &world() {
-  static std::unique_ptr<Communicator> comm = [] {
-    auto made = MpiCommunicator::create(mesh(), std::chrono::seconds(60));
-    if (!made.isOk()) {
-      std::fprintf(stderr, "%s\n", made.status().message().c_str());
-      std::abort();
-    }
-    return std::move(made).value();
-  }();
-  return *comm;
-}
+Communicator &world() { return megac::runtime::comm::testing::mpiWorld(mesh()); }
 
 const uint32_t kDp[] = {0}, kTp[] = {1}, kAll[] = {0, 1};
 
