@@ -525,13 +525,20 @@ Status Runner::runStep(const ScheduleStep &step) {
                       ? backwardWeight(step.chunk, step.microBatch)
                       : backward(step.chunk, step.microBatch);
   if (trace) {
+    // The bytes stashed and kept for later steps once this one ended (forward stashes, what W
+    // reads): bench/zero_bubble_bench.py's measured activation peak per rank (issue 35).
+    size_t stashed = 0;
+    for (const auto &[key, values] : stash_)
+      for (const auto &[name, value] : values)
+        stashed += value.bytes.size();
     const char *kind = step.kind == StepKind::forward          ? "forward"
                        : step.kind == StepKind::backwardInput  ? "backward_input"
                        : step.kind == StepKind::backwardWeight ? "backward_weight"
                                                                : "backward";
     trace->add(TraceLane::pipeline, schedule::stepLabel(step), kind, start, Trace::Clock::now(),
                std::string("\"kind\": \"") + kind + "\", \"chunk\": " + std::to_string(step.chunk) +
-                   ", \"micro_batch\": " + std::to_string(step.microBatch));
+                   ", \"micro_batch\": " + std::to_string(step.microBatch) +
+                   ", \"stash_bytes\": " + std::to_string(stashed));
   }
   if (status.isOk())
     return status;
