@@ -114,12 +114,61 @@ LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayR
   return success();
 }
 
+namespace {
+
+/// A use of a ZeRO-3 parameter as its compute reads it: `use` reads the parameter directly
+/// (`view` null) or a cast of it (`view`: mega-training-precision's bf16/fp16 copy of the f32
+/// master, which reads nothing else).
+struct ParamUse {
+  OpOperand *use;
+  Operation *view;
+};
+
+/// The casts of `arg` that read nothing else: gathered with the parameter, each half of the
+/// function casts its own gathered copy, so the cast lives with the gather, not from the
+/// function's top (where mega-training-precision puts it) to the backward's last use.
+bool isParamView(Operation *op) { return isa<mega::CastOp>(op) && op->getNumOperands() == 1; }
+
+/// Gathers `arg` before the first of `uses` (one half of the function), re-creates each view
+/// right after the gather and points the uses at it; `again` marks the gather mega.regather.
+void gatherHalf(OpBuilder &b, ArrayRef<ParamUse> uses, bool again,
+                function_ref<Value(OpBuilder &)> gather) {
+  if (uses.empty())
+    return;
+  Operation *first = uses.front().use->getOwner();
+  for (const ParamUse &u : uses)
+    if (u.use->getOwner()->isBeforeInBlock(first))
+      first = u.use->getOwner();
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(first);
+  Value whole = gather(b);
+  if (again)
+    whole.getDefiningOp()->setAttr(kRegatherAttr, b.getUnitAttr());
+  DenseMap<Operation *, Value> views;
+  for (const ParamUse &u : uses) {
+    if (!u.view) {
+      u.use->set(whole);
+      continue;
+    }
+    Value &copy = views[u.view];
+    if (!copy) {
+      Operation *clone = b.clone(*u.view);
+      clone->setOperand(0, whole);
+      copy = clone->getResult(0);
+    }
+    u.use->set(copy);
+  }
+}
+
+} // namespace
+
 /// ZeRO-3: a sharded parameter argument of `f` becomes its dp shard, all-gathered right before its
 /// first use. Where `f` also runs the backward (ops no forward result depends on), the backward's
 /// uses read a second all-gather placed before the first of them, so the forward's whole copy dies
 /// after its last forward use (reshard after forward); the copy carries `mega.regather` so that CSE
 /// keeps it. Without `reshard` every use reads the forward's gather, kept whole until the backward
-/// is done with it.
+/// is done with it. A cast of the parameter (mixed precision's bf16/fp16 copy) moves with the
+/// gather: each half casts its own gathered copy right before its first use of the cast.
 void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params,
                       bool reshard) {
   if (f.isExternal())
@@ -139,18 +188,33 @@ void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> 
         llvm::find_if(params, [&](const Param &q) { return q.name == name.getValue(); });
     if (p == params.end() || !zeroSharded(dist, *p))
       continue;
-    SmallVector<OpOperand *> forwardUses, backwardUses;
-    for (OpOperand &use : arg.getUses())
-      (!backward || !reshard || forward.contains(use.getOwner()) ? forwardUses : backwardUses)
-          .push_back(&use);
+    SmallVector<ParamUse> forwardUses, backwardUses;
+    SmallVector<Operation *> views;
+    auto add = [&](OpOperand *use, Operation *view) {
+      (!backward || !reshard || forward.contains(use->getOwner()) ? forwardUses : backwardUses)
+          .push_back({use, view});
+    };
+    for (OpOperand &use : arg.getUses()) {
+      Operation *owner = use.getOwner();
+      if (!isParamView(owner) || owner->getBlock() != &block) {
+        add(&use, nullptr);
+        continue;
+      }
+      views.push_back(owner);
+      for (OpOperand &viewUse : owner->getResult(0).getUses())
+        add(&viewUse, owner);
+    }
     arg.setType(dpShard(dist, *p));
     f.setArgAttrs(arg.getArgNumber(), storedAttrs(b, dist, *p));
     auto gather = [&](OpBuilder &at) -> Value {
       return mega::AllGatherOp::create(at, arg.getLoc(), p->type, arg, dist.mesh, dpAxes,
                                        at.getI64IntegerAttr(zeroDim(dist, *p)), UnitAttr());
     };
-    gatherBeforeFirstUse(b, forwardUses, false, gather);
-    gatherBeforeFirstUse(b, backwardUses, !forwardUses.empty(), gather);
+    gatherHalf(b, forwardUses, false, gather);
+    gatherHalf(b, backwardUses, !forwardUses.empty(), gather);
+    for (Operation *view : views)
+      if (view->use_empty())
+        view->erase();
   }
   f.setType(FunctionType::get(f.getContext(), block.getArgumentTypes(), ret.getOperandTypes()));
 }

@@ -72,7 +72,8 @@ LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayR
 /// uses read a second all-gather placed before the first of them, so the forward's whole copy dies
 /// after its last forward use (reshard after forward); the copy carries `mega.regather` so that CSE
 /// keeps it. Without `reshard` every use reads the forward's gather, kept whole until the backward
-/// is done with it.
+/// is done with it. A cast of the parameter (mixed precision's bf16/fp16 copy) moves with the
+/// gather: each half casts its own gathered copy right before its first use of the cast.
 void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> params,
                       bool reshard);
 

@@ -3,8 +3,8 @@
 assumes (StackProfile::prefetchShardedParams) is what `megac compile --zero 3 --overlap on`
 writes.
 
-A 4-layer GPT at dp 2 (and at dp 4 with ffn 6, whose [6, 16] weight is sharded on dim 1) is
-compiled to a plan and read with flatc and runtime/plan/plan.fbs. In every function, the ZeRO-3
+A 4-layer GPT at dp 2 (and at dp 4 with ffn 6, whose [6, 16] weight is sharded on dim 1; and
+in bf16, where each gathered copy is cast right after its gather) is compiled to a plan and read with flatc and runtime/plan/plan.fbs. In every function, the ZeRO-3
 parameter gathers (AllGatherStart of a parameter buffer, done by one CollectiveDone), in the
 order of their dones, form units of one layer (the parameter name up to its first dot), as
 mega-training-zero-prefetch groups them: the forward's h0..h3, then the backward's regathers
@@ -30,13 +30,15 @@ sys.path.insert(0, HERE)
 import gemm_layout_test as gl  # noqa: E402  (plan_json: flatc on a sealed plan)
 
 GEMMS = {"Linear", "MatMul"}
-CASES = [("gpt:layers=4,hidden=16,heads=4,seq=8,vocab=32", 2),
-         ("gpt:layers=4,hidden=16,heads=4,ffn=6,seq=8,vocab=32", 4)]
+# (model, dp, precision): bf16 casts each gathered copy right after its gather (ZeroSharding.h).
+CASES = [("gpt:layers=4,hidden=16,heads=4,seq=8,vocab=32", 2, "fp32"),
+         ("gpt:layers=4,hidden=16,heads=4,ffn=6,seq=8,vocab=32", 4, "fp32"),
+         ("gpt:layers=4,hidden=16,heads=4,seq=8,vocab=32", 2, "bf16")]
 
 
-def compile_plan(megac, spec, dp, overlap, path):
+def compile_plan(megac, spec, dp, precision, overlap, path):
     argv = [megac, "compile", "--model", spec, "--ranks", str(dp), "--dp", str(dp), "--zero",
-            "3", "--overlap", "on" if overlap else "off", "-o", path]
+            "3", "--precision", precision, "--overlap", "on" if overlap else "off", "-o", path]
     run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     if run.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed:\n{run.stdout}{run.stderr}")
@@ -101,13 +103,14 @@ def main():
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     failures = 0
-    for spec, dp in CASES:
+    for spec, dp, precision in CASES:
         for overlap in (True, False):
-            path = os.path.join(args.workdir, f"dp{dp}-{'on' if overlap else 'off'}.mplan")
-            compile_plan(os.path.abspath(args.megac), spec, dp, overlap, path)
+            path = os.path.join(args.workdir,
+                                f"dp{dp}-{precision}-{'on' if overlap else 'off'}.mplan")
+            compile_plan(os.path.abspath(args.megac), spec, dp, precision, overlap, path)
             plan = gl.plan_json(args.flatc, path, args.workdir)
             program = plan["programs"][0]
-            label = f"{spec} dp {dp} --overlap {'on' if overlap else 'off'}"
+            label = f"{spec} dp {dp} {precision} --overlap {'on' if overlap else 'off'}"
             if not overlap:
                 ops = {inst["op"] for fn in program["functions"]
                        for inst in fn.get("instructions", [])}

@@ -26,7 +26,10 @@
                (parameters + gradient accumulators + Adam moments) under ZeRO-3 <= 0.27 x
                ZeRO-0's; ZeRO-2 holds whole parameters and 1/4 of the gradients and moments;
                under --overlap on ZeRO-3's arena is at most two blocks' parameters above the
-               blocking plan's (gathers prefetched one layer ahead, not all at the top).
+               blocking plan's (gathers prefetched one layer ahead, not all at the top);
+               --reshard-after-forward off grows it by 15..17 blocks' parameters (fp32) and by
+               at least 8 blocks' bf16 ones under bf16 (the casts move with the gathers), with
+               fewer gathers, and is refused at pp 2.
 
 usage: zero_test.py --megac build/bin/megac --workdir DIR [--only equivalence|checkpoint|memory]
 Exits 77 (skip) when mpirun is missing (the memory part needs no MPI and runs first).
@@ -238,6 +241,19 @@ def memory(megac):
     checks.append((15 * block <= kept <= 17 * block, f"--reshard-after-forward off grows the "
                    f"arena by {kept} B, 15..17 blocks' parameters ({block} B each)"))
     checks.append((gathers(keep) < gathers(z3), "--reshard-after-forward off gathers less"))
+    # bf16: each half casts its own gathered copy (the cast moves with the gather), so with
+    # reshard on the bf16 copies die after the forward too; keeping them holds every block's bf16
+    # parameters across the backward: at least half of the 16 blocks' (2 bytes each) more.
+    def bf16_arena(reshard):
+        return json.loads(subprocess.run(
+            [megac, "plan", "--model", MEMORY_MODEL, "--json", "--ranks", "4", "--dp", "4",
+             "--zero", "3", "--precision", "bf16", "--reshard-after-forward", reshard],
+            check=True, capture_output=True, text=True).stdout)["roles"][0]["arena_bytes"]
+    on16, off16 = bf16_arena("on"), bf16_arena("off")
+    print(f"zero 3 bf16 arena: reshard on {on16} B, off {off16} B (+{off16 - on16} B)")
+    checks.append((off16 - on16 >= 8 * block // 2, f"bf16: keeping the gathered copies costs "
+                   f"{off16 - on16} B >= 8 blocks' bf16 parameters ({8 * block // 2} B): the "
+                   "casts are re-made from the backward's regather"))
     refused = subprocess.run(
         [megac, "plan", "--model", MEMORY_MODEL, "--ranks", "4", "--dp", "2", "--pp", "2",
          "--zero", "3", "--reshard-after-forward", "off"], capture_output=True, text=True)

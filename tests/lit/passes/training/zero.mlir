@@ -5,6 +5,7 @@
 // RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="dp=2" --mega-spmdize --mega-training-autodiff --mega-training-optimizer="zero=3" --canonicalize --cse | FileCheck %s --check-prefix=Z3
 // RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="tp=2 dp=2 sequence-parallel=true" --mega-spmdize --mega-training-autodiff --mega-training-optimizer="zero=2" | FileCheck %s --check-prefix=SP
 // RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="dp=2" --mega-spmdize --mega-training-autodiff --mega-training-optimizer="zero=3 reshard-after-forward=false" --canonicalize --cse | FileCheck %s --check-prefix=KEEP
+// RUN: megac-opt %s --mega-training-loss --mega-training-precision="precision=bf16" --mega-sharding-propagation="dp=2" --mega-spmdize --mega-training-autodiff --mega-training-optimizer="zero=3" --canonicalize --cse | FileCheck %s --check-prefix=Z3H
 
 // ZeRO-2: the accumulator is the dp shard; the micro-batch's weight gradient (a GEMM) is
 // reduce-scattered over dp right after it is computed and added into the shard. GEMM fusion
@@ -54,6 +55,20 @@
 // Z3: mega.adamw_update %[[WA]],
 // Z3-NOT: mega.all_gather
 // Z3: return
+
+// ZeRO-3 under bf16 mixed precision: the bf16 copy of the f32 master (mega-training-precision's
+// cast, at the function's top) moves with the gather, so each half casts its own gathered copy
+// right before using it and the forward's bf16 copy dies after its last forward use (without
+// this the cast of every parameter lived from the top to the backward's last use).
+// Z3H-LABEL: func.func @forward_backward(
+// Z3H: %[[F:.*]] = mega.all_gather %[[W:arg[0-9]+]] on #mesh axes ["dp"] dim 0 : tensor<16x8xf32> -> tensor<32x8xf32>
+// Z3H-NEXT: %[[FC:.*]] = mega.cast %[[F]] : tensor<32x8xf32> -> tensor<32x8xbf16>
+// Z3H: mega.linear %{{.*}}, %[[FC]], %{{.*}} : (tensor<2x4x8xbf16>, tensor<32x8xbf16>
+// Z3H-NOT: %[[FC]]
+// Z3H: %[[B:.*]] = mega.all_gather %[[W]] on #mesh axes ["dp"] dim 0 {mega.regather} : tensor<16x8xf32> -> tensor<32x8xf32>
+// Z3H-NEXT: %[[BC:.*]] = mega.cast %[[B]] : tensor<32x8xf32> -> tensor<32x8xbf16>
+// Z3H-NOT: %[[FC]]
+// Z3H: return
 
 // ZeRO-2 with sequence parallelism: a norm weight's gradient is partial over dp and tp; the
 // accumulator holds the dp shard (partial over tp only), and @apply_gradients all-reduces it
