@@ -19,6 +19,13 @@ the runner's set-up of its inputs and stash, its sends, and the receive it waits
 - sim = `bench-pipeline-schedule --simulate SCHEDULE m T F,B,W ...` at the step's own per-chunk
   costs and the run's transfer; ratio = measured / simulated per step (medians printed). pooled:
   the simulator at the per-chunk means over all steps and rounds.
+Peak activation bytes per rank (issue 35): `peak` is the most bytes the pipeline runner held
+stashed and kept for later steps (the forward stashes, what each W reads), the trace's
+`stash_bytes` after every step, largest over ranks and steps; `planned` the planner's activation
+bytes for the same layout (`megac plan --cluster cpu:1x2 ... --schedule S --json`, every choice
+pinned: the busiest stage's in-flight micro-batches times the stash, plus the one copied into
+the arena); `plan stash` the compiled plan's own stash peak (`megac plan --ranks 2 --json`'s
+stash_peak_bytes, largest role). The check: peak <= planned.
 Also printed: `compute`, the chunk functions' own time, and `overhead`, the runner's time inside
 steps outside the chunk functions and receives (per step, both ranks' mean), which the earlier
 version of this bench counted as idle. `step` is the whole optimizer step (pipeline, gradient
@@ -91,6 +98,32 @@ def measure(events, chunks):
     return rows, costs, step_costs
 
 
+def stash_peak(events):
+    """The most bytes any rank held stashed after a pipeline step (the runner's stash_bytes)."""
+    return max((e["args"].get("stash_bytes", 0) for e in events
+                if e.get("cat") in KINDS and e.get("tid") == 2), default=0)
+
+
+def planned_activations(args, schedule):
+    """The planner's activation bytes per rank and the compiled plan's stash peak (largest
+    role) for the bench's layout."""
+    layout = ["--tp", "1", "--pp", "2", "--dp", "1", "--micro-batch", "1", "--schedule", schedule,
+              "--global-batch", str(args.micro_batches)]
+    if schedule == "zbv":
+        layout += ["--vpp", "2"]
+    out = subprocess.run([args.megac, "plan", "--model", args.model, "--cluster", "cpu:1x2",
+                          "--no-compile", "--json", "--zero", "0", "--cp", "1", "--recompute",
+                          "none", "--precision", "fp32", "--no-sequence-parallel", *layout],
+                         capture_output=True, text=True, check=True).stdout
+    planned = json.loads(out)["layouts"][0]["memory"]["activations"]
+    roles = json.loads(subprocess.run(
+        [args.megac, "plan", "--model", args.model, "--ranks", "2", "--json", *layout],
+        capture_output=True, text=True, check=True).stdout)
+    roles = roles.get("roles", roles) if isinstance(roles, dict) else roles
+    stash = max(r.get("stash_peak_bytes", 0) for r in roles) if isinstance(roles, list) else 0
+    return planned, stash
+
+
 def transfers(events):
     """Per matched send/receive: the receive's end - max(send start, receive start)."""
     sends, out = {}, []
@@ -142,7 +175,7 @@ def main():
         f.write(body)
     print(f"{args.model}, 2 ranks x 1 thread, pp 2, m {args.micro_batches}, fp32; times in ms "
           f"(medians of steps 2..{args.steps} over {args.rounds} round(s))")
-    results = {s: {"rows": [], "costs": None, "transfers": []} for s in SCHEDULES}
+    results = {s: {"rows": [], "costs": None, "transfers": [], "peak": 0} for s in SCHEDULES}
     for r in range(args.rounds):
         for schedule in SCHEDULES:
             trace = os.path.join(args.workdir, f"{schedule}.{r}.json")
@@ -167,6 +200,7 @@ def main():
                 sim = simulate(args.schedule_bench, schedule, args.micro_batches, transfer, own)
                 res["rows"].append(row + (sim, row[0] / sim if sim else 0.0))
             res["transfers"] += ts
+            res["peak"] = max(res["peak"], stash_peak(events))
             if res["costs"] is None:
                 res["costs"] = costs
             else:
@@ -197,6 +231,14 @@ def main():
                   f"{saved / 1e3:.1f} ms (drop / saved {drop / saved if saved else 0:.2f}); "
                   f"busy {(busy - base[2]) / 1e3:+.1f} ms, opt {(opt - base[3]) / 1e3:+.1f} ms")
         sys.stdout.flush()
+    print(f"\npeak activation bytes per rank (MiB): {'schedule':<8} {'peak':>8} {'planned':>8} "
+          f"{'plan stash':>10}  peak <= planned")
+    for schedule in SCHEDULES:
+        planned, stash = planned_activations(args, schedule)
+        peak = results[schedule]["peak"]
+        mib = 1 << 20
+        print(f"{'':<37} {schedule:<8} {peak / mib:8.2f} {planned / mib:8.2f} "
+              f"{stash / mib:10.2f}  {'yes' if peak <= planned else 'NO'}")
     return 0
 
 
