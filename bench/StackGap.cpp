@@ -152,8 +152,10 @@ std::string termDeltas(const StepCost &base, const StepCost &c) {
   return out.empty() ? "-" : out;
 }
 
+StackProfile megatronCoreAtC127b5e();
+
 void compare(const char *what, const TransformerShape &shape, const char *clusterSpec,
-             int64_t globalBatch, const Layout &layout) {
+             int64_t globalBatch, const Layout &layout, bool atC127b5e = false) {
   std::string error;
   std::optional<Cluster> cluster = parseCluster(clusterSpec, &error);
   if (!cluster) {
@@ -161,7 +163,7 @@ void compare(const char *what, const TransformerShape &shape, const char *cluste
     return;
   }
   StackProfile megac = *stackProfile("megac", false);
-  StackProfile core = *stackProfile("megatron-core", false);
+  StackProfile core = atC127b5e ? megatronCoreAtC127b5e() : *stackProfile("megatron-core", false);
   auto run = [&](const StackProfile &p) {
     std::string why;
     std::optional<StepCost> c = estimate(shape, *cluster, globalBatch, layout, &why, p);
@@ -172,7 +174,8 @@ void compare(const char *what, const TransformerShape &shape, const char *cluste
   std::optional<StepCost> m = run(megac), k = run(core);
   if (!m || !k)
     return;
-  std::printf("%s on %s, global batch %lld\n", what, clusterSpec, (long long)globalBatch);
+  std::printf("%s on %s, global batch %lld, against %s\n", what, clusterSpec,
+              (long long)globalBatch, core.name.c_str());
   std::printf("  %-18s %10s %10s %9s\n", "term (s)", "megac", "mcore", "megac-mc");
   Terms tm(*m), tk(*k);
   for (int i = 0; i < 11; ++i)
@@ -290,5 +293,8 @@ int main() {
   l.recompute = Recompute::full;
   compare("Llama-3-70B, the same with full recompute (megac's memory needs it)", llama3_70b(),
           "h100-sxm:8x8", 128, l);
+  // Megatron-Core's pick as at c127b5e (no cp, no ZeRO-3 prefetch in its profile then).
+  Layout z{4, 4, 4, 1, 1, true, 2, Recompute::none, Precision::bf16};
+  compare("Llama-3-70B, tp 4 pp 4 dp 4, SP, ZeRO-2", llama3_70b(), "h100-sxm:8x8", 128, z, true);
   return 0;
 }
