@@ -7,6 +7,7 @@
 #include "ir/ShapeRules.h"
 #include "runtime/plan/Opcodes.h"
 #include "runtime/plan/PlanRules.h"
+#include "runtime/plan/RingScratch.h"
 
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -170,7 +171,9 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
                 asVoid(pl::CreateP2PAttrs(fbb_, *index, shift, tag)));
   };
   // Attention and its gradient; with mega.ring_axes (context parallelism's ring) the ring
-  // opcode, whose kernel exchanges the key/value blocks over those mesh axes.
+  // opcode, whose kernel exchanges the key/value blocks over those mesh axes, with one more
+  // output: the ring's scratch (the blocks in flight, the merge statistics; RingScratch.h), an
+  // arena buffer live for this instruction alone, so the plan's memory counts it.
   auto attention = [&](pl::Opcode plain, pl::Opcode ring, bool causal,
                        double scale) -> LogicalResult {
     auto names = op->getAttrOfType<mlir::ArrayAttr>(kRingAxesAttr);
@@ -180,8 +183,35 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
     auto axes = meshAxes(op, names);
     if (failed(axes))
       return failure();
-    return emit(op, ring, A::AttentionAttrs,
-                asVoid(pl::CreateAttentionAttrsDirect(fbb_, causal, scale, &*axes)));
+    if (failed(emit(op, ring, A::AttentionAttrs,
+                    asVoid(pl::CreateAttentionAttrsDirect(fbb_, causal, scale, &*axes)))))
+      return failure();
+    bool backward = ring == O::RingAttentionGrad;
+    unsigned first = backward ? 1 : 0; // q, k, v (after the gradient's dout)
+    auto shapeOf = [&](unsigned i) {
+      return mlir::cast<mlir::ShapedType>(op->getOperand(first + i).getType()).getShape();
+    };
+    auto q = shapeOf(0), k = shapeOf(1), v = shapeOf(2);
+    auto dtype =
+        dtypeOf(mlir::cast<mlir::ShapedType>(op->getOperand(first).getType()).getElementType());
+    if (q.size() != 4 || k.size() != 4 || v.size() != 4 || !dtype)
+      return op->emitOpError() << "ring attention needs [b, s, h, d] q, k and v";
+    pl::RingDims dims{q[0], q[1], q[2], q[3],
+                      k[1], k[2], v[3], static_cast<int64_t>(dtypeBytes(*dtype))};
+    uint64_t words = pl::ringScratchLayout(dims, backward).words();
+    FunctionInfo &fn = functions_.back();
+    BufferInfo scratch;
+    scratch.name = fn.instructions.back().outputs.empty()
+                       ? "ring_scratch"
+                       : buffers_[fn.instructions.back().outputs.front()].name + ".ring_scratch";
+    scratch.dtype = pl::DType::f64;
+    scratch.shape = {static_cast<int64_t>(words)};
+    scratch.request.bytes = words * 8;
+    scratch.request.def = scratch.request.lastUse = int64_t(fn.instructions.size()) - 1;
+    scratch.request.function = functions_.size() - 1;
+    fn.instructions.back().outputs.push_back(buffers_.size());
+    buffers_.push_back(std::move(scratch));
+    return success();
   };
   // An op naming an attribute-free opcode (Mega_Plan<"Name">): the opcode table has the rest.
   auto byName = [&](llvm::StringRef name) -> LogicalResult {

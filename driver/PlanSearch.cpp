@@ -37,8 +37,8 @@ std::string gib(double bytes) {
 std::string layoutText(const Layout &l) {
   std::ostringstream out;
   out << "tp=" << l.tp;
-  if (l.cp > 1)
-    out << " cp=" << l.cp;
+  if (l.cp > 1) // with its K/V exchange, Megatron's cp_comm_type
+    out << " cp=" << l.cp << (l.cpRing ? "(p2p)" : "(all_gather)");
   out << " pp=" << l.pp << " dp=" << l.dp;
   if (l.ep > 1)
     out << " ep=" << l.ep;
@@ -63,14 +63,17 @@ std::string candidateJson(const planner::PlanCandidate &c) {
   const planner::StepCost &s = c.cost;
   std::ostringstream out;
   out.precision(17);
-  out << "{\"tp\": " << l.tp << ", \"cp\": " << l.cp << ", \"pp\": " << l.pp << ", \"dp\": " << l.dp
-      << ", \"ep\": " << l.ep << ", \"vpp\": " << l.vpp << ", \"schedule\": \""
-      << schedule::scheduleName(l.pipelineSchedule()) << "\", \"micro_batch\": " << l.microBatch
+  out << "{\"tp\": " << l.tp << ", \"cp\": " << l.cp << ", \"cp_comm_type\": \""
+      << (l.cp > 1 && l.cpRing ? "p2p" : "all_gather") << "\", \"pp\": " << l.pp
+      << ", \"dp\": " << l.dp << ", \"ep\": " << l.ep << ", \"vpp\": " << l.vpp
+      << ", \"schedule\": \"" << schedule::scheduleName(l.pipelineSchedule())
+      << "\", \"micro_batch\": " << l.microBatch
       << ", \"sequence_parallel\": " << (l.sequenceParallel ? "true" : "false")
+      << ", \"zero\": " << l.zero
       << ", \"reshard_after_forward\": " << (l.reshardAfterForward ? "true" : "false")
-      << ", \"zero\": " << l.zero << ", \"recompute\": \"" << recomputeName(l.recompute)
-      << "\", \"precision\": \"" << precisionName(l.precision)
-      << "\", \"step_time_s\": " << s.stepSeconds << ", \"tokens_per_s\": " << s.tokensPerSecond
+      << ", \"recompute\": \"" << recomputeName(l.recompute) << "\", \"precision\": \""
+      << precisionName(l.precision) << "\", \"step_time_s\": " << s.stepSeconds
+      << ", \"tokens_per_s\": " << s.tokensPerSecond
       << ", \"tflops_per_gpu\": " << s.hardwareTflopsPerGpu << ", \"mfu\": " << s.mfu
       << ", \"memory_per_gpu_bytes\": " << s.totalBytes
       << ", \"fits\": " << (s.fits ? "true" : "false")
@@ -201,10 +204,12 @@ std::string whyBetter(const planner::PlanCandidate &a, const planner::PlanCandid
 /// The winner's predicted step split by op class (`--explain`): kernels by class (the optimizer's
 /// included), each tensor-parallel collective, pipeline sends, the exposed data-parallel
 /// communication and the bubble. The lines sum to the step time.
-std::string timeByClass(const planner::StepCost &c, const planner::StackProfile &stack) {
-  // Context parallelism's exchange as the stack runs it (StackProfile.h).
-  const char *cpLine = stack.contextParallelAllGatherKv ? "cp K/V all-gather + dK/dV reduce-scatter"
-                                                        : "cp ring K/V transfers (exposed)";
+std::string timeByClass(const planner::StepCost &c, const Layout &l,
+                        const planner::StackProfile &stack) {
+  // Context parallelism's exchange as the layout runs it on the stack (StackProfile.h).
+  const char *cpLine = stack.runsContextParallelRing(l.cpRing)
+                           ? "cp ring K/V transfers (exposed)"
+                           : "cp K/V all-gather + dK/dV reduce-scatter";
   struct Line {
     const char *name;
     double seconds;
@@ -452,11 +457,15 @@ std::string bestText(const PlanSearchRequest &r, const planner::TransformerShape
     against(result.bestWithoutCp, "layout without cp");
   else
     against(result.bestWithCp, "layout with cp");
+  // The cp exchange (--cp-comm-type): why #1's beats the other variant's best layout.
+  if (win.layout.cp > 1 && result.bestOtherCpVariant)
+    against(result.bestOtherCpVariant,
+            win.layout.cpRing ? "layout with cp all_gather" : "layout with the cp ring (p2p)");
   // Zero-bubble schedules (issue 35): why #1 does not run one, when it pipelines.
   if (win.layout.pp > 1 && !schedule::splitsBackward(win.layout.pipelineSchedule()))
     against(result.bestZeroBubble, "zero-bubble layout");
   if (r.explain)
-    out += "\n" + timeByClass(w, r.stack);
+    out += "\n" + timeByClass(w, win.layout, r.stack);
   return out;
 }
 
@@ -515,6 +524,7 @@ Status confirmWinner(const PlanSearchRequest &r, const planner::TransformerShape
   // The quick check compiles one dp rank of one cp rank's role: tp, pp and vpp are what the
   // partitioner must accept; --explain compiles the whole layout.
   options.layout.cp = r.explain ? l.cp : 1;
+  options.layout.cpRing = r.explain && l.cpRing;
   int64_t microBatches = r.globalBatch / (l.microBatch * l.dp);
   options.layout.microBatches = r.explain ? microBatches : 1;
   auto start = std::chrono::steady_clock::now();

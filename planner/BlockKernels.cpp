@@ -357,7 +357,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   auto cpExchange = [&](Builder &b, bool backward) {
     if (cp == 1)
       return;
-    if (stack.contextParallelAllGatherKv) {
+    if (!g.cpRing) {
       b.pass->cp.push_back({Collective::allGather, kvWholeSeq});
       if (backward)
         b.pass->cp.push_back({Collective::reduceScatter, kvWholeSeq});
@@ -365,6 +365,18 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     }
     b.pass->cpRingBytes = kvWholeSeq / double(cp);
     b.pass->cpRingTransfers = double(cp - 1) * (backward ? 2 : 1);
+    b.pass->cpRingSteps = double(cp);
+    if (backward && stack.ringGradientsBlock) {
+      // megac: K/V blocks overlapped (cp - 1), dK/dV after each block's computation (cp).
+      b.pass->cpRingTransfers = double(cp - 1);
+      b.pass->cpRingBlockingTransfers = double(cp);
+    }
+    if (backward && stack.ringBackwardRecomputesStatistics) {
+      // The forward ring again for the row statistics: its transfers and its attention.
+      b.pass->cpRingTransfers += double(cp - 1);
+      b.pass->cpRingSteps += double(cp);
+      b.attention(g.microBatch * heads, s.seq, dh, false, share);
+    }
   };
   // Head split/merge copies (megac: q, k, v and the output; Megatron: the merged context).
   double headBytes = 2.0 * double(T) * double(heads * dh) * double(e);

@@ -30,9 +30,14 @@ struct PassKernels {
   std::vector<CommOp> ep; // MoE token exchange among the ep ranks (stride tp)
   /// Context parallelism (issue 32), among the cp ranks (stride tp): the all-gather-kv
   /// variant's collectives, or the ring's `cpRingTransfers` point-to-point transfers of
-  /// `cpRingBytes` each (one K/V block, or K/V and dK/dV blocks backward).
+  /// `cpRingBytes` each (one K/V block, or K/V and dK/dV blocks backward), overlapped with the
+  /// pass's attention where the stack overlaps its ring, and `cpRingBlockingTransfers` that
+  /// never are (megac's dK/dV hops, StackProfile::ringGradientsBlock).
   std::vector<CommOp> cp;
-  double cpRingBytes = 0, cpRingTransfers = 0;
+  double cpRingBytes = 0, cpRingTransfers = 0, cpRingBlockingTransfers = 0;
+  /// The ring steps the pass's attention is cut into (cp per ring it runs): each overlapped
+  /// transfer hides behind one step's share of the attention.
+  double cpRingSteps = 0;
 };
 
 struct BlockKernels {
@@ -55,6 +60,7 @@ struct LayerGeometry {
   Precision precision = Precision::bf16;
   int64_t ep = 1; // expert parallelism (MoE blocks)
   int64_t cp = 1; // context parallelism: each rank holds microBatch·seq/cp tokens
+  bool cpRing = false; // cp's K/V exchange is the ring (StackProfile::runsContextParallelRing)
 };
 
 BlockKernels blockKernels(const TransformerShape &shape, const LayerGeometry &g,

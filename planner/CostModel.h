@@ -195,10 +195,13 @@ public:
   /// communication); the layout must be valid.
   double lowerBoundSeconds(const Layout &layout);
 
+  /// `cpRing`: the layout asks for cp's ring (Layout::cpRing); the stack decides what runs.
   const LayerCost &layerCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
-                             Precision precision, int64_t ep = 1, int64_t cp = 1);
+                             Precision precision, int64_t ep = 1, int64_t cp = 1,
+                             bool cpRing = false);
   const EdgeCost &edgeCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
-                           Precision precision, int64_t ep = 1, int64_t cp = 1);
+                           Precision precision, int64_t ep = 1, int64_t cp = 1,
+                           bool cpRing = false);
   /// Bytes of ZeRO-3's gathered parameters in flight on one rank: the largest gathered unit
   /// (a block, or the embedding table / logit layer of an edge stage), once, or twice when the
   /// stack prefetches the next one (StackProfile::prefetchShardedParams); without reshard after
@@ -256,7 +259,7 @@ private:
   Cluster cluster_;
   StackProfile stack_;
   int64_t globalBatch_;
-  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int64_t>,
+  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int64_t, bool>,
            std::pair<LayerCost, EdgeCost>>
       layers_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t>, Pipeline> pipelines_;

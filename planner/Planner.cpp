@@ -46,12 +46,13 @@ PassCost passCost(const PassKernels &pass, const KernelModel &kernels, const Clu
   // outlasts of one step's attention (the pass's attention core over cp steps).
   for (const CommOp &op : pass.cp)
     c.cp += collectiveSeconds(cluster, op.kind, cp, tp, op.bytes);
-  if (pass.cpRingTransfers > 0) {
+  if (pass.cpRingTransfers + pass.cpRingBlockingTransfers > 0) {
     bool crossNode = placeGroup(cluster, cp, tp).nodes > 1; // the ring's slowest hop
     double transfer = p2pSeconds(cluster, crossNode, pass.cpRingBytes);
-    double hidden =
-        kernels.stack().overlapContextParallelRing ? c.compute.attention / double(cp) : 0.0;
-    c.cp += pass.cpRingTransfers * std::max(0.0, transfer - hidden);
+    double steps = pass.cpRingSteps > 0 ? pass.cpRingSteps : double(cp);
+    double hidden = kernels.stack().overlapContextParallelRing ? c.compute.attention / steps : 0.0;
+    c.cp += pass.cpRingTransfers * std::max(0.0, transfer - hidden) +
+            pass.cpRingBlockingTransfers * transfer;
   }
   return c;
 }
@@ -211,15 +212,16 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
 }
 
 const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precision precision,
-                                          int64_t ep, int64_t cp) {
-  auto key = std::make_tuple(tp, b, sp, int(precision), ep, cp);
+                                          int64_t ep, int64_t cp, bool cpRing) {
+  cpRing = cp > 1 && stack_.runsContextParallelRing(cpRing);
+  auto key = std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing);
   auto it = layers_.find(key);
   if (it != layers_.end())
     return it->second.first;
   // The block's and the edges' kernels for this geometry, timed once (issue 15: one block per
   // distinct tp, sequence parallelism and micro-batch; every layout with them reuses it).
   KernelModel kernels(cluster_.device, stack_, precision);
-  LayerGeometry g{tp, b, sp, precision, ep, cp};
+  LayerGeometry g{tp, b, sp, precision, ep, cp, cpRing};
   BlockKernels block = blockKernels(shape_, g, stack_);
   LayerCost lc;
   lc.forward = passCost(block.forward, kernels, cluster_, tp, ep, cp);
@@ -246,9 +248,10 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
 }
 
 const EdgeCost &StepEstimator::edgeCost(int64_t tp, int64_t b, bool sp, Precision precision,
-                                        int64_t ep, int64_t cp) {
-  layerCost(tp, b, sp, precision, ep, cp);
-  return layers_.find(std::make_tuple(tp, b, sp, int(precision), ep, cp))->second.second;
+                                        int64_t ep, int64_t cp, bool cpRing) {
+  layerCost(tp, b, sp, precision, ep, cp, cpRing);
+  cpRing = cp > 1 && stack_.runsContextParallelRing(cpRing);
+  return layers_.find(std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing))->second.second;
 }
 
 const StepEstimator::Pipeline &StepEstimator::pipeline(ScheduleKind kind, int64_t pp, int64_t vpp,
@@ -301,8 +304,10 @@ double StepEstimator::stageExpertParameters(const Layout &l) const {
 }
 
 StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
-  const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp);
-  const EdgeCost &ec = edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp);
+  const LayerCost &lc =
+      layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp, l.cpRing);
+  const EdgeCost &ec =
+      edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp, l.cpRing);
   double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)); // on the stage
   // Recompute, in the backward: selective repeats the attention core, full the whole forward
   // with its collectives.
@@ -499,12 +504,25 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
   }
   double logits = double(l.microBatch * local.seq) * double(ceilDiv(s.vocab, l.tp)) * 4;
   // Context parallelism's K/V in flight for one layer: the whole sequence's [b, S, hk, d] pair
-  // (all-gather-kv), or the ring's block being sent and the one being received.
+  // (all-gather-kv), or the ring's block being computed and the one being received; megac's
+  // ring backward (its plan scratch, codegen) also holds two dK/dV blocks, the recomputed
+  // output [b, S/cp, h/tp, d] and three f64 row statistics per query row and head.
   double cpKv = 0;
   if (l.cp > 1) {
-    double pair = 2.0 * double(l.microBatch) * double(s.seq) *
-                  double(localKvHeads(s, l.tp) * (s.hidden / s.heads)) * double(e);
-    cpKv = stack_.contextParallelAllGatherKv ? pair : 2 * pair / double(l.cp);
+    int64_t dh = s.hidden / s.heads;
+    double pair =
+        2.0 * double(l.microBatch) * double(s.seq) * double(localKvHeads(s, l.tp) * dh) * double(e);
+    if (!stack_.runsContextParallelRing(l.cpRing)) {
+      cpKv = pair;
+    } else {
+      double block = pair / double(l.cp),
+             rows = double(l.microBatch) * double(local.seq) * double(s.heads / l.tp);
+      cpKv = 2 * block;
+      if (stack_.ringGradientsBlock)
+        cpKv += 2 * block;
+      if (stack_.ringBackwardRecomputesStatistics)
+        cpKv += rows * double(dh) * double(e) + 3 * rows * 8;
+    }
   }
   int64_t denseShards = l.zero ? denseZeroShards(l) : 1,
           expertShards = l.zero ? expertZeroShards(l) : 1;
@@ -583,6 +601,15 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
     // Left out: megac's ZeRO-1/2 apply_gradients all-gathers the updated fp32 parameters whole
     // into its arena in one buffer, plus their slice back (8 bytes a stage parameter, above the
     // backward's peak only for small activations; docs/planner.md, Known gaps).
+    // Without ZeRO, megac's apply_gradients concatenates each bucket of the stage's gradients
+    // (Megatron's default max(4e7, 1e6 x dp) elements, passes/training/TrainingOptimizer.cpp)
+    // into one buffer and all-reduces it over dp x cp into another: its peak, above the
+    // backward's where the activations are small (a sequence split over cp ranks).
+    if (stack_.concatenatedGradientReduction && l.zero == 0 && l.dp * l.cp > 1) {
+      double bucket = std::max(4e7, 1e6 * double(l.dp)) * pb.gradient;
+      double reduction = 2 * std::min(c.gradientBytes, bucket);
+      c.workspaceBytes = std::max(c.workspaceBytes, reduction - c.activationBytes);
+    }
     c.totalBytes = c.parameterBytes + c.gradientBytes + c.optimizerBytes + c.activationBytes +
                    c.workspaceBytes;
   };

@@ -48,6 +48,9 @@ struct TransformerShape {
 struct Pins {
   std::optional<int64_t> tp, pp, dp, ep, vpp, microBatch;
   std::optional<int64_t> cp; // context parallelism (issue 32)
+  /// cp's K/V exchange: the ring (true, `--cp-comm-type p2p`) or all-gather-kv (false); unset,
+  /// the search tries each variant the stack runs (Layout::cpRing).
+  std::optional<bool> cpRing;
   std::optional<bool> sequenceParallel;
   std::optional<int> zero;
   std::optional<Recompute> recompute;
@@ -138,6 +141,9 @@ struct SearchResult {
   /// The fastest fitting layout with a zero-bubble schedule (zb-h1, zb-h2, zbv), so the report
   /// can say why #1 does not run one (issue 35).
   std::optional<PlanCandidate> bestZeroBubble;
+  /// The fastest fitting layout with cp > 1 whose K/V exchange is the other variant than
+  /// bestWithCp's (all-gather-kv vs the ring), on a stack that runs both.
+  std::optional<PlanCandidate> bestOtherCpVariant;
 };
 
 /// Every layout that satisfies the pins, pruned, ranked by predicted step time.

@@ -38,8 +38,8 @@ public:
       : shape_(shape), cluster_(cluster), globalBatch_(globalBatch), pins_(pins),
         topK_(std::max(1, topK)), estimator_(shape, cluster, globalBatch, stack),
         replicatesKvHeads_(stack.replicatesKvHeads), expertParallel_(stack.supportsExpertParallel),
-        contextParallel_(stack.supportsContextParallel), zeroBubble_(stack.zeroBubbleSchedules),
-        stackName_(stack.name) {}
+        contextParallel_(stack.supportsContextParallel), stack_(stack),
+        zeroBubble_(stack.zeroBubbleSchedules), stackName_(stack.name) {}
 
   SearchResult run() {
     int64_t devices = cluster_.devices();
@@ -84,6 +84,11 @@ public:
       for (int64_t pp : pinnedOr(pins_.pp, divisors(shape_.layers)))
         for (int64_t cp : pinnedOr(pins_.cp, cps))
           searchDegrees(tp, pp, cp);
+    // The best of the cp variant #1's best cp layout did not use, for the report.
+    if (result_.bestWithCp) {
+      bool ring = result_.bestWithCp->layout.cpRing;
+      result_.bestOtherCpVariant = ring ? bestCpVariant_[0] : bestCpVariant_[1];
+    }
 
     if (result_.best.empty() && smallest_) {
       if (std::optional<StepCost> cost = estimator_.estimate(*smallest_, nullptr)) {
@@ -141,10 +146,42 @@ private:
     return c;
   }
 
+  /// cp's K/V exchange variants to try (Layout::cpRing): each the stack runs, or the pinned
+  /// one; none when the pin asks for one the stack lacks. cp 1 has no exchange: one choice.
+  std::vector<bool> cpVariants(int64_t cp) {
+    if (cp == 1)
+      return {false};
+    std::vector<bool> out;
+    if (stack_.contextParallelAllGatherKv)
+      out.push_back(false);
+    if (stack_.contextParallelRing)
+      out.push_back(true);
+    if (out.empty()) // a stack with cp but no variant named: what it runs
+      out.push_back(stack_.runsContextParallelRing(false));
+    if (!pins_.cpRing)
+      return out;
+    if (std::find(out.begin(), out.end(), *pins_.cpRing) == out.end()) {
+      invalid(
+          "the " + stack_.name + " stack has no " +
+          (*pins_.cpRing ? "ring (--cp-comm-type p2p)" : "all-gather (--cp-comm-type all_gather)") +
+          " for context parallelism; use --cp-comm-type " + (*pins_.cpRing ? "all_gather" : "p2p"));
+      return {};
+    }
+    return {*pins_.cpRing};
+  }
+
   // Memory lower bound of a (tp, pp): the most frugal choices. If even that does not fit,
   // nothing with this tp and pp does (memory grows with vpp, micro-batch, less recompute, no SP
-  // and no ZeRO); it still competes as the smallest-memory layout.
-  bool frugalFits(int64_t tp, int64_t pp, int64_t dp, int64_t cp, const Choices &c) {
+  // and no ZeRO); it still competes as the smallest-memory layout. Each cp variant is tried
+  // (the ring holds less at large cp, megac's more at cp 2).
+  bool frugalFits(int64_t tp, int64_t pp, int64_t dp, int64_t cp, const Choices &c,
+                  const std::vector<bool> &variants) {
+    bool fits = false;
+    for (bool ring : variants)
+      fits = frugalFits(tp, pp, dp, cp, c, ring) || fits;
+    return fits;
+  }
+  bool frugalFits(int64_t tp, int64_t pp, int64_t dp, int64_t cp, const Choices &c, bool ring) {
     if (c.vpps.empty() || c.microBatches.empty())
       return false;
     if (c.eps.empty())
@@ -164,6 +201,7 @@ private:
     if (pins_.schedule && *pins_.schedule != ScheduleKind::interleaved)
       l.schedule = *pins_.schedule;
     l.cp = cp;
+    l.cpRing = ring;
     std::optional<StepCost> memory = estimator_.memory(l, nullptr);
     if (!memory)
       return true; // invalid here; the full enumeration says why
@@ -185,18 +223,21 @@ private:
       return invalid("dp " + std::to_string(dp) + " does not divide the global batch " +
                      std::to_string(globalBatch_));
     Choices c = choices(tp, pp, dp);
-    if (!frugalFits(tp, pp, dp, cp, c))
+    std::vector<bool> variants = cpVariants(cp);
+    if (variants.empty() || !frugalFits(tp, pp, dp, cp, c, variants))
       return;
-    for (int64_t ep : c.eps)
-      for (int64_t vpp : c.vpps)
-        for (int64_t b : c.microBatches)
-          for (bool sp : c.sps)
-            for (int zero : c.zeros) {
-              Layout l{tp, pp, dp, vpp, b, sp, zero, Recompute::none, pins_.precision};
-              l.ep = ep;
-              l.cp = cp;
-              trySchedules(l, c.recomputes);
-            }
+    for (bool ring : variants)
+      for (int64_t ep : c.eps)
+        for (int64_t vpp : c.vpps)
+          for (int64_t b : c.microBatches)
+            for (bool sp : c.sps)
+              for (int zero : c.zeros) {
+                Layout l{tp, pp, dp, vpp, b, sp, zero, Recompute::none, pins_.precision};
+                l.ep = ep;
+                l.cp = cp;
+                l.cpRing = ring;
+                trySchedules(l, c.recomputes);
+              }
   }
 
   // ZeRO-3 in a step whose forward and backward run in one function (pp = vpp = 1) chooses
@@ -270,7 +311,8 @@ private:
     }
   }
 
-  /// The categories `l` belongs to (SearchResult's bestZero3, bestWithCp, bestWithoutCp).
+  /// The categories `l` belongs to (SearchResult's bestZero3, bestWithCp, bestWithoutCp, and
+  /// the best of each cp variant).
   std::vector<std::optional<PlanCandidate> *> categories(const Layout &l) {
     std::vector<std::optional<PlanCandidate> *> out;
     if (l.zero == 3)
@@ -278,6 +320,8 @@ private:
     out.push_back(l.cp > 1 ? &result_.bestWithCp : &result_.bestWithoutCp);
     if (l.pp > 1 && schedule::splitsBackward(l.schedule))
       out.push_back(&result_.bestZeroBubble);
+    if (l.cp > 1)
+      out.push_back(&bestCpVariant_[l.cpRing ? 1 : 0]);
     return out;
   }
 
@@ -300,7 +344,9 @@ private:
   bool replicatesKvHeads_; // the stack replicates kv heads when tp exceeds them
   bool expertParallel_;    // the stack has expert parallelism
   bool contextParallel_;   // the stack has context parallelism
+  const StackProfile &stack_;
   SearchResult result_;
+  std::optional<PlanCandidate> bestCpVariant_[2]; // the best cp > 1 layout: all-gather, ring
   std::string firstInvalid_;
   bool deepInvalid_ = false;
   std::optional<Layout> smallest_;

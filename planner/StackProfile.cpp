@@ -57,14 +57,22 @@ StackProfile megac(bool cpu) {
   // the pipeline runner of both runtimes (e2e_partition_zerobubble on the CPU).
   p.zeroBubbleSchedules = true;
   // Issues 31/32: ZeRO-2/3's collectives and context parallelism's K/V all-gather run
-  // start/done around their use (prefetchShardedParams off, no ring overlap): blocking. cp
-  // composes with tp, dp, pp, ZeRO 1-3 and dropless ep as the CPU compiler runs it
-  // (docs/context-parallel.md; e2e_context_parallel); the CUDA runtime still refuses cp.
+  // start/done around their use (prefetchShardedParams off): blocking. cp composes with tp, dp,
+  // pp, ZeRO 1-3 and dropless ep as the CPU compiler runs it (docs/context-parallel.md;
+  // e2e_context_parallel); the CUDA runtime still refuses cp. Both exchanges run
+  // (--cp-comm-type all_gather|p2p); the ring computes each block on a helper thread while the
+  // next one is received (overlapped), re-runs the forward ring in the backward for the row
+  // statistics and passes dK/dV on after each block's computation (blocking).
   p.supportsContextParallel = true;
   p.contextParallelComposes = true;
   p.contextParallelAllGatherKv = true;
+  p.contextParallelRing = true;
+  p.overlapContextParallelRing = true;
+  p.ringBackwardRecomputesStatistics = true;
+  p.ringGradientsBlock = true;
   // Memory as the compiled plans hold it (StackProfile.h; tests/e2e/plan_sharding_memory_test.py).
   p.deferredWeightGradients = true;
+  p.concatenatedGradientReduction = true;
   p.stashCopiedIntoArena = true;
   p.shardedBuffersInArena = true;
   p.fp32ResidualStream = true;
@@ -162,6 +170,7 @@ StackProfile megatronCore() {
   // overlapped with the block computation (--cp-comm-type p2p, the default).
   p.prefetchShardedParams = true;
   p.supportsContextParallel = true;
+  p.contextParallelRing = true;
   p.overlapContextParallelRing = true;
   p.contextParallelComposes = true;
   // MoE (Megatron-Core's moe/README.md): --expert-model-parallel-size with the alltoall

@@ -78,12 +78,25 @@ struct StackProfile {
   // balancing (rank i holds chunks i and 2·cp - 1 - i, so each does 1/cp of the causal work).
   /// cp > 1 is built; a stack without it plans cp = 1 only.
   bool supportsContextParallel = false;
-  /// Attention's K/V all-gathered over cp before the core (the whole sequence's [b, S, hk, d]
-  /// pair in flight, per layer, forward and again backward) and dK/dV reduce-scattered after the
-  /// backward, blocking (megac's all-gather-kv variant); otherwise a ring: cp - 1 point-to-point
-  /// transfers of one K/V block per layer forward, twice that backward (K/V and dK/dV), two
-  /// blocks in flight (Megatron-Core's p2p ring).
+  /// The variants of cp's K/V exchange the stack runs (Megatron/TE's cp_comm_type).
+  /// All-gather-kv: attention's K/V all-gathered over cp before the core (the whole sequence's
+  /// [b, S, hk, d] pair in flight, per layer, forward and again backward) and dK/dV
+  /// reduce-scattered after the backward, blocking ("all_gather").
   bool contextParallelAllGatherKv = false;
+  /// The ring: cp - 1 point-to-point transfers of one K/V block per layer forward, twice that
+  /// backward (K/V and dK/dV), two blocks in flight ("p2p"). A stack with both variants runs the
+  /// one the layout asks for (Layout::cpRing, `--cp-comm-type`; the search tries both), a stack
+  /// with one runs that one whatever the layout says.
+  bool contextParallelRing = false;
+  /// megac's ring (runtime/exec/RingAttention.cpp): the backward first re-runs the forward ring
+  /// for the row statistics (cp - 1 more K/V transfers, one more forward attention), and each
+  /// block's dK/dV travel to the next rank after its computation, blocking (cp transfers).
+  bool ringBackwardRecomputesStatistics = false;
+  bool ringGradientsBlock = false;
+  /// Whether a layout that asks for the ring (`requested`) runs it on this stack.
+  bool runsContextParallelRing(bool requested) const {
+    return contextParallelRing && (requested || !contextParallelAllGatherKv);
+  }
   /// The ring's transfers run under the block computation of the previous step (Megatron-Core:
   /// each p2p send/recv overlaps attention on the block already here); exposed only where a
   /// transfer outlasts one block's attention.
@@ -132,6 +145,10 @@ struct StackProfile {
   /// - under mixed precision the residual stream, so the block input and both norms' inputs,
   ///   stay fp32;
   bool deferredWeightGradients = false;
+  /// Without ZeRO, the gradient reduction concatenates the stage's gradients into one buffer
+  /// and all-reduces it into another, in the arena (megac's apply_gradients; Megatron reduces
+  /// its contiguous gradient buffer in place).
+  bool concatenatedGradientReduction = false;
   bool fp32ResidualStream = false;
   /// - under sequence parallelism the all-gathered inputs of the column-parallel linears are
   ///   stashed whole for their weight gradients (Megatron re-gathers them in the backward).

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace megac::runtime::cpu {
@@ -64,6 +65,19 @@ StatusOr<Checked> check(const char *name, const TensorRef &q, const TensorRef &k
   return Checked{shape, queryPositions.as<const int64_t>(), keyPositions.as<const int64_t>()};
 }
 
+/// Calls f(bi, hi, rows, keys, seen) for each (batch, head, query half, key half) pair of the
+/// block with a key visible to a query (the forward's and the backward's shared loop nest).
+template <typename F> void forEachVisibleBlock(const Checked &c, F &&f) {
+  const AttentionShape &a = c.shape;
+  auto rowHalves = halves(a.s), keyHalves = halves(a.t);
+  for (int64_t bi = 0; bi < a.b; ++bi)
+    for (int64_t hi = 0; hi < a.h; ++hi)
+      for (auto rows : rowHalves)
+        for (auto keys : keyHalves)
+          if (Visibility seen = visibility(c.qp, rows, c.kp, keys); seen != Visibility::none)
+            f(bi, hi, rows, keys, seen);
+}
+
 Status checkStats(const char *name, const AttentionShape &a, const RingRowStats &stats) {
   auto rows = static_cast<size_t>(a.b * a.h * a.s);
   if (stats.max.size() != rows || stats.sum.size() != rows)
@@ -100,8 +114,13 @@ Status ringAttentionBegin(const TensorRef &q, const TensorRef &out, RingRowStats
     return fail(name, "output " + shapeString(out.shape) + " " + dtypeName(out.dtype) +
                           " does not fit q " + shapeString(q.shape) + " " + dtypeName(q.dtype));
   auto rows = static_cast<size_t>(q.shape[0] * q.shape[1] * q.shape[2]);
-  stats.max.assign(rows, kNegInf);
-  stats.sum.assign(rows, 0.0);
+  if (stats.max.empty() && stats.sum.empty())
+    stats.own(rows);
+  if (stats.max.size() != rows || stats.sum.size() != rows)
+    return fail(name, "row statistics hold " + std::to_string(stats.max.size()) + " rows, q " +
+                          shapeString(q.shape) + " has " + std::to_string(rows));
+  std::fill(stats.max.begin(), stats.max.end(), kNegInf);
+  std::fill(stats.sum.begin(), stats.sum.end(), 0.0);
   std::memset(out.data, 0, out.byteSize());
   return Status::ok();
 }
@@ -116,48 +135,42 @@ Status ringAttentionBlock(const TensorRef &q, const TensorRef &k, const TensorRe
   RETURN_IF_ERROR(checkStats(name, a, stats));
   return dispatchFloat(name, q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    auto rowHalves = halves(a.s), keyHalves = halves(a.t);
     std::vector<T> p(static_cast<size_t>(a.s * a.t));
-    for (int64_t bi = 0; bi < a.b; ++bi)
-      for (int64_t hi = 0; hi < a.h; ++hi)
-        for (auto rows : rowHalves)
-          for (auto keys : keyHalves) {
-            Visibility seen = visibility(c.qp, rows, c.kp, keys);
-            if (seen == Visibility::none)
-              continue;
-            int64_t qn = rows.second - rows.first, kn = keys.second - keys.first;
-            blockScores<T>(a, q.as<const T>(), k.as<const T>(), c.qp, c.kp, bi, hi, rows, keys,
-                           seen, p.data());
-            T *o = out.as<T>() + a.oOffset(bi, hi) + rows.first * a.h * a.dv;
-            for (int64_t i = 0; i < qn; ++i) {
-              T *row = p.data() + i * kn;
-              size_t r = static_cast<size_t>((bi * a.h + hi) * a.s + rows.first + i);
-              double best = kNegInf;
-              for (int64_t j = 0; j < kn; ++j)
-                best = std::max(best, static_cast<double>(row[j]));
-              if (best == kNegInf) { // no key of this half visible: nothing changes
-                std::fill(row, row + kn, T(0));
-                continue;
-              }
-              double next = std::max(stats.max[r], best);
-              // The old terms rescaled to the new max (0 when the row had none).
-              auto rescale = static_cast<T>(std::exp(stats.max[r] - next));
-              double sum = 0.0;
-              for (int64_t j = 0; j < kn; ++j) {
-                row[j] = static_cast<T>(std::exp(static_cast<double>(row[j]) - next));
-                sum += static_cast<double>(row[j]);
-              }
-              stats.sum[r] = stats.sum[r] * static_cast<double>(rescale) + sum;
-              stats.max[r] = next;
-              T *orow = o + i * a.h * a.dv;
-              for (int64_t e = 0; e < a.dv; ++e)
-                orow[e] *= rescale;
-            }
-            // out[rows] += P V[keys].
-            gemmStrided<T>(false, false, qn, a.dv, kn, T(1), p.data(), kn,
-                           v.as<const T>() + a.vOffset(bi, hi) + keys.first * a.hk * a.dv,
-                           a.hk * a.dv, T(1), o, a.h * a.dv);
-          }
+    forEachVisibleBlock(c, [&](int64_t bi, int64_t hi, std::pair<int64_t, int64_t> rows,
+                               std::pair<int64_t, int64_t> keys, Visibility seen) {
+      int64_t qn = rows.second - rows.first, kn = keys.second - keys.first;
+      blockScores<T>(a, q.as<const T>(), k.as<const T>(), c.qp, c.kp, bi, hi, rows, keys, seen,
+                     p.data());
+      T *o = out.as<T>() + a.oOffset(bi, hi) + rows.first * a.h * a.dv;
+      for (int64_t i = 0; i < qn; ++i) {
+        T *row = p.data() + i * kn;
+        size_t r = static_cast<size_t>((bi * a.h + hi) * a.s + rows.first + i);
+        double best = kNegInf;
+        for (int64_t j = 0; j < kn; ++j)
+          best = std::max(best, static_cast<double>(row[j]));
+        if (best == kNegInf) { // no key of this half visible: nothing changes
+          std::fill(row, row + kn, T(0));
+          continue;
+        }
+        double next = std::max(stats.max[r], best);
+        // The old terms rescaled to the new max (0 when the row had none).
+        auto rescale = static_cast<T>(std::exp(stats.max[r] - next));
+        double sum = 0.0;
+        for (int64_t j = 0; j < kn; ++j) {
+          row[j] = static_cast<T>(std::exp(static_cast<double>(row[j]) - next));
+          sum += static_cast<double>(row[j]);
+        }
+        stats.sum[r] = stats.sum[r] * static_cast<double>(rescale) + sum;
+        stats.max[r] = next;
+        T *orow = o + i * a.h * a.dv;
+        for (int64_t e = 0; e < a.dv; ++e)
+          orow[e] *= rescale;
+      }
+      // out[rows] += P V[keys].
+      gemmStrided<T>(false, false, qn, a.dv, kn, T(1), p.data(), kn,
+                     v.as<const T>() + a.vOffset(bi, hi) + keys.first * a.hk * a.dv, a.hk * a.dv,
+                     T(1), o, a.h * a.dv);
+    });
     return Status::ok();
   });
 }
@@ -184,13 +197,15 @@ Status ringAttentionEnd(const TensorRef &out, const RingRowStats &stats) {
   });
 }
 
-Status ringAttentionDelta(const TensorRef &dout, const TensorRef &out, std::vector<double> &delta) {
+Status ringAttentionDelta(const TensorRef &dout, const TensorRef &out, std::span<double> delta) {
   const char *name = "RingAttentionGrad";
   if (out.shape.size() != 4 || !sameShape(dout.shape, out.shape) || dout.dtype != out.dtype)
     return fail(name, "dout " + shapeString(dout.shape) + " and out " + shapeString(out.shape) +
                           " must be one [b,s,h,dv] shape and dtype");
   int64_t b = out.shape[0], s = out.shape[1], h = out.shape[2], dv = out.shape[3];
-  delta.assign(static_cast<size_t>(b * h * s), 0.0);
+  if (delta.size() != static_cast<size_t>(b * h * s))
+    return fail(name, "delta holds " + std::to_string(delta.size()) + " rows, the output " +
+                          shapeString(out.shape) + " " + std::to_string(b * h * s));
   return dispatchFloat(name, out.dtype, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t bi = 0; bi < b; ++bi)
@@ -210,7 +225,7 @@ Status ringAttentionDelta(const TensorRef &dout, const TensorRef &out, std::vect
 Status ringAttentionGradBlock(const TensorRef &dout, const TensorRef &q, const TensorRef &k,
                               const TensorRef &v, const TensorRef &queryPositions,
                               const TensorRef &keyPositions, double scale,
-                              const RingRowStats &stats, const std::vector<double> &delta,
+                              const RingRowStats &stats, std::span<const double> delta,
                               const TensorRef &dq, const TensorRef &dk, const TensorRef &dv) {
   const char *name = "RingAttentionGrad";
   ASSIGN_OR_RETURN(Checked c, check(name, q, k, v, queryPositions, keyPositions, scale));
@@ -228,52 +243,45 @@ Status ringAttentionGradBlock(const TensorRef &dout, const TensorRef &q, const T
     return fail(name, "delta does not fit the queries (run ringAttentionDelta first)");
   return dispatchFloat(name, q.dtype, [&](auto tag) {
     using T = decltype(tag);
-    auto rowHalves = halves(a.s), keyHalves = halves(a.t);
     std::vector<T> p(static_cast<size_t>(a.s * a.t)), dp(p.size());
     const T *qd = q.as<const T>(), *kd = k.as<const T>(), *vd = v.as<const T>();
     const T *dod = dout.as<const T>();
-    for (int64_t bi = 0; bi < a.b; ++bi)
-      for (int64_t hi = 0; hi < a.h; ++hi)
-        for (auto rows : rowHalves)
-          for (auto keys : keyHalves) {
-            Visibility seen = visibility(c.qp, rows, c.kp, keys);
-            if (seen == Visibility::none)
-              continue;
-            int64_t qn = rows.second - rows.first, kn = keys.second - keys.first;
-            blockScores<T>(a, qd, kd, c.qp, c.kp, bi, hi, rows, keys, seen, p.data());
-            // P = exp(scores - max) / sum with the whole row's statistics.
-            for (int64_t i = 0; i < qn; ++i) {
-              size_t r = static_cast<size_t>((bi * a.h + hi) * a.s + rows.first + i);
-              double m = stats.max[r], inv = stats.sum[r] > 0 ? 1.0 / stats.sum[r] : 0.0;
-              T *row = p.data() + i * kn;
-              for (int64_t j = 0; j < kn; ++j)
-                row[j] = m == kNegInf
-                             ? T(0)
-                             : static_cast<T>(std::exp(static_cast<double>(row[j]) - m) * inv);
-            }
-            const T *doRows = dod + a.oOffset(bi, hi) + rows.first * a.h * a.dv;
-            const T *qRows = qd + a.qOffset(bi, hi) + rows.first * a.h * a.d;
-            const T *kRows = kd + a.kOffset(bi, hi) + keys.first * a.hk * a.d;
-            const T *vRows = vd + a.vOffset(bi, hi) + keys.first * a.hk * a.dv;
-            // dv[keys] += P^T dO[rows].
-            gemmStrided<T>(true, false, kn, a.dv, qn, T(1), p.data(), kn, doRows, a.h * a.dv, T(1),
-                           dv.as<T>() + a.vOffset(bi, hi) + keys.first * a.hk * a.dv, a.hk * a.dv);
-            // dP = dO V^T; dS = P (dP - delta).
-            gemmStrided<T>(false, true, qn, kn, a.dv, T(1), doRows, a.h * a.dv, vRows, a.hk * a.dv,
-                           T(0), dp.data(), kn);
-            for (int64_t i = 0; i < qn; ++i) {
-              auto rowDelta = static_cast<T>(
-                  delta[static_cast<size_t>((bi * a.h + hi) * a.s + rows.first + i)]);
-              for (int64_t j = 0; j < kn; ++j)
-                dp[i * kn + j] = p[i * kn + j] * (dp[i * kn + j] - rowDelta);
-            }
-            auto sc = static_cast<T>(a.scale);
-            // dq[rows] += scale dS K[keys]; dk[keys] += scale dS^T Q[rows].
-            gemmStrided<T>(false, false, qn, a.d, kn, sc, dp.data(), kn, kRows, a.hk * a.d, T(1),
-                           dq.as<T>() + a.qOffset(bi, hi) + rows.first * a.h * a.d, a.h * a.d);
-            gemmStrided<T>(true, false, kn, a.d, qn, sc, dp.data(), kn, qRows, a.h * a.d, T(1),
-                           dk.as<T>() + a.kOffset(bi, hi) + keys.first * a.hk * a.d, a.hk * a.d);
-          }
+    forEachVisibleBlock(c, [&](int64_t bi, int64_t hi, std::pair<int64_t, int64_t> rows,
+                               std::pair<int64_t, int64_t> keys, Visibility seen) {
+      int64_t qn = rows.second - rows.first, kn = keys.second - keys.first;
+      blockScores<T>(a, qd, kd, c.qp, c.kp, bi, hi, rows, keys, seen, p.data());
+      // P = exp(scores - max) / sum with the whole row's statistics.
+      for (int64_t i = 0; i < qn; ++i) {
+        size_t r = static_cast<size_t>((bi * a.h + hi) * a.s + rows.first + i);
+        double m = stats.max[r], inv = stats.sum[r] > 0 ? 1.0 / stats.sum[r] : 0.0;
+        T *row = p.data() + i * kn;
+        for (int64_t j = 0; j < kn; ++j)
+          row[j] =
+              m == kNegInf ? T(0) : static_cast<T>(std::exp(static_cast<double>(row[j]) - m) * inv);
+      }
+      const T *doRows = dod + a.oOffset(bi, hi) + rows.first * a.h * a.dv;
+      const T *qRows = qd + a.qOffset(bi, hi) + rows.first * a.h * a.d;
+      const T *kRows = kd + a.kOffset(bi, hi) + keys.first * a.hk * a.d;
+      const T *vRows = vd + a.vOffset(bi, hi) + keys.first * a.hk * a.dv;
+      // dv[keys] += P^T dO[rows].
+      gemmStrided<T>(true, false, kn, a.dv, qn, T(1), p.data(), kn, doRows, a.h * a.dv, T(1),
+                     dv.as<T>() + a.vOffset(bi, hi) + keys.first * a.hk * a.dv, a.hk * a.dv);
+      // dP = dO V^T; dS = P (dP - delta).
+      gemmStrided<T>(false, true, qn, kn, a.dv, T(1), doRows, a.h * a.dv, vRows, a.hk * a.dv, T(0),
+                     dp.data(), kn);
+      for (int64_t i = 0; i < qn; ++i) {
+        auto rowDelta =
+            static_cast<T>(delta[static_cast<size_t>((bi * a.h + hi) * a.s + rows.first + i)]);
+        for (int64_t j = 0; j < kn; ++j)
+          dp[i * kn + j] = p[i * kn + j] * (dp[i * kn + j] - rowDelta);
+      }
+      auto sc = static_cast<T>(a.scale);
+      // dq[rows] += scale dS K[keys]; dk[keys] += scale dS^T Q[rows].
+      gemmStrided<T>(false, false, qn, a.d, kn, sc, dp.data(), kn, kRows, a.hk * a.d, T(1),
+                     dq.as<T>() + a.qOffset(bi, hi) + rows.first * a.h * a.d, a.h * a.d);
+      gemmStrided<T>(true, false, kn, a.d, qn, sc, dp.data(), kn, qRows, a.h * a.d, T(1),
+                     dk.as<T>() + a.kOffset(bi, hi) + keys.first * a.hk * a.d, a.hk * a.d);
+    });
     return Status::ok();
   });
 }

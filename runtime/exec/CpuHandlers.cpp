@@ -180,13 +180,14 @@ void reductionsAndCoarseOps(Table &t) {
     return cpu::attention(c.in[0], c.in[1], c.in[2], c.in.size() > 3 ? &c.in[3] : nullptr,
                           a->causal(), a->scale(), c.out[0]);
   });
-  // Context parallelism's ring: the kernel exchanges key/value blocks over ring_axes itself.
+  // Context parallelism's ring: the kernel exchanges key/value blocks over ring_axes itself;
+  // its last output is the plan's scratch for the blocks in flight (runtime/plan/RingScratch.h).
   math(t, O::RingAttention, [](const CpuCall &c) -> Status {
     if (!c.comm)
       return needsComm(c);
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
     return commops::ringAttention(*c.comm, spanOf(a->ring_axes()), c.in[0], c.in[1], c.in[2],
-                                  c.in[3], c.in[4], a->scale(), c.out[0]);
+                                  c.in[3], c.in[4], a->scale(), c.out[0], c.out[1]);
   });
   math(t, O::RingAttentionGrad, [](const CpuCall &c) -> Status {
     if (!c.comm)
@@ -194,7 +195,7 @@ void reductionsAndCoarseOps(Table &t) {
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
     return commops::ringAttentionGrad(*c.comm, spanOf(a->ring_axes()), c.in[0], c.in[1], c.in[2],
                                       c.in[3], c.in[4], c.in[5], a->scale(), c.out[0], c.out[1],
-                                      c.out[2]);
+                                      c.out[2], c.out[3]);
   });
   math(t, O::Rope, [](const CpuCall &c) { return cpu::rope(c.in[0], c.in[1], c.in[2], c.out[0]); });
   // Vocab-parallel (vocab_axes): max, sum and target logit reduced over the group.

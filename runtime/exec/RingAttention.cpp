@@ -4,6 +4,7 @@
 #include "runtime/exec/RingAttention.h"
 
 #include "runtime/cpu/RingAttention.h"
+#include "runtime/plan/RingScratch.h"
 
 #include <cstring>
 #include <functional>
@@ -19,19 +20,16 @@ namespace {
 /// tag arrive in the order sent, so fixed tags suffice.
 constexpr int kBlockTag = 32001, kGradTag = 32002;
 
-/// Tensors packed back to back in one buffer: what travels in one message.
+/// Tensors packed back to back in one region of the ring's scratch: what travels in one
+/// message.
 class Packed {
 public:
-  explicit Packed(std::vector<TensorRef> like) : refs_(std::move(like)) {
-    size_t bytes = 0;
-    for (const TensorRef &r : refs_)
-      bytes += r.byteSize();
-    bytes_.assign(bytes, 0);
-    uint8_t *at = bytes_.data();
+  Packed(std::vector<TensorRef> like, uint8_t *at) : refs_(std::move(like)), base_(at) {
     for (TensorRef &r : refs_) {
       r.data = at;
       at += r.byteSize();
     }
+    bytes_ = static_cast<size_t>(at - base_);
   }
   void fill(std::initializer_list<const TensorRef *> from) {
     size_t i = 0;
@@ -39,18 +37,46 @@ public:
       std::memcpy(refs_[i++].data, t->data, t->byteSize());
   }
   const TensorRef &operator[](size_t i) const { return refs_[i]; }
-  void *data() { return bytes_.data(); }
-  size_t size() const { return bytes_.size(); }
-  void zero() { std::fill(bytes_.begin(), bytes_.end(), uint8_t(0)); }
+  void *data() { return base_; }
+  size_t size() const { return bytes_; }
+  void zero() { std::memset(base_, 0, bytes_); }
   void swap(Packed &other) {
     refs_.swap(other.refs_);
-    bytes_.swap(other.bytes_);
+    std::swap(base_, other.base_);
+    std::swap(bytes_, other.bytes_);
   }
 
 private:
   std::vector<TensorRef> refs_;
-  std::vector<uint8_t> bytes_;
+  uint8_t *base_;
+  size_t bytes_ = 0;
 };
+
+/// The plan's scratch of one ring call (runtime/plan/RingScratch.h), checked to hold it.
+StatusOr<plan::RingScratchLayout> scratchLayout(const char *name, const TensorRef &q,
+                                                const TensorRef &k, const TensorRef &v,
+                                                const TensorRef &scratch, bool backward) {
+  for (const TensorRef *t : {&q, &k, &v})
+    if (t->shape.size() != 4)
+      return Status::error(std::string(name) + ": q, k and v must be [b, s, h, d], not " +
+                           shapeString(t->shape));
+  plan::RingDims dims{q.shape[0], q.shape[1], q.shape[2], q.shape[3],
+                      k.shape[1], k.shape[2], v.shape[3], static_cast<int64_t>(dtypeSize(q.dtype))};
+  plan::RingScratchLayout layout = plan::ringScratchLayout(dims, backward);
+  if (scratch.byteSize() < layout.bytes)
+    return Status::error(std::string(name) + ": its scratch buffer holds " +
+                         std::to_string(scratch.byteSize()) + " bytes, the ring needs " +
+                         std::to_string(layout.bytes) +
+                         " (a plan compiled before the ring's scratch: recompile it)");
+  return layout;
+}
+
+/// The row statistics in the scratch.
+cpu::RingRowStats statsIn(uint8_t *base, const plan::RingScratchLayout &l) {
+  auto rows = static_cast<size_t>(l.rows);
+  return cpu::RingRowStats({reinterpret_cast<double *>(base + l.max), rows},
+                           {reinterpret_cast<double *>(base + l.sum), rows});
+}
 
 struct Ring {
   size_t size = 1;
@@ -100,13 +126,14 @@ Status circulate(comm::Communicator &comm, const Ring &ring, Packed &block, Pack
   return Status::ok();
 }
 
-/// The forward ring into `out` (normalized) with its row statistics.
+/// The forward ring into `out` (normalized) with its row statistics; its blocks in the scratch.
 Status forwardRing(comm::Communicator &comm, const Ring &ring, const TensorRef &q,
                    const TensorRef &k, const TensorRef &v, const TensorRef &qpos,
                    const TensorRef &kpos, double scale, const TensorRef &out,
-                   cpu::RingRowStats &stats) {
+                   cpu::RingRowStats &stats, uint8_t *base, const plan::RingScratchLayout &l) {
   RETURN_IF_ERROR(cpu::ringAttentionBegin(q, out, stats));
-  Packed block({kpos, k, v}), incoming({kpos, k, v}); // positions first: 8-byte aligned
+  // Positions first: 8-byte aligned.
+  Packed block({kpos, k, v}, base + l.blocks[0]), incoming({kpos, k, v}, base + l.blocks[1]);
   block.fill({&kpos, &k, &v});
   RETURN_IF_ERROR(circulate(comm, ring, block, incoming, [&](const Packed &b, size_t) {
     return cpu::ringAttentionBlock(q, b[1], b[2], qpos, b[0], scale, out, stats);
@@ -125,33 +152,44 @@ Status expectFloat(const char *name, const TensorRef &t) {
 
 Status ringAttention(comm::Communicator &comm, std::span<const uint32_t> axes, const TensorRef &q,
                      const TensorRef &k, const TensorRef &v, const TensorRef &queryPositions,
-                     const TensorRef &keyPositions, double scale, const TensorRef &out) {
+                     const TensorRef &keyPositions, double scale, const TensorRef &out,
+                     const TensorRef &scratch) {
   RETURN_IF_ERROR(expectFloat("RingAttention", q));
+  ASSIGN_OR_RETURN(plan::RingScratchLayout layout,
+                   scratchLayout("RingAttention", q, k, v, scratch, false));
   ASSIGN_OR_RETURN(Ring ring, ringOf(comm, axes));
-  cpu::RingRowStats stats;
-  return forwardRing(comm, ring, q, k, v, queryPositions, keyPositions, scale, out, stats);
+  auto *base = static_cast<uint8_t *>(scratch.data);
+  cpu::RingRowStats stats = statsIn(base, layout);
+  return forwardRing(comm, ring, q, k, v, queryPositions, keyPositions, scale, out, stats, base,
+                     layout);
 }
 
 Status ringAttentionGrad(comm::Communicator &comm, std::span<const uint32_t> axes,
                          const TensorRef &dout, const TensorRef &q, const TensorRef &k,
                          const TensorRef &v, const TensorRef &queryPositions,
                          const TensorRef &keyPositions, double scale, const TensorRef &dq,
-                         const TensorRef &dk, const TensorRef &dv) {
+                         const TensorRef &dk, const TensorRef &dv, const TensorRef &scratch) {
   RETURN_IF_ERROR(expectFloat("RingAttentionGrad", q));
+  ASSIGN_OR_RETURN(plan::RingScratchLayout layout,
+                   scratchLayout("RingAttentionGrad", q, k, v, scratch, true));
   ASSIGN_OR_RETURN(Ring ring, ringOf(comm, axes));
+  auto *base = static_cast<uint8_t *>(scratch.data);
   // The row statistics and the output (for delta) by one more forward ring: the forward's
   // are not kept (the op has one result), as Attention's backward recomputes probabilities.
-  Packed recomputed({dout});
-  cpu::RingRowStats stats;
-  RETURN_IF_ERROR(
-      forwardRing(comm, ring, q, k, v, queryPositions, keyPositions, scale, recomputed[0], stats));
-  std::vector<double> delta;
+  Packed recomputed({dout}, base + layout.output);
+  cpu::RingRowStats stats = statsIn(base, layout);
+  RETURN_IF_ERROR(forwardRing(comm, ring, q, k, v, queryPositions, keyPositions, scale,
+                              recomputed[0], stats, base, layout));
+  std::span<double> delta(reinterpret_cast<double *>(base + layout.delta),
+                          static_cast<size_t>(layout.rows));
   RETURN_IF_ERROR(cpu::ringAttentionDelta(dout, recomputed[0], delta));
   std::memset(dq.data, 0, dq.byteSize());
-  Packed block({keyPositions, k, v}), incoming({keyPositions, k, v});
+  Packed block({keyPositions, k, v}, base + layout.blocks[0]),
+      incoming({keyPositions, k, v}, base + layout.blocks[1]);
   block.fill({&keyPositions, &k, &v});
   // dk and dv of the block held travel with it, one message behind (sent once computed).
-  Packed grads({dk, dv}), incomingGrads({dk, dv});
+  Packed grads({dk, dv}, base + layout.gradBlocks[0]),
+      incomingGrads({dk, dv}, base + layout.gradBlocks[1]);
   grads.zero();
   RETURN_IF_ERROR(circulate(
       comm, ring, block, incoming,

@@ -20,11 +20,12 @@ def megac_plan(megac, model, *args):
 
 
 def layout_args(layout):
-    """Flags of a layout given as a dict: tp, pp, vpp, dp, cp, ep, zero, micro_batch,
-    sequence_parallel, recompute, precision, global_batch (absent: megac's default)."""
+    """Flags of a layout given as a dict: tp, pp, vpp, dp, cp, cp_comm_type, ep, zero,
+    micro_batch, sequence_parallel, recompute, precision, global_batch (absent: megac's
+    default)."""
     args = []
-    for key in ("tp", "pp", "vpp", "dp", "cp", "ep", "zero", "micro_batch", "recompute",
-                "precision", "global_batch"):  # the CLI spells micro_batch --micro-batch
+    for key in ("tp", "pp", "vpp", "dp", "cp", "cp_comm_type", "ep", "zero", "micro_batch",
+                "recompute", "precision", "global_batch"):  # the CLI spells micro_batch --micro-batch
         if key in layout:
             args += ["--" + key.replace("_", "-"), str(layout[key])]
     if layout.get("sequence_parallel"):

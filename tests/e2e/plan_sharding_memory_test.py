@@ -7,7 +7,7 @@
   1% at zero 1/2/3 x dp 4 and cp 2 (error model: parameter counts are exact from the dims; 1%
   covers nothing but the rounding of shard sizes to whole elements). megac keeps ZeRO-2's bucket
   and ZeRO-3's gathered unit in its arena, and the model counts them in the workspace.
-- The whole rank: the plan's arena (which holds the state, constants and the largest function's
+- The whole rank (both cp variants, --cp-comm-type all_gather and p2p, at cp 2 and 4): the plan's arena (which holds the state, constants and the largest function's
   transient buffers) plus the stash a pipelined plan's runner keeps outside it, against the
   model's state + activations + workspace, within 10% for every layout of the partition suite
   (tp, sp, dp, zero 1/2/3, cp, pp, vpp, recompute selective/full, fp32/bf16, MoE with ep) on the
@@ -31,6 +31,10 @@ MOE = "mixtral:layers=8,hidden=128,heads=4,kv_heads=2,experts=4,topk=2,ffn=256,s
 LAYOUTS = [
     dict(), dict(tp=2), dict(tp=2, sequence_parallel=1), dict(dp=2), dict(dp=4, zero=1),
     dict(dp=4, zero=2), dict(dp=4, zero=3), dict(cp=2), dict(cp=2, dp=2),
+    # Both K/V exchanges of context parallelism (issue 32): all-gather-kv and the ring, whose
+    # blocks in flight, dK/dV blocks, recomputed output and row statistics are plan scratch.
+    dict(cp=2, cp_comm_type="p2p"), dict(cp=4), dict(cp=4, cp_comm_type="p2p"),
+    dict(cp=2, dp=2, cp_comm_type="p2p"),
     dict(cp=2, tp=2, sequence_parallel=1), dict(pp=2, global_batch=4),
     dict(pp=2, vpp=2, global_batch=4), dict(recompute="selective"), dict(recompute="full"),
     dict(pp=2, global_batch=4, recompute="selective"), dict(pp=2, global_batch=4, recompute="full"),

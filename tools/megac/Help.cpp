@@ -334,7 +334,8 @@ and is written atomically (OUT.tmp-XXXXXX, then a rename).)";
 
 const char *const kPlanHelp =
     R"(usage: megac plan MODEL --cluster SPEC --global-batch B [--seq S] [--tp T --pp P --dp D
-                  --cp C --ep E --vpp V --micro-batch b --sequence-parallel|--no-sequence-parallel
+                  --cp C --cp-comm-type all_gather|p2p --ep E --vpp V --micro-batch b
+                  --sequence-parallel|--no-sequence-parallel
                   --zero 0|1|2|3 --recompute none|selective|full
                   --schedule 1f1b|interleaved|zb-h1|zb-h2|zbv] [--precision bf16|fp16|fp32]
                   [--top K] [--threads T] [--reshard-after-forward on|off]
@@ -352,7 +353,8 @@ cpu devices and `megac calibrate --backend cpu` specs), megatron-2021, megatron-
 megatron-core (docs/planner.md lists what each fuses and overlaps); --dropout P costs dropout
 the model's IR does not have. Mixture-of-experts models also search --ep (expert parallelism,
 dividing dp and the experts; docs/moe.md). --cp C (context parallelism: each sequence split over
-C ranks, 2*C dividing it; world = tp*cp*pp*dp) and --zero 2|3 (gradients, and parameters,
+C ranks, 2*C dividing it; world = tp*cp*pp*dp; its K/V exchange all_gather or the p2p ring, both
+tried where the stack runs both, --cp-comm-type pins one) and --zero 2|3 (gradients, and parameters,
 sharded over the dp x cp ranks; needs dp > 1) are searched too, zero 3 at pp 1 with and
 without reshard after forward (--reshard-after-forward pins it); the report says why #1 beats the
 best zero-3 layout (and which reshard setting it took, and why) and the best layout with (or

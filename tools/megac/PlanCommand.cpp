@@ -63,7 +63,7 @@ int searchCommand(int argc, char **argv) {
   Flags f("megac plan", kPlanHelp);
   driver::PlanSearchRequest r;
   std::optional<std::string> spec, cluster, stack, timeline, trace;
-  std::string zero, recompute, precision = "bf16";
+  std::string zero, recompute, precision = "bf16", cpCommType;
   std::vector<std::string> inputShapes;
   std::string scheduleName; // --schedule: a Pins::schedule
   std::string reshard;      // --reshard-after-forward on|off: ZeRO-3's choice pinned
@@ -75,6 +75,7 @@ int searchCommand(int argc, char **argv) {
   f.count("--global-batch", r.globalBatch, 1, "B").count("--seq", seq, 1, "S");
   f.count("--tp", tp, 1, "T").count("--pp", pp, 1, "P").count("--dp", dp, 1, "D");
   f.count("--ep", ep, 1, "E").count("--cp", cp, 1, "C");
+  f.choice("--cp-comm-type", cpCommType, {"all_gather", "p2p"});
   f.count("--vpp", vpp, 1, "V").count("--micro-batch", microBatch, 1, "b");
   f.choice("--zero", zero, {"0", "1", "2", "3"})
       .choice("--recompute", recompute, {"none", "selective", "full"});
@@ -109,6 +110,11 @@ int searchCommand(int argc, char **argv) {
                                                     : *schedule::parseScheduleKind(scheduleName);
   if (f.given("--reshard-after-forward"))
     r.pins.reshardAfterForward = reshard == "on";
+  if (f.given("--cp-comm-type")) {
+    if (f.given("--cp") && cp == 1)
+      return f.usage("--cp-comm-type applies with --cp C > 1 (context parallelism)");
+    r.pins.cpRing = cpCommType == "p2p";
+  }
   r.pins.precision = *parsePrecision(precision);
   if (f.given("--seq"))
     r.seq = seq;

@@ -123,6 +123,7 @@ void checkRing(const Case &c, DType dtype) {
     }
     ASSERT_TRUE(ringAttentionEnd(refOf(x.out), x.stats).isOk());
     expectClose(x.out, rows(out, x.pos), tol, tol, "out of rank " + std::to_string(r));
+    x.delta.assign(size_t(x.q.shape[0] * x.q.shape[1] * x.q.shape[2]), 0.0); // b·s·h rows
     ASSERT_TRUE(ringAttentionDelta(refOf(x.dout), refOf(x.out), x.delta).isOk());
   }
   // Backward: block o's dk and dv accumulate over every rank's queries.
