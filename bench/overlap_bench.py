@@ -176,7 +176,8 @@ def main():
     data = os.path.join(workdir, "tokens.npy")
     rng = np.random.default_rng(0)
     seq = int(dict(kv.split("=") for kv in SPEC.split(":", 1)[1].split(","))["seq"])
-    np.save(data, rng.integers(0, spec_value("vocab"), size=(64 * args.micro_batches * MICRO, seq + 1),
+    np.save(data, rng.integers(0, spec_value("vocab"),
+                               size=(64 * args.micro_batches * MICRO, seq + 1),
                                dtype=np.int32))
     roles = {o: plan(args.megac, args.zero1, args.micro_batches, o) for o in ("off", "on")}
     link = link_seconds(roles["off"], args.micro_batches)

@@ -164,7 +164,8 @@ def main():
             problems.append("no kernel runs while a pipeline receive is in flight: the receives "
                             "are not posted ahead of their steps")
         if not ran and not pipelined:
-            problems.append(f"rank 0 never ran {FUSED} (the last micro-batch fused with the update)")
+            problems.append(f"rank 0 never ran {FUSED} (the last micro-batch fused with the "
+                            "update)")
         updates = gather_overlap(events)
         if kw.get("zero") and updates == 0:
             problems.append(f"no AdamWMulti of {FUSED} starts after its first parameter "
