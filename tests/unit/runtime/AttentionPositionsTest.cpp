@@ -4,6 +4,7 @@
 // so outputs and gradients are compared for equality in f64 and f32; and their errors.
 #include "runtime/cpu/Kernels.h"
 
+#include "CpAttentionFixtures.h"
 #include "TestUtil.h"
 
 #include <limits>
@@ -15,27 +16,6 @@ using namespace megac::runtime::cpu;
 using namespace megac::runtime::testing;
 
 namespace {
-
-HostTensor random(DType dtype, std::vector<int64_t> shape, uint32_t seed) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  if (dtype == DType::f32)
-    return f32(std::move(shape), randomValues<float>(size_t(n), seed, -1.5, 1.5));
-  return f64(std::move(shape), randomValues<double>(size_t(n), seed, -1.5, 1.5));
-}
-
-/// The load-balanced permutation of mega-context-parallel: 2·cp chunks, rank i holding chunks i
-/// and 2·cp − 1 − i.
-std::vector<int64_t> loadBalanced(int64_t seq, int64_t cp) {
-  std::vector<int64_t> order;
-  int64_t chunk = seq / (2 * cp);
-  for (int64_t i = 0; i < cp; ++i)
-    for (int64_t c : {i, 2 * cp - 1 - i})
-      for (int64_t p = 0; p < chunk; ++p)
-        order.push_back(c * chunk + p);
-  return order;
-}
 
 /// The dense additive mask [s, t] of the same rule: 0 where kpos[j] <= qpos[i], else -inf.
 HostTensor denseMask(DType dtype, const std::vector<int64_t> &qpos,
@@ -68,8 +48,10 @@ void checkAgainstDenseMask(const Case &c, DType dtype) {
   std::vector<int64_t> order = loadBalanced(c.seq, c.cp);
   int64_t s = c.seq / c.cp, t = c.seq;
   std::vector<int64_t> qpos(order.begin() + c.rank * s, order.begin() + (c.rank + 1) * s);
-  HostTensor q = random(dtype, {c.b, s, c.h, c.d}, 1), k = random(dtype, {c.b, t, c.hk, c.d}, 2);
-  HostTensor v = random(dtype, {c.b, t, c.hk, c.d}, 3), dout = random(dtype, {c.b, s, c.h, c.d}, 4);
+  HostTensor q = randomTensor(dtype, {c.b, s, c.h, c.d}, 1),
+             k = randomTensor(dtype, {c.b, t, c.hk, c.d}, 2);
+  HostTensor v = randomTensor(dtype, {c.b, t, c.hk, c.d}, 3),
+             dout = randomTensor(dtype, {c.b, s, c.h, c.d}, 4);
   HostTensor qp = i64({s}, qpos), kp = i64({t}, order), mask = denseMask(dtype, qpos, order);
   TensorRef qpr = refOf(qp), kpr = refOf(kp), mr = refOf(mask);
   AttentionPositions positions{&qpr, &kpr};
@@ -117,8 +99,10 @@ TEST(AttentionPositions, MatchTheDenseMaskOfGlobalPositionsExactly) {
 
 TEST(AttentionPositions, IdentityPositionsAreCausal) {
   int64_t b = 2, s = 7, h = 2, d = 4;
-  HostTensor q = random(DType::f64, {b, s, h, d}, 5), k = random(DType::f64, {b, s, h, d}, 6);
-  HostTensor v = random(DType::f64, {b, s, h, d}, 7), dout = random(DType::f64, {b, s, h, d}, 8);
+  HostTensor q = randomTensor(DType::f64, {b, s, h, d}, 5),
+             k = randomTensor(DType::f64, {b, s, h, d}, 6);
+  HostTensor v = randomTensor(DType::f64, {b, s, h, d}, 7),
+             dout = randomTensor(DType::f64, {b, s, h, d}, 8);
   std::vector<int64_t> iota(s);
   std::iota(iota.begin(), iota.end(), 0);
   HostTensor pos = i64({s}, iota);
@@ -143,7 +127,8 @@ TEST(AttentionPositions, IdentityPositionsAreCausal) {
 }
 
 TEST(AttentionPositions, MalformedPositionsAreErrorsNamingThem) {
-  HostTensor q = random(DType::f64, {1, 4, 1, 2}, 9), out = HostTensor::zeros(DType::f64, q.shape);
+  HostTensor q = randomTensor(DType::f64, {1, 4, 1, 2}, 9),
+             out = HostTensor::zeros(DType::f64, q.shape);
   HostTensor good = i64({4}, {0, 1, 2, 3}), shortPos = i64({3}, {0, 1, 2});
   HostTensor narrow = i32({4}, {0, 1, 2, 3});
   TensorRef g = refOf(good), sp = refOf(shortPos), nr = refOf(narrow);

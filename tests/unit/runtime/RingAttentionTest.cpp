@@ -4,7 +4,9 @@
 // the backward's dk and dv accumulated as they travel. MHA, GQA, MQA at cp 2 and 4, f64 and f32.
 #include "runtime/cpu/RingAttention.h"
 #include "runtime/cpu/Kernels.h"
+#include "runtime/plan/RingScratch.h"
 
+#include "CpAttentionFixtures.h"
 #include "TestUtil.h"
 
 #include <cmath>
@@ -16,25 +18,6 @@ using namespace megac::runtime::cpu;
 using namespace megac::runtime::testing;
 
 namespace {
-
-HostTensor random(DType dtype, std::vector<int64_t> shape, uint32_t seed) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  if (dtype == DType::f32)
-    return f32(std::move(shape), randomValues<float>(size_t(n), seed, -1.5, 1.5));
-  return f64(std::move(shape), randomValues<double>(size_t(n), seed, -1.5, 1.5));
-}
-
-std::vector<int64_t> loadBalanced(int64_t seq, int64_t cp) {
-  std::vector<int64_t> order;
-  int64_t chunk = seq / (2 * cp);
-  for (int64_t i = 0; i < cp; ++i)
-    for (int64_t c : {i, 2 * cp - 1 - i})
-      for (int64_t p = 0; p < chunk; ++p)
-        order.push_back(c * chunk + p);
-  return order;
-}
 
 /// Rows `positions` of x [b, S, h, d] along dim 1.
 HostTensor rows(const HostTensor &x, const std::vector<int64_t> &positions) {
@@ -82,10 +65,10 @@ void checkRing(const Case &c, DType dtype) {
   // (|q|,|k|,|v| <= 1.5, d <= 8): f64 within 1e-12, f32 within 2e-5 (about 170 ulps).
   double tol = dtype == DType::f64 ? 1e-12 : 2e-5;
   int64_t seq = c.seq, cp = c.cp, s = seq / cp;
-  HostTensor q = random(dtype, {c.b, seq, c.h, c.d}, 11),
-             k = random(dtype, {c.b, seq, c.hk, c.d}, 12);
-  HostTensor v = random(dtype, {c.b, seq, c.hk, c.d}, 13);
-  HostTensor dout = random(dtype, {c.b, seq, c.h, c.d}, 14);
+  HostTensor q = randomTensor(dtype, {c.b, seq, c.h, c.d}, 11),
+             k = randomTensor(dtype, {c.b, seq, c.hk, c.d}, 12);
+  HostTensor v = randomTensor(dtype, {c.b, seq, c.hk, c.d}, 13);
+  HostTensor dout = randomTensor(dtype, {c.b, seq, c.h, c.d}, 14);
   const double scale = 0.4;
   // The dense reference over the whole sequence, causal.
   HostTensor out = HostTensor::zeros(dtype, q.shape);
@@ -168,7 +151,8 @@ TEST(RingAttention, BlocksInRingOrderEqualDenseCausalAttention) {
 
 // A block wholly after every query leaves the output and the statistics untouched (skipped).
 TEST(RingAttention, FutureBlockIsSkipped) {
-  HostTensor q = random(DType::f64, {1, 2, 1, 2}, 21), k = random(DType::f64, {1, 2, 1, 2}, 22);
+  HostTensor q = randomTensor(DType::f64, {1, 2, 1, 2}, 21),
+             k = randomTensor(DType::f64, {1, 2, 1, 2}, 22);
   HostTensor out = HostTensor::zeros(DType::f64, q.shape);
   HostTensor qp = i64({2}, {0, 1}), kp = i64({2}, {2, 3});
   RingRowStats stats;
@@ -184,7 +168,8 @@ TEST(RingAttention, FutureBlockIsSkipped) {
 }
 
 TEST(RingAttention, MalformedCallsAreErrorsNamingThem) {
-  HostTensor q = random(DType::f64, {1, 4, 1, 2}, 23), out = HostTensor::zeros(DType::f64, q.shape);
+  HostTensor q = randomTensor(DType::f64, {1, 4, 1, 2}, 23),
+             out = HostTensor::zeros(DType::f64, q.shape);
   HostTensor good = i64({4}, {0, 1, 2, 3}), narrow = i32({4}, {0, 1, 2, 3});
   RingRowStats stats;
   Status s = ringAttentionBlock(refOf(q), refOf(q), refOf(q), refOf(good), refOf(good), 1.0,
@@ -198,4 +183,50 @@ TEST(RingAttention, MalformedCallsAreErrorsNamingThem) {
   EXPECT_NE(s.message().find("RingAttention: key positions are i32, expected i64"),
             std::string::npos)
       << s.message();
+}
+
+// Statistics over too few rows (a plan's scratch cut for other shapes) are refused by name.
+TEST(RingAttention, StatisticsOfTheWrongSizeAreRefused) {
+  HostTensor q = randomTensor(DType::f64, {1, 4, 2, 2}, 24),
+             out = HostTensor::zeros(DType::f64, q.shape);
+  std::vector<double> max(3), sum(3); // b·s·h = 8 rows needed
+  RingRowStats stats(max, sum);
+  Status s = ringAttentionBegin(refOf(q), refOf(out), stats);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("row statistics hold 3 rows"), std::string::npos) << s.message();
+  std::vector<double> delta(3);
+  s = ringAttentionDelta(refOf(out), refOf(out), delta);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("delta holds 3 rows"), std::string::npos) << s.message();
+}
+
+// The ring's plan scratch (runtime/plan/RingScratch.h): regions 64-byte aligned, disjoint, in
+// order, each of its closed-form size; the backward adds the dk/dv blocks, the recomputed output
+// and delta.
+TEST(RingAttention, ScratchLayoutHoldsEveryRegion) {
+  plan::RingDims d{2, 6, 4, 8, 6, 2, 8, 4}; // b, s, h, d, t, hk, dv, f32
+  uint64_t kv = 2 * 6 * 2 * 8 * 4, rows = 2 * 4 * 6;
+  plan::RingScratchLayout f = plan::ringScratchLayout(d, false);
+  EXPECT_EQ(f.blockBytes, 8 * 6 + 2 * kv);
+  EXPECT_EQ(f.rows, rows);
+  plan::RingScratchLayout b = plan::ringScratchLayout(d, true);
+  EXPECT_EQ(b.gradBytes, 2 * kv);
+  auto aligned = [](uint64_t n) { return (n + 63) / 64 * 64; };
+  std::vector<std::pair<uint64_t, uint64_t>> regions{{b.blocks[0], b.blockBytes},
+                                                     {b.blocks[1], b.blockBytes},
+                                                     {b.gradBlocks[0], b.gradBytes},
+                                                     {b.gradBlocks[1], b.gradBytes},
+                                                     {b.output, 2 * 6 * 4 * 8 * 4},
+                                                     {b.max, 8 * rows},
+                                                     {b.sum, 8 * rows},
+                                                     {b.delta, 8 * rows}};
+  uint64_t end = 0;
+  for (auto [offset, bytes] : regions) {
+    EXPECT_EQ(offset % 64, 0u);
+    EXPECT_GE(offset, end);
+    end = offset + aligned(bytes);
+  }
+  EXPECT_EQ(b.bytes, end);
+  EXPECT_EQ(b.words(), (end + 7) / 8);
+  EXPECT_EQ(f.bytes, 2 * aligned(f.blockBytes) + 2 * aligned(8 * rows));
 }
