@@ -15,6 +15,12 @@
 // p = triples / chunks per stage; 1F1B and GPipe run B + W as one backward) and a transfer time T
 // between stages, and prints "makespan bubble steady_bubble" and each stage's busy time: what
 // bench/zero_bubble_bench.py compares with megac train's trace.
+//
+//   bench-pipeline-schedule --simulate-steps SCHEDULE m T CHUNKS < COSTS
+//
+// the same at each step's own time (PipelineCosts::steps: a trace replayed): COSTS has one line
+// "F|B|W chunk micro-batch time" per step of the schedule (B: the whole or input-gradient
+// backward), and prints the same lines.
 #include "parallel/PipelineSchedule.h"
 
 #include <cstdio>
@@ -74,11 +80,57 @@ int simulateOne(int argc, char **argv) {
   return 0;
 }
 
+int simulateSteps(int argc, char **argv) {
+  auto usage = [] {
+    std::fprintf(stderr, "usage: bench-pipeline-schedule --simulate-steps SCHEDULE m T CHUNKS < "
+                         "lines 'F|B|W chunk micro-batch time' (one per step)\n");
+    return 2;
+  };
+  if (argc != 6)
+    return usage();
+  auto kind = parseScheduleKind(argv[2]);
+  const int64_t m = std::atoll(argv[3]), chunks = std::atoll(argv[5]);
+  const int64_t v = kind == ScheduleKind::zbv ? 2 : 1;
+  if (!kind || m < 1 || chunks < 1 || chunks % v != 0)
+    return usage();
+  PipelineCosts costs;
+  costs.transfer = std::atof(argv[4]);
+  costs.steps.assign(size_t(3 * chunks * m), 0.0);
+  char letter;
+  long long chunk, micro;
+  double time;
+  while (std::scanf(" %c %lld %lld %lf", &letter, &chunk, &micro, &time) == 4) {
+    if (chunk < 0 || chunk >= chunks || micro < 0 || micro >= m || !std::strchr("FBW", letter))
+      return usage();
+    StepKind k = letter == 'F'   ? StepKind::forward
+                 : letter == 'W' ? StepKind::backwardWeight
+                                 : StepKind::backwardInput;
+    costs.steps[size_t(stepCostIndex({k, chunk, micro}, chunks, m))] = time;
+  }
+  PipelineShape shape{chunks / v, v, m, placementOf(*kind)};
+  std::string error;
+  auto steps = buildSchedule(*kind, shape, &error);
+  if (!steps) {
+    std::fprintf(stderr, "bench-pipeline-schedule: %s\n", error.c_str());
+    return 1;
+  }
+  ScheduleSimulation sim = simulateSchedule(shape, *steps, costs);
+  if (!sim.error.empty()) {
+    std::fprintf(stderr, "bench-pipeline-schedule: %s\n", sim.error.c_str());
+    return 1;
+  }
+  std::printf("makespan %.9g bubble %.9g steady_bubble %.9g peak_in_flight %lld\n", sim.makespan,
+              sim.bubble, sim.steadyBubble, (long long)sim.peakInFlight);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   if (argc > 1 && std::strcmp(argv[1], "--simulate") == 0)
     return simulateOne(argc, argv);
+  if (argc > 1 && std::strcmp(argv[1], "--simulate-steps") == 0)
+    return simulateSteps(argc, argv);
   bool orders = false;
   double args[5] = {4, 8, 1, 1, 1};
   int given = 0;

@@ -18,7 +18,10 @@ the runner's set-up of its inputs and stash, its sends, and the receive it waits
   the optimizer step waits for all).
 - sim = `bench-pipeline-schedule --simulate SCHEDULE m T F,B,W ...` at the step's own per-chunk
   costs and the run's transfer; ratio = measured / simulated per step (medians printed). pooled:
-  the simulator at the per-chunk means over all steps and rounds.
+  the simulator at the per-chunk means over all steps and rounds. replay: the same simulator at
+  every step's own measured time (`--simulate-steps`, PipelineCosts::steps), and its ratio: steps
+  of one chunk and kind differ (a step runs slower while the other rank computes on the shared
+  cores), which a per-chunk mean spreads evenly.
 Peak activation bytes per rank (issue 35): `peak` is the most bytes the pipeline runner held
 stashed and kept for later steps (the forward stashes, what each W reads), the trace's
 `stash_bytes` after every step, largest over ranks and steps; `planned` the planner's activation
@@ -66,9 +69,10 @@ def measure(events, chunks):
     funcs = [e for e in events if e.get("cat") == "function"
              and e["name"].split(".c")[0] in KINDS]
     pipe = [e for e in events if e.get("cat") in KINDS and e.get("tid") == 2]
-    rows, step_costs = [], []
+    rows, step_costs, step_lists = [], [], []
     for _, ranks in sorted(steps.items()):
         own = [[[] for _ in range(3)] for _ in range(chunks)]
+        each = []  # (F|B|W, chunk, micro-batch, cost) of every step: the replay's input
         first, last, busy, over, comp, ends = None, None, {}, [], [], {}
         for pid, (start, end) in ranks.items():
             inside = lambda e: e["pid"] == pid and start <= e["ts"] <= end
@@ -86,6 +90,8 @@ def measure(events, chunks):
                 comp.append(fn)
                 costs[s["args"]["chunk"]][SLOT[s["cat"]]].append(cost)
                 own[s["args"]["chunk"]][SLOT[s["cat"]]].append(cost)
+                each.append(("FBW"[SLOT[s["cat"]]], s["args"]["chunk"], s["args"]["micro_batch"],
+                             cost))
                 first = s["ts"] if first is None else min(first, s["ts"])
                 last = s_end if last is None else max(last, s_end)
             ends[pid] = end
@@ -95,7 +101,8 @@ def measure(events, chunks):
         opt = max(ends.values()) - last
         rows.append((bubble, step, opt, sum(over) / len(ranks), sum(comp) / len(ranks)))
         step_costs.append([[statistics.mean(k) if k else 0.0 for k in c] for c in own])
-    return rows, costs, step_costs
+        step_lists.append(each)
+    return rows, costs, step_costs, step_lists
 
 
 def stash_peak(events):
@@ -138,6 +145,16 @@ def transfers(events):
                 s = queue.pop(0)
                 out.append(e["ts"] + e["dur"] - max(s["ts"], e["ts"]))
     return out
+
+
+def replay(bench, schedule, m, transfer, chunks, each):
+    """The simulator at every step's own measured time (--simulate-steps)."""
+    text = "".join("%s %d %d %r\n" % step for step in each)
+    out = subprocess.run([bench, "--simulate-steps", schedule, str(m), repr(transfer),
+                          str(chunks)], input=text, capture_output=True, text=True,
+                         check=True).stdout
+    words = out.split()
+    return float(words[words.index("bubble") + 1])
 
 
 def simulate(bench, schedule, m, transfer, chunk_costs):
@@ -190,15 +207,18 @@ def main():
                 return 1
             events = load(trace)
             chunks = 4 if schedule == "zbv" else 2
-            rows, costs, step_costs = measure(events, chunks)
+            rows, costs, step_costs, step_lists = measure(events, chunks)
             res = results[schedule]
             ts = transfers(events)
             transfer = statistics.median(ts) if ts else 0.0
             # Each step simulated at its own per-chunk costs: the VM drifts between steps (step
             # times of one schedule spread over +-25%), and the ratio compares like with like.
-            for row, own in zip(rows, step_costs):
+            for row, own, each in zip(rows, step_costs, step_lists):
                 sim = simulate(args.schedule_bench, schedule, args.micro_batches, transfer, own)
-                res["rows"].append(row + (sim, row[0] / sim if sim else 0.0))
+                rep = replay(args.schedule_bench, schedule, args.micro_batches, transfer, chunks,
+                             each)
+                res["rows"].append(row + (sim, row[0] / sim if sim else 0.0, rep,
+                                          row[0] / rep if rep else 0.0))
             res["transfers"] += ts
             res["peak"] = max(res["peak"], stash_peak(events))
             if res["costs"] is None:
@@ -208,19 +228,20 @@ def main():
                     for k in range(3):
                         res["costs"][c][k] += costs[c][k]
     print(f"{'schedule':<8} {'step':>7} {'opt':>6} {'bubble':>7} {'sim':>7} {'ratio':>6} "
-          f"{'pooled':>7} "
+          f"{'pooled':>7} {'replay':>7} {'ratio':>6} "
           f"{'T':>5} {'overhead':>8} {'compute':>8}  per-chunk F/B/W")
     base = None
     for schedule in SCHEDULES:
         res = results[schedule]
         med = [statistics.median(col) for col in zip(*res["rows"])]
-        bubble, step, opt, over, comp, sim, ratio = med
+        bubble, step, opt, over, comp, sim, ratio, rep, rep_ratio = med
         chunk_costs = [[statistics.mean(k) if k else 0.0 for k in c] for c in res["costs"]]
         transfer = statistics.median(res["transfers"]) if res["transfers"] else 0.0
         pooled = simulate(args.schedule_bench, schedule, args.micro_batches, transfer, chunk_costs)
         per_chunk = " ".join("/".join(f"{x / 1e3:.1f}" for x in c) for c in chunk_costs)
         print(f"{schedule:<8} {step / 1e3:7.1f} {opt / 1e3:6.1f} {bubble / 1e3:7.1f} "
-              f"{sim / 1e3:7.1f} {ratio:6.2f} {pooled / 1e3:7.1f} {transfer / 1e3:5.2f} "
+              f"{sim / 1e3:7.1f} {ratio:6.2f} {pooled / 1e3:7.1f} {rep / 1e3:7.1f} "
+              f"{rep_ratio:6.2f} {transfer / 1e3:5.2f} "
               f"{over / 1e3:8.1f} {comp / 1e3:8.1f}  {per_chunk}")
         busy = over + comp
         if base is None:

@@ -449,10 +449,15 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
   return simulateSchedule(shape, steps, PipelineCosts{{costs}, 0.0});
 }
 
+int64_t stepCostIndex(const ScheduleStep &step, int64_t chunks, int64_t microBatches) {
+  int64_t slot = step.kind == StepKind::forward ? 0 : step.kind == StepKind::backwardWeight ? 2 : 1;
+  return (slot * chunks + step.chunk) * microBatches + step.microBatch;
+}
+
 namespace {
 
-// Why `costs` does not fit `chunks` chunks; empty when it does.
-std::string checkCosts(const PipelineCosts &costs, int64_t chunks) {
+// Why `costs` does not fit `chunks` chunks and `mbs` micro-batches; empty when it does.
+std::string checkCosts(const PipelineCosts &costs, int64_t chunks, int64_t mbs) {
   if (costs.chunks.size() != 1 && static_cast<int64_t>(costs.chunks.size()) != chunks)
     return "pipeline costs: need 1 or " + std::to_string(chunks) + " (one per chunk), got " +
            std::to_string(costs.chunks.size());
@@ -463,6 +468,13 @@ std::string checkCosts(const PipelineCosts &costs, int64_t chunks) {
       return "pipeline costs of chunk " + std::to_string(c) +
              ": forward, input- and weight-gradient times must be finite and >= 0";
   }
+  if (!costs.steps.empty() && static_cast<int64_t>(costs.steps.size()) != 3 * chunks * mbs)
+    return "pipeline step costs: need 3 * chunks * micro-batches = " +
+           std::to_string(3 * chunks * mbs) + " (stepCostIndex), got " +
+           std::to_string(costs.steps.size());
+  for (double x : costs.steps)
+    if (bad(x))
+      return "pipeline step costs must be finite and >= 0";
   if (bad(costs.transfer))
     return "pipeline transfer time must be finite and >= 0, got " + std::to_string(costs.transfer);
   return {};
@@ -484,7 +496,7 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
       return sim;
 
   const int64_t p = shape.stages, chunks = p * shape.virtualStages, mbs = shape.microBatches;
-  if (sim.error = checkCosts(costs, chunks); !sim.error.empty())
+  if (sim.error = checkCosts(costs, chunks, mbs); !sim.error.empty())
     return sim;
   auto costsOf = [&](int64_t chunk) -> const StepCosts & {
     return costs.chunks.size() == 1 ? costs.chunks[0] : costs.chunks[static_cast<size_t>(chunk)];
@@ -528,6 +540,8 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
     return std::max(own, done);
   };
   auto costOf = [&](const ScheduleStep &step) {
+    if (!costs.steps.empty())
+      return costs.steps[static_cast<size_t>(stepCostIndex(step, chunks, mbs))];
     const StepCosts &k = costsOf(step.chunk);
     switch (step.kind) {
     case StepKind::forward:

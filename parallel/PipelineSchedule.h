@@ -101,7 +101,17 @@ struct PipelineCosts {
   /// neighbouring chunk on another stage: the p2p transfer and what the receiver pays to take it.
   /// Chunks of one stage pass values for free.
   double transfer = 0;
+  /// Optional, each step's own time, which then replaces `chunks`: a measured trace replayed,
+  /// where steps of one chunk and kind differ (a step runs slower while the other stage computes
+  /// on shared cores, and a per-chunk mean spreads that over all of them). Indexed by
+  /// stepCostIndex; empty: unused.
+  std::vector<double> steps{};
 };
+
+/// Where step (kind, chunk, microBatch) sits in PipelineCosts::steps: slot 0 forward, 1 the
+/// whole or the input-gradient backward, 2 the weight-gradient backward;
+/// (slot * chunks + chunk) * microBatches + microBatch, of 3 * chunks * microBatches entries.
+int64_t stepCostIndex(const ScheduleStep &step, int64_t chunks, int64_t microBatches);
 
 /// One step at the time the simulator runs it.
 struct SimulatedStep {

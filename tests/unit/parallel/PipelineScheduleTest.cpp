@@ -321,6 +321,48 @@ TEST(PipelineScheduleTest, CheckStageScheduleNamesTheBadSplitStep) {
                    "on stage 1");
 }
 
+// Per-step costs (a trace replayed): equal to the per-chunk form when every step of a chunk and
+// kind has the chunk's time, and one slower step moves exactly what waits on it. zbv at p = 2,
+// m = 3 (V placement, split backward): the last stage-1 B (chunk 1, micro-batch 2) 5 units
+// slower delays stage 0's B of chunk 0, micro-batch 2, which waits for its gradient.
+TEST(PipelineScheduleTest, PerStepCostsReplayATrace) {
+  PipelineShape shape{2, 2, 3, ChunkPlacement::vee};
+  auto steps = buildSchedule(ScheduleKind::zbv, shape, nullptr);
+  ASSERT_TRUE(steps);
+  PipelineCosts chunked{{{1, 2, 1}, {2, 1, 0.5}, {1, 1, 1}, {3, 2, 1}}, 0.25};
+  PipelineCosts perStep{{StepCosts{}}, 0.25};
+  perStep.steps.assign(3 * 4 * 3, -1);
+  for (int64_t c = 0; c < 4; ++c)
+    for (int64_t m = 0; m < 3; ++m) {
+      const StepCosts &k = chunked.chunks[size_t(c)];
+      perStep.steps[size_t(stepCostIndex({StepKind::forward, c, m}, 4, 3))] = k.forward;
+      perStep.steps[size_t(stepCostIndex({StepKind::backwardInput, c, m}, 4, 3))] = k.backwardInput;
+      perStep.steps[size_t(stepCostIndex({StepKind::backwardWeight, c, m}, 4, 3))] =
+          k.backwardWeight;
+    }
+  ScheduleSimulation a = simulateSchedule(shape, *steps, chunked, true);
+  ScheduleSimulation b = simulateSchedule(shape, *steps, perStep, true);
+  ASSERT_EQ(a.error, "");
+  ASSERT_EQ(b.error, "");
+  EXPECT_EQ(a.makespan, b.makespan);
+  EXPECT_EQ(a.bubble, b.bubble);
+  auto endOf = [](const ScheduleSimulation &sim, StepKind kind, int64_t c, int64_t m) {
+    for (const SimulatedStep &t : sim.timed)
+      if (t.step == ScheduleStep{kind, c, m})
+        return t.end;
+    return -1.0;
+  };
+  perStep.steps[size_t(stepCostIndex({StepKind::backwardInput, 1, 2}, 4, 3))] += 5;
+  ScheduleSimulation slow = simulateSchedule(shape, *steps, perStep, true);
+  ASSERT_EQ(slow.error, "");
+  EXPECT_EQ(endOf(slow, StepKind::backwardInput, 1, 2),
+            endOf(b, StepKind::backwardInput, 1, 2) + 5);
+  EXPECT_GT(endOf(slow, StepKind::backwardInput, 0, 2), endOf(b, StepKind::backwardInput, 0, 2));
+  perStep.steps.pop_back();
+  EXPECT_EQ(simulateSchedule(shape, *steps, perStep).error,
+            "pipeline step costs: need 3 * chunks * micro-batches = 36 (stepCostIndex), got 35");
+}
+
 TEST(PipelineScheduleTest, SimulationReportsDeadlocksAndMalformedSchedules) {
   PipelineShape shape{2, 1, 2};
   // Stage 0 waits for backward 0 of stage 1, which runs after its forward of micro-batch 1,
