@@ -395,10 +395,12 @@ std::string reshardText(const PlanSearchRequest &r, const planner::TransformerSh
     verdict = format("kept, they would not fit (%s > %s)", gib(keep.totalBytes).c_str(),
                      gib(r.cluster.device.memoryBytes).c_str());
   else
-    verdict = format("%s s/step %s vs %s s/step %s", format("%.3f", c.cost.stepSeconds).c_str(),
-                     l.reshardAfterForward ? "re-gathering" : "keeping",
-                     format("%.3f", alt->stepSeconds).c_str(),
-                     l.reshardAfterForward ? "keeping" : "re-gathering");
+    verdict =
+        format("%s s/step %s vs %s s/step %s%s", format("%.4f", c.cost.stepSeconds).c_str(),
+               l.reshardAfterForward ? "re-gathering" : "keeping",
+               format("%.4f", alt->stepSeconds).c_str(),
+               l.reshardAfterForward ? "keeping" : "re-gathering",
+               l.reshardAfterForward ? " (the search keeps them only for a 1% faster step)" : "");
   return format("    %s: reshard after forward %s (--reshard-after-forward %s): keeping the "
                 "forward's gathered parameters for the backward saves %.3f s of exposed gathers "
                 "(%.3f s vs %.3f s) for %s more per GPU (%s vs %s); %s\n",

@@ -243,15 +243,25 @@ private:
   // ZeRO-3 in a step whose forward and backward run in one function (pp = vpp = 1) chooses
   // between gathering each parameter again for the backward (less memory) and keeping the
   // forward's copy (one gather fewer per layer): both are tried unless pinned.
+  // Keeping costs memory only (every gathered parameter held from the forward to the backward),
+  // so unpinned it must save at least kKeepMargin of the re-gathering layout's step: with
+  // prefetch the backward's gathers are mostly hidden, and a tie is not worth gigabytes.
   void tryRecomputes(Layout l, const std::vector<Recompute> &recomputes) {
     std::vector<bool> reshards{true};
     if (l.zero == 3 && l.pp * l.vpp == 1)
       reshards = {true, false};
+    std::optional<double> regather;
     for (bool reshard : pinnedOr(pins_.reshardAfterForward, reshards)) {
       l.reshardAfterForward = reshard;
-      tryRecomputesFor(l, recomputes);
+      std::optional<double> limit;
+      if (!reshard && regather && !pins_.reshardAfterForward)
+        limit = *regather * (1 - kKeepMargin);
+      std::optional<double> seconds = tryRecomputesFor(l, recomputes, limit);
+      if (reshard)
+        regather = seconds;
     }
   }
+  static constexpr double kKeepMargin = 0.01;
 
   /// Each pipeline schedule (Layout::schedule) `l` may run: 1F1B (interleaved at vpp > 1)
   /// always, and where the stack has them and the schedule library accepts the shape
@@ -278,14 +288,18 @@ private:
 
   // The least recompute that fits is the fastest (recompute only adds work), so the later
   // recompute choices are dominated once one fits. A layout whose busy time alone cannot beat
-  // the K-th best is not simulated.
-  void tryRecomputesFor(Layout l, const std::vector<Recompute> &recomputes) {
+  // the K-th best is not simulated. Returns the step time of the layout it evaluated; one not
+  // under `limit` is left out.
+  std::optional<double> tryRecomputesFor(Layout l, const std::vector<Recompute> &recomputes,
+                                         std::optional<double> limit = std::nullopt) {
     for (Recompute recompute : recomputes) {
       l.recompute = recompute;
       std::string why;
       std::optional<StepCost> memory = estimator_.memory(l, &why);
-      if (!memory)
-        return invalid(why, /*deep=*/true); // invalid for every recompute choice alike
+      if (!memory) {
+        invalid(why, /*deep=*/true); // invalid for every recompute choice alike
+        return std::nullopt;
+      }
       considerMemory(l, *memory);
       if (!memory->fits)
         continue;
@@ -297,18 +311,21 @@ private:
         for (std::optional<PlanCandidate> *category : categories(l))
           beatsCategory = beatsCategory || !*category || bound < (*category)->cost.stepSeconds;
         if (bound >= result_.best.back().cost.stepSeconds && !beatsCategory)
-          return;
+          return std::nullopt;
       }
       std::optional<StepCost> cost = estimator_.estimate(l, nullptr);
       ++result_.evaluated;
-      if (cost) {
-        for (std::optional<PlanCandidate> *category : categories(l))
-          if (!*category || cost->stepSeconds < (*category)->cost.stepSeconds)
-            *category = PlanCandidate{l, *cost};
-        insert(PlanCandidate{l, *cost});
-      }
-      return;
+      if (!cost)
+        return std::nullopt;
+      if (limit && cost->stepSeconds >= *limit)
+        return cost->stepSeconds;
+      for (std::optional<PlanCandidate> *category : categories(l))
+        if (!*category || cost->stepSeconds < (*category)->cost.stepSeconds)
+          *category = PlanCandidate{l, *cost};
+      insert(PlanCandidate{l, *cost});
+      return cost->stepSeconds;
     }
+    return std::nullopt;
   }
 
   /// The categories `l` belongs to (SearchResult's bestZero3, bestWithCp, bestWithoutCp, and
