@@ -179,6 +179,32 @@ def activation_bytes(megac, cp, ring=False):
     return role["arena_bytes"] - role["persistent_bytes"]
 
 
+def planner_variants(megac):
+    """`megac plan --cluster`: the search tries both K/V exchanges at cp 4, --cp-comm-type pins
+    one, and a stack without the pinned one says so (docs/context-parallel.md "The planner")."""
+    base = [megac, "plan", "--model", MEMORY_MODEL, "--cluster", "cpu:1x4", "--global-batch",
+            "4", "--no-compile", "--cp", "4", "--top", "50"]
+
+    def variants(extra):
+        result = subprocess.run(base + extra + ["--json"], capture_output=True, text=True,
+                                timeout=300)
+        if result.returncode != 0:
+            raise Failure(f"planner: exit {result.returncode}: {result.stderr[-800:]}")
+        return {l["cp_comm_type"] for l in json.loads(result.stdout)["layouts"]}
+
+    if variants([]) != {"all_gather", "p2p"}:
+        raise Failure(f"planner: the search at cp 4 tried {sorted(variants([]))}, not both")
+    if variants(["--cp-comm-type", "p2p"]) != {"p2p"}:
+        raise Failure("planner: --cp-comm-type p2p did not pin the ring")
+    result = subprocess.run(base + ["--stack", "megatron-core", "--cp-comm-type", "all_gather"],
+                            capture_output=True, text=True, timeout=300)
+    want = "the megatron-core stack has no all-gather (--cp-comm-type all_gather)"
+    if result.returncode != 1 or want not in result.stdout:
+        raise Failure(f"planner: a missing variant's pin does not say '{want}':\n"
+                      f"{result.stdout[-800:]}{result.stderr[-800:]}")
+    print("PASS planner: both exchanges searched at cp 4, --cp-comm-type pins one")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--megac", required=True)
@@ -251,6 +277,11 @@ def main():
                           f"cp 1's ({ring}), the all-gather's {four}")
         print(f"PASS memory: the ring's activation bytes at cp 4 = {ring / one:.3f} x cp 1's "
               f"(all-gather {ratio:.3f})")
+    except Failure as e:
+        problems.append(str(e))
+        print(f"FAIL {e}")
+    try:
+        planner_variants(megac)
     except Failure as e:
         problems.append(str(e))
         print(f"FAIL {e}")
