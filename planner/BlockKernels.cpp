@@ -187,6 +187,7 @@ struct MoeKernels {
     auto linearBackward = [&](int64_t in, int64_t out) {
       expertGemm(b, perExpert, in, out); // dx
       expertGemm(b, out, in, perExpert); // dW, per expert
+      b.pass->kernels.back().weightGradient = true; // a zero-bubble schedule's W (issue 35)
       if (stack.transposeInstructions)
         b.mem(KernelClass::transpose, 2.0 * double(in) * double(out) * double(e),
               double(localExperts));
@@ -213,7 +214,8 @@ struct MoeKernels {
     b.mem(KernelClass::softmaxGrad, 3 * routerBytes);
     b.mem(KernelClass::elementwise, 2 * routerBytes, 3);
     b.gemm(int64_t(Tr), h, E);
-    b.gemm(E, h, int64_t(Tr));
+    b.gemm(E, h, int64_t(Tr)); // the router's dW
+    b.pass->kernels.back().weightGradient = true;
     b.mem(KernelClass::elementwise, 3 * tokenBytes(Tr));
     if (split && !g.sequenceParallel)
       b.comm(Collective::allReduce, tokenBytes(Tr));

@@ -183,6 +183,13 @@ TEST(MoeCostTest, BlockKernelsRouteTopkRowsAndExchangeTokens) {
         << "ep " << ep;
     EXPECT_DOUBLE_EQ(gemmFlops(b.backward.kernels), 2 * (attentionGemms + router + experts))
         << "ep " << ep;
+    // The weight-gradient GEMMs (a zero-bubble schedule's W, issue 35): one dW per forward GEMM,
+    // the experts' grouped ones and the router's included.
+    std::vector<KernelOp> weight;
+    for (const KernelOp &op : b.backward.kernels)
+      if (op.weightGradient && op.kind == KernelClass::gemm)
+        weight.push_back(op);
+    EXPECT_DOUBLE_EQ(gemmFlops(weight), attentionGemms + router + experts) << "ep " << ep;
     ASSERT_EQ(b.forward.ep.size(), ep > 1 ? 2u : 0u);
     ASSERT_EQ(b.backward.ep.size(), ep > 1 ? 2u : 0u);
     for (const CommOp &op : b.forward.ep) {
