@@ -193,24 +193,32 @@ Status attentionGrad(const TensorRef &dout, const TensorRef &q, const TensorRef 
         gemmStrided<T>(false, true, s, t, dvDim, T(1), doh, h * dvDim, vh, hk * dvDim, T(0),
                        ds.data(), t);
         // dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij'); masked keys (P = 0) get exactly 0, so a
-        // fully masked row passes nothing back.
-        for (int64_t i = 0; i < s; ++i) {
-          const T *pr = p.data() + i * t;
-          T *dr = ds.data() + i * t;
-          double pdp = 0.0;
-          for (int64_t j = 0; j < t; ++j)
-            if (pr[j] != T(0))
-              pdp += static_cast<double>(pr[j]) * static_cast<double>(dr[j]);
-          for (int64_t j = 0; j < t; ++j)
-            dr[j] = pr[j] == T(0) ? T(0)
-                                  : static_cast<T>(static_cast<double>(pr[j]) *
-                                                   (static_cast<double>(dr[j]) - pdp));
-          if (mask) {
-            double *gmr = gm.data() + bi * ms[0] + hi * ms[1] + i * ms[2];
+        // fully masked row passes nothing back. Rows are independent: split over the kernel
+        // threads, except with a mask, whose gradient rows may be one broadcast row they all add
+        // into (in row order).
+        auto dsRows = [&](int64_t rowBegin, int64_t rowEnd) {
+          for (int64_t i = rowBegin; i < rowEnd; ++i) {
+            const T *pr = p.data() + i * t;
+            T *dr = ds.data() + i * t;
+            double pdp = 0.0;
             for (int64_t j = 0; j < t; ++j)
-              gmr[j * ms[3]] += static_cast<double>(dr[j]);
+              if (pr[j] != T(0))
+                pdp += static_cast<double>(pr[j]) * static_cast<double>(dr[j]);
+            for (int64_t j = 0; j < t; ++j)
+              dr[j] = pr[j] == T(0) ? T(0)
+                                    : static_cast<T>(static_cast<double>(pr[j]) *
+                                                     (static_cast<double>(dr[j]) - pdp));
+            if (mask) {
+              double *gmr = gm.data() + bi * ms[0] + hi * ms[1] + i * ms[2];
+              for (int64_t j = 0; j < t; ++j)
+                gmr[j * ms[3]] += static_cast<double>(dr[j]);
+            }
           }
-        }
+        };
+        if (mask)
+          dsRows(0, s);
+        else
+          parallelFor(s, grainFor(4 * t), [&](int64_t b0, int64_t b1) { dsRows(b0, b1); });
         // dQ = scale dS K; dK += scale dS^T Q.
         T sc = static_cast<T>(scale);
         gemmStrided<T>(false, false, s, d, t, sc, ds.data(), t, kh, hk * d, T(0),
