@@ -546,6 +546,11 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
     // stage's whole parameters, beside the shards (the gathered units in flight are among them).
     double keptGathered = l.zero >= 3 && !l.reshardAfterForward ? params * pb.parameter : 0.0;
     c.parameterBytes = sharded(params, experts, pb.parameter, l.zero >= 3);
+    // A stack that gathers the f32 master (in the optimizer state) stores no half-precision
+    // shard under zero 3.
+    bool half = l.precision == Precision::bf16 || l.precision == Precision::fp16;
+    if (l.zero >= 3 && half && stack_.gathersMasterWeights)
+      c.parameterBytes = 0;
     c.gradientBytes = sharded(params, experts, pb.gradient, l.zero >= 2);
     c.optimizerBytes = sharded(params, experts, pb.optimizer, l.zero >= 1);
     if (!stack_.shardedBuffersInArena) {

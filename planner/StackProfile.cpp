@@ -81,8 +81,10 @@ StackProfile megac(bool cpu) {
   // makes each parameter all-gather a start/done pair and mega-training-zero-prefetch starts a
   // layer's gathers just before the previous layer's compute (two gathered layers live or in
   // flight; e2e_zero_prefetch_plan asserts both on a compiled plan). Without --overlap the
-  // gathers block and the prediction is optimistic by the gathers' exposed time.
+  // gathers block and the prediction is optimistic by the gathers' exposed time. Under mixed
+  // precision ZeRO-3 gathers the f32 master shard and casts each gathered copy.
   p.prefetchShardedParams = true;
+  p.gathersMasterWeights = true;
   if (cpu) {
     p.supportsExpertParallel = true;
     return p;

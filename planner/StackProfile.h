@@ -73,6 +73,13 @@ struct StackProfile {
   /// prefetch); two gathered layers are then in flight. Otherwise each collective runs
   /// start/done around its use and blocks (megac's runtime today), one gathered layer in flight.
   bool prefetchShardedParams = false;
+  /// ZeRO-3 under mixed precision (issue 31): a parameter is stored only as its f32 master shard
+  /// (counted in the optimizer state), all-gathered and cast to bf16/fp16 right after each
+  /// gather (megac: passes/training/ZeroSharding.h, gatherParameters), so no sharded
+  /// half-precision copy is stored. Otherwise (FSDP's param_dtype) a 2-byte shard is. (The
+  /// gathers then carry the f32 master, twice the bytes the model's collective is charged:
+  /// docs/planner.md, Known gaps.)
+  bool gathersMasterWeights = false;
 
   // Context parallelism (issue 32): each sequence split over cp ranks with causal load
   // balancing (rank i holds chunks i and 2·cp - 1 - i, so each does 1/cp of the causal work).

@@ -65,11 +65,7 @@ KNOWN = {(LARGE, "tp=2"): 0.25, (LARGE, "precision=bf16"): 0.25,
          (LARGE, "cp=2 sequence_parallel=1 tp=2"): 0.25,
          (SMALL, "dp=2 recompute=full zero=2"): 0.40, (LARGE, "dp=2 recompute=full zero=2"): 0.40,
          (SMALL, "pp=2 precision=bf16"): 0.25, (LARGE, "pp=2 precision=bf16"): 0.25,
-         (LARGE, "cp=2"): 0.25, (LARGE, "cp=2 dp=2"): 0.25,
-         # bf16 ZeRO-3: megac stores only the f32 master shard and casts each gathered unit (the
-         # cast moves with the gather), where the model charges a 2-byte sharded parameter copy
-         # too (docs/planner.md, Known gaps): 1.123 on the 16-layer GPT.
-         (SMALL, "dp=4 precision=bf16 zero=3"): 0.15}
+         (LARGE, "cp=2"): 0.25, (LARGE, "cp=2 dp=2"): 0.25}
 
 
 def check(condition, message):
