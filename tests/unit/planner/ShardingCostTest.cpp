@@ -170,9 +170,10 @@ TEST(ZeroCostTest, KeepingGatheredParametersCostsTheWholeStage) {
     EXPECT_GE(grown, whole - est.gatheredParameterBytes(dataParallel(8, 3)));
     EXPECT_LE(grown, whole);
     // megac counts them in the workspace (StackProfile::shardedBuffersInArena), the state as is.
-    if (stack(name).shardedBuffersInArena)
+    if (stack(name).shardedBuffersInArena) {
       EXPECT_DOUBLE_EQ(off->parameterBytes + off->gradientBytes + off->optimizerBytes,
                        on->parameterBytes + on->gradientBytes + on->optimizerBytes);
+    }
   }
   StepEstimator est(s, c, 64, stack("megac"));
   std::string why;
