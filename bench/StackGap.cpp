@@ -54,14 +54,20 @@ const std::vector<Field> &fields() {
       FLAG(prefetchShardedParams),
       FLAG(supportsContextParallel),
       FLAG(contextParallelAllGatherKv),
+      FLAG(contextParallelRing),
+      FLAG(ringBackwardRecomputesStatistics),
+      FLAG(ringGradientsBlock),
       FLAG(overlapContextParallelRing),
       FLAG(contextParallelComposes),
       FLAG(p2pScatterGather),
+      FLAG(zeroBubbleSchedules),
       Field{"pipelineStepOverheadSeconds", nullptr, nullptr,
             &StackProfile::pipelineStepOverheadSeconds},
       Field{"hostSecondsPerKernel", nullptr, nullptr, &StackProfile::hostSecondsPerKernel},
       FLAG(recomputePerLayer),
       FLAG(deferredWeightGradients),
+      FLAG(concatenatedGradientReduction),
+      FLAG(gathersMasterWeights),
       FLAG(fp32ResidualStream),
       FLAG(keepsGatheredLinearInputs),
       FLAG(stashCopiedIntoArena),
@@ -214,6 +220,7 @@ StackProfile megatronCoreAtC127b5e() {
   p.keepsAttentionLse = false;
   p.prefetchShardedParams = false;
   p.supportsContextParallel = false;
+  p.contextParallelRing = false;
   p.overlapContextParallelRing = false;
   p.contextParallelComposes = false;
   return p;
