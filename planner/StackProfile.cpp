@@ -56,8 +56,8 @@ StackProfile megac(bool cpu) {
   // Issue 35: mega-backward-weight-split and the schedule library's zb-h1, zb-h2 and zbv run on
   // the pipeline runner of both runtimes (e2e_partition_zerobubble on the CPU).
   p.zeroBubbleSchedules = true;
-  // Issues 31/32: ZeRO-2/3's collectives and context parallelism's K/V all-gather run
-  // start/done around their use (prefetchShardedParams off): blocking. cp composes with tp, dp,
+  // Issues 31/32: ZeRO-2's collectives and context parallelism's K/V all-gather run start/done
+  // around their use: blocking (ZeRO-3's gathers are prefetched: below). cp composes with tp, dp,
   // pp, ZeRO 1-3 and dropless ep as the CPU compiler runs it (docs/context-parallel.md;
   // e2e_context_parallel); the CUDA runtime still refuses cp. Both exchanges run
   // (--cp-comm-type all_gather|p2p); the ring computes each block on a helper thread while the
