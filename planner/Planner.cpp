@@ -157,13 +157,6 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
   if (l.vpp > 1 && (l.pp == 1 || m % l.pp))
     return fail("vpp " + std::to_string(l.vpp) + " needs pp > 1 and the " + std::to_string(m) +
                 " micro-batches divisible by pp " + std::to_string(l.pp));
-  // Keeping the forward's gathers for the backward needs both in one function: pipeline chunks
-  // run them as two and gather in each (docs/training-step.md, "Reshard after forward").
-  if (!l.reshardAfterForward && (l.zero != 3 || l.pp * l.vpp > 1))
-    return fail("reshard-after-forward off keeps ZeRO-3's gathered parameters from the forward "
-                "to the backward of one function: it needs zero 3 and pp = vpp = 1, got zero " +
-                std::to_string(l.zero) + ", pp " + std::to_string(l.pp) + ", vpp " +
-                std::to_string(l.vpp));
   if (l.pp > 1 && schedule::splitsBackward(l.schedule)) {
     const char *name = schedule::scheduleName(l.schedule);
     if (!stack_.zeroBubbleSchedules)
@@ -182,6 +175,13 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
                   std::to_string(m) + " < " + std::to_string(l.pp) +
                   "; use a smaller --micro-batch or a larger --global-batch");
   }
+  // Keeping the forward's gathers for the backward needs both in one function: pipeline chunks
+  // run them as two and gather in each (docs/training-step.md, "Reshard after forward").
+  if (!l.reshardAfterForward && (l.zero != 3 || l.pp * l.vpp > 1))
+    return fail("reshard-after-forward off keeps ZeRO-3's gathered parameters from the forward "
+                "to the backward of one function: it needs zero 3 and pp = vpp = 1, got zero " +
+                std::to_string(l.zero) + ", pp " + std::to_string(l.pp) + ", vpp " +
+                std::to_string(l.vpp));
   if (l.sequenceParallel && (l.tp == 1 || s.seq % l.tp))
     return fail("sequence parallelism needs tp > 1 dividing the sequence " + std::to_string(s.seq));
   if (l.zero < 0 || l.zero > 3)

@@ -240,29 +240,6 @@ private:
               }
   }
 
-  // ZeRO-3 in a step whose forward and backward run in one function (pp = vpp = 1) chooses
-  // between gathering each parameter again for the backward (less memory) and keeping the
-  // forward's copy (one gather fewer per layer): both are tried unless pinned.
-  // Keeping costs memory only (every gathered parameter held from the forward to the backward),
-  // so unpinned it must save at least kKeepMargin of the re-gathering layout's step: with
-  // prefetch the backward's gathers are mostly hidden, and a tie is not worth gigabytes.
-  void tryRecomputes(Layout l, const std::vector<Recompute> &recomputes) {
-    std::vector<bool> reshards{true};
-    if (l.zero == 3 && l.pp * l.vpp == 1)
-      reshards = {true, false};
-    std::optional<double> regather;
-    for (bool reshard : pinnedOr(pins_.reshardAfterForward, reshards)) {
-      l.reshardAfterForward = reshard;
-      std::optional<double> limit;
-      if (!reshard && regather && !pins_.reshardAfterForward)
-        limit = *regather * (1 - kKeepMargin);
-      std::optional<double> seconds = tryRecomputesFor(l, recomputes, limit);
-      if (reshard)
-        regather = seconds;
-    }
-  }
-  static constexpr double kKeepMargin = 0.01;
-
   /// Each pipeline schedule (Layout::schedule) `l` may run: 1F1B (interleaved at vpp > 1)
   /// always, and where the stack has them and the schedule library accepts the shape
   /// (micro-batches >= pp), zb-h1 and zb-h2 at vpp 1 and zbv at vpp 2 (docs/pipeline.md). A pin
@@ -285,6 +262,29 @@ private:
       tryRecomputes(l, recomputes);
     }
   }
+
+  // ZeRO-3 in a step whose forward and backward run in one function (pp = vpp = 1) chooses
+  // between gathering each parameter again for the backward (less memory) and keeping the
+  // forward's copy (one gather fewer per layer): both are tried unless pinned.
+  // Keeping costs memory only (every gathered parameter held from the forward to the backward),
+  // so unpinned it must save at least kKeepMargin of the re-gathering layout's step: with
+  // prefetch the backward's gathers are mostly hidden, and a tie is not worth gigabytes.
+  void tryRecomputes(Layout l, const std::vector<Recompute> &recomputes) {
+    std::vector<bool> reshards{true};
+    if (l.zero == 3 && l.pp * l.vpp == 1)
+      reshards = {true, false};
+    std::optional<double> regather;
+    for (bool reshard : pinnedOr(pins_.reshardAfterForward, reshards)) {
+      l.reshardAfterForward = reshard;
+      std::optional<double> limit;
+      if (!reshard && regather && !pins_.reshardAfterForward)
+        limit = *regather * (1 - kKeepMargin);
+      std::optional<double> seconds = tryRecomputesFor(l, recomputes, limit);
+      if (reshard)
+        regather = seconds;
+    }
+  }
+  static constexpr double kKeepMargin = 0.01;
 
   // The least recompute that fits is the fastest (recompute only adds work), so the later
   // recompute choices are dominated once one fits. A layout whose busy time alone cannot beat

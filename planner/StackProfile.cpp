@@ -9,9 +9,10 @@ namespace {
 // experts') accumulate inside their GEMM, the other gradients are added into their accumulators
 // once per micro-batch, the global norm is one instruction, AdamW one multi-tensor instruction per
 // dtype group with the clip folded in (issue 30: no clip pass, clipPass off; e2e_gemm_layout
-// asserts no ClipByNorm is left and every AdamWMulti clips), collectives block. Attention takes q, k, v as [b, s, heads, d]: head splits are reshapes, not
-// copies. The CUDA runtime fuses elementwise chains with NVRTC and runs a flash-style attention
-// kernel; it does not overlap communication, and pipeline transfers go through host memory.
+// asserts no ClipByNorm is left and every AdamWMulti clips), collectives block. Attention takes q,
+// k, v as [b, s, heads, d]: head splits are reshapes, not copies. The CUDA runtime fuses
+// elementwise chains with NVRTC and runs a flash-style attention kernel; it does not overlap
+// communication, and pipeline transfers go through host memory.
 StackProfile megac(bool cpu) {
   StackProfile p;
   p.name = "megac";
