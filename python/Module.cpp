@@ -11,6 +11,7 @@
 #include "driver/ModelSource.h"
 #include "driver/PlanSearch.h"
 #include "driver/TrainSession.h"
+#include "parallel/PipelineSchedule.h"
 #include "planner/ModelStats.h"
 #include "support/Float16.h"
 
@@ -220,13 +221,30 @@ public:
         if (!(d >= 0 && d < 1))
           throw Error("dropout: " + std::to_string(d) + " is not a probability in [0, 1)");
         r.dropout = d;
+      } else if (name == "schedule") {
+        std::string v = text();
+        std::optional<schedule::ScheduleKind> kind =
+            v == "interleaved" ? schedule::ScheduleKind::interleaved
+                               : schedule::parseScheduleKind(v);
+        if (!kind)
+          throw Error("schedule: '" + v + "' is not 1f1b, interleaved, zb-h1, zb-h2 or zbv");
+        p.schedule = kind;
+      } else if (name == "cp_comm_type") {
+        std::string v = text();
+        if (v != "all_gather" && v != "p2p")
+          throw Error("cp_comm_type: '" + v + "' is not all_gather or p2p");
+        p.cpRing = v == "p2p";
+      } else if (name == "reshard_after_forward") {
+        if (!py::isinstance<py::bool_>(value))
+          throw Error("reshard_after_forward: give True or False");
+        p.reshardAfterForward = value.cast<bool>();
       } else if (name == "stack") {
         stack = text();
       } else {
         throw Error("megac.plan: unknown keyword '" + name +
                     "' (the pins are tp, pp, dp, ep, cp, vpp, micro_batch, zero, "
-                    "sequence_parallel, "
-                    "recompute, precision; also seq, dropout, stack, top)");
+                    "sequence_parallel, recompute, precision, schedule, cp_comm_type, "
+                    "reshard_after_forward; also seq, dropout, stack, top)");
       }
     }
     // An ONNX model's sequence length: its input_ids binding, as --seq would give it.

@@ -219,19 +219,22 @@ class Plan:
 
 def plan(model, cluster, global_batch, *, tp=None, pp=None, dp=None, ep=None, cp=None,
          vpp=None, micro_batch=None, zero=None, sequence_parallel=None, recompute=None, precision=None,
-         seq=None, dropout=None, stack=None, top=None):
+         schedule=None, cp_comm_type=None, reshard_after_forward=None, seq=None, dropout=None,
+         stack=None, top=None):
     """The planner's search over layouts of `model` on `cluster` ("a100-80g:128x8", "cpu:1x2",
     as `megac plan --cluster`) for `global_batch` samples per step, as a Plan. Keyword
     arguments pin the layout as `megac plan`'s flags do (None: the planner chooses): tp, pp, dp,
     ep, cp, vpp, micro_batch, zero (0-3), sequence_parallel, recompute, precision (bf16 by default, as the
-    CLI); also seq (an ONNX model's sequence length; its input_ids binding by default), dropout,
+    CLI), schedule ("1f1b", "interleaved", "zb-h1", "zb-h2", "zbv"), cp_comm_type ("all_gather",
+    "p2p"), reshard_after_forward (ZeRO-3's, True or False); also seq (an ONNX model's sequence length; its input_ids binding by default), dropout,
     stack (the software stack costed), top (how many layouts, 5). Errors (a bad cluster, pin or
     model) raise MegacError."""
     if not isinstance(model, Model):
         raise TypeError("megac.plan takes a megac.Model, not " + type(model).__name__)
     pins = {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "cp": cp, "vpp": vpp, "micro_batch": micro_batch,
             "zero": zero, "sequence_parallel": sequence_parallel, "recompute": recompute,
-            "precision": precision, "seq": seq, "dropout": dropout, "stack": stack, "top": top}
+            "precision": precision, "schedule": schedule, "cp_comm_type": cp_comm_type,
+            "reshard_after_forward": reshard_after_forward, "seq": seq, "dropout": dropout, "stack": stack, "top": top}
     core = _megac.PlanSearch(model._core, str(cluster), int(global_batch),
                              {k: v for k, v in pins.items() if v is not None})
     return Plan(core, _json.loads(core.json()))

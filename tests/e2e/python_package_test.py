@@ -200,6 +200,13 @@ def plan_matches_cli(args, megac, model):
     check([layout.as_dict() for layout in pinned] == cli_pinned["layouts"] and
           all(layout.tp == 1 and layout.micro_batch == 2 for layout in pinned),
           f"pins tp=1, micro_batch=2 are --tp 1 --micro-batch 2: {[repr(x) for x in pinned]}")
+    zb = megac.plan(model, **PLAN, pp=2, schedule="zb-h1")
+    cli_zb = json.loads(plan_cli(args, "--json", "--pp", "2", "--schedule", "zb-h1"))
+    check([layout.as_dict() for layout in zb] == cli_zb["layouts"] and
+          all(layout.as_dict()["schedule"] == "zb-h1" for layout in zb),
+          f"pins pp=2, schedule='zb-h1' are --pp 2 --schedule zb-h1: {[repr(x) for x in zb]}")
+    raises(megac, lambda: megac.plan(model, **PLAN, schedule="zigzag"), "schedule: 'zigzag'",
+           "an unknown schedule")
     big = megac.Model.from_spec("gpt:layers=48,hidden=8192,heads=64,seq=2048,vocab=50304")
     none = megac.plan(big, cluster="a100-80g:1x1", global_batch=8)
     check(none.best is None and none.layouts == [] and none.smallest_memory is not None and
