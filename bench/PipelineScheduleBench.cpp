@@ -26,11 +26,32 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 using namespace megac::schedule;
 
 namespace {
+
+/// Builds `kind`'s schedule for `shape`, simulates it with `costs` and prints the makespan line;
+/// nullopt (after naming the error) when the library refuses the shape or the simulation fails.
+std::optional<ScheduleSimulation> simulateAndPrint(ScheduleKind kind, const PipelineShape &shape,
+                                                   const PipelineCosts &costs) {
+  std::string error;
+  auto steps = buildSchedule(kind, shape, &error);
+  if (!steps) {
+    std::fprintf(stderr, "bench-pipeline-schedule: %s\n", error.c_str());
+    return std::nullopt;
+  }
+  ScheduleSimulation sim = simulateSchedule(shape, *steps, costs);
+  if (!sim.error.empty()) {
+    std::fprintf(stderr, "bench-pipeline-schedule: %s\n", sim.error.c_str());
+    return std::nullopt;
+  }
+  std::printf("makespan %.9g bubble %.9g steady_bubble %.9g peak_in_flight %lld\n", sim.makespan,
+              sim.bubble, sim.steadyBubble, (long long)sim.peakInFlight);
+  return sim;
+}
 
 int simulateOne(int argc, char **argv) {
   auto usage = [] {
@@ -61,22 +82,12 @@ int simulateOne(int argc, char **argv) {
   if (m < 1 || chunks % v != 0)
     return usage();
   PipelineShape shape{chunks / v, v, m, placementOf(*kind)};
-  std::string error;
-  auto steps = buildSchedule(*kind, shape, &error);
-  if (!steps) {
-    std::fprintf(stderr, "bench-pipeline-schedule: %s\n", error.c_str());
+  std::optional<ScheduleSimulation> sim = simulateAndPrint(*kind, shape, costs);
+  if (!sim)
     return 1;
-  }
-  ScheduleSimulation sim = simulateSchedule(shape, *steps, costs);
-  if (!sim.error.empty()) {
-    std::fprintf(stderr, "bench-pipeline-schedule: %s\n", sim.error.c_str());
-    return 1;
-  }
-  std::printf("makespan %.9g bubble %.9g steady_bubble %.9g peak_in_flight %lld\n", sim.makespan,
-              sim.bubble, sim.steadyBubble, (long long)sim.peakInFlight);
-  for (size_t s = 0; s < sim.stageBusy.size(); ++s)
-    std::printf("stage %zu busy %.9g peak_in_flight %lld\n", s, sim.stageBusy[s],
-                (long long)sim.stagePeakInFlight[s]);
+  for (size_t s = 0; s < sim->stageBusy.size(); ++s)
+    std::printf("stage %zu busy %.9g peak_in_flight %lld\n", s, sim->stageBusy[s],
+                (long long)sim->stagePeakInFlight[s]);
   return 0;
 }
 
@@ -108,19 +119,9 @@ int simulateSteps(int argc, char **argv) {
     costs.steps[size_t(stepCostIndex({k, chunk, micro}, chunks, m))] = time;
   }
   PipelineShape shape{chunks / v, v, m, placementOf(*kind)};
-  std::string error;
-  auto steps = buildSchedule(*kind, shape, &error);
-  if (!steps) {
-    std::fprintf(stderr, "bench-pipeline-schedule: %s\n", error.c_str());
+  std::optional<ScheduleSimulation> sim = simulateAndPrint(*kind, shape, costs);
+  if (!sim)
     return 1;
-  }
-  ScheduleSimulation sim = simulateSchedule(shape, *steps, costs);
-  if (!sim.error.empty()) {
-    std::fprintf(stderr, "bench-pipeline-schedule: %s\n", sim.error.c_str());
-    return 1;
-  }
-  std::printf("makespan %.9g bubble %.9g steady_bubble %.9g peak_in_flight %lld\n", sim.makespan,
-              sim.bubble, sim.steadyBubble, (long long)sim.peakInFlight);
   return 0;
 }
 

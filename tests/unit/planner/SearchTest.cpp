@@ -119,9 +119,9 @@ TEST(SearchTest, Gpt1TOn3072A100) {
   }
 }
 
-TEST(SearchTest, PinningEveryChoiceEvaluatesExactlyThatLayout) {
-  Cluster cluster = *parseCluster("a100-80g:128x8", nullptr);
-  TransformerShape gpt3 = gpt(96, 12288, 96, 2048, 50257);
+// GPT-3 175B on 128x8 A100 with every degree pinned (tp 8, pp 16, dp 8, vpp 1, micro-batch 1,
+// SP, ZeRO-1, selective recompute): only the schedule is left to the search.
+Pins gpt3EveryDegreePinned() {
   Pins pins;
   pins.tp = 8;
   pins.pp = 16;
@@ -131,6 +131,13 @@ TEST(SearchTest, PinningEveryChoiceEvaluatesExactlyThatLayout) {
   pins.sequenceParallel = true;
   pins.zero = 1;
   pins.recompute = Recompute::selective;
+  return pins;
+}
+
+TEST(SearchTest, PinningEveryChoiceEvaluatesExactlyThatLayout) {
+  Cluster cluster = *parseCluster("a100-80g:128x8", nullptr);
+  TransformerShape gpt3 = gpt(96, 12288, 96, 2048, 50257);
+  Pins pins = gpt3EveryDegreePinned();
   pins.schedule = ScheduleKind::oneFOneB;
   SearchResult r = search(gpt3, cluster, 1536, pins, 5);
   ASSERT_EQ(r.best.size(), 1u);
@@ -148,15 +155,7 @@ TEST(SearchTest, PinningEveryChoiceEvaluatesExactlyThatLayout) {
 TEST(SearchTest, ZeroBubbleSchedulesAreSearchedWhereTheyRun) {
   Cluster cluster = *parseCluster("a100-80g:128x8", nullptr);
   TransformerShape gpt3 = gpt(96, 12288, 96, 2048, 50257);
-  Pins pins;
-  pins.tp = 8;
-  pins.pp = 16;
-  pins.dp = 8;
-  pins.vpp = 1;
-  pins.microBatch = 1;
-  pins.sequenceParallel = true;
-  pins.zero = 1;
-  pins.recompute = Recompute::selective;
+  Pins pins = gpt3EveryDegreePinned();
   SearchResult r = search(gpt3, cluster, 1536, pins, 5);
   ASSERT_EQ(r.best.size(), 3u);
   EXPECT_EQ(r.evaluated, 3);
