@@ -34,6 +34,18 @@ receives ahead of it (docs/training-step.md, "Pipeline transfers"). --link B,L s
 link (default 2e8,2e-5: at pp 2 the transfers are then under 1% of the step, below this VM's
 spread; 2e6,2e-5 makes them comparable to the compute).
 
+predicted = the planner's exposed communication for the same layout and --overlap (issue 29):
+              `megac plan --cluster EMUL.json:2 ... --overlap on|off --bucket-size B --stack megac
+              --top 1 --no-compile --json` minus the same with PLAIN.json, where EMUL.json is a
+              calibrated CPU spec (--spec FILE, or `megac calibrate --backend cpu --ranks 2
+              --threads 1` run first, ~1 min) with its measured collectives dropped and the
+              emulated link as its bandwidth and latency (linkEfficiency 1), and PLAIN.json the
+              same at 1e15 B/s and no latency. The step's compute comes from the calibration, so
+              an overlapped prediction depends on it (the reduction hides behind the predicted
+              last backward). The error is printed as a fraction of the link time, |predicted -
+              measured| / link: an exposed time near zero (the overlapped rows) has no useful
+              relative error, and the link time is what the planner has to get right or hide.
+
 --plain-only measures only the cost without emulation (off/on interleaved, no link columns):
 with short runs and many repeats (--steps 6 --repeats 8) the medians follow this VM's drift of
 tens of percent within minutes better than 2 long runs per variant do.
@@ -41,6 +53,7 @@ tens of percent within minutes better than 2 long runs per variant do.
 usage: overlap_bench.py --megac build/bin/megac [--workdir DIR] [--steps 12] [--repeats 2]
                         [--zero1 | --pp [--schedule S] [--vpp V]] [--micro-batches M]
                         [--model SPEC] [--rows R] [--link B,L] [--plain-only]
+                        [--spec CALIBRATED.json]
 Not a test: it never fails on time.
 """
 import argparse
@@ -104,6 +117,52 @@ def plan(megac, zero, micro_batches, overlap):
     return json.loads(result.stdout)["roles"][0]
 
 
+def calibrated_spec(megac, workdir, given):
+    """A calibrated CPU spec for 2 ranks x 1 thread: the given file, or `megac calibrate`."""
+    if given:
+        return given
+    path = os.path.join(workdir, "cpu-calibrated.json")
+    argv = [megac, "calibrate", "--backend", "cpu", "--ranks", "2", "--threads", "1",
+            "--oversubscribe", "-o", path]
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"megac calibrate failed: {' '.join(argv)}\n{result.stderr[-2000:]}")
+    return path
+
+
+def predicted_exposed(megac, spec, workdir, zero, micro_batches, overlap):
+    """The planner's exposed communication: its step on the emulated link minus its step on a
+    link of 1e15 B/s without latency, both from the calibrated spec without its measured
+    collectives (the emulation replaces the link; the planner then times each collective at the
+    spec's alpha-beta cost, as the emulation does)."""
+    with open(spec) as f:
+        base = json.load(f)
+    base.get("calibration", {}).pop("comm", None)
+    bandwidth, latency = (float(x) for x in LINK.split(","))
+    steps = {}
+    for name, bw, lat in (("emul", bandwidth, latency), ("plain", 1e15, 0.0)):
+        d = dict(base, intraNodeBandwidth=bw, interNodeBandwidth=bw, intraNodeLatency=lat,
+                 interNodeLatency=lat, linkEfficiency=1.0, devicesPerNode=2)
+        path = os.path.join(workdir, f"spec-{name}.json")
+        with open(path, "w") as f:
+            json.dump(d, f)
+        if PP:
+            argv = ["--global-batch", str(MICRO * micro_batches), "--pp", "2", "--dp", "1",
+                    "--schedule", "interleaved" if VPP > 1 and SCHEDULE == "1f1b" else SCHEDULE,
+                    "--vpp", str(VPP)]
+        else:
+            argv = ["--global-batch", str(MICRO * 2 * micro_batches), "--pp", "1", "--dp", "2",
+                    "--zero", "1" if zero else "0", "--bucket-size", BUCKET]
+        argv = [megac, "plan", "--cluster", path + ":2", "--model", SPEC, "--micro-batch",
+                str(MICRO), "--precision", "fp32", "--tp", "1", *argv, "--stack", "megac",
+                "--threads", "1", "--overlap", overlap, "--top", "1", "--no-compile", "--json"]
+        result = subprocess.run(argv, capture_output=True, text=True)
+        if result.returncode != 0:
+            sys.exit(f"megac plan failed: {' '.join(argv)}\n{result.stderr[-2000:]}")
+        steps[name] = json.loads(result.stdout)["layouts"][0]["step_time_s"]
+    return steps["emul"] - steps["plain"]
+
+
 def spec_value(key):
     return int(dict(kv.split("=") for kv in SPEC.split(":", 1)[1].split(","))[key])
 
@@ -164,6 +223,9 @@ def main():
     parser.add_argument("--rows", type=int, default=MICRO, help="rows per rank and micro-batch")
     parser.add_argument("--plain-only", action="store_true",
                         help="only the no-emulation cost: --overlap off/on without --emulate-link")
+    parser.add_argument("--spec", default=None,
+                        help="a calibrated CPU spec (megac calibrate --backend cpu --ranks 2 "
+                             "--threads 1) for the predicted column; default: calibrate first")
     args = parser.parse_args()
     SPEC, MICRO, PP, LINK, SCHEDULE, VPP = (args.model, args.rows, args.pp, args.link,
                                             args.schedule, args.vpp)
@@ -181,6 +243,11 @@ def main():
                                dtype=np.int32))
     roles = {o: plan(args.megac, args.zero1, args.micro_batches, o) for o in ("off", "on")}
     link = link_seconds(roles["off"], args.micro_batches)
+    predicted = {}
+    if not args.plain_only:
+        spec = calibrated_spec(args.megac, workdir, args.spec)
+        predicted = {o: predicted_exposed(args.megac, spec, workdir, args.zero1,
+                                          args.micro_batches, o) for o in ("off", "on")}
     times = {}
     for rep in range(args.repeats):
         for emulate in (False,) if args.plain_only else (False, True):
@@ -219,12 +286,13 @@ def main():
     else:
         print(f"link time of one step's collectives (from the plan): {link:.4f} s")
     print(f"{'overlap':<8} {'plain s':>9} {'emulated s':>11} {'exposed s':>10} "
-          f"{'exposed/link':>13} {'arena MiB':>10}")
+          f"{'exposed/link':>13} {'arena MiB':>10} {'predicted s':>12} {'|err|/link':>11}")
     for overlap in ("off", "on"):
         exposed = med[(overlap, True)] - med[(overlap, False)]
         print(f"{overlap:<8} {med[(overlap, False)]:>9.4f} {med[(overlap, True)]:>11.4f} "
               f"{exposed:>10.4f} {exposed / link:>13.1%} "
-              f"{roles[overlap]['arena_bytes'] / 2**20:>10.2f}")
+              f"{roles[overlap]['arena_bytes'] / 2**20:>10.2f} {predicted[overlap]:>12.4f} "
+              f"{abs(predicted[overlap] - exposed) / link:>11.1%}")
     on = med[("on", True)] - med[("on", False)]
     print(f"hidden with --overlap on (1 - exposed(on) / link): {1 - on / link:.1%}")
     print(f"no-emulation cost of the schedule (on / off - 1): "

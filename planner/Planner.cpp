@@ -729,11 +729,29 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   double exposed = reduce;
   if (stack_.overlapGradReduce && reduce > 0)
     exposed = std::max(reduce / blocks, reduce - lastBackward);
+  KernelTime optimizer = optimizerTime(l, local, experts);
+  // megac (overlapFollowsPlan): only `--overlap on` at pp 1 and ZeRO 0/1 over more than one
+  // bucket overlaps (passes/training/TrainingPipeline.cpp fuses the last micro-batch with the
+  // update at one chunk; the buckets as TrainingOptimizer.cpp cuts them). Each bucket's reduction
+  // is issued as its gradients become final, so all but the last bucket's hide behind the last
+  // backward where it is long enough (the link shared: the reduction's remainder otherwise);
+  // each ZeRO-1 all-gather follows its bucket's update and hides behind the remaining buckets'
+  // updates.
+  double buckets = 1;
+  if (stack_.overlapFollowsPlan && stack_.latencyHiding && l.pp == 1 && l.vpp == 1 && l.zero <= 1) {
+    int64_t size =
+        stack_.bucketSize > 0 ? stack_.bucketSize : std::max<int64_t>(40000000, 1000000 * l.dp);
+    buckets = std::ceil(local / double(size));
+  }
+  if (buckets > 1 && reduce > 0)
+    exposed = std::max(reduce / buckets, reduce - lastBackward);
   double gather = 0;
   if (l.zero == 1 || l.zero == 2) {
     gather = zeroCollective(l, Collective::allGather, local, experts, pb.parameter);
     if (stack_.overlapParamGather)
       gather /= blocks;
+    else if (buckets > 1)
+      gather = std::max(gather / buckets, gather - optimizer.total() * (buckets - 1) / buckets);
   }
   // A tied embedding's gradient is summed between the first and last stage (send/recv).
   if (l.pp > 1 && shape_.tiedEmbedding)
@@ -742,7 +760,6 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   c.dpReduceSeconds = exposed;
   c.dpGatherSeconds = gather;
   c.dpCommSeconds = exposed + gather;
-  KernelTime optimizer = optimizerTime(l, local, experts);
   c.optimizerSeconds = optimizer.total();
   c.stepSeconds = makespan + c.dpCommSeconds + c.optimizerSeconds;
   KernelTime kernels = ct.split.compute.scaled(double(m));

@@ -16,9 +16,10 @@ namespace {
 StackProfile megac(bool cpu) {
   StackProfile p;
   p.name = "megac";
-  p.description = cpu ? "megac's CPU runtime: instructions in order, blocking collectives"
+  p.description = cpu ? "megac's CPU runtime: instructions in order, collectives overlapped "
+                        "only with --overlap on"
                       : "megac's CUDA runtime: NVRTC elementwise fusion, flash-style attention, "
-                        "no overlap, pipeline sends through host memory";
+                        "overlap only with --overlap on, pipeline sends through host memory";
   // passes/training/GemmFusion.cpp: no transpose feeds a GEMM, and weight gradients (MoE
   // experts' too) accumulate in their GEMM; e2e_gemm_layout pins both on the partition suite's
   // plans, e2e_plan_kernels this inventory against the executed instructions.
@@ -86,6 +87,9 @@ StackProfile megac(bool cpu) {
   // precision ZeRO-3 gathers the f32 master shard and casts each gathered copy.
   p.prefetchShardedParams = true;
   p.gathersMasterWeights = true;
+  // Issue 29: the dp reduction and ZeRO-1's gather overlap as `--overlap on` compiles them
+  // (mega-training-fuse-last-micro-batch at pp 1, mega-schedule-latency-hiding).
+  p.overlapFollowsPlan = true;
   if (cpu) {
     p.supportsExpertParallel = true;
     return p;

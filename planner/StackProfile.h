@@ -67,6 +67,17 @@ struct StackProfile {
   bool overlapGradReduce = false;
   /// ZeRO-1's parameter all-gather overlaps the next step's forward.
   bool overlapParamGather = false;
+  /// The stack overlaps the dp reduction and ZeRO-1's parameter gather only as its compiled plan
+  /// does (megac, issue 29): with the plan's latency-hiding schedule (`latencyHiding`, `megac
+  /// train --overlap on`) at pp 1 and ZeRO 0/1 over more than one bucket, each bucket's reduction
+  /// starts when its gradients are final (the last micro-batch's backward and the update are one
+  /// function) and each bucket's ZeRO-1 all-gather starts after its update, behind the remaining
+  /// buckets' updates (not the next forward). overlapGradReduce/overlapParamGather then stay off.
+  bool overlapFollowsPlan = false;
+  /// The compiled plan's options the prediction is for (`megac plan --cluster ... --overlap on
+  /// --bucket-size N`; megac train's defaults: off, 0 = Megatron's max(40M, 1M x dp) elements).
+  bool latencyHiding = false;
+  int64_t bucketSize = 0;
   /// ZeRO-2/3 (issue 31): the per-micro-batch gradient reduce-scatter and ZeRO-3's parameter
   /// all-gathers (before each layer's forward and again before its backward) are issued a layer
   /// ahead and run under the neighbouring layer's compute (Megatron-Core's and torchtitan/FSDP2's

@@ -65,8 +65,10 @@ int searchCommand(int argc, char **argv) {
   std::optional<std::string> spec, cluster, stack, timeline, trace;
   std::string zero, recompute, precision = "bf16", cpCommType;
   std::vector<std::string> inputShapes;
-  std::string scheduleName; // --schedule: a Pins::schedule
-  std::string reshard;      // --reshard-after-forward on|off: ZeRO-3's choice pinned
+  std::string scheduleName;    // --schedule: a Pins::schedule
+  std::string reshard;         // --reshard-after-forward on|off: ZeRO-3's choice pinned
+  std::string overlap = "off"; // --overlap on|off: the compiled plan's latency hiding
+  int64_t bucketSize = 0;      // --bucket-size N: the plan's dp buckets (0: Megatron's default)
   int64_t threads = 0, seq = 0, top = 5, tp = 0, pp = 0, dp = 0, ep = 0, cp = 0, vpp = 0,
           microBatch = 0;
   double dropout = 0;
@@ -92,6 +94,7 @@ int searchCommand(int argc, char **argv) {
   f.flag("--json", r.json).flag("--explain", r.explain).flag("--sequence-parallel", sp);
   f.flag("--no-sequence-parallel", noSp).flag("--no-compile", noCompile);
   f.choice("--reshard-after-forward", reshard, {"on", "off"});
+  f.choice("--overlap", overlap, {"off", "on"}).count("--bucket-size", bucketSize, 1, "N");
   if (std::optional<int> exit = f.parse(argc, argv, 2))
     return *exit;
   for (auto [name, value, pin] : {std::tuple{"--tp", tp, &r.pins.tp},
@@ -129,6 +132,9 @@ int searchCommand(int argc, char **argv) {
                         f.given("--zero") ? std::optional(zero) : std::nullopt, sp, noSp);
       !e.empty())
     return f.usage(e);
+  // The plan's options the megac stack's overlap follows (StackProfile::overlapFollowsPlan).
+  r.stack.latencyHiding = overlap == "on";
+  r.stack.bucketSize = bucketSize;
   // CPU kernel threads per rank of the planned layouts: the calibration's occupancy
   // (planner/Calibration.h, calibrationFor).
   r.cluster.device.threadsPerRank = threads;
