@@ -370,7 +370,13 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
     }
     // A host-driven pipeline engine's cost per step (StackProfile::pipelineStepOverheadSeconds)
     // rides with the sends: both are on the critical path of every chunk step.
-    double sends = double(l.vpp) * (send + (l.pp > 1 ? stack_.pipelineStepOverheadSeconds : 0));
+    // megac with --overlap on posts each step's receives ahead of it (issue 29): a transfer
+    // then runs from the sending step's end, placed by the simulation (ChunkTimes::transfer),
+    // not added to every chunk step.
+    bool placed = stack_.overlapFollowsPlan && stack_.latencyHiding && l.pp > 1;
+    t.transfer = placed ? send : 0;
+    double sends =
+        double(l.vpp) * ((placed ? 0 : send) + (l.pp > 1 ? stack_.pipelineStepOverheadSeconds : 0));
     fwd = f.compute.total() + f.tpSeconds() + f.ep + f.cp + gatherF + sends;
     bwd = b.compute.total() + b.tpSeconds() + b.ep + b.cp + gatherB + scatter + sends;
     t.compute = f.compute.total() + b.compute.total();
@@ -391,6 +397,7 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   busy.forward = (f1 + b1 >= f0 + b0 ? f1 : f0) / double(l.vpp);
   busy.backward = (f1 + b1 >= f0 + b0 ? b1 : b0) / double(l.vpp);
   busy.weight = std::min(busy.backward, (f1 + b1 >= f0 + b0 ? w1 : w0) / double(l.vpp));
+  busy.transfer = first.transfer;
   return busy;
 }
 
@@ -682,7 +689,8 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
     if (schedule::splitsBackward(kind))
       costs = {ct.forward, ct.backward - ct.weight, ct.weight};
     ScheduleSimulation sim =
-        simulateSchedule({l.pp, l.vpp, m, schedule::placementOf(kind)}, pipe.steps, costs);
+        simulateSchedule({l.pp, l.vpp, m, schedule::placementOf(kind)}, pipe.steps,
+                         schedule::PipelineCosts{{costs}, ct.transfer});
     if (!sim.error.empty()) {
       if (why)
         *why = sim.error;
