@@ -74,7 +74,9 @@ def plan(model: Model, cluster: str, global_batch: int, *, tp: Optional[int] = N
          pp: Optional[int] = None, dp: Optional[int] = None, ep: Optional[int] = None,
          cp: Optional[int] = None, vpp: Optional[int] = None, micro_batch: Optional[int] = None, zero: Optional[int] = None,
          sequence_parallel: Optional[bool] = None, recompute: Optional[str] = None,
-         precision: Optional[str] = None, seq: Optional[int] = None,
+         precision: Optional[str] = None, schedule: Optional[str] = None,
+         cp_comm_type: Optional[str] = None, reshard_after_forward: Optional[bool] = None,
+         seq: Optional[int] = None,
          dropout: Optional[float] = None, stack: Optional[str] = None,
          top: Optional[int] = None) -> Plan: ...
 
