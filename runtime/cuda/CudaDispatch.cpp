@@ -226,7 +226,7 @@ void reductionsAndCoarseOps(Table &t) {
   };
   at(t, O::Attention) = [](const CudaCall &c) {
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
-    if (c.in.size() == 5)
+    if (c.in.size() >= 5) // [mask,] positions
       return positionsRefused("Attention");
     return attention(c.ctx, c.in[0], c.in[1], c.in[2], c.in.size() > 3 ? &c.in[3] : nullptr,
                      a->causal(), a->scale(), c.out[0]);
@@ -254,7 +254,7 @@ void backwardAndOptimizer(Table &t) {
   };
   at(t, O::AttentionGrad) = [](const CudaCall &c) {
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
-    if (c.in.size() == 6)
+    if (c.in.size() >= 6) // [mask,] positions
       return positionsRefused("AttentionGrad");
     bool masked = c.in.size() > 4;
     return attentionGrad(c.ctx, c.in[0], c.in[1], c.in[2], c.in[3], masked ? &c.in[4] : nullptr,
@@ -367,11 +367,11 @@ void collectives(Table &t) {
     return devcomm::allToAll(*c.nccl, c.ctx, spanOf(a->axes()), a->dim(), a->concat_dim(), c.in[0],
                              c.out[0]);
   };
-  // Expert parallelism's token exchange: not built for NCCL yet (a grouped ncclSend/ncclRecv
-  // of the routed rows); refused by name rather than run some other way.
-  at(t, O::MoeAllToAll) = [](const CudaCall &) {
-    return Status::error("MoeAllToAll: expert parallelism (--ep > 1) is not supported by the "
-                         "CUDA backend yet; run it with --backend cpu, or --ep 1 on GPUs");
+  // Expert parallelism's token exchange: the all-to-all-v over grouped ncclSend/ncclRecv.
+  at(t, O::MoeAllToAll) = [](const CudaCall &c) {
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    return devcomm::moeAllToAll(*c.nccl, c.ctx, spanOf(a->axes()), a->dim(), c.in[0], c.in[1],
+                                c.in[2], c.out[0]);
   };
   // Context parallelism's ring attention: not built for NCCL yet (the CUDA attention kernel
   // takes no positions); refused by name.
@@ -383,13 +383,30 @@ void collectives(Table &t) {
     return Status::error("RingAttentionGrad: context parallelism's ring (--cp-comm-type p2p) is "
                          "not supported by the CUDA backend yet; run it with --backend cpu");
   };
-  // Asynchronous collectives run synchronously here for now: a start is its blocking twin
-  // writing the start's output (which the plan keeps live until the CollectiveDone), the done a
-  // copy unless in place. Correct, no overlap (docs/training-step.md "Overlap").
-  at(t, O::AllReduceStart) = at(t, O::AllReduce);
-  at(t, O::AllGatherStart) = at(t, O::AllGather);
-  at(t, O::ReduceScatterStart) = at(t, O::ReduceScatter);
-  at(t, O::CollectiveDone) = [](const CudaCall &c) {
+  // Asynchronous collectives: a start posts the collective on the communication stream under
+  // its output buffer (which the plan keeps live and unread until the CollectiveDone) and
+  // returns; the CollectiveDone makes the compute stream wait for it (no host wait) and copies
+  // on unless in place. The host waits at the end of the function (CudaExecutor: drain).
+  at(t, O::AllReduceStart) = [](const CudaCall &c) {
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    return devcomm::startAllReduce(*c.nccl, c.ctx, c.inst.outputs()->Get(0), spanOf(a->axes()),
+                                   commKind(a->kind()), c.in[0], c.out[0]);
+  };
+  at(t, O::AllGatherStart) = [](const CudaCall &c) {
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    return devcomm::startAllGather(*c.nccl, c.ctx, c.inst.outputs()->Get(0), spanOf(a->axes()),
+                                   a->dim(), c.in[0], c.out[0]);
+  };
+  at(t, O::ReduceScatterStart) = [](const CudaCall &c) {
+    const fb::CollectiveAttrs *a = c.inst.attrs_as_CollectiveAttrs();
+    return devcomm::startReduceScatter(*c.nccl, c.ctx, c.inst.outputs()->Get(0), spanOf(a->axes()),
+                                       commKind(a->kind()), a->dim(), c.in[0], c.out[0]);
+  };
+  at(t, O::CollectiveDone) = [](const CudaCall &c) -> Status {
+    if (!c.nccl)
+      return Status::error("CollectiveDone: no collective is in flight (the function starts "
+                           "none, so the executor made no NCCL communicator)");
+    RETURN_IF_ERROR(devcomm::finishCollective(*c.nccl, c.inst.inputs()->Get(0)));
     if (c.out[0].data == c.in[0].data)
       return Status::ok();
     return copy(c.ctx, c.in[0], c.out[0]);

@@ -43,6 +43,8 @@ public:
   /// `bytes` (rounded up to 256) of device memory, until the next reset.
   StatusOr<void *> get(size_t bytes);
   Status reset();
+  /// Whether the next reset() synchronizes the stream (it merges several chunks).
+  bool willSynchronize() const { return chunks_.size() > 1; }
 
 private:
   struct Chunk {

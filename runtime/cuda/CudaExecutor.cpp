@@ -102,6 +102,7 @@ private:
   Status checkDeviceErrors(size_t function);
   Status checkStep(size_t function, const Step &step);
   Status execute(const fb::Instruction &inst);
+  Status resetScratch();
 
   std::vector<Launch> launches_; // per function
   std::vector<Fused> fused_;
@@ -408,6 +409,23 @@ Status CudaExecutor::runFunction(size_t index) {
     if (syncEach_ && !(status = checkStep(index, step)).isOk())
       break;
   }
+  // Collectives still in flight complete under the watchdog first: the stream synchronization
+  // below would wait for them with no deadline.
+  if (nccl_ && nccl_->inFlight()) {
+    if (!status.isOk()) {
+      (void)nccl_->drainAndForget();
+    } else if (Status drained = nccl_->drain(); !drained.isOk()) {
+      status = Status::error(describeFunction(*program_, programIndex_, index) + ": " +
+                             drained.message());
+    } else if (size_t open = nccl_->inFlight(); open) {
+      (void)nccl_->drainAndForget();
+      status = Status::error(describeFunction(*program_, programIndex_, index) + " ended with " +
+                             std::to_string(open) +
+                             " collective(s) in flight: every start needs its CollectiveDone in "
+                             "the same function (plan " +
+                             source_ + ")");
+    }
+  }
   cudaError_t synced = cudaStreamSynchronize(ctx_.stream);
   if (tracing)
     trace_->add(TraceLane::kernels, fn.name, "function", start, Trace::Clock::now());
@@ -440,6 +458,8 @@ StatusOr<int> CudaExecutor::takeErrorFlag() {
 // MEGAC_CUDA_SYNC_EACH=1: after each launch, the stream's error (an illegal address is sticky:
 // every later call fails too, so the first one found is the one to name) and the error flag.
 Status CudaExecutor::checkStep(size_t function, const Step &step) {
+  if (nccl_ && nccl_->inFlight()) // the stream may wait on them: under the watchdog first
+    RETURN_IF_ERROR(nccl_->drain());
   cudaError_t error = cudaStreamSynchronize(ctx_.stream);
   if (error == cudaSuccess)
     error = cudaGetLastError();
@@ -504,7 +524,7 @@ Status CudaExecutor::checkDeviceErrors(size_t index) {
 Status CudaExecutor::runStep(const Function &f, const Step &step) {
   if (step.kind == Step::Kind::single)
     return execute(instruction(f, step.first));
-  RETURN_IF_ERROR(scratch_->reset());
+  RETURN_IF_ERROR(resetScratch());
   if (step.kind == Step::Kind::fused) {
     const Fused &fused = fused_[step.fused];
     std::vector<void *> pointers;
@@ -537,13 +557,26 @@ Status CudaExecutor::zeroState(std::string_view prefix) {
   return Status::ok();
 }
 
+Status CudaExecutor::resetScratch() {
+  // Merging scratch chunks synchronizes the compute stream, which may wait on collectives in
+  // flight: they complete under the watchdog first.
+  if (scratch_->willSynchronize() && nccl_ && nccl_->inFlight())
+    RETURN_IF_ERROR(nccl_->drain());
+  return scratch_->reset();
+}
+
 Status CudaExecutor::execute(const fb::Instruction &inst) {
-  RETURN_IF_ERROR(scratch_->reset());
+  RETURN_IF_ERROR(resetScratch());
   ASSIGN_OR_RETURN(InstructionTensors t, tensorsOf(
                                              inst, [this](uint32_t b) { return ref(b); },
                                              [this](size_t, uint64_t bytes) -> StatusOr<void *> {
                                                return scratch_->get(std::max<uint64_t>(bytes, 1));
                                              }));
+  // A start's output is written while later instructions run: it cannot go through scratch.
+  if (!t.viaScratch.empty() && fb::isCollectiveStart(inst.op()))
+    return Status::error(std::string(fb::EnumNameOpcode(inst.op())) +
+                         ": the output overlaps the input (a collective in flight cannot "
+                         "write through scratch memory; the plan must give it its own buffer)");
   RETURN_IF_ERROR(exec::dispatch(inst, t.in, t.out, ctx_, nccl_.get(), comm_->mesh(), rank_));
   for (auto [position, o] : t.viaScratch)
     if (buffers_[o].bytes)

@@ -2,6 +2,7 @@
 // cross-entropy (DeviceCommOps.h), mirroring runtime/exec/CommOps.cpp.
 #include "runtime/cuda/DeviceCommOps.h"
 
+#include "runtime/cuda/MoeRoutes.h"
 #include "runtime/cuda/kernels/KernelCommon.cuh"
 #include "runtime/exec/CollectiveLayout.h"
 
@@ -193,6 +194,224 @@ Status allToAll(NcclCommunicator &nccl, const Context &ctx, std::span<const uint
   RETURN_IF_ERROR(nccl.allToAll(axes, sent, received, x.byteSize() / size));
   return relay(ctx, received, out.data, Blocks::of(out.shape, concatDim, size, out.dtype), 0,
                Layout::unpack);
+}
+
+namespace {
+
+/// Device memory of its own for a collective in flight (see DeviceCommOps.h), in ctx.stream
+/// order.
+StatusOr<void *> ownMemory(const Context &ctx, size_t bytes, const char *op) {
+  void *p = nullptr;
+  if (cudaError_t e = cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, ctx.stream); e != cudaSuccess)
+    return fail(op, "cudaMallocAsync of " + std::to_string(bytes) +
+                        " bytes for the pieces in "
+                        "flight: " +
+                        cudaGetErrorString(e));
+  return p;
+}
+
+Status freeOnStream(void *p, cudaStream_t stream) {
+  if (cudaError_t e = cudaFreeAsync(p, stream); e != cudaSuccess)
+    return Status::error(std::string("cudaFreeAsync (pieces of a collective in flight): ") +
+                         cudaGetErrorString(e));
+  return Status::ok();
+}
+
+} // namespace
+
+static Status copyOnStream(const Context &ctx, void *dst, const void *src, size_t bytes,
+                           const char *op) {
+  if (dst == src || bytes == 0)
+    return Status::ok();
+  if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, ctx.stream);
+      e != cudaSuccess)
+    return fail(op, std::string("cudaMemcpyAsync of the input: ") + cudaGetErrorString(e));
+  return Status::ok();
+}
+
+// The input is copied (on ctx.stream, before the start) to memory that stays unwritten until the
+// CollectiveDone: the plan's memory planner ends the input's life at the start (the
+// CollectiveDone reads only the output), so a later instruction may write over its bytes while
+// NCCL still reads them. All-reduce and all-gather then run in place in their output; a
+// reduce-scatter reads a copy of its own.
+Status startAllReduce(NcclCommunicator &nccl, const Context &ctx, uint64_t key,
+                      std::span<const uint32_t> axes, comm::ReduceKind kind, const TensorRef &x,
+                      const TensorRef &out) {
+  RETURN_IF_ERROR(checkAxes("AllReduceStart", nccl, axes));
+  RETURN_IF_ERROR(expectSameDtype("AllReduceStart", x, out));
+  if (x.numElements() != out.numElements())
+    return fail("AllReduceStart", "the output " + shapeString(out.shape) +
+                                      " differs from the input " + shapeString(x.shape));
+  RETURN_IF_ERROR(copyOnStream(ctx, out.data, x.data, x.byteSize(), "AllReduceStart"));
+  return nccl.startAllReduce(key, axes, out.data, out.data, static_cast<size_t>(out.numElements()),
+                             out.dtype, kind);
+}
+
+Status startAllGather(NcclCommunicator &nccl, const Context &ctx, uint64_t key,
+                      std::span<const uint32_t> axes, int64_t dim, const TensorRef &x,
+                      const TensorRef &out) {
+  RETURN_IF_ERROR(checkAxes("AllGatherStart", nccl, axes));
+  RETURN_IF_ERROR(expectSameDtype("AllGatherStart", x, out));
+  auto [size, index] = groupOf(nccl, axes);
+  RETURN_IF_ERROR(expectSplit("AllGatherStart", out, x, dim, size, "output", "input"));
+  Blocks b = Blocks::of(out.shape, dim, size, out.dtype);
+  const size_t bytes = x.byteSize();
+  // In place: this rank's block first, at its group index (ncclAllGather's in-place form).
+  auto gatherInto = [&](void *whole) -> Status {
+    char *mine = static_cast<char *>(whole) + static_cast<size_t>(index) * bytes;
+    RETURN_IF_ERROR(copyOnStream(ctx, mine, x.data, bytes, "AllGatherStart"));
+    return nccl.startAllGather(key, axes, mine, whole, bytes);
+  };
+  if (b.outer == 1) // the blocks are already contiguous in group order
+    return gatherInto(out.data);
+  ASSIGN_OR_RETURN(void *pieces, ownMemory(ctx, bytes * size, "AllGatherStart"));
+  if (Status started = gatherInto(pieces); !started.isOk()) {
+    (void)freeOnStream(pieces, ctx.stream);
+    return started;
+  }
+  Context at = ctx;
+  void *whole = out.data;
+  return nccl.afterFinish(key, [at, pieces, whole, b]() -> Status {
+    RETURN_IF_ERROR(relay(at, pieces, whole, b, 0, Layout::unpack));
+    return freeOnStream(pieces, at.stream);
+  });
+}
+
+Status startReduceScatter(NcclCommunicator &nccl, const Context &ctx, uint64_t key,
+                          std::span<const uint32_t> axes, comm::ReduceKind kind, int64_t dim,
+                          const TensorRef &x, const TensorRef &out) {
+  RETURN_IF_ERROR(checkAxes("ReduceScatterStart", nccl, axes));
+  RETURN_IF_ERROR(expectSameDtype("ReduceScatterStart", x, out));
+  auto [size, index] = groupOf(nccl, axes);
+  RETURN_IF_ERROR(expectSplit("ReduceScatterStart", x, out, dim, size, "input", "output"));
+  Blocks b = Blocks::of(x.shape, dim, size, x.dtype);
+  ASSIGN_OR_RETURN(void *pieces, ownMemory(ctx, x.byteSize(), "ReduceScatterStart"));
+  Status packed = b.outer == 1
+                      ? copyOnStream(ctx, pieces, x.data, x.byteSize(), "ReduceScatterStart")
+                      : relay(ctx, x.data, pieces, b, 0, Layout::pack);
+  Status started = packed.isOk() ? nccl.startReduceScatter(key, axes, pieces, out.data,
+                                                           static_cast<size_t>(out.numElements()),
+                                                           out.dtype, kind)
+                                 : packed;
+  if (!started.isOk()) {
+    (void)freeOnStream(pieces, ctx.stream);
+    return started;
+  }
+  cudaStream_t stream = ctx.stream;
+  return nccl.afterFinish(key, [pieces, stream] { return freeOnStream(pieces, stream); });
+}
+
+Status finishCollective(NcclCommunicator &nccl, uint64_t key) { return nccl.finish(key); }
+
+namespace {
+
+/// dst row (dstRows ? dstRows[r] : r) = src row (srcRows ? srcRows[r] : r), for r < rows; rows
+/// of rowUnits units U.
+template <typename U>
+__global__ void rowCopyKernel(const U *__restrict__ src, const int64_t *__restrict__ srcRows,
+                              U *__restrict__ dst, const int64_t *__restrict__ dstRows,
+                              int64_t rows, int64_t rowUnits) {
+  int64_t total = rows * rowUnits;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t r = i / rowUnits, e = i % rowUnits;
+    int64_t from = srcRows ? srcRows[r] : r, to = dstRows ? dstRows[r] : r;
+    dst[to * rowUnits + e] = src[from * rowUnits + e];
+  }
+}
+
+template <typename U>
+Status launchRowCopy(const Context &ctx, const void *src, const int64_t *srcRows, void *dst,
+                     const int64_t *dstRows, int64_t rows, size_t rowBytes) {
+  int64_t rowUnits = static_cast<int64_t>(rowBytes / sizeof(U));
+  if (rows == 0 || rowUnits == 0)
+    return Status::ok();
+  rowCopyKernel<U><<<blocksFor(rows * rowUnits), 256, 0, ctx.stream>>>(
+      static_cast<const U *>(src), srcRows, static_cast<U *>(dst), dstRows, rows, rowUnits);
+  return launchStatus("MoeAllToAll row copy");
+}
+
+Status rowCopy(const Context &ctx, const void *src, const int64_t *srcRows, void *dst,
+               const int64_t *dstRows, int64_t rows, size_t rowBytes) {
+  uintptr_t align = reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
+                    static_cast<uintptr_t>(rowBytes);
+  if (align % 8 == 0)
+    return launchRowCopy<uint64_t>(ctx, src, srcRows, dst, dstRows, rows, rowBytes);
+  if (align % 4 == 0)
+    return launchRowCopy<uint32_t>(ctx, src, srcRows, dst, dstRows, rows, rowBytes);
+  if (align % 2 == 0)
+    return launchRowCopy<uint16_t>(ctx, src, srcRows, dst, dstRows, rows, rowBytes);
+  return launchRowCopy<uint8_t>(ctx, src, srcRows, dst, dstRows, rows, rowBytes);
+}
+
+/// A device tensor's bytes on the host (ctx.stream synchronized by the caller after).
+Status copyToHost(const Context &ctx, const TensorRef &t, std::vector<uint8_t> &host) {
+  host.resize(t.byteSize());
+  if (host.empty())
+    return Status::ok();
+  if (cudaError_t e =
+          cudaMemcpyAsync(host.data(), t.data, host.size(), cudaMemcpyDeviceToHost, ctx.stream);
+      e != cudaSuccess)
+    return fail("MoeAllToAll", std::string("cudaMemcpyAsync of a routing mask to the host: ") +
+                                   cudaGetErrorString(e));
+  return Status::ok();
+}
+
+} // namespace
+
+Status moeAllToAll(NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,
+                   int64_t dim, const TensorRef &x, const TensorRef &tokenMask,
+                   const TensorRef &expertMask, const TensorRef &out) {
+  const char *name = "MoeAllToAll";
+  RETURN_IF_ERROR(checkAxes(name, nccl, axes));
+  auto [size, index] = groupOf(nccl, axes);
+  ASSIGN_OR_RETURN(MoeShape shape,
+                   moeShape(dim, static_cast<int64_t>(size), x, tokenMask, expertMask, out));
+  // The masks on the host: the compute stream is synchronized, so first every collective in
+  // flight completes under the watchdog (the stream may wait on them).
+  RETURN_IF_ERROR(nccl.drain()) << " (before " << name << " reads the routing masks)";
+  std::vector<uint8_t> tokenHost, expertHost;
+  RETURN_IF_ERROR(copyToHost(ctx, tokenMask, tokenHost));
+  RETURN_IF_ERROR(copyToHost(ctx, expertMask, expertHost));
+  if (cudaError_t e = cudaStreamSynchronize(ctx.stream); e != cudaSuccess)
+    return fail(name,
+                std::string("cudaStreamSynchronize (routing masks): ") + cudaGetErrorString(e));
+  MoeRoutes routes = moeRoutes(shape, {tokenMask.dtype, tokenMask.shape, tokenHost.data()},
+                               {expertMask.dtype, expertMask.shape, expertHost.data()});
+  // One upload: [send rows | receive rows | bytes per member sent | the counts received].
+  std::vector<size_t> sendBytes, recvBytes;
+  std::vector<int64_t> table;
+  for (const std::vector<int64_t> &rows : routes.sendRows) {
+    table.insert(table.end(), rows.begin(), rows.end());
+    sendBytes.push_back(rows.size() * shape.rowBytes);
+  }
+  const size_t sendRows = table.size();
+  for (const std::vector<int64_t> &rows : routes.recvRows) {
+    table.insert(table.end(), rows.begin(), rows.end());
+    recvBytes.push_back(rows.size() * shape.rowBytes);
+  }
+  const size_t recvRows = table.size() - sendRows;
+  for (size_t b : sendBytes)
+    table.push_back(static_cast<int64_t>(b));
+  table.resize(table.size() + size, 0);
+  ASSIGN_OR_RETURN(void *device, scratchFor(ctx, table.size() * sizeof(int64_t)));
+  auto *rowsOnDevice = static_cast<int64_t *>(device);
+  // The stream is idle (synchronized above): this pageable copy waits for nothing.
+  if (cudaError_t e = cudaMemcpyAsync(device, table.data(), table.size() * sizeof(int64_t),
+                                      cudaMemcpyHostToDevice, ctx.stream);
+      e != cudaSuccess)
+    return fail(name, std::string("cudaMemcpyAsync of the routes: ") + cudaGetErrorString(e));
+  ASSIGN_OR_RETURN(void *sent, scratchFor(ctx, sendRows * shape.rowBytes));
+  ASSIGN_OR_RETURN(void *received, scratchFor(ctx, recvRows * shape.rowBytes));
+  RETURN_IF_ERROR(rowCopy(ctx, x.data, rowsOnDevice, sent, nullptr, static_cast<int64_t>(sendRows),
+                          shape.rowBytes));
+  if (cudaError_t e = cudaMemsetAsync(out.data, 0, out.byteSize(), ctx.stream); e != cudaSuccess)
+    return fail(name, std::string("cudaMemsetAsync of the output: ") + cudaGetErrorString(e));
+  RETURN_IF_ERROR(nccl.allToAllV(axes, sent, sendBytes, received, recvBytes,
+                                 rowsOnDevice + sendRows + recvRows))
+      << " (" << name << ")";
+  return rowCopy(ctx, received, nullptr, out.data, rowsOnDevice + sendRows,
+                 static_cast<int64_t>(recvRows), shape.rowBytes);
 }
 
 Status shardSlice(const NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,

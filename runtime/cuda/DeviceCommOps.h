@@ -25,6 +25,33 @@ Status reduceScatter(NcclCommunicator &nccl, const Context &ctx, std::span<const
 /// concatenated along `concatDim` in group order.
 Status allToAll(NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,
                 int64_t dim, int64_t concatDim, const TensorRef &x, const TensorRef &out);
+/// The asynchronous forms (plan opcodes AllReduceStart, AllGatherStart, ReduceScatterStart):
+/// the same contracts, the collective posted on nccl's stream under `key` (the start's output
+/// buffer) and left in flight; finishCollective(key) (CollectiveDone) makes ctx.stream wait for
+/// it and then lays the gathered blocks out along `dim`. `x` may be overwritten as soon as the
+/// start returns (as comm::Communicator's starts allow): it is copied on ctx.stream first, into
+/// the output (all-reduce and all-gather then run in place) or, for a reduce-scatter, into
+/// memory of its own. Packed or gathered pieces live in their own device memory
+/// (cudaMallocAsync on ctx.stream, freed on it after the finish), not in ctx.scratch, which the
+/// next instruction reuses while the collective runs.
+Status startAllReduce(NcclCommunicator &nccl, const Context &ctx, uint64_t key,
+                      std::span<const uint32_t> axes, comm::ReduceKind kind, const TensorRef &x,
+                      const TensorRef &out);
+Status startAllGather(NcclCommunicator &nccl, const Context &ctx, uint64_t key,
+                      std::span<const uint32_t> axes, int64_t dim, const TensorRef &x,
+                      const TensorRef &out);
+Status startReduceScatter(NcclCommunicator &nccl, const Context &ctx, uint64_t key,
+                          std::span<const uint32_t> axes, comm::ReduceKind kind, int64_t dim,
+                          const TensorRef &x, const TensorRef &out);
+Status finishCollective(NcclCommunicator &nccl, uint64_t key);
+/// Expert parallelism's token exchange (plan opcode MoeAllToAll), runtime/exec/CommOps.h's
+/// contract: the routing masks are read on the host (the compute stream is synchronized, after
+/// nccl.drain()), the rows of each member are packed on the device in the CPU backend's order
+/// (MoeRoutes.h), their counts exchanged and the rows sent with grouped ncclSend/ncclRecv
+/// (NcclCommunicator::allToAllV); rows no member fills are zero.
+Status moeAllToAll(NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,
+                   int64_t dim, const TensorRef &x, const TensorRef &tokenMask,
+                   const TensorRef &expertMask, const TensorRef &out);
 /// This rank's block (its group index) of x along `dim`; no communication.
 Status shardSlice(const NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,
                   int64_t dim, const TensorRef &x, const TensorRef &out);

@@ -165,6 +165,9 @@ NcclCommunicator::create(const comm::Mesh &mesh, int rank, comm::Communicator *h
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  // Operations in flight complete (or time out) before their events and streams go.
+  if (world_ && !aborted_ && !inFlight_.empty())
+    (void)drainAndForget();
   // Staged sends still waiting would leave their peers hanging; send them before tearing down.
   if (world_ && !aborted_)
     (void)flushSends();
@@ -188,6 +191,10 @@ NcclCommunicator::~NcclCommunicator() {
   if (!aborted_)
     for (ncclComm *comm : comms)
       api_->commDestroy(comm);
+  for (auto &[key, op] : inFlight_)
+    spareEvents_.push_back(op.done);
+  for (cudaEvent_t event : spareEvents_)
+    api_->eventDestroy(event);
   if (computeDone_)
     api_->eventDestroy(computeDone_);
   if (commDone_)
@@ -320,6 +327,154 @@ Status NcclCommunicator::reduceScatter(std::span<const uint32_t> axes, const voi
       "ReduceScatter", comm, "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes));
 }
 
+// ---- Asynchronous operations -----------------------------------------------------------------
+
+Status NcclCommunicator::checkKey(uint64_t key, const std::string &what) const {
+  if (aborted_)
+    return Status::error(prefix() + "NCCL " + what + ": an earlier failure or timeout" + kAborted);
+  if (inFlight_.count(key))
+    return Status::error(prefix() + "NCCL " + what + ": operation " + std::to_string(key) +
+                         " is already in flight (every start needs its finish before the key is "
+                         "used again)");
+  return Status::ok();
+}
+
+Status NcclCommunicator::track(uint64_t key, ncclComm *comm, std::string what) {
+  cudaEvent_t done = nullptr;
+  if (!spareEvents_.empty()) {
+    done = spareEvents_.back();
+    spareEvents_.pop_back();
+  } else {
+    CUDA_OR_RETURN(api_->eventCreateWithFlags(&done, cudaEventDisableTiming),
+                   "cudaEventCreate (" + what + ")");
+  }
+  if (cudaError_t e = api_->eventRecord(done, stream_); e != cudaSuccess) {
+    spareEvents_.push_back(done);
+    return cudaError(*api_, "cudaEventRecord (" + what + ")", e, device_);
+  }
+  InFlightOp op;
+  op.comm = comm;
+  op.done = done;
+  op.what = std::move(what);
+  inFlight_.emplace(key, std::move(op));
+  return Status::ok();
+}
+
+/// A start: ordered after the compute work, taken by NCCL, tracked; nothing waits for it.
+#define MEGAC_NCCL_START(key, call, op, comm, what)                                                \
+  do {                                                                                             \
+    RETURN_IF_ERROR(checkKey(key, what));                                                          \
+    RETURN_IF_ERROR(flushSends());                                                                 \
+    RETURN_IF_ERROR(beginCall(op));                                                                \
+    RETURN_IF_ERROR(await((call), comm, what, false));                                             \
+    return track(key, comm, what);                                                                 \
+  } while (0)
+
+Status NcclCommunicator::startAllReduce(uint64_t key, std::span<const uint32_t> axes,
+                                        const void *in, void *out, size_t count, DType dtype,
+                                        comm::ReduceKind kind) {
+  ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
+  ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
+  MEGAC_NCCL_START(key, api_->allReduce(in, out, count, type, ncclOp(kind), comm, stream_),
+                   "AllReduceStart", comm,
+                   "ncclAllReduce over " + mesh_.describeGroup(rank_, axes));
+}
+
+Status NcclCommunicator::startAllGather(uint64_t key, std::span<const uint32_t> axes,
+                                        const void *in, void *out, size_t bytesPerRank) {
+  ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
+  MEGAC_NCCL_START(key, api_->allGather(in, out, bytesPerRank, ncclUint8, comm, stream_),
+                   "AllGatherStart", comm,
+                   "ncclAllGather over " + mesh_.describeGroup(rank_, axes));
+}
+
+Status NcclCommunicator::startReduceScatter(uint64_t key, std::span<const uint32_t> axes,
+                                            const void *in, void *out, size_t countPerRank,
+                                            DType dtype, comm::ReduceKind kind) {
+  ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
+  ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
+  MEGAC_NCCL_START(
+      key, api_->reduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, stream_),
+      "ReduceScatterStart", comm, "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes));
+}
+
+Status NcclCommunicator::afterFinish(uint64_t key, std::function<Status()> action) {
+  auto it = inFlight_.find(key);
+  if (it == inFlight_.end() || it->second.finished)
+    return Status::error(prefix() + "NCCL: operation " + std::to_string(key) +
+                         " is not in flight (internal: afterFinish after its finish)");
+  it->second.action = std::move(action);
+  return Status::ok();
+}
+
+Status NcclCommunicator::finish(uint64_t key) {
+  auto it = inFlight_.find(key);
+  if (it == inFlight_.end() || it->second.finished)
+    return Status::error(prefix() + "NCCL: finish of operation " + std::to_string(key) +
+                         ", which is not in flight (no start of it, or finished already)");
+  InFlightOp &op = it->second;
+  CUDA_OR_RETURN(api_->streamWaitEvent(compute_, op.done, 0),
+                 "cudaStreamWaitEvent (finishing " + op.what + ")");
+  op.finished = true;
+  if (op.action) {
+    std::function<Status()> action = std::move(op.action);
+    op.action = nullptr;
+    RETURN_IF_ERROR(action()) << " (after " << op.what << ")";
+  }
+  return pollInFlight();
+}
+
+Status NcclCommunicator::pollInFlight() {
+  for (auto it = inFlight_.begin(); it != inFlight_.end();) {
+    InFlightOp &op = it->second;
+    std::string why;
+    comm::PendingOp::State state = comm::PendingOp::State::done;
+    NcclPending pending(*api_, op.comm, op.done, [this] { abortAll(); });
+    if (!op.completed)
+      state = pending.poll(why);
+    if (state == comm::PendingOp::State::failed) {
+      std::string what = op.what;
+      pending.abort();
+      inFlight_.clear(); // their events and communicators are gone with the abort
+      return Status::error(prefix() + "NCCL " + what + " failed: " + why + kAborted);
+    }
+    if (state == comm::PendingOp::State::done)
+      op.completed = true;
+    // Completed and finished: the compute stream's wait on its event is enqueued, so the event
+    // may be recorded again.
+    if (op.completed && op.finished) {
+      spareEvents_.push_back(op.done);
+      it = inFlight_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return Status::ok();
+}
+
+Status NcclCommunicator::drain() {
+  for (auto &[key, op] : inFlight_) {
+    if (op.completed)
+      continue;
+    NcclPending pending(*api_, op.comm, op.done, [this] { abortAll(); });
+    Status s = comm::waitWithDeadline(pending, prefix() + "NCCL " + op.what, watch_, kAborted);
+    if (!s.isOk()) {
+      inFlight_.clear(); // aborted: nothing left to wait for
+      return s;
+    }
+    op.completed = true;
+  }
+  return pollInFlight(); // forgets the finished ones
+}
+
+Status NcclCommunicator::drainAndForget() {
+  Status s = drain();
+  for (auto &[key, op] : inFlight_)
+    spareEvents_.push_back(op.done);
+  inFlight_.clear();
+  return s;
+}
+
 Status NcclCommunicator::allToAll(std::span<const uint32_t> axes, const void *in, void *out,
                                   size_t bytesPerRank) {
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
@@ -342,6 +497,78 @@ Status NcclCommunicator::allToAll(std::span<const uint32_t> axes, const void *in
   }
   RETURN_IF_ERROR(await(api_->groupEnd(), comm, what, false));
   RETURN_IF_ERROR(endCall("AllToAll"));
+  return await(ncclSuccess, comm, what, true);
+}
+
+Status NcclCommunicator::allToAllV(std::span<const uint32_t> axes, const void *in,
+                                   std::span<const size_t> sendBytes, void *out,
+                                   std::span<const size_t> recvBytes, void *counts) {
+  ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
+  std::string group = mesh_.describeGroup(rank_, axes);
+  std::vector<int64_t> ranks = mesh_.groupOf(rank_, axes);
+  size_t members = ranks.size();
+  if (sendBytes.size() != members || recvBytes.size() != members)
+    return Status::error("NCCL all-to-all-v over " + group + ": " +
+                         std::to_string(sendBytes.size()) + " send and " +
+                         std::to_string(recvBytes.size()) + " receive counts for " +
+                         std::to_string(members) + " members");
+  RETURN_IF_ERROR(flushSends());
+  RETURN_IF_ERROR(beginCall("AllToAllV"));
+  // 1. The counts: member j's count for this rank arrives in slot j of the second half.
+  const size_t half = members * sizeof(int64_t);
+  auto *sentCounts = static_cast<char *>(counts), *gotCounts = sentCounts + half;
+  std::string what = "ncclSend/ncclRecv of the all-to-all-v counts over " + group;
+  NCCL_OR_RETURN(api_->groupStart(), "ncclGroupStart", comm);
+  for (int i = 0; i < static_cast<int>(members); ++i) {
+    ncclResult_t r = api_->send(sentCounts + size_t(i) * sizeof(int64_t), sizeof(int64_t),
+                                ncclUint8, i, comm, stream_);
+    if (r == ncclSuccess || r == ncclInProgress)
+      r = api_->recv(gotCounts + size_t(i) * sizeof(int64_t), sizeof(int64_t), ncclUint8, i, comm,
+                     stream_);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      api_->groupEnd();
+      return Status::error(prefix() + ncclError(*api_, what, r, comm).message());
+    }
+  }
+  RETURN_IF_ERROR(await(api_->groupEnd(), comm, what, false));
+  CUDA_OR_RETURN(api_->eventRecord(commDone_, stream_), "cudaEventRecord (AllToAllV counts)");
+  // Waited for against the deadline before the host reads them: a copy to pageable host memory
+  // blocks the host until the stream reaches it, with no watchdog.
+  RETURN_IF_ERROR(await(ncclSuccess, comm, what, true));
+  std::vector<int64_t> got(members);
+  CUDA_OR_RETURN(api_->memcpyAsync(got.data(), gotCounts, half, cudaMemcpyDeviceToHost, stream_),
+                 "cudaMemcpyAsync (all-to-all-v counts)");
+  CUDA_OR_RETURN(api_->eventRecord(commDone_, stream_), "cudaEventRecord (AllToAllV counts)");
+  RETURN_IF_ERROR(await(ncclSuccess, comm, what, true));
+  for (size_t j = 0; j < members; ++j)
+    if (got[j] != static_cast<int64_t>(recvBytes[j]))
+      return Status::error(
+          prefix() + "NCCL all-to-all-v over " + group + ": rank " + std::to_string(ranks[j]) +
+          " sends " + std::to_string(got[j]) + " bytes, this rank expects " +
+          std::to_string(recvBytes[j]) +
+          " (the ranks' routing disagrees: the token and expert masks must come from the same "
+          "routing)");
+  // 2. The blocks, in one group; members exchanging nothing both skip the pair.
+  what = "all-to-all-v over " + group;
+  NCCL_OR_RETURN(api_->groupStart(), "ncclGroupStart", comm);
+  size_t sendAt = 0, recvAt = 0;
+  for (size_t j = 0; j < members; ++j) {
+    ncclResult_t r = ncclSuccess;
+    if (sendBytes[j])
+      r = api_->send(static_cast<const char *>(in) + sendAt, sendBytes[j], ncclUint8,
+                     static_cast<int>(j), comm, stream_);
+    if (recvBytes[j] && (r == ncclSuccess || r == ncclInProgress))
+      r = api_->recv(static_cast<char *>(out) + recvAt, recvBytes[j], ncclUint8,
+                     static_cast<int>(j), comm, stream_);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      api_->groupEnd();
+      return Status::error(prefix() + ncclError(*api_, what, r, comm).message());
+    }
+    sendAt += sendBytes[j];
+    recvAt += recvBytes[j];
+  }
+  RETURN_IF_ERROR(await(api_->groupEnd(), comm, what, false));
+  RETURN_IF_ERROR(endCall("AllToAllV"));
   return await(ncclSuccess, comm, what, true);
 }
 
@@ -387,28 +614,29 @@ Status NcclCommunicator::issueStagedSends(int peer) {
   return Status::ok();
 }
 
-Status NcclCommunicator::recv(int peer, int tag, void *data, size_t bytes) {
-  if (peer == rank_) {
-    auto it =
-        std::find_if(toSelf_.begin(), toSelf_.end(), [&](const Staged &s) { return s.tag == tag; });
-    if (it == toSelf_.end())
-      return Status::error("NCCL recv: rank " + std::to_string(rank_) +
-                           " receives from itself (tag " + std::to_string(tag) +
-                           ") with no matching send before it");
-    if (it->bytes != bytes)
-      return Status::error("NCCL recv: rank " + std::to_string(rank_) + " expects " +
-                           std::to_string(bytes) + " bytes from itself, the send had " +
-                           std::to_string(it->bytes));
-    Staged s = *it;
-    toSelf_.erase(it);
-    RETURN_IF_ERROR(beginCall("Recv"));
-    if (bytes)
-      CUDA_OR_RETURN(api_->memcpyAsync(data, s.data, bytes, cudaMemcpyDeviceToDevice, stream_),
-                     "cudaMemcpyAsync (Recv from itself)");
-    if (s.data)
-      CUDA_OR_RETURN(api_->freeAsync(s.data, stream_), "cudaFreeAsync (send buffer)");
-    return endCall("Recv");
-  }
+Status NcclCommunicator::recvFromSelf(int tag, void *data, size_t bytes) {
+  auto it =
+      std::find_if(toSelf_.begin(), toSelf_.end(), [&](const Staged &s) { return s.tag == tag; });
+  if (it == toSelf_.end())
+    return Status::error("NCCL recv: rank " + std::to_string(rank_) +
+                         " receives from itself (tag " + std::to_string(tag) +
+                         ") with no matching send before it");
+  if (it->bytes != bytes)
+    return Status::error("NCCL recv: rank " + std::to_string(rank_) + " expects " +
+                         std::to_string(bytes) + " bytes from itself, the send had " +
+                         std::to_string(it->bytes));
+  Staged s = *it;
+  toSelf_.erase(it);
+  RETURN_IF_ERROR(beginCall("Recv"));
+  if (bytes)
+    CUDA_OR_RETURN(api_->memcpyAsync(data, s.data, bytes, cudaMemcpyDeviceToDevice, stream_),
+                   "cudaMemcpyAsync (Recv from itself)");
+  if (s.data)
+    CUDA_OR_RETURN(api_->freeAsync(s.data, stream_), "cudaFreeAsync (send buffer)");
+  return Status::ok();
+}
+
+Status NcclCommunicator::postRecv(int peer, void *data, size_t bytes, const std::string &what) {
   if (peer < 0 || peer >= mesh_.size() || worldSize_ == 1)
     return Status::error("NCCL recv: rank " + std::to_string(rank_) + " cannot receive from rank " +
                          std::to_string(peer) +
@@ -416,7 +644,6 @@ Status NcclCommunicator::recv(int peer, int tag, void *data, size_t bytes) {
                                           : " (not in the mesh)"));
   if (aborted_)
     return Status::error(prefix() + "NCCL recv: an earlier failure or timeout" + kAborted);
-  std::string what = "ncclRecv from rank " + std::to_string(peer);
   RETURN_IF_ERROR(beginCall("Recv"));
   // The staged sends to `peer` and this receive in one group: crossing transfers progress
   // together. Sends to other ranks stay staged: in the group, this receive would wait for them,
@@ -431,9 +658,29 @@ Status NcclCommunicator::recv(int peer, int tag, void *data, size_t bytes) {
   if (r != ncclSuccess && r != ncclInProgress)
     return Status::error(prefix() + ncclError(*api_, what, r, world_).message());
   RETURN_IF_ERROR(await(end, world_, what, false));
-  RETURN_IF_ERROR(releaseStagedSends(peer));
+  return releaseStagedSends(peer);
+}
+
+Status NcclCommunicator::recv(int peer, int tag, void *data, size_t bytes) {
+  if (peer == rank_) {
+    RETURN_IF_ERROR(recvFromSelf(tag, data, bytes));
+    return endCall("Recv");
+  }
+  std::string what = "ncclRecv from rank " + std::to_string(peer);
+  RETURN_IF_ERROR(postRecv(peer, data, bytes, what));
   RETURN_IF_ERROR(endCall("Recv"));
   return await(ncclSuccess, world_, what, true);
+}
+
+Status NcclCommunicator::startRecv(uint64_t key, int peer, int tag, void *data, size_t bytes) {
+  std::string what = peer == rank_ ? "Recv from itself (tag " + std::to_string(tag) + ")"
+                                   : "ncclRecv from rank " + std::to_string(peer);
+  RETURN_IF_ERROR(checkKey(key, what));
+  if (peer == rank_)
+    RETURN_IF_ERROR(recvFromSelf(tag, data, bytes));
+  else
+    RETURN_IF_ERROR(postRecv(peer, data, bytes, what));
+  return track(key, world_, what);
 }
 
 Status NcclCommunicator::releaseStagedSends(int peer) {

@@ -25,6 +25,17 @@
 // fail at once. The host thus waits for each collective (the compute stream waited for it
 // anyway; what is lost is queueing later kernels while it runs).
 //
+// Asynchronous operations (plan opcodes AllReduceStart, AllGatherStart, ReduceScatterStart and
+// CollectiveDone; pipeline receives posted ahead): a start orders the communication stream after
+// the compute work issued so far, enqueues the NCCL call, waits only until NCCL has taken it,
+// records an event of its own after it and returns. finish() makes the compute stream wait for
+// that event (no host wait) and polls every operation in flight once for an asynchronous error.
+// drain() is where the host waits: for each operation in flight, against the deadline, so an
+// expired one is named (rank, NCCL call, group) and aborts the rank as a blocking call's would;
+// the CUDA executor drains at the end of every function, before it synchronizes the compute
+// stream (which may wait on those events). The buffers stay live meanwhile: the plan keeps a
+// start's input and output unwritten until its CollectiveDone.
+//
 // Sends: send() copies the data into a staging buffer and returns (like comm::Communicator's
 // send, so 1F1B's crossing transfers cannot deadlock); the staged sends to a rank go out in one
 // NCCL group with the next recv() from that rank (in issue order, as NCCL matches each pair's
@@ -46,9 +57,11 @@
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 struct ncclComm;
@@ -100,6 +113,48 @@ public:
   Status recv(int peer, int tag, void *data, size_t bytes);
   /// Starts every staged send (it completes in the background).
   Status flushSends();
+
+  /// The asynchronous forms of allReduce, allGather and reduceScatter (see Asynchronous
+  /// operations above): `key` names the operation for finish() (the CUDA executor passes the
+  /// start's output buffer); a key already in flight is refused.
+  Status startAllReduce(uint64_t key, std::span<const uint32_t> axes, const void *in, void *out,
+                        size_t count, DType dtype, comm::ReduceKind kind);
+  Status startAllGather(uint64_t key, std::span<const uint32_t> axes, const void *in, void *out,
+                        size_t bytesPerRank);
+  Status startReduceScatter(uint64_t key, std::span<const uint32_t> axes, const void *in, void *out,
+                            size_t countPerRank, DType dtype, comm::ReduceKind kind);
+  /// recv() posted now and completed in the background, device to device: with the staged sends
+  /// to `peer` in one NCCL group on the communication stream (from itself: a device copy of the
+  /// matching staged send); finish(key) orders the compute stream after it.
+  Status startRecv(uint64_t key, int peer, int tag, void *data, size_t bytes);
+  /// Work for finish(key) to enqueue on the compute stream once it waits for the operation
+  /// (laying out a gathered result, freeing a packed buffer).
+  Status afterFinish(uint64_t key, std::function<Status()> action);
+  /// The compute stream waits for operation `key` (no host wait) and its afterFinish action
+  /// runs; then every operation in flight is polled once, so an asynchronous NCCL error
+  /// surfaces at the next finish.
+  Status finish(uint64_t key);
+  /// The host waits for every operation in flight to complete, each against `--comm-timeout`,
+  /// naming the first that fails or expires (which aborts the rank). Finished operations are
+  /// forgotten; unfinished ones stay for their finish(). Call it before the host synchronizes
+  /// the compute stream while operations are in flight: that wait has no deadline.
+  Status drain();
+  /// Operations started and not both finished and completed.
+  size_t inFlight() const { return inFlight_.size(); }
+  /// Starts without a finish (a function that failed midway): drained, then forgotten.
+  Status drainAndForget();
+
+  /// All-to-all with a byte count per member (expert parallelism's token exchange): block j of
+  /// `in` (sendBytes[j] bytes, blocks back to back in group order) goes to member j; block j of
+  /// `out` (recvBytes[j]) comes from member j. The counts travel first (an NCCL all-to-all of one
+  /// int64 per member) and must equal recvBytes, else an error names the member and both counts;
+  /// then the blocks go as one group of ncclSend/ncclRecv. Blocking, as allToAll. `counts` is
+  /// device memory for 2 * members int64: the caller has written sendBytes into the first half
+  /// (in compute-stream order; the second half receives). The host never copies to the device
+  /// here: a pageable copy could wait for collectives in flight on the communication stream.
+  Status allToAllV(std::span<const uint32_t> axes, const void *in,
+                   std::span<const size_t> sendBytes, void *out, std::span<const size_t> recvBytes,
+                   void *counts);
   /// Waits for everything issued on the communication stream.
   Status synchronize();
   /// Whether a failure or timeout aborted the communicators (every later call fails).
@@ -132,6 +187,27 @@ private:
   Status await(int result, ncclComm *comm, const std::string &what, bool completion);
   /// ncclCommAbort on every communicator of this rank.
   void abortAll();
+  /// An operation started on the communication stream and not yet drained.
+  struct InFlightOp {
+    ncclComm *comm = nullptr;
+    cudaEvent_t done = nullptr;     // recorded on the communication stream after it
+    std::string what;               // "ncclAllReduce over [dp] (ranks 0, 1)"
+    bool finished = false;          // the compute stream waits for it
+    bool completed = false;         // the host saw it complete (drain)
+    std::function<Status()> action; // run by finish()
+  };
+  /// Records an event after the call just enqueued on the communication stream and keeps it in
+  /// flight under `key`.
+  Status track(uint64_t key, ncclComm *comm, std::string what);
+  Status checkKey(uint64_t key, const std::string &what) const;
+  /// One non-blocking look at every operation in flight: drops the completed ones, fails (and
+  /// aborts) on an asynchronous error.
+  Status pollInFlight();
+  /// Issues (in a group) the staged sends to `peer` and a receive into `data`, and waits until
+  /// NCCL has taken them; the caller then waits or tracks.
+  Status postRecv(int peer, void *data, size_t bytes, const std::string &what);
+  /// The staged send to itself with `tag`, copied into `data` on the communication stream.
+  Status recvFromSelf(int tag, void *data, size_t bytes);
   /// "rank R: ": errors name the rank.
   std::string prefix() const { return "rank " + std::to_string(rank_) + ": "; }
 
@@ -148,6 +224,8 @@ private:
   int device_ = 0;
   comm::WatchdogOptions watch_;
   bool aborted_ = false;
+  std::map<uint64_t, InFlightOp> inFlight_;
+  std::vector<cudaEvent_t> spareEvents_; // of drained operations, for reuse
 };
 
 } // namespace megac::runtime::cuda

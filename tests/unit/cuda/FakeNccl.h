@@ -15,6 +15,10 @@
 //   within milliseconds instead of hanging.
 // - Injected failures: the next call of a given name returns an error, or every communicator of a
 //   rank reports an asynchronous error.
+// - A log of each rank's stream work in call order (FakeNccl::calls): event records and waits,
+//   copies (with their direction), NCCL kernels and host synchronizations, each with its stream
+//   ("compute" for computeStream(), "comm" for the others), so tests can pin the order of calls
+//   on streams and that nothing waits on the host or stages through it.
 #pragma once
 
 #include "runtime/cuda/NcclApi.h"
@@ -73,6 +77,7 @@ struct Item {
 
 struct Stream {
   int rank = 0;
+  std::string name = "comm"; // for FakeNccl::calls
   std::deque<Item> items;
   uint64_t enqueued = 0, completed = 0;
 };
@@ -398,11 +403,24 @@ class FakeNccl final : public NcclApi {
 public:
   FakeNccl(FakeNcclWorld &world, int rank) : w_(world), rank_(rank) {}
 
-  /// A stream for the caller's compute work.
+  /// A stream for the caller's compute work (named "compute" in calls()).
   cudaStream_t computeStream() {
-    cudaStream_t s = nullptr;
-    streamCreateWithFlags(&s, 0);
-    return s;
+    cudaStream_t st = nullptr;
+    streamCreateWithFlags(&st, 0);
+    s(st)->name = "compute";
+    return st;
+  }
+  /// This rank's stream work so far, in call order: "record@S" (cudaEventRecord on S),
+  /// "S waits T" (cudaStreamWaitEvent of S on an event of T), "copy D2D@S" (or H2D, D2H, H2H),
+  /// "allReduce@S" (and the other collectives), "send>P@S" / "recv<P@S" (each transfer; in a
+  /// group too), "host waits S" (cudaStreamSynchronize).
+  std::vector<std::string> calls() {
+    std::lock_guard<std::mutex> lock(w_.mu_);
+    return calls_;
+  }
+  void clearCalls() {
+    std::lock_guard<std::mutex> lock(w_.mu_);
+    calls_.clear();
   }
 
   ncclResult_t getUniqueId(ncclUniqueId *id) override {
@@ -580,6 +598,10 @@ public:
   }
   cudaError_t streamDestroy(cudaStream_t) override { return cudaSuccess; }
   cudaError_t streamSynchronize(cudaStream_t stream) override {
+    {
+      std::lock_guard<std::mutex> lock(w_.mu_);
+      calls_.push_back("host waits " + s(stream)->name);
+    }
     for (;;) {
       {
         Lock l(*this);
@@ -599,6 +621,8 @@ public:
     item.kind = Item::wait;
     item.waitStream = e(event)->stream;
     item.waitPosition = e(event)->position;
+    calls_.push_back(s(stream)->name + " waits " +
+                     (e(event)->stream ? e(event)->stream->name : std::string("nothing")));
     w_.enqueue(s(stream), item);
     return cudaSuccess;
   }
@@ -613,6 +637,7 @@ public:
     Lock l(*this);
     e(event)->stream = s(stream);
     e(event)->position = s(stream)->enqueued;
+    calls_.push_back("record@" + s(stream)->name);
     return cudaSuccess;
   }
   cudaError_t eventQuery(cudaEvent_t event) override {
@@ -636,9 +661,15 @@ public:
     w_.enqueue(s(stream), item);
     return cudaSuccess;
   }
-  cudaError_t memcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind,
+  cudaError_t memcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                           cudaStream_t stream) override {
     Lock l(*this);
+    calls_.push_back(std::string("copy ") +
+                     (kind == cudaMemcpyDeviceToDevice ? "D2D"
+                      : kind == cudaMemcpyHostToDevice ? "H2D"
+                      : kind == cudaMemcpyDeviceToHost ? "D2H"
+                                                       : "H2H") +
+                     "@" + s(stream)->name);
     Item item;
     item.kind = Item::copy;
     item.dst = dst;
@@ -687,6 +718,7 @@ private:
       return r;
     if (groupDepth_)
       return ncclInvalidUsage; // not modelled: collectives inside a group
+    calls_.push_back(std::string(name) + "@" + s(stream)->name);
     auto k = std::make_shared<Kernel>();
     k->comm = comm(handle);
     k->collective = std::make_shared<Collective>(c);
@@ -705,6 +737,7 @@ private:
       return ncclInvalidArgument;
     auto op = std::make_shared<P2p>();
     *op = {isSend, c->rank, peer, data, bytes, false};
+    calls_.push_back((isSend ? "send>" : "recv<") + std::to_string(peer) + "@" + s(stream)->name);
     if (groupDepth_) {
       if (!group_) {
         group_ = std::make_shared<Kernel>();
@@ -728,6 +761,7 @@ private:
   int groupDepth_ = 0;
   std::shared_ptr<Kernel> group_;
   Stream *groupStream_ = nullptr;
+  std::vector<std::string> calls_; // see calls(); under the world's lock
 };
 
 } // namespace megac::runtime::cuda::fake

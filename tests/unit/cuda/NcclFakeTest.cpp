@@ -6,6 +6,7 @@
 // communicators; a peer that never joins fails within the timeout). No GPU, CUDA driver or
 // libnccl is needed.
 #include "FakeNccl.h"
+#include "FakeRanks.h"
 #include "runtime/cuda/NcclCommunicator.h"
 
 #include <gtest/gtest.h>
@@ -29,112 +30,11 @@ NcclApi &NcclApi::real() {
 
 namespace {
 
-/// Rank 0's NCCL id reaches every rank: the only host collective NcclCommunicator::create uses.
-class IdExchange {
-public:
-  Status share(int rank, const void *in, void *out, size_t bytes) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (rank == 0) {
-      id_.assign(static_cast<const char *>(in), static_cast<const char *>(in) + bytes);
-      ready_.notify_all();
-    } else {
-      ready_.wait(lock, [&] { return !id_.empty(); });
-    }
-    std::memcpy(out, id_.data(), bytes); // block 0: rank 0's id (all NcclCommunicator reads)
-    return Status::ok();
-  }
-
-private:
-  std::mutex mu_;
-  std::condition_variable ready_;
-  std::vector<char> id_;
-};
-
-class HostStub final : public comm::Communicator {
-public:
-  HostStub(comm::Mesh mesh, int rank, IdExchange &ids)
-      : mesh_(std::move(mesh)), rank_(rank), ids_(ids) {}
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(mesh_.size()); }
-  const comm::Mesh &mesh() const override { return mesh_; }
-  Status allGather(std::span<const uint32_t>, const void *in, void *out, size_t bytes) override {
-    return ids_.share(rank_, in, out, bytes);
-  }
-  Status allReduce(std::span<const uint32_t>, void *, size_t, DType, comm::ReduceKind) override {
-    return unused();
-  }
-  Status reduceScatter(std::span<const uint32_t>, const void *, void *, size_t, DType,
-                       comm::ReduceKind) override {
-    return unused();
-  }
-  Status allToAll(std::span<const uint32_t>, const void *, void *, size_t) override {
-    return unused();
-  }
-  Status allToAllV(std::span<const uint32_t>, const void *, std::span<const size_t>, void *,
-                   std::span<const size_t>) override {
-    return unused();
-  }
-  Status send(int, int, const void *, size_t) override { return unused(); }
-  Status recv(int, int, void *, size_t) override { return unused(); }
-  Status flushSends() override { return unused(); }
-  Status barrier() override { return unused(); }
-
-private:
-  static Status unused() { return Status::error("HostStub: not used by NcclCommunicator"); }
-  comm::Mesh mesh_;
-  int rank_;
-  IdExchange &ids_;
-};
-
-comm::Mesh meshOf(std::vector<int64_t> sizes) {
-  comm::Mesh mesh;
-  mesh.axisSizes = sizes;
-  for (size_t a = 0; a < sizes.size(); ++a)
-    mesh.axisNames.push_back("a" + std::to_string(a));
-  return mesh;
-}
-
-/// Runs `body` on every rank of `mesh`, each on its own thread with its own communicator over
-/// the fake; returns each rank's status (the creation's when that failed).
-struct FakeRanks {
-  comm::Mesh mesh;
-  FakeNcclWorld world;
-  IdExchange ids;
-  std::vector<std::unique_ptr<FakeNccl>> apis;
-
-  explicit FakeRanks(comm::Mesh m) : mesh(std::move(m)), world(static_cast<int>(mesh.size())) {
-    for (int r = 0; r < mesh.size(); ++r)
-      apis.push_back(std::make_unique<FakeNccl>(world, r));
-  }
-
-  std::vector<Status> run(const std::function<Status(int, NcclCommunicator &)> &body,
-                          std::chrono::seconds timeout = std::chrono::seconds(20)) {
-    std::vector<Status> status(apis.size(), Status::ok());
-    std::vector<std::thread> threads;
-    for (int r = 0; r < static_cast<int>(apis.size()); ++r)
-      threads.emplace_back([&, r] {
-        {
-          HostStub host(mesh, r, ids);
-          FakeNccl &api = *apis[r];
-          auto c = NcclCommunicator::create(mesh, r, &host, api.computeStream(), timeout, &api);
-          if (!c.isOk())
-            status[r] = c.status();
-          else
-            status[r] = body(r, **c);
-        } // the communicator's destructor (it flushes and waits) runs before the rank exits
-        world.exit(r);
-      });
-    for (std::thread &t : threads)
-      t.join();
-    return status;
-  }
-};
-
-#define EXPECT_ALL_OK(statuses)                                                                    \
-  for (size_t r_ = 0; r_ < (statuses).size(); ++r_)                                                \
-  EXPECT_TRUE((statuses)[r_].isOk()) << "rank " << r_ << ": " << (statuses)[r_].message()
-
-std::vector<float> filled(size_t n, float v) { return std::vector<float>(n, v); }
+using fake::FakeRanks;
+using fake::filled;
+using fake::HostStub;
+using fake::IdExchange;
+using fake::meshOf;
 
 Status sendFloats(NcclCommunicator &c, int peer, const std::vector<float> &v) {
   return c.send(peer, 0, v.data(), v.size() * sizeof(float));
