@@ -56,14 +56,16 @@ std::string describeInstruction(const fb::Program &program, size_t programIndex,
 
 namespace {
 
-/// Version 2 plans (one rank, no collectives) are read as they are; 3 is the current one.
+/// Versions 2 (one rank, no collectives) and 3 (partitioned) are read as they are; the validator
+/// refuses an opcode or schedule step newer than the plan's version (PlanValidator::
+/// minimumVersion).
 bool supportedVersion(uint32_t version) {
-  return version == 2 || version == static_cast<uint32_t>(fb::FormatVersion::Current);
+  return version >= 2 && version <= static_cast<uint32_t>(fb::FormatVersion::Current);
 }
 
 std::string versionError(uint32_t version) {
   return "plan format version " + std::to_string(version) +
-         " is not supported (this runtime reads versions 2 and " +
+         " is not supported (this runtime reads versions 2 to " +
          std::to_string(static_cast<uint32_t>(fb::FormatVersion::Current)) +
          "); recompile the model";
 }

@@ -126,8 +126,10 @@ private:
   /// own buffer only in place (writesInPlace); no persistent bytes through another buffer; and
   /// its outputs are disjoint.
   Status writes(const megac::plan::Instruction &inst, size_t i);
-  /// The opcodes that need plan format version 3: the Collective and PointToPoint ones.
-  static bool needsVersion3(megac::plan::Opcode op);
+  /// The oldest plan format version that may hold `op`: 3 for the Collective and PointToPoint
+  /// opcodes, 4 for those whose meaning a version-3 reader lacks (plan.fbs FormatVersion), 2
+  /// for the rest.
+  static uint32_t minimumVersion(megac::plan::Opcode op);
   /// Attribute contents that need only the buffers' ranks (`inRank`: input 0's); kernels check
   /// the rest. One check per attrs member of the Instruction.attrs union.
   using AttrsCheck = Status (PlanValidator::*)(const megac::plan::Instruction &inst, size_t i,

@@ -51,9 +51,10 @@ Status PlanValidator::instruction(const fb::Instruction &inst, size_t i) {
   RETURN_IF_ERROR(writes(inst, i));
   if (fb::opcodeHas(inst.op(), fb::opflag::OptionalAttrs) && inst.attrs_type() == fb::Attrs::NONE)
     return Status::ok();
-  if (needsVersion3(inst.op()) && plan_.format_version() < 3)
-    return instError(i,
-                     std::string(fb::EnumNameOpcode(inst.op())) + " needs plan format version 3");
+  if (uint32_t needed = minimumVersion(inst.op()); plan_.format_version() < needed)
+    return instError(i, std::string(fb::EnumNameOpcode(inst.op())) +
+                            " needs plan format version " + std::to_string(needed) +
+                            "; recompile the model");
   if (inst.attrs_type() != sig.attrs)
     return instError(i, "has " + attrsName(inst.attrs_type()) + ", but " +
                             fb::EnumNameOpcode(inst.op()) + " takes " + attrsName(sig.attrs));
@@ -114,8 +115,22 @@ Status PlanValidator::writes(const fb::Instruction &inst, size_t i) {
   return Status::ok();
 }
 
-bool PlanValidator::needsVersion3(fb::Opcode op) {
-  return fb::opcodeHas(op, fb::opflag::Collective) || fb::opcodeHas(op, fb::opflag::PointToPoint);
+uint32_t PlanValidator::minimumVersion(fb::Opcode op) {
+  switch (op) {
+  case fb::Opcode::AdamWMulti: // max_norm: a version-3 reader would skip the clip
+  case fb::Opcode::AllReduceStart:
+  case fb::Opcode::AllGatherStart:
+  case fb::Opcode::ReduceScatterStart:
+  case fb::Opcode::CollectiveDone:
+  case fb::Opcode::RingAttention: // the arena scratch output
+  case fb::Opcode::RingAttentionGrad:
+    return 4;
+  default:
+    break;
+  }
+  if (fb::opcodeHas(op, fb::opflag::Collective) || fb::opcodeHas(op, fb::opflag::PointToPoint))
+    return 3;
+  return 2;
 }
 
 PlanValidator::AttrsCheck PlanValidator::attrsCheck(fb::Attrs attrs) {

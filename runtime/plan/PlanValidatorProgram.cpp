@@ -183,6 +183,11 @@ Status PlanValidator::schedule() const {
     std::optional<schedule::StepKind> kind = stepKindOf(step->kind());
     if (!kind)
       return progError(which + " has unknown kind " + std::to_string(int(step->kind())));
+    bool split = *kind == schedule::StepKind::backwardInput ||
+                 *kind == schedule::StepKind::backwardWeight;
+    if (split && plan_.format_version() < 4)
+      return progError(which + " splits the backward (a zero-bubble schedule), which needs plan "
+                               "format version 4; recompile the model");
     uint32_t chunks = pl->stages() * pl->virtual_stages();
     if (step->chunk() >= chunks)
       return progError(which + " runs chunk " + std::to_string(step->chunk()) + " of " +

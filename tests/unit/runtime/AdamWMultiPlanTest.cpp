@@ -115,3 +115,21 @@ TEST(AdamWMultiPlan, LoaderHoldsEachTensorToItsOwnBuffers) {
   outputs.program().functions[0].instructions[0].outputs.pop_back();
   expectRejected(outputs, {"has 5 outputs, expected 6"});
 }
+
+// A version-3 reader knew AdamWMulti without its max_norm clip (it would skip the clip): the
+// opcode needs format version 4, and a version-3 plan holding it is refused with the fix; a
+// version newer than this runtime's is refused before anything is read.
+TEST(AdamWMultiPlan, NeedsFormatVersion4) {
+  PlanSpec v3 = optimizerPlan(true);
+  v3.formatVersion = 3;
+  expectRejected(v3, {"instruction 0 (AdamWMulti", "AdamWMulti needs plan format version 4; "
+                                                    "recompile the model"});
+  PlanSpec v4 = optimizerPlan(true);
+  v4.formatVersion = 4;
+  auto loaded = loadPlanFromBytes(v4.build(), "test.mplan");
+  EXPECT_TRUE(loaded.isOk()) << loaded.status().message();
+  PlanSpec v5 = optimizerPlan(true);
+  v5.formatVersion = 5;
+  expectRejected(v5, {"plan format version 5 is not supported (this runtime reads versions 2 "
+                      "to 4); recompile the model"});
+}

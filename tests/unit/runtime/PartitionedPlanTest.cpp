@@ -310,7 +310,7 @@ TEST(PartitionedLoader, RejectsBadCollectives) {
   PlanSpec v2 = withInst(O::AllReduce, {2}, {2}, fb::Attrs::CollectiveAttrs,
                          collectiveAttrs({1}, fb::ReduceKind::sum));
   v2.formatVersion = 2;
-  expectRejected(v2, "AllReduce needs plan format version 3");
+  expectRejected(v2, "AllReduce needs plan format version 3; recompile the model");
 }
 
 TEST(PartitionedLoader, RejectsSendsOutsideTheMeshAndBadPartialAxes) {

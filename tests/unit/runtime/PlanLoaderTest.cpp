@@ -107,7 +107,7 @@ TEST(PlanLoader, RejectsAnotherFormatVersion) {
   ASSERT_FALSE(loaded.isOk());
   EXPECT_EQ(loaded.status().message(),
             "plan 'v1.mplan': plan format version 1 is not supported (this runtime reads "
-            "versions 2 and 3); recompile the model");
+            "versions 2 to 4); recompile the model");
 }
 
 TEST(PlanLoader, AcceptsFormatVersion2) {
