@@ -477,6 +477,9 @@ std::string checkCosts(const PipelineCosts &costs, int64_t chunks, int64_t mbs) 
       return "pipeline step costs must be finite and >= 0";
   if (bad(costs.transfer))
     return "pipeline transfer time must be finite and >= 0, got " + std::to_string(costs.transfer);
+  if (costs.receiveLookahead < -1)
+    return "pipeline receive lookahead must be -1 (none) or >= 0 steps, got " +
+           std::to_string(costs.receiveLookahead);
   return {};
 }
 
@@ -505,11 +508,22 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
   // backward's or the input-gradient backward's: what the previous chunk's backward waits for.
   std::vector<double> forwardDone(chunks * mbs, -1), backwardDone(chunks * mbs, -1);
   auto at = [&](int64_t c, int64_t m) { return c * mbs + m; };
+  // Each stage's step end times so far, in its order: when a receive is posted
+  // (PipelineCosts::receiveLookahead; every stage starts the step at time 0).
+  std::vector<std::vector<double>> stepEnds(p);
+  auto receivePosted = [&](int64_t stage, size_t index) -> double {
+    size_t ahead = static_cast<size_t>(costs.receiveLookahead) + 1;
+    if (costs.receiveLookahead < 0 || index < ahead)
+      return 0.0;
+    return stepEnds[stage][index - ahead];
+  };
   // When the step's inputs are usable on its stage (its producers' finish time, plus the transfer
-  // when the producer runs on another stage), or negative if not yet; fills the producer's stage
-  // and finish time. The checker has put each step's own earlier steps (forward before backward,
-  // B before W) before it on its stage.
-  auto inputReady = [&](const ScheduleStep &step, int64_t stage, SimulatedStep &t) -> double {
+  // when the producer runs on another stage: from the later of the send and the receive's
+  // posting), or negative if not yet; fills the producer's stage and finish time. The checker has
+  // put each step's own earlier steps (forward before backward, B before W) before it on its
+  // stage.
+  auto inputReady = [&](const ScheduleStep &step, int64_t stage, size_t index,
+                        SimulatedStep &t) -> double {
     int64_t c = step.chunk, m = step.microBatch, producer = -1;
     double own = 0, done = 0;
     switch (step.kind) {
@@ -535,7 +549,7 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
     if (int64_t from = stageOfChunk(shape, producer); from != stage) {
       t.producerStage = from;
       t.inputSent = done;
-      done += costs.transfer;
+      done = std::max(done, receivePosted(stage, index)) + costs.transfer;
     }
     return std::max(own, done);
   };
@@ -568,13 +582,14 @@ ScheduleSimulation simulateSchedule(const PipelineShape &shape,
       for (; next[s] < steps[s].size(); ++next[s]) {
         const ScheduleStep &step = steps[s][next[s]];
         SimulatedStep t;
-        double ready = inputReady(step, s, t);
+        double ready = inputReady(step, s, next[s], t);
         if (ready < 0)
           break;
         double start = std::max(stageFree[s], ready), cost = costOf(step);
         if (stageStart[s] < 0)
           stageStart[s] = start;
         stageFree[s] = start + cost;
+        stepEnds[s].push_back(stageFree[s]);
         sim.stageBusy[s] += cost;
         if (step.kind == StepKind::forward)
           forwardDone[at(step.chunk, step.microBatch)] = stageFree[s];

@@ -101,12 +101,23 @@ struct PipelineCosts {
   /// neighbouring chunk on another stage: the p2p transfer and what the receiver pays to take it.
   /// Chunks of one stage pass values for free.
   double transfer = 0;
+  /// When the receiver posts a transfer's receive, which the transfer cannot start before (a
+  /// rendezvous: megac's runtimes, an emulated link): -1, no constraint (from the send); L >= 0,
+  /// just before the stage runs the step L steps earlier in its order (its previous step's end;
+  /// the stage's start for the first L + 1 steps). megac posts kReceiveLookahead steps ahead with
+  /// --overlap on and at the step itself (0) without.
+  int64_t receiveLookahead = -1;
   /// Optional, each step's own time, which then replaces `chunks`: a measured trace replayed,
   /// where steps of one chunk and kind differ (a step runs slower while the other stage computes
   /// on shared cores, and a per-chunk mean spreads that over all of them). Indexed by
   /// stepCostIndex; empty: unused.
   std::vector<double> steps{};
 };
+
+/// How many steps past the current one megac's pipeline runners post their receives with
+/// --overlap on (one activation-sized buffer per port and step): one step ahead lets the next
+/// step's input travel while this step computes; the second covers a step that is itself short.
+inline constexpr int64_t kReceiveLookahead = 2;
 
 /// Where step (kind, chunk, microBatch) sits in PipelineCosts::steps: slot 0 forward, 1 the
 /// whole or the input-gradient backward, 2 the weight-gradient backward;

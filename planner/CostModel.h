@@ -230,8 +230,10 @@ private:
     double cp = 0;                                // context parallelism's exchange, exposed
     double zeroGather = 0, zeroReduceScatter = 0; // ZeRO-3 gathers, ZeRO-2/3 reduce-scatters
     /// One pipeline transfer placed between its sending and receiving step by the simulation
-    /// (megac with --overlap on: receives posted ahead); 0 when the sends are in pp instead.
+    /// (megac: a rendezvous with the receive, posted receiveLookahead steps ahead: see
+    /// PipelineCosts); 0 when the sends are in pp instead.
     double transfer = 0;
+    int64_t receiveLookahead = -1;
     PassCost split; // compute and tp of one micro-batch, by class and kind
   };
   ChunkTimes chunkTimes(const Layout &layout);

@@ -370,10 +370,12 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
     }
     // A host-driven pipeline engine's cost per step (StackProfile::pipelineStepOverheadSeconds)
     // rides with the sends: both are on the critical path of every chunk step.
-    // megac with --overlap on posts each step's receives ahead of it (issue 29): a transfer
-    // then runs from the sending step's end, placed by the simulation (ChunkTimes::transfer),
-    // not added to every chunk step.
-    bool placed = stack_.overlapFollowsPlan && stack_.latencyHiding && l.pp > 1;
+    // megac's runtimes receive by rendezvous: a transfer runs from the later of its send and
+    // its receive's posting, placed by the simulation (ChunkTimes::transfer), not added to every
+    // chunk step. With --overlap on the receives are posted kReceiveLookahead steps ahead (issue
+    // 29), without it at the step (ChunkTimes::receiveLookahead).
+    bool placed = stack_.overlapFollowsPlan && l.pp > 1;
+    t.receiveLookahead = stack_.latencyHiding ? schedule::kReceiveLookahead : 0;
     t.transfer = placed ? send : 0;
     double sends =
         double(l.vpp) * ((placed ? 0 : send) + (l.pp > 1 ? stack_.pipelineStepOverheadSeconds : 0));
@@ -398,6 +400,7 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   busy.backward = (f1 + b1 >= f0 + b0 ? b1 : b0) / double(l.vpp);
   busy.weight = std::min(busy.backward, (f1 + b1 >= f0 + b0 ? w1 : w0) / double(l.vpp));
   busy.transfer = first.transfer;
+  busy.receiveLookahead = first.receiveLookahead;
   return busy;
 }
 
@@ -690,7 +693,7 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
       costs = {ct.forward, ct.backward - ct.weight, ct.weight};
     ScheduleSimulation sim =
         simulateSchedule({l.pp, l.vpp, m, schedule::placementOf(kind)}, pipe.steps,
-                         schedule::PipelineCosts{{costs}, ct.transfer});
+                         schedule::PipelineCosts{{costs}, ct.transfer, ct.receiveLookahead});
     if (!sim.error.empty()) {
       if (why)
         *why = sim.error;

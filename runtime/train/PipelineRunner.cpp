@@ -21,10 +21,9 @@ namespace megac::runtime::train {
 using schedule::ScheduleStep;
 using schedule::StepKind;
 
-/// How many steps past the current one have their receives posted (postReceivesEarly): one
-/// activation-sized buffer per port and step. One step ahead lets the next step's input
-/// travel while this step computes; the second covers a step that is itself short.
-constexpr size_t kReceiveLookahead = 2;
+/// How many steps past the current one have their receives posted (postReceivesEarly): the
+/// schedule library's, which the planner's simulation uses too.
+constexpr size_t kReceiveLookahead = static_cast<size_t>(schedule::kReceiveLookahead);
 
 StatusOr<PipelineRun> pipelineRunForRank(const LoadedPlan &loaded, int rank) {
   const megac::plan::Plan &plan = loaded.plan();

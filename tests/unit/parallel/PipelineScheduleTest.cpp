@@ -363,6 +363,30 @@ TEST(PipelineScheduleTest, PerStepCostsReplayATrace) {
             "pipeline step costs: need 3 * chunks * micro-batches = 36 (stepCostIndex), got 35");
 }
 
+// A transfer is a rendezvous: it starts at the later of its send and its receive's posting
+// (PipelineCosts::receiveLookahead). 1F1B at p = 2, m = 2, F = 1, B = 2, transfer 0.5, by hand:
+// stage 0 runs F0 [0,1] F1 [1,2], stage 1 F0 [1.5,2.5] B0 [2.5,4.5]. Posted from the send (-1)
+// or two steps ahead, stage 1's F1 (its step 2) has its input at 2.5 and runs [4.5,5.5], B1
+// [5.5,7.5]; stage 0's B0 [5,7], B1 [8,10]. Posted at the step (0), stage 1 posts F1's receive
+// at B0's end 4.5: F1 [5,6], B1 [6,8]; stage 0 posts B1's at B0's end 7: B1 [8.5,10.5].
+TEST(PipelineScheduleTest, TransfersStartWhenTheirReceiveIsPosted) {
+  PipelineShape shape{2, 1, 2};
+  auto steps = buildSchedule(ScheduleKind::oneFOneB, shape, nullptr);
+  ASSERT_TRUE(steps);
+  auto makespan = [&](int64_t lookahead) {
+    PipelineCosts costs{{StepCosts{1, 2, 0}}, 0.5, lookahead};
+    ScheduleSimulation sim = simulateSchedule(shape, *steps, costs);
+    EXPECT_EQ(sim.error, "");
+    return sim.makespan;
+  };
+  EXPECT_DOUBLE_EQ(makespan(-1), 10.0);
+  EXPECT_DOUBLE_EQ(makespan(kReceiveLookahead), 10.0);
+  EXPECT_DOUBLE_EQ(makespan(0), 10.5);
+  PipelineCosts bad{{StepCosts{1, 2, 0}}, 0.5, -2};
+  EXPECT_EQ(simulateSchedule(shape, *steps, bad).error,
+            "pipeline receive lookahead must be -1 (none) or >= 0 steps, got -2");
+}
+
 TEST(PipelineScheduleTest, SimulationReportsDeadlocksAndMalformedSchedules) {
   PipelineShape shape{2, 1, 2};
   // Stage 0 waits for backward 0 of stage 1, which runs after its forward of micro-batch 1,

@@ -231,20 +231,19 @@ TEST(KernelModelTest, MegacOverlapFollowsTheCompiledPlan) {
     EXPECT_GE(on.dpGatherSeconds, off.dpGatherSeconds / 8 * (1 - 1e-12));
   }
   // pp 2 and ZeRO-2: the plan reduces after the schedule or per micro-batch; no change. At pp 2
-  // --overlap on posts the receives ahead: the simulation places each transfer between its
-  // sending and receiving step (its waits then count as bubble) instead of adding it to every
-  // chunk step, so the step is shorter and the sends leave the busy time.
+  // the simulation places each transfer between its sending and receiving step (its waits count
+  // as bubble, the sends leave the busy time), starting when the receive is posted: with
+  // --overlap on kReceiveLookahead steps ahead, without it at the step, which then waits for the
+  // whole transfer: a longer step and bubble.
   Layout pp = dp;
   pp.pp = 2;
   pp.tp = 4;
   StepCost ppOn = run(pp, true, 1000000), ppOff = run(pp, false, 1000000);
   EXPECT_EQ(ppOn.dpReduceSeconds, ppOff.dpReduceSeconds);
-  ASSERT_GT(ppOff.ppCommSeconds, 0);
+  EXPECT_EQ(ppOff.ppCommSeconds, 0);
   EXPECT_EQ(ppOn.ppCommSeconds, 0);
   EXPECT_LT(ppOn.stepSeconds, ppOff.stepSeconds);
-  // (Equal where the transfers fit in the schedule's idle time; 1e-12: the same simulation with
-  // its terms summed in another order.)
-  EXPECT_GE(ppOn.bubbleSeconds, ppOff.bubbleSeconds * (1 - 1e-12));
+  EXPECT_LT(ppOn.bubbleSeconds, ppOff.bubbleSeconds);
   Layout z2 = dp;
   z2.zero = 2;
   StepCost z2on = run(z2, true, 1000000), z2off = run(z2, false, 1000000);
