@@ -84,6 +84,17 @@ int64_t vocabOf(mlir::ModuleOp module, const std::string &logits) {
 }
 
 /// The float element types of every tensor the module's ops use or make ("bf16", "f32", ...).
+/// Whether a function of `module` has an input (mega.input) named `name`.
+bool hasInputNamed(mlir::ModuleOp module, llvm::StringRef name) {
+  bool found = false;
+  module.walk([&](mlir::func::FuncOp f) {
+    for (unsigned i = 0; i < f.getNumArguments(); ++i)
+      if (auto input = f.getArgAttrOfType<mlir::StringAttr>(i, mega::kInputAttr))
+        found |= input.getValue() == name;
+  });
+  return found;
+}
+
 std::set<std::string> floatTypesIn(mlir::ModuleOp module) {
   std::set<std::string> types;
   auto note = [&](mlir::Type type) {
@@ -260,6 +271,19 @@ StatusOr<TrainModel> compileTrainingStep(const RunConfig &c, int64_t seq,
     return Status::error("--mask-token-id " + std::to_string(*c.data.maskTokenId) +
                          " is outside the model's vocabulary of " + std::to_string(out.vocab) +
                          " tokens");
+  if (c.data.padTokenId) {
+    if (training.lossKind != passes::LossKind::causal)
+      return Status::error("--pad-token-id applies to causal LM training; " + out.description +
+                           " trains as " + passes::lossKindName(training.lossKind));
+    if (*c.data.padTokenId >= out.vocab)
+      return Status::error("--pad-token-id " + std::to_string(*c.data.padTokenId) +
+                           " is outside the model's vocabulary of " + std::to_string(out.vocab) +
+                           " tokens");
+    if (!hasInputNamed(module, "attention_mask"))
+      return Status::error("--pad-token-id fills the model's attention_mask input, but " +
+                           out.description +
+                           " has none (zoo gpt and llama take one with padding=1)");
+  }
   if (mlir::failed(passes::buildTrainingStep(module, training)))
     return Status::error("cannot build the training step of " + out.description + " (see above)");
   out.lossKind = training.lossKind;

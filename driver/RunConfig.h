@@ -53,6 +53,10 @@ struct DataConfig {
   /// --mask-token-id (default: the vocabulary's last id), as the zoo's BERT does.
   std::string objective;
   std::optional<int64_t> maskTokenId;
+  /// --pad-token-id: causal training of padded rows. A position whose input token is this id
+  /// is padding: the model's attention_mask is 0 there (its keys are masked out), and a label
+  /// whose input or target token is padding is ignored (no loss, not counted).
+  std::optional<int64_t> padTokenId;
   /// Samples per optimizer step and per micro-batch of the whole model (b * dp; finishRunConfig
   /// sets it from layout.microBatch). globalBatch 0 in a plan: enough to fill the pipeline.
   runtime::train::BatchSplit batch;

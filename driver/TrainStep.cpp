@@ -167,6 +167,14 @@ Status setMicroBatch(runtime::Executor &executor, const train::MicroBatch &mb,
         executor.setInput("decoder_input_ids", asIndexType(mb.decoderInputIds, idsType)));
   if (hasInput(executor, "labels"))
     RETURN_IF_ERROR(executor.setInput("labels", mb.labels));
+  // Padded rows (--pad-token-id): this micro-batch's mask; otherwise the ones batchLoss set.
+  if (!mb.attentionMask.shape.empty() && hasInput(executor, "attention_mask")) {
+    ASSIGN_OR_RETURN(runtime::TensorInfo mask, executor.inputInfo("attention_mask"));
+    if (mask.dtype != DType::i64 && mask.dtype != DType::i32)
+      return Status::error(std::string("the model's attention_mask is ") + dtypeName(mask.dtype) +
+                           "; --pad-token-id fills an integer mask of 1 (token) and 0 (padding)");
+    RETURN_IF_ERROR(executor.setInput("attention_mask", asIndexType(mb.attentionMask, mask.dtype)));
+  }
   return Status::ok();
 }
 
@@ -221,13 +229,20 @@ StatusOr<double> batchLoss(runtime::Executor &executor, const RunConfig &c,
                      train::mlmStep(data, step, c.data.batch,
                                     {c.seed, c.data.maskTokenId.value_or(vocab - 1), 0.15}, rows));
   } else {
-    ASSIGN_OR_RETURN(batches, train::causalStep(data, step, c.data.batch, rows));
+    ASSIGN_OR_RETURN(batches, train::causalStep(data, step, c.data.batch, rows, c.data.padTokenId));
   }
   // The normalizer counts the global batch's targets, so every rank's share sums to the mean.
   // Every row of a kind has the same number of labels (causal S, masked-LM round(0.15 S),
-  // seq2seq D), so the batch's is this rank's times the ranks sharing the micro-batch.
+  // seq2seq D), so the batch's is this rank's times the ranks sharing the micro-batch; padded
+  // rows (--pad-token-id) differ, so every rank counts the whole batch's (reading its rows).
   int64_t targets =
       train::targetTokens(batches) * (c.data.batch.microBatch / c.layout().microBatch);
+  if (c.data.padTokenId && kind == passes::LossKind::causal &&
+      c.data.batch.microBatch != c.layout().microBatch) {
+    ASSIGN_OR_RETURN(std::vector<train::MicroBatch> whole,
+                     train::causalStep(data, step, c.data.batch, {}, c.data.padTokenId));
+    targets = train::targetTokens(whole);
+  }
   if (targets == 0)
     return Status::error("batch " + std::to_string(step + 1) + " has no labelled tokens");
   DType idsType = DType::i64;

@@ -262,9 +262,9 @@ std::string checkAttentionPositions(Dims q, Dims k, std::optional<Shape> queryPo
     return {};
   if (!queryPositions || !keyPositions)
     return "attention takes query and key positions together (both or neither)";
-  if (mask || causal)
+  if (causal)
     return "attention positions are causal masking by global position: give them instead of "
-           "`causal` and the mask, not with them";
+           "`causal`, not with it";
   if (q.size() != 4 || k.size() != 4)
     return {}; // attention() reports the ranks
   if (*queryPositions != Shape{q[1]} || *keyPositions != Shape{k[1]})

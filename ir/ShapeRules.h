@@ -46,7 +46,7 @@ std::string checkNormParams(const char *op, Dims input, Dims weight, std::option
 Result attention(Dims query, Dims key, Dims value, std::optional<Shape> mask);
 /// Why attention's position operands are malformed (empty when fine): query positions [s] and
 /// key positions [t] for query [b, s, h, d] and key [b, t, hk, d], both or neither, and never
-/// with `causal` or a mask (they are causal masking by global positions).
+/// with `causal` (they are causal masking by global positions); a mask may come with them.
 std::string checkAttentionPositions(Dims query, Dims key, std::optional<Shape> queryPositions,
                                     std::optional<Shape> keyPositions, bool mask, bool causal);
 /// Why `rope(input, cos, sin)` is malformed (empty when it is fine): input [..., d] with d even,

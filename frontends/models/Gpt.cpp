@@ -101,8 +101,9 @@ void buildGpt(dsl::GraphBuilder &b, const ModelConfig &c) {
   for (int64_t l = 0; l < c.layers; ++l) {
     auto s = b.scope("h" + std::to_string(l));
     Tensor a = layerNormLayer(b, "ln1", x, c.normEps);
-    x = x + attentionLayer(b, "attn", c, a, a,
-                           {.bias = true, .causal = true, .mask = {}, .scale = attentionScale(c)});
+    x = x + attentionLayer(
+                b, "attn", c, a, a,
+                {.bias = true, .causal = true, .mask = cache.padding, .scale = attentionScale(c)});
     Tensor m = layerNormLayer(b, "ln2", x, c.normEps);
     x = x + mlpLayer(b, "mlp", c, m, act, /*bias=*/true);
   }

@@ -1,6 +1,7 @@
 // Transformer building blocks shared by the zoo's models.
 #include "frontends/models/Layers.h"
 
+#include <limits>
 #include <string>
 
 namespace megac::models {
@@ -74,6 +75,13 @@ KvCache kvCacheInputs(dsl::GraphBuilder &b, const ModelConfig &c, Tensor &ids) {
   if (c.kvDecode) {
     cache.positions = b.input("position_ids", {c.batch, 1}, dsl::DType::i64);
     cache.mask = b.input("cache_mask", {c.batch, 1, 1, c.seq + 1}, c.dtype);
+  } else if (c.padding) {
+    dsl::Shape rows{c.batch, c.seq};
+    Tensor keep = b.input("attention_mask", rows, dsl::DType::i64);
+    Tensor padded = b.compare(dsl::Compare::eq, keep, b.splat(0.0, rows, dsl::DType::i64));
+    Tensor add = b.where(padded, b.splat(-std::numeric_limits<double>::infinity(), rows, c.dtype),
+                         b.splat(0.0, rows, c.dtype));
+    cache.padding = b.reshape(add, {c.batch, 1, 1, c.seq});
   }
   return cache;
 }
@@ -87,7 +95,7 @@ Tensor cachedAttention(dsl::GraphBuilder &b, const ModelConfig &c, const KvCache
     b.output("present_value" + suffix, v);
   }
   if (!c.kvDecode)
-    return b.attention(q, k, v, {.causal = true, .mask = {}, .scale = scale});
+    return b.attention(q, k, v, {.causal = true, .mask = cache.padding, .scale = scale});
   Tensor pastK = b.input("past_key" + suffix, {c.batch, c.seq, k.dim(2), k.dim(3)}, k.dtype());
   Tensor pastV = b.input("past_value" + suffix, {c.batch, c.seq, v.dim(2), v.dim(3)}, v.dtype());
   return b.attention(q, b.concat({pastK, k}, 1), b.concat({pastV, v}, 1),

@@ -56,10 +56,15 @@ dsl::Tensor attentionLayer(dsl::GraphBuilder &b, std::string_view name, const Mo
 struct KvCache {
   std::optional<dsl::Tensor> positions; // position_ids (decode step only)
   std::optional<dsl::Tensor> mask;      // cache_mask (decode step only)
+  /// With padding=1 (not in a decode step): the attention_mask input [batch, seq] (1 token, 0
+  /// padding) as an additive key mask [batch, 1, 1, seq], 0 kept and -inf on padding, which
+  /// every layer's causal attention adds (a query that sees only padding gives zeros).
+  std::optional<dsl::Tensor> padding;
   /// The tokens a call of the function runs: 1 in a decode step, else seq.
   int64_t tokens = 0;
 };
-/// input_ids [batch, tokens] and, in a decode step, position_ids and cache_mask (in that order).
+/// input_ids [batch, tokens] and, in a decode step, position_ids and cache_mask (in that order);
+/// with padding=1 otherwise, attention_mask [batch, seq] after input_ids.
 KvCache kvCacheInputs(dsl::GraphBuilder &b, const ModelConfig &c, dsl::Tensor &ids);
 /// Layer `layer`'s attention over this call's `k`, `v` [batch, tokens, kv_heads, head_dim]
 /// (`q` [batch, tokens, heads, head_dim]): causal over them in a forward; in a decode step

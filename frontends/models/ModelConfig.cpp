@@ -35,14 +35,14 @@ const std::vector<std::string> &keysOf(Arch arch) {
   static const std::vector<std::string> bert = {"layers", "hidden", "heads", "ffn",  "seq",
                                                 "vocab",  "batch",  "tied",  "gelu", "dtype"};
   static const std::vector<std::string> gpt = {
-      "layers", "hidden", "heads", "ffn",      "seq",       "vocab",      "batch",
-      "tied",   "gelu",   "dtype", "norm_eps", "positions", "scale_attn", "hf_gpt2"};
+      "layers", "hidden", "heads",    "ffn",       "seq",        "vocab",   "batch",  "tied",
+      "gelu",   "dtype",  "norm_eps", "positions", "scale_attn", "hf_gpt2", "padding"};
   static const std::vector<std::string> t5 = {"layers", "enc_layers", "dec_layers", "hidden",
                                               "heads",  "ffn",        "seq",        "dec_seq",
                                               "vocab",  "batch",      "tied",       "dtype"};
-  static const std::vector<std::string> llama = {"layers", "hidden", "heads",      "kv_heads",
-                                                 "ffn",    "seq",    "vocab",      "batch",
-                                                 "tied",   "dtype",  "rope_theta", "norm_eps"};
+  static const std::vector<std::string> llama = {
+      "layers", "hidden", "heads", "kv_heads",   "ffn",      "seq",    "vocab",
+      "batch",  "tied",   "dtype", "rope_theta", "norm_eps", "padding"};
   static const std::vector<std::string> mixtral = {
       "layers",  "hidden", "heads",    "kv_heads",   "ffn",        "seq",
       "vocab",   "batch",  "tied",     "dtype",      "rope_theta", "norm_eps",
@@ -254,7 +254,8 @@ ConfigResult parseModelSpec(std::string_view spec) {
                            {"norm_topk", &c.normTopk},
                            {"qwen2_moe", &c.qwen2MoeNames},
                            {"scale_attn", &c.scaleAttn},
-                           {"hf_gpt2", &c.hfGpt2}})
+                           {"hf_gpt2", &c.hfGpt2},
+                           {"padding", &c.padding}})
     if (auto it = values.find(key); it != values.end()) {
       if (it->second != "0" && it->second != "1")
         return fail("key '" + std::string(key) + "' needs 0 or 1, got '" + it->second + "'");
@@ -388,6 +389,8 @@ std::string ModelConfig::spec() const {
     if (hfGpt2)
       s += ",hf_gpt2=1";
   }
+  if (padding)
+    s += ",padding=1";
   s += std::string(",dtype=") + dsl::dtypeName(dtype);
   return s;
 }

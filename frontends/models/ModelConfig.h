@@ -89,6 +89,10 @@ struct ModelConfig {
   int64_t positions = 0;  // gpt: rows of the learned position table (0: seq); seq <= positions
   bool scaleAttn = true;  // gpt: scores scaled by 1/sqrt(head_dim) (GPT-2's scale_attn_weights)
   bool hfGpt2 = false;    // gpt: transformers' GPT-2 names (transformer.h.{l}.attn.c_attn.q...)
+  /// gpt, llama family: an attention_mask input [batch, seq] (1 token, 0 padding) whose padded
+  /// keys every attention masks out (Layers.h KvCache::padding); megac train fills it from
+  /// --pad-token-id.
+  bool padding = false;
   /// megac generate's KV cache (driver/Generate.cpp; set there, not spec keys), for gpt with
   /// hf_gpt2 and the llama family (Layers.h kvCacheInputs). kvOutputs: the forward also outputs
   /// each layer's keys and values, present_key_L and present_value_L [batch, seq, kv_heads,

@@ -11,6 +11,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
 
 using namespace mlir;
 
@@ -71,9 +72,8 @@ public:
         return op.emitError() << "context parallelism supports causal attention only so far; "
                                  "this attention is not causal (bidirectional models: use --dp "
                                  "or --tp)";
-      if (op.getMask())
-        return op.emitError() << "context parallelism with an attention mask (padding, "
-                                 "relative position bias) is not supported yet";
+      if (Value mask = op.getMask(); mask && failed(checkPaddingMask(op, mask)))
+        return failure();
     }
     // A running sum along the sequence (MoE capacity dropping keeps each expert's first tokens
     // in position order) would count in the permuted order.
@@ -118,6 +118,70 @@ public:
   }
 
 private:
+  /// A mask context parallelism can split: an additive key padding mask [b or 1, 1, 1, S]
+  /// (broadcast over heads and queries) computed elementwise (casts, compares, selects,
+  /// arithmetic, reshapes, broadcasts) from integer token inputs [b, S], such as the zoo's
+  /// attention_mask, and from values without a sequence dim. permuteInputs reads those inputs in
+  /// the permuted order, so the mask's keys are permuted like the keys it masks; sharding
+  /// propagation splits it over cp with them (all-gathered with k and v for the attention).
+  /// Anything else over the sequence (a relative position bias, a per-query mask, a constant or
+  /// parameter over the positions) would keep the original order, and is refused.
+  LogicalResult checkPaddingMask(mega::AttentionOp op, Value mask) {
+    auto type = cast<RankedTensorType>(mask.getType());
+    ArrayRef<int64_t> m = type.getShape();
+    if (m.size() != 4 || m[1] != 1 || m[2] != 1 || m[3] != seq_)
+      return op.emitError() << "context parallelism supports a key padding mask [b, 1, 1, " << seq_
+                            << "] (broadcast over heads and queries); this attention's mask is "
+                            << type << " (a relative position bias or a per-query mask is not "
+                            << "supported with --cp; use --tp or --dp)";
+    if (ring_)
+      return op.emitError() << "context parallelism's ring (--cp-comm-type p2p) does not carry "
+                               "a padding mask yet; use --cp-comm-type all_gather for padded "
+                               "inputs";
+    auto overSequence = [&](Type t) {
+      auto ranked = dyn_cast<RankedTensorType>(t);
+      return ranked && llvm::is_contained(ranked.getShape(), seq_);
+    };
+    SmallVector<Value> work{mask};
+    DenseSet<Value> seen;
+    while (!work.empty()) {
+      Value v = work.pop_back_val();
+      if (!seen.insert(v).second)
+        continue;
+      if (auto arg = dyn_cast<BlockArgument>(v)) {
+        auto name = f_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kInputAttr);
+        auto argType = cast<RankedTensorType>(arg.getType());
+        bool tokens = name && isa<IntegerType>(argType.getElementType()) &&
+                      argType.getRank() >= 2 && argType.getDimSize(1) == seq_;
+        if (tokens || !overSequence(argType))
+          continue;
+        return op.emitError() << "context parallelism permutes the padding mask with the "
+                                 "sequence, but this attention's mask reads argument "
+                              << arg.getArgNumber() << " " << argType
+                              << ", which is not an integer token input [b, " << seq_
+                              << "] (give the padding as an integer attention_mask input)";
+      }
+      Operation *def = v.getDefiningOp();
+      if (auto constant = dyn_cast<mega::ConstantOp>(def)) {
+        if (!overSequence(v.getType()) || constant.getValue().isSplat())
+          continue; // the same at every position
+        return op.emitError() << "context parallelism permutes the padding mask with the "
+                                 "sequence, but this attention's mask reads a constant "
+                              << v.getType() << " over the positions, which would keep their order";
+      }
+      if (!def->hasTrait<mega::OpTrait::Elementwise>() &&
+          !isa<mega::CastOp, mega::ReshapeOp, mega::BroadcastOp>(def))
+        return op.emitError() << "context parallelism permutes the padding mask with the "
+                                 "sequence, but this attention's mask is computed by '"
+                              << def->getName()
+                              << "' (only elementwise ops, casts, reshapes and broadcasts of "
+                                 "the token inputs keep it in the permuted order)";
+      for (Value operand : def->getOperands())
+        work.push_back(operand);
+    }
+    return success();
+  }
+
   /// `v` gathered along `axis` by the permutation, marked so that sharding propagation splits
   /// the permutation (and so the result's `axis`) over cp.
   Value permuted(Value v, int64_t axis) {
@@ -141,8 +205,9 @@ private:
       if (!isa<IntegerType>(type.getElementType()))
         return f_.emitError() << "context parallelism permutes token inputs; input '"
                               << name.getValue()
-                              << "' is a float tensor over the sequence (a padding mask?), "
-                                 "which is not supported with --cp yet";
+                              << "' is a float tensor over the sequence, which --cp does not "
+                                 "permute (give a padding mask as an integer attention_mask "
+                                 "[b, S] of 1 and 0, as the zoo's models take it)";
       Value p = permuted(arg, 1);
       arg.replaceAllUsesExcept(p, p.getDefiningOp());
     }

@@ -35,7 +35,8 @@ inline StatusOr<AttentionDims> attentionDims(const char *name, const TensorRef &
 }
 
 /// Checks attention's optional query and key positions (causal by global position): both or
-/// neither, i64 [s] and [t], never with `causal` or a mask.
+/// neither, i64 [s] and [t], never with `causal`. A mask may come with them (context
+/// parallelism's padding mask: the key mask, permuted like the keys).
 inline Status checkAttentionPositions(const char *name, const AttentionDims &a,
                                       const TensorRef *queryPositions,
                                       const TensorRef *keyPositions, bool causal, bool mask) {
@@ -43,9 +44,8 @@ inline Status checkAttentionPositions(const char *name, const AttentionDims &a,
     return Status::ok();
   if (!queryPositions || !keyPositions)
     return fail(name, "query and key positions come together (both or neither)");
-  if (causal || mask)
-    return fail(name, "positions are causal masking by global position: not with causal or a "
-                      "mask");
+  if (causal)
+    return fail(name, "positions are causal masking by global position: not with causal");
   for (auto [what, p, n] : {std::tuple{"query positions", queryPositions, a.s},
                             std::tuple{"key positions", keyPositions, a.t}}) {
     if (p->dtype != DType::i64)

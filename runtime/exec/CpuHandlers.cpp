@@ -174,9 +174,11 @@ void reductionsAndCoarseOps(Table &t) {
   });
   math(t, O::Attention, [](const CpuCall &c) {
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
-    if (c.in.size() == 5) // query and key positions (Opcodes.def: PositionPair)
-      return cpu::attention(c.in[0], c.in[1], c.in[2], nullptr, a->causal(), a->scale(), c.out[0],
-                            {&c.in[3], &c.in[4]});
+    if (c.in.size() >= 5) { // [mask,] query and key positions (Opcodes.def: PositionPair)
+      size_t at = c.in.size() - 2;
+      return cpu::attention(c.in[0], c.in[1], c.in[2], at == 4 ? &c.in[3] : nullptr, a->causal(),
+                            a->scale(), c.out[0], {&c.in[at], &c.in[at + 1]});
+    }
     return cpu::attention(c.in[0], c.in[1], c.in[2], c.in.size() > 3 ? &c.in[3] : nullptr,
                           a->causal(), a->scale(), c.out[0]);
   });
@@ -221,10 +223,13 @@ void backwardAndOptimizer(Table &t) {
   });
   math(t, O::AttentionGrad, [](const CpuCall &c) {
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
-    if (c.in.size() == 6) // query and key positions (Opcodes.def: PositionPair)
-      return cpu::attentionGrad(c.in[0], c.in[1], c.in[2], c.in[3], nullptr, a->causal(),
-                                a->scale(), c.out[0], c.out[1], c.out[2], nullptr,
-                                {&c.in[4], &c.in[5]});
+    if (c.in.size() >= 6) { // [mask,] query and key positions (Opcodes.def: PositionPair)
+      bool withMask = c.in.size() == 7;
+      size_t at = c.in.size() - 2;
+      return cpu::attentionGrad(c.in[0], c.in[1], c.in[2], c.in[3], withMask ? &c.in[4] : nullptr,
+                                a->causal(), a->scale(), c.out[0], c.out[1], c.out[2],
+                                withMask ? &c.out[3] : nullptr, {&c.in[at], &c.in[at + 1]});
+    }
     bool masked = c.in.size() > 4;
     return cpu::attentionGrad(c.in[0], c.in[1], c.in[2], c.in[3], masked ? &c.in[4] : nullptr,
                               a->causal(), a->scale(), c.out[0], c.out[1], c.out[2],

@@ -48,16 +48,17 @@ struct OpcodeInfo {
   constexpr bool acceptsInputs(int n) const {
     return n >= minInputs && (maxInputs == kVariadic || n <= maxInputs);
   }
-  /// Whether an instruction with `inputs` inputs ends in a (query, key) position pair.
+  /// Whether an instruction with `inputs` inputs ends in a (query, key) position pair (after
+  /// a mask where there are MinIn + 3).
   constexpr bool hasPositionPair(int inputs) const {
-    return has(opflag::PositionPair) && inputs == minInputs + 2;
+    return has(opflag::PositionPair) && (inputs == minInputs + 2 || inputs == minInputs + 3);
   }
   /// The outputs of an instruction with `inputs` inputs: fixed, one more per input beyond the
   /// minimum (a position pair adds none), or (maxOutputs variadic: AdamWMulti) three per four
   /// inputs beyond it.
   constexpr int outputsFor(int inputs) const {
     if (hasPositionPair(inputs))
-      inputs = minInputs;
+      inputs -= 2;
     if (maxOutputs == kVariadic)
       return minOutputs + (inputs - minInputs) / 4 * 3;
     return minOutputs == maxOutputs ? minOutputs : minOutputs + (inputs - minInputs);

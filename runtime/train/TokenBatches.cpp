@@ -153,7 +153,8 @@ buildStep(data::SampleSource &rows, int64_t step, const BatchSplit &split, RankR
 } // namespace
 
 StatusOr<std::vector<MicroBatch>> causalStep(data::SampleSource &rows, int64_t step,
-                                             const BatchSplit &split, RankRows rank) {
+                                             const BatchSplit &split, RankRows rank,
+                                             std::optional<int64_t> padToken) {
   int64_t s = rows.rowLength() - 1;
   return buildStep(rows, step, split, rank, {0, s}, {0, s},
                    [&](const int64_t *row, int64_t, MicroBatch &mb, int64_t r) {
@@ -162,6 +163,16 @@ StatusOr<std::vector<MicroBatch>> causalStep(data::SampleSource &rows, int64_t s
                      for (int64_t t = 0; t < s; ++t) {
                        ids[t] = row[t];
                        labels[t] = row[t + 1];
+                     }
+                     if (!padToken)
+                       return;
+                     if (mb.attentionMask.shape.empty())
+                       mb.attentionMask = HostTensor::zeros(DType::i64, mb.inputIds.shape);
+                     int64_t *keep = mb.attentionMask.data<int64_t>() + r * s;
+                     for (int64_t t = 0; t < s; ++t) {
+                       keep[t] = row[t] != *padToken;
+                       if (row[t] == *padToken || row[t + 1] == *padToken)
+                         labels[t] = kIgnoreIndex;
                      }
                    });
 }

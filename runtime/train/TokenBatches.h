@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,7 @@ struct MicroBatch {
   HostTensor inputIds;
   HostTensor decoderInputIds; // seq2seq only
   HostTensor labels;
+  HostTensor attentionMask; // causal with a pad token: i64 [b, S], 0 where the input is padding
   int64_t targetTokens = 0; // labels other than kIgnoreIndex
 };
 
@@ -94,9 +96,12 @@ struct RankRows {
 };
 
 /// The micro-batches of step `step` (0-based), in order: shifted labels. Only `rank`'s rows are
-/// read from `rows`; errors are the source's (a token outside the vocabulary, ...).
+/// read from `rows`; errors are the source's (a token outside the vocabulary, ...). With
+/// `padToken`, padded rows: the attention mask is 0 where the input token is padToken, and a
+/// label whose input or target token is padToken is kIgnoreIndex.
 StatusOr<std::vector<MicroBatch>> causalStep(data::SampleSource &rows, int64_t step,
-                                             const BatchSplit &split, RankRows rank = {});
+                                             const BatchSplit &split, RankRows rank = {},
+                                             std::optional<int64_t> padToken = std::nullopt);
 /// The same for masked-LM training.
 StatusOr<std::vector<MicroBatch>> mlmStep(data::SampleSource &rows, int64_t step,
                                           const BatchSplit &split, const MlmOptions &options,

@@ -20,6 +20,19 @@ ring") at cp 2 and cp 4 on both models, cp 2 x tp 2, cp 2 x dp 2, cp 2 x pp 2, c
 ZeRO-3 (Llama) and cp 2 x dp 2 x ep 2 (Mixtral); its online
 softmax only reassociates each row's sums (same error model). Every multi-rank run must say
 "cp C" in its header (it really ran context parallel).
+Padded inputs (--pad-token-id 0 on models with padding=1: an attention_mask input whose padded
+keys every attention masks out, and padded positions dropped from the loss and its token count):
+the GPT and the Llama at cp 2 and cp 4, cp 2 x dp 2, cp 2 x tp 2 + sp, cp 2 x pp 2, all with the
+all-gather variant, against the padded 1-rank run (same error model; rows padded left and right,
+so some queries see only padding and must give zeros, not NaN). The padding itself is checked
+independently of cp: on the Llama (rotary: scores depend on relative positions only) rows padded
+on the left train exactly like the same tokens padded on the right (within the fp64 bounds),
+which they would not if a padded key were attended or a padded position counted: losses and
+grad_norms within 1e-10 as above, parameters within 1e-6 relative (LEFT_RIGHT_PARAM_RTOL: the
+rotary identity holds to roundoff only, not as a reassociation; the init's query/key gradients
+are cancellation-dominated (scores ~1e-4 apart), and Adam normalizes each element's gradient, so
+a relative gradient perturbation d moves its update by ~lr * d; measured 4e-8 relative on
+k_proj, where a wrong mask or count moves the losses by 1e-3 or more).
 Memory: the plans' activation bytes (arena above the persistent region) at cp 4 are <= 0.3 x
 cp 1's on a GPT at sequence 4096 (issue 32's target), for both variants; the ring's are below
 the all-gather's (no whole-sequence k, v, dk, dv).
@@ -55,18 +68,19 @@ HYPER = ["--global-batch", "4", "--lr", "1e-3", "--clip-grad", "1.0",
          "--weight-decay", "0.1", "--lr-schedule", "constant", "--seed", "3",
          "--precision", "fp64"]
 LOSS_RTOL, PARAM_RTOL, PARAM_ATOL = 1e-10, 1e-9, 1e-12
+LEFT_RIGHT_PARAM_RTOL = 1e-6  # padded left vs right on the Llama: see the docstring
 
 
 class Failure(Exception):
     pass
 
 
-def run(megac, workdir, name, model, args, expect_ok=True, steps=STEPS):
+def run(megac, workdir, name, model, args, expect_ok=True, steps=STEPS, data="data.npy"):
     rundir = os.path.join(workdir, name)
     shutil.rmtree(rundir, ignore_errors=True)
     os.makedirs(rundir)
     log, weights = os.path.join(rundir, "log.jsonl"), os.path.join(rundir, "w.safetensors")
-    argv = [megac, "train", "--model", model, "--data", os.path.join(workdir, "data.npy"),
+    argv = [megac, "train", "--model", model, "--data", os.path.join(workdir, data),
             "--steps", str(steps), *HYPER, *numerics.threads_args(), "--log-json", log, "--save-weights", weights,
             "--comm-timeout", "60", *args]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
@@ -82,7 +96,7 @@ def run(megac, workdir, name, model, args, expect_ok=True, steps=STEPS):
     return dict(records=records, weights=read_safetensors(weights), stdout=result.stdout)
 
 
-def compare(name, got, want):
+def compare(name, got, want, param_rtol=PARAM_RTOL):
     """Worst parameter ||diff|| / bound; raises on a loss, grad_norm or parameter mismatch."""
     if len(got["records"]) != len(want["records"]):
         raise Failure(f"{name}: {len(got['records'])} steps logged, the 1-rank run "
@@ -99,7 +113,7 @@ def compare(name, got, want):
         if g.shape != w.shape:
             raise Failure(f"{name}: {key} has shape {g.shape}, 1 rank {w.shape}")
         diff = float(np.linalg.norm((g - w).ravel()))
-        bound = PARAM_RTOL * float(np.linalg.norm(w.ravel())) + PARAM_ATOL * math.sqrt(w.size)
+        bound = param_rtol * float(np.linalg.norm(w.ravel())) + PARAM_ATOL * math.sqrt(w.size)
         worst = max(worst, diff / bound)
         if not diff <= bound:
             raise Failure(f"{name}: parameter {key}: ||diff|| {diff:.3e} > bound {bound:.3e}")
@@ -146,6 +160,50 @@ def layout_cases():
                                                 "--ep", "2", "--micro-batch", "1", *ring]
 
 
+GPT_PAD, LLAMA_PAD = GPT + ",padding=1", LLAMA + ",padding=1"
+PAD = ["--pad-token-id", "0"]
+
+
+def padded_cases():
+    # (name, model, layout args) on data_pad.npy with --pad-token-id 0, against the padded
+    # 1-rank run of the same model.
+    yield "gpt.pad.cp2", GPT_PAD, ["--ranks", "2", "--cp", "2", "--micro-batch", "2"]
+    yield "gpt.pad.cp4", GPT_PAD, ["--ranks", "4", "--cp", "4", "--micro-batch", "2"]
+    yield "llama.pad.cp2", LLAMA_PAD, ["--ranks", "2", "--cp", "2", "--micro-batch", "2"]
+    yield "llama.pad.cp4", LLAMA_PAD, ["--ranks", "4", "--cp", "4", "--micro-batch", "2"]
+    yield "gpt.pad.cp2.dp2", GPT_PAD, ["--ranks", "4", "--cp", "2", "--dp", "2",
+                                       "--micro-batch", "1"]
+    yield "llama.pad.cp2.tp2.sp", LLAMA_PAD, ["--ranks", "4", "--cp", "2", "--tp", "2",
+                                              "--sequence-parallel", "--micro-batch", "2"]
+    yield "gpt.pad.cp2.pp2", GPT_PAD, ["--ranks", "4", "--cp", "2", "--pp", "2",
+                                       "--micro-batch", "1"]
+
+
+def padded_rows(rng, rows):
+    """Tokens 1..VOCAB-1 with 0 as padding: every row padded on the left or the right by 0 to
+    SEQ - 2 positions (row 0: 5 on the left, so cp rank 0's first queries see only padding)."""
+    out = rng.integers(1, VOCAB, size=(rows, SEQ + 1)).astype(np.int32)
+    for i in range(rows):
+        n = 5 if i == 0 else int(rng.integers(0, SEQ - 1))
+        if i == 0 or rng.integers(0, 2):
+            out[i, :n] = 0
+        elif n:
+            out[i, -n:] = 0
+    return out
+
+
+def shifted_padding(rng, rows):
+    """The same tokens padded on the left and on the right: (left, right) rows."""
+    left = np.zeros((rows, SEQ + 1), np.int32)
+    right = np.zeros((rows, SEQ + 1), np.int32)
+    for i in range(rows):
+        n = int(rng.integers(1, SEQ - 2))
+        tokens = rng.integers(1, VOCAB, size=SEQ + 1 - n)
+        left[i, n:] = tokens
+        right[i, :SEQ + 1 - n] = tokens
+    return left, right
+
+
 ERRORS = [
     # (name, model, args, the one-line error)
     ("error-seq", GPT, ["--ranks", "3", "--cp", "3", "--micro-batch", "2"],
@@ -159,6 +217,12 @@ ERRORS = [
      "--ranks 4 is not tp 2 x cp 4 x pp 1 x dp 1 = 8"),
     ("error-ring-without-cp", GPT, ["--cp-comm-type", "p2p", "--micro-batch", "2"],
      "--cp-comm-type applies with --cp C > 1 (context parallelism)"),
+    ("error-ring-padding", GPT_PAD, ["--ranks", "2", "--cp", "2", "--micro-batch", "2",
+                                     "--cp-comm-type", "p2p", *PAD],
+     "context parallelism's ring (--cp-comm-type p2p) does not carry a padding mask yet; use "
+     "--cp-comm-type all_gather for padded inputs"),
+    ("error-pad-without-mask", GPT, ["--micro-batch", "2", *PAD],
+     "--pad-token-id fills the model's attention_mask input, but"),
 ]
 
 
@@ -217,6 +281,11 @@ def main():
     os.makedirs(workdir, exist_ok=True)
     rows = np.random.default_rng(0).integers(0, VOCAB, size=(64, SEQ + 1)).astype(np.int32)
     np.save(os.path.join(workdir, "data.npy"), rows)
+    rng = np.random.default_rng(1)
+    np.save(os.path.join(workdir, "data_pad.npy"), padded_rows(rng, 64))
+    left, right = shifted_padding(rng, 16)
+    np.save(os.path.join(workdir, "data_left.npy"), left)
+    np.save(os.path.join(workdir, "data_right.npy"), right)
     problems = []
     oracles = {}
     for model in (GPT, LLAMA, MIXTRAL):
@@ -225,6 +294,33 @@ def main():
     for name, model, layout in layout_cases():
         try:
             got = run(megac, workdir, name, model, layout)
+            cp = layout[layout.index("--cp") + 1]
+            if f"cp {cp})" not in got["stdout"].splitlines()[0]:
+                raise Failure(f"{name}: the header does not say cp {cp}: "
+                              f"{got['stdout'].splitlines()[0]}")
+            worst = compare(name, got, oracles[model])
+            print(f"PASS {name}: worst parameter diff / bound {worst:.2e}")
+        except Failure as e:
+            problems.append(str(e))
+            print(f"FAIL {e}")
+    # Padded inputs: the key mask permuted and all-gathered with k and v, the labels with the
+    # tokens, the token count the whole batch's.
+    try:
+        right = run(megac, workdir, "pad.right.llama", LLAMA_PAD, ["--micro-batch", "2", *PAD],
+                    data="data_right.npy")
+        left = run(megac, workdir, "pad.left.llama", LLAMA_PAD, ["--micro-batch", "2", *PAD],
+                   data="data_left.npy")
+        worst = compare("pad.left-vs-right", left, right, LEFT_RIGHT_PARAM_RTOL)
+        print(f"PASS pad.left-vs-right (llama, 1 rank): worst parameter diff / bound {worst:.2e}")
+    except Failure as e:
+        problems.append(str(e))
+        print(f"FAIL {e}")
+    for model in (GPT_PAD, LLAMA_PAD):
+        oracles[model] = run(megac, workdir, f"oracle.pad.{model.split(':')[0]}", model,
+                             ["--micro-batch", "2", *PAD], data="data_pad.npy")
+    for name, model, layout in padded_cases():
+        try:
+            got = run(megac, workdir, name, model, layout + PAD, data="data_pad.npy")
             cp = layout[layout.index("--cp") + 1]
             if f"cp {cp})" not in got["stdout"].splitlines()[0]:
                 raise Failure(f"{name}: the header does not say cp {cp}: "

@@ -93,7 +93,7 @@ weights (docs/huggingface.md).)";
 const char *const kTrainHelp = R"(usage: megac train (FILE.onnx | FILE.mlir | --model SPEC)
                    (--data TOKENS.npy|PREFIX | --data-path [W1] PREFIX1 [W2 PREFIX2 ...])
                    [--seq S] --steps N --global-batch B --micro-batch b --lr X
-                   [--objective causal|mlm [--mask-token-id ID]]
+                   [--objective causal|mlm [--mask-token-id ID]] [--pad-token-id ID]
                    [--lr-schedule constant|cosine] [--warmup-steps W] [--min-lr Y]
                    [--adam-beta1 0.9] [--adam-beta2 0.999] [--adam-eps 1e-8]
                    [--weight-decay 0.01] [--clip-grad 0] [--seed 0]
@@ -168,7 +168,10 @@ row[:S], labels = row[1:]. BERT (zoo): masked LM on row[:S] -- round(15% of S) s
 positions per row become the token vocab-1 ([MASK]) and are the only labelled ones;
 attention_mask is all ones. A model file trains as a causal LM, or with --objective mlm as
 a masked LM the same way, the mask token --mask-token-id ID (default vocab-1; give the
-tokenizer's [MASK] / <mask> id). T5 (zoo): S = seq + dec_seq; the encoder reads row[:seq], the
+tokenizer's [MASK] / <mask> id). --pad-token-id ID (causal models with an attention_mask
+input: zoo gpt and llama with padding=1): a position whose input token is ID is padding,
+attention_mask 0 there (no query sees it), and a label whose input or target token is ID is
+ignored (no loss, not counted in the mean). T5 (zoo): S = seq + dec_seq; the encoder reads row[:seq], the
 decoder reads row[seq:S] and predicts row[seq+1:S+1]. The loss is the mean cross-entropy
 over the global batch's labelled tokens. An ONNX model's input_ids is bound to [b, S]; a
 zoo spec's seq must be S (t5: seq + dec_seq; its batch is set to b).

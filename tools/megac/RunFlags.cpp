@@ -36,6 +36,7 @@ void RunFlags::declare(Flags &f) {
   f.text("--split", split, "A,B,C").count("--steps", c.lr.totalSteps, 1);
   f.choice("--objective", objective, {"causal", "mlm"});
   f.count("--mask-token-id", maskTokenId, 0, "ID", std::numeric_limits<int32_t>::max());
+  f.count("--pad-token-id", padTokenId, 0, "ID", std::numeric_limits<int32_t>::max());
   f.count("--global-batch", globalBatch, 1, "B").count("--micro-batch", l.microBatch, 1, "b");
   f.count("--warmup-steps", c.lr.warmupSteps, 0, "W");
   f.number("--lr", lrValue, nonNegative, "a number >= 0");
@@ -121,6 +122,11 @@ std::string configureData(const Flags &f, RunFlags &r, bool planOnly) {
     if (d.objective != "mlm")
       return "--mask-token-id applies to masked-LM training (--objective mlm)";
     d.maskTokenId = r.maskTokenId;
+  }
+  if (f.given("--pad-token-id")) {
+    if (d.objective == "mlm")
+      return "--pad-token-id applies to causal LM training (not --objective mlm)";
+    d.padTokenId = r.padTokenId;
   }
   if (f.given("--seq") && !d.indexed)
     return "--seq applies to an indexed dataset (--data PREFIX of PREFIX.bin/.idx)";

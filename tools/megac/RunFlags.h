@@ -23,7 +23,7 @@ struct RunFlags {
   std::string reshard = "on";             // --reshard-after-forward on|off (ZeRO-3)
   std::vector<std::string> dataPath;
   std::string objective = "causal";
-  int64_t maskTokenId = 0;
+  int64_t maskTokenId = 0, padTokenId = 0;
   std::string lrSchedule = "constant", recompute = "none", schedule = "1f1b", precision = "fp32";
   double lrValue = 0;
   int64_t zero = 0, traceSteps = 2, globalBatch = 0;

@@ -104,7 +104,7 @@ func.func @attention_rank(%q: tensor<2x8x64xf32>, %k: tensor<2x8x4x16xf32>, %v: 
 
 func.func @attention_positions_causal(%q: tensor<2x8x4x16xf32>, %p: tensor<8xi64>) -> tensor<2x8x4x16xf32> {
   // expected-error @+2 {{failed to infer returned types}}
-  // expected-error @+1 {{attention positions are causal masking by global position: give them instead of `causal` and the mask, not with them}}
+  // expected-error @+1 {{attention positions are causal masking by global position: give them instead of `causal`, not with it}}
   %o = mega.attention %q, %q, %q positions %p, %p causal : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<8xi64>, tensor<8xi64>) -> tensor<2x8x4x16xf32>
   return %o : tensor<2x8x4x16xf32>
 }

@@ -67,14 +67,6 @@ func.func @attention_mask_grad(%q: tensor<2x8x4x16xf32>) {
 
 // -----
 
-func.func @attention_positions_mask(%q: tensor<2x8x4x16xf32>, %m: tensor<2x1x1x8xf32>, %p: tensor<8xi64>) {
-  // expected-error @+1 {{attention positions are causal masking by global position: give them instead of `causal` and the mask, not with them}}
-  %dq, %dk, %dv, %dm = mega.attention_grad %q, %q, %q, %q mask %m positions %p, %p : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x1x1x8xf32>, tensor<8xi64>, tensor<8xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x1x1x8xf32>)
-  return
-}
-
-// -----
-
 func.func @attention_result_grad(%q: tensor<2x8x4x16xf32>, %do: tensor<2x8x4x8xf32>) {
   // expected-error @+1 {{result_grad has type 'tensor<2x8x4x8xf32>' but must match 'tensor<2x8x4x16xf32>'}}
   %dq, %dk, %dv = mega.attention_grad %do, %q, %q, %q : (tensor<2x8x4x8xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>)

@@ -20,6 +20,9 @@ func.func @backward(%x: tensor<2x8x64xf32>, %w: tensor<64xf32>, %q: tensor<2x8x4
   // With positions: dq, dk, dv and no mask gradient.
   // CHECK: mega.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} positions %{{.*}}, %{{.*}} : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<8xi64>, tensor<8xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>)
   %pq, %pk, %pv = mega.attention_grad %q, %q, %q, %q positions %pos, %pos : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<8xi64>, tensor<8xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>)
+  // With a padding mask and positions (context parallelism of padded inputs): its dmask too.
+  // CHECK: mega.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} mask %{{.*}} positions %{{.*}}, %{{.*}} : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x1x1x8xf32>, tensor<8xi64>, tensor<8xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x1x1x8xf32>)
+  %mq, %mk, %mv, %mm = mega.attention_grad %q, %q, %q, %q mask %m positions %pos, %pos : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x1x1x8xf32>, tensor<8xi64>, tensor<8xi64>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x1x1x8xf32>)
   // CHECK: mega.gelu_grad tanh %{{.*}}, %{{.*}} : tensor<2x8x64xf32>
   %g = mega.gelu_grad tanh %x, %x : tensor<2x8x64xf32>
   // CHECK: mega.softmax_grad %{{.*}}, %{{.*}} axis 3 : tensor<2x4x8x8xf32>

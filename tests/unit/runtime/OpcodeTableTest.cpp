@@ -149,8 +149,8 @@ TEST(OpcodeTable, FlagsAndKernelsAreCoherent) {
       EXPECT_GE(info.maxOutputs, info.minOutputs);
     }
     if (info.has(fb::opflag::PositionPair)) {
-      // one optional input (a mask: one more output, at most) or a position pair (none)
-      EXPECT_EQ(info.maxInputs, info.minInputs + 2);
+      // a mask (one more output, at most), a position pair (none), or both
+      EXPECT_EQ(info.maxInputs, info.minInputs + 3);
       EXPECT_LE(info.maxOutputs - info.minOutputs, 1);
     } else if (info.minOutputs != info.maxOutputs && info.maxOutputs != fb::kVariadic) {
       // each optional input adds an output
@@ -194,7 +194,9 @@ TEST(OpcodeTable, PlanRulesComeFromTheTable) {
   EXPECT_EQ(fb::outputCount(fb::Opcode::AttentionGrad, 4), 3);
   EXPECT_EQ(fb::outputCount(fb::Opcode::AttentionGrad, 5), 4);
   EXPECT_EQ(fb::outputCount(fb::Opcode::AttentionGrad, 6), 3); // query and key positions
+  EXPECT_EQ(fb::outputCount(fb::Opcode::AttentionGrad, 7), 4); // a mask and positions: dmask
   EXPECT_EQ(fb::outputCount(fb::Opcode::Attention, 5), 1);
+  EXPECT_EQ(fb::outputCount(fb::Opcode::Attention, 6), 1);
   EXPECT_EQ(fb::outputCount(fb::Opcode::AdamW, 6), 3);
   EXPECT_EQ(fb::outputCount(fb::Opcode::Send, 1), 0);
   EXPECT_EQ(fb::outputCount(fb::Opcode::GlobalNorm, 7), 1);

@@ -19,9 +19,40 @@ func.func @forward_backward(%q: tensor<1x6x2x4xf32>) -> tensor<1x6x2x4xf32> {
 
 // -----
 
-// A padding mask on the attention is not supported yet.
+// A mask that is not a key padding mask [b, 1, 1, S] (here per query: a bias over s x t).
+func.func @forward_backward(%q: tensor<1x6x2x4xf32>, %m: tensor<1x1x6x6xf32>) -> tensor<1x6x2x4xf32> {
+  // expected-error@+1 {{context parallelism supports a key padding mask [b, 1, 1, 6] (broadcast over heads and queries); this attention's mask is 'tensor<1x1x6x6xf32>' (a relative position bias or a per-query mask is not supported with --cp; use --tp or --dp)}}
+  %0 = mega.attention %q, %q, %q mask %m causal : (tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>, tensor<1x1x6x6xf32>) -> tensor<1x6x2x4xf32>
+  return %0 : tensor<1x6x2x4xf32>
+}
+
+// -----
+
+// A key mask read from an argument that is no integer token input: nothing permutes it.
 func.func @forward_backward(%q: tensor<1x6x2x4xf32>, %m: tensor<1x1x1x6xf32>) -> tensor<1x6x2x4xf32> {
-  // expected-error@+1 {{context parallelism with an attention mask (padding, relative position bias) is not supported yet}}
+  // expected-error@+1 {{context parallelism permutes the padding mask with the sequence, but this attention's mask reads argument 1 'tensor<1x1x1x6xf32>', which is not an integer token input [b, 6] (give the padding as an integer attention_mask input)}}
+  %0 = mega.attention %q, %q, %q mask %m causal : (tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>, tensor<1x1x1x6xf32>) -> tensor<1x6x2x4xf32>
+  return %0 : tensor<1x6x2x4xf32>
+}
+
+// -----
+
+// A key bias that is a constant over the positions (not one value) would keep their order.
+func.func @forward_backward(%q: tensor<1x6x2x4xf32>) -> tensor<1x6x2x4xf32> {
+  %m = mega.constant dense<[[[[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]]]]> : tensor<1x1x1x6xf32>
+  // expected-error@+1 {{context parallelism permutes the padding mask with the sequence, but this attention's mask reads a constant 'tensor<1x1x1x6xf32>' over the positions, which would keep their order}}
+  %0 = mega.attention %q, %q, %q mask %m causal : (tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>, tensor<1x1x1x6xf32>) -> tensor<1x6x2x4xf32>
+  return %0 : tensor<1x6x2x4xf32>
+}
+
+// -----
+
+// A mask mixing positions (a softmax along the sequence) is not a padding mask.
+func.func @forward_backward(%q: tensor<1x6x2x4xf32>, %keep: tensor<1x6xi64> {mega.input = "attention_mask"}) -> tensor<1x6x2x4xf32> {
+  %f = mega.cast %keep : tensor<1x6xi64> -> tensor<1x6xf32>
+  %s = mega.softmax %f axis -1 : tensor<1x6xf32>
+  %m = mega.reshape %s : tensor<1x6xf32> -> tensor<1x1x1x6xf32>
+  // expected-error@+1 {{context parallelism permutes the padding mask with the sequence, but this attention's mask is computed by 'mega.softmax' (only elementwise ops, casts, reshapes and broadcasts of the token inputs keep it in the permuted order)}}
   %0 = mega.attention %q, %q, %q mask %m causal : (tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>, tensor<1x1x1x6xf32>) -> tensor<1x6x2x4xf32>
   return %0 : tensor<1x6x2x4xf32>
 }
@@ -55,8 +86,8 @@ func.func @forward_backward(%x: tensor<1x6x4xf32>) -> tensor<1x6x4xf32> {
 
 // -----
 
-// A float input over the sequence (a padding mask).
-// expected-error@+1 {{context parallelism permutes token inputs; input 'attention_mask' is a float tensor over the sequence (a padding mask?), which is not supported with --cp yet}}
+// A float input over the sequence (a float padding mask): --cp takes an integer one.
+// expected-error@+1 {{context parallelism permutes token inputs; input 'attention_mask' is a float tensor over the sequence, which --cp does not permute (give a padding mask as an integer attention_mask [b, S] of 1 and 0, as the zoo's models take it)}}
 func.func @forward_backward(%q: tensor<1x6x2x4xf32>, %m: tensor<1x6xf32> {mega.input = "attention_mask"}) -> tensor<1x6x2x4xf32> {
   %0 = mega.attention %q, %q, %q causal : (tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>, tensor<1x6x2x4xf32>) -> tensor<1x6x2x4xf32>
   return %0 : tensor<1x6x2x4xf32>
