@@ -157,7 +157,8 @@ done
 '''
 
 # The steps in the order of value (issue 27).
-ORDER = ["preflight", "kernels-elementwise", "kernels-nn", "kernels-fused", "executor-sync-each",
+ORDER = ["preflight", "kernels-elementwise", "kernels-nn", "kernels-fused", "nccl-overlap",
+         "executor-sync-each",
          "train-step-cpu", "train-step-cuda", "train-step cuda vs cpu", "loss small-gpt",
          "executor-train-steps", "nccl", "calibrate-quick", "bench-megac-gpt2-124m",
          "loss megac-gpt2-124m", "bench-torch-gpt2-124m", "loss torch-gpt2-124m",
