@@ -217,6 +217,14 @@ Status CudaExecutor::initDevice(const std::string &source) {
            "cudaMemsetAsync (error flag)");
   scratch_ = std::make_unique<exec::ScratchArena>(device_, ctx_.stream);
   ctx_.scratch = [this](size_t bytes) { return scratch_->get(bytes); };
+  // The pieces of collectives in flight and the staged sends come from the device's default
+  // pool (cudaMallocAsync). Its default hands freed memory back to the driver at every stream
+  // synchronization, once per function run here, so each step would map it again: keep it.
+  cudaMemPool_t pool = nullptr;
+  CUDA_TRY(cudaDeviceGetDefaultMemPool(&pool, device_), "cudaDeviceGetDefaultMemPool");
+  uint64_t keep = UINT64_MAX;
+  CUDA_TRY(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+           "cudaMemPoolSetAttribute (release threshold)");
 
   uint64_t bytes = std::max<uint64_t>(program_->arena_bytes(), 1);
   void *arena = nullptr;
