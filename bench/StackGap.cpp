@@ -52,6 +52,7 @@ const std::vector<Field> &fields() {
       FLAG(overlapGradReduce),
       FLAG(overlapParamGather),
       FLAG(prefetchShardedParams),
+      FLAG(overlapShardedGradReduce),
       FLAG(supportsContextParallel),
       FLAG(contextParallelAllGatherKv),
       FLAG(contextParallelRing),

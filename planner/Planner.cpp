@@ -367,6 +367,27 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
         if (!l.reshardAfterForward)
           gatherB = 0;
       }
+      // megac (overlapShardedGradReduce): each reduce-scatter starts as its gradient is final
+      // and is done at its function's end, so it runs under the rest of that chunk's backward,
+      // on the link the backward's regathers also use. Exposed: what the backward's compute
+      // cannot cover of both, less the regathers' exposed share, and at least each chunk
+      // function's last reduce-scatters: its first block's, on the first stage the embedding
+      // table's (its gradient is final last).
+      if (stack_.overlapShardedGradReduce && !stack_.overlapGradReduce) {
+        double block =
+            zeroCollective(l, Collective::reduceScatter, stageParameters(l, false, false) / layers,
+                           experts / layers, pb.gradient);
+        double table = first ? zeroCollective(l, Collective::reduceScatter,
+                                              double(ceilDiv(shape_.vocab, l.tp)) * shape_.hidden,
+                                              0, pb.gradient)
+                             : 0;
+        double tail = double(l.vpp - 1) * block + std::max(block, table);
+        double regathers =
+            l.zero == 3 && l.reshardAfterForward
+                ? zeroCollective(l, Collective::allGather, params, experts, pb.parameter)
+                : 0;
+        scatter = std::min(scatter, std::max(tail, scatter + regathers - compute - gatherB));
+      }
     }
     // A host-driven pipeline engine's cost per step (StackProfile::pipelineStepOverheadSeconds)
     // rides with the sends: both are on the critical path of every chunk step.

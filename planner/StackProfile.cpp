@@ -58,9 +58,9 @@ StackProfile megac(bool cpu) {
   // Issue 35: mega-backward-weight-split and the schedule library's zb-h1, zb-h2 and zbv run on
   // the pipeline runner of both runtimes (e2e_partition_zerobubble on the CPU).
   p.zeroBubbleSchedules = true;
-  // Issues 31/32: ZeRO-2's collectives and context parallelism's K/V all-gather run start/done
-  // around their use: blocking (ZeRO-3's gathers are prefetched: below). cp composes with tp, dp,
-  // pp, ZeRO 1-3 and dropless ep as the CPU compiler runs it (docs/context-parallel.md;
+  // Issues 31/32: context parallelism's K/V all-gather runs start/done around its use:
+  // blocking (ZeRO-3's gathers and ZeRO-2/3's reduce-scatters overlap: below). cp composes with
+  // tp, dp, pp, ZeRO 1-3 and dropless ep as the CPU compiler runs it (docs/context-parallel.md;
   // e2e_context_parallel); the CUDA runtime still refuses cp. Both exchanges run
   // (--cp-comm-type all_gather|p2p); the ring computes each block on a helper thread while the
   // next one is received (overlapped), re-runs the forward ring in the backward for the row
@@ -87,6 +87,10 @@ StackProfile megac(bool cpu) {
   // precision ZeRO-3 gathers the f32 master shard and casts each gathered copy.
   p.prefetchShardedParams = true;
   p.gathersMasterWeights = true;
+  // ZeRO-2/3's gradient reduce-scatters likewise: latency hiding starts each right after its
+  // gradient and completes it at the function's end, then adds it into the shard
+  // (e2e_zero_prefetch_plan asserts it; blocking without --overlap, optimistic as above).
+  p.overlapShardedGradReduce = true;
   // Issue 29: the dp reduction and ZeRO-1's gather overlap as `--overlap on` compiles them
   // (mega-training-fuse-last-micro-batch at pp 1, mega-schedule-latency-hiding).
   p.overlapFollowsPlan = true;

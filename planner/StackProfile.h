@@ -84,6 +84,14 @@ struct StackProfile {
   /// prefetch); two gathered layers are then in flight. Otherwise each collective runs
   /// start/done around its use and blocks (megac's runtime today), one gathered layer in flight.
   bool prefetchShardedParams = false;
+  /// ZeRO-2/3's per-micro-batch gradient reduce-scatters start as each gradient is final and
+  /// are done at their function's end (or once older ones fill the in-flight budget), so they
+  /// run under the rest of that chunk's backward, sharing the link with its regathers (megac
+  /// with --overlap on: mega-schedule-latency-hiding; e2e_zero_prefetch_plan asserts it on
+  /// compiled plans). Exposed: what the backward cannot cover, and at least each chunk
+  /// function's last ones (its first block's; the embedding table's on the first stage).
+  /// Stacks with overlapGradReduce hide them by that flag's rule instead.
+  bool overlapShardedGradReduce = false;
   /// ZeRO-3 under mixed precision (issue 31): a parameter is stored only as its f32 master shard
   /// (counted in the optimizer state), all-gathered and cast to bf16/fp16 right after each
   /// gather (megac: passes/training/ZeroSharding.h, gatherParameters), so no sharded

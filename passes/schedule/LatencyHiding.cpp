@@ -33,13 +33,56 @@ int64_t bytesOf(Value v) {
   return type.getNumElements() * std::max<int64_t>(1, type.getElementTypeBitWidth() / 8);
 }
 
+/// What a collective holds while in flight: its result, and a reduce-scatter also its whole
+/// input (the communicator's copy of it, or the buffer NCCL reads).
+int64_t inFlightBytes(Operation *op) {
+  return std::max(bytesOf(op->getResult(0)), bytesOf(op->getOperand(0)));
+}
+
+/// ZeRO-2/3's accumulation of a micro-batch gradient into its shard, `acc + reduce_scatter(g)`
+/// (passes/training/ZeroSharding.h): the add of a block argument whose other operand is a
+/// reduce-scatter of the block read by nothing else. Null for any other op.
+mega::AddOp accumulationOf(Operation *op) {
+  auto scatter = dyn_cast<mega::ReduceScatterOp>(op);
+  if (!scatter || !scatter->hasOneUse())
+    return nullptr;
+  auto add = dyn_cast<mega::AddOp>(*scatter->getUsers().begin());
+  if (!add || add->getBlock() != scatter->getBlock())
+    return nullptr;
+  Value other = add.getLhs() == scatter.getResult() ? add.getRhs() : add.getLhs();
+  auto acc = dyn_cast<BlockArgument>(other);
+  return acc && acc.getOwner() == add->getBlock() ? add : mega::AddOp();
+}
+
+/// Moves each ZeRO accumulation add down to just before the first op of the block that reads
+/// its sum (the terminator in a training function; the global norm or the update in
+/// @forward_backward_apply), so that its reduce-scatter's done can sink that far.
+/// scheduleBlock moves each back to just after its done.
+void sinkAccumulations(Block &block) {
+  SmallVector<mega::AddOp> adds;
+  for (Operation &op : block)
+    if (mega::AddOp add = accumulationOf(&op))
+      adds.push_back(add);
+  for (mega::AddOp add : adds) {
+    Operation *first = block.getTerminator();
+    for (Operation *user : add->getUsers())
+      if (Operation *at = block.findAncestorOpInBlock(*user); at && at->isBeforeInBlock(first))
+        first = at;
+    add->moveBefore(first);
+  }
+}
+
 /// One collective of a block and where its start and done go (indices into the block's ops:
-/// the start before ops[anchor], the done before ops[done]).
+/// the start before ops[anchor], the done before ops[done]). `accumulate`: a ZeRO gradient's
+/// reduce-scatter (accumulationOf), whose done goes as late as the in-flight budget allows,
+/// at most to `last` (the index of its add).
 struct Pair {
   Operation *op;
   size_t at, anchor, done;
   int64_t bytes;
   bool split = false;
+  mega::AddOp accumulate = nullptr;
+  size_t last = 0;
 };
 
 /// The start twin of a blocking collective, built at the builder's insertion point.
@@ -182,7 +225,58 @@ void hoistParameterGathers(Block &block) {
     op->moveBefore(terminator);
 }
 
+/// ZeRO's accumulated reduce-scatters, in program order, after every other pair is placed: each
+/// starts where it stands (right after its gradient) and is done as late as its add allows, as
+/// long as the bytes in flight at every op it spans (`usage`: the other pairs placed) fit the
+/// budget. Where they do not, the oldest accumulated reduce-scatters still in flight are done
+/// first, right before this one starts (FSDP's order: a reduce-scatter waits for the older
+/// ones, not the reverse); with none left to finish, this one is done where the budget is
+/// reached. A pair with nothing between start and done stays blocking.
+void placeAccumulations(std::vector<Pair> &pairs, std::vector<int64_t> &usage, int64_t budget) {
+  auto occupy = [&](const Pair &p, size_t from, size_t to, int64_t sign) {
+    for (size_t q = from; q < to; ++q)
+      usage[q] += sign * p.bytes;
+  };
+  std::vector<size_t> open; // accumulated pairs in flight, oldest first
+  for (size_t k = 0; k < pairs.size(); ++k) {
+    Pair &pair = pairs[k];
+    if (!pair.accumulate || pair.bytes > budget)
+      continue;
+    size_t done = pair.last;
+    while (true) {
+      size_t q = pair.at;
+      while (q < pair.last && usage[q] + pair.bytes <= budget)
+        ++q;
+      if (q == pair.last)
+        break;
+      auto oldest = llvm::find_if(open, [&](size_t j) { return pairs[j].done > q; });
+      if (oldest == open.end()) {
+        done = q;
+        break;
+      }
+      Pair &older = pairs[*oldest];
+      open.erase(oldest);
+      occupy(older, pair.at, older.done, -1);
+      older.done = pair.at;
+      older.split = older.done > older.at + 1;
+      if (!older.split) { // nothing left between its start and done: blocking after all
+        occupy(older, older.anchor, older.done, -1);
+        older.anchor = older.done = older.at;
+      }
+    }
+    pair.done = done;
+    pair.split = pair.done > pair.at + 1;
+    if (!pair.split) {
+      pair.done = pair.at;
+      continue;
+    }
+    occupy(pair, pair.anchor, pair.done, +1);
+    open.push_back(k);
+  }
+}
+
 void scheduleBlock(Block &block, int64_t budget) {
+  sinkAccumulations(block);
   std::vector<Operation *> ops;
   llvm::DenseMap<Operation *, size_t> index;
   for (Operation &op : block) {
@@ -201,7 +295,13 @@ void scheduleBlock(Block &block, int64_t budget) {
     for (Operation *user : op->getResult(0).getUsers())
       if (Operation *inBlock = block.findAncestorOpInBlock(*user))
         done = std::min(done, index.lookup(inBlock));
-    pairs.push_back({op, i, i, done, bytesOf(op->getResult(0))});
+    Pair pair{op, i, i, done, inFlightBytes(op)};
+    // An accumulated reduce-scatter waits for placeAccumulations: until then it holds nothing.
+    if ((pair.accumulate = accumulationOf(op))) {
+      pair.last = done;
+      pair.done = i;
+    }
+    pairs.push_back(pair);
   }
   if (pairs.empty())
     return;
@@ -216,6 +316,8 @@ void scheduleBlock(Block &block, int64_t budget) {
   };
   for (size_t k = 0; k < pairs.size(); ++k) {
     Pair &pair = pairs[k];
+    if (pair.accumulate)
+      continue;
     size_t earliest = 0;
     Value input = pair.op->getOperand(0);
     if (Operation *def = input.getDefiningOp())
@@ -241,16 +343,28 @@ void scheduleBlock(Block &block, int64_t budget) {
     else
       pair.anchor = pair.done = pair.at; // stays blocking: nothing in flight
   }
+  std::vector<int64_t> usage(ops.size(), 0);
+  for (const Pair &pair : pairs)
+    if (pair.split)
+      for (size_t q = pair.anchor; q < pair.done; ++q)
+        usage[q] += pair.bytes;
+  placeAccumulations(pairs, usage, budget);
   // Materialize in program order, so starts (and dones) sharing a position keep that order.
   OpBuilder b(block.getParentOp()->getContext());
   for (Pair &pair : pairs) {
-    if (!pair.split)
+    if (!pair.split) {
+      if (pair.accumulate) // blocking: its add back right after it, as before sinking
+        pair.accumulate->moveAfter(pair.op);
       continue;
+    }
     b.setInsertionPoint(ops[pair.anchor]);
     Value started = buildStart(b, pair.op);
     b.setInsertionPoint(ops[pair.done]);
     auto done = b.create<mega::CollectiveDoneOp>(pair.op->getLoc(), started.getType(), started);
     pair.op->getResult(0).replaceAllUsesWith(done.getResult());
+    // The shard is added into the accumulator as soon as it is here, not where the sum is read.
+    if (pair.accumulate)
+      pair.accumulate->moveAfter(done);
   }
   for (Pair &pair : pairs)
     if (pair.split)

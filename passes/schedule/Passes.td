@@ -219,6 +219,15 @@ def LatencyHiding : Pass<"mega-schedule-latency-hiding", "mlir::ModuleOp"> {
     and gather move ahead of the next bucket's update; the unpacking of every bucket follows the
     last update. Each tensor's arithmetic is unchanged.
 
+    ZeRO-2/3's accumulation of a micro-batch gradient into its shard, `acc + reduce_scatter(g)`
+    (an add of a block argument reading a reduce-scatter nothing else reads), is scheduled
+    last: the add first moves down to just before the first op reading its sum, the
+    reduce-scatter starts where it stands (right after its gradient) and is done as late as
+    that add, unless the bytes in flight would pass the budget (a reduce-scatter holds its
+    whole input): then the oldest such reduce-scatters still in flight are done first, right
+    before it starts. The add follows its done. So each gradient's reduce-scatter runs under
+    the rest of the backward.
+
     What overlaps (docs/training-step.md "Overlap"): in `@apply_gradients` each bucket's dp
     reduction runs while later buckets are flattened and reduced, and ZeRO-1's parameter
     all-gathers while the remaining buckets' updates run; in a backward, the column-parallel
@@ -242,7 +251,8 @@ def LatencyHiding : Pass<"mega-schedule-latency-hiding", "mlir::ModuleOp"> {
   let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
   let options = [
     Option<"maxInFlightBytes", "max-in-flight-bytes", "int64_t", /*default=*/"1073741824",
-           "the most bytes of collective results in flight at any point (>= 0)">,
+           "the most bytes of collective results (and reduce-scatter inputs) in flight at "
+           "any point (>= 0)">,
   ];
 }
 

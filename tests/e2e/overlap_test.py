@@ -4,7 +4,8 @@ A GPT (the partition suite's zoo gpt:layers=4,hidden=16,heads=4,seq=8,vocab=32, 
 and hyperparameters) trains 10 fp64 steps with --bucket-size 1000 (several dp buckets) on one
 rank and, with --overlap off and on, at
   pp 2 (1F1B, interleaved with 2 virtual stages, zb-h1; 4 micro-batches), dp 2 (2 micro-batches),
-  dp 2 (4 micro-batches), dp 2 + ZeRO-1, dp 2 + ZeRO-2, tp 2, tp 2 x dp 2
+  dp 2 (4 micro-batches), dp 2 + ZeRO-1, dp 2 + ZeRO-2, dp 2 + ZeRO-3, pp 2 x dp 2 + ZeRO-2,
+  tp 2, tp 2 x dp 2
 losses, grad norms, step-1 gradients and final parameters bit-identical on and off, and each
 --overlap on run equals the one-rank run within the partition suite's fp64 bounds
 (partition_equivalence.compare: the layout reassociates sums, the schedule changes no
@@ -20,7 +21,11 @@ overlaps the rest of the last backward. With ZeRO-1/2 a parameter all-gather of 
 must be started before at least one of its AdamWMulti kernels starts (the update splits by
 gathered bucket: the gathers run behind the remaining buckets' updates). At pp 2 the receives
 of each step are posted ahead of it: the trace must show a RecvAsync (post to wait) during which
-a kernel of the same rank starts. Exit 77 (skip) without
+a kernel of the same rank starts. With ZeRO-2/3 each micro-batch's gradient reduce-scatters
+start right after their gradients and complete at the function's end: in rank 0's trace a
+ReduceScatterAsync over dp of a training function that is not fused with the update
+(forward_backward, a chunk's backward) must be started before at least one of that function's
+MatMul kernels starts. Exit 77 (skip) without
 mpirun. Runs with Debian's /usr/bin/python3.
 
 usage: overlap_test.py --megac build/bin/megac --workdir DIR
@@ -82,6 +87,22 @@ def recv_overlap(events):
                 and any(e["ts"] < t < e["ts"] + e["dur"] for t in kernels.get(e.get("pid"), []))])
 
 
+def scatter_overlap(events):
+    """Rank 0's MatMul kernels that start while a ZeRO reduce-scatter (ReduceScatterAsync over
+    "[dp] ...") of the same training function, not the fused one, is in flight."""
+    scatters = [e for e in events
+                if e.get("pid") == 0 and e.get("name") == "ReduceScatterAsync"
+                and str(e.get("args", {}).get("function", "")).startswith(
+                    ("forward_backward", "backward"))
+                and e.get("args", {}).get("function") != FUSED
+                and str(e.get("args", {}).get("group", "")).startswith("[dp]")]
+    kernels = [e for e in events
+               if e.get("pid") == 0 and e.get("cat") == "kernel" and e.get("name") == "MatMul"]
+    return len([k for k in kernels
+                if any(s["args"]["function"] == k.get("args", {}).get("function")
+                       and s["ts"] < k["ts"] < s["ts"] + s.get("dur", 0) for s in scatters)])
+
+
 def gather_overlap(events):
     """Rank 0's AdamWMulti kernels in the fused function that start after its first parameter
     all-gather (AllGatherAsync over "[dp] ...") was started."""
@@ -121,6 +142,9 @@ def main():
              ("dp2.m4", dict(dp=2, micro=1), {"AllReduceAsync"}, True),
              ("dp2+zero1", dict(dp=2, zero=1), {"ReduceScatterAsync", "AllGatherAsync"}, True),
              ("dp2+zero2", dict(dp=2, zero=2), {"ReduceScatterAsync", "AllGatherAsync"}, True),
+             ("dp2+zero3", dict(dp=2, zero=3), {"ReduceScatterAsync", "AllGatherAsync"}, True),
+             ("pp2xdp2+z2", dict(pp=2, dp=2, zero=2, micro=2), {"ReduceScatterAsync",
+                                                                "RecvAsync"}, False),
              ("tp2", dict(tp=2), {"AllReduceAsync"}, False),
              ("tp2xdp2", dict(tp=2, dp=2), {"AllReduceAsync"}, True)]
     failures = 0
@@ -167,12 +191,15 @@ def main():
             problems.append(f"rank 0 never ran {FUSED} (the last micro-batch fused with the "
                             "update)")
         updates = gather_overlap(events)
-        if kw.get("zero") and updates == 0:
+        if kw.get("zero") in (1, 2) and not pipelined and updates == 0:
             problems.append(f"no AdamWMulti of {FUSED} starts after its first parameter "
                             "all-gather: the gathers do not overlap the updates")
         if overlaps and later == 0:
             problems.append(f"no GEMM of {FUSED} starts after its first dp reduction: the "
                             "reduction does not overlap the last backward")
+        if kw.get("zero", 0) >= 2 and scatter_overlap(events) == 0:
+            problems.append("no MatMul starts while a ZeRO reduce-scatter of its (unfused) "
+                            "training function is in flight: the reduce-scatters block")
         same = "yes" if not any("between" in p for p in problems) else "NO"
         print(f"{name:<12} {same:<10} {pe.fmt(result['loss']):>9} {pe.fmt(result['param']):>9} "
               f"{pe.fmt(result['grad']):>9} {later:>24} {updates:>24}  {', '.join(sorted(seen))}")

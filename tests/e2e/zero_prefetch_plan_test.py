@@ -15,8 +15,17 @@ h3..h0. For each unit k of a block whose previous unit k-1 is a block too:
   - every start of unit k comes after unit k-2's first done: at most two units gathered or in
     flight (the planner's "two gathered units with prefetch").
 The same model compiled without --overlap has no AllGatherStart (blocking gathers): the control
-that the properties above come from the overlap passes. Exact properties of an instruction
-order: no tolerance.
+that the properties above come from the overlap passes.
+
+ZeRO-2/3's gradient reduce-scatters (StackProfile::overlapShardedGradReduce), compiled with
+--zero 2 and --zero 3 at dp 2 and with --zero 2 at pp 2 x dp 2 (chunk functions): in every
+training function (forward_backward, forward_backward_apply, the chunks' backward.*), every
+reduce-scatter is a ReduceScatterStart (at most one, with nothing between it and its use, may
+block), each start directly follows the instruction that writes its input (no other compute
+between: it starts as soon as the gradient is final), and each start with a GEMM after it in its
+function is done after that function's last GEMM (it runs under the rest of the backward; the
+planner charges each function's last ones exposed). Without --overlap: no ReduceScatterStart.
+Exact properties of an instruction order: no tolerance.
 
 usage: zero_prefetch_plan_test.py --megac build/bin/megac --flatc flatc --workdir DIR
 """
@@ -95,6 +104,92 @@ def check_function(program, function):
     return problems, blocks
 
 
+# (model, pp, dp, zero): ZeRO-2/3's reduce-scatters, one chunk and two.
+SCATTER_CASES = [("gpt:layers=4,hidden=16,heads=4,seq=8,vocab=32", 1, 2, 2),
+                 ("gpt:layers=4,hidden=16,heads=4,seq=8,vocab=32", 1, 2, 3),
+                 ("gpt:layers=4,hidden=16,heads=4,seq=8,vocab=32", 2, 2, 2)]
+ASYNC = {"AllReduceStart", "AllGatherStart", "ReduceScatterStart", "CollectiveDone"}
+
+
+def check_scatters(function):
+    """Problems with one function's ZeRO reduce-scatters; how many started and how many ran
+    under at least one later GEMM."""
+    instructions = function.get("instructions", [])
+    name = function["name"]
+    gemms = [i for i, inst in enumerate(instructions) if inst["op"] in GEMMS]
+    blocking = [i for i, inst in enumerate(instructions) if inst["op"] == "ReduceScatter"]
+    problems, started, overlapped = [], 0, 0
+    if len(blocking) > 1 or any(gemms and i < gemms[-1] for i in blocking):
+        problems.append(f"{name}: blocking ReduceScatter at {blocking} (last GEMM at "
+                        f"{gemms[-1] if gemms else None})")
+    dones = {inst["inputs"][0]: i for i, inst in enumerate(instructions)
+             if inst["op"] == "CollectiveDone"}
+    for i, inst in enumerate(instructions):
+        if inst["op"] != "ReduceScatterStart":
+            continue
+        started += 1
+        producer = next((j for j in range(i - 1, -1, -1)
+                         if instructions[j]["op"] not in ASYNC), None)
+        if producer is None or inst["inputs"][0] not in instructions[producer].get("outputs", []):
+            what = instructions[producer]["op"] if producer is not None else "nothing"
+            problems.append(f"{name}: ReduceScatterStart at {i} does not follow the instruction "
+                            f"writing its input (the compute before it is {what} at {producer})")
+        done = dones.get(inst["outputs"][0])
+        if done is None:
+            problems.append(f"{name}: ReduceScatterStart at {i} has no CollectiveDone")
+            continue
+        if gemms and i < gemms[-1]:
+            if done < gemms[-1]:
+                problems.append(f"{name}: ReduceScatterStart at {i} done at {done}, before the "
+                                f"function's last GEMM at {gemms[-1]}")
+            else:
+                overlapped += 1
+    return problems, started, overlapped
+
+
+def scatter_failures(megac, flatc, workdir):
+    failures = 0
+    for spec, pp, dp, zero in SCATTER_CASES:
+        for overlap in (True, False):
+            path = os.path.join(workdir, f"rs-pp{pp}-dp{dp}-z{zero}-{'on' if overlap else 'off'}"
+                                ".mplan")
+            argv = [megac, "compile", "--model", spec, "--ranks", str(pp * dp), "--pp", str(pp),
+                    "--dp", str(dp), "--zero", str(zero), "--overlap",
+                    "on" if overlap else "off", "-o", path]
+            run = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            if run.returncode != 0:
+                raise RuntimeError(f"{' '.join(argv)} failed:\n{run.stdout}{run.stderr}")
+            plan = gl.plan_json(flatc, path, workdir)
+            label = f"pp {pp} dp {dp} --zero {zero} --overlap {'on' if overlap else 'off'}"
+            functions = [f for program in plan["programs"] for f in program["functions"]
+                         if f["name"].startswith(("forward_backward", "backward"))]
+            if not overlap:
+                starts = sum(inst["op"] == "ReduceScatterStart" for f in functions
+                             for inst in f.get("instructions", []))
+                ok = starts == 0
+                print(("ok: " if ok else "FAIL: ") + f"{label}: {starts} ReduceScatterStart "
+                      "(blocking reduce-scatters only)")
+                failures += not ok
+                continue
+            problems, started, overlapped = [], 0, 0
+            for function in functions:
+                p, s, o = check_scatters(function)
+                problems += p
+                started += s
+                overlapped += o
+            # Every training function reduce-scatters its gradients: 4 blocks' worth at least.
+            if overlapped < 4 * 4:
+                problems.append(f"only {overlapped} reduce-scatters run under a later GEMM")
+            ok = not problems
+            print(("ok: " if ok else "FAIL: ") + f"{label}: {started} ReduceScatterStart, "
+                  f"{overlapped} done after their function's last GEMM, each right after its "
+                  "gradient")
+            for p in problems[:8]:
+                print("      " + p)
+            failures += not ok
+    return failures
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--megac", required=True)
@@ -133,6 +228,7 @@ def main():
                 for p in problems[:8]:
                     print("      " + p)
                 failures += not ok
+    failures += scatter_failures(os.path.abspath(args.megac), args.flatc, args.workdir)
     print("FAIL" if failures else "PASS", f"({failures} failures)")
     return 1 if failures else 0
 

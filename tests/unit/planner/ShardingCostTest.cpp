@@ -239,6 +239,49 @@ TEST(ZeroCostTest, PrefetchHidesGathersBehindCompute) {
   EXPECT_GE(z3->zeroGatherSeconds, 2 * m * gather / 24 - 1e-12);
 }
 
+// megac with --overlap on (overlapShardedGradReduce; e2e_zero_prefetch_plan reads it from
+// compiled plans): each micro-batch's reduce-scatters run under the rest of the backward, and
+// the function's last one, the embedding table's (its gradient is final last; larger than a
+// block's here), is exposed: at least m of those, at most the whole m x scatter the blocking
+// form charges. The flag changes nothing on a stack that hides them by overlapGradReduce.
+TEST(ZeroCostTest, MegacHidesReduceScattersBehindTheBackward) {
+  TransformerShape s = gpt(24, 2048, 16, 2048, 51200);
+  Cluster c = cluster("h100-sxm:1x8");
+  std::string why;
+  StackProfile megac = stack("megac"), blocking = megac;
+  ASSERT_TRUE(megac.overlapShardedGradReduce);
+  blocking.overlapShardedGradReduce = false;
+  const int m = 64 / 8;
+  double table = collectiveSeconds(c, Collective::reduceScatter, 8, 1, 51200.0 * 2048 * 4);
+  for (int zero : {2, 3}) {
+    SCOPED_TRACE(zero);
+    auto on = StepEstimator(s, c, 64, megac).estimate(dataParallel(8, zero), &why);
+    auto off = StepEstimator(s, c, 64, blocking).estimate(dataParallel(8, zero), &why);
+    auto z0 = StepEstimator(s, c, 64, megac).memory(dataParallel(8, 0), &why);
+    ASSERT_TRUE(on && off && z0) << why;
+    double scatter = collectiveSeconds(c, Collective::reduceScatter, 8, 1,
+                                       z0->parameterBytes / 2 * 4); // fp32 gradients
+    EXPECT_NEAR(off->zeroReduceScatterSeconds, m * scatter, 1e-12);
+    EXPECT_LT(on->zeroReduceScatterSeconds, off->zeroReduceScatterSeconds);
+    EXPECT_GE(on->zeroReduceScatterSeconds, m * table * (1 - 1e-12));
+    EXPECT_LT(on->stepSeconds, off->stepSeconds);
+  }
+  // ZeRO-3's backward regathers share the link: without them (reshard after forward off) no
+  // more of the reduce-scatters is exposed.
+  Layout keep = dataParallel(8, 3);
+  keep.reshardAfterForward = false;
+  auto kept = StepEstimator(s, c, 64, megac).estimate(keep, &why);
+  auto regathered = StepEstimator(s, c, 64, megac).estimate(dataParallel(8, 3), &why);
+  ASSERT_TRUE(kept && regathered) << why;
+  EXPECT_LE(kept->zeroReduceScatterSeconds, regathered->zeroReduceScatterSeconds);
+  StackProfile core = stack("megatron-core"), coreWith = core;
+  coreWith.overlapShardedGradReduce = true;
+  auto a = StepEstimator(s, c, 64, core).estimate(dataParallel(8, 2), &why);
+  auto b = StepEstimator(s, c, 64, coreWith).estimate(dataParallel(8, 2), &why);
+  ASSERT_TRUE(a && b) << why;
+  EXPECT_EQ(a->zeroReduceScatterSeconds, b->zeroReduceScatterSeconds);
+}
+
 // Issue 31: a 70B model on 64 H100 without tp or pp does not fit at zero 0 or 1 (6 bytes of
 // parameters and gradients per parameter: ~420 GB), and fits at zero 3.
 TEST(ZeroCostTest, Llama70BOn64H100WithoutTpPpNeedsZeroThree) {

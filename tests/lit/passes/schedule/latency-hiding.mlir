@@ -126,3 +126,48 @@ func.func @zero_buckets(%lr: tensor<f32>, %step: tensor<i64>, %p0: tensor<4xf32>
 // CHECK-NEXT:    %[[B:.*]] = mega.collective_done %[[H1]]
 // CHECK-NEXT:    %[[NB:.*]] = mega.neg %[[B]]
 // CHECK-NEXT:    return %[[N]], %[[NB]], %[[U2]]#0, %[[U0]]#1
+
+// -----
+
+// ZeRO-2/3's accumulation of a micro-batch gradient into its shard, `acc + reduce_scatter(g)`:
+// each reduce-scatter starts right after its gradient's GEMM and is done as late as the add
+// allows (the add moves down to just before the return, then back to just after the done), so
+// it runs under the rest of the backward. With a 256-byte budget (one [8, 8] gradient in flight:
+// a reduce-scatter holds its whole input) the older one is done right before the newer starts.
+#mesh = #mega.mesh<dp = 2>
+func.func @accumulate(%acc0: tensor<4x8xf32>, %acc1: tensor<4x8xf32>, %dy: tensor<8x8xf32>,
+    %x: tensor<8x8xf32>, %w: tensor<8x8xf32>) -> (tensor<8x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) {
+  %g1 = mega.matmul %dy, %x {transpose_lhs = true} : tensor<8x8xf32>, tensor<8x8xf32> -> tensor<8x8xf32>
+  %s1 = mega.reduce_scatter sum %g1 on #mesh axes ["dp"] dim 0 : tensor<8x8xf32> -> tensor<4x8xf32>
+  %a1 = mega.add %acc1, %s1 : tensor<4x8xf32>
+  %dx = mega.matmul %dy, %w : tensor<8x8xf32>, tensor<8x8xf32> -> tensor<8x8xf32>
+  %g0 = mega.matmul %dx, %x {transpose_lhs = true} : tensor<8x8xf32>, tensor<8x8xf32> -> tensor<8x8xf32>
+  %s0 = mega.reduce_scatter sum %g0 on #mesh axes ["dp"] dim 0 : tensor<8x8xf32> -> tensor<4x8xf32>
+  %a0 = mega.add %acc0, %s0 : tensor<4x8xf32>
+  %n = mega.neg %dx : tensor<8x8xf32>
+  return %n, %a0, %a1 : tensor<8x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>
+}
+// CHECK-LABEL: func.func @accumulate
+// CHECK-NEXT:    %[[G1:.*]] = mega.matmul %arg2, %arg3
+// CHECK-NEXT:    %[[H1:.*]] = mega.reduce_scatter_start sum %[[G1]] {{.*}} dim 0 : tensor<8x8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT:    %[[DX:.*]] = mega.matmul %arg2, %arg4
+// CHECK-NEXT:    %[[G0:.*]] = mega.matmul %[[DX]], %arg3
+// CHECK-NEXT:    %[[H0:.*]] = mega.reduce_scatter_start sum %[[G0]]
+// CHECK-NEXT:    %[[N:.*]] = mega.neg %[[DX]]
+// CHECK-NEXT:    %[[S1:.*]] = mega.collective_done %[[H1]] : tensor<4x8xf32>
+// CHECK-NEXT:    %[[A1:.*]] = mega.add %arg1, %[[S1]]
+// CHECK-NEXT:    %[[S0:.*]] = mega.collective_done %[[H0]] : tensor<4x8xf32>
+// CHECK-NEXT:    %[[A0:.*]] = mega.add %arg0, %[[S0]]
+// CHECK-NEXT:    return %[[N]], %[[A0]], %[[A1]]
+// BUDGET-LABEL: func.func @accumulate
+// BUDGET-NEXT:    mega.matmul %arg2, %arg3
+// BUDGET-NEXT:    %[[H1:.*]] = mega.reduce_scatter_start sum
+// BUDGET-NEXT:    mega.matmul %arg2, %arg4
+// BUDGET-NEXT:    %[[G0:.*]] = mega.matmul
+// BUDGET-NEXT:    %[[S1:.*]] = mega.collective_done %[[H1]]
+// BUDGET-NEXT:    mega.add %arg1, %[[S1]]
+// BUDGET-NEXT:    %[[H0:.*]] = mega.reduce_scatter_start sum %[[G0]]
+// BUDGET-NEXT:    mega.neg
+// BUDGET-NEXT:    %[[S0:.*]] = mega.collective_done %[[H0]]
+// BUDGET-NEXT:    mega.add %arg0, %[[S0]]
+// BUDGET-NEXT:    return
