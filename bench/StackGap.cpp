@@ -49,6 +49,7 @@ const std::vector<Field> &fields() {
       Field{"headCopies", nullptr, &StackProfile::headCopies, nullptr},
       FLAG(separateGradAccumulation),
       FLAG(gemmAccumulatesWeightGrads),
+      FLAG(gemmAccumulatesHalfWeightGrads),
       FLAG(overlapGradReduce),
       FLAG(overlapParamGather),
       FLAG(prefetchShardedParams),

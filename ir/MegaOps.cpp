@@ -146,11 +146,23 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *, std::optional<Location> 
                                          Adaptor adaptor, SmallVectorImpl<Type> &out) {
   if (!allRanked({adaptor.getLhs(), adaptor.getRhs()}))
     return notRanked(loc);
-  if (elementOf(adaptor.getLhs()) != elementOf(adaptor.getRhs()))
+  Type element = elementOf(adaptor.getLhs());
+  if (element != elementOf(adaptor.getRhs()))
     return emitOptionalError(loc, "matmul operands have different element types");
+  // The GEMM accumulates in its operands' type or, mixed precision (Megatron's gradient-
+  // accumulation fusion), reads bf16/f16 operands into an f32 accumulator: the result has the
+  // accumulator's type.
+  if (Value acc = adaptor.getAccumulate(); acc && isa<RankedTensorType>(acc.getType())) {
+    Type accElement = elementOf(acc);
+    if (accElement != element && !(isa<BFloat16Type, Float16Type>(element) && accElement.isF32()))
+      return emitOptionalError(loc, "matmul accumulates ", element, " operands into a ", accElement,
+                               " accumulator; a GEMM accumulates in its operands' type, or "
+                               "bf16/f16 operands into f32 (cast the product first)");
+    element = accElement;
+  }
   SmallVector<int64_t> lhs = gemmDims(adaptor.getLhs(), adaptor.getTransposeLhs());
   SmallVector<int64_t> rhs = gemmDims(adaptor.getRhs(), adaptor.getTransposeRhs());
-  return pushInferred(loc, shape::matmul(span(lhs), span(rhs)), elementOf(adaptor.getLhs()), out);
+  return pushInferred(loc, shape::matmul(span(lhs), span(rhs)), element, out);
 }
 
 LogicalResult MatmulOp::verify() {
@@ -161,7 +173,7 @@ LogicalResult MatmulOp::verify() {
   auto type = getType();
   if (accType.getShape() != type.getShape() || accType.getElementType() != type.getElementType())
     return emitOpError() << "accumulator " << accType << " must have the result's type " << type
-                         << " (cast the product first; the GEMM accumulates in its own type)";
+                         << " (the GEMM writes its sum over the accumulator)";
   return success();
 }
 

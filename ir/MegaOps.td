@@ -172,12 +172,17 @@ def Mega_MatmulOp : Mega_CostedOp<"matmul", [Mega_Plan<"MatMul">, Pure, Mega_Inf
     with `transpose_lhs` the lhs is stored `[..., k, m]` and read as its transpose over the last
     two dims, with `transpose_rhs` the rhs is stored `[..., n, k]`. With an `accumulate`
     operand (the result's type) the product is added to it, `acc + lhs x rhs`: a gradient
-    accumulator updated by the GEMM itself (beta = 1), no separate add.
+    accumulator updated by the GEMM itself (beta = 1), no separate add. The accumulator has the
+    operands' element type, or is f32 under bf16/f16 operands (mixed precision: the product of
+    the half operands is summed in f32 and added to the f32 accumulator without being rounded
+    to half; Megatron's gradient-accumulation fusion).
 
     ```mlir
     %s = mega.matmul %q, %kt : tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32> -> tensor<2x4x16x16xf32>
     %dw = mega.matmul %g, %x accumulate %acc {transpose_lhs = true}
         : tensor<32x64xf32>, tensor<32x16xf32>, tensor<64x16xf32> -> tensor<64x16xf32>
+    %dwh = mega.matmul %gh, %xh accumulate %acc {transpose_lhs = true}
+        : tensor<32x64xbf16>, tensor<32x16xbf16>, tensor<64x16xf32> -> tensor<64x16xf32>
     ```
   }];
   let arguments = (ins Mega_FloatTensor:$lhs, Mega_FloatTensor:$rhs,

@@ -55,12 +55,16 @@ struct Linear {
   bool bias;
 };
 
-/// Whether this step's weight gradients accumulate inside their GEMM: megac fuses only where
-/// the GEMM's output is the fp32/fp64 accumulator itself; a bf16/fp16 product is widened and
-/// then added (mega-training-gemm-fusion keeps `acc + cast(matmul)`).
+bool isHalf(Precision precision) {
+  return precision == Precision::bf16 || precision == Precision::fp16;
+}
+
+/// Whether this step's weight gradients accumulate inside their GEMM: in fp32/fp64 where the
+/// stack fuses at all, in bf16/fp16 where its GEMM also reads half operands into the fp32
+/// accumulator (StackProfile::gemmAccumulatesHalfWeightGrads).
 bool gemmAccumulates(const StackProfile &stack, Precision precision) {
   return stack.gemmAccumulatesWeightGrads &&
-         (precision == Precision::fp32 || precision == Precision::fp64);
+         (!isHalf(precision) || stack.gemmAccumulatesHalfWeightGrads);
 }
 
 /// The MLP of an MoE block (docs/moe.md, "Planner"), forward and backward, on one rank for one
@@ -518,6 +522,11 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
         params += double(proj.out + fc2.out);
       }
       tensors = (bias ? matrices : 0) + (bias ? 4 : 2);
+      if (s.experts > 0 && isHalf(g.precision)) {
+        // The experts' weight gradients (moe_matmul_weight_grad) keep a widened add under half.
+        params += experts / double(g.ep) / (stack.expertTensorParallel ? double(t) : 1.0);
+        tensors += s.gatedMlp ? 3 : 2;
+      }
     }
     PassKernels acc;
     Builder{&acc}.mem(KernelClass::elementwise, params * double(e + 8) / tensors, tensors);

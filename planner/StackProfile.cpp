@@ -21,11 +21,14 @@ StackProfile megac(bool cpu) {
                       : "megac's CUDA runtime: NVRTC elementwise fusion, flash-style attention, "
                         "overlap only with --overlap on, pipeline sends through host memory";
   // passes/training/GemmFusion.cpp: no transpose feeds a GEMM, and weight gradients (MoE
-  // experts' too) accumulate in their GEMM; e2e_gemm_layout pins both on the partition suite's
-  // plans, e2e_plan_kernels this inventory against the executed instructions.
+  // experts' too) accumulate in their GEMM; under bf16/fp16 the dense ones read their half
+  // operands into the fp32 accumulator (the experts' keep a widened add); e2e_gemm_layout pins
+  // all of it on the partition suite's plans (bf16/fp16 included), e2e_plan_kernels this
+  // inventory against the executed instructions.
   p.transposeInstructions = false;
   p.separateGradAccumulation = true;
   p.gemmAccumulatesWeightGrads = true;
+  p.gemmAccumulatesHalfWeightGrads = true;
   p.replicatesKvHeads = true;
   // Both runtimes run the same compiled graph (docs/planner.md, "A stack is data").
   p.separateProjections = true;

@@ -59,9 +59,15 @@ struct StackProfile {
   /// With separateGradAccumulation: weight-matrix gradients accumulate inside their GEMM
   /// (beta = 1: megac's mega-training-gemm-fusion, Megatron's --gradient-accumulation-fusion for
   /// the matrices), so only the vectors (biases, norm weights) and the embedding table keep an
-  /// add of their own per micro-batch. megac: fp32/fp64 steps only (a half GEMM's product is
-  /// widened, then added).
+  /// add of their own per micro-batch. Under bf16/fp16 only with gemmAccumulatesHalfWeightGrads.
   bool gemmAccumulatesWeightGrads = false;
+  /// With gemmAccumulatesWeightGrads, in bf16/fp16 steps too: the weight-gradient GEMM reads its
+  /// half operands into the fp32 accumulator (cuBLASLt bf16/f16 A and B, f32 C and D; megac's
+  /// mega-training-gemm-fusion since issue 30, e2e_gemm_layout counts no widening add in the
+  /// partition suite's bf16/fp16 plans). Otherwise a half step widens each weight gradient's
+  /// product and adds it. MoE expert weight gradients (megac's moe_matmul_weight_grad, which has
+  /// no half-into-f32 form) keep their widened add under bf16/fp16 either way.
+  bool gemmAccumulatesHalfWeightGrads = false;
   /// The data-parallel gradient reduction runs during the backward (bucketed); otherwise it
   /// follows the last micro-batch's backward and is exposed.
   bool overlapGradReduce = false;

@@ -1,6 +1,6 @@
 // mega-training-gemm-fusion: GEMMs read transposed operands as layout flags, and weight-gradient
-// GEMMs accumulate into their gradient accumulator (beta = 1), so neither a transpose copy nor a
-// separate accumulation add is left in the training step.
+// GEMMs accumulate into their gradient accumulator (beta = 1; half GEMMs into the f32 one), so
+// neither a transpose copy nor a separate accumulation add is left in the training step.
 #include "passes/training/Passes.h"
 
 #include "ir/MegaDialect.h"
@@ -78,28 +78,62 @@ void linearToMatmul(mega::LinearOp linear) {
   eraseIfDead(wt);
 }
 
+/// Whether a GEMM with `operand` elements may accumulate into `acc` elements: the same type, or
+/// bf16/f16 operands into f32 (MatmulOp's mixed-precision accumulation).
+bool accumulatesInto(Type operand, Type acc) {
+  return operand == acc || (isa<BFloat16Type, Float16Type>(operand) && acc.isF32());
+}
+
+/// A GEMM whose result reaches an accumulation: `op`, and the cast that widens its half
+/// product to the accumulator's f32 (null when the product has the accumulator's type).
+struct Product {
+  Operation *op = nullptr;
+  mega::CastOp widen;
+  explicit operator bool() const { return op != nullptr; }
+};
+
 /// A GEMM result read once, by the accumulation, without an accumulator of its own: a matmul or
-/// a MoE expert weight gradient (the grouped GEMM over each expert's active rows), of the
-/// accumulator's type.
-Operation *fusibleProduct(Value v, Value acc) {
+/// a MoE expert weight gradient (the grouped GEMM over each expert's active rows) of the
+/// accumulator's type; or, under bf16/fp16, a half matmul read once by the cast that widens it
+/// to the f32 accumulator (the GEMM then reads the half operands into the accumulator itself:
+/// MoeMatmulWeightGrad has no mixed-precision form and keeps its cast and add).
+Product fusibleProduct(Value v, Value acc) {
   Operation *op = v.getDefiningOp();
   auto type = cast<RankedTensorType>(v.getType()), accType = cast<RankedTensorType>(acc.getType());
   if (!op || type.getShape() != accType.getShape() ||
       type.getElementType() != accType.getElementType() || !v.hasOneUse())
-    return nullptr;
+    return {};
+  if (auto widen = dyn_cast<mega::CastOp>(op)) {
+    Value half = widen.getInput();
+    auto mm = half.getDefiningOp<mega::MatmulOp>();
+    if (!mm || mm.getAccumulate() || !half.hasOneUse() ||
+        !isa<BFloat16Type, Float16Type>(mm.getType().getElementType()) ||
+        !accumulatesInto(mm.getType().getElementType(), accType.getElementType()))
+      return {};
+    return {mm, widen};
+  }
   if (auto mm = dyn_cast<mega::MatmulOp>(op))
-    return mm.getAccumulate() ? nullptr : op;
+    return mm.getAccumulate() ? Product{} : Product{op, {}};
   if (auto wg = dyn_cast<mega::MoeMatmulWeightGradOp>(op))
-    return wg.getAccumulate() ? nullptr : op;
-  return nullptr;
+    return wg.getAccumulate() ? Product{} : Product{op, {}};
+  return {};
 }
 
-/// Makes `product` (a fusibleProduct) add its result to `acc`.
-void setAccumulator(Operation *product, Value acc) {
-  if (auto mm = dyn_cast<mega::MatmulOp>(product))
+/// Makes `product` (a fusibleProduct) add its result to `acc` and replaces `add` (the
+/// accumulation it feeds) with it; a widening cast goes, the GEMM writes the f32 accumulator.
+void fuseInto(Product product, Value acc, mega::AddOp add) {
+  product.op->moveBefore(add);
+  if (auto mm = dyn_cast<mega::MatmulOp>(product.op)) {
     mm.getAccumulateMutable().assign(acc);
-  else
-    cast<mega::MoeMatmulWeightGradOp>(product).getAccumulateMutable().assign(acc);
+    mm.getResult().setType(
+        mm.getType().clone(cast<RankedTensorType>(acc.getType()).getElementType()));
+  } else {
+    cast<mega::MoeMatmulWeightGradOp>(product.op).getAccumulateMutable().assign(acc);
+  }
+  add.getResult().replaceAllUsesWith(product.op->getResult(0));
+  add.erase();
+  if (product.widen)
+    product.widen.erase();
 }
 
 /// `acc' = add(acc, grad)` updating accumulator `acc` (a state argument of the function):
@@ -108,35 +142,49 @@ void setAccumulator(Operation *product, Value acc) {
 ///   grad = add(rest, matmul(a, b))     -> acc' = matmul(a, b) accumulate add(acc, rest)
 /// (a tied weight's two gradients: the embedding's scatter and the head's GEMM). The fused GEMM
 /// writes the accumulator in place (codegen: a GEMM with an accumulator may write its state
-/// buffer). Element types must agree: under bf16/fp16 the weight gradient is a half GEMM cast up
-/// to the f32 accumulator, and cblas has no half-input, f32-output GEMM, so acc + cast(matmul)
-/// stays an add (the widening would be one more pass over the product anyway).
+/// buffer). Under bf16/fp16 the weight gradient is a half GEMM cast up to the f32 accumulator:
+///   grad = cast(matmul(a, b))            -> acc' = matmul(a, b) accumulate acc
+///   grad = cast(add(rest, matmul(a, b))) -> acc' = matmul(a, b) accumulate add(acc, cast(rest))
+/// the GEMM reading its half operands into the f32 accumulator (cuBLASLt's bf16/f16 A and B with
+/// f32 C and D; the CPU's f32 GEMM on the widened operands), so the product is never rounded to
+/// half and no widening pass or add is left.
 bool fuseAccumulation(mega::AddOp add, Value acc) {
   Value grad = add.getLhs() == acc ? add.getRhs() : add.getLhs();
   if (grad == acc)
     return false;
   OpBuilder b(add);
-  if (Operation *product = fusibleProduct(grad, acc)) {
-    product->moveBefore(add);
-    setAccumulator(product, acc);
-    add.getResult().replaceAllUsesWith(product->getResult(0));
-    add.erase();
+  if (Product product = fusibleProduct(grad, acc)) {
+    fuseInto(product, acc, add);
     return true;
   }
-  auto sum = grad.getDefiningOp<mega::AddOp>();
-  if (!sum || !grad.hasOneUse())
+  // A tied weight: the sum of the two gradients, in the accumulator's type or (half) widened.
+  auto accType = cast<RankedTensorType>(acc.getType());
+  mega::CastOp widenSum = grad.getDefiningOp<mega::CastOp>();
+  Value sumValue = widenSum && grad.hasOneUse() ? widenSum.getInput() : grad;
+  auto sum = sumValue.getDefiningOp<mega::AddOp>();
+  if (!sum || !sumValue.hasOneUse() || !grad.hasOneUse())
     return false;
   for (bool lhsIsProduct : {true, false}) {
     Value productValue = lhsIsProduct ? sum.getLhs() : sum.getRhs();
     Value rest = lhsIsProduct ? sum.getRhs() : sum.getLhs();
-    Operation *product = fusibleProduct(productValue, acc);
+    // Under a widened sum the half product is read by the sum, not by a cast of its own.
+    Product product;
+    if (widenSum) {
+      auto mm = productValue.getDefiningOp<mega::MatmulOp>();
+      if (mm && !mm.getAccumulate() && productValue.hasOneUse() &&
+          accumulatesInto(mm.getType().getElementType(), accType.getElementType()))
+        product = {mm, {}};
+    } else {
+      product = fusibleProduct(productValue, acc);
+    }
     if (!product)
       continue;
-    auto partial = mega::AddOp::create(b, add.getLoc(), acc.getType(), acc, rest);
-    product->moveBefore(add);
-    setAccumulator(product, partial.getResult());
-    add.getResult().replaceAllUsesWith(product->getResult(0));
-    add.erase();
+    if (widenSum)
+      rest = mega::CastOp::create(b, add.getLoc(), accType, rest);
+    auto partial = mega::AddOp::create(b, add.getLoc(), accType, acc, rest);
+    fuseInto(product, partial.getResult(), add);
+    if (widenSum)
+      widenSum.erase();
     sum.erase();
     return true;
   }

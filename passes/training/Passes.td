@@ -301,9 +301,14 @@ def TrainingGemmFusion : Pass<"mega-training-gemm-fusion", "mlir::ModuleOp"> {
       `add(acc, matmul(a, b))`, `acc` the argument with `mega.state = "grad.<p>"`, becomes
       `matmul(a, b) accumulate acc` (beta = 1; codegen writes it into the accumulator in place).
       A tied weight's `add(acc, add(rest, matmul(a, b)))` becomes
-      `matmul(a, b) accumulate add(acc, rest)`. The product must have the accumulator's type:
-      under bf16/fp16 the weight gradient is a half GEMM cast up to the f32 accumulator and
-      stays `add(acc, cast(matmul))` (cblas has no half-input, f32-output GEMM).
+      `matmul(a, b) accumulate add(acc, rest)`. Under bf16/fp16 the weight gradient is a half
+      GEMM cast up to the f32 accumulator: `add(acc, cast(matmul(a, b)))` becomes
+      `matmul(a, b) accumulate acc` with half operands and an f32 result (the product summed in
+      f32 and never rounded to half: cuBLASLt's bf16/f16 A, B with f32 C, D; the CPU's f32 GEMM
+      on the widened operands), a tied weight's `add(acc, cast(add(rest, matmul(a, b))))`
+      `matmul(a, b) accumulate add(acc, cast(rest))`. A MoE expert weight gradient
+      (`moe_matmul_weight_grad`) fuses only in its accumulator's type: under bf16/fp16 its cast
+      and add stay.
 
     Errors: a `grad.<p>` update with no argument holding that state.
 

@@ -160,7 +160,9 @@ struct MatMulFlags {
 /// op(lhs) [..., m, k] x op(rhs) [..., k, n] (+ acc) -> out [..., m, n], batch dims broadcast
 /// numpy-style; op is the transpose of the last two dims where `flags` say so (BLAS's trans
 /// flags, no copy). With `acc` (out's shape and dtype; it may be out's very memory) the product
-/// is added to it: gradient accumulation with beta = 1. Through cblas_sgemm/dgemm.
+/// is added to it: gradient accumulation with beta = 1. Through cblas_sgemm/dgemm. With `acc`,
+/// bf16/f16 lhs and rhs may accumulate into an f32 out (mixed precision): cblas_sgemm on the
+/// exactly widened operands, so the product is summed in f32 and never rounded to half.
 Status matmul(const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out,
               MatMulFlags flags = {}, const TensorRef *acc = nullptr);
 /// out [..., out] = x [..., in] * weight[out, in]^T (+ bias [out]).

@@ -1,10 +1,12 @@
 // CPU reference kernels for contractions and coarse NN ops: MatMul and Linear (OpenBLAS gemm),
 // LayerNorm, RmsNorm, Rope and Attention.
 #include "runtime/cpu/AttentionUtil.h"
+#include "runtime/cpu/HalfCompute.h"
 #include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/ShapeChecks.h"
 
+#include <array>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -46,12 +48,13 @@ Status expectSameFloat(const char *op, const TensorRef &ref, const TensorRef &t,
 Status matmul(const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out, MatMulFlags flags,
               const TensorRef *acc) {
   const char *name = "MatMul";
-  ASSIGN_OR_RETURN(MatMulGeometry g,
-                   checkMatMul(lhs, rhs, out, nullptr, flags.transposeLhs, flags.transposeRhs));
-  if (acc) {
-    RETURN_IF_ERROR(expectDtype(name, "accumulator", *acc, out.dtype));
-    RETURN_IF_ERROR(expectShape(name, "accumulator", *acc, out.shape));
-  }
+  ASSIGN_OR_RETURN(MatMulGeometry g, checkMatMul(lhs, rhs, out, nullptr, flags.transposeLhs,
+                                                 flags.transposeRhs, acc));
+  if (isHalf(lhs)) // bf16/f16 into an f32 accumulator: the f32 GEMM on the widened operands
+    return computeInF32(std::array{lhs, rhs}, {},
+                        [&](std::span<const TensorRef> in, std::span<const TensorRef>) {
+                          return matmul(in[0], in[1], out, flags, acc);
+                        });
   int64_t m = g.m, n = g.n, k = g.k, batches = g.batches;
   const std::vector<int64_t> &batch = g.batch, &ls = g.lhsStrides, &rs = g.rhsStrides;
   // Stored leading dims: lhs [m, k] or, transposed, [k, m]; rhs [k, n] or [n, k].

@@ -184,10 +184,16 @@ Status checkEmbeddingGrad(const TensorRef &dy, const TensorRef &ids, const Tenso
 
 StatusOr<MatMulGeometry> checkMatMul(const TensorRef &lhs, const TensorRef &rhs,
                                      const TensorRef &out, DtypeCheck dtypeCheck, bool transLhs,
-                                     bool transRhs) {
+                                     bool transRhs, const TensorRef *acc) {
   const char *name = "MatMul";
   RETURN_IF_ERROR(expectDtype(name, "rhs", rhs, lhs.dtype));
-  RETURN_IF_ERROR(expectDtype(name, "output", out, lhs.dtype));
+  // Mixed precision: bf16/f16 operands accumulated into an f32 output.
+  bool mixed =
+      acc && (lhs.dtype == DType::bf16 || lhs.dtype == DType::f16) && out.dtype == DType::f32;
+  if (!mixed)
+    RETURN_IF_ERROR(expectDtype(name, "output", out, lhs.dtype));
+  if (acc)
+    RETURN_IF_ERROR(expectDtype(name, "accumulator", *acc, out.dtype));
   if (dtypeCheck)
     RETURN_IF_ERROR(dtypeCheck(name, lhs.dtype));
   if (lhs.shape.size() < 2 || rhs.shape.size() < 2)
@@ -213,6 +219,8 @@ StatusOr<MatMulGeometry> checkMatMul(const TensorRef &lhs, const TensorRef &rhs,
   expected.push_back(g.m);
   expected.push_back(g.n);
   RETURN_IF_ERROR(expectShape(name, "output", out, expected));
+  if (acc)
+    RETURN_IF_ERROR(expectShape(name, "accumulator", *acc, expected));
   g.batches = product(g.batch);
   g.foldBatch = product(g.rhsBatch) == 1 && sameShape(g.lhsBatch, g.batch) && !transLhs;
   g.lhsStrides = broadcastStrides(g.lhsBatch, g.batch, g.m * g.k);

@@ -85,11 +85,14 @@ struct MatMulGeometry {
   std::vector<int64_t> lhsStrides, rhsStrides;
 };
 /// MatMul's checks (rhs and output of lhs's dtype, ranks >= 2, contraction dims, batch dims
-/// broadcast, output shape) and its geometry; `dtypeCheck` as above; transLhs/transRhs as in
-/// MatMulGeometry.
+/// broadcast, output shape; an accumulator `acc` of the output's dtype and shape) and its
+/// geometry; `dtypeCheck` as above; transLhs/transRhs as in MatMulGeometry. With an accumulator
+/// the output (and accumulator) may be f32 under bf16/f16 operands: mixed-precision gradient
+/// accumulation (the product summed in f32, never rounded to half).
 StatusOr<MatMulGeometry> checkMatMul(const TensorRef &lhs, const TensorRef &rhs,
                                      const TensorRef &out, DtypeCheck dtypeCheck = nullptr,
-                                     bool transLhs = false, bool transRhs = false);
+                                     bool transLhs = false, bool transRhs = false,
+                                     const TensorRef *acc = nullptr);
 
 /// Linear as out [rows, outF] = x [rows, inF] weight^T (+ bias [outF]), rows = x's leading dims.
 struct LinearGeometry {

@@ -179,7 +179,8 @@ Status crossEntropyGrad(const Context &ctx, const TensorRef &dloss, const Tensor
 // ---- GEMMs (kernels/Gemm.cpp): cuBLASLt; bf16/f16 on tensor cores with f32 accumulation, f32
 // ---- in f32 (TF32 only with ctx.allowTf32), f64 in f64 ---------------------------------------
 /// op(lhs) op(rhs) (+ acc) as cpu::matmul: the transposes are cuBLASLt's TRANSA/TRANSB, the
-/// accumulation its beta = 1 on out (acc copied there first unless it is out's memory).
+/// accumulation its beta = 1 on out (acc copied there first unless it is out's memory); bf16/f16
+/// lhs and rhs may accumulate into an f32 out and acc (A, B half, C = D f32, CUBLAS_COMPUTE_32F).
 Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out,
               MatMulFlags flags = {}, const TensorRef *acc = nullptr);
 /// out = x * weight^T (+ bias), the bias fused as a cuBLASLt epilogue.

@@ -16,6 +16,36 @@ namespace megac::runtime {
 
 namespace fb = megac::plan;
 
+namespace {
+
+/// MatMul's dtypes: lhs and rhs alike; the output (and an accumulator, input 2) of their dtype,
+/// or f32 under bf16/f16 operands when accumulating (mixed-precision gradient accumulation:
+/// the half product summed into the f32 accumulator). "" when they agree, else what is wrong.
+std::string matmulDtypeError(const fb::Program &prog, const fb::Instruction &inst) {
+  auto dtype = [&](uint32_t b) { return prog.buffers()->Get(b)->dtype(); };
+  auto name = [](fb::DType d) { return std::string(fb::EnumNameDType(d)); };
+  fb::DType lhs = dtype(inst.inputs()->Get(0)), rhs = dtype(inst.inputs()->Get(1));
+  fb::DType out = dtype(inst.outputs()->Get(0));
+  bool accumulates = inst.inputs()->size() > 2;
+  if (lhs != rhs)
+    return "MatMul reads " + name(lhs) + " and " + name(rhs) + " operands; both need one dtype";
+  bool half = lhs == fb::DType::bf16 || lhs == fb::DType::f16;
+  if (out != lhs && !(accumulates && half && out == fb::DType::f32))
+    return "MatMul writes " + name(out) + " from " + name(lhs) + " operands; its output is " +
+           name(lhs) +
+           (half ? ", or f32 when it accumulates (3 inputs: bf16/f16 products "
+                   "summed into an f32 gradient accumulator)"
+                 : "");
+  if (!accumulates)
+    return "";
+  if (fb::DType acc = dtype(inst.inputs()->Get(2)); acc != out)
+    return "MatMul accumulates into a " + name(acc) + " accumulator (input 2) but writes " +
+           name(out) + "; the accumulator and the output need one dtype";
+  return "";
+}
+
+} // namespace
+
 Status PlanValidator::instError(size_t i, const std::string &what) const {
   return planError(describeInstruction(*prog_, progIndex_, fnIndex_, i) + ": " + what);
 }
@@ -49,6 +79,9 @@ Status PlanValidator::instruction(const fb::Instruction &inst, size_t i) {
                               ", but the program has " + std::to_string(numBuffers_) + " buffers");
   }
   RETURN_IF_ERROR(writes(inst, i));
+  if (inst.op() == fb::Opcode::MatMul)
+    if (std::string e = matmulDtypeError(*prog_, inst); !e.empty())
+      return instError(i, e);
   if (fb::opcodeHas(inst.op(), fb::opflag::OptionalAttrs) && inst.attrs_type() == fb::Attrs::NONE)
     return Status::ok();
   if (uint32_t needed = minimumVersion(inst.op()); plan_.format_version() < needed)

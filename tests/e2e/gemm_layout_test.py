@@ -15,13 +15,19 @@ instructions are counted:
   grouped GEMM over each expert's active rows) wrote. Must be 0: the weight-gradient GEMM
   accumulates into the accumulator itself (MatMul or MoeMatmulWeightGrad with an accumulator
   input).
-- the explained case: under bf16/fp16 an Add of `grad.*` and a Cast of a GEMM's product (a half
-  GEMM widened to the f32 accumulator, which cblas cannot fuse; the pass's description says so).
-  Allowed only in bf16/fp16 plans.
-- fused accumulating GEMMs (MatMul with 3 inputs writing `grad.*`): must be > 0 in every
-  fp32/fp64 plan, or the test would pass on plans that lost their GEMMs; and in every fp32/fp64
-  plan with MoE experts (a MoeMatmul instruction), accumulating MoeMatmulWeightGrads (4 inputs,
-  writing `grad.*`) > 0.
+- widened adds: under bf16/fp16 an Add of `grad.*` and a Cast of a dense GEMM's (MatMul's or
+  Linear's) product -- the half product widened to the f32 accumulator and added. Must be 0:
+  the GEMM reads its half operands into the f32 accumulator itself (a MatMul with bf16/f16
+  lhs and rhs, an f32 accumulator input and an f32 output; mega-training-gemm-fusion), which
+  is what the planner's megac profile assumes (StackProfile::gemmAccumulatesHalfWeightGrads).
+- the explained case: under bf16/fp16 an Add of `grad.*` and a Cast of a MoE expert weight
+  gradient (MoeMatmulWeightGrad has no half-into-f32 form; the pass's description and the
+  profile say so). Allowed only in bf16/fp16 plans.
+- fused accumulating GEMMs (MatMul with 3 inputs writing `grad.*`): must be > 0 in every plan,
+  or the test would pass on plans that lost their GEMMs; in bf16/fp16 plans each of them reads
+  half operands (both of one dtype) into an f32 accumulator and output ("mixed": all of them);
+  and in every fp32/fp64 plan with MoE experts (a MoeMatmul instruction), accumulating
+  MoeMatmulWeightGrads (4 inputs, writing `grad.*`) > 0.
 
 And the multi-tensor optimizer (issue 30 item 3, mega-training-multi-tensor-optimizer): in
 every program's @apply_gradients,
@@ -75,10 +81,11 @@ def plan_json(flatc, plan, workdir):
 
 
 def count(plan):
-    """{"transposes": n, "separate_adds": n, "explained_adds": n, "fused": n, "moe": n,
-    "fused_moe": n} over all programs and functions, and the lines naming each counted
-    instruction."""
-    totals = dict(transposes=0, separate_adds=0, explained_adds=0, fused=0, moe=0, fused_moe=0)
+    """{"transposes": n, "separate_adds": n, "widened_adds": n, "explained_adds": n, "fused": n,
+    "mixed": n, "moe": n, "fused_moe": n} over all programs and functions, and the lines naming
+    each counted instruction."""
+    totals = dict(transposes=0, separate_adds=0, widened_adds=0, explained_adds=0, fused=0,
+                  mixed=0, moe=0, fused_moe=0)
     where = []
     for program in plan.get("programs", []):
         buffers = program.get("buffers", [])
@@ -109,6 +116,10 @@ def count(plan):
                             where.append(f"transpose feeding {label}: {inst.get('location')}")
                     if op == "MatMul" and len(ins) == 3 and outs and outs[0] in grad_state:
                         totals["fused"] += 1
+                        dtypes = [buffers[b].get("dtype") for b in (*ins, outs[0])]
+                        if (dtypes[0] == dtypes[1] and dtypes[0] in ("bf16", "f16")
+                                and dtypes[2] == dtypes[3] == "f32"):
+                            totals["mixed"] += 1
                 if op == "MoeMatmul":
                     totals["moe"] += 1
                 if (op == "MoeMatmulWeightGrad" and len(ins) == 4 and outs
@@ -124,7 +135,11 @@ def count(plan):
                             where.append(f"separate accumulation {label}: {inst.get('location')}")
                         elif w and w["op"] == "Cast":
                             src = writer.get(key(w["inputs"][0])) if w.get("inputs") else None
-                            if src and src["op"] in WGRAD_GEMMS:
+                            if src and src["op"] in GEMMS:
+                                totals["widened_adds"] += 1
+                                where.append(f"widened accumulation {label}: "
+                                             f"{inst.get('location')}")
+                            elif src and src["op"] in WGRAD_GEMMS:
                                 totals["explained_adds"] += 1
                 for o in outs:
                     writer[key(o)] = inst
@@ -240,13 +255,17 @@ def main():
         if problems or optimizer["adamw_multi"] == 0:
             failures.append(f"{case}: optimizer {optimizer}\n  " +
                             "\n  ".join(problems[:8] or ["no AdamWMulti instruction"]))
-        if totals["transposes"] or totals["separate_adds"]:
+        if totals["transposes"] or totals["separate_adds"] or totals["widened_adds"]:
             failures.append(f"{case}: {totals}\n  " + "\n  ".join(where[:8]))
         if totals["explained_adds"] and not half:
-            failures.append(f"{case}: {totals['explained_adds']} adds of a widened GEMM product "
-                            "in a plan without half precision")
-        if not half and totals["fused"] == 0:
+            failures.append(f"{case}: {totals['explained_adds']} adds of a widened MoE weight "
+                            "gradient in a plan without half precision")
+        if totals["fused"] == 0:
             failures.append(f"{case}: no GEMM accumulates into a gradient accumulator")
+        if half and totals["mixed"] != totals["fused"]:
+            failures.append(f"{case}: {totals['fused'] - totals['mixed']} of {totals['fused']} "
+                            "accumulating GEMMs do not read half operands into an f32 "
+                            "accumulator")
         if not half and totals["moe"] and totals["fused_moe"] == 0:
             failures.append(f"{case}: no MoE expert weight gradient accumulates into its "
                             "gradient accumulator")

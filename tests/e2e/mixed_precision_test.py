@@ -124,13 +124,17 @@ SITES = {
     # tied table once, for the embedding and the head); the embedding sum and the residual adds
     # are half ops; LayerNorm runs in f32 on the half stream widened and is cast to half for the
     # next linear; the head's output is cast up for the f32 cross entropy. Backward: every
-    # backward op rounds its result once -- linear's dX, dW (matmul) and db (reduce), gelu_grad,
+    # backward op rounds its result once -- linear's dX and db (reduce), gelu_grad,
     # attention_grad's dq/dk/dv, the embedding gradients, the cross entropy's gradient cast to
     # half, LayerNorm's f32 input gradient cast to half (the *.in sites) and each half add of
-    # two gradient branches (the residual stream, the tied table's two uses).
+    # two gradient branches (the residual stream) -- except the weight gradients of the linears
+    # and of the head: mega-training-gemm-fusion has each GEMM read its half operands into the
+    # f32 gradient accumulator (issue 30), so dW is summed in f32 and never rounded, and the
+    # tied table's two gradients meet in f32 (the embedding's rounded scatter widened and added
+    # to the accumulator, then the head's GEMM accumulates into it).
     "megac": {
-        "param.wte": (0, 1), "param.wte.embed": (1, 1), "param.wte.head": (1, 1),
-        "param.wpe": (1, 1), "param.linear": (1, 1),
+        "param.wte": (0, 0), "param.wte.embed": (1, 1), "param.wte.head": (1, 0),
+        "param.wpe": (1, 1), "param.linear.w": (1, 0), "param.linear.b": (1, 1),
         "embed.sum": (1, 1), "ln1.in": (0, 1), "ln1": (1, 1), "qkv": (1, 1),
         "scores": (0, 0), "probs": (0, 0), "attn.y": (1, 1), "proj": (1, 1), "res1": (1, 1),
         "ln2.in": (0, 1), "ln2": (1, 1), "fc": (1, 1), "gelu": (1, 1), "out": (1, 1),
@@ -145,7 +149,7 @@ SITES = {
     # only, the embedding reads it in f32.
     "autocast": {
         "param.wte": (0, 0), "param.wte.embed": (0, 0), "param.wte.head": (1, 1),
-        "param.wpe": (0, 0), "param.linear": (1, 1),
+        "param.wpe": (0, 0), "param.linear.w": (1, 1), "param.linear.b": (1, 1),
         "embed.sum": (0, 0), "ln1.in": (0, 0), "ln1": (1, 1), "qkv": (1, 1),
         "scores": (1, 2), "probs": (1, 1), "attn.y": (1, 1), "proj": (1, 1), "res1": (0, 0),
         "ln2.in": (0, 0), "ln2": (1, 1), "fc": (1, 1), "gelu": (1, 1), "out": (1, 1),
@@ -156,7 +160,7 @@ SITES = {
 SITES["emulation"] = dict(SITES["megac"])
 # Parameter casts both implementations make (identical inputs, identical results): no forward
 # site of their difference. megac's cast of the table for the embedding is megac's alone.
-SHARED_PARAM_CASTS = ("param.linear", "param.wte.head")
+SHARED_PARAM_CASTS = ("param.linear.w", "param.linear.b", "param.wte.head")
 
 
 class Round(torch.autograd.Function):
@@ -220,7 +224,7 @@ class FunctionalGpt(torch.nn.Module):
 
     def linear(self, x, lin, name):
         r = self.r
-        y = x @ r("param.linear", lin.weight).t() + r("param.linear", lin.bias)
+        y = x @ r("param.linear.w", lin.weight).t() + r("param.linear.b", lin.bias)
         return r(name, y)
 
     def layer_norm(self, x, ln, name):

@@ -1,9 +1,11 @@
 // MatMul and Linear on cuBLASLt. Row-major C [m,n] = A [m,k] B [k,n] is, in cuBLASLt's
 // column-major view, C^T [n,m] = B^T [n,k] A^T [k,m]: the row-major buffers are passed as they
 // are, with the operands swapped. bf16/f16 compute in f32 (tensor cores), f32 in f32 (TF32 with
-// ctx.allowTf32), f64 in f64. Descriptors, layouts and the heuristic's algorithm are cached per
-// problem in a thread_local map, so a repeated shape does not query the heuristic again.
-// The argument checks are the CPU kernels' (runtime/cpu/ShapeChecks.h).
+// ctx.allowTf32), f64 in f64; an accumulating MatMul may read bf16/f16 A and B into an f32 D
+// (C = D, beta = 1: mixed-precision gradient accumulation, the product never rounded to half).
+// Descriptors, layouts and the heuristic's algorithm are cached per problem in a thread_local map,
+// so a repeated shape does not query the heuristic again. The argument checks are the CPU kernels'
+// (runtime/cpu/ShapeChecks.h).
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/ShapeChecks.h"
 #include "runtime/cuda/Kernels.h"
@@ -53,7 +55,8 @@ cudaDataType_t dataTypeOf(DType d) {
 /// One GEMM problem in cuBLASLt's column-major terms: D [rows, cols] = op(A) B (+ bias), with
 /// batchCount strided batches. Everything the descriptors and the heuristic depend on.
 struct GemmKey {
-  int dtype = 0;
+  int dtype = 0;    // A's and B's
+  int outDtype = 0; // D's: dtype, or f32 under bf16/f16 A and B (an accumulating MatMul)
   bool tf32 = false;
   bool transA = false, transB = false;
   bool bias = false;
@@ -64,8 +67,8 @@ struct GemmKey {
   size_t workspace = 0;
 
   auto tie() const {
-    return std::tie(dtype, tf32, transA, transB, bias, rows, cols, inner, lda, ldb, ldd, batch,
-                    strideA, strideB, strideD, alignA, alignB, alignD, alignBias, workspace);
+    return std::tie(dtype, outDtype, tf32, transA, transB, bias, rows, cols, inner, lda, ldb, ldd,
+                    batch, strideA, strideB, strideD, alignA, alignB, alignD, alignBias, workspace);
   }
   bool operator<(const GemmKey &o) const { return tie() < o.tie(); }
 };
@@ -91,9 +94,12 @@ struct GemmPlan {
 };
 
 std::string problemString(const GemmKey &k) {
+  std::string out = k.outDtype == k.dtype
+                        ? std::string()
+                        : std::string(", D ") + dtypeName(static_cast<DType>(k.outDtype));
   return "(D " + std::to_string(k.rows) + "x" + std::to_string(k.cols) + ", inner " +
          std::to_string(k.inner) + ", batch " + std::to_string(k.batch) + ", dtype " +
-         dtypeName(static_cast<DType>(k.dtype)) + ")";
+         dtypeName(static_cast<DType>(k.dtype)) + out + ")";
 }
 
 Status ltError(const char *op, const char *what, cublasStatus_t status, const GemmKey &key) {
@@ -165,7 +171,8 @@ StatusOr<GemmPlan *> planFor(const char *op, const Context &ctx, const GemmKey &
   uint64_t bRows = key.transB ? key.cols : key.inner, bCols = key.transB ? key.inner : key.cols;
   RETURN_IF_ERROR(makeLayout(op, key, &plan->a, type, aRows, aCols, key.lda, key.strideA));
   RETURN_IF_ERROR(makeLayout(op, key, &plan->b, type, bRows, bCols, key.ldb, key.strideB));
-  RETURN_IF_ERROR(makeLayout(op, key, &plan->d, type, key.rows, key.cols, key.ldd, key.strideD));
+  RETURN_IF_ERROR(makeLayout(op, key, &plan->d, dataTypeOf(static_cast<DType>(key.outDtype)),
+                             key.rows, key.cols, key.ldd, key.strideD));
 
   cublasLtMatmulPreference_t pref = nullptr;
   LT_CHECK(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
@@ -240,6 +247,7 @@ Status runGemm(const char *op, const Context &ctx, const GemmKey &key, const voi
 GemmKey keyOf(const GemmProblem &p, DType dtype, const Context &ctx) {
   GemmKey key;
   key.dtype = static_cast<int>(dtype);
+  key.outDtype = key.dtype;
   key.tf32 = dtype == DType::f32 && ctx.allowTf32;
   key.workspace = ctx.workspace ? ctx.workspaceBytes : 0;
   key.transA = p.transA;
@@ -264,13 +272,11 @@ Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs, co
   const char *op = "MatMul";
   ASSIGN_OR_RETURN(cpu::detail::MatMulGeometry g,
                    cpu::detail::checkMatMul(lhs, rhs, out, checkGemmDtype, flags.transposeLhs,
-                                            flags.transposeRhs));
-  if (acc) {
-    RETURN_IF_ERROR(cpu::detail::expectDtype(op, "accumulator", *acc, out.dtype));
-    RETURN_IF_ERROR(cpu::detail::expectShape(op, "accumulator", *acc, out.shape));
-  }
+                                            flags.transposeRhs, acc));
   int64_t m = g.m, n = g.n, k = g.k, batches = g.batches;
   size_t es = dtypeSize(lhs.dtype);
+  // D's element size: out may be f32 under bf16/f16 operands (checkMatMul allows it with acc).
+  int64_t esD = static_cast<int64_t>(dtypeSize(out.dtype));
   if (m == 0 || n == 0 || batches == 0)
     return Status::ok();
   // Accumulation: out holds acc, then beta = 1 (no copy when acc is out's memory).
@@ -287,6 +293,7 @@ Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs, co
   }
   GemmProblem p = matmulProblem(g);
   GemmKey key = keyOf(p, lhs.dtype, ctx);
+  key.outDtype = static_cast<int>(out.dtype);
   const char *a = static_cast<const char *>((p.a == GemmOperand::Rhs ? rhs : lhs).data);
   const char *b = static_cast<const char *>((p.b == GemmOperand::Rhs ? rhs : lhs).data);
   char *d = static_cast<char *>(out.data);
@@ -299,11 +306,11 @@ Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs, co
   int64_t ses = static_cast<int64_t>(es);
   key.alignA = alignmentOf(a, {static_cast<int64_t>(bitsA), p.strideA * ses});
   key.alignB = alignmentOf(b, {static_cast<int64_t>(bitsB), p.strideB * ses});
-  key.alignD = alignmentOf(d, {p.outerStepD * ses, p.strideD * ses});
+  key.alignD = alignmentOf(d, {p.outerStepD * esD, p.strideD * esD});
   for (int64_t o = 0; o < p.outerCount; ++o) {
     int64_t offA = 0, offB = 0, offD = 0;
     p.offsets(o, offA, offB, offD);
-    RETURN_IF_ERROR(runGemm(op, ctx, key, a + offA * ses, b + offB * ses, d + offD * ses, nullptr,
+    RETURN_IF_ERROR(runGemm(op, ctx, key, a + offA * ses, b + offB * ses, d + offD * esD, nullptr,
                             acc != nullptr));
   }
   return Status::ok();

@@ -87,6 +87,52 @@ TEST_F(NnKernels, MatMulMatchesCpuWithBatchBroadcasting) {
     }
 }
 
+// Mixed-precision gradient accumulation (issue 30): bf16/f16 operands, read transposed or not,
+// accumulated into an f32 accumulator (out = acc + op(lhs) op(rhs), in place and into another
+// buffer). The products of half inputs are exact in f32 and both sides sum them in f32 and add
+// the f32 accumulator without rounding to half, so they differ by f32 summation order alone, as
+// f32 GEMMs do: gemmTolerance(f32). A product rounded to half would be off by ~2^-9 |out|
+// (~1e-2 here), far outside it.
+TEST_F(NnKernels, MatMulAccumulatesHalfOperandsIntoF32) {
+  struct Case {
+    std::vector<int64_t> lhs, rhs, out;
+    bool tl, tr;
+  };
+  const std::vector<Case> cases = {
+      {{7, 5}, {7, 4}, {5, 4}, true, false}, // a weight gradient: g^T x
+      {{5, 7}, {4, 7}, {5, 4}, false, true},
+      {{64, 96}, {64, 48}, {96, 48}, true, false},   // k = 64
+      {{2, 7, 5}, {2, 4, 7}, {2, 5, 4}, true, true}, // batched, both transposed
+  };
+  uint32_t seed = 100;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (const Case &c : cases)
+      for (bool inPlace : {false, true}) {
+        auto a = random(dtype, c.lhs, seed++), b = random(dtype, c.rhs, seed++);
+        auto acc = random(DType::f32, c.out, seed++);
+        auto separate = output(DType::f32, c.out);
+        Tensor &out = inPlace ? *acc : *separate;
+        TensorRef accRef = acc->devRef();
+        cpu::MatMulFlags flags{c.tl, c.tr};
+        ASSERT_OK(matmul(ctx, a->devRef(), b->devRef(), out.devRef(), flags, &accRef));
+        sync();
+        // acc's host copy still holds the accumulator as uploaded.
+        expectMatchesCpu(
+            {a.get(), b.get(), acc.get()}, {&out},
+            [&](auto in, auto outs) { return cpu::matmul(in[0], in[1], outs[0], flags, &in[2]); },
+            gemmTolerance(DType::f32),
+            name("MatMul accumulate", dtype, c.lhs) + " x " + shapeString(c.rhs) +
+                (inPlace ? " in place" : ""));
+      }
+  // An f32 output of half operands without an accumulator: refused.
+  auto a = random(DType::bf16, {3, 4}, 1), b = random(DType::bf16, {4, 2}, 2);
+  auto wide = output(DType::f32, {3, 2});
+  Status s = matmul(ctx, a->devRef(), b->devRef(), wide->devRef());
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("MatMul: output is f32, expected bf16"), std::string::npos)
+      << s.message();
+}
+
 TEST_F(NnKernels, LinearMatchesCpuWithAndWithoutBias) {
   struct Case {
     std::vector<int64_t> x;

@@ -102,8 +102,13 @@ TEST(SearchTest, Gpt1TOn3072A100) {
   ASSERT_TRUE(cluster) << error;
   // Acceptable: tp 8, a whole node (1T's per-GPU weights need it; SC21 and Korthikanti use 8);
   // pp 32 or 64 over the 128 layers (SC21: 64), interleaved or not; one sequence per
-  // micro-batch (activations); SP with the least recompute that fits (as above).
-  Acceptable acceptable{{8}, {32, 64}, {1, 2, 4}, {1}, {}};
+  // micro-batch (activations); SP with the least recompute that fits (as above). Or the node
+  // split as tp 4 x cp 2: 8 ranks per layer as with tp 8, each on half the tokens, with twice
+  // tp 8's weights per GPU (75 GB: it fits) and half its tp traffic for a K/V exchange; once
+  // megac's bf16 weight gradients accumulate in their GEMM (issue 30: no add per weight element
+  // and micro-batch) it ties with tp 8 (68.69 vs 68.70 s).
+  Acceptable acceptable{{4, 8}, {32, 64}, {1, 2, 4}, {1}, {}};
+  acceptable.cp = {1, 2};
   for (const std::string &stackName : stackNames()) {
     SCOPED_TRACE(stackName);
     StackProfile stack = *stackProfile(stackName, false);
@@ -113,6 +118,7 @@ TEST(SearchTest, Gpt1TOn3072A100) {
     ASSERT_FALSE(r.best.empty());
     const PlanCandidate &w = r.best.front();
     expectAcceptable(w.layout, acceptable);
+    EXPECT_EQ(w.layout.tp * w.layout.cp, 8) << "tp " << w.layout.tp << " cp " << w.layout.cp;
     EXPECT_TRUE(w.cost.fits);
     EXPECT_LE(w.cost.totalBytes, 80e9);
     EXPECT_LT(r.evaluated, kMaxEvaluated);

@@ -1,7 +1,9 @@
 // The CPU MatMul's layout flags (transposed lhs/rhs read by BLAS, issue 30) and its fused
 // accumulation (out = acc + op(lhs) op(rhs), in place or not) against a naive double reference,
 // for all four flag combinations, with batch broadcasting, in f64, f32 and bf16 (the executor's
-// widened path, runtime/cpu/HalfCompute.h).
+// widened path, runtime/cpu/HalfCompute.h); and bf16/f16 operands accumulated into an f32
+// accumulator (mixed-precision gradient accumulation, issue 30), called directly and as the
+// executor calls it.
 #include "runtime/cpu/HalfCompute.h"
 #include "runtime/cpu/Kernels.h"
 #include "support/Float16.h"
@@ -141,6 +143,92 @@ TEST(GemmFlags, F32AllFlagCombinations) {
 TEST(GemmFlags, Bf16ThroughTheWidenedPath) {
   for (const Case &c : allCases())
     runCase(DType::bf16, c);
+}
+
+/// bf16/f16 lhs and rhs (stored as the flags say) accumulated into an f32 accumulator, in place
+/// or into another buffer, called directly (matmul widens its half operands itself) or as the
+/// executor calls it (computeInF32 widens them first; f32 refs pass through). Error model: the
+/// operands are exactly representable (the reference sees the rounded values), a product of two
+/// 8- or 11-bit significands is exact in f32, so the only errors are the f32 sum's: k = 7 terms
+/// of |a||b| < 1 plus |acc| < 1, |err| <= (k + 1) u sum <= 8 * 2^-24 * 8 ~ 4e-6; atol 1e-5, as
+/// f32. A product rounded to half on the way would be off by up to 2^-9 |out| (~1e-2 here).
+void runMixedCase(DType half, const Case &c, bool viaExecutor) {
+  const int64_t batch = 2, m = 3, k = 7, n = 5;
+  auto toHalf = [&](float x) { return half == DType::bf16 ? floatToBf16(x) : floatToHalf(x); };
+  auto fromHalf = [&](uint16_t x) { return half == DType::bf16 ? bf16ToFloat(x) : halfToFloat(x); };
+  std::vector<double> a = randomValues<double>(batch * m * k, 11);
+  std::vector<double> b = randomValues<double>((c.batchedB ? batch : 1) * k * n, 12);
+  std::vector<double> acc = randomValues<double>(batch * m * n, 13);
+  for (std::vector<double> *v : {&a, &b})
+    for (double &x : *v)
+      x = fromHalf(toHalf(static_cast<float>(x)));
+  for (double &x : acc)
+    x = static_cast<float>(x);
+  std::vector<double> want = reference(a, b, acc, batch, c.batchedB, m, k, n);
+  int64_t bBatch = c.batchedB ? batch : 1;
+  std::vector<double> aStored = c.tl ? swapLastTwo(a, batch, m, k) : a;
+  std::vector<double> bStored = c.tr ? swapLastTwo(b, bBatch, k, n) : b;
+  std::vector<int64_t> aShape = {batch, c.tl ? k : m, c.tl ? m : k};
+  std::vector<int64_t> bShape = c.tr ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
+  if (c.batchedB)
+    bShape.insert(bShape.begin(), batch);
+  auto halfTensor = [&](std::vector<int64_t> shape, const std::vector<double> &v) {
+    std::vector<uint16_t> bits;
+    for (double x : v)
+      bits.push_back(toHalf(static_cast<float>(x)));
+    return makeTensor(half, std::move(shape), bits);
+  };
+  HostTensor ta = halfTensor(aShape, aStored), tb = halfTensor(bShape, bStored);
+  HostTensor tacc = f32({batch, m, n}, std::vector<float>(acc.begin(), acc.end()));
+  HostTensor out = f32({batch, m, n}, std::vector<float>(batch * m * n));
+  HostTensor &target = c.inPlace ? tacc : out;
+  MatMulFlags flags{c.tl, c.tr};
+  std::vector<TensorRef> ins = {refOf(ta), refOf(tb), refOf(tacc)};
+  std::vector<TensorRef> outs = {refOf(target)};
+  auto kernel = [&](std::span<const TensorRef> in, std::span<const TensorRef> o) {
+    return matmul(in[0], in[1], o[0], flags, &in[2]);
+  };
+  Status s = viaExecutor ? computeInF32(ins, outs, kernel) : kernel(ins, outs);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  std::string what = std::string(dtypeName(half)) + " into f32 tl=" + std::to_string(c.tl) +
+                     " tr=" + std::to_string(c.tr) + " batchedB=" + std::to_string(c.batchedB) +
+                     " inPlace=" + std::to_string(c.inPlace) +
+                     (viaExecutor ? " (executor)" : " (direct)");
+  expectClose(valuesOf<float>(target), want, 0.0, 1e-5, what);
+}
+
+TEST(GemmFlags, HalfOperandsAccumulateIntoF32) {
+  for (DType half : {DType::bf16, DType::f16})
+    for (const Case &c : allCases())
+      if (c.accumulate)
+        for (bool viaExecutor : {false, true})
+          runMixedCase(half, c, viaExecutor);
+}
+
+TEST(GemmFlags, MixedDtypesNeedAnF32Accumulator) {
+  std::vector<uint16_t> bits(12, floatToBf16(0.5f));
+  HostTensor a = makeTensor(DType::bf16, {3, 4}, bits), b = makeTensor(DType::bf16, {4, 3}, bits);
+  HostTensor wide = f32({3, 3}, std::vector<float>(9));
+  // No accumulator: a bf16 product has a bf16 output.
+  Status s = matmul(refOf(a), refOf(b), refOf(wide));
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("MatMul: output is f32, expected bf16"), std::string::npos)
+      << s.message();
+  // An f64 accumulator: only f32 takes half operands.
+  HostTensor acc64 = f64({3, 3}, std::vector<double>(9)),
+             out64 = f64({3, 3}, std::vector<double>(9));
+  TensorRef acc64Ref = refOf(acc64);
+  s = matmul(refOf(a), refOf(b), refOf(out64), {}, &acc64Ref);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("MatMul: output is f64, expected bf16"), std::string::npos)
+      << s.message();
+  // An f32 output over a bf16 accumulator.
+  HostTensor accHalf = makeTensor(DType::bf16, {3, 3}, std::vector<uint16_t>(9));
+  TensorRef accHalfRef = refOf(accHalf);
+  s = matmul(refOf(a), refOf(b), refOf(wide), {}, &accHalfRef);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("MatMul: accumulator is bf16, expected f32"), std::string::npos)
+      << s.message();
 }
 
 TEST(GemmFlags, TransposedContractionMismatchIsNamed) {

@@ -4,11 +4,13 @@
 // the new opcodes' dispatch; and every loader rule about functions, state and in-place writes.
 #include "runtime/cpu/Kernels.h"
 #include "runtime/exec/Executor.h"
+#include "support/Float16.h"
 
 #include "PlanBuilder.h"
 #include "TestUtil.h"
 
 #include <cmath>
+#include <optional>
 
 using namespace megac;
 using namespace megac::runtime;
@@ -458,6 +460,87 @@ TEST(TrainingExecutor, FusedAccumulatingGemmTrainsLikeTheSeparateAdd) {
   }
   expectClose(valuesOf<double>((*fused)->parameter("w").value()),
               valuesOf<double>((*plain)->parameter("w").value()), 1e-13, 1e-16, "w");
+}
+
+/// Mixed precision (issue 30): grad.w (f32 state [3, 2]) += g^T x with g [4, 3] and x [4, 2]
+/// in `half` (bf16 or f16), one MatMul reading g transposed and accumulating in place; `out`,
+/// `acc` and `rhs` override the output's, the accumulator's and x's dtype (for the rejections).
+PlanSpec mixedAccumulationPlan(DType half, DType out = DType::f32, DType acc = DType::f32,
+                               std::optional<DType> rhs = std::nullopt, bool accumulate = true) {
+  PlanSpec spec;
+  ProgramSpec &p = spec.program();
+  p.functions[0].name = "forward_backward";
+  uint32_t grad = p.stateBuffer("grad.w", acc, {3, 2});
+  uint32_t g = p.input("g", half, {4, 3});
+  uint32_t x = p.input("x", rhs.value_or(half), {4, 2});
+  uint32_t target = out == acc && accumulate ? grad : p.buffer("dw", out, {3, 2});
+  std::vector<uint32_t> ins = {g, x};
+  if (accumulate)
+    ins.push_back(grad);
+  p.inst(fb::Opcode::MatMul, ins, target, "dw", fb::Attrs::MatMulAttrs,
+         [](flatbuffers::FlatBufferBuilder &b) {
+           return fb::CreateMatMulAttrs(b, /*transpose_lhs=*/true, false).Union();
+         });
+  return spec;
+}
+
+// bf16/f16 operands accumulate into the f32 state in place: two micro-batches against a double
+// sum of the half-rounded inputs. Error model: the products of half values are exact in f32,
+// each micro-batch sums 4 of them (|g||x| < 1) into |grad| < 8 in f32: |err| <= 8 terms *
+// 2^-24 * 8 ~ 4e-6 absolute; 1e-5. A product rounded to half before the add would be off by
+// up to 2^-9 |product| (~1e-2 for bf16), so the test tells the fused f32 sum from it.
+TEST(TrainingExecutor, HalfGemmAccumulatesIntoTheF32GradientInPlace) {
+  for (DType half : {DType::bf16, DType::f16}) {
+    auto toHalf = [&](double v) {
+      float f = static_cast<float>(v);
+      return half == DType::bf16 ? floatToBf16(f) : floatToHalf(f);
+    };
+    auto fromHalf = [&](uint16_t b) {
+      return half == DType::bf16 ? bf16ToFloat(b) : halfToFloat(b);
+    };
+    auto created = Executor::create(load(mixedAccumulationPlan(half)), {});
+    ASSERT_TRUE(created.isOk()) << created.status().message();
+    Executor &ex = **created;
+    ASSERT_TRUE(ex.zeroState("grad.").isOk());
+    std::vector<double> want(6, 0.0);
+    for (uint32_t mb = 0; mb < 2; ++mb) {
+      std::vector<uint16_t> g, x;
+      for (double v : randomValues<double>(12, 30 + mb))
+        g.push_back(toHalf(v));
+      for (double v : randomValues<double>(8, 40 + mb))
+        x.push_back(toHalf(v));
+      for (int i = 0; i < 3; ++i)
+        for (int j = 0; j < 2; ++j)
+          for (int r = 0; r < 4; ++r)
+            want[i * 2 + j] += double(fromHalf(g[r * 3 + i])) * double(fromHalf(x[r * 2 + j]));
+      ASSERT_TRUE(ex.setInput("g", makeTensor(half, {4, 3}, g)).isOk());
+      ASSERT_TRUE(ex.setInput("x", makeTensor(half, {4, 2}, x)).isOk());
+      Status s = ex.run("forward_backward");
+      ASSERT_TRUE(s.isOk()) << s.message();
+    }
+    expectClose(valuesOf<float>(ex.state("grad.w").value()), want, 0.0, 1e-5,
+                std::string("grad.w from ") + dtypeName(half));
+  }
+}
+
+TEST(TrainingLoader, RejectsMatMulDtypesOtherThanMixedAccumulation) {
+  // An f32 output of bf16 operands needs an accumulator.
+  expectRejected(mixedAccumulationPlan(DType::bf16, DType::f32, DType::f32, std::nullopt,
+                                       /*accumulate=*/false),
+                 {"instruction 0 (MatMul at 'dw')",
+                  "MatMul writes f32 from bf16 operands; its output is bf16, or f32 when it "
+                  "accumulates (3 inputs: bf16/f16 products summed into an f32 gradient "
+                  "accumulator)"});
+  // f64 is no half type's accumulator.
+  expectRejected(mixedAccumulationPlan(DType::bf16, DType::f64, DType::f64),
+                 {"MatMul writes f64 from bf16 operands"});
+  // The accumulator has the output's dtype.
+  expectRejected(mixedAccumulationPlan(DType::f16, DType::f32, DType::f16),
+                 {"MatMul accumulates into a f16 accumulator (input 2) but writes f32; the "
+                  "accumulator and the output need one dtype"});
+  // lhs and rhs alike.
+  expectRejected(mixedAccumulationPlan(DType::bf16, DType::f32, DType::f32, DType::f16),
+                 {"MatMul reads bf16 and f16 operands; both need one dtype"});
 }
 
 TEST(TrainingLoader, RejectsWritesOutsideTheInPlaceRules) {

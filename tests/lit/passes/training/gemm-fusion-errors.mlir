@@ -10,9 +10,29 @@ func.func @forward_backward(%a: tensor<3x5xf32> {mega.state = "grad.v"})
 // -----
 
 func.func @bad_accumulator(%a: tensor<3x8xf32>, %b: tensor<8x5xf32>, %acc: tensor<3x5xf64>)
+    -> tensor<3x5xf64> {
+  // expected-error@+2 {{failed to infer returned types}}
+  // expected-error@+1 {{matmul accumulates 'f32' operands into a 'f64' accumulator; a GEMM accumulates in its operands' type, or bf16/f16 operands into f32 (cast the product first)}}
+  %p = mega.matmul %a, %b accumulate %acc : tensor<3x8xf32>, tensor<8x5xf32>, tensor<3x5xf64> -> tensor<3x5xf64>
+  return %p : tensor<3x5xf64>
+}
+
+// -----
+
+func.func @half_into_half_accumulator(%a: tensor<3x8xf16>, %b: tensor<8x5xf16>,
+    %acc: tensor<3x5xbf16>) -> tensor<3x5xbf16> {
+  // expected-error@+2 {{failed to infer returned types}}
+  // expected-error@+1 {{matmul accumulates 'f16' operands into a 'bf16' accumulator}}
+  %p = mega.matmul %a, %b accumulate %acc : tensor<3x8xf16>, tensor<8x5xf16>, tensor<3x5xbf16> -> tensor<3x5xbf16>
+  return %p : tensor<3x5xbf16>
+}
+
+// -----
+
+func.func @accumulator_shape(%a: tensor<3x8xbf16>, %b: tensor<8x5xbf16>, %acc: tensor<5x3xf32>)
     -> tensor<3x5xf32> {
-  // expected-error@+1 {{'mega.matmul' op accumulator 'tensor<3x5xf64>' must have the result's type 'tensor<3x5xf32>' (cast the product first; the GEMM accumulates in its own type)}}
-  %p = mega.matmul %a, %b accumulate %acc : tensor<3x8xf32>, tensor<8x5xf32>, tensor<3x5xf64> -> tensor<3x5xf32>
+  // expected-error@+1 {{'mega.matmul' op accumulator 'tensor<5x3xf32>' must have the result's type 'tensor<3x5xf32>' (the GEMM writes its sum over the accumulator)}}
+  %p = mega.matmul %a, %b accumulate %acc : tensor<3x8xbf16>, tensor<8x5xbf16>, tensor<5x3xf32> -> tensor<3x5xf32>
   return %p : tensor<3x5xf32>
 }
 

@@ -95,19 +95,84 @@ func.func @tied(%g: tensor<8x6xf32> {mega.input = "g"}, %h: tensor<8x4xf32> {meg
 
 // -----
 
-// Mixed precision: a bf16 GEMM cast up to the f32 accumulator is not fused (the GEMM would need
-// half inputs and an f32 output); its transpose still folds.
+// Mixed precision: a bf16 GEMM cast up to the f32 accumulator reads its bf16 operands into the
+// accumulator itself (f32 result, no cast, no add); its transpose still folds. fp16 likewise.
 // CHECK-LABEL: func.func @mixed
-// CHECK: %[[DW:.*]] = mega.matmul %{{.*}}, %{{.*}} {transpose_lhs = true} : tensor<8x3xbf16>, tensor<8x5xbf16> -> tensor<3x5xbf16>
-// CHECK: %[[UP:.*]] = mega.cast %[[DW]]
-// CHECK: mega.add %{{.*}}, %[[UP]] : tensor<3x5xf32>
+// CHECK-SAME: %[[G:[^:]*]]: tensor<8x3xbf16>
+// CHECK-SAME: %[[X:[^:]*]]: tensor<8x5xbf16>
+// CHECK-SAME: %[[ACC:[^:]*]]: tensor<3x5xf32> {mega.state = "grad.w"}
+// CHECK-SAME: %[[H:[^:]*]]: tensor<8x3xf16>
+// CHECK-SAME: %[[ACCH:[^:]*]]: tensor<3x3xf32> {mega.state = "grad.v"}
+// CHECK-NOT: mega.cast
+// CHECK: %[[DW:.*]] = mega.matmul %[[G]], %[[X]] accumulate %[[ACC]] {transpose_lhs = true} : tensor<8x3xbf16>, tensor<8x5xbf16>, tensor<3x5xf32> -> tensor<3x5xf32>
+// CHECK: %[[DV:.*]] = mega.matmul %[[H]], %[[H]] accumulate %[[ACCH]] {transpose_lhs = true} : tensor<8x3xf16>, tensor<8x3xf16>, tensor<3x3xf32> -> tensor<3x3xf32>
+// CHECK-NOT: mega.cast
+// CHECK-NOT: mega.add
+// CHECK: return %[[DW]], %[[DV]]
 func.func @mixed(%g: tensor<8x3xbf16> {mega.input = "g"}, %x: tensor<8x5xbf16> {mega.input = "x"},
-    %acc: tensor<3x5xf32> {mega.state = "grad.w"}) -> (tensor<3x5xf32> {mega.updates = "grad.w"}) {
+    %acc: tensor<3x5xf32> {mega.state = "grad.w"}, %h: tensor<8x3xf16> {mega.input = "h"},
+    %acch: tensor<3x3xf32> {mega.state = "grad.v"})
+    -> (tensor<3x5xf32> {mega.updates = "grad.w"}, tensor<3x3xf32> {mega.updates = "grad.v"}) {
   %gt = mega.transpose %g [1, 0] : tensor<8x3xbf16> -> tensor<3x8xbf16>
   %dw = mega.matmul %gt, %x : tensor<3x8xbf16>, tensor<8x5xbf16> -> tensor<3x5xbf16>
   %up = mega.cast %dw : tensor<3x5xbf16> -> tensor<3x5xf32>
   %new = mega.add %acc, %up : tensor<3x5xf32>
-  return %new : tensor<3x5xf32>
+  %ht = mega.transpose %h [1, 0] : tensor<8x3xf16> -> tensor<3x8xf16>
+  %dv = mega.matmul %ht, %h : tensor<3x8xf16>, tensor<8x3xf16> -> tensor<3x3xf16>
+  %upv = mega.cast %dv : tensor<3x3xf16> -> tensor<3x3xf32>
+  %newv = mega.add %upv, %acch : tensor<3x3xf32>
+  return %new, %newv : tensor<3x5xf32>, tensor<3x3xf32>
+}
+
+// -----
+
+// A tied weight under bf16: the half sum of the embedding's scatter and the head's GEMM, cast up.
+// The scatter is widened and added to the accumulator, the GEMM reads its bf16 operands into it.
+// CHECK-LABEL: func.func @tied_mixed
+// CHECK-SAME: %[[E:[^:]*]]: tensor<6x4xbf16>
+// CHECK-SAME: %[[ACC:[^:]*]]: tensor<6x4xf32> {mega.state = "grad.wte"}
+// CHECK: %[[UP:.*]] = mega.cast %[[E]] : tensor<6x4xbf16> -> tensor<6x4xf32>
+// CHECK: %[[PART:.*]] = mega.add %[[ACC]], %[[UP]] : tensor<6x4xf32>
+// CHECK: %[[NEW:.*]] = mega.matmul %{{.*}}, %{{.*}} accumulate %[[PART]] {transpose_lhs = true} : tensor<8x6xbf16>, tensor<8x4xbf16>, tensor<6x4xf32> -> tensor<6x4xf32>
+// CHECK-NOT: mega.add
+// CHECK-NOT: mega.cast
+// CHECK: return %[[NEW]]
+func.func @tied_mixed(%g: tensor<8x6xbf16> {mega.input = "g"}, %h: tensor<8x4xbf16> {mega.input = "h"},
+    %e: tensor<6x4xbf16> {mega.input = "e"}, %acc: tensor<6x4xf32> {mega.state = "grad.wte"})
+    -> (tensor<6x4xf32> {mega.updates = "grad.wte"}) {
+  %gt = mega.transpose %g [1, 0] : tensor<8x6xbf16> -> tensor<6x8xbf16>
+  %dw = mega.matmul %gt, %h : tensor<6x8xbf16>, tensor<8x4xbf16> -> tensor<6x4xbf16>
+  %sum = mega.add %e, %dw : tensor<6x4xbf16>
+  %up = mega.cast %sum : tensor<6x4xbf16> -> tensor<6x4xf32>
+  %new = mega.add %acc, %up : tensor<6x4xf32>
+  return %new : tensor<6x4xf32>
+}
+
+// -----
+
+// What stays under mixed precision: a widened product read by something else too, and a MoE
+// expert weight gradient (moe_matmul_weight_grad has no bf16-into-f32 form).
+// CHECK-LABEL: func.func @mixed_kept
+// CHECK: %[[DW:.*]] = mega.matmul %{{.*}}, %{{.*}} {transpose_lhs = true} : tensor<8x3xbf16>, tensor<8x5xbf16> -> tensor<3x5xbf16>
+// CHECK: %[[UP:.*]] = mega.cast %[[DW]]
+// CHECK: mega.add %{{.*}}, %[[UP]] : tensor<3x5xf32>
+// CHECK: %[[DE:.*]] = mega.moe_matmul_weight_grad
+// CHECK: %[[UPE:.*]] = mega.cast %[[DE]]
+// CHECK: mega.add %{{.*}}, %[[UPE]] : tensor<4x6x5xf32>
+func.func @mixed_kept(%g: tensor<8x3xbf16> {mega.input = "g"}, %x: tensor<8x5xbf16> {mega.input = "x"},
+    %acc: tensor<3x5xf32> {mega.state = "grad.w"}, %dy: tensor<4x8x6xbf16> {mega.input = "dy"},
+    %xe: tensor<4x8x5xbf16> {mega.input = "xe"}, %m: tensor<8x4xbf16> {mega.input = "m"},
+    %acce: tensor<4x6x5xf32> {mega.state = "grad.we"})
+    -> (tensor<3x5xf32> {mega.updates = "grad.w"}, tensor<3x5xf32> {mega.output = "up"},
+        tensor<4x6x5xf32> {mega.updates = "grad.we"}) {
+  %gt = mega.transpose %g [1, 0] : tensor<8x3xbf16> -> tensor<3x8xbf16>
+  %dw = mega.matmul %gt, %x : tensor<3x8xbf16>, tensor<8x5xbf16> -> tensor<3x5xbf16>
+  %up = mega.cast %dw : tensor<3x5xbf16> -> tensor<3x5xf32>
+  %new = mega.add %acc, %up : tensor<3x5xf32>
+  %de = mega.moe_matmul_weight_grad %dy, %xe, %m topk 2 : (tensor<4x8x6xbf16>, tensor<4x8x5xbf16>, tensor<8x4xbf16>) -> tensor<4x6x5xbf16>
+  %upe = mega.cast %de : tensor<4x6x5xbf16> -> tensor<4x6x5xf32>
+  %newe = mega.add %acce, %upe : tensor<4x6x5xf32>
+  return %new, %up, %newe : tensor<3x5xf32>, tensor<3x5xf32>, tensor<4x6x5xf32>
 }
 
 // -----
