@@ -3,8 +3,8 @@
 2 CPU ranks x 1 thread train a GPT (default zoo gpt:layers=4,hidden=512,heads=8,seq=64,vocab=1024,
 13.2M parameters, fp32, micro-batches of 2 rows per rank: about 0.8-0.9 s per step with one
 on this machine, whose 53 MB all-reduce takes 0.26 s on the emulated link) at dp 2 (and dp 2 +
-ZeRO-1 with --zero1) with --bucket-size 800000 (>= 16 dp buckets), in four variants: --overlap
-off/on x with/without --emulate-link 2e8,2e-5. Each run trains --steps steps (default 12; the
+ZeRO-N with --zero N, --zero1 for ZeRO-1) with --bucket-size 800000 (>= 16 dp buckets), in four
+variants: --overlap off/on x with/without --emulate-link 2e8,2e-5. Each run trains --steps steps (default 12; the
 first 2 are dropped as warm-up); the runs are interleaved (off, on, off, on, ...) --repeats times
 and each variant's step time is the median of all its kept steps.
 
@@ -51,7 +51,8 @@ with short runs and many repeats (--steps 6 --repeats 8) the medians follow this
 tens of percent within minutes better than 2 long runs per variant do.
 
 usage: overlap_bench.py --megac build/bin/megac [--workdir DIR] [--steps 12] [--repeats 2]
-                        [--zero1 | --pp [--schedule S] [--vpp V]] [--micro-batches M]
+                        [--zero N | --zero1 | --pp [--schedule S] [--vpp V]]
+                        [--micro-batches M]
                         [--model SPEC] [--rows R] [--link B,L] [--plain-only]
                         [--spec CALIBRATED.json]
 Not a test: it never fails on time.
@@ -86,7 +87,7 @@ def layout_args(zero, micro_batches):
     argv = ["--global-batch", str(MICRO * 2 * micro_batches), "--micro-batch", str(MICRO),
             "--precision", "fp32", "--ranks", "2", "--dp", "2", "--bucket-size", BUCKET]
     if zero:
-        argv += ["--zero", "1"]
+        argv += ["--zero", str(zero)]
     return argv
 
 
@@ -152,7 +153,7 @@ def predicted_exposed(megac, spec, workdir, zero, micro_batches, overlap):
                     "--vpp", str(VPP)]
         else:
             argv = ["--global-batch", str(MICRO * 2 * micro_batches), "--pp", "1", "--dp", "2",
-                    "--zero", "1" if zero else "0", "--bucket-size", BUCKET]
+                    "--zero", str(zero), "--bucket-size", BUCKET]
         argv = [megac, "plan", "--cluster", path + ":2", "--model", SPEC, "--micro-batch",
                 str(MICRO), "--precision", "fp32", "--tp", "1", *argv, "--stack", "megac",
                 "--threads", "1", "--overlap", overlap, "--top", "1", "--no-compile", "--json"]
@@ -211,7 +212,10 @@ def main():
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--zero1", action="store_true")
+    parser.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3),
+                        help="dp 2 with this ZeRO stage (2, 3: the per-micro-batch gradient "
+                             "reduce-scatters in forward_backward)")
+    parser.add_argument("--zero1", action="store_true", help="the same as --zero 1")
     parser.add_argument("--pp", action="store_true",
                         help="pp 2 instead of dp 2 (--model default: untied head); use "
                              "--micro-batches >= 4")
@@ -229,6 +233,7 @@ def main():
     args = parser.parse_args()
     SPEC, MICRO, PP, LINK, SCHEDULE, VPP = (args.model, args.rows, args.pp, args.link,
                                             args.schedule, args.vpp)
+    zero = 1 if args.zero1 else args.zero
     if PP and SPEC == DEFAULT_SPEC:
         # Untied: a tied head adds a blocking exchange of the embedding's gradient between the
         # first and last stage in apply_gradients, which no schedule overlaps.
@@ -241,12 +246,12 @@ def main():
     np.save(data, rng.integers(0, spec_value("vocab"),
                                size=(64 * args.micro_batches * MICRO, seq + 1),
                                dtype=np.int32))
-    roles = {o: plan(args.megac, args.zero1, args.micro_batches, o) for o in ("off", "on")}
+    roles = {o: plan(args.megac, zero, args.micro_batches, o) for o in ("off", "on")}
     link = link_seconds(roles["off"], args.micro_batches)
     predicted = {}
     if not args.plain_only:
         spec = calibrated_spec(args.megac, workdir, args.spec)
-        predicted = {o: predicted_exposed(args.megac, spec, workdir, args.zero1,
+        predicted = {o: predicted_exposed(args.megac, spec, workdir, zero,
                                           args.micro_batches, o) for o in ("off", "on")}
     times = {}
     for rep in range(args.repeats):
@@ -256,11 +261,11 @@ def main():
                 name = f"{overlap}-{'emul' if emulate else 'plain'}-{rep}"
                 times.setdefault(key, []).extend(
                     run(args.megac, data, workdir, name, args.steps, overlap, emulate,
-                        args.zero1, args.micro_batches))
+                        zero, args.micro_batches))
     med = {k: statistics.median(v) for k, v in times.items()}
     virtual = f", vpp {VPP}" if VPP > 1 else ""
     layout = (f"pp 2 ({SCHEDULE}{virtual})" if PP else
-              "dp 2 + ZeRO-1" if args.zero1 else "dp 2")
+              f"dp 2 + ZeRO-{zero}" if zero else "dp 2")
     if args.plain_only:
         sizes = "" if PP else f"--bucket-size {BUCKET}, "
         print(f"{layout}, {SPEC}, {args.micro_batches} micro-batch(es) of {MICRO} rows per rank, "

@@ -762,15 +762,15 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   if (stack_.overlapGradReduce && reduce > 0)
     exposed = std::max(reduce / blocks, reduce - lastBackward);
   KernelTime optimizer = optimizerTime(l, local, experts);
-  // megac (overlapFollowsPlan): only `--overlap on` at pp 1 and ZeRO 0/1 over more than one
+  // megac (overlapFollowsPlan): only `--overlap on` at pp 1 and ZeRO 0/1/2 over more than one
   // bucket overlaps (passes/training/TrainingPipeline.cpp fuses the last micro-batch with the
   // update at one chunk; the buckets as TrainingOptimizer.cpp cuts them). Each bucket's reduction
   // is issued as its gradients become final, so all but the last bucket's hide behind the last
   // backward where it is long enough (the link shared: the reduction's remainder otherwise);
-  // each ZeRO-1 all-gather follows its bucket's update and hides behind the remaining buckets'
-  // updates.
+  // each ZeRO-1/2 all-gather follows its bucket's update and hides behind the remaining buckets'
+  // updates (ZeRO-2 has no reduction here: its reduce-scatters are in the chunks).
   double buckets = 1;
-  if (stack_.overlapFollowsPlan && stack_.latencyHiding && l.pp == 1 && l.vpp == 1 && l.zero <= 1) {
+  if (stack_.overlapFollowsPlan && stack_.latencyHiding && l.pp == 1 && l.vpp == 1 && l.zero <= 2) {
     int64_t size =
         stack_.bucketSize > 0 ? stack_.bucketSize : std::max<int64_t>(40000000, 1000000 * l.dp);
     buckets = std::ceil(local / double(size));
