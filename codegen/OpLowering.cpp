@@ -196,8 +196,10 @@ LogicalResult ProgramLowering::lowerOp(Operation *op) {
         dtypeOf(mlir::cast<mlir::ShapedType>(op->getOperand(first).getType()).getElementType());
     if (q.size() != 4 || k.size() != 4 || v.size() != 4 || !dtype)
       return op->emitOpError() << "ring attention needs [b, s, h, d] q, k and v";
-    pl::RingDims dims{q[0], q[1], q[2], q[3],
-                      k[1], k[2], v[3], static_cast<int64_t>(dtypeBytes(*dtype))};
+    // q, k, v, [key mask,] positions (after the gradient's dout): the mask travels with k, v.
+    bool mask = op->getNumOperands() == first + 6;
+    pl::RingDims dims{
+        q[0], q[1], q[2], q[3], k[1], k[2], v[3], static_cast<int64_t>(dtypeBytes(*dtype)), mask};
     uint64_t words = pl::ringScratchLayout(dims, backward).words();
     FunctionInfo &fn = functions_.back();
     BufferInfo scratch;

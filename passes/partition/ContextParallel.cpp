@@ -123,7 +123,8 @@ private:
   /// arithmetic, reshapes, broadcasts) from integer token inputs [b, S], such as the zoo's
   /// attention_mask, and from values without a sequence dim. permuteInputs reads those inputs in
   /// the permuted order, so the mask's keys are permuted like the keys it masks; sharding
-  /// propagation splits it over cp with them (all-gathered with k and v for the attention).
+  /// propagation splits it over cp with them (all-gathered with k and v for the attention, or,
+  /// in the ring, a block of it travelling with each k/v block).
   /// Anything else over the sequence (a relative position bias, a per-query mask, a constant or
   /// parameter over the positions) would keep the original order, and is refused.
   LogicalResult checkPaddingMask(mega::AttentionOp op, Value mask) {
@@ -134,10 +135,6 @@ private:
                             << "] (broadcast over heads and queries); this attention's mask is "
                             << type << " (a relative position bias or a per-query mask is not "
                             << "supported with --cp; use --tp or --dp)";
-    if (ring_)
-      return op.emitError() << "context parallelism's ring (--cp-comm-type p2p) does not carry "
-                               "a padding mask yet; use --cp-comm-type all_gather for padded "
-                               "inputs";
     auto overSequence = [&](Type t) {
       auto ranked = dyn_cast<RankedTensorType>(t);
       return ranked && llvm::is_contained(ranked.getShape(), seq_);

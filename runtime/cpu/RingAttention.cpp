@@ -3,6 +3,7 @@
 #include "runtime/cpu/RingAttention.h"
 
 #include "runtime/cpu/AttentionUtil.h"
+#include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 
 #include <algorithm>
@@ -43,12 +44,15 @@ Visibility visibility(const int64_t *qp, std::pair<int64_t, int64_t> rows, const
 struct Checked {
   AttentionShape shape;
   const int64_t *qp, *kp;
+  const void *mask = nullptr; // the key padding mask [b or 1, 1, 1, t], of q's dtype
+  int64_t maskBatchStride = 0;
 };
 
-/// The shapes of one block call: q, k, v as Attention's, positions i64 [s] and [t].
+/// The shapes of one block call: q, k, v as Attention's, positions i64 [s] and [t], the key
+/// mask (if any) [b or 1, 1, 1, t] of q's dtype.
 StatusOr<Checked> check(const char *name, const TensorRef &q, const TensorRef &k,
                         const TensorRef &v, const TensorRef &queryPositions,
-                        const TensorRef &keyPositions, double scale) {
+                        const TensorRef &keyPositions, double scale, const TensorRef *keyMask) {
   for (auto [t, what] : {std::pair{&k, "k"}, std::pair{&v, "v"}})
     if (t->dtype != q.dtype)
       return fail(name, std::string(what) + " is " + dtypeName(t->dtype) + ", expected " +
@@ -62,7 +66,18 @@ StatusOr<Checked> check(const char *name, const TensorRef &q, const TensorRef &k
   AttentionShape shape{b, s, h, d, t, hk, dv, nullptr, {}, false, scale};
   if (!shape.fitsBlas())
     return fail(name, "a dimension exceeds the BLAS int range");
-  return Checked{shape, queryPositions.as<const int64_t>(), keyPositions.as<const int64_t>()};
+  Checked c{shape, queryPositions.as<const int64_t>(), keyPositions.as<const int64_t>()};
+  if (keyMask) {
+    std::span<const int64_t> m = keyMask->shape;
+    if (keyMask->dtype != q.dtype || m.size() != 4 || (m[0] != b && m[0] != 1) || m[1] != 1 ||
+        m[2] != 1 || m[3] != t)
+      return fail(name, "key mask " + shapeString(m) + " " + dtypeName(keyMask->dtype) +
+                            " must be [" + std::to_string(b) + " or 1, 1, 1, " + std::to_string(t) +
+                            "] " + dtypeName(q.dtype));
+    c.mask = keyMask->data;
+    c.maskBatchStride = m[0] == 1 ? 0 : t;
+  }
+  return c;
 }
 
 /// Calls f(bi, hi, rows, keys, seen) for each (batch, head, query half, key half) pair of the
@@ -88,21 +103,31 @@ Status checkStats(const char *name, const AttentionShape &a, const RingRowStats 
   return Status::ok();
 }
 
-/// scores [qn, kn] = scale * Q[rows] K[keys]^T of head (bi, hi), -inf where masked.
+/// The key mask's entries for batch bi's keys [keys.first, ...), or nullptr without one.
+template <typename T>
+const T *maskRow(const Checked &c, int64_t bi, std::pair<int64_t, int64_t> keys) {
+  return c.mask ? static_cast<const T *>(c.mask) + bi * c.maskBatchStride + keys.first : nullptr;
+}
+
+/// scores [qn, kn] = scale * Q[rows] K[keys]^T of head (bi, hi) (+ the key mask), -inf where
+/// masked.
 template <typename T>
 void blockScores(const AttentionShape &a, const T *q, const T *k, const int64_t *qp,
                  const int64_t *kp, int64_t bi, int64_t hi, std::pair<int64_t, int64_t> rows,
-                 std::pair<int64_t, int64_t> keys, Visibility seen, T *scores) {
+                 std::pair<int64_t, int64_t> keys, Visibility seen, const T *mask, T *scores) {
   int64_t qn = rows.second - rows.first, kn = keys.second - keys.first;
   gemmStrided<T>(false, true, qn, kn, a.d, static_cast<T>(a.scale),
                  q + a.qOffset(bi, hi) + rows.first * a.h * a.d, a.h * a.d,
                  k + a.kOffset(bi, hi) + keys.first * a.hk * a.d, a.hk * a.d, T(0), scores, kn);
-  if (seen != Visibility::masked)
-    return;
-  for (int64_t i = 0; i < qn; ++i)
-    for (int64_t j = 0; j < kn; ++j)
-      if (kp[keys.first + j] > qp[rows.first + i])
-        scores[i * kn + j] = -std::numeric_limits<T>::infinity();
+  if (seen == Visibility::masked)
+    for (int64_t i = 0; i < qn; ++i)
+      for (int64_t j = 0; j < kn; ++j)
+        if (kp[keys.first + j] > qp[rows.first + i])
+          scores[i * kn + j] = -std::numeric_limits<T>::infinity();
+  if (mask)
+    for (int64_t i = 0; i < qn; ++i)
+      for (int64_t j = 0; j < kn; ++j)
+        scores[i * kn + j] += mask[j];
 }
 
 } // namespace
@@ -127,9 +152,10 @@ Status ringAttentionBegin(const TensorRef &q, const TensorRef &out, RingRowStats
 
 Status ringAttentionBlock(const TensorRef &q, const TensorRef &k, const TensorRef &v,
                           const TensorRef &queryPositions, const TensorRef &keyPositions,
-                          double scale, const TensorRef &out, RingRowStats &stats) {
+                          double scale, const TensorRef &out, RingRowStats &stats,
+                          const TensorRef *keyMask) {
   const char *name = "RingAttention";
-  ASSIGN_OR_RETURN(Checked c, check(name, q, k, v, queryPositions, keyPositions, scale));
+  ASSIGN_OR_RETURN(Checked c, check(name, q, k, v, queryPositions, keyPositions, scale, keyMask));
   const AttentionShape &a = c.shape;
   RETURN_IF_ERROR(expectShape(name, "output", out, std::vector<int64_t>{a.b, a.s, a.h, a.dv}));
   RETURN_IF_ERROR(checkStats(name, a, stats));
@@ -140,7 +166,7 @@ Status ringAttentionBlock(const TensorRef &q, const TensorRef &k, const TensorRe
                                std::pair<int64_t, int64_t> keys, Visibility seen) {
       int64_t qn = rows.second - rows.first, kn = keys.second - keys.first;
       blockScores<T>(a, q.as<const T>(), k.as<const T>(), c.qp, c.kp, bi, hi, rows, keys, seen,
-                     p.data());
+                     maskRow<T>(c, bi, keys), p.data());
       T *o = out.as<T>() + a.oOffset(bi, hi) + rows.first * a.h * a.dv;
       for (int64_t i = 0; i < qn; ++i) {
         T *row = p.data() + i * kn;
@@ -226,9 +252,14 @@ Status ringAttentionGradBlock(const TensorRef &dout, const TensorRef &q, const T
                               const TensorRef &v, const TensorRef &queryPositions,
                               const TensorRef &keyPositions, double scale,
                               const RingRowStats &stats, std::span<const double> delta,
-                              const TensorRef &dq, const TensorRef &dk, const TensorRef &dv) {
+                              const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+                              const TensorRef *keyMask, const TensorRef *dKeyMask) {
   const char *name = "RingAttentionGrad";
-  ASSIGN_OR_RETURN(Checked c, check(name, q, k, v, queryPositions, keyPositions, scale));
+  ASSIGN_OR_RETURN(Checked c, check(name, q, k, v, queryPositions, keyPositions, scale, keyMask));
+  if (bool(keyMask) != bool(dKeyMask))
+    return fail(name, "there is a key mask gradient exactly when there is a key mask");
+  if (dKeyMask)
+    RETURN_IF_ERROR(expectLike(name, *keyMask, *dKeyMask, "dmask"));
   const AttentionShape &a = c.shape;
   RETURN_IF_ERROR(expectShape(name, "dout", dout, std::vector<int64_t>{a.b, a.s, a.h, a.dv}));
   RETURN_IF_ERROR(expectShape(name, "dq", dq, q.shape));
@@ -249,7 +280,8 @@ Status ringAttentionGradBlock(const TensorRef &dout, const TensorRef &q, const T
     forEachVisibleBlock(c, [&](int64_t bi, int64_t hi, std::pair<int64_t, int64_t> rows,
                                std::pair<int64_t, int64_t> keys, Visibility seen) {
       int64_t qn = rows.second - rows.first, kn = keys.second - keys.first;
-      blockScores<T>(a, qd, kd, c.qp, c.kp, bi, hi, rows, keys, seen, p.data());
+      blockScores<T>(a, qd, kd, c.qp, c.kp, bi, hi, rows, keys, seen, maskRow<T>(c, bi, keys),
+                     p.data());
       // P = exp(scores - max) / sum with the whole row's statistics.
       for (int64_t i = 0; i < qn; ++i) {
         size_t r = static_cast<size_t>((bi * a.h + hi) * a.s + rows.first + i);
@@ -274,6 +306,12 @@ Status ringAttentionGradBlock(const TensorRef &dout, const TensorRef &q, const T
             static_cast<T>(delta[static_cast<size_t>((bi * a.h + hi) * a.s + rows.first + i)]);
         for (int64_t j = 0; j < kn; ++j)
           dp[i * kn + j] = p[i * kn + j] * (dp[i * kn + j] - rowDelta);
+      }
+      if (dKeyMask) { // the added scores' gradient, summed over this head's query rows
+        T *gm = dKeyMask->as<T>() + bi * c.maskBatchStride + keys.first;
+        for (int64_t i = 0; i < qn; ++i)
+          for (int64_t j = 0; j < kn; ++j)
+            gm[j] += dp[i * kn + j];
       }
       auto sc = static_cast<T>(a.scale);
       // dq[rows] += scale dS K[keys]; dk[keys] += scale dS^T Q[rows].

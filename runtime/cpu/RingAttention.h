@@ -5,7 +5,8 @@
 // ring itself (runtime/exec/RingAttention.cpp) passes the blocks around the cp ranks.
 //
 // Masking is causal by global position, as Attention's `positions`: query i sees key j iff
-// keyPositions[j] <= queryPositions[i]. Each block is cut in two halves of queries and of keys
+// keyPositions[j] <= queryPositions[i], plus an optional additive key padding mask that travels
+// with the block. Each block is cut in two halves of queries and of keys
 // (the 2·cp load-balanced chunks); a half pair wholly in the future is skipped, one wholly in
 // the past needs no mask.
 #pragma once
@@ -44,10 +45,12 @@ private:
 /// when they have none; otherwise they must hold b·h·s rows).
 Status ringAttentionBegin(const TensorRef &q, const TensorRef &out, RingRowStats &stats);
 /// Adds one key/value block (k [b, t, hk, d], v [b, t, hk, dv], keyPositions i64 [t]) to the
-/// unnormalized out and the stats. f32 or f64.
+/// unnormalized out and the stats. f32 or f64. `keyMask` (q's dtype, [b or 1, 1, 1, t]): the
+/// block's additive key padding mask, added to every query's scores of its keys (-inf: masked).
 Status ringAttentionBlock(const TensorRef &q, const TensorRef &k, const TensorRef &v,
                           const TensorRef &queryPositions, const TensorRef &keyPositions,
-                          double scale, const TensorRef &out, RingRowStats &stats);
+                          double scale, const TensorRef &out, RingRowStats &stats,
+                          const TensorRef *keyMask = nullptr);
 /// Ends the forward ring: out /= sum (a row that saw no key is 0, as Attention's).
 Status ringAttentionEnd(const TensorRef &out, const RingRowStats &stats);
 
@@ -56,11 +59,15 @@ Status ringAttentionEnd(const TensorRef &out, const RingRowStats &stats);
 Status ringAttentionDelta(const TensorRef &dout, const TensorRef &out, std::span<double> delta);
 /// One block of the backward with the forward's final stats and delta: dq [b, s, h, d] +=, and
 /// the block's dk [b, t, hk, d], dv [b, t, hk, dv] += (GQA: summed over the query heads of a
-/// kv head). The caller zeroes dq once and each block's dk and dv before its first visit.
+/// kv head). The caller zeroes dq once and each block's dk and dv before its first visit. With
+/// the forward's `keyMask`, `dKeyMask` (its shape) += the gradient of the added scores summed
+/// over heads and queries (and batch where the mask broadcast along it).
 Status ringAttentionGradBlock(const TensorRef &dout, const TensorRef &q, const TensorRef &k,
                               const TensorRef &v, const TensorRef &queryPositions,
                               const TensorRef &keyPositions, double scale,
                               const RingRowStats &stats, std::span<const double> delta,
-                              const TensorRef &dq, const TensorRef &dk, const TensorRef &dv);
+                              const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
+                              const TensorRef *keyMask = nullptr,
+                              const TensorRef *dKeyMask = nullptr);
 
 } // namespace megac::runtime::cpu

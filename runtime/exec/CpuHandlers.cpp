@@ -188,16 +188,22 @@ void reductionsAndCoarseOps(Table &t) {
     if (!c.comm)
       return needsComm(c);
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
+    bool masked = c.in.size() == 6; // q, k, v, [key mask,] positions (Opcodes.def)
+    size_t at = c.in.size() - 2;
     return commops::ringAttention(*c.comm, spanOf(a->ring_axes()), c.in[0], c.in[1], c.in[2],
-                                  c.in[3], c.in[4], a->scale(), c.out[0], c.out[1]);
+                                  masked ? &c.in[3] : nullptr, c.in[at], c.in[at + 1], a->scale(),
+                                  c.out[0], c.out.back());
   });
   math(t, O::RingAttentionGrad, [](const CpuCall &c) -> Status {
     if (!c.comm)
       return needsComm(c);
     const fb::AttentionAttrs *a = c.inst.attrs_as_AttentionAttrs();
+    bool masked = c.in.size() == 7; // dout, q, k, v, [key mask,] positions; dmask before scratch
+    size_t at = c.in.size() - 2;
     return commops::ringAttentionGrad(*c.comm, spanOf(a->ring_axes()), c.in[0], c.in[1], c.in[2],
-                                      c.in[3], c.in[4], c.in[5], a->scale(), c.out[0], c.out[1],
-                                      c.out[2], c.out[3]);
+                                      c.in[3], masked ? &c.in[4] : nullptr, c.in[at], c.in[at + 1],
+                                      a->scale(), c.out[0], c.out[1], c.out[2],
+                                      masked ? &c.out[3] : nullptr, c.out.back());
   });
   math(t, O::Rope, [](const CpuCall &c) { return cpu::rope(c.in[0], c.in[1], c.in[2], c.out[0]); });
   // Vocab-parallel (vocab_axes): max, sum and target logit reduced over the group.

@@ -55,13 +55,20 @@ private:
 /// The plan's scratch of one ring call (runtime/plan/RingScratch.h), checked to hold it.
 StatusOr<plan::RingScratchLayout> scratchLayout(const char *name, const TensorRef &q,
                                                 const TensorRef &k, const TensorRef &v,
-                                                const TensorRef &scratch, bool backward) {
+                                                const TensorRef *keyMask, const TensorRef &scratch,
+                                                bool backward) {
   for (const TensorRef *t : {&q, &k, &v})
     if (t->shape.size() != 4)
       return Status::error(std::string(name) + ": q, k and v must be [b, s, h, d], not " +
                            shapeString(t->shape));
-  plan::RingDims dims{q.shape[0], q.shape[1], q.shape[2], q.shape[3],
-                      k.shape[1], k.shape[2], v.shape[3], static_cast<int64_t>(dtypeSize(q.dtype))};
+  if (keyMask && (keyMask->dtype != q.dtype || keyMask->numElements() != k.shape[0] * k.shape[1]))
+    return Status::error(std::string(name) + ": the key mask " + shapeString(keyMask->shape) + " " +
+                         dtypeName(keyMask->dtype) + " is not one " + dtypeName(q.dtype) +
+                         " value per key of k " + shapeString(k.shape));
+  plan::RingDims dims{
+      q.shape[0],        q.shape[1], q.shape[2], q.shape[3],
+      k.shape[1],        k.shape[2], v.shape[3], static_cast<int64_t>(dtypeSize(q.dtype)),
+      keyMask != nullptr};
   plan::RingScratchLayout layout = plan::ringScratchLayout(dims, backward);
   if (scratch.byteSize() < layout.bytes)
     return Status::error(std::string(name) + ": its scratch buffer holds " +
@@ -126,17 +133,46 @@ Status circulate(comm::Communicator &comm, const Ring &ring, Packed &block, Pack
   return Status::ok();
 }
 
+/// What travels with each block: key positions (first: 8-byte aligned), the key mask if any,
+/// k and v; `at` the index of each in a Packed of them.
+struct BlockParts {
+  std::vector<TensorRef> like;
+  std::vector<const TensorRef *> from;
+  size_t k = 1, v = 2, mask = 0; // mask: 0 when there is none
+
+  BlockParts(const TensorRef &kpos, const TensorRef *mask, const TensorRef &kk,
+             const TensorRef &vv) {
+    like = {kpos};
+    from = {&kpos};
+    if (mask) {
+      like.push_back(*mask);
+      from.push_back(mask);
+      this->mask = 1, k = 2, v = 3;
+    }
+    like.insert(like.end(), {kk, vv});
+    from.insert(from.end(), {&kk, &vv});
+  }
+  const TensorRef *maskIn(const Packed &b) const { return mask ? &b[mask] : nullptr; }
+};
+
+void fill(Packed &block, const BlockParts &parts) {
+  std::vector<const TensorRef *> from = parts.from;
+  for (size_t i = 0; i < from.size(); ++i)
+    std::memcpy(block[i].data, from[i]->data, from[i]->byteSize());
+}
+
 /// The forward ring into `out` (normalized) with its row statistics; its blocks in the scratch.
 Status forwardRing(comm::Communicator &comm, const Ring &ring, const TensorRef &q,
-                   const TensorRef &k, const TensorRef &v, const TensorRef &qpos,
-                   const TensorRef &kpos, double scale, const TensorRef &out,
+                   const TensorRef &k, const TensorRef &v, const TensorRef *keyMask,
+                   const TensorRef &qpos, const TensorRef &kpos, double scale, const TensorRef &out,
                    cpu::RingRowStats &stats, uint8_t *base, const plan::RingScratchLayout &l) {
   RETURN_IF_ERROR(cpu::ringAttentionBegin(q, out, stats));
-  // Positions first: 8-byte aligned.
-  Packed block({kpos, k, v}, base + l.blocks[0]), incoming({kpos, k, v}, base + l.blocks[1]);
-  block.fill({&kpos, &k, &v});
+  BlockParts parts(kpos, keyMask, k, v);
+  Packed block(parts.like, base + l.blocks[0]), incoming(parts.like, base + l.blocks[1]);
+  fill(block, parts);
   RETURN_IF_ERROR(circulate(comm, ring, block, incoming, [&](const Packed &b, size_t) {
-    return cpu::ringAttentionBlock(q, b[1], b[2], qpos, b[0], scale, out, stats);
+    return cpu::ringAttentionBlock(q, b[parts.k], b[parts.v], qpos, b[0], scale, out, stats,
+                                   parts.maskIn(b));
   }));
   return cpu::ringAttentionEnd(out, stats);
 }
@@ -151,51 +187,60 @@ Status expectFloat(const char *name, const TensorRef &t) {
 } // namespace
 
 Status ringAttention(comm::Communicator &comm, std::span<const uint32_t> axes, const TensorRef &q,
-                     const TensorRef &k, const TensorRef &v, const TensorRef &queryPositions,
-                     const TensorRef &keyPositions, double scale, const TensorRef &out,
-                     const TensorRef &scratch) {
+                     const TensorRef &k, const TensorRef &v, const TensorRef *keyMask,
+                     const TensorRef &queryPositions, const TensorRef &keyPositions, double scale,
+                     const TensorRef &out, const TensorRef &scratch) {
   RETURN_IF_ERROR(expectFloat("RingAttention", q));
   ASSIGN_OR_RETURN(plan::RingScratchLayout layout,
-                   scratchLayout("RingAttention", q, k, v, scratch, false));
+                   scratchLayout("RingAttention", q, k, v, keyMask, scratch, false));
   ASSIGN_OR_RETURN(Ring ring, ringOf(comm, axes));
   auto *base = static_cast<uint8_t *>(scratch.data);
   cpu::RingRowStats stats = statsIn(base, layout);
-  return forwardRing(comm, ring, q, k, v, queryPositions, keyPositions, scale, out, stats, base,
-                     layout);
+  return forwardRing(comm, ring, q, k, v, keyMask, queryPositions, keyPositions, scale, out, stats,
+                     base, layout);
 }
 
 Status ringAttentionGrad(comm::Communicator &comm, std::span<const uint32_t> axes,
                          const TensorRef &dout, const TensorRef &q, const TensorRef &k,
-                         const TensorRef &v, const TensorRef &queryPositions,
-                         const TensorRef &keyPositions, double scale, const TensorRef &dq,
-                         const TensorRef &dk, const TensorRef &dv, const TensorRef &scratch) {
+                         const TensorRef &v, const TensorRef *keyMask,
+                         const TensorRef &queryPositions, const TensorRef &keyPositions,
+                         double scale, const TensorRef &dq, const TensorRef &dk,
+                         const TensorRef &dv, const TensorRef *dKeyMask, const TensorRef &scratch) {
   RETURN_IF_ERROR(expectFloat("RingAttentionGrad", q));
+  if (bool(keyMask) != bool(dKeyMask))
+    return Status::error("RingAttentionGrad: there is a key mask gradient exactly when there is "
+                         "a key mask");
   ASSIGN_OR_RETURN(plan::RingScratchLayout layout,
-                   scratchLayout("RingAttentionGrad", q, k, v, scratch, true));
+                   scratchLayout("RingAttentionGrad", q, k, v, keyMask, scratch, true));
   ASSIGN_OR_RETURN(Ring ring, ringOf(comm, axes));
   auto *base = static_cast<uint8_t *>(scratch.data);
   // The row statistics and the output (for delta) by one more forward ring: the forward's
   // are not kept (the op has one result), as Attention's backward recomputes probabilities.
   Packed recomputed({dout}, base + layout.output);
   cpu::RingRowStats stats = statsIn(base, layout);
-  RETURN_IF_ERROR(forwardRing(comm, ring, q, k, v, queryPositions, keyPositions, scale,
+  RETURN_IF_ERROR(forwardRing(comm, ring, q, k, v, keyMask, queryPositions, keyPositions, scale,
                               recomputed[0], stats, base, layout));
   std::span<double> delta(reinterpret_cast<double *>(base + layout.delta),
                           static_cast<size_t>(layout.rows));
   RETURN_IF_ERROR(cpu::ringAttentionDelta(dout, recomputed[0], delta));
   std::memset(dq.data, 0, dq.byteSize());
-  Packed block({keyPositions, k, v}, base + layout.blocks[0]),
-      incoming({keyPositions, k, v}, base + layout.blocks[1]);
-  block.fill({&keyPositions, &k, &v});
-  // dk and dv of the block held travel with it, one message behind (sent once computed).
-  Packed grads({dk, dv}, base + layout.gradBlocks[0]),
-      incomingGrads({dk, dv}, base + layout.gradBlocks[1]);
+  BlockParts parts(keyPositions, keyMask, k, v);
+  Packed block(parts.like, base + layout.blocks[0]), incoming(parts.like, base + layout.blocks[1]);
+  fill(block, parts);
+  // dk and dv (and the key mask's gradient) of the block held travel with it, one message
+  // behind (sent once computed).
+  std::vector<TensorRef> gradLike{dk, dv};
+  if (dKeyMask)
+    gradLike.push_back(*dKeyMask);
+  Packed grads(gradLike, base + layout.gradBlocks[0]),
+      incomingGrads(gradLike, base + layout.gradBlocks[1]);
   grads.zero();
   RETURN_IF_ERROR(circulate(
       comm, ring, block, incoming,
       [&](const Packed &b, size_t) {
-        return cpu::ringAttentionGradBlock(dout, q, b[1], b[2], queryPositions, b[0], scale, stats,
-                                           delta, dq, grads[0], grads[1]);
+        return cpu::ringAttentionGradBlock(dout, q, b[parts.k], b[parts.v], queryPositions, b[0],
+                                           scale, stats, delta, dq, grads[0], grads[1],
+                                           parts.maskIn(b), dKeyMask ? &grads[2] : nullptr);
       },
       [&](size_t) -> Status {
         if (ring.size == 1)
@@ -208,6 +253,8 @@ Status ringAttentionGrad(comm::Communicator &comm, std::span<const uint32_t> axe
   // After g transfers the accumulators held are this rank's own block's.
   std::memcpy(dk.data, grads[0].data, dk.byteSize());
   std::memcpy(dv.data, grads[1].data, dv.byteSize());
+  if (dKeyMask)
+    std::memcpy(dKeyMask->data, grads[2].data, dKeyMask->byteSize());
   return Status::ok();
 }
 

@@ -10,15 +10,18 @@
 namespace megac::plan {
 
 /// One ring attention call: this rank's queries q [b, s, h, d], a key/value block k [b, t, hk, d]
-/// and v [b, t, hk, dv] with i64 key positions [t], in elements of `elementBytes` (f32 or f64).
+/// and v [b, t, hk, dv] with i64 key positions [t], in elements of `elementBytes` (f32 or f64);
+/// with `mask`, the block's additive key padding mask [b, 1, 1, t] travels with it (and, in the
+/// backward, its gradient with dk and dv).
 struct RingDims {
   int64_t b = 0, s = 0, h = 0, d = 0, t = 0, hk = 0, dv = 0, elementBytes = 4;
+  bool mask = false;
 };
 
 /// Byte offsets into the scratch (each region 64-byte aligned) and its size.
 struct RingScratchLayout {
-  uint64_t blockBytes = 0;     // one travelling block: key positions, k, v back to back (a message)
-  uint64_t gradBytes = 0;      // one block's dk, dv back to back (backward)
+  uint64_t blockBytes = 0; // one travelling block: key positions, [mask,] k, v back to back
+  uint64_t gradBytes = 0;  // one block's dk, dv[, dmask] back to back (backward)
   uint64_t rows = 0;           // b * h * s query rows: one f64 statistic each
   uint64_t blocks[2] = {};     // the block being computed and the one arriving
   uint64_t gradBlocks[2] = {}; // the dk/dv accumulators held and arriving (backward)
@@ -40,9 +43,10 @@ inline RingScratchLayout ringScratchLayout(const RingDims &d, bool backward) {
   const uint64_t e = u(d.elementBytes);
   const uint64_t kBytes = u(d.b) * u(d.t) * u(d.hk) * u(d.d) * e;
   const uint64_t vBytes = u(d.b) * u(d.t) * u(d.hk) * u(d.dv) * e;
+  const uint64_t maskBytes = d.mask ? u(d.b) * u(d.t) * e : 0;
   RingScratchLayout l;
-  l.blockBytes = 8 * u(d.t) + kBytes + vBytes; // positions first: 8-byte aligned
-  l.gradBytes = kBytes + vBytes;
+  l.blockBytes = 8 * u(d.t) + maskBytes + kBytes + vBytes; // positions first: 8-byte aligned
+  l.gradBytes = kBytes + vBytes + maskBytes;
   l.rows = u(d.b) * u(d.h) * u(d.s);
   uint64_t at = 0;
   auto take = [&](uint64_t bytes) {

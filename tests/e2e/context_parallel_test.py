@@ -22,8 +22,9 @@ softmax only reassociates each row's sums (same error model). Every multi-rank r
 "cp C" in its header (it really ran context parallel).
 Padded inputs (--pad-token-id 0 on models with padding=1: an attention_mask input whose padded
 keys every attention masks out, and padded positions dropped from the loss and its token count):
-the GPT and the Llama at cp 2 and cp 4, cp 2 x dp 2, cp 2 x tp 2 + sp, cp 2 x pp 2, all with the
-all-gather variant, against the padded 1-rank run (same error model; rows padded left and right,
+the GPT and the Llama at cp 2 and cp 4, cp 2 x dp 2, cp 2 x tp 2 + sp, cp 2 x pp 2 with the
+all-gather variant, and the ring at cp 2 (GPT) and cp 4 (Llama), cp 2 x tp 2 + sp (Llama),
+cp 2 x dp 2 and cp 2 x pp 2 (GPT), against the padded 1-rank run (same error model; rows padded left and right,
 so some queries see only padding and must give zeros, not NaN). The padding itself is checked
 independently of cp: on the Llama (rotary: scores depend on relative positions only) rows padded
 on the left train exactly like the same tokens padded on the right (within the fp64 bounds),
@@ -177,6 +178,18 @@ def padded_cases():
                                               "--sequence-parallel", "--micro-batch", "2"]
     yield "gpt.pad.cp2.pp2", GPT_PAD, ["--ranks", "4", "--cp", "2", "--pp", "2",
                                        "--micro-batch", "1"]
+    # The ring: each k/v block carries its key mask block, its gradient travels with dk, dv.
+    ring = ["--cp-comm-type", "p2p"]
+    yield "gpt.pad.cp2.ring", GPT_PAD, ["--ranks", "2", "--cp", "2", "--micro-batch", "2", *ring]
+    yield "llama.pad.cp4.ring", LLAMA_PAD, ["--ranks", "4", "--cp", "4", "--micro-batch", "2",
+                                            *ring]
+    yield "llama.pad.cp2.tp2.sp.ring", LLAMA_PAD, ["--ranks", "4", "--cp", "2", "--tp", "2",
+                                                   "--sequence-parallel", "--micro-batch", "2",
+                                                   *ring]
+    yield "gpt.pad.cp2.dp2.ring", GPT_PAD, ["--ranks", "4", "--cp", "2", "--dp", "2",
+                                            "--micro-batch", "1", *ring]
+    yield "gpt.pad.cp2.pp2.ring", GPT_PAD, ["--ranks", "4", "--cp", "2", "--pp", "2",
+                                            "--micro-batch", "1", *ring]
 
 
 def padded_rows(rng, rows):
@@ -217,10 +230,6 @@ ERRORS = [
      "--ranks 4 is not tp 2 x cp 4 x pp 1 x dp 1 = 8"),
     ("error-ring-without-cp", GPT, ["--cp-comm-type", "p2p", "--micro-batch", "2"],
      "--cp-comm-type applies with --cp C > 1 (context parallelism)"),
-    ("error-ring-padding", GPT_PAD, ["--ranks", "2", "--cp", "2", "--micro-batch", "2",
-                                     "--cp-comm-type", "p2p", *PAD],
-     "context parallelism's ring (--cp-comm-type p2p) does not carry a padding mask yet; use "
-     "--cp-comm-type all_gather for padded inputs"),
     ("error-pad-without-mask", GPT, ["--micro-batch", "2", *PAD],
      "--pad-token-id fills the model's attention_mask input, but"),
 ]

@@ -10,6 +10,8 @@
 #include "TestUtil.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <numeric>
 
 using namespace megac;
@@ -58,8 +60,36 @@ struct Case {
   int64_t b, h, hk, d, seq, cp;
 };
 
-void checkRing(const Case &c, DType dtype) {
-  SCOPED_TRACE(std::string(c.name) + (dtype == DType::f32 ? " f32" : " f64"));
+/// The additive key padding mask [b, 1, 1, seq] in the original order: row 0 padded on the left
+/// (positions 0..2: its first queries see only padding), the others on the right (the last 2).
+HostTensor paddingMask(DType dtype, int64_t b, int64_t seq) {
+  std::vector<double> m;
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t p = 0; p < seq; ++p)
+      m.push_back((bi == 0 ? p < 3 : p >= seq - 2) ? -std::numeric_limits<double>::infinity()
+                                                   : 0.0);
+  std::vector<int64_t> shape{b, 1, 1, seq};
+  return dtype == DType::f32 ? f32(shape, std::vector<float>(m.begin(), m.end())) : f64(shape, m);
+}
+
+/// Entries `positions` of a key mask [b, 1, 1, seq] along its last dim.
+HostTensor maskKeys(const HostTensor &m, const std::vector<int64_t> &positions) {
+  int64_t b = m.shape[0], seq = m.shape[3];
+  auto n = static_cast<int64_t>(positions.size());
+  HostTensor out = HostTensor::zeros(m.dtype, {b, 1, 1, n});
+  size_t e = dtypeSize(m.dtype);
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t i = 0; i < n; ++i)
+      std::memcpy(out.bytes.data() + size_t(bi * n + i) * e,
+                  m.bytes.data() + size_t(bi * seq + positions[size_t(i)]) * e, e);
+  return out;
+}
+
+/// `padded`: with the key padding mask above, travelling with each block (and its gradient
+/// accumulated per block like dk and dv), against the dense kernels with the same mask.
+void checkRing(const Case &c, DType dtype, bool padded = false) {
+  SCOPED_TRACE(std::string(c.name) + (dtype == DType::f32 ? " f32" : " f64") +
+               (padded ? " padded" : ""));
   // Error model: the online merge rescales each row's partial sums once per block (cp blocks,
   // two halves each), a few roundings of the inputs' precision per element on values of order 1
   // (|q|,|k|,|v| <= 1.5, d <= 8): f64 within 1e-12, f32 within 2e-5 (about 170 ulps).
@@ -70,19 +100,22 @@ void checkRing(const Case &c, DType dtype) {
   HostTensor v = randomTensor(dtype, {c.b, seq, c.hk, c.d}, 13);
   HostTensor dout = randomTensor(dtype, {c.b, seq, c.h, c.d}, 14);
   const double scale = 0.4;
-  // The dense reference over the whole sequence, causal.
+  // The dense reference over the whole sequence, causal (and padded).
+  HostTensor mask = paddingMask(dtype, c.b, seq), dmask = HostTensor::zeros(dtype, mask.shape);
+  TensorRef maskRef = refOf(mask), dmaskRef = refOf(dmask);
+  const TensorRef *denseMask = padded ? &maskRef : nullptr;
   HostTensor out = HostTensor::zeros(dtype, q.shape);
-  ASSERT_TRUE(attention(refOf(q), refOf(k), refOf(v), nullptr, true, scale, refOf(out)).isOk());
+  ASSERT_TRUE(attention(refOf(q), refOf(k), refOf(v), denseMask, true, scale, refOf(out)).isOk());
   HostTensor dq = HostTensor::zeros(dtype, q.shape), dk = HostTensor::zeros(dtype, k.shape);
   HostTensor dv = HostTensor::zeros(dtype, v.shape);
-  ASSERT_TRUE(attentionGrad(refOf(dout), refOf(q), refOf(k), refOf(v), nullptr, true, scale,
-                            refOf(dq), refOf(dk), refOf(dv), nullptr)
+  ASSERT_TRUE(attentionGrad(refOf(dout), refOf(q), refOf(k), refOf(v), denseMask, true, scale,
+                            refOf(dq), refOf(dk), refOf(dv), padded ? &dmaskRef : nullptr)
                   .isOk());
 
   std::vector<int64_t> order = loadBalanced(seq, cp);
   struct Rank {
     std::vector<int64_t> pos;
-    HostTensor q, k, v, dout, qp, out, dq;
+    HostTensor q, k, v, dout, qp, out, dq, mask;
     RingRowStats stats;
     std::vector<double> delta;
   };
@@ -91,7 +124,7 @@ void checkRing(const Case &c, DType dtype) {
     Rank &x = ranks[size_t(r)];
     x.pos.assign(order.begin() + r * s, order.begin() + (r + 1) * s);
     x.q = rows(q, x.pos), x.k = rows(k, x.pos), x.v = rows(v, x.pos);
-    x.dout = rows(dout, x.pos), x.qp = i64({s}, x.pos);
+    x.dout = rows(dout, x.pos), x.qp = i64({s}, x.pos), x.mask = maskKeys(mask, x.pos);
     x.out = HostTensor::zeros(dtype, x.q.shape), x.dq = HostTensor::zeros(dtype, x.q.shape);
   }
   // Forward: rank r visits the blocks of r, r - 1, ... (the order the ring brings them).
@@ -100,8 +133,9 @@ void checkRing(const Case &c, DType dtype) {
     ASSERT_TRUE(ringAttentionBegin(refOf(x.q), refOf(x.out), x.stats).isOk());
     for (int64_t step = 0; step < cp; ++step) {
       const Rank &o = ranks[size_t((r - step + cp) % cp)];
+      TensorRef om = refOf(o.mask);
       Status st = ringAttentionBlock(refOf(x.q), refOf(o.k), refOf(o.v), refOf(x.qp), refOf(o.qp),
-                                     scale, refOf(x.out), x.stats);
+                                     scale, refOf(x.out), x.stats, padded ? &om : nullptr);
       ASSERT_TRUE(st.isOk()) << st.message();
     }
     ASSERT_TRUE(ringAttentionEnd(refOf(x.out), x.stats).isOk());
@@ -110,19 +144,22 @@ void checkRing(const Case &c, DType dtype) {
     ASSERT_TRUE(ringAttentionDelta(refOf(x.dout), refOf(x.out), x.delta).isOk());
   }
   // Backward: block o's dk and dv accumulate over every rank's queries.
-  std::vector<HostTensor> blockDk, blockDv;
+  std::vector<HostTensor> blockDk, blockDv, blockDm;
   for (int64_t o = 0; o < cp; ++o) {
     blockDk.push_back(HostTensor::zeros(dtype, ranks[size_t(o)].k.shape));
     blockDv.push_back(HostTensor::zeros(dtype, ranks[size_t(o)].v.shape));
+    blockDm.push_back(HostTensor::zeros(dtype, ranks[size_t(o)].mask.shape));
   }
   for (int64_t r = 0; r < cp; ++r) {
     Rank &x = ranks[size_t(r)];
     for (int64_t step = 0; step < cp; ++step) {
       auto oi = size_t((r - step + cp) % cp);
       const Rank &o = ranks[oi];
+      TensorRef om = refOf(o.mask), odm = refOf(blockDm[oi]);
       Status st = ringAttentionGradBlock(refOf(x.dout), refOf(x.q), refOf(o.k), refOf(o.v),
                                          refOf(x.qp), refOf(o.qp), scale, x.stats, x.delta,
-                                         refOf(x.dq), refOf(blockDk[oi]), refOf(blockDv[oi]));
+                                         refOf(x.dq), refOf(blockDk[oi]), refOf(blockDv[oi]),
+                                         padded ? &om : nullptr, padded ? &odm : nullptr);
       ASSERT_TRUE(st.isOk()) << st.message();
     }
   }
@@ -132,6 +169,8 @@ void checkRing(const Case &c, DType dtype) {
     expectClose(x.dq, rows(dq, x.pos), tol, tol, "dq" + who);
     expectClose(blockDk[size_t(r)], rows(dk, x.pos), tol, tol, "dk" + who);
     expectClose(blockDv[size_t(r)], rows(dv, x.pos), tol, tol, "dv" + who);
+    if (padded)
+      expectClose(blockDm[size_t(r)], maskKeys(dmask, x.pos), tol, tol, "dmask" + who);
   }
 }
 
@@ -147,6 +186,18 @@ TEST(RingAttention, BlocksInRingOrderEqualDenseCausalAttention) {
   for (const Case &c : cases)
     for (DType dtype : {DType::f64, DType::f32})
       checkRing(c, dtype);
+}
+
+// Padded inputs: each block's key padding mask travels with it, and its gradient with dk and
+// dv; queries that see only padding (row 0's first three) give zeros, not NaN. Same error model.
+TEST(RingAttention, PaddedBlocksEqualDenseMaskedCausalAttention) {
+  const Case cases[] = {
+      {"cp 2, multi-head", 2, 2, 2, 4, 8, 2},
+      {"cp 4, grouped-query", 2, 4, 2, 8, 24, 4},
+  };
+  for (const Case &c : cases)
+    for (DType dtype : {DType::f64, DType::f32})
+      checkRing(c, dtype, true);
 }
 
 // A block wholly after every query leaves the output and the statistics untouched (skipped).
@@ -211,6 +262,12 @@ TEST(RingAttention, ScratchLayoutHoldsEveryRegion) {
   EXPECT_EQ(f.rows, rows);
   plan::RingScratchLayout b = plan::ringScratchLayout(d, true);
   EXPECT_EQ(b.gradBytes, 2 * kv);
+  // A padded ring's key mask [b, 1, 1, t] travels with each block, its gradient with dk, dv.
+  plan::RingDims padded = d;
+  padded.mask = true;
+  uint64_t maskBytes = 2 * 6 * 4;
+  EXPECT_EQ(plan::ringScratchLayout(padded, false).blockBytes, 8 * 6 + maskBytes + 2 * kv);
+  EXPECT_EQ(plan::ringScratchLayout(padded, true).gradBytes, 2 * kv + maskBytes);
   auto aligned = [](uint64_t n) { return (n + 63) / 64 * 64; };
   std::vector<std::pair<uint64_t, uint64_t>> regions{{b.blocks[0], b.blockBytes},
                                                      {b.blocks[1], b.blockBytes},

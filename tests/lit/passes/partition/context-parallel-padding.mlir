@@ -6,9 +6,12 @@
 // the permuted order like the tokens (a gather by P = 0 1 6 7 2 3 4 5 split over cp), so the mask
 // is computed per rank on its S / cp positions; the attention keeps the mask beside its query
 // and key positions, and, since k and v are whole on their sequence dim, the key mask is
-// all-gathered over cp with them (in the same permuted order).
+// all-gathered over cp with them (in the same permuted order). With the ring (ring=true) the
+// key mask stays split with the keys: each rank's attention and attention_grad take its own
+// block of it (the kernel passes it around the ring with k and v), and no all_gather is left.
 // RUN: megac-opt %s --mega-training-loss --mega-context-parallel=cp=2 | FileCheck %s --check-prefix=PERM
 // RUN: megac-opt %s --mega-training-loss --mega-context-parallel=cp=2 --mega-sharding-propagation="dp=2 cp=2" --mega-spmdize | FileCheck %s
+// RUN: megac-opt %s --mega-training-loss --mega-context-parallel="cp=2 ring=true" --mega-sharding-propagation="dp=2 cp=2" --mega-spmdize --mega-training-autodiff | FileCheck %s --check-prefix=RING
 
 // PERM-LABEL: func.func @forward_backward(
 // PERM: %[[P:.*]] = mega.constant dense<[0, 1, 6, 7, 2, 3, 4, 5]> : tensor<8xi64>
@@ -29,6 +32,14 @@
 // CHECK: mega.all_gather %{{.*}} on #mesh axes ["cp"] dim 1 grad_partial : tensor<1x4x2x8xf32> -> tensor<1x8x2x8xf32>
 // CHECK: %[[WHOLE:.*]] = mega.all_gather %[[MASK]] on #mesh axes ["cp"] dim 3 {{.*}}: tensor<1x1x1x4xf32> -> tensor<1x1x1x8xf32>
 // CHECK: mega.attention %{{.*}}, %{{.*}}, %{{.*}} mask %[[WHOLE]] positions %{{.*}}, %{{.*}} : (tensor<1x4x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x8x2x8xf32>, tensor<1x1x1x8xf32>, tensor<4xi64>, tensor<8xi64>) -> tensor<1x4x2x8xf32>
+
+// RING-LABEL: func.func @forward_backward(
+// RING-NOT: mega.all_gather
+// RING: %[[MASK:.*]] = mega.reshape %{{.*}} : tensor<1x4xf32> -> tensor<1x1x1x4xf32>
+// RING-NOT: mega.all_gather
+// RING: mega.attention %{{.*}}, %{{.*}}, %{{.*}} mask %[[MASK]] positions %[[POS:.*]], %[[POS]] {mega.ring_axes = ["cp"]} : (tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x1x1x4xf32>, tensor<4xi64>, tensor<4xi64>) -> tensor<1x4x2x8xf32>
+// RING-NOT: mega.all_gather
+// RING: mega.attention_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} mask %[[MASK]] positions %[[POS]], %[[POS]] {mega.ring_axes = ["cp"]} : {{.*}} -> (tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x4x2x8xf32>, tensor<1x1x1x4xf32>)
 
 module attributes {mega.model = "gpt:layers=1,hidden=16,heads=2,ffn=64,seq=8,vocab=32,batch=2,tied=1,gelu=erf,padding=1,dtype=f32"} {
   func.func @gpt(%arg0: tensor<2x8xi64> {mega.input = "input_ids"}, %arg1: tensor<2x8xi64> {mega.input = "attention_mask"}, %arg2: tensor<32x16xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "wte"}, %arg3: tensor<8x16xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "wpe"}, %arg4: tensor<16xf32> {mega.init = #mega.init<ones>, mega.param = "h0.ln1.weight"}, %arg5: tensor<16xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.ln1.bias"}, %arg6: tensor<16x16xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "h0.attn.q.weight"}, %arg7: tensor<16xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.attn.q.bias"}, %arg8: tensor<16x16xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "h0.attn.k.weight"}, %arg9: tensor<16xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.attn.k.bias"}, %arg10: tensor<16x16xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "h0.attn.v.weight"}, %arg11: tensor<16xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.attn.v.bias"}, %arg12: tensor<16x16xf32> {mega.init = #mega.init<normal, std = 0.014142135623730949>, mega.param = "h0.attn.proj.weight"}, %arg13: tensor<16xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.attn.proj.bias"}, %arg14: tensor<16xf32> {mega.init = #mega.init<ones>, mega.param = "h0.ln2.weight"}, %arg15: tensor<16xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.ln2.bias"}, %arg16: tensor<64x16xf32> {mega.init = #mega.init<normal, std = 2.000000e-02>, mega.param = "h0.mlp.fc.weight"}, %arg17: tensor<64xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.mlp.fc.bias"}, %arg18: tensor<16x64xf32> {mega.init = #mega.init<normal, std = 0.014142135623730949>, mega.param = "h0.mlp.proj.weight"}, %arg19: tensor<16xf32> {mega.init = #mega.init<zeros>, mega.param = "h0.mlp.proj.bias"}, %arg20: tensor<16xf32> {mega.init = #mega.init<ones>, mega.param = "ln_f.weight"}, %arg21: tensor<16xf32> {mega.init = #mega.init<zeros>, mega.param = "ln_f.bias"}) -> (tensor<2x8x32xf32> {mega.output = "logits"}) {
