@@ -59,10 +59,12 @@ def main():
     out = json.loads(plan(args.megac, "--model", GPT1T, "--cluster", "a100-80g:384x8",
                           "--global-batch", "3072", "--json").stdout)
     best = out["layouts"][0]
-    check(best["tp"] == 8 and best["pp"] > 1,
-          "1T: tp=%d pp=%d dp=%d vpp=%d, %d layouts in %.3f s"
-          % (best["tp"], best["pp"], best["dp"], best["vpp"], out["evaluated"],
-             out["search_seconds"]))
+    # A whole node per layer: tp 8, or tp 4 x cp 2, which ties with it once the bf16 weight
+    # gradients accumulate in their GEMM (issue 30; SearchTest.Gpt1TOn3072A100 says why).
+    check(best["tp"] * best.get("cp", 1) == 8 and best["tp"] >= 4 and best["pp"] > 1,
+          "1T: tp=%d cp=%d pp=%d dp=%d vpp=%d, %d layouts in %.3f s"
+          % (best["tp"], best.get("cp", 1), best["pp"], best["dp"], best["vpp"],
+             out["evaluated"], out["search_seconds"]))
 
     pinned = json.loads(plan(args.megac, "--model", GPT3, "--cluster", "a100-80g:128x8",
                              "--global-batch", "1536", "--tp", "8", "--pp", "16", "--dp", "8",
