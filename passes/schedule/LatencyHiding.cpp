@@ -54,6 +54,32 @@ mega::AddOp accumulationOf(Operation *op) {
   return acc && acc.getOwner() == add->getBlock() ? add : mega::AddOp();
 }
 
+/// Raises each ZeRO accumulation's reduce-scatter to right after its gradient is final: where its
+/// input is a cast of the gradient read by nothing else (mixed precision's cast up to the f32
+/// accumulator, which mega-training-precision leaves at the end of the backward), the cast moves
+/// to just after the op defining the gradient (the block's start for an argument) and the
+/// reduce-scatter right after it, so it does not wait for the whole backward.
+void raiseAccumulations(Block &block) {
+  SmallVector<Operation *> scatters;
+  for (Operation &op : block)
+    if (accumulationOf(&op))
+      scatters.push_back(&op);
+  for (Operation *scatter : scatters) {
+    auto cast = scatter->getOperand(0).getDefiningOp<mega::CastOp>();
+    if (!cast || cast->getBlock() != &block || !cast->hasOneUse() || cast->getNumOperands() != 1)
+      continue;
+    Value grad = cast->getOperand(0);
+    Operation *def = grad.getDefiningOp();
+    if (def && def->getBlock() != &block)
+      def = block.findAncestorOpInBlock(*def);
+    if (def)
+      cast->moveAfter(def);
+    else if (cast != &block.front())
+      cast->moveBefore(&block.front());
+    scatter->moveAfter(cast);
+  }
+}
+
 /// Moves each ZeRO accumulation add down to just before the first op of the block that reads
 /// its sum (the terminator in a training function; the global norm or the update in
 /// @forward_backward_apply), so that its reduce-scatter's done can sink that far.
@@ -276,6 +302,7 @@ void placeAccumulations(std::vector<Pair> &pairs, std::vector<int64_t> &usage, i
 }
 
 void scheduleBlock(Block &block, int64_t budget) {
+  raiseAccumulations(block);
   sinkAccumulations(block);
   std::vector<Operation *> ops;
   llvm::DenseMap<Operation *, size_t> index;

@@ -225,7 +225,9 @@ def LatencyHiding : Pass<"mega-schedule-latency-hiding", "mlir::ModuleOp"> {
     reduce-scatter starts where it stands (right after its gradient) and is done as late as
     that add, unless the bytes in flight would pass the budget (a reduce-scatter holds its
     whole input): then the oldest such reduce-scatters still in flight are done first, right
-    before it starts. The add follows its done. So each gradient's reduce-scatter runs under
+    before it starts. The add follows its done. A reduce-scatter of a cast read by nothing else
+    (mixed precision's cast of the gradient up to f32, left at the backward's end) first moves
+    up with the cast to just after the gradient's definition. So each gradient's reduce-scatter runs under
     the rest of the backward.
 
     What overlaps (docs/training-step.md "Overlap"): in `@apply_gradients` each bucket's dp

@@ -10,7 +10,8 @@
                replicated), a model with ffn 6 (ZeRO-3 shards the [6, 16] weight on dim 1, dim 0
                not dividing; its bias [6] stays whole) at dp 4 and tp 2 x dp 2, --overlap on
                (ZeRO-3's gathers as start/done, prefetched one layer ahead: dp 2, dp 4, pp 2,
-               tp 2 x sp with full recompute), and bf16/fp16 mixed precision. A control (ZeRO-3 at dp 2 with lr *
+               tp 2 x sp with full recompute; ZeRO-2's reduce-scatters overlapped: pp 2 x vpp 2,
+               and dp 2 in bf16), and bf16/fp16 mixed precision. A control (ZeRO-3 at dp 2 with lr *
                (1 + 1e-6)) must fail the fp64 parameter bound.
   checkpoint:  a GPT in fp64 (tests/e2e/checkpoint_test.py's, with ffn 6: one weight sharded on
                dim 1, its bias whole) saved after 4 steps under ZeRO-3
@@ -79,6 +80,10 @@ CASES = [
     (GPT, Layout(pp=2, dp=2, zero=3, extra=["--overlap", "on"], tag="overlap"), "fp64"),
     (GPT, Layout(tp=2, dp=2, sp=True, zero=3, recompute="full", extra=["--overlap", "on"],
                  tag="overlap"), "fp64"),
+    # ZeRO-2's reduce-scatters started after their gradients, done at the function's end, in
+    # interleaved chunk functions and under bf16 (the gradient cast up before its reduce-scatter).
+    (GPT, Layout(pp=2, dp=2, vpp=2, zero=2, extra=["--overlap", "on"], tag="overlap"), "fp64"),
+    (GPT, Layout(dp=2, zero=2, extra=["--overlap", "on"], tag="overlap"), "bf16"),
     # --reshard-after-forward off: the backward reads the forward's gathered copies.
     (GPT, Layout(dp=2, zero=3, extra=["--reshard-after-forward", "off"], tag="keep"), "fp64"),
     (GPT_FFN6, Layout(dp=4, zero=3, extra=["--reshard-after-forward", "off", "--overlap", "on"],

@@ -171,3 +171,29 @@ func.func @accumulate(%acc0: tensor<4x8xf32>, %acc1: tensor<4x8xf32>, %dy: tenso
 // BUDGET-NEXT:    %[[S0:.*]] = mega.collective_done %[[H0]]
 // BUDGET-NEXT:    mega.add %arg0, %[[S0]]
 // BUDGET-NEXT:    return
+
+// -----
+
+// Under mixed precision the gradient reaches its reduce-scatter through a cast up to f32 that
+// the precision pass leaves at the end of the backward: the cast and the reduce-scatter move up
+// to just after the gradient's GEMM, so the reduce-scatter runs under the rest of the backward.
+#mesh = #mega.mesh<dp = 2>
+func.func @accumulate_cast(%acc: tensor<4x8xf32>, %dy: tensor<8x8xbf16>, %x: tensor<8x8xbf16>,
+    %w: tensor<8x8xbf16>) -> (tensor<8x8xbf16>, tensor<4x8xf32>) {
+  %g = mega.matmul %dy, %x {transpose_lhs = true} : tensor<8x8xbf16>, tensor<8x8xbf16> -> tensor<8x8xbf16>
+  %dx = mega.matmul %dy, %w : tensor<8x8xbf16>, tensor<8x8xbf16> -> tensor<8x8xbf16>
+  %n = mega.neg %dx : tensor<8x8xbf16>
+  %c = mega.cast %g : tensor<8x8xbf16> -> tensor<8x8xf32>
+  %s = mega.reduce_scatter sum %c on #mesh axes ["dp"] dim 0 : tensor<8x8xf32> -> tensor<4x8xf32>
+  %a = mega.add %acc, %s : tensor<4x8xf32>
+  return %n, %a : tensor<8x8xbf16>, tensor<4x8xf32>
+}
+// CHECK-LABEL: func.func @accumulate_cast
+// CHECK-NEXT:    %[[G:.*]] = mega.matmul %arg1, %arg2
+// CHECK-NEXT:    %[[C:.*]] = mega.cast %[[G]] : tensor<8x8xbf16> -> tensor<8x8xf32>
+// CHECK-NEXT:    %[[H:.*]] = mega.reduce_scatter_start sum %[[C]]
+// CHECK-NEXT:    %[[DX:.*]] = mega.matmul %arg1, %arg3
+// CHECK-NEXT:    %[[N:.*]] = mega.neg %[[DX]]
+// CHECK-NEXT:    %[[S:.*]] = mega.collective_done %[[H]] : tensor<4x8xf32>
+// CHECK-NEXT:    %[[A:.*]] = mega.add %arg0, %[[S]]
+// CHECK-NEXT:    return %[[N]], %[[A]]
