@@ -23,7 +23,7 @@ softmax only reassociates each row's sums (same error model). Every multi-rank r
 Padded inputs (--pad-token-id 0 on models with padding=1: an attention_mask input whose padded
 keys every attention masks out, and padded positions dropped from the loss and its token count):
 the GPT and the Llama at cp 2 and cp 4, cp 2 x dp 2, cp 2 x tp 2 + sp, cp 2 x pp 2 with the
-all-gather variant, and the ring at cp 2 (GPT) and cp 4 (Llama), cp 2 x tp 2 + sp (Llama),
+all-gather variant, and the ring at cp 2 and cp 4 on both models, cp 2 x tp 2 + sp (Llama),
 cp 2 x dp 2 and cp 2 x pp 2 (GPT), against the padded 1-rank run (same error model; rows padded left and right,
 so some queries see only padding and must give zeros, not NaN). The padding itself is checked
 independently of cp: on the Llama (rotary: scores depend on relative positions only) rows padded
@@ -181,6 +181,9 @@ def padded_cases():
     # The ring: each k/v block carries its key mask block, its gradient travels with dk, dv.
     ring = ["--cp-comm-type", "p2p"]
     yield "gpt.pad.cp2.ring", GPT_PAD, ["--ranks", "2", "--cp", "2", "--micro-batch", "2", *ring]
+    yield "gpt.pad.cp4.ring", GPT_PAD, ["--ranks", "4", "--cp", "4", "--micro-batch", "2", *ring]
+    yield "llama.pad.cp2.ring", LLAMA_PAD, ["--ranks", "2", "--cp", "2", "--micro-batch", "2",
+                                            *ring]
     yield "llama.pad.cp4.ring", LLAMA_PAD, ["--ranks", "4", "--cp", "4", "--micro-batch", "2",
                                             *ring]
     yield "llama.pad.cp2.tp2.sp.ring", LLAMA_PAD, ["--ranks", "4", "--cp", "2", "--tp", "2",
