@@ -177,7 +177,7 @@ NcclCommunicator::~NcclCommunicator() {
   if (stream_ && world_ && !aborted_)
     (void)synchronize(); // aborts on the deadline: a send no peer receives
   else if (stream_)
-    api_->streamSynchronize(stream_);
+    (void)synchronize(); // aborted: the streams drain
   // Non-blocking communicators are finalized (flushed) before they are destroyed.
   std::vector<ncclComm *> comms;
   for (auto &[axes, comm] : groups_)
@@ -199,6 +199,8 @@ NcclCommunicator::~NcclCommunicator() {
     api_->eventDestroy(computeDone_);
   if (commDone_)
     api_->eventDestroy(commDone_);
+  for (auto &[comm, stream] : groupStreams_)
+    api_->streamDestroy(stream);
   if (stream_)
     api_->streamDestroy(stream_);
 }
@@ -241,7 +243,19 @@ StatusOr<ncclComm *> NcclCommunicator::groupComm(std::span<const uint32_t> axes)
   std::string what = "ncclCommSplit for the group " + mesh_.describeGroup(rank_, axes);
   RETURN_IF_ERROR(await(r, comm ? comm : world_, what, false));
   RETURN_IF_ERROR(await(ncclSuccess, world_, what, false));
+  // Its own stream: its collectives never queue behind another group's in flight.
+  if (!groupStreams_.count(comm)) {
+    cudaStream_t s = nullptr;
+    CUDA_OR_RETURN(api_->streamCreateWithFlags(&s, cudaStreamNonBlocking),
+                   "cudaStreamCreate (the stream of " + what + ")");
+    groupStreams_.emplace(comm, s);
+  }
   return comm;
+}
+
+cudaStream_t NcclCommunicator::streamOf(ncclComm *comm) const {
+  auto it = groupStreams_.find(comm);
+  return it == groupStreams_.end() ? stream_ : it->second;
 }
 
 Status NcclCommunicator::prepare(const std::vector<std::vector<uint32_t>> &axisSets) {
@@ -250,16 +264,16 @@ Status NcclCommunicator::prepare(const std::vector<std::vector<uint32_t>> &axisS
   return Status::ok();
 }
 
-Status NcclCommunicator::beginCall(const char *what) {
+Status NcclCommunicator::beginCall(const char *what, cudaStream_t on) {
   CUDA_OR_RETURN(api_->eventRecord(computeDone_, compute_),
                  std::string("cudaEventRecord (") + what + ")");
-  CUDA_OR_RETURN(api_->streamWaitEvent(stream_, computeDone_, 0),
+  CUDA_OR_RETURN(api_->streamWaitEvent(on ? on : stream_, computeDone_, 0),
                  std::string("cudaStreamWaitEvent (") + what + ")");
   return Status::ok();
 }
 
-Status NcclCommunicator::endCall(const char *what) {
-  CUDA_OR_RETURN(api_->eventRecord(commDone_, stream_),
+Status NcclCommunicator::endCall(const char *what, cudaStream_t on) {
+  CUDA_OR_RETURN(api_->eventRecord(commDone_, on ? on : stream_),
                  std::string("cudaEventRecord (") + what + ")");
   CUDA_OR_RETURN(api_->streamWaitEvent(compute_, commDone_, 0),
                  std::string("cudaStreamWaitEvent (") + what + ")");
@@ -295,9 +309,9 @@ void NcclCommunicator::abortAll() {
 #define MEGAC_NCCL_COLLECTIVE(call, op, comm, what)                                                \
   do {                                                                                             \
     RETURN_IF_ERROR(flushSends());                                                                 \
-    RETURN_IF_ERROR(beginCall(op));                                                                \
+    RETURN_IF_ERROR(beginCall(op, on));                                                            \
     RETURN_IF_ERROR(await((call), comm, what, false));                                             \
-    RETURN_IF_ERROR(endCall(op));                                                                  \
+    RETURN_IF_ERROR(endCall(op, on));                                                              \
     return await(ncclSuccess, comm, what, true);                                                   \
   } while (0)
 
@@ -305,26 +319,27 @@ Status NcclCommunicator::allReduce(std::span<const uint32_t> axes, const void *i
                                    size_t count, DType dtype, comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  MEGAC_NCCL_COLLECTIVE(api_->allReduce(in, out, count, type, ncclOp(kind), comm, stream_),
-                        "AllReduce", comm,
-                        "ncclAllReduce over " + mesh_.describeGroup(rank_, axes));
+  cudaStream_t on = streamOf(comm);
+  MEGAC_NCCL_COLLECTIVE(api_->allReduce(in, out, count, type, ncclOp(kind), comm, on), "AllReduce",
+                        comm, "ncclAllReduce over " + mesh_.describeGroup(rank_, axes));
 }
 
 Status NcclCommunicator::allGather(std::span<const uint32_t> axes, const void *in, void *out,
                                    size_t bytesPerRank) {
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  MEGAC_NCCL_COLLECTIVE(api_->allGather(in, out, bytesPerRank, ncclUint8, comm, stream_),
-                        "AllGather", comm,
-                        "ncclAllGather over " + mesh_.describeGroup(rank_, axes));
+  cudaStream_t on = streamOf(comm);
+  MEGAC_NCCL_COLLECTIVE(api_->allGather(in, out, bytesPerRank, ncclUint8, comm, on), "AllGather",
+                        comm, "ncclAllGather over " + mesh_.describeGroup(rank_, axes));
 }
 
 Status NcclCommunicator::reduceScatter(std::span<const uint32_t> axes, const void *in, void *out,
                                        size_t countPerRank, DType dtype, comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  MEGAC_NCCL_COLLECTIVE(
-      api_->reduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, stream_),
-      "ReduceScatter", comm, "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes));
+  cudaStream_t on = streamOf(comm);
+  MEGAC_NCCL_COLLECTIVE(api_->reduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, on),
+                        "ReduceScatter", comm,
+                        "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes));
 }
 
 // ---- Asynchronous operations -----------------------------------------------------------------
@@ -348,7 +363,7 @@ Status NcclCommunicator::track(uint64_t key, ncclComm *comm, std::string what) {
     CUDA_OR_RETURN(api_->eventCreateWithFlags(&done, cudaEventDisableTiming),
                    "cudaEventCreate (" + what + ")");
   }
-  if (cudaError_t e = api_->eventRecord(done, stream_); e != cudaSuccess) {
+  if (cudaError_t e = api_->eventRecord(done, streamOf(comm)); e != cudaSuccess) {
     spareEvents_.push_back(done);
     return cudaError(*api_, "cudaEventRecord (" + what + ")", e, device_);
   }
@@ -365,7 +380,7 @@ Status NcclCommunicator::track(uint64_t key, ncclComm *comm, std::string what) {
   do {                                                                                             \
     RETURN_IF_ERROR(checkKey(key, what));                                                          \
     RETURN_IF_ERROR(flushSends());                                                                 \
-    RETURN_IF_ERROR(beginCall(op));                                                                \
+    RETURN_IF_ERROR(beginCall(op, on));                                                            \
     RETURN_IF_ERROR(await((call), comm, what, false));                                             \
     return track(key, comm, what);                                                                 \
   } while (0)
@@ -375,7 +390,8 @@ Status NcclCommunicator::startAllReduce(uint64_t key, std::span<const uint32_t> 
                                         comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  MEGAC_NCCL_START(key, api_->allReduce(in, out, count, type, ncclOp(kind), comm, stream_),
+  cudaStream_t on = streamOf(comm);
+  MEGAC_NCCL_START(key, api_->allReduce(in, out, count, type, ncclOp(kind), comm, on),
                    "AllReduceStart", comm,
                    "ncclAllReduce over " + mesh_.describeGroup(rank_, axes));
 }
@@ -383,7 +399,8 @@ Status NcclCommunicator::startAllReduce(uint64_t key, std::span<const uint32_t> 
 Status NcclCommunicator::startAllGather(uint64_t key, std::span<const uint32_t> axes,
                                         const void *in, void *out, size_t bytesPerRank) {
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  MEGAC_NCCL_START(key, api_->allGather(in, out, bytesPerRank, ncclUint8, comm, stream_),
+  cudaStream_t on = streamOf(comm);
+  MEGAC_NCCL_START(key, api_->allGather(in, out, bytesPerRank, ncclUint8, comm, on),
                    "AllGatherStart", comm,
                    "ncclAllGather over " + mesh_.describeGroup(rank_, axes));
 }
@@ -393,9 +410,10 @@ Status NcclCommunicator::startReduceScatter(uint64_t key, std::span<const uint32
                                             DType dtype, comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  MEGAC_NCCL_START(
-      key, api_->reduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, stream_),
-      "ReduceScatterStart", comm, "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes));
+  cudaStream_t on = streamOf(comm);
+  MEGAC_NCCL_START(key, api_->reduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, on),
+                   "ReduceScatterStart", comm,
+                   "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes));
 }
 
 Status NcclCommunicator::afterFinish(uint64_t key, std::function<Status()> action) {
@@ -478,25 +496,26 @@ Status NcclCommunicator::drainAndForget() {
 Status NcclCommunicator::allToAll(std::span<const uint32_t> axes, const void *in, void *out,
                                   size_t bytesPerRank) {
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
+  cudaStream_t on = streamOf(comm);
   int members = static_cast<int>(mesh_.groupOf(rank_, axes).size());
   std::string what = "AllToAll over " + mesh_.describeGroup(rank_, axes);
   RETURN_IF_ERROR(flushSends());
-  RETURN_IF_ERROR(beginCall("AllToAll"));
+  RETURN_IF_ERROR(beginCall("AllToAll", on));
   // One send and one receive per member (NCCL rank = group index), progressing together.
   NCCL_OR_RETURN(api_->groupStart(), "ncclGroupStart", comm);
   for (int i = 0; i < members; ++i) {
     ncclResult_t r = api_->send(static_cast<const char *>(in) + size_t(i) * bytesPerRank,
-                                bytesPerRank, ncclUint8, i, comm, stream_);
+                                bytesPerRank, ncclUint8, i, comm, on);
     if (r == ncclSuccess || r == ncclInProgress)
       r = api_->recv(static_cast<char *>(out) + size_t(i) * bytesPerRank, bytesPerRank, ncclUint8,
-                     i, comm, stream_);
+                     i, comm, on);
     if (r != ncclSuccess && r != ncclInProgress) {
       api_->groupEnd();
       return Status::error(prefix() + ncclError(*api_, what, r, comm).message());
     }
   }
   RETURN_IF_ERROR(await(api_->groupEnd(), comm, what, false));
-  RETURN_IF_ERROR(endCall("AllToAll"));
+  RETURN_IF_ERROR(endCall("AllToAll", on));
   return await(ncclSuccess, comm, what, true);
 }
 
@@ -504,6 +523,7 @@ Status NcclCommunicator::allToAllV(std::span<const uint32_t> axes, const void *i
                                    std::span<const size_t> sendBytes, void *out,
                                    std::span<const size_t> recvBytes, void *counts) {
   ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
+  cudaStream_t on = streamOf(comm);
   std::string group = mesh_.describeGroup(rank_, axes);
   std::vector<int64_t> ranks = mesh_.groupOf(rank_, axes);
   size_t members = ranks.size();
@@ -513,7 +533,7 @@ Status NcclCommunicator::allToAllV(std::span<const uint32_t> axes, const void *i
                          std::to_string(recvBytes.size()) + " receive counts for " +
                          std::to_string(members) + " members");
   RETURN_IF_ERROR(flushSends());
-  RETURN_IF_ERROR(beginCall("AllToAllV"));
+  RETURN_IF_ERROR(beginCall("AllToAllV", on));
   // 1. The counts: member j's count for this rank arrives in slot j of the second half.
   const size_t half = members * sizeof(int64_t);
   auto *sentCounts = static_cast<char *>(counts), *gotCounts = sentCounts + half;
@@ -521,24 +541,24 @@ Status NcclCommunicator::allToAllV(std::span<const uint32_t> axes, const void *i
   NCCL_OR_RETURN(api_->groupStart(), "ncclGroupStart", comm);
   for (int i = 0; i < static_cast<int>(members); ++i) {
     ncclResult_t r = api_->send(sentCounts + size_t(i) * sizeof(int64_t), sizeof(int64_t),
-                                ncclUint8, i, comm, stream_);
+                                ncclUint8, i, comm, on);
     if (r == ncclSuccess || r == ncclInProgress)
       r = api_->recv(gotCounts + size_t(i) * sizeof(int64_t), sizeof(int64_t), ncclUint8, i, comm,
-                     stream_);
+                     on);
     if (r != ncclSuccess && r != ncclInProgress) {
       api_->groupEnd();
       return Status::error(prefix() + ncclError(*api_, what, r, comm).message());
     }
   }
   RETURN_IF_ERROR(await(api_->groupEnd(), comm, what, false));
-  CUDA_OR_RETURN(api_->eventRecord(commDone_, stream_), "cudaEventRecord (AllToAllV counts)");
+  CUDA_OR_RETURN(api_->eventRecord(commDone_, on), "cudaEventRecord (AllToAllV counts)");
   // Waited for against the deadline before the host reads them: a copy to pageable host memory
   // blocks the host until the stream reaches it, with no watchdog.
   RETURN_IF_ERROR(await(ncclSuccess, comm, what, true));
   std::vector<int64_t> got(members);
-  CUDA_OR_RETURN(api_->memcpyAsync(got.data(), gotCounts, half, cudaMemcpyDeviceToHost, stream_),
+  CUDA_OR_RETURN(api_->memcpyAsync(got.data(), gotCounts, half, cudaMemcpyDeviceToHost, on),
                  "cudaMemcpyAsync (all-to-all-v counts)");
-  CUDA_OR_RETURN(api_->eventRecord(commDone_, stream_), "cudaEventRecord (AllToAllV counts)");
+  CUDA_OR_RETURN(api_->eventRecord(commDone_, on), "cudaEventRecord (AllToAllV counts)");
   RETURN_IF_ERROR(await(ncclSuccess, comm, what, true));
   for (size_t j = 0; j < members; ++j)
     if (got[j] != static_cast<int64_t>(recvBytes[j]))
@@ -556,10 +576,10 @@ Status NcclCommunicator::allToAllV(std::span<const uint32_t> axes, const void *i
     ncclResult_t r = ncclSuccess;
     if (sendBytes[j])
       r = api_->send(static_cast<const char *>(in) + sendAt, sendBytes[j], ncclUint8,
-                     static_cast<int>(j), comm, stream_);
+                     static_cast<int>(j), comm, on);
     if (recvBytes[j] && (r == ncclSuccess || r == ncclInProgress))
       r = api_->recv(static_cast<char *>(out) + recvAt, recvBytes[j], ncclUint8,
-                     static_cast<int>(j), comm, stream_);
+                     static_cast<int>(j), comm, on);
     if (r != ncclSuccess && r != ncclInProgress) {
       api_->groupEnd();
       return Status::error(prefix() + ncclError(*api_, what, r, comm).message());
@@ -568,7 +588,7 @@ Status NcclCommunicator::allToAllV(std::span<const uint32_t> axes, const void *i
     recvAt += recvBytes[j];
   }
   RETURN_IF_ERROR(await(api_->groupEnd(), comm, what, false));
-  RETURN_IF_ERROR(endCall("AllToAllV"));
+  RETURN_IF_ERROR(endCall("AllToAllV", on));
   return await(ncclSuccess, comm, what, true);
 }
 
@@ -715,10 +735,17 @@ Status NcclCommunicator::flushSends() {
 
 Status NcclCommunicator::synchronize() {
   if (aborted_ || !world_) {
+    for (auto &[comm, stream] : groupStreams_)
+      CUDA_OR_RETURN(api_->streamSynchronize(stream), "cudaStreamSynchronize (NCCL stream)");
     CUDA_OR_RETURN(api_->streamSynchronize(stream_), "cudaStreamSynchronize (NCCL stream)");
     return Status::ok();
   }
-  // Everything issued, sends included, against the deadline.
+  // Everything issued, sends included, against the deadline: each group's stream, then the
+  // world's.
+  for (auto &[comm, stream] : groupStreams_) {
+    CUDA_OR_RETURN(api_->eventRecord(commDone_, stream), "cudaEventRecord (synchronize)");
+    RETURN_IF_ERROR(await(ncclSuccess, comm, "synchronize (the collectives issued)", true));
+  }
   CUDA_OR_RETURN(api_->eventRecord(commDone_, stream_), "cudaEventRecord (synchronize)");
   return await(ncclSuccess, world_, "synchronize (the sends and receives issued)", true);
 }

@@ -10,10 +10,13 @@
 // collective over the whole world: every rank must ask for the groups of the same axis sets in
 // the same order, so the executor asks for every axis set its plan uses at creation (prepare()).
 //
-// Streams: each call runs on the communicator's own stream, which first waits for an event
-// recorded on the compute stream (so it sees the compute work issued before), and the compute
-// stream then waits for an event recorded after the call (so later compute sees its result).
-// Nothing blocks the host: NCCL calls are asynchronous.
+// Streams: each call runs on a communication stream, which first waits for an event recorded on
+// the compute stream (so it sees the compute work issued before), and the compute stream then
+// waits for an event recorded after the call (so later compute sees its result). The world's
+// communicator (and every transfer) has one stream, each split group's communicator its own, so
+// a blocking tensor-parallel all-reduce never queues behind a data-parallel reduction in flight
+// (ranks issue the calls of every group in the same order, as NCCL needs for concurrent
+// communicators). Nothing blocks the host: NCCL calls are asynchronous.
 //
 // Timeouts (`--comm-timeout`, as the MPI communicator's): every NCCL communicator is
 // non-blocking (ncclConfig_t blocking = 0). Each call, including the world's creation and the
@@ -87,7 +90,7 @@ public:
 
   int rank() const { return rank_; }
   const comm::Mesh &mesh() const { return mesh_; }
-  /// The stream the NCCL calls run on.
+  /// The stream of the world's calls and of every send and receive (split groups have their own).
   cudaStream_t stream() const { return stream_; }
 
   /// Makes the group communicators of every axis set in `axisSets`, in that order (a collective
@@ -170,10 +173,12 @@ private:
   /// The NCCL communicator of this rank's group over `axes` (the world's when it is the whole
   /// world), made on first use.
   StatusOr<ncclComm *> groupComm(std::span<const uint32_t> axes);
-  /// Orders the communication stream after the compute work issued so far.
-  Status beginCall(const char *what);
-  /// Orders the compute stream after the communication issued so far.
-  Status endCall(const char *what);
+  /// Orders communication stream `on` (null: the world's) after the compute work issued so far.
+  Status beginCall(const char *what, cudaStream_t on = nullptr);
+  /// Orders the compute stream after the communication issued so far on `on`.
+  Status endCall(const char *what, cudaStream_t on = nullptr);
+  /// The stream of `comm`'s calls: a split group's own, else the world's.
+  cudaStream_t streamOf(ncclComm *comm) const;
   Status stage(int peer, int tag, const void *data, size_t bytes, Staged &out);
   /// ncclSend of every staged send to `peer` (every one with -1), in issue order, inside the
   /// caller's group.
@@ -217,6 +222,7 @@ private:
   int worldSize_ = 1; // ranks in the NCCL world (1 without a host communicator)
   ncclComm *world_ = nullptr;
   std::map<std::vector<uint32_t>, ncclComm *> groups_; // split communicators, by axes as given
+  std::map<ncclComm *, cudaStream_t> groupStreams_;    // one stream per split communicator
   cudaStream_t compute_ = nullptr, stream_ = nullptr;
   cudaEvent_t computeDone_ = nullptr, commDone_ = nullptr;
   std::vector<Staged> pending_; // staged sends to other ranks, in issue order

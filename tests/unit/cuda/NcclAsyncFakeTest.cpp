@@ -87,12 +87,13 @@ TEST(NcclAsyncFake, StartReturnsBeforeThePeerPosts) {
         float in = float(r + 1);
         if (r == 1)
           rank0Started.wait();
-        RETURN_IF_ERROR(
-            c.startAllReduce(0, kAll, &in, out[r].data(), 1, DType::f32, comm::ReduceKind::sum));
+        Status s =
+            c.startAllReduce(0, kAll, &in, out[r].data(), 1, DType::f32, comm::ReduceKind::sum);
         if (r == 0) {
           atReturn = out[0];
-          rank0Started.set();
+          rank0Started.set(); // also on failure: rank 1 must not wait forever
         }
+        RETURN_IF_ERROR(s);
         RETURN_IF_ERROR(c.finish(0));
         return c.drain();
       },
@@ -142,6 +143,50 @@ TEST(NcclAsyncFake, SeveralInFlightFinishedInAnyOrder) {
               std::vector<float>(sum.begin() + 2 * (r % 2), sum.begin() + 2 * (r % 2) + 2))
         << "rank " << r;
   }
+}
+
+// A blocking all-reduce over tp while a dp all-reduce is in flight, on a 2x2 mesh (dp: axis 0,
+// groups {0, 2} and {1, 3}; tp: axis 1, groups {0, 1} and {2, 3}): ranks 2 and 3 post their dp
+// all-reduce only once ranks 0 and 1 have finished their tp one. On one communication stream
+// the tp all-reduce of ranks 0 and 1 would queue behind their dp one, which waits for ranks 2
+// and 3 (a timeout here); each group's own stream lets it complete.
+TEST(NcclAsyncFake, BlockingCollectiveDoesNotQueueBehindAnotherGroupInFlight) {
+  FakeRanks ranks(meshOf({2, 2}));
+  std::mutex mu;
+  std::condition_variable cv;
+  int firstRowDone = 0;
+  std::vector<float> dsum(4, -1.0f), tsum(4, -1.0f);
+  auto status = ranks.run(
+      [&](int r, NcclCommunicator &c) -> Status {
+        RETURN_IF_ERROR(c.prepare({{0}, {1}}));
+        std::vector<uint32_t> dp = {0}, tp = {1};
+        float d = float(r), t = float(10 * r);
+        if (r < 2) {
+          Status s = c.startAllReduce(1, dp, &d, &dsum[r], 1, DType::f32, comm::ReduceKind::sum);
+          if (s.isOk())
+            s = c.allReduce(tp, &t, &tsum[r], 1, DType::f32, comm::ReduceKind::sum);
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            ++firstRowDone; // also on failure: ranks 2 and 3 must not wait forever
+            cv.notify_all();
+          }
+          RETURN_IF_ERROR(s);
+        } else {
+          RETURN_IF_ERROR(c.allReduce(tp, &t, &tsum[r], 1, DType::f32, comm::ReduceKind::sum));
+          {
+            std::unique_lock<std::mutex> lock(mu);
+            cv.wait(lock, [&] { return firstRowDone == 2; });
+          }
+          RETURN_IF_ERROR(
+              c.startAllReduce(1, dp, &d, &dsum[r], 1, DType::f32, comm::ReduceKind::sum));
+        }
+        RETURN_IF_ERROR(c.finish(1));
+        return c.drain();
+      },
+      std::chrono::seconds(3));
+  EXPECT_ALL_OK(status);
+  EXPECT_EQ(dsum, (std::vector<float>{2.0f, 4.0f, 2.0f, 4.0f}));
+  EXPECT_EQ(tsum, (std::vector<float>{10.0f, 10.0f, 50.0f, 50.0f}));
 }
 
 // The same key twice in flight, and a finish of a key never started, are refused by name.
@@ -241,8 +286,9 @@ TEST(NcclAsyncFake, ReceivePostedAheadOfTheSend) {
       return c.synchronize();
     }
     ranks.apis[1]->clearCalls();
-    RETURN_IF_ERROR(c.startRecv(77, 0, 4, got.data(), got.size() * sizeof(float)));
-    posted.set();
+    Status s = c.startRecv(77, 0, 4, got.data(), got.size() * sizeof(float));
+    posted.set(); // also on failure: rank 0 must not wait forever
+    RETURN_IF_ERROR(s);
     RETURN_IF_ERROR(c.finish(77));
     calls = ranks.apis[1]->calls();
     return c.drain();
