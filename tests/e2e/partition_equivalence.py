@@ -11,9 +11,9 @@ partitioned global norm matters, constant lr), and the suite compares:
   fp32, 10 steps: every step's loss and grad_norm within 1e-5 relative; step 1's gradients
         ||g - g_ref|| <= 1e-5 * ||g_ref|| + 1e-7 * sqrt(n) (final fp32 parameters are not
         compared: roundoff in a near-zero gradient moves Adam's update by up to lr, TESTING.md).
-  bf16/fp16 (group "mixed"), 10 steps: losses and grad_norms within 7.5e-3 (bf16) / 1.1e-3
+  bf16/fp16 (group "mixed"), 10 steps: losses and grad_norms within 6.0e-3 (bf16) / 1.1e-3
         (fp16) relative, the same loss scales and skipped steps (fp16 starts at scale 2^20, so
-        the first steps overflow), step 1's gradients within 5.8e-2 (bf16) / 7.2e-3 (fp16)
+        the first steps overflow), step 1's gradients within 6.3e-2 (bf16) / 7.9e-3 (fp16)
         relative (the error model is at TOLERANCES). fp16's step 1 overflows: the elements
         finite in both runs are compared, with identical finite masks wherever the layout sums
         the half-precision gradients as one rank does, and at least 90% of the elements.
@@ -100,20 +100,22 @@ TOLERANCES = {
     # deviation from exact arithmetic under the probabilistic rounding model (each rounding an
     # independent relative error uniform in [-u, u]; Higham & Mary 2019), propagated through the
     # network and AdamW by Monte Carlo: `mixed_precision_test.py --partition-sigmas` (megac's
-    # rounding sites on a GptModel of this suite's GPT shape, batch 8, 10 steps, clip 1.0)
-    # gives, relative, max over steps / tensors:
+    # rounding sites on a GptModel of this suite's GPT shape, batch 8, 10 steps, clip 1.0; since
+    # issue 30 the weight gradients are summed in f32 by their GEMM, no rounding site) gives,
+    # relative, max over steps / tensors (24 samples: the estimates move by ~15% between site
+    # sets, as 1.06e-3 -> 8.48e-4 and 1.36e-2 -> 1.48e-2 did when the weight-gradient sites went):
     #            loss     grad_norm  step-1 gradient (per tensor, on ||g||)
-    #   bf16   4.86e-5    1.06e-3    1.36e-2
-    #   fp16   5.99e-6    1.53e-4    1.70e-3
+    #   bf16   5.62e-5    8.48e-4    1.48e-2
+    #   fp16   4.96e-6    1.55e-4    1.86e-3
     # loss and grad_norm share one rtol (compare() applies it to both), so it is grad_norm's:
-    # lambda = 5 for a scalar (a Gaussian beyond 5 sigma: ~6e-7): 5 * sqrt(2) * 1.06e-3 = 7.5e-3
-    # (bf16), 5 * sqrt(2) * 1.53e-4 = 1.1e-3 (fp16). A gradient tensor's 2-norm concentrates at
-    # its mean: lambda = 3, 3 * sqrt(2) * 1.36e-2 = 5.8e-2 (bf16), 3 * sqrt(2) * 1.70e-3 =
-    # 7.2e-3 (fp16). The absolute 1e-6 sqrt(n) is negligible next to that (fp16 gradients are
+    # lambda = 5 for a scalar (a Gaussian beyond 5 sigma: ~6e-7): 5 * sqrt(2) * 8.48e-4 = 6.0e-3
+    # (bf16), 5 * sqrt(2) * 1.55e-4 = 1.1e-3 (fp16). A gradient tensor's 2-norm concentrates at
+    # its mean: lambda = 3, 3 * sqrt(2) * 1.48e-2 = 6.3e-2 (bf16), 3 * sqrt(2) * 1.86e-3 =
+    # 7.9e-3 (fp16). The absolute 1e-6 sqrt(n) is negligible next to that (fp16 gradients are
     # saved loss-scaled, the same scale on every layout, checked exactly; relative bounds do
     # not see the scale). Measured on this suite's layouts: worst error/bound <= 0.3.
-    "bf16": dict(loss=7.5e-3, param=None, grad=(5.8e-2, 1e-6)),
-    "fp16": dict(loss=1.1e-3, param=None, grad=(7.2e-3, 1e-6)),
+    "bf16": dict(loss=6.0e-3, param=None, grad=(6.3e-2, 1e-6)),
+    "fp16": dict(loss=1.1e-3, param=None, grad=(7.9e-3, 1e-6)),
 }
 # fp16 starts at a loss scale that overflows step 1 (PRECISION_ARGS), so its saved gradients
 # hold inf where a half-precision partial sum passed 65504: the sums of the largest gradients
