@@ -39,7 +39,8 @@ model specs:
   t5:enc_layers=2,dec_layers=2,hidden=64,heads=4,seq=32,vocab=128
   llama:layers=2,hidden=64,heads=4,kv_heads=2,seq=32,vocab=128
   other keys: ffn= (default 4*hidden; llama: 8/3*hidden rounded up to 256), tied=0|1,
-  gelu=erf|tanh, batch=, dtype=f32|f64|bf16|f16, dec_seq= (t5), rope_theta=, norm_eps= (llama)
+  gelu=erf|tanh, batch=, dtype=f32|f64|bf16|f16, dec_seq= (t5), rope_theta=, norm_eps= (llama),
+  padding=1 (gpt, llama: an attention_mask input, 1 token / 0 padding; train --pad-token-id)
   hf:DIR[,seq=S]  a transformers config.json (DIR or the file itself): llama, mistral, qwen2,
   mixtral, qwen2_moe, nemotron, gpt2, built by the zoo, from the folder's safetensors weights
   when it has them; seq is the training sequence length (docs/huggingface.md))";
