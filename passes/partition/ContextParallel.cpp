@@ -146,15 +146,18 @@ private:
       if (!seen.insert(v).second)
         continue;
       if (auto arg = dyn_cast<BlockArgument>(v)) {
-        auto name = f_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kInputAttr);
-        auto argType = cast<RankedTensorType>(arg.getType());
-        bool tokens = name && isa<IntegerType>(argType.getElementType()) &&
+        bool functionArg = arg.getOwner() == &f_.getBody().front();
+        auto name = functionArg
+                        ? f_.getArgAttrOfType<StringAttr>(arg.getArgNumber(), mega::kInputAttr)
+                        : StringAttr();
+        auto argType = dyn_cast<RankedTensorType>(arg.getType());
+        bool tokens = name && argType && isa<IntegerType>(argType.getElementType()) &&
                       argType.getRank() >= 2 && argType.getDimSize(1) == seq_;
-        if (tokens || !overSequence(argType))
+        if (functionArg && (tokens || !overSequence(arg.getType())))
           continue;
         return op.emitError() << "context parallelism permutes the padding mask with the "
                                  "sequence, but this attention's mask reads argument "
-                              << arg.getArgNumber() << " " << argType
+                              << arg.getArgNumber() << " " << arg.getType()
                               << ", which is not an integer token input [b, " << seq_
                               << "] (give the padding as an integer attention_mask input)";
       }
