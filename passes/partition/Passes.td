@@ -39,9 +39,14 @@ def ContextParallel : Pass<"mega-context-parallel", "mlir::ModuleOp"> {
     RingAttention passes each rank's key/value block around the cp ring instead of all-gathering
     them (docs/context-parallel.md "The ring").
 
+    A key padding mask `[b or 1, 1, 1, S]` computed elementwise from integer token inputs (the
+    zoo's attention_mask) stays on the attention beside the positions: those inputs are
+    permuted like input_ids, so the mask is split over cp with the keys (all-gathered with k and
+    v, or carried around the ring with each block; docs/context-parallel.md "Padded inputs").
+
     Errors: no mega.attention in the model, a softmax over rank-4 scores (attention the input
-    phase did not raise), attention that is not causal self-attention or has a mask, a float
-    input over the sequence (padding mask), a sequence 2·cp does not divide.
+    phase did not raise), attention that is not causal self-attention, a mask that is not such
+    a key padding mask, a float input over the sequence, a sequence 2·cp does not divide.
   }];
   let options = [
     Option<"cp", "cp", "int64_t", "1", "context-parallel degree (1: the pass does nothing)">,
