@@ -70,8 +70,8 @@ def Mega_AttentionGradOp : Mega_CostedOp<"attention_grad", [Mega_Plan<"Attention
     (with grouped-query attention, dk and dv sum over the query heads sharing a key/value head)
     and, when the forward had a mask, `dmask`: the gradient of the additive mask, summed over
     the dims the mask broadcast along (a learned relative position bias trains through it).
-    With `positions` (causal by global positions, as the forward's) there is no mask and no
-    `dmask`. Probabilities are recomputed from q and k.
+    With `positions` (causal by global positions, as the forward's) there is a `dmask` only when
+    the forward also had a mask (padded inputs). Probabilities are recomputed from q and k.
 
     ```mlir
     %dq, %dk, %dv = mega.attention_grad %do, %q, %k, %v causal : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>) -> (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>)

@@ -524,11 +524,12 @@ def Mega_AttentionOp : Mega_CostedOp<"attention", [Mega_Plan<"Attention">, Pure,
     mask, relative position bias) broadcasts to `[b, h, s, t]`. Splitting the heads dim is
     Megatron's head-parallel attention.
 
-    `positions %qpos, %kpos` (i64 `[s]` and `[t]`, instead of `causal` and `mask`) is causal
-    attention by global positions: query i sees key j iff `kpos[j] <= qpos[i]`. Context
-    parallelism (docs/context-parallel.md) gives each rank a permuted slice of the queries and
-    the gathered keys; their positions say which pairs are causal, with nothing of size s x t
-    stored. Unlike `causal`, the query dim is then parallel: it splits with its positions.
+    `positions %qpos, %kpos` (i64 `[s]` and `[t]`, instead of `causal`) is causal attention by
+    global positions: query i sees key j iff `kpos[j] <= qpos[i]`. Context parallelism
+    (docs/context-parallel.md) gives each rank a permuted slice of the queries and the gathered
+    keys; their positions say which pairs are causal, with nothing of size s x t stored. Unlike
+    `causal`, the query dim is then parallel: it splits with its positions. A `mask` may come
+    with them (padded inputs: the key padding mask, permuted like the keys).
 
     With `{mega.ring_axes = ["cp"]}` as well (context parallelism's ring), the keys and values
     split along the sequence with the queries: each rank's op holds its own key/value block and
