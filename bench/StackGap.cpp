@@ -162,6 +162,15 @@ std::string termDeltas(const StepCost &base, const StepCost &c) {
 
 StackProfile megatronCoreAtC127b5e();
 
+/// megac's profile for plans compiled with `--overlap on` (the latency-hiding schedule: what
+/// e2e_overlap, e2e_zero_prefetch_plan and KernelModelTest assert of compiled plans), as
+/// Megatron-Core's profile has its overlap flags on.
+StackProfile megacOverlapOn() {
+  StackProfile p = *stackProfile("megac", false);
+  p.latencyHiding = true;
+  return p;
+}
+
 void compare(const char *what, const TransformerShape &shape, const char *clusterSpec,
              int64_t globalBatch, const Layout &layout, bool atC127b5e = false) {
   std::string error;
@@ -170,7 +179,7 @@ void compare(const char *what, const TransformerShape &shape, const char *cluste
     std::fprintf(stderr, "bench-stack-gap: %s\n", error.c_str());
     return;
   }
-  StackProfile megac = *stackProfile("megac", false);
+  StackProfile megac = megacOverlapOn();
   StackProfile core = atC127b5e ? megatronCoreAtC127b5e() : *stackProfile("megatron-core", false);
   auto run = [&](const StackProfile &p) {
     std::string why;
@@ -238,7 +247,7 @@ void searchEach(const char *what, const TransformerShape &shape, const char *clu
   std::printf("%s on %s, global batch %lld: each stack's best layout\n", what, clusterSpec,
               (long long)globalBatch);
   double megacStep = 0;
-  for (const StackProfile &p : {*stackProfile("megac", false), megatronCoreAtC127b5e(),
+  for (const StackProfile &p : {megacOverlapOn(), megatronCoreAtC127b5e(),
                                 *stackProfile("megatron-core", false)}) {
     SearchResult r = search(shape, *cluster, globalBatch, Pins{}, 1, p);
     if (r.best.empty()) {

@@ -430,11 +430,20 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   headCopies(fwd);
   cpExchange(fwd, false);
   coreForward();
+  // What nothing in the backward reads: the row-parallel linear's output, its reduction and
+  // bias, and the residual add (StackProfile::recomputeDropsUnreadForward).
+  std::vector<std::pair<size_t, size_t>> unreadKernels, unreadComms;
+  auto unreadFrom = [&](size_t kernel, size_t comm) {
+    unreadKernels.push_back({kernel, out.forward.kernels.size()});
+    unreadComms.push_back({comm, out.forward.tp.size()});
+  };
+  size_t unreadKernel = out.forward.kernels.size(), unreadComm = out.forward.tp.size();
   linearForward(proj);
   tpLeave(fwd, false);
   if (stack.rowParallelBiasKernel && t > 1 && bias) // the row-parallel bias, once, after the sum
     fwd.mem(KernelClass::broadcast, 2 * region);
   residual(fwd, false);
+  unreadFrom(unreadKernel, unreadComm);
   fwd.mem(norm, 2 * region);
   double mlpAct = double(T) * double(ffn) * double(e);
   if (moe) {
@@ -454,14 +463,33 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     } else {
       fwd.mem(KernelClass::gelu, 2 * mlpAct);
     }
+    unreadKernel = out.forward.kernels.size(), unreadComm = out.forward.tp.size();
     linearForward(fc2);
     tpLeave(fwd, false);
     if (stack.rowParallelBiasKernel && t > 1 && bias)
       fwd.mem(KernelClass::broadcast, 2 * region);
     residual(fwd, false);
+    unreadFrom(unreadKernel, unreadComm);
   }
   out.attentionCore.assign(out.forward.kernels.begin() + long(coreBegin),
                            out.forward.kernels.begin() + long(coreEnd));
+  out.fullRecompute = out.forward;
+  if (stack.recomputeDropsUnreadForward) {
+    auto unread = [](const std::vector<std::pair<size_t, size_t>> &ranges, size_t i) {
+      for (auto [begin, end] : ranges)
+        if (i >= begin && i < end)
+          return true;
+      return false;
+    };
+    out.fullRecompute.kernels.clear();
+    out.fullRecompute.tp.clear();
+    for (size_t i = 0; i < out.forward.kernels.size(); ++i)
+      if (!unread(unreadKernels, i))
+        out.fullRecompute.kernels.push_back(out.forward.kernels[i]);
+    for (size_t i = 0; i < out.forward.tp.size(); ++i)
+      if (!unread(unreadComms, i))
+        out.fullRecompute.tp.push_back(out.forward.tp[i]);
+  }
 
   // ---- backward, in reverse.
   residual(bwd, true);
@@ -552,6 +580,9 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   const double table = double(vocab) * double(h) * double(e), ids = double(T) * 8;
   ef.mem(KernelClass::embedding, table + ids + act);
   if (!s.rope && !stack.elementwiseFusion) { // learned positions broadcast over the batch, added
+    // Under sequence parallelism megac slices this rank's rows of the table first (ShardSlice).
+    if (stack.positionBroadcastKernel && t > 1 && g.sequenceParallel)
+      ef.mem(KernelClass::copy, 2 * double(sq / t) * double(h) * double(e));
     if (stack.positionBroadcastKernel)
       ef.mem(KernelClass::broadcast, act + double(sq) * double(h) * double(e));
     ef.mem(KernelClass::elementwise, 3 * act);
@@ -585,6 +616,8 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   if (t > 1 && g.sequenceParallel)
     hf.comm(Collective::allGather, act);
   hf.gemm(T, vocab, h);
+  if (stack.recomputeDropsUnreadForward) // the logits, for the loss gradient
+    Builder{&out.headRecompute}.gemm(T, vocab, h);
   // Megatron computes the vocab-parallel loss in fp32 in separate passes (cast, max, subtract,
   // exp, sum, log, target); megac's kernel reads the logits in one fused call.
   bool fused = stack.fusedCrossEntropy;
@@ -626,7 +659,8 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
 
 std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double updated,
                                        Precision precision, const StackProfile &stack,
-                                       bool partitioned, bool dataParallel) {
+                                       bool partitioned, bool dataParallel,
+                                       const TpReplicatedGradients &replicated) {
   // AdamW reads the fp32 gradient, master weight and two moments and writes those three and
   // (mixed precision) the half copy: 28 bytes per parameter in fp32, 30 otherwise; the global
   // norm reads every local gradient once and clipping scales them (read + write).
@@ -645,11 +679,21 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
   } else {
     b.mem(KernelClass::globalNorm, parameters * 4);
   }
-  if (stack.concatenatesGradients && dataParallel) {
-    // The gradients are concatenated into one buffer for the data-parallel reduction and
-    // sliced back per tensor.
-    b.mem(KernelClass::copy, parameters * 8);
-    b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
+  if (stack.concatenatesGradients) {
+    // Each reduction's gradients are concatenated into one buffer and sliced back per tensor:
+    // under sequence parallelism the tp-replicated ones (reduced over tp, and dp), then, with
+    // dp > 1, the rest but a learned position table (reduced by itself).
+    double rest = parameters, restTensors = tensors;
+    if (replicated.tensors > 0) {
+      b.mem(KernelClass::copy, replicated.parameters * 8);
+      b.mem(KernelClass::copy, replicated.parameters * 8 / replicated.tensors, replicated.tensors);
+      rest -= replicated.parameters;
+      restTensors -= replicated.tensors + replicated.alone;
+    }
+    if (dataParallel && restTensors > 0) {
+      b.mem(KernelClass::copy, rest * 8);
+      b.mem(KernelClass::copy, rest * 8 / restTensors, restTensors);
+    }
   }
   if (stack.clipPass)
     b.mem(KernelClass::elementwise, parameters * 8);

@@ -45,6 +45,9 @@ struct BlockKernels {
   /// The part of the forward that selective recompute repeats in the backward (the attention
   /// core: Korthikanti et al. 2022, section 5).
   std::vector<KernelOp> attentionCore;
+  /// What full recompute repeats in the backward: the forward, or under
+  /// StackProfile::recomputeDropsUnreadForward the part of it the backward reads.
+  PassKernels fullRecompute;
   /// The pass that adds a micro-batch's weight gradients into the accumulators (stacks with
   /// separateGradAccumulation; run once per micro-batch after the block's backward).
   std::vector<KernelOp> gradAccumulation;
@@ -52,6 +55,9 @@ struct BlockKernels {
 
 struct EdgeKernels {
   PassKernels embedForward, embedBackward, headForward, headBackward;
+  /// The logit layer's share of full recompute (StackProfile::recomputeDropsUnreadForward: the
+  /// logits GEMM; empty otherwise).
+  PassKernels headRecompute;
 };
 
 struct LayerGeometry {
@@ -68,11 +74,21 @@ BlockKernels blockKernels(const TransformerShape &shape, const LayerGeometry &g,
 EdgeKernels edgeKernels(const TransformerShape &shape, const LayerGeometry &g,
                         const StackProfile &stack);
 
+/// Under sequence parallelism (tp > 1) the parameters every tp rank holds whole have partial
+/// gradients that are summed over tp before the update: the norms and row-parallel biases
+/// (`parameters` in `tensors` tensors), and a learned position table, reduced by itself
+/// (`alone`: 0 or 1 tensor).
+struct TpReplicatedGradients {
+  double parameters = 0, tensors = 0, alone = 0;
+};
+
 /// The optimizer step over `parameters` local parameters held in `tensors` tensors, of which
 /// `updated` are updated here (ZeRO-1: 1/dp): AdamW, the global gradient norm and clipping;
-/// `partitioned` when the step runs on several ranks, `dataParallel` when dp > 1.
+/// `partitioned` when the step runs on several ranks, `dataParallel` when dp > 1; `replicated`
+/// under sequence parallelism.
 std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double updated,
                                        Precision precision, const StackProfile &stack,
-                                       bool partitioned, bool dataParallel);
+                                       bool partitioned, bool dataParallel,
+                                       const TpReplicatedGradients &replicated = {});
 
 } // namespace megac::planner

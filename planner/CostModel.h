@@ -169,6 +169,7 @@ struct PassCost {
 struct LayerCost {
   PassCost forward, backward;
   KernelTime attentionCore;    // what selective recompute repeats
+  PassCost fullRecompute;      // what full recompute repeats (BlockKernels::fullRecompute)
   KernelTime gradAccumulation; // per micro-batch, after the backward
   /// The backward's weight-gradient kernels (KernelOp::weightGradient): with gradAccumulation,
   /// a zero-bubble schedule's W; the rest of the backward is its B.
@@ -177,6 +178,7 @@ struct LayerCost {
 /// Costs of the embedding (first chunk) and the logit layer + loss (last chunk), the same way.
 struct EdgeCost {
   PassCost embedForward, embedBackward, headForward, headBackward;
+  PassCost headRecompute; // the logit layer's share of full recompute
   KernelTime embedWeight, headWeight; // their weight-gradient kernels (KernelOp::weightGradient)
 };
 

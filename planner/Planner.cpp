@@ -227,6 +227,7 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
   lc.forward = passCost(block.forward, kernels, cluster_, tp, ep, cp);
   lc.backward = passCost(block.backward, kernels, cluster_, tp, ep, cp);
   lc.attentionCore = kernels.time(block.attentionCore);
+  lc.fullRecompute = passCost(block.fullRecompute, kernels, cluster_, tp, ep, cp);
   lc.gradAccumulation = kernels.time(block.gradAccumulation);
   auto weightKernels = [&](const PassKernels &pass) {
     std::vector<KernelOp> weight;
@@ -242,6 +243,7 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
   ec.embedBackward = passCost(edges.embedBackward, kernels, cluster_, tp, ep, cp);
   ec.headForward = passCost(edges.headForward, kernels, cluster_, tp, ep, cp);
   ec.headBackward = passCost(edges.headBackward, kernels, cluster_, tp, ep, cp);
+  ec.headRecompute = passCost(edges.headRecompute, kernels, cluster_, tp, ep, cp);
   ec.embedWeight = weightKernels(edges.embedBackward);
   ec.headWeight = weightKernels(edges.headBackward);
   return layers_.emplace(key, std::make_pair(lc, ec)).first->second.first;
@@ -309,13 +311,14 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   const EdgeCost &ec =
       edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp, l.cpRing);
   double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)); // on the stage
-  // Recompute, in the backward: selective repeats the attention core, full the whole forward
-  // with its collectives.
+  // Recompute, in the backward: selective repeats the attention core, full the forward with its
+  // collectives (or what of it the backward reads: BlockKernels::fullRecompute), and on the
+  // last stage what the stack recomputes of the logit layer.
   PassCost recompute;
   if (l.recompute == Recompute::selective)
     recompute.compute = lc.attentionCore;
   else if (l.recompute == Recompute::full)
-    recompute = lc.forward;
+    recompute = lc.fullRecompute;
   // Pipeline sends: the residual stream of one micro-batch (sequence-split under SP and cp),
   // once per chunk step, on the critical path (the simulation's steps wait for their input). A
   // pipeline spanning nodes runs at the pace of its inter-node boundaries.
@@ -341,6 +344,8 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
     if (last) {
       f += ec.headForward;
       b += ec.headBackward;
+      if (l.recompute == Recompute::full)
+        b += ec.headRecompute;
     }
     // ZeRO-3 gathers the stage's parameters before each forward and again before each backward
     // (reshard after forward); ZeRO-2/3 reduce-scatter each micro-batch's gradients
@@ -358,7 +363,7 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
       if (l.zero == 3) {
         double gather = zeroCollective(l, Collective::allGather, params, experts, pb.parameter);
         gatherF = gatherB = gather;
-        if (stack_.prefetchShardedParams) {
+        if (stack_.overlaps(stack_.prefetchShardedParams)) {
           gatherF = std::max(gather / layers, gather - f.compute.total());
           gatherB = std::max(gather / layers, gather - compute);
         }
@@ -373,7 +378,7 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
       // cannot cover of both, less the regathers' exposed share, and at least each chunk
       // function's last reduce-scatters: its first block's, on the first stage the embedding
       // table's (its gradient is final last).
-      if (stack_.overlapShardedGradReduce && !stack_.overlapGradReduce) {
+      if (stack_.overlaps(stack_.overlapShardedGradReduce) && !stack_.overlapGradReduce) {
         double block =
             zeroCollective(l, Collective::reduceScatter, stageParameters(l, false, false) / layers,
                            experts / layers, pb.gradient);
@@ -466,9 +471,19 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
   const TransformerShape &s = shape_;
   double edges = (s.tiedEmbedding ? 1 : 2) + (s.rope ? 0 : 1) + (s.biases ? 2 : 1);
   double tensors = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)) * perBlock + edges;
+  // Sequence parallelism: the blocks' norms and row-parallel biases, the final norm and a
+  // learned position table are whole on every tp rank, their gradients partial.
+  TpReplicatedGradients replicated;
+  if (l.sequenceParallel && l.tp > 1) {
+    double blocks = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp));
+    replicated.parameters = blocks * double(replicatedLayerParameters(s)) +
+                            double(s.hidden) * (s.biases ? 2 : 1);
+    replicated.tensors = blocks * (s.biases ? 6 : 2) + (s.biases ? 2 : 1);
+    replicated.alone = s.rope ? 0 : 1;
+  }
   KernelModel kernels(cluster_.device, stack_, l.precision);
   return kernels.time(optimizerKernels(localParameters, tensors, updated, l.precision, stack_,
-                                       l.ranks() > 1, l.dp * l.cp > 1));
+                                       l.ranks() > 1, l.dp * l.cp > 1, replicated));
 }
 
 double StepEstimator::largestGatheredUnit(const Layout &l, bool first, bool last) const {
@@ -487,7 +502,8 @@ double StepEstimator::gatheredParameterBytes(const Layout &l) const {
            parameterBytes(l.precision).parameter;
   double unit =
       std::max(largestGatheredUnit(l, true, l.pp == 1), largestGatheredUnit(l, l.pp == 1, true));
-  return unit * parameterBytes(l.precision).parameter * (stack_.prefetchShardedParams ? 2 : 1);
+  bool prefetched = stack_.overlaps(stack_.prefetchShardedParams);
+  return unit * parameterBytes(l.precision).parameter * (prefetched ? 2 : 1);
 }
 
 double StepEstimator::gradientBucketBytes(const Layout &l) const {
@@ -571,7 +587,7 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
     double inFlightShards = gradientBucketBytes(l); // ZeRO-2/3's bucket, ZeRO-3's gathered unit
     if (l.zero >= 3 && l.reshardAfterForward)
       inFlightShards += largestGatheredUnit(l, first, last) * pb.parameter *
-                        (stack_.prefetchShardedParams ? 2 : 1);
+                        (stack_.overlaps(stack_.prefetchShardedParams) ? 2 : 1);
     // Without reshard after forward every gathered parameter of the stage lives from its
     // forward use to its backward one, so across the backward's peak (the stash complete): the
     // stage's whole parameters, beside the shards (the gathered units in flight are among them).

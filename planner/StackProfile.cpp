@@ -41,6 +41,7 @@ StackProfile megac(bool cpu) {
   p.accumulatesEdgeGradients = true;
   p.perTensorGlobalNorm = true;
   p.concatenatesGradients = true;
+  p.recomputeDropsUnreadForward = true;
   // passes/training/MultiTensorOptimizer.cpp: one AdamWMulti per program (e2e_gemm_layout
   // counts it on the partition suite's plans; e2e_plan_kernels checks the inventory).
   p.multiTensorOptimizer = true;
@@ -82,17 +83,17 @@ StackProfile megac(bool cpu) {
   p.shardedBuffersInArena = true;
   p.fp32ResidualStream = true;
   p.keepsGatheredLinearInputs = true;
-  // Issue 31: ZeRO-3 is planned as `--overlap on` compiles it: mega-schedule-latency-hiding
-  // makes each parameter all-gather a start/done pair and mega-training-zero-prefetch starts a
-  // layer's gathers just before the previous layer's compute (two gathered layers live or in
-  // flight; e2e_zero_prefetch_plan asserts both on a compiled plan). Without --overlap the
-  // gathers block and the prediction is optimistic by the gathers' exposed time. Under mixed
-  // precision ZeRO-3 gathers the f32 master shard and casts each gathered copy.
+  // Issue 31: ZeRO-3 with `--overlap on` (StackProfile::overlaps: only there):
+  // mega-schedule-latency-hiding makes each parameter all-gather a start/done pair and
+  // mega-training-zero-prefetch starts a layer's gathers just before the previous layer's
+  // compute (two gathered layers live or in flight; e2e_zero_prefetch_plan asserts both on a
+  // compiled plan). Without --overlap the gathers block, one gathered layer at a time. Under
+  // mixed precision ZeRO-3 gathers the f32 master shard and casts each gathered copy.
   p.prefetchShardedParams = true;
   p.gathersMasterWeights = true;
-  // ZeRO-2/3's gradient reduce-scatters likewise: latency hiding starts each right after its
-  // gradient and completes it at the function's end, then adds it into the shard
-  // (e2e_zero_prefetch_plan asserts it; blocking without --overlap, optimistic as above).
+  // ZeRO-2/3's gradient reduce-scatters likewise, with --overlap on: latency hiding starts each
+  // right after its gradient and completes it at the function's end, then adds it into the
+  // shard (e2e_zero_prefetch_plan asserts it); without --overlap they block.
   p.overlapShardedGradReduce = true;
   // Issue 29: the dp reduction and ZeRO-1's gather overlap as `--overlap on` compiles them
   // (mega-training-fuse-last-micro-batch at pp 1, mega-schedule-latency-hiding).

@@ -84,6 +84,11 @@ struct StackProfile {
   /// --bucket-size N`; megac train's defaults: off, 0 = Megatron's max(40M, 1M x dp) elements).
   bool latencyHiding = false;
   int64_t bucketSize = 0;
+  /// Whether an overlap the stack's runtime has (prefetchShardedParams,
+  /// overlapShardedGradReduce) is in the predicted plan: always on other stacks; on megac
+  /// (overlapFollowsPlan) only in plans compiled with the latency-hiding schedule, without which
+  /// every collective blocks.
+  bool overlaps(bool property) const { return property && (!overlapFollowsPlan || latencyHiding); }
   /// ZeRO-2/3 (issue 31): the per-micro-batch gradient reduce-scatter and ZeRO-3's parameter
   /// all-gathers (before each layer's forward and again before its backward) are issued a layer
   /// ahead and run under the neighbouring layer's compute (Megatron-Core's and torchtitan/FSDP2's
@@ -164,6 +169,12 @@ struct StackProfile {
   /// Full recompute checkpoints each layer's input (Megatron's --recompute-method uniform,
   /// one layer); megac stashes each chunk's input and recomputes the chunk at once.
   bool recomputePerLayer = false;
+  /// Full recompute repeats only the forward work whose results the backward reads: megac's
+  /// compiler drops, from the recomputed forward, the attention output projection and fc2 GEMMs,
+  /// their tensor-parallel reduction, the row-parallel biases and the residual adds (nothing
+  /// reads them), and recomputes the LM head's logits GEMM for the loss gradient; Megatron's
+  /// checkpoint re-runs each layer's whole forward. e2e_plan_kernels checks it against a trace.
+  bool recomputeDropsUnreadForward = false;
   /// Memory as megac's compiler lays it out (docs/planner.md "Memory per device"; measured on
   /// compiled plans by `megac plan --ranks N --json`'s arena listing):
   /// - the weight-gradient GEMMs of a chunk run after all its input gradients, so every layer's

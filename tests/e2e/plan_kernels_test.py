@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The planner's per-op inventory against what megac's CPU runtime really runs.
 
-For a few layouts of a small GPT (1 rank at two micro-batch sizes, tp 2, dp 2, selective
-recompute) and a small Llama (RMSNorm, rotary, GQA, SwiGLU; 1 rank), `megac train
+For a few layouts of a small GPT (1 rank at two micro-batch sizes, tp 2, dp 2, selective and
+full recompute, tp 2 and tp 2 x dp 2 with sequence parallelism) and a small Llama (RMSNorm,
+rotary, GQA, SwiGLU; 1 rank, and tp 2 with full recompute), `megac train
 --trace` records every instruction of one step on every rank (tp and dp ranks run the same
 program, so each must match); `megac plan --json` with the same layout pinned
 lists the kernels the cost model charges (`kernel_launches`, by class). Each class must match the
@@ -39,14 +40,19 @@ CLASS = {
 # (model, tp, dp, micro-batch, extra flags)
 LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 2, 2, []),
            (LLAMA, 1, 1, 4, []),
-           (GPT, 1, 1, 4, ["--recompute", "selective"])]
-# Not yet in LAYOUTS: the planner's inventory is wrong there (issue 34 item 4; measured
-# 2026-12-03 with this test, counts per step on every rank): sequence parallelism (tp 2: 17
-# ShardSlice copies ran, none predicted), full recompute (96 GEMMs and 78 elementwise ran, 102
-# and 88 predicted), ZeRO-1 (dp 2: 146 copies ran, 37 predicted), Mixtral ep 2 (MoeMatmul,
-# MoeMatmulWeightGrad, MoeDispatch, MoeCombine, MoeRowDot, TopKMask have no planner class; 66
-# Linear/MatMul ran, 138 GEMMs predicted). Add a layout here once planner/BlockKernels.cpp
-# matches it.
+           (GPT, 1, 1, 4, ["--recompute", "selective"]),
+           # Sequence parallelism: the position table's slice per micro-batch, the replicated
+           # gradients' concatenated tp reduction (and with dp the rest's dp one).
+           (GPT, 2, 1, 4, ["--sequence-parallel"]), (GPT, 2, 2, 2, ["--sequence-parallel"]),
+           # Full recompute repeats what the backward reads (no projection, fc2, residual add)
+           # and the logits GEMM (StackProfile::recomputeDropsUnreadForward).
+           (GPT, 1, 1, 4, ["--recompute", "full"]), (LLAMA, 2, 1, 4, ["--recompute", "full"])]
+# Not yet in LAYOUTS: the planner's inventory is wrong there (issue 34 item 4; measured with
+# this test, counts per step on every rank): ZeRO-1 (dp 2, 2026-12-04: 146 copies ran, 37
+# predicted), Mixtral ep 2 (2026-12-03: MoeMatmul, MoeMatmulWeightGrad, MoeDispatch,
+# MoeCombine, MoeRowDot, TopKMask have no planner class; 66 Linear/MatMul ran, 138 GEMMs
+# predicted); pp and vpp (`megac plan --json` gives the busiest stage's inventory only). Add a
+# layout here once planner/BlockKernels.cpp matches it.
 
 
 def fail(message):

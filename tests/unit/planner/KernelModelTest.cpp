@@ -244,13 +244,14 @@ TEST(KernelModelTest, MegacOverlapFollowsTheCompiledPlan) {
   EXPECT_EQ(ppOn.ppCommSeconds, 0);
   EXPECT_LT(ppOn.stepSeconds, ppOff.stepSeconds);
   EXPECT_LT(ppOn.bubbleSeconds, ppOff.bubbleSeconds);
-  // ZeRO-2: the reduce-scatters per micro-batch in the chunks either way (overlapped as --overlap
-  // on compiles them: overlapShardedGradReduce); the parameter all-gathers after the step, per
-  // bucket, hide behind the remaining buckets' updates only with --overlap on, as ZeRO-1's.
+  // ZeRO-2: the reduce-scatters per micro-batch in the chunks, overlapped only as --overlap on
+  // compiles them (overlapShardedGradReduce: StackProfile::overlaps); the parameter all-gathers
+  // after the step, per bucket, hide behind the remaining buckets' updates only with --overlap
+  // on, as ZeRO-1's.
   Layout z2 = dp;
   z2.zero = 2;
   StepCost z2on = run(z2, true, 1000000), z2off = run(z2, false, 1000000);
-  EXPECT_EQ(z2on.zeroReduceScatterSeconds, z2off.zeroReduceScatterSeconds);
+  EXPECT_LT(z2on.zeroReduceScatterSeconds, z2off.zeroReduceScatterSeconds);
   EXPECT_EQ(z2on.dpReduceSeconds, 0);
   ASSERT_GT(z2off.dpGatherSeconds, 0);
   EXPECT_LT(z2on.dpGatherSeconds, z2off.dpGatherSeconds);

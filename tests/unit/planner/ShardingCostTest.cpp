@@ -56,7 +56,7 @@ TEST(ZeroCostTest, EachLevelShardsWhatItSays) {
     double inState = profile.shardedBuffersInArena ? 0 : 1;
     EXPECT_DOUBLE_EQ(z[2]->gradientBytes, params * 4 / 8 + inState * bucket);
     EXPECT_DOUBLE_EQ(z[2]->parameterBytes, params * 2);
-    double table = 51200.0 * 2048 * 2 * (profile.prefetchShardedParams ? 2 : 1);
+    double table = 51200.0 * 2048 * 2 * (profile.overlaps(profile.prefetchShardedParams) ? 2 : 1);
     EXPECT_DOUBLE_EQ(est.gatheredParameterBytes(dataParallel(8, 3)), table);
     // megac stores no bf16 shard under zero 3: it gathers the f32 master and casts it
     // (gathersMasterWeights); Megatron-Core stores and gathers a bf16 shard.
@@ -191,8 +191,11 @@ TEST(ZeroCostTest, KeepingGatheredParametersCostsTheWholeStage) {
 // The search tries both settings for zero 3 at pp 1. Keeping the forward's gathers costs memory
 // only, so it is taken where it fits and saves at least 1% of the step: on a blocking stack
 // (every backward gather exposed) it does; behind megac's prefetch the backward's gathers are
-// mostly hidden and the tie goes to re-gathering. Pinned, the pin.
+// mostly hidden and the tie goes to re-gathering (megac with --overlap on: its prefetch is in
+// plans compiled with the latency-hiding schedule). Pinned, the pin.
 TEST(ZeroCostTest, SearchChoosesReshardAfterForward) {
+  StackProfile megac = stack("megac");
+  megac.latencyHiding = true;
   TransformerShape s = gpt(24, 2048, 16, 2048, 51200);
   Cluster c = cluster("h100-sxm:1x8");
   Pins pins;
@@ -203,21 +206,21 @@ TEST(ZeroCostTest, SearchChoosesReshardAfterForward) {
   SearchResult blocking = search(s, c, 64, pins, 3, stack("megatron-2021"));
   ASSERT_FALSE(blocking.best.empty()) << blocking.why;
   EXPECT_FALSE(blocking.best.front().layout.reshardAfterForward);
-  SearchResult r = search(s, c, 64, pins, 3, stack("megac"));
+  SearchResult r = search(s, c, 64, pins, 3, megac);
   ASSERT_FALSE(r.best.empty()) << r.why;
   const PlanCandidate &win = r.best.front();
   EXPECT_TRUE(win.layout.reshardAfterForward);
   Layout keep = win.layout;
   keep.reshardAfterForward = false;
   std::string why;
-  std::optional<StepCost> kept = estimate(s, c, 64, keep, &why, stack("megac"));
+  std::optional<StepCost> kept = estimate(s, c, 64, keep, &why, megac);
   ASSERT_TRUE(kept) << why;
   EXPECT_TRUE(kept->fits);
   EXPECT_LE(kept->stepSeconds, win.cost.stepSeconds);
   EXPECT_GT(kept->stepSeconds, 0.99 * win.cost.stepSeconds);
   EXPECT_GT(kept->totalBytes, win.cost.totalBytes);
   pins.reshardAfterForward = false;
-  SearchResult pinned = search(s, c, 64, pins, 3, stack("megac"));
+  SearchResult pinned = search(s, c, 64, pins, 3, megac);
   ASSERT_FALSE(pinned.best.empty()) << pinned.why;
   for (const PlanCandidate &p : pinned.best)
     EXPECT_FALSE(p.layout.reshardAfterForward);
@@ -248,7 +251,9 @@ TEST(ZeroCostTest, MegacHidesReduceScattersBehindTheBackward) {
   TransformerShape s = gpt(24, 2048, 16, 2048, 51200);
   Cluster c = cluster("h100-sxm:1x8");
   std::string why;
-  StackProfile megac = stack("megac"), blocking = megac;
+  StackProfile megac = stack("megac");
+  megac.latencyHiding = true; // --overlap on: the plans e2e_zero_prefetch_plan reads
+  StackProfile blocking = megac;
   ASSERT_TRUE(megac.overlapShardedGradReduce);
   blocking.overlapShardedGradReduce = false;
   const int m = 64 / 8;
