@@ -659,7 +659,7 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
 
 std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double updated,
                                        Precision precision, const StackProfile &stack,
-                                       bool partitioned, bool dataParallel,
+                                       bool partitioned, bool dataParallel, int zero,
                                        const TpReplicatedGradients &replicated) {
   // AdamW reads the fp32 gradient, master weight and two moments and writes those three and
   // (mixed precision) the half copy: 28 bytes per parameter in fp32, 30 otherwise; the global
@@ -682,7 +682,19 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
   if (stack.concatenatesGradients) {
     // Each reduction's gradients are concatenated into one buffer and sliced back per tensor:
     // under sequence parallelism the tp-replicated ones (reduced over tp, and dp), then, with
-    // dp > 1, the rest but a learned position table (reduced by itself).
+    // dp > 1, the rest but a learned position table (reduced by itself); ZeRO-2 reduce-scatters
+    // in the backward instead. ZeRO-1/2 then take each tensor's shard (ShardSlice) for the
+    // update, and concatenate the updated shards for their all-gather, sliced back per tensor
+    // and copied into the parameters.
+    if (dataParallel && (zero == 1 || zero == 2)) {
+      double shard = updated * 4;
+      b.mem(KernelClass::copy, 2 * shard / tensors, tensors);
+      b.mem(KernelClass::copy, 2 * shard);
+      b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
+      b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
+    }
+    if (zero >= 2)
+      dataParallel = false; // no reduction here
     double rest = parameters, restTensors = tensors;
     if (replicated.tensors > 0) {
       b.mem(KernelClass::copy, replicated.parameters * 8);

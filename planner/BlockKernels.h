@@ -84,11 +84,11 @@ struct TpReplicatedGradients {
 
 /// The optimizer step over `parameters` local parameters held in `tensors` tensors, of which
 /// `updated` are updated here (ZeRO-1: 1/dp): AdamW, the global gradient norm and clipping;
-/// `partitioned` when the step runs on several ranks, `dataParallel` when dp > 1; `replicated`
-/// under sequence parallelism.
+/// `partitioned` when the step runs on several ranks, `dataParallel` when dp > 1 (`zero`: the
+/// ZeRO level); `replicated` under sequence parallelism.
 std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double updated,
                                        Precision precision, const StackProfile &stack,
-                                       bool partitioned, bool dataParallel,
+                                       bool partitioned, bool dataParallel, int zero = 0,
                                        const TpReplicatedGradients &replicated = {});
 
 } // namespace megac::planner

@@ -483,7 +483,7 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
   }
   KernelModel kernels(cluster_.device, stack_, l.precision);
   return kernels.time(optimizerKernels(localParameters, tensors, updated, l.precision, stack_,
-                                       l.ranks() > 1, l.dp * l.cp > 1, replicated));
+                                       l.ranks() > 1, l.dp * l.cp > 1, l.zero, replicated));
 }
 
 double StepEstimator::largestGatheredUnit(const Layout &l, bool first, bool last) const {
