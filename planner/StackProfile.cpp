@@ -54,8 +54,9 @@ StackProfile megac(bool cpu) {
   p.selectiveDropsAttentionOutput = true;
   // Expert parallelism (issue 21, docs/moe.md): the routing all-gathered over ep, then
   // moe_exchange (an all-to-all-v of the routed rows) each way; ZeRO-1 over the dp/ep axis. The
-  // CPU runtime runs it over MPI; the CUDA runtime refuses MoeAllToAll (no NCCL all-to-all-v
-  // yet), so its profile plans ep = 1 until that lands.
+  // CPU runtime runs it over MPI; the CUDA runtime runs MoeAllToAll as a counted all-to-all-v
+  // over grouped ncclSend/ncclRecv since issue 29 (docs/cuda.md), not yet on a GPU: its profile
+  // plans ep = 1 (supportsExpertParallel off) until a GPU check shows it.
   p.allToAllDispatch = true;
   p.gathersRouting = true;
   p.zeroOverExpertDataParallel = true;
