@@ -2,9 +2,9 @@
 // cross-entropy (DeviceCommOps.h), mirroring runtime/exec/CommOps.cpp.
 #include "runtime/cuda/DeviceCommOps.h"
 
-#include "runtime/cuda/MoeRoutes.h"
 #include "runtime/cuda/kernels/KernelCommon.cuh"
 #include "runtime/exec/CollectiveLayout.h"
+#include "runtime/exec/MoeRoutes.h"
 
 #include <string>
 #include <vector>
@@ -365,8 +365,8 @@ Status moeAllToAll(NcclCommunicator &nccl, const Context &ctx, std::span<const u
   const char *name = "MoeAllToAll";
   RETURN_IF_ERROR(checkAxes(name, nccl, axes));
   auto [size, index] = groupOf(nccl, axes);
-  ASSIGN_OR_RETURN(MoeShape shape,
-                   moeShape(dim, static_cast<int64_t>(size), x, tokenMask, expertMask, out));
+  ASSIGN_OR_RETURN(collective::MoeShape shape, collective::moeShape(dim, static_cast<int64_t>(size),
+                                                                    x, tokenMask, expertMask, out));
   // The masks on the host: the compute stream is synchronized, so first every collective in
   // flight completes under the watchdog (the stream may wait on them).
   RETURN_IF_ERROR(nccl.drain()) << " (before " << name << " reads the routing masks)";
@@ -376,8 +376,9 @@ Status moeAllToAll(NcclCommunicator &nccl, const Context &ctx, std::span<const u
   if (cudaError_t e = cudaStreamSynchronize(ctx.stream); e != cudaSuccess)
     return fail(name,
                 std::string("cudaStreamSynchronize (routing masks): ") + cudaGetErrorString(e));
-  MoeRoutes routes = moeRoutes(shape, {tokenMask.dtype, tokenMask.shape, tokenHost.data()},
-                               {expertMask.dtype, expertMask.shape, expertHost.data()});
+  collective::MoeRoutes routes =
+      collective::moeRoutes(shape, {tokenMask.dtype, tokenMask.shape, tokenHost.data()},
+                            {expertMask.dtype, expertMask.shape, expertHost.data()});
   // One upload: [send rows | receive rows | bytes per member sent | the counts received].
   std::vector<size_t> sendBytes, recvBytes;
   std::vector<int64_t> table;

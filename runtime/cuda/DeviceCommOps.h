@@ -47,7 +47,7 @@ Status finishCollective(NcclCommunicator &nccl, uint64_t key);
 /// Expert parallelism's token exchange (plan opcode MoeAllToAll), runtime/exec/CommOps.h's
 /// contract: the routing masks are read on the host (the compute stream is synchronized, after
 /// nccl.drain()), the rows of each member are packed on the device in the CPU backend's order
-/// (MoeRoutes.h), their counts exchanged and the rows sent with grouped ncclSend/ncclRecv
+/// (runtime/exec/MoeRoutes.h), their counts exchanged and the rows sent with grouped ncclSend/ncclRecv
 /// (NcclCommunicator::allToAllV); rows no member fills are zero.
 Status moeAllToAll(NcclCommunicator &nccl, const Context &ctx, std::span<const uint32_t> axes,
                    int64_t dim, const TensorRef &x, const TensorRef &tokenMask,

@@ -4,6 +4,7 @@
 
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/exec/CollectiveLayout.h"
+#include "runtime/exec/MoeRoutes.h"
 
 #include <cmath>
 #include <cstring>
@@ -167,125 +168,39 @@ Status allToAll(comm::Communicator &comm, std::span<const uint32_t> axes, int64_
   return Status::ok();
 }
 
-namespace {
-
-/// Whether routing entry i of `mask` (a float tensor) is non-zero.
-bool routed(const TensorRef &mask, int64_t i) {
-  switch (mask.dtype) {
-  case DType::f64:
-    return mask.as<const double>()[i] != 0;
-  case DType::f32:
-    return mask.as<const float>()[i] != 0;
-  default: // bf16, f16: any bit but the sign's
-    return (mask.as<const uint16_t>()[i] & 0x7fff) != 0;
-  }
-}
-
-} // namespace
-
 Status moeAllToAll(comm::Communicator &comm, std::span<const uint32_t> axes, int64_t dim,
                    const TensorRef &x, const TensorRef &tokenMask, const TensorRef &expertMask,
                    const TensorRef &out) {
-  const char *name = "MoeAllToAll";
-  RETURN_IF_ERROR(expectSameDtype(name, x, out));
-  for (const TensorRef *m : {&tokenMask, &expertMask})
-    if (m->dtype != DType::f64 && m->dtype != DType::f32 && m->dtype != DType::bf16 &&
-        m->dtype != DType::f16)
-      return fail(name,
-                  std::string("routing masks must be floating point, not ") + dtypeName(m->dtype));
-  if (dim != 0 && dim != 1)
-    return fail(name, "dim must be 0 (to the experts) or 1 (back), not " + std::to_string(dim));
-  bool toExperts = dim == 0;
-  auto [size, index] = groupOf(comm, axes);
-  auto g = static_cast<int64_t>(size);
-  const TensorRef &routedIn = toExperts ? x : out, &routedOut = toExperts ? out : x;
-  // routedIn: [E, T_loc.., h] (tokens of this rank, every expert); routedOut: [E_loc, T_group..,
-  // h] (the group's tokens, this rank's experts).
-  if (routedIn.shape.size() < 3 || routedIn.shape.size() != routedOut.shape.size())
-    return fail(name, "x " + shapeString(x.shape) + " and out " + shapeString(out.shape) +
-                          " must be routed tensors [E, tokens.., h] of one rank");
-  int64_t experts = routedIn.shape[0], h = routedIn.shape.back();
-  int64_t localTokens = detail::product(routedIn.shape.subspan(1, routedIn.shape.size() - 2));
-  int64_t localExperts = experts / g;
-  std::vector<int64_t> wantOut(routedIn.shape.begin(), routedIn.shape.end());
-  wantOut[0] = localExperts;
-  wantOut[1] *= g;
-  if (experts % g != 0 || !detail::sameShape(wantOut, routedOut.shape))
-    return fail(name, "for a group of " + std::to_string(g) + ", " + shapeString(routedIn.shape) +
-                          " (every expert) and " + shapeString(routedOut.shape) +
-                          " (this rank's experts) do not match");
-  if (tokenMask.numElements() != localTokens * experts ||
-      expertMask.numElements() != g * localTokens * localExperts)
-    return fail(name, "token mask " + shapeString(tokenMask.shape) + " and expert mask " +
-                          shapeString(expertMask.shape) + " do not fit " +
-                          std::to_string(localTokens) + " tokens per rank and " +
-                          std::to_string(experts) + " experts");
-  size_t row = static_cast<size_t>(h) * dtypeSize(x.dtype);
-  auto tokenActive = [&](int64_t t, int64_t e) { return routed(tokenMask, t * experts + e); };
-  auto expertActive = [&](int64_t member, int64_t t, int64_t el) {
-    return routed(expertMask, (member * localTokens + t) * localExperts + el);
-  };
-  // Rows of routedIn (this rank's tokens) that member j's experts hold: (e, t) in order.
-  auto inRows = [&](int64_t j, auto &&visit) {
-    for (int64_t e = j * localExperts; e < (j + 1) * localExperts; ++e)
-      for (int64_t t = 0; t < localTokens; ++t)
-        if (tokenActive(t, e))
-          visit(e * localTokens + t);
-  };
-  // Rows of routedOut (this rank's experts) from member j's tokens: (e_local, t) in order.
-  auto outRows = [&](int64_t j, auto &&visit) {
-    for (int64_t el = 0; el < localExperts; ++el)
-      for (int64_t t = 0; t < localTokens; ++t)
-        if (expertActive(j, t, el))
-          visit(el * g * localTokens + j * localTokens + t);
-  };
+  const size_t members = groupOf(comm, axes).first;
+  ASSIGN_OR_RETURN(
+      collective::MoeShape shape,
+      collective::moeShape(dim, static_cast<int64_t>(members), x, tokenMask, expertMask, out));
+  const collective::MoeRoutes routes = collective::moeRoutes(shape, tokenMask, expertMask);
+  const size_t row = shape.rowBytes;
+  std::vector<size_t> sendBytes, recvBytes;
+  size_t sendTotal = 0, recvTotal = 0;
+  for (size_t rows : routes.sendCounts())
+    sendTotal += sendBytes.emplace_back(rows * row);
+  for (size_t rows : routes.recvCounts())
+    recvTotal += recvBytes.emplace_back(rows * row);
   auto *outBytes = static_cast<uint8_t *>(out.data);
   const auto *xBytes = static_cast<const uint8_t *>(x.data);
   std::fill(outBytes, outBytes + out.byteSize(), uint8_t(0));
-  std::vector<size_t> sendBytes(size), recvBytes(size);
-  std::vector<uint8_t> sent, received;
-  for (int64_t j = 0; j < g; ++j) {
-    size_t sendRows = 0, recvRows = 0;
-    auto count = [](size_t &n) { return [&n](int64_t) { ++n; }; };
-    if (toExperts) {
-      inRows(j, count(sendRows));
-      outRows(j, count(recvRows));
-    } else {
-      outRows(j, count(sendRows));
-      inRows(j, count(recvRows));
-    }
-    sendBytes[size_t(j)] = sendRows * row;
-    recvBytes[size_t(j)] = recvRows * row;
-  }
-  for (size_t b : sendBytes)
-    sent.resize(sent.size() + b);
-  for (size_t b : recvBytes)
-    received.resize(received.size() + b);
+  std::vector<uint8_t> sent(sendTotal), received(recvTotal);
   size_t at = 0;
-  for (int64_t j = 0; j < g; ++j) {
-    auto pack = [&](int64_t r) {
+  for (const std::vector<int64_t> &rows : routes.sendRows)
+    for (int64_t r : rows) {
       std::memcpy(sent.data() + at, xBytes + size_t(r) * row, row);
       at += row;
-    };
-    if (toExperts)
-      inRows(j, pack);
-    else
-      outRows(j, pack);
-  }
+    }
   RETURN_IF_ERROR(comm.allToAllV(axes, sent.data(), sendBytes, received.data(), recvBytes))
-      << " (" << name << ")";
+      << " (MoeAllToAll)";
   at = 0;
-  for (int64_t j = 0; j < g; ++j) {
-    auto unpack = [&](int64_t r) {
+  for (const std::vector<int64_t> &rows : routes.recvRows)
+    for (int64_t r : rows) {
       std::memcpy(outBytes + size_t(r) * row, received.data() + at, row);
       at += row;
-    };
-    if (toExperts)
-      outRows(j, unpack);
-    else
-      inRows(j, unpack);
-  }
-  (void)index;
+    }
   return Status::ok();
 }
 

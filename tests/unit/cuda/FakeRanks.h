@@ -4,6 +4,7 @@
 
 #include "FakeNccl.h"
 #include "runtime/cuda/NcclCommunicator.h"
+#include "tests/unit/runtime/StubCommunicator.h"
 
 #include <gtest/gtest.h>
 
@@ -34,39 +35,16 @@ private:
   std::vector<char> id_;
 };
 
-class HostStub final : public comm::Communicator {
+/// The host communicator NcclCommunicator::create is given: it only shares rank 0's id.
+class HostStub final : public megac::runtime::test::StubCommunicator {
 public:
   HostStub(comm::Mesh mesh, int rank, IdExchange &ids)
-      : mesh_(std::move(mesh)), rank_(rank), ids_(ids) {}
-  int rank() const override { return rank_; }
-  int size() const override { return static_cast<int>(mesh_.size()); }
-  const comm::Mesh &mesh() const override { return mesh_; }
+      : StubCommunicator(std::move(mesh), rank, "HostStub (NcclCommunicator's host)"), ids_(ids) {}
   Status allGather(std::span<const uint32_t>, const void *in, void *out, size_t bytes) override {
-    return ids_.share(rank_, in, out, bytes);
+    return ids_.share(rank(), in, out, bytes);
   }
-  Status allReduce(std::span<const uint32_t>, void *, size_t, DType, comm::ReduceKind) override {
-    return unused();
-  }
-  Status reduceScatter(std::span<const uint32_t>, const void *, void *, size_t, DType,
-                       comm::ReduceKind) override {
-    return unused();
-  }
-  Status allToAll(std::span<const uint32_t>, const void *, void *, size_t) override {
-    return unused();
-  }
-  Status allToAllV(std::span<const uint32_t>, const void *, std::span<const size_t>, void *,
-                   std::span<const size_t>) override {
-    return unused();
-  }
-  Status send(int, int, const void *, size_t) override { return unused(); }
-  Status recv(int, int, void *, size_t) override { return unused(); }
-  Status flushSends() override { return unused(); }
-  Status barrier() override { return unused(); }
 
 private:
-  static Status unused() { return Status::error("HostStub: not used by NcclCommunicator"); }
-  comm::Mesh mesh_;
-  int rank_;
   IdExchange &ids_;
 };
 

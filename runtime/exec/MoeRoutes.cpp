@@ -1,19 +1,20 @@
-// MoeAllToAll's rows per member from the routing masks (MoeRoutes.h), in the CPU backend's order.
-#include "runtime/cuda/MoeRoutes.h"
+// MoeAllToAll's shapes and rows per member from the routing masks (MoeRoutes.h).
+#include "runtime/exec/MoeRoutes.h"
 
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/exec/CollectiveLayout.h"
 
 #include <string>
 
-namespace megac::runtime::cuda {
+namespace megac::runtime::collective {
 
 namespace {
 
-using cpu::TensorRef;
+constexpr const char *kOp = "MoeAllToAll";
 
-Status fail(const std::string &what) { return Status::error("MoeAllToAll: " + what); }
+Status fail(const std::string &what) { return opError(kOp, what); }
 
-/// Whether routing entry i of `mask` (a float tensor) is non-zero, as the CPU backend reads it.
+/// Whether routing entry i of `mask` (a float tensor) is non-zero.
 bool routed(const TensorRef &mask, int64_t i) {
   switch (mask.dtype) {
   case DType::f64:
@@ -37,9 +38,7 @@ std::vector<size_t> sizes(const std::vector<std::vector<int64_t>> &rows) {
 StatusOr<MoeShape> moeShape(int64_t dim, int64_t members, const TensorRef &x,
                             const TensorRef &tokenMask, const TensorRef &expertMask,
                             const TensorRef &out) {
-  if (x.dtype != out.dtype)
-    return fail(std::string("the output is ") + dtypeName(out.dtype) + ", the input " +
-                dtypeName(x.dtype));
+  RETURN_IF_ERROR(expectSameDtype(kOp, x, out));
   for (const TensorRef *m : {&tokenMask, &expertMask})
     if (m->dtype != DType::f64 && m->dtype != DType::f32 && m->dtype != DType::bf16 &&
         m->dtype != DType::f16)
@@ -100,4 +99,4 @@ MoeRoutes moeRoutes(const MoeShape &s, const TensorRef &tokenMask, const TensorR
 std::vector<size_t> MoeRoutes::sendCounts() const { return sizes(sendRows); }
 std::vector<size_t> MoeRoutes::recvCounts() const { return sizes(recvRows); }
 
-} // namespace megac::runtime::cuda
+} // namespace megac::runtime::collective

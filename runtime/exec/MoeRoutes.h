@@ -1,8 +1,9 @@
 // Which rows expert parallelism's token exchange (plan opcode MoeAllToAll) sends to and receives
-// from each member of its group, read from the routing masks on the host: the CUDA backend packs
-// and unpacks the rows on the device in exactly this order, which is the CPU backend's
-// (runtime/exec/CommOps.cpp, moeAllToAll), so the same bytes travel in the same order on both.
-// No CUDA: tests/unit/cuda/MoeRoutesTest.cpp checks it against the CPU backend on any machine.
+// from each member of its group, read from the routing masks on the host, and the checks on its
+// shapes: written once for both backends. The CPU backend (CommOps.cpp, moeAllToAll) copies the
+// rows on the host and the CUDA backend (runtime/cuda/DeviceCommOps.cu) on the device, in this
+// order, so the same bytes travel in the same order on both. No CUDA:
+// tests/unit/runtime/MoeRoutesTest.cpp checks them against the exchange's definition.
 #pragma once
 
 #include "runtime/cpu/Kernels.h"
@@ -11,9 +12,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace megac::runtime::cuda {
+namespace megac::runtime::collective {
 
-/// The shapes of one MoeAllToAll, checked as the CPU backend checks them (same messages).
+/// The shapes of one MoeAllToAll (both backends' checks and messages).
 /// Routed tensors are [E, tokens.., h] on the sending side of dim 0 ("to the experts": x has
 /// every expert, out this rank's E/G) and the reverse for dim 1 ("back").
 struct MoeShape {
@@ -45,4 +46,4 @@ struct MoeRoutes {
 MoeRoutes moeRoutes(const MoeShape &shape, const cpu::TensorRef &tokenMask,
                     const cpu::TensorRef &expertMask);
 
-} // namespace megac::runtime::cuda
+} // namespace megac::runtime::collective
