@@ -7,10 +7,8 @@
 // by cudaPointerGetAttributes through a recording NcclApi); the MoE token exchange of a group of
 // one against the CPU backend's.
 #include "runtime/cpu/Kernels.h"
-#include "runtime/cuda/DeviceCommOps.h"
-#include "runtime/cuda/NcclApi.h"
-#include "runtime/cuda/NcclCommunicator.h"
 #include "runtime/exec/CommOps.h"
+#include "tests/unit/cuda/NcclDeviceTest.h"
 
 #include <gtest/gtest.h>
 
@@ -23,10 +21,9 @@
 using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::cuda;
+using namespace megac::runtime::cuda::test;
 
 namespace {
-
-#define CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
 /// About 2 s of an H200's clock (1.98 GHz): how long a handshake kernel waits before it gives
 /// up and reports that the other stream never got there.
@@ -57,61 +54,13 @@ __global__ void setFlagThenWaitForValue(volatile int *flag, const volatile float
   *seen = 0;
 }
 
-struct DeviceBuffer {
-  void *data = nullptr;
-  explicit DeviceBuffer(size_t bytes) {
-    EXPECT_EQ(cudaMalloc(&data, bytes ? bytes : 1), cudaSuccess);
-  }
-  ~DeviceBuffer() { cudaFree(data); }
-  DeviceBuffer(const DeviceBuffer &) = delete;
-  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
-};
-
-template <typename T> std::vector<T> download(const void *src, size_t count) {
-  std::vector<T> out(count);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(out.data(), src, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return out;
-}
-
-std::vector<float> randomFloats(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-  std::vector<float> v(n);
-  for (float &x : v)
-    x = dist(gen);
-  return v;
-}
-
-class NcclAsyncGpu : public ::testing::Test {
+/// The communicators time out after 10 s: a handshake that failed on the device fails the test
+/// soon after its kernels gave up.
+class NcclAsyncGpu : public NcclDeviceTest {
 protected:
-  void SetUp() override {
-    CUDA_OK(cudaSetDevice(0));
-    CUDA_OK(cudaStreamCreate(&stream_));
-    ctx_.stream = stream_;
-    ctx_.scratch = [this](size_t bytes) -> StatusOr<void *> {
-      void *p = nullptr;
-      if (cudaMalloc(&p, bytes) != cudaSuccess)
-        return Status::error("scratch cudaMalloc failed");
-      scratch_.push_back(p);
-      return p;
-    };
-  }
-  void TearDown() override {
-    cudaDeviceSynchronize();
-    for (void *p : scratch_)
-      cudaFree(p);
-    cudaStreamDestroy(stream_);
-  }
   std::unique_ptr<NcclCommunicator> make(const comm::Mesh &mesh, NcclApi *api = nullptr) {
-    auto c = NcclCommunicator::create(mesh, 0, nullptr, stream_, std::chrono::seconds(10), api);
-    EXPECT_TRUE(c.isOk()) << c.status().message();
-    return c.isOk() ? std::move(c).value() : nullptr;
+    return NcclDeviceTest::make(mesh, 0, std::chrono::seconds(10), api);
   }
-
-  cudaStream_t stream_ = nullptr;
-  Context ctx_;
-  std::vector<void *> scratch_;
 };
 
 } // namespace
