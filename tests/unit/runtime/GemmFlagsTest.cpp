@@ -47,6 +47,26 @@ struct Case {
   bool tl, tr, batchedB, accumulate, inPlace;
 };
 
+/// The operands a [batch, m, k] and b ([batch,] k, n) as MatMul reads them under c's flags:
+/// transpose_lhs stores a as [batch, k, m], transpose_rhs b as ([batch,] n, k).
+struct Stored {
+  std::vector<double> a, b;
+  std::vector<int64_t> aShape, bShape;
+};
+
+Stored storedAsTheFlagsSay(const Case &c, const std::vector<double> &a,
+                           const std::vector<double> &b, int64_t batch, int64_t m, int64_t k,
+                           int64_t n) {
+  Stored st;
+  st.a = c.tl ? swapLastTwo(a, batch, m, k) : a;
+  st.b = c.tr ? swapLastTwo(b, c.batchedB ? batch : 1, k, n) : b;
+  st.aShape = {batch, c.tl ? k : m, c.tl ? m : k};
+  st.bShape = c.tr ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
+  if (c.batchedB)
+    st.bShape.insert(st.bShape.begin(), batch);
+  return st;
+}
+
 /// Runs MatMul in `dtype` (f64, f32, or bf16 through computeInF32) on operands stored as the
 /// flags say and compares with the reference. Error model: f64 and f32 sum k = 7 products of
 /// values in [-1, 1), so |err| <= k u sum|a||b| <= 7 * 2^-24 * 7 ~ 3e-6 in f32 (atol 1e-5; f64
@@ -68,13 +88,7 @@ void runCase(DType dtype, const Case &c) {
   round(b);
   round(acc);
   std::vector<double> want = reference(a, b, acc, batch, c.batchedB, m, k, n);
-  int64_t bBatch = c.batchedB ? batch : 1;
-  std::vector<double> aStored = c.tl ? swapLastTwo(a, batch, m, k) : a;
-  std::vector<double> bStored = c.tr ? swapLastTwo(b, bBatch, k, n) : b;
-  std::vector<int64_t> aShape = {batch, c.tl ? k : m, c.tl ? m : k};
-  std::vector<int64_t> bShape = c.tr ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
-  if (c.batchedB)
-    bShape.insert(bShape.begin(), batch);
+  const Stored st = storedAsTheFlagsSay(c, a, b, batch, m, k, n);
   auto tensor = [&](std::vector<int64_t> shape, const std::vector<double> &v) {
     if (dtype == DType::f64)
       return f64(std::move(shape), v);
@@ -85,7 +99,7 @@ void runCase(DType dtype, const Case &c) {
       bits.push_back(floatToBf16(static_cast<float>(x)));
     return makeTensor(DType::bf16, std::move(shape), bits);
   };
-  HostTensor ta = tensor(aShape, aStored), tb = tensor(bShape, bStored);
+  HostTensor ta = tensor(st.aShape, st.a), tb = tensor(st.bShape, st.b);
   HostTensor tacc = tensor({batch, m, n}, c.accumulate ? acc : std::vector<double>(batch * m * n));
   HostTensor out = c.inPlace ? tacc : tensor({batch, m, n}, std::vector<double>(batch * m * n));
   HostTensor &target = c.inPlace ? tacc : out;
@@ -165,20 +179,14 @@ void runMixedCase(DType half, const Case &c, bool viaExecutor) {
   for (double &x : acc)
     x = static_cast<float>(x);
   std::vector<double> want = reference(a, b, acc, batch, c.batchedB, m, k, n);
-  int64_t bBatch = c.batchedB ? batch : 1;
-  std::vector<double> aStored = c.tl ? swapLastTwo(a, batch, m, k) : a;
-  std::vector<double> bStored = c.tr ? swapLastTwo(b, bBatch, k, n) : b;
-  std::vector<int64_t> aShape = {batch, c.tl ? k : m, c.tl ? m : k};
-  std::vector<int64_t> bShape = c.tr ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
-  if (c.batchedB)
-    bShape.insert(bShape.begin(), batch);
+  const Stored st = storedAsTheFlagsSay(c, a, b, batch, m, k, n);
   auto halfTensor = [&](std::vector<int64_t> shape, const std::vector<double> &v) {
     std::vector<uint16_t> bits;
     for (double x : v)
       bits.push_back(toHalf(static_cast<float>(x)));
     return makeTensor(half, std::move(shape), bits);
   };
-  HostTensor ta = halfTensor(aShape, aStored), tb = halfTensor(bShape, bStored);
+  HostTensor ta = halfTensor(st.aShape, st.a), tb = halfTensor(st.bShape, st.b);
   HostTensor tacc = f32({batch, m, n}, std::vector<float>(acc.begin(), acc.end()));
   HostTensor out = f32({batch, m, n}, std::vector<float>(batch * m * n));
   HostTensor &target = c.inPlace ? tacc : out;
