@@ -5,6 +5,7 @@
 
 #include "runtime/comm/Communicator.h"
 #include "runtime/exec/Executor.h"
+#include "tests/unit/runtime/StubCommunicator.h"
 
 #include <algorithm>
 #include <chrono>
@@ -88,52 +89,32 @@ private:
 };
 
 /// One rank of a ThreadWorld: point-to-point only (the runner needs nothing else).
-class ThreadCommunicator : public comm::Communicator {
+class ThreadCommunicator : public megac::runtime::test::StubCommunicator {
 public:
-  ThreadCommunicator(ThreadWorld &world, int rank) : world_(world), rank_(rank) {}
-  int rank() const override { return rank_; }
-  int size() const override { return world_.size(); }
-  const comm::Mesh &mesh() const override { return world_.mesh(); }
-  Status allReduce(std::span<const uint32_t>, void *, size_t, DType, comm::ReduceKind) override {
-    return unsupported("allReduce");
-  }
-  Status allGather(std::span<const uint32_t>, const void *, void *, size_t) override {
-    return unsupported("allGather");
-  }
-  Status reduceScatter(std::span<const uint32_t>, const void *, void *, size_t, DType,
-                       comm::ReduceKind) override {
-    return unsupported("reduceScatter");
-  }
-  Status allToAll(std::span<const uint32_t>, const void *, void *, size_t) override {
-    return unsupported("allToAll");
-  }
+  ThreadCommunicator(ThreadWorld &world, int rank)
+      : StubCommunicator(world.mesh(), rank, "ThreadCommunicator"), world_(world) {}
   Status send(int peer, int tag, const void *data, size_t bytes) override {
     if (peer < 0 || peer >= size())
-      return Status::error("rank " + std::to_string(rank_) + ": send to rank " +
+      return Status::error("rank " + std::to_string(rank()) + ": send to rank " +
                            std::to_string(peer) + " outside the job");
-    world_.post(rank_, peer, tag, data, bytes);
+    world_.post(rank(), peer, tag, data, bytes);
     return Status::ok();
   }
   Status recv(int peer, int tag, void *data, size_t bytes) override {
     if (peer < 0 || peer >= size())
-      return Status::error("rank " + std::to_string(rank_) + ": recv from rank " +
+      return Status::error("rank " + std::to_string(rank()) + ": recv from rank " +
                            std::to_string(peer) + " outside the job");
-    return world_.take(peer, rank_, tag, data, bytes);
+    return world_.take(peer, rank(), tag, data, bytes);
   }
   Status flushSends() override {
     ++flushes;
     return Status::ok();
   }
-  Status barrier() override { return unsupported("barrier"); }
 
   int flushes = 0;
 
 private:
-  Status unsupported(const char *op) {
-    return Status::error(std::string("ThreadCommunicator has no ") + op);
-  }
   ThreadWorld &world_;
-  int rank_;
 };
 
 /// Chunk c's weight vector (shape [width]).
