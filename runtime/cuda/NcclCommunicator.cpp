@@ -304,42 +304,53 @@ void NcclCommunicator::abortAll() {
   pending_.clear(); // their buffers are freed in stream order by whatever runs next, or leak
 }
 
-/// One collective: ordered after the compute work, taken by NCCL, ordered before later compute
-/// work, and waited for against the deadline.
-#define MEGAC_NCCL_COLLECTIVE(call, op, comm, what)                                                \
-  do {                                                                                             \
-    RETURN_IF_ERROR(flushSends());                                                                 \
-    RETURN_IF_ERROR(beginCall(op, on));                                                            \
-    RETURN_IF_ERROR(await((call), comm, what, false));                                             \
-    RETURN_IF_ERROR(endCall(op, on));                                                              \
-    return await(ncclSuccess, comm, what, true);                                                   \
-  } while (0)
+/// One collective over the group of `axes`, `call(comm, stream)` its NCCL call: ordered after the
+/// compute work and taken by NCCL; then, without `key`, ordered before later compute work and
+/// waited for against the deadline, or, with `key`, tracked in flight (nothing waits for it).
+template <typename Call>
+Status NcclCommunicator::runCollective(std::span<const uint32_t> axes, const char *op,
+                                       const char *ncclName, std::optional<uint64_t> key,
+                                       Call &&call) {
+  ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
+  cudaStream_t on = streamOf(comm);
+  const std::string what = std::string(ncclName) + " over " + mesh_.describeGroup(rank_, axes);
+  if (key) {
+    RETURN_IF_ERROR(checkKey(*key, what));
+  }
+  RETURN_IF_ERROR(flushSends());
+  RETURN_IF_ERROR(beginCall(op, on));
+  RETURN_IF_ERROR(await(call(comm, on), comm, what, false));
+  if (key)
+    return track(*key, comm, what);
+  RETURN_IF_ERROR(endCall(op, on));
+  return await(ncclSuccess, comm, what, true);
+}
 
 Status NcclCommunicator::allReduce(std::span<const uint32_t> axes, const void *in, void *out,
                                    size_t count, DType dtype, comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
-  ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  cudaStream_t on = streamOf(comm);
-  MEGAC_NCCL_COLLECTIVE(api_->allReduce(in, out, count, type, ncclOp(kind), comm, on), "AllReduce",
-                        comm, "ncclAllReduce over " + mesh_.describeGroup(rank_, axes));
+  return runCollective(axes, "AllReduce", "ncclAllReduce", std::nullopt,
+                       [&](ncclComm *comm, cudaStream_t on) {
+                         return api_->allReduce(in, out, count, type, ncclOp(kind), comm, on);
+                       });
 }
 
 Status NcclCommunicator::allGather(std::span<const uint32_t> axes, const void *in, void *out,
                                    size_t bytesPerRank) {
-  ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  cudaStream_t on = streamOf(comm);
-  MEGAC_NCCL_COLLECTIVE(api_->allGather(in, out, bytesPerRank, ncclUint8, comm, on), "AllGather",
-                        comm, "ncclAllGather over " + mesh_.describeGroup(rank_, axes));
+  return runCollective(axes, "AllGather", "ncclAllGather", std::nullopt,
+                       [&](ncclComm *comm, cudaStream_t on) {
+                         return api_->allGather(in, out, bytesPerRank, ncclUint8, comm, on);
+                       });
 }
 
 Status NcclCommunicator::reduceScatter(std::span<const uint32_t> axes, const void *in, void *out,
                                        size_t countPerRank, DType dtype, comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
-  ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  cudaStream_t on = streamOf(comm);
-  MEGAC_NCCL_COLLECTIVE(api_->reduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, on),
-                        "ReduceScatter", comm,
-                        "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes));
+  return runCollective(axes, "ReduceScatter", "ncclReduceScatter", std::nullopt,
+                       [&](ncclComm *comm, cudaStream_t on) {
+                         return api_->reduceScatter(in, out, countPerRank, type, ncclOp(kind), comm,
+                                                    on);
+                       });
 }
 
 // ---- Asynchronous operations -----------------------------------------------------------------
@@ -375,45 +386,32 @@ Status NcclCommunicator::track(uint64_t key, ncclComm *comm, std::string what) {
   return Status::ok();
 }
 
-/// A start: ordered after the compute work, taken by NCCL, tracked; nothing waits for it.
-#define MEGAC_NCCL_START(key, call, op, comm, what)                                                \
-  do {                                                                                             \
-    RETURN_IF_ERROR(checkKey(key, what));                                                          \
-    RETURN_IF_ERROR(flushSends());                                                                 \
-    RETURN_IF_ERROR(beginCall(op, on));                                                            \
-    RETURN_IF_ERROR(await((call), comm, what, false));                                             \
-    return track(key, comm, what);                                                                 \
-  } while (0)
-
 Status NcclCommunicator::startAllReduce(uint64_t key, std::span<const uint32_t> axes,
                                         const void *in, void *out, size_t count, DType dtype,
                                         comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
-  ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  cudaStream_t on = streamOf(comm);
-  MEGAC_NCCL_START(key, api_->allReduce(in, out, count, type, ncclOp(kind), comm, on),
-                   "AllReduceStart", comm,
-                   "ncclAllReduce over " + mesh_.describeGroup(rank_, axes));
+  return runCollective(axes, "AllReduceStart", "ncclAllReduce", key,
+                       [&](ncclComm *comm, cudaStream_t on) {
+                         return api_->allReduce(in, out, count, type, ncclOp(kind), comm, on);
+                       });
 }
 
 Status NcclCommunicator::startAllGather(uint64_t key, std::span<const uint32_t> axes,
                                         const void *in, void *out, size_t bytesPerRank) {
-  ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  cudaStream_t on = streamOf(comm);
-  MEGAC_NCCL_START(key, api_->allGather(in, out, bytesPerRank, ncclUint8, comm, on),
-                   "AllGatherStart", comm,
-                   "ncclAllGather over " + mesh_.describeGroup(rank_, axes));
+  return runCollective(axes, "AllGatherStart", "ncclAllGather", key,
+                       [&](ncclComm *comm, cudaStream_t on) {
+                         return api_->allGather(in, out, bytesPerRank, ncclUint8, comm, on);
+                       });
 }
 
 Status NcclCommunicator::startReduceScatter(uint64_t key, std::span<const uint32_t> axes,
                                             const void *in, void *out, size_t countPerRank,
                                             DType dtype, comm::ReduceKind kind) {
   ASSIGN_OR_RETURN(ncclDataType_t type, ncclType(dtype));
-  ASSIGN_OR_RETURN(ncclComm * comm, groupComm(axes));
-  cudaStream_t on = streamOf(comm);
-  MEGAC_NCCL_START(key, api_->reduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, on),
-                   "ReduceScatterStart", comm,
-                   "ncclReduceScatter over " + mesh_.describeGroup(rank_, axes));
+  return runCollective(
+      axes, "ReduceScatterStart", "ncclReduceScatter", key, [&](ncclComm *comm, cudaStream_t on) {
+        return api_->reduceScatter(in, out, countPerRank, type, ncclOp(kind), comm, on);
+      });
 }
 
 Status NcclCommunicator::afterFinish(uint64_t key, std::function<Status()> action) {

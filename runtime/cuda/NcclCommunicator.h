@@ -63,6 +63,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -179,6 +180,11 @@ private:
   Status endCall(const char *what, cudaStream_t on = nullptr);
   /// The stream of `comm`'s calls: a split group's own, else the world's.
   cudaStream_t streamOf(ncclComm *comm) const;
+  /// A collective over `axes` whose NCCL call is `call(comm, stream)`: blocking without `key`,
+  /// else started and tracked under it; `op` orders the streams, `ncclName` names it in errors.
+  template <typename Call>
+  Status runCollective(std::span<const uint32_t> axes, const char *op, const char *ncclName,
+                       std::optional<uint64_t> key, Call &&call);
   Status stage(int peer, int tag, const void *data, size_t bytes, Staged &out);
   /// ncclSend of every staged send to `peer` (every one with -1), in issue order, inside the
   /// caller's group.
