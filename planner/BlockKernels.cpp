@@ -693,8 +693,7 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
       b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
       b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
     }
-    if (zero >= 2)
-      dataParallel = false; // no reduction here
+    bool reducesHere = dataParallel && zero < 2;
     double rest = parameters, restTensors = tensors;
     if (replicated.tensors > 0) {
       b.mem(KernelClass::copy, replicated.parameters * 8);
@@ -702,7 +701,7 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
       rest -= replicated.parameters;
       restTensors -= replicated.tensors + replicated.alone;
     }
-    if (dataParallel && restTensors > 0) {
+    if (reducesHere && restTensors > 0) {
       b.mem(KernelClass::copy, rest * 8);
       b.mem(KernelClass::copy, rest * 8 / restTensors, restTensors);
     }
