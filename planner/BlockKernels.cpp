@@ -542,6 +542,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     if (gemmAccumulates(stack, g.precision)) {
       // The matrices accumulate inside their weight-gradient GEMM; each bias (column-parallel
       // ones split over tp, row-parallel ones whole) and the two norms' vectors keep an add.
+      const double all = params;
       params = double(bias ? 4 : 2) * double(h);
       if (bias) {
         for (const std::vector<Linear> *column : {&qkv, &fc1})
@@ -550,7 +551,12 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
         params += double(proj.out + fc2.out);
       }
       tensors = (bias ? matrices : 0) + (bias ? 4 : 2);
-      if (s.experts > 0 && isHalf(g.precision)) {
+      if (g.gradientShards > 1) {
+        // ZeRO-2/3: each matrix's gradient is reduce-scattered before it is accumulated, into
+        // its 1/shards shard, so no GEMM can accumulate it: one add per matrix (experts too).
+        params += (all - params) / double(g.gradientShards);
+        tensors += matrices;
+      } else if (s.experts > 0 && isHalf(g.precision)) {
         // The experts' weight gradients (moe_matmul_weight_grad) keep a widened add under half.
         params += experts / double(g.ep) / (stack.expertTensorParallel ? double(t) : 1.0);
         tensors += s.gatedMlp ? 3 : 2;

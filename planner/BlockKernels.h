@@ -67,6 +67,9 @@ struct LayerGeometry {
   int64_t ep = 1; // expert parallelism (MoE blocks)
   int64_t cp = 1; // context parallelism: each rank holds microBatch·seq/cp tokens
   bool cpRing = false; // cp's K/V exchange is the ring (StackProfile::runsContextParallelRing)
+  /// ZeRO-2/3: each micro-batch's weight gradients are reduce-scattered over this many ranks
+  /// before they are accumulated into their shard (1: accumulated whole).
+  int64_t gradientShards = 1;
 };
 
 BlockKernels blockKernels(const TransformerShape &shape, const LayerGeometry &g,

@@ -212,16 +212,17 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
 }
 
 const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precision precision,
-                                          int64_t ep, int64_t cp, bool cpRing) {
+                                          int64_t ep, int64_t cp, bool cpRing,
+                                          int64_t gradientShards) {
   cpRing = cp > 1 && stack_.runsContextParallelRing(cpRing);
-  auto key = std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing);
+  auto key = std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards);
   auto it = layers_.find(key);
   if (it != layers_.end())
     return it->second.first;
   // The block's and the edges' kernels for this geometry, timed once (issue 15: one block per
   // distinct tp, sequence parallelism and micro-batch; every layout with them reuses it).
   KernelModel kernels(cluster_.device, stack_, precision);
-  LayerGeometry g{tp, b, sp, precision, ep, cp, cpRing};
+  LayerGeometry g{tp, b, sp, precision, ep, cp, cpRing, gradientShards};
   BlockKernels block = blockKernels(shape_, g, stack_);
   LayerCost lc;
   lc.forward = passCost(block.forward, kernels, cluster_, tp, ep, cp);
@@ -250,10 +251,13 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
 }
 
 const EdgeCost &StepEstimator::edgeCost(int64_t tp, int64_t b, bool sp, Precision precision,
-                                        int64_t ep, int64_t cp, bool cpRing) {
-  layerCost(tp, b, sp, precision, ep, cp, cpRing);
+                                        int64_t ep, int64_t cp, bool cpRing,
+                                        int64_t gradientShards) {
+  layerCost(tp, b, sp, precision, ep, cp, cpRing, gradientShards);
   cpRing = cp > 1 && stack_.runsContextParallelRing(cpRing);
-  return layers_.find(std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing))->second.second;
+  return layers_
+      .find(std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards))
+      ->second.second;
 }
 
 const StepEstimator::Pipeline &StepEstimator::pipeline(ScheduleKind kind, int64_t pp, int64_t vpp,
@@ -306,10 +310,12 @@ double StepEstimator::stageExpertParameters(const Layout &l) const {
 }
 
 StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
-  const LayerCost &lc =
-      layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp, l.cpRing);
-  const EdgeCost &ec =
-      edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp, l.cpRing);
+  // ZeRO-2/3 reduce-scatter each micro-batch's gradients before accumulating them.
+  int64_t shards = l.zero >= 2 ? denseZeroShards(l) : 1;
+  const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep,
+                                  l.cp, l.cpRing, shards);
+  const EdgeCost &ec = edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp,
+                                l.cpRing, shards);
   double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)); // on the stage
   // Recompute, in the backward: selective repeats the attention core, full the forward with its
   // collectives (or what of it the backward reads: BlockKernels::fullRecompute), and on the

@@ -2,8 +2,8 @@
 """The planner's per-op inventory against what megac's CPU runtime really runs.
 
 For a few layouts of a small GPT (1 rank at two micro-batch sizes, tp 2, dp 2, selective and
-full recompute, tp 2 and tp 2 x dp 2 with sequence parallelism, dp 2 with ZeRO-1) and a small
-Llama (RMSNorm, rotary, GQA, SwiGLU; 1 rank, and tp 2 with full recompute), `megac train
+full recompute, tp 2 and tp 2 x dp 2 with sequence parallelism, dp 2 with ZeRO-1, 2 and 3) and a
+small Llama (RMSNorm, rotary, GQA, SwiGLU; 1 rank, and tp 2 with full recompute), `megac train
 --trace` records every instruction of one step on every rank (tp and dp ranks run the same
 program, so each must match); `megac plan --json` with the same layout pinned
 lists the kernels the cost model charges (`kernel_launches`, by class). Each class must match the
@@ -48,11 +48,12 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
            # and the logits GEMM (StackProfile::recomputeDropsUnreadForward).
            (GPT, 1, 1, 4, ["--recompute", "full"]), (LLAMA, 2, 1, 4, ["--recompute", "full"]),
            # ZeRO-1: each tensor's gradient shard sliced out for the update, the updated shards
-           # concatenated for their all-gather, sliced and copied back per tensor.
-           (GPT, 1, 2, 2, ["--zero", "1"])]
+           # concatenated for their all-gather, sliced and copied back per tensor; ZeRO-2/3:
+           # each matrix's reduce-scattered gradient added into its shard (no GEMM accumulates).
+           (GPT, 1, 2, 2, ["--zero", "1"]), (GPT, 1, 2, 2, ["--zero", "2"]),
+           (GPT, 1, 2, 2, ["--zero", "3"])]
 # Not yet in LAYOUTS: the planner's inventory is wrong there (issue 34 item 4; measured with
-# this test, counts per step on every rank): ZeRO-2 (dp 2, 2026-12-04: copies match, 176
-# elementwise ran, 153 predicted: the reduce-scattered shards' accumulation), Mixtral ep 2 (2026-12-03: MoeMatmul, MoeMatmulWeightGrad, MoeDispatch,
+# this test, counts per step on every rank): Mixtral ep 2 (2026-12-03: MoeMatmul, MoeMatmulWeightGrad, MoeDispatch,
 # MoeCombine, MoeRowDot, TopKMask have no planner class; 66 Linear/MatMul ran, 138 GEMMs
 # predicted); pp and vpp (`megac plan --json` gives the busiest stage's inventory only). Add a
 # layout here once planner/BlockKernels.cpp matches it.
