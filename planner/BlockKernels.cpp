@@ -12,8 +12,6 @@
 namespace megac::planner {
 namespace {
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 struct Builder {
   PassKernels *pass;
   void gemm(int64_t m, int64_t n, int64_t k, int64_t batch = 1, double count = 1) {

@@ -9,8 +9,6 @@
 namespace megac::planner {
 namespace {
 
-int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 double kvFraction(const TransformerShape &s) {
   return s.kvHeads > 0 && s.heads > 0 ? double(s.kvHeads) / double(s.heads) : 1.0;
 }

@@ -17,6 +17,9 @@
 
 namespace megac::planner {
 
+/// a / b rounded up (a >= 0, b > 0): layers per stage, vocabulary rows per tp rank.
+inline int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 /// The schedule library's names (parallel/PipelineSchedule.h), as the planner simulates them.
 using schedule::PipelineShape;
 using schedule::ScheduleKind;
