@@ -116,9 +116,14 @@ private:
   std::unique_ptr<NcclCommunicator> nccl_;
   std::chrono::seconds commTimeout_{300};
   bool syncEach_ = false; // MEGAC_CUDA_SYNC_EACH=1
+  bool bound_ = false;    // device_ is valid and was selected: the destructor has work to do
 };
 
 CudaExecutor::~CudaExecutor() {
+  // device_ is only set once validated (init), so this never selects a device that does not
+  // exist; an executor whose init failed before binding has nothing on any device.
+  if (!bound_)
+    return;
   cudaSetDevice(device_);
   if (ctx_.stream)
     cudaStreamSynchronize(ctx_.stream);
@@ -135,6 +140,10 @@ CudaExecutor::~CudaExecutor() {
     cublasLtDestroy(ctx_.lt);
   if (ctx_.stream)
     cudaStreamDestroy(ctx_.stream);
+  // A destructor cannot report the errors of these calls, and the CUDA runtime keeps the last one
+  // per thread: left there, the next executor's first kernel launch (launchStatus reads
+  // cudaGetLastError) would report it as its own.
+  cudaGetLastError();
 }
 
 Status CudaExecutor::bind() const {
@@ -154,14 +163,17 @@ Status CudaExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options
   if (!usable.isOk())
     return Status::error("no usable CUDA device: " + usable.status().message());
   int devices = *usable;
-  if (options.device >= 0) {
-    device_ = options.device;
-  } else {
-    ASSIGN_OR_RETURN(device_, defaultDeviceFor(rank_));
+  int device = options.device;
+  if (device < 0) {
+    ASSIGN_OR_RETURN(device, defaultDeviceFor(rank_));
   }
-  if (device_ >= devices)
-    return Status::error("CUDA device " + std::to_string(device_) + " does not exist (" +
+  // Checked before it becomes device_: the destructor selects device_, and cudaSetDevice of a
+  // device that does not exist leaves cudaErrorInvalidDevice as the thread's last error.
+  if (device >= devices)
+    return Status::error("CUDA device " + std::to_string(device) + " does not exist (" +
                          std::to_string(devices) + " usable)");
+  device_ = device;
+  bound_ = true;
   RETURN_IF_ERROR(bind());
   ctx_.allowTf32 = options.allowTf32;
   RETURN_IF_ERROR(initDevice(source_));
@@ -197,7 +209,12 @@ Status CudaExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options
   bool fuse = !(noFusion && std::string(noFusion) == "1");
   for (size_t f = 0; f < functions_.size(); ++f)
     planSteps(f, fuse);
-  return initNccl(source_);
+  RETURN_IF_ERROR(initNccl(source_));
+  // Every CUDA call above was checked through its return value; one that failed and was handled
+  // (a probe, NCCL's setup, which reports through ncclResult_t) may still have left the thread's
+  // last error set, which the first kernel launch's check (launchStatus) would blame on itself.
+  cudaGetLastError();
+  return Status::ok();
 }
 
 // The stream, cuBLASLt, the error flag, scratch memory, the arena and the constants.

@@ -1,5 +1,6 @@
-// The real NCCL and CUDA runtime behind NcclApi (NcclApi.h): each method forwards to its call;
-// NCCL's functions come from libnccl.so.2 opened with dlopen at the first use, not at link time.
+// The real NCCL and CUDA runtime behind NcclApi (NcclApi.h): each method forwards to its call
+// (an NCCL call then clears the CUDA runtime's last error: RealNcclApi::call); NCCL's functions
+// come from libnccl.so.2 opened with dlopen at the first use, not at link time.
 #include "runtime/cuda/NcclApi.h"
 
 #include <dlfcn.h>
@@ -60,56 +61,48 @@ public:
 
   std::string loadError() const override { return nccl_.error; }
 
-  ncclResult_t getUniqueId(ncclUniqueId *id) override {
-    return ok() ? nccl_.getUniqueId(id) : ncclSystemError;
-  }
+  ncclResult_t getUniqueId(ncclUniqueId *id) override { return call(nccl_.getUniqueId, id); }
   ncclResult_t commInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
                                   ncclConfig_t *config) override {
-    return ok() ? nccl_.commInitRankConfig(comm, nranks, id, rank, config) : ncclSystemError;
+    return call(nccl_.commInitRankConfig, comm, nranks, id, rank, config);
   }
   ncclResult_t commSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                          ncclConfig_t *config) override {
-    return ok() ? nccl_.commSplit(comm, color, key, newcomm, config) : ncclSystemError;
+    return call(nccl_.commSplit, comm, color, key, newcomm, config);
   }
   ncclResult_t commGetAsyncError(ncclComm_t comm, ncclResult_t *state) override {
-    return ok() ? nccl_.commGetAsyncError(comm, state) : ncclSystemError;
+    return call(nccl_.commGetAsyncError, comm, state);
   }
-  ncclResult_t commFinalize(ncclComm_t comm) override {
-    return ok() ? nccl_.commFinalize(comm) : ncclSystemError;
-  }
-  ncclResult_t commDestroy(ncclComm_t comm) override {
-    return ok() ? nccl_.commDestroy(comm) : ncclSystemError;
-  }
-  ncclResult_t commAbort(ncclComm_t comm) override {
-    return ok() ? nccl_.commAbort(comm) : ncclSystemError;
-  }
+  ncclResult_t commFinalize(ncclComm_t comm) override { return call(nccl_.commFinalize, comm); }
+  ncclResult_t commDestroy(ncclComm_t comm) override { return call(nccl_.commDestroy, comm); }
+  ncclResult_t commAbort(ncclComm_t comm) override { return call(nccl_.commAbort, comm); }
   const char *getErrorString(ncclResult_t result) override {
     return ok() ? nccl_.getErrorString(result) : nccl_.error.c_str();
   }
   const char *getLastError(ncclComm_t comm) override {
     return ok() ? nccl_.getLastError(comm) : nccl_.error.c_str();
   }
-  ncclResult_t groupStart() override { return ok() ? nccl_.groupStart() : ncclSystemError; }
-  ncclResult_t groupEnd() override { return ok() ? nccl_.groupEnd() : ncclSystemError; }
+  ncclResult_t groupStart() override { return call(nccl_.groupStart); }
+  ncclResult_t groupEnd() override { return call(nccl_.groupEnd); }
   ncclResult_t allReduce(const void *in, void *out, size_t count, ncclDataType_t type,
                          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) override {
-    return ok() ? nccl_.allReduce(in, out, count, type, op, comm, stream) : ncclSystemError;
+    return call(nccl_.allReduce, in, out, count, type, op, comm, stream);
   }
   ncclResult_t allGather(const void *in, void *out, size_t count, ncclDataType_t type,
                          ncclComm_t comm, cudaStream_t stream) override {
-    return ok() ? nccl_.allGather(in, out, count, type, comm, stream) : ncclSystemError;
+    return call(nccl_.allGather, in, out, count, type, comm, stream);
   }
   ncclResult_t reduceScatter(const void *in, void *out, size_t count, ncclDataType_t type,
                              ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) override {
-    return ok() ? nccl_.reduceScatter(in, out, count, type, op, comm, stream) : ncclSystemError;
+    return call(nccl_.reduceScatter, in, out, count, type, op, comm, stream);
   }
   ncclResult_t send(const void *data, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                     cudaStream_t stream) override {
-    return ok() ? nccl_.send(data, count, type, peer, comm, stream) : ncclSystemError;
+    return call(nccl_.send, data, count, type, peer, comm, stream);
   }
   ncclResult_t recv(void *data, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
                     cudaStream_t stream) override {
-    return ok() ? nccl_.recv(data, count, type, peer, comm, stream) : ncclSystemError;
+    return call(nccl_.recv, data, count, type, peer, comm, stream);
   }
 
   cudaError_t getDevice(int *device) override { return cudaGetDevice(device); }
@@ -146,6 +139,20 @@ public:
 
 private:
   bool ok() const { return nccl_.error.empty(); }
+
+  /// One NCCL call, then the CUDA runtime's last error of this thread cleared. NCCL reports its
+  /// failures through ncclResult_t, but its setup probes devices and memory through the CUDA
+  /// runtime and may leave an error there that it handled (or reported as its own); a stale one
+  /// would be read by our next kernel launch's check (cudaGetLastError in launchStatus) and
+  /// blamed on that kernel, e.g. "Embedding: cudaErrorInvalidDevice".
+  template <typename Function, typename... Args>
+  ncclResult_t call(Function function, Args... args) {
+    if (!ok())
+      return ncclSystemError;
+    ncclResult_t result = function(args...);
+    (void)cudaGetLastError();
+    return result;
+  }
 
   NcclLibrary nccl_;
 };

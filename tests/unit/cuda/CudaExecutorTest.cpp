@@ -11,6 +11,7 @@
 #include "PlanBuilder.h"
 #include "TestUtil.h"
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -417,6 +418,10 @@ TEST(CudaExecutor, ABadDeviceIsAnError) {
   ASSERT_FALSE(ex.isOk());
   EXPECT_NE(ex.status().message().find("CUDA device 1000 does not exist"), std::string::npos)
       << ex.status().message();
+  // Nothing of the failed creation is left as the CUDA runtime's last error: the next executor's
+  // first kernel launch would report it ("Embedding: cudaErrorInvalidDevice").
+  cudaError_t stale = cudaGetLastError();
+  EXPECT_EQ(stale, cudaSuccess) << cudaGetErrorName(stale);
 }
 
 TEST(CudaExecutor, EachRankOfAPartitionedPlanAgreesWithTheCpu) {
