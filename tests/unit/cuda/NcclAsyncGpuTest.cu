@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -71,6 +72,14 @@ protected:
 // running: a start that waited on the host would time out (B waits for A, not yet launched), a
 // compute stream that waited for the collective before A would leave B spinning until its
 // budget ran out.
+//
+// What is tested is the steady state. The first use of a kernel or of a fresh communicator may
+// block the host until the device is idle: CUDA's lazy loading loads a kernel's module at its
+// first launch (which may synchronize the context), and NCCL sets up its buffers and loads its
+// kernels at the first collective. Either, while B spins, would launch A only after B gave up.
+// So both kernels are loaded and one all-reduce of the same size (the same NCCL path) runs to
+// completion before the handshake, and the host time of the start and of A's launch is measured:
+// a failure says whether one of them blocked.
 TEST_F(NcclAsyncGpu, CollectiveOverlapsAKernelOnTwoStreams) {
   comm::Mesh mesh{{"dp"}, {1}};
   auto nccl = make(mesh);
@@ -79,25 +88,46 @@ TEST_F(NcclAsyncGpu, CollectiveOverlapsAKernelOnTwoStreams) {
   std::vector<float> x(n, 7.0f);
   DeviceBuffer in(n * 4), out(n * 4), flags(3 * sizeof(int));
   CUDA_OK(cudaMemcpy(in.data, x.data(), n * 4, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemset(out.data, 0, n * 4));
   CUDA_OK(cudaMemset(flags.data, 0, 3 * sizeof(int)));
   int *flag = static_cast<int *>(flags.data), *seenB = flag + 1, *seenA = flag + 2;
+  std::vector<uint32_t> dp = {0};
+  // Warm-up: the kernels loaded (cudaFuncGetAttributes loads a lazily loaded kernel), NCCL's
+  // first collective done, out cleared again for the handshake.
+  cudaFuncAttributes attributes{};
+  CUDA_OK(cudaFuncGetAttributes(&attributes, waitForFlag));
+  CUDA_OK(cudaFuncGetAttributes(&attributes, setFlagThenWaitForValue));
+  Status warm = nccl->allReduce(dp, in.data, out.data, n, DType::f32, comm::ReduceKind::sum);
+  ASSERT_TRUE(warm.isOk()) << "warm-up all-reduce: " << warm.message();
+  ASSERT_TRUE(nccl->drain().isOk());
+  CUDA_OK(cudaMemset(out.data, 0, n * 4));
   CUDA_OK(cudaDeviceSynchronize());
+
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
   waitForFlag<<<1, 1, 0, nccl->stream()>>>(flag, seenB);
   CUDA_OK(cudaGetLastError());
-  std::vector<uint32_t> dp = {0};
+  Clock::time_point t0 = Clock::now();
   Status started =
       nccl->startAllReduce(1, dp, in.data, out.data, n, DType::f32, comm::ReduceKind::sum);
+  Clock::time_point t1 = Clock::now();
   ASSERT_TRUE(started.isOk()) << started.message();
   setFlagThenWaitForValue<<<1, 1, 0, stream_>>>(flag, static_cast<float *>(out.data) + n - 1, 7.0f,
                                                 seenA);
+  Clock::time_point t2 = Clock::now();
   CUDA_OK(cudaGetLastError());
   ASSERT_TRUE(nccl->finish(1).isOk());
   Status drained = nccl->drain();
   ASSERT_TRUE(drained.isOk()) << drained.message();
   std::vector<int> seen = download<int>(flags.data, 3);
-  EXPECT_EQ(seen[1], 1) << "the communication stream never saw the compute kernel run";
-  EXPECT_EQ(seen[2], 1) << "the compute kernel never saw the all-reduce's output";
+  // B gives up after about 2 s: a host call that took over 1 s is the likely cause.
+  std::string blocked;
+  if (double s = seconds(t1 - t0); s > 1.0)
+    blocked += "; the start blocked the host for " + std::to_string(s) + " s";
+  if (double s = seconds(t2 - t1); s > 1.0)
+    blocked +=
+        "; the launch of the compute kernel blocked the host for " + std::to_string(s) + " s";
+  EXPECT_EQ(seen[1], 1) << "the communication stream never saw the compute kernel run" << blocked;
+  EXPECT_EQ(seen[2], 1) << "the compute kernel never saw the all-reduce's output" << blocked;
   EXPECT_EQ(download<float>(out.data, n), x);
   EXPECT_EQ(nccl->inFlight(), 0u);
 }
