@@ -28,9 +28,12 @@
 #      nats: random labels make each step's loss noisy by about 0.5/sqrt(tokens));
 #   8. compute-sanitizer --tool racecheck on one attention test, when the tool exists and
 #      RACECHECK_MIN seconds are left.
+# SKIP_TORCH=1 leaves out the PyTorch runs of step 7 (SKIPPED-asked, not a failure): a rerun
+# whose reference numbers are already known.
 # Statuses: PASS, FAIL (exit code shown; 77 = the binary found no usable device), TIMEOUT (killed
-# at its limit), SKIPPED-no-time, SKIPPED-no-tool (not a failure). The exit status is the
-# number of FAIL, TIMEOUT and SKIPPED-no-time steps and failed checks (0: all ran and passed).
+# at its limit), SKIPPED-no-time, SKIPPED-no-tool and SKIPPED-asked (not failures). The exit
+# status is the number of FAIL, TIMEOUT and SKIPPED-no-time steps and failed checks (0: all ran
+# and passed).
 # Logs: $OUT/device-check.log, $OUT/summary.txt, $OUT/bench.jsonl (OUT defaults to
 # /tmp/megac-device); each step's own output is in $WORK (not brought back) and is copied into
 # the log when the step ends.
@@ -262,6 +265,10 @@ export MEGAC_TEST_TRAIN_PLAN="$PLANS/gpt-train-f32.mplan,$PLANS/gpt-train-bf16.m
 # 2. Kernels against the CPU reference.
 step kernels-elementwise 90 "$BIN/cuda_kernels_elementwise_test" --gtest_brief=1
 step kernels-nn 120 "$BIN/cuda_kernels_nn_test" --gtest_brief=1
+# The flash kernels, which the GEMM path (the default where a head's scores fit its scratch)
+# leaves to long sequences: tested on every shape.
+step kernels-attention-flash 60 env MEGAC_CUDA_ATTENTION=flash "$BIN/cuda_kernels_nn_test" \
+  --gtest_brief=1 --gtest_filter='Attention.*'
 step kernels-fused 90 "$BIN/cuda_fusion_gpu_test" --gtest_brief=1
 # Overlap: a collective beside a kernel on two streams (a handshake that times out on the device
 # in 2 s if either stream waits for the other), the pipeline's device-to-device send/recv on a
@@ -308,6 +315,10 @@ step calibrate-quick 120 "$BIN/megac-calibrate" --backend cuda --quick -o "$OUT/
 bench() { # label cap vocab command...
   local label=$1 cap=$2 vocab=$3
   shift 3
+  if [ "${SKIP_TORCH:-0}" = 1 ] && [[ $label == torch-* ]]; then
+    record "bench-$label" SKIPPED-asked - 0 "$cap" "SKIP_TORCH=1"
+    return 0
+  fi
   step "bench-$label" "$cap" "$@" && loss_check "$label" "$WORK/bench-$label.log" "$vocab"
 }
 bench megac-gpt2-124m 120 50257 "$BIN/bench-train-step" --plan "$PLANS/gpt2-124m-bf16.mplan" \

@@ -157,7 +157,8 @@ done
 '''
 
 # The steps in the order of value (issue 27).
-ORDER = ["preflight", "kernels-elementwise", "kernels-nn", "kernels-fused", "nccl-overlap",
+ORDER = ["preflight", "kernels-elementwise", "kernels-nn", "kernels-attention-flash",
+         "kernels-fused", "nccl-overlap",
          "executor-sync-each",
          "train-step-cpu", "train-step-cuda", "train-step cuda vs cpu", "loss small-gpt",
          "executor-train-steps", "nccl", "calibrate-quick", "bench-megac-gpt2-124m",
@@ -336,12 +337,14 @@ def case_hang_killed(m, base):
     m.stage()
     rc, out, secs = m.check(FAKE_cuda_kernels_nn_test="hang-hard", CAP_MAX=3, KILL_GRACE=1)
     rows = expect_summary(out)
-    expect(rows["kernels-nn"][0] == "TIMEOUT", f"kernels-nn: {rows['kernels-nn']}", out)
+    # The program runs twice: all its tests, then the attention tests on the flash kernels.
+    for name in ("kernels-nn", "kernels-attention-flash"):
+        expect(rows[name][0] == "TIMEOUT", f"{name}: {rows[name]}", out)
     expect(rows["kernels-fused"][0] == "PASS" and rows["bench-torch-gpt-1.3b"][0] == "PASS",
            "the steps after the hung one did not run", out)
-    expect(rc == 1, f"exit {rc}, not 1 (one step timed out)", out)
+    expect(rc == 2, f"exit {rc}, not 2 (two steps timed out)", out)
     expect(secs < 30, f"took {secs:.1f} s, past its 30 s deadline", out)
-    return f"kernels-nn TIMEOUT at 3 s (+1 s kill), the rest PASS, exit 1, {secs:.1f} s"
+    return f"kernels-nn twice TIMEOUT at 3 s (+1 s kill), the rest PASS, exit 2, {secs:.1f} s"
 
 
 def case_deadline(m, base):
@@ -472,9 +475,21 @@ def case_prepare_over_limit(m, base):
     return "exit 1: " + [x for x in p.stdout.splitlines() if "FAILED" in x][0]
 
 
+def case_skip_torch(m, base):
+    """SKIP_TORCH=1: the PyTorch runs are SKIPPED-asked, not failures; megac's still run."""
+    m.stage()
+    rc, out, secs = m.check(SKIP_TORCH=1, FAKE_TORCH="fail")
+    rows = expect_summary(out)
+    for name in ("bench-torch-gpt2-124m", "bench-torch-gpt-1.3b"):
+        expect(rows[name][0] == "SKIPPED-asked", f"{name}: {rows[name]}", out)
+        expect(f"loss {name[6:]}" not in rows, f"a loss check of the skipped {name}", out)
+    expect(rows["bench-megac-gpt-1.3b"][0] == "PASS", "megac's run did not run", out)
+    expect(rc == 0, f"exit {rc}, not 0 (skipping on request fails nothing)", out)
+    return f"torch runs SKIPPED-asked, exit 0, {secs:.1f} s"
+
 CASES = [case_all_pass, case_hang_killed, case_deadline, case_sigterm, case_missing_library,
          case_old_driver, case_no_device, case_old_driver_compat, case_failing_binary,
-         case_bad_loss, case_racecheck, case_prepare_over_limit]
+         case_bad_loss, case_racecheck, case_prepare_over_limit, case_skip_torch]
 
 
 def main():

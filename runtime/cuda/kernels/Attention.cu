@@ -1,6 +1,10 @@
 // Attention and AttentionGrad. q [b,s,h,d], k [b,t,hk,d], v [b,t,hk,dv], out [b,s,h,dv]; query
 // head hi reads kv head hi / (h / hk); `causal` hides key j > i + (t - s).
 //
+// GEMM path (no mask, f32/bf16/f16, a head's scores within 1 GiB of scratch; AttentionGemm.cu):
+// the scores of a chunk of heads materialized, every product on cuBLASLt. The fastest where it
+// fits; MEGAC_CUDA_ATTENTION=flash turns it off.
+//
 // Fused path (no mask, d and dv <= 128, f32/bf16/f16): flash-attention style, nothing of size
 // s*t stored. The bf16/f16 forward runs on tensor cores (WMMA, AttentionWmma.cuh). The f32
 // forward and every backward are SIMT kernels (no tensor cores): a block of 4 warps takes 16
@@ -18,6 +22,7 @@
 // kernels (a thread per output element, sums in a fixed order) give out, dq, dk, dv and dmask.
 #include "runtime/cpu/AttentionDims.h"
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cuda/kernels/AttentionGemm.h"
 #include "runtime/cuda/kernels/AttentionTiling.h"
 #include "runtime/cuda/kernels/BlockReduce.cuh"
 #include "runtime/cuda/kernels/CpuChecks.cuh"
@@ -26,6 +31,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <span>
 #include <string>
 #include <tuple>
@@ -41,6 +47,10 @@ struct AttnArgs {
   int causal;
   double scale;
 };
+
+AttentionShape shapeOf(const AttnArgs &a) {
+  return {a.b, a.s, a.h, a.d, a.t, a.hk, a.dv, a.causal != 0, a.scale};
+}
 
 /// Keys query i may see: j < visible(i) (AttentionTiling.h).
 __device__ __forceinline__ int64_t visible(const AttnArgs &a, int64_t i) {
@@ -564,6 +574,36 @@ template <typename F> Status dispatchFused(DType dtype, const AttnArgs &a, F &&f
 
 template <typename T> using ComputeC = Compute<T>;
 
+/// MEGAC_CUDA_ATTENTION: unset, "" or "auto" takes the GEMM path (AttentionGemm.h) where a
+/// head's scores fit its scratch cap and the flash kernels otherwise; "flash" always takes the
+/// flash kernels (nothing of size s*t stored: the memory-lean path, and the device check's
+/// comparison). Read once per process.
+Status gemmPathWanted(const char *op, bool &wanted) {
+  static const char *value = std::getenv("MEGAC_CUDA_ATTENTION");
+  std::string v = value ? value : "";
+  if (v.empty() || v == "auto") {
+    wanted = true;
+    return Status::ok();
+  }
+  if (v == "flash") {
+    wanted = false;
+    return Status::ok();
+  }
+  return fail(op, "MEGAC_CUDA_ATTENTION='" + v +
+                      "' is not auto or flash (auto: cuBLASLt GEMMs where a head's scores fit "
+                      "1 GiB of scratch; flash: the fused kernels, nothing of size s*t stored)");
+}
+
+/// Whether this call takes the GEMM path: no mask, a shape and dtype it fits, and not
+/// MEGAC_CUDA_ATTENTION=flash.
+Status useGemm(const char *op, const TensorRef &q, const TensorRef *mask, const AttnArgs &a,
+               bool &use) {
+  bool wanted = false;
+  RETURN_IF_ERROR(gemmPathWanted(op, wanted));
+  use = wanted && !mask && gemmAttentionFits(shapeOf(a), q.dtype);
+  return Status::ok();
+}
+
 } // namespace
 
 Status attention(const Context &ctx, const TensorRef &q, const TensorRef &k, const TensorRef &v,
@@ -583,6 +623,10 @@ Status attention(const Context &ctx, const TensorRef &q, const TensorRef &k, con
   }
   if (a.b * a.s * a.h * a.dv == 0)
     return Status::ok();
+  bool gemm = false;
+  RETURN_IF_ERROR(useGemm(name, q, mask, a, gemm));
+  if (gemm)
+    return gemmAttention(ctx, q, k, v, out, shapeOf(a));
   if (useFused(q, mask, a))
     return dispatchFused(q.dtype, a, [&](auto tag, auto dc) {
       return fusedForward<decltype(tag), decltype(dc)::value>(name, ctx, q, k, v, out, a);
@@ -626,6 +670,10 @@ Status attentionGrad(const Context &ctx, const TensorRef &dout, const TensorRef 
     RETURN_IF_ERROR(expectDtype(name, "dmask", *dmask, mask->dtype));
     RETURN_IF_ERROR(expectShape(name, "dmask", *dmask, mask->shape));
   }
+  bool gemm = false;
+  RETURN_IF_ERROR(useGemm(name, q, mask, a, gemm));
+  if (gemm)
+    return gemmAttentionGrad(ctx, dout, q, k, v, dq, dk, dv, shapeOf(a));
   if (useFused(q, mask, a)) {
     if (a.b == 0 || a.h == 0)
       return Status::ok();

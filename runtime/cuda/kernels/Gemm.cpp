@@ -10,6 +10,7 @@
 #include "runtime/cpu/ShapeChecks.h"
 #include "runtime/cuda/Kernels.h"
 #include "runtime/cuda/kernels/GemmShape.h"
+#include "runtime/cuda/kernels/StridedGemm.h"
 
 #include <algorithm>
 #include <cstring>
@@ -266,6 +267,35 @@ GemmKey keyOf(const GemmProblem &p, DType dtype, const Context &ctx) {
 }
 
 } // namespace
+
+Status stridedGemm(const char *op, const Context &ctx, const StridedGemm &g, const void *a,
+                   const void *b, void *d, bool accumulate) {
+  if (g.rows <= 0 || g.cols <= 0 || g.inner <= 0 || g.batch <= 0)
+    return fail(op, "an empty GEMM (internal: the caller skips it)");
+  GemmKey key;
+  key.dtype = static_cast<int>(g.dtype);
+  key.outDtype = static_cast<int>(g.outDtype);
+  key.tf32 = g.dtype == DType::f32 && ctx.allowTf32;
+  key.workspace = ctx.workspace ? ctx.workspaceBytes : 0;
+  key.transA = g.transA;
+  key.transB = g.transB;
+  key.rows = static_cast<uint64_t>(g.rows);
+  key.cols = static_cast<uint64_t>(g.cols);
+  key.inner = static_cast<uint64_t>(g.inner);
+  key.lda = g.lda;
+  key.ldb = g.ldb;
+  key.ldd = g.ldd;
+  key.batch = g.batch;
+  key.strideA = g.strideA;
+  key.strideB = g.strideB;
+  key.strideD = g.strideD;
+  int64_t es = static_cast<int64_t>(dtypeSize(g.dtype)),
+          esD = static_cast<int64_t>(dtypeSize(g.outDtype));
+  key.alignA = alignmentOf(a, {g.lda * es, g.strideA * es});
+  key.alignB = alignmentOf(b, {g.ldb * es, g.strideB * es});
+  key.alignD = alignmentOf(d, {g.ldd * esD, g.strideD * esD});
+  return runGemm(op, ctx, key, a, b, d, nullptr, accumulate);
+}
 
 Status matmul(const Context &ctx, const TensorRef &lhs, const TensorRef &rhs, const TensorRef &out,
               MatMulFlags flags, const TensorRef *acc) {
