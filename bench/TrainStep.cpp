@@ -6,13 +6,19 @@
 //   bench-train-step --plan step.mplan [--backend cpu|cuda] [--steps 10] [--warmup 2]
 //                    [--accumulate M] [--lr 1e-4] [--seed 0] [--allow-tf32]
 //                    [--gpt LAYERS,HIDDEN,SEQ,VOCAB] [--peak-tflops P] [--label NAME]
-//                    [--json FILE]
+//                    [--json FILE] [--profile]
 //
 // Tokens are uniform random ids (seeded) over the plan's vocabulary (the labels' range is the
 // logits' last dim, read from --gpt, else 256). Model FLOPs per step are Korthikanti et al.'s
 // 72·B·l·s·h²·(1 + s/(6h) + V/(12·h·l)) (no recompute counted, REFERENCE.md) when --gpt is
 // given; MFU divides by the device's dense bf16 peak (cuda) or --peak-tflops. Never fails on
 // time; exits non-zero only when a step fails.
+//
+// --profile (cuda only) sets MEGAC_CUDA_PROFILE=1 for the executor: every launch step is timed
+// with CUDA events, the sums of the warm-up steps are dropped, and at exit stderr gets the GPU
+// time per opcode over the timed steps' function runs (runtime/cuda/ExecutorSupport.h,
+// KernelProfile). The events cost a little time per launch: compare ms/step without it.
+#include "runtime/cuda/CudaExecutor.h"
 #include "runtime/cuda/Device.h"
 #include "runtime/exec/Executor.h"
 #include "runtime/plan/PlanLoader.h"
@@ -36,7 +42,7 @@ namespace {
 struct Options {
   std::string plan, label = "train-step", json;
   Backend backend = Backend::cpu;
-  bool allowTf32 = false;
+  bool allowTf32 = false, profile = false;
   int64_t steps = 10, warmup = 2, accumulate = 1;
   double lr = 1e-4, peakTflops = 0;
   uint64_t seed = 0;
@@ -83,6 +89,8 @@ Options parse(int argc, char **argv) {
       o.json = value();
     else if (a == "--allow-tf32")
       o.allowTf32 = true;
+    else if (a == "--profile")
+      o.profile = true;
     else if (a == "--gpt") {
       std::string v = value();
       if (std::sscanf(v.c_str(), "%lld,%lld,%lld,%lld", (long long *)&o.layers,
@@ -92,7 +100,7 @@ Options parse(int argc, char **argv) {
       std::puts("usage: bench-train-step --plan step.mplan [--backend cpu|cuda] [--steps 10]\n"
                 "         [--warmup 2] [--accumulate M] [--lr 1e-4] [--seed 0] [--allow-tf32]\n"
                 "         [--gpt LAYERS,HIDDEN,SEQ,VOCAB] [--peak-tflops P] [--label NAME]\n"
-                "         [--json FILE]");
+                "         [--json FILE] [--profile]");
       std::exit(0);
     } else
       die("unknown argument '" + a + "' (--help lists them)");
@@ -102,6 +110,8 @@ Options parse(int argc, char **argv) {
         "--ranks 1 -o FILE.mplan`)");
   if (o.steps < 1 || o.warmup < 0 || o.accumulate < 1)
     die("--steps and --accumulate must be >= 1, --warmup >= 0");
+  if (o.profile && o.backend != Backend::cuda)
+    die("--profile times CUDA kernels: it needs --backend cuda");
   return o;
 }
 
@@ -160,6 +170,8 @@ int main(int argc, char **argv) {
   ExecutorOptions options;
   options.backend = o.backend;
   options.allowTf32 = o.allowTf32;
+  if (o.profile)
+    setenv("MEGAC_CUDA_PROFILE", "1", 1); // read by the CUDA executor at its creation
   auto start = std::chrono::steady_clock::now();
   std::unique_ptr<Executor> executor =
       check(Executor::create(plan, options), "creating the executor");
@@ -229,6 +241,8 @@ int main(int argc, char **argv) {
     lastLoss = loss;
     if (s > o.warmup)
       seconds.push_back(t);
+    if (o.profile && s == o.warmup)
+      check(cuda::resetCudaProfile(*executor), "--profile");
   }
   double stepSeconds = median(seconds);
   double tokensPerSecond = double(tokensPerStep) / stepSeconds;

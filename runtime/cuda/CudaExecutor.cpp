@@ -83,6 +83,8 @@ public:
   ~CudaExecutor() override;
   Status init(const LoadedPlan &plan, const ExecutorOptions &options);
   Status zeroState(std::string_view prefix) override;
+  /// Forgets MEGAC_CUDA_PROFILE=1's sums so far (resetCudaProfile).
+  void resetProfile() { profile_.reset(); }
 
 private:
   TensorRef ref(uint32_t buffer) const {
@@ -103,6 +105,9 @@ private:
   Status checkStep(size_t function, const Step &step);
   Status execute(const fb::Instruction &inst);
   Status resetScratch();
+  Status createProfileEvents();
+  Status recordProfileEvent(size_t index);
+  Status addToProfile(size_t function);
 
   std::vector<Launch> launches_; // per function
   std::vector<Fused> fused_;
@@ -117,6 +122,11 @@ private:
   std::chrono::seconds commTimeout_{300};
   bool syncEach_ = false; // MEGAC_CUDA_SYNC_EACH=1
   bool bound_ = false;    // device_ is valid and was selected: the destructor has work to do
+  // MEGAC_CUDA_PROFILE=1: two events per launch step (before, after) of the function with the
+  // most steps, created once and reused by every run (each run synchronizes before reading them).
+  bool profiling_ = false;
+  std::vector<cudaEvent_t> profileEvents_;
+  KernelProfile profile_;
 };
 
 CudaExecutor::~CudaExecutor() {
@@ -124,6 +134,8 @@ CudaExecutor::~CudaExecutor() {
   // exist; an executor whose init failed before binding has nothing on any device.
   if (!bound_)
     return;
+  if (profiling_ && !profile_.empty())
+    std::fputs(profile_.format(rank_).c_str(), stderr);
   cudaSetDevice(device_);
   if (ctx_.stream)
     cudaStreamSynchronize(ctx_.stream);
@@ -138,6 +150,8 @@ CudaExecutor::~CudaExecutor() {
     cudaFree(ctx_.errors);
   if (ctx_.lt)
     cublasLtDestroy(ctx_.lt);
+  for (cudaEvent_t event : profileEvents_)
+    cudaEventDestroy(event);
   if (ctx_.stream)
     cudaStreamDestroy(ctx_.stream);
   // A destructor cannot report the errors of these calls, and the CUDA runtime keeps the last one
@@ -159,6 +173,7 @@ Status CudaExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options
   if (syncEach_ && rank_ == 0)
     std::fprintf(stderr, "megac: MEGAC_CUDA_SYNC_EACH=1: synchronizing after every instruction "
                          "(slow; a device fault names its instruction)\n");
+  ASSIGN_OR_RETURN(profiling_, profileRequested(std::getenv("MEGAC_CUDA_PROFILE")));
   StatusOr<int> usable = usableDevices();
   if (!usable.isOk())
     return Status::error("no usable CUDA device: " + usable.status().message());
@@ -209,6 +224,8 @@ Status CudaExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options
   bool fuse = !(noFusion && std::string(noFusion) == "1");
   for (size_t f = 0; f < functions_.size(); ++f)
     planSteps(f, fuse);
+  if (profiling_)
+    RETURN_IF_ERROR(createProfileEvents());
   RETURN_IF_ERROR(initNccl(source_));
   // Every CUDA call above was checked through its return value; one that failed and was handled
   // (a probe, NCCL's setup, which reports through ncclResult_t) may still have left the thread's
@@ -296,6 +313,42 @@ Status CudaExecutor::initNccl(const std::string &source) {
   // Groups this rank cannot form without a communicator fail when used, not here.
   if (!ownComm_)
     RETURN_IF_ERROR(nccl_->prepare(axisSets)) << " (plan " << source << ")";
+  return Status::ok();
+}
+
+Status CudaExecutor::createProfileEvents() {
+  size_t steps = 0;
+  for (const Launch &launch : launches_)
+    steps = std::max(steps, launch.steps.size());
+  profileEvents_.reserve(2 * steps);
+  for (size_t i = 0; i < 2 * steps; ++i) {
+    cudaEvent_t event = nullptr;
+    CUDA_TRY(cudaEventCreateWithFlags(&event, cudaEventDefault),
+             "cudaEventCreate (MEGAC_CUDA_PROFILE=1)");
+    profileEvents_.push_back(event);
+  }
+  return Status::ok();
+}
+
+Status CudaExecutor::recordProfileEvent(size_t index) {
+  CUDA_TRY(cudaEventRecord(profileEvents_[index], ctx_.stream),
+           "cudaEventRecord (MEGAC_CUDA_PROFILE=1)");
+  return Status::ok();
+}
+
+// After the run's synchronization: each step's time between its two events. A step's time is
+// the compute stream's: a collective started on the communication stream counts its ordering
+// there, not its transfer, and a blocking one what the stream waited for it.
+Status CudaExecutor::addToProfile(size_t index) {
+  const Function &fn = functions_[index];
+  const std::vector<Step> &steps = launches_[index].steps;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    float ms = 0;
+    CUDA_TRY(cudaEventElapsedTime(&ms, profileEvents_[2 * k], profileEvents_[2 * k + 1]),
+             "cudaEventElapsedTime (MEGAC_CUDA_PROFILE=1)");
+    profile_.add(profileKey(instruction(fn, steps[k].first).op(), kindOf(steps[k])), ms);
+  }
+  profile_.countRun();
   return Status::ok();
 }
 
@@ -405,7 +458,8 @@ Status CudaExecutor::copyIn(uint32_t buffer, const HostTensor &value) {
 
 // Tracing records each function run as one event, after its synchronization: kernels run
 // asynchronously, so host times around single instructions would measure their enqueueing, not
-// their execution. (Per-kernel times would need CUDA events or a profiler: not recorded.)
+// their execution. Per-step GPU times are MEGAC_CUDA_PROFILE=1's: CUDA events around each step,
+// read after the synchronization (addToProfile).
 Status CudaExecutor::runFunction(size_t index) {
   lastRun_.reset();
   const Function &fn = functions_[index];
@@ -423,7 +477,11 @@ Status CudaExecutor::runFunction(size_t index) {
   if (nccl_ && !launches_[index].receives)
     RETURN_IF_ERROR(nccl_->flushSends());
   Status status = Status::ok();
-  for (const Step &step : launches_[index].steps) {
+  const std::vector<Step> &steps = launches_[index].steps;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const Step &step = steps[k];
+    if (profiling_ && !(status = recordProfileEvent(2 * k)).isOk())
+      break;
     status = runStep(fn, step);
     if (!status.isOk()) {
       status = Status::error(
@@ -431,6 +489,8 @@ Status CudaExecutor::runFunction(size_t index) {
           ": " + status.message());
       break;
     }
+    if (profiling_ && !(status = recordProfileEvent(2 * k + 1)).isOk())
+      break;
     if (syncEach_ && !(status = checkStep(index, step)).isOk())
       break;
   }
@@ -464,6 +524,8 @@ Status CudaExecutor::runFunction(size_t index) {
                            ": cudaStreamSynchronize after the run",
                        synced, device_);
   RETURN_IF_ERROR(checkDeviceErrors(index));
+  if (profiling_)
+    RETURN_IF_ERROR(addToProfile(index));
   lastRun_ = index;
   return Status::ok();
 }
@@ -625,6 +687,14 @@ StatusOr<std::unique_ptr<Executor>> createCudaExecutor(const LoadedPlan &plan,
   auto executor = std::make_unique<CudaExecutor>();
   RETURN_IF_ERROR(executor->init(plan, options));
   return std::unique_ptr<Executor>(std::move(executor));
+}
+
+Status resetCudaProfile(Executor &executor) {
+  auto *cuda = dynamic_cast<CudaExecutor *>(&executor);
+  if (!cuda)
+    return Status::error("resetCudaProfile: not an executor of the CUDA backend");
+  cuda->resetProfile();
+  return Status::ok();
 }
 
 } // namespace megac::runtime::cuda

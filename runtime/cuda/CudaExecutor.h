@@ -17,7 +17,16 @@ StatusOr<int> defaultDeviceFor(int rank);
 ///
 /// MEGAC_CUDA_SYNC_EACH=1 synchronizes after every launch and reads the kernels' error flag, so
 /// that a device fault names the instruction that raised it (slow: for locating faults).
+///
+/// MEGAC_CUDA_PROFILE=1 times every launch step with CUDA events on the compute stream and, when
+/// the executor is destroyed, prints the GPU time per opcode to stderr (KernelProfile,
+/// runtime/cuda/ExecutorSupport.h): for finding where a step's time goes.
 StatusOr<std::unique_ptr<Executor>> createCudaExecutor(const LoadedPlan &plan,
                                                        const ExecutorOptions &options);
+
+/// Forgets what MEGAC_CUDA_PROFILE=1 has summed so far in `executor` (a benchmark's warm-up
+/// steps), so that the table printed at its destruction covers the runs after this call. An
+/// error when `executor` is not a CUDA executor; nothing to do when profiling is off.
+Status resetCudaProfile(Executor &executor);
 
 } // namespace megac::runtime::cuda

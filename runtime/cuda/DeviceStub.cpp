@@ -18,5 +18,6 @@ StatusOr<std::unique_ptr<Executor>> createCudaExecutor(const LoadedPlan &,
                                                        const ExecutorOptions &) {
   return Status::error(kNotBuilt);
 }
+Status resetCudaProfile(Executor &) { return Status::error(kNotBuilt); }
 
 } // namespace megac::runtime::cuda

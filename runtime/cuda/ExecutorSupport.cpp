@@ -1,10 +1,12 @@
-// The CUDA executor's host-side decisions: the device from the launcher's local rank, and the
-// names of failing launch steps.
+// The CUDA executor's host-side decisions: the device from the launcher's local rank, the
+// names of failing launch steps, and the per-opcode GPU time profile's sums and table.
 #include "runtime/cuda/ExecutorSupport.h"
 
 #include "runtime/plan/PlanLoader.h"
 
+#include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <vector>
@@ -171,6 +173,71 @@ StatusOr<bool> syncEachRequested(const char *value) {
   return Status::error(std::string("MEGAC_CUDA_SYNC_EACH='") + value +
                        "' is not 0 or 1 (1: synchronize after every instruction and name the "
                        "one that fails)");
+}
+
+StatusOr<bool> profileRequested(const char *value) {
+  if (!value || !*value || std::string_view(value) == "0")
+    return false;
+  if (std::string_view(value) == "1")
+    return true;
+  return Status::error(std::string("MEGAC_CUDA_PROFILE='") + value +
+                       "' is not 0 or 1 (1: time every launch step with CUDA events and print "
+                       "the GPU time per opcode when the executor is destroyed)");
+}
+
+std::string profileKey(megac::plan::Opcode op, StepKind kind) {
+  switch (kind) {
+  case StepKind::fused:
+    return "fused elementwise";
+  case StepKind::adamw:
+    return "AdamW (multi-tensor)";
+  case StepKind::single:
+    break;
+  }
+  return megac::plan::EnumNameOpcode(op);
+}
+
+void KernelProfile::add(const std::string &key, double ms) {
+  Row &row = rows_[key];
+  ++row.calls;
+  row.ms += ms;
+}
+
+void KernelProfile::reset() {
+  rows_.clear();
+  runs_ = 0;
+}
+
+std::string KernelProfile::format(int rank) const {
+  std::vector<std::pair<std::string, Row>> rows(rows_.begin(), rows_.end());
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto &a, const auto &b) { return a.second.ms > b.second.ms; });
+  double total = 0;
+  uint64_t steps = 0;
+  size_t width = 3;
+  for (const auto &[key, row] : rows) {
+    total += row.ms;
+    steps += row.calls;
+    width = std::max(width, key.size());
+  }
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "megac: CUDA profile of rank %d over %llu function runs: %llu launch steps, "
+                "%.3f ms\n",
+                rank, static_cast<unsigned long long>(runs_),
+                static_cast<unsigned long long>(steps), total);
+  std::string text = line;
+  int w = static_cast<int>(width);
+  std::snprintf(line, sizeof line, "  %-*s %8s %10s %7s %10s\n", w, "key", "calls", "total ms",
+                "% time", "mean us");
+  text += line;
+  for (const auto &[key, row] : rows) {
+    std::snprintf(line, sizeof line, "  %-*s %8llu %10.3f %7.1f %10.3f\n", w, key.c_str(),
+                  static_cast<unsigned long long>(row.calls), row.ms,
+                  total > 0 ? 100.0 * row.ms / total : 0.0, 1e3 * row.ms / double(row.calls));
+    text += line;
+  }
+  return text;
 }
 
 std::string describeStep(const megac::plan::Program &program, size_t programIndex, size_t function,

@@ -1,12 +1,14 @@
 // The CUDA executor's host-side decisions, free of CUDA so that the CPU tests run them
 // (tests/unit/runtime/CudaExecutorSupportTest.cpp): which GPU a process takes from its
-// launcher's local rank, and how a failing launch step is named.
+// launcher's local rank, how a failing launch step is named, and the per-opcode GPU time
+// profile of MEGAC_CUDA_PROFILE=1 (its keys, sums and table).
 #pragma once
 
 #include "runtime/plan/plan_generated.h"
 #include "support/Status.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -41,8 +43,46 @@ StatusOr<int> deviceForLocalRank(const LauncherEnv &env, int rank, int devices);
 /// every launch: "1" yes; unset, empty or "0" no; anything else an error.
 StatusOr<bool> syncEachRequested(const char *value);
 
+/// Whether MEGAC_CUDA_PROFILE (`value`, null when unset) asks the executor to time every launch
+/// step with CUDA events: "1" yes; unset, empty or "0" no; anything else an error.
+StatusOr<bool> profileRequested(const char *value);
+
 /// How the executor launched a run of instructions.
 enum class StepKind { single, fused, adamw };
+
+/// The row of the profile a launch step is counted in: the opcode of a single instruction
+/// ("MatMul"), "fused elementwise" for an NVRTC-fused group, "AdamW (multi-tensor)" for a run of
+/// AdamW instructions in one launch.
+std::string profileKey(megac::plan::Opcode op, StepKind kind);
+
+/// The GPU time of launch steps by key (profileKey), summed over function runs: what
+/// MEGAC_CUDA_PROFILE=1 prints when the executor is destroyed. The times come from CUDA events
+/// recorded around each step on the compute stream.
+class KernelProfile {
+public:
+  /// One step of `key` that took `ms` milliseconds.
+  void add(const std::string &key, double ms);
+  /// One function run ended (the header's count).
+  void countRun() { ++runs_; }
+  /// Forgets every step and run (a benchmark's warm-up).
+  void reset();
+  uint64_t runs() const { return runs_; }
+  bool empty() const { return rows_.empty(); }
+
+  /// The table, one row per key by total time, largest first (ties by key), e.g.
+  ///   megac: CUDA profile of rank 0 over 8 function runs: 1290 launch steps, 41.230 ms
+  ///     key                calls   total ms  % time    mean us
+  ///     MatMul               480     30.120    73.1     62.750
+  std::string format(int rank) const;
+
+private:
+  struct Row {
+    uint64_t calls = 0;
+    double ms = 0;
+  };
+  std::map<std::string, Row> rows_;
+  uint64_t runs_ = 0;
+};
 
 /// How errors name a launch step: describeInstruction of its first instruction, and for a fused
 /// or multi-tensor AdamW launch of `count` instructions, how many follow it in the same launch.

@@ -178,3 +178,47 @@ TEST(SyncEach, FailureNamesTheInstructionItsOpcodeAndLocation) {
             "program 'stage0', function 'forward', instruction 1 (Add at "
             "'model.onnx:node/attn/Add') (with the 2 AdamW instructions after it)");
 }
+
+TEST(CudaProfile, RequestedByZeroOrOne) {
+  EXPECT_FALSE(profileRequested(nullptr).value());
+  EXPECT_FALSE(profileRequested("").value());
+  EXPECT_FALSE(profileRequested("0").value());
+  EXPECT_TRUE(profileRequested("1").value());
+  StatusOr<bool> bad = profileRequested("yes");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().message(),
+            "MEGAC_CUDA_PROFILE='yes' is not 0 or 1 (1: time every launch step with CUDA events "
+            "and print the GPU time per opcode when the executor is destroyed)");
+}
+
+TEST(CudaProfile, KeysNameTheOpcodeOrTheLaunch) {
+  EXPECT_EQ(profileKey(fb::Opcode::MatMul, StepKind::single), "MatMul");
+  EXPECT_EQ(profileKey(fb::Opcode::Relu, StepKind::fused), "fused elementwise");
+  EXPECT_EQ(profileKey(fb::Opcode::AdamW, StepKind::adamw), "AdamW (multi-tensor)");
+  EXPECT_EQ(profileKey(fb::Opcode::AdamW, StepKind::single), "AdamW");
+}
+
+TEST(CudaProfile, TableSumsByKeyLargestFirst) {
+  KernelProfile profile;
+  EXPECT_TRUE(profile.empty());
+  profile.add("Relu", 0.5); // reset below forgets it
+  profile.countRun();
+  profile.reset();
+  EXPECT_TRUE(profile.empty());
+  EXPECT_EQ(profile.runs(), 0u);
+  // Two runs: MatMul 3 calls (6 ms), fused 2 calls (3 ms), AdamW (multi-tensor) 1 call (1 ms).
+  for (int run = 0; run < 2; ++run) {
+    profile.add("MatMul", 1.0);
+    profile.add("fused elementwise", 1.5);
+    profile.countRun();
+  }
+  profile.add("MatMul", 4.0);
+  profile.add("AdamW (multi-tensor)", 1.0);
+  EXPECT_EQ(profile.runs(), 2u);
+  EXPECT_EQ(profile.format(3),
+            "megac: CUDA profile of rank 3 over 2 function runs: 6 launch steps, 10.000 ms\n"
+            "  key                     calls   total ms  % time    mean us\n"
+            "  MatMul                      3      6.000    60.0   2000.000\n"
+            "  fused elementwise           2      3.000    30.0   1500.000\n"
+            "  AdamW (multi-tensor)        1      1.000    10.0   1000.000\n");
+}
