@@ -38,6 +38,20 @@ struct GemmProblem {
   void offsets(int64_t o, int64_t &offA, int64_t &offB, int64_t &offD) const;
 };
 
+/// One GEMM in cuBLASLt's column-major terms, for kernels built from GEMMs (StridedGemm.h):
+/// D [rows, cols] (ld ldd) = op(A) op(B) (+ D when accumulating), A stored [inner, rows] when
+/// transA else [rows, inner] (ld lda), B stored [cols, inner] when transB else [inner, cols]
+/// (ld ldb); `batch` strided batches (element strides). A and B are `dtype`; D is `outDtype`:
+/// dtype, or f32 under bf16/f16 A and B (computed in f32 either way; f32 A and B on TF32 only
+/// with the context's allowTf32).
+struct StridedGemm {
+  DType dtype = DType::f32, outDtype = DType::f32;
+  bool transA = false, transB = false;
+  int64_t rows = 0, cols = 0, inner = 0;
+  int64_t lda = 0, ldb = 0, ldd = 0;
+  int64_t batch = 1, strideA = 0, strideB = 0, strideD = 0;
+};
+
 /// Row-major out [.., m, n] = lhs [.., m, k] rhs [.., k, n] is column-major out^T [n, m] = rhs^T
 /// [n, k] lhs^T [k, m]: A = rhs (ld n), B = lhs (ld k), D = out (ld n), no transposes; a
 /// transposed rhs (stored [n, k]) is A transposed (ld k), a transposed lhs (stored [k, m]) B
