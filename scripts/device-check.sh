@@ -26,6 +26,7 @@
 #      bf16, each next to PyTorch (bench/torch_train_step_gpu.py); every run's first loss must be
 #      within LOSS_TOL (15%) of ln V and its last finite and not above the first (+LOSS_RISE_TOL
 #      nats: random labels make each step's loss noisy by about 0.5/sqrt(tokens));
+#      then the 1.3B GPT's GPU time per opcode (bench-train-step --profile);
 #   8. compute-sanitizer --tool racecheck on one attention test, when the tool exists and
 #      RACECHECK_MIN seconds are left.
 # SKIP_TORCH=1 leaves out the PyTorch runs of step 7 (SKIPPED-asked, not a failure): a rerun
@@ -329,6 +330,10 @@ bench torch-gpt2-124m 150 50257 python3 bench/torch_train_step_gpu.py --gpt 12,7
 bench megac-gpt-1.3b 200 50257 "$BIN/bench-train-step" --plan "$PLANS/gpt-1.3b-bf16.mplan" \
   --backend cuda --steps 5 --warmup 2 --gpt 24,2048,2048,50257 --label megac-gpt-1.3b \
   --json "$RESULTS"
+# Where the 1.3B step's GPU time goes, per opcode (MEGAC_CUDA_PROFILE; a separate run, so the
+# timed one above carries no events).
+step profile-megac-gpt-1.3b 90 "$BIN/bench-train-step" --plan "$PLANS/gpt-1.3b-bf16.mplan" \
+  --backend cuda --steps 2 --warmup 1 --gpt 24,2048,2048,50257 --label profile-gpt-1.3b --profile
 bench torch-gpt-1.3b 200 50257 python3 bench/torch_train_step_gpu.py --gpt 24,2048,16,2048,50257 \
   --micro-batch 4 --steps 5 --label torch-gpt-1.3b --json "$RESULTS"
 

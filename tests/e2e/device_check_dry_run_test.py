@@ -163,7 +163,8 @@ ORDER = ["preflight", "kernels-elementwise", "kernels-nn", "kernels-attention-fl
          "train-step-cpu", "train-step-cuda", "train-step cuda vs cpu", "loss small-gpt",
          "executor-train-steps", "nccl", "calibrate-quick", "bench-megac-gpt2-124m",
          "loss megac-gpt2-124m", "bench-torch-gpt2-124m", "loss torch-gpt2-124m",
-         "bench-megac-gpt-1.3b", "loss megac-gpt-1.3b", "bench-torch-gpt-1.3b",
+         "bench-megac-gpt-1.3b", "loss megac-gpt-1.3b", "profile-megac-gpt-1.3b",
+         "bench-torch-gpt-1.3b",
          "loss torch-gpt-1.3b", "racecheck-attention"]
 
 
