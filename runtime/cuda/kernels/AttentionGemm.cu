@@ -28,6 +28,21 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
+/// Row r's softmax over its `visible` keys: the max of scale S and 1 / sum exp(scale S - max)
+/// (0 for a row that sees no key), reduced over the block (every thread gets them).
+__device__ void rowSoftmaxStats(const float *row, int64_t visible, float scale, float &m,
+                                float &inv) {
+  m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
+    m = maxNaN(m, row[j] * scale);
+  m = blockReduce(m, MaxOp{});
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
+    sum += expf(row[j] * scale - m);
+  sum = blockReduce(sum, SumOp{});
+  inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+}
+
 /// P = softmax(scale S) over each row's visible keys, zeros elsewhere (a row that sees no key is
 /// all zeros). Rows are [chunk][s] with query index r % s; a block per row.
 template <typename T>
@@ -37,15 +52,8 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t visible = tiling::attnVisible(causal, s, t, r % s);
     const float *row = S + r * t;
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
-      m = maxNaN(m, row[j] * scale);
-    m = blockReduce(m, MaxOp{});
-    float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
-      sum += expf(row[j] * scale - m);
-    sum = blockReduce(sum, SumOp{});
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    float m, inv;
+    rowSoftmaxStats(row, visible, scale, m, inv);
     for (int64_t j = threadIdx.x; j < t; j += blockDim.x)
       store(P, r * t + j, j < visible ? expf(row[j] * scale - m) * inv : 0.0f);
   }
@@ -60,15 +68,8 @@ __global__ void __launch_bounds__(kRowThreads)
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t visible = tiling::attnVisible(causal, s, t, r % s);
     const float *row = S + r * t, *drow = dP + r * t;
-    float m = -INFINITY;
-    for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
-      m = maxNaN(m, row[j] * scale);
-    m = blockReduce(m, MaxOp{});
-    float sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
-      sum += expf(row[j] * scale - m);
-    sum = blockReduce(sum, SumOp{});
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    float m, inv;
+    rowSoftmaxStats(row, visible, scale, m, inv);
     float delta = 0.0f;
     for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
       delta += expf(row[j] * scale - m) * inv * drow[j];

@@ -244,8 +244,9 @@ Status runGemm(const char *op, const Context &ctx, const GemmKey &key, const voi
   ASSIGN_OR_RETURN(GemmPlan * plan, planFor(op, ctx, key));
   return runPlan(op, ctx, key, *plan, a, b, d, bias, accumulate);
 }
-/// The cache key of problem `p` (alignments and bias left to the caller).
-GemmKey keyOf(const GemmProblem &p, DType dtype, const Context &ctx) {
+/// The cache key of problem `p`, a GemmProblem or a StridedGemm (alignments, bias and D's dtype
+/// left to the caller).
+template <typename Problem> GemmKey keyOf(const Problem &p, DType dtype, const Context &ctx) {
   GemmKey key;
   key.dtype = static_cast<int>(dtype);
   key.outDtype = key.dtype;
@@ -272,23 +273,8 @@ Status stridedGemm(const char *op, const Context &ctx, const StridedGemm &g, con
                    const void *b, void *d, bool accumulate) {
   if (g.rows <= 0 || g.cols <= 0 || g.inner <= 0 || g.batch <= 0)
     return fail(op, "an empty GEMM (internal: the caller skips it)");
-  GemmKey key;
-  key.dtype = static_cast<int>(g.dtype);
+  GemmKey key = keyOf(g, g.dtype, ctx);
   key.outDtype = static_cast<int>(g.outDtype);
-  key.tf32 = g.dtype == DType::f32 && ctx.allowTf32;
-  key.workspace = ctx.workspace ? ctx.workspaceBytes : 0;
-  key.transA = g.transA;
-  key.transB = g.transB;
-  key.rows = static_cast<uint64_t>(g.rows);
-  key.cols = static_cast<uint64_t>(g.cols);
-  key.inner = static_cast<uint64_t>(g.inner);
-  key.lda = g.lda;
-  key.ldb = g.ldb;
-  key.ldd = g.ldd;
-  key.batch = g.batch;
-  key.strideA = g.strideA;
-  key.strideB = g.strideB;
-  key.strideD = g.strideD;
   int64_t es = static_cast<int64_t>(dtypeSize(g.dtype)),
           esD = static_cast<int64_t>(dtypeSize(g.outDtype));
   key.alignA = alignmentOf(a, {g.lda * es, g.strideA * es});
