@@ -20,8 +20,9 @@ and each variant's step time is the median of all its kept steps.
 With --overlap on at pp 1 the last micro-batch and the update run as one function
 (forward_backward_apply), so each bucket's dp reduction starts as soon as its gradients are
 final, while the rest of the last backward runs (docs/training-step.md "Overlap"). The emulated
-link completes each collective its alpha-beta time after it was posted, whatever else is in
-flight: concurrent collectives do not share its bandwidth (optimistic for overlap).
+link carries a group's collectives one at a time in posting order (each its alpha-beta time,
+from the later of its post and the end of the group's previous one), as a real link shares its
+bandwidth among buckets in flight.
 The table also prints the arena bytes of each plan (the fused function holds the backward's
 activations and the update's temporaries at once).
 

@@ -580,8 +580,12 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   // megac (overlapFollowsPlan): only `--overlap on` at pp 1 and ZeRO 0/1/2 over more than one
   // bucket overlaps (passes/training/TrainingPipeline.cpp fuses the last micro-batch with the
   // update at one chunk; the buckets as TrainingOptimizer.cpp cuts them). Each bucket's reduction
-  // is issued as its gradients become final, so all but the last bucket's hide behind the last
-  // backward where it is long enough (the link shared: the reduction's remainder otherwise);
+  // is issued as its gradients become final, so all hide behind the last backward where it is
+  // long enough (the link shared: the reduction's remainder otherwise) except the tail: the
+  // gradients that become final last, the first block's (a block's backward finishes all of its
+  // gradients at once), whose buckets queue on the link after the backward ends: one block's
+  // share where the buckets are finer than the blocks, one bucket's where they are coarser
+  // (measured on an emulated shared link, docs/training-step.md);
   // each ZeRO-1/2 all-gather follows its bucket's update and hides behind the remaining buckets'
   // updates (ZeRO-2 has no reduction here: its reduce-scatters are in the chunks).
   double buckets = 1;
@@ -591,7 +595,7 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
     buckets = std::ceil(local / double(size));
   }
   if (buckets > 1 && reduce > 0)
-    exposed = std::max(reduce / buckets, reduce - lastBackward);
+    exposed = std::max(reduce / std::min(buckets, blocks), reduce - lastBackward);
   double gather = 0;
   if (l.zero == 1 || l.zero == 2) {
     gather = zeroCollective(l, Collective::allGather, local, experts, pb.parameter);

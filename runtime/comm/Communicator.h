@@ -59,7 +59,10 @@ public:
 
 /// The alpha-beta model of one emulated link (`megac train --emulate-link BYTES_PER_S,LATENCY_S`,
 /// a measurement tool): a collective completes no earlier than latency x steps + wire bytes /
-/// bytesPerSecond after it was posted (ring algorithm's steps and bytes, emulatedSeconds).
+/// bytesPerSecond after it starts (ring algorithm's steps and bytes, emulatedSeconds), and it
+/// starts when it is posted or, if its group's link still carries an earlier collective, when
+/// that one completes: one link per group, collectives in posting order (as NCCL runs a
+/// communicator's), so concurrent buckets share the link instead of each having its own.
 struct LinkEmulation {
   double bytesPerSecond = 0; // 0: no emulation
   double latencySeconds = 0;

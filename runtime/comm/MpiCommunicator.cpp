@@ -348,7 +348,7 @@ public:
       return Status::ok();
     size_t bytes = count * dtypeSize(dtype);
     std::vector<uint8_t> all = take(bytes * g.size);
-    Clock::time_point readyAt = emulatedEnd(true, g.size, bytes);
+    Clock::time_point readyAt = emulatedEnd(true, g, bytes);
     if (Status s = gather(g, axes, data, all.data(), bytes, "all_reduce", readyAt); !s.isOk()) {
       abandoned_.push_back(std::move(all)); // MPI may still write it
       return s;
@@ -366,7 +366,7 @@ public:
       return Status::ok();
     }
     return gather(g, axes, in, out, bytesPerRank, "all_gather",
-                  emulatedEnd(false, g.size, bytesPerRank));
+                  emulatedEnd(false, g, bytesPerRank));
   }
 
   Status reduceScatter(std::span<const uint32_t> axes, const void *in, void *out,
@@ -380,7 +380,7 @@ public:
     // Block j of member i goes to member j; each member then reduces its blocks in order.
     std::vector<uint8_t> mine = take(bytes * g.size);
     if (Status s = exchange(g, axes, in, mine.data(), bytes, "reduce_scatter",
-                            emulatedEnd(false, g.size, bytes));
+                            emulatedEnd(false, g, bytes));
         !s.isOk()) {
       abandoned_.push_back(std::move(mine)); // MPI may still write it
       return s;
@@ -398,7 +398,7 @@ public:
       return Status::ok();
     }
     return exchange(g, axes, in, out, bytesPerRank, "all_to_all",
-                    emulatedEnd(false, g.size, bytesPerRank));
+                    emulatedEnd(false, g, bytesPerRank));
   }
 
   Status allToAllV(std::span<const uint32_t> axes, const void *in,
@@ -636,13 +636,16 @@ private:
     return Status::ok();
   }
 
-  /// When a collective posted now over `group` ranks moving `bytes` per rank completes on the
-  /// emulated link (the clock's epoch without emulation).
-  Clock::time_point emulatedEnd(bool allReduce, size_t group, size_t bytes) const {
+  /// When a collective posted now over group `g` moving `bytes` per rank completes on the
+  /// emulated link (the clock's epoch without emulation): the group's link carries one
+  /// collective at a time, in posting order (as NCCL runs a communicator's collectives), so it
+  /// starts at the later of now and the end of the group's previous one.
+  Clock::time_point emulatedEnd(bool allReduce, const Group &g, size_t bytes) {
     if (!link_.enabled())
       return {};
-    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                              link_.emulatedSeconds(allReduce, group, bytes)));
+    Clock::time_point &free = linkFreeAt_[g.comm];
+    free = std::max(Clock::now(), free) + seconds(link_.emulatedSeconds(allReduce, g.size, bytes));
+    return free;
   }
 
   /// Posts a nonblocking collective over a copy of `in` (`sentBytes`): an all-gather for
@@ -659,7 +662,7 @@ private:
     if (block > size_t(INT32_MAX))
       return Status::error(prefix() + what + ": blocks over 2 GiB are not supported");
     bool gathers = std::string_view(op) != "reduce_scatter";
-    f->readyAt = emulatedEnd(allReduce, g.size, gathers ? sentBytes : block);
+    f->readyAt = emulatedEnd(allReduce, g, gathers ? sentBytes : block);
     int count = static_cast<int>(gathers ? sentBytes : block);
     int rc = gathers ? MPI_Iallgather(f->sent.data(), count, MPI_BYTE, f->received.data(), count,
                                       MPI_BYTE, g.comm, &f->request)
@@ -815,6 +818,8 @@ private:
   bool threaded_;                            // MPI_THREAD_MULTIPLE: a progress thread may run
   std::unique_ptr<ProgressEngine> progress_; // started by the first asynchronous collective
   std::map<std::vector<uint32_t>, MPI_Comm> groups_;
+  // An emulated link per group's communicator: when its last posted collective completes.
+  std::map<MPI_Comm, Clock::time_point> linkFreeAt_;
   std::list<Pending> sends_; // stable addresses: MPI reads each buffer until its send completes
   // Buffers of finished collectives, by size, reused by the next of the same size: a step posts
   // the same buckets every time, and fresh multi-megabyte vectors cost a zero fill and a page

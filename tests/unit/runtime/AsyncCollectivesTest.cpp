@@ -131,6 +131,34 @@ TEST(AsyncCollectives, EmulatedLinkDelaysCompletionByItsAlphaBetaTime) {
   ASSERT_TRUE(world().barrier().isOk());
 }
 
+TEST(AsyncCollectives, EmulatedLinkCarriesAGroupsCollectivesOneAtATime) {
+  // Three 50 ms all-reduces posted back to back over the same group (buckets): the link carries
+  // them in turn, so the last completes no earlier than 150 ms after the first was posted, not
+  // 50 ms as three links would. A blocking one posted after them queues too (+50 ms).
+  LinkEmulation link{1e6, 5e-3};
+  auto made = MpiCommunicator::create(mesh(), std::chrono::seconds(60), link);
+  ASSERT_TRUE(made.isOk()) << made.status().message();
+  Communicator &slow = **made;
+  std::vector<std::vector<double>> in(3, std::vector<double>(5000, 1.0)), out = in;
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::unique_ptr<CommHandle>> handles;
+  for (int b = 0; b < 3; ++b) {
+    auto h = slow.startAllReduce(kDp, in[b].data(), out[b].data(), 5000, DType::f64,
+                                 ReduceKind::sum);
+    ASSERT_TRUE(h.isOk()) << h.status().message();
+    handles.push_back(std::move(h).value());
+  }
+  std::vector<double> x(5000, 1.0);
+  ASSERT_TRUE(slow.allReduce(kDp, x.data(), 5000, DType::f64, ReduceKind::sum).isOk());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(200));
+  for (auto &h : handles)
+    ASSERT_TRUE(h->wait().isOk());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(150));
+  EXPECT_EQ(out[2][0], 2.0);
+  EXPECT_EQ(x[0], 2.0);
+  ASSERT_TRUE(world().barrier().isOk());
+}
+
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
