@@ -270,6 +270,10 @@ step kernels-nn 120 "$BIN/cuda_kernels_nn_test" --gtest_brief=1
 # leaves to long sequences: tested on every shape.
 step kernels-attention-flash 60 env MEGAC_CUDA_ATTENTION=flash "$BIN/cuda_kernels_nn_test" \
   --gtest_brief=1 --gtest_filter='Attention.*'
+# The GEMM path cut into chunks of heads and of query rows (a 64 KiB scratch cap), as long
+# sequences are at the default 1 GiB.
+step kernels-attention-chunked 60 env MEGAC_CUDA_ATTENTION_SCRATCH=65536 \
+  "$BIN/cuda_kernels_nn_test" --gtest_brief=1 --gtest_filter='Attention.*'
 step kernels-fused 90 "$BIN/cuda_fusion_gpu_test" --gtest_brief=1
 # Overlap: a collective beside a kernel on two streams (a handshake that times out on the device
 # in 2 s if either stream waits for the other), the pipeline's device-to-device send/recv on a

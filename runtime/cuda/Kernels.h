@@ -199,9 +199,10 @@ Status rmsNormGrad(const Context &ctx, const TensorRef &dy, const TensorRef &x,
                    const TensorRef &weight, double epsilon, const TensorRef &dx,
                    const TensorRef &dweight);
 /// Without a mask (causal or not), f32/bf16/f16: cuBLASLt GEMMs with the scores of a chunk of
-/// heads in scratch (kernels/AttentionGemm.h) where a head's scores fit 1 GiB, else the fused
-/// flash kernels (head dims up to 128, nothing of size s*t stored; MEGAC_CUDA_ATTENTION=flash
-/// takes them always). A mask tensor, f64 or larger head dims: probabilities through scratch.
+/// heads (or of a head's query rows) in at most 1 GiB of scratch (kernels/AttentionGemm.h);
+/// MEGAC_CUDA_ATTENTION=flash takes the fused flash kernels instead (head dims up to 128,
+/// nothing of size s*t stored). A mask tensor, f64 or larger head dims under flash:
+/// probabilities through scratch.
 Status attention(const Context &ctx, const TensorRef &q, const TensorRef &k, const TensorRef &v,
                  const TensorRef *mask, bool causal, double scale, const TensorRef &out);
 Status attentionGrad(const Context &ctx, const TensorRef &dout, const TensorRef &q,

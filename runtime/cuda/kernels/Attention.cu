@@ -1,7 +1,8 @@
 // Attention and AttentionGrad. q [b,s,h,d], k [b,t,hk,d], v [b,t,hk,dv], out [b,s,h,dv]; query
 // head hi reads kv head hi / (h / hk); `causal` hides key j > i + (t - s).
 //
-// GEMM path (no mask, f32/bf16/f16, a head's scores within 1 GiB of scratch; AttentionGemm.cu):
+// GEMM path (no mask, f32/bf16/f16; AttentionGemm.cu; scratch up to 1 GiB, long sequences in
+// chunks of query rows):
 // the scores of a chunk of heads materialized, every product on cuBLASLt. The fastest where it
 // fits; MEGAC_CUDA_ATTENTION=flash turns it off.
 //
@@ -574,33 +575,52 @@ template <typename F> Status dispatchFused(DType dtype, const AttnArgs &a, F &&f
 
 template <typename T> using ComputeC = Compute<T>;
 
-/// MEGAC_CUDA_ATTENTION: unset, "" or "auto" takes the GEMM path (AttentionGemm.h) where a
-/// head's scores fit its scratch cap and the flash kernels otherwise; "flash" always takes the
-/// flash kernels (nothing of size s*t stored: the memory-lean path, and the device check's
-/// comparison). Read once per process.
-Status gemmPathWanted(const char *op, bool &wanted) {
-  static const char *value = std::getenv("MEGAC_CUDA_ATTENTION");
-  std::string v = value ? value : "";
-  if (v.empty() || v == "auto") {
-    wanted = true;
-    return Status::ok();
+/// The attention path the environment asks for, read once per process:
+/// - MEGAC_CUDA_ATTENTION: unset, "" or "auto" takes the GEMM path (AttentionGemm.h) where one
+///   query row of a head fits its scratch cap (any practical length) and the flash kernels
+///   otherwise; "flash" always takes the flash kernels (nothing of size s*t stored: the
+///   memory-lean path, and the device check's comparison);
+/// - MEGAC_CUDA_ATTENTION_SCRATCH: the GEMM path's scratch cap in bytes (default 1 GiB): less
+///   memory for smaller chunks of heads or query rows (the device check runs the attention
+///   tests at 65536 to cut every shape into chunks).
+struct AttentionPath {
+  bool gemm = true;
+  size_t capBytes = kGemmAttentionScratchBytes;
+  std::string error; // a malformed variable
+};
+
+AttentionPath attentionPathFromEnvironment() {
+  AttentionPath path;
+  const char *mode = std::getenv("MEGAC_CUDA_ATTENTION");
+  std::string v = mode ? mode : "";
+  if (v == "flash")
+    path.gemm = false;
+  else if (!v.empty() && v != "auto")
+    path.error = "MEGAC_CUDA_ATTENTION='" + v +
+                 "' is not auto or flash (auto: cuBLASLt GEMMs with the scores in scratch; "
+                 "flash: the fused kernels, nothing of size s*t stored)";
+  if (const char *cap = std::getenv("MEGAC_CUDA_ATTENTION_SCRATCH"); cap && *cap) {
+    char *end = nullptr;
+    unsigned long long bytes = std::strtoull(cap, &end, 10);
+    if (*end != '\0' || bytes == 0 || cap[0] == '-')
+      path.error = std::string("MEGAC_CUDA_ATTENTION_SCRATCH='") + cap +
+                   "' is not a positive number of bytes (the GEMM path's scratch cap; default " +
+                   std::to_string(kGemmAttentionScratchBytes) + ")";
+    else
+      path.capBytes = static_cast<size_t>(bytes);
   }
-  if (v == "flash") {
-    wanted = false;
-    return Status::ok();
-  }
-  return fail(op, "MEGAC_CUDA_ATTENTION='" + v +
-                      "' is not auto or flash (auto: cuBLASLt GEMMs where a head's scores fit "
-                      "1 GiB of scratch; flash: the fused kernels, nothing of size s*t stored)");
+  return path;
 }
 
-/// Whether this call takes the GEMM path: no mask, a shape and dtype it fits, and not
-/// MEGAC_CUDA_ATTENTION=flash.
+/// Whether this call takes the GEMM path (no mask, a shape and dtype it fits under the cap, not
+/// MEGAC_CUDA_ATTENTION=flash) and the cap.
 Status useGemm(const char *op, const TensorRef &q, const TensorRef *mask, const AttnArgs &a,
-               bool &use) {
-  bool wanted = false;
-  RETURN_IF_ERROR(gemmPathWanted(op, wanted));
-  use = wanted && !mask && gemmAttentionFits(shapeOf(a), q.dtype);
+               bool &use, size_t &capBytes) {
+  static const AttentionPath path = attentionPathFromEnvironment();
+  if (!path.error.empty())
+    return fail(op, path.error);
+  capBytes = path.capBytes;
+  use = path.gemm && !mask && gemmAttentionFits(shapeOf(a), q.dtype, capBytes);
   return Status::ok();
 }
 
@@ -624,9 +644,10 @@ Status attention(const Context &ctx, const TensorRef &q, const TensorRef &k, con
   if (a.b * a.s * a.h * a.dv == 0)
     return Status::ok();
   bool gemm = false;
-  RETURN_IF_ERROR(useGemm(name, q, mask, a, gemm));
+  size_t cap = 0;
+  RETURN_IF_ERROR(useGemm(name, q, mask, a, gemm, cap));
   if (gemm)
-    return gemmAttention(ctx, q, k, v, out, shapeOf(a));
+    return gemmAttention(ctx, q, k, v, out, shapeOf(a), cap);
   if (useFused(q, mask, a))
     return dispatchFused(q.dtype, a, [&](auto tag, auto dc) {
       return fusedForward<decltype(tag), decltype(dc)::value>(name, ctx, q, k, v, out, a);
@@ -671,9 +692,10 @@ Status attentionGrad(const Context &ctx, const TensorRef &dout, const TensorRef 
     RETURN_IF_ERROR(expectShape(name, "dmask", *dmask, mask->shape));
   }
   bool gemm = false;
-  RETURN_IF_ERROR(useGemm(name, q, mask, a, gemm));
+  size_t cap = 0;
+  RETURN_IF_ERROR(useGemm(name, q, mask, a, gemm, cap));
   if (gemm)
-    return gemmAttentionGrad(ctx, dout, q, k, v, dq, dk, dv, shapeOf(a));
+    return gemmAttentionGrad(ctx, dout, q, k, v, dq, dk, dv, shapeOf(a), cap);
   if (useFused(q, mask, a)) {
     if (a.b == 0 || a.h == 0)
       return Status::ok();

@@ -28,51 +28,65 @@ struct AttentionShape {
   double scale = 1.0;
 };
 
-/// The most scratch one GEMM-path call takes (1 GiB): heads are processed in chunks whose
-/// scores, probabilities and their gradients fit it.
+/// The most scratch one GEMM-path call takes by default (1 GiB; MEGAC_CUDA_ATTENTION_SCRATCH
+/// sets another cap, Attention.cu): heads, or the query rows of one head, are processed in chunks
+/// whose scores, probabilities and their gradients fit the cap.
 constexpr size_t kGemmAttentionScratchBytes = size_t(1) << 30;
 
 /// Scratch bytes per score in the backward: S and dP in f32, P and dS in the input type.
 int64_t gemmAttentionBytesPerScore(DType dtype);
 
-/// Whether the GEMM path takes this shape: f32, bf16 or f16, no dim 0, and one head's backward
-/// scratch (s * t * gemmAttentionBytesPerScore) within kGemmAttentionScratchBytes.
-bool gemmAttentionFits(const AttentionShape &a, DType dtype);
+/// Whether the GEMM path takes this shape: f32, bf16 or f16, no dim 0, and one query row of one
+/// head (t * gemmAttentionBytesPerScore) within the scratch cap.
+bool gemmAttentionFits(const AttentionShape &a, DType dtype,
+                       size_t capBytes = kGemmAttentionScratchBytes);
 
-/// Kv heads per chunk: as many as fit the scratch cap, at least one, at most hk.
-int64_t gemmAttentionHeadsPerChunk(const AttentionShape &a, DType dtype);
+/// How a call is cut: `heads` kv heads per chunk with all s query rows where a head's scores fit
+/// the scratch cap (as many heads as fit, at most hk); else one head and `rows` query rows per
+/// chunk (as many as fit; the last chunk may have fewer).
+struct GemmAttentionTiles {
+  int64_t heads = 1, rows = 1;
+};
+GemmAttentionTiles gemmAttentionTiles(const AttentionShape &a, DType dtype,
+                                      size_t capBytes = kGemmAttentionScratchBytes);
 
-/// A chunk: n kv heads from kh0, at batch index bi and group position g; element offsets of its
-/// first query head in q/dq and out/dout, and of its first kv head in k/dk and v/dv.
+/// A chunk: n kv heads from kh0 at batch index bi and group position g, query rows [i0, i0 +
+/// rows); element offsets of its first query head's row i0 in q/dq and out/dout, and of its
+/// first kv head in k/dk and v/dv. Its scores are row-major [n][rows][t].
 struct AttentionChunk {
-  int64_t n = 0;
+  int64_t n = 0, rows = 0, i0 = 0;
   int64_t q = 0, o = 0, k = 0, v = 0;
 };
 AttentionChunk gemmAttentionChunk(const AttentionShape &a, int64_t bi, int64_t g, int64_t kh0,
-                                  int64_t n);
+                                  int64_t n, int64_t i0, int64_t rows);
 
-/// S [n][s][t] (f32) = x y^T over `width` columns: A = y, the key side (k, or v for dP; ld
+/// S [n][rows][t] (f32) = x y^T over `width` columns: A = y, the key side (k, or v for dP; ld
 /// hk*width, batch stride width), transposed; B = x, the query side (q, or dout; ld h*width,
-/// batch stride group*width); D = S^T [t, s] column-major (ld t, batch stride s*t).
-StridedGemm attentionScoresGemm(const AttentionShape &a, int64_t n, int64_t width, DType dtype);
+/// batch stride group*width); D = S^T [t, rows] column-major (ld t, batch stride rows*t).
+StridedGemm attentionScoresGemm(const AttentionShape &a, const AttentionChunk &c, int64_t width,
+                                DType dtype);
 
-/// out^T [dv, s] = v^T [dv, t] P^T [t, s]: A = v (ld hk*dv), B = P [n][s][t] (ld t),
+/// out^T [dv, rows] = v^T [dv, t] P^T [t, rows]: A = v (ld hk*dv), B = P [n][rows][t] (ld t),
 /// D = out (ld h*dv, batch stride group*dv); all in the input type.
-StridedGemm attentionOutputGemm(const AttentionShape &a, int64_t n, DType dtype);
+StridedGemm attentionOutputGemm(const AttentionShape &a, const AttentionChunk &c, DType dtype);
 
-/// The key side's gradient over `width` columns: dst^T [width, t] = x^T [width, s] X [s, t], X
-/// the row-major scratch [n][s][t] (P with x = dout for dv, dS with x = q for dk), B transposed.
-/// D is the key-side tensor (ld hk*width, batch stride width, the input type), or with `viaF32`
-/// f32 scratch [n][t][width] (ld width, batch stride t*width) that a group sums into.
-StridedGemm attentionKeyGradGemm(const AttentionShape &a, int64_t n, int64_t width, DType dtype,
-                                 bool viaF32);
+/// The key side's gradient over `width` columns: dst^T [width, t] (+)= x^T [width, rows]
+/// X [rows, t], X the row-major scratch [n][rows][t] (P with x = dout for dv, dS with x = q for
+/// dk), B transposed. D is the key-side tensor (ld hk*width, batch stride width, the input
+/// type), or with `viaF32` f32 scratch [n][t][width] (ld width, batch stride t*width) that the
+/// group's positions and the query chunks sum into.
+StridedGemm attentionKeyGradGemm(const AttentionShape &a, const AttentionChunk &c, int64_t width,
+                                 DType dtype, bool viaF32);
 
-/// dq^T [d, s] = k^T [d, t] dS^T [t, s]: A = k (ld hk*d), B = dS [n][s][t] (ld t), D = dq (ld
-/// h*d, batch stride group*d).
-StridedGemm attentionQueryGradGemm(const AttentionShape &a, int64_t n, DType dtype);
+/// dq^T [d, rows] = k^T [d, t] dS^T [t, rows]: A = k (ld hk*d), B = dS [n][rows][t] (ld t),
+/// D = dq (ld h*d, batch stride group*d).
+StridedGemm attentionQueryGradGemm(const AttentionShape &a, const AttentionChunk &c,
+                                   DType dtype);
 
-/// Whether dk and dv of a GQA group are summed in f32 scratch (half types with group > 1);
-/// f32 sums in place, one head per group writes directly.
-bool gemmAttentionSumsViaF32(const AttentionShape &a, DType dtype);
+/// Whether dk and dv are summed in f32 scratch: half types where more than one product adds
+/// into them (a GQA group, or query rows in several chunks); f32 sums in place, and a single
+/// product writes directly.
+bool gemmAttentionSumsViaF32(const AttentionShape &a, const GemmAttentionTiles &tiles,
+                             DType dtype);
 
 } // namespace megac::runtime::cuda

@@ -2,7 +2,8 @@
 // its chunks and cuBLASLt descriptors through a naive column-major strided GEMM, its softmax rows
 // as AttentionGemm.cu computes them, all in double, against the CPU kernels in f64, forward and
 // backward, for MHA, GQA and MQA, s != t both ways (causal rows that see no key), single-query
-// decoding, head dims that differ, and chunks of fewer heads than hk (a small scratch cap).
+// decoding, head dims that differ, chunks of fewer heads than hk and chunks of query rows (as a
+// small scratch cap would cut them).
 // Runs without a GPU: the layouts are what it checks; the device runs the same descriptors.
 //
 // Tolerance: both sides compute in double over at most a few hundred terms of O(1) values:
@@ -50,12 +51,14 @@ struct Rows {
   std::vector<double> p, ds; // [rows][t]
 };
 
-/// softmaxRows (without dP) or softmaxGradRows (with dP) of AttentionGemm.cu, in double.
-Rows softmaxRows(const AttentionShape &a, int64_t rows, const std::vector<double> &S,
+/// softmaxRows (without dP) or softmaxGradRows (with dP) of AttentionGemm.cu, in double: rows
+/// [n][c.rows], query index c.i0 + r % c.rows.
+Rows softmaxRows(const AttentionShape &a, const AttentionChunk &c, const std::vector<double> &S,
                  const std::vector<double> *dP) {
+  int64_t rows = c.n * c.rows;
   Rows out{std::vector<double>(rows * a.t, 0.0), std::vector<double>(rows * a.t, 0.0)};
   for (int64_t r = 0; r < rows; ++r) {
-    int64_t visible = tiling::attnVisible(a.causal, a.s, a.t, r % a.s);
+    int64_t visible = tiling::attnVisible(a.causal, a.s, a.t, c.i0 + r % c.rows);
     double m = -INFINITY, sum = 0.0, delta = 0.0;
     for (int64_t j = 0; j < visible; ++j)
       m = std::max(m, S[r * a.t + j] * a.scale);
@@ -79,20 +82,23 @@ struct Tensors {
 };
 
 /// AttentionGemm.cu's forward loop, on the host.
-std::vector<double> forward(const AttentionShape &a, const Tensors &x, int64_t chunk) {
+std::vector<double> forward(const AttentionShape &a, const Tensors &x,
+                            const GemmAttentionTiles &tiles) {
   std::vector<double> out(a.b * a.s * a.h * a.dv, NAN);
   int64_t group = a.h / a.hk;
   for (int64_t bi = 0; bi < a.b; ++bi)
-    for (int64_t kh0 = 0; kh0 < a.hk; kh0 += chunk)
-      for (int64_t g = 0; g < group; ++g) {
-        AttentionChunk c = gemmAttentionChunk(a, bi, g, kh0, std::min(chunk, a.hk - kh0));
-        std::vector<double> S(c.n * a.s * a.t, NAN);
-        emulate(attentionScoresGemm(a, c.n, a.d, DType::f64), x.k.data() + c.k,
-                x.q.data() + c.q, S.data(), false);
-        Rows r = softmaxRows(a, c.n * a.s, S, nullptr);
-        emulate(attentionOutputGemm(a, c.n, DType::f64), x.v.data() + c.v, r.p.data(),
-                out.data() + c.o, false);
-      }
+    for (int64_t kh0 = 0; kh0 < a.hk; kh0 += tiles.heads)
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t i0 = 0; i0 < a.s; i0 += tiles.rows) {
+          AttentionChunk c = gemmAttentionChunk(a, bi, g, kh0, std::min(tiles.heads, a.hk - kh0),
+                                                i0, std::min(tiles.rows, a.s - i0));
+          std::vector<double> S(c.n * c.rows * a.t, NAN);
+          emulate(attentionScoresGemm(a, c, a.d, DType::f64), x.k.data() + c.k,
+                  x.q.data() + c.q, S.data(), false);
+          Rows r = softmaxRows(a, c, S, nullptr);
+          emulate(attentionOutputGemm(a, c, DType::f64), x.v.data() + c.v, r.p.data(),
+                  out.data() + c.o, false);
+        }
   return out;
 }
 
@@ -101,31 +107,35 @@ struct Grads {
 };
 
 /// AttentionGemm.cu's backward loop, on the host; `viaF32` as the half types take it.
-Grads backward(const AttentionShape &a, const Tensors &x, int64_t chunk, bool viaF32) {
+Grads backward(const AttentionShape &a, const Tensors &x, const GemmAttentionTiles &tiles,
+               bool viaF32) {
   Grads out{std::vector<double>(x.q.size(), NAN), std::vector<double>(x.k.size(), NAN),
             std::vector<double>(x.v.size(), NAN)};
   int64_t group = a.h / a.hk;
   for (int64_t bi = 0; bi < a.b; ++bi)
-    for (int64_t kh0 = 0; kh0 < a.hk; kh0 += chunk) {
-      int64_t n = std::min(chunk, a.hk - kh0);
+    for (int64_t kh0 = 0; kh0 < a.hk; kh0 += tiles.heads) {
+      int64_t n = std::min(tiles.heads, a.hk - kh0);
       std::vector<double> dkSum(n * a.t * a.d, NAN), dvSum(n * a.t * a.dv, NAN);
-      for (int64_t g = 0; g < group; ++g) {
-        AttentionChunk c = gemmAttentionChunk(a, bi, g, kh0, n);
-        std::vector<double> S(n * a.s * a.t, NAN), dP(n * a.s * a.t, NAN);
-        emulate(attentionScoresGemm(a, n, a.d, DType::f64), x.k.data() + c.k, x.q.data() + c.q,
-                S.data(), false);
-        emulate(attentionScoresGemm(a, n, a.dv, DType::f64), x.v.data() + c.v,
-                x.dout.data() + c.o, dP.data(), false);
-        Rows r = softmaxRows(a, n * a.s, S, &dP);
-        emulate(attentionKeyGradGemm(a, n, a.dv, DType::f64, viaF32), x.dout.data() + c.o,
-                r.p.data(), viaF32 ? dvSum.data() : out.dv.data() + c.v, g > 0);
-        emulate(attentionKeyGradGemm(a, n, a.d, DType::f64, viaF32), x.q.data() + c.q,
-                r.ds.data(), viaF32 ? dkSum.data() : out.dk.data() + c.k, g > 0);
-        emulate(attentionQueryGradGemm(a, n, DType::f64), x.k.data() + c.k, r.ds.data(),
-                out.dq.data() + c.q, false);
-      }
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t i0 = 0; i0 < a.s; i0 += tiles.rows) {
+          AttentionChunk c =
+              gemmAttentionChunk(a, bi, g, kh0, n, i0, std::min(tiles.rows, a.s - i0));
+          std::vector<double> S(n * c.rows * a.t, NAN), dP(n * c.rows * a.t, NAN);
+          emulate(attentionScoresGemm(a, c, a.d, DType::f64), x.k.data() + c.k,
+                  x.q.data() + c.q, S.data(), false);
+          emulate(attentionScoresGemm(a, c, a.dv, DType::f64), x.v.data() + c.v,
+                  x.dout.data() + c.o, dP.data(), false);
+          Rows r = softmaxRows(a, c, S, &dP);
+          bool sum = g > 0 || i0 > 0;
+          emulate(attentionKeyGradGemm(a, c, a.dv, DType::f64, viaF32), x.dout.data() + c.o,
+                  r.p.data(), viaF32 ? dvSum.data() : out.dv.data() + c.v, sum);
+          emulate(attentionKeyGradGemm(a, c, a.d, DType::f64, viaF32), x.q.data() + c.q,
+                  r.ds.data(), viaF32 ? dkSum.data() : out.dk.data() + c.k, sum);
+          emulate(attentionQueryGradGemm(a, c, DType::f64), x.k.data() + c.k, r.ds.data(),
+                  out.dq.data() + c.q, false);
+        }
       if (viaF32) { // scatterHeads
-        AttentionChunk c = gemmAttentionChunk(a, bi, 0, kh0, n);
+        AttentionChunk c = gemmAttentionChunk(a, bi, 0, kh0, n, 0, a.s);
         for (int64_t head = 0; head < n; ++head)
           for (int64_t j = 0; j < a.t; ++j) {
             for (int64_t col = 0; col < a.d; ++col)
@@ -159,12 +169,12 @@ void expectClose(const std::vector<double> &got, const std::vector<double> &want
 
 struct Case {
   AttentionShape a;
-  int64_t chunk; // kv heads per chunk (gemmAttentionHeadsPerChunk gives hk at these sizes)
+  GemmAttentionTiles tiles; // as gemmAttentionTiles cuts a call whose scores pass the cap
   std::string label() const {
     return "b" + std::to_string(a.b) + " s" + std::to_string(a.s) + " t" + std::to_string(a.t) +
            " h" + std::to_string(a.h) + " hk" + std::to_string(a.hk) + " d" + std::to_string(a.d) +
-           " dv" + std::to_string(a.dv) + (a.causal ? " causal" : "") + " chunk " +
-           std::to_string(chunk);
+           " dv" + std::to_string(a.dv) + (a.causal ? " causal" : "") + " tiles " +
+           std::to_string(tiles.heads) + " heads x " + std::to_string(tiles.rows) + " rows";
   }
 };
 
@@ -175,12 +185,15 @@ std::vector<Case> cases() {
     return a;
   };
   return {
-      {shape(2, 7, 7, 4, 4, 8, 8, true), 4},   // MHA, every head in one chunk
-      {shape(2, 7, 7, 4, 4, 8, 8, true), 3},   // MHA, a chunk of 3 then one of 1
-      {shape(1, 5, 9, 6, 2, 8, 8, true), 2},   // GQA 3 per kv head, s < t
-      {shape(2, 9, 5, 6, 2, 8, 8, true), 1},   // GQA, s > t: early rows see no key
-      {shape(1, 6, 6, 4, 1, 4, 12, false), 1}, // MQA, d != dv, not causal
-      {shape(2, 1, 11, 4, 2, 8, 8, true), 2},  // one query (decoding)
+      {shape(2, 7, 7, 4, 4, 8, 8, true), {4, 7}},    // MHA, every head in one chunk
+      {shape(2, 7, 7, 4, 4, 8, 8, true), {3, 7}},    // MHA, a chunk of 3 then one of 1
+      {shape(1, 5, 9, 6, 2, 8, 8, true), {2, 5}},    // GQA 3 per kv head, s < t
+      {shape(2, 9, 5, 6, 2, 8, 8, true), {1, 9}},    // GQA, s > t: early rows see no key
+      {shape(1, 6, 6, 4, 1, 4, 12, false), {1, 6}},  // MQA, d != dv, not causal
+      {shape(2, 1, 11, 4, 2, 8, 8, true), {2, 1}},   // one query (decoding)
+      {shape(2, 11, 11, 4, 4, 8, 8, true), {1, 4}},  // long rows: chunks of 4, 4 and 3 queries
+      {shape(1, 10, 13, 6, 2, 8, 8, true), {1, 3}},  // GQA and query chunks, s < t
+      {shape(1, 13, 7, 4, 2, 8, 8, true), {1, 5}},   // s > t: a first chunk that sees no key
   };
 }
 
@@ -200,7 +213,7 @@ TEST(AttentionGemmShape, ForwardAndBackwardMatchTheCpuKernels) {
                                ref(x.v, {a.b, a.t, a.hk, a.dv}), nullptr, a.causal, a.scale,
                                ref(want, {a.b, a.s, a.h, a.dv}))
                     .isOk());
-    expectClose(forward(a, x, c.chunk), want, c.label() + " out");
+    expectClose(forward(a, x, c.tiles), want, c.label() + " out");
 
     Grads wantG{std::vector<double>(x.q.size()), std::vector<double>(x.k.size()),
                 std::vector<double>(x.v.size())};
@@ -212,9 +225,9 @@ TEST(AttentionGemmShape, ForwardAndBackwardMatchTheCpuKernels) {
                                    ref(wantG.dv, {a.b, a.t, a.hk, a.dv}), nullptr)
                     .isOk());
     for (bool viaF32 : {false, true}) {
-      if (viaF32 && a.h == a.hk)
-        continue; // one head per group never sums
-      Grads got = backward(a, x, c.chunk, viaF32);
+      if (viaF32 && a.h == a.hk && c.tiles.rows == a.s)
+        continue; // one product per dk and dv: nothing sums
+      Grads got = backward(a, x, c.tiles, viaF32);
       std::string what = c.label() + (viaF32 ? " (sums via scratch)" : " (sums in place)");
       expectClose(got.dq, wantG.dq, what + " dq");
       expectClose(got.dk, wantG.dk, what + " dk");
@@ -225,20 +238,30 @@ TEST(AttentionGemmShape, ForwardAndBackwardMatchTheCpuKernels) {
 
 TEST(AttentionGemmShape, ChunksFitTheScratchCap) {
   // The 1.3B GPT of the device benchmark: 16 heads of 2048 x 2048 scores, 12 bytes each under
-  // bf16 (48 MiB a head): 16 per chunk would be 768 MiB, within 1 GiB.
+  // bf16 (48 MiB a head): all 16 in one chunk (768 MiB, within 1 GiB).
   AttentionShape gpt{4, 2048, 16, 128, 2048, 16, 128, true, 0.0884};
   EXPECT_TRUE(gemmAttentionFits(gpt, DType::bf16));
-  EXPECT_EQ(gemmAttentionHeadsPerChunk(gpt, DType::bf16), 16);
+  GemmAttentionTiles tiles = gemmAttentionTiles(gpt, DType::bf16);
+  EXPECT_EQ(tiles.heads, 16);
+  EXPECT_EQ(tiles.rows, 2048);
   EXPECT_EQ(gemmAttentionBytesPerScore(DType::bf16), 12);
   EXPECT_EQ(gemmAttentionBytesPerScore(DType::f32), 16);
-  // Seq 8192: 768 MiB a head under bf16: one per chunk. Seq 16384: 3 GiB, past the cap: the
-  // flash kernels take it.
+  EXPECT_FALSE(gemmAttentionSumsViaF32(gpt, tiles, DType::bf16));
+  // Seq 8192: 768 MiB a head under bf16, one per chunk. Seq 32768: 12 GiB a head: one head and
+  // 2730 query rows per chunk (1 GiB / (32768 x 12 B)), whose dk and dv sum in f32.
   AttentionShape longer = gpt;
   longer.s = longer.t = 8192;
+  tiles = gemmAttentionTiles(longer, DType::bf16);
+  EXPECT_EQ(tiles.heads, 1);
+  EXPECT_EQ(tiles.rows, 8192);
+  longer.s = longer.t = 32768;
   EXPECT_TRUE(gemmAttentionFits(longer, DType::bf16));
-  EXPECT_EQ(gemmAttentionHeadsPerChunk(longer, DType::bf16), 1);
-  longer.s = longer.t = 16384;
-  EXPECT_FALSE(gemmAttentionFits(longer, DType::bf16));
+  tiles = gemmAttentionTiles(longer, DType::bf16);
+  EXPECT_EQ(tiles.heads, 1);
+  EXPECT_EQ(tiles.rows, 2730);
+  EXPECT_LE(tiles.rows * longer.t * 12, int64_t(kGemmAttentionScratchBytes));
+  EXPECT_TRUE(gemmAttentionSumsViaF32(longer, tiles, DType::bf16));
+  EXPECT_FALSE(gemmAttentionSumsViaF32(longer, tiles, DType::f32));
   // Neither f64 nor an empty dim.
   EXPECT_FALSE(gemmAttentionFits(gpt, DType::f64));
   AttentionShape empty = gpt;
