@@ -179,6 +179,9 @@ struct GenerationSession {
   std::optional<runtime::LoadedPlan> plan;
   std::unique_ptr<runtime::Executor> executor;
   runtime::TensorInfo ids;
+  /// A padding model's attention_mask [rows, seq] (zoo padding=1, or an import taking one):
+  /// fed 1 over the window's tokens and 0 after them.
+  std::optional<runtime::TensorInfo> mask;
   std::string logits; // the output read
   std::optional<DecodeStep> decode;
 };
@@ -209,10 +212,23 @@ Status openSession(GenerationSession &s) {
                    openExecutor(std::move(s.forward.plan), s.plan, s.forward.weights, s.forward));
   s.forward.weights.clear(); // the executor holds its own copy
   for (const std::string &input : s.executor->inputNames())
-    if (input != "input_ids")
+    if (input != "input_ids" && input != "attention_mask")
       return Status::error(s.forward.description + " takes input '" + input +
-                           "'; generate feeds only input_ids");
+                           "'; generate feeds only input_ids and attention_mask");
   ASSIGN_OR_RETURN(s.ids, s.executor->inputInfo("input_ids"));
+  if (const std::vector<std::string> in = s.executor->inputNames();
+      std::count(in.begin(), in.end(), "attention_mask")) {
+    ASSIGN_OR_RETURN(runtime::TensorInfo mask, s.executor->inputInfo("attention_mask"));
+    if (mask.shape != s.ids.shape)
+      return Status::error(s.forward.description + "'s attention_mask is " +
+                           shapeString(mask.shape) + ", not input_ids' " +
+                           shapeString(s.ids.shape) + " (a key padding mask [rows, seq])");
+    if (mask.dtype != DType::i64 && mask.dtype != DType::i32 && mask.dtype != DType::f32 &&
+        mask.dtype != DType::f64)
+      return Status::error(s.forward.description + "'s attention_mask is " +
+                           dtypeName(mask.dtype) + "; generate fills i64, i32, f32 or f64 masks");
+    s.mask = mask;
+  }
   std::vector<std::string> outputs = s.executor->outputNames();
   s.logits = s.forward.logits;
   if (s.logits.empty())
@@ -262,6 +278,13 @@ StatusOr<std::vector<double>> logitsAfter(GenerationSession &s,
     setElement(ids, int64_t(i - first), double(tokens[i]));
   int64_t last = int64_t(tokens.size() - first) - 1;
   RETURN_IF_ERROR(s.executor->setInput("input_ids", ids));
+  if (s.mask) { // the window's tokens are real, the zeros after them padding, in every row
+    HostTensor mask = HostTensor::zeros(s.mask->dtype, {rows, seq});
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i <= last; ++i)
+        setElement(mask, r * seq + i, 1.0);
+    RETURN_IF_ERROR(s.executor->setInput("attention_mask", mask));
+  }
   RETURN_IF_ERROR(s.executor->run());
   ASSIGN_OR_RETURN(HostTensor logits, s.executor->output(s.logits));
   if (logits.shape.size() != 3 || logits.shape[0] != rows || logits.shape[1] != seq)

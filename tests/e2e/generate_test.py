@@ -3,7 +3,8 @@
 is the forward pass's argmax, token by token; sampling is repeatable with a seed.
 
   - a zoo GPT on the byte corpus: against PyTorch's GptModel with the trained weights (the same
-    window: the last seq tokens at position 0, zeros after them, causal);
+    window: the last seq tokens at position 0, zeros after them, causal); a padding=1 GPT
+    (attention_mask fed over the window) continues as the same weights without the mask;
   - ONNX-imported causal LMs (tests/e2e/torch_models.py's GPT, Hugging Face GPT-2 and Llama
     exports): against a greedy loop in onnxruntime on the `megac export`ed model (an oracle that
     shares no code with megac's forward), with the byte tokenizer; a changed ONNX file and a
@@ -136,6 +137,19 @@ def zoo_part(megac, tmp):
     sampled = generate(megac, ckpt, "--temperature", "0.8", "--top-k", "20", "--seed", "3")[0]
     check(sampled == generate(megac, ckpt, "--temperature", "0.8", "--top-k", "20",
                               "--seed", "3")[0], "zoo: sampling with a seed is repeatable")
+    # A padding model (zoo padding=1: an attention_mask input): generate feeds 1 over the
+    # window's tokens and 0 after them. Causal attention never looks past the last token, so
+    # the same weights run as the model without the mask (--model) continue alike; a mask fed
+    # as zeros, or not at all, would not.
+    padded = os.path.join(tmp, "padded")
+    subprocess.run([megac, "train", "--model", MODEL + ",padding=1", "--data", DATA, "--steps",
+                    str(STEPS), "--global-batch", "8", "--micro-batch", "4", "--lr", "3e-3",
+                    "--save", padded], check=True, capture_output=True)
+    with_mask = generate(megac, padded)[0]
+    check(with_mask == generate(megac, padded, "--model", MODEL)[0] and
+          len(with_mask) == len(PROMPT) + TOKENS,
+          "zoo padding=1: generate feeds the attention_mask; the continuation %r equals the "
+          "unmasked model's on the same weights" % with_mask)
     missing = subprocess.run([megac, "generate", "--load", os.path.join(tmp, "none"),
                               "--prompt", "x"], capture_output=True, text=True)
     check(missing.returncode != 0 and "error" in missing.stderr,
