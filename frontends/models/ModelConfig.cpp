@@ -46,7 +46,7 @@ const std::vector<std::string> &keysOf(Arch arch) {
   static const std::vector<std::string> mixtral = {
       "layers",  "hidden", "heads",    "kv_heads",   "ffn",        "seq",
       "vocab",   "batch",  "tied",     "dtype",      "rope_theta", "norm_eps",
-      "experts", "topk",   "capacity", "shared_ffn", "norm_topk",  "qwen2_moe"};
+      "experts", "topk",   "capacity", "shared_ffn", "norm_topk",  "qwen2_moe", "padding"};
   // transformers' config fields of the llama family (HfConfig.h), after each arch's own keys.
   static const std::vector<std::string> family = {"head_dim", "qkv_bias", "o_bias", "mlp_bias",
                                                   "rope_llama3"};

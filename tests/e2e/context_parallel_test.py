@@ -162,6 +162,7 @@ def layout_cases():
 
 
 GPT_PAD, LLAMA_PAD = GPT + ",padding=1", LLAMA + ",padding=1"
+MIXTRAL_PAD = MIXTRAL + ",padding=1"
 PAD = ["--pad-token-id", "0"]
 
 
@@ -178,6 +179,10 @@ def padded_cases():
                                               "--sequence-parallel", "--micro-batch", "2"]
     yield "gpt.pad.cp2.pp2", GPT_PAD, ["--ranks", "4", "--cp", "2", "--pp", "2",
                                        "--micro-batch", "1"]
+    # Experts over ep, tokens over cp, padded rows: the padded tokens are routed and computed
+    # like the others (their labels ignored), so the aux loss and the experts' gradients agree.
+    yield "mixtral.pad.cp2.dp2.ep2", MIXTRAL_PAD, ["--ranks", "4", "--cp", "2", "--dp", "2",
+                                                   "--ep", "2", "--micro-batch", "1"]
     # The ring: each k/v block carries its key mask block, its gradient travels with dk, dv.
     ring = ["--cp-comm-type", "p2p"]
     yield "gpt.pad.cp2.ring", GPT_PAD, ["--ranks", "2", "--cp", "2", "--micro-batch", "2", *ring]
@@ -332,7 +337,7 @@ def main():
     except Failure as e:
         problems.append(str(e))
         print(f"FAIL {e}")
-    for model in (GPT_PAD, LLAMA_PAD):
+    for model in (GPT_PAD, LLAMA_PAD, MIXTRAL_PAD):
         oracles[model] = run(megac, workdir, f"oracle.pad.{model.split(':')[0]}", model,
                              ["--micro-batch", "2", *PAD], data="data_pad.npy")
     for name, model, layout in padded_cases():
