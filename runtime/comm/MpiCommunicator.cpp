@@ -1,5 +1,6 @@
 // MPI collectives and point-to-point transfers with deadlines (MpiCommunicator.h).
 #include "runtime/comm/MpiCommunicator.h"
+#include "runtime/comm/MpiProgress.h"
 
 #include "support/Float16.h"
 
@@ -18,54 +19,9 @@
 
 namespace megac::runtime::comm {
 
+using namespace mpi; // MpiProgress.h: the session, in-flight records, the progress engine
+
 namespace {
-
-/// MPI_Init_thread once per process; MPI_Finalize when the process exits. The thread level is
-/// MPI_THREAD_MULTIPLE where the library provides it: the communicator's progress thread tests
-/// in-flight collectives while the main thread computes and makes its own calls.
-class MpiSession {
-public:
-  static Status ensure() {
-    static MpiSession session;
-    return session.status_;
-  }
-  /// Whether MPI may be called from two threads at once.
-  static bool multiThreaded() {
-    int provided = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&provided);
-    return provided >= MPI_THREAD_MULTIPLE;
-  }
-
-private:
-  MpiSession() {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (initialized)
-      return; // someone else owns MPI's lifetime
-    int provided = 0;
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
-      status_ = Status::error("MPI_Init_thread failed");
-      return;
-    }
-    owned_ = true;
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  }
-  ~MpiSession() {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (owned_ && !finalized)
-      MPI_Finalize();
-  }
-  Status status_;
-  bool owned_ = false;
-};
-
-std::string mpiError(int code) {
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return std::string(text, static_cast<size_t>(length));
-}
 
 /// Elementwise reduction of `blocks` contiguous blocks of `count` elements into `out`, in block
 /// order. Floats accumulate in double (half types in f32, as stated by Communicator.h) and
@@ -133,168 +89,6 @@ Status reduceInto(const void *in, void *out, size_t count, size_t blocks, DType 
   }
   return Status::error(std::string("cannot reduce ") + dtypeName(dtype) + " values");
 }
-
-using Clock = std::chrono::steady_clock;
-
-/// Bytes of the stamp an emulated link appends to each point-to-point message: the sender's
-/// post time (steady_clock nanoseconds; one machine's monotonic clock, which every process of
-/// the job reads alike: emulation is a one-machine measurement tool).
-constexpr size_t kStampBytes = sizeof(int64_t);
-
-int64_t stampOf(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
-/// One posted nonblocking collective or receive: the buffers MPI reads and writes (owned here,
-/// so they outlive a handle abandoned after a timeout) and where it stands.
-struct InFlight {
-  std::vector<uint8_t> sent, received;
-  MPI_Request request = MPI_REQUEST_NULL;
-  MPI_Status status{};       // a receive's (its byte count)
-  Clock::time_point readyAt; // the emulated link's completion (Clock's epoch: none)
-  bool mpiDone = false, done = false;
-  std::string error;
-  // An emulated link's receive: the transfer starts when both sides have posted (the stamp at
-  // the end of `received`, and postedAt) and takes `transfer`.
-  bool stamped = false;
-  Clock::time_point postedAt;
-  Clock::duration transfer{};
-
-  /// Called once MPI has completed the request: a stamped receive's readyAt.
-  void arrived() {
-    int count = 0;
-    if (!stamped || MPI_Get_count(&status, MPI_BYTE, &count) != MPI_SUCCESS ||
-        count < static_cast<int>(kStampBytes))
-      return;
-    int64_t ns = 0;
-    std::memcpy(&ns, received.data() + count - kStampBytes, kStampBytes);
-    Clock::time_point sentAt(
-        std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(ns)));
-    readyAt = std::max(sentAt, postedAt) + transfer;
-  }
-};
-
-/// The progress engine of asynchronous collectives: a thread that tests every posted request
-/// (MPI progresses nonblocking collectives only inside MPI calls) and marks it done once MPI has
-/// completed it and its emulated link time has passed; waiters sleep on a condition variable.
-/// While requests are pending in MPI and a waiter sleeps (its core is free) it polls every
-/// 50 us. While none waits, the main thread computes: a 50 us poll there took a slice of the
-/// compute cores (ranks share few), so the interval doubles after each poll that completes
-/// nothing, up to 1 ms, and starts again at 50 us on a new post, a completion or a waiter. A
-/// 1 ms poll delays a completion by at most 1 ms; a large message needs only a few polls (shared
-/// memory single-copy). While only emulated time remains it sleeps until the earliest deadline
-/// (no CPU).
-class ProgressEngine {
-public:
-  ~ProgressEngine() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    if (thread_.joinable())
-      thread_.join();
-  }
-
-  void post(std::shared_ptr<InFlight> op) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ops_.push_back(std::move(op));
-      posted_ = true;
-      if (!thread_.joinable())
-        thread_ = std::thread([this] { loop(); });
-    }
-    wake_.notify_all();
-  }
-
-  /// Waits until `op` is done or `deadline` passes (false).
-  bool waitFor(const InFlight &op, Clock::time_point deadline) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (op.done)
-      return true;
-    ++waiters_;
-    wake_.notify_all(); // back to fast polling
-    bool done = done_.wait_until(lock, deadline, [&] { return op.done; });
-    --waiters_;
-    return done;
-  }
-
-private:
-  static constexpr std::chrono::microseconds kFastPoll{50}, kSlowestPoll{1000};
-
-  void loop() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    std::chrono::microseconds interval = kFastPoll;
-    while (!stop_) {
-      if (ops_.empty()) {
-        wake_.wait(lock);
-        interval = kFastPoll;
-        continue;
-      }
-      if (posted_)
-        interval = kFastPoll;
-      posted_ = false;
-      // MPI_Test runs without the lock: inside it MPI may copy a large message or, on an
-      // oversubscribed machine, yield the core (mpi_yield_when_idle), and a post or a wait of
-      // the main thread must not queue behind that. Only this thread touches a posted request.
-      std::vector<std::shared_ptr<InFlight>> testing;
-      for (const auto &op : ops_)
-        if (!op->mpiDone)
-          testing.push_back(op);
-      std::vector<std::pair<int, int>> results(testing.size()); // (rc, flag)
-      lock.unlock();
-      for (size_t i = 0; i < testing.size(); ++i)
-        results[i].first = MPI_Test(&testing[i]->request, &results[i].second, &testing[i]->status);
-      lock.lock();
-      bool polling = false, finished = false, progressed = false;
-      for (size_t i = 0; i < testing.size(); ++i) {
-        InFlight &op = *testing[i];
-        auto [rc, flag] = results[i];
-        if (rc != MPI_SUCCESS) {
-          op.error = mpiError(rc);
-          op.mpiDone = true;
-          op.readyAt = {};
-        } else {
-          op.mpiDone = flag != 0;
-          if (op.mpiDone)
-            op.arrived();
-          polling = polling || !flag;
-          progressed = progressed || flag;
-        }
-      }
-      Clock::time_point now = Clock::now(), next = Clock::time_point::max();
-      for (auto it = ops_.begin(); it != ops_.end();) {
-        InFlight &op = **it;
-        if (op.mpiDone && op.readyAt <= now) {
-          op.done = finished = true;
-          it = ops_.erase(it);
-          continue;
-        }
-        if (op.mpiDone)
-          next = std::min(next, op.readyAt);
-        ++it;
-      }
-      if (finished)
-        done_.notify_all();
-      if (polling) {
-        if (waiters_ > 0 || progressed)
-          interval = kFastPoll;
-        wake_.wait_for(lock, interval);
-        interval = std::min(kSlowestPoll, interval * 2);
-      } else if (next != Clock::time_point::max()) {
-        wake_.wait_until(lock, next);
-      }
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_, done_;
-  std::list<std::shared_ptr<InFlight>> ops_;
-  size_t waiters_ = 0;  // threads inside waitFor
-  bool posted_ = false; // a post since the last poll
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 class MpiComm final : public Communicator {
 public:
