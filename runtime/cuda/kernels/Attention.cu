@@ -575,48 +575,12 @@ template <typename F> Status dispatchFused(DType dtype, const AttnArgs &a, F &&f
 
 template <typename T> using ComputeC = Compute<T>;
 
-/// The attention path the environment asks for, read once per process:
-/// - MEGAC_CUDA_ATTENTION: unset, "" or "auto" takes the GEMM path (AttentionGemm.h) where one
-///   query row of a head fits its scratch cap (any practical length) and the flash kernels
-///   otherwise; "flash" always takes the flash kernels (nothing of size s*t stored: the
-///   memory-lean path, and the device check's comparison);
-/// - MEGAC_CUDA_ATTENTION_SCRATCH: the GEMM path's scratch cap in bytes (default 1 GiB): less
-///   memory for smaller chunks of heads or query rows (the device check runs the attention
-///   tests at 65536 to cut every shape into chunks).
-struct AttentionPath {
-  bool gemm = true;
-  size_t capBytes = kGemmAttentionScratchBytes;
-  std::string error; // a malformed variable
-};
-
-AttentionPath attentionPathFromEnvironment() {
-  AttentionPath path;
-  const char *mode = std::getenv("MEGAC_CUDA_ATTENTION");
-  std::string v = mode ? mode : "";
-  if (v == "flash")
-    path.gemm = false;
-  else if (!v.empty() && v != "auto")
-    path.error = "MEGAC_CUDA_ATTENTION='" + v +
-                 "' is not auto or flash (auto: cuBLASLt GEMMs with the scores in scratch; "
-                 "flash: the fused kernels, nothing of size s*t stored)";
-  if (const char *cap = std::getenv("MEGAC_CUDA_ATTENTION_SCRATCH"); cap && *cap) {
-    char *end = nullptr;
-    unsigned long long bytes = std::strtoull(cap, &end, 10);
-    if (*end != '\0' || bytes == 0 || cap[0] == '-')
-      path.error = std::string("MEGAC_CUDA_ATTENTION_SCRATCH='") + cap +
-                   "' is not a positive number of bytes (the GEMM path's scratch cap; default " +
-                   std::to_string(kGemmAttentionScratchBytes) + ")";
-    else
-      path.capBytes = static_cast<size_t>(bytes);
-  }
-  return path;
-}
-
 /// Whether this call takes the GEMM path (no mask, a shape and dtype it fits under the cap, not
-/// MEGAC_CUDA_ATTENTION=flash) and the cap.
+/// MEGAC_CUDA_ATTENTION=flash) and the cap; the environment is read once (attentionPathFrom).
 Status useGemm(const char *op, const TensorRef &q, const TensorRef *mask, const AttnArgs &a,
                bool &use, size_t &capBytes) {
-  static const AttentionPath path = attentionPathFromEnvironment();
+  static const AttentionPath path = attentionPathFrom(std::getenv("MEGAC_CUDA_ATTENTION"),
+                                                      std::getenv("MEGAC_CUDA_ATTENTION_SCRATCH"));
   if (!path.error.empty())
     return fail(op, path.error);
   capBytes = path.capBytes;

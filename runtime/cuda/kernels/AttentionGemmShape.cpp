@@ -123,4 +123,27 @@ bool gemmAttentionSumsViaF32(const AttentionShape &a, const GemmAttentionTiles &
   return dtype != DType::f32 && (a.h / a.hk > 1 || tiles.rows < a.s);
 }
 
+AttentionPath attentionPathFrom(const char *mode, const char *scratch) {
+  AttentionPath path;
+  std::string v = mode ? mode : "";
+  if (v == "flash")
+    path.gemm = false;
+  else if (!v.empty() && v != "auto")
+    path.error = "MEGAC_CUDA_ATTENTION='" + v +
+                 "' is not auto or flash (auto: cuBLASLt GEMMs with the scores in scratch; "
+                 "flash: the fused kernels, nothing of size s*t stored)";
+  if (scratch && *scratch) {
+    std::string text = scratch;
+    bool digits = std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+    unsigned long long bytes = digits && text.size() <= 19 ? std::stoull(text) : 0;
+    if (bytes == 0)
+      path.error = "MEGAC_CUDA_ATTENTION_SCRATCH='" + text +
+                   "' is not a positive number of bytes (the GEMM path's scratch cap; default " +
+                   std::to_string(kGemmAttentionScratchBytes) + ")";
+    else
+      path.capBytes = static_cast<size_t>(bytes);
+  }
+  return path;
+}
+
 } // namespace megac::runtime::cuda

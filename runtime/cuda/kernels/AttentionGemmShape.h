@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace megac::runtime::cuda {
 
@@ -88,5 +89,19 @@ StridedGemm attentionQueryGradGemm(const AttentionShape &a, const AttentionChunk
 /// product writes directly.
 bool gemmAttentionSumsViaF32(const AttentionShape &a, const GemmAttentionTiles &tiles,
                              DType dtype);
+
+/// The attention path the environment asks for (Attention.cu reads it once per process):
+/// - MEGAC_CUDA_ATTENTION (`mode`): unset, "" or "auto" takes the GEMM path where one query row
+///   of a head fits its scratch cap (any practical length) and the flash kernels otherwise;
+///   "flash" always takes the flash kernels (nothing of size s*t stored);
+/// - MEGAC_CUDA_ATTENTION_SCRATCH (`scratch`): the GEMM path's scratch cap in bytes, a positive
+///   integer (default kGemmAttentionScratchBytes).
+/// A malformed value leaves `error` saying which variable and what it takes.
+struct AttentionPath {
+  bool gemm = true;
+  size_t capBytes = kGemmAttentionScratchBytes;
+  std::string error;
+};
+AttentionPath attentionPathFrom(const char *mode, const char *scratch);
 
 } // namespace megac::runtime::cuda

@@ -269,5 +269,27 @@ TEST(AttentionGemmShape, ChunksFitTheScratchCap) {
   EXPECT_FALSE(gemmAttentionFits(empty, DType::bf16));
 }
 
+TEST(AttentionGemmShape, ThePathFromTheEnvironment) {
+  AttentionPath byDefault = attentionPathFrom(nullptr, nullptr);
+  EXPECT_TRUE(byDefault.gemm);
+  EXPECT_EQ(byDefault.capBytes, kGemmAttentionScratchBytes);
+  EXPECT_TRUE(byDefault.error.empty());
+  EXPECT_TRUE(attentionPathFrom("auto", "").gemm);
+  AttentionPath flash = attentionPathFrom("flash", "65536");
+  EXPECT_FALSE(flash.gemm);
+  EXPECT_EQ(flash.capBytes, 65536u);
+  EXPECT_TRUE(flash.error.empty());
+  EXPECT_EQ(attentionPathFrom("gemm", nullptr).error,
+            "MEGAC_CUDA_ATTENTION='gemm' is not auto or flash (auto: cuBLASLt GEMMs with the "
+            "scores in scratch; flash: the fused kernels, nothing of size s*t stored)");
+  for (const char *bad : {"0", "-5", "1e9", "64k", "99999999999999999999"})
+    EXPECT_EQ(attentionPathFrom(nullptr, bad).error.rfind(
+                  std::string("MEGAC_CUDA_ATTENTION_SCRATCH='") + bad +
+                      "' is not a positive number of bytes",
+                  0),
+              0u)
+        << bad;
+}
+
 } // namespace
 } // namespace megac::runtime::cuda
