@@ -104,96 +104,97 @@ template <typename T> constexpr DType dtypeOf() {
     return DType::f16;
 }
 
+/// The scratch of one call's scores: S (f32) and P (the input type), and for the backward dP
+/// (f32) and dS (the input type), each [heads][rows][t] of the call's tiles.
+template <typename T> struct ScoresScratch {
+  float *S = nullptr, *dP = nullptr;
+  T *P = nullptr, *dS = nullptr;
+};
+
+template <typename T>
+StatusOr<ScoresScratch<T>> scoresScratch(const Context &ctx, const AttentionShape &a,
+                                         const GemmAttentionTiles &tiles, bool backward) {
+  const size_t scores = static_cast<size_t>(tiles.heads * tiles.rows * a.t);
+  ScoresScratch<T> m;
+  ASSIGN_OR_RETURN(void *s, ctx.scratch(scores * sizeof(float)));
+  ASSIGN_OR_RETURN(void *p, ctx.scratch(scores * sizeof(T)));
+  m.S = static_cast<float *>(s);
+  m.P = static_cast<T *>(p);
+  if (backward) {
+    ASSIGN_OR_RETURN(void *dp, ctx.scratch(scores * sizeof(float)));
+    ASSIGN_OR_RETURN(void *ds, ctx.scratch(scores * sizeof(T)));
+    m.dP = static_cast<float *>(dp);
+    m.dS = static_cast<T *>(ds);
+  }
+  return m;
+}
+
 template <typename T>
 Status forward(const char *op, const Context &ctx, const T *q, const T *k, const T *v, T *out,
                const AttentionShape &a, size_t capBytes) {
   constexpr DType dtype = dtypeOf<T>();
-  const int64_t group = a.h / a.hk;
   const GemmAttentionTiles tiles = gemmAttentionTiles(a, dtype, capBytes);
-  const int64_t scores = tiles.heads * tiles.rows * a.t;
-  ASSIGN_OR_RETURN(void *sMem, ctx.scratch(scores * sizeof(float)));
-  ASSIGN_OR_RETURN(void *pMem, ctx.scratch(scores * sizeof(T)));
-  float *S = static_cast<float *>(sMem);
-  T *P = static_cast<T *>(pMem);
+  ASSIGN_OR_RETURN(ScoresScratch<T> m, scoresScratch<T>(ctx, a, tiles, false));
   const float scale = static_cast<float>(a.scale);
-  for (int64_t bi = 0; bi < a.b; ++bi)
-    for (int64_t kh0 = 0; kh0 < a.hk; kh0 += tiles.heads)
-      for (int64_t g = 0; g < group; ++g)
-        for (int64_t i0 = 0; i0 < a.s; i0 += tiles.rows) {
-          AttentionChunk c = gemmAttentionChunk(a, bi, g, kh0, std::min(tiles.heads, a.hk - kh0),
-                                                i0, std::min(tiles.rows, a.s - i0));
-          RETURN_IF_ERROR(
-              stridedGemm(op, ctx, attentionScoresGemm(a, c, a.d, dtype), k + c.k, q + c.q, S));
-          int64_t rows = c.n * c.rows;
-          softmaxRows<T><<<rowBlocks(rows), kRowThreads, 0, ctx.stream>>>(
-              S, P, rows, c.rows, c.i0, a.s, a.t, a.causal, scale);
-          RETURN_IF_ERROR(launchStatus(op));
-          RETURN_IF_ERROR(
-              stridedGemm(op, ctx, attentionOutputGemm(a, c, dtype), v + c.v, P, out + c.o));
-        }
-  return Status::ok();
+  return forEachAttentionChunk(
+      a, tiles,
+      [&](const AttentionChunk &c) -> Status {
+        RETURN_IF_ERROR(
+            stridedGemm(op, ctx, attentionScoresGemm(a, c, a.d, dtype), k + c.k, q + c.q, m.S));
+        int64_t rows = c.n * c.rows;
+        softmaxRows<T><<<rowBlocks(rows), kRowThreads, 0, ctx.stream>>>(
+            m.S, m.P, rows, c.rows, c.i0, a.s, a.t, a.causal, scale);
+        RETURN_IF_ERROR(launchStatus(op));
+        return stridedGemm(op, ctx, attentionOutputGemm(a, c, dtype), v + c.v, m.P, out + c.o);
+      },
+      [](int64_t, int64_t, int64_t) { return Status::ok(); });
 }
 
 template <typename T>
 Status backward(const char *op, const Context &ctx, const T *dout, const T *q, const T *k,
                 const T *v, T *dq, T *dk, T *dv, const AttentionShape &a, size_t capBytes) {
   constexpr DType dtype = dtypeOf<T>();
-  const int64_t group = a.h / a.hk;
   const GemmAttentionTiles tiles = gemmAttentionTiles(a, dtype, capBytes);
-  const int64_t scores = tiles.heads * tiles.rows * a.t;
-  ASSIGN_OR_RETURN(void *sMem, ctx.scratch(scores * sizeof(float)));
-  ASSIGN_OR_RETURN(void *dpMem, ctx.scratch(scores * sizeof(float)));
-  ASSIGN_OR_RETURN(void *pMem, ctx.scratch(scores * sizeof(T)));
-  ASSIGN_OR_RETURN(void *dsMem, ctx.scratch(scores * sizeof(T)));
-  float *S = static_cast<float *>(sMem), *dP = static_cast<float *>(dpMem);
-  T *P = static_cast<T *>(pMem), *dS = static_cast<T *>(dsMem);
+  ASSIGN_OR_RETURN(ScoresScratch<T> m, scoresScratch<T>(ctx, a, tiles, true));
   // dk and dv sum over a group's positions and the query chunks: in f32 scratch under half
   // types, in place under f32.
   const bool viaF32 = gemmAttentionSumsViaF32(a, tiles, dtype);
   float *dkSum = nullptr, *dvSum = nullptr;
   if (viaF32) {
-    ASSIGN_OR_RETURN(void *m, ctx.scratch(tiles.heads * a.t * a.d * sizeof(float)));
-    dkSum = static_cast<float *>(m);
-    ASSIGN_OR_RETURN(m, ctx.scratch(tiles.heads * a.t * a.dv * sizeof(float)));
-    dvSum = static_cast<float *>(m);
+    ASSIGN_OR_RETURN(void *sum, ctx.scratch(tiles.heads * a.t * a.d * sizeof(float)));
+    dkSum = static_cast<float *>(sum);
+    ASSIGN_OR_RETURN(sum, ctx.scratch(tiles.heads * a.t * a.dv * sizeof(float)));
+    dvSum = static_cast<float *>(sum);
   }
   const float scale = static_cast<float>(a.scale);
-  for (int64_t bi = 0; bi < a.b; ++bi)
-    for (int64_t kh0 = 0; kh0 < a.hk; kh0 += tiles.heads) {
-      const int64_t n = std::min(tiles.heads, a.hk - kh0);
-      for (int64_t g = 0; g < group; ++g)
-        for (int64_t i0 = 0; i0 < a.s; i0 += tiles.rows) {
-          AttentionChunk c =
-              gemmAttentionChunk(a, bi, g, kh0, n, i0, std::min(tiles.rows, a.s - i0));
-          RETURN_IF_ERROR(
-              stridedGemm(op, ctx, attentionScoresGemm(a, c, a.d, dtype), k + c.k, q + c.q, S));
-          RETURN_IF_ERROR(stridedGemm(op, ctx, attentionScoresGemm(a, c, a.dv, dtype), v + c.v,
-                                      dout + c.o, dP));
-          int64_t rows = n * c.rows;
-          softmaxGradRows<T><<<rowBlocks(rows), kRowThreads, 0, ctx.stream>>>(
-              S, dP, P, dS, rows, c.rows, c.i0, a.s, a.t, a.causal, scale);
-          RETURN_IF_ERROR(launchStatus(op));
-          // Every product after the chunk's first adds to dk and dv (beta 1).
-          const bool sum = g > 0 || i0 > 0;
-          void *dvDst = viaF32 ? static_cast<void *>(dvSum) : dv + c.v;
-          void *dkDst = viaF32 ? static_cast<void *>(dkSum) : dk + c.k;
-          RETURN_IF_ERROR(stridedGemm(op, ctx, attentionKeyGradGemm(a, c, a.dv, dtype, viaF32),
-                                      dout + c.o, P, dvDst, sum));
-          RETURN_IF_ERROR(stridedGemm(op, ctx, attentionKeyGradGemm(a, c, a.d, dtype, viaF32),
-                                      q + c.q, dS, dkDst, sum));
-          RETURN_IF_ERROR(
-              stridedGemm(op, ctx, attentionQueryGradGemm(a, c, dtype), k + c.k, dS, dq + c.q));
-        }
-      if (viaF32) {
-        AttentionChunk c = gemmAttentionChunk(a, bi, 0, kh0, n, 0, a.s);
-        scatterHeads<T><<<blocksFor(n * a.t * a.d), 256, 0, ctx.stream>>>(
-            dkSum, dk + c.k, n, a.t, a.d, a.hk * a.d);
-        scatterHeads<T><<<blocksFor(n * a.t * a.dv), 256, 0, ctx.stream>>>(
-            dvSum, dv + c.v, n, a.t, a.dv, a.hk * a.dv);
-        RETURN_IF_ERROR(launchStatus(op));
-      }
-    }
-  return Status::ok();
+  auto onChunk = [&](const AttentionChunk &c) -> Status {
+    RETURN_IF_ERROR(
+        stridedGemm(op, ctx, attentionScoresGemm(a, c, a.d, dtype), k + c.k, q + c.q, m.S));
+    RETURN_IF_ERROR(stridedGemm(op, ctx, attentionScoresGemm(a, c, a.dv, dtype), v + c.v,
+                                dout + c.o, m.dP));
+    int64_t rows = c.n * c.rows;
+    softmaxGradRows<T><<<rowBlocks(rows), kRowThreads, 0, ctx.stream>>>(
+        m.S, m.dP, m.P, m.dS, rows, c.rows, c.i0, a.s, a.t, a.causal, scale);
+    RETURN_IF_ERROR(launchStatus(op));
+    void *dvDst = viaF32 ? static_cast<void *>(dvSum) : dv + c.v;
+    void *dkDst = viaF32 ? static_cast<void *>(dkSum) : dk + c.k;
+    RETURN_IF_ERROR(stridedGemm(op, ctx, attentionKeyGradGemm(a, c, a.dv, dtype, viaF32),
+                                dout + c.o, m.P, dvDst, c.adds()));
+    RETURN_IF_ERROR(stridedGemm(op, ctx, attentionKeyGradGemm(a, c, a.d, dtype, viaF32),
+                                q + c.q, m.dS, dkDst, c.adds()));
+    return stridedGemm(op, ctx, attentionQueryGradGemm(a, c, dtype), k + c.k, m.dS, dq + c.q);
+  };
+  auto onKvDone = [&](int64_t bi, int64_t kh0, int64_t n) -> Status {
+    if (!viaF32)
+      return Status::ok();
+    AttentionChunk c = gemmAttentionChunk(a, bi, 0, kh0, n, 0, a.s);
+    scatterHeads<T><<<blocksFor(n * a.t * a.d), 256, 0, ctx.stream>>>(dkSum, dk + c.k, n, a.t,
+                                                                      a.d, a.hk * a.d);
+    scatterHeads<T><<<blocksFor(n * a.t * a.dv), 256, 0, ctx.stream>>>(dvSum, dv + c.v, n, a.t,
+                                                                       a.dv, a.hk * a.dv);
+    return launchStatus(op);
+  };
+  return forEachAttentionChunk(a, tiles, onChunk, onKvDone);
 }
 
 /// Calls f(T{}) for f32, bf16 and f16.

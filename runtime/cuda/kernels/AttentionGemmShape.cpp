@@ -40,6 +40,7 @@ AttentionChunk gemmAttentionChunk(const AttentionShape &a, int64_t bi, int64_t g
   c.n = n;
   c.rows = rows;
   c.i0 = i0;
+  c.g = g;
   c.q = ((bi * a.s + i0) * a.h + hq) * a.d;
   c.o = ((bi * a.s + i0) * a.h + hq) * a.dv;
   c.k = (bi * a.t * a.hk + kh0) * a.d;

@@ -14,7 +14,9 @@
 #pragma once
 
 #include "runtime/cuda/kernels/GemmShape.h"
+#include "support/Status.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -55,11 +57,22 @@ GemmAttentionTiles gemmAttentionTiles(const AttentionShape &a, DType dtype,
 /// rows); element offsets of its first query head's row i0 in q/dq and out/dout, and of its
 /// first kv head in k/dk and v/dv. Its scores are row-major [n][rows][t].
 struct AttentionChunk {
-  int64_t n = 0, rows = 0, i0 = 0;
+  int64_t n = 0, rows = 0, i0 = 0, g = 0;
   int64_t q = 0, o = 0, k = 0, v = 0;
+  /// Whether dk and dv already hold this kv-head chunk's earlier products (beta 1).
+  bool adds() const { return g > 0 || i0 > 0; }
 };
 AttentionChunk gemmAttentionChunk(const AttentionShape &a, int64_t bi, int64_t g, int64_t kh0,
                                   int64_t n, int64_t i0, int64_t rows);
+
+/// Visits a call's chunks in the GEMM path's order: per batch index and chunk of kv heads, every
+/// group position and chunk of query rows (`chunk(const AttentionChunk &)`, each product after
+/// the kv-head chunk's first one adding to its dk and dv, `c.g > 0 || c.i0 > 0`), then
+/// `kvDone(bi, kh0, n)` once that chunk's dk and dv sums are complete. Both return Status; the
+/// first error stops the walk.
+template <typename OnChunk, typename OnKvDone>
+Status forEachAttentionChunk(const AttentionShape &a, const GemmAttentionTiles &tiles,
+                             OnChunk &&chunk, OnKvDone &&kvDone);
 
 /// S [n][rows][t] (f32) = x y^T over `width` columns: A = y, the key side (k, or v for dP; ld
 /// hk*width, batch stride width), transposed; B = x, the query side (q, or dout; ld h*width,
@@ -103,5 +116,21 @@ struct AttentionPath {
   std::string error;
 };
 AttentionPath attentionPathFrom(const char *mode, const char *scratch);
+
+template <typename OnChunk, typename OnKvDone>
+Status forEachAttentionChunk(const AttentionShape &a, const GemmAttentionTiles &tiles,
+                             OnChunk &&chunk, OnKvDone &&kvDone) {
+  const int64_t group = a.h / a.hk;
+  for (int64_t bi = 0; bi < a.b; ++bi)
+    for (int64_t kh0 = 0; kh0 < a.hk; kh0 += tiles.heads) {
+      const int64_t n = std::min(tiles.heads, a.hk - kh0);
+      for (int64_t g = 0; g < group; ++g)
+        for (int64_t i0 = 0; i0 < a.s; i0 += tiles.rows)
+          RETURN_IF_ERROR(
+              chunk(gemmAttentionChunk(a, bi, g, kh0, n, i0, std::min(tiles.rows, a.s - i0))));
+      RETURN_IF_ERROR(kvDone(bi, kh0, n));
+    }
+  return Status::ok();
+}
 
 } // namespace megac::runtime::cuda

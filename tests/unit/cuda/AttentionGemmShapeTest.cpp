@@ -1,9 +1,9 @@
 // The GEMM path of CUDA attention (runtime/cuda/kernels/AttentionGemmShape.h) run on the host:
-// its chunks and cuBLASLt descriptors through a naive column-major strided GEMM, its softmax rows
-// as AttentionGemm.cu computes them, all in double, against the CPU kernels in f64, forward and
-// backward, for MHA, GQA and MQA, s != t both ways (causal rows that see no key), single-query
-// decoding, head dims that differ, chunks of fewer heads than hk and chunks of query rows (as a
-// small scratch cap would cut them).
+// its chunk walk (the kernel's own, forEachAttentionChunk) and cuBLASLt descriptors through a
+// naive column-major strided GEMM, its softmax rows as AttentionGemm.cu computes them, all in
+// double, against the CPU kernels in f64, forward and backward, for MHA, GQA and MQA, s != t
+// both ways (causal rows that see no key), single-query decoding, head dims that differ, chunks
+// of fewer heads than hk and chunks of query rows (as a small scratch cap would cut them).
 // Runs without a GPU: the layouts are what it checks; the device runs the same descriptors.
 //
 // Tolerance: both sides compute in double over at most a few hundred terms of O(1) values:
@@ -81,24 +81,23 @@ struct Tensors {
   std::vector<double> q, k, v, dout;
 };
 
-/// AttentionGemm.cu's forward loop, on the host.
+/// AttentionGemm.cu's forward, on the host: the same chunk walk, descriptors and rows.
 std::vector<double> forward(const AttentionShape &a, const Tensors &x,
                             const GemmAttentionTiles &tiles) {
   std::vector<double> out(a.b * a.s * a.h * a.dv, NAN);
-  int64_t group = a.h / a.hk;
-  for (int64_t bi = 0; bi < a.b; ++bi)
-    for (int64_t kh0 = 0; kh0 < a.hk; kh0 += tiles.heads)
-      for (int64_t g = 0; g < group; ++g)
-        for (int64_t i0 = 0; i0 < a.s; i0 += tiles.rows) {
-          AttentionChunk c = gemmAttentionChunk(a, bi, g, kh0, std::min(tiles.heads, a.hk - kh0),
-                                                i0, std::min(tiles.rows, a.s - i0));
-          std::vector<double> S(c.n * c.rows * a.t, NAN);
-          emulate(attentionScoresGemm(a, c, a.d, DType::f64), x.k.data() + c.k,
-                  x.q.data() + c.q, S.data(), false);
-          Rows r = softmaxRows(a, c, S, nullptr);
-          emulate(attentionOutputGemm(a, c, DType::f64), x.v.data() + c.v, r.p.data(),
-                  out.data() + c.o, false);
-        }
+  Status walked = forEachAttentionChunk(
+      a, tiles,
+      [&](const AttentionChunk &c) {
+        std::vector<double> S(c.n * c.rows * a.t, NAN);
+        emulate(attentionScoresGemm(a, c, a.d, DType::f64), x.k.data() + c.k, x.q.data() + c.q,
+                S.data(), false);
+        Rows r = softmaxRows(a, c, S, nullptr);
+        emulate(attentionOutputGemm(a, c, DType::f64), x.v.data() + c.v, r.p.data(),
+                out.data() + c.o, false);
+        return Status::ok();
+      },
+      [](int64_t, int64_t, int64_t) { return Status::ok(); });
+  EXPECT_TRUE(walked.isOk());
   return out;
 }
 
@@ -106,35 +105,32 @@ struct Grads {
   std::vector<double> dq, dk, dv;
 };
 
-/// AttentionGemm.cu's backward loop, on the host; `viaF32` as the half types take it.
+/// AttentionGemm.cu's backward, on the host; `viaF32` as the half types take it.
 Grads backward(const AttentionShape &a, const Tensors &x, const GemmAttentionTiles &tiles,
                bool viaF32) {
   Grads out{std::vector<double>(x.q.size(), NAN), std::vector<double>(x.k.size(), NAN),
             std::vector<double>(x.v.size(), NAN)};
-  int64_t group = a.h / a.hk;
-  for (int64_t bi = 0; bi < a.b; ++bi)
-    for (int64_t kh0 = 0; kh0 < a.hk; kh0 += tiles.heads) {
-      int64_t n = std::min(tiles.heads, a.hk - kh0);
-      std::vector<double> dkSum(n * a.t * a.d, NAN), dvSum(n * a.t * a.dv, NAN);
-      for (int64_t g = 0; g < group; ++g)
-        for (int64_t i0 = 0; i0 < a.s; i0 += tiles.rows) {
-          AttentionChunk c =
-              gemmAttentionChunk(a, bi, g, kh0, n, i0, std::min(tiles.rows, a.s - i0));
-          std::vector<double> S(n * c.rows * a.t, NAN), dP(n * c.rows * a.t, NAN);
-          emulate(attentionScoresGemm(a, c, a.d, DType::f64), x.k.data() + c.k,
-                  x.q.data() + c.q, S.data(), false);
-          emulate(attentionScoresGemm(a, c, a.dv, DType::f64), x.v.data() + c.v,
-                  x.dout.data() + c.o, dP.data(), false);
-          Rows r = softmaxRows(a, c, S, &dP);
-          bool sum = g > 0 || i0 > 0;
-          emulate(attentionKeyGradGemm(a, c, a.dv, DType::f64, viaF32), x.dout.data() + c.o,
-                  r.p.data(), viaF32 ? dvSum.data() : out.dv.data() + c.v, sum);
-          emulate(attentionKeyGradGemm(a, c, a.d, DType::f64, viaF32), x.q.data() + c.q,
-                  r.ds.data(), viaF32 ? dkSum.data() : out.dk.data() + c.k, sum);
-          emulate(attentionQueryGradGemm(a, c, DType::f64), x.k.data() + c.k, r.ds.data(),
-                  out.dq.data() + c.q, false);
-        }
-      if (viaF32) { // scatterHeads
+  std::vector<double> dkSum(tiles.heads * a.t * a.d, NAN), dvSum(tiles.heads * a.t * a.dv, NAN);
+  Status walked = forEachAttentionChunk(
+      a, tiles,
+      [&](const AttentionChunk &c) {
+        std::vector<double> S(c.n * c.rows * a.t, NAN), dP(c.n * c.rows * a.t, NAN);
+        emulate(attentionScoresGemm(a, c, a.d, DType::f64), x.k.data() + c.k, x.q.data() + c.q,
+                S.data(), false);
+        emulate(attentionScoresGemm(a, c, a.dv, DType::f64), x.v.data() + c.v,
+                x.dout.data() + c.o, dP.data(), false);
+        Rows r = softmaxRows(a, c, S, &dP);
+        emulate(attentionKeyGradGemm(a, c, a.dv, DType::f64, viaF32), x.dout.data() + c.o,
+                r.p.data(), viaF32 ? dvSum.data() : out.dv.data() + c.v, c.adds());
+        emulate(attentionKeyGradGemm(a, c, a.d, DType::f64, viaF32), x.q.data() + c.q,
+                r.ds.data(), viaF32 ? dkSum.data() : out.dk.data() + c.k, c.adds());
+        emulate(attentionQueryGradGemm(a, c, DType::f64), x.k.data() + c.k, r.ds.data(),
+                out.dq.data() + c.q, false);
+        return Status::ok();
+      },
+      [&](int64_t bi, int64_t kh0, int64_t n) { // scatterHeads
+        if (!viaF32)
+          return Status::ok();
         AttentionChunk c = gemmAttentionChunk(a, bi, 0, kh0, n, 0, a.s);
         for (int64_t head = 0; head < n; ++head)
           for (int64_t j = 0; j < a.t; ++j) {
@@ -145,8 +141,9 @@ Grads backward(const AttentionShape &a, const Tensors &x, const GemmAttentionTil
               out.dv[c.v + j * a.hk * a.dv + head * a.dv + col] =
                   dvSum[(head * a.t + j) * a.dv + col];
           }
-      }
-    }
+        return Status::ok();
+      });
+  EXPECT_TRUE(walked.isOk());
   return out;
 }
 
