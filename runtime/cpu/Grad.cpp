@@ -129,6 +129,53 @@ Status rmsNormGrad(const TensorRef &dy, const TensorRef &x, const TensorRef &wei
   });
 }
 
+namespace {
+
+/// One (batch, head) of AttentionGrad: recomputes P, then dV += P^T dO, dS, dQ = scale dS K and
+/// dK += scale dS^T Q, and adds dS into the mask gradient gm (when there is a mask). p and ds
+/// are [s,t] scratch.
+template <typename T>
+void attentionGradHead(const AttentionShape &a, const T *qs, const T *ks, const T *vs, const T *dos,
+                       int64_t bi, int64_t hi, T *p, T *ds, T *gq, T *gk, T *gv, double *gm) {
+  int64_t s = a.s, t = a.t, d = a.d, dv = a.dv;
+  const std::vector<int64_t> &ms = a.maskStrides;
+  const T *qh = qs + a.qOffset(bi, hi), *kh = ks + a.kOffset(bi, hi);
+  const T *vh = vs + a.vOffset(bi, hi), *doh = dos + a.oOffset(bi, hi);
+  // The forward's probabilities, exactly as attention() computes them.
+  attentionProbs<T>(a, qs, ks, bi, hi, p);
+  // dV += P^T dO; dP = dO V^T.
+  gemmStrided<T>(true, false, t, dv, s, T(1), p, t, doh, a.h * dv, T(1), gv + a.vOffset(bi, hi),
+                 a.hk * dv);
+  gemmStrided<T>(false, true, s, t, dv, T(1), doh, a.h * dv, vh, a.hk * dv, T(0), ds, t);
+  // dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij'); masked keys (P = 0) get exactly 0, so a fully
+  // masked row passes nothing back.
+  for (int64_t i = 0; i < s; ++i) {
+    const T *pr = p + i * t;
+    T *dr = ds + i * t;
+    double pdp = 0.0;
+    for (int64_t j = 0; j < t; ++j)
+      if (pr[j] != T(0))
+        pdp += static_cast<double>(pr[j]) * static_cast<double>(dr[j]);
+    for (int64_t j = 0; j < t; ++j)
+      dr[j] = pr[j] == T(0)
+                  ? T(0)
+                  : static_cast<T>(static_cast<double>(pr[j]) * (static_cast<double>(dr[j]) - pdp));
+    if (gm) {
+      double *gmr = gm + bi * ms[0] + hi * ms[1] + i * ms[2];
+      for (int64_t j = 0; j < t; ++j)
+        gmr[j * ms[3]] += static_cast<double>(dr[j]);
+    }
+  }
+  // dQ = scale dS K; dK += scale dS^T Q.
+  T sc = static_cast<T>(a.scale);
+  gemmStrided<T>(false, false, s, d, t, sc, ds, t, kh, a.hk * d, T(0), gq + a.qOffset(bi, hi),
+                 a.h * d);
+  gemmStrided<T>(true, false, t, d, s, sc, ds, t, qh, a.h * d, T(1), gk + a.kOffset(bi, hi),
+                 a.hk * d);
+}
+
+} // namespace
+
 Status attentionGrad(const TensorRef &dout, const TensorRef &q, const TensorRef &k,
                      const TensorRef &v, const TensorRef *mask, bool causal, double scale,
                      const TensorRef &dq, const TensorRef &dk, const TensorRef &dv,
@@ -180,52 +227,25 @@ Status attentionGrad(const TensorRef &dout, const TensorRef &q, const TensorRef 
     std::fill(gk, gk + k.numElements(), T(0));
     std::fill(gv, gv + v.numElements(), T(0));
     std::vector<double> gm(mask ? static_cast<size_t>(mask->numElements()) : 0, 0.0);
-    std::vector<T> p(static_cast<size_t>(s * t)), ds(static_cast<size_t>(s * t));
-    for (int64_t bi = 0; bi < b; ++bi)
-      for (int64_t hi = 0; hi < h; ++hi) {
-        const T *qh = qs + shape.qOffset(bi, hi), *kh = ks + shape.kOffset(bi, hi);
-        const T *vh = vs + shape.vOffset(bi, hi), *doh = dos + shape.oOffset(bi, hi);
-        // The forward's probabilities, exactly as attention() computes them.
-        attentionProbs<T>(shape, qs, ks, bi, hi, p.data());
-        // dV += P^T dO; dP = dO V^T.
-        gemmStrided<T>(true, false, t, dvDim, s, T(1), p.data(), t, doh, h * dvDim, T(1),
-                       gv + shape.vOffset(bi, hi), hk * dvDim);
-        gemmStrided<T>(false, true, s, t, dvDim, T(1), doh, h * dvDim, vh, hk * dvDim, T(0),
-                       ds.data(), t);
-        // dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij'); masked keys (P = 0) get exactly 0, so a
-        // fully masked row passes nothing back. Rows are independent: split over the kernel
-        // threads, except with a mask, whose gradient rows may be one broadcast row they all add
-        // into (in row order).
-        auto dsRows = [&](int64_t rowBegin, int64_t rowEnd) {
-          for (int64_t i = rowBegin; i < rowEnd; ++i) {
-            const T *pr = p.data() + i * t;
-            T *dr = ds.data() + i * t;
-            double pdp = 0.0;
-            for (int64_t j = 0; j < t; ++j)
-              if (pr[j] != T(0))
-                pdp += static_cast<double>(pr[j]) * static_cast<double>(dr[j]);
-            for (int64_t j = 0; j < t; ++j)
-              dr[j] = pr[j] == T(0) ? T(0)
-                                    : static_cast<T>(static_cast<double>(pr[j]) *
-                                                     (static_cast<double>(dr[j]) - pdp));
-            if (mask) {
-              double *gmr = gm.data() + bi * ms[0] + hi * ms[1] + i * ms[2];
-              for (int64_t j = 0; j < t; ++j)
-                gmr[j * ms[3]] += static_cast<double>(dr[j]);
-            }
-          }
-        };
-        if (mask)
-          dsRows(0, s);
-        else
-          parallelFor(s, grainFor(4 * t), [&](int64_t b0, int64_t b1) { dsRows(b0, b1); });
-        // dQ = scale dS K; dK += scale dS^T Q.
-        T sc = static_cast<T>(scale);
-        gemmStrided<T>(false, false, s, d, t, sc, ds.data(), t, kh, hk * d, T(0),
-                       gq + shape.qOffset(bi, hi), h * d);
-        gemmStrided<T>(true, false, t, d, s, sc, ds.data(), t, qh, h * d, T(1),
-                       gk + shape.kOffset(bi, hi), hk * d);
+    // The heads run on the kernel threads, each product on one BLAS thread. A task is every
+    // head that adds into the same dk/dv rows (the query heads of one kv head) or the same mask
+    // gradient rows (all batches or heads a broadcast mask spans), run in the serial loop's
+    // order (batch, then head), so every sum adds in the same order on any thread count.
+    int64_t groupSize = h / hk;
+    int64_t batchTasks = mask && ms[0] == 0 ? 1 : b;
+    int64_t headTasks = mask && ms[1] == 0 ? 1 : hk;
+    int64_t batchesPerTask = b / batchTasks, kvHeadsPerTask = hk / headTasks;
+    parallelForSerialBlas(batchTasks * headTasks, 1, [&](int64_t taskBegin, int64_t taskEnd) {
+      std::vector<T> p(static_cast<size_t>(s * t)), ds(static_cast<size_t>(s * t));
+      for (int64_t task = taskBegin; task < taskEnd; ++task) {
+        int64_t b0 = task / headTasks * batchesPerTask;
+        int64_t h0 = task % headTasks * kvHeadsPerTask * groupSize;
+        for (int64_t bi = b0; bi < b0 + batchesPerTask; ++bi)
+          for (int64_t hi = h0; hi < h0 + kvHeadsPerTask * groupSize; ++hi)
+            attentionGradHead<T>(shape, qs, ks, vs, dos, bi, hi, p.data(), ds.data(), gq, gk, gv,
+                                 mask ? gm.data() : nullptr);
       }
+    });
     if (mask)
       store<T>(gm, *dmask);
     return Status::ok();

@@ -220,15 +220,18 @@ Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, con
   return dispatchFloat(name, q.dtype, [&](auto tag) {
     using T = decltype(tag);
     // Per (batch, head): P = softmax(scale * Q K^T + mask) [s,t], then O = P V, both through
-    // gemm on the strided [b,s,h,d] layouts (no copies).
-    std::vector<T> p(static_cast<size_t>(s * t));
-    for (int64_t bi = 0; bi < b; ++bi)
-      for (int64_t hi = 0; hi < h; ++hi) {
+    // gemm on the strided [b,s,h,d] layouts (no copies). The heads are independent: they run on
+    // the kernel threads, each product on one BLAS thread (the same bits on any count).
+    parallelForSerialBlas(b * h, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> p(static_cast<size_t>(s * t));
+      for (int64_t unit = begin; unit < end; ++unit) {
+        int64_t bi = unit / h, hi = unit % h;
         attentionProbs<T>(shape, q.as<const T>(), k.as<const T>(), bi, hi, p.data());
         gemmStrided<T>(false, false, s, dv, t, T(1), p.data(), t,
                        v.as<const T>() + shape.vOffset(bi, hi), hk * dv, T(0),
                        out.as<T>() + shape.oOffset(bi, hi), h * dv);
       }
+    });
     return Status::ok();
   });
 }

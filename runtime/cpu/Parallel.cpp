@@ -20,6 +20,7 @@
 
 #ifdef MEGAC_HAVE_BLAS
 extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int threads);
 #endif
 
 namespace megac::runtime::cpu::detail {
@@ -142,13 +143,40 @@ private:
 
 std::mutex busy; // one loop at a time; another thread's loop runs serially meanwhile
 
-} // namespace
+/// Sets OpenBLAS to one thread while any holder lives: the first holder saves the count, the
+/// last one restores it, so overlapping holders on several threads never restore a 1. (OpenBLAS
+/// 0.3.21's thread count is process-wide; a call on one thread runs on that thread alone, and
+/// such calls may run concurrently.)
+class SerialBlas {
+public:
+  SerialBlas() {
+#ifdef MEGAC_HAVE_BLAS
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (holders_++ == 0) {
+      saved_ = openblas_get_num_threads();
+      if (saved_ != 1)
+        openblas_set_num_threads(1);
+    }
+#endif
+  }
+  ~SerialBlas() {
+#ifdef MEGAC_HAVE_BLAS
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--holders_ == 0 && saved_ != 1)
+      openblas_set_num_threads(saved_);
+#endif
+  }
+  SerialBlas(const SerialBlas &) = delete;
+  SerialBlas &operator=(const SerialBlas &) = delete;
 
-void parallelForRaw(int64_t n, int64_t grain, void (*body)(void *, int64_t, int64_t),
-                    void *context) {
-  if (n <= 0)
-    return;
-  int threads = kernelThreads();
+private:
+  static inline std::mutex mutex_;
+  static inline int holders_ = 0, saved_ = 1;
+};
+
+/// parallelForRaw on `threads` threads.
+void runLoop(int threads, int64_t n, int64_t grain, void (*body)(void *, int64_t, int64_t),
+             void *context) {
   int64_t chunks = std::min<int64_t>(int64_t(4) * threads, n / std::max<int64_t>(grain, 1));
   if (threads <= 1 || chunks <= 1 || insideLoop) {
     body(context, 0, n);
@@ -161,6 +189,23 @@ void parallelForRaw(int64_t n, int64_t grain, void (*body)(void *, int64_t, int6
   }
   static Pool *pool = new Pool; // never destroyed: detached workers outlive static destructors
   pool->run(n, chunks, threads, body, context);
+}
+
+} // namespace
+
+void parallelForRaw(int64_t n, int64_t grain, void (*body)(void *, int64_t, int64_t),
+                    void *context) {
+  if (n > 0)
+    runLoop(kernelThreads(), n, grain, body, context);
+}
+
+void parallelForSerialBlasRaw(int64_t n, int64_t grain, void (*body)(void *, int64_t, int64_t),
+                              void *context) {
+  if (n <= 0)
+    return;
+  int threads = kernelThreads(); // before SerialBlas makes it 1
+  SerialBlas serial;
+  runLoop(threads, n, grain, body, context);
 }
 
 } // namespace megac::runtime::cpu::detail

@@ -29,6 +29,22 @@ template <typename F> void parallelFor(int64_t n, int64_t grain, F &&f) {
       const_cast<void *>(static_cast<const void *>(&f)));
 }
 
+/// parallelForRaw for bodies made of BLAS calls (attention's per-head products): the loop runs
+/// on kernelThreads() threads while OpenBLAS runs every call on its calling thread (its thread
+/// count is 1 until the loop returns), so the kernel threads take BLAS's place, one product
+/// each. The products' bits then do not depend on the thread count either: OpenBLAS splits a
+/// product differently on 3 threads than on 1.
+void parallelForSerialBlasRaw(int64_t n, int64_t grain, void (*body)(void *, int64_t, int64_t),
+                              void *context);
+
+/// parallelForSerialBlasRaw with a callable f(begin, end). Chunks must write disjoint memory.
+template <typename F> void parallelForSerialBlas(int64_t n, int64_t grain, F &&f) {
+  parallelForSerialBlasRaw(
+      n, grain,
+      [](void *context, int64_t begin, int64_t end) { (*static_cast<F *>(context))(begin, end); },
+      const_cast<void *>(static_cast<const void *>(&f)));
+}
+
 /// Items per chunk that make a chunk worth a thread hand-off (~tens of microseconds) when one
 /// item costs about `workPerItem` simple operations.
 inline int64_t grainFor(int64_t workPerItem) {

@@ -114,31 +114,51 @@ TEST(ParallelKernels, ElementwiseAndRowKernelsGiveTheSameBitsOnAnyThreads) {
             << "lead " << lead << ": not the in-order double sum";
       });
     }
-  // Attention's softmax rows are split over the kernel threads (AttentionUtil.h
-  // attentionProbs): 1 and 2 threads give the same bits. Not 3: OpenBLAS's sgemm itself gives
-  // other bits for these per-head products on 3 threads (with or without the row split).
-  std::vector<int64_t> qkv{2, 160, 4, 16};
+  // Attention's heads run on the kernel threads, each product on one BLAS thread, and the
+  // backward's sums (dk/dv over a kv head's query heads, a broadcast mask's gradient) add in the
+  // serial order: the same bits on 1, 2 and 3 threads (before, OpenBLAS's own 3-thread split
+  // of the per-head products gave other bits).
+  std::vector<int64_t> qShape{2, 160, 4, 16}, kvShape{2, 160, 2, 16};
   std::vector<float> q = randomFloats(2 * 160 * 4 * 16, 1.0f, 4),
                      k = randomFloats(2 * 160 * 4 * 16, 1.0f, 5),
-                     v = randomFloats(2 * 160 * 4 * 16, 1.0f, 6), o(2 * 160 * 4 * 16), dq(o.size()),
-                     dk(o.size()), dv(o.size());
-  for (bool causal : {false, true}) {
-    expectSameOnAnyThreads(
-        "Attention", {&o},
-        [&] {
-          ASSERT_TRUE(
-              attention(ref(q, qkv), ref(k, qkv), ref(v, qkv), nullptr, causal, 0.25, ref(o, qkv))
-                  .isOk());
-        },
-        2);
-    expectSameOnAnyThreads(
-        "AttentionGrad", {&dq, &dk, &dv},
-        [&] {
-          ASSERT_TRUE(attentionGrad(ref(v, qkv), ref(q, qkv), ref(k, qkv), ref(v, qkv), nullptr,
-                                    causal, 0.25, ref(dq, qkv), ref(dk, qkv), ref(dv, qkv), nullptr)
-                          .isOk());
-        },
-        2);
+                     v = randomFloats(2 * 160 * 4 * 16, 1.0f, 6), o(q.size()), dq(q.size()),
+                     dk(k.size()), dv(v.size());
+  for (int64_t kvHeads : {4, 2}) { // multi-head, then grouped queries (two per kv head)
+    std::vector<int64_t> kv = kvHeads == 4 ? qShape : kvShape;
+    dk.resize(size_t(2 * 160 * kvHeads * 16));
+    dv.resize(dk.size());
+    for (bool causal : {false, true}) {
+      expectSameOnAnyThreads("Attention", {&o}, [&] {
+        ASSERT_TRUE(
+            attention(ref(q, qShape), ref(k, kv), ref(v, kv), nullptr, causal, 0.25, ref(o, qShape))
+                .isOk());
+      });
+      expectSameOnAnyThreads("AttentionGrad", {&dq, &dk, &dv}, [&] {
+        ASSERT_TRUE(attentionGrad(ref(o, qShape), ref(q, qShape), ref(k, kv), ref(v, kv), nullptr,
+                                  causal, 0.25, ref(dq, qShape), ref(dk, kv), ref(dv, kv), nullptr)
+                        .isOk());
+      });
+    }
+    // Additive masks broadcast over batch and heads, over heads, and not at all.
+    for (std::vector<int64_t> maskShape :
+         std::vector<std::vector<int64_t>>{{160, 160}, {2, 1, 160, 160}, {2, 4, 160, 160}}) {
+      size_t maskSize = 1;
+      for (int64_t dim : maskShape)
+        maskSize *= size_t(dim);
+      std::vector<float> mask = randomFloats(maskSize, 1.0f, 7), dmask(maskSize);
+      expectSameOnAnyThreads("Attention with a mask", {&o}, [&] {
+        TensorRef m = ref(mask, maskShape);
+        ASSERT_TRUE(
+            attention(ref(q, qShape), ref(k, kv), ref(v, kv), &m, false, 0.25, ref(o, qShape))
+                .isOk());
+      });
+      expectSameOnAnyThreads("AttentionGrad with a mask", {&dq, &dk, &dv, &dmask}, [&] {
+        TensorRef m = ref(mask, maskShape), dm = ref(dmask, maskShape);
+        ASSERT_TRUE(attentionGrad(ref(o, qShape), ref(q, qShape), ref(k, kv), ref(v, kv), &m, false,
+                                  0.25, ref(dq, qShape), ref(dk, kv), ref(dv, kv), &dm)
+                        .isOk());
+      });
+    }
   }
   std::vector<int64_t> labels(4 * 96);
   for (size_t i = 0; i < labels.size(); ++i)
