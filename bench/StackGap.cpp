@@ -68,6 +68,7 @@ const std::vector<Field> &fields() {
       Field{"hostSecondsPerKernel", nullptr, nullptr, &StackProfile::hostSecondsPerKernel},
       FLAG(recomputePerLayer),
       FLAG(deferredWeightGradients),
+      FLAG(backwardPeaksAtItsStart),
       FLAG(concatenatedGradientReduction),
       FLAG(gathersMasterWeights),
       FLAG(fp32ResidualStream),

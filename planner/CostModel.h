@@ -260,7 +260,9 @@ private:
   /// The largest parameter unit ZeRO-3 gathers at once on the busiest stage (see
   /// gatheredParameterBytes), in parameters.
   double largestGatheredUnit(const Layout &layout, bool first, bool last) const;
-  KernelTime optimizerTime(const Layout &layout, double localParameters, double localExperts) const;
+  /// The optimizer step: the global norm, the gradients' unpacking and (`withUpdate`) AdamW.
+  KernelTime optimizerTime(const Layout &layout, double localParameters, double localExperts,
+                           bool withUpdate = true) const;
   /// One ZeRO collective over the stage's `params` (of which `experts`) at `bytesPerParameter`.
   double zeroCollective(const Layout &layout, Collective kind, double params, double experts,
                         double bytesPerParameter) const;

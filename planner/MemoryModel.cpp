@@ -152,8 +152,8 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
       // Megatron checkpoints every layer's input (--recompute-num-layers 1): one layer's
       // activations exist transiently.
       bool perLayer = l.pp * l.vpp == 1 || stack_.recomputePerLayer;
-      // megac defers a chunk's weight gradients to its backward's end, so the recomputed
-      // activations of the whole chunk are live there whatever is stashed.
+      // A stack that defers a chunk's weight gradients to its backward's end keeps the
+      // recomputed activations of the whole chunk live there whatever is stashed.
       c.activationBytes = inFlight * residual * (perLayer ? double(layersPerChunk) : 1.0);
       // (ZeRO-2/3 reduce-scatter each block's gradients as they are made: no deferral.)
       bool deferred = stack_.deferredWeightGradients && l.zero < 2;
@@ -161,9 +161,10 @@ void StepEstimator::fillMemory(const Layout &l, StepCost &cost) {
     } else {
       c.activationBytes = inFlight * double(layersPerChunk) * kept;
       transient = none; // the block being differentiated: its gradients and recomputed values
-      // megac without deferred weight gradients (ZeRO-2/3) frees each block's stash as its
-      // gradients are made: the backward's peak is its start, the stash and the logits' gradient.
-      if (stack_.deferredWeightGradients && l.zero >= 2)
+      // A backward that frees each block's stash as its gradients are made, without deferred
+      // weight gradients, peaks at its start: the stash and the logits' gradient.
+      bool deferred = stack_.deferredWeightGradients && l.zero < 2;
+      if (stack_.backwardPeaksAtItsStart && !deferred)
         transient = 0;
     }
     // megac's pipeline runner holds the stashes outside the arena, and the backward reads one

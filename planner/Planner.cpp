@@ -458,12 +458,14 @@ double StepEstimator::pipelineSendSeconds(const Layout &l, double bytes) const {
 }
 
 KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
-                                        double localExperts) const {
+                                        double localExperts, bool withUpdate) const {
   // ZeRO-1 updates 1/dp of the local parameters (of the experts, 1/(dp/ep): their optimizer
   // state is sharded over the ranks that hold the same experts); one kernel per parameter
   // tensor unless the stack has a multi-tensor optimizer.
   double updated = (localParameters - localExperts) / double(l.zero ? denseZeroShards(l) : 1) +
                    localExperts / double(l.zero ? expertZeroShards(l) : 1);
+  if (!withUpdate)
+    updated = 0;
   double perBlock = tensorsPerBlock(shape_);
   // Outside the blocks: the embedding table (and an untied head), learned positions and the
   // final norm (scale, and LayerNorm's bias).
@@ -580,12 +582,13 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   // megac (overlapFollowsPlan): only `--overlap on` at pp 1 and ZeRO 0/1/2 over more than one
   // bucket overlaps (passes/training/TrainingPipeline.cpp fuses the last micro-batch with the
   // update at one chunk; the buckets as TrainingOptimizer.cpp cuts them). Each bucket's reduction
-  // is issued as its gradients become final, so all hide behind the last backward where it is
-  // long enough (the link shared: the reduction's remainder otherwise) except the tail: the
-  // gradients that become final last, the first block's (a block's backward finishes all of its
-  // gradients at once), whose buckets queue on the link after the backward ends: one block's
-  // share where the buckets are finer than the blocks, one bucket's where they are coarser
-  // (measured on an emulated shared link, docs/training-step.md);
+  // is issued as its gradients become final (each weight-gradient GEMM next to its layer,
+  // mega-training-gemm-fusion), so all hide behind the last backward where it is long enough
+  // (the link shared: the reduction's remainder otherwise) except the tail: the last bucket's,
+  // whose gradients are final when the backward ends, hidden behind the work on the other
+  // buckets' results that the tail's order puts ahead of its done (their unpacking and the
+  // global norm's squares: the optimizer step without AdamW; mega-schedule-latency-hiding,
+  // measured on an emulated shared link, docs/training-step.md);
   // each ZeRO-1/2 all-gather follows its bucket's update and hides behind the remaining buckets'
   // updates (ZeRO-2 has no reduction here: its reduce-scatters are in the chunks).
   double buckets = 1;
@@ -594,8 +597,11 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
         stack_.bucketSize > 0 ? stack_.bucketSize : std::max<int64_t>(40000000, 1000000 * l.dp);
     buckets = std::ceil(local / double(size));
   }
-  if (buckets > 1 && reduce > 0)
-    exposed = std::max(reduce / std::min(buckets, blocks), reduce - lastBackward);
+  if (buckets > 1 && reduce > 0) {
+    double beforeLastDone =
+        optimizerTime(l, local, experts, false).total() * (buckets - 1) / buckets;
+    exposed = std::max({reduce / buckets - beforeLastDone, reduce - lastBackward, 0.0});
+  }
   double gather = 0;
   if (l.zero == 1 || l.zero == 2) {
     gather = zeroCollective(l, Collective::allGather, local, experts, pb.parameter);

@@ -78,7 +78,8 @@ StackProfile megac(bool cpu) {
   p.ringBackwardRecomputesStatistics = true;
   p.ringGradientsBlock = true;
   // Memory as the compiled plans hold it (StackProfile.h; tests/e2e/plan_sharding_memory_test.py).
-  p.deferredWeightGradients = true;
+  p.deferredWeightGradients = false; // weight-gradient GEMMs next to their layer (GemmFusion)
+  p.backwardPeaksAtItsStart = true;
   p.concatenatedGradientReduction = true;
   p.stashCopiedIntoArena = true;
   p.shardedBuffersInArena = true;

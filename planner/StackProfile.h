@@ -177,9 +177,14 @@ struct StackProfile {
   bool recomputeDropsUnreadForward = false;
   /// Memory as megac's compiler lays it out (docs/planner.md "Memory per device"; measured on
   /// compiled plans by `megac plan --ranks N --json`'s arena listing):
-  /// - the weight-gradient GEMMs of a chunk run after all its input gradients, so every layer's
-  ///   recomputed activations live at the backward's end: full recompute keeps the stash down to
-  ///   the chunk inputs but not the backward's peak (a chunk's activations, not one layer's);
+  /// - deferredWeightGradients: the weight-gradient GEMMs of a chunk run after all its input
+  ///   gradients, so every layer's recomputed activations live at the backward's end: full
+  ///   recompute keeps the stash down to the chunk inputs but not the backward's peak (a chunk's
+  ///   activations, not one layer's). megac did until mega-training-gemm-fusion raised each
+  ///   accumulating GEMM to its layer (2026-12-04); off since;
+  /// - backwardPeaksAtItsStart: without deferred weight gradients the backward frees each
+  ///   block's stash and activation gradients as the block's gradients are made, so its peak is
+  ///   its start (the stash and the logits' gradient), with no transient block on top;
   /// - the pipeline runner keeps each micro-batch's stash outside the arena and the backward
   ///   reads it as pinned inputs, so one micro-batch's stash is held twice;
   /// - ZeRO-2's whole-gradient bucket and ZeRO-3's gathered unit are arena buffers that are
@@ -188,6 +193,7 @@ struct StackProfile {
   /// - under mixed precision the residual stream, so the block input and both norms' inputs,
   ///   stay fp32;
   bool deferredWeightGradients = false;
+  bool backwardPeaksAtItsStart = false;
   /// Without ZeRO, the gradient reduction concatenates the stage's gradients into one buffer
   /// and all-reduces it into another, in the arena (megac's apply_gradients; Megatron reduces
   /// its contiguous gradient buffer in place).

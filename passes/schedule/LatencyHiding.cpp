@@ -9,6 +9,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 
@@ -398,6 +399,153 @@ void scheduleBlock(Block &block, int64_t budget) {
       pair.op->erase();
 }
 
+/// Whether `op` talks to other ranks (a collective, a start, a send or receive, an exchange over
+/// a mesh) or has another side effect: such ops keep their order among themselves, so that every
+/// rank of a group still posts its collectives in the same order. A done only waits for its own
+/// start and may move.
+bool keepsItsOrder(Operation *op) {
+  if (isa<mega::CollectiveDoneOp>(op))
+    return false;
+  return op->hasAttr("mesh") || !isMemoryEffectFree(op);
+}
+
+/// Orders the ops of the block's tail (after the backward, see below) by when their inputs
+/// arrive: a done's
+/// arrival is its start's rank among the block's starts (a group's link carries them in posting
+/// order), an op's is the latest arrival it depends on. A stable sort on it puts the work on
+/// early collectives' results (unpacking, a bucket's squares for the global norm, its update
+/// and its parameter gather) ahead of the later collectives' dones, which then wait behind that
+/// work instead of in front of it. Only the order changes, never the arithmetic: the order stays
+/// a topological one (an op's arrival is at least its operands'), ops that communicate keep
+/// their order among themselves (keepsItsOrder), and an op returning a `mega.updates` value,
+/// which the plan may write over the state it replaces, stays after every op of the region that
+/// read that state before it; a start stays after every done before it (it never rises, so no
+/// more is in flight at once). Nothing happens when the bytes of the collectives completed in
+/// the region exceed `budget` (they may then be in flight together for longer).
+void orderTailByArrival(Block &block, int64_t budget) {
+  Operation *terminator = &block.back();
+  auto isStart = [](Operation &op) {
+    return isa<mega::AllReduceStartOp, mega::AllGatherStartOp, mega::ReduceScatterStartOp>(op);
+  };
+  auto firstStart = llvm::find_if(block, isStart);
+  if (firstStart == block.end())
+    return;
+  // The tail: after the model's last compute (the backward's last GEMM, attention or norm
+  // gradient; the forward's and backward's own pairs are placed by scheduleBlock and
+  // mega-training-zero-prefetch), from the first done, or the first blocking collective after a
+  // start (left blocking by scheduleBlock because its first reader followed it: the reduction
+  // of the gradients made last, whose unpacking came first), to the end. Such a collective
+  // becomes a pair here, so that its done can wait behind the work on earlier results too.
+  auto from = firstStart;
+  for (auto it = firstStart; it != block.end(); ++it)
+    if (isa<mega::MatmulOp, mega::LinearOp, mega::AttentionOp, mega::AttentionGradOp,
+            mega::MoeMatmulOp, mega::MoeMatmulWeightGradOp, mega::EmbeddingGradOp,
+            mega::LayerNormGradOp, mega::RmsNormGradOp, mega::CrossEntropyGradOp>(*it))
+      from = std::next(it);
+  auto firstDone = std::find_if(from, block.end(), [&](Operation &op) {
+    return isa<mega::CollectiveDoneOp>(op) ||
+           (isBlockingCollective(&op) && firstStart->isBeforeInBlock(&op));
+  });
+  if (firstDone == block.end() || &*firstDone == terminator)
+    return;
+  int64_t bytes = 0;
+  for (auto it = firstDone; &*it != terminator; ++it)
+    if (isa<mega::CollectiveDoneOp>(*it)) {
+      if (Operation *start = it->getOperand(0).getDefiningOp())
+        bytes += inFlightBytes(start);
+    } else if (isBlockingCollective(&*it)) {
+      bytes += inFlightBytes(&*it);
+    }
+  if (bytes > budget)
+    return;
+  Operation *tailStart = &*firstDone;
+  for (Operation *op : llvm::to_vector(llvm::make_pointer_range(
+           llvm::make_range(Block::iterator(tailStart), Block::iterator(terminator))))) {
+    if (!isBlockingCollective(op))
+      continue;
+    OpBuilder b(op);
+    Value started = buildStart(b, op);
+    auto done = b.create<mega::CollectiveDoneOp>(op->getLoc(), started.getType(), started);
+    op->getResult(0).replaceAllUsesWith(done.getResult());
+    if (op == tailStart)
+      tailStart = started.getDefiningOp();
+    op->erase();
+  }
+  llvm::DenseMap<Operation *, int64_t> startRank;
+  int64_t starts = 0;
+  for (Operation &op : block)
+    if (isStart(op))
+      startRank[&op] = ++starts;
+  SmallVector<Operation *> region;
+  for (auto it = Block::iterator(tailStart); &*it != terminator; ++it)
+    region.push_back(&*it);
+  llvm::DenseMap<Operation *, size_t> position;
+  for (auto [i, op] : llvm::enumerate(region))
+    position[op] = i;
+  // For each op returning a mega.updates value: the region's other readers of the state it
+  // replaces that come before it.
+  auto ret = cast<func::ReturnOp>(terminator);
+  auto fn = cast<func::FuncOp>(block.getParentOp());
+  llvm::DenseMap<Operation *, SmallVector<size_t>> readersBefore;
+  for (unsigned i = 0; i < ret.getNumOperands() && i < fn.getNumResults(); ++i) {
+    auto name = fn.getResultAttrOfType<StringAttr>(i, "mega.updates");
+    Operation *writer = ret.getOperand(i).getDefiningOp();
+    if (!name || !writer || !position.count(writer))
+      continue;
+    for (BlockArgument arg : block.getArguments()) {
+      bool replaced = false;
+      for (StringRef attr : {"mega.param", "mega.state"})
+        if (auto bound = fn.getArgAttrOfType<StringAttr>(arg.getArgNumber(), attr))
+          replaced |= bound == name;
+      if (!replaced)
+        continue;
+      for (Operation *user : arg.getUsers())
+        if (Operation *at = block.findAncestorOpInBlock(*user);
+            at && at != writer && position.count(at) && at->isBeforeInBlock(writer))
+          readersBefore[writer].push_back(position[at]);
+    }
+  }
+  std::vector<int64_t> arrival(region.size(), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    int64_t chain = 0, dones = 0;
+    for (auto [i, op] : llvm::enumerate(region)) {
+      int64_t a = arrival[i];
+      if (auto done = dyn_cast<mega::CollectiveDoneOp>(op))
+        if (Operation *start = done->getOperand(0).getDefiningOp())
+          a = std::max(a, startRank.lookup(start));
+      // A start stays after the dones before it: it never rises (more bytes in flight).
+      if (startRank.count(op))
+        a = std::max(a, dones);
+      op->walk([&](Operation *nested) {
+        for (Value operand : nested->getOperands())
+          if (Operation *def = operand.getDefiningOp())
+            if (Operation *at = block.findAncestorOpInBlock(*def))
+              if (auto it = position.find(at); it != position.end() && it->second != i)
+                a = std::max(a, arrival[it->second]);
+      });
+      if (auto it = readersBefore.find(op); it != readersBefore.end())
+        for (size_t r : it->second)
+          a = std::max(a, arrival[r]);
+      if (keepsItsOrder(op))
+        a = chain = std::max(a, chain);
+      if (isa<mega::CollectiveDoneOp>(op))
+        dones = std::max(dones, a);
+      if (a != arrival[i]) {
+        arrival[i] = a;
+        changed = true;
+      }
+    }
+  }
+  std::vector<size_t> order(region.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return arrival[a] < arrival[b]; });
+  for (size_t i : order)
+    region[i]->moveBefore(terminator);
+}
+
 struct LatencyHidingPass : impl::LatencyHidingBase<LatencyHidingPass> {
   using LatencyHidingBase::LatencyHidingBase;
 
@@ -415,6 +563,7 @@ struct LatencyHidingPass : impl::LatencyHidingBase<LatencyHidingPass> {
         splitUpdatesByGather(block);
         hoistParameterGathers(block);
         scheduleBlock(block, maxInFlightBytes);
+        orderTailByArrival(block, maxInFlightBytes);
       }
     });
   }

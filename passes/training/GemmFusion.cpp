@@ -11,6 +11,9 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <functional>
 
 using namespace mlir;
 
@@ -191,6 +194,61 @@ bool fuseAccumulation(mega::AddOp add, Value acc) {
   return false;
 }
 
+/// Moves `op` up to just after the latest op of its block defining one of its operands, or, when
+/// block arguments are all it reads, to just after `*atStart` (the last op so placed at the
+/// block's start; null: the start itself), keeping such ops in their order. Only upward: every
+/// operand stays defined before it and every use after it.
+void raiseToOperands(Operation *op, Operation *&atStart) {
+  Block *block = op->getBlock();
+  Operation *latest = nullptr;
+  for (Value operand : op->getOperands())
+    if (Operation *def = operand.getDefiningOp();
+        def && def->getBlock() == block && (!latest || latest->isBeforeInBlock(def)))
+      latest = def;
+  if (!latest) {
+    if (!atStart)
+      op->moveBefore(block, block->begin());
+    else if (atStart != op)
+      op->moveAfter(atStart);
+    atStart = op;
+  } else if (latest->isBeforeInBlock(op) && latest->getNextNode() != op) {
+    op->moveAfter(latest);
+  }
+}
+
+/// Raises each gradient accumulation of `f` (the op giving a `grad.*` `mega.updates` result, and
+/// the one-use adds and casts that feed it: a tied weight's partial sum) to where its operands
+/// are final. The accumulator is a state argument, so a weight-gradient GEMM that accumulates
+/// into it runs where its product is computable, in the backward next to its layer's input
+/// gradient, not where autodiff emitted the add (after the whole backward): a dp bucket's
+/// gradients are then final one layer after another (the overlap schedule starts its reduction
+/// there) and each layer's saved activations die with its layer. Only ops move, upward; the
+/// arithmetic is the same.
+void raiseAccumulations(func::FuncOp f) {
+  auto ret = cast<func::ReturnOp>(f.getBody().front().getTerminator());
+  llvm::SetVector<Operation *> chain;
+  std::function<void(Operation *)> collect = [&](Operation *op) {
+    if (!op || op->getBlock() != ret->getBlock() || !chain.insert(op))
+      return;
+    for (Value operand : op->getOperands())
+      if (Operation *def = operand.getDefiningOp();
+          def && operand.hasOneUse() && isa<mega::AddOp, mega::CastOp>(def))
+        collect(def);
+  };
+  for (unsigned i = 0; i < f.getNumResults(); ++i)
+    if (auto name = f.getResultAttrOfType<StringAttr>(i, kUpdatesAttr);
+        name && name.getValue().starts_with("grad."))
+      collect(ret.getOperand(i).getDefiningOp());
+  // In block order, so each op's chain operands have already risen above it.
+  SmallVector<Operation *> ordered;
+  for (Operation &op : ret->getBlock()->without_terminator())
+    if (chain.contains(&op))
+      ordered.push_back(&op);
+  Operation *atStart = nullptr;
+  for (Operation *op : ordered)
+    raiseToOperands(op, atStart);
+}
+
 /// Fuses the accumulation of every `mega.updates` result of `f` that adds a GEMM's product to
 /// the state it updates. Fails (with a diagnostic) on a result updating a state that no argument
 /// of `f` holds.
@@ -217,6 +275,7 @@ LogicalResult fuseAccumulations(func::FuncOp f) {
     if (add && add->hasOneUse() && (add.getLhs() == acc || add.getRhs() == acc))
       fuseAccumulation(add, acc);
   }
+  raiseAccumulations(f);
   return success();
 }
 

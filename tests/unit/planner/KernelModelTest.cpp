@@ -189,8 +189,8 @@ TEST(KernelModelTest, OverlapOnlyWhereTheProfileHasIt) {
 // Issue 29: megac overlaps the dp reduction and ZeRO-1's parameter gather only as its compiled
 // plan does: with --overlap on (latencyHiding) at pp 1, ZeRO 0/1, more than one bucket. Each
 // bucket's reduction then hides behind the last backward (its backward here is longer than the
-// reduction, so only the last of the 8 buckets is exposed, or the last block's share where the
-// buckets are finer than the blocks) and each gather behind the remaining
+// reduction, so only the last of the 8 buckets is exposed, less the optimizer's work on the
+// other buckets' results) and each gather behind the remaining
 // buckets' updates; everywhere else both are exposed whole, as with the option off.
 TEST(KernelModelTest, MegacOverlapFollowsTheCompiledPlan) {
   TransformerShape s = gpt(24, 2048, 16, 2048, 51200);
@@ -215,17 +215,20 @@ TEST(KernelModelTest, MegacOverlapFollowsTheCompiledPlan) {
     params = double(s.layers) * 12 * s.hidden * s.hidden / 8 + double(s.vocab) * s.hidden / 8 +
              double(s.seq) * s.hidden;
     StepCost on = run(dp, true, int64_t(params / 8) + 1);
-    EXPECT_GE(on.dpReduceSeconds, off.dpReduceSeconds / 9 * (1 - 1e-12));
+    // At most the last bucket's share (the optimizer step's norm and unpacking, which the
+    // tail's order puts ahead of its done, hide part of it), never negative.
+    EXPECT_GE(on.dpReduceSeconds, 0);
     EXPECT_LE(on.dpReduceSeconds, off.dpReduceSeconds / 8 * (1 + 1e-12));
     // One bucket (Megatron's default is 40M elements; this stage has ~160M): nothing to overlap
     // with one huge bucket.
     EXPECT_EQ(run(dp, true, int64_t(1e12)).dpReduceSeconds, off.dpReduceSeconds);
     EXPECT_LT(run(dp, true, 0).dpReduceSeconds, off.dpReduceSeconds);
-    // Buckets finer than the 24 blocks (about 48): the tail is the first block's gradients, final
-    // only when the backward ends, whose buckets queue on the shared link after it: one block's
-    // share, not one bucket's (docs/training-step.md, "A shared emulated link").
-    EXPECT_NEAR(run(dp, true, int64_t(params / 48) + 1).dpReduceSeconds, off.dpReduceSeconds / 24,
-                off.dpReduceSeconds * 1e-12);
+    // Buckets finer than the 24 blocks (about 48): each weight-gradient GEMM runs next to its
+    // layer (mega-training-gemm-fusion), so a block's gradients become final one GEMM after
+    // another and the tail is one bucket's share, not one block's (docs/training-step.md, "A
+    // shared emulated link").
+    EXPECT_LE(run(dp, true, int64_t(params / 48) + 1).dpReduceSeconds,
+              off.dpReduceSeconds / 48 * (1 + 1e-12));
   }
   {
     // ZeRO-1: the reduce-scatter as above, and the gather behind the remaining updates.

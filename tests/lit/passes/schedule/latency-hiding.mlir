@@ -61,8 +61,9 @@ func.func @backward(%dy: tensor<8x16xf32>, %w: tensor<16x32xf32>, %x: tensor<8x3
 // -----
 
 // ZeRO-1: a reduce-scatter feeding the update and the update's all-gather; the gather of the
-// first shard overlaps the second shard's update. The forward's row-parallel all-reduce,
-// needed by the very next op, stays blocking.
+// first shard overlaps the second shard's update. The last gather, read by the very next op,
+// is left blocking by the schedule, then split by the tail's order (orderTailByArrival) so that
+// the first gather's done, on the link before it, comes first.
 #mesh = #mega.mesh<dp = 2>
 func.func @zero(%g0: tensor<8xf32>, %g1: tensor<8xf32>, %p0: tensor<4xf32>, %p1: tensor<4xf32>)
     -> (tensor<8xf32>, tensor<8xf32>) {
@@ -83,9 +84,10 @@ func.func @zero(%g0: tensor<8xf32>, %g1: tensor<8xf32>, %p0: tensor<4xf32>, %p1:
 // CHECK-NEXT:    %[[G0:.*]] = mega.all_gather_start %[[U0]] {{.*}} dim 0 : tensor<4xf32> -> tensor<8xf32>
 // CHECK-NEXT:    %[[S1:.*]] = mega.collective_done %[[H1]]
 // CHECK-NEXT:    %[[U1:.*]] = mega.add %arg3, %[[S1]]
-// CHECK-NEXT:    %[[A1:.*]] = mega.all_gather %[[U1]]
-// CHECK-NEXT:    %[[N:.*]] = mega.neg %[[A1]]
+// CHECK-NEXT:    %[[G1:.*]] = mega.all_gather_start %[[U1]]
 // CHECK-NEXT:    %[[A0:.*]] = mega.collective_done %[[G0]]
+// CHECK-NEXT:    %[[A1:.*]] = mega.collective_done %[[G1]]
+// CHECK-NEXT:    %[[N:.*]] = mega.neg %[[A1]]
 // CHECK-NEXT:    return %[[A0]], %[[N]]
 
 // -----
@@ -197,3 +199,43 @@ func.func @accumulate_cast(%acc: tensor<4x8xf32>, %dy: tensor<8x8xbf16>, %x: ten
 // CHECK-NEXT:    %[[S:.*]] = mega.collective_done %[[H]] : tensor<4x8xf32>
 // CHECK-NEXT:    %[[A:.*]] = mega.add %arg0, %[[S]]
 // CHECK-NEXT:    return %[[N]], %[[A]]
+
+// -----
+
+// The tail after the first done is ordered by arrival: a group's link carries its collectives in
+// posting order, so the work on bucket a's result (its unpacking and its squares for the norm)
+// runs before bucket b's done, which then waits behind that work instead of in front of it. The
+// sum that reads both stays last, and the two starts keep their order. Within the budget only:
+// the 256-byte budget (two 64-byte buckets are in flight together) still reorders.
+#mesh = #mega.mesh<dp = 2>
+func.func @tail_by_arrival(%ga: tensor<16xf32>, %gb: tensor<16xf32>) -> tensor<f32> {
+  %ra = mega.all_reduce sum %ga on #mesh axes ["dp"] : tensor<16xf32>
+  %rb = mega.all_reduce sum %gb on #mesh axes ["dp"] : tensor<16xf32>
+  %ua = mega.reshape %ra : tensor<16xf32> -> tensor<4x4xf32>
+  %ub = mega.reshape %rb : tensor<16xf32> -> tensor<4x4xf32>
+  %sa = mega.mul %ua, %ua : tensor<4x4xf32>
+  %sb = mega.mul %ub, %ub : tensor<4x4xf32>
+  %qa = mega.reduce sum %sa over [0, 1] : tensor<4x4xf32> -> tensor<f32>
+  %qb = mega.reduce sum %sb over [0, 1] : tensor<4x4xf32> -> tensor<f32>
+  %n = mega.add %qa, %qb : tensor<f32>
+  return %n : tensor<f32>
+}
+// CHECK-LABEL: func.func @tail_by_arrival
+// CHECK-NEXT:    %[[HA:.*]] = mega.all_reduce_start sum %arg0
+// CHECK-NEXT:    %[[HB:.*]] = mega.all_reduce_start sum %arg1
+// CHECK-NEXT:    %[[RA:.*]] = mega.collective_done %[[HA]]
+// CHECK-NEXT:    %[[UA:.*]] = mega.reshape %[[RA]]
+// CHECK-NEXT:    %[[SA:.*]] = mega.mul %[[UA]], %[[UA]]
+// CHECK-NEXT:    %[[QA:.*]] = mega.reduce sum %[[SA]]
+// CHECK-NEXT:    %[[RB:.*]] = mega.collective_done %[[HB]]
+// CHECK-NEXT:    %[[UB:.*]] = mega.reshape %[[RB]]
+// CHECK-NEXT:    %[[SB:.*]] = mega.mul %[[UB]], %[[UB]]
+// CHECK-NEXT:    %[[QB:.*]] = mega.reduce sum %[[SB]]
+// CHECK-NEXT:    mega.add %[[QA]], %[[QB]]
+// CHECK-NEXT:    return
+// BUDGET-LABEL: func.func @tail_by_arrival
+// BUDGET:        mega.collective_done
+// BUDGET-NEXT:   mega.reshape
+// BUDGET-NEXT:   mega.mul
+// BUDGET-NEXT:   mega.reduce
+// BUDGET-NEXT:   mega.collective_done

@@ -14,9 +14,9 @@
 // CHECK: %[[DX:.*]] = mega.matmul %[[G]], %[[W]] : tensor<2x4x3xf32>, tensor<3x5xf32> -> tensor<2x4x5xf32>
 // CHECK: %[[G2:.*]] = mega.reshape %[[G]]
 // CHECK-NOT: mega.transpose
-// CHECK: %[[DB:.*]] = mega.reduce sum %[[G2]]
-// CHECK: %[[DW:.*]] = mega.matmul %[[G2]], %[[X]] accumulate %[[ACC]] {transpose_lhs = true} : tensor<8x3xf32>, tensor<8x5xf32>, tensor<3x5xf32> -> tensor<3x5xf32>
-// CHECK: %[[NB:.*]] = mega.add %[[ACCB]], %[[DB]]
+// CHECK-NEXT: %[[DW:.*]] = mega.matmul %[[G2]], %[[X]] accumulate %[[ACC]] {transpose_lhs = true} : tensor<8x3xf32>, tensor<8x5xf32>, tensor<3x5xf32> -> tensor<3x5xf32>
+// CHECK-NEXT: %[[DB:.*]] = mega.reduce sum %[[G2]]
+// CHECK-NEXT: %[[NB:.*]] = mega.add %[[ACCB]], %[[DB]]
 // CHECK: return %[[DX]], %[[DW]], %[[NB]]
 func.func @forward_backward(%g: tensor<2x4x3xf32> {mega.input = "g"},
     %x: tensor<8x5xf32> {mega.input = "x"}, %w: tensor<3x5xf32> {mega.param = "w"},
@@ -201,8 +201,8 @@ func.func @shared(%g: tensor<8x3xf32> {mega.input = "g"}, %x: tensor<8x5xf32> {m
 // CHECK-SAME: %[[M:[^:]*]]: tensor<8x4xf32>
 // CHECK-SAME: %[[ACC:[^:]*]]: tensor<4x6x5xf32> {mega.state = "grad.w1"}
 // CHECK-SAME: %[[ACC2:[^:]*]]: tensor<4x6x5xf32> {mega.state = "grad.w2"}
-// CHECK: %[[DW2:.*]] = mega.moe_matmul_weight_grad %[[DY]], %[[X]], %[[M]] topk 2 : (tensor<4x8x6xf32>, tensor<4x8x5xf32>, tensor<8x4xf32>) -> tensor<4x6x5xf32>
 // CHECK: %[[DW:.*]] = mega.moe_matmul_weight_grad %[[DY]], %[[X]], %[[M]] topk 2 accumulate %[[ACC]] : (tensor<4x8x6xf32>, tensor<4x8x5xf32>, tensor<8x4xf32>, tensor<4x6x5xf32>) -> tensor<4x6x5xf32>
+// CHECK: %[[DW2:.*]] = mega.moe_matmul_weight_grad %[[DY]], %[[X]], %[[M]] topk 2 : (tensor<4x8x6xf32>, tensor<4x8x5xf32>, tensor<8x4xf32>) -> tensor<4x6x5xf32>
 // CHECK: %[[N2:.*]] = mega.add %[[ACC2]], %[[DW2]]
 // CHECK: return %[[DW]], %[[N2]], %[[DW2]]
 func.func @moe_experts(%dy: tensor<4x8x6xf32> {mega.input = "dy"},
@@ -215,4 +215,44 @@ func.func @moe_experts(%dy: tensor<4x8x6xf32> {mega.input = "dy"},
   %n = mega.add %acc, %dw : tensor<4x6x5xf32>
   %n2 = mega.add %acc2, %dw2 : tensor<4x6x5xf32>
   return %n, %n2, %dw2 : tensor<4x6x5xf32>, tensor<4x6x5xf32>, tensor<4x6x5xf32>
+}
+
+// -----
+
+// Two layers' backward as autodiff emits it: the input gradients first, the accumulations after
+// the whole backward. Each weight-gradient GEMM (and the bias's add) rises to where its operands
+// are final, next to its layer's input gradient, so layer 2's gradients are final before layer
+// 1's backward runs (a dp bucket's reduction can start there) and x2 dies with layer 2.
+// CHECK-LABEL: func.func @two_layers
+// CHECK-SAME: %[[G:[^:]*]]: tensor<8x4xf32>
+// CHECK-SAME: %[[X1:[^:]*]]: tensor<8x4xf32>
+// CHECK-SAME: %[[W2:[^:]*]]: tensor<4x4xf32> {mega.param = "w2"}
+// CHECK-SAME: %[[ACC1:[^:]*]]: tensor<4x4xf32> {mega.state = "grad.w1"}
+// CHECK-SAME: %[[ACC2:[^:]*]]: tensor<4x4xf32> {mega.state = "grad.w2"}
+// CHECK-SAME: %[[ACCB:[^:]*]]: tensor<4xf32> {mega.state = "grad.b2"}
+// CHECK: %[[X2:.*]] = mega.gelu none %[[X1]]
+// CHECK-NEXT: %[[DW2:.*]] = mega.matmul %[[G]], %[[X2]] accumulate %[[ACC2]] {transpose_lhs = true}
+// CHECK-NEXT: %[[DX2:.*]] = mega.matmul %[[G]], %[[W2]]
+// CHECK-NEXT: %[[DB:.*]] = mega.reduce sum %[[G]]
+// CHECK-NEXT: %[[NB:.*]] = mega.add %[[ACCB]], %[[DB]]
+// CHECK-NEXT: %[[DH:.*]] = mega.gelu_grad
+// CHECK-NEXT: %[[DW1:.*]] = mega.matmul %[[DH]], %[[X1]] accumulate %[[ACC1]] {transpose_lhs = true}
+// CHECK-NEXT: return %[[DW1]], %[[DW2]], %[[NB]]
+func.func @two_layers(%g: tensor<8x4xf32> {mega.input = "g"}, %x1: tensor<8x4xf32> {mega.input = "x1"},
+    %w2: tensor<4x4xf32> {mega.param = "w2"}, %acc1: tensor<4x4xf32> {mega.state = "grad.w1"},
+    %acc2: tensor<4x4xf32> {mega.state = "grad.w2"}, %accb: tensor<4xf32> {mega.state = "grad.b2"})
+    -> (tensor<4x4xf32> {mega.updates = "grad.w1"}, tensor<4x4xf32> {mega.updates = "grad.w2"},
+        tensor<4xf32> {mega.updates = "grad.b2"}) {
+  %x2 = mega.gelu none %x1 : tensor<8x4xf32>
+  %dx2 = mega.matmul %g, %w2 : tensor<8x4xf32>, tensor<4x4xf32> -> tensor<8x4xf32>
+  %db = mega.reduce sum %g over [0] : tensor<8x4xf32> -> tensor<4xf32>
+  %dh = mega.gelu_grad none %dx2, %x1 : tensor<8x4xf32>
+  %gt = mega.transpose %g [1, 0] : tensor<8x4xf32> -> tensor<4x8xf32>
+  %dw2 = mega.matmul %gt, %x2 : tensor<4x8xf32>, tensor<8x4xf32> -> tensor<4x4xf32>
+  %dht = mega.transpose %dh [1, 0] : tensor<8x4xf32> -> tensor<4x8xf32>
+  %dw1 = mega.matmul %dht, %x1 : tensor<4x8xf32>, tensor<8x4xf32> -> tensor<4x4xf32>
+  %n1 = mega.add %acc1, %dw1 : tensor<4x4xf32>
+  %n2 = mega.add %acc2, %dw2 : tensor<4x4xf32>
+  %nb = mega.add %accb, %db : tensor<4xf32>
+  return %n1, %n2, %nb : tensor<4x4xf32>, tensor<4x4xf32>, tensor<4xf32>
 }
