@@ -5,6 +5,7 @@
 #include "runtime/cpu/AttentionDims.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/Parallel.h"
+#include "runtime/cpu/VectorMath.h"
 
 #ifdef MEGAC_HAVE_BLAS
 #include <cblas.h>
@@ -88,7 +89,8 @@ struct AttentionShape {
 
 /// p [s,t] (row-major) = the attention probabilities of head (bi, hi):
 /// softmax_j(scale * q_i . k_j + mask_ij) over the visible, unmasked keys, computed in T (f32
-/// for f32 inputs) with the row max subtracted and the row sum accumulated in double. Masked
+/// for f32 inputs, its exps VectorMath.h's expF32) with the row max subtracted and the row sum
+/// accumulated in double. Masked
 /// keys get exactly 0, and a row that sees no key at all is all zeros (so it contributes
 /// nothing forward or backward). A NaN score makes its row NaN, as the softmax would.
 template <typename T>
@@ -124,21 +126,29 @@ void attentionProbs(const AttentionShape &a, const T *q, const T *k, int64_t bi,
         }
       }
       T best = kNegInf;
-      for (int64_t j = 0; j < n; ++j)
-        if (row[j] > best || row[j] != row[j])
-          best = row[j];
+      if constexpr (std::is_same_v<T, float>)
+        best = vmath::maxF32(row, n);
+      else
+        for (int64_t j = 0; j < n; ++j)
+          if (row[j] > best || row[j] != row[j])
+            best = row[j];
       if (best == kNegInf) { // every key masked: zeros rather than 0/0
         std::fill(row, row + t, T(0));
         continue;
       }
-      double sum = 0.0;
-      for (int64_t j = 0; j < n; ++j) {
-        row[j] = std::exp(row[j] - best);
-        sum += static_cast<double>(row[j]);
+      if constexpr (std::is_same_v<T, float>) { // the vectorised exp (VectorMath.h)
+        double sum = vmath::expShiftSumF32(row, best, row, n);
+        vmath::scaleF32(row, static_cast<float>(1.0 / sum), n);
+      } else {
+        double sum = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+          row[j] = std::exp(row[j] - best);
+          sum += static_cast<double>(row[j]);
+        }
+        T inv = static_cast<T>(1.0 / sum);
+        for (int64_t j = 0; j < n; ++j)
+          row[j] *= inv;
       }
-      T inv = static_cast<T>(1.0 / sum);
-      for (int64_t j = 0; j < n; ++j)
-        row[j] *= inv;
       std::fill(row + n, row + t, T(0)); // keys after the causal limit
     }
   });

@@ -4,6 +4,7 @@
 #include "runtime/cpu/KernelChecks.h"
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/Parallel.h"
+#include "runtime/cpu/VectorMath.h"
 #include "runtime/init/ParamInit.h"
 
 #include <cmath>
@@ -290,7 +291,8 @@ Status cast(const TensorRef &x, const TensorRef &out) {
   return Status::ok();
 }
 
-// ---- Gelu, Silu and Dropout ----------------------------------------------------------------------
+// ---- Gelu, Silu and Dropout
+// ----------------------------------------------------------------------
 
 Status gelu(const TensorRef &x, bool tanh, const TensorRef &out) {
   RETURN_IF_ERROR(expectDtype("Gelu", "output", out, x.dtype));
@@ -304,6 +306,12 @@ Status gelu(const TensorRef &x, bool tanh, const TensorRef &out) {
       mapUnary(x.as<const T>(), out.as<T>(), n, [&](T v) {
         T inner = kBeta * (v + kKappa * v * v * v);
         return T(0.5) * v * (T(1) + std::tanh(inner));
+      });
+    } else if constexpr (std::is_same_v<T, float>) { // the vectorised erf (VectorMath.h)
+      const float *xs = x.as<const float>();
+      float *ys = out.as<float>();
+      parallelFor(n, kElementGrain, [&](int64_t begin, int64_t end) {
+        vmath::geluErfF32(xs + begin, ys + begin, end - begin);
       });
     } else {
       const T kRsqrt2 = static_cast<T>(std::numbers::sqrt2 / 2);

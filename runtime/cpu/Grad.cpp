@@ -5,6 +5,7 @@
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/ShapeChecks.h"
+#include "runtime/cpu/VectorMath.h"
 
 #include <cmath>
 #include <numbers>
@@ -152,14 +153,19 @@ void attentionGradHead(const AttentionShape &a, const T *qs, const T *ks, const 
   for (int64_t i = 0; i < s; ++i) {
     const T *pr = p + i * t;
     T *dr = ds + i * t;
-    double pdp = 0.0;
-    for (int64_t j = 0; j < t; ++j)
-      if (pr[j] != T(0))
-        pdp += static_cast<double>(pr[j]) * static_cast<double>(dr[j]);
-    for (int64_t j = 0; j < t; ++j)
-      dr[j] = pr[j] == T(0)
-                  ? T(0)
-                  : static_cast<T>(static_cast<double>(pr[j]) * (static_cast<double>(dr[j]) - pdp));
+    if constexpr (std::is_same_v<T, float>) { // vectorised, the sum in double (VectorMath.h)
+      vmath::softmaxGradRowF32(pr, dr, t);
+    } else {
+      double pdp = 0.0;
+      for (int64_t j = 0; j < t; ++j)
+        if (pr[j] != T(0))
+          pdp += static_cast<double>(pr[j]) * static_cast<double>(dr[j]);
+      for (int64_t j = 0; j < t; ++j)
+        dr[j] =
+            pr[j] == T(0)
+                ? T(0)
+                : static_cast<T>(static_cast<double>(pr[j]) * (static_cast<double>(dr[j]) - pdp));
+    }
     if (gm) {
       double *gmr = gm + bi * ms[0] + hi * ms[1] + i * ms[2];
       for (int64_t j = 0; j < t; ++j)
@@ -261,6 +267,13 @@ Status geluGrad(const TensorRef &dy, const TensorRef &x, bool tanh, const Tensor
     using T = decltype(tag);
     const T *xs = x.as<const T>(), *dys = dy.as<const T>();
     T *out = dx.as<T>();
+    if constexpr (std::is_same_v<T, float>)
+      if (!tanh) { // the vectorised erf and exp (VectorMath.h), in f32
+        parallelFor(n, 1 << 12, [&](int64_t begin, int64_t end) {
+          vmath::geluErfGradF32(dys + begin, xs + begin, out + begin, end - begin);
+        });
+        return Status::ok();
+      }
     const double kBeta = std::sqrt(2.0 / std::numbers::pi), kKappa = 0.044715;
     const double kInvSqrt2Pi = 1.0 / std::sqrt(2.0 * std::numbers::pi);
     // Elements are independent: contiguous ranges of them run on the kernel threads.
@@ -349,13 +362,22 @@ Status crossEntropyGrad(const TensorRef &dloss, const TensorRef &logits, const T
           continue;
         }
         const T *row = logits.as<const T>() + r * vocab;
-        double m = rowMax(row, vocab);
+        double m = vmath::contiguousRowMax(row, vocab);
+        double dl = static_cast<double>(dloss.as<const T>()[r]);
+        if constexpr (std::is_same_v<T, float>) {
+          // f32: the vectorised exp (VectorMath.h) into the output, then dl p_j in f32, and the
+          // label's dl (p - 1) from the unscaled exp, in double.
+          double sum = vmath::expShiftSumF32(row, static_cast<float>(m), out, vocab);
+          double labelExp = static_cast<double>(out[label]);
+          vmath::scaleF32(out, static_cast<float>(dl / sum), vocab);
+          out[label] = static_cast<float>(dl * (labelExp / sum - 1.0));
+          continue;
+        }
         double sum = 0.0;
         for (int64_t j = 0; j < vocab; ++j) {
           e[j] = std::exp(static_cast<double>(row[j]) - m);
           sum += e[j];
         }
-        double dl = static_cast<double>(dloss.as<const T>()[r]);
         for (int64_t j = 0; j < vocab; ++j) {
           double p = e[j] / sum;
           out[j] = static_cast<T>(dl * (p - (j == label ? 1.0 : 0.0)));

@@ -2,10 +2,12 @@
 #include "runtime/cpu/KernelUtil.h"
 #include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/ShapeChecks.h"
+#include "runtime/cpu/VectorMath.h"
 
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 namespace megac::runtime::cpu {
 
@@ -199,6 +201,7 @@ Status crossEntropy(const TensorRef &logits, const TensorRef &labels,
     }
     // Rows are independent: split them over the kernel threads.
     parallelFor(count, grainFor(4 * vocab), [&](int64_t begin, int64_t end) {
+      std::vector<float> e(std::is_same_v<T, float> ? static_cast<size_t>(vocab) : 0);
       for (int64_t r = begin; r < end; ++r) {
         int64_t label = loadIndex(labels, r);
         if (ignoreIndex && label == *ignoreIndex) {
@@ -206,10 +209,13 @@ Status crossEntropy(const TensorRef &logits, const TensorRef &labels,
           continue;
         }
         const T *row = logits.as<const T>() + r * vocab;
-        double m = rowMax(row, vocab);
+        double m = vmath::contiguousRowMax(row, vocab);
         double sum = 0.0;
-        for (int64_t j = 0; j < vocab; ++j)
-          sum += std::exp(static_cast<double>(row[j]) - m);
+        if constexpr (std::is_same_v<T, float>) // the vectorised exp (VectorMath.h), in f32
+          sum = vmath::expShiftSumF32(row, static_cast<float>(m), e.data(), vocab);
+        else
+          for (int64_t j = 0; j < vocab; ++j)
+            sum += std::exp(static_cast<double>(row[j]) - m);
         out.as<T>()[r] = static_cast<T>(m + std::log(sum) - static_cast<double>(row[label]));
       }
     });

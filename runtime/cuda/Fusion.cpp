@@ -5,7 +5,8 @@
 // from kernels/ElementwiseMath.def (the unfused kernels' own), the others are written here.
 //
 // Numerics: each op is written as the CPU reference kernel writes it (runtime/cpu/Elementwise.cpp,
-// Grad.cpp), f32 math for f32/bf16/f16 and double for f64 (GeluGrad: double for all), and each
+// Grad.cpp), f32 math for f32/bf16/f16 and double for f64 (GeluGrad: double for all but the
+// erf form in f32; the erf Gelu's f32 erf and exp are runtime/cpu/VectorMath.h's), and each
 // op's result is rounded to its output dtype where the unfused kernel rounds it when storing.
 // Between ops, megac_keep() hides a value from the optimizers (NVVM and ptxas), so one op's
 // multiply is never contracted with the next op's add into an FMA (the unfused kernels round the
@@ -266,6 +267,51 @@ static __device__ __forceinline__ unsigned short megac_f2h(float f) {
   return megac_host_f2h(f);
 #endif
 }
+// megac_exp_f32, megac_erf_f32: runtime/cpu/VectorMath.h's expF32 and erfF32, which the CPU kernels'
+// f32 Gelu and GeluGrad use: the same operations in the same order (the host build gives their
+// bits; on a device ptxas may contract them into FMAs).
+static __device__ __forceinline__ float megac_exp_f32(float x) {
+  float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  float t = xc * 1.44269502f + 12582912.0f;
+  float n = t - 12582912.0f;
+  float r = (xc - n * 0.693359375f) - n * -2.12194442e-4f;
+  float q = 1.37529697e-3f;
+  q = q * r + 8.36891495e-3f;
+  q = q * r + 4.16695066e-2f;
+  q = q * r + 0.166665182f;
+  q = q * r + 0.499999881f;
+  float p = 1.0f + (r + r * r * q);
+  int ni = static_cast<int>(__float_as_uint(t) - __float_as_uint(12582912.0f));
+  int n1 = ni >> 1, n2 = ni - n1;
+  float s1 = __uint_as_float(static_cast<unsigned>(n1 + 127) << 23);
+  float s2 = __uint_as_float(static_cast<unsigned>(n2 + 127) << 23);
+  float y = p * s1 * s2;
+  return x != x ? x : y;
+}
+static __device__ __forceinline__ float megac_erf_f32(float x) {
+  float ax = __uint_as_float(__float_as_uint(x) & 0x7fffffffu);
+  ax = ax > 4.0f ? 4.0f : ax;
+  float z = ax * ax;
+  float a = 7.8473051e-05f;
+  a = a * z + -8.008203e-4f;
+  a = a * z + 5.18810051e-3f;
+  a = a * z + -2.68536918e-2f;
+  a = a * z + 0.112835824f;
+  a = a * z + -0.37612626f;
+  a = a * z + 0.128379166f;
+  float small = ax + ax * a;
+  float b = 1.87357829e-4f;
+  b = b * ax + -2.95697618e-3f;
+  b = b * ax + 2.18742546e-2f;
+  b = b * ax + -0.1031802f;
+  b = b * ax + 0.361937374f;
+  b = b * ax + -1.1271373f;
+  b = b * ax + -3.29979899e-4f;
+  float large = 1.0f - megac_exp_f32(b - z);
+  float y = ax < 1.0f ? small : large;
+  y = __uint_as_float(__float_as_uint(y) | (__float_as_uint(x) & 0x80000000u));
+  return x != x ? x : y;
+}
 )";
 
 class Generator;
@@ -492,13 +538,24 @@ private:
              " * (" + x + " + " + kappa + " * " + x + " * " + x + " * " + x + ")))";
     }
     std::string rsqrt2 = literal(std::numbers::sqrt2 / 2, dbl);
-    return x + " * " + half + " * (" + one + " + " + (dbl ? "erf" : "erff") + "(" + x + " * " +
-           rsqrt2 + "))";
+    return x + " * " + half + " * (" + one + " + " + (dbl ? "erf" : "megac_erf_f32") + "(" + x +
+           " * " + rsqrt2 + "))";
   }
 
-  /// GeluGrad as cpu::geluGrad writes it: the slope in double for every dtype.
+  /// GeluGrad as cpu::geluGrad writes it: the slope in double for every dtype, except the erf
+  /// form in f32 (f32, bf16, f16), which VectorMath.h's f32 functions compute.
   int geluGrad(int dy, int x, bool tanh, DType d) {
     int t = next_++;
+    if (!tanh && d != DType::f64) {
+      std::string g = "g" + std::to_string(t), s = "s" + std::to_string(t);
+      std::string rsqrt2 = literal(std::numbers::sqrt2 / 2, false);
+      std::string invSqrt2Pi = literal(0.5 * std::numbers::inv_sqrtpi * std::numbers::sqrt2, false);
+      body_ << "    const float " << g << " = static_cast<float>(v" << x << ");\n"
+            << "    const float " << s << " = 0.5f * (1.0f + megac_erf_f32(" << g << " * " << rsqrt2
+            << ")) + " << g << " * " << invSqrt2Pi << " * megac_exp_f32(-0.5f * " << g << " * " << g
+            << ");\n";
+      return define(d, "static_cast<float>(v" + std::to_string(dy) + ") * " + s);
+    }
     std::string g = "g" + std::to_string(t), s = "s" + std::to_string(t);
     body_ << "    const double " << g << " = static_cast<double>(v" << x << ");\n";
     if (tanh) {
