@@ -85,21 +85,39 @@ struct AttentionShape {
     return causal ? std::clamp<int64_t>(i + (t - s) + 1, 0, t) : t;
   }
   bool fitsBlas() const { return blasFits({s, t, d, dv, h * d, hk * d, h * dv, hk * dv}); }
+
+  /// Rows per block of a causal head's products.
+  static constexpr int64_t kCausalRowBlock = 64;
+  /// Calls f(i0, i1, keys) for the head's row blocks [i0, i1) in order, keys = the keys its last
+  /// row sees: P is exactly 0 after them in every row of the block, so the block's products run
+  /// over those keys only (with causal and s = t = 256, 5/8 of the whole head's work). Without
+  /// causal, one block of every row and key.
+  template <typename F> void forRowBlocks(F &&f) const {
+    int64_t rows = causal ? kCausalRowBlock : std::max<int64_t>(s, 1);
+    for (int64_t i0 = 0; i0 < s; i0 += rows) {
+      int64_t i1 = std::min(s, i0 + rows);
+      f(i0, i1, visible(i1 - 1));
+    }
+  }
 };
 
 /// p [s,t] (row-major) = the attention probabilities of head (bi, hi):
 /// softmax_j(scale * q_i . k_j + mask_ij) over the visible, unmasked keys, computed in T (f32
 /// for f32 inputs, its exps VectorMath.h's expF32) with the row max subtracted and the row sum
-/// accumulated in double. Masked
-/// keys get exactly 0, and a row that sees no key at all is all zeros (so it contributes
-/// nothing forward or backward). A NaN score makes its row NaN, as the softmax would.
+/// accumulated in double. Masked keys get exactly 0, and a row that sees no key at all is all
+/// zeros (so it contributes nothing forward or backward). A NaN score makes its row NaN, as the
+/// softmax would.
 template <typename T>
 void attentionProbs(const AttentionShape &a, const T *q, const T *k, int64_t bi, int64_t hi, T *p) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   int64_t s = a.s, t = a.t;
-  // Scores = scale * Q K^T, one gemm per head.
-  gemmStrided<T>(false, true, s, t, a.d, static_cast<T>(a.scale), q + a.qOffset(bi, hi), a.h * a.d,
-                 k + a.kOffset(bi, hi), a.hk * a.d, T(0), p, t);
+  // Scores = scale * Q K^T, one gemm per row block, over the keys it sees (the rest of each row
+  // is set below, from the visible count).
+  a.forRowBlocks([&](int64_t i0, int64_t i1, int64_t keys) {
+    gemmStrided<T>(false, true, i1 - i0, keys, a.d, static_cast<T>(a.scale),
+                   q + a.qOffset(bi, hi) + i0 * a.h * a.d, a.h * a.d, k + a.kOffset(bi, hi),
+                   a.hk * a.d, T(0), p + i0 * t, t);
+  });
   const std::vector<int64_t> &ms = a.maskStrides;
   // The rows are independent (each its own max, exps and double sum): split over the kernel
   // threads, the same bits on any count (the exps were half of a mid GPT's Attention time).

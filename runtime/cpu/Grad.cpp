@@ -57,37 +57,62 @@ Status layerNormGrad(const TensorRef &dy, const TensorRef &x, const TensorRef &w
   int64_t n = x.shape.back(), rows = product(x.shape.first(x.shape.size() - 1));
   return dispatchFloat(name, x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T *w = weight.as<const T>();
+    const T *w = weight.as<const T>(), *xs = x.as<const T>(), *dys = dy.as<const T>();
+    // Three passes, each split over the kernel threads where its items are independent, with
+    // every value computed by the same expressions in the same order as one serial loop: the
+    // rows' mean and 1/std; the weight and bias gradients, whose columns are independent (each
+    // sums its rows in order); then dx row by row (last, so dx may be dy or x).
+    std::vector<double> means(static_cast<size_t>(rows)), rstds(static_cast<size_t>(rows));
+    parallelFor(rows, grainFor(2 * n), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T *xr = xs + r * n;
+        double mean = 0.0, var = 0.0;
+        for (int64_t j = 0; j < n; ++j)
+          mean += static_cast<double>(xr[j]);
+        mean /= static_cast<double>(n);
+        for (int64_t j = 0; j < n; ++j) {
+          double d = static_cast<double>(xr[j]) - mean;
+          var += d * d;
+        }
+        var /= static_cast<double>(n);
+        means[size_t(r)] = mean;
+        rstds[size_t(r)] = 1.0 / std::sqrt(var + epsilon);
+      }
+    });
     std::vector<double> gw(static_cast<size_t>(n), 0.0), gb(static_cast<size_t>(n), 0.0);
-    std::vector<double> xhat(static_cast<size_t>(n)), g(static_cast<size_t>(n));
-    for (int64_t r = 0; r < rows; ++r) {
-      const T *xr = x.as<const T>() + r * n, *dyr = dy.as<const T>() + r * n;
-      double mean = 0.0, var = 0.0;
-      for (int64_t j = 0; j < n; ++j)
-        mean += static_cast<double>(xr[j]);
-      mean /= static_cast<double>(n);
-      for (int64_t j = 0; j < n; ++j) {
-        double d = static_cast<double>(xr[j]) - mean;
-        var += d * d;
+    constexpr int64_t kBlock = 64; // columns per task: 64 double pairs stay in L1 over the rows
+    parallelFor((n + kBlock - 1) / kBlock, grainFor(rows * kBlock), [&](int64_t b0, int64_t b1) {
+      int64_t j0 = b0 * kBlock, j1 = std::min(n, b1 * kBlock);
+      for (int64_t r = 0; r < rows; ++r) {
+        const T *xr = xs + r * n, *dyr = dys + r * n;
+        double mean = means[size_t(r)], rstd = rstds[size_t(r)];
+        for (int64_t j = j0; j < j1; ++j) {
+          double xhat = (static_cast<double>(xr[j]) - mean) * rstd;
+          gw[size_t(j)] += static_cast<double>(dyr[j]) * xhat;
+          gb[size_t(j)] += static_cast<double>(dyr[j]);
+        }
       }
-      var /= static_cast<double>(n);
-      double rstd = 1.0 / std::sqrt(var + epsilon);
-      // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w.
-      double meanG = 0.0, meanGX = 0.0;
-      for (int64_t j = 0; j < n; ++j) {
-        xhat[j] = (static_cast<double>(xr[j]) - mean) * rstd;
-        g[j] = static_cast<double>(dyr[j]) * static_cast<double>(w[j]);
-        meanG += g[j];
-        meanGX += g[j] * xhat[j];
-        gw[j] += static_cast<double>(dyr[j]) * xhat[j];
-        gb[j] += static_cast<double>(dyr[j]);
+    });
+    parallelFor(rows, grainFor(4 * n), [&](int64_t begin, int64_t end) {
+      std::vector<double> xhat(static_cast<size_t>(n)), g(static_cast<size_t>(n));
+      for (int64_t r = begin; r < end; ++r) {
+        const T *xr = xs + r * n, *dyr = dys + r * n;
+        double mean = means[size_t(r)], rstd = rstds[size_t(r)];
+        // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w.
+        double meanG = 0.0, meanGX = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+          xhat[j] = (static_cast<double>(xr[j]) - mean) * rstd;
+          g[j] = static_cast<double>(dyr[j]) * static_cast<double>(w[j]);
+          meanG += g[j];
+          meanGX += g[j] * xhat[j];
+        }
+        meanG /= static_cast<double>(n);
+        meanGX /= static_cast<double>(n);
+        T *dxr = dx.as<T>() + r * n;
+        for (int64_t j = 0; j < n; ++j)
+          dxr[j] = static_cast<T>(rstd * (g[j] - meanG - xhat[j] * meanGX));
       }
-      meanG /= static_cast<double>(n);
-      meanGX /= static_cast<double>(n);
-      T *dxr = dx.as<T>() + r * n;
-      for (int64_t j = 0; j < n; ++j)
-        dxr[j] = static_cast<T>(rstd * (g[j] - meanG - xhat[j] * meanGX));
-    }
+    });
     store<T>(gw, dweight);
     store<T>(gb, dbias);
     return Status::ok();
@@ -138,46 +163,52 @@ namespace {
 template <typename T>
 void attentionGradHead(const AttentionShape &a, const T *qs, const T *ks, const T *vs, const T *dos,
                        int64_t bi, int64_t hi, T *p, T *ds, T *gq, T *gk, T *gv, double *gm) {
-  int64_t s = a.s, t = a.t, d = a.d, dv = a.dv;
+  int64_t t = a.t, d = a.d, dv = a.dv;
   const std::vector<int64_t> &ms = a.maskStrides;
   const T *qh = qs + a.qOffset(bi, hi), *kh = ks + a.kOffset(bi, hi);
   const T *vh = vs + a.vOffset(bi, hi), *doh = dos + a.oOffset(bi, hi);
   // The forward's probabilities, exactly as attention() computes them.
   attentionProbs<T>(a, qs, ks, bi, hi, p);
-  // dV += P^T dO; dP = dO V^T.
-  gemmStrided<T>(true, false, t, dv, s, T(1), p, t, doh, a.h * dv, T(1), gv + a.vOffset(bi, hi),
-                 a.hk * dv);
-  gemmStrided<T>(false, true, s, t, dv, T(1), doh, a.h * dv, vh, a.hk * dv, T(0), ds, t);
-  // dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij'); masked keys (P = 0) get exactly 0, so a fully
-  // masked row passes nothing back.
-  for (int64_t i = 0; i < s; ++i) {
-    const T *pr = p + i * t;
-    T *dr = ds + i * t;
-    if constexpr (std::is_same_v<T, float>) { // vectorised, the sum in double (VectorMath.h)
-      vmath::softmaxGradRowF32(pr, dr, t);
-    } else {
-      double pdp = 0.0;
-      for (int64_t j = 0; j < t; ++j)
-        if (pr[j] != T(0))
-          pdp += static_cast<double>(pr[j]) * static_cast<double>(dr[j]);
-      for (int64_t j = 0; j < t; ++j)
-        dr[j] =
-            pr[j] == T(0)
-                ? T(0)
-                : static_cast<T>(static_cast<double>(pr[j]) * (static_cast<double>(dr[j]) - pdp));
-    }
-    if (gm) {
-      double *gmr = gm + bi * ms[0] + hi * ms[1] + i * ms[2];
-      for (int64_t j = 0; j < t; ++j)
-        gmr[j * ms[3]] += static_cast<double>(dr[j]);
-    }
-  }
-  // dQ = scale dS K; dK += scale dS^T Q.
   T sc = static_cast<T>(a.scale);
-  gemmStrided<T>(false, false, s, d, t, sc, ds, t, kh, a.hk * d, T(0), gq + a.qOffset(bi, hi),
-                 a.h * d);
-  gemmStrided<T>(true, false, t, d, s, sc, ds, t, qh, a.h * d, T(1), gk + a.kOffset(bi, hi),
-                 a.hk * d);
+  // By row blocks, each over the keys it sees (P and dS are exactly 0 after them).
+  a.forRowBlocks([&](int64_t i0, int64_t i1, int64_t keys) {
+    int64_t rows = i1 - i0;
+    const T *pb = p + i0 * t, *dob = doh + i0 * a.h * dv;
+    T *db = ds + i0 * t;
+    // dV += P^T dO; dP = dO V^T.
+    gemmStrided<T>(true, false, keys, dv, rows, T(1), pb, t, dob, a.h * dv, T(1),
+                   gv + a.vOffset(bi, hi), a.hk * dv);
+    gemmStrided<T>(false, true, rows, keys, dv, T(1), dob, a.h * dv, vh, a.hk * dv, T(0), db, t);
+    // dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij'); masked keys (P = 0) get exactly 0, so a fully
+    // masked row passes nothing back.
+    for (int64_t i = i0; i < i1; ++i) {
+      const T *pr = p + i * t;
+      T *dr = ds + i * t;
+      if constexpr (std::is_same_v<T, float>) { // vectorised, the sum in double (VectorMath.h)
+        vmath::softmaxGradRowF32(pr, dr, keys);
+      } else {
+        double pdp = 0.0;
+        for (int64_t j = 0; j < keys; ++j)
+          if (pr[j] != T(0))
+            pdp += static_cast<double>(pr[j]) * static_cast<double>(dr[j]);
+        for (int64_t j = 0; j < keys; ++j)
+          dr[j] =
+              pr[j] == T(0)
+                  ? T(0)
+                  : static_cast<T>(static_cast<double>(pr[j]) * (static_cast<double>(dr[j]) - pdp));
+      }
+      if (gm) { // keys after `keys` would add exact zeros
+        double *gmr = gm + bi * ms[0] + hi * ms[1] + i * ms[2];
+        for (int64_t j = 0; j < keys; ++j)
+          gmr[j * ms[3]] += static_cast<double>(dr[j]);
+      }
+    }
+    // dQ = scale dS K; dK += scale dS^T Q.
+    gemmStrided<T>(false, false, rows, d, keys, sc, db, t, kh, a.hk * d, T(0),
+                   gq + a.qOffset(bi, hi) + i0 * a.h * d, a.h * d);
+    gemmStrided<T>(true, false, keys, d, rows, sc, db, t, qh + i0 * a.h * d, a.h * d, T(1),
+                   gk + a.kOffset(bi, hi), a.hk * d);
+  });
 }
 
 } // namespace

@@ -118,15 +118,18 @@ Status normRows(const char *name, const TensorRef &x, const TensorRef &weight,
   int64_t n = x.shape.back(), rows = product(x.shape.first(x.shape.size() - 1));
   const T *w = weight.as<const T>();
   const T *b = bias ? bias->as<const T>() : nullptr;
-  for (int64_t r = 0; r < rows; ++r) {
-    const T *in = x.as<const T>() + r * n;
-    T *y = out.as<T>() + r * n;
-    auto [shift, rstd] = rowStats(in, n, epsilon); // y = (x - shift) * rstd * w (+ b)
-    for (int64_t j = 0; j < n; ++j) {
-      double v = (static_cast<double>(in[j]) - shift) * rstd * static_cast<double>(w[j]);
-      y[j] = static_cast<T>(b ? v + static_cast<double>(b[j]) : v);
+  // Rows are independent: split over the kernel threads (the same bits on any count).
+  parallelFor(rows, grainFor(4 * n), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const T *in = x.as<const T>() + r * n;
+      T *y = out.as<T>() + r * n;
+      auto [shift, rstd] = rowStats(in, n, epsilon); // y = (x - shift) * rstd * w (+ b)
+      for (int64_t j = 0; j < n; ++j) {
+        double v = (static_cast<double>(in[j]) - shift) * rstd * static_cast<double>(w[j]);
+        y[j] = static_cast<T>(b ? v + static_cast<double>(b[j]) : v);
+      }
     }
-  }
+  });
   return Status::ok();
 }
 
@@ -227,9 +230,11 @@ Status attention(const TensorRef &q, const TensorRef &k, const TensorRef &v, con
       for (int64_t unit = begin; unit < end; ++unit) {
         int64_t bi = unit / h, hi = unit % h;
         attentionProbs<T>(shape, q.as<const T>(), k.as<const T>(), bi, hi, p.data());
-        gemmStrided<T>(false, false, s, dv, t, T(1), p.data(), t,
-                       v.as<const T>() + shape.vOffset(bi, hi), hk * dv, T(0),
-                       out.as<T>() + shape.oOffset(bi, hi), h * dv);
+        shape.forRowBlocks([&](int64_t i0, int64_t i1, int64_t keys) {
+          gemmStrided<T>(false, false, i1 - i0, dv, keys, T(1), p.data() + i0 * t, t,
+                         v.as<const T>() + shape.vOffset(bi, hi), hk * dv, T(0),
+                         out.as<T>() + shape.oOffset(bi, hi) + i0 * h * dv, h * dv);
+        });
       }
     });
     return Status::ok();

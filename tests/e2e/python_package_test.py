@@ -351,10 +351,11 @@ def main():
     # The GIL is released while a step runs: a Python thread keeps running during step(). It
     # records the time at each iteration; with the GIL held by the step, it could only run
     # before or after it, so some of its times must lie well inside the step (10 ms from each
-    # end: more than the interpreter's 5 ms switch interval).
+    # end: more than the interpreter's 5 ms switch interval). The session steps 8x RUN's batch:
+    # RUN's own step can take under 20 ms, too short for those margins.
     import threading
     import time
-    s = megac.TrainSession(megac.Model.from_spec(GPT), **RUN)
+    s = megac.TrainSession(megac.Model.from_spec(GPT), **dict(RUN, global_batch=64, micro_batch=8))
     times, done = [], threading.Event()
 
     def tick():

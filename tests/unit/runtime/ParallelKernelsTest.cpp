@@ -160,6 +160,19 @@ TEST(ParallelKernels, ElementwiseAndRowKernelsGiveTheSameBitsOnAnyThreads) {
       });
     }
   }
+  // LayerNorm's rows, LayerNormGrad's rows and its weight gradients' columns are split.
+  std::vector<int64_t> lastDim{307};
+  std::vector<float> w = randomFloats(307, 1.0f, 8), bias = randomFloats(307, 1.0f, 9), dw(307),
+                     db(307);
+  expectSameOnAnyThreads("LayerNorm", {&y}, [&] {
+    TensorRef b = ref(bias, lastDim);
+    ASSERT_TRUE(layerNorm(ref(x, shape), ref(w, lastDim), &b, 1e-5, ref(y, shape)).isOk());
+  });
+  expectSameOnAnyThreads("LayerNormGrad", {&y, &dw, &db}, [&] {
+    ASSERT_TRUE(layerNormGrad(ref(dy, shape), ref(x, shape), ref(w, lastDim), 1e-5, ref(y, shape),
+                              ref(dw, lastDim), ref(db, lastDim))
+                    .isOk());
+  });
   std::vector<int64_t> labels(4 * 96);
   for (size_t i = 0; i < labels.size(); ++i)
     labels[i] = i % 5 == 0 ? -100 : int64_t(i * 37 % 307);
