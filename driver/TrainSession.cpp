@@ -383,6 +383,9 @@ Status TrainSession::save() {
   const RunConfig &c = config_;
   if (!c.checkpoint.saveDir)
     return Status::error("the run has no checkpoint directory (--save DIR)");
+  // A checkpoint holds the parameters themselves: gather what the last update deferred (the
+  // pending shards are not checkpointed).
+  RETURN_IF_ERROR(settleParameters(*s.executor, s.rank));
   ckpt::CheckpointMeta meta;
   meta.step = stepsDone_;
   meta.dataPosition = stepsDone_;
@@ -444,6 +447,8 @@ StatusOr<Resumed> TrainSession::load(const std::string &dir) {
       hooks_.warn(line);
   if (!loaded.isOk())
     return Status::error("--load: " + loaded.status().message());
+  // The loaded parameters are whole; nothing an earlier update deferred may overwrite them.
+  s.rank.parametersPending = false;
   const ckpt::CheckpointMeta &meta = loaded->meta;
   // Another model whose tensors happen to fit (a 2-layer checkpoint in a 1-layer model, heads 2
   // in heads 4) is refused, naming what differs; checkpoints of older megac have no fingerprint.
@@ -481,6 +486,7 @@ StatusOr<Resumed> TrainSession::load(const std::string &dir) {
 
 StatusOr<TensorMap> TrainSession::parameters() {
   State &s = *state_;
+  RETURN_IF_ERROR(settleParameters(*s.executor, s.rank));
   ASSIGN_OR_RETURN(TensorMap weights,
                    runtime::gatherParameters(*s.plan, *s.executor, *s.rank.comm));
   if (root())
@@ -499,6 +505,7 @@ Status TrainSession::saveWeights(const std::string &path) {
 
 Status TrainSession::saveHf(const std::string &dir) {
   State &s = *state_;
+  RETURN_IF_ERROR(settleParameters(*s.executor, s.rank));
   // Shard by shard: rank 0 gathers one output shard's parameters at a time, never the model.
   std::map<std::string, std::vector<int64_t>> params;
   for (const megac::plan::Program *program : *s.plan->plan().programs())

@@ -183,6 +183,19 @@ Status setMicroBatch(runtime::Executor &executor, const train::MicroBatch &mb,
 /// "last.<name>".
 constexpr const char *kFusedStep = "forward_backward_apply";
 
+/// The functions of a plan whose update defers its parameter all-gathers into the next step
+/// (mega-training-defer-parameter-gather): the first micro-batch after such an update runs the
+/// "gather_" copy of its function (outputs "gathered.<name>"), and @gather_parameters gathers
+/// them alone.
+constexpr const char *kGatherPrefix = "gather_";
+constexpr const char *kGatheredOutputs = "gathered.";
+constexpr const char *kGatherParameters = "gather_parameters";
+
+bool hasFunction(const runtime::Executor &executor, const std::string &name) {
+  std::vector<std::string> names = executor.functionNames();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 /// The update of a training step, for batchLoss to run fused with the last micro-batch when the
 /// plan has kFusedStep: set `ran` and record.gradNorm when it did.
 struct FusedUpdate {
@@ -284,20 +297,29 @@ StatusOr<double> batchLoss(runtime::Executor &executor, const RunConfig &c,
     bool fused = update && fusesUpdate(executor, rank, scaler);
     if (fused)
       RETURN_IF_ERROR(setUpdateInputs(executor, floatType, update->lr, update->step));
+    // An evaluation reads the parameters as they are: gather what the last update deferred.
+    if (!update)
+      RETURN_IF_ERROR(settleParameters(executor, rank));
     for (size_t k = 0; k < batches.size(); ++k) {
       // Nothing is in flight between functions (every start is done in its own function), so
-      // an evaluation, a save or a stop after this step finds the arena settled.
+      // an evaluation, a save or a stop after this step finds the arena settled; a deferred
+      // parameter gather waits in its pending state for the next step's first micro-batch.
       bool last = fused && k + 1 == batches.size();
-      std::string prefix = last ? "last." : "";
+      bool gathers = k == 0 && rank.parametersPending;
+      std::string prefix = std::string(gathers ? kGatheredOutputs : "") + (last ? "last." : "");
+      std::string function = last ? kFusedStep : "forward_backward";
       RETURN_IF_ERROR(setMicroBatch(executor, batches[k], kind, idsType));
-      RETURN_IF_ERROR(executor.run(last ? kFusedStep : "forward_backward"));
+      RETURN_IF_ERROR(executor.run(gathers ? kGatherPrefix + function : function));
+      if (gathers)
+        rank.parametersPending = false;
       ASSIGN_OR_RETURN(HostTensor part, executor.output(prefix + "loss"));
       loss += scalarValue(part);
       RETURN_IF_ERROR(moe.add(executor, prefix));
       if (last) {
-        ASSIGN_OR_RETURN(HostTensor norm, executor.output("last.grad_norm"));
+        ASSIGN_OR_RETURN(HostTensor norm, executor.output(prefix + "grad_norm"));
         record.gradNorm = scalarValue(norm);
         update->ran = true;
+        rank.parametersPending = hasFunction(executor, kGatherParameters);
       }
     }
   }
@@ -352,7 +374,8 @@ StatusOr<DType> checkInputs(const runtime::Executor &executor, std::vector<int64
   for (const std::string &function : names) {
     if (function == "apply_gradients" || function == "check_gradients" || function == "forward")
       continue;
-    bool fused = function == kFusedStep; // also reads the update's lr and step
+    // The fused step (and its gathering copy) also reads the update's lr and step.
+    bool fused = function == kFusedStep || function == std::string(kGatherPrefix) + kFusedStep;
     for (const std::string &name : executor.inputNames(function))
       if (!(fused && (name == "lr" || name == "step")) && name != "input_ids" &&
           name != "attention_mask" && name != "labels" && name != "loss_normalizer" &&
@@ -384,6 +407,15 @@ StatusOr<DType> checkInputs(const runtime::Executor &executor, std::vector<int64
   }
   ASSIGN_OR_RETURN(runtime::TensorInfo lr, executor.inputInfo("lr"));
   return lr.dtype;
+}
+
+Status settleParameters(runtime::Executor &executor, RankContext &rank) {
+  if (!rank.parametersPending)
+    return Status::ok();
+  RETURN_IF_ERROR(executor.run(kGatherParameters)) << " (gathering the parameters the last "
+                                                      "update deferred)";
+  rank.parametersPending = false;
+  return Status::ok();
 }
 
 StatusOr<double> evaluateLoss(runtime::Executor &executor, const RunConfig &c,

@@ -35,8 +35,17 @@ struct RankContext {
   runtime::Trace *trace = nullptr; // --trace
   std::string modelDescription;    // for checkpoints' meta.json
   const SourceShapes *sourceShapes = nullptr; // --save-grads writes the model's own shapes
+  /// The last update deferred its parameter all-gathers (mega-training-defer-parameter-gather):
+  /// the parameters hold the step before's values until the next step's first micro-batch or
+  /// settleParameters gathers them.
+  bool parametersPending = false;
   bool root() const { return comm->rank() == 0; }
 };
+
+/// Gathers the parameters an update left pending (the plan's @gather_parameters), so that
+/// whatever reads them next (an evaluation, a save, an export) reads the step's values; nothing
+/// when none are pending. After a load, nothing is pending: call clearPendingParameters.
+Status settleParameters(runtime::Executor &executor, RankContext &rank);
 
 /// The inputs of the training step megac train can feed (input_ids [b, S]; for encoder-decoder
 /// models input_ids [b, E] and decoder_input_ids [b, D] with E + D = S; b per data-parallel

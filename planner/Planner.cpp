@@ -589,8 +589,11 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   // buckets' results that the tail's order puts ahead of its done (their unpacking and the
   // global norm's squares: the optimizer step without AdamW; mega-schedule-latency-hiding,
   // measured on an emulated shared link, docs/training-step.md);
-  // each ZeRO-1/2 all-gather follows its bucket's update and hides behind the remaining buckets'
-  // updates (ZeRO-2 has no reduction here: its reduce-scatters are in the chunks).
+  // ZeRO-1/2's all-gathers are deferred into the next step's first micro-batch
+  // (mega-training-defer-parameter-gather): all start at its top, in the order its forward needs
+  // the buckets, and each is done before its first layer, so the first bucket's gather and what
+  // exceeds that forward are exposed (ZeRO-2 has no reduction here: its reduce-scatters are in
+  // the chunks).
   double buckets = 1;
   if (stack_.overlapFollowsPlan && stack_.latencyHiding && l.pp == 1 && l.vpp == 1 && l.zero <= 2) {
     int64_t size =
@@ -608,7 +611,7 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
     if (stack_.overlapParamGather)
       gather /= blocks;
     else if (buckets > 1)
-      gather = std::max(gather / buckets, gather - optimizer.total() * (buckets - 1) / buckets);
+      gather = std::max(gather / buckets, gather - double(l.vpp) * ct.forward);
   }
   // A tied embedding's gradient is summed between the first and last stage (send/recv).
   if (l.pp > 1 && shape_.tiedEmbedding)

@@ -77,8 +77,11 @@ struct StackProfile {
   /// does (megac, issue 29): with the plan's latency-hiding schedule (`latencyHiding`, `megac
   /// train --overlap on`) at pp 1 and ZeRO 0/1 over more than one bucket, each bucket's reduction
   /// starts when its gradients are final (the last micro-batch's backward and the update are one
-  /// function) and each bucket's ZeRO-1 all-gather starts after its update, behind the remaining
-  /// buckets' updates (not the next forward). overlapGradReduce/overlapParamGather then stay off.
+  /// function) and each bucket's ZeRO-1/2 all-gather is deferred into the next step's first
+  /// forward (mega-training-defer-parameter-gather): all start at its top in the order the
+  /// forward needs them and each completes before its first layer, so the first bucket's gather
+  /// and what exceeds that forward are exposed. overlapGradReduce/overlapParamGather then stay
+  /// off (their Megatron forms: per block).
   bool overlapFollowsPlan = false;
   /// The compiled plan's options the prediction is for (`megac plan --cluster ... --overlap on
   /// --bucket-size N`; megac train's defaults: off, 0 = Megatron's max(40M, 1M x dp) elements).

@@ -367,6 +367,40 @@ def TrainingMultiTensorOptimizer : Pass<"mega-training-multi-tensor-optimizer", 
   let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
 }
 
+def TrainingDeferParameterGather
+    : Pass<"mega-training-defer-parameter-gather", "mlir::ModuleOp"> {
+  let summary = "ZeRO-1/2's parameter all-gathers move into the next step's forward";
+  let description = [{
+    Runs after mega-training-fuse-last-micro-batch and before mega-schedule-latency-hiding,
+    only with `--overlap on` (Megatron's `--overlap-param-gather`). In
+    `@forward_backward_apply`, each `mega.all_gather` whose result reaches only results that
+    update a parameter or a state, through pure data movement (ZeRO-1/2's gather of a bucket's
+    updated shards and its unpacking), is deferred: its input, the packed shard, becomes the
+    update of a new state `zero.gather.<k>` (an argument and a result of the function), and the
+    gather, its unpacking and those results go. Three functions are added:
+
+    - `@gather_parameters`: every pending shard gathered into its parameters, alone;
+    - `@gather_forward_backward` and `@gather_forward_backward_apply`: copies of
+      `@forward_backward` and of the edited `@forward_backward_apply` that first gather each
+      bucket, its gather and unpacking placed just before the first op reading one of its
+      parameters (so the latency-hiding pass starts every gather at the top, in the order the
+      forward needs them, and completes each where its first layer runs), every read of a
+      gathered parameter reading the gathered value, which the function returns as the
+      parameter's update. Their outputs are renamed `gathered.<name>`.
+
+    The runtime runs the `gather_` copy for the first micro-batch of a step that follows a
+    deferred update, and `@gather_parameters` before anything else reads the parameters (an
+    evaluation, a save, an export): between steps, a rank's parameters hold its own shards'
+    updates only in the pending states (docs/training-step.md "Overlap"). The pending states
+    are not checkpointed. Arithmetic does not change: the same gathered bits reach the
+    parameters, one step later in the program.
+
+    Unchanged: a module without `@forward_backward_apply` or whose gathers feed anything else.
+    Errors: an existing function of one of the three names.
+  }];
+  let dependentDialects = ["mega::MegaDialect", "mlir::func::FuncDialect"];
+}
+
 def TrainingFuseLastMicroBatch : Pass<"mega-training-fuse-last-micro-batch", "mlir::ModuleOp"> {
   let summary = "add @forward_backward_apply: the last micro-batch's step and the update in one";
   let description = [{

@@ -113,6 +113,10 @@ mlir::LogicalResult buildTrainingStep(mlir::ModuleOp module, const TrainingOptio
   // backward and the update in one function, so the dp reduction can overlap the backward.
   if (options.overlap && chunks == 1)
     pm.addPass(createTrainingFuseLastMicroBatch());
+  // ZeRO-1/2 with overlap: the updated shards' all-gathers move into the next step's forward,
+  // each bucket ahead of its first use (Megatron's --overlap-param-gather).
+  if (options.overlap && chunks == 1 && (layout.zero == 1 || layout.zero == 2))
+    pm.addPass(createTrainingDeferParameterGather());
   // After every pass that moves or rewrites ops: the collectives' start/done placement.
   if (options.overlap)
     pm.addPass(createLatencyHiding());

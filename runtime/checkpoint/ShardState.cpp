@@ -373,7 +373,11 @@ std::pair<uint64_t, std::string> loadFrom(Executor &executor, const std::string 
 
 } // namespace
 
-bool isCheckpointedState(std::string_view name) { return !name.starts_with("grad."); }
+bool isCheckpointedState(std::string_view name) {
+  // Gradient accumulators are zeroed every step; ZeRO's pending parameter shards
+  // (mega-training-defer-parameter-gather) are gathered into the parameters before a save.
+  return !name.starts_with("grad.") && !name.starts_with("zero.gather.");
+}
 
 Status saveShardedCheckpoint(const Executor &executor, comm::Communicator &comm,
                              const std::string &dir, const CheckpointMeta &meta) {

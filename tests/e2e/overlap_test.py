@@ -17,15 +17,20 @@ the pass not running. With --overlap on every pp 1 layout here runs its last mic
 update as one function, forward_backward_apply (mega-training-fuse-last-micro-batch): its trace
 span must be there, and at dp 2 a dp reduction (all-reduce or ZeRO's reduce-scatter) of that
 function must be started before at least one of its GEMMs (MatMul kernels) starts, i.e. it
-overlaps the rest of the last backward. With ZeRO-1/2 a parameter all-gather of that function
-must be started before at least one of its AdamWMulti kernels starts (the update splits by
-gathered bucket: the gathers run behind the remaining buckets' updates). At pp 2 the receives
+overlaps the rest of the last backward. With ZeRO-1/2 the update's parameter all-gathers are
+deferred into the next step's first micro-batch (mega-training-defer-parameter-gather: it runs
+gather_forward_backward, whose forward gathers each bucket ahead of its first use): a MatMul
+or Linear kernel of a gather_* function must start while one of that function's parameter all-gathers
+over dp is in flight (the gathers overlap the forward). At pp 2 the receives
 of each step are posted ahead of it: the trace must show a RecvAsync (post to wait) during which
 a kernel of the same rank starts. With ZeRO-2/3 each micro-batch's gradient reduce-scatters
 start right after their gradients and complete at the function's end: in rank 0's trace a
 ReduceScatterAsync over dp of a training function that is not fused with the update
 (forward_backward, a chunk's backward) must be started before at least one of that function's
-MatMul kernels starts. Exit 77 (skip) without
+MatMul kernels starts (gather_forward_backward counts: it is forward_backward with the deferred
+gathers first). Last, dp 2 + ZeRO-1 --overlap on saves at step 4 (its gathers deferred: the save
+gathers them first, and no pending zero.gather.* state is written) and a resumed run repeats
+steps 5..10 and the final weights bit for bit. Exit 77 (skip) without
 mpirun. Runs with Debian's /usr/bin/python3.
 
 usage: overlap_test.py --megac build/bin/megac --workdir DIR
@@ -34,6 +39,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import numpy as np
@@ -93,8 +99,8 @@ def scatter_overlap(events):
     scatters = [e for e in events
                 if e.get("pid") == 0 and e.get("name") == "ReduceScatterAsync"
                 and str(e.get("args", {}).get("function", "")).startswith(
-                    ("forward_backward", "backward"))
-                and e.get("args", {}).get("function") != FUSED
+                    ("forward_backward", "backward", "gather_forward_backward"))
+                and e.get("args", {}).get("function") not in (FUSED, "gather_" + FUSED)
                 and str(e.get("args", {}).get("group", "")).startswith("[dp]")]
     kernels = [e for e in events
                if e.get("pid") == 0 and e.get("cat") == "kernel" and e.get("name") == "MatMul"]
@@ -104,18 +110,70 @@ def scatter_overlap(events):
 
 
 def gather_overlap(events):
-    """Rank 0's AdamWMulti kernels in the fused function that start after its first parameter
-    all-gather (AllGatherAsync over "[dp] ...") was started."""
-    starts = [e["ts"] for e in events
-              if e.get("pid") == 0 and e.get("name") == "AllGatherAsync"
-              and e.get("args", {}).get("function") == FUSED
-              and str(e.get("args", {}).get("group", "")).startswith("[dp]")]
-    if not starts:
-        return 0
-    return len([e for e in events
-                if e.get("pid") == 0 and e.get("cat") == "kernel"
-                and e.get("name") == "AdamWMulti"
-                and e.get("args", {}).get("function") == FUSED and e["ts"] > min(starts)])
+    """Rank 0's GEMM kernels (MatMul, Linear) of a gather_* function (a step's first micro-batch after an
+    update that deferred its parameter all-gathers) that start while one of that function's
+    AllGatherAsync over "[dp] ..." is in flight."""
+    gathers = [e for e in events
+               if e.get("pid") == 0 and e.get("name") == "AllGatherAsync"
+               and str(e.get("args", {}).get("function", "")).startswith("gather_")
+               and str(e.get("args", {}).get("group", "")).startswith("[dp]")]
+    return len([k for k in events
+                if k.get("pid") == 0 and k.get("cat") == "kernel"
+                and k.get("name") in ("MatMul", "Linear")
+                and any(g["args"]["function"] == k.get("args", {}).get("function")
+                        and g["ts"] < k["ts"] < g["ts"] + g.get("dur", 0) for g in gathers)])
+
+
+def resume_check(megac, model, data, workdir, timeout):
+    """dp 2 + ZeRO-1 with --overlap on saves at step 4 with its parameter gathers deferred
+    (settled first: the checkpoint holds whole parameters and no zero.gather.* state) and a run
+    resumed from that checkpoint repeats steps 5..10 bit for bit. Returns the problems."""
+    ckpt = os.path.join(workdir, "resume.ckpt")
+    shutil.rmtree(ckpt, ignore_errors=True)
+    layout = dict(dp=2, zero=1)
+    whole = pe.megac_train(megac, model, data, os.path.join(workdir, "resume.whole"),
+                           pe.Layout(**layout, extra=[*BUCKET, "--overlap", "on", "--save", ckpt,
+                                                      "--save-interval", "4"]), "fp64", timeout)
+    for entry in os.listdir(ckpt):
+        if entry != "step-4":
+            path = os.path.join(ckpt, entry)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    problems = []
+    for entry in os.listdir(os.path.join(ckpt, "step-4")):
+        if entry.endswith(".safetensors"):
+            with open(os.path.join(ckpt, "step-4", entry), "rb") as f:
+                header = f.read(8 + int.from_bytes(f.read(8)[:8], "little"))
+            if b"zero.gather." in header:
+                problems.append(f"{entry} holds a pending zero.gather.* state")
+    # The same command, resumed (--save-grads writes step 1's gradients: not in a resumed run).
+    rundir = os.path.join(workdir, "resume.resumed")
+    os.makedirs(rundir, exist_ok=True)
+    with open(os.path.join(workdir, "resume.whole", "command.txt")) as f:
+        argv = f.read().split()
+    i = argv.index("--save-grads")
+    del argv[i:i + 2]
+    i = argv.index("--save")
+    del argv[i:i + 4]  # --save DIR --save-interval 4
+    log, weights = os.path.join(rundir, "log.jsonl"), os.path.join(rundir, "weights.safetensors")
+    argv[argv.index("--log-json") + 1] = log
+    argv[argv.index("--save-weights") + 1] = weights
+    result = subprocess.run([*argv, "--load", ckpt], capture_output=True, text=True,
+                            timeout=timeout)
+    if result.returncode != 0:
+        return problems + [f"the resumed run failed: {result.stderr[-500:]}"]
+    with open(log) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    keys = ("step", "loss", "grad_norm")
+    after = [[r[k] for k in keys] for r in whole["records"] if r["step"] > 4]
+    again = [[r[k] for k in keys] for r in records]
+    if after != again or not after:
+        problems.append(f"resumed steps differ: {again[:2]} against {after[:2]}")
+    resumed = pe.read_safetensors(weights)
+    for n in sorted(whole["weights"]):
+        if not np.array_equal(whole["weights"][n], resumed.get(n)):
+            problems.append(f"final weights differ after resuming: {n}")
+            break
+    return problems
 
 
 def main():
@@ -149,7 +207,7 @@ def main():
              ("tp2xdp2", dict(tp=2, dp=2), {"AllReduceAsync"}, True)]
     failures = 0
     print(f"{'layout':<12} {'on == off':<10} {'loss rel':>9} {'param':>9} {'grad':>9} "
-          f"{'GEMMs after 1st dp start':>24} {'updates after 1st gather':>24}  "
+          f"{'GEMMs after 1st dp start':>24} {'GEMMs under a gather':>24}  "
           "async ops")
     for name, kw, expected, overlaps in cases:
         runs = {}
@@ -192,8 +250,9 @@ def main():
                             "update)")
         updates = gather_overlap(events)
         if kw.get("zero") in (1, 2) and not pipelined and updates == 0:
-            problems.append(f"no AdamWMulti of {FUSED} starts after its first parameter "
-                            "all-gather: the gathers do not overlap the updates")
+            problems.append("no GEMM of a gather_* function starts while its parameter "
+                            "all-gathers are in flight: the deferred gathers do not overlap "
+                            "the next forward")
         if overlaps and later == 0:
             problems.append(f"no GEMM of {FUSED} starts after its first dp reduction: the "
                             "reduction does not overlap the last backward")
@@ -206,6 +265,12 @@ def main():
         for p in problems:
             print(f"  FAIL {name}: {p}")
         failures += bool(problems)
+    problems = resume_check(args.megac, model, data, args.workdir, args.timeout)
+    print(f"dp2+zero1 saved with its gathers deferred, resumed: "
+          f"{'bit-identical' if not problems else 'FAIL'}")
+    for p in problems:
+        print(f"  FAIL resume: {p}")
+    failures += bool(problems)
     print("PASS" if not failures else f"FAIL: {failures} layout(s)")
     sys.exit(numerics.exit_code(failures))
 

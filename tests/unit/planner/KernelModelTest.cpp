@@ -231,13 +231,15 @@ TEST(KernelModelTest, MegacOverlapFollowsTheCompiledPlan) {
               off.dpReduceSeconds / 48 * (1 + 1e-12));
   }
   {
-    // ZeRO-1: the reduce-scatter as above, and the gather behind the remaining updates.
+    // ZeRO-1: the reduce-scatter as above, and the gather deferred into the next step's
+    // forward (mega-training-defer-parameter-gather), which is longer than it here: only the
+    // first of the 8 or 9 buckets' gathers is exposed.
     Layout z1 = dp;
     z1.zero = 1;
     StepCost off = run(z1, false, 0), on = run(z1, true, int64_t(params / 8) + 1);
     EXPECT_LT(on.dpReduceSeconds, off.dpReduceSeconds / 4);
-    EXPECT_LT(on.dpGatherSeconds, off.dpGatherSeconds);
-    EXPECT_GE(on.dpGatherSeconds, off.dpGatherSeconds / 8 * (1 - 1e-12));
+    EXPECT_GE(on.dpGatherSeconds, off.dpGatherSeconds / 9 * (1 - 1e-12));
+    EXPECT_LE(on.dpGatherSeconds, off.dpGatherSeconds / 8 * (1 + 1e-12));
   }
   // pp 2 and ZeRO-2: the plan reduces after the schedule or per micro-batch; no change. At pp 2
   // the simulation places each transfer between its sending and receiving step (its waits count
