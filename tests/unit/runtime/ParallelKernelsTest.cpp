@@ -1,6 +1,6 @@
 // The CPU kernels that split work over threads (runtime/cpu/Parallel.h) against their serial
 // selves and naive references: the same bits on 1, 2 and 3 threads, the tiled transpose against
-// index arithmetic, and AdamW's SSE2 path against the scalar formula.
+// index arithmetic, and AdamW's vectorised f32 loop (VectorMath.cpp) against the scalar formula.
 #include "runtime/cpu/Kernels.h"
 
 #include <gtest/gtest.h>
