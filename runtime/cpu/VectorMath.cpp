@@ -1,8 +1,8 @@
-// The f32 array loops of VectorMath.h, compiled for AVX-512F, AVX2 and baseline x86-64 and picked
-// at load time (GCC/Clang function multiversioning); elsewhere, once for the target. This file is
-// built with -ftree-vectorize -fvect-cost-model=dynamic -fno-trapping-math -ffp-contract=off
-// (runtime/CMakeLists.txt): the loops vectorise at -O2 and no level contracts a*b+c into an FMA,
-// so all give the same bits.
+// The f32 array loops of VectorMath.h and AdamW's (AdamWElements.h), compiled for AVX-512F, AVX2
+// and baseline x86-64 and picked at load time (GCC/Clang function multiversioning); elsewhere,
+// once for the target. This file is built with -ftree-vectorize -fvect-cost-model=dynamic
+// -fno-trapping-math -fno-math-errno -ffp-contract=off (runtime/CMakeLists.txt): the loops
+// vectorise at -O2 and no level contracts a*b+c into an FMA, so all give the same bits.
 #include "runtime/cpu/VectorMath.h"
 
 #include "runtime/cpu/AdamWElements.h"
