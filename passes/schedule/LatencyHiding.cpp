@@ -115,15 +115,15 @@ struct Pair {
 /// The start twin of a blocking collective, built at the builder's insertion point.
 Value buildStart(OpBuilder &b, Operation *op) {
   if (auto c = dyn_cast<mega::AllReduceOp>(op))
-    return b.create<mega::AllReduceStartOp>(c.getLoc(), c.getType(), c.getKindAttr(), c.getInput(),
-                                            c.getMeshAttr(), c.getAxesAttr());
+    return mega::AllReduceStartOp::create(b, c.getLoc(), c.getType(), c.getKindAttr(), c.getInput(),
+                                          c.getMeshAttr(), c.getAxesAttr());
   if (auto c = dyn_cast<mega::AllGatherOp>(op))
-    return b.create<mega::AllGatherStartOp>(c.getLoc(), c.getType(), c.getInput(), c.getMeshAttr(),
-                                            c.getAxesAttr(), c.getDimAttr());
+    return mega::AllGatherStartOp::create(b, c.getLoc(), c.getType(), c.getInput(), c.getMeshAttr(),
+                                          c.getAxesAttr(), c.getDimAttr());
   auto c = cast<mega::ReduceScatterOp>(op);
-  return b.create<mega::ReduceScatterStartOp>(c.getLoc(), c.getType(), c.getKindAttr(),
-                                              c.getInput(), c.getMeshAttr(), c.getAxesAttr(),
-                                              c.getDimAttr());
+  return mega::ReduceScatterStartOp::create(b, c.getLoc(), c.getType(), c.getKindAttr(),
+                                            c.getInput(), c.getMeshAttr(), c.getAxesAttr(),
+                                            c.getDimAttr());
 }
 
 /// Splits a multi-tensor AdamW whose updated parameters feed several all-gathers (ZeRO-1/2's
@@ -388,7 +388,7 @@ void scheduleBlock(Block &block, int64_t budget) {
     b.setInsertionPoint(ops[pair.anchor]);
     Value started = buildStart(b, pair.op);
     b.setInsertionPoint(ops[pair.done]);
-    auto done = b.create<mega::CollectiveDoneOp>(pair.op->getLoc(), started.getType(), started);
+    auto done = mega::CollectiveDoneOp::create(b, pair.op->getLoc(), started.getType(), started);
     pair.op->getResult(0).replaceAllUsesWith(done.getResult());
     // The shard is added into the accumulator as soon as it is here, not where the sum is read.
     if (pair.accumulate)
@@ -465,7 +465,7 @@ void orderTailByArrival(Block &block, int64_t budget) {
       continue;
     OpBuilder b(op);
     Value started = buildStart(b, op);
-    auto done = b.create<mega::CollectiveDoneOp>(op->getLoc(), started.getType(), started);
+    auto done = mega::CollectiveDoneOp::create(b, op->getLoc(), started.getType(), started);
     op->getResult(0).replaceAllUsesWith(done.getResult());
     if (op == tailStart)
       tailStart = started.getDefiningOp();

@@ -118,9 +118,8 @@ Operation *firstUse(func::FuncOp f, ArrayRef<Value> values) {
 BlockArgument addArgument(func::FuncOp f, StringRef attr, StringRef name, Type type) {
   OpBuilder b(f.getContext());
   unsigned i = f.getNumArguments();
-  if (failed(f.insertArgument(i, type, b.getDictionaryAttr({b.getNamedAttr(attr,
-                                                                           b.getStringAttr(name))}),
-                              f.getLoc())))
+  if (failed(f.insertArgument(
+          i, type, b.getDictionaryAttr({b.getNamedAttr(attr, b.getStringAttr(name))}), f.getLoc())))
     return nullptr;
   return f.getArgument(i);
 }
@@ -211,8 +210,8 @@ struct TrainingDeferParameterGatherPass
       return success();
     std::string fbGathered = (kGatherPrefix + kForwardBackward).str();
     std::string fusedGathered = (kGatherPrefix + kFused).str();
-    for (StringRef name : {StringRef(kGatherParameters), StringRef(fbGathered),
-                           StringRef(fusedGathered)})
+    for (StringRef name :
+         {StringRef(kGatherParameters), StringRef(fbGathered), StringRef(fusedGathered)})
       if (Operation *existing = module.lookupSymbol(name))
         return existing->emitError()
                << "mega-training-defer-parameter-gather: the module already has @" << name;
@@ -288,8 +287,8 @@ struct TrainingDeferParameterGatherPass
       llvm::DenseMap<Operation *, size_t> position;
       for (auto [i, op] : llvm::enumerate(fused.getBody().front()))
         position[&op] = i;
-      SmallVector<Operation *> copyOps = llvm::to_vector(
-          llvm::make_pointer_range(fusedCopy.getBody().front().getOperations()));
+      SmallVector<Operation *> copyOps =
+          llvm::to_vector(llvm::make_pointer_range(fusedCopy.getBody().front().getOperations()));
       SmallVector<Operation *> dead;
       for (const Deferred &d : deferred) {
         dead.push_back(copyOps[position.lookup(d.gather.getOperation())]);
