@@ -13,6 +13,8 @@
 // product to memory in between); contraction inside one op is left as nvcc does it.
 #include "runtime/cuda/Fusion.h"
 
+#include "runtime/cpu/VectorMath.h"
+
 #include "runtime/plan/Opcodes.h"
 #include "runtime/plan/plan_generated.h"
 #include "support/DTypeName.h"
@@ -267,52 +269,50 @@ static __device__ __forceinline__ unsigned short megac_f2h(float f) {
   return megac_host_f2h(f);
 #endif
 }
-// megac_exp_f32, megac_erf_f32: runtime/cpu/VectorMath.h's expF32 and erfF32, which the CPU kernels'
-// f32 Gelu and GeluGrad use: the same operations in the same order (the host build gives their
-// bits; on a device ptxas may contract them into FMAs).
-static __device__ __forceinline__ float megac_exp_f32(float x) {
-  float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
-  float t = xc * 1.44269502f + 12582912.0f;
-  float n = t - 12582912.0f;
-  float r = (xc - n * 0.693359375f) - n * -2.12194442e-4f;
-  float q = 1.37529697e-3f;
-  q = q * r + 8.36891495e-3f;
-  q = q * r + 4.16695066e-2f;
-  q = q * r + 0.166665182f;
-  q = q * r + 0.499999881f;
-  float p = 1.0f + (r + r * r * q);
-  int ni = static_cast<int>(__float_as_uint(t) - __float_as_uint(12582912.0f));
-  int n1 = ni >> 1, n2 = ni - n1;
-  float s1 = __uint_as_float(static_cast<unsigned>(n1 + 127) << 23);
-  float s2 = __uint_as_float(static_cast<unsigned>(n2 + 127) << 23);
-  float y = p * s1 * s2;
-  return x != x ? x : y;
-}
-static __device__ __forceinline__ float megac_erf_f32(float x) {
-  float ax = __uint_as_float(__float_as_uint(x) & 0x7fffffffu);
-  ax = ax > 4.0f ? 4.0f : ax;
-  float z = ax * ax;
-  float a = 7.8473051e-05f;
-  a = a * z + -8.008203e-4f;
-  a = a * z + 5.18810051e-3f;
-  a = a * z + -2.68536918e-2f;
-  a = a * z + 0.112835824f;
-  a = a * z + -0.37612626f;
-  a = a * z + 0.128379166f;
-  float small = ax + ax * a;
-  float b = 1.87357829e-4f;
-  b = b * ax + -2.95697618e-3f;
-  b = b * ax + 2.18742546e-2f;
-  b = b * ax + -0.1031802f;
-  b = b * ax + 0.361937374f;
-  b = b * ax + -1.1271373f;
-  b = b * ax + -3.29979899e-4f;
-  float large = 1.0f - megac_exp_f32(b - z);
-  float y = ax < 1.0f ? small : large;
-  y = __uint_as_float(__float_as_uint(y) | (__float_as_uint(x) & 0x80000000u));
-  return x != x ? x : y;
-}
 )";
+
+/// megac_exp_f32 and megac_erf_f32: runtime/cpu/VectorMath.h's expF32 and erfF32, which the CPU
+/// kernels' f32 Gelu and GeluGrad use, written from the same constants (F32MathConstants) as the
+/// same operations in the same order (the host build gives their bits; on a device ptxas may
+/// contract them into FMAs).
+std::string f32MathSource() {
+  using C = cpu::vmath::F32MathConstants;
+  auto f = [](float v) { return literal(v, false); };
+  auto horner = [&](const char *acc, const char *var, const float *c, size_t n) {
+    std::string text = "  float " + std::string(acc) + " = " + f(c[0]) + ";\n";
+    for (size_t i = 1; i < n; ++i)
+      text += "  " + std::string(acc) + " = " + acc + " * " + var + " + " + f(c[i]) + ";\n";
+    return text;
+  };
+  std::string s;
+  s += "static __device__ __forceinline__ float megac_exp_f32(float x) {\n";
+  s += "  float xc = x < " + f(C::expLow) + " ? " + f(C::expLow) + " : (x > " + f(C::expHigh) +
+       " ? " + f(C::expHigh) + " : x);\n";
+  s += "  float t = xc * " + f(C::log2e) + " + " + f(C::shifter) + ";\n";
+  s += "  float n = t - " + f(C::shifter) + ";\n";
+  s += "  float r = (xc - n * " + f(C::ln2Hi) + ") - n * " + f(C::ln2Lo) + ";\n";
+  s += horner("q", "r", C::expQ, std::size(C::expQ));
+  s += "  float p = 1.0f + (r + r * r * q);\n";
+  s += "  int ni = static_cast<int>(__float_as_uint(t) - __float_as_uint(" + f(C::shifter) +
+       "));\n";
+  s += "  int n1 = ni >> 1, n2 = ni - n1;\n";
+  s += "  float s1 = __uint_as_float(static_cast<unsigned>(n1 + 127) << 23);\n";
+  s += "  float s2 = __uint_as_float(static_cast<unsigned>(n2 + 127) << 23);\n";
+  s += "  float y = p * s1 * s2;\n";
+  s += "  return x != x ? x : y;\n}\n";
+  s += "static __device__ __forceinline__ float megac_erf_f32(float x) {\n";
+  s += "  float ax = __uint_as_float(__float_as_uint(x) & 0x7fffffffu);\n";
+  s += "  ax = ax > " + f(C::erfHigh) + " ? " + f(C::erfHigh) + " : ax;\n";
+  s += "  float z = ax * ax;\n";
+  s += horner("a", "z", C::erfSmall, std::size(C::erfSmall));
+  s += "  float small = ax + ax * a;\n";
+  s += horner("b", "ax", C::erfLarge, std::size(C::erfLarge));
+  s += "  float large = 1.0f - megac_exp_f32(b - z);\n";
+  s += "  float y = ax < 1.0f ? small : large;\n";
+  s += "  y = __uint_as_float(__float_as_uint(y) | (__float_as_uint(x) & 0x80000000u));\n";
+  s += "  return x != x ? x : y;\n}\n";
+  return s;
+}
 
 class Generator;
 
@@ -371,7 +371,7 @@ public:
       body_ << "    out" << k << "[i] = " << (isHalf(loc.dtype) ? "h" : "v") << id << ";\n";
     }
     std::ostringstream src;
-    src << kHelpers << "\nextern \"C\" __global__ void @KERNEL@(" << params.str()
+    src << kHelpers << f32MathSource() << "\nextern \"C\" __global__ void @KERNEL@(" << params.str()
         << "long long n) {\n"
         << "  const unsigned z = static_cast<unsigned>(n >> 62); // 0: n < 2^62\n"
         << "  for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;"
