@@ -2,6 +2,7 @@
 // moves from the end of @forward_backward_apply to the next step's forward, where each bucket is
 // gathered ahead of its first use (Megatron's --overlap-param-gather) (Passes.td;
 // docs/training-step.md "Overlap").
+#include "passes/training/ArgumentBindings.h"
 #include "passes/training/Passes.h"
 
 #include "ir/MegaDialect.h"
@@ -34,22 +35,6 @@ constexpr StringLiteral kGatherParameters = "gather_parameters";
 constexpr StringLiteral kPendingPrefix = "zero.gather.";
 constexpr StringLiteral kOutputPrefix = "gathered.";
 
-/// The name an argument of `f` is bound to (mega.param or mega.state), or "".
-StringRef boundName(func::FuncOp f, unsigned i) {
-  for (const char *attr : {mega::kParamAttr, kStateAttr})
-    if (auto name = f.getArgAttrOfType<StringAttr>(i, attr))
-      return name.getValue();
-  return "";
-}
-
-/// The argument of `f` bound to `name`, or null.
-BlockArgument argumentNamed(func::FuncOp f, StringRef name) {
-  for (unsigned i = 0; i < f.getNumArguments(); ++i)
-    if (boundName(f, i) == name)
-      return f.getArgument(i);
-  return nullptr;
-}
-
 /// One all-gather of updated shards that the pass defers: the gather, the data movement after
 /// it (block order) and the function results it becomes (`mega.updates` of a parameter or a
 /// state), each with its target's name.
@@ -81,7 +66,7 @@ std::optional<Deferred> deferrable(func::FuncOp f, mega::AllGatherOp gather) {
       if (user == ret.getOperation()) {
         unsigned i = use.getOperandNumber();
         auto target = f.getResultAttrOfType<StringAttr>(i, kUpdatesAttr);
-        if (!target || !argumentNamed(f, target.getValue()))
+        if (!target || !storageArgument(f, target.getValue()))
           return std::nullopt;
         d.results.push_back(i);
         d.returned.push_back(v);
@@ -158,12 +143,12 @@ LogicalResult gatherFirst(func::FuncOp copy, ArrayRef<Deferred> deferred) {
     if (auto out = copy.getResultAttrOfType<StringAttr>(i, mega::kOutputAttr))
       copy.setResultAttr(i, mega::kOutputAttr, b.getStringAttr(kOutputPrefix + out.getValue()));
   for (const Deferred &d : deferred) {
-    Value pending = argumentNamed(copy, d.pending);
+    Value pending = storageArgument(copy, d.pending);
     if (!pending)
       pending = addArgument(copy, kStateAttr, d.pending, d.gather.getInput().getType());
     SmallVector<Value> targets;
     for (const std::string &t : d.targets) {
-      Value arg = argumentNamed(copy, t);
+      Value arg = storageArgument(copy, t);
       if (!arg)
         return copy.emitError() << "mega-training-defer-parameter-gather: @" << copy.getSymName()
                                 << " has no argument for '" << t << "', which a gather updates";
@@ -238,7 +223,7 @@ struct TrainingDeferParameterGatherPass
       }
       for (const Deferred &d : deferred)
         for (const std::string &t : d.targets) {
-          BlockArgument arg = argumentNamed(fused, t);
+          BlockArgument arg = storageArgument(fused, t);
           argTypes.push_back(arg.getType());
           argAttrs.push_back(fused.getArgAttrDict(arg.getArgNumber()));
           resultTypes.push_back(arg.getType());

@@ -2,6 +2,7 @@
 // and backward followed by the optimizer step in one function, so that the latency-hiding
 // schedule can start each dp bucket's reduction while the rest of the backward runs
 // (Passes.td; docs/training-step.md "Overlap").
+#include "passes/training/ArgumentBindings.h"
 #include "passes/training/Passes.h"
 
 #include "ir/MegaDialect.h"
@@ -29,15 +30,6 @@ constexpr StringLiteral kApplyGradients = "apply_gradients";
 constexpr StringLiteral kCheckGradients = "check_gradients";
 constexpr StringLiteral kFused = "forward_backward_apply";
 constexpr StringLiteral kOutputPrefix = "last.";
-
-/// The name argument `i` of `f` is bound by (mega.param, mega.state or mega.input), with the
-/// attribute's name.
-std::optional<std::pair<StringRef, StringRef>> bindingOf(func::FuncOp f, unsigned i) {
-  for (const char *attr : {mega::kParamAttr, kStateAttr, mega::kInputAttr})
-    if (auto name = f.getArgAttrOfType<StringAttr>(i, attr))
-      return std::make_pair(StringRef(attr), name.getValue());
-  return std::nullopt;
-}
 
 bool isCollective(Operation *op) {
   return isa<mega::AllReduceOp, mega::ReduceScatterOp, mega::AllGatherOp>(op);
@@ -115,7 +107,7 @@ struct TrainingFuseLastMicroBatchPass
     llvm::StringMap<unsigned> fbArg;
     for (unsigned i = 0; i < fb.getNumArguments(); ++i) {
       argAttrs.push_back(fb.getArgAttrDict(i) ? fb.getArgAttrDict(i) : b.getDictionaryAttr({}));
-      if (auto binding = bindingOf(fb, i))
+      if (auto binding = argumentBinding(fb, i))
         fbArg[binding->second] = i;
     }
     llvm::StringMap<unsigned> fbUpdate;
@@ -130,7 +122,7 @@ struct TrainingFuseLastMicroBatchPass
     SmallVector<Source> sources;
     for (unsigned j = 0; j < apply.getNumArguments(); ++j) {
       Type type = apply.getArgumentTypes()[j];
-      auto binding = bindingOf(apply, j);
+      auto binding = argumentBinding(apply, j);
       if (!binding)
         return apply.emitError() << "mega-training-fuse-last-micro-batch: argument " << j << " of @"
                                  << kApplyGradients
