@@ -82,6 +82,15 @@ public:
   /// Stores `value` for the input `name` (of any function); its dtype and shape must match the
   /// plan's. Every later run of a function with that input copies it in.
   virtual Status setInput(std::string_view name, const HostTensor &value) = 0;
+  /// The same, taking `value` over instead of copying it (a stash or a received tensor the
+  /// caller does not keep). By default a copy.
+  virtual Status setInput(std::string_view name, HostTensor &&value) {
+    return setInput(name, static_cast<const HostTensor &>(value));
+  }
+  /// Hands back the value last set for input `name` (no copy) and unsets it: the pipeline
+  /// runner keeps what a later step reads again this way. A function reading it afterwards
+  /// needs it set again.
+  virtual StatusOr<HostTensor> takeInput(std::string_view name) = 0;
   /// Runs every instruction of `function`; an error names the instruction's opcode and
   /// location. Every input of the function must have been set. A failed run may leave
   /// parameters and state partly updated.

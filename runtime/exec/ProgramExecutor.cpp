@@ -130,6 +130,28 @@ Status ProgramExecutor::setInput(std::string_view name, const HostTensor &value)
   return Status::ok();
 }
 
+Status ProgramExecutor::setInput(std::string_view name, HostTensor &&value) {
+  auto it = inputs_.find(name);
+  if (it == inputs_.end())
+    return Status::error("the program has no input '" + std::string(name) +
+                         "' (inputs: " + joinNames(inputNames()) + ")");
+  RETURN_IF_ERROR(checkFits(it->second.buffer, value, "input '" + std::string(name) + "'"));
+  it->second.value = std::move(value);
+  return Status::ok();
+}
+
+StatusOr<HostTensor> ProgramExecutor::takeInput(std::string_view name) {
+  auto it = inputs_.find(name);
+  if (it == inputs_.end())
+    return Status::error("the program has no input '" + std::string(name) +
+                         "' (inputs: " + joinNames(inputNames()) + ")");
+  if (!it->second.value)
+    return Status::error("input '" + std::string(name) + "' is not set: nothing to take back");
+  HostTensor value = std::move(*it->second.value);
+  it->second.value.reset();
+  return value;
+}
+
 Status ProgramExecutor::run() {
   if (functions_.size() == 1)
     return runFunction(0);

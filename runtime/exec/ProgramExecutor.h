@@ -62,6 +62,8 @@ struct Named {
 class ProgramExecutor : public Executor {
 public:
   Status setInput(std::string_view name, const HostTensor &value) override;
+  Status setInput(std::string_view name, HostTensor &&value) override;
+  StatusOr<HostTensor> takeInput(std::string_view name) override;
   Status run(std::string_view function) override;
   Status run() override;
   StatusOr<HostTensor> output(std::string_view name) const override;

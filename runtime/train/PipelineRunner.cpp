@@ -134,6 +134,10 @@ struct ChunkPorts {
   std::vector<std::string> stashIn;         // what the backward functions read of them
   std::vector<std::string> backwardIn;      // the (input-gradient) backward's kept inputs
   std::vector<std::string> weightIn;        // split: the weight-gradient backward's kept inputs
+  // Split: where each of weightIn comes from after the input-gradient step ran. Inputs that
+  // step read (its stash, the received gradients) are taken back from the executor, its
+  // outputs copied out; the rest (stash only W reads) stay in the stash untouched.
+  std::vector<std::string> weightTakenBack, weightFromOutputs;
   bool forwardReadsData = false, backwardReadsData = false, weightReadsData = false;
 };
 
@@ -174,9 +178,8 @@ private:
   }
   int peerOfChunk(int64_t chunk) const { return peers_[schedule::stageOfChunk(shape(), chunk)]; }
   Status sendPorts(const std::vector<std::string> &ports, int64_t toChunk, int tag);
-  /// Receives `ports` and sets them as inputs; copies those named in `keepNames` into `kept`.
-  Status recvPorts(const std::vector<std::string> &ports, int64_t fromChunk, int tag,
-                   const std::vector<std::string> &keepNames = {}, TensorMap *kept = nullptr);
+  /// Receives `ports` and hands them to the executor as inputs (no copy).
+  Status recvPorts(const std::vector<std::string> &ports, int64_t fromChunk, int tag);
 
   Executor &executor_;
   comm::Communicator &comm_;
@@ -284,8 +287,13 @@ StatusOr<ChunkPorts> Runner::chunkPorts(int64_t c) const {
                            "' nor '" + bwd + "' provides for chunk " + std::to_string(c));
     if (fromForward && !std::count(p.stashIn.begin(), p.stashIn.end(), in))
       p.stashIn.push_back(in);
-    if (!readsData({in}))
-      p.weightIn.push_back(in);
+    if (readsData({in}))
+      continue;
+    p.weightIn.push_back(in);
+    if (fromInput)
+      p.weightFromOutputs.push_back(in);
+    else if (received || std::count(p.backwardIn.begin(), p.backwardIn.end(), in))
+      p.weightTakenBack.push_back(in);
   }
   // Each cut must carry something both ways, except at the ends of the model.
   std::string where = "rank " + std::to_string(rank) + ": ";
@@ -403,8 +411,7 @@ Status Runner::sendPorts(const std::vector<std::string> &ports, int64_t toChunk,
   return Status::ok();
 }
 
-Status Runner::recvPorts(const std::vector<std::string> &ports, int64_t fromChunk, int tag,
-                         const std::vector<std::string> &keepNames, TensorMap *kept) {
+Status Runner::recvPorts(const std::vector<std::string> &ports, int64_t fromChunk, int tag) {
   int peer = peerOfChunk(fromChunk);
   if (auto early = posted_.find(tag); early != posted_.end()) {
     // Posted ahead (postReceives): complete them in port order.
@@ -413,9 +420,7 @@ Status Runner::recvPorts(const std::vector<std::string> &ports, int64_t fromChun
     for (Posted &post : posts) {
       RETURN_IF_ERROR(post.handle->wait())
           << " (receiving '" << post.name << "' from rank " << peer << ", tag " << tag << ")";
-      RETURN_IF_ERROR(executor_.setInput(post.name, post.value));
-      if (kept && std::count(keepNames.begin(), keepNames.end(), post.name))
-        (*kept)[post.name] = std::move(post.value);
+      RETURN_IF_ERROR(executor_.setInput(post.name, std::move(post.value)));
     }
     return Status::ok();
   }
@@ -440,9 +445,7 @@ Status Runner::recvPorts(const std::vector<std::string> &ports, int64_t fromChun
       RETURN_IF_ERROR(comm_.recv(peer, tag, value.bytes.data(), value.bytes.size()))
           << " (receiving '" << name << "' from rank " << peer << ", tag " << tag << ")";
     }
-    RETURN_IF_ERROR(executor_.setInput(name, value));
-    if (kept && std::count(keepNames.begin(), keepNames.end(), name))
-      (*kept)[name] = std::move(value);
+    RETURN_IF_ERROR(executor_.setInput(name, std::move(value)));
   }
   return Status::ok();
 }
@@ -482,24 +485,27 @@ Status Runner::backward(int64_t c, int64_t m) {
   const ChunkPorts &p = ports_.at(c);
   ASSIGN_OR_RETURN(TensorMap kept, takeKept(c, m, p.backwardReadsData, "no stashed values"));
   for (const std::string &name : p.backwardIn)
-    RETURN_IF_ERROR(executor_.setInput(name, kept.at(name)));
-  // Split: what the weight-gradient step reads of the stash, the received gradients and this
-  // step's outputs, kept until it runs.
-  TensorMap forWeight;
-  if (p.split)
-    for (const std::string &name : p.weightIn)
-      if (auto it = kept.find(name); it != kept.end())
-        forWeight[name] = std::move(it->second);
+    RETURN_IF_ERROR(executor_.setInput(name, std::move(kept.at(name))));
   if (c + 1 < run_.chunks)
-    RETURN_IF_ERROR(
-        recvPorts(p.gradIn, c + 1, tag(c + 1, m, StepKind::backward), p.weightIn, &forWeight));
+    RETURN_IF_ERROR(recvPorts(p.gradIn, c + 1, tag(c + 1, m, StepKind::backward)));
   StepKind kind = p.split ? StepKind::backwardInput : StepKind::backward;
   RETURN_IF_ERROR(executor_.run(chunkFunction(kind, c)));
-  if (p.split)
+  // Split: what the weight-gradient step reads, kept until it runs: the stash only it reads
+  // (still in `kept`), what this step read (handed back by the executor, not copied) and this
+  // step's outputs (copied out of the arena, which the next function reuses).
+  TensorMap forWeight;
+  if (p.split) {
     for (const std::string &name : p.weightIn)
-      if (!forWeight.count(name)) {
-        ASSIGN_OR_RETURN(forWeight[name], executor_.output(name));
-      }
+      if (auto it = kept.find(name); it != kept.end() &&
+                                     !std::count(p.backwardIn.begin(), p.backwardIn.end(), name))
+        forWeight[name] = std::move(it->second);
+    for (const std::string &name : p.weightTakenBack) {
+      ASSIGN_OR_RETURN(forWeight[name], executor_.takeInput(name));
+    }
+    for (const std::string &name : p.weightFromOutputs) {
+      ASSIGN_OR_RETURN(forWeight[name], executor_.output(name));
+    }
+  }
   if (c > 0)
     RETURN_IF_ERROR(sendPorts(p.gradOut, c - 1, tag(c, m, StepKind::backward)));
   if (p.split)
@@ -511,8 +517,8 @@ Status Runner::backwardWeight(int64_t c, int64_t m) {
   const ChunkPorts &p = ports_.at(c);
   ASSIGN_OR_RETURN(TensorMap kept, takeKept(c, m, p.weightReadsData,
                                             "no values kept from the input-gradient step"));
-  for (const auto &[name, value] : kept)
-    RETURN_IF_ERROR(executor_.setInput(name, value));
+  for (auto &[name, value] : kept)
+    RETURN_IF_ERROR(executor_.setInput(name, std::move(value)));
   return executor_.run(chunkFunction(StepKind::backwardWeight, c));
 }
 

@@ -308,6 +308,33 @@ TEST(Executor, RunErrorsNameTheOpcodeAndLocation) {
   EXPECT_FALSE(ex->output("y").isOk()) << "output after a failed run";
 }
 
+// The pipeline runner hands stashes over (setInput of an rvalue) and takes back what a later
+// step reads again (takeInput): the same bytes, no copy, and the input unset afterwards.
+TEST(Executor, InputsHandedOverAndTakenBack) {
+  LoadedPlan plan = load(linearGeluPlan());
+  TensorMap weights;
+  weights["fc.weight"] = f32({4, 3}, kW);
+  weights["fc.bias"] = f32({4}, kB);
+  auto ex = create(plan, &weights);
+  ASSERT_TRUE(ex);
+  HostTensor x = f32({2, 3}, kX);
+  const uint8_t *bytes = x.bytes.data();
+  ASSERT_TRUE(ex->setInput("x", std::move(x)).isOk());
+  ASSERT_TRUE(ex->run().isOk());
+  expectClose(valuesOf<float>(ex->output("y").value()), naiveLinearGelu(kX, kW, kB), 1e-5, 1e-7,
+              "y");
+  StatusOr<HostTensor> back = ex->takeInput("x");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back->bytes.data(), bytes); // moved in and out, never copied
+  EXPECT_EQ(valuesOf<float>(*back), kX);
+  Status again = ex->takeInput("x").status();
+  EXPECT_EQ(again.message(), "input 'x' is not set: nothing to take back");
+  EXPECT_FALSE(ex->run().isOk()); // taken back: a run needs it set again
+  EXPECT_EQ(ex->takeInput("z").status().message(), "the program has no input 'z' (inputs: x)");
+  Status wrong = ex->setInput("x", f32({3, 2}, kX));
+  EXPECT_EQ(wrong.message(), "input 'x' must be f32 [2, 3], got f32 [3, 2]");
+}
+
 TEST(Executor, RejectsBadInputsAndOutputNames) {
   LoadedPlan plan = load(linearGeluPlan());
   auto ex = create(plan);

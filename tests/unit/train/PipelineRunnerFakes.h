@@ -159,6 +159,15 @@ public:
   /// Micro-batch data set through setInput("input_ids"/"labels"), for checks.
   int64_t dataSets = 0;
 
+  using Executor::setInput; // the moving overload copies through the one below
+  StatusOr<HostTensor> takeInput(std::string_view name) override {
+    auto it = values_.find(std::string(name));
+    if (it == values_.end())
+      return Status::error("input '" + std::string(name) + "' is not set: nothing to take back");
+    HostTensor value = std::move(it->second);
+    values_.erase(it);
+    return value;
+  }
   Status setInput(std::string_view name, const HostTensor &value) override {
     auto it = infos_.find(std::string(name));
     if (it == infos_.end())
