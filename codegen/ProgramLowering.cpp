@@ -240,10 +240,18 @@ mlir::FailureOr<fb::Offset<pl::Program>> ProgramLowering::finish() {
   for (auto [i, buffer] : llvm::enumerate(buffers_))
     buffers.push_back(pl::CreateBufferDirect(fbb_, buffer.name.c_str(), buffer.dtype, &buffer.shape,
                                              memory.plan->offsets[i], buffer.request.bytes));
-  auto dimShardings = [&](const ShardingInfo &info) {
+  // A dim whose parts are larger than its global size split evenly is a padded split (ZeRO-3's
+  // padded shards): the plan records the padded size, the buffer's dim times the group size.
+  auto dimShardings = [&](const ShardingInfo &info, const std::vector<int64_t> &local) {
     std::vector<fb::Offset<pl::DimSharding>> dims;
-    for (const auto &[dim, axes] : info.dims)
-      dims.push_back(pl::CreateDimShardingDirect(fbb_, dim, &axes));
+    for (const auto &[dim, axes] : info.dims) {
+      int64_t parts = 1;
+      for (uint32_t axis : axes)
+        parts *= mesh_ ? mesh_.getAxisSizes()[axis] : 1;
+      int64_t padded = dim < local.size() ? local[dim] * parts : 0;
+      bool pads = dim < info.globalShape.size() && padded > info.globalShape[dim];
+      dims.push_back(pl::CreateDimShardingDirect(fbb_, dim, &axes, pads ? padded : 0));
+    }
     return dims;
   };
   std::vector<fb::Offset<pl::Parameter>> parameters;
@@ -252,7 +260,7 @@ mlir::FailureOr<fb::Offset<pl::Program>> ProgramLowering::finish() {
     const std::vector<int64_t> &shape =
         param.sharding.globalShape.empty() ? local : param.sharding.globalShape;
     std::vector<int64_t> offset(shape.size(), 0);
-    auto dims = dimShardings(param.sharding);
+    auto dims = dimShardings(param.sharding, local);
     parameters.push_back(pl::CreateParameterDirect(
         fbb_, param.name.c_str(), param.buffer, &shape, &offset, param.init, param.initStd,
         dims.empty() ? nullptr : &dims, param.sourceShape.empty() ? nullptr : &param.sourceShape));
@@ -262,7 +270,7 @@ mlir::FailureOr<fb::Offset<pl::Program>> ProgramLowering::finish() {
     constants.push_back(pl::CreateConstant(fbb_, constant.buffer, constant.data));
   std::vector<fb::Offset<pl::StateBuffer>> state;
   for (const StateInfo &st : state_) {
-    auto dims = dimShardings(st.sharding);
+    auto dims = dimShardings(st.sharding, buffers_[st.buffer].shape);
     const std::vector<int64_t> *global =
         st.sharding.globalShape.empty() ? nullptr : &st.sharding.globalShape;
     state.push_back(pl::CreateStateBufferDirect(

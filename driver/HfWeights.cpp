@@ -2,6 +2,7 @@
 // folder transformers loads is HfSave.cpp.
 #include "driver/HfWeights.h"
 
+#include "runtime/exec/Parameters.h"
 #include "runtime/plan/plan_generated.h"
 #include "support/Files.h"
 #include "support/Float16.h"
@@ -463,7 +464,11 @@ Status loadHfWeights(const HfCheckpoint &checkpoint, const runtime::LoadedPlan &
       if (!any)
         continue;
     }
-    RETURN_IF_ERROR(executor.setParameter(name, value)) << " (from " << checkpoint.path << ")";
+    // A padded shard (ZeRO-3) holds the box, then zeros to its buffer's end.
+    RETURN_IF_ERROR(executor.setParameter(
+        name, runtime::bufferOfBox(std::move(value),
+                                   shard.bufferShape.empty() ? shard.shape : shard.bufferShape)))
+        << " (from " << checkpoint.path << ")";
   }
   return Status::ok();
 }

@@ -21,7 +21,7 @@ namespace pl = megac::plan;
 struct ParamReport {
   std::string name;
   std::vector<int64_t> globalShape;
-  std::string sharding; // "[tp], []" or "whole"
+  std::string sharding; // "[tp], []", "[dp] padded to 68" (ZeRO-3's padded shards) or "whole"
   uint64_t localBytes = 0;
   uint64_t globalBytes = 0;
 };
@@ -103,7 +103,8 @@ std::string shardingText(const pl::Mesh &mesh, size_t rank,
   std::vector<std::string> perDim(rank, "[]");
   for (const pl::DimSharding *d : *dims)
     if (d->dim() < rank)
-      perDim[d->dim()] = axesText(mesh, d->axes());
+      perDim[d->dim()] = axesText(mesh, d->axes()) +
+                         (d->padded_size() ? " padded to " + std::to_string(d->padded_size()) : "");
   std::string out;
   for (size_t i = 0; i < rank; ++i)
     out += (i ? ", " : "") + perDim[i];

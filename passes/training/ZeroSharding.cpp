@@ -9,6 +9,7 @@
 #include "ir/MegaOps.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/MathExtras.h"
 
 using namespace mlir;
 
@@ -45,13 +46,25 @@ int64_t zeroDim(const Distribution &dist, const Param &p) {
   for (int64_t d = 0; d < dims; ++d)
     if (p.type.getDimSize(d) % dp == 0)
       return d;
+  // ZeRO-3 pads dim 0 when no dim divides, unless another axis splits it already (a padded
+  // split is of the whole dim: DimSharding.padded_size).
+  auto split = dyn_cast_or_null<ArrayAttr>(p.attrs.get(kDimAxesAttr));
+  bool dim0Split = split && !split.empty() && !stringsOf(split[0]).empty();
+  if (dist.zero == 3 && p.type.getRank() >= 1 && p.type.getDimSize(0) > 0 && !dim0Split)
+    return 0;
   return -1;
 }
 
 bool zeroSharded(const Distribution &dist, const Param &p) { return zeroDim(dist, p) >= 0; }
 
-/// ZeRO-2/3 shard parameters' gradients over dp: refuses a stage where none can be (every parameter
-/// a scalar or with no dim that dp divides: dim 0 under ZeRO-2).
+bool zeroPadded(const Distribution &dist, const Param &p) {
+  int64_t dim = zeroDim(dist, p);
+  return dim >= 0 && p.type.getDimSize(dim) % dist.size("dp") != 0;
+}
+
+/// ZeRO-2/3 shard parameters' gradients over dp: refuses a stage where none can be (under ZeRO-2
+/// every parameter a scalar or with a dim 0 dp does not divide; under ZeRO-3, which pads dim 0,
+/// every parameter a scalar or split on dim 0 by another axis with no dim dp divides).
 LogicalResult checkShardable(func::FuncOp fb, const Distribution &dist, ArrayRef<Param> params) {
   if (!dist || dist.zero < 2 ||
       llvm::any_of(params, [&](const Param &p) { return zeroSharded(dist, p); }))
@@ -60,14 +73,18 @@ LogicalResult checkShardable(func::FuncOp fb, const Distribution &dist, ArrayRef
   std::string shape;
   llvm::raw_string_ostream os(shape);
   llvm::interleave(p.type.getShape(), os, "x");
-  bool anyDim = dist.zero == 3;
-  return fb.emitError() << "mega-training-optimizer: zero=" << dist.zero
-                        << " shards parameters over dp = " << dist.size("dp")
-                        << ", but no parameter of @" << fb.getSymName() << " has "
-                        << (anyDim ? "a dim" : "a dim 0") << " that dp divides (parameter '"
-                        << p.name << "' is [" << (shape.empty() ? "scalar" : shape)
-                        << "]); use a dp that divides the parameters' "
-                        << (anyDim ? "dims" : "dim 0") << ", or --zero 1";
+  InFlightDiagnostic error = fb.emitError() << "mega-training-optimizer: zero=" << dist.zero
+                                            << " shards parameters over dp = " << dist.size("dp")
+                                            << ", but no parameter of @" << fb.getSymName();
+  if (dist.zero == 3)
+    return error << " can be sharded (parameter '" << p.name << "' is ["
+                 << (shape.empty() ? "scalar" : shape)
+                 << "]: a scalar, or split on dim 0 by another axis with no dim that dp "
+                    "divides); use --zero 1 or 2";
+  return error << " has a dim 0 that dp divides (parameter '" << p.name << "' is ["
+               << (shape.empty() ? "scalar" : shape)
+               << "]); use a dp that divides the parameters' dim 0, --zero 3 (which pads), or "
+                  "--zero 1";
 }
 
 /// ZeRO-2/3: each sharded parameter's accumulator `acc' = acc + g` in a training function becomes
@@ -102,6 +119,17 @@ LogicalResult shardAccumulators(func::FuncOp f, const Distribution &dist, ArrayR
     else
       b.setInsertionPointToStart(&block);
     RankedTensorType shard = dpShard(dist, *p);
+    if (zeroPadded(dist, *p)) {
+      // Zero rows to dp * c: rank r's shard is rows [r*c, (r+1)*c), its rows past the
+      // parameter's end (its padding) sums of zeros.
+      SmallVector<int64_t> high(p->type.getRank(), 0), none(p->type.getRank(), 0);
+      SmallVector<int64_t> shape(p->type.getShape());
+      shape[0] = shard.getDimSize(0) * dist.size("dp");
+      high[0] = shape[0] - p->type.getDimSize(0);
+      grad = mega::PadOp::create(b, add.getLoc(),
+                                 RankedTensorType::get(shape, p->type.getElementType()), grad, none,
+                                 high, none);
+    }
     Value mine = mega::ReduceScatterOp::create(b, add.getLoc(), shard, mega::ReduceKind::sum, grad,
                                                dist.mesh, dpAxes, zeroDim(dist, *p));
     Value sum = mega::AddOp::create(b, add.getLoc(), shard, acc, mine);
@@ -132,7 +160,7 @@ bool isParamView(Operation *op) { return isa<mega::CastOp>(op) && op->getNumOper
 /// Gathers `arg` before the first of `uses` (one half of the function), re-creates each view
 /// right after the gather and points the uses at it; `again` marks the gather mega.regather.
 void gatherHalf(OpBuilder &b, ArrayRef<ParamUse> uses, bool again,
-                function_ref<Value(OpBuilder &)> gather) {
+                function_ref<Value(OpBuilder &, bool)> gather) {
   if (uses.empty())
     return;
   Operation *first = uses.front().use->getOwner();
@@ -141,9 +169,7 @@ void gatherHalf(OpBuilder &b, ArrayRef<ParamUse> uses, bool again,
       first = u.use->getOwner();
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPoint(first);
-  Value whole = gather(b);
-  if (again)
-    whole.getDefiningOp()->setAttr(kRegatherAttr, b.getUnitAttr());
+  Value whole = gather(b, again);
   DenseMap<Operation *, Value> views;
   for (const ParamUse &u : uses) {
     if (!u.view) {
@@ -206,9 +232,26 @@ void gatherParameters(func::FuncOp f, const Distribution &dist, ArrayRef<Param> 
     }
     arg.setType(dpShard(dist, *p));
     f.setArgAttrs(arg.getArgNumber(), storedAttrs(b, dist, *p));
-    auto gather = [&](OpBuilder &at) -> Value {
-      return mega::AllGatherOp::create(at, arg.getLoc(), p->type, arg, dist.mesh, dpAxes,
-                                       at.getI64IntegerAttr(zeroDim(dist, *p)), UnitAttr());
+    // A padded shard gathers into [dp * c, ...] and slices the parameter's rows off the
+    // padding.
+    bool padded = zeroPadded(dist, *p);
+    auto gather = [&](OpBuilder &at, bool again) -> Value {
+      RankedTensorType gathered = p->type;
+      if (padded) {
+        SmallVector<int64_t> shape(p->type.getShape());
+        shape[0] = dpShard(dist, *p).getDimSize(0) * dist.size("dp");
+        gathered = RankedTensorType::get(shape, p->type.getElementType());
+      }
+      auto all = mega::AllGatherOp::create(at, arg.getLoc(), gathered, arg, dist.mesh, dpAxes,
+                                           at.getI64IntegerAttr(zeroDim(dist, *p)), UnitAttr());
+      if (again)
+        all->setAttr(kRegatherAttr, at.getUnitAttr());
+      if (!padded)
+        return all;
+      int64_t rank = p->type.getRank();
+      SmallVector<int64_t> starts(rank, 0), strides(rank, 1);
+      return mega::SliceOp::create(at, arg.getLoc(), p->type, all, starts, p->type.getShape(),
+                                   strides);
     };
     gatherHalf(b, forwardUses, false, gather);
     gatherHalf(b, backwardUses, !forwardUses.empty(), gather);
@@ -258,11 +301,7 @@ DictionaryAttr storedAttrs(OpBuilder &b, const Distribution &dist, const Param &
 
 /// A moment's type: the parameter's, or its dp shard under ZeRO-1/2/3.
 RankedTensorType momentType(const Distribution &dist, const Param &p) {
-  if (!zeroSharded(dist, p))
-    return p.type;
-  SmallVector<int64_t> shape(p.type.getShape());
-  shape[zeroDim(dist, p)] /= dist.size("dp");
-  return RankedTensorType::get(shape, p.type.getElementType());
+  return zeroSharded(dist, p) ? dpShard(dist, p) : p.type;
 }
 
 /// A state argument's attributes in a partitioned step: its name, global shape and split (the
@@ -293,10 +332,12 @@ DictionaryAttr stateAttrs(OpBuilder &b, const Distribution &dist, const Param &p
   return b.getDictionaryAttr(attrs);
 }
 
-/// A ZeRO gradient's dp shard type: its ZeRO dim (dim 0 under ZeRO-1/2) divided by dp.
+/// A ZeRO gradient's dp shard type: its ZeRO dim (dim 0 under ZeRO-1/2) divided by dp, rounded
+/// up for a padded one (ZeRO-3).
 RankedTensorType dpShard(const Distribution &dist, const Param &p) {
   SmallVector<int64_t> shape(p.type.getShape());
-  shape[zeroDim(dist, p)] /= dist.size("dp");
+  int64_t dim = zeroDim(dist, p);
+  shape[dim] = llvm::divideCeil(shape[dim], dist.size("dp"));
   return RankedTensorType::get(shape, p.type.getElementType());
 }
 

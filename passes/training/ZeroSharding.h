@@ -50,16 +50,23 @@ SmallVector<int64_t> integersOf(Attribute attr);
 /// The dim ZeRO shards a parameter on over dp, or -1 (kept whole, its gradient all-reduced):
 /// ZeRO-1/2/3 shard a parameter's optimizer step (zero >= 2: and its accumulator; zero 3: and the
 /// parameter) when its gradient is a partial sum over dp, on dim 0 under ZeRO-1/2 when dp divides
-/// it, and under ZeRO-3 on the first dim dp divides (a [6, 16] weight at dp 4: dim 1). A parameter
-/// no dim of which dp divides (a bias of 6 at dp 4) stays whole: the flattened and padded shard
-/// kind that would shard it too is not built (docs/training-step.md).
+/// it, and under ZeRO-3 on the first dim dp divides (a [6, 16] weight at dp 4: dim 1), else on
+/// dim 0 padded (zeroPadded: a bias of 6 at dp 4) unless another axis splits dim 0 already.
 int64_t zeroDim(const Distribution &dist, const Param &p);
 
 /// Whether ZeRO shards the parameter: zeroDim >= 0.
 bool zeroSharded(const Distribution &dist, const Param &p);
 
-/// ZeRO-2/3 shard parameters' gradients over dp: refuses a stage where none can be (every parameter
-/// a scalar or with no dim that dp divides: dim 0 under ZeRO-2).
+/// ZeRO-3's padded shard of a parameter no dim of which dp divides (docs/training-step.md): dim 0
+/// is stored as c = ceil(n0 / dp) rows per rank, rank r's rows [r*c, min((r+1)*c, n0)) then zero
+/// rows; gathered as [dp*c, ...] and sliced to [n0, ...], the gradient padded with zero rows to
+/// [dp*c, ...] and reduce-scattered. The padding stays zero through AdamW (zero gradient,
+/// parameter and moments: a zero update, weight decay included) and adds 0 to the norm.
+bool zeroPadded(const Distribution &dist, const Param &p);
+
+/// ZeRO-2/3 shard parameters' gradients over dp: refuses a stage where none can be (under ZeRO-2
+/// every parameter a scalar or with a dim 0 dp does not divide; under ZeRO-3, which pads dim 0,
+/// every parameter a scalar or split on dim 0 by another axis with no dim dp divides).
 LogicalResult checkShardable(func::FuncOp fb, const Distribution &dist, ArrayRef<Param> params);
 
 /// ZeRO-2/3: each sharded parameter's accumulator `acc' = acc + g` in a training function becomes
@@ -99,7 +106,8 @@ RankedTensorType momentType(const Distribution &dist, const Param &p);
 /// accumulators the axes the gradient is a partial sum over (not dp once reduce-scattered).
 DictionaryAttr stateAttrs(OpBuilder &b, const Distribution &dist, const Param &p, StringRef prefix);
 
-/// A ZeRO gradient's dp shard type: its ZeRO dim (dim 0 under ZeRO-1/2) divided by dp.
+/// A ZeRO gradient's dp shard type: its ZeRO dim (dim 0 under ZeRO-1/2) divided by dp, rounded
+/// up for a padded one (ZeRO-3).
 RankedTensorType dpShard(const Distribution &dist, const Param &p);
 
 } // namespace megac::passes::zero

@@ -2,7 +2,9 @@
 #include "runtime/checkpoint/ShardState.h"
 
 #include "runtime/checkpoint/ShardFiles.h"
+#include "runtime/exec/Parameters.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -102,6 +104,15 @@ StatusOr<std::vector<uint8_t>> broadcast(comm::Communicator &comm, std::vector<u
   return blob;
 }
 
+/// The shape of the buffer holding a shard: its box, or the box and its padding.
+const std::vector<int64_t> &bufferShapeOf(const ShardInfo &info) {
+  return info.bufferShape.empty() ? info.shape : info.bufferShape;
+}
+
+bool emptyBox(const ShardInfo &info) {
+  return std::find(info.shape.begin(), info.shape.end(), 0) != info.shape.end();
+}
+
 /// A shard's place in its whole tensor. A state buffer the plan does not describe (no global
 /// shape) but that is shaped like its parameter's shard ("adam.m.<p>") lies where the shard
 /// does.
@@ -111,7 +122,7 @@ StatusOr<ShardInfo> stateShardOf(const Executor &executor, const std::string &na
   for (size_t dot = name.find('.'); whole && dot != std::string::npos;
        dot = name.find('.', dot + 1)) {
     StatusOr<ShardInfo> param = executor.parameterShard(name.substr(dot + 1));
-    if (param.isOk() && param->shape == info.shape && param->globalShape != param->shape)
+    if (param.isOk() && bufferShapeOf(*param) == info.shape && param->globalShape != info.shape)
       return param;
   }
   return info;
@@ -202,7 +213,9 @@ Status planWriters(const std::vector<std::vector<Held>> &all, TensorTable tables
                              dtypeName(h.dtype) + " " + shapeString(h.info.globalShape) +
                              ", another rank's " + dtypeName(it->second.dtype) + " " +
                              shapeString(it->second.shape));
-      bool first = owner.try_emplace({h.kind, h.name, h.info.offset, h.info.shape}, int(r)).second;
+      // An empty box (a late rank's padded ZeRO-3 shard: padding only) has nothing to write.
+      bool first = !emptyBox(h.info) &&
+                   owner.try_emplace({h.kind, h.name, h.info.offset, h.info.shape}, int(r)).second;
       writes[r].push_back(first);
       if (first)
         it->second.shards.push_back(
@@ -224,8 +237,12 @@ StatusOr<FileTable> writeRankFiles(const Executor &executor, int rank, const std
     for (size_t i = 0; i < held.size(); ++i)
       if (held[i].kind == kind && writes[i]) {
         const Held &h = held[i];
-        tensors.push_back({h.name, h.dtype, h.info.shape,
-                           [&executor, &h] { return valueOf(executor, h.kind, h.name); }});
+        // A padded shard writes its box only, the buffer's leading part.
+        tensors.push_back(
+            {h.name, h.dtype, h.info.shape, [&executor, &h]() -> StatusOr<HostTensor> {
+               ASSIGN_OR_RETURN(HostTensor value, valueOf(executor, h.kind, h.name));
+               return boxOfBuffer(std::move(value), h.info.shape);
+             }});
       }
     if (tensors.empty())
       continue;
@@ -356,11 +373,15 @@ std::pair<uint64_t, std::string> loadFrom(Executor &executor, const std::string 
     };
     if (it->second.shape != h.info.globalShape)
       return mismatch(it->second.dtype);
-    StatusOr<HostTensor> box = reader.readBox(table, h.name, {h.info.offset, h.info.shape});
+    // A padded shard (ZeRO-3) reads its box and zeros the padding past it.
+    StatusOr<HostTensor> box = emptyBox(h.info)
+                                   ? HostTensor::zeros(it->second.dtype, h.info.shape)
+                                   : reader.readBox(table, h.name, {h.info.offset, h.info.shape});
     if (!box.isOk())
       return {kRefused, box.status().message()};
+    HostTensor value = bufferOfBox(std::move(*box), bufferShapeOf(h.info));
     Status set =
-        h.kind == 0 ? executor.setParameter(h.name, *box) : executor.setState(h.name, *box);
+        h.kind == 0 ? executor.setParameter(h.name, value) : executor.setState(h.name, value);
     if (!set.isOk()) { // a dtype this run does not have, named as such
       StatusOr<HostTensor> current = valueOf(executor, h.kind, h.name);
       if (current.isOk() && current->dtype != it->second.dtype)

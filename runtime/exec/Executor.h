@@ -70,7 +70,10 @@ struct TensorInfo {
 struct ShardInfo {
   std::vector<int64_t> globalShape;
   std::vector<int64_t> offset; // this rank's start, per dim
-  std::vector<int64_t> shape;  // the shard's (local) shape
+  std::vector<int64_t> shape;  // the shard's (local) shape: the valid box (shardBox)
+  /// The buffer's shape where it is larger than the box: a padded shard (ZeRO-3), whose buffer
+  /// holds the box then zeros (boxOfBuffer, bufferOfBox convert). Empty: `shape`.
+  std::vector<int64_t> bufferShape = {};
 };
 
 class Executor {

@@ -7,6 +7,9 @@
 #include "runtime/plan/plan_generated.h"
 #include "support/Checked.h"
 
+#include <algorithm>
+#include <cassert>
+#include <cstring>
 #include <optional>
 
 namespace megac::runtime {
@@ -125,13 +128,54 @@ shardOffset(const comm::Mesh &mesh, int64_t rank, std::span<const int64_t> local
   return offset;
 }
 
-std::vector<int64_t> parameterShardOffset(const LoadedPlan &plan, const fb::Parameter &param,
-                                          int64_t rank) {
+ShardBox shardBox(const comm::Mesh &mesh, int64_t rank, std::span<const int64_t> localShape,
+                  std::span<const int64_t> base, std::span<const int64_t> globalShape,
+                  const std::vector<std::pair<uint32_t, std::vector<uint32_t>>> &dims) {
+  ShardBox box{shardOffset(mesh, rank, localShape, base, dims),
+               std::vector<int64_t>(localShape.begin(), localShape.end())};
+  for (const auto &[dim, axes] : dims)
+    if (dim < box.shape.size() && dim < globalShape.size()) {
+      box.offset[dim] = std::min(box.offset[dim], globalShape[dim]);
+      box.shape[dim] = std::min(box.shape[dim], globalShape[dim] - box.offset[dim]);
+    }
+  return box;
+}
+
+ShardBox parameterShardBox(const LoadedPlan &plan, const fb::Parameter &param, int64_t rank) {
   const fb::Program &program =
       *plan.plan().programs()->Get(plan.plan().ranks()->Get(uint32_t(rank))->role());
   const fb::Buffer &buf = *program.buffers()->Get(param.buffer());
-  return shardOffset(meshOf(plan), rank, spanOf(buf.shape()), spanOf(param.shard_offset()),
-                     shardingOf(param.sharding()));
+  return shardBox(meshOf(plan), rank, spanOf(buf.shape()), spanOf(param.shard_offset()),
+                  spanOf(param.global_shape()), shardingOf(param.sharding()));
+}
+
+HostTensor boxOfBuffer(HostTensor buffer, std::span<const int64_t> box) {
+  if (std::equal(box.begin(), box.end(), buffer.shape.begin(), buffer.shape.end()))
+    return buffer;
+  HostTensor out = HostTensor::zeros(buffer.dtype, {box.begin(), box.end()});
+  if (out.numElements() == 0)
+    return out;
+  std::vector<int64_t> starts(box.size(), 0), strides(box.size(), 1);
+  Status copied = cpu::slice(cpu::refOf(buffer), starts, strides, cpu::refOf(out));
+  assert(copied.isOk() && "a box lies inside its buffer");
+  (void)copied;
+  return out;
+}
+
+HostTensor bufferOfBox(HostTensor box, std::span<const int64_t> bufferShape) {
+  if (std::equal(box.shape.begin(), box.shape.end(), bufferShape.begin(), bufferShape.end()))
+    return box;
+  HostTensor out = HostTensor::zeros(box.dtype, {bufferShape.begin(), bufferShape.end()});
+  if (box.numElements() == 0)
+    return out;
+  std::vector<int64_t> low(box.shape.size(), 0), high(box.shape.size(), 0),
+      interior(box.shape.size(), 0);
+  for (size_t d = 0; d < box.shape.size() && d < bufferShape.size(); ++d)
+    high[d] = bufferShape[d] - box.shape[d];
+  Status copied = cpu::pad(cpu::refOf(box), low, high, interior, cpu::refOf(out));
+  assert(copied.isOk() && "a box lies inside its buffer");
+  (void)copied;
+  return out;
 }
 
 std::string weightsFilePath(const LoadedPlan &plan) {
@@ -158,38 +202,48 @@ Status fillParameters(const LoadedPlan &plan, size_t programIndex, int64_t rank,
   std::optional<TensorMap> fileWeights;
   for (const fb::Parameter *param : *program.parameters()) {
     const fb::Buffer &buf = *program.buffers()->Get(param->buffer());
-    cpu::TensorRef dst{static_cast<DType>(buf.dtype()), spanOf(buf.shape()), arena + buf.offset()};
     std::string name = param->name()->str();
-    std::vector<int64_t> offset = parameterShardOffset(plan, *param, rank);
-    if (weights) {
-      auto it = weights->find(name);
-      if (it != weights->end()) {
-        RETURN_IF_ERROR(copyShard(it->second, *param, offset, dst, "the weights passed in"));
-        continue;
+    ShardBox box = parameterShardBox(plan, *param, rank);
+    const std::vector<int64_t> &offset = box.offset;
+    auto fill = [&](const cpu::TensorRef &dst) -> Status {
+      if (weights) {
+        auto it = weights->find(name);
+        if (it != weights->end())
+          return copyShard(it->second, *param, offset, dst, "the weights passed in");
       }
+      if (!filePath.empty()) {
+        if (!fileWeights) {
+          StatusOr<TensorMap> read = readSafetensors(filePath);
+          if (!read.isOk())
+            return Status::error(read.status().message() + " (the plan's weights_file)");
+          fileWeights = std::move(read).value();
+        }
+        auto it = fileWeights->find(name);
+        if (it != fileWeights->end())
+          return copyShard(it->second, *param, offset, dst, "weights file '" + filePath + "'");
+      }
+      std::string searched =
+          weights ? "it is not in the weights passed in" : "no weights were passed in";
+      if (filePath.empty())
+        searched += " and the plan has no weights file";
+      else
+        searched += (weights ? " nor in" : " and it is not in") + std::string(" weights file '") +
+                    filePath + "'";
+      return initShard(*param, offset, p.seed(), dst, searched);
+    };
+    DType dtype = static_cast<DType>(buf.dtype());
+    std::span<const int64_t> bufShape = spanOf(buf.shape());
+    if (std::equal(box.shape.begin(), box.shape.end(), bufShape.begin(), bufShape.end())) {
+      RETURN_IF_ERROR(fill(cpu::TensorRef{dtype, bufShape, arena + buf.offset()}));
+      continue;
     }
-    if (!filePath.empty()) {
-      if (!fileWeights) {
-        StatusOr<TensorMap> read = readSafetensors(filePath);
-        if (!read.isOk())
-          return Status::error(read.status().message() + " (the plan's weights_file)");
-        fileWeights = std::move(read).value();
-      }
-      auto it = fileWeights->find(name);
-      if (it != fileWeights->end()) {
-        RETURN_IF_ERROR(
-            copyShard(it->second, *param, offset, dst, "weights file '" + filePath + "'"));
-        continue;
-      }
-    }
-    std::string searched =
-        weights ? "it is not in the weights passed in" : "no weights were passed in";
-    if (filePath.empty())
-      searched += " and the plan has no weights file";
-    else
-      searched += (weights ? " nor in" : " and it is not in") + std::string(" weights file '") +
-                  filePath + "'";
-    RETURN_IF_ERROR(initShard(*param, offset, p.seed(), dst, searched));
+    // A padded shard (ZeRO-3): the box's values, then zeros to the buffer's end (a late rank's
+    // box is empty: zeros only).
+    HostTensor part = HostTensor::zeros(dtype, box.shape);
+    if (part.numElements() > 0)
+      RETURN_IF_ERROR(fill(cpu::refOf(part)));
+    HostTensor value = bufferOfBox(std::move(part), bufShape);
+    std::memcpy(arena + buf.offset(), value.bytes.data(), value.bytes.size());
   }
   return Status::ok();
 }

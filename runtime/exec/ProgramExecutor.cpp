@@ -261,8 +261,12 @@ StatusOr<ShardInfo> ProgramExecutor::parameterShard(std::string_view name) const
   ShardInfo info;
   std::span<const int64_t> global = spanOf(param->global_shape());
   info.globalShape.assign(global.begin(), global.end());
-  info.offset = parameterShardOffset(plan_, *param, rank_);
-  info.shape.assign(buffers_[p->buffer].shape.begin(), buffers_[p->buffer].shape.end());
+  ShardBox box = parameterShardBox(plan_, *param, rank_);
+  info.offset = std::move(box.offset);
+  info.shape = std::move(box.shape);
+  std::span<const int64_t> local = buffers_[p->buffer].shape;
+  if (!std::equal(local.begin(), local.end(), info.shape.begin(), info.shape.end()))
+    info.bufferShape.assign(local.begin(), local.end());
   return info;
 }
 
@@ -276,14 +280,18 @@ StatusOr<ShardInfo> ProgramExecutor::stateShard(std::string_view name) const {
     ShardInfo info;
     std::span<const int64_t> global = spanOf(st->global_shape());
     info.globalShape.assign(global.begin(), global.end());
-    info.offset = shardOffset(comm_->mesh(), rank_, local, {}, shardingOf(st->sharding()));
-    info.shape.assign(local.begin(), local.end());
+    ShardBox box = shardBox(comm_->mesh(), rank_, local, {}, global, shardingOf(st->sharding()));
+    info.offset = std::move(box.offset);
+    info.shape = std::move(box.shape);
+    if (!std::equal(local.begin(), local.end(), info.shape.begin(), info.shape.end()))
+      info.bufferShape.assign(local.begin(), local.end());
     return info;
   }
   if (name.starts_with("grad.") && find(params_, name.substr(5))) {
     StatusOr<ShardInfo> param = parameterShard(name.substr(5));
-    if (param.isOk() &&
-        std::equal(local.begin(), local.end(), param->shape.begin(), param->shape.end()))
+    const std::vector<int64_t> *buffer =
+        param.isOk() ? (param->bufferShape.empty() ? &param->shape : &param->bufferShape) : nullptr;
+    if (buffer && std::equal(local.begin(), local.end(), buffer->begin(), buffer->end()))
       return param;
   }
   return ShardInfo{{local.begin(), local.end()},

@@ -4,6 +4,7 @@
 #include "runtime/exec/Parameters.h"
 #include "runtime/plan/plan_generated.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <set>
@@ -90,23 +91,29 @@ StatusOr<TensorMap> assemble(const LoadedPlan &plan, const std::vector<Item> &it
     for (uint32_t r = 0; r < p.ranks()->size(); ++r) {
       if (p.ranks()->Get(r)->role() != item.program)
         continue;
-      std::vector<int64_t> offset = shardOffset(mesh, r, shape, item.baseOffset, item.sharding);
-      if (!seen.insert(offset).second)
+      // The rank's valid box: the buffer, or its leading rows under a padded split (ZeRO-3).
+      ShardBox box = shardBox(mesh, r, shape, item.baseOffset, item.globalShape, item.sharding);
+      if (!seen.insert(box.offset).second)
         continue; // a replica of a shard already taken from a lower rank
       int tag = static_cast<int>(k);
+      bool padded = !std::equal(shape.begin(), shape.end(), box.shape.begin(), box.shape.end());
       if (int(r) == me && me == root) {
         const HostTensor &value = mine.at(item.local);
-        insertBox(whole->bytes.data(), item.globalShape, value.bytes.data(), shape, offset, dtype,
+        HostTensor part = padded ? boxOfBuffer(value, box.shape) : HostTensor{};
+        insertBox(whole->bytes.data(), item.globalShape,
+                  padded ? part.bytes.data() : value.bytes.data(), box.shape, box.offset, dtype,
                   add);
       } else if (int(r) == me) {
         const HostTensor &value = mine.at(item.local);
         RETURN_IF_ERROR(comm.send(root, tag, value.bytes.data(), value.bytes.size()))
             << " (sending the shard of '" << item.name << "')";
       } else if (me == root) {
-        std::vector<uint8_t> shard(buf.bytes());
-        RETURN_IF_ERROR(comm.recv(int(r), tag, shard.data(), shard.size()))
+        HostTensor shard{dtype, {shape.begin(), shape.end()}, std::vector<uint8_t>(buf.bytes())};
+        RETURN_IF_ERROR(comm.recv(int(r), tag, shard.bytes.data(), shard.bytes.size()))
             << " (receiving the shard of '" << item.name << "')";
-        insertBox(whole->bytes.data(), item.globalShape, shard.data(), shape, offset, dtype, add);
+        HostTensor value = boxOfBuffer(std::move(shard), box.shape);
+        insertBox(whole->bytes.data(), item.globalShape, value.bytes.data(), box.shape, box.offset,
+                  dtype, add);
       }
     }
   }

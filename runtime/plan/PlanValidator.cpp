@@ -114,10 +114,27 @@ PlanValidator::shardings(const flatbuffers::Vector<flatbuffers::Offset<fb::DimSh
         return progError(what + " reuses mesh axis " + std::to_string(a));
     int64_t local = buf.shape()->Get(ds->dim());
     int64_t whole = sizeOf(global) == rank ? global->Get(ds->dim()) : -1;
-    if (local * groupSize(ds->axes()) != whole)
+    int64_t parts = groupSize(ds->axes());
+    if (ds->padded_size() != 0) {
+      // A padded split (ZeRO-3): the dim rounded up to a multiple of the group, each rank's
+      // buffer one part of it.
+      std::string dim = ": dim " + std::to_string(ds->dim()) + " of global size " +
+                        std::to_string(whole) + " has padded_size " +
+                        std::to_string(ds->padded_size());
+      int64_t expected = whole >= 0 ? (whole + parts - 1) / parts * parts : -1;
+      if (ds->padded_size() != expected)
+        return progError(what + dim + ", but split over the group's " + std::to_string(parts) +
+                         " ranks it pads to " + std::to_string(expected));
+      if (local * parts != ds->padded_size())
+        return progError(what + dim + ", but the buffer's dim is " + std::to_string(local) +
+                         ", not " + std::to_string(ds->padded_size()) + " / " +
+                         std::to_string(parts) + " ranks");
+      continue;
+    }
+    if (local * parts != whole)
       return progError(what + ": dim " + std::to_string(ds->dim()) + " has global size " +
                        std::to_string(whole) + ", not the local " + std::to_string(local) +
-                       " times the group's " + std::to_string(groupSize(ds->axes())) + " ranks");
+                       " times the group's " + std::to_string(parts) + " ranks");
   }
   return Status::ok();
 }

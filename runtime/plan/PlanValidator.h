@@ -80,7 +80,8 @@ private:
   int64_t groupSize(const flatbuffers::Vector<uint32_t> *axes) const;
 
   /// A parameter's or state buffer's DimShardings: dims in range and distinct, axes valid and
-  /// unused by other dims, and each sharded dim's global size = local size * group size.
+  /// unused by other dims, and each sharded dim's global size = local size * group size, or for
+  /// a padded split padded_size = ceil(global / group size) * group size = local * group size.
   Status shardings(const flatbuffers::Vector<flatbuffers::Offset<megac::plan::DimSharding>> *list,
                    const flatbuffers::Vector<int64_t> *global, const megac::plan::Buffer &buf,
                    const std::string &which) const;

@@ -6,15 +6,16 @@
                final parameters and step-1 gradients within 1e-9 ||ref|| + 1e-12 sqrt(n); its
                bf16/fp16 bounds for the mixed cases) at dp 2 and dp 4, with tp 2 and sequence
                parallelism, pp 2, vpp 2, selective and full recompute, ep 2 on a Mixtral, a
-               model whose hidden size dp 4 does not divide everywhere (some parameters stay
-               replicated), a model with ffn 6 (ZeRO-3 shards the [6, 16] weight on dim 1, dim 0
-               not dividing; its bias [6] stays whole) at dp 4 and tp 2 x dp 2, --overlap on
+               model whose hidden size dp 4 does not divide everywhere (ZeRO-3 pads those
+               parameters' dim 0), a model with ffn 6 (ZeRO-3 shards the [6, 16] weight on dim 1,
+               dim 0 not dividing; its bias [6] padded to 8 rows, 2 a rank, rank 3's all padding:
+               tests/e2e/zero_padded_test.py for more) at dp 4 and tp 2 x dp 2, --overlap on
                (ZeRO-3's gathers as start/done, prefetched one layer ahead: dp 2, dp 4, pp 2,
                tp 2 x sp with full recompute; ZeRO-2's reduce-scatters overlapped: pp 2 x vpp 2,
                and dp 2 in bf16), and bf16/fp16 mixed precision. A control (ZeRO-3 at dp 2 with lr *
                (1 + 1e-6)) must fail the fp64 parameter bound.
   checkpoint:  a GPT in fp64 (tests/e2e/checkpoint_test.py's, with ffn 6: one weight sharded on
-               dim 1, its bias whole) saved after 4 steps under ZeRO-3
+               dim 1, its bias a padded shard) saved after 4 steps under ZeRO-3
                at dp 4 holds the one-rank checkpoint's tensors (parameters and Adam moments
                within 1e-9 of the largest value, every element covered); resumed on one rank
                (ZeRO 0) its losses of steps 5..8 are the uninterrupted one-rank run's within
@@ -52,7 +53,7 @@ from partition_equivalence import GPT, GPT_H12, MIXTRAL, Layout  # noqa: E402
 SKIP = 77
 
 # ffn 6 at dp 4: h0.mlp.fc.weight [6, 16] is sharded by ZeRO-3 on dim 1 (dim 0 is not divisible),
-# its bias [6] stays whole (no dim dp 4 divides), mlp.proj.weight [16, 6] on dim 0.
+# its bias [6] (no dim dp 4 divides) is a padded dim-0 shard, mlp.proj.weight [16, 6] on dim 0.
 GPT_FFN6 = dict(name="gpt-ffn6", spec=f"gpt:layers=2,hidden=16,heads=4,ffn=6,seq={pe.SEQ},"
                 f"vocab={pe.VOCAB}", layers=2, vocab=pe.VOCAB)
 
@@ -133,7 +134,8 @@ def equivalence(megac, workdir):
 
 
 # checkpoint_test.py's GPT with ffn 6: at dp 4 ZeRO-3 shards h0.mlp.fc.weight [6, 16] on dim 1 and
-# keeps its bias [6] whole, so the checkpoint holds dim-0, dim-1 and whole boxes.
+# pads its bias [6] to 8 rows (rank 3 holds none), so the checkpoint holds dim-0, dim-1 and
+# padded boxes.
 CHECKPOINT_SPEC = "gpt:layers=2,hidden=16,heads=4,ffn=6,seq=64,vocab=256"
 
 

@@ -6,6 +6,7 @@
 #include "runtime/comm/Communicator.h"
 #include "runtime/cpu/Kernels.h"
 #include "runtime/exec/Executor.h"
+#include "runtime/exec/Parameters.h"
 
 #include "PlanBuilder.h"
 #include "TestUtil.h"
@@ -96,6 +97,64 @@ TEST(PartitionedPlan, ShardedParametersAreSlicesOfTheWholeInit) {
                                   float(20 * dp + 3 * tp + 2), float(20 * dp + 10 + 3 * tp),
                                   float(20 * dp + 11 + 3 * tp), float(20 * dp + 12 + 3 * tp)}));
   }
+}
+
+TEST(PartitionedPlan, PaddedShardsHoldTheirBoxThenZeros) {
+  // ZeRO-3's padded split: a [3, 4] parameter over dp = 2 padded to 4 rows, a buffer of 2 rows
+  // per rank; dp rank 1 holds row 2 and a zero row. A [1, 4] one: dp rank 1 holds none.
+  PlanSpec whole;
+  whole.seed = 7;
+  whole.program().param("w", DType::f32, {3, 4}, fb::InitKind::normal, 0.5);
+  std::vector<float> all = valuesOf<float>(executorFor(load(whole), 0)->parameter("w").value());
+
+  PlanSpec padded = meshPlan();
+  padded.seed = 7;
+  ProgramSpec &p = padded.program();
+  p.shardedParam("w", DType::f32, {2, 4}, {3, 4}, {{0, {0}}}, fb::InitKind::normal, 0.5);
+  p.params.back().paddedSizes = {4};
+  p.shardedParam("b", DType::f32, {1, 4}, {1, 4}, {{0, {0}}}, fb::InitKind::ones);
+  p.params.back().paddedSizes = {2};
+  LoadedPlan plan = load(padded);
+  TensorMap weights{{"w", grid(3, 4)}};
+  for (int rank = 0; rank < 4; ++rank) {
+    int64_t dp = rank / 2, rows = dp == 0 ? 2 : 1;
+    auto ex = executorFor(plan, rank);
+    std::vector<float> want(all.begin() + 8 * dp, all.begin() + 8 * dp + 4 * rows);
+    want.resize(8, 0.0f);
+    EXPECT_EQ(valuesOf<float>(ex->parameter("w").value()), want) << "rank " << rank;
+    ShardInfo info = ex->parameterShard("w").value();
+    EXPECT_EQ(info.offset, (std::vector<int64_t>{2 * dp, 0}));
+    EXPECT_EQ(info.shape, (std::vector<int64_t>{rows, 4}));
+    EXPECT_EQ(info.bufferShape, (dp == 0 ? std::vector<int64_t>{} : std::vector<int64_t>{2, 4}));
+    ShardInfo empty = ex->parameterShard("b").value();
+    EXPECT_EQ(empty.offset, (std::vector<int64_t>{dp, 0})); // clamped to the dim's end
+    EXPECT_EQ(empty.shape, (std::vector<int64_t>{1 - dp, 4}));
+    EXPECT_EQ(valuesOf<float>(ex->parameter("b").value()),
+              std::vector<float>(4, dp == 0 ? 1.0f : 0.0f));
+    auto given = executorFor(plan, rank, &weights);
+    std::vector<float> sliced = valuesOf<float>(grid(3, 4));
+    want.assign(sliced.begin() + 8 * dp, sliced.begin() + 8 * dp + 4 * rows);
+    want.resize(8, 0.0f);
+    EXPECT_EQ(valuesOf<float>(given->parameter("w").value()), want) << "rank " << rank;
+  }
+  // A box and its buffer convert both ways, the padding zeros.
+  HostTensor box = grid(1, 4), buffer = bufferOfBox(box, std::vector<int64_t>{2, 4});
+  EXPECT_EQ(valuesOf<float>(buffer), (std::vector<float>{0, 1, 2, 3, 0, 0, 0, 0}));
+  EXPECT_EQ(valuesOf<float>(boxOfBuffer(buffer, std::vector<int64_t>{1, 4})), valuesOf<float>(box));
+}
+
+TEST(PartitionedLoader, RejectsInconsistentPaddedSizes) {
+  // padded_size must be ceil(global / parts) * parts and the buffer's dim padded_size / parts.
+  PlanSpec plan = meshPlan();
+  plan.program().shardedParam("w", DType::f32, {2, 4}, {3, 4}, {{0, {0}}});
+  plan.program().params.back().paddedSizes = {6};
+  expectRejected(plan, "parameter 0 ('w'): sharding 0: dim 0 of global size 3 has padded_size "
+                       "6, but split over the group's 2 ranks it pads to 4");
+  plan = meshPlan();
+  plan.program().shardedParam("w", DType::f32, {3, 4}, {3, 4}, {{0, {0}}});
+  plan.program().params.back().paddedSizes = {4};
+  expectRejected(plan, "parameter 0 ('w'): sharding 0: dim 0 of global size 3 has padded_size "
+                       "4, but the buffer's dim is 3, not 4 / 2 ranks");
 }
 
 TEST(PartitionedPlan, ShardSliceTakesTheGroupIndexBlock) {

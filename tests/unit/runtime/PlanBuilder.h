@@ -33,6 +33,7 @@ struct ProgramSpec {
     fb::InitKind init;
     double initStd;
     Sharding sharding = {};
+    std::vector<int64_t> paddedSizes = {}; // per sharding entry (DimSharding.padded_size); 0: even
   };
   struct PortSpec {
     std::string name;
@@ -266,8 +267,10 @@ struct PlanSpec {
       std::vector<flatbuffers::Offset<fb::Parameter>> params;
       for (const auto &pr : p.params) {
         std::vector<flatbuffers::Offset<fb::DimSharding>> sharding;
-        for (const auto &[dim, axes] : pr.sharding)
-          sharding.push_back(fb::CreateDimShardingDirect(b, dim, &axes));
+        for (size_t k = 0; k < pr.sharding.size(); ++k)
+          sharding.push_back(
+              fb::CreateDimShardingDirect(b, pr.sharding[k].first, &pr.sharding[k].second,
+                                          k < pr.paddedSizes.size() ? pr.paddedSizes[k] : 0));
         params.push_back(fb::CreateParameterDirect(b, pr.name.c_str(), pr.buffer, &pr.globalShape,
                                                    &pr.shardOffset, pr.init, pr.initStd,
                                                    pr.sharding.empty() ? nullptr : &sharding));

@@ -1,25 +1,36 @@
 // mega-training-optimizer under ZeRO-3 (docs/training-step.md, "ZeRO-2 and ZeRO-3"): a parameter
 // whose dim 0 dp does not divide is sharded on its first dim that dp does divide. The one-layer
 // GPT of zero.mlir with ffn 6 at dp 4: h0.mlp.fc.weight is [6, 8], stored as [6, 2] (dp on dim 1),
-// gathered and reduce-scattered on dim 1; its bias [6] has no dim dp 4 divides and stays whole,
-// all-reduced over dp in @apply_gradients; h0.mlp.proj.weight [8, 6] keeps dim 0.
+// gathered and reduce-scattered on dim 1; h0.mlp.proj.weight [8, 6] keeps dim 0. Its bias [6] has
+// no dim dp 4 divides: a padded shard of ceil(6 / 4) = 2 rows (rank 3's both padding),
+// all-gathered into [8] and sliced to [6] before its use; its gradient padded with 2 zeros to
+// [8] and reduce-scattered into the [2] accumulator; @apply_gradients has no dp collective.
 // RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="dp=4" --mega-spmdize --mega-training-autodiff --mega-training-optimizer="zero=3" --canonicalize --cse | FileCheck %s
 // ZeRO-2's shards stay on dim 0 (its @apply_gradients buckets view a shard as [dp, n/dp]):
 // RUN: megac-opt %s --mega-training-loss --mega-sharding-propagation="dp=4" --mega-spmdize --mega-training-autodiff --mega-training-optimizer="zero=2" | FileCheck %s --check-prefix=Z2
 
 // CHECK-LABEL: func.func @forward_backward(
 // CHECK-SAME: %[[W:arg[0-9]+]]: tensor<6x2xf32> {mega.dim_axes = {{\[\[\], \["dp"\]\]}}, mega.global_shape = array<i64: 6, 8>, mega.grad_partial = ["dp"], {{.*}}mega.param = "h0.mlp.fc.weight"}
-// CHECK-SAME: %[[B:arg[0-9]+]]: tensor<6xf32> {mega.dim_axes = {{\[\[\]\]}}, mega.global_shape = array<i64: 6>, mega.grad_partial = ["dp"], {{.*}}mega.param = "h0.mlp.fc.bias"}
+// CHECK-SAME: %[[B:arg[0-9]+]]: tensor<2xf32> {mega.dim_axes = {{\[\["dp"\]\]}}, mega.global_shape = array<i64: 6>, mega.grad_partial = ["dp"], {{.*}}mega.param = "h0.mlp.fc.bias"}
 // CHECK-SAME: tensor<2x6xf32> {mega.dim_axes = {{\[\["dp"\], \[\]\]}}, mega.global_shape = array<i64: 8, 6>, {{.*}}mega.param = "h0.mlp.proj.weight"}
 // CHECK-SAME: tensor<6x2xf32> {mega.dim_axes = {{\[\[\], \["dp"\]\]}}, mega.global_shape = array<i64: 6, 8>, mega.state = "grad.h0.mlp.fc.weight"}
+// CHECK-SAME: %[[BACC:arg[0-9]+]]: tensor<2xf32> {mega.dim_axes = {{\[\["dp"\]\]}}, mega.global_shape = array<i64: 6>, mega.state = "grad.h0.mlp.fc.bias"}
 // CHECK: %[[F:.*]] = mega.all_gather %[[W]] on #mesh axes ["dp"] dim 1 : tensor<6x2xf32> -> tensor<6x8xf32>
-// CHECK-NEXT: mega.linear %{{.*}}, %[[F]], %[[B]]
+// CHECK-NEXT: %[[BG:.*]] = mega.all_gather %[[B]] on #mesh axes ["dp"] dim 0 : tensor<2xf32> -> tensor<8xf32>
+// CHECK-NEXT: %[[BS:.*]] = mega.slice %[[BG]] [0] to [6] step [1] : tensor<8xf32> -> tensor<6xf32>
+// CHECK-NEXT: mega.linear %{{.*}}, %[[F]], %[[BS]]
 // CHECK: mega.all_gather %[[W]] on #mesh axes ["dp"] dim 1 {mega.regather} : tensor<6x2xf32> -> tensor<6x8xf32>
 // CHECK: mega.reduce_scatter sum %{{.*}} on #mesh axes ["dp"] dim 1 : tensor<6x8xf32> -> tensor<6x2xf32>
+// CHECK: %[[PAD:.*]] = mega.pad %{{.*}} low [0] high [2] interior [0] : tensor<6xf32> -> tensor<8xf32>
+// CHECK-NEXT: %[[RS:.*]] = mega.reduce_scatter sum %[[PAD]] on #mesh axes ["dp"] dim 0 : tensor<8xf32> -> tensor<2xf32>
+// CHECK-NEXT: mega.add %[[BACC]], %[[RS]] : tensor<2xf32>
 // CHECK: return
 // CHECK-LABEL: func.func @apply_gradients(
 // CHECK-SAME: tensor<6x2xf32> {mega.dim_axes = {{\[\[\], \["dp"\]\]}}, mega.global_shape = array<i64: 6, 8>, mega.state = "adam.m.h0.mlp.fc.weight"}
-// CHECK: mega.all_reduce sum %{{.*}} on #mesh axes ["dp"] : tensor<6xf32>
+// CHECK-SAME: tensor<2xf32> {mega.dim_axes = {{\[\["dp"\]\]}}, mega.global_shape = array<i64: 6>, mega.state = "adam.m.h0.mlp.fc.bias"}
+// CHECK-NOT: tensor<6xf32>
+// CHECK-NOT: mega.all_gather
+// CHECK: mega.adamw_update
 // CHECK-NOT: mega.all_gather
 // CHECK: return
 
