@@ -94,7 +94,25 @@ std::string candidateJson(const planner::PlanCandidate &c) {
   for (size_t i = 0; i < s.kernelLaunches.size(); ++i)
     out << (i ? ", " : "") << "\"" << s.kernelLaunches[i].first
         << "\": " << s.kernelLaunches[i].second;
-  out << "}, \"memory\": {\"parameters\": " << s.parameterBytes
+  auto gemms = [&](const std::vector<planner::GemmShape> &list) {
+    out << "[";
+    for (size_t i = 0; i < list.size(); ++i) {
+      const planner::GemmShape &g = list[i];
+      out << (i ? ", " : "") << "{\"m\": " << g.m << ", \"n\": " << g.n << ", \"k\": " << g.k
+          << ", \"batch\": " << g.batch << ", \"count\": " << g.count << "}";
+    }
+    out << "]";
+  };
+  out << "}, \"gemms\": ";
+  gemms(s.gemmShapes);
+  if (l.pp > 1) {
+    out << ", \"stage_gemms\": {\"first\": ";
+    gemms(s.firstStageGemms);
+    out << ", \"last\": ";
+    gemms(s.lastStageGemms);
+    out << "}";
+  }
+  out << ", \"memory\": {\"parameters\": " << s.parameterBytes
       << ", \"gradients\": " << s.gradientBytes << ", \"optimizer\": " << s.optimizerBytes
       << ", \"activations\": " << s.activationBytes << ", \"workspace\": " << s.workspaceBytes
       << "}}";

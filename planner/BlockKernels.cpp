@@ -472,21 +472,31 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   out.attentionCore.assign(out.forward.kernels.begin() + long(coreBegin),
                            out.forward.kernels.begin() + long(coreEnd));
   out.fullRecompute = out.forward;
+  out.chunkLastRecompute = out.forward;
   if (stack.recomputeDropsUnreadForward) {
-    auto unread = [](const std::vector<std::pair<size_t, size_t>> &ranges, size_t i) {
-      for (auto [begin, end] : ranges)
-        if (i >= begin && i < end)
-          return true;
-      return false;
+    // The forward without the kernels and collectives in `kernels` / `comms` (index ranges).
+    auto without = [&](const std::vector<std::pair<size_t, size_t>> &kernels,
+                       const std::vector<std::pair<size_t, size_t>> &comms) {
+      auto in = [](const std::vector<std::pair<size_t, size_t>> &ranges, size_t i) {
+        for (auto [begin, end] : ranges)
+          if (i >= begin && i < end)
+            return true;
+        return false;
+      };
+      PassKernels kept = out.forward;
+      kept.kernels.clear();
+      kept.tp.clear();
+      for (size_t i = 0; i < out.forward.kernels.size(); ++i)
+        if (!in(kernels, i))
+          kept.kernels.push_back(out.forward.kernels[i]);
+      for (size_t i = 0; i < out.forward.tp.size(); ++i)
+        if (!in(comms, i))
+          kept.tp.push_back(out.forward.tp[i]);
+      return kept;
     };
-    out.fullRecompute.kernels.clear();
-    out.fullRecompute.tp.clear();
-    for (size_t i = 0; i < out.forward.kernels.size(); ++i)
-      if (!unread(unreadKernels, i))
-        out.fullRecompute.kernels.push_back(out.forward.kernels[i]);
-    for (size_t i = 0; i < out.forward.tp.size(); ++i)
-      if (!unread(unreadComms, i))
-        out.fullRecompute.tp.push_back(out.forward.tp[i]);
+    out.fullRecompute = without(unreadKernels, unreadComms);
+    if (unreadKernels.size() > 1) // a dense MLP: its part is the last range
+      out.chunkLastRecompute = without({unreadKernels.back()}, {unreadComms.back()});
   }
 
   // ---- backward, in reverse.

@@ -48,6 +48,13 @@ struct BlockKernels {
   /// What full recompute repeats in the backward: the forward, or under
   /// StackProfile::recomputeDropsUnreadForward the part of it the backward reads.
   PassKernels fullRecompute;
+  /// What full recompute repeats of a pipeline chunk's last block when only the chunk's input
+  /// is stashed (StackProfile::fullRecomputeStashesChunkInputs): the forward without its last
+  /// unread part (the MLP's row-parallel linear, reduction, bias and residual add: nothing reads
+  /// the chunk's output), the attention's output projection included, since the MLP norm's
+  /// backward reads its input. The chunk's other blocks repeat their whole forward (the next
+  /// block's input); the model's last block too (the final norm reads its output).
+  PassKernels chunkLastRecompute;
   /// The pass that adds a micro-batch's weight gradients into the accumulators (stacks with
   /// separateGradAccumulation; run once per micro-batch after the block's backward).
   std::vector<KernelOp> gradAccumulation;

@@ -173,6 +173,7 @@ struct LayerCost {
   PassCost forward, backward;
   KernelTime attentionCore;    // what selective recompute repeats
   PassCost fullRecompute;      // what full recompute repeats (BlockKernels::fullRecompute)
+  PassCost chunkLastRecompute; // a chunk's last block's (BlockKernels::chunkLastRecompute)
   KernelTime gradAccumulation; // per micro-batch, after the backward
   /// The backward's weight-gradient kernels (KernelOp::weightGradient): with gradAccumulation,
   /// a zero-bubble schedule's W; the rest of the backward is its B.
@@ -241,6 +242,9 @@ private:
     double transfer = 0;
     int64_t receiveLookahead = -1;
     PassCost split; // compute and tp of one micro-batch, by class and kind
+    /// The first and the last stage's kernels of one micro-batch (the same stage at pp 1):
+    /// `split` is the busier one's; these give every stage's inventory (StepCost::stageGemms).
+    KernelTime firstStage, lastStage;
   };
   ChunkTimes chunkTimes(const Layout &layout);
   void fillMemory(const Layout &layout, StepCost &cost);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <map>
 
 namespace megac::planner {
 namespace {
@@ -183,6 +184,7 @@ KernelTime KernelModel::time(const KernelOp &op) const {
   switch (op.kind) {
   case KernelClass::gemm:
     t.gemm = work = gemmSeconds(op.m, op.n, op.k, op.batch);
+    t.gemms.push_back({op.m, op.n, op.k, op.batch, 1});
     break;
   case KernelClass::attention:
     t.attention = work = attentionSeconds(op.batch, op.seq, op.headDim, op.backward) * op.share;
@@ -211,6 +213,17 @@ KernelTime KernelModel::time(const std::vector<KernelOp> &ops) const {
     t.overhead += std::max(0.0, launches * stack_.hostSecondsPerKernel - t.total());
   }
   return t;
+}
+
+std::vector<GemmShape> mergeGemmShapes(const std::vector<GemmShape> &gemms) {
+  std::map<std::array<int64_t, 4>, double> folded;
+  for (const GemmShape &g : gemms)
+    folded[{std::min(g.m, g.n), std::max(g.m, g.n), g.k, g.batch}] += g.count;
+  std::vector<GemmShape> out;
+  for (const auto &[shape, count] : folded)
+    if (count > 1e-9)
+      out.push_back({shape[0], shape[1], shape[2], shape[3], count});
+  return out;
 }
 
 } // namespace megac::planner

@@ -72,6 +72,8 @@ struct KernelTime {
   double gemm = 0, attention = 0, memory = 0, overhead = 0;
   /// Kernels launched, by class (what `megac train --trace` shows as instructions).
   std::array<double, kKernelClassCount> launches{};
+  /// The GEMMs among them, by shape (in the order added; mergeGemmShapes folds equal ones).
+  std::vector<GemmShape> gemms;
   double total() const { return gemm + attention + memory + overhead; }
   KernelTime &operator+=(const KernelTime &o) {
     gemm += o.gemm;
@@ -80,15 +82,22 @@ struct KernelTime {
     overhead += o.overhead;
     for (size_t i = 0; i < launches.size(); ++i)
       launches[i] += o.launches[i];
+    gemms.insert(gemms.end(), o.gemms.begin(), o.gemms.end());
     return *this;
   }
   KernelTime scaled(double f) const {
-    KernelTime t{gemm * f, attention * f, memory * f, overhead * f, launches};
+    KernelTime t{gemm * f, attention * f, memory * f, overhead * f, launches, gemms};
     for (double &n : t.launches)
       n *= f;
+    for (GemmShape &g : t.gemms)
+      g.count *= f;
     return t;
   }
 };
+
+/// `gemms` with equal shapes folded into one entry each, in a canonical form: a product and
+/// its transpose are one GEMM (m <= n), sorted. Entries whose count is (about) 0 are dropped.
+std::vector<GemmShape> mergeGemmShapes(const std::vector<GemmShape> &gemms);
 
 class KernelModel {
 public:

@@ -222,6 +222,7 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
   lc.backward = passCost(block.backward, kernels, cluster_, tp, ep, cp);
   lc.attentionCore = kernels.time(block.attentionCore);
   lc.fullRecompute = passCost(block.fullRecompute, kernels, cluster_, tp, ep, cp);
+  lc.chunkLastRecompute = passCost(block.chunkLastRecompute, kernels, cluster_, tp, ep, cp);
   lc.gradAccumulation = kernels.time(block.gradAccumulation);
   auto weightKernels = [&](const PassKernels &pass) {
     std::vector<KernelOp> weight;
@@ -318,6 +319,10 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
     recompute.compute = lc.attentionCore;
   else if (l.recompute == Recompute::full)
     recompute = lc.fullRecompute;
+  // megac's pipeline chunks under full recompute stash their input only (docs/pipeline.md;
+  // MemoryModel's perLayer); at pp 1 it keeps every block's input, as Megatron does.
+  const bool chunkRecompute =
+      l.recompute == Recompute::full && !stack_.recomputePerLayer && l.pp * l.vpp > 1;
   // Pipeline sends: the residual stream of one micro-batch (sequence-split under SP and cp),
   // once per chunk step, on the critical path (the simulation's steps wait for their input). A
   // pipeline spanning nodes runs at the pace of its inter-node boundaries.
@@ -334,7 +339,19 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
     // kernels are not marked), the edges' accumulation adds.
     wgt = lc.weightGradient.scaled(layers).total() + lc.gradAccumulation.scaled(layers).total() +
           (first ? ec.embedWeight.total() : 0) + (last ? ec.headWeight.total() : 0);
-    b += recompute.scaled(layers);
+    if (chunkRecompute) {
+      // Only each chunk's input is stashed: a chunk's blocks but its last repeat their whole
+      // forward (the next block's input), its last what the backward reads of it; the model's
+      // last block repeats all of it (the final norm reads its output), and chunk 0 its
+      // embedding (its output is the first block's input).
+      double chunks = double(l.vpp), whole = layers - chunks + (last ? 1 : 0);
+      b += lc.forward.scaled(whole);
+      b += lc.chunkLastRecompute.scaled(layers - whole);
+      if (first)
+        b += ec.embedForward;
+    } else {
+      b += recompute.scaled(layers);
+    }
     b.compute += lc.gradAccumulation.scaled(layers);
     if (first) {
       f += ec.embedForward;
@@ -426,6 +443,8 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   busy.weight = std::min(busy.backward, (f1 + b1 >= f0 + b0 ? w1 : w0) / double(l.vpp));
   busy.transfer = first.transfer;
   busy.receiveLookahead = first.receiveLookahead;
+  busy.firstStage = first.split.compute;
+  busy.lastStage = last.split.compute;
   return busy;
 }
 
@@ -631,6 +650,11 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   for (int i = 0; i < kKernelClassCount; ++i)
     if (kernels.launches[size_t(i)] > 0)
       c.kernelLaunches.push_back({kernelClassName(KernelClass(i)), kernels.launches[size_t(i)]});
+  c.gemmShapes = mergeGemmShapes(kernels.gemms);
+  if (l.pp > 1) {
+    c.firstStageGemms = mergeGemmShapes(ct.firstStage.scaled(double(m)).gemms);
+    c.lastStageGemms = mergeGemmShapes(ct.lastStage.scaled(double(m)).gemms);
+  }
   c.tpAllReduceSeconds = double(m) * ct.split.tp[int(Collective::allReduce)];
   c.tpAllGatherSeconds = double(m) * ct.split.tp[int(Collective::allGather)];
   c.tpReduceScatterSeconds = double(m) * ct.split.tp[int(Collective::reduceScatter)];

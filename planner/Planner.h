@@ -64,6 +64,13 @@ struct Pins {
   Precision precision = Precision::bf16;
 };
 
+/// `count` GEMMs of one shape, as the inventory lists them (C[m,n] = A[m,k]·B[k,n], `batch`
+/// independent products in one launch).
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  double count = 1;
+};
+
 /// The predicted cost of one optimizer step.
 struct StepCost {
   double computeSeconds = 0; // forward + backward (+ recompute) of the busiest stage
@@ -92,6 +99,12 @@ struct StepCost {
   /// Kernels one step launches on the busiest stage's rank, by class name
   /// (planner/KernelModel.h), the optimizer's included.
   std::vector<std::pair<std::string, double>> kernelLaunches;
+  /// The GEMMs among them by shape (mergeGemmShapes: m <= n, sorted), what
+  /// tests/e2e/plan_kernels_test.py compares with the executed instructions' shapes.
+  std::vector<GemmShape> gemmShapes;
+  /// With pp > 1: the first and the last stage's GEMMs (gemmShapes is the busier one's; a
+  /// middle stage runs the first's without the embedding's).
+  std::vector<GemmShape> firstStageGemms, lastStageGemms;
   /// One chunk step of the busiest stage, forward and backward (recompute, tensor-parallel
   /// collectives and the pipeline send included): what the schedule was simulated with.
   double chunkForwardSeconds = 0, chunkBackwardSeconds = 0;

@@ -82,6 +82,7 @@ private:
   Status runFunction(size_t index) override;
   Status runFunctionTraced(size_t index, Trace::Clock::time_point start);
   Status execute(const fb::Instruction &inst);
+  std::string gemmTraceArgs(const fb::Instruction &inst) const;
 
   AlignedBytes arena_;
   std::vector<std::vector<uint64_t>> scratch_; // per output, for outputs that overlap an input
@@ -157,6 +158,40 @@ Status CpuExecutor::runFunction(size_t index) {
   return Status::ok();
 }
 
+// A GEMM instruction's shape for its trace event (`, "gemm": [m, n, k, batch]`, C[m,n] =
+// A[m,k]·B[k,n]; a lhs with leading dims against a 2-D rhs is one GEMM of their rows), what
+// tests/e2e/plan_kernels_test.py compares with the planner's inventory; "" for other opcodes.
+std::string CpuExecutor::gemmTraceArgs(const fb::Instruction &inst) const {
+  std::span<const uint32_t> in = spanOf(inst.inputs()), out = spanOf(inst.outputs());
+  if (in.size() < 2 || out.empty())
+    return "";
+  auto numel = [](std::span<const int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  };
+  std::span<const int64_t> a = buffers_[in[0]].shape, b = buffers_[in[1]].shape;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  if (inst.op() == fb::Opcode::Linear && !a.empty() && b.size() == 2) {
+    k = a.back(), n = b[0], m = numel(a) / std::max<int64_t>(k, 1); // x·wᵀ, w [out, in]
+  } else if (inst.op() == fb::Opcode::MatMul && a.size() >= 2 && b.size() >= 2) {
+    const fb::MatMulAttrs *attrs = inst.attrs_as_MatMulAttrs();
+    bool ta = attrs && attrs->transpose_lhs(), tb = attrs && attrs->transpose_rhs();
+    int64_t rows = ta ? a[a.size() - 1] : a[a.size() - 2];
+    k = ta ? a[a.size() - 2] : a[a.size() - 1];
+    n = tb ? b[b.size() - 2] : b[b.size() - 1];
+    if (b.size() == 2 && !ta) // leading dims of the lhs are rows of one GEMM
+      m = numel(a) / std::max<int64_t>(k, 1);
+    else
+      m = rows, batch = numel(buffers_[out[0]].shape) / std::max<int64_t>(m * n, 1);
+  } else {
+    return "";
+  }
+  return ", \"gemm\": [" + std::to_string(m) + ", " + std::to_string(n) + ", " +
+         std::to_string(k) + ", " + std::to_string(batch) + "]";
+}
+
 // runFunction's instruction loop, recording the function and each instruction on the trace's
 // kernels lane (communication opcodes are the tracing communicator's to record).
 Status CpuExecutor::runFunctionTraced(size_t index, Trace::Clock::time_point start) {
@@ -175,7 +210,7 @@ Status CpuExecutor::runFunctionTraced(size_t index, Trace::Clock::time_point sta
                                status.message());
       else if (!exec::cpuHandler(inst.op()).communicates)
         trace_->add(TraceLane::kernels, fb::EnumNameOpcode(inst.op()), "kernel", begin,
-                    Trace::Clock::now(), function + std::to_string(i));
+                    Trace::Clock::now(), function + std::to_string(i) + gemmTraceArgs(inst));
     }
   trace_->setFunction("");
   trace_->add(TraceLane::kernels, fn.name, "function", start, Trace::Clock::now());

@@ -10,7 +10,11 @@ lists the kernels the cost model charges (`kernel_launches`, by class). Each cla
 trace's instruction count exactly (GEMMs, attention, transposes, norms, GELU, reductions,
 embedding, cross entropy, AdamW, broadcasts, copies, rotary, SiLU) and the elementwise count within 5%: the
 planner's time is a sum over this inventory, so a missing or phantom kernel is a wrong
-prediction. Needs mpirun for the 2-rank layouts.
+prediction. The GEMMs are compared by shape too: the planner's `gemms` (m, n, k, batch with
+counts; a product and its transpose are one shape) must be exactly the multiset of the executed
+GEMM instructions' shapes (the CPU trace's `gemm` argument), on every rank, so a GEMM of the
+wrong size (a tp split, a sequence-parallel gather, a recomputed or missing product) fails as a
+count would. Needs mpirun for the 2-rank layouts.
 """
 import argparse
 import collections
@@ -23,6 +27,9 @@ import sys
 GPT = "gpt:layers=2,hidden=128,heads=4,seq=64,vocab=256"
 # RMSNorm, rotary, grouped-query attention, SwiGLU (an MLP as wide as the vocabulary).
 LLAMA = "llama:layers=2,hidden=128,heads=4,kv_heads=2,ffn=256,seq=64,vocab=256"
+# Four layers: two per stage at pp 2, one per virtual stage at pp 2 x vpp 2.
+GPT4 = "gpt:layers=4,hidden=128,heads=4,seq=64,vocab=256"
+LLAMA4 = "llama:layers=4,hidden=128,heads=4,kv_heads=2,ffn=256,seq=64,vocab=256"
 GLOBAL_BATCH = 8
 # Plan opcode -> the planner's kernel class (planner/KernelModel.h).
 CLASS = {
@@ -52,11 +59,22 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
            # each matrix's reduce-scattered gradient added into its shard (no GEMM accumulates).
            (GPT, 1, 2, 2, ["--zero", "1"]), (GPT, 1, 2, 2, ["--zero", "2"]),
            (GPT, 1, 2, 2, ["--zero", "3"])]
+# Pipeline layouts: each stage runs its own program. `megac plan --json` gives the first and the
+# last stage's GEMMs (`stage_gemms`), so every rank's GEMM shapes are compared with its stage's;
+# the class counts (`kernel_launches`) are the busier stage's only and are not compared here.
+PIPELINE_LAYOUTS = [(GPT4, 1, 1, 2, 2, []), (GPT4, 1, 1, 2, 2, ["--vpp", "2"]),
+                    (GPT4, 2, 1, 2, 2, ["--sequence-parallel"]),
+                    (LLAMA4, 1, 2, 2, 2, ["--recompute", "full"]),
+                    # Full recompute at pp stashes each chunk's input only: a chunk's blocks but
+                    # its last repeat their whole forward (planner: chunkLastRecompute).
+                    (GPT4, 1, 1, 2, 2, ["--vpp", "2", "--recompute", "full"]),
+                    (GPT4, 2, 1, 2, 2, ["--sequence-parallel", "--recompute", "full"]),
+                    (GPT4, 1, 2, 2, 2, ["--zero", "1", "--recompute", "selective"])]
 # Not yet in LAYOUTS: the planner's inventory is wrong there (issue 34 item 4; measured with
 # this test, counts per step on every rank): Mixtral ep 2 (2026-12-03: MoeMatmul, MoeMatmulWeightGrad, MoeDispatch,
 # MoeCombine, MoeRowDot, TopKMask have no planner class; 66 Linear/MatMul ran, 138 GEMMs
-# predicted); pp and vpp (`megac plan --json` gives the busiest stage's inventory only). Add a
-# layout here once planner/BlockKernels.cpp matches it.
+# predicted: the megac profile charges one GEMM per local expert where moe_matmul is one
+# instruction over them). Add a layout here once planner/BlockKernels.cpp matches it.
 
 
 def fail(message):
@@ -64,42 +82,76 @@ def fail(message):
     sys.exit(1)
 
 
-def traced(megac, workdir, data, model, tp, dp, mb, extra):
-    trace = os.path.join(workdir, "%s-tp%d-dp%d-mb%d%s.json" % (
-        model.split(":")[0], tp, dp, mb, "".join(extra).replace("-", "")))
+def traced(megac, workdir, data, model, tp, dp, mb, extra, pp=1):
+    trace = os.path.join(workdir, "%s-tp%d-dp%d-pp%d-mb%d%s.json" % (
+        model.split(":")[0], tp, dp, pp, mb, "".join(extra).replace("-", "")))
     cmd = [megac, "train", "--model", model, "--data", data, "--steps", "2", "--global-batch",
            str(GLOBAL_BATCH), "--micro-batch", str(mb), "--lr", "1e-3", "--threads", "1",
            "--trace", trace, "--trace-steps", "1"]
-    if tp * dp > 1:
-        cmd += ["--ranks", str(tp * dp), "--tp", str(tp), "--dp", str(dp)]
+    if tp * dp * pp > 1:
+        cmd += ["--ranks", str(tp * dp * pp), "--tp", str(tp), "--dp", str(dp)]
+    if pp > 1:
+        cmd += ["--pp", str(pp)]
     cmd += extra
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode:
         fail("megac train %s: %s" % (" ".join(cmd[2:]), run.stderr[-2000:]))
     # Every rank's instructions: tp and dp ranks run the same program on their shards.
-    counts = [collections.Counter() for _ in range(tp * dp)]
+    counts = [collections.Counter() for _ in range(tp * dp * pp)]
+    gemms = [collections.Counter() for _ in range(tp * dp * pp)]
     for e in json.load(open(trace))["traceEvents"]:
         if e.get("ph") != "X" or e.get("cat") != "kernel":
             continue
         # An opcode this test does not map counts under its own name: the planner has no such
         # class, so the comparison names it.
         counts[e["pid"]][CLASS.get(e["name"], "unmapped opcode " + e["name"])] += 1
-    return counts
+        if "gemm" in e.get("args", {}):
+            gemms[e["pid"]][canonical(*e["args"]["gemm"])] += 1
+        elif CLASS.get(e["name"]) == "gemm":
+            fail("%s: GEMM instruction %s has no shape in the trace" % (trace, e["name"]))
+    return counts, gemms
 
 
-def predicted(megac, model, tp, dp, mb, extra):
-    flags = {"--zero": "0", "--recompute": "none"}
+def canonical(m, n, k, batch):
+    """A GEMM's shape as both sides list it: a product and its transpose are the same work."""
+    return (min(m, n), max(m, n), k, batch)
+
+
+def gemm_counter(listed):
+    gemms = collections.Counter()
+    for g in listed:
+        count = round(g["count"])
+        if abs(g["count"] - count) > 1e-6:
+            fail("the planner charges %g GEMMs of shape %s" % (g["count"], g))
+        gemms[canonical(g["m"], g["n"], g["k"], g["batch"])] += count
+    return gemms
+
+
+def planned(megac, model, tp, dp, mb, extra, pp=1):
+    flags = {"--zero": "0", "--recompute": "none", "--vpp": "1"}
     for i, flag in enumerate(extra):
         if flag in flags or flag == "--ep":
             flags[flag] = extra[i + 1]
     sp = "--sequence-parallel" if "--sequence-parallel" in extra else "--no-sequence-parallel"
     out = subprocess.run(
-        [megac, "plan", "--model", model, "--cluster", "cpu:1x%d" % (tp * dp),
-         "--global-batch", str(GLOBAL_BATCH), "--tp", str(tp), "--pp", "1", "--dp", str(dp),
-         "--vpp", "1", "--micro-batch", str(mb), sp, "--precision", "fp32", "--json",
+        [megac, "plan", "--model", model, "--cluster", "cpu:1x%d" % (tp * dp * pp),
+         "--global-batch", str(GLOBAL_BATCH), "--tp", str(tp), "--pp", str(pp), "--dp", str(dp),
+         "--micro-batch", str(mb), sp, "--precision", "fp32", "--json",
          "--no-compile", "--top", "1"] + [x for kv in flags.items() for x in kv],
         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)["layouts"][0]["kernel_launches"]
+    return json.loads(out)["layouts"][0]
+
+
+def predicted(megac, model, tp, dp, mb, extra):
+    layout = planned(megac, model, tp, dp, mb, extra)
+    return layout["kernel_launches"], gemm_counter(layout["gemms"])
+
+
+def compare_gemms(what, rank, ran, model, failures):
+    for shape in sorted(set(ran) | set(model)):
+        if ran[shape] != model[shape]:
+            failures.append("%s rank %d: GEMMs [m, n, k, batch] = %s predicted %d, ran %d"
+                            % (what, rank, list(shape), model[shape], ran[shape]))
 
 
 def main():
@@ -117,9 +169,11 @@ def main():
     for model_spec, tp, dp, mb, extra in LAYOUTS:
         what = "%s tp %d dp %d micro-batch %d %s" % (model_spec.split(":")[0], tp, dp, mb,
                                                      " ".join(extra))
-        ranks = traced(args.megac, args.workdir, data, model_spec, tp, dp, mb, extra)
-        model = predicted(args.megac, model_spec, tp, dp, mb, extra)
+        ranks, ranGemms = traced(args.megac, args.workdir, data, model_spec, tp, dp, mb, extra)
+        model, modelGemms = predicted(args.megac, model_spec, tp, dp, mb, extra)
         before = len(failures)
+        for rank, ran in enumerate(ranGemms):
+            compare_gemms(what, rank, ran, modelGemms, failures)
         for rank, real in enumerate(ranks):
             for kind in sorted(set(real) | set(model)):
                 got, want = model.get(kind, 0), real.get(kind, 0)
@@ -131,8 +185,30 @@ def main():
                     failures.append("%s rank %d: %s kernels predicted %g, ran %d"
                                     % (what, rank, kind, got, want))
         if len(failures) == before:
-            print("ok: %s: %d instructions on each of %d rank(s), every class as predicted"
-                  % (what, sum(ranks[0].values()), len(ranks)))
+            print("ok: %s: %d instructions on each of %d rank(s), every class and GEMM shape "
+                  "as predicted (%d GEMM shapes)" % (what, sum(ranks[0].values()), len(ranks),
+                                                     len(modelGemms)))
+    for model_spec, tp, dp, pp, mb, extra in PIPELINE_LAYOUTS:
+        what = "%s tp %d dp %d pp %d micro-batch %d %s" % (model_spec.split(":")[0], tp, dp, pp,
+                                                           mb, " ".join(extra))
+        ranks, ranGemms = traced(args.megac, args.workdir, data, model_spec, tp, dp, mb, extra,
+                                 pp)
+        stages = planned(args.megac, model_spec, tp, dp, mb, extra, pp)["stage_gemms"]
+        first, last = gemm_counter(stages["first"]), gemm_counter(stages["last"])
+        before = len(failures)
+        for rank, ran in enumerate(ranGemms):
+            # A rank's stage by what it runs: the embedding on the first, the loss on the last.
+            if ranks[rank]["embedding"] and not ranks[rank]["cross_entropy"]:
+                compare_gemms(what + " (first stage)", rank, ran, first, failures)
+            elif ranks[rank]["cross_entropy"] and not ranks[rank]["embedding"]:
+                compare_gemms(what + " (last stage)", rank, ran, last, failures)
+            else:
+                failures.append("%s rank %d: runs %d embeddings and %d losses: not a first or "
+                                "last stage of pp %d" % (what, rank, ranks[rank]["embedding"],
+                                                         ranks[rank]["cross_entropy"], pp))
+        if len(failures) == before:
+            print("ok: %s: every rank's GEMM shapes as its stage's (first %d, last %d shapes)"
+                  % (what, len(first), len(last)))
     if failures:
         fail("\n  ".join(failures))
     return 0
