@@ -197,6 +197,10 @@ public:
   std::optional<StepCost> memory(const Layout &layout, std::string *why);
   /// Everything (Planner.h's estimate).
   std::optional<StepCost> estimate(const Layout &layout, std::string *why);
+  /// Whether estimate() lists the step's GEMMs by shape (StepCost::gemmShapes and the stages'):
+  /// off for the search's estimates (carrying the lists through every layout's sums costs about
+  /// a sixth of the search), on to report the layouts it keeps.
+  void listGemms(bool on) { listGemms_ = on; }
   /// A lower bound of stepSeconds (busy time of the busiest stage, no bubble, no exposed DP
   /// communication); the layout must be valid.
   double lowerBoundSeconds(const Layout &layout);
@@ -276,7 +280,8 @@ private:
   Cluster cluster_;
   StackProfile stack_;
   int64_t globalBatch_;
-  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int64_t, bool, int64_t>,
+  bool listGemms_ = false;
+  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int64_t, bool, int64_t, bool>,
            std::pair<LayerCost, EdgeCost>>
       layers_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t>, Pipeline> pipelines_;

@@ -208,7 +208,7 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
                                           int64_t ep, int64_t cp, bool cpRing,
                                           int64_t gradientShards) {
   cpRing = cp > 1 && stack_.runsContextParallelRing(cpRing);
-  auto key = std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards);
+  auto key = std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards, listGemms_);
   auto it = layers_.find(key);
   if (it != layers_.end())
     return it->second.first;
@@ -241,6 +241,15 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
   ec.headRecompute = passCost(edges.headRecompute, kernels, cluster_, tp, ep, cp);
   ec.embedWeight = weightKernels(edges.embedBackward);
   ec.headWeight = weightKernels(edges.headBackward);
+  if (!listGemms_)
+    for (PassCost *p : {&lc.forward, &lc.backward, &lc.fullRecompute, &lc.chunkLastRecompute,
+                        &ec.embedForward, &ec.embedBackward, &ec.headForward, &ec.headBackward,
+                        &ec.headRecompute})
+      p->compute.gemms.clear();
+  if (!listGemms_)
+    for (KernelTime *t : {&lc.attentionCore, &lc.gradAccumulation, &lc.weightGradient,
+                          &ec.embedWeight, &ec.headWeight})
+      t->gemms.clear();
   return layers_.emplace(key, std::make_pair(lc, ec)).first->second.first;
 }
 
@@ -250,7 +259,7 @@ const EdgeCost &StepEstimator::edgeCost(int64_t tp, int64_t b, bool sp, Precisio
   layerCost(tp, b, sp, precision, ep, cp, cpRing, gradientShards);
   cpRing = cp > 1 && stack_.runsContextParallelRing(cpRing);
   return layers_
-      .find(std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards))
+      .find(std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards, listGemms_))
       ->second.second;
 }
 
@@ -701,6 +710,7 @@ std::optional<StepCost> estimate(const TransformerShape &shape, const Cluster &c
                                  int64_t globalBatch, const Layout &layout, std::string *why,
                                  const StackProfile &stack) {
   StepEstimator estimator(shape, cluster, globalBatch, stack);
+  estimator.listGemms(true);
   return estimator.estimate(layout, why);
 }
 

@@ -96,6 +96,15 @@ public:
         result_.smallestMemory = PlanCandidate{*smallest_, *cost};
       }
     }
+    // The layouts reported, estimated again with their GEMMs listed (the search leaves them out).
+    estimator_.listGemms(true);
+    for (std::optional<PlanCandidate> *c :
+         {&result_.smallestMemory, &result_.bestZero3, &result_.bestWithCp, &result_.bestWithoutCp,
+          &result_.bestZeroBubble, &result_.bestOtherCpVariant})
+      if (*c)
+        listGemmsOf(**c);
+    for (PlanCandidate &c : result_.best)
+      listGemmsOf(c);
     if (result_.best.empty() && !result_.smallestMemory)
       result_.why = firstInvalid_.empty()
                         ? "no layout of " + std::to_string(devices) + " devices satisfies the pins"
@@ -104,6 +113,14 @@ public:
   }
 
 private:
+  void listGemmsOf(PlanCandidate &c) {
+    if (std::optional<StepCost> cost = estimator_.estimate(c.layout, nullptr)) {
+      c.cost.gemmShapes = std::move(cost->gemmShapes);
+      c.cost.firstStageGemms = std::move(cost->firstStageGemms);
+      c.cost.lastStageGemms = std::move(cost->lastStageGemms);
+    }
+  }
+
   /// Records why a layout is invalid. A `deep` reason (a layout whose degrees divide the
   /// devices and the batch, refused by the estimator) says more than a degree's, so it wins.
   void invalid(std::string why, bool deep = false) {
