@@ -467,7 +467,10 @@ struct Golden {
 // copied back per tensor: +0.07% and +0.03%); full recompute repeats only what the backward
 // reads, and the LM head's logits GEMM
 // (GPT-2 on this CPU +6.2%: its 50257-wide logits GEMM outweighs the projections and fc2 that
-// are no longer recomputed).
+// are no longer recomputed). Issue 34 (e2e_plan_kernels' GEMM shapes per pipeline stage): a
+// megac pipeline chunk under full recompute stashes its input only, so its blocks but the last
+// repeat their whole forward and the model's last block all of it (chunkLastRecompute): the CPU
+// GPT-2 at pp 2 19.17 -> 20.17 s (+5.2%); the A100 goldens (selective) unchanged.
 TEST(CostModelTest, GoldenPredictions) {
   Golden goldens[] = {
       {"GPT-3 175B, tp 8 pp 16 dp 8, SP, selective, ZeRO-1",
@@ -491,9 +494,9 @@ TEST(CostModelTest, GoldenPredictions) {
        "cpu:2",
        8,
        {1, 2, 1, 1, 2, false, 0, Recompute::full, Precision::fp32},
-       19.17296109847306,
+       20.173408646277341,
        1667424256,
-       0.35737458365770447},
+       0.33965152395386494},
   };
   bool print = std::getenv("MEGAC_PRINT_GOLDEN") != nullptr;
   for (const Golden &g : goldens) {
