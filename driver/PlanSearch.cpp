@@ -99,7 +99,8 @@ std::string candidateJson(const planner::PlanCandidate &c) {
     for (size_t i = 0; i < list.size(); ++i) {
       const planner::GemmShape &g = list[i];
       out << (i ? ", " : "") << "{\"m\": " << g.m << ", \"n\": " << g.n << ", \"k\": " << g.k
-          << ", \"batch\": " << g.batch << ", \"count\": " << g.count << "}";
+          << ", \"batch\": " << g.batch << ", \"count\": " << g.count
+          << (g.routed ? ", \"routed\": true" : "") << "}";
     }
     out << "]";
   };

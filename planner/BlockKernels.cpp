@@ -94,7 +94,7 @@ struct MoeKernels {
     k = std::max<int64_t>(1, s.topk);
     localExperts = std::max<int64_t>(1, E / std::max<int64_t>(1, g.ep));
     split = stack.expertTensorParallel && t > 1;
-    grouped = stack.packedRouting;
+    grouped = stack.groupedExpertGemms;
     int64_t fullFfn = s.ffn > 0 ? s.ffn : 4 * h;
     ffn = split ? ceilDiv(fullFfn, t) : fullFfn;
     int64_t T = g.microBatch * s.seq / std::max<int64_t>(1, g.cp);
@@ -109,15 +109,19 @@ struct MoeKernels {
   }
 
   double tokenBytes(double n) const { return n * double(h) * double(e); }
-  // One GEMM per local expert (megac) or one grouped GEMM over them (Megatron).
+  // One GEMM per local expert, or one grouped launch over them (StackProfile::groupedExpertGemms).
   void expertGemm(Builder &b, int64_t m, int64_t n, int64_t kDim) const {
     if (grouped)
       b.gemm(m, n, kDim, localExperts);
     else
       b.gemm(m, n, kDim, 1, double(localExperts));
+    b.pass->kernels.back().routed = true;
   }
-  int fc1Count() const { return s.gatedMlp && !grouped ? 2 : 1; }
-  int64_t fc1Width() const { return s.gatedMlp && grouped ? 2 * ffn : ffn; }
+  // Megatron's packed layout runs gate and up as one [h, 2·ffn] matrix; megac's as two.
+  int fc1Count() const { return s.gatedMlp && !stack.packedRouting ? 2 : 1; }
+  int64_t fc1Width() const { return s.gatedMlp && stack.packedRouting ? 2 * ffn : ffn; }
+  // A scalar or [E]-sized pass of the router's statistics (bytes only to give it a launch).
+  static constexpr double kTiny = 64;
   // The token exchange among the ep ranks, entering (`into`) or leaving the experts. The
   // all-to-all dispatchers (Megatron's alltoall, megac's moe_exchange) send each rank's T·k
   // routed rows to their experts' ranks and back; megac first all-gathers the group's [T, E]
@@ -152,8 +156,20 @@ struct MoeKernels {
     // Router: logits, softmax (fp32), top-k mask, renormalised gates, the aux loss' sums.
     b.gemm(int64_t(Tr), E, h);
     b.mem(KernelClass::softmax, 2 * routerBytes);
-    b.mem(KernelClass::elementwise, 2 * routerBytes, 4);
-    b.mem(KernelClass::reduce, routerBytes, 2);
+    if (stack.routerOpByOp) {
+      // top-k mask, gates x mask, / their row sum (broadcast); the loss' sums: 5 reductions of
+      // [T, E] (the row sum, per-sample expert means of p and m, their totals), 3 of [E] or
+      // less, 4 scalar products; and an add summing the layers' logged statistics (2 per
+      // layer after the first, measured: at most one per micro-batch too many).
+      b.mem(KernelClass::elementwise, 3 * routerBytes, 3);
+      b.mem(KernelClass::broadcast, routerBytes);
+      b.mem(KernelClass::reduce, routerBytes, 5);
+      b.mem(KernelClass::reduce, kTiny, 3);
+      b.mem(KernelClass::elementwise, kTiny, 5);
+    } else {
+      b.mem(KernelClass::elementwise, 2 * routerBytes, 4);
+      b.mem(KernelClass::reduce, routerBytes, 2);
+    }
     // Dispatch: each token copied to its experts' rows, sent to the experts' ranks.
     exchange(b, true, true);
     b.mem(KernelClass::copy, tokenBytes(dispatched + routedRows));
@@ -213,8 +229,17 @@ struct MoeKernels {
     // backward, and the router's input gradient added to the experts'.
     b.mem(KernelClass::elementwise, tokenBytes(routedRows + dispatched));
     exchange(b, false, false);
+    if (stack.routerOpByOp) {
+      // The loss' and the renormalisation's adjoints over [T, E]: 7 elementwise passes, a row
+      // sum, 2 broadcasts, and one product of [b, E].
+      b.mem(KernelClass::elementwise, 3 * routerBytes, 7);
+      b.mem(KernelClass::elementwise, kTiny);
+      b.mem(KernelClass::broadcast, routerBytes, 2);
+      b.mem(KernelClass::reduce, routerBytes);
+    }
     b.mem(KernelClass::softmaxGrad, 3 * routerBytes);
-    b.mem(KernelClass::elementwise, 2 * routerBytes, 3);
+    if (!stack.routerOpByOp)
+      b.mem(KernelClass::elementwise, 2 * routerBytes, 3);
     b.gemm(int64_t(Tr), h, E);
     b.gemm(E, h, int64_t(Tr)); // the router's dW
     b.pass->kernels.back().weightGradient = true;
@@ -644,6 +669,13 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   }
   for (int i = 0; i < 3 && t > 1; ++i)
     hf.comm(Collective::allReduce, double(T) * 4);
+  if (s.experts > 0 && stack.routerOpByOp) {
+    // The layers' router statistics stacked for the log (a concat); the load-balancing loss'
+    // gradient seed: 2 scalar products and 2 small broadcasts (StackProfile::routerOpByOp).
+    hf.mem(KernelClass::copy, 64);
+    hb.mem(KernelClass::elementwise, 64, 2);
+    hb.mem(KernelClass::broadcast, 64, 2);
+  }
   hb.mem(KernelClass::crossEntropyGrad, logits * (fused ? double(2 * e) : double(4 * 3 + e)));
   hb.gemm(T, h, vocab);
   hb.gemm(vocab, h, T);

@@ -184,7 +184,7 @@ KernelTime KernelModel::time(const KernelOp &op) const {
   switch (op.kind) {
   case KernelClass::gemm:
     t.gemm = work = gemmSeconds(op.m, op.n, op.k, op.batch);
-    t.gemms.push_back({op.m, op.n, op.k, op.batch, 1});
+    t.gemms.push_back({op.m, op.n, op.k, op.batch, 1, op.routed});
     break;
   case KernelClass::attention:
     t.attention = work = attentionSeconds(op.batch, op.seq, op.headDim, op.backward) * op.share;
@@ -216,13 +216,13 @@ KernelTime KernelModel::time(const std::vector<KernelOp> &ops) const {
 }
 
 std::vector<GemmShape> mergeGemmShapes(const std::vector<GemmShape> &gemms) {
-  std::map<std::array<int64_t, 4>, double> folded;
+  std::map<std::array<int64_t, 5>, double> folded;
   for (const GemmShape &g : gemms)
-    folded[{std::min(g.m, g.n), std::max(g.m, g.n), g.k, g.batch}] += g.count;
+    folded[{std::min(g.m, g.n), std::max(g.m, g.n), g.k, g.batch, g.routed}] += g.count;
   std::vector<GemmShape> out;
   for (const auto &[shape, count] : folded)
     if (count > 1e-9)
-      out.push_back({shape[0], shape[1], shape[2], shape[3], count});
+      out.push_back({shape[0], shape[1], shape[2], shape[3], count, shape[4] != 0});
   return out;
 }
 

@@ -65,6 +65,9 @@ struct KernelOp {
   /// backward: a weight-gradient kernel (dW, db), what a zero-bubble schedule's W step runs
   /// (docs/pipeline.md); the rest of the backward is its B.
   bool weightGradient = false;
+  /// gemm: an expert matrix over routed tokens (its rows depend on the routing: `m` is the
+  /// balanced share).
+  bool routed = false;
 };
 
 /// Seconds split the way `megac plan --explain` reports them.

@@ -69,6 +69,7 @@ struct Pins {
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   double count = 1;
+  bool routed = false; // an MoE expert matrix (KernelOp::routed): m is the balanced rows
 };
 
 /// The predicted cost of one optimizer step.

@@ -59,6 +59,8 @@ StackProfile megac(bool cpu) {
   // plans ep = 1 (supportsExpertParallel off) until a GPU check shows it.
   p.allToAllDispatch = true;
   p.gathersRouting = true;
+  p.groupedExpertGemms = true; // moe_matmul: one instruction per expert matrix (docs/moe.md)
+  p.routerOpByOp = true;
   p.zeroOverExpertDataParallel = true;
   // Issue 35: mega-backward-weight-split and the schedule library's zb-h1, zb-h2 and zbv run on
   // the pipeline runner of both runtimes (e2e_partition_zerobubble on the CPU).
@@ -197,6 +199,7 @@ StackProfile megatronCore() {
   p.supportsExpertParallel = true;
   p.expertTensorParallel = true;
   p.packedRouting = true;
+  p.groupedExpertGemms = true;
   p.allToAllDispatch = true;
   return p;
 }

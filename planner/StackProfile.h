@@ -273,6 +273,18 @@ struct StackProfile {
   /// whose memory-bound passes and saved activations span E·T rows (its GEMMs still compute
   /// the T·k active rows only), one GEMM launch per local expert.
   bool packedRouting = false;
+  /// Each expert matrix of a layer is one launch over the local experts (Megatron-Core's
+  /// --moe-grouped-gemm; megac's moe_matmul and moe_matmul_weight_grad instructions); otherwise
+  /// one GEMM per local expert.
+  bool groupedExpertGemms = false;
+  /// The router's renormalisation and the load-balancing loss run op by op as megac compiles
+  /// them (docs/moe.md; e2e_plan_kernels checks the counts): forward 3 elementwise passes, 5
+  /// reductions and a broadcast over [T, E] and a few scalar ops per layer; backward 7
+  /// elementwise passes, 2 broadcasts and a reduction over [T, E]; per micro-batch the loss'
+  /// gradient seed (2 scalar products, 2 small broadcasts) and the per-layer statistics stacked
+  /// (a concat). Otherwise a fused estimate (4 elementwise kernels and 2 reductions forward, 3
+  /// elementwise backward).
+  bool routerOpByOp = false;
   /// Under expert parallelism, tokens reach their experts' ranks by all-to-all (Megatron's
   /// alltoall dispatcher and megac's moe_exchange: T·k rows of h per rank each way); otherwise
   /// the all-gather dispatcher: the ep group's tokens gathered before the experts and the
