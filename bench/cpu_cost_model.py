@@ -133,12 +133,22 @@ def predict(megac, spec, config):
         [megac, "plan", "--model", model, "--cluster", "%s:1x%d" % (spec, ranks),
          "--threads", str(threads), "--global-batch", str(global_batch), "--stack", "megac",
          "--precision", precision, "--json", "--no-compile", "--top", "1",
-         "--sequence-parallel" if layout[8] else "--no-sequence-parallel"] + layout_flags(layout),
+         "--sequence-parallel" if layout[8] else "--no-sequence-parallel"] + layout_flags(layout)
+        + schedule_flags(layout),
         check=True, capture_output=True, text=True).stdout
     layouts = json.loads(out)["layouts"]
     if not layouts:
         raise SystemExit("the planner found no fitting layout for %s" % name)
     return layouts[0]["step_time_s"] * 1e3
+
+
+def schedule_flags(layout):
+    """The pipeline schedule `megac train` runs by default (1F1B, interleaved with vpp > 1),
+    pinned for the planner, which would otherwise pick the fastest (a zero-bubble one)."""
+    tp, pp, dp, ep, vpp, mb, recompute, zero, sp = layout
+    if pp == 1:
+        return []
+    return ["--schedule", "interleaved" if vpp > 1 else "1f1b"]
 
 
 def measure(megac, workdir, config, steps):
