@@ -110,12 +110,24 @@ struct MoeKernels {
 
   double tokenBytes(double n) const { return n * double(h) * double(e); }
   // One GEMM per local expert, or one grouped launch over them (StackProfile::groupedExpertGemms).
-  void expertGemm(Builder &b, int64_t m, int64_t n, int64_t kDim) const {
+  // `weightGradient`: [m, n] = A^T B over the routed rows (k); else routed rows [m, k] x [k, n].
+  // megac's static [E, T, f] layout (no packedRouting): each product packs its active rows
+  // (runtime/cpu/Moe.cpp) and a forward or input-gradient one zero-fills its whole output first.
+  void expertGemm(Builder &b, int64_t m, int64_t n, int64_t kDim, bool weightGradient = false) const {
     if (grouped)
       b.gemm(m, n, kDim, localExperts);
     else
       b.gemm(m, n, kDim, 1, double(localExperts));
-    b.pass->kernels.back().routed = true;
+    KernelOp &op = b.pass->kernels.back();
+    op.routed = true;
+    if (!stack.packedRouting) {
+      double local = double(localExperts) / double(E);
+      op.bytes = weightGradient ? 2.0 * double(rows) * double(m + n) * double(e)
+                                : (routedRows * local * double(n) + 2.0 * double(rows) *
+                                                                        double(kDim + n)) *
+                                      double(e);
+      op.bytes /= grouped ? 1.0 : double(localExperts); // per launch
+    }
   }
   // Megatron's packed layout runs gate and up as one [h, 2·ffn] matrix; megac's as two.
   int fc1Count() const { return s.gatedMlp && !stack.packedRouting ? 2 : 1; }
@@ -203,8 +215,8 @@ struct MoeKernels {
     b.mem(KernelClass::reduce, tokenBytes(routedRows + dispatched));
     gatherRows(b, Collective::allGather);
     auto linearBackward = [&](int64_t in, int64_t out) {
-      expertGemm(b, perExpert, in, out); // dx
-      expertGemm(b, out, in, perExpert); // dW, per expert
+      expertGemm(b, perExpert, in, out);       // dx
+      expertGemm(b, out, in, perExpert, true); // dW, per expert
       b.pass->kernels.back().weightGradient = true; // a zero-bubble schedule's W (issue 35)
       if (stack.transposeInstructions)
         b.mem(KernelClass::transpose, 2.0 * double(in) * double(out) * double(e),

@@ -185,6 +185,10 @@ KernelTime KernelModel::time(const KernelOp &op) const {
   case KernelClass::gemm:
     t.gemm = work = gemmSeconds(op.m, op.n, op.k, op.batch);
     t.gemms.push_back({op.m, op.n, op.k, op.batch, 1, op.routed});
+    if (op.bytes > 0) {
+      t.memory = memorySeconds(KernelClass::copy, op.bytes);
+      work += t.memory;
+    }
     break;
   case KernelClass::attention:
     t.attention = work = attentionSeconds(op.batch, op.seq, op.headDim, op.backward) * op.share;

@@ -60,7 +60,10 @@ struct KernelOp {
   /// attention: the share of the seq x seq causal work this rank does (context parallelism with
   /// causal load balancing: 1/cp).
   double share = 1;
-  double bytes = 0; // memory-bound: bytes read + written
+  /// memory-bound: bytes read + written; gemm: bytes the instruction moves besides its product
+  /// (megac's moe_matmul packs its active rows and zero-fills its static output), charged at
+  /// the memory rate.
+  double bytes = 0;
   double count = 1;
   /// backward: a weight-gradient kernel (dW, db), what a zero-bubble schedule's W step runs
   /// (docs/pipeline.md); the rest of the backward is its B.
