@@ -145,8 +145,11 @@ struct MoeKernels {
     if (g.ep <= 1)
       return;
     if (stack.allToAllDispatch) {
-      if (into && forward && stack.gathersRouting)
+      if (into && forward && stack.gathersRouting) {
         b.pass->ep.push_back({Collective::allGather, Tr * double(g.ep) * double(E) * double(e)});
+        // megac: the local experts' columns of the gathered routing (a shard slice).
+        b.mem(KernelClass::copy, 2 * Tr * double(g.ep) * double(localExperts) * double(e));
+      }
       b.pass->ep.push_back({Collective::allToAll, tokenBytes(Tr * double(k))});
       return;
     }
@@ -718,7 +721,8 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
 std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double updated,
                                        Precision precision, const StackProfile &stack,
                                        bool partitioned, bool dataParallel, int zero,
-                                       const TpReplicatedGradients &replicated) {
+                                       const TpReplicatedGradients &replicated,
+                                       double groupedExperts) {
   // AdamW reads the fp32 gradient, master weight and two moments and writes those three and
   // (mixed precision) the half copy: 28 bytes per parameter in fp32, 30 otherwise; the global
   // norm reads every local gradient once and clipping scales them (read + write).
@@ -760,7 +764,11 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
       restTensors -= replicated.tensors + replicated.alone;
     }
     if (reducesHere && restTensors > 0) {
-      b.mem(KernelClass::copy, rest * 8);
+      // Under expert parallelism the experts' gradients are concatenated apart (their own
+      // reduction group): two concatenations, the same slices back.
+      double experts = std::min(groupedExperts, rest);
+      b.mem(KernelClass::copy, (rest - experts) * 8);
+      b.mem(KernelClass::copy, experts * 8);
       b.mem(KernelClass::copy, rest * 8 / restTensors, restTensors);
     }
   }

@@ -95,10 +95,13 @@ struct TpReplicatedGradients {
 /// The optimizer step over `parameters` local parameters held in `tensors` tensors, of which
 /// `updated` are updated here (ZeRO-1: 1/dp): AdamW, the global gradient norm and clipping;
 /// `partitioned` when the step runs on several ranks, `dataParallel` when dp > 1 (`zero`: the
-/// ZeRO level); `replicated` under sequence parallelism.
+/// ZeRO level); `replicated` under sequence parallelism; `groupedExperts`: the expert
+/// parameters among them when expert parallelism reduces their gradients as a group of their own
+/// (over the dp / ep ranks holding the same experts).
 std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double updated,
                                        Precision precision, const StackProfile &stack,
                                        bool partitioned, bool dataParallel, int zero = 0,
-                                       const TpReplicatedGradients &replicated = {});
+                                       const TpReplicatedGradients &replicated = {},
+                                       double groupedExperts = 0);
 
 } // namespace megac::planner

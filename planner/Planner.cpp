@@ -512,7 +512,8 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
   }
   KernelModel kernels(cluster_.device, stack_, l.precision);
   return kernels.time(optimizerKernels(localParameters, tensors, updated, l.precision, stack_,
-                                       l.ranks() > 1, l.dp * l.cp > 1, l.zero, replicated));
+                                       l.ranks() > 1, l.dp * l.cp > 1, l.zero, replicated,
+                                       l.ep > 1 ? localExperts : 0));
 }
 
 double StepEstimator::lowerBoundSeconds(const Layout &l) {
