@@ -77,11 +77,17 @@ struct MoeKernels {
   const StackProfile &stack;
   int64_t t, e, h, E, k, localExperts, ffn;
   bool split, grouped;
+  // megac at tp > 1 under SP (experts whole on every tp rank): the router is column-parallel
+  // over the experts on the gathered tokens, its logits gathered, and the routing computed on
+  // all T tokens on every tp rank; each rank then takes its own rows for dispatch and combine.
+  bool routerSplit;
   double Tr;          // tokens this rank routes (its micro-batch tokens, T/tp under SP)
+  double Tg;          // tokens the router computes on (T when routerSplit, else Tr)
+  int64_t Er;         // the router's expert columns on this rank (E/tp when routerSplit)
   int64_t rows;       // expert GEMM rows on this rank (all its local experts)
   int64_t perExpert;  // rows of one local expert's GEMM
   double routedRows;  // rows of the routed buffers its memory-bound passes touch
-  double routerBytes; // one fp32 [Tr, E] tensor
+  double routerBytes; // one fp32 [Tg, E] tensor
   double dispatched;  // tokens the dispatch reads and the combine writes (megac: the ep group's)
 
   MoeKernels(const TransformerShape &shape, const LayerGeometry &geometry,
@@ -99,12 +105,15 @@ struct MoeKernels {
     ffn = split ? ceilDiv(fullFfn, t) : fullFfn;
     int64_t T = g.microBatch * s.seq / std::max<int64_t>(1, g.cp);
     Tr = g.sequenceParallel ? double(T) / double(t) : double(T);
+    routerSplit = stack.routerOpByOp && !split && t > 1 && g.sequenceParallel;
+    Tg = routerSplit ? double(T) : Tr;
+    Er = routerSplit ? ceilDiv(s.experts, t) : s.experts;
     // Megatron gathers the tp group's routed rows before its tp-split experts.
     double gathered = split && g.sequenceParallel ? double(t) : 1.0;
     rows = int64_t(std::llround(Tr * double(k) * gathered));
     perExpert = ceilDiv(rows, localExperts);
     routedRows = stack.packedRouting ? double(rows) : double(E) * Tr;
-    routerBytes = Tr * double(E) * 4;
+    routerBytes = Tg * double(E) * 4;
     dispatched = stack.allToAllDispatch ? Tr : Tr * double(std::max<int64_t>(1, g.ep));
   }
 
@@ -169,7 +178,11 @@ struct MoeKernels {
 
   void forward(Builder &b) const {
     // Router: logits, softmax (fp32), top-k mask, renormalised gates, the aux loss' sums.
-    b.gemm(int64_t(Tr), E, h);
+    if (routerSplit)
+      b.comm(Collective::allGather, tokenBytes(Tg)); // the norm's output, for the router
+    b.gemm(int64_t(Tg), Er, h);
+    if (routerSplit)
+      b.comm(Collective::allGather, Tg * double(E) * double(e)); // the logits' expert columns
     b.mem(KernelClass::softmax, 2 * routerBytes);
     if (stack.routerOpByOp) {
       // top-k mask, gates x mask, / their row sum (broadcast); the loss' sums: 5 reductions of
@@ -181,6 +194,8 @@ struct MoeKernels {
       b.mem(KernelClass::reduce, routerBytes, 5);
       b.mem(KernelClass::reduce, kTiny, 3);
       b.mem(KernelClass::elementwise, kTiny, 5);
+      if (routerSplit) // this rank's rows of the gates, for the dispatch and the combine
+        b.mem(KernelClass::copy, 2 * Tr * double(E) * 4, 2);
     } else {
       b.mem(KernelClass::elementwise, 2 * routerBytes, 4);
       b.mem(KernelClass::reduce, routerBytes, 2);
@@ -216,6 +231,8 @@ struct MoeKernels {
     exchange(b, true, false);
     b.mem(KernelClass::copy, tokenBytes(dispatched + routedRows) + routerBytes);
     b.mem(KernelClass::reduce, tokenBytes(routedRows + dispatched));
+    if (routerSplit) // the gates' gradient gathered for the router's backward on all T
+      b.comm(Collective::allGather, Tg * double(E) * double(e));
     gatherRows(b, Collective::allGather);
     auto linearBackward = [&](int64_t in, int64_t out) {
       expertGemm(b, perExpert, in, out);       // dx
@@ -255,9 +272,13 @@ struct MoeKernels {
     b.mem(KernelClass::softmaxGrad, 3 * routerBytes);
     if (!stack.routerOpByOp)
       b.mem(KernelClass::elementwise, 2 * routerBytes, 3);
-    b.gemm(int64_t(Tr), h, E);
-    b.gemm(E, h, int64_t(Tr)); // the router's dW
+    if (routerSplit) // the logits' gradient, this rank's expert columns
+      b.mem(KernelClass::copy, 2 * Tg * double(Er) * 4);
+    b.gemm(int64_t(Tg), h, Er);
+    b.gemm(Er, h, int64_t(Tg)); // the router's dW
     b.pass->kernels.back().weightGradient = true;
+    if (routerSplit) // the router's input gradient back to this rank's rows
+      b.comm(Collective::reduceScatter, tokenBytes(Tg));
     b.mem(KernelClass::elementwise, 3 * tokenBytes(Tr));
     if (split && !g.sequenceParallel)
       b.comm(Collective::allReduce, tokenBytes(Tr));

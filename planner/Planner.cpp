@@ -509,6 +509,12 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
                             double(s.hidden) * (s.biases ? 2 : 1);
     replicated.tensors = blocks * (s.biases ? 6 : 2) + (s.biases ? 2 : 1);
     replicated.alone = s.rope ? 0 : 1;
+    if (s.experts > 0 && !stack_.expertTensorParallel) {
+      // Whole experts on every tp rank, each fed its own T/tp tokens: their gradients are
+      // partial over tp too, reduced with the norms (megac).
+      replicated.parameters += localExperts;
+      replicated.tensors += blocks * (s.gatedMlp ? 3 : 2);
+    }
   }
   KernelModel kernels(cluster_.device, stack_, l.precision);
   return kernels.time(optimizerKernels(localParameters, tensors, updated, l.precision, stack_,

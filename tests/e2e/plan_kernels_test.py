@@ -73,7 +73,11 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
            (MIXTRAL, 1, 1, 4, []), (MIXTRAL3, 1, 1, 2, []),
            # Expert parallelism: the gathered routing's local columns, the experts' gradients
            # concatenated as a reduction group of their own.
-           (MIXTRAL, 1, 2, 2, ["--ep", "2"]), (MIXTRAL, 1, 4, 2, ["--ep", "2"])]
+           (MIXTRAL, 1, 2, 2, ["--ep", "2"]), (MIXTRAL, 1, 4, 2, ["--ep", "2"]),
+           # tp 2 with SP: the router column-parallel over the experts on gathered tokens, the
+           # routing on all tokens, each rank's rows sliced out; the experts' gradients reduced
+           # over tp with the norms'.
+           (MIXTRAL, 2, 1, 4, ["--sequence-parallel"])]
 # Pipeline layouts: each stage runs its own program. `megac plan --json` gives the first and the
 # last stage's GEMMs (`stage_gemms`), so every rank's GEMM shapes are compared with its stage's;
 # the class counts (`kernel_launches`) are the busier stage's only and are not compared here.
@@ -88,9 +92,7 @@ PIPELINE_LAYOUTS = [(GPT4, 1, 1, 2, 2, []), (GPT4, 1, 1, 2, 2, ["--vpp", "2"]),
 # Not yet in LAYOUTS: the planner's inventory is wrong there (issue 34 item 4; measured with
 # this test, counts per step on every rank, 2026-12-05): Mixtral at dp 4 x ep 2 with ZeRO-1
 # (104 copies ran, 105 predicted: one gradient concatenation fewer than without ZeRO); Mixtral at
-# tp 2 with SP (megac splits
-# the router's experts over tp on all-gathered tokens: router GEMMs [256, 2, 128] ran where the
-# planner has [128, 4, 128]; 40 copies ran, 22 predicted). Add a layout here once
+# tp 2 x ep 2 with SP (74 copies ran, 57 predicted). Add a layout here once
 # planner/BlockKernels.cpp matches it.
 
 

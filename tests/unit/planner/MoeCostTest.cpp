@@ -231,12 +231,17 @@ TEST(MoeCostTest, BlockKernelsRouteTopkRowsAndExchangeTokens) {
     EXPECT_EQ(b.backward.ep[0].kind, Collective::allGather);
     EXPECT_EQ(b.backward.ep[1].kind, Collective::reduceScatter);
   }
-  // megac, tp 2 with SP: whole experts on each rank's T/2 tokens; no tensor-parallel
-  // collective in the MoE part (the attention's all-gather and reduce-scatter remain).
+  // megac, tp 2 with SP: whole experts on each rank's T/2 tokens; the router column-parallel
+  // over the experts on the gathered tokens (as megac compiles it: the norm's output and the
+  // logits all-gathered over tp), besides the attention's all-gather and reduce-scatter.
   LayerGeometry g{2, 1, true, Precision::bf16};
   BlockKernels b = blockKernels(s, g, stack("megac"));
   EXPECT_DOUBLE_EQ(gemmFlops(b.forward.kernels), (attentionGemms + router + experts) / 2);
-  EXPECT_EQ(b.forward.tp.size(), 2u);
+  ASSERT_EQ(b.forward.tp.size(), 4u);
+  EXPECT_EQ(b.forward.tp[2].kind, Collective::allGather);
+  EXPECT_DOUBLE_EQ(b.forward.tp[2].bytes, T * h * 2);
+  EXPECT_EQ(b.forward.tp[3].kind, Collective::allGather);
+  EXPECT_DOUBLE_EQ(b.forward.tp[3].bytes, T * E * 2);
   // Megatron-Core, tp 2 with SP: the ffn split over tp, the routed rows gathered (T·k rows of
   // h, all-gathered before and reduce-scattered after the experts).
   BlockKernels core = blockKernels(s, g, stack("megatron-core"));
