@@ -1,9 +1,10 @@
-// The kernel inventory of a block, the model's edges and the optimizer (planner/BlockKernels.h).
+// The kernel inventory of a block and the model's edges (planner/BlockKernels.h).
 // Shapes are local to one rank: T tokens of the micro-batch, Tl of them in the norm/residual
 // region (T/tp under sequence parallelism), h hidden, local heads, local ffn columns.
 #include "planner/BlockKernels.h"
 
 #include "planner/CostModel.h"
+#include "planner/KernelBuilder.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,40 +13,8 @@
 namespace megac::planner {
 namespace {
 
-struct Builder {
-  PassKernels *pass;
-  void gemm(int64_t m, int64_t n, int64_t k, int64_t batch = 1, double count = 1) {
-    KernelOp op;
-    op.kind = KernelClass::gemm;
-    op.m = m;
-    op.n = n;
-    op.k = k;
-    op.batch = batch;
-    op.count = count;
-    pass->kernels.push_back(op);
-  }
-  void mem(KernelClass kind, double bytes, double count = 1) {
-    if (bytes <= 0 || count <= 0)
-      return;
-    KernelOp op;
-    op.kind = kind;
-    op.bytes = bytes;
-    op.count = count;
-    pass->kernels.push_back(op);
-  }
-  void attention(int64_t batchHeads, int64_t seq, int64_t headDim, bool backward,
-                 double share = 1) {
-    KernelOp op;
-    op.kind = KernelClass::attention;
-    op.batch = batchHeads;
-    op.seq = seq;
-    op.headDim = headDim;
-    op.backward = backward;
-    op.share = share;
-    pass->kernels.push_back(op);
-  }
-  void comm(Collective kind, double bytes) { pass->tp.push_back({kind, bytes}); }
-};
+using detail::Builder;
+
 
 /// A linear layer's weight-side shapes (local): y[T, out] = x[T, in] · W[in, out].
 struct Linear {
@@ -737,65 +706,6 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     eb.mem(KernelClass::elementwise, params * double(e + 8) / tensors, tensors);
   }
   return out;
-}
-
-std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double updated,
-                                       Precision precision, const StackProfile &stack,
-                                       bool partitioned, bool dataParallel, int zero,
-                                       const TpReplicatedGradients &replicated,
-                                       double groupedExperts) {
-  // AdamW reads the fp32 gradient, master weight and two moments and writes those three and
-  // (mixed precision) the half copy: 28 bytes per parameter in fp32, 30 otherwise; the global
-  // norm reads every local gradient once and clipping scales them (read + write).
-  PassKernels pass;
-  Builder b{&pass};
-  double kernels = stack.multiTensorOptimizer ? 1 : tensors;
-  b.mem(KernelClass::adamw, updated * (precision == Precision::fp32 ? 28 : 30) / kernels, kernels);
-  if (stack.perTensorGlobalNorm && partitioned) {
-    // megac on several ranks: each tensor's sum of squares (square, row sum, accumulate), the
-    // partial sums all-reduced, one square root.
-    double each = parameters * 4 / tensors;
-    b.mem(KernelClass::elementwise, 2 * each, tensors);
-    b.mem(KernelClass::reduce, each, tensors);
-    b.mem(KernelClass::elementwise, 12, tensors);
-    b.mem(KernelClass::elementwise, 8);
-  } else {
-    b.mem(KernelClass::globalNorm, parameters * 4);
-  }
-  if (stack.concatenatesGradients) {
-    // Each reduction's gradients are concatenated into one buffer and sliced back per tensor:
-    // under sequence parallelism the tp-replicated ones (reduced over tp, and dp), then, with
-    // dp > 1, the rest but a learned position table (reduced by itself); ZeRO-2 reduce-scatters
-    // in the backward instead. ZeRO-1/2 then take each tensor's shard (ShardSlice) for the
-    // update, and concatenate the updated shards for their all-gather, sliced back per tensor
-    // and copied into the parameters.
-    if (dataParallel && (zero == 1 || zero == 2)) {
-      double shard = updated * 4;
-      b.mem(KernelClass::copy, 2 * shard / tensors, tensors);
-      b.mem(KernelClass::copy, 2 * shard);
-      b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
-      b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
-    }
-    bool reducesHere = dataParallel && zero < 2;
-    double rest = parameters, restTensors = tensors;
-    if (replicated.tensors > 0) {
-      b.mem(KernelClass::copy, replicated.parameters * 8);
-      b.mem(KernelClass::copy, replicated.parameters * 8 / replicated.tensors, replicated.tensors);
-      rest -= replicated.parameters;
-      restTensors -= replicated.tensors + replicated.alone;
-    }
-    if (reducesHere && restTensors > 0) {
-      // Under expert parallelism the experts' gradients are concatenated apart (their own
-      // reduction group): two concatenations, the same slices back.
-      double experts = std::min(groupedExperts, rest);
-      b.mem(KernelClass::copy, (rest - experts) * 8);
-      b.mem(KernelClass::copy, experts * 8);
-      b.mem(KernelClass::copy, rest * 8 / restTensors, restTensors);
-    }
-  }
-  if (stack.clipPass)
-    b.mem(KernelClass::elementwise, parameters * 8);
-  return pass.kernels;
 }
 
 } // namespace megac::planner

@@ -2,6 +2,7 @@
 // assembled from planner/CostModel.h's pieces (memory: planner/MemoryModel.cpp). Model assumptions are
 // stated where they are used.
 #include "planner/CostModel.h"
+#include "planner/OptimizerKernels.h"
 #include "support/Checked.h"
 
 #include <algorithm>

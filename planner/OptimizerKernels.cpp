@@ -1,0 +1,71 @@
+// The optimizer step's kernel inventory (planner/OptimizerKernels.h).
+#include "planner/OptimizerKernels.h"
+
+#include "planner/KernelBuilder.h"
+
+#include <algorithm>
+
+namespace megac::planner {
+
+using detail::Builder;
+
+std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double updated,
+                                       Precision precision, const StackProfile &stack,
+                                       bool partitioned, bool dataParallel, int zero,
+                                       const TpReplicatedGradients &replicated,
+                                       double groupedExperts) {
+  // AdamW reads the fp32 gradient, master weight and two moments and writes those three and
+  // (mixed precision) the half copy: 28 bytes per parameter in fp32, 30 otherwise; the global
+  // norm reads every local gradient once and clipping scales them (read + write).
+  PassKernels pass;
+  Builder b{&pass};
+  double kernels = stack.multiTensorOptimizer ? 1 : tensors;
+  b.mem(KernelClass::adamw, updated * (precision == Precision::fp32 ? 28 : 30) / kernels, kernels);
+  if (stack.perTensorGlobalNorm && partitioned) {
+    // megac on several ranks: each tensor's sum of squares (square, row sum, accumulate), the
+    // partial sums all-reduced, one square root.
+    double each = parameters * 4 / tensors;
+    b.mem(KernelClass::elementwise, 2 * each, tensors);
+    b.mem(KernelClass::reduce, each, tensors);
+    b.mem(KernelClass::elementwise, 12, tensors);
+    b.mem(KernelClass::elementwise, 8);
+  } else {
+    b.mem(KernelClass::globalNorm, parameters * 4);
+  }
+  if (stack.concatenatesGradients) {
+    // Each reduction's gradients are concatenated into one buffer and sliced back per tensor:
+    // under sequence parallelism the tp-replicated ones (reduced over tp, and dp), then, with
+    // dp > 1, the rest but a learned position table (reduced by itself); ZeRO-2 reduce-scatters
+    // in the backward instead. ZeRO-1/2 then take each tensor's shard (ShardSlice) for the
+    // update, and concatenate the updated shards for their all-gather, sliced back per tensor
+    // and copied into the parameters.
+    if (dataParallel && (zero == 1 || zero == 2)) {
+      double shard = updated * 4;
+      b.mem(KernelClass::copy, 2 * shard / tensors, tensors);
+      b.mem(KernelClass::copy, 2 * shard);
+      b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
+      b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
+    }
+    bool reducesHere = dataParallel && zero < 2;
+    double rest = parameters, restTensors = tensors;
+    if (replicated.tensors > 0) {
+      b.mem(KernelClass::copy, replicated.parameters * 8);
+      b.mem(KernelClass::copy, replicated.parameters * 8 / replicated.tensors, replicated.tensors);
+      rest -= replicated.parameters;
+      restTensors -= replicated.tensors + replicated.alone;
+    }
+    if (reducesHere && restTensors > 0) {
+      // Under expert parallelism the experts' gradients are concatenated apart (their own
+      // reduction group): two concatenations, the same slices back.
+      double experts = std::min(groupedExperts, rest);
+      b.mem(KernelClass::copy, (rest - experts) * 8);
+      b.mem(KernelClass::copy, experts * 8);
+      b.mem(KernelClass::copy, rest * 8 / restTensors, restTensors);
+    }
+  }
+  if (stack.clipPass)
+    b.mem(KernelClass::elementwise, parameters * 8);
+  return pass.kernels;
+}
+
+} // namespace megac::planner
