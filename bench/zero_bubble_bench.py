@@ -7,17 +7,20 @@ difference between schedules.
 
 Per traced step, from the trace's pipeline lane (one span per schedule step: the chunk function,
 the runner's set-up of its inputs and stash, its sends, and the receive it waits in):
-- cost of a step = its span minus the receives inside it (work, not waiting). Per global chunk
-  and kind (F, B, W; 1f1b's whole backward is its B), the mean over steps and micro-batches.
-- transfer = the median, over matched send/receive pairs (peer, tag), of the receive's end minus
-  the later of the send's start and the receive's start: the p2p copy and what the receiver pays
-  to take it (the simulator's communication term, charged on every cross-stage edge).
+- cost of a step = its span minus the waiting inside its receives: the part of a receive before
+  its matched send (peer, tag) started. The rest of the receive, the copy, is work the receiving
+  core does whether or not it waited, so it is part of the cost (counting it as idle made every
+  receive look like bubble: ~0.15 ms each, 8 a step per zbv rank). Per global chunk and kind (F,
+  B, W; 1f1b's whole backward is its B), the mean over steps and micro-batches.
+- T (printed) = the median, over matched send/receive pairs, of the receive's end minus the
+  later of the send's start and the receive's start: that copy. Being in the receiver's step
+  cost, it is not also charged as the simulator's edge latency (transfer 0 below).
 - measured bubble = mean over ranks of (pipeline makespan - the rank's summed step costs), the
   makespan from the first pipeline step's start to the last one's end on either rank (one clock
   for all ranks in the trace): the simulator's `bubble` (every stage starts the step together;
   the optimizer step waits for all).
-- sim = `bench-pipeline-schedule --simulate SCHEDULE m T F,B,W ...` at the step's own per-chunk
-  costs and the run's transfer; ratio = measured / simulated per step (medians printed). pooled:
+- sim = `bench-pipeline-schedule --simulate SCHEDULE m 0 F,B,W ...` at the step's own per-chunk
+  costs; ratio = measured / simulated per step (medians printed). pooled:
   the simulator at the per-chunk means over all steps and rounds. replay: the same simulator at
   every step's own measured time (`--simulate-steps`, PipelineCosts::steps), and its ratio: steps
   of one chunk and kind differ (a step runs slower while the other rank computes on the shared
@@ -66,6 +69,7 @@ def measure(events, chunks):
             steps.setdefault(e["args"]["step"], {})[e["pid"]] = (e["ts"], e["ts"] + e["dur"])
     costs = [[[] for _ in range(3)] for _ in range(chunks)]
     recvs = [e for e in events if e.get("cat") == "comm" and e["name"] == "Recv"]
+    waits = receive_waits(events)
     funcs = [e for e in events if e.get("cat") == "function"
              and e["name"].split(".c")[0] in KINDS]
     pipe = [e for e in events if e.get("cat") in KINDS and e.get("tid") == 2]
@@ -82,7 +86,7 @@ def measure(events, chunks):
             busy[pid] = 0.0
             for s in spans:
                 s_end = s["ts"] + s["dur"]
-                waited = sum(r["dur"] for r in rs if s["ts"] <= r["ts"] <= s_end)
+                waited = sum(waits[id(r)] for r in rs if s["ts"] <= r["ts"] <= s_end)
                 fn = sum(f["dur"] for f in fs if s["ts"] <= f["ts"] <= s_end)
                 cost = s["dur"] - waited
                 busy[pid] += cost
@@ -131,8 +135,8 @@ def planned_activations(args, schedule):
     return planned, stash
 
 
-def transfers(events):
-    """Per matched send/receive: the receive's end - max(send start, receive start)."""
+def matched_transfers(events):
+    """Each receive with the send it completes, matched in order per (sender, receiver, tag)."""
     sends, out = {}, []
     comm = sorted((e for e in events if e.get("cat") == "comm"), key=lambda e: e["ts"])
     for e in comm:
@@ -142,9 +146,22 @@ def transfers(events):
         if e["name"] == "Recv":
             queue = sends.get((e["args"]["peer"], e["pid"], e["args"]["tag"]))
             if queue:
-                s = queue.pop(0)
-                out.append(e["ts"] + e["dur"] - max(s["ts"], e["ts"]))
+                out.append((queue.pop(0), e))
     return out
+
+
+def transfers(events):
+    """Per matched send/receive: the receive's end - max(send start, receive start)."""
+    return [r["ts"] + r["dur"] - max(s["ts"], r["ts"]) for s, r in matched_transfers(events)]
+
+
+def receive_waits(events):
+    """Per receive (by id), the part of it spent waiting for its send to start; the rest is
+    the copy, work the receiving rank does (an unmatched receive: all of it waiting)."""
+    waits = {id(r): r["dur"] for r in events if r.get("cat") == "comm" and r["name"] == "Recv"}
+    for s, r in matched_transfers(events):
+        waits[id(r)] = min(r["dur"], max(0, s["ts"] - r["ts"]))
+    return waits
 
 
 def replay(bench, schedule, m, transfer, chunks, each):
@@ -192,7 +209,8 @@ def main():
         f.write(body)
     print(f"{args.model}, 2 ranks x 1 thread, pp 2, m {args.micro_batches}, fp32; times in ms "
           f"(medians of steps 2..{args.steps} over {args.rounds} round(s))")
-    results = {s: {"rows": [], "costs": None, "transfers": [], "peak": 0} for s in SCHEDULES}
+    results = {s: {"rows": [], "costs": None, "transfers": [], "peak": 0, "rounds": []}
+               for s in SCHEDULES}
     for r in range(args.rounds):
         for schedule in SCHEDULES:
             trace = os.path.join(args.workdir, f"{schedule}.{r}.json")
@@ -214,11 +232,13 @@ def main():
             # Each step simulated at its own per-chunk costs: the VM drifts between steps (step
             # times of one schedule spread over +-25%), and the ratio compares like with like.
             for row, own, each in zip(rows, step_costs, step_lists):
-                sim = simulate(args.schedule_bench, schedule, args.micro_batches, transfer, own)
-                rep = replay(args.schedule_bench, schedule, args.micro_batches, transfer, chunks,
+                sim = simulate(args.schedule_bench, schedule, args.micro_batches, 0.0, own)
+                rep = replay(args.schedule_bench, schedule, args.micro_batches, 0.0, chunks,
                              each)
                 res["rows"].append(row + (sim, row[0] / sim if sim else 0.0, rep,
                                           row[0] / rep if rep else 0.0))
+            res["rounds"].append((statistics.median(r[1] for r in rows),
+                                  statistics.median(r[0] for r in rows)))
             res["transfers"] += ts
             res["peak"] = max(res["peak"], stash_peak(events))
             if res["costs"] is None:
@@ -237,7 +257,7 @@ def main():
         bubble, step, opt, over, comp, sim, ratio, rep, rep_ratio = med
         chunk_costs = [[statistics.mean(k) if k else 0.0 for k in c] for c in res["costs"]]
         transfer = statistics.median(res["transfers"]) if res["transfers"] else 0.0
-        pooled = simulate(args.schedule_bench, schedule, args.micro_batches, transfer, chunk_costs)
+        pooled = simulate(args.schedule_bench, schedule, args.micro_batches, 0.0, chunk_costs)
         per_chunk = " ".join("/".join(f"{x / 1e3:.1f}" for x in c) for c in chunk_costs)
         print(f"{schedule:<8} {step / 1e3:7.1f} {opt / 1e3:6.1f} {bubble / 1e3:7.1f} "
               f"{sim / 1e3:7.1f} {ratio:6.2f} {pooled / 1e3:7.1f} {rep / 1e3:7.1f} "
@@ -251,6 +271,14 @@ def main():
             print(f"{'':<8} step time drop vs 1f1b {drop / 1e3:.1f} ms, bubble saved "
                   f"{saved / 1e3:.1f} ms (drop / saved {drop / saved if saved else 0:.2f}); "
                   f"busy {(busy - base[2]) / 1e3:+.1f} ms, opt {(opt - base[3]) / 1e3:+.1f} ms")
+            # Paired by round: each round runs the schedules back to back, so the VM's drift
+            # between rounds cancels; the median and range of the rounds' drop / saved.
+            paired = [(b[0] - z[0]) / (b[1] - z[1])
+                      for b, z in zip(results[SCHEDULES[0]]["rounds"], res["rounds"])
+                      if b[1] != z[1]]
+            if paired:
+                print(f"{'':<8} paired by round: drop / saved median {statistics.median(paired):.2f} "
+                      f"(rounds {min(paired):.2f}..{max(paired):.2f})")
         sys.stdout.flush()
     print(f"\npeak activation bytes per rank (MiB): {'schedule':<8} {'peak':>8} {'planned':>8} "
           f"{'plan stash':>10}  peak <= planned")

@@ -1,6 +1,7 @@
 // The CPU executor: one 64-byte aligned arena per program, constants and parameters filled and
 // state zeroed at creation, a function's instructions run in order on the reference kernels
-// (runtime/cpu) through the per-opcode handlers of CpuHandlers.cpp.
+// (runtime/cpu) through the per-opcode handlers of CpuHandlers.cpp. An input that nothing in a
+// function writes is read where setInput left it, not copied into the arena (readsInPlace).
 #include "runtime/exec/Executor.h"
 
 #include "runtime/comm/Communicator.h"
@@ -75,16 +76,30 @@ public:
 private:
   cpu::TensorRef ref(uint32_t buffer) const {
     const exec::BufferInfo &b = buffers_[buffer];
-    return {b.dtype, b.shape, arena_.get() + b.offset};
+    uint8_t *at = readFrom_[buffer];
+    return {b.dtype, b.shape, at ? at : arena_.get() + b.offset};
   }
+  /// A buffer an input read in place stands for: the input's own or a view inside its bytes.
+  struct InPlaceView {
+    uint32_t buffer;
+    uint64_t offset; // bytes from the start of the input's value
+  };
+  /// The buffers through which `fn` reads `port`'s value, when every one of them may read it in
+  /// the caller's HostTensor; nullopt when the value must be copied into the arena.
+  std::optional<std::vector<InPlaceView>> readsInPlace(const Function &fn, const Port &port) const;
   StatusOr<HostTensor> copyOut(uint32_t buffer) const override;
   Status copyIn(uint32_t buffer, const HostTensor &value) override;
   Status runFunction(size_t index) override;
-  Status runFunctionTraced(size_t index, Trace::Clock::time_point start);
+  /// `inputArgs`: the function event's args on what its inputs cost (runFunction).
+  Status runFunctionTraced(size_t index, Trace::Clock::time_point start, std::string inputArgs);
   Status execute(const fb::Instruction &inst);
   std::string gemmTraceArgs(const fb::Instruction &inst) const;
 
   AlignedBytes arena_;
+  /// Per function and input port, the views of it read in place (nullopt: copied in).
+  std::vector<std::vector<std::optional<std::vector<InPlaceView>>>> inPlace_;
+  /// Per buffer, where the running function reads it instead of the arena (null: the arena).
+  std::vector<uint8_t *> readFrom_;
   std::vector<std::vector<uint64_t>> scratch_; // per output, for outputs that overlap an input
   exec::InFlight inFlight_;                    // asynchronous collectives started, not done
   /// The error when a function ended with collectives in flight (waiting for them first).
@@ -107,7 +122,63 @@ Status CpuExecutor::init(const LoadedPlan &plan, const ExecutorOptions &options)
                   c->data()->size());
   RETURN_IF_ERROR(fillParameters(plan_, programIndex_, rank_, arena_.get(), options.weights))
       << " (plan " << source_ << ", " << describeProgram(*program_, programIndex_) << ")";
+  readFrom_.assign(buffers_.size(), nullptr);
+  for (const Function &fn : functions_) {
+    inPlace_.emplace_back();
+    for (const Port &port : fn.inputs)
+      inPlace_.back().push_back(readsInPlace(fn, port));
+  }
   return zeroState("");
+}
+
+// Walks the function in order. While no instruction has written over the input's bytes, a read
+// of them is a read of the input: through its own buffer or a view wholly inside it (kept, to
+// be redirected too); a partial overlap, or another input port sharing the bytes, needs the
+// copy. A write to the input or to one of its views (an in-place kernel) would change the
+// caller's tensor: copied. Once another buffer is written over the bytes (the memory plan
+// reuses them after the input's last read), later reads of the region are that buffer's and
+// stay in the arena; a view read again after that, or an output port still showing the input,
+// needs the copy.
+std::optional<std::vector<CpuExecutor::InPlaceView>>
+CpuExecutor::readsInPlace(const Function &fn, const Port &port) const {
+  const BufferInfo &input = buffers_[port.buffer];
+  if (!input.bytes)
+    return std::nullopt;
+  for (const Port &other : fn.inputs)
+    if (other.buffer != port.buffer && overlaps(other.buffer, port.buffer))
+      return std::nullopt;
+  std::vector<InPlaceView> views = {{port.buffer, 0}};
+  auto isView = [&](uint32_t b) {
+    return std::any_of(views.begin(), views.end(), [&](const InPlaceView &v) { return v.buffer == b; });
+  };
+  bool live = true; // the bytes still hold the input
+  if (fn.plan->instructions())
+    for (const fb::Instruction *inst : *fn.plan->instructions()) {
+      for (uint32_t b : spanOf(inst->inputs())) {
+        if (!overlaps(b, port.buffer) || isView(b)) {
+          if (!live && isView(b))
+            return std::nullopt;
+          continue;
+        }
+        const BufferInfo &v = buffers_[b];
+        if (!live)
+          continue; // a buffer written over the input's bytes after its last read
+        if (v.offset < input.offset || v.offset + v.bytes > input.offset + input.bytes)
+          return std::nullopt;
+        views.push_back({b, v.offset - input.offset});
+      }
+      for (uint32_t o : spanOf(inst->outputs())) {
+        if (!overlaps(o, port.buffer))
+          continue;
+        if (isView(o))
+          return std::nullopt;
+        live = false;
+      }
+    }
+  for (const Port &out : fn.outputs)
+    if (overlaps(out.buffer, port.buffer) && (live || isView(out.buffer)))
+      return std::nullopt;
+  return views;
 }
 
 StatusOr<HostTensor> CpuExecutor::copyOut(uint32_t buffer) const {
@@ -136,14 +207,29 @@ Status CpuExecutor::runFunction(size_t index) {
   const Function &fn = functions_[index];
   const bool tracing = trace_ && trace_->recording();
   Trace::Clock::time_point start = tracing ? Trace::Clock::now() : Trace::Clock::time_point();
-  // Inputs are copied in on every run: the memory plan may reuse their bytes once they are dead.
-  for (const Port &port : fn.inputs) {
+  // An input is read in place (readsInPlace) or copied in on every run: the memory plan may
+  // reuse its bytes once it is dead. The slot keeps the value until after the run.
+  std::fill(readFrom_.begin(), readFrom_.end(), nullptr);
+  uint64_t copied = 0, inPlace = 0;
+  for (size_t i = 0; i < fn.inputs.size(); ++i) {
+    const Port &port = fn.inputs[i];
     ASSIGN_OR_RETURN(const HostTensor *value, inputValue(fn, port));
-    copyBytes(arena_.get() + buffers_[port.buffer].offset, value->bytes.data(),
-              buffers_[port.buffer].bytes);
+    if (const auto &views = inPlace_[index][i]) {
+      // Nothing writes these bytes (readsInPlace): the kernels' non-const pointer only reads.
+      auto *bytes = const_cast<uint8_t *>(value->bytes.data());
+      for (const InPlaceView &v : *views)
+        readFrom_[v.buffer] = bytes + v.offset;
+      inPlace += buffers_[port.buffer].bytes;
+    } else {
+      copyBytes(arena_.get() + buffers_[port.buffer].offset, value->bytes.data(),
+                buffers_[port.buffer].bytes);
+      copied += buffers_[port.buffer].bytes;
+    }
   }
   if (tracing)
-    return runFunctionTraced(index, start);
+    return runFunctionTraced(index, start,
+                             "\"input_bytes_copied\": " + std::to_string(copied) +
+                                 ", \"input_bytes_read_in_place\": " + std::to_string(inPlace));
   if (fn.plan->instructions())
     for (size_t i = 0; i < fn.plan->instructions()->size(); ++i) {
       Status s = execute(*fn.plan->instructions()->Get(static_cast<flatbuffers::uoffset_t>(i)));
@@ -194,7 +280,8 @@ std::string CpuExecutor::gemmTraceArgs(const fb::Instruction &inst) const {
 
 // runFunction's instruction loop, recording the function and each instruction on the trace's
 // kernels lane (communication opcodes are the tracing communicator's to record).
-Status CpuExecutor::runFunctionTraced(size_t index, Trace::Clock::time_point start) {
+Status CpuExecutor::runFunctionTraced(size_t index, Trace::Clock::time_point start,
+                                      std::string inputArgs) {
   const Function &fn = functions_[index];
   trace_->setFunction(fn.name);
   std::string function = "\"function\": " + json::quote(fn.name) + ", \"index\": ";
@@ -213,7 +300,8 @@ Status CpuExecutor::runFunctionTraced(size_t index, Trace::Clock::time_point sta
                     Trace::Clock::now(), function + std::to_string(i) + gemmTraceArgs(inst));
     }
   trace_->setFunction("");
-  trace_->add(TraceLane::kernels, fn.name, "function", start, Trace::Clock::now());
+  trace_->add(TraceLane::kernels, fn.name, "function", start, Trace::Clock::now(),
+              std::move(inputArgs));
   if (!status.isOk())
     (void)inFlight_.completeAll();
   else

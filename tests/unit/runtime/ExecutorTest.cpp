@@ -3,6 +3,7 @@
 // dispatch, a small transformer block, and errors naming the opcode and location.
 #include "runtime/exec/Executor.h"
 #include "runtime/cpu/Kernels.h"
+#include "runtime/exec/Trace.h"
 #include "runtime/init/ParamInit.h"
 #include "runtime/io/Safetensors.h"
 
@@ -250,6 +251,51 @@ TEST(Executor, OutputsMayAliasInputs) {
   for (int i = 0; i < 16; ++i)
     for (int j = 0; j < 4; ++j)
       ASSERT_EQ(got[i * 4 + j], -xs[j * 16 + i]);
+}
+
+// An input nothing writes is read where setInput left it: through its own buffer and through a
+// view inside its bytes (which reads zeros if not redirected: the arena was never filled), while
+// a buffer written over the bytes after the input's last read stays in the arena. An input an
+// instruction writes in place is copied in, so the caller's tensor is unchanged. The function's
+// trace event says which bytes were copied and which read in place.
+TEST(Executor, InputsNothingWritesAreReadInPlace) {
+  PlanSpec spec;
+  ProgramSpec &p = spec.program();
+  uint32_t x = p.input("x", DType::f32, {4, 16});            // bytes [0, 256)
+  uint32_t row1 = p.buffer("x.row1", DType::f32, {16}, 64);  // a view of x's second row
+  uint32_t sum = p.buffer("sum", DType::f32, {16});
+  uint32_t over = p.buffer("over", DType::f32, {4, 16}, 0);  // reuses x's bytes after its reads
+  uint32_t overRow1 = p.buffer("over.row1", DType::f32, {16}, 64);
+  uint32_t y = p.buffer("y", DType::f32, {16});
+  uint32_t z = p.input("z", DType::f32, {16});
+  uint32_t zNeg = p.buffer("z.neg", DType::f32, {16});
+  p.inst(fb::Opcode::Add, {row1, row1}, sum, "twice row 1 through the view");
+  p.inst(fb::Opcode::Neg, {x}, over, "x negated over its own bytes");
+  p.inst(fb::Opcode::Add, {overRow1, sum}, y, "-row 1 + 2 row 1 = row 1");
+  p.inst(fb::Opcode::Neg, {z}, z, "z negated in place");
+  p.inst(fb::Opcode::Add, {y, z}, zNeg, "row 1 - z");
+  p.output("y", zNeg);
+  LoadedPlan plan = load(spec);
+  Trace trace;
+  ExecutorOptions options;
+  options.trace = &trace;
+  auto created = Executor::create(plan, options);
+  ASSERT_TRUE(created.isOk()) << created.status().message();
+  std::unique_ptr<Executor> ex = std::move(created).value();
+  std::vector<float> xs = randomValues(64, 5), zs = randomValues(16, 6);
+  ASSERT_TRUE(ex->setInput("x", f32({4, 16}, xs)).isOk());
+  ASSERT_TRUE(ex->setInput("z", f32({16}, zs)).isOk());
+  trace.start();
+  ASSERT_TRUE(ex->run().isOk());
+  std::vector<float> got = valuesOf<float>(ex->output("y").value());
+  for (int i = 0; i < 16; ++i)
+    ASSERT_FLOAT_EQ(got[i], xs[16 + i] - zs[i]) << i;
+  EXPECT_EQ(valuesOf<float>(ex->takeInput("x").value()), xs);
+  EXPECT_EQ(valuesOf<float>(ex->takeInput("z").value()), zs); // negated in the arena only
+  std::string events = trace.chromeEvents(0, "rank 0");
+  EXPECT_NE(events.find("\"input_bytes_copied\": 64, \"input_bytes_read_in_place\": 256"),
+            std::string::npos)
+      << events;
 }
 
 TEST(Executor, EachRankRunsItsRole) {
