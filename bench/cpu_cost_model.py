@@ -3,6 +3,7 @@
 usage: cpu_cost_model.py --megac build/bin/megac --workdir DIR [--calibrations 3] [--repeats 1]
                          [--steps 6] [--quick] [--round K [--hold-seconds S]] [--report]
                          [--repredict LABEL] [--only NAME ...]
+       cpu_cost_model.py --megac build/bin/megac --workdir DIR --by-class SPEC --only NAME ...
 
 One calibration per machine (issue 34): each round runs `megac calibrate --backend cpu` once
 (no --ranks: one rank alone with 1 and with every core's threads, and every core busy) and then
@@ -21,6 +22,13 @@ its spec, then `--round 2`, `--round 3`; `--report` prints the table of the save
 `--repredict LABEL` predicts the saved rounds again from their specs after a model change). `--quick`: one round, the --only
 configurations (default: four) and 4 steps, for development. Exits non-zero only if a run fails,
 never on the error.
+
+`--by-class SPEC` says where a configuration's error comes from: for each --only configuration it
+predicts with the calibration SPEC (`megac plan --json`'s `kernel_seconds` and `kernel_launches`,
+the busiest rank) and traces `megac train --trace` (steps 3..--steps), then prints per kernel class
+(bench/kernel_classes.py maps each traced instruction's opcode to the planner's class) the
+predicted and the traced milliseconds per step on rank 0, their ratio and the launches; what is
+not an instruction (the runner, waiting, communication) is the step minus the traced kernels.
 """
 import argparse
 import json
@@ -31,6 +39,8 @@ import sys
 import time
 
 import numpy as np
+
+from kernel_classes import CLASS
 
 SKIP = 2
 # Hidden 512 (GEMM-bound), sequence 512 (attention-bound), a Llama (RMSNorm, rotary, GQA,
@@ -216,6 +226,54 @@ def run_round(args, configs, k, saved=None, save=None):
     return result
 
 
+def by_class(args, config):
+    """Predicted against traced time per kernel class for one configuration (--by-class)."""
+    name, model, ranks, threads, precision, layout, global_batch = config
+    out = subprocess.run(
+        [args.megac, "plan", "--model", model, "--cluster", "%s:1x%d" % (args.by_class, ranks),
+         "--threads", str(threads), "--global-batch", str(global_batch), "--stack", "megac",
+         "--precision", precision, "--json", "--no-compile", "--top", "1",
+         "--sequence-parallel" if layout[8] else "--no-sequence-parallel"] + layout_flags(layout)
+        + schedule_flags(layout),
+        check=True, capture_output=True, text=True).stdout
+    best = json.loads(out)["layouts"][0]
+    predicted, launches = best.get("kernel_seconds", {}), best.get("kernel_launches", {})
+    trace = os.path.join(args.workdir, name + ".trace.json")
+    cmd = [args.megac, "train", "--model", model, "--data", token_rows(args.workdir, model),
+           "--steps", str(args.steps), "--global-batch", str(global_batch), "--lr", "1e-3",
+           "--precision", precision, "--threads", str(threads), "--trace", trace,
+           "--trace-steps", str(args.steps - SKIP)] + layout_flags(layout)
+    if layout[8]:
+        cmd.append("--sequence-parallel")
+    if ranks > 1:
+        cmd += ["--ranks", str(ranks)]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit("%s: megac train failed:\n%s" % (name, run.stderr[-2000:]))
+    with open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    steps = [e for e in events if e.get("cat") == "step" and e.get("pid") == 0]
+    traced, count = {}, {}
+    for e in events:
+        if e.get("cat") == "kernel" and e.get("pid") == 0:
+            kind = CLASS.get(e["name"], "unmapped " + e["name"])
+            traced[kind] = traced.get(kind, 0.0) + e["dur"] / 1e3 / len(steps)
+            count[kind] = count.get(kind, 0) + 1 / len(steps)
+    step_ms = statistics.median(e["dur"] / 1e3 for e in steps)
+    print("%s: predicted step %.1f ms, traced step %.1f ms (median of %d, rank 0)"
+          % (name, best["step_time_s"] * 1e3, step_ms, len(steps)))
+    print("  %-20s %10s %10s %7s %9s %9s" % ("class", "pred ms", "traced ms", "ratio",
+                                             "pred n", "traced n"))
+    for kind in sorted(set(predicted) | set(traced), key=lambda k: -traced.get(k, 0.0)):
+        p, t = predicted.get(kind, 0.0) * 1e3, traced.get(kind, 0.0)
+        print("  %-20s %10.2f %10.2f %7s %9.0f %9.0f" % (
+            kind, p, t, "%.2f" % (p / t) if t else "-", launches.get(kind, 0), count.get(kind, 0)))
+    kernels = sum(traced.values())
+    print("  %-20s %10.2f %10.2f  (predicted: overhead, communication, optimizer apart from its "
+          "kernels)" % ("not instructions", best["step_time_s"] * 1e3 - sum(predicted.values())
+                        * 1e3, step_ms - kernels))
+
+
 def report(configs, rounds):
     cores = os.cpu_count()
     print("CPU runtime, %d cores; %d calibration(s) (`megac calibrate --backend cpu`, one spec "
@@ -275,6 +333,9 @@ def main():
                              "(a model change), keeping the old predictions under LABEL; then "
                              "--report")
     parser.add_argument("--only", action="append", help="run only these configurations")
+    parser.add_argument("--by-class", metavar="SPEC",
+                        help="per kernel class, predicted (from this calibration spec) against "
+                             "traced time of the --only configurations")
     args = parser.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     only = args.only or (QUICK if args.quick else None)
@@ -286,6 +347,10 @@ def main():
     if skipped:
         print("skipped (ranks x threads > %d cores): %s" % (os.cpu_count(), ", ".join(skipped)))
     configs = [c for c in configs if c[2] * c[3] <= os.cpu_count()]
+    if args.by_class:
+        for config in configs:
+            by_class(args, config)
+        return 0
     saved = os.path.join(args.workdir, "rounds.json")
     if args.repredict:
         # The model changed after the measurements: predict every saved row again from its

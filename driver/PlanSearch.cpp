@@ -94,6 +94,10 @@ std::string candidateJson(const planner::PlanCandidate &c) {
   for (size_t i = 0; i < s.kernelLaunches.size(); ++i)
     out << (i ? ", " : "") << "\"" << s.kernelLaunches[i].first
         << "\": " << s.kernelLaunches[i].second;
+  out << "}, \"kernel_seconds\": {";
+  for (size_t i = 0; i < s.kernelSeconds.size(); ++i)
+    out << (i ? ", " : "") << "\"" << s.kernelSeconds[i].first
+        << "\": " << s.kernelSeconds[i].second;
   auto gemms = [&](const std::vector<planner::GemmShape> &list) {
     out << "[";
     for (size_t i = 0; i < list.size(); ++i) {

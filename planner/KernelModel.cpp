@@ -200,6 +200,7 @@ KernelTime KernelModel::time(const KernelOp &op) const {
   // Every GPU kernel adds the device's launch gap; a CPU instruction the executor's dispatch.
   t.overhead = overhead_;
   t.launches[size_t(op.kind)] = 1;
+  t.seconds[size_t(op.kind)] = work;
   return t.scaled(op.count);
 }
 

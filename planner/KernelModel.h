@@ -78,6 +78,8 @@ struct KernelTime {
   double gemm = 0, attention = 0, memory = 0, overhead = 0;
   /// Kernels launched, by class (what `megac train --trace` shows as instructions).
   std::array<double, kKernelClassCount> launches{};
+  /// Their time by class (work without the per-kernel overhead; a GEMM's packing bytes with it).
+  std::array<double, kKernelClassCount> seconds{};
   /// The GEMMs among them, by shape (in the order added; mergeGemmShapes folds equal ones).
   std::vector<GemmShape> gemms;
   double total() const { return gemm + attention + memory + overhead; }
@@ -86,15 +88,19 @@ struct KernelTime {
     attention += o.attention;
     memory += o.memory;
     overhead += o.overhead;
-    for (size_t i = 0; i < launches.size(); ++i)
+    for (size_t i = 0; i < launches.size(); ++i) {
       launches[i] += o.launches[i];
+      seconds[i] += o.seconds[i];
+    }
     gemms.insert(gemms.end(), o.gemms.begin(), o.gemms.end());
     return *this;
   }
   KernelTime scaled(double f) const {
-    KernelTime t{gemm * f, attention * f, memory * f, overhead * f, launches, gemms};
-    for (double &n : t.launches)
-      n *= f;
+    KernelTime t{gemm * f, attention * f, memory * f, overhead * f, launches, seconds, gemms};
+    for (size_t i = 0; i < launches.size(); ++i) {
+      t.launches[i] *= f;
+      t.seconds[i] *= f;
+    }
     for (GemmShape &g : t.gemms)
       g.count *= f;
     return t;

@@ -665,8 +665,10 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   c.memoryBoundSeconds = kernels.memory;
   c.overheadSeconds = kernels.overhead;
   for (int i = 0; i < kKernelClassCount; ++i)
-    if (kernels.launches[size_t(i)] > 0)
+    if (kernels.launches[size_t(i)] > 0) {
       c.kernelLaunches.push_back({kernelClassName(KernelClass(i)), kernels.launches[size_t(i)]});
+      c.kernelSeconds.push_back({kernelClassName(KernelClass(i)), kernels.seconds[size_t(i)]});
+    }
   c.gemmShapes = mergeGemmShapes(kernels.gemms);
   if (l.pp > 1) {
     c.firstStageGemms = mergeGemmShapes(ct.firstStage.scaled(double(m)).gemms);

@@ -100,6 +100,9 @@ struct StepCost {
   /// Kernels one step launches on the busiest stage's rank, by class name
   /// (planner/KernelModel.h), the optimizer's included.
   std::vector<std::pair<std::string, double>> kernelLaunches;
+  /// Their predicted seconds by class (without the per-kernel overhead), the same classes:
+  /// what bench/cpu_cost_model.py --by-class sets against the trace's instruction times.
+  std::vector<std::pair<std::string, double>> kernelSeconds;
   /// The GEMMs among them by shape (mergeGemmShapes: m <= n, sorted), what
   /// tests/e2e/plan_kernels_test.py compares with the executed instructions' shapes.
   std::vector<GemmShape> gemmShapes;

@@ -24,6 +24,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+from kernel_classes import CLASS, ROUTED  # noqa: E402  (opcode -> planner kernel class)
+
 GPT = "gpt:layers=2,hidden=128,heads=4,seq=64,vocab=256"
 # RMSNorm, rotary, grouped-query attention, SwiGLU (an MLP as wide as the vocabulary).
 LLAMA = "llama:layers=2,hidden=128,heads=4,kv_heads=2,ffn=256,seq=64,vocab=256"
@@ -34,25 +37,6 @@ MIXTRAL3 = "mixtral:layers=3,hidden=128,heads=4,kv_heads=2,experts=4,topk=2,ffn=
 GPT4 = "gpt:layers=4,hidden=128,heads=4,seq=64,vocab=256"
 LLAMA4 = "llama:layers=4,hidden=128,heads=4,kv_heads=2,ffn=256,seq=64,vocab=256"
 GLOBAL_BATCH = 8
-# Plan opcode -> the planner's kernel class (planner/KernelModel.h).
-CLASS = {
-    "Linear": "gemm", "MatMul": "gemm", "Attention": "attention", "AttentionGrad": "attention",
-    "Transpose": "transpose", "Broadcast": "broadcast", "LayerNorm": "layer_norm",
-    "LayerNormGrad": "layer_norm_grad", "Gelu": "gelu", "GeluGrad": "gelu_grad",
-    "Reduce": "reduce", "Embedding": "embedding", "EmbeddingGrad": "embedding_grad",
-    "CrossEntropy": "cross_entropy", "CrossEntropyGrad": "cross_entropy_grad",
-    "AdamW": "adamw", "AdamWMulti": "adamw", "GlobalNorm": "global_norm", "Slice": "copy", "Concat": "copy", "ShardSlice": "copy",
-    "Copy": "copy", "Add": "elementwise", "Mul": "elementwise", "Sub": "elementwise",
-    "Div": "elementwise", "Sqrt": "elementwise", "Neg": "elementwise",
-    "Sigmoid": "elementwise", "RmsNorm": "rms_norm", "RmsNormGrad": "rms_norm_grad",
-    "Silu": "silu", "Rope": "rope", "Softmax": "softmax", "SoftmaxGrad": "softmax_grad",
-    # MoE (docs/moe.md): the expert matrices over the routed rows, the top-k mask, the dispatch
-    # (a copy of each token to its experts' rows), the combine and the gates' row dots.
-    "MoeMatmul": "gemm", "MoeMatmulWeightGrad": "gemm", "TopKMask": "elementwise",
-    "MoeDispatch": "copy", "MoeCombine": "elementwise", "MoeRowDot": "reduce",
-}
-# Their rows depend on the routing: compared by count (class gemm), not by shape.
-ROUTED = {"MoeMatmul", "MoeMatmulWeightGrad"}
 # (model, tp, dp, micro-batch, extra flags)
 LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 2, 2, []),
            (LLAMA, 1, 1, 4, []),

@@ -169,6 +169,14 @@ TEST(KernelModelTest, ExplainClassesSumToTheStep) {
                  c->ppCommSeconds + c->dpReduceSeconds + c->dpGatherSeconds + c->bubbleSeconds;
     EXPECT_NEAR(sum, c->stepSeconds, 1e-9 * c->stepSeconds);
     EXPECT_GT(c->gemmSeconds, 0.5 * c->stepSeconds); // a 175B step is GEMM-bound
+    // The kernel classes' seconds (`--json` kernel_seconds) are the kernels' work: GEMM (with
+    // its packing bytes), attention and memory-bound time, the per-kernel overhead apart.
+    double byClass = 0;
+    for (const auto &[kind, seconds] : c->kernelSeconds)
+      byClass += seconds;
+    EXPECT_NEAR(byClass, c->gemmSeconds + c->attentionSeconds + c->memoryBoundSeconds,
+                1e-9 * c->stepSeconds);
+    EXPECT_EQ(c->kernelSeconds.size(), c->kernelLaunches.size());
   }
 }
 
