@@ -109,6 +109,7 @@ class Layout:
         self.breakdown = dict(f.get("breakdown", {}))
         self.memory = dict(f.get("memory", {}))
         self.kernel_launches = dict(f.get("kernel_launches", {}))
+        self.kernel_seconds = dict(f.get("kernel_seconds", {}))
 
     @property
     def ranks(self):

@@ -44,6 +44,7 @@ class Layout:
     breakdown: Dict[str, float]
     memory: Dict[str, float]
     kernel_launches: Dict[str, float]
+    kernel_seconds: Dict[str, float]
     def __init__(self, fields: Dict[str, Any]) -> None: ...
     @property
     def ranks(self) -> int: ...
