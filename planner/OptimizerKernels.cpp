@@ -56,8 +56,12 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
     }
     if (reducesHere && restTensors > 0) {
       // Under expert parallelism the experts' gradients are concatenated apart (their own
-      // reduction group): two concatenations, the same slices back.
-      double experts = std::min(groupedExperts, rest);
+      // reduction group): two concatenations, the same slices back. Under ZeRO-1 the dense
+      // gradients are first all-reduced over ep tensor by tensor (no copies), then every
+      // gradient is reduce-scattered over the expert-data-parallel group from one buffer: one
+      // concatenation (megac plan --explain: AllReduce [ep] per dense tensor, one ReduceScatter
+      // [dp]).
+      double experts = zero == 1 ? 0.0 : std::min(groupedExperts, rest);
       b.mem(KernelClass::copy, (rest - experts) * 8);
       b.mem(KernelClass::copy, experts * 8);
       b.mem(KernelClass::copy, rest * 8 / restTensors, restTensors);

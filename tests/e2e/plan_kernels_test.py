@@ -58,6 +58,9 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
            # Expert parallelism: the gathered routing's local columns, the experts' gradients
            # concatenated as a reduction group of their own.
            (MIXTRAL, 1, 2, 2, ["--ep", "2"]), (MIXTRAL, 1, 4, 2, ["--ep", "2"]),
+           # ... and with ZeRO-1: the dense gradients all-reduced over ep tensor by tensor, then
+           # every gradient reduce-scattered over the expert-data-parallel group from one buffer.
+           (MIXTRAL, 1, 4, 2, ["--ep", "2", "--zero", "1"]),
            # tp 2 with SP: the router column-parallel over the experts on gathered tokens, the
            # routing on all tokens, each rank's rows sliced out; the experts' gradients reduced
            # over tp with the norms'.
@@ -74,9 +77,9 @@ PIPELINE_LAYOUTS = [(GPT4, 1, 1, 2, 2, []), (GPT4, 1, 1, 2, 2, ["--vpp", "2"]),
                     (GPT4, 2, 1, 2, 2, ["--sequence-parallel", "--recompute", "full"]),
                     (GPT4, 1, 2, 2, 2, ["--zero", "1", "--recompute", "selective"])]
 # Not yet in LAYOUTS: the planner's inventory is wrong there (issue 34 item 4; measured with
-# this test, counts per step on every rank, 2026-12-05): Mixtral at dp 4 x ep 2 with ZeRO-1
-# (104 copies ran, 105 predicted: one gradient concatenation fewer than without ZeRO); Mixtral at
-# tp 2 x ep 2 with SP (74 copies ran, 57 predicted). Add a layout here once
+# this test, counts per step on every rank, 2026-12-05): Mixtral at tp 2 x dp 2 x ep 2 with SP,
+# micro-batch 4 (50 copies ran, 41 predicted: in each layer's forward megac runs six shard slices
+# around the dispatch and the combine, the planner charges three). Add it here once
 # planner/BlockKernels.cpp matches it.
 
 
