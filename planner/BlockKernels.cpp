@@ -59,6 +59,12 @@ struct MoeKernels {
   // over the experts on the gathered tokens, its logits gathered, and the routing computed on
   // all T tokens on every tp rank; each rank then takes its own rows for dispatch and combine.
   bool routerSplit;
+  // ... and with ep > 1 (megac's all-to-all dispatcher): the experts compute on the rows of
+  // the whole ep group (ep·Tr tokens, the routing all-gathered over ep and sliced to this tp
+  // rank's rows and the local experts, once for the products and once for the combine), the
+  // combine's partial sums reduce-scattered over ep and, in the backward, dy all-gathered over
+  // ep (the compiled graph at tp 2 x ep 2 with SP, e2e_plan_kernels).
+  bool epGathersTokens;
   double Tr;          // tokens this rank routes (its micro-batch tokens, T/tp under SP)
   double Tg;          // tokens the router computes on (T when routerSplit, else Tr)
   int64_t Er;         // the router's expert columns on this rank (E/tp when routerSplit)
@@ -86,6 +92,7 @@ struct MoeKernels {
     routerSplit = stack.routerOpByOp && !split && t > 1 && g.sequenceParallel;
     Tg = routerSplit ? double(T) : Tr;
     Er = routerSplit ? ceilDiv(s.experts, t) : s.experts;
+    epGathersTokens = routerSplit && g.ep > 1 && stack.allToAllDispatch;
     // Megatron gathers the tp group's routed rows before its tp-split experts.
     double gathered = split && g.sequenceParallel ? double(t) : 1.0;
     rows = int64_t(std::llround(Tr * double(k) * gathered));
@@ -96,6 +103,8 @@ struct MoeKernels {
   }
 
   double tokenBytes(double n) const { return n * double(h) * double(e); }
+  // Tokens the combine writes and the backward's dispatch reads.
+  double combined() const { return epGathersTokens ? Tr * double(g.ep) : dispatched; }
   // One GEMM per local expert, or one grouped launch over them (StackProfile::groupedExpertGemms).
   // `weightGradient`: [m, n] = A^T B over the routed rows (k); else routed rows [m, k] x [k, n].
   // megac's static [E, T, f] layout (no packedRouting): each product packs its active rows
@@ -132,6 +141,12 @@ struct MoeKernels {
     if (g.ep <= 1)
       return;
     if (stack.allToAllDispatch) {
+      double group = Tr * double(g.ep);
+      if (epGathersTokens && into != forward) { // the combine's return, the backward's dy
+        b.pass->ep.push_back({into ? Collective::allGather : Collective::reduceScatter,
+                              tokenBytes(group)});
+        return;
+      }
       if (into && forward && stack.gathersRouting) {
         b.pass->ep.push_back({Collective::allGather, Tr * double(g.ep) * double(E) * double(e)});
         // megac: the local experts' columns of the gathered routing (a shard slice).
@@ -172,8 +187,8 @@ struct MoeKernels {
       b.mem(KernelClass::reduce, routerBytes, 5);
       b.mem(KernelClass::reduce, kTiny, 3);
       b.mem(KernelClass::elementwise, kTiny, 5);
-      if (routerSplit) // this rank's rows of the gates, for the dispatch and the combine
-        b.mem(KernelClass::copy, 2 * Tr * double(E) * 4, 2);
+      if (routerSplit) // this rank's rows of the gates, for the dispatch (and the combine)
+        b.mem(KernelClass::copy, 2 * Tr * double(E) * 4, epGathersTokens ? 1 : 2);
     } else {
       b.mem(KernelClass::elementwise, 2 * routerBytes, 4);
       b.mem(KernelClass::reduce, routerBytes, 2);
@@ -181,6 +196,12 @@ struct MoeKernels {
     // Dispatch: each token copied to its experts' rows, sent to the experts' ranks.
     exchange(b, true, true);
     b.mem(KernelClass::copy, tokenBytes(dispatched + routedRows));
+    if (epGathersTokens) // the ep group's routing, for the products and for the combine:
+      for (int i = 0; i < 2; ++i) { // gathered, this tp rank's rows, the local experts' columns
+        b.pass->ep.push_back({Collective::allGather, Tg * double(g.ep) * double(E) * double(e)});
+        b.mem(KernelClass::copy, 2 * Tr * double(g.ep) * double(E) * double(e));
+        b.mem(KernelClass::copy, 2 * Tr * double(g.ep) * double(localExperts) * double(e));
+      }
     gatherRows(b, Collective::allGather);
     for (int i = 0; i < fc1Count(); ++i)
       expertGemm(b, perExpert, fc1Width(), h);
@@ -199,7 +220,7 @@ struct MoeKernels {
     gatherRows(b, Collective::reduceScatter);
     exchange(b, false, true);
     // Combine: the k outputs of each token weighted by its gates.
-    b.mem(KernelClass::elementwise, tokenBytes(routedRows + dispatched) + routerBytes);
+    b.mem(KernelClass::elementwise, tokenBytes(routedRows + combined()) + routerBytes);
     if (split && !g.sequenceParallel) // tp-split experts without SP: partial sums all-reduced
       b.comm(Collective::allReduce, tokenBytes(Tr));
   }
@@ -207,10 +228,14 @@ struct MoeKernels {
   void backward(Builder &b) const {
     // Combine's adjoint (a dispatch of dy by the gates) and the gates' gradient (row dots).
     exchange(b, true, false);
-    b.mem(KernelClass::copy, tokenBytes(dispatched + routedRows) + routerBytes);
-    b.mem(KernelClass::reduce, tokenBytes(routedRows + dispatched));
+    b.mem(KernelClass::copy, tokenBytes(combined() + routedRows) + routerBytes);
+    b.mem(KernelClass::reduce, tokenBytes(routedRows + combined()));
     if (routerSplit) // the gates' gradient gathered for the router's backward on all T
       b.comm(Collective::allGather, Tg * double(E) * double(e));
+    if (epGathersTokens) { // ... its local experts' columns over ep first; this rank's samples
+      b.pass->ep.push_back({Collective::allGather, Tr * double(g.ep) * double(E) * double(e)});
+      b.mem(KernelClass::copy, 2 * Tg * double(E) * double(e));
+    }
     gatherRows(b, Collective::allGather);
     auto linearBackward = [&](int64_t in, int64_t out) {
       expertGemm(b, perExpert, in, out);       // dx

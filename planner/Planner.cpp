@@ -510,9 +510,10 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
                             double(s.hidden) * (s.biases ? 2 : 1);
     replicated.tensors = blocks * (s.biases ? 6 : 2) + (s.biases ? 2 : 1);
     replicated.alone = s.rope ? 0 : 1;
-    if (s.experts > 0 && !stack_.expertTensorParallel) {
+    if (s.experts > 0 && !stack_.expertTensorParallel && l.ep == 1) {
       // Whole experts on every tp rank, each fed its own T/tp tokens: their gradients are
-      // partial over tp too, reduced with the norms (megac).
+      // partial over tp too, reduced with the norms (megac). Under ep > 1 they are reduced over
+      // dp and tp in a group of their own (concatenated apart: optimizerKernels).
       replicated.parameters += localExperts;
       replicated.tensors += blocks * (s.gatedMlp ? 3 : 2);
     }

@@ -64,7 +64,12 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
            # tp 2 with SP: the router column-parallel over the experts on gathered tokens, the
            # routing on all tokens, each rank's rows sliced out; the experts' gradients reduced
            # over tp with the norms'.
-           (MIXTRAL, 2, 1, 4, ["--sequence-parallel"])]
+           (MIXTRAL, 2, 1, 4, ["--sequence-parallel"]),
+           # ... and with ep 2: the experts on the whole ep group's rows (the routing gathered
+           # over ep and sliced twice, for the products and the combine; the combine's sums
+           # reduce-scattered over ep, dy all-gathered), the experts' gradients a group of their
+           # own.
+           (MIXTRAL, 2, 2, 4, ["--ep", "2", "--sequence-parallel"])]
 # Pipeline layouts: each stage runs its own program. `megac plan --json` gives the first and the
 # last stage's GEMMs (`stage_gemms`), so every rank's GEMM shapes are compared with its stage's;
 # the class counts (`kernel_launches`) are the busier stage's only and are not compared here.
@@ -76,11 +81,6 @@ PIPELINE_LAYOUTS = [(GPT4, 1, 1, 2, 2, []), (GPT4, 1, 1, 2, 2, ["--vpp", "2"]),
                     (GPT4, 1, 1, 2, 2, ["--vpp", "2", "--recompute", "full"]),
                     (GPT4, 2, 1, 2, 2, ["--sequence-parallel", "--recompute", "full"]),
                     (GPT4, 1, 2, 2, 2, ["--zero", "1", "--recompute", "selective"])]
-# Not yet in LAYOUTS: the planner's inventory is wrong there (issue 34 item 4; measured with
-# this test, counts per step on every rank, 2026-12-05): Mixtral at tp 2 x dp 2 x ep 2 with SP,
-# micro-batch 4 (50 copies ran, 41 predicted: in each layer's forward megac runs six shard slices
-# around the dispatch and the combine, the planner charges three). Add it here once
-# planner/BlockKernels.cpp matches it.
 
 
 def fail(message):
