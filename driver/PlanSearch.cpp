@@ -98,6 +98,9 @@ std::string candidateJson(const planner::PlanCandidate &c) {
   for (size_t i = 0; i < s.kernelSeconds.size(); ++i)
     out << (i ? ", " : "") << "\"" << s.kernelSeconds[i].first
         << "\": " << s.kernelSeconds[i].second;
+  out << "}, \"kernel_bytes\": {";
+  for (size_t i = 0; i < s.kernelBytes.size(); ++i)
+    out << (i ? ", " : "") << "\"" << s.kernelBytes[i].first << "\": " << s.kernelBytes[i].second;
   auto gemms = [&](const std::vector<planner::GemmShape> &list) {
     out << "[";
     for (size_t i = 0; i < list.size(); ++i) {

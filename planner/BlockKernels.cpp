@@ -458,9 +458,11 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   tpEnter(fwd, false);
   for (const Linear &l : qkv)
     linearForward(l);
-  // Rotary embedding of q and k (two kernels in megac's graphs, one fused in Megatron's).
-  const double qBytes = 2.0 * double(T) * double(heads * dh) * double(e);
-  const double kBytes = 2.0 * double(T) * double(kvHeads * dh) * double(e);
+  // Rotary embedding of q and k (two kernels in megac's graphs, one fused in Megatron's), each
+  // reading the cos and sin tables ([seq, head size] each) besides its tensor.
+  const double tables = 2.0 * double(sq) * double(dh) * double(e);
+  const double qBytes = 2.0 * double(T) * double(heads * dh) * double(e) + tables;
+  const double kBytes = 2.0 * double(T) * double(kvHeads * dh) * double(e) + tables;
   auto rope = [&](Builder &b) {
     if (!s.rope)
       return;
@@ -503,7 +505,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   linearForward(proj);
   tpLeave(fwd, false);
   if (stack.rowParallelBiasKernel && t > 1 && bias) // the row-parallel bias, once, after the sum
-    fwd.mem(KernelClass::broadcast, 2 * region);
+    fwd.mem(KernelClass::broadcast, region + double(h) * double(e)); // [h] read, [Tl, h] written
   residual(fwd, false);
   unreadFrom(unreadKernel, unreadComm);
   fwd.mem(norm, 2 * region);
@@ -529,7 +531,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     linearForward(fc2);
     tpLeave(fwd, false);
     if (stack.rowParallelBiasKernel && t > 1 && bias)
-      fwd.mem(KernelClass::broadcast, 2 * region);
+      fwd.mem(KernelClass::broadcast, region + double(h) * double(e));
     residual(fwd, false);
     unreadFrom(unreadKernel, unreadComm);
   }
@@ -660,10 +662,13 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   ef.mem(KernelClass::embedding, table + ids + act);
   if (!s.rope && !stack.elementwiseFusion) { // learned positions broadcast over the batch, added
     // Under sequence parallelism megac slices this rank's rows of the table first (ShardSlice).
-    if (stack.positionBroadcastKernel && t > 1 && g.sequenceParallel)
+    // The broadcast then reads those rows and writes the rank's region.
+    bool sliced = stack.positionBroadcastKernel && t > 1 && g.sequenceParallel;
+    if (sliced)
       ef.mem(KernelClass::copy, 2 * double(sq / t) * double(h) * double(e));
     if (stack.positionBroadcastKernel)
-      ef.mem(KernelClass::broadcast, act + double(sq) * double(h) * double(e));
+      ef.mem(KernelClass::broadcast, sliced ? region + double(sq / t) * double(h) * double(e)
+                                            : act + double(sq) * double(h) * double(e));
     ef.mem(KernelClass::elementwise, 3 * act);
   }
   if (s.dropout > 0)

@@ -201,6 +201,7 @@ KernelTime KernelModel::time(const KernelOp &op) const {
   t.overhead = overhead_;
   t.launches[size_t(op.kind)] = 1;
   t.seconds[size_t(op.kind)] = work;
+  t.bytes[size_t(op.kind)] = op.bytes;
   return t.scaled(op.count);
 }
 

@@ -80,6 +80,8 @@ struct KernelTime {
   std::array<double, kKernelClassCount> launches{};
   /// Their time by class (work without the per-kernel overhead; a GEMM's packing bytes with it).
   std::array<double, kKernelClassCount> seconds{};
+  /// And the bytes they move (KernelOp::bytes; a GEMM's only its packing's).
+  std::array<double, kKernelClassCount> bytes{};
   /// The GEMMs among them, by shape (in the order added; mergeGemmShapes folds equal ones).
   std::vector<GemmShape> gemms;
   double total() const { return gemm + attention + memory + overhead; }
@@ -91,15 +93,18 @@ struct KernelTime {
     for (size_t i = 0; i < launches.size(); ++i) {
       launches[i] += o.launches[i];
       seconds[i] += o.seconds[i];
+      bytes[i] += o.bytes[i];
     }
     gemms.insert(gemms.end(), o.gemms.begin(), o.gemms.end());
     return *this;
   }
   KernelTime scaled(double f) const {
-    KernelTime t{gemm * f, attention * f, memory * f, overhead * f, launches, seconds, gemms};
+    KernelTime t{gemm * f,  attention * f, memory * f, overhead * f,
+                 launches,  seconds,       bytes,      gemms};
     for (size_t i = 0; i < launches.size(); ++i) {
       t.launches[i] *= f;
       t.seconds[i] *= f;
+      t.bytes[i] *= f;
     }
     for (GemmShape &g : t.gemms)
       g.count *= f;

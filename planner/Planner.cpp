@@ -669,6 +669,7 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
     if (kernels.launches[size_t(i)] > 0) {
       c.kernelLaunches.push_back({kernelClassName(KernelClass(i)), kernels.launches[size_t(i)]});
       c.kernelSeconds.push_back({kernelClassName(KernelClass(i)), kernels.seconds[size_t(i)]});
+      c.kernelBytes.push_back({kernelClassName(KernelClass(i)), kernels.bytes[size_t(i)]});
     }
   c.gemmShapes = mergeGemmShapes(kernels.gemms);
   if (l.pp > 1) {

@@ -103,6 +103,10 @@ struct StepCost {
   /// Their predicted seconds by class (without the per-kernel overhead), the same classes:
   /// what bench/cpu_cost_model.py --by-class sets against the trace's instruction times.
   std::vector<std::pair<std::string, double>> kernelSeconds;
+  /// And the bytes they move by class (KernelOp::bytes: a memory-bound kernel's operands read
+  /// and written; a GEMM's packing only), what tests/e2e/plan_kernels_test.py compares with the
+  /// traced instructions' operand bytes.
+  std::vector<std::pair<std::string, double>> kernelBytes;
   /// The GEMMs among them by shape (mergeGemmShapes: m <= n, sorted), what
   /// tests/e2e/plan_kernels_test.py compares with the executed instructions' shapes.
   std::vector<GemmShape> gemmShapes;

@@ -94,6 +94,19 @@ private:
   Status runFunctionTraced(size_t index, Trace::Clock::time_point start, std::string inputArgs);
   Status execute(const fb::Instruction &inst);
   std::string gemmTraceArgs(const fb::Instruction &inst) const;
+  /// `, "bytes": N`: the bytes the instruction reads and writes, as the planner counts a
+  /// memory-bound kernel's (tests/e2e/plan_kernels_test.py compares them): its input and output
+  /// buffers, except that a slice reads only the part it writes.
+  std::string operandBytesArg(const fb::Instruction &inst) const {
+    uint64_t in = 0, out = 0;
+    for (uint32_t b : spanOf(inst.inputs()))
+      in += buffers_[b].bytes;
+    for (uint32_t b : spanOf(inst.outputs()))
+      out += buffers_[b].bytes;
+    if (inst.op() == fb::Opcode::Slice || inst.op() == fb::Opcode::ShardSlice)
+      in = out;
+    return ", \"bytes\": " + std::to_string(in + out);
+  }
 
   AlignedBytes arena_;
   /// Per function and input port, the views of it read in place (nullopt: copied in).
@@ -297,7 +310,8 @@ Status CpuExecutor::runFunctionTraced(size_t index, Trace::Clock::time_point sta
                                status.message());
       else if (!exec::cpuHandler(inst.op()).communicates)
         trace_->add(TraceLane::kernels, fb::EnumNameOpcode(inst.op()), "kernel", begin,
-                    Trace::Clock::now(), function + std::to_string(i) + gemmTraceArgs(inst));
+                    Trace::Clock::now(),
+                    function + std::to_string(i) + operandBytesArg(inst) + gemmTraceArgs(inst));
     }
   trace_->setFunction("");
   trace_->add(TraceLane::kernels, fn.name, "function", start, Trace::Clock::now(),
