@@ -110,6 +110,7 @@ class Layout:
         self.memory = dict(f.get("memory", {}))
         self.kernel_launches = dict(f.get("kernel_launches", {}))
         self.kernel_seconds = dict(f.get("kernel_seconds", {}))
+        self.kernel_bytes = dict(f.get("kernel_bytes", {}))
 
     @property
     def ranks(self):

@@ -45,6 +45,7 @@ class Layout:
     memory: Dict[str, float]
     kernel_launches: Dict[str, float]
     kernel_seconds: Dict[str, float]
+    kernel_bytes: Dict[str, float]
     def __init__(self, fields: Dict[str, Any]) -> None: ...
     @property
     def ranks(self) -> int: ...
