@@ -504,8 +504,10 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   size_t unreadKernel = out.forward.kernels.size(), unreadComm = out.forward.tp.size();
   linearForward(proj);
   tpLeave(fwd, false);
-  if (stack.rowParallelBiasKernel && t > 1 && bias) // the row-parallel bias, once, after the sum
+  if (stack.rowParallelBiasKernel && t > 1 && bias) { // the row-parallel bias, once, after the sum:
     fwd.mem(KernelClass::broadcast, region + double(h) * double(e)); // [h] read, [Tl, h] written
+    fwd.mem(KernelClass::elementwise, 3 * region);                   // and added
+  }
   residual(fwd, false);
   unreadFrom(unreadKernel, unreadComm);
   fwd.mem(norm, 2 * region);
@@ -530,8 +532,10 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     unreadKernel = out.forward.kernels.size(), unreadComm = out.forward.tp.size();
     linearForward(fc2);
     tpLeave(fwd, false);
-    if (stack.rowParallelBiasKernel && t > 1 && bias)
+    if (stack.rowParallelBiasKernel && t > 1 && bias) {
       fwd.mem(KernelClass::broadcast, region + double(h) * double(e));
+      fwd.mem(KernelClass::elementwise, 3 * region);
+    }
     residual(fwd, false);
     unreadFrom(unreadKernel, unreadComm);
   }
