@@ -137,7 +137,8 @@ def calibrate(megac, path, quick, attempts=2):
     return time.time() - start
 
 
-def predict(megac, spec, config):
+def planned(megac, spec, config):
+    """`megac plan --json`'s layout for the configuration, every choice pinned, from `spec`."""
     name, model, ranks, threads, precision, layout, global_batch = config
     out = subprocess.run(
         [megac, "plan", "--model", model, "--cluster", "%s:1x%d" % (spec, ranks),
@@ -149,7 +150,11 @@ def predict(megac, spec, config):
     layouts = json.loads(out)["layouts"]
     if not layouts:
         raise SystemExit("the planner found no fitting layout for %s" % name)
-    return layouts[0]["step_time_s"] * 1e3
+    return layouts[0]
+
+
+def predict(megac, spec, config):
+    return planned(megac, spec, config)["step_time_s"] * 1e3
 
 
 def schedule_flags(layout):
@@ -161,15 +166,12 @@ def schedule_flags(layout):
     return ["--schedule", "interleaved" if vpp > 1 else "1f1b"]
 
 
-def measure(megac, workdir, config, steps):
+def train(megac, workdir, config, steps, extra):
+    """`megac train` of the configuration for `steps` steps, with `extra` flags."""
     name, model, ranks, threads, precision, layout, global_batch = config
-    log = os.path.join(workdir, name + ".jsonl")
-    if os.path.exists(log):
-        os.remove(log)
     cmd = [megac, "train", "--model", model, "--data", token_rows(workdir, model),
            "--steps", str(steps), "--global-batch", str(global_batch), "--lr", "1e-3",
-           "--precision", precision, "--threads", str(threads),
-           "--log-json", log] + layout_flags(layout)
+           "--precision", precision, "--threads", str(threads)] + extra + layout_flags(layout)
     if layout[8]:
         cmd.append("--sequence-parallel")
     if ranks > 1:
@@ -177,6 +179,13 @@ def measure(megac, workdir, config, steps):
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit("%s: megac train failed:\n%s" % (name, run.stderr[-2000:]))
+
+
+def measure(megac, workdir, config, steps):
+    log = os.path.join(workdir, config[0] + ".jsonl")
+    if os.path.exists(log):
+        os.remove(log)
+    train(megac, workdir, config, steps, ["--log-json", log])
     records = [json.loads(line) for line in open(log)]
     return statistics.median(r["step_time_s"] for r in records[SKIP:]) * 1e3
 
@@ -228,28 +237,12 @@ def run_round(args, configs, k, saved=None, save=None):
 
 def by_class(args, config):
     """Predicted against traced time per kernel class for one configuration (--by-class)."""
-    name, model, ranks, threads, precision, layout, global_batch = config
-    out = subprocess.run(
-        [args.megac, "plan", "--model", model, "--cluster", "%s:1x%d" % (args.by_class, ranks),
-         "--threads", str(threads), "--global-batch", str(global_batch), "--stack", "megac",
-         "--precision", precision, "--json", "--no-compile", "--top", "1",
-         "--sequence-parallel" if layout[8] else "--no-sequence-parallel"] + layout_flags(layout)
-        + schedule_flags(layout),
-        check=True, capture_output=True, text=True).stdout
-    best = json.loads(out)["layouts"][0]
+    name = config[0]
+    best = planned(args.megac, args.by_class, config)
     predicted, launches = best.get("kernel_seconds", {}), best.get("kernel_launches", {})
     trace = os.path.join(args.workdir, name + ".trace.json")
-    cmd = [args.megac, "train", "--model", model, "--data", token_rows(args.workdir, model),
-           "--steps", str(args.steps), "--global-batch", str(global_batch), "--lr", "1e-3",
-           "--precision", precision, "--threads", str(threads), "--trace", trace,
-           "--trace-steps", str(args.steps - SKIP)] + layout_flags(layout)
-    if layout[8]:
-        cmd.append("--sequence-parallel")
-    if ranks > 1:
-        cmd += ["--ranks", str(ranks)]
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    if run.returncode != 0:
-        raise SystemExit("%s: megac train failed:\n%s" % (name, run.stderr[-2000:]))
+    train(args.megac, args.workdir, config, args.steps,
+          ["--trace", trace, "--trace-steps", str(args.steps - SKIP)])
     with open(trace) as f:
         events = json.load(f)["traceEvents"]
     steps = [e for e in events if e.get("cat") == "step" and e.get("pid") == 0]
