@@ -118,6 +118,20 @@ std::string candidateJson(const planner::PlanCandidate &c) {
     gemms(s.firstStageGemms);
     out << ", \"last\": ";
     gemms(s.lastStageGemms);
+    auto classes = [&](const std::vector<std::pair<std::string, double>> &list) {
+      out << "{";
+      for (size_t i = 0; i < list.size(); ++i)
+        out << (i ? ", " : "") << "\"" << list[i].first << "\": " << list[i].second;
+      out << "}";
+    };
+    out << "}, \"stage_kernel_launches\": {\"first\": ";
+    classes(s.firstStageLaunches);
+    out << ", \"last\": ";
+    classes(s.lastStageLaunches);
+    out << "}, \"stage_kernel_bytes\": {\"first\": ";
+    classes(s.firstStageBytes);
+    out << ", \"last\": ";
+    classes(s.lastStageBytes);
     out << "}";
   }
   out << ", \"memory\": {\"parameters\": " << s.parameterBytes

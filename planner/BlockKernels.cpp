@@ -688,8 +688,11 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
       eb.mem(KernelClass::reduce, act);
     else { // rope's backward table -swap_halves(sin): a negation, two slices and a concat
       double sinTable = 2.0 * double(sq) * double(h / s.heads) * double(e);
-      eb.mem(KernelClass::elementwise, sinTable);
-      eb.mem(KernelClass::copy, sinTable, 3);
+      Builder rt{&out.ropeTable};
+      rt.mem(KernelClass::elementwise, sinTable);
+      rt.mem(KernelClass::copy, sinTable, 3);
+      eb.pass->kernels.insert(eb.pass->kernels.end(), out.ropeTable.kernels.begin(),
+                              out.ropeTable.kernels.end());
     }
   }
   eb.mem(KernelClass::embeddingGrad, act + ids + table);
@@ -701,6 +704,7 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   const KernelClass normGrad = s.biases ? KernelClass::layerNormGrad : KernelClass::rmsNormGrad;
   double logits = double(T) * double(vocab);
   hf.mem(norm, 2 * region);
+  Builder{&out.headChunkRecompute}.mem(norm, 2 * region);
   if (t > 1 && g.sequenceParallel)
     hf.comm(Collective::allGather, act);
   hf.gemm(T, vocab, h);
@@ -737,17 +741,21 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     hb.comm(g.sequenceParallel ? Collective::reduceScatter : Collective::allReduce, act);
   hb.mem(normGrad, 3 * region);
   if (stack.separateGradAccumulation && stack.accumulatesEdgeGradients) {
-    // The embedding table (and an untied head), learned positions, the final norm: one
-    // accumulation add each per micro-batch.
-    double tensors = (s.tiedEmbedding ? 1 : 2) + (s.rope ? 0 : 1) + (s.biases ? 2 : 1);
-    double params = nonLayerParameters(s) / double(t);
-    if (gemmAccumulates(stack, g.precision) && !s.tiedEmbedding) {
-      // An untied head's gradient accumulates inside its GEMM (a tied table's scatter is
-      // added to the accumulator first, which the head's GEMM then accumulates into).
-      tensors -= 1;
-      params -= double(s.vocab) * double(h) / double(t);
-    }
-    eb.mem(KernelClass::elementwise, params * double(e + 8) / tensors, tensors);
+    // One accumulation add per tensor and micro-batch, each on the stage that holds it: the
+    // embedding table and learned positions with the embedding, the final norm (and an untied
+    // head) with the head. A tied table's scatter is added to the accumulator first, which the
+    // head's GEMM then accumulates into; an untied head's gradient accumulates inside its GEMM
+    // where the stack's GEMMs accumulate.
+    auto accumulate = [&](Builder &b, double params, double tensors) {
+      if (tensors > 0)
+        b.mem(KernelClass::elementwise, params * double(e + 8) / tensors, tensors);
+    };
+    double table = double(s.vocab) * double(h) / double(t);
+    double positions = s.rope ? 0.0 : double(s.seq) * double(h);
+    accumulate(eb, table + positions, 1 + (s.rope ? 0 : 1));
+    bool headAdds = !s.tiedEmbedding && !gemmAccumulates(stack, g.precision);
+    double normParams = double(h) * (s.biases ? 2 : 1);
+    accumulate(hb, normParams + (headAdds ? table : 0.0), (s.biases ? 2 : 1) + (headAdds ? 1 : 0));
   }
   return out;
 }

@@ -65,6 +65,12 @@ struct EdgeKernels {
   /// The logit layer's share of full recompute (StackProfile::recomputeDropsUnreadForward: the
   /// logits GEMM; empty otherwise).
   PassKernels headRecompute;
+  /// A pipeline chunk's full recompute on the last stage also repeats the final norm (its
+  /// output, which the logits' weight gradient reads, is not stashed).
+  PassKernels headChunkRecompute;
+  /// Rotary's backward table (-swap_halves(sin)), built once by every stage's backward: in
+  /// embedBackward for the first stage; a later stage adds it (empty without rope).
+  PassKernels ropeTable;
 };
 
 struct LayerGeometry {

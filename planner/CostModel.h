@@ -182,7 +182,9 @@ struct LayerCost {
 /// Costs of the embedding (first chunk) and the logit layer + loss (last chunk), the same way.
 struct EdgeCost {
   PassCost embedForward, embedBackward, headForward, headBackward;
-  PassCost headRecompute; // the logit layer's share of full recompute
+  PassCost headRecompute;      // the logit layer's share of full recompute
+  PassCost headChunkRecompute; // and the final norm, under a pipeline chunk's full recompute
+  PassCost ropeTable;          // rotary's backward table, on each later stage too
   KernelTime embedWeight, headWeight; // their weight-gradient kernels (KernelOp::weightGradient)
 };
 

@@ -240,12 +240,14 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
   ec.headForward = passCost(edges.headForward, kernels, cluster_, tp, ep, cp);
   ec.headBackward = passCost(edges.headBackward, kernels, cluster_, tp, ep, cp);
   ec.headRecompute = passCost(edges.headRecompute, kernels, cluster_, tp, ep, cp);
+  ec.headChunkRecompute = passCost(edges.headChunkRecompute, kernels, cluster_, tp, ep, cp);
+  ec.ropeTable = passCost(edges.ropeTable, kernels, cluster_, tp, ep, cp);
   ec.embedWeight = weightKernels(edges.embedBackward);
   ec.headWeight = weightKernels(edges.headBackward);
   if (!listGemms_)
     for (PassCost *p : {&lc.forward, &lc.backward, &lc.fullRecompute, &lc.chunkLastRecompute,
                         &ec.embedForward, &ec.embedBackward, &ec.headForward, &ec.headBackward,
-                        &ec.headRecompute})
+                        &ec.headRecompute, &ec.headChunkRecompute, &ec.ropeTable})
       p->compute.gemms.clear();
   if (!listGemms_)
     for (KernelTime *t : {&lc.attentionCore, &lc.gradAccumulation, &lc.weightGradient,
@@ -359,6 +361,8 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
       b += lc.chunkLastRecompute.scaled(layers - whole);
       if (first)
         b += ec.embedForward;
+      if (last)
+        b += ec.headChunkRecompute;
     } else {
       b += recompute.scaled(layers);
     }
@@ -367,6 +371,8 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
       f += ec.embedForward;
       b += ec.embedBackward;
     }
+    if (last && !first) // every stage's backward builds rotary's table (the first's: embedBackward)
+      b += ec.ropeTable;
     if (last) {
       f += ec.headForward;
       b += ec.headBackward;
@@ -673,8 +679,20 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
     }
   c.gemmShapes = mergeGemmShapes(kernels.gemms);
   if (l.pp > 1) {
-    c.firstStageGemms = mergeGemmShapes(ct.firstStage.scaled(double(m)).gemms);
-    c.lastStageGemms = mergeGemmShapes(ct.lastStage.scaled(double(m)).gemms);
+    KernelTime first = ct.firstStage.scaled(double(m)), last = ct.lastStage.scaled(double(m));
+    c.firstStageGemms = mergeGemmShapes(first.gemms);
+    c.lastStageGemms = mergeGemmShapes(last.gemms);
+    for (int i = 0; i < kKernelClassCount; ++i) {
+      const char *name = kernelClassName(KernelClass(i));
+      if (first.launches[size_t(i)] > 0) {
+        c.firstStageLaunches.push_back({name, first.launches[size_t(i)]});
+        c.firstStageBytes.push_back({name, first.bytes[size_t(i)]});
+      }
+      if (last.launches[size_t(i)] > 0) {
+        c.lastStageLaunches.push_back({name, last.launches[size_t(i)]});
+        c.lastStageBytes.push_back({name, last.bytes[size_t(i)]});
+      }
+    }
   }
   c.tpAllReduceSeconds = double(m) * ct.split.tp[int(Collective::allReduce)];
   c.tpAllGatherSeconds = double(m) * ct.split.tp[int(Collective::allGather)];

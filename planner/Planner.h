@@ -113,6 +113,10 @@ struct StepCost {
   /// With pp > 1: the first and the last stage's GEMMs (gemmShapes is the busier one's; a
   /// middle stage runs the first's without the embedding's).
   std::vector<GemmShape> firstStageGemms, lastStageGemms;
+  /// With pp > 1: the first and the last stage's chunk kernels (the optimizer step apart) by
+  /// class, launches and bytes, as kernelLaunches and kernelBytes.
+  std::vector<std::pair<std::string, double>> firstStageLaunches, lastStageLaunches;
+  std::vector<std::pair<std::string, double>> firstStageBytes, lastStageBytes;
   /// One chunk step of the busiest stage, forward and backward (recompute, tensor-parallel
   /// collectives and the pipeline send included): what the schedule was simulated with.
   double chunkForwardSeconds = 0, chunkBackwardSeconds = 0;

@@ -118,6 +118,10 @@ private:
       c.cost.gemmShapes = std::move(cost->gemmShapes);
       c.cost.firstStageGemms = std::move(cost->firstStageGemms);
       c.cost.lastStageGemms = std::move(cost->lastStageGemms);
+      c.cost.firstStageLaunches = std::move(cost->firstStageLaunches);
+      c.cost.lastStageLaunches = std::move(cost->lastStageLaunches);
+      c.cost.firstStageBytes = std::move(cost->firstStageBytes);
+      c.cost.lastStageBytes = std::move(cost->lastStageBytes);
     }
   }
 
