@@ -371,8 +371,9 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
       f += ec.embedForward;
       b += ec.embedBackward;
     }
-    if (last && !first) // every stage's backward builds rotary's table (the first's: embedBackward)
-      b += ec.ropeTable;
+    // Every chunk's backward function builds rotary's table (chunk 0's is in embedBackward).
+    if (double tables = double(l.vpp) - (first ? 1.0 : 0.0); tables > 0)
+      b += ec.ropeTable.scaled(tables);
     if (last) {
       f += ec.headForward;
       b += ec.headBackward;

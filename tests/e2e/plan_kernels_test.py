@@ -77,6 +77,8 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
 PIPELINE_LAYOUTS = [(GPT4, 1, 1, 2, 2, []), (GPT4, 1, 1, 2, 2, ["--vpp", "2"]),
                     (GPT4, 2, 1, 2, 2, ["--sequence-parallel"]),
                     (LLAMA4, 1, 2, 2, 2, ["--recompute", "full"]),
+                    # Each chunk's backward builds rotary's table.
+                    (LLAMA4, 1, 1, 2, 2, ["--vpp", "2"]),
                     # Full recompute at pp stashes each chunk's input only: a chunk's blocks but
                     # its last repeat their whole forward (planner: chunkLastRecompute).
                     (GPT4, 1, 1, 2, 2, ["--vpp", "2", "--recompute", "full"]),
