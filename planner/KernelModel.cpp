@@ -180,35 +180,49 @@ double KernelModel::attentionSeconds(int64_t batchHeads, int64_t seq, int64_t he
 
 KernelTime KernelModel::time(const KernelOp &op) const {
   KernelTime t;
+  add(op, t);
+  return t;
+}
+
+void KernelModel::add(const KernelOp &op, KernelTime &t) const {
+  // Added in place, `op.count` times: the search sums every layout's optimizer kernels and
+  // every pass, so no temporary KernelTime (three class arrays and a GEMM list) per kernel.
+  const double n = op.count;
   double work = 0;
   switch (op.kind) {
-  case KernelClass::gemm:
-    t.gemm = work = gemmSeconds(op.m, op.n, op.k, op.batch);
-    t.gemms.push_back({op.m, op.n, op.k, op.batch, 1, op.routed});
+  case KernelClass::gemm: {
+    double gemm = gemmSeconds(op.m, op.n, op.k, op.batch);
+    t.gemm += n * gemm;
+    work = gemm;
+    t.gemms.push_back({op.m, op.n, op.k, op.batch, n, op.routed});
     if (op.bytes > 0) {
-      t.memory = memorySeconds(KernelClass::copy, op.bytes);
-      work += t.memory;
+      double packing = memorySeconds(KernelClass::copy, op.bytes);
+      t.memory += n * packing;
+      work += packing;
     }
     break;
+  }
   case KernelClass::attention:
-    t.attention = work = attentionSeconds(op.batch, op.seq, op.headDim, op.backward) * op.share;
+    work = attentionSeconds(op.batch, op.seq, op.headDim, op.backward) * op.share;
+    t.attention += n * work;
     break;
   default:
-    t.memory = work = memorySeconds(op.kind, op.bytes);
+    work = memorySeconds(op.kind, op.bytes);
+    t.memory += n * work;
     break;
   }
   // Every GPU kernel adds the device's launch gap; a CPU instruction the executor's dispatch.
-  t.overhead = overhead_;
-  t.launches[size_t(op.kind)] = 1;
-  t.seconds[size_t(op.kind)] = work;
-  t.bytes[size_t(op.kind)] = op.bytes;
-  return t.scaled(op.count);
+  t.overhead += n * overhead_;
+  const size_t kind = size_t(op.kind);
+  t.launches[kind] += n;
+  t.seconds[kind] += n * work;
+  t.bytes[kind] += n * op.bytes;
 }
 
 KernelTime KernelModel::time(const std::vector<KernelOp> &ops) const {
   KernelTime t;
   for (const KernelOp &op : ops)
-    t += time(op);
+    add(op, t);
   // A host that issues each kernel (StackProfile::hostSecondsPerKernel) runs ahead of the device
   // through the stream's queue; the pass waits for it only where issuing its kernels takes longer
   // than running them: max(device, host), the difference charged as overhead.

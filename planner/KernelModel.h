@@ -122,6 +122,8 @@ public:
 
   KernelTime time(const KernelOp &op) const;
   KernelTime time(const std::vector<KernelOp> &ops) const;
+  /// Adds `op` (its count times) to `t`.
+  void add(const KernelOp &op, KernelTime &t) const;
 
   /// One GEMM (`batch` of them), without the per-kernel overhead.
   double gemmSeconds(int64_t m, int64_t n, int64_t k, int64_t batch) const;
