@@ -3,6 +3,8 @@
 #include "runtime/exec/CommOps.h"
 
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/Parallel.h"
+#include "runtime/cpu/VectorMath.h"
 #include "runtime/exec/CollectiveLayout.h"
 #include "runtime/exec/MoeRoutes.h"
 
@@ -314,7 +316,11 @@ Status vocabEmbeddingGrad(const comm::Communicator &comm, std::span<const uint32
 namespace {
 
 /// Per row of logits [..., V/G]: the group's max and sum of exp(x - max), and the target's logit
-/// (when `target` is given), each reduced over the group in double.
+/// (when `target` is given), each reduced over the group in double. The rows run on the kernel
+/// threads with the whole-vocabulary kernels' arithmetic (cpu::crossEntropy): f32 logits through
+/// the vectorised exp (VectorMath.h) shifted by the f32 max, the sum in double; other dtypes
+/// through std::exp in double. With `exps` (f32 only: the gradient's output) each row's exps stay
+/// there for the caller to scale, so the gradient computes them once, as cpu::crossEntropyGrad.
 struct VocabStats {
   std::vector<double> max, sum, target;
 };
@@ -323,31 +329,38 @@ template <typename T>
 StatusOr<VocabStats> vocabStats(comm::Communicator &comm, std::span<const uint32_t> axes,
                                 const TensorRef &logits, const TensorRef &labels,
                                 std::optional<int64_t> ignoreIndex, bool withTarget,
-                                int64_t start) {
+                                int64_t start, T *exps = nullptr) {
   int64_t local = logits.shape.back(), count = labels.numElements();
+  const T *all = logits.as<const T>();
   VocabStats s;
-  s.max.assign(static_cast<size_t>(count), -std::numeric_limits<double>::infinity());
-  for (int64_t r = 0; r < count; ++r) {
-    const T *row = logits.as<const T>() + r * local;
-    for (int64_t j = 0; j < local; ++j)
-      if (row[j] > s.max[r] || row[j] != row[j])
-        s.max[r] = row[j];
-  }
+  s.max.assign(static_cast<size_t>(count), 0.0);
+  detail::parallelFor(count, detail::grainFor(local), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      s.max[r] = cpu::vmath::contiguousRowMax(all + r * local, local);
+  });
   RETURN_IF_ERROR(
       comm.allReduce(axes, s.max.data(), s.max.size(), DType::f64, comm::ReduceKind::max));
   // Sums and target logits travel in one all-reduce: [sum..., target...].
   std::vector<double> both(static_cast<size_t>(count) * (withTarget ? 2 : 1), 0.0);
-  for (int64_t r = 0; r < count; ++r) {
-    const T *row = logits.as<const T>() + r * local;
-    double sum = 0.0;
-    for (int64_t j = 0; j < local; ++j)
-      sum += std::exp(static_cast<double>(row[j]) - s.max[r]);
-    both[r] = sum;
-    int64_t label = loadIndex(labels, r);
-    if (withTarget && !(ignoreIndex && label == *ignoreIndex) && label >= start &&
-        label < start + local)
-      both[count + r] = static_cast<double>(row[label - start]);
-  }
+  detail::parallelFor(count, detail::grainFor(4 * local), [&](int64_t begin, int64_t end) {
+    std::vector<float> e(std::is_same_v<T, float> && !exps ? static_cast<size_t>(local) : 0);
+    for (int64_t r = begin; r < end; ++r) {
+      const T *row = all + r * local;
+      if constexpr (std::is_same_v<T, float>)
+        both[r] = cpu::vmath::expShiftSumF32(row, static_cast<float>(s.max[r]),
+                                             exps ? exps + r * local : e.data(), local);
+      else {
+        double sum = 0.0;
+        for (int64_t j = 0; j < local; ++j)
+          sum += std::exp(static_cast<double>(row[j]) - s.max[r]);
+        both[r] = sum;
+      }
+      int64_t label = loadIndex(labels, r);
+      if (withTarget && !(ignoreIndex && label == *ignoreIndex) && label >= start &&
+          label < start + local)
+        both[count + r] = static_cast<double>(row[label - start]);
+    }
+  });
   RETURN_IF_ERROR(
       comm.allReduce(axes, both.data(), both.size(), DType::f64, comm::ReduceKind::sum));
   s.sum.assign(both.begin(), both.begin() + count);
@@ -357,17 +370,25 @@ StatusOr<VocabStats> vocabStats(comm::Communicator &comm, std::span<const uint32
 }
 
 /// Runs `row(T(), r, label, stats)` for every row r of the logits (as T, a float dtype) after
-/// vocabStats.
+/// vocabStats, the rows split over the kernel threads (`row` writes row r's outputs only).
 template <typename Row>
 Status forEachRow(const char *name, comm::Communicator &comm, std::span<const uint32_t> axes,
                   const TensorRef &logits, const TensorRef &labels,
-                  std::optional<int64_t> ignoreIndex, bool withTarget, int64_t start, Row &&row) {
+                  std::optional<int64_t> ignoreIndex, bool withTarget, int64_t start, Row &&row,
+                  const TensorRef *exps = nullptr) {
   return dispatchFloat(name, logits.dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
-    ASSIGN_OR_RETURN(VocabStats s,
-                     vocabStats<T>(comm, axes, logits, labels, ignoreIndex, withTarget, start));
-    for (int64_t r = 0; r < labels.numElements(); ++r)
-      row(tag, r, loadIndex(labels, r), s);
+    T *expsOut = nullptr;
+    if constexpr (std::is_same_v<T, float>)
+      expsOut = exps ? exps->as<float>() : nullptr;
+    ASSIGN_OR_RETURN(VocabStats s, vocabStats<T>(comm, axes, logits, labels, ignoreIndex,
+                                                 withTarget, start, expsOut));
+    int64_t local = logits.shape.back();
+    detail::parallelFor(labels.numElements(), detail::grainFor(4 * local),
+                        [&](int64_t begin, int64_t end) {
+                          for (int64_t r = begin; r < end; ++r)
+                            row(tag, r, loadIndex(labels, r), s);
+                        });
     return Status::ok();
   });
 }
@@ -432,11 +453,22 @@ Status vocabCrossEntropyGrad(comm::Communicator &comm, std::span<const uint32_t>
                       }
                       const T *row = logits.as<const T>() + r * local;
                       double dl = static_cast<double>(dloss.as<const T>()[r]);
+                      if constexpr (std::is_same_v<T, float>) {
+                        // As cpu::crossEntropyGrad: the exps (vocabStats left them in the
+                        // output), dl p_j in f32, the label's dl (p - 1) from its exp in double.
+                        bool here = label >= start && label < start + local;
+                        double labelExp = here ? static_cast<double>(out[label - start]) : 0.0;
+                        cpu::vmath::scaleF32(out, static_cast<float>(dl / s.sum[r]), local);
+                        if (here)
+                          out[label - start] = static_cast<float>(dl * (labelExp / s.sum[r] - 1.0));
+                        return;
+                      }
                       for (int64_t j = 0; j < local; ++j) {
                         double p = std::exp(static_cast<double>(row[j]) - s.max[r]) / s.sum[r];
                         out[j] = static_cast<T>(dl * (p - (j + start == label ? 1.0 : 0.0)));
                       }
-                    });
+                    },
+                    &dlogits);
 }
 
 } // namespace megac::runtime::commops

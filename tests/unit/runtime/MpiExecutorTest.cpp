@@ -220,6 +220,59 @@ TEST(MpiExecutor, VocabParallelCrossEntropyMatchesTheWholeVocab) {
   expectClose(valuesOf<double>(ex->output("dlogits").value()), wantShard, 1e-13, 1e-15, "dlogits");
 }
 
+TEST(MpiExecutor, VocabParallelCrossEntropyF32MatchesTheWholeVocab) {
+  // The f32 path (the whole-vocabulary kernel's vectorised exp): logits [6, 80] split over tp
+  // into [6, 40] (two 16-lane blocks and a tail per shard), labels on both shards, one ignored.
+  // Error model: the global max is the whole row's max exactly, so every shard computes the same
+  // f32 exps as the whole row; only the double sum's order differs (relative ~1e-16), which can
+  // move the f32 results (loss, dl / sum, the label's dl (p - 1)) across a rounding boundary: at
+  // most 2 ulp of f32 (2^-22 relative) after the scaling's own rounding.
+  const int rows = 6, vocab = 80, local = 40;
+  std::vector<float> logits = randomValues<float>(rows * vocab, 21, -6.0, 6.0);
+  std::vector<float> dloss = randomValues<float>(rows, 22, 0.1, 1.0);
+  std::vector<int64_t> labels = {3, 47, -100, 79, 40, 39};
+  HostTensor whole = f32({rows, vocab}, logits), labelsT = i64({rows}, labels),
+             dlossT = f32({rows}, dloss);
+  HostTensor wantLoss = HostTensor::zeros(DType::f32, {rows});
+  HostTensor wantGrad = HostTensor::zeros(DType::f32, {rows, vocab});
+  ASSERT_TRUE(
+      cpu::crossEntropy(cpu::refOf(whole), cpu::refOf(labelsT), -100, cpu::refOf(wantLoss)).isOk());
+  ASSERT_TRUE(cpu::crossEntropyGrad(cpu::refOf(dlossT), cpu::refOf(whole), cpu::refOf(labelsT),
+                                    -100, cpu::refOf(wantGrad))
+                  .isOk());
+
+  PlanSpec spec = meshPlan();
+  ProgramSpec &p = spec.program();
+  uint32_t lg = p.input("logits", DType::f32, {rows, local});
+  uint32_t lb = p.input("labels", DType::i64, {rows});
+  uint32_t dl = p.input("dloss", DType::f32, {rows});
+  uint32_t loss = p.buffer("loss", DType::f32, {rows});
+  uint32_t dlogits = p.buffer("dlogits", DType::f32, {rows, local});
+  p.inst(O::CrossEntropy, {lg, lb}, loss, "loss", fb::Attrs::CrossEntropyAttrs,
+         vocabCrossEntropyAttrs(true, -100, {1}));
+  p.inst(O::CrossEntropyGrad, {dl, lg, lb}, dlogits, "dloss", fb::Attrs::CrossEntropyAttrs,
+         vocabCrossEntropyAttrs(true, -100, {1}));
+  p.output("loss", loss);
+  p.output("dlogits", dlogits);
+  auto ex = executorFor(spec);
+  int tp = tpOf(rank());
+  std::vector<float> shard, wantShard;
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < local; ++j) {
+      shard.push_back(logits[i * vocab + tp * local + j]);
+      wantShard.push_back(valuesOf<float>(wantGrad)[i * vocab + tp * local + j]);
+    }
+  ASSERT_TRUE(ex->setInput("logits", f32({rows, local}, shard)).isOk());
+  ASSERT_TRUE(ex->setInput("labels", labelsT).isOk());
+  ASSERT_TRUE(ex->setInput("dloss", dlossT).isOk());
+  ASSERT_TRUE(ex->run().isOk());
+  const double ulps2 = std::ldexp(1.0, -22);
+  expectClose(valuesOf<float>(ex->output("loss").value()), valuesOf<float>(wantLoss), ulps2,
+              1e-30, "loss");
+  expectClose(valuesOf<float>(ex->output("dlogits").value()), wantShard, ulps2, 1e-30,
+              "dlogits");
+}
+
 TEST(MpiExecutor, VocabParallelEmbeddingThenAllReduce) {
   // Megatron's VocabParallelEmbedding: partial rows, then an all-reduce over tp.
   PlanSpec spec = meshPlan();
