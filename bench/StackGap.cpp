@@ -87,7 +87,7 @@ const std::vector<Field> &fields() {
       FLAG(fusedCrossEntropy),
       FLAG(lossKernels),
       FLAG(accumulatesEdgeGradients),
-      FLAG(perTensorGlobalNorm),
+      FLAG(groupedGlobalNorm),
       FLAG(concatenatesGradients),
       FLAG(supportsExpertParallel),
       FLAG(expertTensorParallel),

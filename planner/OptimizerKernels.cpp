@@ -13,7 +13,7 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
                                        Precision precision, const StackProfile &stack,
                                        bool partitioned, bool dataParallel, int zero,
                                        const TpReplicatedGradients &replicated,
-                                       double groupedExperts) {
+                                       double groupedExperts, const NormGroups &norm) {
   // AdamW reads the fp32 gradient, master weight and two moments and writes those three and
   // (mixed precision) the half copy: 28 bytes per parameter in fp32, 30 otherwise; the global
   // norm reads every local gradient once and clipping scales them (read + write).
@@ -21,13 +21,15 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
   Builder b{&pass};
   double kernels = stack.multiTensorOptimizer ? 1 : tensors;
   b.mem(KernelClass::adamw, updated * (precision == Precision::fp32 ? 28 : 30) / kernels, kernels);
-  if (stack.perTensorGlobalNorm && partitioned) {
-    // megac on several ranks: each tensor's sum of squares (square, row sum, accumulate), the
-    // partial sums all-reduced, one square root.
-    double each = parameters * 4 / tensors;
-    b.mem(KernelClass::elementwise, 2 * each, tensors);
-    b.mem(KernelClass::reduce, each, tensors);
-    b.mem(KernelClass::elementwise, 12, tensors);
+  if (stack.groupedGlobalNorm && partitioned) {
+    // megac on several ranks: one norm per group of gradients split over the same mesh axes
+    // (over the ZeRO shards under ZeRO), squared back (a scalar product), the groups' sums
+    // added, one square root.
+    double groups = double(std::max(1, norm.groups));
+    b.mem(KernelClass::globalNorm, norm.parameters * 4 / groups, groups);
+    b.mem(KernelClass::elementwise, 12, groups);
+    if (groups > 1)
+      b.mem(KernelClass::elementwise, 12, groups - 1);
     b.mem(KernelClass::elementwise, 8);
   } else {
     b.mem(KernelClass::globalNorm, parameters * 4);

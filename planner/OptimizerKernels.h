@@ -23,11 +23,18 @@ struct TpReplicatedGradients {
 /// `partitioned` when the step runs on several ranks, `dataParallel` when dp > 1 (`zero`: the
 /// ZeRO level); `replicated` under sequence parallelism; `groupedExperts`: the expert
 /// parameters among them when expert parallelism reduces their gradients as a group of their own
-/// (over the dp / ep ranks holding the same experts).
+/// (over the dp / ep ranks holding the same experts); `norm`: what a partitioned stack's global
+/// norm reads (groupedGlobalNorm).
+struct NormGroups {
+  /// Groups of gradients split over the same mesh axes: one norm kernel each.
+  int groups = 1;
+  /// The gradient elements the rank's norm reads: its ZeRO shard under ZeRO.
+  double parameters = 0;
+};
 std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double updated,
                                        Precision precision, const StackProfile &stack,
                                        bool partitioned, bool dataParallel, int zero = 0,
                                        const TpReplicatedGradients &replicated = {},
-                                       double groupedExperts = 0);
+                                       double groupedExperts = 0, const NormGroups &norm = {});
 
 } // namespace megac::planner

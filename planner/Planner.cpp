@@ -500,6 +500,12 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
   // tensor unless the stack has a multi-tensor optimizer.
   double updated = (localParameters - localExperts) / double(l.zero ? denseZeroShards(l) : 1) +
                    localExperts / double(l.zero ? expertZeroShards(l) : 1);
+  // The global norm's groups (mesh axes a gradient is split over): the replicated gradients,
+  // the tp-split ones, the experts' (split over ep); ZeRO adds dp to every group alike and the
+  // norm reads the shards.
+  NormGroups norm;
+  norm.groups = 1 + (l.tp > 1 ? 1 : 0) + (l.ep > 1 && shape_.experts > 0 ? 1 : 0);
+  norm.parameters = updated;
   if (!withUpdate)
     updated = 0;
   double perBlock = tensorsPerBlock(shape_);
@@ -528,7 +534,7 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
   KernelModel kernels(cluster_.device, stack_, l.precision);
   return kernels.time(optimizerKernels(localParameters, tensors, updated, l.precision, stack_,
                                        l.ranks() > 1, l.dp * l.cp > 1, l.zero, replicated,
-                                       l.ep > 1 ? localExperts : 0));
+                                       l.ep > 1 ? localExperts : 0, norm));
 }
 
 double StepEstimator::lowerBoundSeconds(const Layout &l) {

@@ -39,7 +39,7 @@ StackProfile megac(bool cpu) {
   p.fusedCrossEntropy = true;
   p.lossKernels = true;
   p.accumulatesEdgeGradients = true;
-  p.perTensorGlobalNorm = true;
+  p.groupedGlobalNorm = true;
   p.concatenatesGradients = true;
   p.recomputeDropsUnreadForward = true;
   // passes/training/MultiTensorOptimizer.cpp: one AdamWMulti per program (e2e_gemm_layout

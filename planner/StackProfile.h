@@ -250,10 +250,12 @@ struct StackProfile {
   /// the final norm are accumulated too, one add each (megac's accumulators cover every
   /// parameter tensor); the Megatron profiles charge the blocks' main_grad adds only.
   bool accumulatesEdgeGradients = false;
-  /// On several ranks the global norm is per-tensor kernels (square, row sum, accumulate), the
-  /// partial sums all-reduced, one square root (megac's lowering of global_norm); otherwise one
-  /// multi-tensor L2-norm pass (apex multi_tensor_l2norm).
-  bool perTensorGlobalNorm = false;
+  /// On several ranks the global norm is one norm kernel per group of gradients split over the
+  /// same mesh axes (replicated; tp-split; the experts' ep-split), each squared back, the groups'
+  /// sums all-reduced and added, one square root (megac's partitioned norm,
+  /// passes/training/TrainingOptimizer.cpp); otherwise one multi-tensor L2-norm pass (apex
+  /// multi_tensor_l2norm).
+  bool groupedGlobalNorm = false;
   /// Under data parallelism the gradients are concatenated into one buffer for the reduction
   /// and sliced back per tensor (megac's @apply_gradients); Megatron reduces its contiguous
   /// grad buffer in place.

@@ -540,7 +540,10 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
   static Value partitionedNorm(OpBuilder &b, Location loc, const Distribution &dist,
                                ArrayRef<Param> params, ArrayRef<Value> grads) {
     auto scalarType = RankedTensorType::get({}, params.front().type.getElementType());
-    std::map<SmallVector<StringRef>, Value> byAxes;
+    // The gradients grouped by the mesh axes their elements are split over; each group's sum of
+    // squares is one global_norm over the group (every gradient read once, summed in double by
+    // the runtimes), squared back, then all-reduced over those axes.
+    std::map<SmallVector<StringRef>, SmallVector<Value>> groups;
     for (size_t i = 0; i < params.size(); ++i) {
       SmallVector<int64_t> stages = integersOf(params[i].attrs.get("mega.shared_stages"));
       if (stages.size() > 1 && *llvm::min_element(stages) != dist.stage)
@@ -552,17 +555,13 @@ struct TrainingOptimizerPass : impl::TrainingOptimizerBase<TrainingOptimizerPass
       if (zeroSharded(dist, params[i]))
         axes.push_back("dp");
       llvm::sort(axes);
-      Value g = grads[i];
-      auto type = cast<RankedTensorType>(g.getType());
-      Value squares = mega::MulOp::create(b, loc, type, g, g);
-      SmallVector<int64_t> all = llvm::to_vector(llvm::seq<int64_t>(0, type.getRank()));
-      Value sum = type.getRank() == 0
-                      ? squares
-                      : mega::ReduceOp::create(b, loc, scalarType, mega::ReduceKind::sum, squares,
-                                               all, false)
-                            .getResult();
-      Value &group = byAxes[axes];
-      group = group ? mega::AddOp::create(b, loc, scalarType, group, sum).getResult() : sum;
+      groups[axes].push_back(grads[i]);
+    }
+    std::map<SmallVector<StringRef>, Value> byAxes;
+    for (auto &[axes, members] : groups) {
+      Value norm = mega::GlobalNormOp::create(b, loc, members);
+      scalarType = cast<RankedTensorType>(norm.getType());
+      byAxes[axes] = mega::MulOp::create(b, loc, scalarType, norm, norm);
     }
     Value total;
     for (auto &[axes, sum] : byAxes) {
