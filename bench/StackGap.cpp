@@ -93,6 +93,7 @@ const std::vector<Field> &fields() {
       FLAG(expertTensorParallel),
       FLAG(packedRouting),
       FLAG(allToAllDispatch),
+      FLAG(dispatchScalesTokens),
       FLAG(gathersRouting),
       FLAG(zeroOverExpertDataParallel),
   };

@@ -21,7 +21,8 @@ CLASS = {
     # MoE (docs/moe.md): the expert matrices over the routed rows, the top-k mask, the dispatch
     # (a copy of each token to its experts' rows), the combine and the gates' row dots.
     "MoeMatmul": "gemm", "MoeMatmulWeightGrad": "gemm", "TopKMask": "elementwise",
-    "MoeDispatch": "copy", "MoeCombine": "elementwise", "MoeRowDot": "reduce",
+    # megac's dispatch writes each token times its gate (StackProfile::dispatchScalesTokens).
+    "MoeDispatch": "elementwise", "MoeCombine": "elementwise", "MoeRowDot": "reduce",
 }
 # Their rows depend on the routing: compared by count (class gemm), not by shape.
 ROUTED = {"MoeMatmul", "MoeMatmulWeightGrad"}

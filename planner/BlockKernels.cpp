@@ -193,9 +193,12 @@ struct MoeKernels {
       b.mem(KernelClass::elementwise, 2 * routerBytes, 4);
       b.mem(KernelClass::reduce, routerBytes, 2);
     }
-    // Dispatch: each token copied to its experts' rows, sent to the experts' ranks.
+    // Dispatch: each token copied (megac: scaled by its gate) to its experts' rows, sent to the
+    // experts' ranks.
+    const KernelClass dispatch =
+        stack.dispatchScalesTokens ? KernelClass::elementwise : KernelClass::copy;
     exchange(b, true, true);
-    b.mem(KernelClass::copy, tokenBytes(dispatched + routedRows));
+    b.mem(dispatch, tokenBytes(dispatched + routedRows));
     if (epGathersTokens) // the ep group's routing, for the products and for the combine:
       for (int i = 0; i < 2; ++i) { // gathered, this tp rank's rows, the local experts' columns
         b.pass->ep.push_back({Collective::allGather, Tg * double(g.ep) * double(E) * double(e)});
@@ -228,7 +231,8 @@ struct MoeKernels {
   void backward(Builder &b) const {
     // Combine's adjoint (a dispatch of dy by the gates) and the gates' gradient (row dots).
     exchange(b, true, false);
-    b.mem(KernelClass::copy, tokenBytes(combined() + routedRows) + routerBytes);
+    b.mem(stack.dispatchScalesTokens ? KernelClass::elementwise : KernelClass::copy,
+          tokenBytes(combined() + routedRows) + routerBytes);
     b.mem(KernelClass::reduce, tokenBytes(routedRows + combined()));
     if (routerSplit) // the gates' gradient gathered for the router's backward on all T
       b.comm(Collective::allGather, Tg * double(E) * double(e));

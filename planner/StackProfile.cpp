@@ -58,6 +58,7 @@ StackProfile megac(bool cpu) {
   // over grouped ncclSend/ncclRecv since issue 29 (docs/cuda.md), not yet on a GPU: its profile
   // plans ep = 1 (supportsExpertParallel off) until a GPU check shows it.
   p.allToAllDispatch = true;
+  p.dispatchScalesTokens = true;
   p.gathersRouting = true;
   p.groupedExpertGemms = true; // moe_matmul: one instruction per expert matrix (docs/moe.md)
   p.routerOpByOp = true;

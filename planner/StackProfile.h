@@ -292,6 +292,11 @@ struct StackProfile {
   /// the all-gather dispatcher: the ep group's tokens gathered before the experts and the
   /// combine's partial sums reduce-scattered after (ep·T rows of h each way).
   bool allToAllDispatch = false;
+  /// The dispatch (and the combine's adjoint) writes each token times its gate into its experts'
+  /// rows, zeros elsewhere (megac's moe_dispatch: an elementwise product over [E, T, h]); otherwise
+  /// a permutation copy of the routed rows (Megatron's token permutation; the gates apply at the
+  /// combine).
+  bool dispatchScalesTokens = false;
   /// The routing ([T, E] 0/1) is all-gathered over ep before the exchange (megac places rows by
   /// token, so each rank needs the group's routing, not only per-expert counts).
   bool gathersRouting = false;

@@ -5,6 +5,7 @@
 // a fixed order (experts ascending, tokens ascending): results are bit-identical run to run.
 #include "runtime/cpu/AttentionUtil.h"
 #include "runtime/cpu/KernelUtil.h"
+#include "runtime/cpu/Parallel.h"
 #include "runtime/cpu/ShapeChecks.h"
 
 #include <climits>
@@ -74,14 +75,22 @@ Status moeDispatch(const TensorRef &x, const TensorRef &w, const TensorRef &out)
     using T = decltype(tag);
     const T *in = x.as<const T>(), *wt = w.as<const T>();
     T *o = out.as<T>();
-    for (int64_t e = 0; e < g.experts; ++e)
-      for (int64_t t = 0; t < g.tokens; ++t) {
+    // Row (e, t) of the output is token t scaled by its gate for expert e, exactly 0 where the
+    // gate is 0 (whatever the token holds); the rows are independent: split over the threads.
+    parallelFor(g.experts * g.tokens, grainFor(g.in), [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        int64_t e = row / g.tokens, t = row % g.tokens;
         T scale = wt[t * g.experts + e];
-        T *dst = o + (e * g.tokens + t) * g.in;
+        T *dst = o + row * g.in;
+        if (scale == T(0)) {
+          std::fill(dst, dst + g.in, T(0));
+          continue;
+        }
         const T *src = in + t * g.in;
         for (int64_t i = 0; i < g.in; ++i)
-          dst[i] = scale != T(0) ? scale * src[i] : T(0);
+          dst[i] = scale * src[i];
       }
+    });
     return Status::ok();
   });
 }
@@ -92,18 +101,21 @@ Status moeCombine(const TensorRef &y, const TensorRef &w, const TensorRef &out) 
     using T = decltype(tag);
     const T *in = y.as<const T>(), *wt = w.as<const T>();
     T *o = out.as<T>();
-    for (int64_t t = 0; t < g.tokens; ++t) {
-      T *dst = o + t * g.in;
-      std::fill(dst, dst + g.in, T(0));
-      for (int64_t e = 0; e < g.experts; ++e) {
-        T scale = wt[t * g.experts + e];
-        if (scale == T(0))
-          continue;
-        const T *src = in + (e * g.tokens + t) * g.in;
-        for (int64_t i = 0; i < g.in; ++i)
-          dst[i] += scale * src[i];
+    // Each token's row sums its experts in ascending order; the tokens run on the threads.
+    parallelFor(g.tokens, grainFor(g.in * g.experts), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        T *dst = o + t * g.in;
+        std::fill(dst, dst + g.in, T(0));
+        for (int64_t e = 0; e < g.experts; ++e) {
+          T scale = wt[t * g.experts + e];
+          if (scale == T(0))
+            continue;
+          const T *src = in + (e * g.tokens + t) * g.in;
+          for (int64_t i = 0; i < g.in; ++i)
+            dst[i] += scale * src[i];
+        }
       }
-    }
+    });
     return Status::ok();
   });
 }
@@ -147,16 +159,19 @@ Status moeRowDot(const TensorRef &y, const TensorRef &z, const TensorRef &w, con
     using T = decltype(tag);
     const T *a = y.as<const T>(), *b = z.as<const T>(), *wt = w.as<const T>();
     T *o = out.as<T>();
-    for (int64_t t = 0; t < g.tokens; ++t)
-      for (int64_t e = 0; e < g.experts; ++e) {
-        T sum = T(0);
-        if (wt[t * g.experts + e] != T(0)) {
-          const T *ra = a + (e * g.tokens + t) * g.in, *rb = b + t * g.in;
-          for (int64_t i = 0; i < g.in; ++i)
-            sum += ra[i] * rb[i];
+    // Each (t, e) dot runs in element order on one thread; the tokens run on the threads.
+    parallelFor(g.tokens, grainFor(g.in * g.experts), [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t)
+        for (int64_t e = 0; e < g.experts; ++e) {
+          T sum = T(0);
+          if (wt[t * g.experts + e] != T(0)) {
+            const T *ra = a + (e * g.tokens + t) * g.in, *rb = b + t * g.in;
+            for (int64_t i = 0; i < g.in; ++i)
+              sum += ra[i] * rb[i];
+          }
+          o[t * g.experts + e] = sum;
         }
-        o[t * g.experts + e] = sum;
-      }
+    });
     return Status::ok();
   });
 }
