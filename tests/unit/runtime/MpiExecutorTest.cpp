@@ -11,6 +11,9 @@
 #include "PlanBuilder.h"
 #include "TestUtil.h"
 
+#include <cmath>
+#include <type_traits>
+
 using namespace megac;
 using namespace megac::runtime;
 using namespace megac::runtime::testing;
@@ -173,16 +176,19 @@ TEST(MpiExecutor, SendAndRecvAlongDp) {
   ASSERT_TRUE(world().flushSends().isOk());
 }
 
-TEST(MpiExecutor, VocabParallelCrossEntropyMatchesTheWholeVocab) {
-  // logits [5, 8] split over tp into [5, 4]; one label ignored, labels on both shards.
-  const int rows = 5, vocab = 8, local = 4;
-  std::vector<double> logits = randomValues<double>(rows * vocab, 11, -3.0, 3.0);
-  std::vector<double> dloss = randomValues<double>(rows, 12, 0.1, 1.0);
-  std::vector<int64_t> labels = {1, 6, -100, 4, 3};
-  HostTensor whole = f64({rows, vocab}, logits), labelsT = i64({rows}, labels),
-             dlossT = f64({rows}, dloss);
-  HostTensor wantLoss = HostTensor::zeros(DType::f64, {rows});
-  HostTensor wantGrad = HostTensor::zeros(DType::f64, {rows, vocab});
+/// The vocab-parallel CrossEntropy and CrossEntropyGrad on logits [rows, vocab] split over tp
+/// against the whole-vocabulary kernels, within rtol and atol.
+template <typename T>
+void expectVocabParallelLossMatchesTheWholeVocab(int rows, int vocab, std::vector<int64_t> labels,
+                                                 uint32_t seed, double rtol, double atol) {
+  const DType dtype = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+  const int local = vocab / 2;
+  std::vector<T> logits = randomValues<T>(size_t(rows * vocab), seed, -6.0, 6.0);
+  std::vector<T> dloss = randomValues<T>(size_t(rows), seed + 1, 0.1, 1.0);
+  HostTensor whole = makeTensor(dtype, {rows, vocab}, logits), labelsT = i64({rows}, labels),
+             dlossT = makeTensor(dtype, {rows}, dloss);
+  HostTensor wantLoss = HostTensor::zeros(dtype, {rows});
+  HostTensor wantGrad = HostTensor::zeros(dtype, {rows, vocab});
   ASSERT_TRUE(
       cpu::crossEntropy(cpu::refOf(whole), cpu::refOf(labelsT), -100, cpu::refOf(wantLoss)).isOk());
   ASSERT_TRUE(cpu::crossEntropyGrad(cpu::refOf(dlossT), cpu::refOf(whole), cpu::refOf(labelsT),
@@ -191,11 +197,11 @@ TEST(MpiExecutor, VocabParallelCrossEntropyMatchesTheWholeVocab) {
 
   PlanSpec spec = meshPlan();
   ProgramSpec &p = spec.program();
-  uint32_t lg = p.input("logits", DType::f64, {rows, local});
+  uint32_t lg = p.input("logits", dtype, {rows, local});
   uint32_t lb = p.input("labels", DType::i64, {rows});
-  uint32_t dl = p.input("dloss", DType::f64, {rows});
-  uint32_t loss = p.buffer("loss", DType::f64, {rows});
-  uint32_t dlogits = p.buffer("dlogits", DType::f64, {rows, local});
+  uint32_t dl = p.input("dloss", dtype, {rows});
+  uint32_t loss = p.buffer("loss", dtype, {rows});
+  uint32_t dlogits = p.buffer("dlogits", dtype, {rows, local});
   p.inst(O::CrossEntropy, {lg, lb}, loss, "loss", fb::Attrs::CrossEntropyAttrs,
          vocabCrossEntropyAttrs(true, -100, {1}));
   p.inst(O::CrossEntropyGrad, {dl, lg, lb}, dlogits, "dloss", fb::Attrs::CrossEntropyAttrs,
@@ -204,20 +210,25 @@ TEST(MpiExecutor, VocabParallelCrossEntropyMatchesTheWholeVocab) {
   p.output("dlogits", dlogits);
   auto ex = executorFor(spec);
   int tp = tpOf(rank());
-  std::vector<double> shard, wantShard;
+  std::vector<T> shard, wantShard;
   for (int i = 0; i < rows; ++i)
     for (int j = 0; j < local; ++j) {
-      shard.push_back(logits[i * vocab + tp * local + j]);
-      wantShard.push_back(valuesOf<double>(wantGrad)[i * vocab + tp * local + j]);
+      shard.push_back(logits[size_t(i * vocab + tp * local + j)]);
+      wantShard.push_back(valuesOf<T>(wantGrad)[size_t(i * vocab + tp * local + j)]);
     }
-  ASSERT_TRUE(ex->setInput("logits", f64({rows, local}, shard)).isOk());
+  ASSERT_TRUE(ex->setInput("logits", makeTensor(dtype, {rows, local}, shard)).isOk());
   ASSERT_TRUE(ex->setInput("labels", labelsT).isOk());
   ASSERT_TRUE(ex->setInput("dloss", dlossT).isOk());
   ASSERT_TRUE(ex->run().isOk());
+  expectClose(valuesOf<T>(ex->output("loss").value()), valuesOf<T>(wantLoss), rtol, atol, "loss");
+  expectClose(valuesOf<T>(ex->output("dlogits").value()), wantShard, rtol, atol, "dlogits");
+}
+
+TEST(MpiExecutor, VocabParallelCrossEntropyMatchesTheWholeVocab) {
+  // f64: logits [5, 8] split over tp into [5, 4]; one label ignored, labels on both shards.
   // Shards sum exp in a different order than the whole row: double roundoff only.
-  expectClose(valuesOf<double>(ex->output("loss").value()), valuesOf<double>(wantLoss), 1e-13,
-              1e-15, "loss");
-  expectClose(valuesOf<double>(ex->output("dlogits").value()), wantShard, 1e-13, 1e-15, "dlogits");
+  expectVocabParallelLossMatchesTheWholeVocab<double>(5, 8, {1, 6, -100, 4, 3}, 11, 1e-13,
+                                                      1e-15);
 }
 
 TEST(MpiExecutor, VocabParallelCrossEntropyF32MatchesTheWholeVocab) {
@@ -227,50 +238,8 @@ TEST(MpiExecutor, VocabParallelCrossEntropyF32MatchesTheWholeVocab) {
   // f32 exps as the whole row; only the double sum's order differs (relative ~1e-16), which can
   // move the f32 results (loss, dl / sum, the label's dl (p - 1)) across a rounding boundary: at
   // most 2 ulp of f32 (2^-22 relative) after the scaling's own rounding.
-  const int rows = 6, vocab = 80, local = 40;
-  std::vector<float> logits = randomValues<float>(rows * vocab, 21, -6.0, 6.0);
-  std::vector<float> dloss = randomValues<float>(rows, 22, 0.1, 1.0);
-  std::vector<int64_t> labels = {3, 47, -100, 79, 40, 39};
-  HostTensor whole = f32({rows, vocab}, logits), labelsT = i64({rows}, labels),
-             dlossT = f32({rows}, dloss);
-  HostTensor wantLoss = HostTensor::zeros(DType::f32, {rows});
-  HostTensor wantGrad = HostTensor::zeros(DType::f32, {rows, vocab});
-  ASSERT_TRUE(
-      cpu::crossEntropy(cpu::refOf(whole), cpu::refOf(labelsT), -100, cpu::refOf(wantLoss)).isOk());
-  ASSERT_TRUE(cpu::crossEntropyGrad(cpu::refOf(dlossT), cpu::refOf(whole), cpu::refOf(labelsT),
-                                    -100, cpu::refOf(wantGrad))
-                  .isOk());
-
-  PlanSpec spec = meshPlan();
-  ProgramSpec &p = spec.program();
-  uint32_t lg = p.input("logits", DType::f32, {rows, local});
-  uint32_t lb = p.input("labels", DType::i64, {rows});
-  uint32_t dl = p.input("dloss", DType::f32, {rows});
-  uint32_t loss = p.buffer("loss", DType::f32, {rows});
-  uint32_t dlogits = p.buffer("dlogits", DType::f32, {rows, local});
-  p.inst(O::CrossEntropy, {lg, lb}, loss, "loss", fb::Attrs::CrossEntropyAttrs,
-         vocabCrossEntropyAttrs(true, -100, {1}));
-  p.inst(O::CrossEntropyGrad, {dl, lg, lb}, dlogits, "dloss", fb::Attrs::CrossEntropyAttrs,
-         vocabCrossEntropyAttrs(true, -100, {1}));
-  p.output("loss", loss);
-  p.output("dlogits", dlogits);
-  auto ex = executorFor(spec);
-  int tp = tpOf(rank());
-  std::vector<float> shard, wantShard;
-  for (int i = 0; i < rows; ++i)
-    for (int j = 0; j < local; ++j) {
-      shard.push_back(logits[i * vocab + tp * local + j]);
-      wantShard.push_back(valuesOf<float>(wantGrad)[i * vocab + tp * local + j]);
-    }
-  ASSERT_TRUE(ex->setInput("logits", f32({rows, local}, shard)).isOk());
-  ASSERT_TRUE(ex->setInput("labels", labelsT).isOk());
-  ASSERT_TRUE(ex->setInput("dloss", dlossT).isOk());
-  ASSERT_TRUE(ex->run().isOk());
-  const double ulps2 = std::ldexp(1.0, -22);
-  expectClose(valuesOf<float>(ex->output("loss").value()), valuesOf<float>(wantLoss), ulps2,
-              1e-30, "loss");
-  expectClose(valuesOf<float>(ex->output("dlogits").value()), wantShard, ulps2, 1e-30,
-              "dlogits");
+  expectVocabParallelLossMatchesTheWholeVocab<float>(6, 80, {3, 47, -100, 79, 40, 39}, 21,
+                                                     std::ldexp(1.0, -22), 1e-30);
 }
 
 TEST(MpiExecutor, VocabParallelEmbeddingThenAllReduce) {
