@@ -58,6 +58,91 @@ double interpolate(std::vector<std::pair<double, double>> points, double bytes, 
   return t1 + slope * (bytes - b1);
 }
 
+/// Least squares on the relative error of t ~ x·beta over the columns `use` of x (the others 0):
+/// every measured shape counts alike, a small one as much as a large one. Returns the relative
+/// sum of squares, or a negative number where the columns are degenerate or a coefficient comes
+/// out negative.
+double fitRelative(const std::vector<std::array<double, 3>> &x, const std::vector<double> &t,
+                   const std::vector<int> &use, std::array<double, 3> &beta) {
+  const size_t k = use.size();
+  if (x.size() < k)
+    return -1;
+  // Columns scaled to a unit largest entry: the terms differ by orders of magnitude.
+  std::array<double, 3> scale{};
+  for (size_t j = 0; j < k; ++j)
+    for (size_t i = 0; i < x.size(); ++i)
+      scale[j] = std::max(scale[j], std::abs(x[i][size_t(use[j])] / t[i]));
+  double m[3][4] = {};
+  for (size_t i = 0; i < x.size(); ++i)
+    for (size_t r = 0; r < k; ++r) {
+      double ar = x[i][size_t(use[r])] / t[i] / scale[r];
+      for (size_t c = 0; c < k; ++c)
+        m[r][c] += ar * x[i][size_t(use[c])] / t[i] / scale[c];
+      m[r][3] += ar;
+    }
+  for (size_t c = 0; c < k; ++c) { // Gaussian elimination, partial pivoting
+    size_t pivot = c;
+    for (size_t r = c + 1; r < k; ++r)
+      if (std::abs(m[r][c]) > std::abs(m[pivot][c]))
+        pivot = r;
+    if (std::abs(m[pivot][c]) < 1e-9 * double(x.size()))
+      return -1;
+    for (size_t j = 0; j < 4; ++j)
+      std::swap(m[c][j], m[pivot][j]);
+    for (size_t r = 0; r < k; ++r)
+      if (r != c) {
+        double f = m[r][c] / m[c][c];
+        for (size_t j = c; j < 4; ++j)
+          m[r][j] -= f * m[c][j];
+      }
+  }
+  beta = {};
+  for (size_t j = 0; j < k; ++j) {
+    beta[size_t(use[j])] = m[j][3] / m[j][j] / scale[j];
+    if (!(beta[size_t(use[j])] >= 0))
+      return -1;
+  }
+  double sse = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    double fit = x[i][0] * beta[0] + x[i][1] * beta[1] + x[i][2] * beta[2];
+    sse += (fit / t[i] - 1) * (fit / t[i] - 1);
+  }
+  return sse;
+}
+
+/// The attention model of the measured calls: t = perFlop·(b·h·s²·d) + perScore·(b·h·s²) +
+/// perRow·(b·h·s). The products scale with the head size, the softmax and the masking with the
+/// scores, and each query row has a fixed part (its max and sum, and on the CPU the causal row
+/// blocks' small product calls), which dominates short sequences. Of the term subsets that keep
+/// the products and fit with non-negative coefficients, the one with the smallest relative error
+/// (with one head size measured, products and scores cannot be told apart: those subsets are
+/// degenerate and drop out).
+KernelModel::AttentionFit fitAttention(const std::vector<AttentionPoint> &table, double overhead,
+                                       bool backward) {
+  std::vector<std::array<double, 3>> x;
+  std::vector<double> t;
+  for (const AttentionPoint &p : table) {
+    double seconds = (backward ? p.backwardSeconds : p.forwardSeconds) - overhead;
+    if (!(seconds > 0))
+      continue;
+    double rows = double(p.batchHeads) * double(p.seq);
+    x.push_back({rows * double(p.seq) * double(p.headDim), rows * double(p.seq), rows});
+    t.push_back(seconds);
+  }
+  KernelModel::AttentionFit best;
+  double bestSse = -1;
+  for (const std::vector<int> &use :
+       std::vector<std::vector<int>>{{0, 1, 2}, {0, 2}, {0, 1}, {0}}) {
+    std::array<double, 3> beta{};
+    double sse = fitRelative(x, t, use, beta);
+    if (sse < 0 || !(beta[0] > 0) || (bestSse >= 0 && sse >= bestSse))
+      continue;
+    bestSse = sse;
+    best = {beta[0], beta[1], beta[2], true};
+  }
+  return best;
+}
+
 } // namespace
 
 const char *kernelClassName(KernelClass kind) { return kNames[size_t(kind)]; }
@@ -78,6 +163,10 @@ KernelModel::KernelModel(const DeviceSpec &device, const StackProfile &stack, Pr
       calibrationFor(device.calibration, device.devicesPerNode, device.threadsPerRank, &occupancy_);
   overhead_ = device_.calibration.instructionSeconds > 0 ? device_.calibration.instructionSeconds
                                                          : device_.launchSeconds;
+  if (!device_.calibration.attention.empty())
+    for (int backward = 0; backward < 2; ++backward)
+      attentionFit_[backward] =
+          fitAttention(device_.calibration.attention, overhead_, backward != 0);
 }
 
 double KernelModel::gemmSeconds(int64_t m, int64_t n, int64_t k, int64_t batch) const {
@@ -145,32 +234,10 @@ double KernelModel::attentionSeconds(int64_t batchHeads, int64_t seq, int64_t he
   // q·kᵀ and p·v: 4·s²·d FLOPs per head forward, the backward's five products 2.5x that.
   double flops = 4.0 * double(batchHeads) * double(seq) * double(seq) * double(headDim) *
                  (backward ? 2.5 : 1.0);
-  const std::vector<AttentionPoint> &table = device_.calibration.attention;
-  if (!table.empty()) {
-    // t = a·(b·h·s²·d) + c·(b·h·s²): the products scale with the head size, the softmax and the
-    // masking with the scores alone. Least squares over the measured calls (with one head size
-    // measured the split is unknown: all of it scales with FLOPs).
-    double scores = double(batchHeads) * double(seq) * double(seq);
-    double sff = 0, sfs = 0, sss = 0, sft = 0, sst = 0;
-    bool headSizes = false;
-    for (const AttentionPoint &p : table) {
-      double f = double(p.batchHeads) * double(p.seq) * double(p.seq) * double(p.headDim);
-      double sc = double(p.batchHeads) * double(p.seq) * double(p.seq);
-      double t = std::max(0.0, (backward ? p.backwardSeconds : p.forwardSeconds) - overhead_);
-      sff += f * f;
-      sfs += f * sc;
-      sss += sc * sc;
-      sft += f * t;
-      sst += sc * t;
-      headSizes = headSizes || p.headDim != table.front().headDim;
-    }
-    double det = sff * sss - sfs * sfs;
-    if (headSizes && det > 1e-12 * sff * sss) {
-      double a = (sft * sss - sst * sfs) / det, c = (sst * sff - sft * sfs) / det;
-      if (a > 0 && c >= 0)
-        return a * scores * double(headDim) + c * scores;
-    }
-    return sft / sff * scores * double(headDim);
+  if (const AttentionFit &fit = attentionFit_[backward ? 1 : 0]; fit.valid) {
+    double rows = double(batchHeads) * double(seq);
+    return fit.perFlop * rows * double(seq) * double(headDim) + fit.perScore * rows * double(seq) +
+           fit.perRow * rows;
   }
   // A causal flash kernel skips the masked half of the tiles (FlashAttention-2, section 3.1).
   double efficiency =

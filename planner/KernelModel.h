@@ -140,10 +140,18 @@ public:
   const std::string &occupancy() const { return occupancy_; }
   const StackProfile &stack() const { return stack_; }
 
+  /// The calibrated attention model t = perFlop·(b·h·s²·d) + perScore·(b·h·s²) + perRow·(b·h·s)
+  /// (attentionSeconds), fitted once per model from the occupancy's measured calls.
+  struct AttentionFit {
+    double perFlop = 0, perScore = 0, perRow = 0;
+    bool valid = false;
+  };
+
 private:
   double peak_;
   int64_t elementBytes_;
   double overhead_ = 0;
+  AttentionFit attentionFit_[2]; // forward, backward
   DeviceSpec device_;
   StackProfile stack_;
   std::string occupancy_;

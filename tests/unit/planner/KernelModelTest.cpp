@@ -89,6 +89,28 @@ TEST(KernelModelTest, AttentionSeparatesProductsFromScoresWhenHeadSizesDiffer) {
   EXPECT_NEAR(k.attentionSeconds(4, 512, 128, false), 1e-11 * scores * 128 + 2e-10 * scores, 1e-9);
 }
 
+TEST(KernelModelTest, AttentionFitsAPerRowCostForShortSequences) {
+  // Calls made by t = a·(b·h·s²·d) + c·(b·h·s²) + r·(b·h·s) (a = 1e-11, c = 2e-10, r = 1e-7: the
+  // per-row part is 60% of a 128-long call and 16% of a 1024-long one) at the shapes
+  // `megac calibrate --backend cpu` measures: the fit recovers all three, so a short sequence of
+  // many heads (a small model's attention) is predicted exactly. The two-term fit the planner had
+  // before left it 20-30% short, weighted towards the long calls.
+  DeviceSpec d = calibratedCpu();
+  auto call = [](int64_t bh, int64_t s, int64_t dh) {
+    double rows = double(bh) * double(s);
+    double t = 1e-11 * rows * double(s) * double(dh) + 2e-10 * rows * double(s) + 1e-7 * rows;
+    return AttentionPoint{bh, s, dh, true, t + 1e-6, 2 * t + 1e-6}; // + the instruction
+  };
+  d.calibration.attention = {call(8, 128, 64),  call(8, 256, 64), call(16, 512, 64),
+                             call(4, 1024, 64), call(16, 128, 32), call(8, 512, 32),
+                             call(8, 256, 128)};
+  KernelModel k(d, stack("megac", true), Precision::fp32);
+  double rows = 32.0 * 128;
+  double want = 1e-11 * rows * 128 * 64 + 2e-10 * rows * 128 + 1e-7 * rows;
+  EXPECT_NEAR(k.attentionSeconds(32, 128, 64, false), want, 1e-9 * want);
+  EXPECT_NEAR(k.attentionSeconds(32, 128, 64, true), 2 * want, 2e-9 * want);
+}
+
 TEST(KernelModelTest, CalibratedCollectivesInterpolateLogLog) {
   Cluster c{calibratedCpu(), 1};
   c.device.devicesPerNode = 2;
