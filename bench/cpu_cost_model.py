@@ -11,8 +11,9 @@ measures every configuration; every configuration of the round, 1 rank or 2, 1 t
 fp32 or bf16, is predicted from that one spec (`megac plan --cluster SPEC:1xRANKS --threads T
 --stack megac`, every choice pinned, --no-compile). Calibrations and measurements interleave:
 round 1 = calibration 1 + measurements, round 2 = calibration 2 + measurements, ...; a
-configuration's measured time in a round is the median of its `--repeats` runs, a run's time the
-median of its steps after the first two. Per calibration the table prints the mean and max
+configuration's measured time in a round is the median of its `--repeats` runs (taken in as many
+passes over the configurations, so they spread over the round), a run's time the median of its
+steps after the first two. Per calibration the table prints the mean and max
 |error|; the summary gives, per configuration, the spread of the error across calibrations.
 
 `--round K` runs only round K and saves it under WORKDIR after every configuration (so a full
@@ -212,26 +213,31 @@ def run_round(args, configs, k, saved=None, save=None):
         result = {"round": k, "spec": spec, "calibrate_s": seconds, "rows": {},
                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     rows = result["rows"]
-    for config in configs:
-        if config[0] in rows:
-            continue
-        if args.hold_seconds and time.time() - start > args.hold_seconds:
-            print("round %d: %d of %d configurations done after %.0f s; run --round %d again "
-                  "to resume" % (k, len(rows), len(configs), time.time() - start, k),
+    # --repeats N measures in N passes over the configurations, so a configuration's runs are
+    # spread over the round (as the calibration spreads its sweeps over its own minutes) rather
+    # than taken back to back inside one of the VM's speed phases; its time is their median.
+    for repeat in range(args.repeats):
+        for config in configs:
+            row = rows.get(config[0])
+            if row and len(row["runs_ms"]) > repeat:
+                continue
+            if args.hold_seconds and time.time() - start > args.hold_seconds:
+                print("round %d: pass %d of %d stopped after %.0f s; run --round %d again to "
+                      "resume" % (k, repeat + 1, args.repeats, time.time() - start, k),
+                      file=sys.stderr, flush=True)
+                return result
+            if row is None:
+                row = rows[config[0]] = {"predicted_ms": predict(args.megac, spec, config),
+                                         "runs_ms": []}
+            row["runs_ms"].append(measure(args.megac, args.workdir, config, args.steps))
+            row["measured_ms"] = statistics.median(row["runs_ms"])
+            row["time"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+            print("round %d, pass %d: %-22s predicted %8.1f ms, measured %8.1f ms (%+.1f%%)"
+                  % (k, repeat + 1, config[0], row["predicted_ms"], row["measured_ms"],
+                     100 * (row["predicted_ms"] / row["measured_ms"] - 1)),
                   file=sys.stderr, flush=True)
-            break
-        predicted = predict(args.megac, spec, config)
-        runs = [measure(args.megac, args.workdir, config, args.steps)
-                for _ in range(args.repeats)]
-        rows[config[0]] = {"predicted_ms": predicted, "measured_ms": statistics.median(runs),
-                           "runs_ms": runs,
-                           "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
-        print("round %d: %-22s predicted %8.1f ms, measured %8.1f ms (%+.1f%%)"
-              % (k, config[0], predicted, rows[config[0]]["measured_ms"],
-                 100 * (predicted / rows[config[0]]["measured_ms"] - 1)),
-              file=sys.stderr, flush=True)
-        if save:
-            save(result)
+            if save:
+                save(result)
     return result
 
 
