@@ -118,20 +118,34 @@ std::string candidateJson(const planner::PlanCandidate &c) {
     gemms(s.firstStageGemms);
     out << ", \"last\": ";
     gemms(s.lastStageGemms);
+    if (l.pp > 2) {
+      out << ", \"middle\": ";
+      gemms(s.middleStageGemms);
+    }
     auto classes = [&](const std::vector<std::pair<std::string, double>> &list) {
       out << "{";
       for (size_t i = 0; i < list.size(); ++i)
         out << (i ? ", " : "") << "\"" << list[i].first << "\": " << list[i].second;
       out << "}";
     };
+    // A middle stage (pp > 2): its blocks only, neither the embedding nor the head.
+    bool middle = l.pp > 2;
     out << "}, \"stage_kernel_launches\": {\"first\": ";
     classes(s.firstStageLaunches);
     out << ", \"last\": ";
     classes(s.lastStageLaunches);
+    if (middle) {
+      out << ", \"middle\": ";
+      classes(s.middleStageLaunches);
+    }
     out << "}, \"stage_kernel_bytes\": {\"first\": ";
     classes(s.firstStageBytes);
     out << ", \"last\": ";
     classes(s.lastStageBytes);
+    if (middle) {
+      out << ", \"middle\": ";
+      classes(s.middleStageBytes);
+    }
     out << "}";
   }
   out << ", \"memory\": {\"parameters\": " << s.parameterBytes

@@ -685,9 +685,11 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     ef.comm(g.sequenceParallel ? Collective::reduceScatter : Collective::allReduce, act);
   if (t > 1 && g.sequenceParallel)
     eb.comm(Collective::allGather, act);
-  if (stack.embeddingGradKernels) { // the first block's two input gradients summed; learned
-                                    // positions' row sum
-    eb.mem(KernelClass::elementwise, 3 * act);
+  // The first block's two input gradients are summed by the block's own backward (each block
+  // charges the sum at its start, which is the sum for the input of the block after it: the
+  // count per stage is its blocks', e2e_plan_kernels' pp 4 middle stages check it). Learned
+  // positions' row sum.
+  if (stack.embeddingGradKernels) {
     if (!s.rope)
       eb.mem(KernelClass::reduce, act);
     else { // rope's backward table -swap_halves(sin): a negation, two slices and a concat

@@ -199,9 +199,10 @@ public:
   std::optional<StepCost> memory(const Layout &layout, std::string *why);
   /// Everything (Planner.h's estimate).
   std::optional<StepCost> estimate(const Layout &layout, std::string *why);
-  /// Whether estimate() lists the step's GEMMs by shape (StepCost::gemmShapes and the stages'):
-  /// off for the search's estimates (carrying the lists through every layout's sums costs about
-  /// a sixth of the search), on to report the layouts it keeps.
+  /// Whether estimate() lists the step's GEMMs by shape (StepCost::gemmShapes and the stages'),
+  /// and with pp > 2 a middle stage's inventory: off for the search's estimates (carrying the
+  /// lists through every layout's sums costs about a sixth of the search), on to report the
+  /// layouts it keeps.
   void listGemms(bool on) { listGemms_ = on; }
   /// A lower bound of stepSeconds (busy time of the busiest stage, no bubble, no exposed DP
   /// communication); the layout must be valid.
@@ -248,9 +249,10 @@ private:
     double transfer = 0;
     int64_t receiveLookahead = -1;
     PassCost split; // compute and tp of one micro-batch, by class and kind
-    /// The first and the last stage's kernels of one micro-batch (the same stage at pp 1):
-    /// `split` is the busier one's; these give every stage's inventory (StepCost::stageGemms).
-    KernelTime firstStage, lastStage;
+    /// The first and the last stage's kernels of one micro-batch (the same stage at pp 1), and
+    /// with pp > 2 a middle stage's (its blocks only): `split` is the busier one's; these give
+    /// every stage's inventory (StepCost::stageGemms).
+    KernelTime firstStage, lastStage, middleStage;
   };
   ChunkTimes chunkTimes(const Layout &layout);
   void fillMemory(const Layout &layout, StepCost &cost);

@@ -462,6 +462,12 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   busy.receiveLookahead = first.receiveLookahead;
   busy.firstStage = first.split.compute;
   busy.lastStage = last.split.compute;
+  if (l.pp > 2 && listGemms_) { // never the busiest (no embedding, no head): reported only
+    ChunkTimes middle;
+    double f2, b2, w2;
+    stage(false, false, f2, b2, w2, middle);
+    busy.middleStage = middle.split.compute;
+  }
   return busy;
 }
 
@@ -699,6 +705,16 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
         c.lastStageLaunches.push_back({name, last.launches[size_t(i)]});
         c.lastStageBytes.push_back({name, last.bytes[size_t(i)]});
       }
+    }
+    if (l.pp > 2) {
+      KernelTime middle = ct.middleStage.scaled(double(m));
+      c.middleStageGemms = mergeGemmShapes(middle.gemms);
+      for (int i = 0; i < kKernelClassCount; ++i)
+        if (middle.launches[size_t(i)] > 0) {
+          const char *name = kernelClassName(KernelClass(i));
+          c.middleStageLaunches.push_back({name, middle.launches[size_t(i)]});
+          c.middleStageBytes.push_back({name, middle.bytes[size_t(i)]});
+        }
     }
   }
   c.tpAllReduceSeconds = double(m) * ct.split.tp[int(Collective::allReduce)];

@@ -110,13 +110,14 @@ struct StepCost {
   /// The GEMMs among them by shape (mergeGemmShapes: m <= n, sorted), what
   /// tests/e2e/plan_kernels_test.py compares with the executed instructions' shapes.
   std::vector<GemmShape> gemmShapes;
-  /// With pp > 1: the first and the last stage's GEMMs (gemmShapes is the busier one's; a
-  /// middle stage runs the first's without the embedding's).
-  std::vector<GemmShape> firstStageGemms, lastStageGemms;
+  /// With pp > 1: the first and the last stage's GEMMs (gemmShapes is the busier one's), with
+  /// pp > 2 a middle stage's (its blocks only).
+  std::vector<GemmShape> firstStageGemms, lastStageGemms, middleStageGemms;
   /// With pp > 1: the first and the last stage's chunk kernels (the optimizer step apart) by
-  /// class, launches and bytes, as kernelLaunches and kernelBytes.
-  std::vector<std::pair<std::string, double>> firstStageLaunches, lastStageLaunches;
-  std::vector<std::pair<std::string, double>> firstStageBytes, lastStageBytes;
+  /// class, launches and bytes, as kernelLaunches and kernelBytes; with pp > 2 a middle stage's.
+  std::vector<std::pair<std::string, double>> firstStageLaunches, lastStageLaunches,
+      middleStageLaunches;
+  std::vector<std::pair<std::string, double>> firstStageBytes, lastStageBytes, middleStageBytes;
   /// One chunk step of the busiest stage, forward and backward (recompute, tensor-parallel
   /// collectives and the pipeline send included): what the schedule was simulated with.
   double chunkForwardSeconds = 0, chunkBackwardSeconds = 0;

@@ -122,6 +122,9 @@ private:
       c.cost.lastStageLaunches = std::move(cost->lastStageLaunches);
       c.cost.firstStageBytes = std::move(cost->firstStageBytes);
       c.cost.lastStageBytes = std::move(cost->lastStageBytes);
+      c.cost.middleStageGemms = std::move(cost->middleStageGemms);
+      c.cost.middleStageLaunches = std::move(cost->middleStageLaunches);
+      c.cost.middleStageBytes = std::move(cost->middleStageBytes);
     }
   }
 

@@ -8,7 +8,7 @@ small Llama (RMSNorm, rotary, GQA, SwiGLU; 1 rank, and tp 2 with full recompute)
 program, so each must match); `megac plan --json` with the same layout pinned
 lists the kernels the cost model charges (`kernel_launches`, by class). Each class must match the
 trace's instruction count exactly (GEMMs, attention, transposes, norms, GELU, reductions,
-embedding, cross entropy, AdamW, broadcasts, copies, rotary, SiLU) and the elementwise count within 5%: the
+embedding, cross entropy, AdamW, broadcasts, copies, rotary, SiLU) and the elementwise count within 2%: the
 planner's time is a sum over this inventory, so a missing or phantom kernel is a wrong
 prediction. The GEMMs are compared by shape too: the planner's `gemms` (m, n, k, batch with
 counts; a product and its transpose are one shape) must be exactly the multiset of the executed
@@ -72,8 +72,9 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
            (MIXTRAL, 2, 2, 4, ["--ep", "2", "--sequence-parallel"])]
 # Pipeline layouts: each stage runs its own program. `megac plan --json` gives the first and the
 # last stage's GEMMs (`stage_gemms`), launches and bytes by class (`stage_kernel_launches`,
-# `stage_kernel_bytes`, the chunk functions without the optimizer step), so every rank's GEMM
-# shapes, class counts and bytes are compared with its stage's.
+# `stage_kernel_bytes`, the chunk functions without the optimizer step), and with pp > 2 a middle
+# stage's (its blocks only), so every rank's GEMM shapes, class counts and bytes are compared
+# with its stage's.
 PIPELINE_LAYOUTS = [(GPT4, 1, 1, 2, 2, []), (GPT4, 1, 1, 2, 2, ["--vpp", "2"]),
                     (GPT4, 2, 1, 2, 2, ["--sequence-parallel"]),
                     (LLAMA4, 1, 2, 2, 2, ["--recompute", "full"]),
@@ -83,7 +84,10 @@ PIPELINE_LAYOUTS = [(GPT4, 1, 1, 2, 2, []), (GPT4, 1, 1, 2, 2, ["--vpp", "2"]),
                     # its last repeat their whole forward (planner: chunkLastRecompute).
                     (GPT4, 1, 1, 2, 2, ["--vpp", "2", "--recompute", "full"]),
                     (GPT4, 2, 1, 2, 2, ["--sequence-parallel", "--recompute", "full"]),
-                    (GPT4, 1, 2, 2, 2, ["--zero", "1", "--recompute", "selective"])]
+                    (GPT4, 1, 2, 2, 2, ["--zero", "1", "--recompute", "selective"]),
+                    # pp 4: two middle stages of one block each (no embedding, no head).
+                    (GPT4, 1, 1, 4, 2, []),
+                    (LLAMA4, 1, 1, 4, 2, ["--recompute", "full"])]
 
 
 def fail(message):
@@ -178,12 +182,18 @@ LUMPED = {"elementwise", "reduce", "copy", "broadcast"}
 NOT_MEMORY = {"gemm", "attention"}
 
 
+# Elementwise launches: exact on every dense layout and every pipeline stage since the first
+# block's input-gradient sum stopped being charged twice (2026-12-05); what is left: ZeRO-2/3
+# run 2 more a step than charged (106 / 104), Mixtral at micro-batch 2 4 more (476 / 472).
+ELEMENTWISE_COUNT = 0.02
+
+
 def compare_counts(what, rank, real, model, failures):
-    """Every class's launches exactly, elementwise's within 5%."""
+    """Every class's launches exactly, elementwise's within ELEMENTWISE_COUNT."""
     for kind in sorted(set(real) | set(model)):
         got, want = model.get(kind, 0), real.get(kind, 0)
         if kind == "elementwise":
-            if abs(got - want) > 0.05 * want:
+            if abs(got - want) > ELEMENTWISE_COUNT * want:
                 failures.append("%s rank %d: %s kernels predicted %g, ran %d"
                                 % (what, rank, kind, got, want))
         elif got != want:
@@ -252,6 +262,7 @@ def main():
         layout = planned(args.megac, model_spec, tp, dp, mb, extra, pp)
         stages = layout["stage_gemms"]
         first, last = gemm_counter(stages["first"]), gemm_counter(stages["last"])
+        middle = gemm_counter(stages["middle"]) if pp > 2 else None
         before = len(failures)
         for rank, ran in enumerate(ranGemms):
             # A rank's stage by what it runs: the embedding on the first, the loss on the last.
@@ -260,6 +271,8 @@ def main():
                 stage, gemms = "first", first
             elif ranks[rank]["cross_entropy"] and not ranks[rank]["embedding"]:
                 stage, gemms = "last", last
+            elif pp > 2 and not ranks[rank]["cross_entropy"] and not ranks[rank]["embedding"]:
+                stage, gemms = "middle", middle
             if stage:
                 where = "%s (%s stage)" % (what, stage)
                 compare_gemms(where, rank, ran, gemms, failures)
@@ -268,12 +281,13 @@ def main():
                 compare_bytes(where, rank, ranBytes[rank], layout["stage_kernel_bytes"][stage],
                               failures)
             else:
-                failures.append("%s rank %d: runs %d embeddings and %d losses: not a first or "
-                                "last stage of pp %d" % (what, rank, ranks[rank]["embedding"],
+                failures.append("%s rank %d: runs %d embeddings and %d losses: not a stage of "
+                                "pp %d" % (what, rank, ranks[rank]["embedding"],
                                                          ranks[rank]["cross_entropy"], pp))
         if len(failures) == before:
             print("ok: %s: every rank's GEMM shapes, classes and bytes as its stage's (first %d, "
-                  "last %d GEMM shapes)" % (what, len(first), len(last)))
+                  "last %d%s GEMM shapes)" % (what, len(first), len(last),
+                                              ", middle %d" % len(middle) if middle else ""))
     if failures:
         fail("\n  ".join(failures))
     return 0
