@@ -759,6 +759,11 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     double table = double(s.vocab) * double(h) / double(t);
     double positions = s.rope ? 0.0 : double(s.seq) * double(h);
     accumulate(eb, table + positions, 1 + (s.rope ? 0 : 1));
+    // ZeRO-2/3 reduce-scatter each micro-batch's gradients: a tied table's two (the embedding's
+    // scatter, the head's GEMM) are summed into one whole table first (megac plan -o: an Add of
+    // [vocab, hidden] before the table's ReduceScatter).
+    if (s.tiedEmbedding && g.gradientShards > 1)
+      eb.mem(KernelClass::elementwise, 3 * table * double(e));
     bool headAdds = !s.tiedEmbedding && !gemmAccumulates(stack, g.precision);
     double normParams = double(h) * (s.biases ? 2 : 1);
     accumulate(hb, normParams + (headAdds ? table : 0.0), (s.biases ? 2 : 1) + (headAdds ? 1 : 0));

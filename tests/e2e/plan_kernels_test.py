@@ -8,7 +8,7 @@ small Llama (RMSNorm, rotary, GQA, SwiGLU; 1 rank, and tp 2 with full recompute)
 program, so each must match); `megac plan --json` with the same layout pinned
 lists the kernels the cost model charges (`kernel_launches`, by class). Each class must match the
 trace's instruction count exactly (GEMMs, attention, transposes, norms, GELU, reductions,
-embedding, cross entropy, AdamW, broadcasts, copies, rotary, SiLU) and the elementwise count within 2%: the
+embedding, cross entropy, AdamW, broadcasts, copies, rotary, SiLU) and the elementwise count within 1%: the
 planner's time is a sum over this inventory, so a missing or phantom kernel is a wrong
 prediction. The GEMMs are compared by shape too: the planner's `gemms` (m, n, k, batch with
 counts; a product and its transpose are one shape) must be exactly the multiset of the executed
@@ -182,10 +182,12 @@ LUMPED = {"elementwise", "reduce", "copy", "broadcast"}
 NOT_MEMORY = {"gemm", "attention"}
 
 
-# Elementwise launches: exact on every dense layout and every pipeline stage since the first
-# block's input-gradient sum stopped being charged twice (2026-12-05); what is left: ZeRO-2/3
-# run 2 more a step than charged (106 / 104), Mixtral at micro-batch 2 4 more (476 / 472).
-ELEMENTWISE_COUNT = 0.02
+# Elementwise launches: exact on every dense layout, every pipeline stage and ZeRO-2/3 since the
+# first block's input-gradient sum stopped being charged twice and ZeRO-2/3's sum of a tied
+# table's two gradients is charged (2026-12-05). What is left: the 3-layer Mixtral runs one more
+# per micro-batch than charged (476 / 472 a step; the aux loss' per-layer statistics sums,
+# planner/BlockKernels.cpp routerOpByOp), 0.85%.
+ELEMENTWISE_COUNT = 0.01
 
 
 def compare_counts(what, rank, real, model, failures):
