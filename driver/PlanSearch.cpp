@@ -90,17 +90,20 @@ std::string candidateJson(const planner::PlanCandidate &c) {
       << ", \"tp_all_gather_s\": " << s.tpAllGatherSeconds
       << ", \"tp_reduce_scatter_s\": " << s.tpReduceScatterSeconds
       << ", \"dp_reduce_s\": " << s.dpReduceSeconds << ", \"dp_gather_s\": " << s.dpGatherSeconds
-      << "}, \"kernel_launches\": {";
-  for (size_t i = 0; i < s.kernelLaunches.size(); ++i)
-    out << (i ? ", " : "") << "\"" << s.kernelLaunches[i].first
-        << "\": " << s.kernelLaunches[i].second;
-  out << "}, \"kernel_seconds\": {";
-  for (size_t i = 0; i < s.kernelSeconds.size(); ++i)
-    out << (i ? ", " : "") << "\"" << s.kernelSeconds[i].first
-        << "\": " << s.kernelSeconds[i].second;
-  out << "}, \"kernel_bytes\": {";
-  for (size_t i = 0; i < s.kernelBytes.size(); ++i)
-    out << (i ? ", " : "") << "\"" << s.kernelBytes[i].first << "\": " << s.kernelBytes[i].second;
+      << "}";
+  // A {class: value} map.
+  auto classes = [&](const std::vector<std::pair<std::string, double>> &list) {
+    out << "{";
+    for (size_t i = 0; i < list.size(); ++i)
+      out << (i ? ", " : "") << "\"" << list[i].first << "\": " << list[i].second;
+    out << "}";
+  };
+  out << ", \"kernel_launches\": ";
+  classes(s.kernelLaunches);
+  out << ", \"kernel_seconds\": ";
+  classes(s.kernelSeconds);
+  out << ", \"kernel_bytes\": ";
+  classes(s.kernelBytes);
   auto gemms = [&](const std::vector<planner::GemmShape> &list) {
     out << "[";
     for (size_t i = 0; i < list.size(); ++i) {
@@ -111,42 +114,26 @@ std::string candidateJson(const planner::PlanCandidate &c) {
     }
     out << "]";
   };
-  out << "}, \"gemms\": ";
+  out << ", \"gemms\": ";
   gemms(s.gemmShapes);
   if (l.pp > 1) {
-    out << ", \"stage_gemms\": {\"first\": ";
-    gemms(s.firstStageGemms);
-    out << ", \"last\": ";
-    gemms(s.lastStageGemms);
-    if (l.pp > 2) {
-      out << ", \"middle\": ";
-      gemms(s.middleStageGemms);
-    }
-    auto classes = [&](const std::vector<std::pair<std::string, double>> &list) {
-      out << "{";
-      for (size_t i = 0; i < list.size(); ++i)
-        out << (i ? ", " : "") << "\"" << list[i].first << "\": " << list[i].second;
+    // The first and the last stage, and with pp > 2 a middle one (its blocks only).
+    std::vector<std::pair<const char *, const planner::StageInventory *>> stages = {
+        {"first", &s.firstStage}, {"last", &s.lastStage}};
+    if (l.pp > 2)
+      stages.push_back({"middle", &s.middleStage});
+    auto perStage = [&](const char *key, auto write) {
+      out << ", \"" << key << "\": {";
+      for (size_t i = 0; i < stages.size(); ++i) {
+        out << (i ? ", " : "") << "\"" << stages[i].first << "\": ";
+        write(*stages[i].second);
+      }
       out << "}";
     };
-    // A middle stage (pp > 2): its blocks only, neither the embedding nor the head.
-    bool middle = l.pp > 2;
-    out << "}, \"stage_kernel_launches\": {\"first\": ";
-    classes(s.firstStageLaunches);
-    out << ", \"last\": ";
-    classes(s.lastStageLaunches);
-    if (middle) {
-      out << ", \"middle\": ";
-      classes(s.middleStageLaunches);
-    }
-    out << "}, \"stage_kernel_bytes\": {\"first\": ";
-    classes(s.firstStageBytes);
-    out << ", \"last\": ";
-    classes(s.lastStageBytes);
-    if (middle) {
-      out << ", \"middle\": ";
-      classes(s.middleStageBytes);
-    }
-    out << "}";
+    perStage("stage_gemms", [&](const planner::StageInventory &st) { gemms(st.gemms); });
+    perStage("stage_kernel_launches",
+             [&](const planner::StageInventory &st) { classes(st.launches); });
+    perStage("stage_kernel_bytes", [&](const planner::StageInventory &st) { classes(st.bytes); });
   }
   out << ", \"memory\": {\"parameters\": " << s.parameterBytes
       << ", \"gradients\": " << s.gradientBytes << ", \"optimizer\": " << s.optimizerBytes

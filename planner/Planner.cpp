@@ -692,30 +692,22 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
     }
   c.gemmShapes = mergeGemmShapes(kernels.gemms);
   if (l.pp > 1) {
-    KernelTime first = ct.firstStage.scaled(double(m)), last = ct.lastStage.scaled(double(m));
-    c.firstStageGemms = mergeGemmShapes(first.gemms);
-    c.lastStageGemms = mergeGemmShapes(last.gemms);
-    for (int i = 0; i < kKernelClassCount; ++i) {
-      const char *name = kernelClassName(KernelClass(i));
-      if (first.launches[size_t(i)] > 0) {
-        c.firstStageLaunches.push_back({name, first.launches[size_t(i)]});
-        c.firstStageBytes.push_back({name, first.bytes[size_t(i)]});
-      }
-      if (last.launches[size_t(i)] > 0) {
-        c.lastStageLaunches.push_back({name, last.launches[size_t(i)]});
-        c.lastStageBytes.push_back({name, last.bytes[size_t(i)]});
-      }
-    }
-    if (l.pp > 2) {
-      KernelTime middle = ct.middleStage.scaled(double(m));
-      c.middleStageGemms = mergeGemmShapes(middle.gemms);
+    // One micro-batch's kernels of a stage, times the micro-batches, as the stage lists them.
+    auto inventory = [&](const KernelTime &perMicroBatch) {
+      KernelTime t = perMicroBatch.scaled(double(m));
+      StageInventory s;
+      s.gemms = mergeGemmShapes(t.gemms);
       for (int i = 0; i < kKernelClassCount; ++i)
-        if (middle.launches[size_t(i)] > 0) {
-          const char *name = kernelClassName(KernelClass(i));
-          c.middleStageLaunches.push_back({name, middle.launches[size_t(i)]});
-          c.middleStageBytes.push_back({name, middle.bytes[size_t(i)]});
+        if (t.launches[size_t(i)] > 0) {
+          s.launches.push_back({kernelClassName(KernelClass(i)), t.launches[size_t(i)]});
+          s.bytes.push_back({kernelClassName(KernelClass(i)), t.bytes[size_t(i)]});
         }
-    }
+      return s;
+    };
+    c.firstStage = inventory(ct.firstStage);
+    c.lastStage = inventory(ct.lastStage);
+    if (l.pp > 2)
+      c.middleStage = inventory(ct.middleStage);
   }
   c.tpAllReduceSeconds = double(m) * ct.split.tp[int(Collective::allReduce)];
   c.tpAllGatherSeconds = double(m) * ct.split.tp[int(Collective::allGather)];

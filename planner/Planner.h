@@ -73,6 +73,13 @@ struct GemmShape {
 };
 
 /// The predicted cost of one optimizer step.
+/// One pipeline stage's chunk kernels in a step (the optimizer step apart): its GEMMs by shape
+/// and its launches and bytes by class, as StepCost's gemmShapes, kernelLaunches, kernelBytes.
+struct StageInventory {
+  std::vector<GemmShape> gemms;
+  std::vector<std::pair<std::string, double>> launches, bytes;
+};
+
 struct StepCost {
   double computeSeconds = 0; // forward + backward (+ recompute) of the busiest stage
   double tpCommSeconds = 0;  // tensor/sequence-parallel collectives (not overlapped)
@@ -110,14 +117,9 @@ struct StepCost {
   /// The GEMMs among them by shape (mergeGemmShapes: m <= n, sorted), what
   /// tests/e2e/plan_kernels_test.py compares with the executed instructions' shapes.
   std::vector<GemmShape> gemmShapes;
-  /// With pp > 1: the first and the last stage's GEMMs (gemmShapes is the busier one's), with
-  /// pp > 2 a middle stage's (its blocks only).
-  std::vector<GemmShape> firstStageGemms, lastStageGemms, middleStageGemms;
-  /// With pp > 1: the first and the last stage's chunk kernels (the optimizer step apart) by
-  /// class, launches and bytes, as kernelLaunches and kernelBytes; with pp > 2 a middle stage's.
-  std::vector<std::pair<std::string, double>> firstStageLaunches, lastStageLaunches,
-      middleStageLaunches;
-  std::vector<std::pair<std::string, double>> firstStageBytes, lastStageBytes, middleStageBytes;
+  /// With pp > 1: the first and the last stage's inventories (gemmShapes and kernelLaunches are
+  /// the busier one's), with pp > 2 a middle stage's (its blocks only).
+  StageInventory firstStage, lastStage, middleStage;
   /// One chunk step of the busiest stage, forward and backward (recompute, tensor-parallel
   /// collectives and the pipeline send included): what the schedule was simulated with.
   double chunkForwardSeconds = 0, chunkBackwardSeconds = 0;

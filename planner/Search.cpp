@@ -116,15 +116,9 @@ private:
   void listGemmsOf(PlanCandidate &c) {
     if (std::optional<StepCost> cost = estimator_.estimate(c.layout, nullptr)) {
       c.cost.gemmShapes = std::move(cost->gemmShapes);
-      c.cost.firstStageGemms = std::move(cost->firstStageGemms);
-      c.cost.lastStageGemms = std::move(cost->lastStageGemms);
-      c.cost.firstStageLaunches = std::move(cost->firstStageLaunches);
-      c.cost.lastStageLaunches = std::move(cost->lastStageLaunches);
-      c.cost.firstStageBytes = std::move(cost->firstStageBytes);
-      c.cost.lastStageBytes = std::move(cost->lastStageBytes);
-      c.cost.middleStageGemms = std::move(cost->middleStageGemms);
-      c.cost.middleStageLaunches = std::move(cost->middleStageLaunches);
-      c.cost.middleStageBytes = std::move(cost->middleStageBytes);
+      c.cost.firstStage = std::move(cost->firstStage);
+      c.cost.lastStage = std::move(cost->lastStage);
+      c.cost.middleStage = std::move(cost->middleStage);
     }
   }
 
