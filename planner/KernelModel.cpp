@@ -163,6 +163,14 @@ KernelModel::KernelModel(const DeviceSpec &device, const StackProfile &stack, Pr
       calibrationFor(device.calibration, device.devicesPerNode, device.threadsPerRank, &occupancy_);
   overhead_ = device_.calibration.instructionSeconds > 0 ? device_.calibration.instructionSeconds
                                                          : device_.launchSeconds;
+  const Calibration &all = device.calibration;
+  if (!all.gemm.empty() && all.cores > 0) {
+    int64_t ranks = std::max<int64_t>(1, device.devicesPerNode);
+    threads_ = device.threadsPerRank > 0 ? device.threadsPerRank
+                                         : std::max<int64_t>(1, all.cores / ranks);
+    if (threads_ > 1)
+      serialGemm_ = calibrationFor(all, ranks * threads_, 1).gemm;
+  }
   if (!device_.calibration.attention.empty())
     for (int backward = 0; backward < 2; ++backward)
       attentionFit_[backward] =
@@ -172,10 +180,14 @@ KernelModel::KernelModel(const DeviceSpec &device, const StackProfile &stack, Pr
 double KernelModel::gemmSeconds(int64_t m, int64_t n, int64_t k, int64_t batch) const {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0)
     return 0;
-  double flops = 2.0 * double(m) * double(n) * double(k) * double(batch);
-  const std::vector<GemmPoint> &table = device_.calibration.gemm;
-  if (table.empty())
+  if (device_.calibration.gemm.empty())
     return planner::gemmSeconds(device_, peak_, m, n, k, batch, elementBytes_);
+  return tableGemmSeconds(device_.calibration.gemm, m, n, k, batch);
+}
+
+double KernelModel::tableGemmSeconds(const std::vector<GemmPoint> &table, int64_t m, int64_t n,
+                                     int64_t k, int64_t batch) const {
+  double flops = 2.0 * double(m) * double(n) * double(k) * double(batch);
   // Measured rates: inverse-square-distance weights over the nearest shapes in log space (a
   // measured shape gets its own rate), preferring
   // points of this element size (the CPU runtime computes half types in fp32: any size will do).
@@ -259,6 +271,12 @@ void KernelModel::add(const KernelOp &op, KernelTime &t) const {
   switch (op.kind) {
   case KernelClass::gemm: {
     double gemm = gemmSeconds(op.m, op.n, op.k, op.batch);
+    // Experts side by side on the threads: rounds of T single-thread products.
+    if (op.routed && stack_.expertsOnKernelThreads && !serialGemm_.empty() &&
+        op.batch >= threads_) {
+      double rounds = std::ceil(double(op.batch) / double(threads_));
+      gemm = rounds * tableGemmSeconds(serialGemm_, op.m, op.n, op.k, 1);
+    }
     t.gemm += n * gemm;
     work = gemm;
     t.gemms.push_back({op.m, op.n, op.k, op.batch, n, op.routed});

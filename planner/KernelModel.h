@@ -148,6 +148,10 @@ public:
   };
 
 private:
+  /// `batch` products of m x n x k at the rates of a calibrated GEMM table.
+  double tableGemmSeconds(const std::vector<GemmPoint> &table, int64_t m, int64_t n, int64_t k,
+                          int64_t batch) const;
+
   double peak_;
   int64_t elementBytes_;
   double overhead_ = 0;
@@ -155,6 +159,11 @@ private:
   DeviceSpec device_;
   StackProfile stack_;
   std::string occupancy_;
+  /// Kernel threads per rank of this layout (CPU calibrations; 1 otherwise), and the GEMM table
+  /// of as many single-thread ranks sharing the node: the rate of one product per thread side by
+  /// side (StackProfile::expertsOnKernelThreads).
+  int64_t threads_ = 1;
+  std::vector<GemmPoint> serialGemm_;
 };
 
 } // namespace megac::planner

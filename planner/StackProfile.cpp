@@ -105,6 +105,7 @@ StackProfile megac(bool cpu) {
   p.overlapFollowsPlan = true;
   if (cpu) {
     p.supportsExpertParallel = true;
+    p.expertsOnKernelThreads = true;
     return p;
   }
   p.flashAttention = true;

@@ -279,6 +279,11 @@ struct StackProfile {
   /// --moe-grouped-gemm; megac's moe_matmul and moe_matmul_weight_grad instructions); otherwise
   /// one GEMM per local expert.
   bool groupedExpertGemms = false;
+  /// A grouped expert product runs its experts side by side on the rank's kernel threads, each
+  /// expert's product on one thread, when there are at least as many local experts as threads
+  /// (megac's CPU runtime, runtime/cpu/Moe.cpp forEachExpert): ceil(E / T) rounds of one
+  /// expert's single-thread product, at the rate of T single-thread ranks sharing the node.
+  bool expertsOnKernelThreads = false;
   /// The router's renormalisation and the load-balancing loss run op by op as megac compiles
   /// them (docs/moe.md; e2e_plan_kernels checks the counts): forward 3 elementwise passes, 5
   /// reductions and a broadcast over [T, E] and a few scalar ops per layer; backward 7

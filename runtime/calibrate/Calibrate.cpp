@@ -5,6 +5,7 @@
 #include "runtime/calibrate/CudaProbe.h"
 #include "runtime/cuda/CudaExecutor.h"
 #include "runtime/cuda/Device.h"
+#include "runtime/cpu/Parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,10 +16,6 @@
 #include <optional>
 #include <thread>
 #include <unistd.h>
-
-#ifdef MEGAC_HAVE_BLAS
-extern "C" void openblas_set_num_threads(int threads);
-#endif
 
 namespace megac::runtime::calibrate {
 namespace {
@@ -125,12 +122,7 @@ double Results::linkLatency() const {
 
 comm::Mesh worldMesh(int64_t ranks) { return comm::Mesh{{"world"}, {ranks}}; }
 
-void setKernelThreads(int64_t threads) {
-  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
-#ifdef MEGAC_HAVE_BLAS
-  openblas_set_num_threads(int(threads));
-#endif
-}
+void setKernelThreads(int64_t threads) { runtime::cpu::setKernelThreads(int(threads)); }
 
 int64_t defaultThreads(int64_t ranksOnThisNode) {
   int64_t cores = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()));

@@ -2,26 +2,113 @@
 // condition variable between loops (they never spin, so they leave the cores to OpenBLAS's
 // threads between kernels). A loop is cut into a few chunks per thread that the caller and the
 // workers claim in turn, so a worker the scheduler wakes late costs little: the caller claims
-// the chunks it has not.
+// the chunks it has not. setKernelThreads places the caller and every other thread of the process
+// (OpenBLAS's workers, the pool's) on CPUs of their own; without it the pool keeps its workers
+// off the caller's CPU loop by loop.
 #include "runtime/cpu/Parallel.h"
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #ifdef __linux__
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 #endif
 
 #ifdef MEGAC_HAVE_BLAS
 extern "C" int openblas_get_num_threads(void);
 extern "C" void openblas_set_num_threads(int threads);
 #endif
+
+namespace megac::runtime::cpu {
+namespace {
+
+#ifdef __linux__
+/// Where setKernelThreads put the kernel threads (the pool pins the workers it starts later).
+struct Placement {
+  std::mutex mutex;
+  bool captured = false;
+  cpu_set_t process; // the process's CPUs before any placement
+  bool active = false;
+  cpu_set_t workers; // while active: every thread but the kernels' caller
+};
+
+Placement &placement() {
+  static Placement *p = new Placement; // never destroyed: pool workers may read it at exit
+  return *p;
+}
+
+int64_t envInt(const char *name, int64_t fallback) {
+  const char *value = std::getenv(name);
+  return value && *value ? std::max<int64_t>(0, std::atoll(value)) : fallback;
+}
+
+/// Pins every thread of the process but the caller to `set`.
+void pinOtherThreads(const cpu_set_t &set) {
+  DIR *dir = opendir("/proc/self/task");
+  if (!dir)
+    return;
+  pid_t self = static_cast<pid_t>(gettid());
+  while (dirent *entry = readdir(dir)) {
+    pid_t tid = static_cast<pid_t>(std::atoll(entry->d_name));
+    if (tid > 0 && tid != self)
+      sched_setaffinity(tid, sizeof set, &set); // a thread that just exited: nothing to do
+  }
+  closedir(dir);
+}
+#endif
+
+} // namespace
+
+void setKernelThreads(int threads) {
+  threads = std::max(1, threads);
+  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+#ifdef MEGAC_HAVE_BLAS
+  openblas_set_num_threads(threads); // starts OpenBLAS's extra workers first: they are placed too
+#endif
+#ifdef __linux__
+  Placement &p = placement();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  if (!p.captured) {
+    CPU_ZERO(&p.process);
+    if (sched_getaffinity(0, sizeof p.process, &p.process) != 0)
+      return;
+    p.captured = true;
+  }
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &p.process))
+      cpus.push_back(c);
+  auto t = static_cast<size_t>(threads);
+  size_t localRank = size_t(envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0)),
+         localSize = size_t(std::max<int64_t>(1, envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1)));
+  size_t first = cpus.size() >= localSize * t ? localRank * t : 0;
+  cpu_set_t caller = p.process, workers = p.process;
+  const char *pin = std::getenv("MEGAC_PIN_THREADS"); // "0": leave placement to the scheduler
+  p.active = t > 1 && first + t <= cpus.size() && !(pin && std::string(pin) == "0");
+  if (p.active) {
+    CPU_ZERO(&caller);
+    CPU_ZERO(&workers);
+    CPU_SET(cpus[first], &caller);
+    for (size_t i = first + 1; i < first + t; ++i)
+      CPU_SET(cpus[i], &workers);
+  }
+  p.workers = workers;
+  sched_setaffinity(0, sizeof caller, &caller);
+  pinOtherThreads(workers);
+#endif
+}
+
+} // namespace megac::runtime::cpu
 
 namespace megac::runtime::cpu::detail {
 
@@ -52,7 +139,7 @@ public:
         workers_.back().detach();
         placedFor_ = -1;
       }
-      keepOffCallersCpu();
+      placeWorkers();
       n_ = n;
       chunks_ = chunks;
       body_ = body;
@@ -100,6 +187,29 @@ private:
   /// threads spin (yielding) on the other CPUs for a while; a worker the scheduler woke onto the
   /// caller's busy CPU would wait there until the caller had run every chunk itself, while on a
   /// spinning thread's CPU it runs at the next yield. Re-pinned only when the caller has moved.
+  void placeWorkers() {
+#ifdef __linux__
+    {
+      Placement &p = placement();
+      std::lock_guard<std::mutex> lock(p.mutex);
+      if (p.active) { // setKernelThreads pinned the caller: the workers go where it said
+        if (placedFor_ != kPlacedBySetKernelThreads)
+          for (pthread_t handle : handles_)
+            pthread_setaffinity_np(handle, sizeof p.workers, &p.workers);
+        placedFor_ = kPlacedBySetKernelThreads;
+        return;
+      }
+      if (placedFor_ == kPlacedBySetKernelThreads)
+        placedFor_ = -1;
+      if (p.captured && !haveAllowed_) {
+        allowed_ = p.process;
+        haveAllowed_ = true;
+      }
+    }
+    keepOffCallersCpu();
+#endif
+  }
+
   void keepOffCallersCpu() {
 #ifdef __linux__
     int cpu = sched_getcpu();
@@ -130,7 +240,8 @@ private:
   cpu_set_t allowed_; // the process's CPUs when the pool started
   bool haveAllowed_ = false;
 #endif
-  int placedFor_ = -1; // the caller CPU the workers are pinned away from
+  static constexpr int kPlacedBySetKernelThreads = -2;
+  int placedFor_ = -1; // the caller CPU the workers are pinned away from, or the above
   uint64_t generation_ = 0;
   bool open_ = false; // workers may join the current loop
   int active_ = 0;    // workers inside the current loop

@@ -8,6 +8,23 @@
 #include <cstdint>
 #include <utility>
 
+namespace megac::runtime::cpu {
+
+/// Sets how many threads a rank's kernels use (OpenBLAS's and the kernel pool's: kernelThreads())
+/// and, on Linux, where they run. With T > 1 threads the calling thread (the one that runs the
+/// kernels) is pinned to one CPU and every other thread of the process (OpenBLAS's workers, the
+/// kernel pool's, idle helpers) to T - 1 others, so a product's BLAS worker never lands on the
+/// caller's CPU: left to the scheduler, a woken worker often does (wake-affine), and the GEMMs
+/// of the next few milliseconds then run at one thread's speed (2 threads on a 2-core VM: steps
+/// of one run 82-135 ms, 80-91 ms placed). The CPUs are the process's (its affinity when first
+/// called), local rank r of an MPI job taking block r of T when the set holds every local rank's
+/// block (else, bound by the launcher, the first T of its own). T = 1, or too few CPUs: every
+/// thread may run on any of the process's CPUs, as without this call (and with MEGAC_PIN_THREADS=0,
+/// for a machine shared with other jobs).
+void setKernelThreads(int threads);
+
+} // namespace megac::runtime::cpu
+
 namespace megac::runtime::cpu::detail {
 
 /// Threads a kernel may use: OpenBLAS's thread count (set by `megac train --threads`) when the

@@ -5,6 +5,7 @@
 #include "driver/Compile.h"
 #include "driver/HfSave.h"
 #include "driver/TrainData.h"
+#include "runtime/cpu/Parallel.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -14,7 +15,6 @@
 #include <unistd.h>
 
 // OpenBLAS's thread count (libopenblas, linked through the CPU kernels).
-extern "C" void openblas_set_num_threads(int threads);
 
 namespace megac::cli {
 
@@ -264,8 +264,7 @@ void setThreads(int64_t threads, int64_t ranks) {
       local = std::max<int64_t>(1, std::atoll(value));
     threads = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) / local);
   }
-  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  openblas_set_num_threads(int(threads));
+  runtime::cpu::setKernelThreads(int(threads));
 }
 
 } // namespace megac::cli

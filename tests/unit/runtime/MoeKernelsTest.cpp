@@ -6,7 +6,12 @@
 
 #include "TestUtil.h"
 
+#include <cmath>
 #include <random>
+
+// Weak: a build without OpenBLAS (MEGAC_BLAS=OFF) runs the kernels on one thread only.
+extern "C" void openblas_set_num_threads(int threads) __attribute__((weak));
+extern "C" int openblas_get_num_threads(void) __attribute__((weak));
 
 using namespace megac;
 using namespace megac::runtime;
@@ -138,4 +143,77 @@ TEST(MoeKernels, ShapeErrorsNameTheOpAndTheOperand) {
   EXPECT_NE(s.message().find("MoeMatmul: weight"), std::string::npos) << s.message();
   HostTensor x32 = f32({3, 2}, {1, 2, 3, 4, 5, 6});
   EXPECT_FALSE(moeDispatch(refOf(x32), refOf(w), refOf(routed)).isOk());
+}
+
+// The routed products pack their active rows and scatter the results back on the kernel threads
+// (runtime/cpu/Moe.cpp packRows/unpackRows). Enough tokens that the rows split into several
+// chunks per thread (grainFor(64) = 512 rows); on 1, 2 and 3 threads every inactive (t, e) row
+// is exactly 0 and every active one is its expert's product. Error model: an f32 dot of k terms
+// summed in any order is within k * 2^-24 * sum |a_i b_i| (plus one rounding of the result) of
+// the exact one; the reference sums in double.
+TEST(MoeKernels, RoutedProductsScatterEveryRowOnAnyThreads) {
+  if (!openblas_set_num_threads)
+    GTEST_SKIP() << "built without OpenBLAS: the kernels run on one thread";
+  const int64_t E = 4, T = 2048, in = 64, out = 96;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto random = [&](std::vector<int64_t> shape) {
+    HostTensor t = HostTensor::zeros(DType::f32, shape);
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      t.data<float>()[i] = u(rng);
+    return t;
+  };
+  // Top 2 of 4 per token, uneven: expert 0 takes every third token, so the experts' row counts
+  // (and their chunks' first active rows) differ.
+  HostTensor w = HostTensor::zeros(DType::f32, {T, E});
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t first = t % 3 == 0 ? 0 : 1 + t % 3, second = (first + 1 + t % 2) % E;
+    w.data<float>()[t * E + first] = 0.75f;
+    w.data<float>()[t * E + second] = 0.25f;
+  }
+  HostTensor x = random({E, T, in}), W = random({E, out, in}), dy = random({E, T, out});
+  int saved = openblas_get_num_threads();
+  for (int threads : {1, 2, 3}) {
+    openblas_set_num_threads(threads);
+    HostTensor y = random({E, T, out}), dW = random({E, out, in}); // garbage: every row written
+    ASSERT_TRUE(moeMatmul(refOf(x), refOf(W), refOf(w), false, refOf(y)).isOk());
+    ASSERT_TRUE(moeMatmulWeightGrad(refOf(dy), refOf(x), refOf(w), refOf(dW)).isOk());
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t t = 0; t < T; ++t) {
+        bool active = w.data<float>()[t * E + e] != 0;
+        for (int64_t o = 0; o < out; ++o) {
+          float got = y.data<float>()[(e * T + t) * out + o];
+          if (!active) {
+            ASSERT_EQ(got, 0.0f) << "threads " << threads << " expert " << e << " token " << t;
+            continue;
+          }
+          double want = 0, magnitude = 0;
+          for (int64_t i = 0; i < in; ++i) {
+            double p = double(x.data<float>()[(e * T + t) * in + i]) *
+                       double(W.data<float>()[(e * out + o) * in + i]);
+            want += p;
+            magnitude += std::fabs(p);
+          }
+          ASSERT_NEAR(got, want, (in + 1) * std::ldexp(magnitude, -24))
+              << "threads " << threads << " expert " << e << " token " << t;
+        }
+      }
+    // dW[e] = dy[e]^T x[e] over the expert's active tokens only.
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t p = 0; p < out; p += 7)
+        for (int64_t q = 0; q < in; q += 5) {
+          double want = 0, magnitude = 0;
+          for (int64_t t = 0; t < T; ++t)
+            if (w.data<float>()[t * E + e] != 0) {
+              double v = double(dy.data<float>()[(e * T + t) * out + p]) *
+                         double(x.data<float>()[(e * T + t) * in + q]);
+              want += v;
+              magnitude += std::fabs(v);
+            }
+          ASSERT_NEAR(dW.data<float>()[(e * out + p) * in + q], want,
+                      (T + 1) * std::ldexp(magnitude, -24))
+              << "threads " << threads << " expert " << e;
+        }
+  }
+  openblas_set_num_threads(saved);
 }
