@@ -91,10 +91,14 @@ void setKernelThreads(int threads) {
   auto t = static_cast<size_t>(threads);
   size_t localRank = size_t(envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0)),
          localSize = size_t(std::max<int64_t>(1, envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1)));
-  size_t first = cpus.size() >= localSize * t ? localRank * t : 0;
+  // Every local rank's block in the set (one process, or an unbound MPI job): this rank's. A
+  // smaller set under several local ranks (oversubscribed, or bound by the launcher): no
+  // placement, since ranks that all pinned their callers to the set's first CPU would share it.
+  bool blocks = cpus.size() >= localSize * t;
+  size_t first = blocks ? localRank * t : 0;
   cpu_set_t caller = p.process, workers = p.process;
   const char *pin = std::getenv("MEGAC_PIN_THREADS"); // "0": leave placement to the scheduler
-  p.active = t > 1 && first + t <= cpus.size() && !(pin && std::string(pin) == "0");
+  p.active = t > 1 && blocks && first + t <= cpus.size() && !(pin && std::string(pin) == "0");
   if (p.active) {
     CPU_ZERO(&caller);
     CPU_ZERO(&workers);

@@ -17,9 +17,9 @@ namespace megac::runtime::cpu {
 /// caller's CPU: left to the scheduler, a woken worker often does (wake-affine), and the GEMMs
 /// of the next few milliseconds then run at one thread's speed (2 threads on a 2-core VM: steps
 /// of one run 82-135 ms, 80-91 ms placed). The CPUs are the process's (its affinity when first
-/// called), local rank r of an MPI job taking block r of T when the set holds every local rank's
-/// block (else, bound by the launcher, the first T of its own). T = 1, or too few CPUs: every
-/// thread may run on any of the process's CPUs, as without this call (and with MEGAC_PIN_THREADS=0,
+/// called), local rank r of an MPI job taking block r of T. T = 1, or a set without every local
+/// rank's block (oversubscribed, or bound by the launcher): every thread may run on any of the
+/// process's CPUs, as without this call (and with MEGAC_PIN_THREADS=0,
 /// for a machine shared with other jobs).
 void setKernelThreads(int threads);
 

@@ -104,7 +104,8 @@ int calibrateMachine(const char *self, const std::string &out, driver::Calibrate
   std::fflush(stdout);
   int saved = ::dup(fileno(stdout));
   ::dup2(fileno(stderr), fileno(stdout));
-  int rc = relaunchUnderMpirun(int(args.size()), args.data(), kCommand, cores, oversubscribe);
+  int rc =
+      relaunchUnderMpirun(int(args.size()), args.data(), kCommand, cores, oversubscribe, 1);
   std::fflush(stdout);
   ::dup2(saved, fileno(stdout));
   ::close(saved);
@@ -161,7 +162,7 @@ int calibrateCommand(int argc, char **argv) {
         "--ranks " + std::to_string(ranks) +
         ": megac-calibrate runs one process; use `megac calibrate --ranks N` (Open MPI)");
 #else
-    return relaunchUnderMpirun(argc, argv, kCommand, ranks, oversubscribe);
+    return relaunchUnderMpirun(argc, argv, kCommand, ranks, oversubscribe, threads);
 #endif
   }
   driver::CalibrateRequest request;

@@ -149,7 +149,9 @@ be a multiple of 2C; with --tp/--sequence-parallel, --dp, --pp, --ep and --zero,
 m = B / (b*D) micro-batches (B must be a multiple of b*D); micro-batch k of rank dp reads
 rows k*b*D + dp*b .. +b of the step's global batch, so every layout trains on the same batch
 as one rank. Only rank 0 prints and writes files. --threads N sets the BLAS/OpenMP threads
-per rank (default: cores / ranks on this node, at least 1). --comm-timeout S (default 300):
+per rank (default: cores / ranks on this node, at least 1); with N > 1 each rank pins its
+kernel-running thread to one CPU and its BLAS/kernel workers to N - 1 others of its own block
+(MEGAC_PIN_THREADS=0: no pinning). --comm-timeout S (default 300):
 a collective or transfer waiting longer fails, naming the rank, operation and group, and the
 job is aborted. --overlap on (default off) compiles collectives as start/done pairs placed so
 communication overlaps compute (docs/training-step.md "Overlap"; the same losses, bit for

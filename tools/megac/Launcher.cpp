@@ -30,13 +30,18 @@ extern "C" void forwardToMpirun(int signal) {
 constexpr int kForwarded[] = {SIGTERM, SIGINT, SIGUSR1, SIGUSR2};
 
 /// mpirun's command line: this executable and its arguments under `mpirun -np N`.
-std::vector<std::string> mpirunLine(int argc, char **argv, int64_t ranks, bool oversubscribe) {
+std::vector<std::string> mpirunLine(int argc, char **argv, int64_t ranks, bool oversubscribe,
+                                    int64_t threads) {
   std::vector<std::string> line = {"mpirun"};
   if (geteuid() == 0)
     line.push_back("--allow-run-as-root");
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (oversubscribe || ranks > int64_t(cores))
     line.push_back("--oversubscribe");
+  if (threads == 0)
+    threads = std::max<int64_t>(1, int64_t(cores) / std::max<int64_t>(1, ranks));
+  if (threads > 1)
+    line.insert(line.end(), {"--bind-to", "none"});
   line.insert(line.end(), {"-np", std::to_string(ranks)});
   std::error_code ec;
   std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
@@ -53,8 +58,8 @@ std::vector<std::string> mpirunLine(int argc, char **argv, int64_t ranks, bool o
 } // namespace
 
 int relaunchUnderMpirun(int argc, char **argv, const std::string &command, int64_t ranks,
-                        bool oversubscribe) {
-  std::vector<std::string> line = mpirunLine(argc, argv, ranks, oversubscribe);
+                        bool oversubscribe, int64_t threads) {
+  std::vector<std::string> line = mpirunLine(argc, argv, ranks, oversubscribe, threads);
   std::vector<char *> args;
   for (std::string &arg : line)
     args.push_back(arg.data());

@@ -40,9 +40,12 @@ struct RunFlags {
 /// `--ranks N` outside an MPI launch: runs this command under `mpirun -np N` as a child, turning
 /// a SIGTERM or SIGINT this process receives into SIGUSR2 for the ranks, and returns mpirun's
 /// exit code (128 + the signal when a signal ended it; 1, after printing why, when mpirun cannot
-/// be started). Launcher.cpp.
+/// be started). Launcher.cpp. `threads`: kernel threads per rank (0: the node's cores shared by
+/// the ranks, as setThreads); with more than one, mpirun binds nothing (Open MPI binds each of 2
+/// or fewer ranks to one core, which would crowd a rank's threads onto it) and each rank places
+/// its own threads in its block of CPUs (runtime::cpu::setKernelThreads).
 int relaunchUnderMpirun(int argc, char **argv, const std::string &command, int64_t ranks,
-                        bool oversubscribe);
+                        bool oversubscribe, int64_t threads);
 
 /// BLAS and OpenMP threads per rank: `threads`, else the cores shared by the ranks on this node.
 void setThreads(int64_t threads, int64_t ranks);

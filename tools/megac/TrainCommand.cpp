@@ -237,7 +237,8 @@ int trainCommand(int argc, char **argv) {
   if (std::string e = exitFlags.configure(flags, c); !e.empty())
     return flags.usage(e);
   if (c.exec.ranks > 1 && driver::launchedRanks() <= 1)
-    return relaunchUnderMpirun(argc, argv, kCommand, c.exec.ranks, run.oversubscribe);
+    return relaunchUnderMpirun(argc, argv, kCommand, c.exec.ranks, run.oversubscribe,
+                               c.exec.threads);
   driver::StopRequest stop(c.exec.exitOnSignal, c.exec.exitDurationMinutes, started);
   if (c.exec.exitOnSignal)
     if (Status st = driver::handleStopSignals(); !st.isOk())
