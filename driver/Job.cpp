@@ -4,6 +4,7 @@
 #include "driver/RunConfig.h"
 
 #include "runtime/calibrate/Calibrate.h"
+#include "runtime/cpu/Parallel.h"
 #include "runtime/comm/MpiCommunicator.h"
 #include "runtime/train/StopRequest.h"
 
@@ -22,5 +23,7 @@ Status handleStopSignals() {
 }
 
 void abortJob(int code) { runtime::comm::MpiCommunicator::abortJob(code); }
+
+void setKernelThreads(int threads) { runtime::cpu::setKernelThreads(threads); }
 
 } // namespace megac::driver

@@ -21,6 +21,11 @@ StatusOr<std::unique_ptr<Communicator>> joinCalibrationJob(int64_t ranks);
 /// SIGINT too), for TrainSession::agreeToStop.
 Status handleStopSignals();
 
+/// Sets and places this rank's kernel threads (runtime::cpu::setKernelThreads: OpenBLAS's and the
+/// kernel pool's count; with more than one, the caller pinned to one CPU of the rank's block and
+/// the workers to the others).
+void setKernelThreads(int threads);
+
 /// Ends every rank of the job with exit code `code`.
 [[noreturn]] void abortJob(int code);
 

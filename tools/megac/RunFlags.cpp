@@ -4,8 +4,8 @@
 
 #include "driver/Compile.h"
 #include "driver/HfSave.h"
+#include "driver/Job.h"
 #include "driver/TrainData.h"
-#include "runtime/cpu/Parallel.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -264,7 +264,7 @@ void setThreads(int64_t threads, int64_t ranks) {
       local = std::max<int64_t>(1, std::atoll(value));
     threads = std::max<int64_t>(1, int64_t(std::thread::hardware_concurrency()) / local);
   }
-  runtime::cpu::setKernelThreads(int(threads));
+  driver::setKernelThreads(int(threads));
 }
 
 } // namespace megac::cli
