@@ -141,8 +141,10 @@ public:
     if (g.size == 1 || count == 0)
       return Status::ok();
     size_t bytes = count * dtypeSize(dtype);
-    std::vector<uint8_t> all = take(bytes * g.size);
     Clock::time_point readyAt = emulatedEnd(true, g, bytes);
+    if (bytes >= kSplitAllReduceBytes && count >= g.size)
+      return reduceScatterThenGather(g, axes, data, count, dtype, kind, readyAt);
+    std::vector<uint8_t> all = take(bytes * g.size);
     if (Status s = gather(g, axes, data, all.data(), bytes, "all_reduce", readyAt); !s.isOk()) {
       abandoned_.push_back(std::move(all)); // MPI may still write it
       return s;
@@ -545,6 +547,56 @@ private:
   std::string describe(std::span<const uint32_t> axes, const char *op, size_t bytes) const {
     return std::string(op) + " over " + mesh_.describeGroup(rank_, axes) + " (" +
            std::to_string(bytes) + " bytes per rank)";
+  }
+
+  /// A blocking all_reduce from this size on runs as a reduce-scatter and an all-gather: each
+  /// member receives (n - 1)/n of the message twice and reduces 1/n of it, where gathering every
+  /// member's whole message moves n - 1 messages to each and has each reduce all of it (1 MiB
+  /// f32 over 2 ranks on this project's 2-core VM: see docs/cpu-performance.md). Below,
+  /// a message costs about a phase's latency, which the split would double.
+  static constexpr size_t kSplitAllReduceBytes = size_t(64) << 10;
+
+  /// The all_reduce as a reduce-scatter of element blocks [count·j/n, count·(j+1)/n) (member j
+  /// sums block j of every member in group order, accumulating as reduceInto does) and an
+  /// all-gather of the sums: the same bits on every member as the whole-message gather.
+  Status reduceScatterThenGather(const Group &g, std::span<const uint32_t> axes, void *data,
+                                 size_t count, DType dtype, ReduceKind kind,
+                                 Clock::time_point readyAt) {
+    const size_t n = g.size, size = dtypeSize(dtype);
+    int member = 0;
+    MPI_Comm_rank(g.comm, &member);
+    const size_t me = static_cast<size_t>(member);
+    std::string what = describe(axes, "all_reduce", count * size);
+    if (count * size > size_t(INT32_MAX))
+      return Status::error(prefix() + what + ": more than 2 GiB per rank is not supported");
+    auto start = [&](size_t j) { return count * j / n; };
+    std::vector<int> blockBytes(n), blockAt(n), mineBytes(n), mineAt(n);
+    const size_t mine = start(me + 1) - start(me);
+    for (size_t j = 0; j < n; ++j) {
+      blockBytes[j] = static_cast<int>((start(j + 1) - start(j)) * size);
+      blockAt[j] = static_cast<int>(start(j) * size);
+      mineBytes[j] = static_cast<int>(mine * size);
+      mineAt[j] = static_cast<int>(j * mine * size);
+    }
+    std::vector<uint8_t> blocks = take(n * mine * size);
+    MPI_Request request;
+    int rc = MPI_Ialltoallv(data, blockBytes.data(), blockAt.data(), MPI_BYTE, blocks.data(),
+                            mineBytes.data(), mineAt.data(), MPI_BYTE, g.comm, &request);
+    if (rc != MPI_SUCCESS)
+      return Status::error(prefix() + what + " failed: " + mpiError(rc));
+    if (Status s = wait(request, what, nullptr); !s.isOk()) {
+      abandoned_.push_back(std::move(blocks)); // MPI may still write it
+      return s;
+    }
+    auto *bytes = static_cast<uint8_t *>(data);
+    Status reduced = reduceInto(blocks.data(), bytes + start(me) * size, mine, n, dtype, kind);
+    give(std::move(blocks));
+    RETURN_IF_ERROR(reduced);
+    rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_BYTE, data, blockBytes.data(), blockAt.data(),
+                         MPI_BYTE, g.comm, &request);
+    if (rc != MPI_SUCCESS)
+      return Status::error(prefix() + what + " failed: " + mpiError(rc));
+    return wait(request, what, nullptr, readyAt);
   }
 
   Status gather(const Group &g, std::span<const uint32_t> axes, const void *in, void *out,

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <vector>
 #include <thread>
 
 using namespace megac;
@@ -44,6 +46,46 @@ TEST(MpiComm, AllReduceOfRankIds) {
   uint16_t half = floatToBf16(1.5f * r);
   ASSERT_TRUE(world().allReduce(kAll, &half, 1, DType::bf16, ReduceKind::sum).isOk());
   EXPECT_EQ(bf16ToFloat(half), 9.0f);
+}
+
+// From 64 KiB a blocking all_reduce is a reduce-scatter of element blocks and an all-gather
+// (MpiCommunicator.cpp reduceScatterThenGather). Its bits must be the whole-message algorithm's:
+// each element summed over the members in group order in the accumulator (f32 in double, bf16 in
+// f32) and rounded once, the same on every member; counts that the group size does not divide
+// leave uneven blocks.
+TEST(MpiComm, LargeAllReduceSumsInGroupOrderOnEveryMember) {
+  int r = world().rank(), dp = r / 2;
+  auto value = [](int rank, size_t i) {
+    // Magnitudes 1e-3 .. 1e7: the f32 sums depend on their order and on the accumulator.
+    return float((rank + 1) * 1e-3 * std::sin(double(i))) + (i % 7 == rank ? 1e7f : 0.0f);
+  };
+  for (size_t count : {size_t(40001), size_t(16384 + 3)}) {
+    std::vector<float> all(count), tp(count);
+    for (size_t i = 0; i < count; ++i)
+      all[i] = tp[i] = value(r, i);
+    ASSERT_TRUE(world().allReduce(kAll, all.data(), count, DType::f32, ReduceKind::sum).isOk());
+    ASSERT_TRUE(world().allReduce(kTp, tp.data(), count, DType::f32, ReduceKind::sum).isOk());
+    for (size_t i = 0; i < count; ++i) {
+      double wantAll = value(0, i), wantTp = value(2 * dp, i);
+      for (int m = 1; m < 4; ++m)
+        wantAll += value(m, i);
+      wantTp += value(2 * dp + 1, i);
+      ASSERT_EQ(all[i], float(wantAll)) << "element " << i << " of " << count;
+      ASSERT_EQ(tp[i], float(wantTp)) << "element " << i << " of " << count;
+    }
+  }
+  // bf16 (64 KiB = 32768 elements; one more): summed in f32, rounded once.
+  const size_t count = 32769;
+  std::vector<uint16_t> half(count);
+  for (size_t i = 0; i < count; ++i)
+    half[i] = floatToBf16(value(r, i));
+  ASSERT_TRUE(world().allReduce(kAll, half.data(), count, DType::bf16, ReduceKind::sum).isOk());
+  for (size_t i = 0; i < count; ++i) {
+    float want = bf16ToFloat(floatToBf16(value(0, i)));
+    for (int m = 1; m < 4; ++m)
+      want += bf16ToFloat(floatToBf16(value(m, i)));
+    ASSERT_EQ(half[i], floatToBf16(want)) << "bf16 element " << i;
+  }
 }
 
 TEST(MpiComm, AllGatherInGroupOrder) {
