@@ -19,7 +19,8 @@ struct GemmShape {
 
 /// The CPU sweep: squares, then the shapes of a transformer's linears at 2048 tokens (hidden
 /// 64, 256, 1024): forward and input gradient (m = tokens) and weight gradient (k = tokens),
-/// a vocabulary projection, and bf16 on a subset (the CPU runtime widens it to f32).
+/// a vocabulary projection, short (128-token) and narrow (k = 128) products at hidden 512, and
+/// bf16 on a subset (the CPU runtime widens it to f32).
 std::vector<GemmShape> cpuShapes(bool quick) {
   const DType f32 = DType::f32, bf16 = DType::bf16;
   if (quick)
@@ -41,6 +42,16 @@ std::vector<GemmShape> cpuShapes(bool quick) {
       // a vocabulary projection and a skinny one
       {2048, 4096, 256, f32},
       {4096, 64, 256, f32},
+      // short micro-batches (128 tokens) and narrow products (k = 128: a GQA key/value or a
+      // tensor-parallel slice's input gradient, 128-token weight gradients) at hidden 512, which
+      // OpenBLAS splits over threads differently from the 2048-token shapes (on the 2-core VM,
+      // with the threads placed as megac places them: 1.8-1.9x one thread)
+      {128, 512, 512, f32},
+      {128, 2048, 512, f32},
+      {128, 512, 2048, f32},
+      {512, 512, 128, f32},
+      {512, 2048, 128, f32},
+      {2048, 512, 128, f32},
       // bf16 (widened to f32 by the CPU executor)
       {256, 256, 256, bf16},
       {1024, 1024, 1024, bf16},
