@@ -14,6 +14,9 @@ CLASS = {
     "Concat": "copy", "ShardSlice": "copy", "Copy": "copy", "Add": "elementwise",
     "Mul": "elementwise", "Sub": "elementwise", "Div": "elementwise", "Sqrt": "elementwise",
     "Neg": "elementwise",
+    # Mixed precision's conversions (bf16/fp16 <-> f32: parameters, the norms' and the loss'
+    # operands, bias and table gradients; StackProfile::halfCastInstructions).
+    "Cast": "cast",
     # An exp per element: priced at the calibrated SiLU rate (planner/BlockKernels.cpp
     # swigluGradUnfused), not at its bytes.
     "Sigmoid": "silu", "RmsNorm": "rms_norm", "RmsNormGrad": "rms_norm_grad",

@@ -309,6 +309,14 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   const double Tl = g.sequenceParallel ? double(T) / double(t) : double(T);
   const double act = double(T) * double(h) * double(e); // one full activation, bytes
   const double region = Tl * double(h) * double(e);     // one norm/residual-region activation
+  // megac's half precision (StackProfile::halfCastInstructions): the norms run in f32 on a
+  // widened input and narrow their output (and so do their gradients).
+  const bool casts = stack.halfCastInstructions && isHalf(g.precision);
+  const double normRegion = casts ? Tl * double(h) * 4.0 : region;
+  auto convert = [&](Builder &b, double elements, double count = 1) {
+    if (casts)
+      b.mem(KernelClass::cast, elements * double(e + 4), count);
+  };
   const bool dropout = s.dropout > 0;
   const bool bias = s.biases;
   const KernelClass norm = s.biases ? KernelClass::layerNorm : KernelClass::rmsNorm;
@@ -352,6 +360,9 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     if (l.bias) { // db = row sum of dy
       bwd.mem(KernelClass::reduce, double(T) * double(l.out) * double(e));
       out.backward.kernels.back().weightGradient = true;
+      convert(bwd, double(l.out)); // widened for its f32 accumulation
+      if (casts)
+        out.backward.kernels.back().weightGradient = true;
     }
   };
   auto residual = [&](Builder &b, bool backward) {
@@ -458,7 +469,8 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   };
 
   // ---- forward: norm, [gather], qkv, attention, proj, [reduce], residual; the same for the MLP.
-  fwd.mem(norm, 2 * region);
+  fwd.mem(norm, 2 * normRegion);
+  convert(fwd, Tl * double(h), 2);
   tpEnter(fwd, false);
   for (const Linear &l : qkv)
     linearForward(l);
@@ -514,7 +526,8 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   }
   residual(fwd, false);
   unreadFrom(unreadKernel, unreadComm);
-  fwd.mem(norm, 2 * region);
+  fwd.mem(norm, 2 * normRegion);
+  convert(fwd, Tl * double(h), 2);
   double mlpAct = double(T) * double(ffn) * double(e);
   if (moe) {
     moe->forward(fwd);
@@ -597,7 +610,8 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
       bwd.mem(KernelClass::elementwise, 3 * act);
     tpEnter(bwd, true);
   }
-  bwd.mem(normGrad, 3 * region);
+  bwd.mem(normGrad, 3 * normRegion);
+  convert(bwd, Tl * double(h), 2);
   residual(bwd, true);
   tpLeave(bwd, true);
   linearBackward(proj);
@@ -611,7 +625,28 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   if (qkv.size() > 1) // the three input gradients summed
     bwd.mem(KernelClass::elementwise, 3 * act, double(qkv.size() - 1));
   tpEnter(bwd, true);
-  bwd.mem(normGrad, 3 * region);
+  bwd.mem(normGrad, 3 * normRegion);
+  convert(bwd, Tl * double(h), 2);
+
+  if (casts) {
+    // Each half-consumed parameter cast once per micro-batch (its function casts it before its
+    // first use; charged with the backward, which no recompute repeats).
+    for (const std::vector<Linear> *group : {&qkv, &fc1})
+      for (const Linear &l : *group)
+        if (!moe || group == &qkv) {
+          convert(bwd, double(l.in) * double(l.out));
+          if (l.bias)
+            convert(bwd, double(l.out));
+        }
+    convert(bwd, double(proj.in) * double(proj.out));
+    if (proj.bias)
+      convert(bwd, double(proj.out));
+    if (!moe) {
+      convert(bwd, double(fc2.in) * double(fc2.out));
+      if (fc2.bias)
+        convert(bwd, double(fc2.out));
+    }
+  }
 
   if (stack.separateGradAccumulation) {
     // Per micro-batch: main_grad (fp32) += this micro-batch's gradient of every local weight.
@@ -660,6 +695,12 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   const double Tl = g.sequenceParallel ? double(T) / double(t) : double(T);
   const double act = double(T) * double(h) * double(e);
   const double region = Tl * double(h) * double(e);
+  const bool casts = stack.halfCastInstructions && isHalf(g.precision);
+  const double normRegion = casts ? Tl * double(h) * 4.0 : region;
+  auto convert = [&](Builder &b, double elements, double count = 1) {
+    if (casts)
+      b.mem(KernelClass::cast, elements * double(e + 4), count);
+  };
   EdgeKernels out;
   // Embedding: vocab-parallel lookup (a partial sum over tp: all-reduced, or reduce-scattered
   // under SP), learned positions added; backward scatters into the table's gradient.
@@ -667,6 +708,9 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   // Kernel bytes are operands + results (the CostOpInterface's and `megac calibrate`'s count):
   // the lookup reads the table shard and the ids and writes the rows.
   const double table = double(vocab) * double(h) * double(e), ids = double(T) * 8;
+  convert(ef, double(vocab) * double(h)); // the table, for the lookup (and a tied head)
+  if (!s.rope)
+    convert(ef, double(sq) * double(h)); // the learned positions
   ef.mem(KernelClass::embedding, table + ids + act);
   if (!s.rope && !stack.elementwiseFusion) { // learned positions broadcast over the batch, added
     // Under sequence parallelism megac slices this rank's rows of the table first (ShardSlice).
@@ -690,8 +734,10 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   // count per stage is its blocks', e2e_plan_kernels' pp 4 middle stages check it). Learned
   // positions' row sum.
   if (stack.embeddingGradKernels) {
-    if (!s.rope)
+    if (!s.rope) {
       eb.mem(KernelClass::reduce, act);
+      convert(eb, double(sq) * double(h)); // the positions' gradient, widened
+    }
     else { // rope's backward table -swap_halves(sin): a negation, two slices and a concat
       double sinTable = 2.0 * double(sq) * double(h / s.heads) * double(e);
       Builder rt{&out.ropeTable};
@@ -703,14 +749,18 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   }
   eb.mem(KernelClass::embeddingGrad, act + ids + table);
   out.embedBackward.kernels.back().weightGradient = true;
+  convert(eb, double(vocab) * double(h)); // the table's gradient, widened
   // Logit layer: final norm, [gather], logits GEMM against the (tied) table, vocab-parallel
   // cross entropy (three all-reduces of one fp32 per token: max, sum of exp, target logit).
   Builder hf{&out.headForward}, hb{&out.headBackward};
   const KernelClass norm = s.biases ? KernelClass::layerNorm : KernelClass::rmsNorm;
   const KernelClass normGrad = s.biases ? KernelClass::layerNormGrad : KernelClass::rmsNormGrad;
   double logits = double(T) * double(vocab);
-  hf.mem(norm, 2 * region);
-  Builder{&out.headChunkRecompute}.mem(norm, 2 * region);
+  hf.mem(norm, 2 * normRegion);
+  convert(hf, Tl * double(h), 2);
+  Builder{&out.headChunkRecompute}.mem(norm, 2 * normRegion);
+  if (!s.tiedEmbedding)
+    convert(hf, double(vocab) * double(h)); // an untied head's weight
   if (t > 1 && g.sequenceParallel)
     hf.comm(Collective::allGather, act);
   hf.gemm(T, vocab, h);
@@ -719,7 +769,10 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   // Megatron computes the vocab-parallel loss in fp32 in separate passes (cast, max, subtract,
   // exp, sum, log, target); megac's kernel reads the logits in one fused call.
   bool fused = stack.fusedCrossEntropy;
-  hf.mem(KernelClass::crossEntropy, logits * (fused ? double(e) : double(e + 4 * 5)));
+  // megac's half precision: the logits widened, the loss and its gradient in f32.
+  const int64_t le = casts ? 4 : e;
+  convert(hf, logits);
+  hf.mem(KernelClass::crossEntropy, logits * (fused ? double(le) : double(le + 4 * 5)));
   if (stack.lossKernels) { // the mean over tokens and the loss scale; the scaled gradient broadcast
                            // back
     hf.mem(KernelClass::reduce, double(T) * 4);
@@ -735,7 +788,8 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     hb.mem(KernelClass::elementwise, 64, 2);
     hb.mem(KernelClass::broadcast, 64, 2);
   }
-  hb.mem(KernelClass::crossEntropyGrad, logits * (fused ? double(2 * e) : double(4 * 3 + e)));
+  hb.mem(KernelClass::crossEntropyGrad, logits * (fused ? double(2 * le) : double(4 * 3 + le)));
+  convert(hb, logits);
   hb.gemm(T, h, vocab);
   hb.gemm(vocab, h, T);
   out.headBackward.kernels.back().weightGradient = true;
@@ -745,7 +799,8 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   }
   if (t > 1)
     hb.comm(g.sequenceParallel ? Collective::reduceScatter : Collective::allReduce, act);
-  hb.mem(normGrad, 3 * region);
+  hb.mem(normGrad, 3 * normRegion);
+  convert(hb, Tl * double(h), 2);
   if (stack.separateGradAccumulation && stack.accumulatesEdgeGradients) {
     // One accumulation add per tensor and micro-batch, each on the stage that holds it: the
     // embedding table and learned positions with the embedding, the final norm (and an untied

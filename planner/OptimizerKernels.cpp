@@ -15,12 +15,14 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
                                        const TpReplicatedGradients &replicated,
                                        double groupedExperts, const NormGroups &norm) {
   // AdamW reads the fp32 gradient, master weight and two moments and writes those three and
-  // (mixed precision) the half copy: 28 bytes per parameter in fp32, 30 otherwise; the global
-  // norm reads every local gradient once and clipping scales them (read + write).
+  // (mixed precision) the half copy: 28 bytes per parameter in fp32, 30 otherwise (28 where the
+  // step casts its parameters at their use instead: StackProfile::halfCastInstructions); the
+  // global norm reads every local gradient once and clipping scales them (read + write).
   PassKernels pass;
   Builder b{&pass};
   double kernels = stack.multiTensorOptimizer ? 1 : tensors;
-  b.mem(KernelClass::adamw, updated * (precision == Precision::fp32 ? 28 : 30) / kernels, kernels);
+  bool halfCopy = precision != Precision::fp32 && !stack.halfCastInstructions;
+  b.mem(KernelClass::adamw, updated * (halfCopy ? 30 : 28) / kernels, kernels);
   if (stack.groupedGlobalNorm && partitioned) {
     // megac on several ranks: one norm per group of gradients split over the same mesh axes
     // (over the ZeRO shards under ZeRO), squared back (a scalar product), the groups' sums

@@ -106,6 +106,7 @@ StackProfile megac(bool cpu) {
   if (cpu) {
     p.supportsExpertParallel = true;
     p.expertsOnKernelThreads = true;
+    p.halfCastInstructions = true;
     return p;
   }
   p.flashAttention = true;

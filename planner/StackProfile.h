@@ -284,6 +284,13 @@ struct StackProfile {
   /// (megac's CPU runtime, runtime/cpu/Moe.cpp forEachExpert): ceil(E / T) rounds of one
   /// expert's single-thread product, at the rate of T single-thread ranks sharing the node.
   bool expertsOnKernelThreads = false;
+  /// Under bf16/fp16, mixed precision as mega-training-precision compiles it, with its casts as
+  /// instructions of their own (megac's CPU runtime; issue 34): each half-consumed parameter (the
+  /// linears' weights and biases, the embedding and position tables) cast once per micro-batch;
+  /// the norms and the loss computed in f32 (f32 bytes), each norm's input widened and output
+  /// narrowed, its gradient's the same, the logits widened and their gradient narrowed, each
+  /// bias gradient and the tables' gradients widened before their f32 accumulation.
+  bool halfCastInstructions = false;
   /// The router's renormalisation and the load-balancing loss run op by op as megac compiles
   /// them (docs/moe.md; e2e_plan_kernels checks the counts): forward 3 elementwise passes, 5
   /// reductions and a broadcast over [T, E] and a few scalar ops per layer; backward 7

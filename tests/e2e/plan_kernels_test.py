@@ -69,7 +69,15 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
            # over ep and sliced twice, for the products and the combine; the combine's sums
            # reduce-scattered over ep, dy all-gathered), the experts' gradients a group of their
            # own.
-           (MIXTRAL, 2, 2, 4, ["--ep", "2", "--sequence-parallel"])]
+           (MIXTRAL, 2, 2, 4, ["--ep", "2", "--sequence-parallel"]),
+           # bf16 (mega-training-precision): the parameters cast once per micro-batch, the norms
+           # and the loss in f32 between casts, bias and table gradients widened. Not yet
+           # charged as run (2026-12-05): full recompute (+23 casts a micro-batch on this GPT:
+           # the recomputed blocks' casts), ZeRO-3 (+25: each gathered copy cast), a Mixtral's
+           # router and experts (+26), pp's last stage (+2).
+           (GPT, 1, 1, 4, ["--precision", "bf16"]), (LLAMA, 1, 1, 4, ["--precision", "bf16"]),
+           (GPT, 2, 1, 4, ["--precision", "bf16", "--sequence-parallel"]),
+           (GPT, 1, 2, 2, ["--precision", "bf16"])]
 # Pipeline layouts: each stage runs its own program. `megac plan --json` gives the first and the
 # last stage's GEMMs (`stage_gemms`), launches and bytes by class (`stage_kernel_launches`,
 # `stage_kernel_bytes`, the chunk functions without the optimizer step), and with pp > 2 a middle
@@ -148,7 +156,7 @@ def gemm_counter(listed):
 
 
 def planned(megac, model, tp, dp, mb, extra, pp=1):
-    flags = {"--zero": "0", "--recompute": "none", "--vpp": "1"}
+    flags = {"--zero": "0", "--recompute": "none", "--vpp": "1", "--precision": "fp32"}
     for i, flag in enumerate(extra):
         if flag in flags or flag == "--ep":
             flags[flag] = extra[i + 1]
@@ -156,7 +164,7 @@ def planned(megac, model, tp, dp, mb, extra, pp=1):
     out = subprocess.run(
         [megac, "plan", "--model", model, "--cluster", "cpu:1x%d" % (tp * dp * pp),
          "--global-batch", str(GLOBAL_BATCH), "--tp", str(tp), "--pp", str(pp), "--dp", str(dp),
-         "--micro-batch", str(mb), sp, "--precision", "fp32", "--json",
+         "--micro-batch", str(mb), sp, "--json",
          "--no-compile", "--top", "1"] + [x for kv in flags.items() for x in kv],
         capture_output=True, text=True, check=True).stdout
     return json.loads(out)["layouts"][0]
