@@ -680,8 +680,13 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
         tensors += s.gatedMlp ? 3 : 2;
       }
     }
+    // Reads the gradient (f32 once widened: halfCastInstructions) and the f32 accumulator,
+    // writes the accumulator.
     PassKernels acc;
-    Builder{&acc}.mem(KernelClass::elementwise, params * double(e + 8) / tensors, tensors);
+    Builder{&acc}.mem(KernelClass::elementwise, params * double(casts ? 12 : e + 8) / tensors,
+                      tensors);
+    for (KernelOp &op : acc.kernels)
+      op.f32Operands = casts;
     out.gradAccumulation = acc.kernels;
   }
   return out;
@@ -808,8 +813,10 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     // head's GEMM then accumulates into; an untied head's gradient accumulates inside its GEMM
     // where the stack's GEMMs accumulate.
     auto accumulate = [&](Builder &b, double params, double tensors) {
-      if (tensors > 0)
-        b.mem(KernelClass::elementwise, params * double(e + 8) / tensors, tensors);
+      if (tensors > 0) {
+        b.mem(KernelClass::elementwise, params * double(casts ? 12 : e + 8) / tensors, tensors);
+        b.pass->kernels.back().f32Operands = casts;
+      }
     };
     double table = double(s.vocab) * double(h) / double(t);
     double positions = s.rope ? 0.0 : double(s.seq) * double(h);

@@ -154,6 +154,29 @@ std::optional<KernelClass> kernelClassFromName(const std::string &name) {
   return std::nullopt;
 }
 
+namespace {
+
+/// The memory-bound classes a CPU runtime computes through f32 when an operand is half (megac:
+/// runtime/exec/CpuHandlers.cpp `math` handlers); data movement (copies, broadcasts, transposes,
+/// lookups, casts) runs on half storage, and norms, the loss and the optimizer see f32 operands.
+bool computesInF32(KernelClass kind) {
+  switch (kind) {
+  case KernelClass::elementwise:
+  case KernelClass::gelu:
+  case KernelClass::geluGrad:
+  case KernelClass::silu:
+  case KernelClass::reduce:
+  case KernelClass::rope:
+  case KernelClass::dropout:
+  case KernelClass::embeddingGrad:
+    return true;
+  default:
+    return false;
+  }
+}
+
+} // namespace
+
 KernelModel::KernelModel(const DeviceSpec &device, const StackProfile &stack, Precision precision)
     : peak_(peakFlops(device, precision)), elementBytes_(planner::elementBytes(precision)),
       device_(device), stack_(stack) {
@@ -163,6 +186,7 @@ KernelModel::KernelModel(const DeviceSpec &device, const StackProfile &stack, Pr
       calibrationFor(device.calibration, device.devicesPerNode, device.threadsPerRank, &occupancy_);
   overhead_ = device_.calibration.instructionSeconds > 0 ? device_.calibration.instructionSeconds
                                                          : device_.launchSeconds;
+  halfMathInF32_ = stack.halfMathInF32 && elementBytes_ == 2;
   const Calibration &all = device.calibration;
   if (!all.gemm.empty() && all.cores > 0) {
     int64_t ranks = std::max<int64_t>(1, device.devicesPerNode);
@@ -289,10 +313,25 @@ void KernelModel::add(const KernelOp &op, KernelTime &t) const {
   }
   case KernelClass::attention:
     work = attentionSeconds(op.batch, op.seq, op.headDim, op.backward) * op.share;
+    if (halfMathInF32_) {
+      // Its half tensors widened and its results narrowed: q, k, v in and the output out;
+      // backward the output's gradient, q, k, v in and their three gradients out (k and v
+      // counted at the query heads' size).
+      double elements = double(op.batch) * double(op.seq) * double(op.headDim);
+      double e = double(elementBytes_);
+      work += memorySeconds(KernelClass::cast, elements * (op.backward ? 7 : 4) * (4 + e));
+    }
     t.attention += n * work;
     break;
   default:
     work = memorySeconds(op.kind, op.bytes);
+    if (halfMathInF32_ && !op.f32Operands && computesInF32(op.kind)) {
+      // The f32 kernel on widened copies (twice the bytes, at the rate of the half operands'
+      // working set: the copies were just written), each half operand converted once: read at
+      // 2 bytes, written at 4 (or the reverse for an output).
+      double e = double(elementBytes_);
+      work = work * 4 / e + memorySeconds(KernelClass::cast, op.bytes * (4 + e) / e);
+    }
     t.memory += n * work;
     break;
   }

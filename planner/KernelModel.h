@@ -71,6 +71,9 @@ struct KernelOp {
   /// gemm: an expert matrix over routed tokens (its rows depend on the routing: `m` is the
   /// balanced share).
   bool routed = false;
+  /// memory-bound: its operands are f32 whatever the step's precision (a gradient accumulated
+  /// into its f32 accumulator), so a runtime that computes half operands in f32 converts none.
+  bool f32Operands = false;
 };
 
 /// Seconds split the way `megac plan --explain` reports them.
@@ -164,6 +167,8 @@ private:
   /// side (StackProfile::expertsOnKernelThreads).
   int64_t threads_ = 1;
   std::vector<GemmPoint> serialGemm_;
+  /// StackProfile::halfMathInF32 under bf16/fp16.
+  bool halfMathInF32_ = false;
 };
 
 } // namespace megac::planner

@@ -107,6 +107,7 @@ StackProfile megac(bool cpu) {
     p.supportsExpertParallel = true;
     p.expertsOnKernelThreads = true;
     p.halfCastInstructions = true;
+    p.halfMathInF32 = true;
     return p;
   }
   p.flashAttention = true;

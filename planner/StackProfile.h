@@ -291,6 +291,11 @@ struct StackProfile {
   /// narrowed, its gradient's the same, the logits widened and their gradient narrowed, each
   /// bias gradient and the tables' gradients widened before their f32 accumulation.
   bool halfCastInstructions = false;
+  /// Under bf16/fp16 the arithmetic kernels run in f32 on widened copies of their half operands
+  /// and round their results once (megac's CPU runtime, runtime/cpu/HalfCompute.cpp
+  /// computeInF32): charged as the f32 kernel plus one conversion of each half operand at the
+  /// calibrated cast rate (KernelModel; data movement stays at half bytes).
+  bool halfMathInF32 = false;
   /// The router's renormalisation and the load-balancing loss run op by op as megac compiles
   /// them (docs/moe.md; e2e_plan_kernels checks the counts): forward 3 elementwise passes, 5
   /// reductions and a broadcast over [T, E] and a few scalar ops per layer; backward 7

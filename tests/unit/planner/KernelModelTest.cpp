@@ -61,6 +61,73 @@ TEST(KernelModelTest, CalibratedMemoryKernelsInterpolateCallsAndSplitOffTheOverh
   EXPECT_EQ(t.launches[size_t(KernelClass::gelu)], 2);
 }
 
+// megac's CPU runtime computes a half arithmetic kernel in f32 on widened copies
+// (StackProfile::halfMathInF32): the f32 kernel (twice the bytes) plus one conversion of each half
+// operand at the cast rate; data movement stays at half bytes, f32-operand accumulations convert
+// nothing, and fp32 steps are untouched.
+TEST(KernelModelTest, HalfArithmeticOnTheCpuCostsTheF32KernelAndItsConversions) {
+  DeviceSpec d = calibratedCpu();
+  d.calibration.kernels.push_back({"cast", 1e4, 5e-6 + 1e-6});
+  d.calibration.kernels.push_back({"cast", 1e6, 400e-6 + 1e-6});
+  KernelModel half(d, stack("megac", true), Precision::bf16);
+  KernelModel full(d, stack("megac", true), Precision::fp32);
+  KernelOp gelu;
+  gelu.kind = KernelClass::gelu;
+  gelu.bytes = 1e5; // half bytes: 2 per element
+  double f32Kernel = 2 * full.memorySeconds(KernelClass::gelu, 1e5);
+  double conversions = half.memorySeconds(KernelClass::cast, 3e5); // 2 read + 4 written, or back
+  EXPECT_NEAR(half.time(gelu).memory, f32Kernel + conversions, 1e-12);
+  EXPECT_NEAR(full.time(gelu).memory, full.memorySeconds(KernelClass::gelu, 1e5), 1e-15);
+  KernelOp copy;
+  copy.kind = KernelClass::copy;
+  copy.bytes = 1e5;
+  EXPECT_NEAR(half.time(copy).memory, half.memorySeconds(KernelClass::copy, 1e5), 1e-15);
+  KernelOp accumulate;
+  accumulate.kind = KernelClass::elementwise;
+  accumulate.bytes = 1e5;
+  accumulate.f32Operands = true;
+  EXPECT_NEAR(half.time(accumulate).memory,
+              half.memorySeconds(KernelClass::elementwise, 1e5), 1e-15);
+  // A GPU stack computes half natively.
+  KernelModel megatron(d, stack("megatron-core"), Precision::bf16);
+  EXPECT_NEAR(megatron.time(gelu).memory, megatron.memorySeconds(KernelClass::gelu, 1e5), 1e-15);
+}
+
+// Expert products side by side (StackProfile::expertsOnKernelThreads): with at least as many
+// local experts as threads, ceil(E / T) rounds of one expert's product at the single-thread
+// rate of T ranks sharing the node; with fewer, the T-thread table's batched product.
+TEST(KernelModelTest, ExpertProductsRunSideBySideOnTheKernelThreads) {
+  DeviceSpec d = calibratedCpu();
+  d.devicesPerNode = 1;
+  d.threadsPerRank = 2;
+  d.calibration.ranks = 2;
+  d.calibration.cores = 2;
+  d.calibration.threads = 1; // the busy top level: 2 ranks x 1 thread
+  d.calibration.gemm = {{256, 256, 256, 4, 90e9}};
+  OccupancyTables alone;
+  alone.name = "alone-2t";
+  alone.ranks = 1;
+  alone.threads = 2;
+  alone.gemm = {{256, 256, 256, 4, 170e9}};
+  d.calibration.occupancies = {alone};
+  KernelModel k(d, stack("megac", true), Precision::fp32);
+  KernelOp experts;
+  experts.kind = KernelClass::gemm;
+  experts.m = experts.n = experts.k = 256;
+  experts.routed = true;
+  double one = 2.0 * 256 * 256 * 256;
+  for (int64_t e : {int64_t(2), int64_t(3), int64_t(4)}) {
+    experts.batch = e;
+    EXPECT_NEAR(k.time(experts).gemm, std::ceil(double(e) / 2) * one / 90e9, 1e-12) << e;
+  }
+  experts.batch = 1; // fewer experts than threads: BLAS's two threads in the one product
+  EXPECT_NEAR(k.time(experts).gemm, one / 170e9, 1e-12);
+  KernelOp dense = experts;
+  dense.routed = false;
+  dense.batch = 4;
+  EXPECT_NEAR(k.time(dense).gemm, 4 * one / 170e9, 1e-12);
+}
+
 TEST(KernelModelTest, AttentionScalesTheNearestMeasuredCallByFlops) {
   KernelModel k(calibratedCpu(), stack("megac", true), Precision::fp32);
   EXPECT_NEAR(k.attentionSeconds(8, 128, 32, false), 1e-3, 1e-12);
