@@ -585,6 +585,24 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     if (unreadKernels.size() > 1) // a dense MLP: its part is the last range
       out.chunkLastRecompute = without({unreadKernels.back()}, {unreadComms.back()});
   }
+  if (casts && !moe) {
+    // Full recompute re-runs the parameter casts the backward reads: every weight (each input
+    // gradient's product reads it) and the biases of the layers it recomputes (not the
+    // projection's and fc2's where their outputs are not recomputed).
+    Builder re{&out.fullRecompute};
+    bool unreadOut = stack.recomputeDropsUnreadForward;
+    for (const std::vector<Linear> *group : {&qkv, &fc1})
+      for (const Linear &l : *group) {
+        convert(re, double(l.in) * double(l.out));
+        if (l.bias)
+          convert(re, double(l.out));
+      }
+    for (const Linear *l : {&proj, &fc2}) {
+      convert(re, double(l->in) * double(l->out));
+      if (l->bias && !unreadOut)
+        convert(re, double(l->out));
+    }
+  }
 
   // ---- backward, in reverse.
   residual(bwd, true);
@@ -769,8 +787,12 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   if (t > 1 && g.sequenceParallel)
     hf.comm(Collective::allGather, act);
   hf.gemm(T, vocab, h);
-  if (stack.recomputeDropsUnreadForward) // the logits, for the loss gradient
-    Builder{&out.headRecompute}.gemm(T, vocab, h);
+  if (stack.recomputeDropsUnreadForward) { // the logits, for the loss gradient
+    Builder re{&out.headRecompute};
+    re.gemm(T, vocab, h);
+    convert(re, Tl * double(h), 2); // the final norm's casts
+    convert(re, logits);           // the logits widened
+  }
   // Megatron computes the vocab-parallel loss in fp32 in separate passes (cast, max, subtract,
   // exp, sum, log, target); megac's kernel reads the logits in one fused call.
   bool fused = stack.fusedCrossEntropy;

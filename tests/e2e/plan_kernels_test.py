@@ -71,13 +71,15 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
            # own.
            (MIXTRAL, 2, 2, 4, ["--ep", "2", "--sequence-parallel"]),
            # bf16 (mega-training-precision): the parameters cast once per micro-batch, the norms
-           # and the loss in f32 between casts, bias and table gradients widened. Not yet
-           # charged as run (2026-12-05): full recompute (+23 casts a micro-batch on this GPT:
-           # the recomputed blocks' casts), ZeRO-3 (+25: each gathered copy cast), a Mixtral's
-           # router and experts (+26), pp's last stage (+2).
+           # and the loss in f32 between casts, bias and table gradients widened; full recompute
+           # re-casts the weights and the biases of the layers it recomputes. Not yet charged as
+           # run (2026-12-05): ZeRO-3 (+25 casts a micro-batch on this GPT: each gathered copy
+           # cast), a Mixtral's router and experts (+26), pp's last stage (+2).
            (GPT, 1, 1, 4, ["--precision", "bf16"]), (LLAMA, 1, 1, 4, ["--precision", "bf16"]),
            (GPT, 2, 1, 4, ["--precision", "bf16", "--sequence-parallel"]),
-           (GPT, 1, 2, 2, ["--precision", "bf16"])]
+           (GPT, 1, 2, 2, ["--precision", "bf16"]),
+           (GPT, 1, 1, 4, ["--precision", "bf16", "--recompute", "full"]),
+           (LLAMA, 2, 1, 4, ["--precision", "bf16", "--recompute", "full"])]
 # Pipeline layouts: each stage runs its own program. `megac plan --json` gives the first and the
 # last stage's GEMMs (`stage_gemms`), launches and bytes by class (`stage_kernel_launches`,
 # `stage_kernel_bytes`, the chunk functions without the optimizer step), and with pp > 2 a middle
