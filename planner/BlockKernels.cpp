@@ -352,6 +352,11 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     bwd.gemm(T, l.in, l.out); // dx = dy · Wᵀ
     bwd.gemm(l.out, l.in, T); // dW = dyᵀ · x
     out.backward.kernels.back().weightGradient = true;
+    if (g.gradientShards > 1) { // ZeRO-2/3: the half dW widened for its f32 reduce-scatter
+      convert(bwd, double(l.in) * double(l.out));
+      if (casts)
+        out.backward.kernels.back().weightGradient = true;
+    }
     if (stack.transposeInstructions) {
       // megac: Wᵀ and dyᵀ are transposed into buffers of their own before the two GEMMs.
       bwd.mem(KernelClass::transpose, 2.0 * double(l.in) * double(l.out) * double(e));
@@ -648,19 +653,22 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
 
   if (casts) {
     // Each half-consumed parameter cast once per micro-batch (its function casts it before its
-    // first use; charged with the backward, which no recompute repeats).
+    // first use; charged with the backward, which no recompute repeats); under ZeRO-3 each
+    // gathered copy of a matrix (the biases are cast once).
+    double copies = stack.gathersMasterWeights ? double(std::max<int64_t>(1, g.parameterGathers))
+                                               : 1.0;
     for (const std::vector<Linear> *group : {&qkv, &fc1})
       for (const Linear &l : *group)
         if (!moe || group == &qkv) {
-          convert(bwd, double(l.in) * double(l.out));
+          convert(bwd, double(l.in) * double(l.out), copies);
           if (l.bias)
             convert(bwd, double(l.out));
         }
-    convert(bwd, double(proj.in) * double(proj.out));
+    convert(bwd, double(proj.in) * double(proj.out), copies);
     if (proj.bias)
       convert(bwd, double(proj.out));
     if (!moe) {
-      convert(bwd, double(fc2.in) * double(fc2.out));
+      convert(bwd, double(fc2.in) * double(fc2.out), copies);
       if (fc2.bias)
         convert(bwd, double(fc2.out));
     }
@@ -731,7 +739,9 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   // Kernel bytes are operands + results (the CostOpInterface's and `megac calibrate`'s count):
   // the lookup reads the table shard and the ids and writes the rows.
   const double table = double(vocab) * double(h) * double(e), ids = double(T) * 8;
-  convert(ef, double(vocab) * double(h)); // the table, for the lookup (and a tied head)
+  // The table, for the lookup (and a tied head): under ZeRO-3 each gathered copy.
+  convert(ef, double(vocab) * double(h),
+          stack.gathersMasterWeights ? double(std::max<int64_t>(1, g.parameterGathers)) : 1.0);
   if (!s.rope)
     convert(ef, double(sq) * double(h)); // the learned positions
   ef.mem(KernelClass::embedding, table + ids + act);

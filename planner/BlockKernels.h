@@ -83,6 +83,10 @@ struct LayerGeometry {
   /// ZeRO-2/3: each micro-batch's weight gradients are reduce-scattered over this many ranks
   /// before they are accumulated into their shard (1: accumulated whole).
   int64_t gradientShards = 1;
+  /// ZeRO-3: how many times each parameter is gathered per micro-batch (2 resharded after the
+  /// forward); a stack that casts each gathered copy (StackProfile::gathersMasterWeights with
+  /// halfCastInstructions) casts it as often.
+  int64_t parameterGathers = 1;
 };
 
 BlockKernels blockKernels(const TransformerShape &shape, const LayerGeometry &g,

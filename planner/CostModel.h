@@ -209,13 +209,15 @@ public:
   double lowerBoundSeconds(const Layout &layout);
 
   /// `cpRing`: the layout asks for cp's ring (Layout::cpRing); the stack decides what runs.
-  /// `gradientShards`: LayerGeometry's (ZeRO-2/3).
+  /// `gradientShards`, `parameterGathers`: LayerGeometry's (ZeRO-2/3, ZeRO-3).
   const LayerCost &layerCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
                              Precision precision, int64_t ep = 1, int64_t cp = 1,
-                             bool cpRing = false, int64_t gradientShards = 1);
+                             bool cpRing = false, int64_t gradientShards = 1,
+                             int64_t parameterGathers = 1);
   const EdgeCost &edgeCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
                            Precision precision, int64_t ep = 1, int64_t cp = 1,
-                           bool cpRing = false, int64_t gradientShards = 1);
+                           bool cpRing = false, int64_t gradientShards = 1,
+                           int64_t parameterGathers = 1);
   /// Bytes of ZeRO-3's gathered parameters in flight on one rank: the largest gathered unit
   /// (a block, or the embedding table / logit layer of an edge stage), once, or twice when the
   /// stack prefetches the next one (StackProfile::prefetchShardedParams); without reshard after
@@ -285,7 +287,7 @@ private:
   StackProfile stack_;
   int64_t globalBatch_;
   bool listGemms_ = false;
-  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int64_t, bool, int64_t, bool>,
+  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int64_t, bool, int64_t, int64_t, bool>,
            std::pair<LayerCost, EdgeCost>>
       layers_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t>, Pipeline> pipelines_;

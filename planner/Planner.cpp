@@ -207,16 +207,17 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
 
 const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precision precision,
                                           int64_t ep, int64_t cp, bool cpRing,
-                                          int64_t gradientShards) {
+                                          int64_t gradientShards, int64_t parameterGathers) {
   cpRing = cp > 1 && stack_.runsContextParallelRing(cpRing);
-  auto key = std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards, listGemms_);
+  auto key = std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards,
+                             parameterGathers, listGemms_);
   auto it = layers_.find(key);
   if (it != layers_.end())
     return it->second.first;
   // The block's and the edges' kernels for this geometry, timed once (issue 15: one block per
   // distinct tp, sequence parallelism and micro-batch; every layout with them reuses it).
   KernelModel kernels(cluster_.device, stack_, precision);
-  LayerGeometry g{tp, b, sp, precision, ep, cp, cpRing, gradientShards};
+  LayerGeometry g{tp, b, sp, precision, ep, cp, cpRing, gradientShards, parameterGathers};
   BlockKernels block = blockKernels(shape_, g, stack_);
   LayerCost lc;
   lc.forward = passCost(block.forward, kernels, cluster_, tp, ep, cp);
@@ -258,11 +259,12 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
 
 const EdgeCost &StepEstimator::edgeCost(int64_t tp, int64_t b, bool sp, Precision precision,
                                         int64_t ep, int64_t cp, bool cpRing,
-                                        int64_t gradientShards) {
-  layerCost(tp, b, sp, precision, ep, cp, cpRing, gradientShards);
+                                        int64_t gradientShards, int64_t parameterGathers) {
+  layerCost(tp, b, sp, precision, ep, cp, cpRing, gradientShards, parameterGathers);
   cpRing = cp > 1 && stack_.runsContextParallelRing(cpRing);
   return layers_
-      .find(std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards, listGemms_))
+      .find(std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards,
+                            parameterGathers, listGemms_))
       ->second.second;
 }
 
@@ -318,10 +320,13 @@ double StepEstimator::stageExpertParameters(const Layout &l) const {
 StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   // ZeRO-2/3 reduce-scatter each micro-batch's gradients before accumulating them.
   int64_t shards = l.zero >= 2 ? denseZeroShards(l) : 1;
+  // ZeRO-3 gathers each parameter before its forward and, resharded after it, again before its
+  // backward (megac casts each gathered copy under mixed precision).
+  int64_t gathers = l.zero == 3 && l.reshardAfterForward ? 2 : 1;
   const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep,
-                                  l.cp, l.cpRing, shards);
+                                  l.cp, l.cpRing, shards, gathers);
   const EdgeCost &ec = edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp,
-                                l.cpRing, shards);
+                                l.cpRing, shards, gathers);
   double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)); // on the stage
   // Recompute, in the backward: selective repeats the attention core, full the forward with its
   // collectives (or what of it the backward reads: BlockKernels::fullRecompute), and on the

@@ -72,14 +72,18 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
            (MIXTRAL, 2, 2, 4, ["--ep", "2", "--sequence-parallel"]),
            # bf16 (mega-training-precision): the parameters cast once per micro-batch, the norms
            # and the loss in f32 between casts, bias and table gradients widened; full recompute
-           # re-casts the weights and the biases of the layers it recomputes. Not yet charged as
-           # run (2026-12-05): ZeRO-3 (+25 casts a micro-batch on this GPT: each gathered copy
-           # cast), a Mixtral's router and experts (+26), pp's last stage (+2).
+           # re-casts the weights and the biases of the layers it recomputes; ZeRO-3 casts each
+           # gathered copy of a matrix (twice a micro-batch, resharded after the forward), and
+           # ZeRO-2/3 widen each matrix's half gradient for its reduce-scatter. Not yet charged
+           # as run (2026-12-05): a Mixtral's router and experts (+26 casts a micro-batch), pp's
+           # last stage (+2).
            (GPT, 1, 1, 4, ["--precision", "bf16"]), (LLAMA, 1, 1, 4, ["--precision", "bf16"]),
            (GPT, 2, 1, 4, ["--precision", "bf16", "--sequence-parallel"]),
            (GPT, 1, 2, 2, ["--precision", "bf16"]),
            (GPT, 1, 1, 4, ["--precision", "bf16", "--recompute", "full"]),
-           (LLAMA, 2, 1, 4, ["--precision", "bf16", "--recompute", "full"])]
+           (LLAMA, 2, 1, 4, ["--precision", "bf16", "--recompute", "full"]),
+           (GPT, 1, 2, 2, ["--precision", "bf16", "--zero", "2"]),
+           (GPT, 1, 2, 2, ["--precision", "bf16", "--zero", "3"])]
 # Pipeline layouts: each stage runs its own program. `megac plan --json` gives the first and the
 # last stage's GEMMs (`stage_gemms`), launches and bytes by class (`stage_kernel_launches`,
 # `stage_kernel_bytes`, the chunk functions without the optimizer step), and with pp > 2 a middle
@@ -162,6 +166,8 @@ def planned(megac, model, tp, dp, mb, extra, pp=1):
     for i, flag in enumerate(extra):
         if flag in flags or flag == "--ep":
             flags[flag] = extra[i + 1]
+    if flags["--zero"] == "3":  # megac train's default: gathered again for the backward
+        flags["--reshard-after-forward"] = "on"
     sp = "--sequence-parallel" if "--sequence-parallel" in extra else "--no-sequence-parallel"
     out = subprocess.run(
         [megac, "plan", "--model", model, "--cluster", "cpu:1x%d" % (tp * dp * pp),
