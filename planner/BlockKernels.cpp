@@ -794,6 +794,10 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   Builder{&out.headChunkRecompute}.mem(norm, 2 * normRegion);
   if (!s.tiedEmbedding)
     convert(hf, double(vocab) * double(h)); // an untied head's weight
+  else {
+    Builder tied{&out.tiedHeadCast};
+    convert(tied, double(vocab) * double(h));
+  }
   if (t > 1 && g.sequenceParallel)
     hf.comm(Collective::allGather, act);
   hf.gemm(T, vocab, h);

@@ -71,6 +71,10 @@ struct EdgeKernels {
   /// Rotary's backward table (-swap_halves(sin)), built once by every stage's backward: in
   /// embedBackward for the first stage; a later stage adds it (empty without rope).
   PassKernels ropeTable;
+  /// Under mixed precision with casts (StackProfile::halfCastInstructions), a tied head on a
+  /// stage without the embedding casts its own copy of the table each micro-batch (empty
+  /// otherwise; on the embedding's stage embedForward's cast serves both).
+  PassKernels tiedHeadCast;
 };
 
 struct LayerGeometry {

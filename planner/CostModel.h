@@ -185,6 +185,7 @@ struct EdgeCost {
   PassCost headRecompute;      // the logit layer's share of full recompute
   PassCost headChunkRecompute; // and the final norm, under a pipeline chunk's full recompute
   PassCost ropeTable;          // rotary's backward table, on each later stage too
+  PassCost tiedHeadCast;       // a tied head's table cast, on a stage without the embedding
   KernelTime embedWeight, headWeight; // their weight-gradient kernels (KernelOp::weightGradient)
 };
 

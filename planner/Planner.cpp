@@ -243,12 +243,14 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
   ec.headRecompute = passCost(edges.headRecompute, kernels, cluster_, tp, ep, cp);
   ec.headChunkRecompute = passCost(edges.headChunkRecompute, kernels, cluster_, tp, ep, cp);
   ec.ropeTable = passCost(edges.ropeTable, kernels, cluster_, tp, ep, cp);
+  ec.tiedHeadCast = passCost(edges.tiedHeadCast, kernels, cluster_, tp, ep, cp);
   ec.embedWeight = weightKernels(edges.embedBackward);
   ec.headWeight = weightKernels(edges.headBackward);
   if (!listGemms_)
     for (PassCost *p : {&lc.forward, &lc.backward, &lc.fullRecompute, &lc.chunkLastRecompute,
                         &ec.embedForward, &ec.embedBackward, &ec.headForward, &ec.headBackward,
-                        &ec.headRecompute, &ec.headChunkRecompute, &ec.ropeTable})
+                        &ec.headRecompute, &ec.headChunkRecompute, &ec.ropeTable,
+                        &ec.tiedHeadCast})
       p->compute.gemms.clear();
   if (!listGemms_)
     for (KernelTime *t : {&lc.attentionCore, &lc.gradAccumulation, &lc.weightGradient,
@@ -381,6 +383,8 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
       b += ec.ropeTable.scaled(tables);
     if (last) {
       f += ec.headForward;
+      if (!first)
+        f += ec.tiedHeadCast;
       b += ec.headBackward;
       if (l.recompute == Recompute::full)
         b += ec.headRecompute;

@@ -74,9 +74,9 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
            # and the loss in f32 between casts, bias and table gradients widened; full recompute
            # re-casts the weights and the biases of the layers it recomputes; ZeRO-3 casts each
            # gathered copy of a matrix (twice a micro-batch, resharded after the forward), and
-           # ZeRO-2/3 widen each matrix's half gradient for its reduce-scatter. Not yet charged
-           # as run (2026-12-05): a Mixtral's router and experts (+26 casts a micro-batch), pp's
-           # last stage (+2).
+           # ZeRO-2/3 widen each matrix's half gradient for its reduce-scatter (pipeline stages
+           # below). Not yet charged as run (2026-12-05): a Mixtral's router and experts (+26
+           # casts a micro-batch).
            (GPT, 1, 1, 4, ["--precision", "bf16"]), (LLAMA, 1, 1, 4, ["--precision", "bf16"]),
            (GPT, 2, 1, 4, ["--precision", "bf16", "--sequence-parallel"]),
            (GPT, 1, 2, 2, ["--precision", "bf16"]),
@@ -101,7 +101,10 @@ PIPELINE_LAYOUTS = [(GPT4, 1, 1, 2, 2, []), (GPT4, 1, 1, 2, 2, ["--vpp", "2"]),
                     (GPT4, 1, 2, 2, 2, ["--zero", "1", "--recompute", "selective"]),
                     # pp 4: two middle stages of one block each (no embedding, no head).
                     (GPT4, 1, 1, 4, 2, []),
-                    (LLAMA4, 1, 1, 4, 2, ["--recompute", "full"])]
+                    (LLAMA4, 1, 1, 4, 2, ["--recompute", "full"]),
+                    # bf16: a tied head's stage casts its own copy of the table.
+                    (GPT4, 1, 1, 2, 2, ["--precision", "bf16"]),
+                    (LLAMA4, 1, 1, 2, 2, ["--vpp", "2", "--precision", "bf16"])]
 
 
 def fail(message):
