@@ -671,6 +671,17 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
       convert(bwd, double(fc2.in) * double(fc2.out), copies);
       if (fc2.bias)
         convert(bwd, double(fc2.out));
+    } else {
+      // MoE: the expert matrices and the router's weight; the router's logits widened for its
+      // f32 softmax and the probabilities narrowed (its gradient's the same); each expert
+      // matrix's half gradient (moe_matmul_weight_grad) widened for its f32 accumulation.
+      double expertMatrix = double(moe->localExperts) * double(h) * double(moe->ffn);
+      double matrices = s.gatedMlp ? 3 : 2;
+      convert(bwd, expertMatrix, matrices * copies);
+      convert(bwd, double(moe->Er) * double(h), copies);
+      convert(fwd, moe->Tg * double(moe->Er), 2);
+      convert(bwd, moe->Tg * double(moe->Er), 2);
+      convert(bwd, expertMatrix, matrices);
     }
   }
 
@@ -828,6 +839,10 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
     hf.mem(KernelClass::copy, 64);
     hb.mem(KernelClass::elementwise, 64, 2);
     hb.mem(KernelClass::broadcast, 64, 2);
+    // Under half casts: the loss coefficient narrowed, the stacked statistics and the two
+    // summed loss terms widened.
+    convert(hf, double(s.experts) * double(s.layers), 1);
+    convert(hf, 1, 3);
   }
   hb.mem(KernelClass::crossEntropyGrad, logits * (fused ? double(2 * le) : double(4 * 3 + le)));
   convert(hb, logits);

@@ -75,15 +75,18 @@ LAYOUTS = [(GPT, 1, 1, 4, []), (GPT, 1, 1, 2, []), (GPT, 2, 1, 4, []), (GPT, 1, 
            # re-casts the weights and the biases of the layers it recomputes; ZeRO-3 casts each
            # gathered copy of a matrix (twice a micro-batch, resharded after the forward), and
            # ZeRO-2/3 widen each matrix's half gradient for its reduce-scatter (pipeline stages
-           # below). Not yet charged as run (2026-12-05): a Mixtral's router and experts (+26
-           # casts a micro-batch).
+           # below); a Mixtral casts its expert matrices and router weight, around the router's
+           # f32 softmax (and its gradient), its experts' weight gradients and the aux loss'
+           # terms.
            (GPT, 1, 1, 4, ["--precision", "bf16"]), (LLAMA, 1, 1, 4, ["--precision", "bf16"]),
            (GPT, 2, 1, 4, ["--precision", "bf16", "--sequence-parallel"]),
            (GPT, 1, 2, 2, ["--precision", "bf16"]),
            (GPT, 1, 1, 4, ["--precision", "bf16", "--recompute", "full"]),
            (LLAMA, 2, 1, 4, ["--precision", "bf16", "--recompute", "full"]),
            (GPT, 1, 2, 2, ["--precision", "bf16", "--zero", "2"]),
-           (GPT, 1, 2, 2, ["--precision", "bf16", "--zero", "3"])]
+           (GPT, 1, 2, 2, ["--precision", "bf16", "--zero", "3"]),
+           (MIXTRAL, 1, 1, 4, ["--precision", "bf16"]),
+           (MIXTRAL, 1, 2, 2, ["--ep", "2", "--precision", "bf16"])]
 # Pipeline layouts: each stage runs its own program. `megac plan --json` gives the first and the
 # last stage's GEMMs (`stage_gemms`), launches and bytes by class (`stage_kernel_launches`,
 # `stage_kernel_bytes`, the chunk functions without the optimizer step), and with pp > 2 a middle
