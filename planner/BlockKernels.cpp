@@ -43,6 +43,29 @@ bool gemmAccumulates(const StackProfile &stack, Precision precision) {
          (!isHalf(precision) || stack.gemmAccumulatesHalfWeightGrads);
 }
 
+/// megac's mixed precision as instructions (StackProfile::halfCastInstructions): whether this
+/// step casts, the Cast kernels it adds (each element read at one size, written at the other),
+/// and how many casts of a gathered parameter a micro-batch makes (ZeRO-3 casts each gathered
+/// copy: StackProfile::gathersMasterWeights, LayerGeometry::parameterGathers).
+struct HalfCasts {
+  bool on = false;
+  int64_t e = 4;
+  double gatheredCopies = 1;
+
+  HalfCasts(const StackProfile &stack, const LayerGeometry &g)
+      : on(stack.halfCastInstructions && isHalf(g.precision)), e(elementBytes(g.precision)),
+        gatheredCopies(stack.gathersMasterWeights
+                           ? double(std::max<int64_t>(1, g.parameterGathers))
+                           : 1.0) {}
+  /// `count` casts of `elements` each (nothing when the step does not cast).
+  void operator()(Builder &b, double elements, double count = 1) const {
+    if (on)
+      b.mem(KernelClass::cast, elements * double(e + 4), count);
+  }
+  /// One activation region's bytes for an op the step runs in f32 (4 per element when casting).
+  double f32Region(double elements) const { return elements * double(on ? 4 : e); }
+};
+
 /// The MLP of an MoE block (docs/moe.md, "Planner"), forward and backward, on one rank for one
 /// micro-batch: the router, the dispatch of each token to its topk experts, the local experts'
 /// GEMMs on their rows, the combine; under expert parallelism the token exchange among the ep
@@ -311,12 +334,9 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
   const double region = Tl * double(h) * double(e);     // one norm/residual-region activation
   // megac's half precision (StackProfile::halfCastInstructions): the norms run in f32 on a
   // widened input and narrow their output (and so do their gradients).
-  const bool casts = stack.halfCastInstructions && isHalf(g.precision);
-  const double normRegion = casts ? Tl * double(h) * 4.0 : region;
-  auto convert = [&](Builder &b, double elements, double count = 1) {
-    if (casts)
-      b.mem(KernelClass::cast, elements * double(e + 4), count);
-  };
+  const HalfCasts convert(stack, g);
+  const bool casts = convert.on;
+  const double normRegion = convert.f32Region(Tl * double(h));
   const bool dropout = s.dropout > 0;
   const bool bias = s.biases;
   const KernelClass norm = s.biases ? KernelClass::layerNorm : KernelClass::rmsNorm;
@@ -655,8 +675,7 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     // Each half-consumed parameter cast once per micro-batch (its function casts it before its
     // first use; charged with the backward, which no recompute repeats); under ZeRO-3 each
     // gathered copy of a matrix (the biases are cast once).
-    double copies = stack.gathersMasterWeights ? double(std::max<int64_t>(1, g.parameterGathers))
-                                               : 1.0;
+    const double copies = convert.gatheredCopies;
     for (const std::vector<Linear> *group : {&qkv, &fc1})
       for (const Linear &l : *group)
         if (!moe || group == &qkv) {
@@ -737,12 +756,9 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   const double Tl = g.sequenceParallel ? double(T) / double(t) : double(T);
   const double act = double(T) * double(h) * double(e);
   const double region = Tl * double(h) * double(e);
-  const bool casts = stack.halfCastInstructions && isHalf(g.precision);
-  const double normRegion = casts ? Tl * double(h) * 4.0 : region;
-  auto convert = [&](Builder &b, double elements, double count = 1) {
-    if (casts)
-      b.mem(KernelClass::cast, elements * double(e + 4), count);
-  };
+  const HalfCasts convert(stack, g);
+  const bool casts = convert.on;
+  const double normRegion = convert.f32Region(Tl * double(h));
   EdgeKernels out;
   // Embedding: vocab-parallel lookup (a partial sum over tp: all-reduced, or reduce-scattered
   // under SP), learned positions added; backward scatters into the table's gradient.
@@ -751,8 +767,7 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   // the lookup reads the table shard and the ids and writes the rows.
   const double table = double(vocab) * double(h) * double(e), ids = double(T) * 8;
   // The table, for the lookup (and a tied head): under ZeRO-3 each gathered copy.
-  convert(ef, double(vocab) * double(h),
-          stack.gathersMasterWeights ? double(std::max<int64_t>(1, g.parameterGathers)) : 1.0);
+  convert(ef, double(vocab) * double(h), convert.gatheredCopies);
   if (!s.rope)
     convert(ef, double(sq) * double(h)); // the learned positions
   ef.mem(KernelClass::embedding, table + ids + act);

@@ -143,19 +143,6 @@ KernelModel::AttentionFit fitAttention(const std::vector<AttentionPoint> &table,
   return best;
 }
 
-} // namespace
-
-const char *kernelClassName(KernelClass kind) { return kNames[size_t(kind)]; }
-
-std::optional<KernelClass> kernelClassFromName(const std::string &name) {
-  for (int i = 0; i < kKernelClassCount; ++i)
-    if (name == kNames[size_t(i)])
-      return KernelClass(i);
-  return std::nullopt;
-}
-
-namespace {
-
 /// The memory-bound classes a CPU runtime computes through f32 when an operand is half (megac:
 /// runtime/exec/CpuHandlers.cpp `math` handlers); data movement (copies, broadcasts, transposes,
 /// lookups, casts) runs on half storage, and norms, the loss and the optimizer see f32 operands.
@@ -176,6 +163,15 @@ bool computesInF32(KernelClass kind) {
 }
 
 } // namespace
+
+const char *kernelClassName(KernelClass kind) { return kNames[size_t(kind)]; }
+
+std::optional<KernelClass> kernelClassFromName(const std::string &name) {
+  for (int i = 0; i < kKernelClassCount; ++i)
+    if (name == kNames[size_t(i)])
+      return KernelClass(i);
+  return std::nullopt;
+}
 
 KernelModel::KernelModel(const DeviceSpec &device, const StackProfile &stack, Precision precision)
     : peak_(peakFlops(device, precision)), elementBytes_(planner::elementBytes(precision)),
