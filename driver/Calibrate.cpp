@@ -101,6 +101,7 @@ planner::DeviceSpec deviceSpec(const cal::Results &r) {
   d.peakFlopsFp16 = r.peakFlops("f16") > 0 ? r.peakFlops("f16") : d.peakFlopsBf16;
   d.memoryBytes = r.memoryBytes;
   d.memoryBandwidth = r.dramBandwidth();
+  d.cacheBytes = r.cacheBytes; // the cold operands' threshold (KernelModel::setWeightsInMemory)
   d.devicesPerNode = r.ranks;
   d.computeUnits = std::max<int64_t>(1, r.computeUnits);
   if (r.backend == "cpu") { // the OpenBLAS sgemm micro-kernel's tile, as the cpu preset

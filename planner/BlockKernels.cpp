@@ -111,10 +111,15 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     // The bias rides in the GEMM (cuBLAS epilogue / addmm, megac's Linear kernel) or in the
     // next fused elementwise kernel.
     fwd.gemm(T, l.out, l.in);
+    fwd.cold(double(l.in) * double(l.out) * double(e)); // W, last touched a step ago
   };
   auto linearBackward = [&](const Linear &l) {
+    const double weightBytes = double(l.in) * double(l.out) * double(e);
     bwd.gemm(T, l.in, l.out); // dx = dy · Wᵀ
+    if (!stack.transposeInstructions)
+      bwd.cold(weightBytes);
     bwd.gemm(l.out, l.in, T); // dW = dyᵀ · x
+    bwd.cold(weightBytes);    // written back
     out.backward.kernels.back().weightGradient = true;
     if (g.gradientShards > 1) { // ZeRO-2/3: the half dW widened for its f32 reduce-scatter
       convert(bwd, double(l.in) * double(l.out));
@@ -123,7 +128,8 @@ BlockKernels blockKernels(const TransformerShape &s, const LayerGeometry &g,
     }
     if (stack.transposeInstructions) {
       // megac: Wᵀ and dyᵀ are transposed into buffers of their own before the two GEMMs.
-      bwd.mem(KernelClass::transpose, 2.0 * double(l.in) * double(l.out) * double(e));
+      bwd.mem(KernelClass::transpose, 2.0 * weightBytes);
+      bwd.cold(weightBytes); // W read from memory; dx's GEMM then reads the fresh Wᵀ
       bwd.mem(KernelClass::transpose, 2.0 * double(T) * double(l.out) * double(e));
     }
     if (l.bias) { // db = row sum of dy
@@ -570,7 +576,9 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   }
   if (t > 1 && g.sequenceParallel)
     hf.comm(Collective::allGather, act);
+  const double headBytes = double(vocab) * double(h) * double(e);
   hf.gemm(T, vocab, h);
+  hf.cold(headBytes);
   if (stack.recomputeDropsUnreadForward) { // the logits, for the loss gradient
     Builder re{&out.headRecompute};
     re.gemm(T, vocab, h);
@@ -606,10 +614,14 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   hb.mem(KernelClass::crossEntropyGrad, logits * (fused ? double(2 * le) : double(4 * 3 + le)));
   convert(hb, logits);
   hb.gemm(T, h, vocab);
+  if (!stack.transposeInstructions)
+    hb.cold(headBytes);
   hb.gemm(vocab, h, T);
+  hb.cold(headBytes);
   out.headBackward.kernels.back().weightGradient = true;
   if (stack.transposeInstructions) {
-    hb.mem(KernelClass::transpose, 2.0 * double(vocab) * double(h) * double(e));
+    hb.mem(KernelClass::transpose, 2.0 * headBytes);
+    hb.cold(headBytes);
     hb.mem(KernelClass::transpose, 2.0 * logits * double(e));
   }
   if (t > 1)

@@ -211,14 +211,15 @@ public:
 
   /// `cpRing`: the layout asks for cp's ring (Layout::cpRing); the stack decides what runs.
   /// `gradientShards`, `parameterGathers`: LayerGeometry's (ZeRO-2/3, ZeRO-3).
+  /// `weightsInMemory`: KernelModel::setWeightsInMemory's (chunkTimes decides it per layout).
   const LayerCost &layerCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
                              Precision precision, int64_t ep = 1, int64_t cp = 1,
                              bool cpRing = false, int64_t gradientShards = 1,
-                             int64_t parameterGathers = 1);
+                             int64_t parameterGathers = 1, bool weightsInMemory = false);
   const EdgeCost &edgeCost(int64_t tp, int64_t microBatch, bool sequenceParallel,
                            Precision precision, int64_t ep = 1, int64_t cp = 1,
                            bool cpRing = false, int64_t gradientShards = 1,
-                           int64_t parameterGathers = 1);
+                           int64_t parameterGathers = 1, bool weightsInMemory = false);
   /// Bytes of ZeRO-3's gathered parameters in flight on one rank: the largest gathered unit
   /// (a block, or the embedding table / logit layer of an edge stage), once, or twice when the
   /// stack prefetches the next one (StackProfile::prefetchShardedParams); without reshard after
@@ -288,7 +289,8 @@ private:
   StackProfile stack_;
   int64_t globalBatch_;
   bool listGemms_ = false;
-  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int64_t, bool, int64_t, int64_t, bool>,
+  std::map<std::tuple<int64_t, int64_t, bool, int, int64_t, int64_t, bool, int64_t, int64_t, bool,
+                        bool>,
            std::pair<LayerCost, EdgeCost>>
       layers_;
   std::map<std::tuple<int, int64_t, int64_t, int64_t>, Pipeline> pipelines_;

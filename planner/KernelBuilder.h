@@ -38,6 +38,9 @@ struct Builder {
     op.share = share;
     pass->kernels.push_back(op);
   }
+  /// The last kernel's operands from main memory (KernelOp::coldBytes): a weight or its
+  /// gradient.
+  void cold(double bytes) { pass->kernels.back().coldBytes = bytes; }
   void comm(Collective kind, double bytes) { pass->tp.push_back({kind, bytes}); }
 };
 

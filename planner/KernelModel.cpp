@@ -197,6 +197,28 @@ KernelModel::KernelModel(const DeviceSpec &device, const StackProfile &stack, Pr
           fitAttention(device_.calibration.attention, overhead_, backward != 0);
 }
 
+void KernelModel::setWeightsInMemory(bool inMemory) {
+  coldSecondsPerByte_ = 0;
+  const std::vector<BandwidthPoint> &curve = device_.calibration.bandwidth;
+  if (!inMemory || device_.cacheBytes <= 0 || curve.empty() || device_.calibration.cores <= 0)
+    return;
+  // The streaming copy at the largest working set: main memory, if it is well past the cache.
+  // One cold operand byte costs one copied byte (read + written): the hardware prefetcher
+  // overlaps part of the stream with the product (this VM, 1-thread 128-row products: a cold
+  // 4 MB weight adds its bytes at 19-26 GB/s, a cold 4 MB gradient output at 16-42 GB/s,
+  // against a 25 GB/s DRAM copy; docs/planner.md).
+  auto largest = std::max_element(curve.begin(), curve.end(), [](const auto &a, const auto &b) {
+    return a.workingSetBytes < b.workingSetBytes;
+  });
+  if (largest->workingSetBytes >= 2 * device_.cacheBytes && largest->bytesPerSecond > 0)
+    coldSecondsPerByte_ = 1.0 / largest->bytesPerSecond;
+}
+
+bool stateOutgrowsCache(const DeviceSpec &device, double stateBytes) {
+  return device.cacheBytes > 0 &&
+         stateBytes * double(std::max<int64_t>(1, device.devicesPerNode)) > device.cacheBytes;
+}
+
 double KernelModel::gemmSeconds(int64_t m, int64_t n, int64_t k, int64_t batch) const {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0)
     return 0;
@@ -330,6 +352,13 @@ void KernelModel::add(const KernelOp &op, KernelTime &t) const {
     }
     t.memory += n * work;
     break;
+  }
+  if (op.coldBytes > 0 && coldSecondsPerByte_ > 0) {
+    double cold = op.coldBytes * coldSecondsPerByte_;
+    (op.kind == KernelClass::gemm ? t.gemm : op.kind == KernelClass::attention ? t.attention
+                                                                                : t.memory) +=
+        n * cold;
+    work += cold;
   }
   // Every GPU kernel adds the device's launch gap; a CPU instruction the executor's dispatch.
   t.overhead += n * overhead_;

@@ -74,6 +74,12 @@ struct KernelOp {
   /// memory-bound: its operands are f32 whatever the step's precision (a gradient accumulated
   /// into its f32 accumulator), so a runtime that computes half operands in f32 converts none.
   bool f32Operands = false;
+  /// gemm and memory-bound: bytes of its operands that stream from main memory whatever the
+  /// kernel's size: a weight read a whole step after it was last touched, a weight gradient
+  /// written back. Charged at the calibrated DRAM rate when the rank's training state does not
+  /// fit the node's last-level cache (KernelModel::setWeightsInMemory); the calibrated tables
+  /// time kernels on operands their repetitions keep in cache.
+  double coldBytes = 0;
 };
 
 /// Seconds split the way `megac plan --explain` reports them.
@@ -119,6 +125,11 @@ struct KernelTime {
 /// its transpose are one GEMM (m <= n), sorted. Entries whose count is (about) 0 are dropped.
 std::vector<GemmShape> mergeGemmShapes(const std::vector<GemmShape> &gemms);
 
+/// Whether a rank holding `stateBytes` of training state (parameters, gradients, optimizer
+/// moments), with every rank of the node holding as much, overflows the node's last-level cache
+/// (DeviceSpec::cacheBytes; false where it is unknown).
+bool stateOutgrowsCache(const DeviceSpec &device, double stateBytes);
+
 class KernelModel {
 public:
   KernelModel(const DeviceSpec &device, const StackProfile &stack, Precision precision);
@@ -134,6 +145,12 @@ public:
   double memorySeconds(KernelClass kind, double bytes) const;
   /// The attention core of `batchHeads` causal (seq x seq) problems, without the overhead.
   double attentionSeconds(int64_t batchHeads, int64_t seq, int64_t headDim, bool backward) const;
+  /// Whether the weights and weight gradients a step touches stream from main memory
+  /// (KernelOp::coldBytes): charged at the layout's occupancy's DRAM copy rate where the
+  /// calibration measured one (its largest working set, at least twice the spec's cacheBytes);
+  /// otherwise nothing (CPU calibrations only: a GPU's GEMM rates, measured or from the
+  /// datasheet, already stream their operands from HBM).
+  void setWeightsInMemory(bool inMemory);
   /// The fixed cost of one kernel or instruction.
   double overheadSeconds() const { return overhead_; }
   int64_t elementBytes() const { return elementBytes_; }
@@ -169,6 +186,8 @@ private:
   std::vector<GemmPoint> serialGemm_;
   /// StackProfile::halfMathInF32 under bf16/fp16.
   bool halfMathInF32_ = false;
+  /// Seconds per cold operand byte (setWeightsInMemory); 0: not charged.
+  double coldSecondsPerByte_ = 0;
 };
 
 } // namespace megac::planner

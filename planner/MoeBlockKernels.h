@@ -94,6 +94,9 @@ struct MoeKernels {
       b.gemm(m, n, kDim, 1, double(localExperts));
     KernelOp &op = b.pass->kernels.back();
     op.routed = true;
+    // The expert's weight (forward, dx) or its gradient (dW), from main memory.
+    op.coldBytes = double(weightGradient ? m * n : n * kDim) * double(e) *
+                   (grouped ? double(localExperts) : 1.0);
     if (!stack.packedRouting) {
       double local = double(localExperts) / double(E);
       op.bytes = weightGradient ? 2.0 * double(rows) * double(m + n) * double(e)

@@ -207,16 +207,18 @@ bool StepEstimator::validate(const Layout &l, std::string *why) const {
 
 const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precision precision,
                                           int64_t ep, int64_t cp, bool cpRing,
-                                          int64_t gradientShards, int64_t parameterGathers) {
+                                          int64_t gradientShards, int64_t parameterGathers,
+                                          bool weightsInMemory) {
   cpRing = cp > 1 && stack_.runsContextParallelRing(cpRing);
   auto key = std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards,
-                             parameterGathers, listGemms_);
+                             parameterGathers, weightsInMemory, listGemms_);
   auto it = layers_.find(key);
   if (it != layers_.end())
     return it->second.first;
   // The block's and the edges' kernels for this geometry, timed once (issue 15: one block per
   // distinct tp, sequence parallelism and micro-batch; every layout with them reuses it).
   KernelModel kernels(cluster_.device, stack_, precision);
+  kernels.setWeightsInMemory(weightsInMemory);
   LayerGeometry g{tp, b, sp, precision, ep, cp, cpRing, gradientShards, parameterGathers};
   BlockKernels block = blockKernels(shape_, g, stack_);
   LayerCost lc;
@@ -261,12 +263,14 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
 
 const EdgeCost &StepEstimator::edgeCost(int64_t tp, int64_t b, bool sp, Precision precision,
                                         int64_t ep, int64_t cp, bool cpRing,
-                                        int64_t gradientShards, int64_t parameterGathers) {
-  layerCost(tp, b, sp, precision, ep, cp, cpRing, gradientShards, parameterGathers);
+                                        int64_t gradientShards, int64_t parameterGathers,
+                                        bool weightsInMemory) {
+  layerCost(tp, b, sp, precision, ep, cp, cpRing, gradientShards, parameterGathers,
+            weightsInMemory);
   cpRing = cp > 1 && stack_.runsContextParallelRing(cpRing);
   return layers_
       .find(std::make_tuple(tp, b, sp, int(precision), ep, cp, cpRing, gradientShards,
-                            parameterGathers, listGemms_))
+                            parameterGathers, weightsInMemory, listGemms_))
       ->second.second;
 }
 
@@ -325,10 +329,16 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   // ZeRO-3 gathers each parameter before its forward and, resharded after it, again before its
   // backward (megac casts each gathered copy under mixed precision).
   int64_t gathers = l.zero == 3 && l.reshardAfterForward ? 2 : 1;
+  // A step touches every weight, gradient and AdamW moment of the stage (16 bytes a parameter
+  // in f32) between two uses of one weight: past the node's last-level cache, each weight and
+  // weight gradient streams from main memory (KernelOp::coldBytes).
+  const bool weightsInMemory =
+      stateOutgrowsCache(cluster_.device, 16.0 * std::max(stageParameters(l, true, l.pp == 1),
+                                                          stageParameters(l, l.pp == 1, true)));
   const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep,
-                                  l.cp, l.cpRing, shards, gathers);
+                                  l.cp, l.cpRing, shards, gathers, weightsInMemory);
   const EdgeCost &ec = edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp,
-                                l.cpRing, shards, gathers);
+                                l.cpRing, shards, gathers, weightsInMemory);
   double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)); // on the stage
   // Recompute, in the backward: selective repeats the attention core, full the forward with its
   // collectives (or what of it the backward reads: BlockKernels::fullRecompute), and on the

@@ -46,6 +46,25 @@ double memTotal() {
   return 0;
 }
 
+/// The largest cache of CPU 0 in sysfs (its highest level: on x86 the last-level cache that
+/// every core of the node, or of its die, shares), in bytes; 0 if unreadable.
+double lastLevelCacheBytes() {
+  double largest = 0;
+  for (int index = 0; index < 16; ++index) {
+    std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+    if (!in)
+      break;
+    double size = 0;
+    std::string unit;
+    if (!(in >> size))
+      continue;
+    in >> unit; // "32768K", read as 32768 then "K"
+    double scale = unit == "K" ? 1024 : unit == "M" ? 1024 * 1024 : unit.empty() ? 1 : 0;
+    largest = std::max(largest, size * scale);
+  }
+  return largest;
+}
+
 int64_t ranksOnThisNode(int64_t ranks) {
   if (const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))
     return std::max<int64_t>(1, std::atoll(local));
@@ -191,6 +210,7 @@ StatusOr<Results> calibrate(const Options &options) {
   } else {
     r.deviceName = cpuModel();
     r.memoryBytes = memTotal() / double(ranksOnThisNode(r.ranks));
+    r.cacheBytes = lastLevelCacheBytes();
     r.threads = options.threads;
     r.computeUnits = options.threads;
     ctx.activation = DType::f32;

@@ -51,6 +51,7 @@ struct Results {
   int64_t cores = 0;             // the node's hardware threads (std::thread::hardware_concurrency)
   int64_t computeUnits = 1;      // CPU: threads; cuda: SMs
   double memoryBytes = 0;        // per rank: MemTotal / ranks, or the GPU's memory
+  double cacheBytes = 0;         // CPU: the node's last-level cache (sysfs), 0 unknown; cuda: 0
   double instructionSeconds = 0; // one tiny instruction through the executor
   double launchSeconds = 0;      // cuda: one empty kernel launch, back to back; CPU: 0
   std::vector<GemmResult> gemm;

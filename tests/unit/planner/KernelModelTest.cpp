@@ -128,6 +128,74 @@ TEST(KernelModelTest, ExpertProductsRunSideBySideOnTheKernelThreads) {
   EXPECT_NEAR(k.time(dense).gemm, 4 * one / 170e9, 1e-12);
 }
 
+TEST(KernelModelTest, ColdWeightsStreamAtTheCalibratedDramRateOnlyWhereTheStateOutgrowsTheCache) {
+  DeviceSpec d = calibratedCpu();
+  d.devicesPerNode = 2;
+  d.cacheBytes = 32e6;
+  d.calibration.ranks = 2;
+  d.calibration.cores = 2;
+  // A copy's rate by working set: the cache, then main memory past 2 x 32 MB.
+  d.calibration.bandwidth = {{1e6, 100e9}, {16e6, 80e9}, {256e6, 20e9}};
+  KernelOp linear;
+  linear.kind = KernelClass::gemm;
+  linear.m = linear.n = linear.k = 1024;
+  linear.coldBytes = 4e6; // a 1024 x 1024 f32 weight
+  KernelModel k(d, stack("megac", true), Precision::fp32);
+  const double warm = k.time(linear).gemm;
+  EXPECT_NEAR(warm, 2.0 * 1024 * 1024 * 1024 / 100e9, 1e-12); // not in memory: the table alone
+  k.setWeightsInMemory(true);
+  EXPECT_NEAR(k.time(linear).gemm, warm + 4e6 / 20e9, 1e-12);
+  KernelOp transpose; // a memory-bound kernel reading a cold weight: charged as memory
+  transpose.kind = KernelClass::transpose;
+  transpose.bytes = 8e6;
+  transpose.coldBytes = 4e6;
+  KernelTime t = k.time(transpose);
+  KernelModel warmModel(d, stack("megac", true), Precision::fp32);
+  EXPECT_NEAR(t.memory - warmModel.time(transpose).memory, 4e6 / 20e9, 1e-12);
+  EXPECT_EQ(t.gemm, 0);
+  // No main-memory point (the largest working set within 2x the cache), an unknown cache, or a
+  // GPU (a calibration without cores): nothing charged.
+  for (int variant = 0; variant < 3; ++variant) {
+    DeviceSpec other = d;
+    if (variant == 0)
+      other.calibration.bandwidth.pop_back();
+    else if (variant == 1)
+      other.cacheBytes = 0;
+    else
+      other.calibration.cores = 0;
+    KernelModel o(other, stack("megac", true), Precision::fp32);
+    o.setWeightsInMemory(true);
+    EXPECT_NEAR(o.time(linear).gemm, warm, 1e-12) << variant;
+  }
+  // Both ranks' state shares the node's cache.
+  EXPECT_FALSE(stateOutgrowsCache(d, 16e6));
+  EXPECT_TRUE(stateOutgrowsCache(d, 16.5e6));
+  d.cacheBytes = 0;
+  EXPECT_FALSE(stateOutgrowsCache(d, 1e12));
+}
+
+TEST(KernelModelTest, InventoryMarksEveryWeightAndWeightGradientCold) {
+  // Every linear's weight is read cold once in the forward and once in the backward (megac's
+  // transpose of W, or the stack's dx GEMM) and its gradient written once: 3 x the layer's
+  // weight bytes, the logit layer's likewise.
+  TransformerShape s = gpt(2, 512, 8, 128, 2048);
+  for (const char *name : {"megac", "megatron-core"}) {
+    LayerGeometry g{1, 2, false, Precision::fp32};
+    BlockKernels b = blockKernels(s, g, stack(name, std::string(name) == "megac"));
+    auto cold = [](const PassKernels &p) {
+      double bytes = 0;
+      for (const KernelOp &op : p.kernels)
+        bytes += op.coldBytes * op.count;
+      return bytes;
+    };
+    double weights = 12.0 * 512 * 512 * 4; // qkv, proj, fc1, fc2 (biases not counted)
+    EXPECT_NEAR(cold(b.forward), weights, 1) << name;
+    EXPECT_NEAR(cold(b.backward), 2 * weights, 1) << name;
+    EdgeKernels e = edgeKernels(s, g, stack(name, std::string(name) == "megac"));
+    EXPECT_NEAR(cold(e.headForward) + cold(e.headBackward), 3.0 * 2048 * 512 * 4, 1) << name;
+  }
+}
+
 TEST(KernelModelTest, AttentionScalesTheNearestMeasuredCallByFlops) {
   KernelModel k(calibratedCpu(), stack("megac", true), Precision::fp32);
   EXPECT_NEAR(k.attentionSeconds(8, 128, 32, false), 1e-3, 1e-12);
