@@ -1,6 +1,6 @@
 """The planner's predicted step time against measured `megac train` runs on this machine's CPU.
 
-usage: cpu_cost_model.py --megac build/bin/megac --workdir DIR [--calibrations 3] [--repeats 1]
+usage: cpu_cost_model.py --megac build/bin/megac --workdir DIR [--calibrations 3] [--repeats 5]
                          [--steps 6] [--quick] [--round K [--hold-seconds S]] [--report]
                          [--repredict LABEL] [--only NAME ...]
        cpu_cost_model.py --megac build/bin/megac --workdir DIR --by-class SPEC --only NAME ...
@@ -12,8 +12,10 @@ fp32 or bf16, is predicted from that one spec (`megac plan --cluster SPEC:1xRANK
 --stack megac`, every choice pinned, --no-compile). Calibrations and measurements interleave:
 round 1 = calibration 1 + measurements, round 2 = calibration 2 + measurements, ...; a
 configuration's measured time in a round is the median of its `--repeats` runs (taken in as many
-passes over the configurations, so they spread over the round), a run's time the median of its
-steps after the first two. Per calibration the table prints the mean and max
+passes over the configurations, so they spread over the round; 5 by default: on this VM a
+1-rank, 2-thread run lands, per process, in a mode about 40% slower at a rate that varies over
+the hour from one run in ten to most, docs/planner.md), a run's time the median of its steps
+after the first two. Per calibration the table prints the mean and max
 |error|; the summary gives, per configuration, the spread of the error across calibrations.
 
 `--round K` runs only round K and saves it under WORKDIR after every configuration (so a full
@@ -320,7 +322,7 @@ def main():
     parser.add_argument("--megac", required=True)
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--calibrations", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--round", type=int,
@@ -343,6 +345,7 @@ def main():
     configs = [c for c in CONFIGS if not only or c[0] in only]
     if args.quick:
         args.calibrations = 1
+        args.repeats = 1
         args.steps = min(args.steps, 4)
     skipped = [c[0] for c in configs if c[2] * c[3] > os.cpu_count()]
     if skipped:

@@ -214,6 +214,17 @@ void KernelModel::setWeightsInMemory(bool inMemory) {
     coldSecondsPerByte_ = 1.0 / largest->bytesPerSecond;
 }
 
+double KernelModel::rankPeakFlops() const {
+  double best = 0;
+  for (const GemmPoint &p : device_.calibration.gemm)
+    if (p.elementBytes == elementBytes_)
+      best = std::max(best, p.flopsPerSecond);
+  if (best == 0) // the CPU runtime computes half types in f32: its f32 rates then
+    for (const GemmPoint &p : device_.calibration.gemm)
+      best = std::max(best, p.flopsPerSecond);
+  return best > 0 ? best : peak_;
+}
+
 bool stateOutgrowsCache(const DeviceSpec &device, double stateBytes) {
   return device.cacheBytes > 0 &&
          stateBytes * double(std::max<int64_t>(1, device.devicesPerNode)) > device.cacheBytes;

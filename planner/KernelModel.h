@@ -151,6 +151,9 @@ public:
   /// otherwise nothing (CPU calibrations only: a GPU's GEMM rates, measured or from the
   /// datasheet, already stream their operands from HBM).
   void setWeightsInMemory(bool inMemory);
+  /// The rank's peak FLOP/s for MFU: the best GEMM rate its occupancy's table measured at the
+  /// precision's element size (a CPU rank of T threads runs T cores), else the spec's peak.
+  double rankPeakFlops() const;
   /// The fixed cost of one kernel or instruction.
   double overheadSeconds() const { return overhead_; }
   int64_t elementBytes() const { return elementBytes_; }

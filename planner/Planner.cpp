@@ -733,7 +733,10 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   c.tpReduceScatterSeconds = double(m) * ct.split.tp[int(Collective::reduceScatter)];
 
   double devices = double(cluster_.devices());
-  double peak = peakFlops(cluster_.device, l.precision);
+  // A calibrated CPU spec's peak is a 1-thread rank's; a layout's ranks run its occupancy.
+  double peak = cluster_.device.calibration.occupancies.empty()
+                    ? peakFlops(cluster_.device, l.precision)
+                    : KernelModel(cluster_.device, stack_, l.precision).rankPeakFlops();
   c.tokensPerSecond = double(globalBatch_ * shape_.seq) / c.stepSeconds;
   c.hardwareTflopsPerGpu =
       hardwareFlopsPerStep(shape_, globalBatch_, l.recompute) / c.stepSeconds / devices / 1e12;

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -261,6 +262,21 @@ TEST(CalibrationOccupancy, KernelModelUsesTheLayoutsRates) {
   KernelModel k(alone, megac, Precision::fp32);
   EXPECT_EQ(k.occupancy(), "alone-1t");
   EXPECT_NEAR(k.overheadSeconds(), d.calibration.instructionSeconds / 1.25, 1e-20);
+  // MFU's peak is the occupancy's best GEMM: a rank of 2 threads runs 2 cores, so its peak is
+  // not the spec's (a 1-thread rank's, every core busy).
+  double busyPeak = 0;
+  for (const GemmPoint &g : d.calibration.gemm)
+    if (g.elementBytes == 4)
+      busyPeak = std::max(busyPeak, g.flopsPerSecond);
+  DeviceSpec two = d;
+  two.devicesPerNode = 1;
+  two.threadsPerRank = 2;
+  EXPECT_NEAR(KernelModel(two, megac, Precision::fp32).rankPeakFlops(), busyPeak * (2.0 + 1.0 / 3.0),
+              busyPeak * 1e-12);
+  DeviceSpec busy = d;
+  busy.devicesPerNode = 2;
+  busy.threadsPerRank = 1;
+  EXPECT_NEAR(KernelModel(busy, megac, Precision::fp32).rankPeakFlops(), busyPeak, busyPeak * 1e-12);
 }
 
 TEST(CalibrationJson, RoundTripIsExact) {

@@ -3,6 +3,7 @@
 #include "planner/KernelModel.h"
 #include "planner/BlockKernels.h"
 #include "planner/CostModel.h"
+#include "planner/Planner.h"
 
 #include "tests/unit/planner/PlannerTestShapes.h"
 
@@ -172,6 +173,35 @@ TEST(KernelModelTest, ColdWeightsStreamAtTheCalibratedDramRateOnlyWhereTheStateO
   EXPECT_TRUE(stateOutgrowsCache(d, 16.5e6));
   d.cacheBytes = 0;
   EXPECT_FALSE(stateOutgrowsCache(d, 1e12));
+}
+
+TEST(KernelModelTest, MfuOfACpuLayoutIsAgainstItsOccupancysPeak) {
+  // A calibrated CPU spec's peak is a 1-thread rank's (every core busy); one rank of 2 threads
+  // runs both cores, so its MFU is against the alone-2t table's best GEMM, not above 100%.
+  DeviceSpec d = calibratedCpu();
+  d.calibration.ranks = 2;
+  d.calibration.cores = 2;
+  d.peakFlopsFp32 = 100e9; // the busy table's best
+  OccupancyTables alone;
+  alone.name = "alone-2t";
+  alone.ranks = 1;
+  alone.threads = 2;
+  alone.instructionSeconds = 1e-6;
+  alone.gemm = {{64, 64, 64, 4, 95e9}, {1024, 1024, 1024, 4, 190e9}};
+  alone.kernels = d.calibration.kernels;
+  alone.attention = d.calibration.attention;
+  d.calibration.occupancies = {alone};
+  d.devicesPerNode = 1;
+  d.threadsPerRank = 2;
+  Cluster c{d, 1};
+  TransformerShape s = gpt(2, 512, 8, 128, 2048);
+  Layout l;
+  l.precision = Precision::fp32;
+  std::string why;
+  std::optional<StepCost> cost = estimate(s, c, 4, l, &why, stack("megac", true));
+  ASSERT_TRUE(cost) << why;
+  EXPECT_NEAR(cost->mfu, modelFlopsPerStep(s, 4) / cost->stepSeconds / 190e9, 1e-9);
+  EXPECT_LT(cost->mfu, 1.0);
 }
 
 TEST(KernelModelTest, InventoryMarksEveryWeightAndWeightGradientCold) {
