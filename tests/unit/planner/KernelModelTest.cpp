@@ -29,6 +29,17 @@ DeviceSpec calibratedCpu() {
   return d;
 }
 
+/// calibratedCpu() as a one-spec-per-machine calibration of 2 cores (its tables every core busy),
+/// for a layout of `ranks` ranks per node with `threads` threads each.
+DeviceSpec twoCoreMachine(int64_t ranks, int64_t threads) {
+  DeviceSpec d = calibratedCpu();
+  d.devicesPerNode = ranks;
+  d.threadsPerRank = threads;
+  d.calibration.ranks = 2;
+  d.calibration.cores = 2;
+  return d;
+}
+
 TEST(KernelModelTest, CalibratedGemmTakesTheMeasuredRateOfTheNearestShape) {
   KernelModel k(calibratedCpu(), stack("megac", true), Precision::fp32);
   // Exactly a measured shape: its rate.
@@ -98,11 +109,7 @@ TEST(KernelModelTest, HalfArithmeticOnTheCpuCostsTheF32KernelAndItsConversions) 
 // local experts as threads, ceil(E / T) rounds of one expert's product at the single-thread
 // rate of T ranks sharing the node; with fewer, the T-thread table's batched product.
 TEST(KernelModelTest, ExpertProductsRunSideBySideOnTheKernelThreads) {
-  DeviceSpec d = calibratedCpu();
-  d.devicesPerNode = 1;
-  d.threadsPerRank = 2;
-  d.calibration.ranks = 2;
-  d.calibration.cores = 2;
+  DeviceSpec d = twoCoreMachine(1, 2);
   d.calibration.threads = 1; // the busy top level: 2 ranks x 1 thread
   d.calibration.gemm = {{256, 256, 256, 4, 90e9}};
   OccupancyTables alone;
@@ -130,11 +137,8 @@ TEST(KernelModelTest, ExpertProductsRunSideBySideOnTheKernelThreads) {
 }
 
 TEST(KernelModelTest, ColdWeightsStreamAtTheCalibratedDramRateOnlyWhereTheStateOutgrowsTheCache) {
-  DeviceSpec d = calibratedCpu();
-  d.devicesPerNode = 2;
+  DeviceSpec d = twoCoreMachine(2, 1);
   d.cacheBytes = 32e6;
-  d.calibration.ranks = 2;
-  d.calibration.cores = 2;
   // A copy's rate by working set: the cache, then main memory past 2 x 32 MB.
   d.calibration.bandwidth = {{1e6, 100e9}, {16e6, 80e9}, {256e6, 20e9}};
   KernelOp linear;
@@ -178,9 +182,7 @@ TEST(KernelModelTest, ColdWeightsStreamAtTheCalibratedDramRateOnlyWhereTheStateO
 TEST(KernelModelTest, MfuOfACpuLayoutIsAgainstItsOccupancysPeak) {
   // A calibrated CPU spec's peak is a 1-thread rank's (every core busy); one rank of 2 threads
   // runs both cores, so its MFU is against the alone-2t table's best GEMM, not above 100%.
-  DeviceSpec d = calibratedCpu();
-  d.calibration.ranks = 2;
-  d.calibration.cores = 2;
+  DeviceSpec d = twoCoreMachine(1, 2);
   d.peakFlopsFp32 = 100e9; // the busy table's best
   OccupancyTables alone;
   alone.name = "alone-2t";
@@ -191,8 +193,6 @@ TEST(KernelModelTest, MfuOfACpuLayoutIsAgainstItsOccupancysPeak) {
   alone.kernels = d.calibration.kernels;
   alone.attention = d.calibration.attention;
   d.calibration.occupancies = {alone};
-  d.devicesPerNode = 1;
-  d.threadsPerRank = 2;
   Cluster c{d, 1};
   TransformerShape s = gpt(2, 512, 8, 128, 2048);
   Layout l;
