@@ -467,6 +467,13 @@ std::string bestText(const PlanSearchRequest &r, const planner::TransformerShape
                 gib(w.parameterBytes).c_str(), gib(w.gradientBytes).c_str(),
                 gib(w.optimizerBytes).c_str(), gib(w.activationBytes).c_str(),
                 gib(w.workspaceBytes).c_str());
+  if (const planner::DeviceSpec &d = r.cluster.device; d.cacheBytes > 0 && d.calibration.cores > 0)
+    out += format("    cache: training state %.0f MB a rank x %lld ranks per node %s the %.0f MB "
+                  "last-level cache: %s\n",
+                  w.trainingStateBytes / 1e6, static_cast<long long>(d.devicesPerNode),
+                  w.weightsInMemory ? ">" : "<=", d.cacheBytes / 1e6,
+                  w.weightsInMemory ? "weights and their gradients stream from memory"
+                                    : "weights stay in cache");
   if (!w.dominant.empty()) {
     out += "    dominant:";
     for (const std::string &d : w.dominant)

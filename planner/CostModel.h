@@ -261,6 +261,9 @@ private:
   ChunkTimes chunkTimes(const Layout &layout);
   void fillMemory(const Layout &layout, StepCost &cost);
   double stageParameters(const Layout &layout, bool first, bool last) const;
+  /// The busiest stage's parameters, gradients and AdamW moments in f32: 16 bytes a parameter
+  /// (KernelModel::setWeightsInMemory's threshold against the cache).
+  double trainingStateBytes(const Layout &layout) const;
   /// The experts among stageParameters (each rank holds E/ep of them, split over tp too when
   /// the stack splits experts); their gradients are reduced over dp/ep ranks.
   double stageExpertParameters(const Layout &layout) const;

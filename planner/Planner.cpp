@@ -317,6 +317,10 @@ double StepEstimator::stageParameters(const Layout &l, bool first, bool last) co
   return layers * perLayer + edges + stageExpertParameters(l);
 }
 
+double StepEstimator::trainingStateBytes(const Layout &l) const {
+  return 16.0 * std::max(stageParameters(l, true, l.pp == 1), stageParameters(l, l.pp == 1, true));
+}
+
 double StepEstimator::stageExpertParameters(const Layout &l) const {
   double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp));
   double split = double(l.ep) * (stack_.expertTensorParallel ? double(l.tp) : 1.0);
@@ -329,12 +333,10 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   // ZeRO-3 gathers each parameter before its forward and, resharded after it, again before its
   // backward (megac casts each gathered copy under mixed precision).
   int64_t gathers = l.zero == 3 && l.reshardAfterForward ? 2 : 1;
-  // A step touches every weight, gradient and AdamW moment of the stage (16 bytes a parameter
-  // in f32) between two uses of one weight: past the node's last-level cache, each weight and
-  // weight gradient streams from main memory (KernelOp::coldBytes).
-  const bool weightsInMemory =
-      stateOutgrowsCache(cluster_.device, 16.0 * std::max(stageParameters(l, true, l.pp == 1),
-                                                          stageParameters(l, l.pp == 1, true)));
+  // A step touches every weight, gradient and AdamW moment of the stage between two uses of one
+  // weight: past the node's last-level cache, each weight and weight gradient streams from main
+  // memory (KernelOp::coldBytes).
+  const bool weightsInMemory = stateOutgrowsCache(cluster_.device, trainingStateBytes(l));
   const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep,
                                   l.cp, l.cpRing, shards, gathers, weightsInMemory);
   const EdgeCost &ec = edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp,
@@ -741,6 +743,8 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   c.hardwareTflopsPerGpu =
       hardwareFlopsPerStep(shape_, globalBatch_, l.recompute) / c.stepSeconds / devices / 1e12;
   c.mfu = modelFlopsPerStep(shape_, globalBatch_) / c.stepSeconds / (devices * peak);
+  c.trainingStateBytes = trainingStateBytes(l);
+  c.weightsInMemory = stateOutgrowsCache(cluster_.device, c.trainingStateBytes);
 
   std::vector<std::pair<double, const char *>> parts = {
       {c.computeSeconds, "compute"},

@@ -133,6 +133,11 @@ struct StepCost {
   double parameterBytes = 0, gradientBytes = 0, optimizerBytes = 0, activationBytes = 0,
          workspaceBytes = 0, totalBytes = 0;
   bool fits = false;
+  /// CPU calibrations (KernelOp::coldBytes): the busiest stage's training state (parameters x
+  /// 16 bytes) and whether it, times the ranks per node, outgrows the node's last-level cache,
+  /// so that weights and weight gradients are charged as streaming from main memory.
+  double trainingStateBytes = 0;
+  bool weightsInMemory = false;
   /// The dominant costs, largest first ("compute 61%", "pipeline bubble 18%", ...).
   std::vector<std::string> dominant;
 };

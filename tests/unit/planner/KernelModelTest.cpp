@@ -202,6 +202,15 @@ TEST(KernelModelTest, MfuOfACpuLayoutIsAgainstItsOccupancysPeak) {
   ASSERT_TRUE(cost) << why;
   EXPECT_NEAR(cost->mfu, modelFlopsPerStep(s, 4) / cost->stepSeconds / 190e9, 1e-9);
   EXPECT_LT(cost->mfu, 1.0);
+  // The plan reports the cold-weights decision: 16 bytes a parameter against the cache.
+  EXPECT_NEAR(cost->trainingStateBytes, 16.0 * (2 * layerParameters(s) + nonLayerParameters(s)), 1.0);
+  EXPECT_FALSE(cost->weightsInMemory); // no cache size known
+  c.device.cacheBytes = 16.0 * (2 * layerParameters(s) + nonLayerParameters(s)) - 1;
+  c.device.calibration.occupancies[0].bandwidth = {{1e6, 100e9}, {1e9, 20e9}}; // the layout's
+  std::optional<StepCost> cold = estimate(s, c, 4, l, &why, stack("megac", true));
+  ASSERT_TRUE(cold) << why;
+  EXPECT_TRUE(cold->weightsInMemory);
+  EXPECT_GT(cold->stepSeconds, cost->stepSeconds);
 }
 
 TEST(KernelModelTest, InventoryMarksEveryWeightAndWeightGradientCold) {
