@@ -471,9 +471,10 @@ std::string bestText(const PlanSearchRequest &r, const planner::TransformerShape
     out += format("    cache: training state %.0f MB a rank x %lld ranks per node %s the %.0f MB "
                   "last-level cache: %s\n",
                   w.trainingStateBytes / 1e6, static_cast<long long>(d.devicesPerNode),
-                  w.weightsInMemory ? ">" : "<=", d.cacheBytes / 1e6,
+                  w.trainingStateBytes * double(d.devicesPerNode) > d.cacheBytes ? ">" : "<=",
+                  d.cacheBytes / 1e6,
                   w.weightsInMemory ? "weights and their gradients stream from memory"
-                                    : "weights stay in cache");
+                                    : "weights costed at the cached tables' rates");
   if (!w.dominant.empty()) {
     out += "    dominant:";
     for (const std::string &d : w.dominant)

@@ -151,6 +151,9 @@ public:
   /// otherwise nothing (CPU calibrations only: a GPU's GEMM rates, measured or from the
   /// datasheet, already stream their operands from HBM).
   void setWeightsInMemory(bool inMemory);
+  /// Whether KernelOp::coldBytes are charged (setWeightsInMemory found the state out of cache
+  /// and a main-memory rate to charge them at).
+  bool chargesColdOperands() const { return coldSecondsPerByte_ > 0; }
   /// The rank's peak FLOP/s for MFU: the best GEMM rate its occupancy's table measured at the
   /// precision's element size (a CPU rank of T threads runs T cores), else the spec's peak.
   double rankPeakFlops() const;

@@ -736,15 +736,22 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
 
   double devices = double(cluster_.devices());
   // A calibrated CPU spec's peak is a 1-thread rank's; a layout's ranks run its occupancy.
-  double peak = cluster_.device.calibration.occupancies.empty()
-                    ? peakFlops(cluster_.device, l.precision)
-                    : KernelModel(cluster_.device, stack_, l.precision).rankPeakFlops();
+  // A calibrated CPU spec's peak is a 1-thread rank's; a layout's ranks run its occupancy, whose
+  // tables also say whether the cold weights were charged (the report says what was costed).
+  double peak = peakFlops(cluster_.device, l.precision);
+  c.trainingStateBytes = trainingStateBytes(l);
+  const DeviceSpec &device = cluster_.device;
+  if (!device.calibration.occupancies.empty() || device.cacheBytes > 0) {
+    KernelModel rank(device, stack_, l.precision);
+    rank.setWeightsInMemory(stateOutgrowsCache(device, c.trainingStateBytes));
+    c.weightsInMemory = rank.chargesColdOperands();
+    if (!device.calibration.occupancies.empty())
+      peak = rank.rankPeakFlops();
+  }
   c.tokensPerSecond = double(globalBatch_ * shape_.seq) / c.stepSeconds;
   c.hardwareTflopsPerGpu =
       hardwareFlopsPerStep(shape_, globalBatch_, l.recompute) / c.stepSeconds / devices / 1e12;
   c.mfu = modelFlopsPerStep(shape_, globalBatch_) / c.stepSeconds / (devices * peak);
-  c.trainingStateBytes = trainingStateBytes(l);
-  c.weightsInMemory = stateOutgrowsCache(cluster_.device, c.trainingStateBytes);
 
   std::vector<std::pair<double, const char *>> parts = {
       {c.computeSeconds, "compute"},

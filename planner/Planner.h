@@ -134,8 +134,9 @@ struct StepCost {
          workspaceBytes = 0, totalBytes = 0;
   bool fits = false;
   /// CPU calibrations (KernelOp::coldBytes): the busiest stage's training state (parameters x
-  /// 16 bytes) and whether it, times the ranks per node, outgrows the node's last-level cache,
-  /// so that weights and weight gradients are charged as streaming from main memory.
+  /// 16 bytes), and whether weights and weight gradients were charged as streaming from main
+  /// memory (the state times the ranks per node outgrows the node's last-level cache, and the
+  /// calibration measured a main-memory rate).
   double trainingStateBytes = 0;
   bool weightsInMemory = false;
   /// The dominant costs, largest first ("compute 61%", "pipeline bubble 18%", ...).
