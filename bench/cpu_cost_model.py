@@ -54,6 +54,12 @@ S512 = "gpt:layers=4,hidden=256,heads=4,seq=512,vocab=1024"
 LLAMA = "llama:layers=2,hidden=512,heads=8,kv_heads=4,ffn=1024,seq=256,vocab=1024"
 MIXTRAL = ("mixtral:layers=2,hidden=256,heads=8,kv_heads=4,experts=4,topk=2,ffn=512,seq=128,"
            "vocab=1024")
+# The same Mixtral with a capacity factor of 1 (Megatron-Core's --moe-expert-capacity-factor,
+# GShard/Switch's token dropping): no expert keeps more than its balanced share of a sequence's
+# routed tokens, so the busiest expert-parallel rank computes at most the balanced rows the
+# planner charges. Dropless routing (MIXTRAL) puts whatever the router chooses on the busiest
+# rank: an untrained router gives it ~15% more rows than the mean (docs/planner.md).
+MIXTRAL_CAPACITY = MIXTRAL + ",capacity=1"
 # name, model, ranks, threads, precision, layout (tp, pp, dp, ep, vpp, micro-batch, recompute,
 # zero, sp), global batch
 CONFIGS = [
@@ -75,6 +81,8 @@ CONFIGS = [
     ("llama-1r2t-bf16", LLAMA, 1, 2, "bf16", (1, 1, 1, 1, 1, 2, "none", 0, False), 2),
     ("mixtral-1r2t", MIXTRAL, 1, 2, "fp32", (1, 1, 1, 1, 1, 4, "none", 0, False), 4),
     ("mixtral-dp2-ep2", MIXTRAL, 2, 1, "fp32", (1, 1, 2, 2, 1, 2, "none", 0, False), 4),
+    ("mixtral-dp2-ep2-cap1", MIXTRAL_CAPACITY, 2, 1, "fp32", (1, 1, 2, 2, 1, 2, "none", 0, False),
+     4),
 ]
 QUICK = ["h512-1r1t", "h512-1r2t", "h512-tp2", "mixtral-dp2-ep2"]
 
