@@ -366,6 +366,14 @@ void KernelModel::add(const KernelOp &op, KernelTime &t) const {
   }
   if (op.coldBytes > 0 && coldSecondsPerByte_ > 0) {
     double cold = op.coldBytes * coldSecondsPerByte_;
+    if (op.kind != KernelClass::gemm && op.kind != KernelClass::attention && op.bytes > 0) {
+      // A memory-bound kernel moves its cold bytes at the main-memory rate instead of the
+      // table's (whose repeated calls keep them in cache): only its other bytes stay at the
+      // table's rate. A product adds the stream to its arithmetic (the cold weight above).
+      double warmShare = std::max(0.0, 1.0 - op.coldBytes / op.bytes);
+      t.memory -= n * work * (1.0 - warmShare);
+      work *= warmShare;
+    }
     (op.kind == KernelClass::gemm ? t.gemm : op.kind == KernelClass::attention ? t.attention
                                                                                 : t.memory) +=
         n * cold;

@@ -76,9 +76,11 @@ struct KernelOp {
   bool f32Operands = false;
   /// gemm and memory-bound: bytes of its operands that stream from main memory whatever the
   /// kernel's size: a weight read a whole step after it was last touched, a weight gradient
-  /// written back. Charged at the calibrated DRAM rate when the rank's training state does not
+  /// written back, the gradient and parameter state the data-parallel reduction packs and
+  /// unpacks. Charged at the calibrated DRAM rate when the rank's training state does not
   /// fit the node's last-level cache (KernelModel::setWeightsInMemory); the calibrated tables
-  /// time kernels on operands their repetitions keep in cache.
+  /// time kernels on operands their repetitions keep in cache. A GEMM adds the stream to its
+  /// arithmetic; a memory-bound kernel moves these bytes at the DRAM rate instead of its table's.
   double coldBytes = 0;
 };
 

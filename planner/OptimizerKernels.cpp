@@ -36,6 +36,15 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
   } else {
     b.mem(KernelClass::globalNorm, parameters * 4);
   }
+  // The concatenations and slices below pass over the whole gradient and parameter state once
+  // each, long after it was last touched: where the state outgrows the last-level cache every
+  // byte they move streams from main memory (KernelOp::coldBytes; KernelModel charges it only
+  // there).
+  auto stateCopy = [&](double bytes, double count = 1) {
+    b.mem(KernelClass::copy, bytes, count);
+    if (bytes > 0 && count > 0)
+      b.cold(bytes);
+  };
   if (stack.concatenatesGradients) {
     // Each reduction's gradients are concatenated into one buffer and sliced back per tensor:
     // under sequence parallelism the tp-replicated ones (reduced over tp, and dp), then, with
@@ -45,16 +54,16 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
     // and copied into the parameters.
     if (dataParallel && (zero == 1 || zero == 2)) {
       double shard = updated * 4;
-      b.mem(KernelClass::copy, 2 * shard / tensors, tensors);
-      b.mem(KernelClass::copy, 2 * shard);
-      b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
-      b.mem(KernelClass::copy, parameters * 8 / tensors, tensors);
+      stateCopy(2 * shard / tensors, tensors);
+      stateCopy(2 * shard);
+      stateCopy(parameters * 8 / tensors, tensors);
+      stateCopy(parameters * 8 / tensors, tensors);
     }
     bool reducesHere = dataParallel && zero < 2;
     double rest = parameters, restTensors = tensors;
     if (replicated.tensors > 0) {
-      b.mem(KernelClass::copy, replicated.parameters * 8);
-      b.mem(KernelClass::copy, replicated.parameters * 8 / replicated.tensors, replicated.tensors);
+      stateCopy(replicated.parameters * 8);
+      stateCopy(replicated.parameters * 8 / replicated.tensors, replicated.tensors);
       rest -= replicated.parameters;
       restTensors -= replicated.tensors + replicated.alone;
     }
@@ -66,9 +75,9 @@ std::vector<KernelOp> optimizerKernels(double parameters, double tensors, double
       // concatenation (megac plan --explain: AllReduce [ep] per dense tensor, one ReduceScatter
       // [dp]).
       double experts = zero == 1 ? 0.0 : std::min(groupedExperts, rest);
-      b.mem(KernelClass::copy, (rest - experts) * 8);
-      b.mem(KernelClass::copy, experts * 8);
-      b.mem(KernelClass::copy, rest * 8 / restTensors, restTensors);
+      stateCopy((rest - experts) * 8);
+      stateCopy(experts * 8);
+      stateCopy(rest * 8 / restTensors, restTensors);
     }
   }
   if (stack.clipPass)

@@ -559,6 +559,7 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
     }
   }
   KernelModel kernels(cluster_.device, stack_, l.precision);
+  kernels.setWeightsInMemory(stateOutgrowsCache(cluster_.device, trainingStateBytes(l)));
   return kernels.time(optimizerKernels(localParameters, tensors, updated, l.precision, stack_,
                                        l.ranks() > 1, l.dp * l.cp > 1, l.zero, replicated,
                                        l.ep > 1 ? localExperts : 0, norm));

@@ -3,6 +3,7 @@
 #include "planner/KernelModel.h"
 #include "planner/BlockKernels.h"
 #include "planner/CostModel.h"
+#include "planner/OptimizerKernels.h"
 #include "planner/Planner.h"
 
 #include "tests/unit/planner/PlannerTestShapes.h"
@@ -150,14 +151,24 @@ TEST(KernelModelTest, ColdWeightsStreamAtTheCalibratedDramRateOnlyWhereTheStateO
   EXPECT_NEAR(warm, 2.0 * 1024 * 1024 * 1024 / 100e9, 1e-12); // not in memory: the table alone
   k.setWeightsInMemory(true);
   EXPECT_NEAR(k.time(linear).gemm, warm + 4e6 / 20e9, 1e-12);
-  KernelOp transpose; // a memory-bound kernel reading a cold weight: charged as memory
+  // A memory-bound kernel reading a cold weight: its cold half moves at the main-memory rate
+  // instead of the table's, the other half stays at the table's (charged as memory).
+  KernelOp transpose;
   transpose.kind = KernelClass::transpose;
   transpose.bytes = 8e6;
   transpose.coldBytes = 4e6;
   KernelTime t = k.time(transpose);
   KernelModel warmModel(d, stack("megac", true), Precision::fp32);
-  EXPECT_NEAR(t.memory - warmModel.time(transpose).memory, 4e6 / 20e9, 1e-12);
+  const double tableSeconds = warmModel.time(transpose).memory;
+  EXPECT_NEAR(t.memory, tableSeconds / 2 + 4e6 / 20e9, 1e-12);
+  EXPECT_NEAR(t.seconds[size_t(KernelClass::transpose)], t.memory, 1e-12);
   EXPECT_EQ(t.gemm, 0);
+  // All of a copy's bytes cold: the main-memory rate alone, however small the copy.
+  KernelOp copy;
+  copy.kind = KernelClass::copy;
+  copy.bytes = copy.coldBytes = 1e6;
+  copy.count = 3;
+  EXPECT_NEAR(k.time(copy).memory, 3 * 1e6 / 20e9, 1e-12);
   // No main-memory point (the largest working set within 2x the cache), an unknown cache, or a
   // GPU (a calibration without cores): nothing charged.
   for (int variant = 0; variant < 3; ++variant) {
@@ -232,6 +243,33 @@ TEST(KernelModelTest, InventoryMarksEveryWeightAndWeightGradientCold) {
     EXPECT_NEAR(cold(b.backward), 2 * weights, 1) << name;
     EdgeKernels e = edgeKernels(s, g, stack(name, std::string(name) == "megac"));
     EXPECT_NEAR(cold(e.headForward) + cold(e.headBackward), 3.0 * 2048 * 512 * 4, 1) << name;
+  }
+}
+
+TEST(KernelModelTest, GradientConcatenationsAndSlicesStreamTheWholeStateCold) {
+  // Every copy that packs gradients for their reduction, slices them back, takes ZeRO shards and
+  // unpacks the gathered parameters moves state bytes only: all of them cold.
+  const double parameters = 1e6, tensors = 10;
+  for (int zero : {0, 1}) {
+    std::vector<KernelOp> ops = optimizerKernels(parameters, tensors, zero ? parameters / 2 : parameters,
+                                                 Precision::fp32, stack("megac", true),
+                                                 /*partitioned=*/true, /*dataParallel=*/true, zero);
+    double copies = 0, cold = 0;
+    for (const KernelOp &op : ops) {
+      if (op.kind == KernelClass::copy) {
+        copies += op.bytes * op.count;
+        EXPECT_EQ(op.coldBytes, op.bytes) << zero;
+      } else {
+        EXPECT_EQ(op.coldBytes, 0) << zero; // AdamW and the norm: their tables' working sets
+      }
+      cold += op.coldBytes * op.count;
+    }
+    // Concatenate and slice back (8 bytes a parameter each); ZeRO-1 also takes the shards, packs
+    // the updated shards and unpacks and copies the gathered parameters.
+    EXPECT_NEAR(copies, zero ? 2 * 8 * parameters + 2 * 4 * parameters + 2 * 8 * parameters
+                             : 2 * 8 * parameters, 1)
+        << zero;
+    EXPECT_NEAR(cold, copies, 1) << zero;
   }
 }
 
