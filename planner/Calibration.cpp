@@ -23,8 +23,8 @@ constexpr std::array<const char *, 23> kKernelClasses = {
     "dropout", "rope"};
 // clang-format on
 
-constexpr std::array<const char *, 4> kCommOps = {"all_reduce", "all_gather", "reduce_scatter",
-                                                  "send_recv"};
+constexpr std::array<const char *, 5> kCommOps = {"all_reduce", "all_gather", "reduce_scatter",
+                                                  "all_to_all", "send_recv"};
 
 /// One object of a table: every field must be read exactly once, and anything else is an error.
 class Fields {

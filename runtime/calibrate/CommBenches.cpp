@@ -53,7 +53,9 @@ BenchPlan commPlan(const std::string &op, int ranks, std::vector<double> &sizes,
     const int64_t count = std::max<int64_t>(1, int64_t(bytes / 4));
     const int64_t perRank = std::max<int64_t>(1, count / ranks);
     Counts c = {count, count};
-    if (op == "all_gather")
+    if (op == "all_to_all") // one piece of perRank elements to each member, as many back
+      c = {perRank * ranks, perRank * ranks};
+    else if (op == "all_gather")
       c = {perRank, perRank * ranks};
     else if (op == "reduce_scatter")
       c = {perRank * ranks, perRank};
@@ -74,6 +76,8 @@ BenchPlan commPlan(const std::string &op, int ranks, std::vector<double> &sizes,
         body = {{O::AllGather, {x}, {y}, fb::Attrs::CollectiveAttrs, collective()}};
       else if (op == "reduce_scatter")
         body = {{O::ReduceScatter, {x}, {y}, fb::Attrs::CollectiveAttrs, collective()}};
+      else if (op == "all_to_all") // split dim 0 over the ranks, concatenate the pieces on dim 0
+        body = {{O::AllToAll, {x}, {y}, fb::Attrs::CollectiveAttrs, collective()}};
       else if (role == 0) // send tag 1 to the odd partner, receive its tag 2
         body = {{O::Send, {x}, {}, fb::Attrs::P2PAttrs, p2p(1, 1)},
                 {O::Recv, {}, {y}, fb::Attrs::P2PAttrs, p2p(1, 2)}};
@@ -95,7 +99,8 @@ Status benchCollectives(const BenchContext &ctx, Results &out) {
     return Status::ok();
   TimingPolicy policy = ctx.policy;
   policy.batches = 9; // a median over more repetitions: collectives are noisier than kernels
-  for (const char *op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) {
+  // all_to_all: expert parallelism's token exchange (MoeAllToAll moves its rows the same way).
+  for (const char *op : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"}) {
     // Latency-bound to bandwidth-bound: 4 B to 64 MiB (quick: to 4 MiB).
     std::vector<double> sizes;
     for (double b = 4; b <= double(ctx.quick ? 4 << 20 : 64 << 20); b *= ctx.quick ? 16 : 4)

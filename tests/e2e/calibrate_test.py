@@ -36,7 +36,7 @@ SCALARS = ["peakFlopsFp32", "peakFlopsBf16", "peakFlopsFp16", "memoryBytes", "me
            "devicesPerNode", "intraNodeBandwidth", "intraNodeLatency", "interNodeBandwidth",
            "interNodeLatency", "computeUnits", "gemmTileM", "gemmTileN", "gemmEfficiency",
            "memoryEfficiency", "linkEfficiency", "reservedBytes", "launchSeconds"]
-COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "send_recv"]
+COLLECTIVES = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 
 
 def check(condition, message):
@@ -214,7 +214,7 @@ def main():
     comm = cal["comm"]
     check(sorted({c["op"] for c in comm}) == sorted(COLLECTIVES) and
           all(c["ranks"] == 2 and positive(c["bytes"]) and positive(c["seconds"]) for c in comm),
-          "all four collectives over 2 ranks, %d points" % len(comm))
+          "all five collectives over 2 ranks, %d points" % len(comm))
     for op in COLLECTIVES:
         points = sorted((c for c in comm if c["op"] == op), key=lambda c: c["bytes"])
         check(points[0]["bytes"] <= 8 and points[-1]["bytes"] >= 4 << 20 and

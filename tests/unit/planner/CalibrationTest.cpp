@@ -443,7 +443,7 @@ TEST(CalibrationJson, EveryMalformedFieldIsNamed) {
        "calibration.attention[0]: 'backwardSeconds' must be a positive number"},
       {"comm", kComm, "op", "\"broadcast\"",
        "calibration.comm[0]: 'op' must be a collective (all_reduce, all_gather, reduce_scatter, "
-       "send_recv)"},
+       "all_to_all, send_recv)"},
       {"comm", kComm, "ranks", "1", "calibration.comm[0]: 'ranks' must be an integer >= 2"},
       {"comm", kComm, "bytes", "0", "calibration.comm[0]: 'bytes' must be a positive number"},
       {"comm", kComm, "seconds", "", "calibration.comm[0]: 'seconds' is missing"},
