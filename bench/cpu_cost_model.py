@@ -13,10 +13,15 @@ fp32 or bf16, is predicted from that one spec (`megac plan --cluster SPEC:1xRANK
 round 1 = calibration 1 + measurements, round 2 = calibration 2 + measurements, ...; a
 configuration's measured time in a round is the median of its `--repeats` runs (taken in as many
 passes over the configurations, so they spread over the round; 5 by default: on this VM a
-1-rank, 2-thread run lands, per process, in a mode about 40% slower at a rate that varies over
-the hour from one run in ten to most, docs/planner.md), a run's time the median of its steps
-after the first two. Per calibration the table prints the mean and max
+1-rank, 2-thread run is about 30% slower whenever the host has the two vCPUs on two dies, from
+one run in ten to most in an hour, docs/cpu-performance.md), a run's time the median of its
+steps after the first two. Per calibration the table prints the mean and max
 |error|; the summary gives, per configuration, the spread of the error across calibrations.
+After each run (and the calibration) bench-core-round-trip records the cache-line round trip
+between CPUs 0 and 1; the report then also gives, per round, how many runs ended with the cores
+far apart (over twice the round's nearest round trip) and each multi-thread configuration's
+median over its near runs, the placement its calibration sweep has (the headline table keeps
+every run).
 
 `--round K` runs only round K and saves it under WORKDIR after every configuration (so a full
 run can be split into holds of the CPU lock of a few minutes each: `--round 1 --hold-seconds
@@ -194,6 +199,24 @@ def train(megac, workdir, config, steps, extra):
         raise SystemExit("%s: megac train failed:\n%s" % (name, run.stderr[-2000:]))
 
 
+def round_trip_ns(megac):
+    """The cache-line round trip between CPUs 0 and 1 now (bench-core-round-trip, built next to
+    megac), or None where it cannot be measured."""
+    probe = os.path.join(os.path.dirname(os.path.abspath(megac)), "bench-core-round-trip")
+    if not os.access(probe, os.X_OK):
+        return None
+    run = subprocess.run([probe], capture_output=True, text=True)
+    if run.returncode != 0 or not run.stdout.startswith("round_trip_ns "):
+        return None
+    return float(run.stdout.split()[1])
+
+
+def far_apart(round_trip, nearest):
+    """Whether a run's cores were on two dies: its round trip over twice the round's nearest
+    (the two placements this VM shows: ~55-80 ns and ~350-380 ns)."""
+    return round_trip is not None and nearest is not None and round_trip > 2 * nearest
+
+
 def measure(megac, workdir, config, steps):
     log = os.path.join(workdir, config[0] + ".jsonl")
     if os.path.exists(log):
@@ -223,7 +246,8 @@ def run_round(args, configs, k, saved=None, save=None):
         print("round %d: calibrated %s in %.0f s" % (k, os.path.basename(spec), seconds),
               file=sys.stderr, flush=True)
         result = {"round": k, "spec": spec, "calibrate_s": seconds, "rows": {},
-                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                  "calibration_round_trip_ns": round_trip_ns(args.megac)}
     rows = result["rows"]
     # --repeats N measures in N passes over the configurations, so a configuration's runs are
     # spread over the round (as the calibration spreads its sweeps over its own minutes) rather
@@ -242,6 +266,9 @@ def run_round(args, configs, k, saved=None, save=None):
                 row = rows[config[0]] = {"predicted_ms": predict(args.megac, spec, config),
                                          "runs_ms": []}
             row["runs_ms"].append(measure(args.megac, args.workdir, config, args.steps))
+            # Where the host had the vCPUs when the run ended (docs/cpu-performance.md: a rank's
+            # threads share data, and two dies apart every transfer costs ~6x).
+            row.setdefault("round_trip_ns", []).append(round_trip_ns(args.megac))
             row["measured_ms"] = statistics.median(row["runs_ms"])
             row["time"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
             print("round %d, pass %d: %-22s predicted %8.1f ms, measured %8.1f ms (%+.1f%%)"
@@ -323,6 +350,53 @@ def report(configs, rounds):
     if spreads:
         print("error spread across calibrations (max - min per configuration): mean %.1f%%, max "
               "%.1f%%" % (100 * statistics.mean(spreads), 100 * max(spreads)))
+    placement(configs, rounds)
+
+
+def placement(configs, rounds):
+    """The runs by where the host had the two vCPUs when each ended (bench-core-round-trip): a
+    rank of several threads shares data between them and runs ~30% slower when they are two dies
+    apart, ranks of one thread do not. Per round: how many runs were far apart, and each
+    multi-thread configuration's median over its near runs (the placement the calibration's
+    multi-thread sweep is retaken until it has) with that error. The table above is the headline;
+    this says how much of it is the host's placement."""
+    if not any("round_trip_ns" in row for r in rounds for row in r["rows"].values()):
+        return
+    print("by placement (cache-line round trip between CPUs 0 and 1 after each run; far: over "
+          "twice the round's nearest):")
+    for r in rounds:
+        probes = [t for row in r["rows"].values() for t in row.get("round_trip_ns", [])
+                  if t is not None]
+        if not probes:
+            continue
+        nearest = min(probes)
+        far = sum(far_apart(t, nearest) for t in probes)
+        errors, lines = [], []
+        for name, model, ranks, threads, precision, layout, gb in configs:
+            row = r["rows"].get(name)
+            if not row or "round_trip_ns" not in row:
+                continue
+            near = [ms for ms, t in zip(row["runs_ms"], row["round_trip_ns"])
+                    if t is not None and not far_apart(t, nearest)]
+            if threads == 1:
+                errors.append(abs(row["predicted_ms"] / row["measured_ms"] - 1))
+                continue
+            if len(near) < 3:
+                lines.append("  %-22s %d of %d runs near: no median" % (name, len(near),
+                                                                      len(row["runs_ms"])))
+                continue
+            e = row["predicted_ms"] / statistics.median(near) - 1
+            errors.append(abs(e))
+            lines.append("  %-22s %d of %d runs near: median %.1f ms, error %+.1f%%" % (
+                name, len(near), len(row["runs_ms"]), statistics.median(near), 100 * e))
+        print("round %d: nearest %.0f ns, %d of %d runs far apart" % (r["round"], nearest, far,
+                                                                     len(probes)))
+        for line in lines:
+            print(line)
+        if errors:
+            print("round %d, 1-thread ranks as measured and multi-thread ranks near: %d "
+                  "configurations, mean |error| %.1f%%, max |error| %.1f%%" % (
+                      r["round"], len(errors), 100 * statistics.mean(errors), 100 * max(errors)))
 
 
 def main():
