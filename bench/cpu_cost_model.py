@@ -360,8 +360,9 @@ def placement(configs, rounds):
     multi-thread configuration's median over its near runs (the placement the calibration's
     multi-thread sweep is retaken until it has) with that error. The table above is the headline;
     this says how much of it is the host's placement."""
-    if not any("round_trip_ns" in row for r in rounds for row in r["rows"].values()):
-        return
+    if not any(t is not None for r in rounds for row in r["rows"].values()
+               for t in row.get("round_trip_ns", [])):
+        return  # rounds saved before the probe, or a machine it cannot measure
     print("by placement (cache-line round trip between CPUs 0 and 1 after each run; far: over "
           "twice the round's nearest):")
     for r in rounds:
