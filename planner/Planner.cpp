@@ -736,7 +736,6 @@ std::optional<StepCost> StepEstimator::estimate(const Layout &l, std::string *wh
   c.tpReduceScatterSeconds = double(m) * ct.split.tp[int(Collective::reduceScatter)];
 
   double devices = double(cluster_.devices());
-  // A calibrated CPU spec's peak is a 1-thread rank's; a layout's ranks run its occupancy.
   // A calibrated CPU spec's peak is a 1-thread rank's; a layout's ranks run its occupancy, whose
   // tables also say whether the cold weights were charged (the report says what was costed).
   double peak = peakFlops(cluster_.device, l.precision);
