@@ -1,8 +1,12 @@
 // MPI's lifetime, the in-flight records and the progress engine (MpiProgress.h).
 #include "runtime/comm/MpiProgress.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 namespace megac::runtime::comm::mpi {
@@ -16,6 +20,18 @@ bool MpiSession::multiThreaded() {
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
   return provided >= MPI_THREAD_MULTIPLE;
+}
+
+bool MpiSession::ranksHaveOwnCpus() {
+  static const bool own = [] {
+    int world = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long ranks = local && *local ? std::atol(local) : long(world);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return ranks >= 1 && cpus >= 1 && ranks <= cpus;
+  }();
+  return own;
 }
 
 MpiSession::MpiSession() {
@@ -148,6 +164,12 @@ void ProgressEngine::loop() {
     }
     if (finished)
       done_.notify_all();
+    if (polling && waiters_ > 0 && MpiSession::ranksHaveOwnCpus()) {
+      lock.unlock(); // a waiter sleeps and this rank has a CPU: poll again at once
+      std::this_thread::yield();
+      lock.lock();
+      continue;
+    }
     if (polling) {
       if (waiters_ > 0 || progressed)
         interval = kFastPoll;
