@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <utility>
 
 namespace megac::runtime::comm::mpi {
@@ -164,12 +163,6 @@ void ProgressEngine::loop() {
     }
     if (finished)
       done_.notify_all();
-    if (polling && waiters_ > 0 && MpiSession::ranksHaveOwnCpus()) {
-      lock.unlock(); // a waiter sleeps and this rank has a CPU: poll again at once
-      std::this_thread::yield();
-      lock.lock();
-      continue;
-    }
     if (polling) {
       if (waiters_ > 0 || progressed)
         interval = kFastPoll;

@@ -30,11 +30,12 @@ public:
   /// Whether MPI may be called from two threads at once.
   static bool multiThreaded();
   /// Whether this node's ranks have a CPU each (Open MPI's local rank count, else the world's,
-  /// at most the online CPUs): a rank waiting on a collective then polls without sleeping.
-  /// Sleeping costs a waiter the rest of its sleep after the peer arrives (the exponential
-  /// back-off to 1 ms, plus the timer's slack) and stalls the transfers MPI progresses only
-  /// inside its calls; it is worth it only where ranks share CPUs and a sleeping rank lends its
-  /// CPU to the rank it waits for.
+  /// at most the online CPUs): a rank waiting on a blocking collective then polls without
+  /// sleeping for a while before it backs off, and backs off to 50 us rather than 1 ms. A long
+  /// sleep costs a waiter the rest of it after the peer arrives (plus the timer's slack) and
+  /// stalls the transfers MPI progresses only inside its calls; sleeping at all is still needed
+  /// when other processes share the CPUs (a peer waiting for a time slice gets the CPU a sleeper
+  /// frees, not one a spinner holds).
   static bool ranksHaveOwnCpus();
 
 private:
@@ -77,8 +78,7 @@ struct InFlight {
 /// (MPI progresses nonblocking collectives only inside MPI calls) and marks it done once MPI has
 /// completed it and its emulated link time has passed; waiters sleep on a condition variable.
 /// While requests are pending in MPI and a waiter sleeps (its core is free) it polls every
-/// 50 us, or without pause where the node's ranks have a CPU each (MpiSession::
-/// ranksHaveOwnCpus). While none waits, the main thread computes: a 50 us poll there took a slice of the
+/// 50 us. While none waits, the main thread computes: a 50 us poll there took a slice of the
 /// compute cores (ranks share few), so the interval doubles after each poll that completes
 /// nothing, up to 1 ms, and starts again at 50 us on a new post, a completion or a waiter. A
 /// 1 ms poll delays a completion by at most 1 ms; a large message needs only a few polls (shared
