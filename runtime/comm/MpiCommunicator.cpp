@@ -515,18 +515,11 @@ private:
   }
 
   /// Polls `request` until it completes or the timeout passes (then: an error naming `what`);
-  /// then sleeps until `readyAt` (an emulated link's completion). It spins briefly, then backs
-  /// off, lending the CPU to whatever shares it. Where the node's ranks have a CPU each
-  /// (MpiSession::ranksHaveOwnCpus) it first polls without sleeping for kSpinBeforeSleep
-  /// (yielding), then backs off to at most 50 us; elsewhere to at most 1 ms. Two ranks of 1
-  /// thread on a 2-CPU VM: docs/cpu-performance.md.
+  /// then sleeps until `readyAt` (an emulated link's completion).
   Status wait(MPI_Request &request, const std::string &what, MPI_Status *status,
               Clock::time_point readyAt = {}) {
-    auto start = std::chrono::steady_clock::now();
-    auto deadline = start + timeout_;
+    auto deadline = std::chrono::steady_clock::now() + timeout_;
     std::chrono::microseconds pause(0);
-    bool ownCpu = MpiSession::ranksHaveOwnCpus();
-    auto longestPause = ownCpu ? kOwnCpuLongestPause : kSharedCpuLongestPause;
     for (int polls = 0;; ++polls) {
       int done = 0;
       MPI_Status local;
@@ -542,19 +535,14 @@ private:
         return Status::error(prefix() + what + " did not complete within " +
                              std::to_string(timeout_.count()) +
                              " s (a peer did not make the matching call)");
-      if (ownCpu && std::chrono::steady_clock::now() - start < kSpinBeforeSleep) {
-        std::this_thread::yield();
-        continue;
-      }
+      // Spin briefly, then back off to at most 1 ms: ranks may share few cores.
       if (polls > 64) {
-        pause = std::min(longestPause, std::max(std::chrono::microseconds(10), pause * 2));
+        pause = std::min(std::chrono::microseconds(1000),
+                         std::max(std::chrono::microseconds(10), pause * 2));
         std::this_thread::sleep_for(pause);
       }
     }
   }
-
-  static constexpr std::chrono::microseconds kSpinBeforeSleep{500}, kOwnCpuLongestPause{50},
-      kSharedCpuLongestPause{1000};
 
   std::string describe(std::span<const uint32_t> axes, const char *op, size_t bytes) const {
     return std::string(op) + " over " + mesh_.describeGroup(rank_, axes) + " (" +

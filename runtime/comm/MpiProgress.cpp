@@ -1,10 +1,7 @@
 // MPI's lifetime, the in-flight records and the progress engine (MpiProgress.h).
 #include "runtime/comm/MpiProgress.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -19,18 +16,6 @@ bool MpiSession::multiThreaded() {
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
   return provided >= MPI_THREAD_MULTIPLE;
-}
-
-bool MpiSession::ranksHaveOwnCpus() {
-  static const bool own = [] {
-    int world = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    const char *local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    long ranks = local && *local ? std::atol(local) : long(world);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return ranks >= 1 && cpus >= 1 && ranks <= cpus;
-  }();
-  return own;
 }
 
 MpiSession::MpiSession() {

@@ -29,14 +29,6 @@ public:
   static Status ensure();
   /// Whether MPI may be called from two threads at once.
   static bool multiThreaded();
-  /// Whether this node's ranks have a CPU each (Open MPI's local rank count, else the world's,
-  /// at most the online CPUs): a rank waiting on a blocking collective then polls without
-  /// sleeping for a while before it backs off, and backs off to 50 us rather than 1 ms. A long
-  /// sleep costs a waiter the rest of it after the peer arrives (plus the timer's slack) and
-  /// stalls the transfers MPI progresses only inside its calls; sleeping at all is still needed
-  /// when other processes share the CPUs (a peer waiting for a time slice gets the CPU a sleeper
-  /// frees, not one a spinner holds).
-  static bool ranksHaveOwnCpus();
 
 private:
   MpiSession();
