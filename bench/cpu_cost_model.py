@@ -414,9 +414,9 @@ def placement(configs, rounds):
             if threads == 1:
                 errors.append(abs(row["predicted_ms"] / row["measured_ms"] - 1))
                 continue
-            runs = "%d of %d runs%s near" % (
+            runs = "%d near of %d runs%s" % (
                 len(near), len(row["runs_ms"]),
-                " + %d retaken" % len(row["retakes"]) if row.get("retakes") else "")
+                " + %d retakes" % len(row["retakes"]) if row.get("retakes") else "")
             if len(near) < 3:
                 lines.append("  %-22s %s: no median" % (name, runs))
                 continue
