@@ -228,12 +228,18 @@ def measure(megac, workdir, config, steps):
     return statistics.median(r["step_time_s"] for r in records[SKIP:]) * 1e3
 
 
+def run_round_trips(result):
+    """The cache-line round trips recorded after a round's runs: (scheduled, retakes)."""
+    rows = result["rows"].values()
+    return ([t for row in rows for t in row.get("round_trip_ns", []) if t is not None],
+            [t for row in rows for _, t in row.get("retakes", []) if t is not None])
+
+
 def nearest_round_trip(result):
     """The round's nearest cache-line round trip so far (its calibration's and its runs')."""
-    probes = [t for row in result["rows"].values() for t in row.get("round_trip_ns", [])]
-    probes += [t for row in result["rows"].values() for _, t in row.get("retakes", [])]
-    probes.append(result.get("calibration_round_trip_ns"))
-    probes = [t for t in probes if t is not None]
+    scheduled, retakes = run_round_trips(result)
+    probes = scheduled + retakes + [t for t in [result.get("calibration_round_trip_ns")]
+                                    if t is not None]
     return min(probes) if probes else None
 
 
@@ -242,7 +248,8 @@ def retake_far_run(args, result, row, config):
     apart is run again, up to N times, until one ends near; the retakes are kept apart
     (row["retakes"]: [ms, round trip]) and count only in the report's by-placement section,
     never in the headline median over the scheduled runs."""
-    if args.placement_retakes <= 0 or config[3] == 1:
+    threads = config[3]
+    if args.placement_retakes <= 0 or threads == 1:
         return
     if not far_apart(row["round_trip_ns"][-1], nearest_round_trip(result)):
         return
@@ -395,12 +402,10 @@ def placement(configs, rounds):
     print("by placement (cache-line round trip between CPUs 0 and 1 after each run; far: over "
           "twice the round's nearest):")
     for r in rounds:
-        probes = [t for row in r["rows"].values() for t in row.get("round_trip_ns", [])
-                  if t is not None]
+        probes, retaken = run_round_trips(r)
         if not probes:
             continue
-        nearest = min(probes + [t for row in r["rows"].values() for _, t in row.get("retakes", [])
-                                if t is not None])
+        nearest = min(probes + retaken)
         far = sum(far_apart(t, nearest) for t in probes)
         retakes = sum(len(row.get("retakes", [])) for row in r["rows"].values())
         errors, lines = [], []
