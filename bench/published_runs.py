@@ -42,6 +42,10 @@ def plan_command(megac, run, stack):
     else:
         model = ("gpt:layers={layers},hidden={hidden},heads={heads},seq={seq},vocab={vocab},"
                  "ffn={ffn}".format(**run))
+    # Every spec states its embeddings (gpt: tied by default; mixtral, nemotron: untied); a run
+    # that records them says which (the Megatron-LM README's GPTs: untied, from their sizes).
+    if "tied_embeddings" in run:
+        model += ",tied={}".format(int(run["tied_embeddings"]))
     # A run on a network other than its device preset's names a spec file next to this script
     # (bench/clusters/, e.g. BLOOM's Jean Zay: 6.25 GB/s per GPU between nodes).
     device = os.path.join(HERE, run["cluster_spec"]) if "cluster_spec" in run else run["device"]

@@ -45,10 +45,13 @@ BOUNDS = {
     # MT-NLG 530B at 280 nodes, the run the profile's one constant was fitted on: 0.0 / 0.0.
     ("megatron-deepspeed", True): TARGET,
     # 15 held-out runs (Megatron-LM README's 9 H100 table rows and its 2 strong-scaling
-    # endpoints, Nemotron-4 340B x3, Mixtral 8x7B): achieved 11.0 / 29.3 / -4.8 (the first 13:
+    # endpoints, Nemotron-4 340B x3, Mixtral 8x7B): achieved 11.2 / 30.7 / -4.7 (the first 13:
     # 11.9 / 29.3 / -4.7; before: 14.0 / 32.8 / -10.0): the signed mean meets the target, mean
-    # and max miss it: achieved + 1.
-    ("megatron-core", False): {"mean": 12.0, "max": 30.3, "signed": 5.0},
+    # and max miss it: achieved + 1. The max bound went from 30.3 to 31.7 (2026-12-06) with a
+    # transcription correction, not a model change: the README's GPTs have untied embeddings
+    # (their sizes say so), which adds the head's gradient to the 32B's exposed reduction
+    # (29.3 -> 30.7%).
+    ("megatron-core", False): {"mean": 12.0, "max": 31.7, "signed": 5.0},
     # Nemotron-4 15B Table 2 (3 runs, the declared fit set; nothing fitted): achieved
     # 4.8 / 6.2 / +0.7 (before 4.1 / 10.7 / -4.1): the earlier bounds, none loosened.
     ("megatron-core", True): {"mean": 8.0, "max": 11.7, "signed": 5.0},
