@@ -98,6 +98,13 @@ def plan(megac, run, stack):
 SETS = ("megatron-2021", "megatron-deepspeed", "megatron-core")
 
 
+def sets_of(runs):
+    """The sets of `runs` in the order above, then any other in the order they appear
+    (bench/device_runs.json: this project's own GPU measurements)."""
+    seen = list(dict.fromkeys(run["set"] for run in runs))
+    return [s for s in SETS if s in seen] + [s for s in seen if s not in SETS]
+
+
 def statistics(errors):
     """(mean |error|, max |error|, signed mean) in percent, or None without runs."""
     if not errors:
@@ -173,7 +180,7 @@ def main():
     if args.sorted:
         # What the errors point at: each set's runs from the most optimistic to the most
         # pessimistic, with the geometry a mechanism would depend on.
-        for name in SETS:
+        for name in sets_of(runs):
             print(f"\n{name}, sorted by error: {'id':32} {'fit':8} {'hidden':>6} {'tp':>3} {'pp':>3} "
                   f"{'mb':>3} {'error':>7} {'compute':>8}  compute / tp-comm / dp-comm / bubble / "
                   f"overhead share")
@@ -189,7 +196,7 @@ def main():
                       f"{run['hidden']:6} {run.get('tp', 1):3} {run.get('pp', 1):3} "
                       f"{run['micro_batch']:3} {err:+6.1f}% {compute:+7.1f}%  {share}")
     print()
-    for name in SETS:
+    for name in sets_of(runs):
         print(summary(f"{name}, held out", errors.get((name, False), [])))
         print(summary(f"{name}, fit set", errors.get((name, True), [])))
     if missing:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Regression guard for the planner's error on published training runs (issue 34, item 5).
 
-Plans every run of bench/published_runs.json with every choice pinned (the bench's own
+Plans every run of bench/published_runs.json (and of bench/device_runs.json, this project's own
+GPU measurements) with every choice pinned (the bench's own
 invocation, bench/published_runs.py) and asserts, per set (megatron-2021, megatron-deepspeed,
 megatron-core) and per group (held out, fit set), that mean |error|, max |error| and the signed
 mean stay within the bounds below -- and that every run, which ran and so fit in its GPUs'
@@ -55,6 +56,11 @@ BOUNDS = {
     # Nemotron-4 15B Table 2 (3 runs, the declared fit set; nothing fitted): achieved
     # 4.8 / 6.2 / +0.7 (before 4.1 / 10.7 / -4.1): the earlier bounds, none loosened.
     ("megatron-core", True): {"mean": 8.0, "max": 11.7, "signed": 5.0},
+    # bench/device_runs.json: this project's own PyTorch steps on the lent H200 (GPT-2 124M and a
+    # 1.3B GPT, one GPU, torch.compile), planned with megatron-core's profile: the kernel model
+    # on Hopper apart from any Megatron stack. Not blind (see the file's notes). Achieved
+    # 6.6 / 10.4 / -3.8 (2026-12-06): the target.
+    ("own-device-pytorch", False): TARGET,
 }
 
 
@@ -67,10 +73,15 @@ def check(condition, message, failures):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--megac", required=True)
-    parser.add_argument("--json", default=os.path.join(ROOT, "bench", "published_runs.json"))
+    parser.add_argument("--json", action="append",
+                        help="runs files (default: bench/published_runs.json and "
+                             "bench/device_runs.json)")
     args = parser.parse_args()
-    with open(args.json) as f:
-        runs = json.load(f)
+    runs = []
+    for path in args.json or [os.path.join(ROOT, "bench", name)
+                              for name in ("published_runs.json", "device_runs.json")]:
+        with open(path) as f:
+            runs += json.load(f)
     failures = []
     errors = {}
     for run, layout, error, err in published_runs.predict_all(args.megac, runs):
