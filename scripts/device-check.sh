@@ -26,7 +26,9 @@
 #      bf16, each next to PyTorch (bench/torch_train_step_gpu.py); every run's first loss must be
 #      within LOSS_TOL (15%) of ln V and its last finite and not above the first (+LOSS_RISE_TOL
 #      nats: random labels make each step's loss noisy by about 0.5/sqrt(tokens));
-#      then the 1.3B GPT's GPU time per opcode (bench-train-step --profile);
+#      then the 1.3B GPT's GPU time per opcode (bench-train-step --profile); then, optional, the
+#      Megatron-LM README's 1.7B GPT (seq 4096, vocabulary 131072) in PyTorch, a planner anchor
+#      (bench/device_runs.json);
 #   8. compute-sanitizer --tool racecheck on one attention test, when the tool exists and
 #      RACECHECK_MIN seconds are left.
 # SKIP_TORCH=1 leaves out the PyTorch runs of step 7 (SKIPPED-asked, not a failure): a rerun
@@ -53,7 +55,7 @@ PREFLIGHT_LIMIT=${PREFLIGHT_LIMIT:-10}
 RACECHECK_MIN=${RACECHECK_MIN:-60}
 LOSS_TOL=${LOSS_TOL:-0.15}
 LOSS_RISE_TOL=${LOSS_RISE_TOL:-0.02}
-OPTIONAL="racecheck-attention" # "when time allows": skipping them fails nothing
+OPTIONAL="bench-torch-readme-1.7b racecheck-attention" # "when time allows": skipping them fails nothing
 mkdir -p "$OUT" "$WORK"
 LOG="$OUT/device-check.log"
 SUMMARY="$OUT/summary.txt"
@@ -340,6 +342,13 @@ step profile-megac-gpt-1.3b 90 "$BIN/bench-train-step" --plan "$PLANS/gpt-1.3b-b
   --backend cuda --steps 2 --warmup 1 --gpt 24,2048,2048,50257 --label profile-gpt-1.3b --profile
 bench torch-gpt-1.3b 200 50257 python3 bench/torch_train_step_gpu.py --gpt 24,2048,16,2048,50257 \
   --micro-batch 4 --steps 5 --label torch-gpt-1.3b --json "$RESULTS"
+# The Megatron-LM README's 1.7B GPT (24 x 2048, 16 heads, seq 4096, vocabulary 131072, untied
+# there; micro-batch 1) in PyTorch on this GPU: with bench/device_runs.json's other rows, how
+# much of the planner's -28% on that published run is the kernel rates of its shapes and how
+# much Megatron-Core's step (docs/planner.md). Optional: skipped when the time is short.
+bench torch-readme-1.7b 150 131072 python3 bench/torch_train_step_gpu.py \
+  --gpt 24,2048,16,4096,131072 --micro-batch 1 --steps 5 --label torch-readme-1.7b \
+  --json "$RESULTS"
 
 # 8. Races in the WMMA attention kernels, when the tool and the time are there.
 if ! command -v compute-sanitizer >/dev/null 2>&1; then

@@ -165,7 +165,8 @@ ORDER = ["preflight", "kernels-elementwise", "kernels-nn", "kernels-attention-fl
          "loss megac-gpt2-124m", "bench-torch-gpt2-124m", "loss torch-gpt2-124m",
          "bench-megac-gpt-1.3b", "loss megac-gpt-1.3b", "profile-megac-gpt-1.3b",
          "bench-torch-gpt-1.3b",
-         "loss torch-gpt-1.3b", "racecheck-attention"]
+         "loss torch-gpt-1.3b", "bench-torch-readme-1.7b", "loss torch-readme-1.7b",
+         "racecheck-attention"]
 
 
 def write(path, text, executable=False):
@@ -482,7 +483,7 @@ def case_skip_torch(m, base):
     m.stage()
     rc, out, secs = m.check(SKIP_TORCH=1, FAKE_TORCH="fail")
     rows = expect_summary(out)
-    for name in ("bench-torch-gpt2-124m", "bench-torch-gpt-1.3b"):
+    for name in ("bench-torch-gpt2-124m", "bench-torch-gpt-1.3b", "bench-torch-readme-1.7b"):
         expect(rows[name][0] == "SKIPPED-asked", f"{name}: {rows[name]}", out)
         expect(f"loss {name[6:]}" not in rows, f"a loss check of the skipped {name}", out)
     expect(rows["bench-megac-gpt-1.3b"][0] == "PASS", "megac's run did not run", out)
