@@ -126,6 +126,10 @@ def disturbed(path):
     256 and more still 1.88x, which the earlier test, the median, let through)."""
     with open(path) as f:
         calibration = json.load(f).get("calibration", {})
+    # megac calibrate's own placement note (runtime/calibrate/CoreDistance.h): the host moved the
+    # vCPUs between dies while the multi-thread occupancy ran.
+    if "moved them between dies" in calibration.get("source", ""):
+        return "the spec says its multi-thread sweeps ran in two placements"
     tables = {o["name"]: o["gemm"] for o in calibration.get("occupancies", [])}
     many = [n for n in tables if n != "alone-1t"]
     if "alone-1t" not in tables or not many:

@@ -3,6 +3,7 @@
 
 #include "planner/Calibration.h"
 #include "runtime/calibrate/Calibrate.h"
+#include "runtime/calibrate/CoreDistance.h"
 #include "support/Files.h"
 
 #include <algorithm>
@@ -165,6 +166,11 @@ StatusOr<std::string> writeMachineSpec(const std::string &path, planner::DeviceS
   }
   c.source = "megac calibrate --backend cpu (one spec per machine): every core busy, " + c.source +
              "; one rank alone with " + sources;
+  // Where the multi-thread occupancies ran (runtime/calibrate/CoreDistance.h).
+  for (const CalibrationResults &r : alone)
+    if (!r.coreRoundTripNs.empty())
+      c.source +=
+          "; alone-" + std::to_string(r.threads) + "t: " + cal::placementNote(r.coreRoundTripNs);
   if (Status st = writeAndCheckSpec(path, busy); !st.isOk())
     return st;
   std::string out = "wrote " + path + ": " + busy.name + ", tables for " +

@@ -2,10 +2,11 @@
 #include "runtime/calibrate/Calibrate.h"
 
 #include "runtime/calibrate/Benches.h"
+#include "runtime/calibrate/CoreDistance.h"
 #include "runtime/calibrate/CudaProbe.h"
+#include "runtime/cpu/Parallel.h"
 #include "runtime/cuda/CudaExecutor.h"
 #include "runtime/cuda/Device.h"
-#include "runtime/cpu/Parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -230,6 +231,15 @@ StatusOr<Results> calibrate(const Options &options) {
     return Status::ok();
   };
   auto count = [](size_t n, const char *what) { return std::to_string(n) + " " + what; };
+  // Where the host has the CPUs of a multi-thread rank, before and after its sweeps: two dies
+  // apart, every transfer between its threads costs ~6x (runtime/calibrate/CoreDistance.h).
+  auto probePlacement = [&] {
+    if (options.backend != Backend::cpu || r.threads < 2 || r.ranks != 1)
+      return;
+    if (std::optional<double> ns = coreRoundTripNs(0, 1))
+      r.coreRoundTripNs.push_back(*ns);
+  };
+  probePlacement();
   // GEMM, kernel and attention tables: the median of three sweeps (one with --quick).
   const int rounds = options.quick ? 1 : 3;
   RETURN_IF_ERROR(
@@ -266,6 +276,12 @@ StatusOr<Results> calibrate(const Options &options) {
     d = count(r.attention.size(), "shapes") + ", causal, forward and backward";
     return Status::ok();
   }));
+  probePlacement();
+  if (!r.coreRoundTripNs.empty()) {
+    r.notes.push_back(placementNote(r.coreRoundTripNs));
+    if (options.progress && sync.rank() == 0)
+      options.progress("calibrate: " + r.notes.back());
+  }
   if (r.ranks > 1) {
     RETURN_IF_ERROR(group("collectives", [&](std::string &d) {
       RETURN_IF_ERROR(benchCollectives(ctx, r));

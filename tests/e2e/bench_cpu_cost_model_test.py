@@ -100,6 +100,13 @@ class Helpers(unittest.TestCase):
             why = ccm.disturbed(path)
             self.assertIsNotNone(why)
             self.assertIn("alone-2t", why)
+            # Scaling GEMMs, but megac calibrate's note says the CPUs moved between dies.
+            spec = spec_with([50, 50, 50, 50], [97, 99, 100, 95])
+            spec["calibration"]["source"] = ("...; alone-2t: CPUs 0 and 1 55 / 361 ns apart (...): "
+                                             "the host moved them between dies meanwhile, ...")
+            with open(path, "w") as f:
+                json.dump(spec, f)
+            self.assertIn("two placements", ccm.disturbed(path))
             # A spec of one occupancy (a --ranks N calibration) is never judged.
             with open(path, "w") as f:
                 json.dump({"calibration": {"gemm": []}}, f)

@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -102,6 +103,12 @@ def machine_spec(args):
               % (name, len(o["gemm"]), max(g["flopsPerSecond"] for g in o["gemm"]) / 1e9))
     check("one rank alone" in cal["source"] and "every core busy" in cal["source"],
           "the source says what was measured: %s" % cal["source"][:120])
+    # The multi-thread occupancy records where its CPUs were (a cache line's round trip between
+    # CPUs 0 and 1 before and after its sweeps), so a spec says which placement its rates describe.
+    placement = re.search(r"alone-%dt: CPUs 0 and 1 (\d+) / (\d+) ns apart" % cores, cal["source"])
+    check(placement is not None and all(int(v) > 0 for v in placement.groups()),
+          "the source says how far apart the multi-thread rank's CPUs were: %s"
+          % (placement.group(0) if placement else cal["source"][-200:]))
 
     # The layout's occupancy is the one the cost model reads: alone-1t's rates halved in a copy.
     slow = json.loads(json.dumps(spec))

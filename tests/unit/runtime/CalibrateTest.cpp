@@ -1,13 +1,15 @@
 // `megac calibrate`'s microbenchmarks (runtime/calibrate): every kernel class's plan loads and
 // runs on the CPU executor and moves the bytes it says, the timing protocol, the summaries of
-// the tables, and a quick one-rank calibration.
+// the tables, a quick one-rank calibration, and the placement note of multi-thread sweeps.
 #include "runtime/calibrate/Calibrate.h"
 #include "runtime/calibrate/Benches.h"
+#include "runtime/calibrate/CoreDistance.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -138,6 +140,32 @@ TEST(Calibrate, QuickOneRankCalibration) {
   // One progress line per group, then the note.
   ASSERT_EQ(progress.size(), 6u);
   EXPECT_EQ(progress[1].rfind("calibrate: gemm", 0), 0u) << progress[1];
+}
+
+// The placement note: the round trips as measured, and two placements named only when the
+// largest is over twice the smallest (one die ~55 ns, two ~350 ns on this project's VMs).
+TEST(Calibrate, PlacementNote) {
+  EXPECT_EQ(placementNote({}), "");
+  std::string near = placementNote({54.6, 57.2});
+  EXPECT_NE(near.find("CPUs 0 and 1 55 / 57 ns apart"), std::string::npos) << near;
+  EXPECT_EQ(near.find("between dies"), std::string::npos) << near;
+  EXPECT_FALSE(placementMoved({54.6, 109.2}));
+  EXPECT_TRUE(placementMoved({54.6, 361.0}));
+  EXPECT_TRUE(placementMoved({361.0, 54.6}));
+  std::string moved = placementNote({361.0, 54.6});
+  EXPECT_NE(moved.find("361 / 55 ns apart"), std::string::npos) << moved;
+  EXPECT_NE(moved.find("moved them between dies"), std::string::npos) << moved;
+}
+
+// Two CPUs: a positive round trip; one CPU twice, or one that does not exist: none.
+TEST(Calibrate, CoreRoundTripBetweenTwoCpus) {
+  if (std::thread::hardware_concurrency() < 2)
+    GTEST_SKIP() << "one CPU";
+  std::optional<double> ns = coreRoundTripNs(0, 1, 2000, 3);
+  ASSERT_TRUE(ns.has_value());
+  EXPECT_GT(*ns, 0);
+  EXPECT_FALSE(coreRoundTripNs(0, 0).has_value());
+  EXPECT_FALSE(coreRoundTripNs(0, 1000, 10, 1).has_value()); // no such CPU here
 }
 
 TEST(Calibrate, CudaWithoutADeviceSaysSo) {
