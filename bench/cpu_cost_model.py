@@ -9,7 +9,8 @@ One calibration per machine (issue 34): each round runs `megac calibrate --backe
 (no --ranks: one rank alone with 1 and with every core's threads, and every core busy) and then
 measures every configuration; every configuration of the round, 1 rank or 2, 1 thread or 2,
 fp32 or bf16, is predicted from that one spec (`megac plan --cluster SPEC:1xRANKS --threads T
---stack megac`, every choice pinned, --no-compile). Calibrations and measurements interleave:
+--stack megac`, every choice pinned, --no-compile); a dropless MoE with expert parallelism also
+with its routing as the 1-rank run of the same model logged it (`--moe-load`, moe_load_flags). Calibrations and measurements interleave:
 round 1 = calibration 1 + measurements, round 2 = calibration 2 + measurements, ...; a
 configuration's measured time in a round is the median of its `--repeats` runs (taken in as many
 passes over the configurations, so they spread over the round; 5 by default: on this VM a
@@ -161,15 +162,31 @@ def calibrate(megac, path, quick, attempts=3):
     return time.time() - start
 
 
-def planned(megac, spec, config):
-    """`megac plan --json`'s layout for the configuration, every choice pinned, from `spec`."""
+def moe_load_flags(workdir, config):
+    """`--moe-load LOG` for a dropless MoE configuration with expert parallelism: the routing as
+    the 1-rank configuration of the same model measured it (its `megac train --log-json` in
+    `workdir`, the same seed, data and steps, so the same routing; docs/planner.md), when that
+    log is there. A capacity factor caps what any expert keeps, so those are left balanced."""
+    name, model, ranks, threads, precision, layout, global_batch = config
+    if workdir is None or layout[3] <= 1 or "capacity=" in model:
+        return []
+    for other in CONFIGS:
+        log = os.path.join(workdir, other[0] + ".jsonl")
+        if other[1] == model and other[2] == 1 and os.path.exists(log):
+            return ["--moe-load", log]
+    return []
+
+
+def planned(megac, spec, config, workdir=None):
+    """`megac plan --json`'s layout for the configuration, every choice pinned, from `spec`
+    (and, with `workdir`, a dropless MoE's measured routing: moe_load_flags)."""
     name, model, ranks, threads, precision, layout, global_batch = config
     out = subprocess.run(
         [megac, "plan", "--model", model, "--cluster", "%s:1x%d" % (spec, ranks),
          "--threads", str(threads), "--global-batch", str(global_batch), "--stack", "megac",
          "--precision", precision, "--json", "--no-compile", "--top", "1",
          "--sequence-parallel" if layout[8] else "--no-sequence-parallel"] + layout_flags(layout)
-        + schedule_flags(layout),
+        + schedule_flags(layout) + moe_load_flags(workdir, config),
         check=True, capture_output=True, text=True).stdout
     layouts = json.loads(out)["layouts"]
     if not layouts:
@@ -177,8 +194,8 @@ def planned(megac, spec, config):
     return layouts[0]
 
 
-def predict(megac, spec, config):
-    return planned(megac, spec, config)["step_time_s"] * 1e3
+def predict(megac, spec, config, workdir=None):
+    return planned(megac, spec, config, workdir)["step_time_s"] * 1e3
 
 
 def schedule_flags(layout):
@@ -302,8 +319,10 @@ def run_round(args, configs, k, saved=None, save=None):
                       file=sys.stderr, flush=True)
                 return result
             if row is None:
-                row = rows[config[0]] = {"predicted_ms": predict(args.megac, spec, config),
-                                         "runs_ms": []}
+                row = rows[config[0]] = {
+                    "predicted_ms": predict(args.megac, spec, config, args.workdir),
+                    "moe_load": moe_load_flags(args.workdir, config)[1:] or None,
+                    "runs_ms": []}
             row["runs_ms"].append(measure(args.megac, args.workdir, config, args.steps))
             # Where the host had the vCPUs when the run ended (docs/cpu-performance.md: a rank's
             # threads share data, and two dies apart every transfer costs ~6x).
@@ -323,7 +342,7 @@ def run_round(args, configs, k, saved=None, save=None):
 def by_class(args, config):
     """Predicted against traced time per kernel class for one configuration (--by-class)."""
     name = config[0]
-    best = planned(args.megac, args.by_class, config)
+    best = planned(args.megac, args.by_class, config, args.workdir)
     predicted, launches = best.get("kernel_seconds", {}), best.get("kernel_launches", {})
     trace = os.path.join(args.workdir, name + ".trace.json")
     train(args.megac, args.workdir, config, args.steps,
@@ -499,7 +518,7 @@ def main():
                 if row:
                     row.setdefault("earlier_predictions_ms", {})[args.repredict] = \
                         row["predicted_ms"]
-                    row["predicted_ms"] = predict(args.megac, r["spec"], config)
+                    row["predicted_ms"] = predict(args.megac, r["spec"], config, args.workdir)
         with open(saved, "w") as f:
             json.dump(rounds, f, indent=1)
         args.report = True

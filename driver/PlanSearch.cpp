@@ -13,6 +13,7 @@
 #include "planner/Timeline.h"
 #include "runtime/plan/PlanLoader.h"
 #include "support/Files.h"
+#include "support/Json.h"
 
 #include "mlir/IR/MLIRContext.h"
 
@@ -612,6 +613,57 @@ Status confirmWinner(const PlanSearchRequest &r, const planner::TransformerShape
 
 } // namespace
 
+/// The routed rows per block and expert of a `megac train --log-json` file: every step record's
+/// moe_load, summed. Errors name the file, the line and what does not match the model.
+StatusOr<std::vector<std::vector<double>>> readMoeLoad(const std::string &path,
+                                                       const planner::TransformerShape &s) {
+  const std::string what = "--moe-load " + path;
+  if (s.experts <= 0)
+    return Status::error(what + ": applies to a mixture-of-experts model; " + s.name +
+                         " has no experts");
+  ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readFileBytes(path, "the MoE load log"));
+  std::string text(bytes.begin(), bytes.end());
+  std::vector<std::vector<double>> sum;
+  std::istringstream lines(text);
+  std::string line;
+  int64_t number = 0, records = 0;
+  while (std::getline(lines, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos)
+      continue;
+    StatusOr<json::Value> record = json::parse(line);
+    if (!record.isOk())
+      return Status::error(what + ":" + std::to_string(number) + ": not a JSON step record (" +
+                           record.status().message() + ")");
+    const json::Value *load = record->find("moe_load");
+    if (!load)
+      continue; // a record of another kind (an evaluation line)
+    std::string where = what + ":" + std::to_string(number) + ": moe_load ";
+    if (load->kind != json::Value::Kind::array || int64_t(load->items.size()) != s.layers)
+      return Status::error(where + "does not have one entry per block (" + s.name + " has " +
+                           std::to_string(s.layers) + ")");
+    sum.resize(load->items.size(), std::vector<double>(size_t(s.experts), 0.0));
+    for (size_t b = 0; b < load->items.size(); ++b) {
+      const json::Value &experts = load->items[b];
+      if (experts.kind != json::Value::Kind::array || int64_t(experts.items.size()) != s.experts)
+        return Status::error(where + "block " + std::to_string(b) + " does not list " +
+                             std::to_string(s.experts) + " experts (the model's)");
+      for (size_t x = 0; x < experts.items.size(); ++x) {
+        const json::Value &rows = experts.items[x];
+        if (rows.kind != json::Value::Kind::number || !(rows.number >= 0))
+          return Status::error(where + "block " + std::to_string(b) + ", expert " +
+                               std::to_string(x) + ": not a count of routed rows");
+        sum[b][x] += rows.number;
+      }
+    }
+    ++records;
+  }
+  if (records == 0)
+    return Status::error(what + ": no step record with a moe_load (expected the --log-json "
+                                "file of `megac train` on this mixture-of-experts model)");
+  return sum;
+}
+
 StatusOr<planner::StackProfile> resolveStack(const std::optional<std::string> &name,
                                              const planner::Cluster &cluster) {
   std::optional<planner::StackProfile> profile =
@@ -639,6 +691,9 @@ StatusOr<bool> searchLayouts(const PlanSearchRequest &r, const Emit &emit,
   double readSeconds = secondsSince(start);
   if (r.dropout)
     shape.shape->dropout = *r.dropout;
+  if (r.moeLoadPath) {
+    ASSIGN_OR_RETURN(shape.shape->moeLoad, readMoeLoad(*r.moeLoadPath, *shape.shape));
+  }
   const planner::TransformerShape &s = *shape.shape;
   planner::SearchResult result =
       planner::search(s, r.cluster, r.globalBatch, r.pins, r.top, r.stack);

@@ -27,7 +27,11 @@ struct PlanSearchRequest {
   int64_t globalBatch = 0;
   std::optional<int64_t> seq;    // the model's sequence length, overridden
   std::optional<double> dropout; // costed though the IR has none
-  planner::Pins pins;            // pins.precision: the precision planned
+  /// `--moe-load TRAIN.jsonl`: a `megac train --log-json` of this MoE model, whose moe_load
+  /// (summed over its records) the planner charges the busiest expert-parallel rank with
+  /// (planner::TransformerShape::moeLoad); unset, balanced routing.
+  std::optional<std::string> moeLoadPath;
+  planner::Pins pins; // pins.precision: the precision planned
   int top = 5;
   bool json = false;    // the report as one JSON object
   bool explain = false; // #1's step by op class, and its compiled plan explained

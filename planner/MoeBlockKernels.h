@@ -25,8 +25,8 @@ inline void swigluGradUnfused(Builder &b, double mlpAct) {
 /// micro-batch: the router, the dispatch of each token to its topk experts, the local experts'
 /// GEMMs on their rows, the combine; under expert parallelism the token exchange among the ep
 /// ranks (exchange() below; forward and, as adjoints, backward); under Megatron's expert tensor
-/// parallelism the routed rows' all-gather and reduce-scatter over tp. Balanced routing: each
-/// expert gets T·k/E of the rows.
+/// parallelism the routed rows' all-gather and reduce-scatter over tp. Balanced routing (each
+/// expert gets T·k/E of the rows) unless a measured load says how much the busiest ep rank gets.
 struct MoeKernels {
   const TransformerShape &s;
   const LayerGeometry &g;
@@ -73,7 +73,8 @@ struct MoeKernels {
     epGathersTokens = routerSplit && g.ep > 1 && stack.allToAllDispatch;
     // Megatron gathers the tp group's routed rows before its tp-split experts.
     double gathered = split && g.sequenceParallel ? double(t) : 1.0;
-    rows = int64_t(std::llround(Tr * double(k) * gathered));
+    // Dropless routing as measured (TransformerShape::moeLoad): the busiest ep rank's share.
+    rows = int64_t(std::llround(Tr * double(k) * gathered * busiestExpertRankShare(s, g.ep)));
     perExpert = ceilDiv(rows, localExperts);
     routedRows = stack.packedRouting ? double(rows) : double(E) * Tr;
     routerBytes = Tg * double(E) * 4;
@@ -87,7 +88,8 @@ struct MoeKernels {
   // `weightGradient`: [m, n] = A^T B over the routed rows (k); else routed rows [m, k] x [k, n].
   // megac's static [E, T, f] layout (no packedRouting): each product packs its active rows
   // (runtime/cpu/Moe.cpp) and a forward or input-gradient one zero-fills its whole output first.
-  void expertGemm(Builder &b, int64_t m, int64_t n, int64_t kDim, bool weightGradient = false) const {
+  void expertGemm(Builder &b, int64_t m, int64_t n, int64_t kDim,
+                  bool weightGradient = false) const {
     if (grouped)
       b.gemm(m, n, kDim, localExperts);
     else
@@ -99,10 +101,10 @@ struct MoeKernels {
                    (grouped ? double(localExperts) : 1.0);
     if (!stack.packedRouting) {
       double local = double(localExperts) / double(E);
-      op.bytes = weightGradient ? 2.0 * double(rows) * double(m + n) * double(e)
-                                : (routedRows * local * double(n) + 2.0 * double(rows) *
-                                                                        double(kDim + n)) *
-                                      double(e);
+      op.bytes = weightGradient
+                     ? 2.0 * double(rows) * double(m + n) * double(e)
+                     : (routedRows * local * double(n) + 2.0 * double(rows) * double(kDim + n)) *
+                           double(e);
       op.bytes /= grouped ? 1.0 : double(localExperts); // per launch
     }
   }
@@ -124,8 +126,8 @@ struct MoeKernels {
     if (stack.allToAllDispatch) {
       double group = Tr * double(g.ep);
       if (epGathersTokens && into != forward) { // the combine's return, the backward's dy
-        b.pass->ep.push_back({into ? Collective::allGather : Collective::reduceScatter,
-                              tokenBytes(group)});
+        b.pass->ep.push_back(
+            {into ? Collective::allGather : Collective::reduceScatter, tokenBytes(group)});
         return;
       }
       if (into && forward && stack.gathersRouting) {
@@ -180,7 +182,7 @@ struct MoeKernels {
         stack.dispatchScalesTokens ? KernelClass::elementwise : KernelClass::copy;
     exchange(b, true, true);
     b.mem(dispatch, tokenBytes(dispatched + routedRows));
-    if (epGathersTokens) // the ep group's routing, for the products and for the combine:
+    if (epGathersTokens)            // the ep group's routing, for the products and for the combine:
       for (int i = 0; i < 2; ++i) { // gathered, this tp rank's rows, the local experts' columns
         b.pass->ep.push_back({Collective::allGather, Tg * double(g.ep) * double(E) * double(e)});
         b.mem(KernelClass::copy, 2 * Tr * double(g.ep) * double(E) * double(e));
@@ -223,8 +225,8 @@ struct MoeKernels {
     }
     gatherRows(b, Collective::allGather);
     auto linearBackward = [&](int64_t in, int64_t out) {
-      expertGemm(b, perExpert, in, out);       // dx
-      expertGemm(b, out, in, perExpert, true); // dW, per expert
+      expertGemm(b, perExpert, in, out);            // dx
+      expertGemm(b, out, in, perExpert, true);      // dW, per expert
       b.pass->kernels.back().weightGradient = true; // a zero-bubble schedule's W (issue 35)
       if (stack.transposeInstructions)
         b.mem(KernelClass::transpose, 2.0 * double(in) * double(out) * double(e),

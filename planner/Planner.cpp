@@ -1,6 +1,6 @@
 // One training step's predicted time and memory under a layout (planner/Planner.h's estimate),
-// assembled from planner/CostModel.h's pieces (memory: planner/MemoryModel.cpp). Model assumptions are
-// stated where they are used.
+// assembled from planner/CostModel.h's pieces (memory: planner/MemoryModel.cpp). Model assumptions
+// are stated where they are used.
 #include "planner/CostModel.h"
 #include "planner/OptimizerKernels.h"
 #include "support/Checked.h"
@@ -251,8 +251,7 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
   if (!listGemms_)
     for (PassCost *p : {&lc.forward, &lc.backward, &lc.fullRecompute, &lc.chunkLastRecompute,
                         &ec.embedForward, &ec.embedBackward, &ec.headForward, &ec.headBackward,
-                        &ec.headRecompute, &ec.headChunkRecompute, &ec.ropeTable,
-                        &ec.tiedHeadCast})
+                        &ec.headRecompute, &ec.headChunkRecompute, &ec.ropeTable, &ec.tiedHeadCast})
       p->compute.gemms.clear();
   if (!listGemms_)
     for (KernelTime *t : {&lc.attentionCore, &lc.gradAccumulation, &lc.weightGradient,
@@ -262,9 +261,8 @@ const LayerCost &StepEstimator::layerCost(int64_t tp, int64_t b, bool sp, Precis
 }
 
 const EdgeCost &StepEstimator::edgeCost(int64_t tp, int64_t b, bool sp, Precision precision,
-                                        int64_t ep, int64_t cp, bool cpRing,
-                                        int64_t gradientShards, int64_t parameterGathers,
-                                        bool weightsInMemory) {
+                                        int64_t ep, int64_t cp, bool cpRing, int64_t gradientShards,
+                                        int64_t parameterGathers, bool weightsInMemory) {
   layerCost(tp, b, sp, precision, ep, cp, cpRing, gradientShards, parameterGathers,
             weightsInMemory);
   cpRing = cp > 1 && stack_.runsContextParallelRing(cpRing);
@@ -337,8 +335,8 @@ StepEstimator::ChunkTimes StepEstimator::chunkTimes(const Layout &l) {
   // weight: past the node's last-level cache, each weight and weight gradient streams from main
   // memory (KernelOp::coldBytes).
   const bool weightsInMemory = stateOutgrowsCache(cluster_.device, trainingStateBytes(l));
-  const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep,
-                                  l.cp, l.cpRing, shards, gathers, weightsInMemory);
+  const LayerCost &lc = layerCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp,
+                                  l.cpRing, shards, gathers, weightsInMemory);
   const EdgeCost &ec = edgeCost(l.tp, l.microBatch, l.sequenceParallel, l.precision, l.ep, l.cp,
                                 l.cpRing, shards, gathers, weightsInMemory);
   double layers = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp)); // on the stage
@@ -546,8 +544,8 @@ KernelTime StepEstimator::optimizerTime(const Layout &l, double localParameters,
   TpReplicatedGradients replicated;
   if (l.sequenceParallel && l.tp > 1) {
     double blocks = double(l.vpp * ceilDiv(shape_.layers, l.pp * l.vpp));
-    replicated.parameters = blocks * double(replicatedLayerParameters(s)) +
-                            double(s.hidden) * (s.biases ? 2 : 1);
+    replicated.parameters =
+        blocks * double(replicatedLayerParameters(s)) + double(s.hidden) * (s.biases ? 2 : 1);
     replicated.tensors = blocks * (s.biases ? 6 : 2) + (s.biases ? 2 : 1);
     replicated.alone = s.rope ? 0 : 1;
     if (s.experts > 0 && !stack_.expertTensorParallel && l.ep == 1) {
@@ -790,6 +788,29 @@ std::optional<StepCost> estimate(const TransformerShape &shape, const Cluster &c
   StepEstimator estimator(shape, cluster, globalBatch, stack);
   estimator.listGemms(true);
   return estimator.estimate(layout, why);
+}
+
+double busiestExpertRankShare(const TransformerShape &shape, int64_t ep) {
+  if (ep <= 1 || shape.moeLoad.empty())
+    return 1.0;
+  double busiest = 0, mean = 0;
+  for (const std::vector<double> &experts : shape.moeLoad) {
+    const int64_t E = int64_t(experts.size());
+    if (E == 0 || E % ep != 0)
+      return 1.0; // not this layout's grouping (PlanSearch validates the counts)
+    const int64_t local = E / ep;
+    double total = 0, most = 0;
+    for (int64_t r = 0; r < ep; ++r) {
+      double rank = 0;
+      for (int64_t x = r * local; x < (r + 1) * local; ++x)
+        rank += experts[size_t(x)];
+      most = std::max(most, rank);
+      total += rank;
+    }
+    busiest += most;
+    mean += total / double(ep);
+  }
+  return mean > 0 ? std::max(1.0, busiest / mean) : 1.0;
 }
 
 } // namespace megac::planner

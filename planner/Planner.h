@@ -42,7 +42,17 @@ struct TransformerShape {
   /// Dropout probability of the hidden states and attention probabilities (0: none). Megatron's
   /// GPT runs train with 0.1; megac's zoo models have none; `megac plan --dropout P` sets it.
   double dropout = 0;
+  /// Dropless MoE routing as a training run measured it (`megac plan --moe-load TRAIN.jsonl`,
+  /// `megac train`'s moe_load summed over its records): per block, per expert, the routed rows.
+  /// Empty: balanced routing (each expert T·k/E rows, what the auxiliary loss aims at).
+  std::vector<std::vector<double>> moeLoad;
 };
+
+/// The busiest expert-parallel rank's routed rows over the balanced share (>= 1): with the
+/// experts split over ep in contiguous blocks of E/ep (docs/moe.md), per block the largest block
+/// sum over the mean, weighted as the blocks run one after another (the sum over blocks of the
+/// busiest rank's rows over the sum of the means); 1 without a measured load or at ep 1.
+double busiestExpertRankShare(const TransformerShape &shape, int64_t ep);
 
 /// Which choices the user pinned (`megac plan --tp 8 ...`); unset ones are searched.
 struct Pins {

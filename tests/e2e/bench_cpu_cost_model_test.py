@@ -126,6 +126,19 @@ class Helpers(unittest.TestCase):
         self.assertEqual(ccm.nearest_round_trip(result), 65)
         self.assertIsNone(ccm.nearest_round_trip({"rows": {}}))
 
+    def test_a_dropless_moe_with_ep_is_planned_with_its_1_rank_routing(self):
+        by_name = {c[0]: c for c in ccm.CONFIGS}
+        with tempfile.TemporaryDirectory() as d:
+            self.assertEqual(ccm.moe_load_flags(d, by_name["mixtral-dp2-ep2"]), [])  # no log yet
+            log = os.path.join(d, "mixtral-1r2t.jsonl")
+            open(log, "w").close()
+            self.assertEqual(ccm.moe_load_flags(d, by_name["mixtral-dp2-ep2"]), ["--moe-load", log])
+            # A capacity factor caps every expert; ep 1 holds every expert; dense models route
+            # nothing; no workdir (the real-megac check below), no flag.
+            for name in ("mixtral-dp2-ep2-cap1", "mixtral-1r2t", "h512-tp2"):
+                self.assertEqual(ccm.moe_load_flags(d, by_name[name]), [], name)
+            self.assertEqual(ccm.moe_load_flags(None, by_name["mixtral-dp2-ep2"]), [])
+
     def test_layout_and_schedule_flags(self):
         layout = (2, 2, 1, 1, 2, 1, "selective", 1, True)
         self.assertEqual(ccm.layout_flags(layout),
@@ -243,6 +256,17 @@ class AgainstRealMegac(unittest.TestCase):
             with self.subTest(config=name):
                 layout = ccm.planned(MEGAC, "cpu", config)
                 self.assertGreater(layout["step_time_s"], 0)
+
+    def test_the_dropless_moe_with_a_routing_log(self):
+        if MEGAC is None:
+            self.skipTest("no --megac")
+        config = {c[0]: c for c in ccm.CONFIGS}["mixtral-dp2-ep2"]
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "mixtral-1r2t.jsonl"), "w") as f:
+                f.write(json.dumps({"step": 1, "moe_load": [[300, 300, 212, 212]] * 2}) + "\n")
+            measured = ccm.planned(MEGAC, "cpu", config, d)["step_time_s"]
+        balanced = ccm.planned(MEGAC, "cpu", config)["step_time_s"]
+        self.assertGreater(measured, balanced)
 
 
 if __name__ == "__main__":

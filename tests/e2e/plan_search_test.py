@@ -124,6 +124,37 @@ def main():
     check(bad.returncode == 2 and bad.stderr.count("\n") == 1 and "megatron-2021" in bad.stderr,
           "an unknown --stack is a one-line error naming the profiles: " + bad.stderr.strip())
 
+    # --moe-load TRAIN.jsonl: dropless routing as a training log measured it. Two blocks of four
+    # experts, the busiest of two ep ranks at (600 + 550) / (512 + 512) of the balanced rows: a
+    # slower step at ep 2, the same at ep 1 (one rank holds every expert); a dense model, a log
+    # of another shape and a missing file are one-line errors naming the file.
+    mixtral = "mixtral:layers=2,hidden=256,heads=8,kv_heads=4,experts=4,topk=2,ffn=512,seq=128,vocab=1024"
+    with tempfile.TemporaryDirectory() as d:
+        log = os.path.join(d, "train.jsonl")
+        with open(log, "w") as f:
+            f.write('{"step": 1, "loss": 7.0, "moe_load": [[300, 300, 212, 212], [206, 256, 300, 262]]}\n')
+            f.write('{"step": 2, "loss": 6.9, "moe_load": [[300, 300, 212, 212], [206, 256, 300, 262]]}\n')
+        moe = ["--model", mixtral, "--cluster", "cpu:1x2", "--global-batch", "4", "--tp", "1",
+               "--pp", "1", "--micro-batch", "2", "--zero", "0", "--no-compile", "--json"]
+        def step(ep, *extra):
+            out = json.loads(plan(args.megac, *moe, "--dp", "2", "--ep", str(ep), *extra).stdout)
+            return out["layouts"][0]["step_time_s"]
+        check(step(2, "--moe-load", log) > 1.01 * step(2) and
+              step(1, "--moe-load", log) == step(1),
+              "--moe-load slows the busiest expert-parallel rank at ep 2 (%.2f -> %.2f ms), not "
+              "at ep 1" % (1e3 * step(2), 1e3 * step(2, "--moe-load", log)))
+        bad_log = os.path.join(d, "bad.jsonl")
+        with open(bad_log, "w") as f:
+            f.write('{"step": 1, "moe_load": [[1, 2, 3]]}\n')
+        for extra, says in ((["--moe-load", log], "no experts"),
+                            (["--moe-load", bad_log], "bad.jsonl:1: moe_load"),
+                            (["--moe-load", os.path.join(d, "none.jsonl")], "none.jsonl")):
+            model = GPT3 if says == "no experts" else mixtral
+            bad = plan(args.megac, "--model", model, "--cluster", "cpu:1x2", "--global-batch",
+                       "4", "--no-compile", *extra, check=False)
+            check(bad.returncode != 0 and bad.stderr.count("\n") == 1 and says in bad.stderr,
+                  "--moe-load: a one-line error: " + bad.stderr.strip()[:160])
+
     # --explain: #1's step split by op class; the lines sum to the step, and the JSON breakdown
     # carries the same classes.
     pins = ["--model", GPT3, "--cluster", "a100-80g:128x8", "--global-batch", "1536", "--tp", "8",

@@ -346,7 +346,7 @@ const char *const kPlanHelp =
                   --schedule 1f1b|interleaved|zb-h1|zb-h2|zbv] [--precision bf16|fp16|fp32]
                   [--top K] [--threads T] [--reshard-after-forward on|off]
                   [--stack megac|megatron-2021|megatron-deepspeed|megatron-core] [--dropout P]
-                  [--overlap on|off] [--bucket-size N] [--explain]
+                  [--moe-load TRAIN.jsonl] [--overlap on|off] [--bucket-size N] [--explain]
                   [--json] [--timeline FILE.svg] [--trace FILE.json] [--no-compile]
 
 The planner: predicts the step time, throughput, TFLOP/s, MFU and memory per device of every
@@ -357,7 +357,9 @@ Degrees given are pinned; the rest are searched. --timeline draws #1's pipeline 
 and a software stack: --stack megac (default: this build's CUDA runtime, or its CPU runtime on
 cpu devices and `megac calibrate --backend cpu` specs), megatron-2021, megatron-deepspeed or
 megatron-core (docs/planner.md lists what each fuses and overlaps); --dropout P costs dropout
-the model's IR does not have. --overlap on|off and --bucket-size N: the compiled plan's (as megac
+the model's IR does not have. --moe-load TRAIN.jsonl (a `megac train --log-json` of this MoE
+model): dropless routing as that run measured it, the busiest expert-parallel rank charged its
+share of the logged moe_load (summed over the records) instead of a balanced one. --overlap on|off and --bucket-size N: the compiled plan's (as megac
 train's; default off): megac's stack overlaps the dp reduction (and ZeRO-1's parameter gather)
 only with --overlap on, at pp 1 and ZeRO 0/1 over more than one bucket. Mixture-of-experts
 models also search --ep (expert parallelism, dividing dp and the experts; docs/moe.md). --cp C (context parallelism: each sequence split over

@@ -62,7 +62,7 @@ std::string searchRequest(Flags &f, driver::PlanSearchRequest &r,
 int searchCommand(int argc, char **argv) {
   Flags f("megac plan", kPlanHelp);
   driver::PlanSearchRequest r;
-  std::optional<std::string> spec, cluster, stack, timeline, trace;
+  std::optional<std::string> spec, cluster, stack, timeline, trace, moeLoad;
   std::string zero, recompute, precision = "bf16", cpCommType;
   std::vector<std::string> inputShapes;
   std::string scheduleName;    // --schedule: a Pins::schedule
@@ -87,7 +87,7 @@ int searchCommand(int argc, char **argv) {
       .count("--top", top, 1, "K", 1 << 20)
       .text("--timeline", timeline, "FILE.svg");
   f.text("--trace", trace, "FILE.json").repeated("--input-shape", inputShapes, "NAME=DIMS");
-  f.text("--stack", stack, "NAME");
+  f.text("--stack", stack, "NAME").text("--moe-load", moeLoad, "TRAIN.jsonl");
   f.number(
       "--dropout", dropout, [](double p) { return p >= 0 && p < 1; }, "a probability in [0, 1)",
       "P");
@@ -123,6 +123,7 @@ int searchCommand(int argc, char **argv) {
     r.seq = seq;
   if (f.given("--dropout"))
     r.dropout = dropout;
+  r.moeLoadPath = moeLoad;
   r.top = int(top);
   r.compile = !noCompile;
   r.timelinePath = timeline;

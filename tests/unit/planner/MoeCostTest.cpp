@@ -252,6 +252,41 @@ TEST(MoeCostTest, BlockKernelsRouteTopkRowsAndExchangeTokens) {
   EXPECT_EQ(core.forward.tp[3].kind, Collective::reduceScatter);
 }
 
+// A measured routing (`megac plan --moe-load`): the busiest of the ep ranks, each holding a
+// contiguous block of E/ep experts, per block; summed over blocks as they run one after another.
+TEST(MoeCostTest, MeasuredLoadChargesTheBusiestExpertParallelRank) {
+  TransformerShape s = mixtral8x7b();
+  s.layers = 2;
+  EXPECT_DOUBLE_EQ(busiestExpertRankShare(s, 2), 1.0); // no load: balanced
+  // 8 experts, 1000 rows per block. Block 0: ranks of ep 2 get 600 / 400; block 1 450 / 550.
+  s.moeLoad = {{150, 150, 150, 150, 100, 100, 100, 100}, {100, 100, 100, 150, 150, 150, 125, 125}};
+  EXPECT_DOUBLE_EQ(busiestExpertRankShare(s, 1), 1.0);
+  EXPECT_DOUBLE_EQ(busiestExpertRankShare(s, 2), (600.0 + 550.0) / (500.0 + 500.0));
+  // ep 4: pairs 300 300 200 200 (busiest 300) and 200 250 300 250 (300), mean 250 each.
+  EXPECT_DOUBLE_EQ(busiestExpertRankShare(s, 4), (300.0 + 300.0) / (250.0 + 250.0));
+  // ep 8: the busiest expert, 150 in both blocks, over 125.
+  EXPECT_DOUBLE_EQ(busiestExpertRankShare(s, 8), 300.0 / 250.0);
+  // A perfectly balanced load, and a grouping that does not divide the experts: 1.
+  s.moeLoad = {{125, 125, 125, 125, 125, 125, 125, 125}, {125, 125, 125, 125, 125, 125, 125, 125}};
+  EXPECT_DOUBLE_EQ(busiestExpertRankShare(s, 4), 1.0);
+  EXPECT_DOUBLE_EQ(busiestExpertRankShare(s, 3), 1.0);
+  // The block's expert GEMMs grow by that share on every rank of the layout (the busiest sets
+  // the step); the rest of the block does not.
+  TransformerShape balanced = mixtral8x7b();
+  TransformerShape measured = balanced;
+  measured.moeLoad.assign(size_t(measured.layers), {150, 150, 150, 150, 100, 100, 100, 100});
+  LayerGeometry g{1, 1, false, Precision::bf16, 2};
+  double T = 4096, h = 4096, f = 14336, E = 8, k = 2, gd = 8 * 128;
+  double attentionGemms = 2 * T * (2 * h * h + 2 * h * gd), router = 2 * T * h * E;
+  double experts = 2 * T * k * 3 * h * f;
+  BlockKernels b = blockKernels(measured, g, stack("megatron-core"));
+  // (to whole rows per local expert: 9830.4 rows -> 4 x 2458)
+  EXPECT_NEAR(gemmFlops(b.forward.kernels), attentionGemms + router + 1.2 * experts,
+              1e-3 * experts);
+  EXPECT_DOUBLE_EQ(gemmFlops(blockKernels(balanced, g, stack("megatron-core")).forward.kernels),
+                   attentionGemms + router + experts);
+}
+
 TEST(MoeCostTest, InvalidExpertParallelLayoutsSayWhy) {
   TransformerShape s = mixtral8x7b();
   Cluster c = cluster("h100-sxm:8x8");
