@@ -169,8 +169,8 @@ StatusOr<std::string> writeMachineSpec(const std::string &path, planner::DeviceS
   // Where the multi-thread occupancies ran (runtime/calibrate/CoreDistance.h).
   for (const CalibrationResults &r : alone)
     if (!r.coreRoundTripNs.empty())
-      c.source +=
-          "; alone-" + std::to_string(r.threads) + "t: " + cal::placementNote(r.coreRoundTripNs);
+      c.source += "; alone-" + std::to_string(r.threads) +
+                  "t: " + cal::placementNote(r.probedCpus, r.coreRoundTripNs);
   if (Status st = writeAndCheckSpec(path, busy); !st.isOk())
     return st;
   std::string out = "wrote " + path + ": " + busy.name + ", tables for " +

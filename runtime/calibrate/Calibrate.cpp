@@ -236,7 +236,11 @@ StatusOr<Results> calibrate(const Options &options) {
   auto probePlacement = [&] {
     if (options.backend != Backend::cpu || r.threads < 2 || r.ranks != 1)
       return;
-    if (std::optional<double> ns = coreRoundTripNs(0, 1))
+    std::optional<std::pair<int, int>> cpus = firstTwoAllowedCpus();
+    if (!cpus)
+      return;
+    r.probedCpus = *cpus;
+    if (std::optional<double> ns = coreRoundTripNs(cpus->first, cpus->second))
       r.coreRoundTripNs.push_back(*ns);
   };
   probePlacement();
@@ -278,7 +282,7 @@ StatusOr<Results> calibrate(const Options &options) {
   }));
   probePlacement();
   if (!r.coreRoundTripNs.empty()) {
-    r.notes.push_back(placementNote(r.coreRoundTripNs));
+    r.notes.push_back(placementNote(r.probedCpus, r.coreRoundTripNs));
     if (options.progress && sync.rank() == 0)
       options.progress("calibrate: " + r.notes.back());
   }

@@ -87,10 +87,27 @@ bool placementMoved(const std::vector<double> &roundTripsNs) {
   return *high > 2 * *low;
 }
 
-std::string placementNote(const std::vector<double> &roundTripsNs) {
+std::optional<std::pair<int, int>> firstTwoAllowedCpus() {
+  // A fresh thread tries each CPU in turn: the calling thread's own mask may be narrower than the
+  // process's (OpenBLAS binds the thread that initialised it), and a CPU outside the cgroup's
+  // cpuset refuses the pin.
+  std::vector<int> cpus;
+  std::thread probe([&cpus] {
+    for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < 2; ++cpu)
+      if (pin(cpu))
+        cpus.push_back(cpu);
+  });
+  probe.join();
+  if (cpus.size() < 2)
+    return std::nullopt;
+  return std::pair{cpus[0], cpus[1]};
+}
+
+std::string placementNote(std::pair<int, int> cpus, const std::vector<double> &roundTripsNs) {
   if (roundTripsNs.empty())
     return "";
-  std::string note = "CPUs 0 and 1 ";
+  std::string note =
+      "CPUs " + std::to_string(cpus.first) + " and " + std::to_string(cpus.second) + " ";
   char value[32];
   for (size_t i = 0; i < roundTripsNs.size(); ++i) {
     std::snprintf(value, sizeof value, "%s%.0f", i ? " / " : "", roundTripsNs[i]);

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace megac::runtime::calibrate {
@@ -17,11 +18,15 @@ namespace megac::runtime::calibrate {
 /// restricted affinity mask).
 std::optional<double> coreRoundTripNs(int a, int b, int trips = 40000, int batches = 5);
 
+/// The first two CPUs a thread of this process may be pinned to (lowest numbers first): where a
+/// rank's threads run on a machine of two, and what calibrate probes; nullopt with fewer.
+std::optional<std::pair<int, int>> firstTwoAllowedCpus();
+
 /// What a calibration says about the placement its multi-thread sweeps ran in, from round trips
-/// between CPUs 0 and 1 taken before and after them: "CPUs 0 and 1 54 / 57 ns apart ..." and,
-/// when the largest is over twice the smallest (the host moved the vCPUs between dies meanwhile),
-/// that the rates mix two placements. Empty without samples.
-std::string placementNote(const std::vector<double> &roundTripsNs);
+/// between `cpus` taken before and after them: "CPUs 0 and 1 54 / 57 ns apart ..." and, when the
+/// largest is over twice the smallest (the host moved the vCPUs between dies meanwhile), that
+/// the rates mix two placements. Empty without samples.
+std::string placementNote(std::pair<int, int> cpus, const std::vector<double> &roundTripsNs);
 
 /// Whether the samples span two placements (the largest over twice the smallest).
 bool placementMoved(const std::vector<double> &roundTripsNs);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace megac::runtime::calibrate {
@@ -60,10 +61,12 @@ struct Results {
   std::vector<AttentionResult> attention;
   std::vector<CommResult> comm;
   std::vector<std::string> notes; // "collectives not measured: 1 GPU", ...
-  /// CPU, several threads per rank: the cache-line round trip between CPUs 0 and 1 before and
-  /// after the sweeps (runtime/calibrate/CoreDistance.h), so a spec says which placement its
-  /// multi-thread rates describe; empty otherwise.
+  /// CPU, several threads per rank: the cache-line round trip between the first two CPUs the
+  /// process may use (`probedCpus`) before and after the sweeps (runtime/calibrate/
+  /// CoreDistance.h), so a spec says which placement its multi-thread rates describe; empty
+  /// otherwise.
   std::vector<double> coreRoundTripNs;
+  std::pair<int, int> probedCpus{0, 1};
 
   // ---- Summaries for the device spec's scalar fields ----
   /// The best GEMM rate of a dtype ("f32", "bf16", "f16"), 0 when none was measured.

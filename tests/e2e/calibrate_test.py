@@ -104,8 +104,10 @@ def machine_spec(args):
     check("one rank alone" in cal["source"] and "every core busy" in cal["source"],
           "the source says what was measured: %s" % cal["source"][:120])
     # The multi-thread occupancy records where its CPUs were (a cache line's round trip between
-    # CPUs 0 and 1 before and after its sweeps), so a spec says which placement its rates describe.
-    placement = re.search(r"alone-%dt: CPUs 0 and 1 (\d+) / (\d+) ns apart" % cores, cal["source"])
+    # the first two CPUs it may use, before and after its sweeps), so a spec says which placement
+    # its rates describe.
+    placement = re.search(r"alone-%dt: CPUs \d+ and \d+ (\d+) / (\d+) ns apart" % cores,
+                          cal["source"])
     check(placement is not None and all(int(v) > 0 for v in placement.groups()),
           "the source says how far apart the multi-thread rank's CPUs were: %s"
           % (placement.group(0) if placement else cal["source"][-200:]))

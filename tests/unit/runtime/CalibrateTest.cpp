@@ -145,15 +145,15 @@ TEST(Calibrate, QuickOneRankCalibration) {
 // The placement note: the round trips as measured, and two placements named only when the
 // largest is over twice the smallest (one die ~55 ns, two ~350 ns on this project's VMs).
 TEST(Calibrate, PlacementNote) {
-  EXPECT_EQ(placementNote({}), "");
-  std::string near = placementNote({54.6, 57.2});
+  EXPECT_EQ(placementNote({0, 1}, {}), "");
+  std::string near = placementNote({0, 1}, {54.6, 57.2});
   EXPECT_NE(near.find("CPUs 0 and 1 55 / 57 ns apart"), std::string::npos) << near;
   EXPECT_EQ(near.find("between dies"), std::string::npos) << near;
   EXPECT_FALSE(placementMoved({54.6, 109.2}));
   EXPECT_TRUE(placementMoved({54.6, 361.0}));
   EXPECT_TRUE(placementMoved({361.0, 54.6}));
-  std::string moved = placementNote({361.0, 54.6});
-  EXPECT_NE(moved.find("361 / 55 ns apart"), std::string::npos) << moved;
+  std::string moved = placementNote({2, 5}, {361.0, 54.6});
+  EXPECT_NE(moved.find("CPUs 2 and 5 361 / 55 ns apart"), std::string::npos) << moved;
   EXPECT_NE(moved.find("moved them between dies"), std::string::npos) << moved;
 }
 
@@ -161,7 +161,11 @@ TEST(Calibrate, PlacementNote) {
 TEST(Calibrate, CoreRoundTripBetweenTwoCpus) {
   if (std::thread::hardware_concurrency() < 2)
     GTEST_SKIP() << "one CPU";
-  std::optional<double> ns = coreRoundTripNs(0, 1, 2000, 3);
+  std::optional<std::pair<int, int>> cpus = firstTwoAllowedCpus();
+  if (!cpus)
+    GTEST_SKIP() << "fewer than two CPUs in this process's affinity mask";
+  EXPECT_LT(cpus->first, cpus->second);
+  std::optional<double> ns = coreRoundTripNs(cpus->first, cpus->second, 2000, 3);
   ASSERT_TRUE(ns.has_value());
   EXPECT_GT(*ns, 0);
   EXPECT_FALSE(coreRoundTripNs(0, 0).has_value());
