@@ -655,4 +655,27 @@ EdgeKernels edgeKernels(const TransformerShape &s, const LayerGeometry &g,
   return out;
 }
 
+double busiestExpertRankShare(const TransformerShape &shape, int64_t ep) {
+  if (ep <= 1 || shape.moeLoad.empty())
+    return 1.0;
+  double busiest = 0, mean = 0;
+  for (const std::vector<double> &experts : shape.moeLoad) {
+    const int64_t E = int64_t(experts.size());
+    if (E == 0 || E % ep != 0)
+      return 1.0; // not this layout's grouping (PlanSearch validates the counts)
+    const int64_t local = E / ep;
+    double total = 0, most = 0;
+    for (int64_t r = 0; r < ep; ++r) {
+      double rank = 0;
+      for (int64_t x = r * local; x < (r + 1) * local; ++x)
+        rank += experts[size_t(x)];
+      most = std::max(most, rank);
+      total += rank;
+    }
+    busiest += most;
+    mean += total / double(ep);
+  }
+  return mean > 0 ? std::max(1.0, busiest / mean) : 1.0;
+}
+
 } // namespace megac::planner
